@@ -1,0 +1,153 @@
+//! The stub <-> chaperon wire protocol: one frame is a 4-byte magic+version header, a u32
+//! little-endian body length capped at `MAX_FRAME`, and a JSON body. Anything else is an
+//! error, never a panic: the peer is the jail, which may send garbage on purpose.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+
+pub const MAGIC: [u8; 3] = *b"ASB";
+pub const VERSION: u8 = 1;
+/// Largest body accepted: a batch script plus arguments. Bigger requests are refused whole.
+pub const MAX_FRAME: u32 = 4 << 20;
+
+/// One Slurm command call from inside the jail.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// The command name the stub was invoked as (`sbatch`, `srun`...).
+    pub command: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    /// A script the stub read from a file argument or stdin, if any.
+    pub script: Option<Vec<u8>>,
+    /// The Slurm-related environment variables that matter to the command.
+    pub env: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "snake_case")]
+pub enum Response {
+    /// The command ran; its output went to the passed fds; this is its exit status.
+    Exited { code: i32 },
+    /// Refused before anything reached Slurm, with one line the agent can act on.
+    Denied { reason: String },
+    /// The chaperon failed (Slurm unreachable, internal error).
+    Error { message: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("not an agent-sandbox frame (bad magic)")]
+    BadMagic,
+    #[error("protocol version {0} is not supported (this side speaks {VERSION})")]
+    Version(u8),
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    TooLarge(u32),
+    #[error("malformed frame body: {0}")]
+    Body(#[from] serde_json::Error),
+}
+
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, WireError> {
+    let body = serde_json::to_vec(msg)?;
+    let len = u32::try_from(body.len()).map_err(|_| WireError::TooLarge(u32::MAX))?;
+    if len > MAX_FRAME {
+        return Err(WireError::TooLarge(len));
+    }
+    let mut out = Vec::with_capacity(8 + body.len());
+    out.extend_from_slice(&MAGIC);
+    out.push(VERSION);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+pub fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> Result<(), WireError> {
+    w.write_all(&encode(msg)?)?;
+    Ok(())
+}
+
+/// Reads one frame. The length is checked before any body byte is buffered.
+pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> Result<T, WireError> {
+    let mut head = [0u8; 8];
+    r.read_exact(&mut head)?;
+    if head[..3] != MAGIC {
+        return Err(WireError::BadMagic);
+    }
+    if head[3] != VERSION {
+        return Err(WireError::Version(head[3]));
+    }
+    let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    if len > MAX_FRAME {
+        return Err(WireError::TooLarge(len));
+    }
+    let mut body = vec![0u8; len as usize];
+    r.read_exact(&mut body)?;
+    Ok(serde_json::from_slice(&body)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req() -> Request {
+        Request {
+            command: "sbatch".into(),
+            argv: vec!["--wrap".into(), "true".into()],
+            cwd: "/home/u/p".into(),
+            script: Some(b"#!/bin/sh\necho hi\n".to_vec()),
+            env: BTreeMap::from([("SLURM_SCOPE".into(), "project".into())]),
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let bytes = encode(&req()).unwrap();
+        let back: Request = read_frame(&mut bytes.as_slice()).unwrap();
+        assert_eq!(back, req());
+        let r = Response::Denied {
+            reason: "--uid is not allowed".into(),
+        };
+        let back: Response = read_frame(&mut encode(&r).unwrap().as_slice()).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn oversized_length_is_refused_before_reading_the_body() {
+        let mut f = Vec::from(MAGIC);
+        f.push(VERSION);
+        f.extend_from_slice(&(MAX_FRAME + 1).to_le_bytes());
+        assert!(matches!(
+            read_frame::<Request>(&mut f.as_slice()),
+            Err(WireError::TooLarge(_))
+        ));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for g in [
+            &b""[..],
+            b"GET / HTTP/1.1\r\n\r\n",
+            b"ASB\x02\0\0\0\0",
+            b"ASB\x01\x05\0\0\0{{{{{",
+            b"ASB\x01\x02\0\0\0{}",
+        ] {
+            assert!(read_frame::<Request>(&mut &g[..]).is_err(), "{g:?}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let body = br#"{"command":"sbatch","argv":[],"cwd":"/","script":null,"env":{},"uid":0}"#;
+        let mut f = Vec::from(MAGIC);
+        f.push(VERSION);
+        f.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        f.extend_from_slice(body);
+        assert!(matches!(
+            read_frame::<Request>(&mut f.as_slice()),
+            Err(WireError::Body(_))
+        ));
+    }
+}

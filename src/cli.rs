@@ -1,0 +1,178 @@
+//! The command line (clap): `run`, `<profile>`, bare `agent-sandbox`, `doctor`, `policy`.
+//! Flags become one more policy layer (`cli_layer`); nothing here decides policy.
+
+use crate::policy::schema::*;
+use clap::{Args, Parser, Subcommand};
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "agent-sandbox",
+    version,
+    about = "A kernel-enforced jail for AI coding agents on shared Linux hosts",
+    long_about = "A kernel-enforced jail for AI coding agents on shared Linux hosts and HPC login nodes.\n\n\
+    agent-sandbox run -- CMD    run CMD in the jail, in the current project directory\n\
+    agent-sandbox codex         run the codex profile's agent in the jail\n\
+    agent-sandbox               run your shell in the jail",
+    allow_external_subcommands = true,
+    args_conflicts_with_subcommands = false
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub opts: RunOpts,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a command in the jail: agent-sandbox run [OPTIONS] -- CMD [ARGS]
+    Run {
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
+        command: Vec<OsString>,
+    },
+    /// Check this host: namespaces, Landlock, seccomp, tun, Slurm, policy files; and how to fix what fails.
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show or check policy.
+    Policy {
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
+    /// A profile name (codex, claude, gemini, aider, opencode, pi, or your own) and its arguments.
+    #[command(external_subcommand)]
+    Profile(Vec<OsString>),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PolicyAction {
+    /// The effective policy, with the layer that set each value and what the admin locked.
+    Show {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Parse a policy file strictly and report every problem with file, line and key.
+    Check {
+        file: PathBuf,
+        /// Check it as the admin lock file.
+        #[arg(long)]
+        admin: bool,
+    },
+}
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct RunOpts {
+    /// Project directory: the only writable tree (default: the current directory).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub project: Option<PathBuf>,
+    /// Network mode: isolated, proxied, filtered, open.
+    #[arg(long, global = true, value_name = "MODE")]
+    pub net: Option<NetMode>,
+    /// Use this profile's policy (with `run`, without running its agent).
+    #[arg(long, global = true, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Home directory mode: tmpwrite, restricted, read, write.
+    #[arg(long = "home-access", global = true, value_name = "MODE")]
+    pub home_access: Option<HomeAccess>,
+    /// Bind PATH read-only (repeatable). Paths under ~ go to home.read.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub ro: Vec<String>,
+    /// Make PATH writable (repeatable). Paths under ~ go to home.write.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub rw: Vec<String>,
+    /// Hide PATH: it does not exist inside (repeatable).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub hide: Vec<String>,
+    /// Bind devices matching GLOB, e.g. /dev/nvidia0 (repeatable).
+    #[arg(long, global = true, value_name = "GLOB")]
+    pub device: Vec<String>,
+    /// Pass NAME through from your environment, or set NAME=VAL inside (repeatable).
+    #[arg(long, global = true, value_name = "NAME[=VAL]")]
+    pub env: Vec<String>,
+    /// Isolation backend: auto, userns, landlock.
+    #[arg(long, global = true, value_name = "BACKEND")]
+    pub backend: Option<Backend>,
+    /// Add a policy file as a user-level layer (it can narrow, never widen past the admin).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub policy: Vec<PathBuf>,
+    /// Print the plan and run nothing.
+    #[arg(long = "dry-run", global = true)]
+    pub dry_run: bool,
+    /// Print the plan as JSON (with --dry-run).
+    #[arg(long, global = true, hide = true)]
+    pub json: bool,
+    /// No startup line (warnings about safety are still printed).
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// More diagnostics on stderr (-vv for more).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+/// The command-line flags as a policy layer.
+pub fn cli_layer(o: &RunOpts) -> Result<Layer, String> {
+    let mut layer = Layer::default();
+    let (mut home_ro, mut fs_ro, mut home_rw, mut fs_rw) = (vec![], vec![], vec![], vec![]);
+    for p in &o.ro {
+        match p.strip_prefix("~/") {
+            Some(rel) => home_ro.push(rel.to_string()),
+            None => fs_ro.push(p.clone()),
+        }
+    }
+    for p in &o.rw {
+        match p.strip_prefix("~/") {
+            Some(rel) => home_rw.push(rel.to_string()),
+            None => fs_rw.push(p.clone()),
+        }
+    }
+    let some = |v: Vec<String>| (!v.is_empty()).then_some(v);
+    layer.filesystem = Some(FsSection {
+        read: some(fs_ro),
+        write: some(fs_rw),
+        hide: some(o.hide.clone()),
+        devices: some(o.device.clone()),
+        ..Default::default()
+    });
+    layer.home = Some(HomeSection {
+        access: o.home_access,
+        read: some(home_ro),
+        write: some(home_rw),
+        ..Default::default()
+    });
+    layer.net = Some(NetSection {
+        mode: o.net,
+        ..Default::default()
+    });
+    layer.sandbox = Some(SandboxSection {
+        backend: o.backend,
+        ..Default::default()
+    });
+    let mut keep = vec![];
+    let mut set = BTreeMap::new();
+    for e in &o.env {
+        match e.split_once('=') {
+            Some((k, v)) => {
+                set.insert(k.to_string(), v.to_string());
+            }
+            None => keep.push(e.clone()),
+        }
+    }
+    if keep.iter().any(|k| k.is_empty()) || set.keys().any(|k| k.is_empty()) {
+        return Err("--env needs NAME or NAME=VALUE".into());
+    }
+    layer.env = Some(EnvSection {
+        keep: some(keep),
+        set: (!set.is_empty()).then_some(set),
+        ..Default::default()
+    });
+    Ok(layer)
+}

@@ -1,0 +1,279 @@
+//! `agent-sandbox doctor`: reads the host's facts that decide what the jail can do here,
+//! and for every failure says how to fix it. Read-only, except a short-lived probe child.
+
+use crate::host;
+use crate::policy::{self, FileKind, PolicyPaths};
+use serde::Serialize;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+#[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Ok,
+    Warn,
+    Fail,
+    Info,
+}
+
+#[derive(Debug, Serialize)]
+struct Check {
+    name: &'static str,
+    status: Status,
+    detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fix: Option<String>,
+}
+
+fn check(
+    name: &'static str,
+    status: Status,
+    detail: impl Into<String>,
+    fix: Option<&str>,
+) -> Check {
+    Check {
+        name,
+        status,
+        detail: detail.into(),
+        fix: fix.map(str::to_string),
+    }
+}
+
+fn read(p: &str) -> Option<String> {
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Forks a child that tries to create a user namespace: the sysctls can say yes while a
+/// security module says no, so only trying tells.
+fn probe_userns() -> Result<(), String> {
+    // SAFETY: the child only makes raw syscalls and _exits.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Child) => {
+            let ok = nix::sched::unshare(
+                nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNS,
+            )
+            .is_ok();
+            // SAFETY: _exit ends the probe child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => match nix::sys::wait::waitpid(child, None)
+        {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+            _ => Err("unshare(CLONE_NEWUSER) failed in a probe child".into()),
+        },
+        Err(e) => Err(format!("cannot fork a probe: {e}")),
+    }
+}
+
+fn checks() -> Vec<Check> {
+    let mut v = vec![];
+    let uname = nix::sys::utsname::uname().ok();
+    let release = uname
+        .as_ref()
+        .map(|u| u.release().to_string_lossy().to_string())
+        .unwrap_or_default();
+    v.push(check(
+        "kernel",
+        Status::Info,
+        format!("Linux {release}"),
+        None,
+    ));
+
+    let ns = host::userns_support();
+    let probe = probe_userns();
+    match (&ns.available, &probe) {
+        (true, Ok(())) => v.push(check("user namespaces", Status::Ok, format!("unprivileged user namespaces work (max_user_namespaces = {})", read("/proc/sys/user/max_user_namespaces").unwrap_or_default()), None)),
+        _ => v.push(check(
+            "user namespaces",
+            Status::Fail,
+            ns.why_not.clone().or(probe.err()).unwrap_or_default(),
+            Some("ask the admin to set user.max_user_namespaces > 0 (and kernel.unprivileged_userns_clone = 1 where it exists), or install the AppArmor profile in docs/admin/apparmor.md; until then the Landlock backend runs, with the limits `doctor` lists under landlock"),
+        )),
+    }
+    match read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() {
+        Some("1") => v.push(check("apparmor userns", Status::Fail, "kernel.apparmor_restrict_unprivileged_userns = 1: AppArmor blocks user namespaces for unconfined programs", Some("install the AppArmor profile from docs/admin/apparmor.md for the agent-sandbox binary"))),
+        Some(x) => v.push(check("apparmor userns", Status::Ok, format!("kernel.apparmor_restrict_unprivileged_userns = {x}"), None)),
+        None => v.push(check("apparmor userns", Status::Ok, "no AppArmor user-namespace restriction on this kernel", None)),
+    }
+    let abi = host::landlock_abi();
+    v.push(match abi {
+        0 => check("landlock", Status::Warn, "Landlock is not available: no fallback backend if user namespaces are off", Some("boot with lsm=...,landlock (Linux 5.13+)")),
+        a if a < 4 => check("landlock", Status::Warn, format!("Landlock ABI {a}: fallback backend works without the TCP port floor (needs ABI 4)"), None),
+        a if a < 6 => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs + TCP rules, no signal/abstract-socket scoping (ABI 6)"), None),
+        a => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs rules, TCP port floor, signal and abstract-socket scoping; weaker than namespaces: no private /tmp or /proc, hidden paths give EACCES not ENOENT, protected paths are writable, no UDP filtering"), None),
+    });
+    v.push(
+        if Path::new("/proc/sys/kernel/seccomp/actions_avail").exists() {
+            check(
+                "seccomp",
+                Status::Ok,
+                format!(
+                    "seccomp filters available ({})",
+                    read("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default()
+                ),
+                None,
+            )
+        } else {
+            check(
+                "seccomp",
+                Status::Fail,
+                "the kernel has no seccomp filter support",
+                Some("a kernel with CONFIG_SECCOMP_FILTER is required"),
+            )
+        },
+    );
+    v.push(match std::fs::metadata("/dev/net/tun") {
+        Ok(m) if m.permissions().mode() & 0o006 == 0o006 => check("/dev/net/tun", Status::Ok, format!("present, mode {:o}", m.permissions().mode() & 0o777), None),
+        Ok(m) => check(
+            "/dev/net/tun",
+            Status::Warn,
+            format!("mode {:o}: users cannot open it, so the filtered network mode cannot run (it falls back per net.fallback)", m.permissions().mode() & 0o777),
+            Some("as root: chmod 0666 /dev/net/tun (distributions ship it 0666; a udev rule keeps it: KERNEL==\"tun\", MODE=\"0666\")"),
+        ),
+        Err(_) => check("/dev/net/tun", Status::Warn, "missing: the filtered network mode cannot run", Some("as root: modprobe tun")),
+    });
+    v.push(check("network modes", Status::Info, "isolated and open run here; filtered and proxied are not built in this version (the network work adds them)", None));
+    v.push(match read("/proc/sys/net/ipv4/ping_group_range") {
+        Some(r) => check(
+            "ping_group_range",
+            Status::Info,
+            format!("net.ipv4.ping_group_range = {r}"),
+            None,
+        ),
+        None => check("ping_group_range", Status::Info, "unknown", None),
+    });
+    let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    v.push(if v2 {
+        check("cgroups", Status::Info, "cgroup v2: per-session limits use a delegated subtree when systemd gives one, else rlimits", None)
+    } else {
+        check("cgroups", Status::Info, "cgroup v1 (no delegation): per-session limits use rlimits", None)
+    });
+    let sbatch = crate::jail::find_in_path(
+        "sbatch",
+        &[("PATH".into(), std::env::var("PATH").unwrap_or_default())],
+    );
+    v.push(match sbatch {
+        Some(p) => check(
+            "slurm",
+            Status::Info,
+            format!(
+                "sbatch at {}; slurm.conf {}",
+                p.display(),
+                if Path::new("/etc/slurm/slurm.conf").exists() {
+                    "present"
+                } else {
+                    "not in /etc/slurm"
+                }
+            ),
+            None,
+        ),
+        None => check(
+            "slurm",
+            Status::Info,
+            "no sbatch on PATH: Slurm mediation not needed here",
+            None,
+        ),
+    });
+    v.push(if Path::new("/run/munge/munge.socket.2").exists() {
+        check(
+            "munge",
+            Status::Info,
+            "munge socket present on the host (hidden inside the jail)",
+            None,
+        )
+    } else {
+        check("munge", Status::Info, "no munge socket on this host", None)
+    });
+    policy_checks(&mut v);
+    v
+}
+
+fn policy_checks(v: &mut Vec<Check>) {
+    let home = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
+        .unwrap_or_default();
+    let paths = PolicyPaths::new(
+        &home,
+        std::env::var_os("XDG_CONFIG_HOME")
+            .map(std::path::PathBuf::from)
+            .as_deref(),
+    );
+    for (name, path, kind, root) in [
+        ("site config", paths.site_config(), FileKind::Site, true),
+        ("admin lock file", paths.admin_file(), FileKind::Admin, true),
+        (
+            "user config",
+            paths.user_config.clone(),
+            FileKind::User,
+            false,
+        ),
+    ] {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            v.push(check(
+                name,
+                Status::Info,
+                format!("{} not present", path.display()),
+                None,
+            ));
+            continue;
+        };
+        if root && (meta.uid() != 0 || meta.mode() & 0o022 != 0) {
+            v.push(check(name, Status::Fail, format!("{} is not root-owned or is group/world-writable: every launch refuses to start", path.display()), Some("chown root:root FILE; chmod 0644 FILE")));
+            continue;
+        }
+        let parsed = std::fs::read_to_string(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|t| {
+                policy::parse_layer(&t, &path, kind)
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            });
+        v.push(match parsed {
+            Ok(()) => check(name, Status::Ok, format!("{} parses", path.display()), None),
+            Err(e) => check(
+                name,
+                Status::Fail,
+                e,
+                Some("fix the file; every launch refuses to start until then"),
+            ),
+        });
+    }
+}
+
+pub fn run(json: bool) -> i32 {
+    let all = checks();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&all).unwrap_or_default());
+    } else {
+        for c in &all {
+            let tag = match c.status {
+                Status::Ok => "ok  ",
+                Status::Warn => "warn",
+                Status::Fail => "FAIL",
+                Status::Info => "info",
+            };
+            println!("{tag} {:<18} {}", c.name, c.detail);
+            if let Some(f) = &c.fix {
+                println!("     {:<18} fix: {f}", "");
+            }
+        }
+    }
+    let userns_ok = all
+        .iter()
+        .any(|c| c.name == "user namespaces" && c.status == Status::Ok);
+    let landlock_ok = all
+        .iter()
+        .any(|c| c.name == "landlock" && c.status != Status::Warn);
+    let policy_ok = !all.iter().any(|c| {
+        c.status == Status::Fail && (c.name.contains("config") || c.name.contains("admin"))
+    });
+    if (userns_ok || landlock_ok) && policy_ok {
+        0
+    } else {
+        1
+    }
+}

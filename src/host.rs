@@ -1,0 +1,232 @@
+//! Host facts: who the user is, what the kernel offers, and a read-only view of the host
+//! filesystem. The plan is a pure function of these; tests give it a fake `HostFs`.
+
+#[cfg(test)]
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    Char,
+    Other,
+}
+
+/// What the plan may ask of the host filesystem. `kind` does not follow the last symlink.
+pub trait HostFs {
+    fn kind(&self, p: &Path) -> Option<Kind>;
+    fn read_dir(&self, p: &Path) -> Vec<OsString>;
+    fn read_link(&self, p: &Path) -> Option<PathBuf>;
+    fn canonicalize(&self, p: &Path) -> Option<PathBuf>;
+}
+
+pub struct RealFs;
+
+impl HostFs for RealFs {
+    fn kind(&self, p: &Path) -> Option<Kind> {
+        let ft = std::fs::symlink_metadata(p).ok()?.file_type();
+        Some(if ft.is_symlink() {
+            Kind::Symlink
+        } else if ft.is_dir() {
+            Kind::Dir
+        } else if ft.is_file() {
+            Kind::File
+        } else if ft.is_char_device() {
+            Kind::Char
+        } else {
+            Kind::Other
+        })
+    }
+    fn read_dir(&self, p: &Path) -> Vec<OsString> {
+        let mut v: Vec<OsString> = std::fs::read_dir(p)
+            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+    fn read_link(&self, p: &Path) -> Option<PathBuf> {
+        std::fs::read_link(p).ok()
+    }
+    fn canonicalize(&self, p: &Path) -> Option<PathBuf> {
+        std::fs::canonicalize(p).ok()
+    }
+}
+
+/// An in-memory filesystem for plan tests.
+#[cfg(test)]
+#[derive(Default, Clone)]
+pub struct FakeFs {
+    pub entries: BTreeMap<PathBuf, (Kind, Option<PathBuf>)>,
+}
+
+#[cfg(test)]
+impl FakeFs {
+    pub fn dir(mut self, p: &str) -> Self {
+        self.add(p, Kind::Dir, None);
+        self
+    }
+    pub fn file(mut self, p: &str) -> Self {
+        self.add(p, Kind::File, None);
+        self
+    }
+    pub fn symlink(mut self, p: &str, to: &str) -> Self {
+        self.add(p, Kind::Symlink, Some(PathBuf::from(to)));
+        self
+    }
+    fn add(&mut self, p: &str, k: Kind, link: Option<PathBuf>) {
+        let path = PathBuf::from(p);
+        for a in path.ancestors().skip(1) {
+            self.entries
+                .entry(a.to_path_buf())
+                .or_insert((Kind::Dir, None));
+        }
+        self.entries.insert(path, (k, link));
+    }
+}
+
+#[cfg(test)]
+impl HostFs for FakeFs {
+    fn kind(&self, p: &Path) -> Option<Kind> {
+        self.entries.get(p).map(|e| e.0)
+    }
+    fn read_dir(&self, p: &Path) -> Vec<OsString> {
+        self.entries
+            .keys()
+            .filter(|k| k.parent() == Some(p) && k.as_path() != p)
+            .filter_map(|k| k.file_name().map(|n| n.to_os_string()))
+            .collect()
+    }
+    fn read_link(&self, p: &Path) -> Option<PathBuf> {
+        self.entries.get(p).and_then(|e| e.1.clone())
+    }
+    fn canonicalize(&self, p: &Path) -> Option<PathBuf> {
+        // Fake paths are already canonical unless they are symlinks to absolute targets.
+        match self.entries.get(p)? {
+            (Kind::Symlink, Some(t)) if t.is_absolute() => Some(t.clone()),
+            _ => Some(p.to_path_buf()),
+        }
+    }
+}
+
+/// Whether unprivileged user namespaces can be created, and if not, why.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct UsernsSupport {
+    pub available: bool,
+    pub why_not: Option<String>,
+}
+
+/// Facts about the host and the calling user that the plan depends on.
+#[derive(Debug, Clone)]
+pub struct HostFacts {
+    pub uid: u32,
+    pub gid: u32,
+    pub user: String,
+    pub group: String,
+    /// `$HOME` as the password database gives it (not the environment).
+    pub home: PathBuf,
+    pub home_canonical: PathBuf,
+    pub shell: PathBuf,
+    pub exe: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub etc_passwd: String,
+    pub etc_group: String,
+    pub etc_hosts: String,
+    pub userns: UsernsSupport,
+    pub landlock_abi: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("cannot find uid {0} in the password database")]
+    NoUser(u32),
+    #[error("cannot locate the agent-sandbox executable: {0}")]
+    Exe(std::io::Error),
+}
+
+impl HostFacts {
+    pub fn gather() -> Result<HostFacts, HostError> {
+        let uid = nix::unistd::getuid();
+        let gid = nix::unistd::getgid();
+        let pw = nix::unistd::User::from_uid(uid)
+            .ok()
+            .flatten()
+            .ok_or(HostError::NoUser(uid.as_raw()))?;
+        let group = nix::unistd::Group::from_gid(gid)
+            .ok()
+            .flatten()
+            .map(|g| g.name)
+            .unwrap_or_else(|| gid.to_string());
+        let home_canonical = std::fs::canonicalize(&pw.dir).unwrap_or_else(|_| pw.dir.clone());
+        let exe = std::fs::read_link("/proc/self/exe")
+            .or_else(|_| std::env::current_exe())
+            .map_err(HostError::Exe)?;
+        let env = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        Ok(HostFacts {
+            uid: uid.as_raw(),
+            gid: gid.as_raw(),
+            user: pw.name,
+            group,
+            home: pw.dir,
+            home_canonical,
+            shell: pw.shell,
+            exe,
+            env,
+            etc_passwd: read("/etc/passwd"),
+            etc_group: read("/etc/group"),
+            etc_hosts: read("/etc/hosts"),
+            userns: userns_support(),
+            landlock_abi: landlock_abi(),
+        })
+    }
+
+    pub fn env_var(&self, name: &str) -> Option<&str> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+fn read_sysctl(p: &str) -> Option<i64> {
+    std::fs::read_to_string(p).ok()?.trim().parse().ok()
+}
+
+/// Reads the knobs that decide whether an unprivileged user namespace can be created.
+/// Cheap file reads only; the launcher still reports the real error if clone fails.
+pub fn userns_support() -> UsernsSupport {
+    let no = |why: &str| UsernsSupport {
+        available: false,
+        why_not: Some(why.to_string()),
+    };
+    if !Path::new("/proc/self/ns/user").exists() {
+        return no("the kernel has no user namespaces (CONFIG_USER_NS off)");
+    }
+    if read_sysctl("/proc/sys/user/max_user_namespaces") == Some(0) {
+        return no("user.max_user_namespaces = 0");
+    }
+    if read_sysctl("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
+        return no("kernel.unprivileged_userns_clone = 0");
+    }
+    if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) {
+        return no(
+            "kernel.apparmor_restrict_unprivileged_userns = 1 (AppArmor restricts user namespaces)",
+        );
+    }
+    UsernsSupport {
+        available: true,
+        why_not: None,
+    }
+}
+
+/// The Landlock ABI version, 0 if unavailable.
+pub fn landlock_abi() -> u32 {
+    crate::jail::landlock::detect_abi()
+}

@@ -1,0 +1,321 @@
+//! The jail's PID 1: builds the jail from the plan inside the new namespaces, seals itself
+//! (capabilities, no_new_privs, seccomp), starts the command, reaps every orphan, forwards
+//! signals, and reports the command's status to the launcher.
+
+use super::caps::{self, Sealed};
+use super::msg::{self, Msg};
+use super::{mounts, net};
+use crate::plan::Plan;
+use nix::mount::{MntFlags, MsFlags};
+use nix::sys::signal::{kill, SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::{ForkResult, Pid};
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+/// Which of stdin/stdout/stderr the launcher found to be terminals (pty mode replaces those).
+#[derive(Clone, Copy, Debug)]
+pub struct TtyFds(pub [bool; 3]);
+
+impl TtyFds {
+    pub fn any(&self) -> bool {
+        self.0.iter().any(|b| *b)
+    }
+}
+
+/// Entry point of the cloned child. Never returns to the launcher's code: exits instead.
+pub fn child_main(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> isize {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number; no pointers.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    match msg::recv(sock) {
+        Ok(Some(Msg::Go)) => {}
+        _ => return 126,
+    }
+    let slave = match build(plan, sock, pty, new_net) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = msg::send(sock, &Msg::Error(e));
+            return 126;
+        }
+    };
+    match msg::recv(sock) {
+        Ok(Some(Msg::Start)) => {}
+        _ => return 126,
+    }
+    let sealed = match caps::seal(plan.seccomp.nested_userns) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = msg::send(sock, &Msg::Error(format!("cannot seal the jail: {e}")));
+            return 126;
+        }
+    };
+    supervise(plan, sock, slave, pty, sealed)
+}
+
+fn build(
+    plan: &Plan,
+    sock: RawFd,
+    pty: Option<TtyFds>,
+    new_net: bool,
+) -> Result<Option<OwnedFd>, String> {
+    scrub_own_environ();
+    // Non-dumpable: the jailed command (same uid) cannot ptrace PID 1 or read its /proc files.
+    // SAFETY: PR_SET_DUMPABLE takes an integer.
+    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    nix::unistd::sethostname(&plan.hostname)
+        .map_err(|e| format!("cannot set the hostname: {e}"))?;
+    build_root(plan)?;
+    if new_net {
+        net::loopback_up()
+            .map_err(|e| format!("cannot bring up lo in the jail's network namespace: {e}"))?;
+    }
+    let mut fds = vec![];
+    let mut slave = None;
+    if pty.is_some() {
+        let (master, s) =
+            open_pty().map_err(|e| format!("cannot open a terminal inside the jail: {e}"))?;
+        fds.push(master);
+        slave = Some(s);
+    }
+    nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
+    msg::send(sock, &Msg::Ready(fds)).map_err(|e| format!("cannot reach the launcher: {e}"))?;
+    Ok(slave)
+}
+
+fn build_root(plan: &Plan) -> Result<(), String> {
+    let m = |r: nix::Result<()>, what: &str| r.map_err(|e| format!("{what}: {e}"));
+    m(
+        nix::mount::mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        ),
+        "make / private",
+    )?;
+    // Stage on a tmpfs over /tmp (private to this namespace), then pivot so the host tree is
+    // reachable at /oldroot while /newroot is filled.
+    m(
+        nix::mount::mount(
+            Some("tmpfs"),
+            "/tmp",
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=0700"),
+        ),
+        "mount staging tmpfs",
+    )?;
+    for d in ["/tmp/newroot", "/tmp/oldroot", "/tmp/files"] {
+        std::fs::create_dir(d).map_err(|e| format!("mkdir {d}: {e}"))?;
+    }
+    m(
+        nix::unistd::pivot_root("/tmp", "/tmp/oldroot"),
+        "pivot to staging",
+    )?;
+    m(nix::unistd::chdir("/"), "chdir /")?;
+    m(
+        nix::mount::mount(
+            Some("tmpfs"),
+            mounts::NEW,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=0755"),
+        ),
+        "mount root tmpfs",
+    )?;
+    mounts::apply_all(&mut mounts::RealSys, &plan.mounts, Path::new("/files"))
+        .map_err(|e| format!("cannot build the jail's filesystem: {e}"))?;
+    m(nix::unistd::chdir(mounts::NEW), "chdir /newroot")?;
+    m(
+        nix::unistd::pivot_root(".", "."),
+        "pivot into the jail root",
+    )?;
+    m(
+        nix::mount::umount2(".", MntFlags::MNT_DETACH),
+        "detach the host tree",
+    )?;
+    m(nix::unistd::chdir("/"), "chdir /")?;
+    Ok(())
+}
+
+fn open_pty() -> nix::Result<(OwnedFd, OwnedFd)> {
+    use nix::fcntl::OFlag;
+    let master = nix::pty::posix_openpt(OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)?;
+    nix::pty::grantpt(&master)?;
+    nix::pty::unlockpt(&master)?;
+    let name = nix::pty::ptsname_r(&master)?;
+    let slave = nix::fcntl::open(
+        Path::new(&name),
+        OFlag::O_RDWR | OFlag::O_NOCTTY | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::empty(),
+    )?;
+    Ok((master.into(), slave))
+}
+
+/// Zeroes this process's initial environment block, which /proc/1/environ shows: PID 1 was
+/// cloned from the launcher and still carries the user's unscrubbed variables there.
+fn scrub_own_environ() {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    let Some(after) = stat.rsplit_once(')').map(|(_, a)| a) else {
+        return;
+    };
+    let f: Vec<&str> = after.split_whitespace().collect();
+    // Fields 50 and 51 of stat(5) (env_start, env_end); `after` starts at field 3.
+    let (Some(start), Some(end)) = (
+        f.get(47).and_then(|s| s.parse::<usize>().ok()),
+        f.get(48).and_then(|s| s.parse::<usize>().ok()),
+    ) else {
+        return;
+    };
+    if end > start && end - start < (64 << 20) {
+        // SAFETY: [env_start, env_end) is this process's initial environment block on its
+        // own stack mapping, writable and mapped for the life of the process. Nothing in this
+        // single-threaded child reads the environment after this point.
+        unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+    }
+}
+
+/// Runs in the forked command child: restores signals, takes the terminal, execs.
+fn exec_command(plan: &Plan, _sealed: &Sealed, slave: Option<&OwnedFd>, pty: Option<TtyFds>) -> ! {
+    let _ = nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&SigSet::empty()),
+        None,
+    );
+    for sig in [
+        Signal::SIGPIPE,
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+    ] {
+        // SAFETY: resetting a disposition to SIG_DFL installs no handler code.
+        let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) };
+    }
+    let _ = nix::unistd::setsid();
+    if let (Some(slave), Some(tty)) = (slave, pty) {
+        // SAFETY: TIOCSCTTY takes an int argument; `slave` is a valid open terminal fd.
+        unsafe { libc::ioctl(slave.as_raw_fd(), libc::TIOCSCTTY, 0) };
+        for (fd, is_tty) in tty.0.iter().enumerate() {
+            if *is_tty {
+                // SAFETY: dup2 onto 0..2 of this process; both fds are valid.
+                unsafe { libc::dup2(slave.as_raw_fd(), fd as i32) };
+            }
+        }
+    }
+    // Every inherited descriptor above stderr closes at exec (the launcher's own files, the
+    // init socket, signalfd...): the jail never holds a host fd it was not given.
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on our own descriptors.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if nix::unistd::chdir(&plan.cwd).is_err() {
+        let _ = nix::unistd::chdir("/");
+    }
+    let name = &plan.command[0];
+    let Some(path) = super::find_in_path(name, &plan.env) else {
+        eprintln!("agent-sandbox: {name}: command not found inside the jail");
+        // SAFETY: _exit is async-signal-safe and ends this child immediately.
+        unsafe { libc::_exit(127) };
+    };
+    let cstr = |s: &str| CString::new(s.as_bytes()).unwrap_or_default();
+    let argv: Vec<CString> = plan.command.iter().map(|a| cstr(a)).collect();
+    let envp: Vec<CString> = plan
+        .env
+        .iter()
+        .map(|(k, v)| cstr(&format!("{k}={v}")))
+        .collect();
+    let p = CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
+    let err = nix::unistd::execve(&p, &argv, &envp).err();
+    let code = if err == Some(nix::Error::ENOENT) {
+        127
+    } else {
+        126
+    };
+    eprintln!(
+        "agent-sandbox: cannot run {name}: {}",
+        err.map(|e| e.desc()).unwrap_or("unknown error")
+    );
+    // SAFETY: as above.
+    unsafe { libc::_exit(code) }
+}
+
+/// Signals PID 1 passes on to the command.
+pub const FORWARDED: &[Signal] = &[
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+    Signal::SIGWINCH,
+    Signal::SIGCONT,
+    Signal::SIGTSTP,
+    Signal::SIGUSR1,
+    Signal::SIGUSR2,
+];
+
+fn supervise(
+    plan: &Plan,
+    sock: RawFd,
+    slave: Option<OwnedFd>,
+    pty: Option<TtyFds>,
+    sealed: Sealed,
+) -> isize {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    for s in FORWARDED {
+        mask.add(*s);
+    }
+    // The launcher blocked these before cloning; they arrive here through the signalfd.
+    let Ok(sfd) = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC) else {
+        let _ = msg::send(
+            sock,
+            &Msg::Error("cannot create a signalfd in the jail".into()),
+        );
+        return 126;
+    };
+    // SAFETY: the process is single-threaded; the child only execs or _exits.
+    let child = match unsafe { nix::unistd::fork() } {
+        Ok(ForkResult::Child) => exec_command(plan, &sealed, slave.as_ref(), pty),
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => {
+            let _ = msg::send(sock, &Msg::Error(format!("cannot fork the command: {e}")));
+            return 126;
+        }
+    };
+    drop(slave);
+    loop {
+        let Ok(Some(info)) = sfd.read_signal() else {
+            continue;
+        };
+        let signo = info.ssi_signo as i32;
+        if signo == libc::SIGCHLD {
+            loop {
+                match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::Exited(pid, code)) if pid == child => {
+                        let _ = msg::send(sock, &Msg::Exited(code));
+                        return code as isize;
+                    }
+                    Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
+                        let _ = msg::send(sock, &Msg::Signaled(sig as i32));
+                        return 128 + sig as isize;
+                    }
+                    Ok(WaitStatus::StillAlive) | Err(_) => break,
+                    Ok(_) => continue,
+                }
+            }
+        } else if let Ok(sig) = Signal::try_from(signo) {
+            let _ = kill(child, sig);
+        }
+    }
+}

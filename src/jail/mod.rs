@@ -1,0 +1,190 @@
+//! The jail: executes a `Plan`. Two backends: user namespaces (the full jail, `userns.rs`
+//! and `init.rs`) and Landlock (the fallback for hosts without user namespaces). Nothing
+//! here decides policy; if a value is missing, the plan is missing a field.
+
+pub mod caps;
+pub mod init;
+pub mod landlock;
+pub mod mounts;
+mod msg;
+mod net;
+mod relay;
+pub mod seccomp;
+pub mod userns;
+
+use crate::plan::{BackendKind, Placeholder, Plan};
+use init::TtyFds;
+pub use userns::Outcome;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JailError {
+    #[error("cannot create the jail's namespaces ({flags}): {errno}")]
+    Clone { errno: nix::Error, flags: String },
+    #[error("cannot write the jail's {file}: {err}")]
+    IdMap { file: String, err: std::io::Error },
+    #[error("cannot build the jail: {0}")]
+    Build(String),
+    #[error("lost contact with the jail: {0}")]
+    Channel(String),
+    #[error("cannot create the protected placeholder {}: {err}", path.display())]
+    Placeholder {
+        path: std::path::PathBuf,
+        err: std::io::Error,
+    },
+    #[error("cannot apply Landlock: {0}")]
+    Landlock(#[from] landlock::LandlockError),
+    #[error("cannot seal the sandbox: {0}")]
+    Seal(#[from] caps::SealError),
+    #[error("Landlock enforces less than this plan needs: {0}")]
+    LandlockWeak(String),
+}
+
+impl JailError {
+    pub fn fix(&self) -> Option<String> {
+        match self {
+            JailError::Clone { errno: nix::Error::EPERM | nix::Error::ENOSPC | nix::Error::EINVAL, .. } => Some(
+                "fix: unprivileged user namespaces are off or exhausted here; `agent-sandbox doctor` says which knob, or run with --backend landlock".into(),
+            ),
+            JailError::IdMap { .. } => Some("fix: the kernel refused the id map; `agent-sandbox doctor` checks user namespace support".into()),
+            JailError::Build(_) => Some("fix: `agent-sandbox run --dry-run -- CMD` shows the mounts; `agent-sandbox doctor` checks the host".into()),
+            _ => None,
+        }
+    }
+}
+
+pub fn stdio_ttys() -> TtyFds {
+    // SAFETY: isatty only inspects the descriptor number.
+    TtyFds([0, 1, 2].map(|fd| unsafe { libc::isatty(fd) == 1 }))
+}
+
+/// Runs the plan's command in the jail and returns how it ended.
+pub fn run(plan: &Plan, banner: &dyn Fn()) -> Result<Outcome, JailError> {
+    let created = create_placeholders(&plan.placeholders)?;
+    let result = match plan.backend {
+        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner),
+        BackendKind::Landlock => exec_landlock(plan, banner).map(|never| match never {}),
+    };
+    remove_placeholders(&created);
+    result
+}
+
+/// Creates missing protected names as empty placeholders, never following a symlink.
+fn create_placeholders(list: &[Placeholder]) -> Result<Vec<Placeholder>, JailError> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let mut created = vec![];
+    for ph in list {
+        let r = if ph.dir {
+            std::fs::DirBuilder::new().mode(0o755).create(&ph.path)
+        } else {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .mode(0o644)
+                .open(&ph.path)
+                .map(drop)
+        };
+        match r {
+            Ok(()) => created.push(ph.clone()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => {
+                return Err(JailError::Placeholder {
+                    path: ph.path.clone(),
+                    err,
+                })
+            }
+        }
+    }
+    Ok(created)
+}
+
+/// Removes placeholders that are still empty; anything written into them stays for the user to see.
+fn remove_placeholders(list: &[Placeholder]) {
+    for ph in list.iter().rev() {
+        if ph.dir {
+            let _ = std::fs::remove_dir(&ph.path);
+        } else if std::fs::symlink_metadata(&ph.path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+            let _ = std::fs::remove_file(&ph.path);
+        }
+    }
+}
+
+/// The Landlock backend restricts the launcher itself and execs the command in place: no
+/// namespaces, so no init process is needed, and the terminal, signals and exit status are
+/// the command's own.
+fn exec_landlock(plan: &Plan, banner: &dyn Fn()) -> Result<std::convert::Infallible, JailError> {
+    let lp = plan.landlock.clone().unwrap_or_default();
+    let rules = landlock::LandlockRules {
+        read_only: lp.read_only,
+        read_write: lp.read_write,
+        deny_tcp_connect: lp.deny_tcp_connect,
+        deny_all_tcp: lp.deny_all_tcp,
+        scope_signals: true,
+        scope_abstract_unix: true,
+    };
+    // Not a tty? Then a new session: the command cannot reach a controlling terminal at all.
+    if !stdio_ttys().any() {
+        let _ = nix::unistd::setsid();
+    }
+    banner();
+    let _sealed = caps::seal_unprivileged(plan.seccomp.nested_userns)?;
+    let status = landlock::apply(&rules)?;
+    if lp.deny_all_tcp && !status.tcp {
+        return Err(JailError::LandlockWeak(format!(
+            "network mode isolated needs Landlock TCP rules (ABI 4), this kernel has ABI {}",
+            status.abi
+        )));
+    }
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on our own descriptors.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if nix::unistd::chdir(&plan.cwd).is_err() {
+        return Err(JailError::Build(format!(
+            "cannot enter {}",
+            plan.cwd.display()
+        )));
+    }
+    // SAFETY: resetting SIGPIPE (ignored by the Rust runtime) to its default installs no handler.
+    let _ = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
+    let name = &plan.command[0];
+    let path = find_in_path(name, &plan.env)
+        .ok_or_else(|| JailError::Build(format!("{name}: command not found")))?;
+    let cstr = |s: &str| std::ffi::CString::new(s.as_bytes()).unwrap_or_default();
+    let argv: Vec<_> = plan.command.iter().map(|a| cstr(a)).collect();
+    let envp: Vec<_> = plan
+        .env
+        .iter()
+        .map(|(k, v)| cstr(&format!("{k}={v}")))
+        .collect();
+    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
+    let e = nix::unistd::execve(&p, &argv, &envp).unwrap_err();
+    Err(JailError::Build(format!("cannot run {name}: {e}")))
+}
+
+pub fn find_in_path(cmd: &str, env: &[(String, String)]) -> Option<std::path::PathBuf> {
+    if cmd.contains('/') {
+        return Some(cmd.into());
+    }
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_str())
+        .unwrap_or("/usr/bin:/bin");
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| std::path::Path::new(d).join(cmd))
+        .find(|p| {
+            p.is_file() && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::X_OK).is_ok()
+        })
+}

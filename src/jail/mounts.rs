@@ -1,0 +1,518 @@
+//! Executes a plan's mount list inside the jail's new mount namespace. Knows nothing of
+//! policy: it builds exactly what `Plan::mounts` says, in order, and fails on the first step
+//! it cannot take. Host paths are reached under `/oldroot`, the new root is `/newroot`.
+
+use crate::plan::MountSpec;
+use nix::mount::MsFlags;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+pub const OLD: &str = "/oldroot";
+pub const NEW: &str = "/newroot";
+
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+
+/// The system calls the executor makes, behind a seam so tests can record them.
+pub trait Sys {
+    fn mount(
+        &mut self,
+        src: Option<&Path>,
+        target: &Path,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> io::Result<()>;
+    /// Sets attributes on a mount tree (ro, nosuid, nodev), recursively.
+    fn set_attr(&mut self, target: &Path, attr: u64) -> io::Result<()>;
+    fn mkdir_all(&mut self, p: &Path) -> io::Result<()>;
+    fn touch(&mut self, p: &Path) -> io::Result<()>;
+    fn write_file(&mut self, p: &Path, contents: &[u8], mode: u32) -> io::Result<()>;
+    fn symlink(&mut self, link: &Path, at: &Path) -> io::Result<()>;
+    fn read_small(&self, p: &Path, max: u64) -> io::Result<Vec<u8>>;
+}
+
+pub struct RealSys;
+
+fn errno(e: nix::Error) -> io::Error {
+    io::Error::from_raw_os_error(e as i32)
+}
+
+impl Sys for RealSys {
+    fn mount(
+        &mut self,
+        src: Option<&Path>,
+        target: &Path,
+        fstype: Option<&str>,
+        flags: MsFlags,
+        data: Option<&str>,
+    ) -> io::Result<()> {
+        nix::mount::mount(src, target, fstype, flags, data).map_err(errno)
+    }
+    fn set_attr(&mut self, target: &Path, attr: u64) -> io::Result<()> {
+        set_attr_recursive(target, attr)
+    }
+    fn mkdir_all(&mut self, p: &Path) -> io::Result<()> {
+        match std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(p)
+        {
+            Ok(()) => Ok(()),
+            Err(_) if p.is_dir() => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+    fn touch(&mut self, p: &Path) -> io::Result<()> {
+        let open = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o644)
+                .open(p)
+                .map(drop)
+        };
+        match open() {
+            Ok(()) => Ok(()),
+            // Already there (a host file under a read-only bind): a bind over it needs nothing more.
+            Err(_) if p.exists() => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if let Some(parent) = p.parent() {
+                    self.mkdir_all(parent)?;
+                }
+                open()
+            }
+            Err(e) => Err(e),
+        }
+    }
+    fn write_file(&mut self, p: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+        if let Some(parent) = p.parent() {
+            self.mkdir_all(parent)?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(mode)
+            .open(p)?;
+        io::Write::write_all(&mut f, contents)
+    }
+    fn symlink(&mut self, link: &Path, at: &Path) -> io::Result<()> {
+        if let Some(parent) = at.parent() {
+            self.mkdir_all(parent)?;
+        }
+        std::os::unix::fs::symlink(link, at)
+    }
+    fn read_small(&self, p: &Path, max: u64) -> io::Result<Vec<u8>> {
+        let mut buf = vec![];
+        io::Read::read_to_end(&mut io::Read::take(std::fs::File::open(p)?, max), &mut buf)?;
+        Ok(buf)
+    }
+}
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+/// mount_setattr(2) with AT_RECURSIVE (Linux 5.12+); older kernels get a remount of each
+/// mount below `target`, keeping the flags the kernel locked on them.
+fn set_attr_recursive(target: &Path, attr: u64) -> io::Result<()> {
+    let c = std::ffi::CString::new(target.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let ma = MountAttr {
+        attr_set: attr,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: `c` is a valid NUL-terminated path and `ma` a properly sized mount_attr that
+    // outlives the call; the kernel only reads them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            AT_RECURSIVE,
+            &ma as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    if e.raw_os_error() != Some(libc::ENOSYS) {
+        return Err(e);
+    }
+    remount_tree_legacy(target, attr)
+}
+
+fn remount_tree_legacy(target: &Path, attr: u64) -> io::Result<()> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut points: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(unescape_mountinfo)
+        .filter(|p| p.starts_with(target))
+        .collect();
+    points.sort();
+    points.dedup();
+    for p in points {
+        let st = nix::sys::statvfs::statvfs(&p).map_err(errno)?;
+        let f = st.flags();
+        use nix::sys::statvfs::FsFlags;
+        let mut flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND;
+        for (have, ms) in [
+            (FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+            (FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+            (FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+            (FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+            (FsFlags::ST_NODIRATIME, MsFlags::MS_NODIRATIME),
+            (FsFlags::ST_RELATIME, MsFlags::MS_RELATIME),
+            (FsFlags::ST_RDONLY, MsFlags::MS_RDONLY),
+        ] {
+            if f.contains(have) {
+                flags |= ms;
+            }
+        }
+        if attr & MOUNT_ATTR_RDONLY != 0 {
+            flags |= MsFlags::MS_RDONLY;
+        }
+        if attr & MOUNT_ATTR_NOSUID != 0 {
+            flags |= MsFlags::MS_NOSUID;
+        }
+        if attr & MOUNT_ATTR_NODEV != 0 {
+            flags |= MsFlags::MS_NODEV;
+        }
+        nix::mount::mount(None::<&str>, &p, None::<&str>, flags, None::<&str>).map_err(errno)?;
+    }
+    Ok(())
+}
+
+fn unescape_mountinfo(s: &str) -> PathBuf {
+    let mut out = Vec::with_capacity(s.len());
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    PathBuf::from(std::ffi::OsString::from(
+        String::from_utf8_lossy(&out).to_string(),
+    ))
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{step} {}: {err}", target.display())]
+pub struct MountError {
+    pub step: &'static str,
+    pub target: PathBuf,
+    pub err: io::Error,
+}
+
+fn under(base: &str, p: &Path) -> PathBuf {
+    let rel = p.strip_prefix("/").unwrap_or(p);
+    if rel.as_os_str().is_empty() {
+        PathBuf::from(base)
+    } else {
+        Path::new(base).join(rel)
+    }
+}
+
+fn bind(sys: &mut dyn Sys, src: &Path, target: &Path, dir: bool) -> io::Result<()> {
+    if dir {
+        sys.mkdir_all(target)?;
+    } else {
+        sys.touch(target)?;
+    }
+    sys.mount(
+        Some(src),
+        target,
+        None,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        None,
+    )
+}
+
+/// Applies every mount of the plan under `/newroot`, reading host paths under `/oldroot`.
+/// Synthesized files are staged in `staging` (a directory on the outer tmpfs) and bound in.
+pub fn apply_all(
+    sys: &mut dyn Sys,
+    mounts: &[MountSpec],
+    staging: &Path,
+) -> Result<(), MountError> {
+    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+    let mut staged = 0usize;
+    for m in mounts {
+        let target = under(NEW, m.target());
+        let fail = |step: &'static str| {
+            let t = m.target().to_path_buf();
+            move |err: io::Error| MountError {
+                step,
+                target: t,
+                err,
+            }
+        };
+        match m {
+            MountSpec::Tmpfs { mode, .. } => {
+                sys.mkdir_all(&target).map_err(fail("mkdir for tmpfs"))?;
+                let data = format!("mode={mode:o}");
+                sys.mount(
+                    Some(Path::new("tmpfs")),
+                    &target,
+                    Some("tmpfs"),
+                    nosuid_nodev,
+                    Some(&data),
+                )
+                .map_err(fail("mount tmpfs on"))?;
+            }
+            MountSpec::Bind {
+                source, rw, dir, ..
+            } => {
+                bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
+                let attr =
+                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
+                sys.set_attr(&target, attr)
+                    .map_err(fail("set attributes on"))?;
+            }
+            MountSpec::TreeBind { source, dir, .. } => {
+                bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
+            }
+            MountSpec::SealTree { rw, .. } => {
+                let attr =
+                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
+                sys.set_attr(&target, attr).map_err(fail("seal"))?;
+            }
+            MountSpec::Device { source, .. } => {
+                let src = under(OLD, source);
+                sys.touch(&target)
+                    .map_err(fail("create device node target"))?;
+                sys.mount(Some(&src), &target, None, MsFlags::MS_BIND, None)
+                    .map_err(fail("bind device"))?;
+                sys.set_attr(&target, MOUNT_ATTR_NOSUID)
+                    .map_err(fail("set attributes on"))?;
+            }
+            MountSpec::Symlink { link, .. } => {
+                sys.symlink(link, &target).map_err(fail("symlink"))?;
+            }
+            MountSpec::File { contents, mode, .. } => {
+                staged += 1;
+                let s = staging.join(staged.to_string());
+                sys.write_file(&s, contents.as_bytes(), *mode)
+                    .map_err(fail("stage file for"))?;
+                sys.touch(&target).map_err(fail("create file"))?;
+                sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None)
+                    .map_err(fail("bind file"))?;
+                sys.set_attr(
+                    &target,
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                )
+                .map_err(fail("set attributes on"))?;
+            }
+            MountSpec::Copy { source, .. } => {
+                let data = sys
+                    .read_small(&under(OLD, source), 1 << 20)
+                    .map_err(fail("read seed for"))?;
+                sys.write_file(&target, &data, 0o600)
+                    .map_err(fail("seed"))?;
+            }
+            MountSpec::Proc { .. } => {
+                sys.mkdir_all(&target).map_err(fail("mkdir for proc"))?;
+                sys.mount(
+                    Some(Path::new("proc")),
+                    &target,
+                    Some("proc"),
+                    nosuid_nodev | MsFlags::MS_NOEXEC,
+                    None,
+                )
+                .map_err(fail("mount proc on"))?;
+            }
+            MountSpec::Devpts { .. } => {
+                sys.mkdir_all(&target).map_err(fail("mkdir for devpts"))?;
+                sys.mount(
+                    Some(Path::new("devpts")),
+                    &target,
+                    Some("devpts"),
+                    MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+                    Some("newinstance,ptmxmode=0666,mode=0620"),
+                )
+                .map_err(fail("mount devpts on"))?;
+            }
+            MountSpec::Mask { dir: true, .. } => {
+                sys.mount(
+                    Some(Path::new("tmpfs")),
+                    &target,
+                    Some("tmpfs"),
+                    nosuid_nodev | MsFlags::MS_RDONLY,
+                    Some("mode=0555"),
+                )
+                .map_err(fail("mask"))?;
+            }
+            MountSpec::Mask { dir: false, .. } => {
+                let s = staging.join("empty");
+                sys.write_file(&s, b"", 0o444)
+                    .map_err(fail("stage empty file for"))?;
+                sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None)
+                    .map_err(fail("mask"))?;
+                sys.set_attr(
+                    &target,
+                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                )
+                .map_err(fail("set attributes on"))?;
+            }
+            MountSpec::Pin { .. } => {
+                sys.mount(
+                    Some(&target),
+                    &target,
+                    None,
+                    MsFlags::MS_BIND | MsFlags::MS_REC,
+                    None,
+                )
+                .map_err(fail("pin"))?;
+            }
+            MountSpec::ReadOnly { .. } => {
+                sys.mount(
+                    None,
+                    &target,
+                    None,
+                    MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | nosuid_nodev,
+                    None,
+                )
+                .map_err(fail("make read-only"))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Recorder {
+        ops: Vec<String>,
+    }
+
+    impl Sys for Recorder {
+        fn mount(
+            &mut self,
+            src: Option<&Path>,
+            target: &Path,
+            fstype: Option<&str>,
+            flags: MsFlags,
+            _data: Option<&str>,
+        ) -> io::Result<()> {
+            self.ops.push(format!(
+                "mount {} {} {} bind={}",
+                src.map(|s| s.display().to_string()).unwrap_or_default(),
+                target.display(),
+                fstype.unwrap_or("-"),
+                flags.contains(MsFlags::MS_BIND)
+            ));
+            Ok(())
+        }
+        fn set_attr(&mut self, target: &Path, attr: u64) -> io::Result<()> {
+            self.ops.push(format!(
+                "attr {} ro={}",
+                target.display(),
+                attr & MOUNT_ATTR_RDONLY != 0
+            ));
+            Ok(())
+        }
+        fn mkdir_all(&mut self, p: &Path) -> io::Result<()> {
+            self.ops.push(format!("mkdir {}", p.display()));
+            Ok(())
+        }
+        fn touch(&mut self, p: &Path) -> io::Result<()> {
+            self.ops.push(format!("touch {}", p.display()));
+            Ok(())
+        }
+        fn write_file(&mut self, p: &Path, _c: &[u8], _m: u32) -> io::Result<()> {
+            self.ops.push(format!("write {}", p.display()));
+            Ok(())
+        }
+        fn symlink(&mut self, link: &Path, at: &Path) -> io::Result<()> {
+            self.ops
+                .push(format!("symlink {} -> {}", at.display(), link.display()));
+            Ok(())
+        }
+        fn read_small(&self, _p: &Path, _max: u64) -> io::Result<Vec<u8>> {
+            Ok(b"seed".to_vec())
+        }
+    }
+
+    #[test]
+    fn project_and_protected_paths_mount_in_order_with_ro_attr() {
+        let mounts = vec![
+            MountSpec::Bind {
+                source: "/home/u/p".into(),
+                target: "/home/u/p".into(),
+                rw: true,
+                dir: true,
+            },
+            MountSpec::Pin {
+                target: "/home/u/p/.git".into(),
+            },
+            MountSpec::Bind {
+                source: "/home/u/p/.git/config".into(),
+                target: "/home/u/p/.git/config".into(),
+                rw: false,
+                dir: false,
+            },
+        ];
+        let mut r = Recorder::default();
+        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        assert_eq!(
+            r.ops,
+            vec![
+                "mkdir /newroot/home/u/p",
+                "mount /oldroot/home/u/p /newroot/home/u/p - bind=true",
+                "attr /newroot/home/u/p ro=false",
+                "mount /newroot/home/u/p/.git /newroot/home/u/p/.git - bind=true",
+                "touch /newroot/home/u/p/.git/config",
+                "mount /oldroot/home/u/p/.git/config /newroot/home/u/p/.git/config - bind=true",
+                "attr /newroot/home/u/p/.git/config ro=true",
+            ]
+        );
+    }
+
+    #[test]
+    fn synthesized_files_are_staged_and_bound_read_only() {
+        let mounts = vec![MountSpec::File {
+            target: "/etc/passwd".into(),
+            contents: "x".into(),
+            mode: 0o644,
+        }];
+        let mut r = Recorder::default();
+        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        assert_eq!(r.ops[0], "write /stage/1");
+        assert!(r
+            .ops
+            .iter()
+            .any(|o| o == "attr /newroot/etc/passwd ro=true"));
+    }
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape_mountinfo("/a\\040b"), PathBuf::from("/a b"));
+        assert_eq!(unescape_mountinfo("/plain"), PathBuf::from("/plain"));
+    }
+}

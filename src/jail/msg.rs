@@ -1,0 +1,98 @@
+//! The launcher <-> jail init channel: a SOCK_SEQPACKET pair carrying one-byte-tagged
+//! messages and, with `Ready`, the file descriptors the jail made for the host side.
+
+use nix::sys::socket::{recvmsg, sendmsg, ControlMessage, ControlMessageOwned, MsgFlags};
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+#[derive(Debug)]
+pub enum Msg {
+    /// Launcher -> init: the id maps are written, build the jail.
+    Go,
+    /// Init -> launcher: the jail is built; the fds are the pty master (if any).
+    Ready(Vec<OwnedFd>),
+    /// Launcher -> init: start the command.
+    Start,
+    /// Init -> launcher: the jail could not be built.
+    Error(String),
+    /// Init -> launcher: the command ended: exit code, or signal number.
+    Exited(i32),
+    Signaled(i32),
+}
+
+pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
+    let mut buf = vec![];
+    let mut fds: Vec<RawFd> = vec![];
+    match m {
+        Msg::Go => buf.push(b'G'),
+        Msg::Start => buf.push(b'S'),
+        Msg::Ready(f) => {
+            buf.push(b'R');
+            fds = f.iter().map(|f| f.as_raw_fd()).collect();
+        }
+        Msg::Error(s) => {
+            buf.push(b'E');
+            buf.extend_from_slice(&s.as_bytes()[..s.len().min(4000)]);
+        }
+        Msg::Exited(c) => {
+            buf.push(b'X');
+            buf.extend_from_slice(&c.to_le_bytes());
+        }
+        Msg::Signaled(s) => {
+            buf.push(b'K');
+            buf.extend_from_slice(&s.to_le_bytes());
+        }
+    }
+    let iov = [std::io::IoSlice::new(&buf)];
+    let cmsg = [ControlMessage::ScmRights(&fds)];
+    let cmsgs: &[ControlMessage] = if fds.is_empty() { &[] } else { &cmsg };
+    sendmsg::<()>(sock, &iov, cmsgs, MsgFlags::MSG_NOSIGNAL, None).map(drop)
+}
+
+/// Receives one message; `Ok(None)` means the other side is gone.
+pub fn recv(sock: RawFd) -> nix::Result<Option<Msg>> {
+    let mut buf = [0u8; 4096];
+    let mut cspace = nix::cmsg_space!([RawFd; 4]);
+    let (n, fds) = loop {
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        match recvmsg::<()>(
+            sock,
+            &mut iov,
+            Some(&mut cspace),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) {
+            Ok(r) => {
+                let mut fds = vec![];
+                for c in r.cmsgs()? {
+                    if let ControlMessageOwned::ScmRights(v) = c {
+                        // SAFETY: the kernel just installed these descriptors in our table for
+                        // us; nothing else owns them.
+                        fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+                    }
+                }
+                break (r.bytes, fds);
+            }
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    if n == 0 {
+        return Ok(None);
+    }
+    let body = &buf[1..n];
+    let int = || {
+        body.get(..4)
+            .and_then(|b| b.try_into().ok())
+            .map(i32::from_le_bytes)
+            .unwrap_or(126)
+    };
+    Ok(Some(match buf[0] {
+        b'G' => Msg::Go,
+        b'S' => Msg::Start,
+        b'R' => Msg::Ready(fds),
+        b'E' => Msg::Error(String::from_utf8_lossy(body).into_owned()),
+        b'X' => Msg::Exited(int()),
+        b'K' => Msg::Signaled(int()),
+        _ => Msg::Error("garbled message from the jail".into()),
+    }))
+}

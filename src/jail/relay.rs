@@ -1,0 +1,219 @@
+//! The launcher's wait loop: forwards signals to the jail's PID 1, relays the terminal
+//! between the user's tty and the jail's own pty (raw mode, window size), and collects the
+//! command's status. A jail with its own pty cannot push keystrokes into the user's shell.
+
+use super::init::FORWARDED;
+use super::msg::{self, Msg};
+use super::userns::Outcome;
+use super::JailError;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::termios::{self, SetArg, Termios};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+
+/// Blocks the signals the launcher handles through a signalfd. Done before cloning, so the
+/// jail's PID 1 inherits the same mask and no signal is lost in between.
+pub fn block_signals() -> SigSet {
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    for s in FORWARDED {
+        mask.add(*s);
+    }
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None);
+    mask
+}
+
+/// Restores the user's terminal settings however the loop ends.
+struct RawMode {
+    fd: RawFd,
+    saved: Termios,
+}
+
+impl RawMode {
+    fn enter(fd: RawFd) -> Option<RawMode> {
+        // SAFETY: fd 0 stays open for the life of the launcher.
+        let b = unsafe { BorrowedFd::borrow_raw(fd) };
+        let saved = termios::tcgetattr(b).ok()?;
+        let mut raw = saved.clone();
+        termios::cfmakeraw(&mut raw);
+        termios::tcsetattr(b, SetArg::TCSANOW, &raw).ok()?;
+        Some(RawMode { fd, saved })
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        // SAFETY: as in `enter`.
+        let b = unsafe { BorrowedFd::borrow_raw(self.fd) };
+        let _ = termios::tcsetattr(b, SetArg::TCSADRAIN, &self.saved);
+    }
+}
+
+fn copy_winsize(from: RawFd, to: RawFd) {
+    // SAFETY: winsize is plain data; TIOCGWINSZ/TIOCSWINSZ read/write exactly one of it.
+    unsafe {
+        let mut ws: libc::winsize = std::mem::zeroed();
+        if libc::ioctl(from, libc::TIOCGWINSZ, &mut ws) == 0 {
+            libc::ioctl(to, libc::TIOCSWINSZ, &ws);
+        }
+    }
+}
+
+fn is_tty(fd: RawFd) -> bool {
+    // SAFETY: isatty only inspects the descriptor.
+    unsafe { libc::isatty(fd) == 1 }
+}
+
+fn set_nonblocking(fd: RawFd) {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    // SAFETY: fd is open for the duration of the call.
+    let b = unsafe { BorrowedFd::borrow_raw(fd) };
+    if let Ok(fl) = fcntl(b, FcntlArg::F_GETFL) {
+        let _ = fcntl(
+            b,
+            FcntlArg::F_SETFL(OFlag::from_bits_truncate(fl) | OFlag::O_NONBLOCK),
+        );
+    }
+}
+
+fn write_all(fd: RawFd, mut data: &[u8]) {
+    while !data.is_empty() {
+        // SAFETY: writing from a valid slice to an open fd.
+        let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                let _ = poll(
+                    &mut [PollFd::new(
+                        unsafe { BorrowedFd::borrow_raw(fd) },
+                        PollFlags::POLLOUT,
+                    )],
+                    PollTimeout::from(100u16),
+                );
+                continue;
+            }
+            return;
+        }
+        data = &data[n as usize..];
+    }
+}
+
+fn read_some(fd: RawFd, buf: &mut [u8]) -> Option<usize> {
+    // SAFETY: reading into a valid, writable slice from an open fd.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    (n > 0).then_some(n as usize)
+}
+
+pub fn run(
+    pid: Pid,
+    sock: RawFd,
+    master: Option<OwnedFd>,
+    mask: &SigSet,
+) -> Result<Outcome, JailError> {
+    let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(|e| JailError::Channel(format!("signalfd: {e}")))?;
+    let out_fd = if is_tty(1) { 1 } else { 2 };
+    let _raw = master.as_ref().and_then(|_| RawMode::enter(0));
+    if let Some(m) = &master {
+        copy_winsize(out_fd, m.as_raw_fd());
+        set_nonblocking(m.as_raw_fd());
+    }
+    let mut stdin_open = master.is_some();
+    let mut master_open = master.is_some();
+    let mut reported: Option<Outcome> = None;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+        // SAFETY: the raw fds below stay open for the whole iteration.
+        let sock_fd = unsafe { BorrowedFd::borrow_raw(sock) };
+        fds.push(PollFd::new(sock_fd, PollFlags::POLLIN));
+        let stdin_b = unsafe { BorrowedFd::borrow_raw(0) };
+        let (mut i_stdin, mut i_master) = (None, None);
+        if let (true, Some(_)) = (stdin_open, &master) {
+            i_stdin = Some(fds.len());
+            fds.push(PollFd::new(stdin_b, PollFlags::POLLIN));
+        }
+        if let (true, Some(m)) = (master_open, &master) {
+            i_master = Some(fds.len());
+            fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) | Err(nix::Error::EINTR) => {}
+            Err(e) => return Err(JailError::Channel(format!("poll: {e}"))),
+        }
+        let ready = |i: Option<usize>, fds: &[PollFd]| {
+            i.and_then(|i| fds[i].revents())
+                .is_some_and(|r| !r.is_empty())
+        };
+        let sig_ready = fds[0].revents().is_some_and(|r| !r.is_empty());
+        let sock_ready = fds[1].revents().is_some_and(|r| !r.is_empty());
+        let stdin_ready = ready(i_stdin, &fds);
+        let master_ready = ready(i_master, &fds);
+        drop(fds);
+        if sock_ready {
+            match msg::recv(sock) {
+                Ok(Some(Msg::Exited(c))) => reported = Some(Outcome::Exited(c)),
+                Ok(Some(Msg::Signaled(s))) => reported = Some(Outcome::Signaled(s)),
+                Ok(Some(Msg::Error(e))) => eprintln!("agent-sandbox: {e}"),
+                _ => {}
+            }
+        }
+        if stdin_ready {
+            match read_some(0, &mut buf) {
+                Some(n) => {
+                    if let Some(m) = &master {
+                        write_all(m.as_raw_fd(), &buf[..n]);
+                    }
+                }
+                None => stdin_open = false,
+            }
+        }
+        if master_ready {
+            if let Some(m) = &master {
+                match read_some(m.as_raw_fd(), &mut buf) {
+                    Some(n) => write_all(out_fd, &buf[..n]),
+                    None => master_open = false,
+                }
+            }
+        }
+        if sig_ready {
+            while let Ok(Some(info)) = sfd.read_signal() {
+                let signo = info.ssi_signo as i32;
+                if signo == libc::SIGCHLD {
+                    match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+                        Ok(WaitStatus::Exited(_, c)) => {
+                            drain(&master, out_fd, &mut buf);
+                            return Ok(reported.unwrap_or(Outcome::Exited(c)));
+                        }
+                        Ok(WaitStatus::Signaled(_, s, _)) => {
+                            drain(&master, out_fd, &mut buf);
+                            return Ok(reported.unwrap_or(Outcome::Signaled(s as i32)));
+                        }
+                        _ => {}
+                    }
+                } else if signo == libc::SIGWINCH && master.is_some() {
+                    if let Some(m) = &master {
+                        copy_winsize(out_fd, m.as_raw_fd());
+                    }
+                } else if let Ok(sig) = Signal::try_from(signo) {
+                    let _ = kill(pid, sig);
+                }
+            }
+        }
+    }
+}
+
+/// After the jail ends, whatever the command wrote last is still in the pty: pass it on.
+fn drain(master: &Option<OwnedFd>, out_fd: RawFd, buf: &mut [u8]) {
+    if let Some(m) = master {
+        while let Some(n) = read_some(m.as_raw_fd(), buf) {
+            write_all(out_fd, &buf[..n]);
+        }
+    }
+}

@@ -1,0 +1,1029 @@
+//! Seccomp-BPF deny-list installed in the jailed child just before `exec`: it fails kernel
+//! attack surface (io_uring, bpf, keyrings, the mount API, module loading, ...), nested user
+//! namespaces, terminal-injection ioctls and every foreign syscall ABI (i386, x32) with EPERM.
+//! It is a second wall, not the policy: the default action is ALLOW, so it does not decide
+//! which files, devices or hosts the agent may reach; namespaces and Landlock do that.
+
+use std::collections::BTreeMap;
+use std::io;
+
+use seccompiler::{
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
+};
+
+/// What the caller may relax in the filter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SeccompOptions {
+    /// Let the jailed process create user namespaces (`unshare`/`clone` with `CLONE_NEWUSER`).
+    pub allow_nested_userns: bool,
+}
+
+/// The table the filter, docs and tests all read: (syscall name, reason).
+///
+/// Every entry fails with EPERM. A name libc has no `SYS_` constant for on the target is
+/// skipped (see `syscall_number`); on x86_64 every entry resolves.
+pub const DENIED_SYSCALLS: &[(&str, &str)] = &[
+    (
+        "io_uring_setup",
+        "io_uring is a large kernel attack surface and bypasses seccomp for the ops it runs",
+    ),
+    (
+        "io_uring_enter",
+        "io_uring is a large kernel attack surface and bypasses seccomp for the ops it runs",
+    ),
+    (
+        "io_uring_register",
+        "io_uring is a large kernel attack surface and bypasses seccomp for the ops it runs",
+    ),
+    (
+        "userfaultfd",
+        "stalls kernel page faults at will, a classic race-exploitation primitive",
+    ),
+    ("kexec_load", "replaces the running kernel"),
+    ("kexec_file_load", "replaces the running kernel"),
+    (
+        "bpf",
+        "loads programs into the kernel; large attack surface",
+    ),
+    (
+        "perf_event_open",
+        "kernel and hardware profiling: information leaks and a history of exploits",
+    ),
+    (
+        "keyctl",
+        "kernel keyrings are not namespaced: the agent could read or plant the user's keys",
+    ),
+    (
+        "add_key",
+        "kernel keyrings are not namespaced: the agent could read or plant the user's keys",
+    ),
+    (
+        "request_key",
+        "kernel keyrings are not namespaced and can invoke upcalls to host helpers",
+    ),
+    (
+        "mount",
+        "the jail's mount table is fixed by the supervisor; remounting could undo it",
+    ),
+    (
+        "umount2",
+        "unmounting could expose what the jail's mounts hide",
+    ),
+    (
+        "open_tree",
+        "new mount API: could clone or detach mounts of the jail",
+    ),
+    (
+        "move_mount",
+        "new mount API: could rearrange the jail's mounts",
+    ),
+    ("fsopen", "new mount API: creates filesystem contexts"),
+    ("fsconfig", "new mount API: configures filesystem contexts"),
+    ("fsmount", "new mount API: creates mounts"),
+    ("fspick", "new mount API: reconfigures existing mounts"),
+    (
+        "mount_setattr",
+        "could clear read-only or nosuid flags of the jail's mounts",
+    ),
+    ("pivot_root", "changes the root filesystem of the jail"),
+    (
+        "chroot",
+        "changes the root directory; a classic escape building block",
+    ),
+    ("swapon", "host administration: enables swap"),
+    ("swapoff", "host administration: disables swap"),
+    (
+        "reboot",
+        "host administration: reboots or halts the machine",
+    ),
+    ("init_module", "loads kernel modules"),
+    ("finit_module", "loads kernel modules"),
+    ("delete_module", "unloads kernel modules"),
+    ("acct", "host administration: process accounting"),
+    ("quotactl", "host administration: disk quotas"),
+    ("quotactl_fd", "host administration: disk quotas"),
+    (
+        "syslog",
+        "reads the kernel log, which leaks kernel addresses and host activity",
+    ),
+    (
+        "setns",
+        "joins other namespaces, which could leave the jail's",
+    ),
+    (
+        "open_by_handle_at",
+        "opens files by handle, bypassing path-based confinement (the Shocker escape)",
+    ),
+    (
+        "name_to_handle_at",
+        "produces file handles for open_by_handle_at and leaks inode identities",
+    ),
+    (
+        "lookup_dcookie",
+        "obsolete profiling interface that reveals paths",
+    ),
+];
+
+/// Errors from building or installing the filter.
+#[derive(Debug, thiserror::Error)]
+pub enum SeccompError {
+    /// The filter only knows x86_64 and aarch64.
+    #[error("the seccomp filter does not support the {0} architecture (only x86_64 and aarch64)")]
+    UnsupportedArch(&'static str),
+    /// seccompiler refused the rules.
+    #[error("cannot compile the seccomp filter: {0}")]
+    Compile(seccompiler::BackendError),
+    /// The program does not fit in one classic BPF program.
+    #[error("the seccomp program has {len} instructions; the kernel accepts at most {max}")]
+    TooLong { len: usize, max: usize },
+    /// An empty program would be refused by the kernel anyway.
+    #[error("refusing to install an empty seccomp program")]
+    EmptyProgram,
+    /// `prctl(PR_SET_NO_NEW_PRIVS)` failed.
+    #[error("prctl(PR_SET_NO_NEW_PRIVS) failed: {0}")]
+    NoNewPrivs(io::Error),
+    /// The `seccomp(SECCOMP_SET_MODE_FILTER)` syscall failed.
+    #[error("seccomp(SECCOMP_SET_MODE_FILTER) failed: {0}")]
+    Install(io::Error),
+}
+
+/// Kernel limit on the length of one classic BPF program (`BPF_MAXINSNS`).
+const MAX_INSNS: usize = libc::BPF_MAXINSNS as usize;
+
+// Classic BPF opcodes, from libc's <linux/bpf_common.h> values (u32 there, u16 in sock_filter).
+const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
+const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
+const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
+const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+
+// Offsets of `struct seccomp_data` fields that the prologue loads.
+const DATA_NR: u32 = std::mem::offset_of!(libc::seccomp_data, nr) as u32;
+const DATA_ARCH: u32 = std::mem::offset_of!(libc::seccomp_data, arch) as u32;
+
+const RET_EPERM: u32 = libc::SECCOMP_RET_ERRNO | (libc::EPERM as u32 & libc::SECCOMP_RET_DATA);
+const RET_ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | (libc::ENOSYS as u32 & libc::SECCOMP_RET_DATA);
+
+/// What the prologue needs to know about the native syscall ABI.
+struct NativeArch {
+    /// `AUDIT_ARCH_*` of the native ABI; libc does not export these, values from <linux/audit.h>.
+    audit_arch: u32,
+    /// `__X32_SYSCALL_BIT` where the native arch has an x32-style ABI sharing its AUDIT_ARCH.
+    x32_bit: Option<u32>,
+    clone3: u32,
+    target: TargetArch,
+}
+
+#[cfg(all(target_arch = "x86_64", target_pointer_width = "64"))]
+const NATIVE: Option<NativeArch> = Some(NativeArch {
+    // EM_X86_64 (62) | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
+    audit_arch: 0xC000_003E,
+    x32_bit: Some(0x4000_0000),
+    clone3: libc::SYS_clone3 as u32,
+    target: TargetArch::x86_64,
+});
+
+#[cfg(target_arch = "aarch64")]
+const NATIVE: Option<NativeArch> = Some(NativeArch {
+    // EM_AARCH64 (183) | __AUDIT_ARCH_64BIT | __AUDIT_ARCH_LE
+    audit_arch: 0xC000_00B7,
+    x32_bit: None,
+    clone3: libc::SYS_clone3 as u32,
+    target: TargetArch::aarch64,
+});
+
+#[cfg(not(any(
+    all(target_arch = "x86_64", target_pointer_width = "64"),
+    target_arch = "aarch64"
+)))]
+const NATIVE: Option<NativeArch> = None;
+
+/// Syscall number of a `DENIED_SYSCALLS` name on the target, or `None` when libc has no
+/// `SYS_` constant for it there.
+fn syscall_number(name: &str) -> Option<i64> {
+    #[cfg(any(
+        all(target_arch = "x86_64", target_pointer_width = "64"),
+        target_arch = "aarch64"
+    ))]
+    {
+        let nr: libc::c_long = match name {
+            "io_uring_setup" => libc::SYS_io_uring_setup,
+            "io_uring_enter" => libc::SYS_io_uring_enter,
+            "io_uring_register" => libc::SYS_io_uring_register,
+            "userfaultfd" => libc::SYS_userfaultfd,
+            "kexec_load" => libc::SYS_kexec_load,
+            // libc's musl aarch64 bindings lack this constant.
+            #[cfg(not(all(target_arch = "aarch64", target_env = "musl")))]
+            "kexec_file_load" => libc::SYS_kexec_file_load,
+            "bpf" => libc::SYS_bpf,
+            "perf_event_open" => libc::SYS_perf_event_open,
+            "keyctl" => libc::SYS_keyctl,
+            "add_key" => libc::SYS_add_key,
+            "request_key" => libc::SYS_request_key,
+            "mount" => libc::SYS_mount,
+            "umount2" => libc::SYS_umount2,
+            "open_tree" => libc::SYS_open_tree,
+            "move_mount" => libc::SYS_move_mount,
+            "fsopen" => libc::SYS_fsopen,
+            "fsconfig" => libc::SYS_fsconfig,
+            "fsmount" => libc::SYS_fsmount,
+            "fspick" => libc::SYS_fspick,
+            "mount_setattr" => libc::SYS_mount_setattr,
+            "pivot_root" => libc::SYS_pivot_root,
+            "chroot" => libc::SYS_chroot,
+            "swapon" => libc::SYS_swapon,
+            "swapoff" => libc::SYS_swapoff,
+            "reboot" => libc::SYS_reboot,
+            "init_module" => libc::SYS_init_module,
+            "finit_module" => libc::SYS_finit_module,
+            "delete_module" => libc::SYS_delete_module,
+            "acct" => libc::SYS_acct,
+            "quotactl" => libc::SYS_quotactl,
+            "quotactl_fd" => libc::SYS_quotactl_fd,
+            "syslog" => libc::SYS_syslog,
+            "setns" => libc::SYS_setns,
+            "open_by_handle_at" => libc::SYS_open_by_handle_at,
+            "name_to_handle_at" => libc::SYS_name_to_handle_at,
+            "lookup_dcookie" => libc::SYS_lookup_dcookie,
+            _ => return None,
+        };
+        Some(sys_nr(nr))
+    }
+    #[cfg(not(any(
+        all(target_arch = "x86_64", target_pointer_width = "64"),
+        target_arch = "aarch64"
+    )))]
+    {
+        let _ = name;
+        None
+    }
+}
+
+/// libc's `SYS_*` constants are `c_long`, seccompiler keys rules by `i64`. They are the same
+/// type on every supported target; `From` keeps this honest if that ever changes.
+#[allow(clippy::useless_conversion)]
+fn sys_nr(nr: libc::c_long) -> i64 {
+    i64::from(nr)
+}
+
+fn stmt(code: u16, k: u32) -> sock_filter {
+    sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
+    sock_filter { code, jt, jf, k }
+}
+
+/// Hand-written start of the program, run before seccompiler's part:
+///
+/// 1. a syscall from a foreign ABI (`int $0x80` on x86_64 reports AUDIT_ARCH_I386, AArch32 on
+///    aarch64 reports AUDIT_ARCH_ARM) gets EPERM. seccompiler's own arch check kills the
+///    process instead; ours comes first, so theirs always passes;
+/// 2. on x86_64, an x32 syscall number (nr >= `__X32_SYSCALL_BIT`) gets EPERM. x32 shares
+///    AUDIT_ARCH_X86_64, so only the number tells it apart. nr == -1 is let through: tracers
+///    use it to skip a syscall and the kernel answers ENOSYS without running anything, while
+///    an EPERM here would overwrite the tracer's return value (libseccomp does the same);
+/// 3. `clone3` gets ENOSYS: its flags live in a user-memory `struct clone_args` that seccomp
+///    cannot read, so CLONE_NEWUSER could not be checked. glibc treats ENOSYS as "old kernel"
+///    and falls back to `clone`, whose flags are a register the rules below do check.
+///
+/// Classic BPF jumps are relative to the next instruction, so seccompiler's program, appended
+/// unchanged, keeps working; the prologue itself only jumps within itself or to its end.
+fn prologue(native: &NativeArch) -> Vec<sock_filter> {
+    let mut p = vec![
+        stmt(LD_W_ABS, DATA_ARCH),
+        jump(JEQ_K, native.audit_arch, 1, 0),
+        stmt(RET_K, RET_EPERM),
+        stmt(LD_W_ABS, DATA_NR),
+    ];
+    if let Some(bit) = native.x32_bit {
+        p.extend([
+            jump(JGE_K, bit, 0, 2),
+            jump(JEQ_K, u32::MAX, 1, 0),
+            stmt(RET_K, RET_EPERM),
+        ]);
+    }
+    p.extend([jump(JEQ_K, native.clone3, 0, 1), stmt(RET_K, RET_ENOSYS)]);
+    p
+}
+
+fn cond(
+    arg: u8,
+    len: SeccompCmpArgLen,
+    op: SeccompCmpOp,
+    value: u64,
+) -> Result<SeccompCondition, SeccompError> {
+    SeccompCondition::new(arg, len, op, value).map_err(SeccompError::Compile)
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SeccompError> {
+    SeccompRule::new(conditions).map_err(SeccompError::Compile)
+}
+
+/// The `ioctl` request, as the kernel sees it: `unsigned int`, i.e. the low 32 bits.
+const fn ioctl_request(request: libc::Ioctl) -> u64 {
+    request as u32 as u64
+}
+
+/// Rules for seccompiler; every match fails with EPERM.
+fn rules(opts: &SeccompOptions) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED_SYSCALLS
+        .iter()
+        .filter_map(|(name, _)| syscall_number(name))
+        .map(|nr| (nr, Vec::new()))
+        .collect();
+
+    if !opts.allow_nested_userns {
+        // Flags are arg0 of both unshare and clone (x86_64 and aarch64), an unsigned long: the
+        // whole 64-bit argument is masked.
+        let newuser = u64::from(libc::CLONE_NEWUSER as u32);
+        for nr in [libc::SYS_unshare, libc::SYS_clone] {
+            let newuser_set = cond(
+                0,
+                SeccompCmpArgLen::Qword,
+                SeccompCmpOp::MaskedEq(newuser),
+                newuser,
+            )?;
+            rules.insert(sys_nr(nr), vec![rule(vec![newuser_set])?]);
+        }
+    }
+
+    // The kernel declares ioctl's request as `unsigned int` and drops the high 32 bits of the
+    // register, so ioctl(fd, TIOCSTI | 1 << 32) still runs TIOCSTI. A Qword compare would let
+    // that through: compare only the low 32 bits (Dword).
+    let mut ioctl = Vec::new();
+    for request in [libc::TIOCSTI, libc::TIOCLINUX] {
+        ioctl.push(rule(vec![cond(
+            1,
+            SeccompCmpArgLen::Dword,
+            SeccompCmpOp::Eq,
+            ioctl_request(request),
+        )?])?);
+    }
+    rules.insert(sys_nr(libc::SYS_ioctl), ioctl);
+    Ok(rules)
+}
+
+/// Builds the filter: the arch/x32/clone3 prologue followed by seccompiler's deny-list.
+pub fn build_program(opts: &SeccompOptions) -> Result<BpfProgram, SeccompError> {
+    let native = NATIVE
+        .as_ref()
+        .ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;
+    let filter = SeccompFilter::new(
+        rules(opts)?,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        native.target,
+    )
+    .map_err(SeccompError::Compile)?;
+    let body = BpfProgram::try_from(filter).map_err(SeccompError::Compile)?;
+
+    let mut prog = prologue(native);
+    prog.extend(body);
+    if prog.len() > MAX_INSNS {
+        return Err(SeccompError::TooLong {
+            len: prog.len(),
+            max: MAX_INSNS,
+        });
+    }
+    Ok(prog)
+}
+
+/// `struct sock_fprog` over seccompiler's `sock_filter`, which has the kernel's layout.
+#[repr(C)]
+struct SockFprog {
+    len: libc::c_ushort,
+    filter: *const sock_filter,
+}
+
+/// Installs `prog` on the calling thread, first setting PR_SET_NO_NEW_PRIVS if it is not set.
+///
+/// Meant for a forked child just before `exec`: it does not allocate and makes at most three
+/// raw syscalls (two `prctl`, one `seccomp`). Filters stack, so calling it twice is harmless.
+pub fn install(prog: &BpfProgram) -> Result<(), SeccompError> {
+    if prog.is_empty() {
+        return Err(SeccompError::EmptyProgram);
+    }
+    let len = match u16::try_from(prog.len()) {
+        Ok(len) if prog.len() <= MAX_INSNS => len,
+        _ => {
+            return Err(SeccompError::TooLong {
+                len: prog.len(),
+                max: MAX_INSNS,
+            })
+        }
+    };
+
+    let zero: libc::c_ulong = 0;
+    let one: libc::c_ulong = 1;
+    // SAFETY: PR_GET_NO_NEW_PRIVS takes no pointers; it only reads a flag of this thread.
+    let nnp = unsafe { libc::prctl(libc::PR_GET_NO_NEW_PRIVS, zero, zero, zero, zero) };
+    if nnp != 1 {
+        // SAFETY: PR_SET_NO_NEW_PRIVS takes no pointers; it only sets a flag of this thread.
+        let rc = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, one, zero, zero, zero) };
+        if rc != 0 {
+            return Err(SeccompError::NoNewPrivs(io::Error::last_os_error()));
+        }
+    }
+
+    let fprog = SockFprog {
+        len,
+        filter: prog.as_ptr(),
+    };
+    // SAFETY: `fprog` points to `len` initialised instructions in `prog`, which outlives the
+    // call; the kernel copies the program before returning and keeps no pointer to it.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::c_ulong::from(libc::SECCOMP_SET_MODE_FILTER),
+            zero,
+            &fprog as *const SockFprog,
+        )
+    };
+    if rc != 0 {
+        return Err(SeccompError::Install(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+    use std::ffi::{CString, OsStr};
+    use std::os::unix::ffi::OsStrExt;
+    use std::path::{Path, PathBuf};
+
+    const EPERM: i32 = libc::EPERM;
+
+    fn deny_all() -> BpfProgram {
+        build_program(&SeccompOptions::default()).unwrap()
+    }
+
+    fn allow_userns() -> BpfProgram {
+        build_program(&SeccompOptions {
+            allow_nested_userns: true,
+        })
+        .unwrap()
+    }
+
+    // ---- table ----
+
+    #[test]
+    fn table_reasons_names_and_numbers() {
+        let mut seen = HashSet::new();
+        for (name, reason) in DENIED_SYSCALLS {
+            assert!(!reason.trim().is_empty(), "{name} has no reason");
+            assert!(seen.insert(*name), "{name} is listed twice");
+            #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+            {
+                #[cfg(all(target_arch = "aarch64", target_env = "musl"))]
+                if *name == "kexec_file_load" {
+                    continue;
+                }
+                assert!(syscall_number(name).is_some(), "{name} has no number");
+            }
+        }
+        let numbers: HashSet<_> = DENIED_SYSCALLS
+            .iter()
+            .filter_map(|(n, _)| syscall_number(n))
+            .collect();
+        assert_eq!(numbers.len(), seen.len(), "two names share a number");
+        assert_eq!(syscall_number("getpid"), None);
+    }
+
+    // ---- program shape ----
+
+    #[test]
+    fn program_builds_within_limits_and_starts_with_prologue() {
+        for prog in [deny_all(), allow_userns()] {
+            assert!(prog.len() < 4096, "{} instructions", prog.len());
+            assert!(prog.len() <= MAX_INSNS);
+            let native = NATIVE.as_ref().unwrap();
+            assert_eq!(prog[..prologue(native).len()], prologue(native)[..]);
+            assert_eq!(prog[0], stmt(LD_W_ABS, 4), "first loads seccomp_data.arch");
+            assert_eq!(prog[1].code, JEQ_K);
+            assert_eq!(prog[1].k, native.audit_arch);
+            assert_eq!(prog[2], stmt(RET_K, RET_EPERM));
+            assert_eq!(prog[3], stmt(LD_W_ABS, 0), "then loads seccomp_data.nr");
+            #[cfg(target_arch = "x86_64")]
+            assert_eq!(prog[4], jump(JGE_K, 0x4000_0000, 0, 2));
+        }
+        assert!(allow_userns().len() < deny_all().len());
+        assert!(matches!(
+            install(&Vec::new()),
+            Err(SeccompError::EmptyProgram)
+        ));
+        let huge = vec![stmt(RET_K, libc::SECCOMP_RET_ALLOW); MAX_INSNS + 1];
+        assert!(matches!(
+            install(&huge),
+            Err(SeccompError::TooLong { len, .. }) if len == MAX_INSNS + 1
+        ));
+    }
+
+    /// A classic-BPF interpreter for the opcodes seccompiler and the prologue emit, so the
+    /// program's decisions can be checked for any seccomp_data, foreign arches included.
+    fn run_bpf(prog: &[sock_filter], nr: i32, arch: u32, args: [u64; 6]) -> u32 {
+        let mut data = [0u8; 64];
+        data[0..4].copy_from_slice(&nr.to_ne_bytes());
+        data[4..8].copy_from_slice(&arch.to_ne_bytes());
+        for (i, a) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_ne_bytes());
+        }
+        let (ja, jgt) = (
+            (libc::BPF_JMP | libc::BPF_JA) as u16,
+            (libc::BPF_JMP | libc::BPF_JGT | libc::BPF_K) as u16,
+        );
+        let and_k = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
+        let (mut acc, mut pc) = (0u32, 0usize);
+        loop {
+            let ins = &prog[pc];
+            pc += 1;
+            let cond = |taken: bool| usize::from(if taken { ins.jt } else { ins.jf });
+            match ins.code {
+                c if c == LD_W_ABS => {
+                    let k = ins.k as usize;
+                    acc = u32::from_ne_bytes(data[k..k + 4].try_into().unwrap());
+                }
+                c if c == and_k => acc &= ins.k,
+                c if c == ja => pc += ins.k as usize,
+                c if c == JEQ_K => pc += cond(acc == ins.k),
+                c if c == JGE_K => pc += cond(acc >= ins.k),
+                c if c == jgt => pc += cond(acc > ins.k),
+                c if c == RET_K => return ins.k,
+                c => panic!("unexpected opcode {c:#x} at {}", pc - 1),
+            }
+            assert!(pc < prog.len(), "jump past the end of the program");
+        }
+    }
+
+    const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+
+    #[test]
+    fn bpf_decisions() {
+        let native = NATIVE.as_ref().unwrap();
+        let arch = native.audit_arch;
+        let nr = |n: libc::c_long| n as i32;
+        let prog = deny_all();
+        let run = |n: i32, a: [u64; 6]| run_bpf(&prog, n, arch, a);
+
+        assert_eq!(run(nr(libc::SYS_getpid), [0; 6]), ALLOW);
+        for (name, _) in DENIED_SYSCALLS {
+            if let Some(n) = syscall_number(name) {
+                assert_eq!(run(n as i32, [0; 6]), RET_EPERM, "{name}");
+            }
+        }
+        // Foreign arches, whatever the number: i386 (int $0x80), ARM, aarch64/x86_64.
+        for foreign in [0x4000_0003, 0x4000_0028, 0xC000_00B7, 0xC000_003E] {
+            if foreign != arch {
+                for n in [0, 20, 39, 172] {
+                    assert_eq!(run_bpf(&prog, n, foreign, [0; 6]), RET_EPERM);
+                }
+            }
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            assert_eq!(run(nr(libc::SYS_getpid) | 0x4000_0000, [0; 6]), RET_EPERM);
+            assert_eq!(run(0x4000_0000 + 512, [0; 6]), RET_EPERM);
+            assert_eq!(run(-1, [0; 6]), ALLOW, "nr -1 (tracer skip) is left alone");
+        }
+        assert_eq!(run(nr(libc::SYS_clone3), [0; 6]), RET_ENOSYS);
+
+        let newuser = libc::CLONE_NEWUSER as u64;
+        let newns = libc::CLONE_NEWNS as u64;
+        let sigchld = libc::SIGCHLD as u64;
+        for sys in [nr(libc::SYS_unshare), nr(libc::SYS_clone)] {
+            assert_eq!(run(sys, [newuser, 0, 0, 0, 0, 0]), RET_EPERM);
+            assert_eq!(
+                run(sys, [newuser | newns | sigchld, 0, 0, 0, 0, 0]),
+                RET_EPERM
+            );
+            assert_eq!(run(sys, [newuser | 1 << 40, 0, 0, 0, 0, 0]), RET_EPERM);
+            assert_eq!(run(sys, [newns | sigchld, 0, 0, 0, 0, 0]), ALLOW);
+            assert_eq!(run(sys, [sigchld, 0, 0, 0, 0, 0]), ALLOW);
+            let lax = allow_userns();
+            assert_eq!(run_bpf(&lax, sys, arch, [newuser, 0, 0, 0, 0, 0]), ALLOW);
+        }
+
+        let ioctl = nr(libc::SYS_ioctl);
+        for req in [ioctl_request(libc::TIOCSTI), ioctl_request(libc::TIOCLINUX)] {
+            assert_eq!(run(ioctl, [0, req, 0, 0, 0, 0]), RET_EPERM);
+            assert_eq!(run(ioctl, [0, req | 1 << 32, 0, 0, 0, 0]), RET_EPERM);
+            assert_eq!(
+                run(ioctl, [0, req | 0xFFFF_FFFF << 32, 0, 0, 0, 0]),
+                RET_EPERM
+            );
+            assert_eq!(run(ioctl, [u64::MAX, req, 0, 0, 0, 0]), RET_EPERM);
+        }
+        assert_eq!(
+            run(ioctl, [0, ioctl_request(libc::TCGETS), 0, 0, 0, 0]),
+            ALLOW
+        );
+        assert_eq!(run(ioctl, [0, 0x5412 + 1, 0, 0, 0, 0]), ALLOW);
+    }
+
+    // ---- real behaviour in forked children ----
+
+    fn errno() -> i32 {
+        io::Error::last_os_error().raw_os_error().unwrap_or(-1)
+    }
+
+    /// Raw syscall: Ok(return value) or Err(errno).
+    fn raw(nr: libc::c_long, a: [u64; 4]) -> Result<i64, i32> {
+        // SAFETY: test-only raw syscall; callers pass invalid pointers only where the kernel
+        // must refuse (or the filter must stop) the call.
+        let r = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3]) };
+        if r < 0 {
+            Err(errno())
+        } else {
+            Ok(r)
+        }
+    }
+
+    /// 0 on success, the errno otherwise: the child's exit code.
+    fn code(r: Result<i64, i32>) -> i32 {
+        r.map_or_else(|e| e, |_| 0)
+    }
+
+    fn wait_exit(pid: libc::pid_t) -> i32 {
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is a valid out-pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert_eq!(r, pid, "waitpid: {}", io::Error::last_os_error());
+        assert!(libc::WIFEXITED(status), "child died: status {status:#x}");
+        libc::WEXITSTATUS(status)
+    }
+
+    const INSTALL_FAILED: i32 = 200;
+
+    /// Forks; the child installs `prog` (if any), runs `check` (raw syscalls only) and exits
+    /// with its result. Returns that exit code.
+    fn in_child(prog: Option<&BpfProgram>, check: fn() -> i32) -> i32 {
+        // SAFETY: the child of this (multi-threaded) test process only calls `install`, which
+        // does not allocate, and raw syscalls, then _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", io::Error::last_os_error());
+        if pid == 0 {
+            let rc = match prog.map(install) {
+                Some(Err(_)) => INSTALL_FAILED,
+                _ => check(),
+            };
+            // SAFETY: _exit is async-signal-safe and does not return.
+            unsafe { libc::_exit(rc) }
+        }
+        wait_exit(pid)
+    }
+
+    /// clone(flags) with no new stack (fork semantics); the new child exits 0 at once.
+    fn raw_clone(flags: u64) -> i32 {
+        match raw(libc::SYS_clone, [flags, 0, 0, 0]) {
+            // SAFETY: we are the freshly cloned child; _exit does not return.
+            Ok(0) => unsafe { libc::_exit(0) },
+            Ok(pid) => wait_exit(pid as libc::pid_t),
+            Err(e) => e,
+        }
+    }
+
+    fn getpid_check() -> i32 {
+        match raw(libc::SYS_getpid, [0; 4]) {
+            Ok(pid) if pid > 0 => 0,
+            _ => 1,
+        }
+    }
+    fn keyctl_check() -> i32 {
+        // keyctl(KEYCTL_GET_KEYRING_ID = 0, KEY_SPEC_THREAD_KEYRING = -1, create = 0)
+        code(raw(libc::SYS_keyctl, [0, -1i64 as u64, 0, 0]))
+    }
+    fn unshare_newuser() -> i32 {
+        code(raw(
+            libc::SYS_unshare,
+            [libc::CLONE_NEWUSER as u64, 0, 0, 0],
+        ))
+    }
+    fn unshare_newuts() -> i32 {
+        code(raw(libc::SYS_unshare, [libc::CLONE_NEWUTS as u64, 0, 0, 0]))
+    }
+    fn clone_newuser() -> i32 {
+        raw_clone((libc::CLONE_NEWUSER | libc::SIGCHLD) as u64)
+    }
+    fn clone_plain() -> i32 {
+        raw_clone(libc::SIGCHLD as u64)
+    }
+    fn libc_fork() -> i32 {
+        // SAFETY: single-threaded child; the grandchild only calls _exit.
+        match unsafe { libc::fork() } {
+            // SAFETY: _exit does not return.
+            0 => unsafe { libc::_exit(0) },
+            pid if pid > 0 => wait_exit(pid),
+            _ => errno(),
+        }
+    }
+    /// glibc's posix_spawn tries clone3 first and must fall back to clone on our ENOSYS.
+    fn posix_spawn_true() -> i32 {
+        let path = c"/bin/true";
+        let argv = [path.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
+        let envp = [std::ptr::null_mut::<libc::c_char>()];
+        let mut pid = 0;
+        // SAFETY: valid NUL-terminated path and NULL-terminated argv/envp arrays.
+        let r = unsafe {
+            libc::posix_spawn(
+                &mut pid,
+                path.as_ptr(),
+                std::ptr::null(),
+                std::ptr::null(),
+                argv.as_ptr(),
+                envp.as_ptr(),
+            )
+        };
+        if r != 0 {
+            return r;
+        }
+        wait_exit(pid)
+    }
+    fn clone3_check() -> i32 {
+        code(raw(libc::SYS_clone3, [0, 0, 0, 0]))
+    }
+    fn io_uring_check() -> i32 {
+        code(raw(libc::SYS_io_uring_setup, [0, 0, 0, 0]))
+    }
+    const TIOCSTI_HIGH: u64 = ioctl_request(libc::TIOCSTI) | 1 << 32;
+    const TIOCLINUX_HIGH: u64 = ioctl_request(libc::TIOCLINUX) | 1 << 32;
+    const BAD_FD: u64 = 987_654;
+    fn open_ptmx() -> Result<i64, i32> {
+        let path = c"/dev/ptmx";
+        raw(
+            libc::SYS_openat,
+            [
+                libc::AT_FDCWD as u64,
+                path.as_ptr() as u64,
+                (libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) as u64,
+                0,
+            ],
+        )
+    }
+    fn tiocsti_pty() -> i32 {
+        let fd = match open_ptmx() {
+            Ok(fd) => fd as u64,
+            Err(_) => return 255,
+        };
+        let ch = b"x".as_ptr() as u64;
+        code(raw(libc::SYS_ioctl, [fd, TIOCSTI_HIGH, ch, 0]))
+    }
+    fn tiocgptn_pty() -> i32 {
+        let fd = match open_ptmx() {
+            Ok(fd) => fd as u64,
+            Err(_) => return 255,
+        };
+        let mut n: libc::c_uint = 0;
+        let ptr = &mut n as *mut libc::c_uint as u64;
+        code(raw(
+            libc::SYS_ioctl,
+            [fd, ioctl_request(libc::TIOCGPTN), ptr, 0],
+        ))
+    }
+    fn tiocsti_badfd() -> i32 {
+        code(raw(libc::SYS_ioctl, [BAD_FD, TIOCSTI_HIGH, 0, 0]))
+    }
+    fn tioclinux_badfd() -> i32 {
+        code(raw(libc::SYS_ioctl, [BAD_FD, TIOCLINUX_HIGH, 0, 0]))
+    }
+    /// Every table entry with all-ones arguments (bad fds, pointers and flags, so nothing
+    /// happens even unfiltered) must give EPERM. Returns 1 + the index of the first that does
+    /// not.
+    fn every_denied_syscall() -> i32 {
+        for (i, (name, _)) in DENIED_SYSCALLS.iter().enumerate() {
+            if let Some(nr) = syscall_number(name) {
+                if raw(nr, [u64::MAX; 4]) != Err(EPERM) {
+                    return i as i32 + 1;
+                }
+            }
+        }
+        0
+    }
+    #[cfg(target_arch = "x86_64")]
+    fn x32_getpid() -> i32 {
+        code(raw(libc::SYS_getpid | 0x4000_0000, [0; 4]))
+    }
+    #[cfg(target_arch = "x86_64")]
+    fn nr_minus_one() -> i32 {
+        code(raw(-1, [0; 4]))
+    }
+
+    #[test]
+    fn install_works_and_getpid_is_allowed() {
+        let prog = deny_all();
+        assert_eq!(in_child(Some(&prog), getpid_check), 0);
+        assert_eq!(in_child(Some(&allow_userns()), getpid_check), 0);
+    }
+
+    #[test]
+    fn denied_syscalls_fail_with_eperm() {
+        let prog = deny_all();
+        assert_eq!(in_child(Some(&prog), every_denied_syscall), 0);
+        // keyctl and io_uring_setup with bad arguments fail differently without the filter,
+        // which shows the EPERM comes from it.
+        assert_eq!(in_child(Some(&prog), keyctl_check), EPERM);
+        assert_ne!(in_child(None, keyctl_check), EPERM);
+        assert_eq!(in_child(Some(&prog), io_uring_check), EPERM);
+        let io_uring_enabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
+            .map_or(true, |v| v.trim() == "0");
+        if io_uring_enabled {
+            assert_ne!(in_child(None, io_uring_check), EPERM);
+        }
+    }
+
+    #[test]
+    fn nested_userns_denied_unless_allowed() {
+        let prog = deny_all();
+        assert_eq!(in_child(Some(&prog), unshare_newuser), EPERM);
+        assert_eq!(in_child(Some(&prog), clone_newuser), EPERM);
+
+        // Other namespaces are not the filter's business: same answer with or without it.
+        assert_eq!(
+            in_child(Some(&prog), unshare_newuts),
+            in_child(None, unshare_newuts)
+        );
+
+        // With allow_nested_userns the filter must not change the host's answer.
+        let lax = allow_userns();
+        assert_eq!(
+            in_child(Some(&lax), unshare_newuser),
+            in_child(None, unshare_newuser)
+        );
+        assert_eq!(
+            in_child(Some(&lax), clone_newuser),
+            in_child(None, clone_newuser)
+        );
+    }
+
+    #[test]
+    fn plain_clone_fork_and_spawn_still_work() {
+        let prog = deny_all();
+        assert_eq!(in_child(Some(&prog), clone_plain), 0);
+        assert_eq!(in_child(Some(&prog), libc_fork), 0);
+        assert_eq!(in_child(Some(&prog), clone3_check), libc::ENOSYS);
+        assert_ne!(in_child(None, clone3_check), libc::ENOSYS);
+        if Path::new("/bin/true").exists() {
+            assert_eq!(in_child(Some(&prog), posix_spawn_true), 0);
+        }
+    }
+
+    #[test]
+    fn terminal_injection_ioctls_denied_even_with_high_bits() {
+        let prog = deny_all();
+        assert_eq!(in_child(Some(&prog), tiocsti_pty), EPERM);
+        assert_eq!(in_child(Some(&prog), tiocgptn_pty), 0, "other ioctls pass");
+        // On a closed fd the kernel says EBADF: EPERM can only come from the filter.
+        assert_eq!(in_child(None, tiocsti_badfd), libc::EBADF);
+        assert_eq!(in_child(Some(&prog), tiocsti_badfd), EPERM);
+        assert_eq!(in_child(None, tioclinux_badfd), libc::EBADF);
+        assert_eq!(in_child(Some(&prog), tioclinux_badfd), EPERM);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn x32_numbers_denied_in_process() {
+        let prog = deny_all();
+        // ENOSYS on this host (no x32 support); a host with x32 would run it. Never EPERM.
+        assert_ne!(in_child(None, x32_getpid), EPERM);
+        assert_eq!(in_child(Some(&prog), x32_getpid), EPERM);
+        assert_eq!(in_child(Some(&prog), nr_minus_one), libc::ENOSYS);
+    }
+
+    // ---- foreign ABIs from a real binary: tests/helpers/int80.c ----
+
+    /// Temporary directory removed on drop.
+    struct TempDir(PathBuf);
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .subsec_nanos();
+            let dir = std::env::temp_dir().join(format!(
+                "agent-sandbox-seccomp-{tag}-{}-{nanos}",
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).unwrap();
+            TempDir(dir)
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn cstr(s: impl AsRef<OsStr>) -> CString {
+        CString::new(s.as_ref().as_bytes()).unwrap()
+    }
+
+    /// Forks; the child sends stdout to a pipe, installs `prog` (if any) and execs `argv`.
+    /// Returns (exit code, stdout).
+    fn exec_in_child(prog: Option<&BpfProgram>, argv: &[CString]) -> (i32, String) {
+        let mut ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        let mut fds = [0; 2];
+        // SAFETY: `fds` is a valid out-array of two ints.
+        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+        // SAFETY: the child only does raw syscalls, `install` (no allocation), execv, _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            // SAFETY: dup2 onto stdout (dup2 clears CLOEXEC on the new fd); execv gets a
+            // NUL-terminated path and NULL-terminated argv built before fork; _exit never
+            // returns.
+            unsafe {
+                if libc::dup2(fds[1], 1) < 0 {
+                    libc::_exit(INSTALL_FAILED + 1);
+                }
+                if let Some(p) = prog {
+                    if install(p).is_err() {
+                        libc::_exit(INSTALL_FAILED);
+                    }
+                }
+                libc::execv(ptrs[0], ptrs.as_ptr());
+                libc::_exit(127);
+            }
+        }
+        // SAFETY: closing our copy of the write end so reading sees EOF.
+        unsafe { libc::close(fds[1]) };
+        let mut out = Vec::new();
+        let mut buf = [0u8; 256];
+        loop {
+            // SAFETY: reading into a live buffer of the given length.
+            let n = unsafe { libc::read(fds[0], buf.as_mut_ptr().cast(), buf.len()) };
+            if n <= 0 {
+                break;
+            }
+            out.extend_from_slice(&buf[..n as usize]);
+        }
+        // SAFETY: our read end, not used afterwards.
+        unsafe { libc::close(fds[0]) };
+        (
+            wait_exit(pid),
+            String::from_utf8_lossy(&out).trim().to_string(),
+        )
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn foreign_abis_are_refused_and_never_executed() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers/int80.c");
+        let tmp = TempDir::new("int80");
+        let bin = tmp.0.join("int80");
+        let cc = std::process::Command::new("cc")
+            .args(["-O1", "-Wall", "-o"])
+            .arg(&bin)
+            .arg(&src)
+            .output()
+            .expect("run cc (gcc) to build tests/helpers/int80.c");
+        assert!(
+            cc.status.success(),
+            "cc failed: {}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
+        let prog = deny_all();
+        let run = |filtered: bool, args: &[&OsStr]| {
+            let mut argv = vec![cstr(&bin)];
+            argv.extend(args.iter().map(cstr));
+            exec_in_child(filtered.then_some(&prog), &argv)
+        };
+        let os = |s: &'static str| OsStr::new(s);
+
+        // i386 getpid via int $0x80.
+        let (rc, out) = run(false, &[os("getpid")]);
+        assert_eq!(rc, 1, "unfiltered int80 getpid must succeed: {out}");
+        let (rc, out) = run(true, &[os("getpid")]);
+        assert_eq!((rc, out.as_str()), (0, "int80 getpid ret=-1 errno=1"));
+
+        // i386 mkdir via int $0x80: really runs without the filter, never with it.
+        let dir = tmp.0.join("made-by-int80");
+        let (rc, out) = run(false, &[os("mkdir"), dir.as_os_str()]);
+        assert_eq!((rc, out.as_str()), (1, "int80 mkdir ret=0 errno=0"));
+        assert!(dir.is_dir(), "sanity: int $0x80 mkdir works unfiltered");
+        std::fs::remove_dir(&dir).unwrap();
+        let (rc, out) = run(true, &[os("mkdir"), dir.as_os_str()]);
+        assert_eq!((rc, out.as_str()), (0, "int80 mkdir ret=-1 errno=1"));
+        assert!(!dir.exists(), "the filtered i386 mkdir must not have run");
+
+        // x32 numbers via `syscall`: this host has no x32 (ENOSYS); the filter says EPERM.
+        let x32 = os("x32");
+        let (_, out) = run(false, &[x32, os("getpid")]);
+        assert_ne!(
+            out, "x32 getpid ret=-1 errno=1",
+            "unfiltered x32 must not be EPERM"
+        );
+        let (rc, out) = run(true, &[x32, os("getpid")]);
+        assert_eq!((rc, out.as_str()), (0, "x32 getpid ret=-1 errno=1"));
+        let xdir = tmp.0.join("made-by-x32");
+        let (rc, out) = run(true, &[x32, os("mkdir"), xdir.as_os_str()]);
+        assert_eq!((rc, out.as_str()), (0, "x32 mkdir ret=-1 errno=1"));
+        assert!(!xdir.exists(), "the filtered x32 mkdir must not have run");
+    }
+}

@@ -1,0 +1,123 @@
+//! The launcher side of the namespace backend: clones the jail's PID 1 into new user, mount,
+//! pid, ipc, uts, cgroup (and net) namespaces, writes its id maps, waits for the jail to be
+//! built, then relays the terminal and signals until the command ends.
+
+use super::init::{self, TtyFds};
+use super::msg::{self, Msg};
+use super::relay;
+use super::JailError;
+use crate::plan::Plan;
+use crate::policy::NetMode;
+use nix::sched::CloneFlags;
+use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::Pid;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+pub struct Launched {
+    pub pid: Pid,
+    pub sock: OwnedFd,
+}
+
+/// Outcome of the command, as the launcher will report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Exited(i32),
+    Signaled(i32),
+}
+
+impl Outcome {
+    pub fn code(self) -> i32 {
+        match self {
+            Outcome::Exited(c) => c,
+            Outcome::Signaled(s) => 128 + s,
+        }
+    }
+}
+
+pub fn run(plan: &Plan, tty: TtyFds, banner: &dyn Fn()) -> Result<Outcome, JailError> {
+    let use_pty = tty.0[0] && (tty.0[1] || tty.0[2]);
+    let pty = use_pty.then_some(tty);
+    let new_net = plan.net.effective != NetMode::Open;
+    let mask = relay::block_signals();
+    let launched = clone_jail(plan, pty, new_net)?;
+    let sock = launched.sock.as_raw_fd();
+    let fail = |e: JailError| -> JailError {
+        let _ = nix::sys::signal::kill(launched.pid, nix::sys::signal::Signal::SIGKILL);
+        let _ = waitpid(launched.pid, None);
+        e
+    };
+    write_id_maps(launched.pid, plan.uid, plan.gid).map_err(fail)?;
+    msg::send(sock, &Msg::Go).map_err(|e| fail(JailError::Channel(e.to_string())))?;
+    let master = match msg::recv(sock) {
+        Ok(Some(Msg::Ready(mut fds))) => fds.pop(),
+        Ok(Some(Msg::Error(e))) => return Err(fail(JailError::Build(e))),
+        Ok(_) | Err(_) => return Err(fail(JailError::Build(child_death_reason(launched.pid)))),
+    };
+    banner();
+    msg::send(sock, &Msg::Start).map_err(|e| fail(JailError::Channel(e.to_string())))?;
+    let outcome = relay::run(launched.pid, sock, master, &mask)?;
+    Ok(outcome)
+}
+
+fn child_death_reason(pid: Pid) -> String {
+    match waitpid(pid, None) {
+        Ok(WaitStatus::Exited(_, c)) => {
+            format!("the jail's init exited with status {c} while building")
+        }
+        Ok(WaitStatus::Signaled(_, s, _)) => {
+            format!("the jail's init was killed by {s} while building")
+        }
+        _ => "the jail's init disappeared while building".into(),
+    }
+}
+
+fn clone_jail(plan: &Plan, pty: Option<TtyFds>, new_net: bool) -> Result<Launched, JailError> {
+    let (parent, child) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| JailError::Channel(e.to_string()))?;
+    let mut flags = CloneFlags::CLONE_NEWUSER
+        | CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWIPC
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWCGROUP;
+    if new_net {
+        flags |= CloneFlags::CLONE_NEWNET;
+    }
+    let mut stack = vec![0u8; 2 << 20];
+    let child_fd = child.as_raw_fd();
+    let cb = Box::new(|| init::child_main(plan, child_fd, pty, new_net));
+    // SAFETY: the launcher is single-threaded here (no runtime threads exist before the jail
+    // is cloned), so the child may allocate and use any state; without CLONE_VM it runs on a
+    // copy of the address space with its own stack.
+    let pid =
+        unsafe { nix::sched::clone(cb, &mut stack, flags, Some(libc::SIGCHLD)) }.map_err(|e| {
+            JailError::Clone {
+                errno: e,
+                flags: format!("{flags:?}"),
+            }
+        })?;
+    drop(child);
+    Ok(Launched { pid, sock: parent })
+}
+
+/// Maps the user's own uid and gid to themselves inside: the jail runs as the same user,
+/// with no other id to become. `setgroups` is denied first, as the kernel requires.
+fn write_id_maps(pid: Pid, uid: u32, gid: u32) -> Result<(), JailError> {
+    let base = format!("/proc/{pid}");
+    let w = |file: &str, data: String| {
+        std::fs::write(format!("{base}/{file}"), data).map_err(|e| JailError::IdMap {
+            file: file.to_string(),
+            err: e,
+        })
+    };
+    w("setgroups", "deny".into())?;
+    w("uid_map", format!("{uid} {uid} 1\n"))?;
+    w("gid_map", format!("{gid} {gid} 1\n"))?;
+    Ok(())
+}

@@ -1,0 +1,267 @@
+//! agent-sandbox: one binary, dispatched on argv[0] and the subcommand. Errors from every
+//! layer arrive here and are reported once: one sentence, the cause, and the fix.
+
+mod cli;
+mod doctor;
+mod glob;
+mod host;
+mod jail;
+mod net;
+mod plan;
+mod policy;
+mod show;
+
+use clap::Parser;
+use std::path::PathBuf;
+
+/// Exit status when the jail could not be started (the command never ran).
+const EXIT_CANNOT_START: i32 = 126;
+
+/// One readable failure: what went wrong and, when known, how to fix it.
+struct Failure {
+    message: String,
+    fix: Option<String>,
+}
+
+impl Failure {
+    fn new(message: impl Into<String>) -> Self {
+        Failure {
+            message: message.into(),
+            fix: None,
+        }
+    }
+}
+
+macro_rules! from_error {
+    ($($t:ty),*) => {$(
+        impl From<$t> for Failure {
+            fn from(e: $t) -> Self {
+                Failure { fix: e.fix(), message: e.to_string() }
+            }
+        }
+    )*};
+}
+from_error!(policy::PolicyError, plan::PlanError, jail::JailError);
+
+impl From<host::HostError> for Failure {
+    fn from(e: host::HostError) -> Self {
+        Failure::new(e.to_string())
+    }
+}
+
+fn main() {
+    let code = match real_main() {
+        Ok(code) => code,
+        Err(f) => {
+            eprintln!("agent-sandbox: {}", f.message);
+            if let Some(fix) = f.fix {
+                eprintln!("  {fix}");
+            }
+            EXIT_CANNOT_START
+        }
+    };
+    std::process::exit(code);
+}
+
+fn real_main() -> Result<i32, Failure> {
+    let args = cli::Cli::parse();
+    init_tracing(args.opts.verbose);
+    match &args.command {
+        Some(cli::Command::Doctor { json }) => Ok(doctor::run(*json)),
+        Some(cli::Command::Policy { action }) => policy_cmd(&args.opts, action),
+        Some(cli::Command::Run { command }) => {
+            let cmd = os_args(command)?;
+            launch(&args.opts, args.opts.profile.as_deref(), What::Command(cmd))
+        }
+        Some(cli::Command::Profile(argv)) => {
+            let mut argv = os_args(argv)?;
+            let name = argv.remove(0);
+            launch(&args.opts, Some(&name), What::Agent(argv))
+        }
+        None => launch(&args.opts, args.opts.profile.as_deref(), What::Shell),
+    }
+}
+
+fn os_args(v: &[std::ffi::OsString]) -> Result<Vec<String>, Failure> {
+    v.iter()
+        .map(|a| {
+            a.clone()
+                .into_string()
+                .map_err(|a| Failure::new(format!("argument {a:?} is not valid UTF-8")))
+        })
+        .collect()
+}
+
+fn init_tracing(verbose: u8) {
+    let level = match verbose {
+        0 => "warn",
+        1 => "info",
+        _ => "debug",
+    };
+    let filter = std::env::var("AGENT_SANDBOX_LOG").unwrap_or_else(|_| level.to_string());
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .without_time()
+        .try_init();
+}
+
+struct Context {
+    facts: host::HostFacts,
+    paths: policy::PolicyPaths,
+    project: PathBuf,
+    cwd: PathBuf,
+}
+
+fn context(opts: &cli::RunOpts) -> Result<Context, Failure> {
+    let facts = host::HostFacts::gather()?;
+    let cwd = std::env::current_dir().map_err(|e| Failure {
+        message: format!("cannot determine the current directory: {e}"),
+        fix: Some("fix: cd into your project directory, or pass --project DIR".into()),
+    })?;
+    let project = opts.project.clone().unwrap_or_else(|| cwd.clone());
+    let project = if project.is_absolute() {
+        project
+    } else {
+        cwd.join(project)
+    };
+    let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from);
+    let paths = policy::PolicyPaths::new(&facts.home, xdg.as_deref());
+    Ok(Context {
+        facts,
+        paths,
+        project,
+        cwd,
+    })
+}
+
+fn load_policy(
+    ctx: &Context,
+    opts: &cli::RunOpts,
+    profile: Option<&str>,
+) -> Result<policy::Policy, Failure> {
+    let cli_layer = cli::cli_layer(opts).map_err(Failure::new)?;
+    let canon_project = Some(plan::check_project_basics(
+        &ctx.facts,
+        &host::RealFs,
+        &ctx.project,
+    )?);
+    Ok(policy::load(policy::LoadRequest {
+        paths: &ctx.paths,
+        home: &ctx.facts.home,
+        uid: ctx.facts.uid,
+        project: canon_project.as_deref(),
+        profile,
+        policy_files: &opts.policy,
+        cli: cli_layer,
+    })?)
+}
+
+/// What to run in the jail.
+enum What {
+    Command(Vec<String>),
+    /// A profile's agent, with the user's extra arguments.
+    Agent(Vec<String>),
+    Shell,
+}
+
+fn launch(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32, Failure> {
+    let ctx = context(opts)?;
+    let pol = load_policy(&ctx, opts, profile)?;
+    let command = match what {
+        What::Command(c) => c,
+        What::Agent(args) => {
+            let base = pol
+                .agent
+                .as_ref()
+                .and_then(|a| a.value.command.clone())
+                .unwrap_or_default();
+            if base.is_empty() {
+                return Err(Failure::new(format!(
+                    "profile `{}` names no command",
+                    profile.unwrap_or("?")
+                )));
+            }
+            base.into_iter().chain(args).collect()
+        }
+        What::Shell => vec![ctx.facts.shell.display().to_string()],
+    };
+    let req = plan::RunRequest {
+        command,
+        project: ctx.project.clone(),
+        cwd: ctx.cwd.clone(),
+    };
+    let plan = plan::build(&pol, &ctx.facts, &host::RealFs, &req)?;
+    if opts.dry_run {
+        if opts.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&plan).unwrap_or_default()
+            );
+        } else {
+            print!("{}", show::plan(&plan));
+        }
+        return Ok(0);
+    }
+    for w in &plan.warnings {
+        eprintln!("agent-sandbox: warning: {w}");
+    }
+    let banner = || {
+        if !opts.quiet {
+            eprintln!("{}", show::banner(&plan));
+        }
+    };
+    let outcome = jail::run(&plan, &banner)?;
+    Ok(outcome.code())
+}
+
+fn policy_cmd(opts: &cli::RunOpts, action: &cli::PolicyAction) -> Result<i32, Failure> {
+    match action {
+        cli::PolicyAction::Show { json } => {
+            let ctx = context(opts)?;
+            let pol = load_policy(&ctx, opts, opts.profile.as_deref())?;
+            if *json || opts.json {
+                println!("{}", serde_json::to_string_pretty(&pol).unwrap_or_default());
+            } else {
+                print!("{}", show::policy(&pol, &ctx.paths));
+            }
+            Ok(0)
+        }
+        cli::PolicyAction::Check { file, admin } => {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| Failure::new(format!("cannot read {}: {e}", file.display())))?;
+            let kind = if *admin {
+                policy::FileKind::Admin
+            } else {
+                policy::FileKind::User
+            };
+            let layer = policy::parse_layer(&text, file, kind)?;
+            let builtin = policy::SourcedLayer {
+                layer: policy::parse_layer(
+                    include_str!("policy/builtin.toml"),
+                    std::path::Path::new("<built-in>"),
+                    policy::FileKind::Site,
+                )?,
+                source: policy::Source::Builtin,
+            };
+            let this = policy::SourcedLayer {
+                layer,
+                source: if *admin {
+                    policy::Source::Admin(file.clone())
+                } else {
+                    policy::Source::User(file.clone())
+                },
+            };
+            let merged = if *admin {
+                policy::merge(&[builtin], Some(&this))
+            } else {
+                policy::merge(&[builtin, this], None)
+            }?;
+            for w in &merged.warnings {
+                println!("warning: {w}");
+            }
+            println!("{}: ok", file.display());
+            Ok(0)
+        }
+    }
+}

@@ -1,0 +1,71 @@
+//! The jail's environment: the launcher's variables minus the scrub patterns (unless kept),
+//! plus the variables the jail defines. Values never appear in `policy show`, only names.
+
+use crate::glob::{glob_match, glob_match_ci};
+use crate::policy::Policy;
+use std::path::Path;
+
+pub struct EnvPlan {
+    pub vars: Vec<(String, String)>,
+    /// Names removed by a scrub pattern (for `--dry-run`; never the values).
+    pub removed: Vec<String>,
+}
+
+pub struct JailVars<'a> {
+    pub user: &'a str,
+    pub home: &'a Path,
+    pub shell: &'a Path,
+    pub project: &'a Path,
+    pub cwd: &'a Path,
+    pub net_mode: &'a str,
+    pub backend: &'a str,
+}
+
+/// Variables the launcher always drops: they point at host things that do not exist inside
+/// (old cwd, the host's runtime dir) or would confuse the agent about where it runs.
+const ALWAYS_DROPPED: &[&str] = &["OLDPWD", "PWD", "XDG_RUNTIME_DIR", "AGENT_SANDBOX_LOG"];
+
+pub fn build(launcher_env: &[(String, String)], policy: &Policy, j: &JailVars<'_>) -> EnvPlan {
+    let keep = |k: &str| policy.env_keep.iter().any(|p| glob_match(&p.value, k));
+    let scrub = |k: &str| policy.env_scrub.iter().any(|p| glob_match_ci(&p.value, k));
+    let mut vars = vec![];
+    let mut removed = vec![];
+    for (k, v) in launcher_env {
+        if ALWAYS_DROPPED.contains(&k.as_str()) || k.starts_with("AGENT_SANDBOX") {
+            continue;
+        }
+        if scrub(k) && !keep(k) {
+            removed.push(k.clone());
+            continue;
+        }
+        vars.push((k.clone(), v.clone()));
+    }
+    fn put(vars: &mut Vec<(String, String)>, k: &str, v: String) {
+        vars.retain(|(name, _)| name != k);
+        vars.push((k.to_string(), v));
+    }
+    let has_path = vars.iter().any(|(k, _)| k == "PATH");
+    let mut set = |k: &str, v: String| put(&mut vars, k, v);
+    set("HOME", j.home.display().to_string());
+    set("USER", j.user.to_string());
+    set("LOGNAME", j.user.to_string());
+    set("SHELL", j.shell.display().to_string());
+    set("PWD", j.cwd.display().to_string());
+    set("TMPDIR", "/tmp".into());
+    set("AGENT_SANDBOX", "1".into());
+    set("AGENT_SANDBOX_PROJECT", j.project.display().to_string());
+    set("AGENT_SANDBOX_NET", j.net_mode.to_string());
+    set("AGENT_SANDBOX_BACKEND", j.backend.to_string());
+    if !has_path {
+        set(
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin".into(),
+        );
+    }
+    for (k, v) in &policy.env_set {
+        set(k, v.value.clone());
+    }
+    vars.sort();
+    removed.sort();
+    EnvPlan { vars, removed }
+}

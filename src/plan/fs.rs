@@ -1,0 +1,388 @@
+//! Builds the ordered mount list of the jail's filesystem from policy paths and host facts.
+//! The read side is an allow-list on a fresh tmpfs root; hidden paths inside an allowed
+//! tree are left out of a rebuilt copy of that tree (ENOENT), never covered (which would
+//! show an empty directory). Executing the list is `jail::mounts`'s job.
+
+use crate::host::{HostFs, Kind};
+use serde::Serialize;
+use std::path::{Path, PathBuf};
+
+/// One step of building the jail's root. Targets are paths inside the jail; sources are host paths.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum MountSpec {
+    /// A fresh tmpfs (a rebuilt directory, `$HOME`, `/tmp`, `/dev`...).
+    Tmpfs {
+        target: PathBuf,
+        mode: u32,
+    },
+    /// A recursive bind of a host file or directory; read-only unless `rw`.
+    Bind {
+        source: PathBuf,
+        target: PathBuf,
+        rw: bool,
+        dir: bool,
+    },
+    /// A bind inside a rebuilt tree; its attributes come from the tree's `SealTree`.
+    TreeBind {
+        source: PathBuf,
+        target: PathBuf,
+        dir: bool,
+    },
+    /// A bind of a host device node.
+    Device {
+        source: PathBuf,
+        target: PathBuf,
+    },
+    Symlink {
+        target: PathBuf,
+        link: PathBuf,
+    },
+    /// A file whose contents the plan synthesizes (passwd, group, nsswitch.conf...).
+    File {
+        target: PathBuf,
+        contents: String,
+        mode: u32,
+    },
+    /// A writable per-session copy of a host file (seeded home entries).
+    Copy {
+        source: PathBuf,
+        target: PathBuf,
+    },
+    Proc {
+        target: PathBuf,
+    },
+    Devpts {
+        target: PathBuf,
+    },
+    /// Covers an existing path inside a writable tree with an empty read-only dir or file.
+    Mask {
+        target: PathBuf,
+        dir: bool,
+    },
+    /// Binds a directory onto itself so it cannot be renamed or removed during the session.
+    Pin {
+        target: PathBuf,
+    },
+    /// Makes one tmpfs read-only once it has been filled (that mount only).
+    ReadOnly {
+        target: PathBuf,
+    },
+    /// Sets nosuid, nodev (and read-only unless `rw`) on a rebuilt tree and every mount in it.
+    SealTree {
+        target: PathBuf,
+        rw: bool,
+    },
+}
+
+impl MountSpec {
+    pub fn target(&self) -> &Path {
+        match self {
+            MountSpec::Tmpfs { target, .. }
+            | MountSpec::Bind { target, .. }
+            | MountSpec::TreeBind { target, .. }
+            | MountSpec::Device { target, .. }
+            | MountSpec::Symlink { target, .. }
+            | MountSpec::File { target, .. }
+            | MountSpec::Copy { target, .. }
+            | MountSpec::Proc { target }
+            | MountSpec::Devpts { target }
+            | MountSpec::Mask { target, .. }
+            | MountSpec::Pin { target }
+            | MountSpec::ReadOnly { target }
+            | MountSpec::SealTree { target, .. } => target,
+        }
+    }
+}
+
+/// The set of paths that must not exist inside the jail.
+#[derive(Debug, Clone, Default)]
+pub struct Hidden {
+    pub paths: Vec<PathBuf>,
+}
+
+/// `p` is `base` or lies below it. Byte-wise on normalized absolute paths: it runs for
+/// every entry of every rebuilt tree, and `Path::starts_with` walks components.
+pub fn under(p: &Path, base: &Path) -> bool {
+    let (p, b) = (
+        p.as_os_str().as_encoded_bytes(),
+        base.as_os_str().as_encoded_bytes(),
+    );
+    let b = if b.len() > 1 {
+        b.strip_suffix(b"/").unwrap_or(b)
+    } else {
+        b
+    };
+    p.starts_with(b) && (p.len() == b.len() || b == b"/" || p[b.len()] == b'/')
+}
+
+impl Hidden {
+    /// `p` is hidden itself or lies under a hidden path.
+    pub fn covers(&self, p: &Path) -> bool {
+        self.paths.iter().any(|h| under(p, h))
+    }
+    /// Some hidden path lies strictly below `p`.
+    pub fn any_below(&self, p: &Path) -> bool {
+        self.paths.iter().any(|h| h != p && under(h, p))
+    }
+}
+
+/// Accumulates the mount list in order.
+pub struct Builder<'a> {
+    pub fs: &'a dyn HostFs,
+    pub hidden: &'a Hidden,
+    pub mounts: Vec<MountSpec>,
+    /// Files the plan writes instead of binding (passwd, group...), by host path.
+    pub overrides: Vec<MountSpec>,
+}
+
+impl<'a> Builder<'a> {
+    pub fn new(fs: &'a dyn HostFs, hidden: &'a Hidden) -> Self {
+        Builder {
+            fs,
+            hidden,
+            mounts: vec![],
+            overrides: vec![],
+        }
+    }
+
+    pub fn push(&mut self, m: MountSpec) {
+        self.mounts.push(m);
+    }
+
+    /// Binds `src` at the same path, leaving out hidden paths below it (the tree is rebuilt
+    /// on a tmpfs along the way to each hidden path) and substituting overrides.
+    pub fn bind_tree(&mut self, src: &Path, rw: bool) {
+        self.bind_tree_inner(src, rw, false);
+    }
+
+    fn bind_tree_inner(&mut self, src: &Path, rw: bool, in_tree: bool) {
+        if self.hidden.covers(src) {
+            return;
+        }
+        let key = src.as_os_str();
+        if let Some(o) = self
+            .overrides
+            .iter()
+            .find(|o| o.target().as_os_str() == key)
+        {
+            self.mounts.push(o.clone());
+            return;
+        }
+        let Some(kind) = self.fs.kind(src) else {
+            return;
+        };
+        let target = src.to_path_buf();
+        match kind {
+            Kind::Symlink => {
+                if let Some(link) = self.fs.read_link(src) {
+                    self.mounts.push(MountSpec::Symlink { target, link });
+                }
+            }
+            Kind::Dir if self.hidden.any_below(src) => {
+                self.mounts.push(MountSpec::Tmpfs {
+                    target: target.clone(),
+                    mode: 0o755,
+                });
+                for name in self.fs.read_dir(src) {
+                    self.bind_tree_inner(&src.join(name), rw, true);
+                }
+                if !in_tree {
+                    self.mounts.push(MountSpec::SealTree { target, rw });
+                }
+            }
+            _ if in_tree => self.mounts.push(MountSpec::TreeBind {
+                source: src.to_path_buf(),
+                target,
+                dir: kind == Kind::Dir,
+            }),
+            _ => self.mounts.push(MountSpec::Bind {
+                source: src.to_path_buf(),
+                target,
+                rw,
+                dir: kind == Kind::Dir,
+            }),
+        }
+    }
+
+    /// Overrides not placed inside a rebuilt tree are bound over the host file afterwards.
+    pub fn place_remaining_overrides(&mut self) {
+        let missing: Vec<MountSpec> = self
+            .overrides
+            .iter()
+            .filter(|o| !self.mounts.contains(o))
+            .filter(|o| self.fs.kind(o.target()).is_some())
+            .cloned()
+            .collect();
+        self.mounts.extend(missing);
+    }
+}
+
+/// Expands `*` and `?` in the LAST component of an absolute path against the host.
+pub fn expand_glob(fs: &dyn HostFs, p: &Path) -> Vec<PathBuf> {
+    let s = p.to_string_lossy();
+    if !crate::glob::has_glob(&s) {
+        return vec![p.to_path_buf()];
+    }
+    let (Some(parent), Some(pat)) = (
+        p.parent(),
+        p.file_name().map(|n| n.to_string_lossy().to_string()),
+    ) else {
+        return vec![];
+    };
+    if crate::glob::has_glob(&parent.to_string_lossy()) {
+        return vec![];
+    }
+    fs.read_dir(parent)
+        .into_iter()
+        .filter(|n| crate::glob::glob_match(&pat, &n.to_string_lossy()))
+        .map(|n| parent.join(n))
+        .collect()
+}
+
+/// `/etc/passwd` inside: the system accounts and the user, so the site's directory of
+/// users cannot be enumerated but `id`, `ls -l` and `whoami` still work.
+pub fn synth_passwd(host: &str, uid: u32, user_line: &str) -> String {
+    let mut out = String::new();
+    for line in host.lines() {
+        let f: Vec<&str> = line.split(':').collect();
+        if f.len() < 7 {
+            continue;
+        }
+        let Ok(id) = f[2].parse::<u32>() else {
+            continue;
+        };
+        if (id < 1000 || id == 65534) && id != uid {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out.push_str(user_line);
+    out.push('\n');
+    out
+}
+
+/// `/etc/group` inside: system groups with member lists reduced to the user, plus the user's group.
+pub fn synth_group(host: &str, user: &str, gid: u32, group_name: &str) -> String {
+    let mut out = String::new();
+    let mut have_own = false;
+    for line in host.lines() {
+        let f: Vec<&str> = line.split(':').collect();
+        if f.len() < 4 {
+            continue;
+        }
+        let Ok(id) = f[2].parse::<u32>() else {
+            continue;
+        };
+        if id == gid {
+            have_own = true;
+        } else if id >= 1000 && id != 65534 {
+            continue;
+        }
+        let members: Vec<&str> = f[3].split(',').filter(|m| *m == user).collect();
+        out.push_str(&format!("{}:x:{}:{}\n", f[0], id, members.join(",")));
+    }
+    if !have_own {
+        out.push_str(&format!("{group_name}:x:{gid}:\n"));
+    }
+    out
+}
+
+pub const NSSWITCH: &str =
+    "# written by agent-sandbox: the site's directory services are not reachable inside\n\
+passwd: files\ngroup: files\nshadow: files\ngshadow: files\nhosts: files dns\nnetworks: files\n\
+protocols: files\nservices: files\nethers: files\nrpc: files\nnetgroup: files\nautomount: files\n";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::host::FakeFs;
+
+    #[test]
+    fn hidden_child_rebuilds_the_parent_and_leaves_the_child_out() {
+        let fs = FakeFs::default()
+            .file("/etc/hosts")
+            .dir("/etc/munge")
+            .file("/etc/munge/munge.key")
+            .dir("/etc/ssl");
+        let hidden = Hidden {
+            paths: vec!["/etc/munge".into()],
+        };
+        let mut b = Builder::new(&fs, &hidden);
+        b.bind_tree(Path::new("/etc"), false);
+        let targets: Vec<String> = b.mounts.iter().map(|m| format!("{m:?}")).collect();
+        assert!(
+            matches!(&b.mounts[0], MountSpec::Tmpfs { target, .. } if target == Path::new("/etc"))
+        );
+        assert!(targets.iter().any(|t| t.contains("/etc/hosts")));
+        assert!(targets.iter().any(|t| t.contains("/etc/ssl")));
+        assert!(!targets.iter().any(|t| t.contains("munge")), "{targets:?}");
+        assert!(matches!(
+            b.mounts.last(),
+            Some(MountSpec::SealTree { rw: false, .. })
+        ));
+    }
+
+    #[test]
+    fn tree_without_hidden_paths_is_one_bind() {
+        let fs = FakeFs::default().dir("/usr/bin");
+        let hidden = Hidden {
+            paths: vec!["/etc/munge".into()],
+        };
+        let mut b = Builder::new(&fs, &hidden);
+        b.bind_tree(Path::new("/usr"), false);
+        assert_eq!(
+            b.mounts,
+            vec![MountSpec::Bind {
+                source: "/usr".into(),
+                target: "/usr".into(),
+                rw: false,
+                dir: true
+            }]
+        );
+    }
+
+    #[test]
+    fn symlinked_top_dirs_are_replicated_not_followed() {
+        let fs = FakeFs::default().symlink("/bin", "usr/bin");
+        let hidden = Hidden::default();
+        let mut b = Builder::new(&fs, &hidden);
+        b.bind_tree(Path::new("/bin"), false);
+        assert_eq!(
+            b.mounts,
+            vec![MountSpec::Symlink {
+                target: "/bin".into(),
+                link: "usr/bin".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn glob_expands_last_component() {
+        let fs = FakeFs::default()
+            .file("/etc/ssh/ssh_host_rsa_key")
+            .file("/etc/ssh/ssh_host_rsa_key.pub")
+            .file("/etc/ssh/sshd_config");
+        let got = expand_glob(&fs, Path::new("/etc/ssh/ssh_host_*_key"));
+        assert_eq!(got, vec![PathBuf::from("/etc/ssh/ssh_host_rsa_key")]);
+    }
+
+    #[test]
+    fn passwd_keeps_system_accounts_and_the_user_only() {
+        let host = "root:x:0:0:root:/root:/bin/bash\nalice:x:1000:1000::/home/alice:/bin/bash\nbob:x:1001:1001::/home/bob:/bin/sh\nnobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n";
+        let out = synth_passwd(host, 1001, "bob:x:1001:1001::/home/bob:/bin/sh");
+        assert!(out.contains("root:x:0:0"));
+        assert!(out.contains("nobody"));
+        assert!(out.contains("bob:x:1001"));
+        assert!(!out.contains("alice"), "{out}");
+    }
+
+    #[test]
+    fn group_strips_other_members() {
+        let host = "sudo:x:27:alice,bob\nalice:x:1000:\nbob:x:1001:\n";
+        let out = synth_group(host, "bob", 1001, "bob");
+        assert!(out.contains("sudo:x:27:bob\n"), "{out}");
+        assert!(!out.contains("alice"), "{out}");
+        assert!(out.contains("bob:x:1001:"));
+    }
+}

@@ -1,0 +1,299 @@
+//! Plan tests on a fake host: which mounts, in which order, for which policy.
+
+use super::*;
+use crate::host::{FakeFs, UsernsSupport};
+use crate::policy::{merge, parse_layer, FileKind, Source, SourcedLayer};
+
+fn facts() -> HostFacts {
+    HostFacts {
+        uid: 1001,
+        gid: 1001,
+        user: "u".into(),
+        group: "u".into(),
+        home: "/home/u".into(),
+        home_canonical: "/home/u".into(),
+        shell: "/bin/bash".into(),
+        exe: "/usr/bin/agent-sandbox".into(),
+        env: vec![
+            ("PATH".into(), "/usr/bin:/bin".into()),
+            ("GH_TOKEN".into(), "secret".into()),
+            ("OPENAI_API_KEY".into(), "sk".into()),
+            ("db_password".into(), "x".into()),
+            ("TERM".into(), "xterm".into()),
+        ],
+        etc_passwd: "root:x:0:0::/root:/bin/bash\nu:x:1001:1001::/home/u:/bin/bash\nv:x:1002:1002::/home/v:/bin/bash\n".into(),
+        etc_group: "root:x:0:\nu:x:1001:\n".into(),
+        etc_hosts: "127.0.0.1 localhost".into(),
+        userns: UsernsSupport { available: true, why_not: None },
+        landlock_abi: 7,
+    }
+}
+
+fn host() -> FakeFs {
+    FakeFs::default()
+        .dir("/usr/bin")
+        .symlink("/bin", "usr/bin")
+        .file("/etc/hosts")
+        .file("/etc/passwd")
+        .dir("/etc/munge")
+        .file("/etc/munge/munge.key")
+        .dir("/etc/ssl")
+        .dir("/home/u/proj/.git/hooks")
+        .file("/home/u/proj/.git/config")
+        .dir("/home/u/.ssh")
+        .file("/home/u/.ssh/id_ed25519")
+        .file("/home/u/.bashrc")
+        .dir("/home/u/.cache")
+        .file("/home/u/.gitconfig")
+        .dir("/home/v")
+        .dir("/scratch/u/p")
+}
+
+fn policy(extra: &str) -> Policy {
+    let builtin = include_str!("../policy/builtin.toml");
+    let mut layers = vec![SourcedLayer {
+        layer: parse_layer(builtin, Path::new("b"), FileKind::Site).unwrap(),
+        source: Source::Builtin,
+    }];
+    layers.push(SourcedLayer {
+        layer: parse_layer(extra, Path::new("u"), FileKind::User).unwrap(),
+        source: Source::User("u".into()),
+    });
+    merge(&layers, None).unwrap()
+}
+
+fn plan_for(extra: &str, project: &str) -> Result<Plan, PlanError> {
+    let req = RunRequest {
+        command: vec!["true".into()],
+        project: project.into(),
+        cwd: project.into(),
+    };
+    build(&policy(extra), &facts(), &host(), &req)
+}
+
+fn has(plan: &Plan, f: impl Fn(&MountSpec) -> bool) -> bool {
+    plan.mounts.iter().any(f)
+}
+
+fn pos(plan: &Plan, f: impl Fn(&MountSpec) -> bool) -> usize {
+    plan.mounts.iter().position(f).expect("mount present")
+}
+
+#[test]
+fn default_plan_hides_ssh_and_munge_and_binds_project_rw() {
+    let p = plan_for("", "/home/u/proj").unwrap();
+    assert!(
+        !has(&p, |m| m.target().starts_with("/home/u/.ssh")),
+        "ssh must not be mounted at all"
+    );
+    assert!(!has(&p, |m| m.target().starts_with("/etc/munge")));
+    assert!(has(
+        &p,
+        |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj"))
+    ));
+    assert!(has(
+        &p,
+        |m| matches!(m, MountSpec::Tmpfs { target, .. } if target == Path::new("/home/u"))
+    ));
+    assert!(
+        !has(&p, |m| m.target().starts_with("/home/v")),
+        "other homes are absent"
+    );
+}
+
+#[test]
+fn protected_paths_are_read_only_after_the_project_and_their_parents_pinned() {
+    let p = plan_for("", "/home/u/proj").unwrap();
+    let project = pos(
+        &p,
+        |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")),
+    );
+    let hooks = pos(
+        &p,
+        |m| matches!(m, MountSpec::Bind { target, rw: false, .. } if target == Path::new("/home/u/proj/.git/hooks")),
+    );
+    let pin = pos(
+        &p,
+        |m| matches!(m, MountSpec::Pin { target } if target == Path::new("/home/u/proj/.git")),
+    );
+    assert!(project < pin && pin < hooks);
+    assert!(has(
+        &p,
+        |m| matches!(m, MountSpec::Bind { target, rw: false, .. } if target == Path::new("/home/u/proj/.git/config"))
+    ));
+}
+
+#[test]
+fn missing_protected_paths_get_placeholders() {
+    let p = plan_for("", "/scratch/u/p").unwrap();
+    let paths: Vec<_> = p
+        .placeholders
+        .iter()
+        .map(|ph| (ph.path.display().to_string(), ph.dir))
+        .collect();
+    assert!(
+        paths.contains(&("/scratch/u/p/.git".into(), true)),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&("/scratch/u/p/.envrc".into(), false)),
+        "{paths:?}"
+    );
+    assert!(has(
+        &p,
+        |m| matches!(m, MountSpec::Bind { target, rw: false, .. } if target == Path::new("/scratch/u/p/.git"))
+    ));
+}
+
+#[test]
+fn hidden_path_inside_the_project_is_masked_after_the_project_bind() {
+    let mut fs = host();
+    fs = fs.file("/home/u/proj/secrets.env");
+    let req = RunRequest {
+        command: vec!["true".into()],
+        project: "/home/u/proj".into(),
+        cwd: "/home/u/proj".into(),
+    };
+    let p = build(
+        &policy("[filesystem]\nhide = [\"~/proj/secrets.env\"]"),
+        &facts(),
+        &fs,
+        &req,
+    )
+    .unwrap();
+    let project = pos(
+        &p,
+        |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")),
+    );
+    let mask = pos(
+        &p,
+        |m| matches!(m, MountSpec::Mask { target, dir: false } if target == Path::new("/home/u/proj/secrets.env")),
+    );
+    assert!(project < mask);
+}
+
+#[test]
+fn project_rules() {
+    for (proj, why) in [
+        ("/", "cannot be a project"),
+        ("/home/u", "home directory"),
+        ("/home", "home directory"),
+        ("/home/u/.ssh", "hides"),
+        ("/usr/bin", "install directory"),
+        ("/etc/ssl", "allowed parent"),
+        ("/nonexistent", "does not exist"),
+    ] {
+        let e = plan_for("", proj).unwrap_err().to_string();
+        assert!(e.contains(why), "{proj}: {e}");
+    }
+}
+
+#[test]
+fn read_paths_cannot_expose_homes() {
+    for bad in ["/home", "/", "~/data", "relative"] {
+        let e = plan_for(&format!("[filesystem]\nread = [\"{bad}\"]"), "/home/u/proj")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("filesystem.read"), "{bad}: {e}");
+    }
+}
+
+#[test]
+fn environment_is_scrubbed_but_kept_names_pass() {
+    let p = plan_for("[env]\nkeep = [\"OPENAI_API_KEY\"]", "/home/u/proj").unwrap();
+    let names: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
+    assert!(!names.contains(&"GH_TOKEN"));
+    assert!(
+        !names.contains(&"db_password"),
+        "case-insensitive *password*"
+    );
+    assert!(names.contains(&"OPENAI_API_KEY"));
+    assert!(names.contains(&"TERM"));
+    assert!(p.env_removed.contains(&"GH_TOKEN".to_string()));
+    assert!(p.env.contains(&("HOME".into(), "/home/u".into())));
+}
+
+#[test]
+fn unavailable_net_mode_falls_back_stricter_with_a_warning() {
+    let p = plan_for(
+        "[net]\nmode = \"filtered\"\nfallback = \"stricter\"",
+        "/home/u/proj",
+    )
+    .unwrap();
+    assert_eq!(p.net.effective, NetMode::Isolated);
+    assert!(p.warnings.iter().any(|w| w.contains("fallback")));
+    let e = plan_for(
+        "[net]\nmode = \"filtered\"\nfallback = \"strict\"",
+        "/home/u/proj",
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("cannot run here"));
+}
+
+#[test]
+fn home_read_mode_rebuilds_home_without_hidden_entries() {
+    let p = plan_for("[home]\naccess = \"read\"", "/home/u/proj").unwrap();
+    assert!(has(
+        &p,
+        |m| matches!(m, MountSpec::TreeBind { target, .. } if target == Path::new("/home/u/.bashrc"))
+    ));
+    assert!(has(
+        &p,
+        |m| matches!(m, MountSpec::SealTree { target, rw: false } if target == Path::new("/home/u"))
+    ));
+    assert!(!has(&p, |m| m.target().starts_with("/home/u/.ssh")));
+}
+
+#[test]
+fn etc_passwd_is_synthesized() {
+    let p = plan_for("", "/home/u/proj").unwrap();
+    let passwd = p.mounts.iter().find_map(|m| match m {
+        MountSpec::File {
+            target, contents, ..
+        } if target == Path::new("/etc/passwd") => Some(contents.clone()),
+        _ => None,
+    });
+    let passwd = passwd.expect("passwd synthesized");
+    assert!(passwd.contains("u:x:1001") && !passwd.contains("v:x:1002"));
+}
+
+#[test]
+fn restricted_home_is_made_read_only_after_binds() {
+    let p = plan_for("[home]\naccess = \"restricted\"", "/home/u/proj").unwrap();
+    let ro = pos(
+        &p,
+        |m| matches!(m, MountSpec::ReadOnly { target } if target == Path::new("/home/u")),
+    );
+    let project = pos(
+        &p,
+        |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")),
+    );
+    assert!(project < ro);
+}
+
+#[test]
+fn landlock_plan_comes_from_the_same_mounts() {
+    let p = plan_for("[sandbox]\nbackend = \"landlock\"", "/home/u/proj").unwrap();
+    let ll = p.landlock.expect("landlock plan");
+    assert!(ll.read_write.contains(&PathBuf::from("/home/u/proj")));
+    assert!(ll.read_only.contains(&PathBuf::from("/usr")));
+    assert!(!ll
+        .read_only
+        .iter()
+        .chain(&ll.read_write)
+        .any(|r| r.starts_with("/home/u/.ssh")));
+    assert!(ll.deny_tcp_connect.contains(&25));
+    assert!(ll.deny_all_tcp, "isolated (fallback) denies TCP");
+}
+
+#[test]
+fn protected_symlink_is_refused() {
+    let fs = host().symlink("/home/u/proj/.envrc", "/home/u/.ssh/id_ed25519");
+    let req = RunRequest {
+        command: vec!["true".into()],
+        project: "/home/u/proj".into(),
+        cwd: "/home/u/proj".into(),
+    };
+    let e = build(&policy(""), &facts(), &fs, &req).unwrap_err();
+    assert!(matches!(e, PlanError::ProtectedSymlink { .. }));
+}

@@ -1,0 +1,706 @@
+//! Merges parsed layers into the effective `Policy`, applying the admin lock file last.
+//! Lists accumulate across layers; floors can only grow; allow-lists are bounded by the
+//! admin's; ordered scalars take the stricter of user and admin. Every value keeps its source.
+
+use super::schema::*;
+use super::PolicyError;
+use crate::glob::glob_match;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+/// Where a value came from, for `policy show` and for error messages.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "layer", content = "origin", rename_all = "lowercase")]
+pub enum Source {
+    Builtin,
+    Site(PathBuf),
+    User(PathBuf),
+    Profile(String),
+    Project(String),
+    PolicyFile(PathBuf),
+    Cli,
+    Admin(PathBuf),
+}
+
+impl Source {
+    pub fn is_admin(&self) -> bool {
+        matches!(self, Source::Admin(_))
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Builtin => write!(f, "built-in"),
+            Source::Site(p) => write!(f, "site {}", p.display()),
+            Source::User(p) => write!(f, "user {}", p.display()),
+            Source::Profile(n) => write!(f, "profile {n}"),
+            Source::Project(k) => write!(f, "user config [projects.\"{k}\"]"),
+            Source::PolicyFile(p) => write!(f, "--policy {}", p.display()),
+            Source::Cli => write!(f, "command line"),
+            Source::Admin(p) => write!(f, "admin {}", p.display()),
+        }
+    }
+}
+
+/// A value with its provenance. `locked` means the admin set it and no layer can widen it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Sourced<T> {
+    pub value: T,
+    pub source: Source,
+    pub locked: bool,
+}
+
+impl<T> Sourced<T> {
+    fn new(value: T, source: &Source) -> Self {
+        Sourced {
+            value,
+            locked: source.is_admin(),
+            source: source.clone(),
+        }
+    }
+}
+
+pub type List = Vec<Sourced<String>>;
+
+/// The effective policy: what every later stage reads. Built only by `merge`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Policy {
+    pub backend: Sourced<Backend>,
+    pub hostname: Sourced<String>,
+    pub project_parents: List,
+    pub fs_read: List,
+    pub fs_write: List,
+    pub hide: List,
+    pub hide_files: List,
+    pub protected: List,
+    pub devices: List,
+    pub deny_devices: List,
+    pub home_access: Sourced<HomeAccess>,
+    pub home_read: List,
+    pub home_write: List,
+    pub home_seed: List,
+    pub env_keep: List,
+    pub env_scrub: List,
+    pub env_set: BTreeMap<String, Sourced<String>>,
+    pub net_mode: Sourced<NetMode>,
+    pub net_fallback: Sourced<Fallback>,
+    pub net_allow: List,
+    pub net_block: List,
+    pub nested_userns: Sourced<bool>,
+    pub mail_block: Sourced<MailBlock>,
+    pub agent: Option<Sourced<AgentSection>>,
+    /// Things the merge dropped or changed, said once at startup.
+    pub warnings: Vec<String>,
+}
+
+/// How a list key merges and how the admin constrains it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ListKind {
+    /// Only grows; `!entry` is an error.
+    Floor,
+    /// Grows; `!entry` removes an earlier non-admin entry; the admin's list bounds it.
+    Allow(Bound),
+    /// Grows; `!entry` removes an earlier non-admin entry; admin entries are added and locked.
+    Defaults,
+}
+
+/// How an admin allow-list decides that a user entry lies within it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Bound {
+    Path,
+    Glob,
+    Exact,
+}
+
+/// A layer with its source, in merge order (lowest first). The admin layer is separate.
+pub struct SourcedLayer {
+    pub layer: Layer,
+    pub source: Source,
+}
+
+pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Policy, PolicyError> {
+    let builtin = Source::Builtin;
+    let mut p = Policy {
+        backend: Sourced::new(Backend::Auto, &builtin),
+        hostname: Sourced::new("agent-sandbox".to_string(), &builtin),
+        project_parents: vec![],
+        fs_read: vec![],
+        fs_write: vec![],
+        hide: vec![],
+        hide_files: vec![],
+        protected: vec![],
+        devices: vec![],
+        deny_devices: vec![],
+        home_access: Sourced::new(HomeAccess::Tmpwrite, &builtin),
+        home_read: vec![],
+        home_write: vec![],
+        home_seed: vec![],
+        env_keep: vec![],
+        env_scrub: vec![],
+        env_set: BTreeMap::new(),
+        net_mode: Sourced::new(NetMode::Filtered, &builtin),
+        net_fallback: Sourced::new(Fallback::Stricter, &builtin),
+        net_allow: vec![],
+        net_block: vec![],
+        nested_userns: Sourced::new(false, &builtin),
+        mail_block: Sourced::new(MailBlock::Auto, &builtin),
+        agent: None,
+        warnings: vec![],
+    };
+    for l in layers {
+        apply_layer(&mut p, &l.layer, &l.source)?;
+    }
+    if let Some(a) = admin {
+        apply_admin(&mut p, &a.layer, &a.source)?;
+    }
+    Ok(p)
+}
+
+fn set<T: Clone>(slot: &mut Sourced<T>, v: &Option<T>, src: &Source) {
+    if let Some(v) = v {
+        *slot = Sourced::new(v.clone(), src);
+    }
+}
+
+fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyError> {
+    use ListKind::*;
+    if let Some(s) = &l.sandbox {
+        set(&mut p.backend, &s.backend, src);
+        set(&mut p.hostname, &s.hostname, src);
+        extend(
+            &mut p.project_parents,
+            &s.project_parents,
+            src,
+            Allow(Bound::Path),
+            "sandbox.project_parents",
+        )?;
+    }
+    if let Some(f) = &l.filesystem {
+        extend(
+            &mut p.fs_read,
+            &f.read,
+            src,
+            Allow(Bound::Path),
+            "filesystem.read",
+        )?;
+        extend(
+            &mut p.fs_write,
+            &f.write,
+            src,
+            Allow(Bound::Path),
+            "filesystem.write",
+        )?;
+        extend(&mut p.hide, &f.hide, src, Floor, "filesystem.hide")?;
+        extend(
+            &mut p.hide_files,
+            &f.hide_files,
+            src,
+            Floor,
+            "filesystem.hide_files",
+        )?;
+        extend(
+            &mut p.protected,
+            &f.protected,
+            src,
+            Defaults,
+            "filesystem.protected",
+        )?;
+        extend(
+            &mut p.devices,
+            &f.devices,
+            src,
+            Allow(Bound::Glob),
+            "filesystem.devices",
+        )?;
+        extend(
+            &mut p.deny_devices,
+            &f.deny_devices,
+            src,
+            Floor,
+            "filesystem.deny_devices",
+        )?;
+    }
+    if let Some(h) = &l.home {
+        set(&mut p.home_access, &h.access, src);
+        extend(
+            &mut p.home_read,
+            &h.read,
+            src,
+            Allow(Bound::Path),
+            "home.read",
+        )?;
+        extend(
+            &mut p.home_write,
+            &h.write,
+            src,
+            Allow(Bound::Path),
+            "home.write",
+        )?;
+        extend(
+            &mut p.home_seed,
+            &h.seed,
+            src,
+            Allow(Bound::Path),
+            "home.seed",
+        )?;
+    }
+    if let Some(e) = &l.env {
+        extend(
+            &mut p.env_keep,
+            &e.keep,
+            src,
+            Allow(Bound::Glob),
+            "env.keep",
+        )?;
+        extend(&mut p.env_scrub, &e.scrub, src, Floor, "env.scrub")?;
+        if let Some(set) = &e.set {
+            for (k, v) in set {
+                validate_env_name(k, src)?;
+                if p.env_set.get(k).is_some_and(|old| old.locked) {
+                    continue;
+                }
+                p.env_set.insert(k.clone(), Sourced::new(v.clone(), src));
+            }
+        }
+    }
+    if let Some(n) = &l.net {
+        set(&mut p.net_mode, &n.mode, src);
+        set(&mut p.net_fallback, &n.fallback, src);
+        extend(
+            &mut p.net_allow,
+            &n.allow,
+            src,
+            Allow(Bound::Exact),
+            "net.allow",
+        )?;
+        extend(&mut p.net_block, &n.block, src, Floor, "net.block")?;
+    }
+    if let Some(pr) = &l.process {
+        set(&mut p.nested_userns, &pr.nested_userns, src);
+    }
+    if let Some(m) = &l.mail {
+        set(&mut p.mail_block, &m.block, src);
+    }
+    if let Some(a) = &l.agent {
+        p.agent = Some(Sourced::new(a.clone(), src));
+    }
+    Ok(())
+}
+
+fn validate_env_name(k: &str, src: &Source) -> Result<(), PolicyError> {
+    let ok = !k.is_empty()
+        && !k.starts_with(|c: char| c.is_ascii_digit())
+        && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(PolicyError::Invalid {
+            origin: src.to_string(),
+            key: "env.set".into(),
+            message: format!("`{k}` is not a valid environment variable name"),
+        })
+    }
+}
+
+fn extend(
+    list: &mut List,
+    add: &Option<Vec<String>>,
+    src: &Source,
+    kind: ListKind,
+    key: &str,
+) -> Result<(), PolicyError> {
+    let Some(add) = add else { return Ok(()) };
+    for raw in add {
+        if raw.is_empty() || raw.contains('\0') || raw.contains('\n') {
+            return Err(PolicyError::Invalid {
+                origin: src.to_string(),
+                key: key.into(),
+                message: format!("entry {raw:?} is empty or contains a control character"),
+            });
+        }
+        if let Some(neg) = raw.strip_prefix('!') {
+            if kind == ListKind::Floor {
+                return Err(PolicyError::Invalid {
+                    origin: src.to_string(),
+                    key: key.into(),
+                    message: format!(
+                        "`{neg}` cannot be removed: {key} is a security floor that only grows"
+                    ),
+                });
+            }
+            if list.iter().any(|e| e.value == neg && e.locked) {
+                return Err(PolicyError::Invalid {
+                    origin: src.to_string(),
+                    key: key.into(),
+                    message: format!("`{neg}` was set by the admin and cannot be removed"),
+                });
+            }
+            list.retain(|e| e.value != neg);
+            continue;
+        }
+        if !list.iter().any(|e| &e.value == raw) {
+            list.push(Sourced::new(raw.clone(), src));
+        }
+    }
+    Ok(())
+}
+
+/// The admin layer: floors add (locked), allow-lists bound, ordered scalars are minimums.
+fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyError> {
+    use ListKind::*;
+    if l.projects.is_some() || l.agent.is_some() {
+        return Err(PolicyError::Invalid {
+            origin: src.to_string(),
+            key: "projects/agent".into(),
+            message: "the admin lock file cannot hold [projects] or [agent] tables".into(),
+        });
+    }
+    let mut warnings = vec![];
+    let mut bound = |list: &mut List, admin: &Option<Vec<String>>, kind: ListKind, key: &str| {
+        let Some(admin) = admin else { return };
+        match kind {
+            Allow(b) => {
+                list.retain(|e| {
+                    let inside = admin.iter().any(|a| within(b, &e.value, a));
+                    if !inside {
+                        warnings.push(format!(
+                            "{key}: `{}` (from {}) is outside what the admin allows; dropped",
+                            e.value, e.source
+                        ));
+                    }
+                    inside
+                });
+            }
+            Floor | Defaults => {
+                for a in admin {
+                    if let Some(e) = list.iter_mut().find(|e| &e.value == a) {
+                        e.locked = true;
+                        e.source = src.clone();
+                    } else {
+                        list.push(Sourced::new(a.clone(), src));
+                    }
+                }
+            }
+        }
+    };
+    if let Some(s) = &l.sandbox {
+        bound(
+            &mut p.project_parents,
+            &s.project_parents,
+            Allow(Bound::Path),
+            "sandbox.project_parents",
+        );
+    }
+    if let Some(f) = &l.filesystem {
+        bound(
+            &mut p.fs_read,
+            &f.read,
+            Allow(Bound::Path),
+            "filesystem.read",
+        );
+        bound(
+            &mut p.fs_write,
+            &f.write,
+            Allow(Bound::Path),
+            "filesystem.write",
+        );
+        bound(&mut p.hide, &f.hide, Floor, "filesystem.hide");
+        bound(
+            &mut p.hide_files,
+            &f.hide_files,
+            Floor,
+            "filesystem.hide_files",
+        );
+        bound(
+            &mut p.protected,
+            &f.protected,
+            Defaults,
+            "filesystem.protected",
+        );
+        bound(
+            &mut p.devices,
+            &f.devices,
+            Allow(Bound::Glob),
+            "filesystem.devices",
+        );
+        bound(
+            &mut p.deny_devices,
+            &f.deny_devices,
+            Floor,
+            "filesystem.deny_devices",
+        );
+    }
+    if let Some(h) = &l.home {
+        bound(&mut p.home_read, &h.read, Allow(Bound::Path), "home.read");
+        bound(
+            &mut p.home_write,
+            &h.write,
+            Allow(Bound::Path),
+            "home.write",
+        );
+        bound(&mut p.home_seed, &h.seed, Allow(Bound::Path), "home.seed");
+    }
+    if let Some(e) = &l.env {
+        bound(&mut p.env_keep, &e.keep, Allow(Bound::Glob), "env.keep");
+        bound(&mut p.env_scrub, &e.scrub, Floor, "env.scrub");
+    }
+    if let Some(n) = &l.net {
+        bound(&mut p.net_allow, &n.allow, Allow(Bound::Exact), "net.allow");
+        bound(&mut p.net_block, &n.block, Floor, "net.block");
+    }
+    p.warnings.extend(warnings);
+
+    if let Some(s) = &l.sandbox {
+        if let Some(b) = s.backend {
+            p.backend = Sourced::new(b, src);
+        }
+        if let Some(h) = &s.hostname {
+            p.hostname = Sourced::new(h.clone(), src);
+        }
+    }
+    if let Some(e) = &l.env {
+        if let Some(set) = &e.set {
+            for (k, v) in set {
+                validate_env_name(k, src)?;
+                p.env_set.insert(k.clone(), Sourced::new(v.clone(), src));
+            }
+        }
+    }
+    let h = l.home.as_ref().and_then(|h| h.access);
+    stricter(&mut p.home_access, h, src);
+    let n = l.net.as_ref();
+    stricter(&mut p.net_mode, n.and_then(|n| n.mode), src);
+    stricter(&mut p.net_fallback, n.and_then(|n| n.fallback), src);
+    stricter(
+        &mut p.mail_block,
+        l.mail.as_ref().and_then(|m| m.block),
+        src,
+    );
+    if let Some(allowed) = l.process.as_ref().and_then(|pr| pr.nested_userns) {
+        // The admin's `true` permits, it does not force; `false` forbids.
+        let value = p.nested_userns.value && allowed;
+        let source = if allowed {
+            p.nested_userns.source.clone()
+        } else {
+            src.clone()
+        };
+        p.nested_userns = Sourced {
+            value,
+            source,
+            locked: true,
+        };
+    }
+    Ok(())
+}
+
+/// Ordered scalar: the admin's value is a minimum; the result is locked either way.
+fn stricter<T: Ord + Copy>(slot: &mut Sourced<T>, admin: Option<T>, src: &Source) {
+    if let Some(a) = admin {
+        if a > slot.value {
+            *slot = Sourced::new(a, src);
+        }
+        slot.locked = true;
+    }
+}
+
+fn within(b: Bound, entry: &str, allowed: &str) -> bool {
+    match b {
+        Bound::Exact => entry == allowed,
+        Bound::Glob => entry == allowed || glob_match(allowed, entry),
+        Bound::Path => {
+            let a = allowed.trim_end_matches('/');
+            let e = entry.trim_end_matches('/');
+            e == a || e.strip_prefix(a).is_some_and(|rest| rest.starts_with('/'))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layer(toml_text: &str) -> Layer {
+        toml::from_str(toml_text).expect("test layer parses")
+    }
+    fn user(t: &str) -> SourcedLayer {
+        SourcedLayer {
+            layer: layer(t),
+            source: Source::User("u.toml".into()),
+        }
+    }
+    fn admin(t: &str) -> SourcedLayer {
+        SourcedLayer {
+            layer: layer(t),
+            source: Source::Admin("admin.toml".into()),
+        }
+    }
+    fn values(l: &List) -> Vec<&str> {
+        l.iter().map(|e| e.value.as_str()).collect()
+    }
+
+    #[test]
+    fn lists_accumulate_and_negation_removes_defaults() {
+        let p = merge(
+            &[
+                user("[filesystem]\nread = [\"/usr\", \"/sys\"]"),
+                user("[filesystem]\nread = [\"!/sys\", \"/data\"]"),
+            ],
+            None,
+        )
+        .unwrap();
+        assert_eq!(values(&p.fs_read), ["/usr", "/data"]);
+    }
+
+    #[test]
+    fn floors_cannot_be_negated() {
+        let e = merge(
+            &[
+                user("[filesystem]\nhide = [\"~/.ssh\"]"),
+                user("[filesystem]\nhide = [\"!~/.ssh\"]"),
+            ],
+            None,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("security floor"), "{e}");
+    }
+
+    #[test]
+    fn admin_mode_is_a_minimum_user_cannot_widen() {
+        let p = merge(
+            &[user("[net]\nmode = \"open\"")],
+            Some(&admin("[net]\nmode = \"proxied\"")),
+        )
+        .unwrap();
+        assert_eq!(p.net_mode.value, NetMode::Proxied);
+        assert!(p.net_mode.locked);
+        assert!(p.net_mode.source.is_admin());
+    }
+
+    #[test]
+    fn admin_minimum_keeps_a_stricter_user_value() {
+        let p = merge(
+            &[user("[net]\nmode = \"isolated\"")],
+            Some(&admin("[net]\nmode = \"proxied\"")),
+        )
+        .unwrap();
+        assert_eq!(p.net_mode.value, NetMode::Isolated);
+        assert!(p.net_mode.locked);
+    }
+
+    #[test]
+    fn admin_home_access_and_mail_block_are_minimums() {
+        let p = merge(
+            &[user("[home]\naccess = \"write\"\n[mail]\nblock = \"off\"")],
+            Some(&admin(
+                "[home]\naccess = \"restricted\"\n[mail]\nblock = \"on\"",
+            )),
+        )
+        .unwrap();
+        assert_eq!(p.home_access.value, HomeAccess::Restricted);
+        assert_eq!(p.mail_block.value, MailBlock::On);
+    }
+
+    #[test]
+    fn admin_allow_list_drops_user_entries_outside_with_warning() {
+        let p = merge(
+            &[user(
+                "[filesystem]\nwrite = [\"/scratch/u\", \"/etc/cron.d\"]",
+            )],
+            Some(&admin("[filesystem]\nwrite = [\"/scratch\"]")),
+        )
+        .unwrap();
+        assert_eq!(values(&p.fs_write), ["/scratch/u"]);
+        assert!(
+            p.warnings.iter().any(|w| w.contains("/etc/cron.d")),
+            "{:?}",
+            p.warnings
+        );
+    }
+
+    #[test]
+    fn path_bound_is_component_wise() {
+        assert!(within(Bound::Path, "/scratch/u", "/scratch"));
+        assert!(within(Bound::Path, "/scratch", "/scratch/"));
+        assert!(!within(Bound::Path, "/scratchy", "/scratch"));
+    }
+
+    #[test]
+    fn admin_floors_are_added_and_locked_and_user_cannot_remove_them() {
+        let p = merge(
+            &[],
+            Some(&admin("[filesystem]\nprotected = [\"Makefile\"]")),
+        )
+        .unwrap();
+        assert!(p
+            .protected
+            .iter()
+            .any(|e| e.value == "Makefile" && e.locked));
+        // A user negation applied before the admin layer cannot remove what the admin adds later.
+        let p = merge(
+            &[user("[filesystem]\nprotected = [\"!Makefile\"]")],
+            Some(&admin("[filesystem]\nprotected = [\"Makefile\"]")),
+        )
+        .unwrap();
+        assert!(p.protected.iter().any(|e| e.value == "Makefile"));
+    }
+
+    #[test]
+    fn admin_env_set_cannot_be_overridden() {
+        let p = merge(
+            &[user("[env.set]\nHTTP_PROXY = \"user\"")],
+            Some(&admin("[env.set]\nHTTP_PROXY = \"admin\"")),
+        )
+        .unwrap();
+        assert_eq!(p.env_set["HTTP_PROXY"].value, "admin");
+        assert!(p.env_set["HTTP_PROXY"].locked);
+    }
+
+    #[test]
+    fn admin_forbids_nested_userns() {
+        let p = merge(
+            &[user("[process]\nnested_userns = true")],
+            Some(&admin("[process]\nnested_userns = false")),
+        )
+        .unwrap();
+        assert!(!p.nested_userns.value);
+        let p = merge(
+            &[user("[process]\nnested_userns = true")],
+            Some(&admin("[process]\nnested_userns = true")),
+        )
+        .unwrap();
+        assert!(p.nested_userns.value);
+    }
+
+    #[test]
+    fn bad_env_names_are_errors() {
+        let e = merge(&[user("[env.set]\n\"A-B\" = \"x\"")], None).unwrap_err();
+        assert!(e.to_string().contains("A-B"));
+    }
+
+    #[test]
+    fn control_characters_in_entries_are_errors() {
+        let e = merge(&[user("[filesystem]\nread = [\"/a\\nb\"]")], None).unwrap_err();
+        assert!(e.to_string().contains("control character"));
+    }
+
+    #[test]
+    fn admin_cannot_hold_projects() {
+        let e = merge(&[], Some(&admin("[projects.\"/p\"]\n"))).unwrap_err();
+        assert!(e.to_string().contains("admin lock file"));
+    }
+
+    #[test]
+    fn env_keep_bounded_by_admin_glob() {
+        let p = merge(
+            &[user(
+                "[env]\nkeep = [\"OPENAI_API_KEY\", \"AWS_SECRET_ACCESS_KEY\"]",
+            )],
+            Some(&admin("[env]\nkeep = [\"*_API_KEY\"]")),
+        )
+        .unwrap();
+        assert_eq!(values(&p.env_keep), ["OPENAI_API_KEY"]);
+    }
+}

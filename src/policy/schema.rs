@@ -1,0 +1,164 @@
+//! The TOML schema of one policy layer (site, user, admin, profile, `--policy` file).
+//! Every field is optional: a layer says only what it changes. Unknown keys are errors.
+//! Merging layers into an effective policy is `merge.rs`'s job, not this file's.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// One parsed config file. `projects` and `agent` are only meaningful in some layers; the
+/// loader rejects them where they do not belong.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    pub sandbox: Option<SandboxSection>,
+    pub filesystem: Option<FsSection>,
+    pub home: Option<HomeSection>,
+    pub env: Option<EnvSection>,
+    pub net: Option<NetSection>,
+    pub process: Option<ProcessSection>,
+    pub mail: Option<MailSection>,
+    /// Per-project tables of the user config, keyed by project path (`~` allowed).
+    pub projects: Option<BTreeMap<String, Layer>>,
+    /// Only in profiles: what the agent is.
+    pub agent: Option<AgentSection>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSection {
+    pub backend: Option<Backend>,
+    /// Directories a project may live under. Default: `~` and common site roots.
+    pub project_parents: Option<Vec<String>>,
+    pub hostname: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FsSection {
+    /// System and site trees bound read-only (allow-list). Missing paths are skipped.
+    pub read: Option<Vec<String>>,
+    /// Extra writable paths besides the project.
+    pub write: Option<Vec<String>>,
+    /// Paths that do not exist inside (ENOENT). A floor: entries cannot be removed.
+    pub hide: Option<Vec<String>>,
+    /// Single files shown as empty. A floor.
+    pub hide_files: Option<Vec<String>>,
+    /// Project-relative paths that stay read-only inside the writable project.
+    pub protected: Option<Vec<String>>,
+    /// Device globs bound into /dev.
+    pub devices: Option<Vec<String>>,
+    /// Device globs never bound (admin veto). A floor.
+    pub deny_devices: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HomeSection {
+    pub access: Option<HomeAccess>,
+    /// Home entries bound back read-only (relative to `~`).
+    pub read: Option<Vec<String>>,
+    /// Home entries bound back writable.
+    pub write: Option<Vec<String>>,
+    /// Home files copied into the session (writable copy, changes vanish).
+    pub seed: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EnvSection {
+    /// Names or globs passed through even if a scrub pattern matches.
+    pub keep: Option<Vec<String>>,
+    /// Names or globs removed from the environment. A floor.
+    pub scrub: Option<Vec<String>>,
+    /// Variables set inside the jail.
+    pub set: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NetSection {
+    pub mode: Option<NetMode>,
+    pub fallback: Option<Fallback>,
+    /// Destinations allowed (exceptions to `block`); used by the network modes.
+    pub allow: Option<Vec<String>>,
+    /// Destinations blocked. A floor.
+    pub block: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessSection {
+    /// Allow the jailed command to create nested user namespaces (off by default).
+    pub nested_userns: Option<bool>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MailSection {
+    pub block: Option<MailBlock>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct AgentSection {
+    pub name: Option<String>,
+    /// The command line the profile runs (`agent-sandbox codex ARGS` appends ARGS).
+    pub command: Option<Vec<String>>,
+    /// The agent's instruction file, for the sandbox notice overlay.
+    pub instructions: Option<String>,
+    pub description: Option<String>,
+}
+
+macro_rules! ordered_enum {
+    ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize, Hash)]
+        #[serde(rename_all = "lowercase")]
+        pub enum $name { $($variant),+ }
+        impl $name {
+            #[allow(dead_code)]
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+            pub fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $text),+ }
+            }
+        }
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    _ => Err(format!(
+                        "`{s}` is not one of: {}",
+                        [$($text),+].join(", ")
+                    )),
+                }
+            }
+        }
+    };
+}
+
+ordered_enum!(
+    /// Network modes, least strict first: the stricter of user and admin wins.
+    NetMode { Open = "open", Filtered = "filtered", Proxied = "proxied", Isolated = "isolated" }
+);
+ordered_enum!(
+    /// Home directory modes, least strict first.
+    HomeAccess { Write = "write", Read = "read", Tmpwrite = "tmpwrite", Restricted = "restricted" }
+);
+ordered_enum!(
+    /// What to do when the asked network mode cannot run here, least strict first.
+    Fallback { Open = "open", Stricter = "stricter", Strict = "strict" }
+);
+ordered_enum!(
+    /// Mail-block stubs, least strict first.
+    MailBlock { Off = "off", Auto = "auto", On = "on" }
+);
+ordered_enum!(
+    /// Isolation backend. Not ordered by strictness: an admin value simply wins.
+    Backend { Auto = "auto", Userns = "userns", Landlock = "landlock" }
+);

@@ -1,0 +1,257 @@
+//! Human-readable renderings: the one-line startup banner, the plan (`--dry-run`) and the
+//! effective policy with provenance (`policy show`). JSON output is serde's, elsewhere.
+
+use crate::plan::{MountSpec, Plan};
+use crate::policy::{merge::List, Policy, PolicyPaths, Sourced};
+use std::fmt::Write;
+use std::path::Path;
+
+fn tilde(p: &Path, home: &Path) -> String {
+    match p.strip_prefix(home) {
+        Ok(rest) if rest.as_os_str().is_empty() => "~".into(),
+        Ok(rest) => format!("~/{}", rest.display()),
+        Err(_) => p.display().to_string(),
+    }
+}
+
+/// The one startup line: mode, project, backend, what is hidden.
+pub fn banner(plan: &Plan) -> String {
+    let hidden: Vec<String> = plan
+        .hidden
+        .iter()
+        .filter(|h| h.starts_with(&plan.home))
+        .take(4)
+        .map(|h| tilde(h, &plan.home))
+        .collect();
+    format!(
+        "agent-sandbox: {} · net {} · home {} · backend {} · hidden {}{}",
+        tilde(&plan.project, &plan.home),
+        plan.net.effective,
+        plan.home_access,
+        plan.backend.as_str(),
+        hidden.join(" "),
+        if plan.hidden.len() > hidden.len() {
+            format!(" +{} more", plan.hidden.len() - hidden.len())
+        } else {
+            String::new()
+        }
+    )
+}
+
+pub fn plan(p: &Plan) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "agent-sandbox plan (dry run: nothing was executed)");
+    let _ = writeln!(s, "  backend   {}", p.backend.as_str());
+    let _ = writeln!(s, "  command   {}", shell_words_join(&p.command));
+    let _ = writeln!(s, "  project   {} (read-write)", p.project.display());
+    let _ = writeln!(s, "  cwd       {}", p.cwd.display());
+    let _ = writeln!(s, "  user      {} (uid {}, gid {})", p.user, p.uid, p.gid);
+    let _ = writeln!(s, "  home      {} ({})", p.home.display(), p.home_access);
+    let _ = writeln!(s, "  hostname  {}", p.hostname);
+    match &p.net.fallback {
+        Some(f) => {
+            let _ = writeln!(
+                s,
+                "  network   {} (asked {}; {f})",
+                p.net.effective, p.net.requested
+            );
+        }
+        None => {
+            let _ = writeln!(s, "  network   {}", p.net.effective);
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  seccomp   deny set + foreign ABIs; nested user namespaces {}",
+        if p.seccomp.nested_userns {
+            "allowed"
+        } else {
+            "denied"
+        }
+    );
+    let _ = writeln!(s, "  mounts, in order:");
+    for m in &p.mounts {
+        let line = match m {
+            MountSpec::Tmpfs { target, mode } => {
+                format!("tmpfs    {} (mode {mode:o})", target.display())
+            }
+            MountSpec::Bind {
+                source, target, rw, ..
+            } => {
+                let what = if *rw { "rw" } else { "ro" };
+                if source == target {
+                    format!("{what}       {}", target.display())
+                } else {
+                    format!("{what}       {} <- {}", target.display(), source.display())
+                }
+            }
+            MountSpec::TreeBind { target, .. } => format!("  tree   {}", target.display()),
+            MountSpec::SealTree { target, rw } => format!(
+                "seal     {} ({}nosuid, nodev, recursively)",
+                target.display(),
+                if *rw { "" } else { "read-only, " }
+            ),
+            MountSpec::Device { target, .. } => format!("device   {}", target.display()),
+            MountSpec::Symlink { target, link } => {
+                format!("symlink  {} -> {}", target.display(), link.display())
+            }
+            MountSpec::File { target, .. } => {
+                format!("file     {} (synthesized)", target.display())
+            }
+            MountSpec::Copy { target, .. } => {
+                format!("copy     {} (writable session copy)", target.display())
+            }
+            MountSpec::Proc { target } => format!("proc     {}", target.display()),
+            MountSpec::Devpts { target } => format!("devpts   {} (new instance)", target.display()),
+            MountSpec::Mask { target, .. } => format!(
+                "mask     {} (hidden inside a writable tree: empty, read-only)",
+                target.display()
+            ),
+            MountSpec::Pin { target } => format!(
+                "pin      {} (cannot be renamed or removed)",
+                target.display()
+            ),
+            MountSpec::ReadOnly { target } => format!("readonly {}", target.display()),
+        };
+        let _ = writeln!(s, "    {line}");
+    }
+    if !p.placeholders.is_empty() {
+        let _ = writeln!(s, "  protected placeholders (created empty for the session, removed after if still empty):");
+        for ph in &p.placeholders {
+            let _ = writeln!(
+                s,
+                "    {}{}",
+                ph.path.display(),
+                if ph.dir { "/" } else { "" }
+            );
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  hidden (do not exist inside): {}",
+        p.hidden
+            .iter()
+            .map(|h| tilde(h, &p.home))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let names: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
+    let _ = writeln!(
+        s,
+        "  environment: {} variables: {}",
+        names.len(),
+        names.join(" ")
+    );
+    if !p.env_removed.is_empty() {
+        let _ = writeln!(s, "  environment scrubbed: {}", p.env_removed.join(" "));
+    }
+    if let Some(ll) = &p.landlock {
+        let _ = writeln!(
+            s,
+            "  landlock: {} read-only rules, {} read-write rules, TCP port floor {:?}{}",
+            ll.read_only.len(),
+            ll.read_write.len(),
+            ll.deny_tcp_connect,
+            if ll.deny_all_tcp {
+                ", all TCP denied"
+            } else {
+                ""
+            }
+        );
+    }
+    for w in &p.warnings {
+        let _ = writeln!(s, "  warning: {w}");
+    }
+    s
+}
+
+fn shell_words_join(v: &[String]) -> String {
+    v.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn scalar<T: std::fmt::Display>(s: &mut String, key: &str, v: &Sourced<T>) {
+    let _ = writeln!(
+        s,
+        "  {key:<24} {:<12} [{}{}]",
+        v.value.to_string(),
+        v.source,
+        if v.locked { ", locked by admin" } else { "" }
+    );
+}
+
+fn list(s: &mut String, key: &str, l: &List) {
+    let _ = writeln!(s, "  {key}:");
+    if l.is_empty() {
+        let _ = writeln!(s, "    (empty)");
+    }
+    for e in l {
+        let _ = writeln!(
+            s,
+            "    {:<40} [{}{}]",
+            e.value,
+            e.source,
+            if e.locked { ", locked by admin" } else { "" }
+        );
+    }
+}
+
+pub fn policy(p: &Policy, paths: &PolicyPaths) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "effective policy (lowest layer first: built-in, {}, {}, profile, project tables, --policy, command line; admin {} last)", paths.site_config().display(), paths.user_config.display(), paths.admin_file().display());
+    scalar(&mut s, "sandbox.backend", &p.backend);
+    scalar(&mut s, "sandbox.hostname", &p.hostname);
+    scalar(&mut s, "net.mode", &p.net_mode);
+    scalar(&mut s, "net.fallback", &p.net_fallback);
+    scalar(&mut s, "home.access", &p.home_access);
+    scalar(&mut s, "mail.block", &p.mail_block);
+    scalar(&mut s, "process.nested_userns", &p.nested_userns);
+    if let Some(a) = &p.agent {
+        let _ = writeln!(
+            s,
+            "  agent                    {:?} [{}]",
+            a.value.command.clone().unwrap_or_default(),
+            a.source
+        );
+    }
+    list(&mut s, "sandbox.project_parents", &p.project_parents);
+    list(&mut s, "filesystem.read", &p.fs_read);
+    list(&mut s, "filesystem.write", &p.fs_write);
+    list(&mut s, "filesystem.hide (floor)", &p.hide);
+    list(&mut s, "filesystem.hide_files (floor)", &p.hide_files);
+    list(&mut s, "filesystem.protected", &p.protected);
+    list(&mut s, "filesystem.devices", &p.devices);
+    list(&mut s, "filesystem.deny_devices (floor)", &p.deny_devices);
+    list(&mut s, "home.read", &p.home_read);
+    list(&mut s, "home.write", &p.home_write);
+    list(&mut s, "home.seed", &p.home_seed);
+    list(&mut s, "env.keep", &p.env_keep);
+    list(&mut s, "env.scrub (floor)", &p.env_scrub);
+    let _ = writeln!(s, "  env.set:");
+    for (k, v) in &p.env_set {
+        let _ = writeln!(
+            s,
+            "    {k}={} [{}{}]",
+            v.value,
+            v.source,
+            if v.locked { ", locked by admin" } else { "" }
+        );
+    }
+    list(&mut s, "net.allow", &p.net_allow);
+    list(&mut s, "net.block (floor)", &p.net_block);
+    for w in &p.warnings {
+        let _ = writeln!(s, "warning: {w}");
+    }
+    s
+}

@@ -1,0 +1,218 @@
+# shellcheck shell=bash disable=SC2034 # the variables are used by the scripts sourcing this
+# Shared settings and helpers of the Slurm test cluster scripts (install.sh, start.sh,
+# stop.sh, status.sh). Sourced, never run. Knows nothing of agent-sandbox itself.
+# Facts behind the choices: shared/design/SLURM-TESTBED.md.
+
+TC_NAME=agent-sandbox-testcluster
+TC_LOG_DIR=/var/log/$TC_NAME
+TC_RUN_DIR=/run/$TC_NAME            # our pid files (one per daemon, the pid we started)
+TC_SLURM_RUN_DIR=$TC_RUN_DIR/slurm  # pid files the slurm daemons write themselves
+
+TC_CLUSTER=tc
+TC_ACCOUNT=testacct
+TC_HOST=$(hostname -s)
+TC_CPUS=8                           # declared per node; more than the cores on purpose
+
+TC_SLURM_CONF=/etc/slurm/slurm.conf
+TC_SLURMDBD_CONF=/etc/slurm/slurmdbd.conf
+TC_STATE_DIR=/var/lib/slurm/slurmctld
+TC_SPOOL_BASE=/var/lib/slurm/slurmd  # SlurmdSpoolDir is $TC_SPOOL_BASE/%n
+
+# Second node (--two-nodes): a slurmd in its own network namespace, joined to the host by a
+# veth pair on TEST-NET-3 (RFC 5737) so the tests never touch a real private range.
+TC_N2=n2
+TC_NETNS=asbtc-n2
+TC_VETH_HOST=asbtc-h
+TC_VETH_NS=asbtc-n
+TC_HOST_ADDR=203.0.113.1
+TC_N2_ADDR=203.0.113.2
+TC_PREFIX=24
+
+# Daemons in start order; stop.sh walks it backwards. slurmd-n2 runs only with --two-nodes.
+TC_DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd slurmd-n2)
+
+die() {
+    printf '%s: %s\n' "${0##*/}" "$*" >&2
+    exit 1
+}
+
+log() {
+    printf '%s: %s\n' "${0##*/}" "$*"
+}
+
+need_root() {
+    [[ $(id -u) -eq 0 ]] || die "must run as root (it starts system daemons); fix: sudo $0"
+}
+
+# Microseconds since the epoch (bash 5, no fork), and seconds between two such values.
+now_us() { echo "${EPOCHREALTIME/./}"; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", (b - a) / 1e6 }'; }
+
+# wait_for CMD TIMEOUT MSG [LOG...]
+# Polls CMD (a shell string, run with eval in a subshell, output discarded) every 0.1 s until
+# it succeeds. After TIMEOUT seconds (an integer) prints MSG and the last lines of each LOG,
+# and fails.
+wait_for() {
+    local cmd=$1 timeout=$2 msg=$3
+    shift 3
+    local deadline=$((${EPOCHREALTIME/./} + timeout * 1000000))
+    while ! (eval "$cmd") >/dev/null 2>&1; do
+        if ((${EPOCHREALTIME/./} > deadline)); then
+            printf '%s: timeout after %ss: %s\n  (waited for: %s)\n' "${0##*/}" "$timeout" "$msg" "$cmd" >&2
+            local f
+            for f in "$@"; do
+                [[ -e $f ]] || continue
+                printf -- '--- last lines of %s ---\n' "$f" >&2
+                tail -n 25 "$f" >&2
+            done
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+# The binary each daemon name runs; a pid counts as ours only if /proc/PID/exe is it,
+# so a recycled pid is never taken for a daemon (and never signalled).
+daemon_exe() {
+    case $1 in
+        munged) echo /usr/sbin/munged ;;
+        mariadbd) echo /usr/sbin/mariadbd ;;
+        slurmdbd) echo /usr/sbin/slurmdbd ;;
+        slurmctld) echo /usr/sbin/slurmctld ;;
+        slurmd | slurmd-*) echo /usr/sbin/slurmd ;;
+        *) die "unknown daemon $1" ;;
+    esac
+}
+
+pid_file() { echo "$TC_RUN_DIR/$1.pid"; }
+
+# daemon_pid NAME: prints the pid and succeeds if NAME runs (pid file + /proc/PID/exe).
+# A zombie has no exe link, so it counts as stopped.
+daemon_pid() {
+    local pf pid exe
+    pf=$(pid_file "$1")
+    [[ -r $pf ]] || return 1
+    pid=$(<"$pf")
+    [[ $pid =~ ^[0-9]+$ ]] || return 1
+    exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+    # Debian links /usr/sbin/slurmctld to slurmctld-wlm (alternatives): compare real paths.
+    [[ $exe == "$(readlink -f "$(daemon_exe "$1")")" ]] || return 1
+    echo "$pid"
+}
+
+daemon_running() { daemon_pid "$1" >/dev/null; }
+
+# start_daemon NAME CMD...: runs CMD in the foreground of its own session, output appended
+# to $TC_LOG_DIR/NAME.out (the slurm daemons also write NAME.log), and records its pid. CMD must exec the daemon in the same process
+# (setpriv, nsenter and setsid do: this script is no process group leader, so setsid does
+# not fork).
+start_daemon() {
+    local name=$1
+    shift
+    setsid "$@" </dev/null >>"$TC_LOG_DIR/$name.out" 2>&1 &
+    local pid=$!
+    echo "$pid" >"$(pid_file "$name")"
+    # Until the last exec the pid shows bash, setsid, setpriv or nsenter: wait for the daemon
+    # (or for the process to end, which the caller's readiness check then reports).
+    wait_for "daemon_running $name || ! readlink /proc/$pid/exe" 10 "$name (pid $pid) did not exec"
+}
+
+# stop_daemon NAME: TERM, wait up to 20 s, then KILL. Quiet no-op if it does not run.
+stop_daemon() {
+    local name=$1 pid
+    if pid=$(daemon_pid "$name"); then
+        kill -TERM "$pid" 2>/dev/null || true
+        if ! wait_for "! daemon_running $name" 20 "$name (pid $pid) ignored SIGTERM; sending SIGKILL" \
+            "$TC_LOG_DIR/$name.out" "$TC_LOG_DIR/$name.log"; then
+            kill -KILL "$pid" 2>/dev/null || true
+            wait_for "! daemon_running $name" 10 "$name (pid $pid) survived SIGKILL"
+        fi
+        log "stopped $name (pid $pid)"
+    fi
+    rm -f "$(pid_file "$name")"
+}
+
+netns_exists() { [[ -e /run/netns/$TC_NETNS ]]; }
+
+# The namespace of node n2 and its veth pair; deleting the namespace deletes the pair.
+netns_up() {
+    netns_exists || ip netns add "$TC_NETNS"
+    if ! ip link show "$TC_VETH_HOST" >/dev/null 2>&1; then
+        ip link add "$TC_VETH_HOST" type veth peer name "$TC_VETH_NS" netns "$TC_NETNS"
+    fi
+    ip addr replace "$TC_HOST_ADDR/$TC_PREFIX" dev "$TC_VETH_HOST"
+    ip link set "$TC_VETH_HOST" up
+    ip -n "$TC_NETNS" addr replace "$TC_N2_ADDR/$TC_PREFIX" dev "$TC_VETH_NS"
+    ip -n "$TC_NETNS" link set "$TC_VETH_NS" up
+    ip -n "$TC_NETNS" link set lo up
+}
+
+netns_down() {
+    if ip link show "$TC_VETH_HOST" >/dev/null 2>&1; then
+        ip link del "$TC_VETH_HOST"
+    fi
+    if netns_exists; then
+        ip netns del "$TC_NETNS"
+        log "removed network namespace $TC_NETNS"
+    fi
+}
+
+# stepd_pids: pids of the slurmstepd processes of this cluster, in the host and in n2's
+# network namespace. slurmstepd outlives slurmd; each one holds a unix socket named
+# <SpoolDir>/<node>_<job>.<step>, so it is found by that socket's inode in /proc/net/unix
+# (per network namespace) and /proc/PID/fd, not by a process name.
+stepd_pids() {
+    local -A wanted=()
+    local ino
+    while read -r ino; do
+        wanted["socket:[$ino]"]=1
+    done < <(
+        {
+            cat /proc/net/unix
+            if netns_exists; then nsenter --net="/run/netns/$TC_NETNS" cat /proc/net/unix; fi
+        } | awk -v base="$TC_SPOOL_BASE/" '
+            index($8, base) == 1 && $8 ~ /\/[^\/]+_[0-9]+\.[0-9]+(\.[0-9]+)?$/ { print $7 }'
+    )
+    ((${#wanted[@]})) || return 0
+    local path link
+    # find fails on processes that end meanwhile: not an error here.
+    { find /proc/[0-9]*/fd -maxdepth 1 -type l -lname 'socket:*' -printf '%p %l\n' 2>/dev/null || true; } |
+        while read -r path link; do
+            if [[ -n ${wanted[$link]:-} ]]; then
+                path=${path#/proc/}
+                echo "${path%%/*}"
+            fi
+        done | sort -un
+}
+
+# Slurm client commands bounded in time, so a half-up cluster never hangs a script.
+sc() { timeout 15 "$@"; }
+
+# as_user USER CMD...: runs CMD as USER (su-like environment) in the current directory.
+as_user() {
+    local user=$1
+    shift
+    runuser -u "$user" -- "$@"
+}
+
+# descendants PID...: the given pids and all their descendants (from the ppid in /proc/*/stat).
+descendants() {
+    local -A kids=()
+    local stat line rest pid ppid
+    for stat in /proc/[0-9]*/stat; do
+        read -r line <"$stat" 2>/dev/null || continue
+        pid=${line%% *}
+        rest=${line##*) } # after the command name, which may contain spaces
+        ppid=${rest#* }
+        ppid=${ppid%% *}
+        kids[$ppid]+=" $pid"
+    done
+    local -a todo=("$@")
+    while ((${#todo[@]})); do
+        pid=${todo[0]}
+        todo=("${todo[@]:1}")
+        echo "$pid"
+        # shellcheck disable=SC2206 # pids: split on blanks
+        todo+=(${kids[$pid]:-})
+    done
+}

@@ -1,0 +1,279 @@
+#!/bin/bash
+# Starts the Slurm test cluster "tc" on this host: writes slurm.conf and slurmdbd.conf,
+# starts munged, mariadbd, slurmdbd, slurmctld and slurmd (plus slurmd n2 in a network
+# namespace with --two-nodes), registers the test account and users, and self-tests as the
+# first user. Idempotent: what already runs with an unchanged config is left alone.
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$(readlink -f "$0")")/lib.sh"
+
+usage() {
+    cat <<EOF
+usage: $0 [--user NAME]... [--two-nodes] [--no-selftest]
+  --user NAME    give Unix user NAME an association in account $TC_ACCOUNT (repeatable);
+                 the first one runs the self-test (sbatch --wait, srun, sacct)
+  --two-nodes    add node $TC_N2 (a slurmd in network namespace $TC_NETNS, $TC_N2_ADDR)
+  --no-selftest  skip the self-test
+EOF
+}
+
+users=()
+two_nodes=0
+selftest=1
+while (($#)); do
+    case $1 in
+        --user)
+            (($# >= 2)) || die "--user needs a name"
+            users+=("$2")
+            shift 2
+            ;;
+        --user=*)
+            users+=("${1#--user=}")
+            shift
+            ;;
+        --two-nodes) two_nodes=1 && shift ;;
+        --no-selftest) selftest=0 && shift ;;
+        -h | --help) usage && exit 0 ;;
+        *) usage >&2 && exit 2 ;;
+    esac
+done
+
+need_root
+t0=$(now_us)
+
+for b in munged mariadbd slurmdbd slurmctld slurmd; do
+    [[ -x $(daemon_exe "$b") ]] || die "$(daemon_exe "$b") is missing; fix: run install.sh first"
+done
+getent hosts "$TC_HOST" >/dev/null || die "host name $TC_HOST does not resolve; fix: run install.sh"
+for u in ${users[@]+"${users[@]}"}; do
+    id "$u" >/dev/null 2>&1 || die "no Unix user $u; fix: useradd -m $u"
+done
+
+# --- directories (after the install: the owners are users the packages create) ---
+install -d -m 0755 "$TC_LOG_DIR" "$TC_RUN_DIR"
+install -d -m 0755 -o slurm -g slurm "$TC_SLURM_RUN_DIR" "$TC_STATE_DIR"
+install -d -m 0755 "$TC_SPOOL_BASE" "$TC_SPOOL_BASE/$TC_HOST" "$TC_SPOOL_BASE/$TC_N2"
+for f in slurmctld.log slurmdbd.log; do
+    [[ -e $TC_LOG_DIR/$f ]] || install -m 0640 -o slurm -g slurm /dev/null "$TC_LOG_DIR/$f"
+done
+install -d -m 0700 -o munge -g munge /etc/munge /var/log/munge
+install -d -m 0711 -o munge -g munge /var/lib/munge
+install -d -m 0755 -o munge -g munge /run/munge
+if [[ ! -s /etc/munge/munge.key ]]; then
+    mungekey --create --keyfile=/etc/munge/munge.key
+fi
+chown munge:munge /etc/munge/munge.key
+chmod 0400 /etc/munge/munge.key
+install -d -m 0755 -o mysql -g mysql /run/mysqld
+
+# --- configuration ---
+# write_conf FILE MODE OWNER: installs stdin as FILE; succeeds only if the content changed.
+write_conf() {
+    local file=$1 mode=$2 owner=$3 tmp
+    tmp=$(mktemp)
+    cat >"$tmp"
+    if [[ -e $file ]] && cmp -s "$tmp" "$file"; then
+        rm -f "$tmp"
+        chmod "$mode" "$file" && chown "$owner" "$file"
+        return 1
+    fi
+    install -m "$mode" -o "${owner%%:*}" -g "${owner##*:}" "$tmp" "$file"
+    rm -f "$tmp"
+    log "wrote $file"
+}
+
+# The database password is made once and kept in slurmdbd.conf (0600, slurm).
+db_pass=$(sed -n 's/^StoragePass=//p' "$TC_SLURMDBD_CONF" 2>/dev/null || true)
+if [[ ! $db_pass =~ ^[A-Za-z0-9]{16,}$ ]]; then
+    db_pass=$(tr -dc A-Za-z0-9 </dev/urandom | head -c 24 || true)
+fi
+
+ctld_host=$TC_HOST
+acct_host=$TC_HOST
+node_addr=""
+n2_line="# no second node (start.sh --two-nodes adds $TC_N2)"
+nodes=$TC_HOST
+if ((two_nodes)); then
+    # n2 cannot reach the host through 127.0.0.1 (that is n2's own loopback): everything n2
+    # talks to (slurmctld, slurmdbd for sacct, srun, the first node) is given the veth address.
+    ctld_host="$TC_HOST($TC_HOST_ADDR)"
+    acct_host=$TC_HOST_ADDR
+    node_addr=" NodeAddr=$TC_HOST_ADDR"
+    nodes="$TC_HOST,$TC_N2"
+fi
+node_hw="CPUs=$TC_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$TC_CPUS ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN"
+if ((two_nodes)); then
+    n2_line="NodeName=$TC_N2 NodeAddr=$TC_N2_ADDR $node_hw"
+fi
+
+slurm_conf_changed=0
+write_conf "$TC_SLURM_CONF" 0644 root:root <<EOF && slurm_conf_changed=1
+# Written by agent-sandbox tests/cluster/start.sh; rewritten on every start.
+ClusterName=$TC_CLUSTER
+SlurmctldHost=$ctld_host
+SlurmUser=slurm
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=$TC_STATE_DIR
+SlurmdSpoolDir=$TC_SPOOL_BASE/%n
+SlurmctldPidFile=$TC_SLURM_RUN_DIR/slurmctld.pid
+SlurmdPidFile=$TC_SLURM_RUN_DIR/slurmd-%n.pid
+SlurmctldLogFile=$TC_LOG_DIR/slurmctld.log
+SlurmdLogFile=$TC_LOG_DIR/slurmd-%n.log
+# No cgroup plugins: no systemd, no delegated cgroup. No confinement of jobs.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/linux
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1
+ReturnToService=2
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=$acct_host
+AccountingStorageEnforce=associations
+MailProg=/bin/true
+# Declare more CPUs than the machine has, so several test jobs run at once.
+SlurmdParameters=config_overrides
+NodeName=$TC_HOST$node_addr $node_hw
+$n2_line
+PartitionName=debug Nodes=$nodes Default=YES MaxTime=INFINITE State=UP
+EOF
+
+dbd_conf_changed=0
+write_conf "$TC_SLURMDBD_CONF" 0600 slurm:slurm <<EOF && dbd_conf_changed=1
+AuthType=auth/munge
+DbdHost=$TC_HOST
+DbdPort=6819
+SlurmUser=slurm
+PidFile=$TC_SLURM_RUN_DIR/slurmdbd.pid
+LogFile=$TC_LOG_DIR/slurmdbd.log
+StorageType=accounting_storage/mysql
+StorageHost=localhost
+StoragePort=3306
+StorageUser=slurm
+StoragePass=$db_pass
+StorageLoc=slurm_acct_db
+EOF
+
+# A changed config is read only by a restarted daemon.
+if ((slurm_conf_changed)); then
+    stop_daemon slurmd-n2
+    stop_daemon slurmd
+    stop_daemon slurmctld
+fi
+if ((dbd_conf_changed)); then
+    stop_daemon slurmdbd
+fi
+if ((two_nodes)); then
+    netns_up
+else
+    stop_daemon slurmd-n2
+    netns_down
+fi
+
+started=()
+# ensure NAME READY-CMD TIMEOUT CMD...: starts NAME unless it runs, then waits for READY-CMD.
+ensure() {
+    local name=$1 ready=$2 timeout=$3
+    shift 3
+    if ! daemon_running "$name"; then
+        start_daemon "$name" "$@"
+        started+=("$name")
+    fi
+    # Stops waiting at once when the daemon exits.
+    wait_for "! daemon_running $name || { $ready; }" "$timeout" "$name is not ready (log: $TC_LOG_DIR)" \
+        "$TC_LOG_DIR/$name.out" "$TC_LOG_DIR/$name.log"
+    daemon_running "$name" || {
+        tail -n 25 "$TC_LOG_DIR/$name.out" >&2
+        die "$name exited (log: $TC_LOG_DIR/$name.out)"
+    }
+}
+
+# node_ready NODE: NODE takes jobs. A node that answers but is down or drained is resumed.
+node_ready() {
+    local state
+    state=$(sc sinfo -h -n "$1" -o %T) || return 1
+    case $state in
+        idle | mixed | allocated | completing) return 0 ;;
+        down | drained | draining) sc scontrol update NodeName="$1" State=RESUME ;;
+    esac
+    return 1
+}
+
+# --- daemons, in the order of SLURM-TESTBED.md ---
+ensure munged 'munge -n | unmunge' 15 \
+    setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged --foreground
+
+if [[ ! -d /var/lib/mysql/mysql ]]; then
+    log "initialising the MariaDB data directory"
+    mariadb-install-db --user=mysql --datadir=/var/lib/mysql >>"$TC_LOG_DIR/mariadbd.out" 2>&1
+fi
+ensure mariadbd 'mariadb-admin --connect-timeout=2 ping' 60 /usr/sbin/mariadbd --user=mysql
+mariadb <<EOF
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$db_pass';
+ALTER USER 'slurm'@'localhost' IDENTIFIED BY '$db_pass';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';
+EOF
+
+ensure slurmdbd 'sc sacctmgr -n show cluster' 30 /usr/sbin/slurmdbd -D
+
+# Associations, each added only if missing (sacctmgr -i add fails on an existing one). One
+# query lists them all as cluster|account|user; a cluster's own row is "tc|root|".
+assocs=$(sc sacctmgr -n -P show assoc format=cluster,account,user)
+has_assoc() { grep -qxF "$1" <<<"$assocs"; }
+if ! has_assoc "$TC_CLUSTER|root|"; then
+    sc sacctmgr -i add cluster "$TC_CLUSTER" >/dev/null
+    log "registered cluster $TC_CLUSTER"
+fi
+if ! has_assoc "$TC_CLUSTER|$TC_ACCOUNT|"; then
+    sc sacctmgr -i add account "$TC_ACCOUNT" Cluster="$TC_CLUSTER" \
+        Description="agent-sandbox tests" Organization=agent-sandbox >/dev/null
+    log "registered account $TC_ACCOUNT"
+fi
+for u in ${users[@]+"${users[@]}"}; do
+    if ! has_assoc "$TC_CLUSTER|$TC_ACCOUNT|$u"; then
+        sc sacctmgr -i add user "$u" Cluster="$TC_CLUSTER" Account="$TC_ACCOUNT" \
+            DefaultAccount="$TC_ACCOUNT" >/dev/null
+        log "registered user $u in account $TC_ACCOUNT"
+    fi
+done
+
+ensure slurmctld "sc scontrol ping | grep -q 'is UP'" 30 /usr/sbin/slurmctld -D -i
+ensure slurmd "node_ready $TC_HOST" 30 /usr/sbin/slurmd -D -N "$TC_HOST"
+if ((two_nodes)); then
+    # nsenter, not `ip netns exec`: that remounts /sys, and slurmd needs /sys/fs/cgroup.
+    ensure slurmd-n2 "node_ready $TC_N2" 30 \
+        nsenter --net="/run/netns/$TC_NETNS" /usr/sbin/slurmd -D -N "$TC_N2"
+fi
+t_up=$(now_us)
+log "daemons up in $(elapsed "$t0" "$t_up") s (started: ${started[*]:-none})"
+
+# --- self-test ---
+if ((selftest)) && ((${#users[@]})); then
+    u=${users[0]}
+    dir=$(as_user "$u" mktemp -d "/tmp/$TC_NAME-selftest.XXXXXX")
+    cd "$dir"
+    job=$(as_user "$u" timeout 60 sbatch --parsable --wait -o "$dir/out.txt" --wrap hostname) ||
+        die "self-test: sbatch --wait failed as $u (job ${job:-?}); see $TC_LOG_DIR"
+    job=${job%%;*}
+    grep -qxF "$TC_HOST" "$dir/out.txt" ||
+        die "self-test: job $job wrote no host name to $dir/out.txt"
+    as_user "$u" timeout 60 srun -n1 true || die "self-test: srun -n1 true failed as $u"
+    wait_for "sc sacct -n -X -P -j $job -o State | grep -qx COMPLETED" 15 \
+        "self-test: sacct does not show job $job COMPLETED" "$TC_LOG_DIR/slurmdbd.log"
+    if ((two_nodes)); then
+        # One task per node; each prints the node it runs on.
+        seen=$(as_user "$u" timeout 60 srun -N2 --ntasks-per-node=1 printenv SLURMD_NODENAME | sort | tr '\n' ' ')
+        [[ $seen == "$(printf '%s\n' "$TC_HOST" "$TC_N2" | sort | tr '\n' ' ')" ]] ||
+            die "self-test: srun -N2 ran on '$seen', want $TC_HOST and $TC_N2"
+    fi
+    cd /
+    rm -rf "$dir"
+    log "self-test as $u passed in $(elapsed "$t_up" "$(now_us)") s (job $job COMPLETED)"
+elif ((selftest)); then
+    log "self-test skipped: no --user given"
+fi
+log "cluster $TC_CLUSTER up (nodes: $nodes) in $(elapsed "$t0" "$(now_us)") s"

@@ -1,0 +1,26 @@
+#!/bin/bash
+# Prints which daemons of the Slurm test cluster run (by start.sh's pid files) and, when
+# slurmctld runs, sinfo. Changes nothing. Exits 0 when all of munged, mariadbd, slurmdbd,
+# slurmctld and slurmd run, 1 otherwise.
+set -euo pipefail
+# shellcheck source=lib.sh
+. "$(dirname "$(readlink -f "$0")")/lib.sh"
+need_root
+
+all=0
+for d in "${TC_DAEMONS[@]}"; do
+    if pid=$(daemon_pid "$d"); then
+        printf '%-10s running  pid %s\n' "$d" "$pid"
+    else
+        printf '%-10s stopped\n' "$d"
+        [[ $d == slurmd-n2 ]] || all=1
+    fi
+done
+if netns_exists; then
+    echo "netns      $TC_NETNS ($TC_N2_ADDR)"
+fi
+if daemon_running slurmctld; then
+    echo
+    sc sinfo || true
+fi
+exit "$all"

@@ -1,0 +1,319 @@
+//! The integration-test rig: runs the real agent-sandbox binary as an unprivileged test user
+//! (the test process is root in CI and drops privileges for every launch), with canaries
+//! planted where the jail must not reach, and small C probes built from tests/helpers.
+//! Without root the tests skip with the reason printed; with CI set, a skip is a failure.
+
+#![allow(dead_code)]
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+pub const USER: &str = "asbtest";
+pub const OTHER: &str = "asbother";
+pub const SSH_CANARY: &str = "CANARY-SSH-KEY-4f1e";
+pub const AWS_CANARY: &str = "CANARY-AWS-9c2d";
+pub const OTHER_CANARY: &str = "CANARY-OTHER-USER-77aa";
+pub const ENV_CANARY: &str = "CANARY-TOKEN-5b5b";
+
+pub struct Rig {
+    pub uid: u32,
+    pub gid: u32,
+    pub home: PathBuf,
+    pub bin: PathBuf,
+    pub helpers: PathBuf,
+}
+
+static RIG: OnceLock<Result<Rig, String>> = OnceLock::new();
+
+fn sh(cmd: &str) -> Result<(), String> {
+    let st = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .status()
+        .map_err(|e| e.to_string())?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(format!("`{cmd}` failed: {st}"))
+    }
+}
+
+fn lookup(user: &str) -> Option<(u32, u32, PathBuf)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.len() >= 7 && f[0] == user)
+                .then(|| (f[2].parse().ok(), f[3].parse().ok(), PathBuf::from(f[5])))
+        })
+        .and_then(|(u, g, h)| Some((u?, g?, h)))
+}
+
+fn ensure_user(user: &str) -> Result<(u32, u32, PathBuf), String> {
+    if let Some(u) = lookup(user) {
+        return Ok(u);
+    }
+    sh(&format!("useradd -m -s /bin/bash {user}"))?;
+    lookup(user).ok_or_else(|| format!("user {user} missing after useradd"))
+}
+
+fn plant(path: &Path, contents: &str, uid: u32, gid: u32, mode: u32) -> Result<(), String> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        std::os::unix::fs::chown(parent, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
+    }
+    std::fs::write(path, contents).map_err(|e| e.to_string())?;
+    std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| e.to_string())?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| e.to_string())
+}
+
+fn build_helper(src: &str, out: &Path) -> Result<(), String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/helpers")
+        .join(src);
+    let st = Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(out)
+        .arg(&src)
+        .status()
+        .map_err(|e| format!("cc: {e}"))?;
+    st.success()
+        .then_some(())
+        .ok_or_else(|| format!("cc {} failed", src.display()))
+}
+
+fn setup() -> Result<Rig, String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Err(
+            "the integration tests run as root and drop to the test user; run tests/run.sh as root"
+                .into(),
+        );
+    }
+    let (uid, gid, home) = ensure_user(USER)?;
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o750))
+        .map_err(|e| e.to_string())?;
+    plant(&home.join(".ssh/id_ed25519"), SSH_CANARY, uid, gid, 0o600)?;
+    plant(&home.join(".aws/credentials"), AWS_CANARY, uid, gid, 0o600)?;
+    plant(
+        &home.join(".gitconfig"),
+        "[user]\n\tname = Test\n",
+        uid,
+        gid,
+        0o644,
+    )?;
+    let (ouid, ogid, ohome) = ensure_user(OTHER)?;
+    std::fs::set_permissions(&ohome, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| e.to_string())?;
+    // World-readable on purpose: only the jail stands between the agent and this file.
+    plant(&ohome.join("notes.txt"), OTHER_CANARY, ouid, ogid, 0o644)?;
+    if !Path::new("/etc/munge").exists() {
+        std::fs::create_dir_all("/etc/munge").map_err(|e| e.to_string())?;
+        std::fs::write("/etc/munge/agent-sandbox-test-canary", "canary")
+            .map_err(|e| e.to_string())?;
+    }
+    let helpers = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helpers");
+    std::fs::create_dir_all(&helpers).map_err(|e| e.to_string())?;
+    for dir in helpers.ancestors() {
+        if dir.as_os_str().len() > 1 {
+            let _ = std::fs::metadata(dir).map(|m| {
+                let mode = m.permissions().mode();
+                if mode & 0o005 != 0o005 {
+                    let _ = std::fs::set_permissions(
+                        dir,
+                        std::fs::Permissions::from_mode(mode | 0o005),
+                    );
+                }
+            });
+        }
+    }
+    build_helper("probe.c", &helpers.join("probe"))?;
+    build_helper("int80.c", &helpers.join("int80"))?;
+    Ok(Rig {
+        uid,
+        gid,
+        home,
+        bin: PathBuf::from(env!("CARGO_BIN_EXE_agent-sandbox")),
+        helpers,
+    })
+}
+
+/// The rig, or `None` (test skipped, reason printed). Under CI a skip panics.
+pub fn rig() -> Option<&'static Rig> {
+    match RIG.get_or_init(setup) {
+        Ok(r) => Some(r),
+        Err(why) => {
+            if std::env::var_os("CI").is_some() {
+                panic!("integration test cannot run in CI: {why}");
+            }
+            eprintln!("SKIPPED: {why}");
+            None
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Out {
+    pub fn both(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+impl std::fmt::Display for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+pub struct Jail {
+    pub rig: &'static Rig,
+    pub project: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    stdin: Option<String>,
+    cwd: Option<PathBuf>,
+}
+
+impl Jail {
+    /// A jail with a fresh project directory `~/t/NAME` owned by the test user.
+    pub fn new(name: &str) -> Option<Jail> {
+        let rig = rig()?;
+        let project = rig.home.join("t").join(name);
+        let _ = std::fs::remove_dir_all(&project);
+        std::fs::create_dir_all(&project).expect("create project");
+        for p in [rig.home.join("t"), project.clone()] {
+            std::os::unix::fs::chown(&p, Some(rig.uid), Some(rig.gid)).expect("chown project");
+        }
+        Some(Jail {
+            rig,
+            project,
+            args: vec![],
+            env: vec![],
+            stdin: None,
+            cwd: None,
+        })
+    }
+
+    pub fn arg(mut self, a: &str) -> Self {
+        self.args.push(a.to_string());
+        self
+    }
+
+    pub fn env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    pub fn stdin(mut self, s: &str) -> Self {
+        self.stdin = Some(s.into());
+        self
+    }
+
+    pub fn cwd(mut self, p: &Path) -> Self {
+        self.cwd = Some(p.to_path_buf());
+        self
+    }
+
+    /// Creates a file in the project (as the test user would have), before the run.
+    pub fn project_file(self, rel: &str, contents: &str) -> Self {
+        let p = self.project.join(rel);
+        let mut dir = p.parent().map(Path::to_path_buf);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&p, contents).expect("write");
+        std::os::unix::fs::chown(&p, Some(self.rig.uid), Some(self.rig.gid)).expect("chown");
+        while let Some(d) = dir {
+            if !d.starts_with(&self.project) {
+                break;
+            }
+            std::os::unix::fs::chown(&d, Some(self.rig.uid), Some(self.rig.gid)).expect("chown");
+            dir = d.parent().map(Path::to_path_buf);
+        }
+        self
+    }
+
+    /// The launcher command as the test user, with a clean environment plus test variables.
+    pub fn command(&self, jail_args: &[&str]) -> Command {
+        let mut c = Command::new(&self.rig.bin);
+        c.env_clear()
+            .env("HOME", &self.rig.home)
+            .env("USER", USER)
+            .env("LOGNAME", USER)
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("LANG", "C.UTF-8")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .current_dir(self.cwd.as_ref().unwrap_or(&self.project))
+            .uid(self.rig.uid)
+            .gid(self.rig.gid)
+            .arg("--ro")
+            .arg(&self.rig.helpers)
+            .args(&self.args)
+            .args(jail_args);
+        c
+    }
+
+    /// `agent-sandbox -q ARGS run -- sh -c SCRIPT`, with a 60 s watchdog.
+    pub fn run(&self, script: &str) -> Out {
+        let mut c = self.command(&["-q", "run", "--", "sh", "-c", script]);
+        self.output(&mut c)
+    }
+
+    pub fn output(&self, c: &mut Command) -> Out {
+        c.stdin(if self.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let start = Instant::now();
+        let mut child = c.spawn().expect("spawn agent-sandbox");
+        if let (Some(s), Some(mut w)) = (&self.stdin, child.stdin.take()) {
+            std::io::Write::write_all(&mut w, s.as_bytes()).expect("stdin");
+        }
+        let deadline = start + Duration::from_secs(60);
+        loop {
+            if child.try_wait().expect("wait").is_some() || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+        }
+        let o = child.wait_with_output().expect("output");
+        use std::os::unix::process::ExitStatusExt;
+        let code = o
+            .status
+            .code()
+            .unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0));
+        Out {
+            code,
+            stdout: String::from_utf8_lossy(&o.stdout).into(),
+            stderr: String::from_utf8_lossy(&o.stderr).into(),
+            elapsed: start.elapsed(),
+        }
+    }
+
+    pub fn probe(&self) -> String {
+        self.rig.helpers.join("probe").display().to_string()
+    }
+
+    pub fn int80(&self) -> String {
+        self.rig.helpers.join("int80").display().to_string()
+    }
+}

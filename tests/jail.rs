@@ -1,0 +1,559 @@
+//! The jail as a user meets it: the real binary, an unprivileged user, assertions made from
+//! inside. Each test names the property (or the attack) it guards.
+
+mod common;
+use common::*;
+
+macro_rules! jail {
+    ($name:expr) => {
+        match Jail::new($name) {
+            Some(j) => j,
+            None => return,
+        }
+    };
+}
+
+#[test]
+fn hidden_ssh_key_is_absent_not_forbidden() {
+    let j = jail!("ssh");
+    let out = j.run("cat ~/.ssh/id_ed25519; ls -a ~");
+    assert!(out.stderr.contains("No such file or directory"), "{out}");
+    assert!(!out.both().contains(SSH_CANARY), "{out}");
+    assert!(!out.stdout.contains(".ssh"), "{out}");
+}
+
+#[test]
+fn cloud_credentials_and_other_homes_and_munge_are_absent() {
+    let j = jail!("creds");
+    let out = j.run(
+        "for p in ~/.aws/credentials /home/asbother/notes.txt /etc/munge /run/munge /etc/slurm /root; do \
+           if [ -e \"$p\" ]; then echo \"VISIBLE $p\"; else echo \"absent $p\"; fi; done; cat /home/asbother/notes.txt",
+    );
+    assert!(!out.stdout.contains("VISIBLE"), "{out}");
+    assert!(out.stderr.contains("No such file or directory"), "{out}");
+    assert!(
+        !out.both().contains(OTHER_CANARY) && !out.both().contains(AWS_CANARY),
+        "{out}"
+    );
+}
+
+#[test]
+fn project_is_writable_and_nothing_else_persists() {
+    let j = jail!("writable");
+    let out = j.run(
+        "echo data > ./made-inside && echo PROJECT-OK; \
+         for p in /usr/x /etc/x /x /opt/x /sys/x; do touch $p 2>/dev/null && echo \"WROTE $p\"; done; \
+         echo gone > ~/scratch-in-home && echo HOME-TMP-OK",
+    );
+    assert!(
+        out.stdout.contains("PROJECT-OK") && out.stdout.contains("HOME-TMP-OK"),
+        "{out}"
+    );
+    assert!(!out.stdout.contains("WROTE"), "{out}");
+    assert!(
+        j.project.join("made-inside").exists(),
+        "project write must persist"
+    );
+    assert!(
+        !j.rig.home.join("scratch-in-home").exists(),
+        "tmpwrite home must not persist"
+    );
+}
+
+#[test]
+fn read_only_paths_fail_with_erofs() {
+    let j = jail!("erofs");
+    let out = j.run("touch /usr/bin/evil");
+    assert!(out.stderr.contains("Read-only file system"), "{out}");
+}
+
+#[test]
+fn tmp_is_private_per_session() {
+    let j = jail!("tmp");
+    let marker = format!("/tmp/asb-marker-{}", std::process::id());
+    let out = j.run(&format!("echo x > {marker} && ls {marker}"));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        !std::path::Path::new(&marker).exists(),
+        "jail /tmp leaked to the host"
+    );
+    let out = j.run(&format!("ls {marker}"));
+    assert_ne!(
+        out.code, 0,
+        "second session saw the first one's /tmp: {out}"
+    );
+}
+
+#[test]
+fn git_hooks_and_config_are_read_only_and_cannot_be_swapped() {
+    let j = jail!("githooks")
+        .project_file(".git/hooks/pre-commit", "#!/bin/sh\n")
+        .project_file(".git/config", "[core]\n");
+    let out = j.run(
+        "echo evil >> .git/hooks/pre-commit || echo HOOK-RO; \
+         echo '[core] fsmonitor=evil' >> .git/config || echo CONFIG-RO; \
+         touch .git/hooks/post-checkout || echo NEWHOOK-RO; \
+         mv .git .git-old || echo RENAME-BLOCKED; \
+         rm -rf .git/hooks 2>/dev/null; [ -d .git/hooks ] && echo HOOKS-STILL-THERE; \
+         echo ok > .git/description && echo GIT-DIR-WRITABLE",
+    );
+    for want in [
+        "HOOK-RO",
+        "CONFIG-RO",
+        "NEWHOOK-RO",
+        "RENAME-BLOCKED",
+        "HOOKS-STILL-THERE",
+        "GIT-DIR-WRITABLE",
+    ] {
+        assert!(out.stdout.contains(want), "missing {want}: {out}");
+    }
+    assert_eq!(
+        std::fs::read_to_string(j.project.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+}
+
+#[test]
+fn missing_git_cannot_be_created_with_writable_hooks_and_placeholder_is_removed() {
+    let j = jail!("gitinit");
+    let out = j.run(
+        "mkdir -p .git/hooks 2>&1; echo x > .envrc || echo ENVRC-RO; ls -la .git 2>&1 | head -3",
+    );
+    assert!(out.stdout.contains("ENVRC-RO"), "{out}");
+    assert!(
+        !j.project.join(".git/hooks").exists(),
+        "hooks dir was created writable: {out}"
+    );
+    assert!(
+        !j.project.join(".git").exists(),
+        "empty placeholder must be removed after the session"
+    );
+    assert!(
+        !j.project.join(".envrc").exists(),
+        "empty placeholder must be removed after the session"
+    );
+}
+
+#[test]
+fn proc_shows_only_jail_processes() {
+    let j = jail!("proc");
+    let host_pid = std::process::id();
+    let out = j.run(&format!("ls /proc | grep -c '^[0-9]*$'; test -e /proc/{host_pid} && echo HOST-PID-VISIBLE; echo self=$$"));
+    assert!(!out.stdout.contains("HOST-PID-VISIBLE"), "{out}");
+    let count: u32 = out
+        .stdout
+        .lines()
+        .next()
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or(999);
+    assert!(count <= 6, "too many pids visible: {out}");
+    assert!(
+        out.stdout.contains("self=2"),
+        "the command should be pid 2 under our init: {out}"
+    );
+}
+
+#[test]
+fn tokens_in_the_launchers_environment_are_absent_and_pid1_environ_is_clean() {
+    let j = jail!("env")
+        .env("GH_TOKEN", ENV_CANARY)
+        .env("AWS_SECRET_ACCESS_KEY", ENV_CANARY)
+        .env("MY_DB_PASSWORD", ENV_CANARY)
+        .env("HARMLESS", "kept");
+    let out = j.run("env; cat /proc/1/environ 2>&1; tr '\\0' '\\n' < /proc/self/environ");
+    assert!(!out.both().contains(ENV_CANARY), "{out}");
+    assert!(out.stdout.contains("HARMLESS=kept"), "{out}");
+    assert!(out.stdout.contains("AGENT_SANDBOX=1"), "{out}");
+}
+
+#[test]
+fn env_flag_passes_a_named_variable_through() {
+    let j = jail!("envkeep")
+        .env("OPENAI_API_KEY", "sk-test")
+        .arg("--env")
+        .arg("OPENAI_API_KEY")
+        .arg("--env")
+        .arg("FOO=bar");
+    let out = j.run("echo key=$OPENAI_API_KEY foo=$FOO");
+    assert!(out.stdout.contains("key=sk-test foo=bar"), "{out}");
+}
+
+#[test]
+fn host_processes_cannot_be_signalled_or_traced() {
+    let j = jail!("kill");
+    let mut sleeper = std::process::Command::new("sleep");
+    use std::os::unix::process::CommandExt;
+    sleeper.arg("30").uid(j.rig.uid).gid(j.rig.gid);
+    let mut sleeper = sleeper.spawn().expect("sleep");
+    let pid = sleeper.id();
+    let out = j.run(&format!(
+        "{p} kill {pid}; {p} ptrace {pid}; {p} ptrace 1",
+        p = j.probe()
+    ));
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(
+        out.stdout.contains(&"probe kill errno=3".to_string()),
+        "{out}"
+    );
+    assert!(
+        out.stdout.contains("probe ptrace errno=3"),
+        "host pid must not exist: {out}"
+    );
+    assert!(!out.stdout.contains("probe ptrace ok"), "{out}");
+}
+
+#[test]
+fn dangerous_syscalls_fail_with_eperm() {
+    let j = jail!("syscalls");
+    let ops = [
+        "io_uring_setup",
+        "keyctl",
+        "add_key",
+        "bpf",
+        "mount",
+        "unshare_user",
+        "perf_event_open",
+        "userfaultfd",
+        "open_by_handle_at",
+        "chroot",
+        "setns",
+    ];
+    let script: Vec<String> = ops.iter().map(|op| format!("{} {op}", j.probe())).collect();
+    let out = j.run(&script.join("; "));
+    for op in ops {
+        assert!(
+            out.stdout.contains(&format!("probe {op} errno=1 ")),
+            "{op} not refused with EPERM: {out}"
+        );
+    }
+}
+
+#[test]
+fn i386_syscalls_through_int80_are_refused_and_never_executed() {
+    let j = jail!("int80");
+    let out = j.run(&format!(
+        "{i} getpid; {i} mkdir ./made-by-int80; {i} x32 mkdir ./made-by-x32",
+        i = j.int80()
+    ));
+    assert!(out.stdout.contains("ret=-1 errno=1"), "{out}");
+    assert!(
+        !j.project.join("made-by-int80").exists(),
+        "the kernel executed the i386 mkdir: {out}"
+    );
+    assert!(
+        !j.project.join("made-by-x32").exists(),
+        "the kernel executed the x32 mkdir: {out}"
+    );
+}
+
+#[test]
+fn tiocsti_cannot_push_input_into_the_terminal() {
+    let j = jail!("tiocsti");
+    // Under `script` the jail gets its own pty as controlling terminal: the only place the
+    // ioctl could reach, and seccomp refuses it there too.
+    let launcher = format!(
+        "{} --ro {} -q run -- {} tiocsti",
+        j.rig.bin.display(),
+        j.rig.helpers.display(),
+        j.probe()
+    );
+    let mut c = j.command(&[]);
+    let mut cmd = std::process::Command::new("script");
+    cmd.args(["-qec", &launcher, "/dev/null"]);
+    use std::os::unix::process::CommandExt;
+    cmd.env_clear()
+        .envs(
+            c.get_envs()
+                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
+        )
+        .current_dir(&j.project)
+        .uid(j.rig.uid)
+        .gid(j.rig.gid);
+    let _ = &mut c;
+    let out = j.output(&mut cmd);
+    assert!(out.stdout.contains("probe tiocsti errno=1"), "{out}");
+}
+
+#[test]
+fn exit_codes_and_signals_propagate() {
+    let j = jail!("exit");
+    assert_eq!(j.run("exit 7").code, 7);
+    assert_eq!(j.run("kill -TERM $$").code, 143);
+    let out = j.output(&mut j.command(&["-q", "run", "--", "no-such-command-xyz"]));
+    assert_eq!(out.code, 127, "{out}");
+    assert!(out.stderr.contains("command not found"), "{out}");
+}
+
+#[test]
+fn sigterm_to_the_launcher_reaches_the_command() {
+    let j = jail!("sigterm");
+    let mut c = j.command(&[
+        "-q",
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "trap 'echo got-term; exit 3' TERM; echo ready; sleep 30 & wait",
+    ]);
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .stdin(std::process::Stdio::null());
+    let mut child = c.spawn().expect("spawn");
+    let mut stdout = child.stdout.take().expect("stdout");
+    let mut first = [0u8; 6];
+    std::io::Read::read_exact(&mut stdout, &mut first).expect("ready line");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("kill");
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).expect("read");
+    let st = child.wait().expect("wait");
+    assert!(rest.contains("got-term"), "{rest}");
+    assert_eq!(st.code(), Some(3));
+}
+
+#[test]
+fn pid1_reaps_orphans() {
+    let j = jail!("reap");
+    let out = j.run("for i in 1 2 3 4 5; do (sleep 0.1 &) ; done; sleep 0.5; ps -eo stat 2>/dev/null | grep -c Z || true");
+    assert!(out.stdout.trim_end().ends_with('0'), "zombies left: {out}");
+}
+
+#[test]
+fn interactive_shell_works_under_a_pty() {
+    let j = jail!("pty");
+    let launcher = format!("{} -q run -- bash --norc -i", j.rig.bin.display());
+    let mut cmd = std::process::Command::new("script");
+    use std::os::unix::process::CommandExt;
+    cmd.args(["-qec", &launcher, "/dev/null"])
+        .env_clear()
+        .env("HOME", &j.rig.home)
+        .env("PATH", "/usr/bin:/bin")
+        .env("TERM", "xterm")
+        .current_dir(&j.project)
+        .uid(j.rig.uid)
+        .gid(j.rig.gid);
+    let j = j.stdin("tty; echo inside-$((40+2)); exit 5\n");
+    let out = j.output(&mut cmd);
+    assert!(out.stdout.contains("inside-42"), "{out}");
+    assert!(out.stdout.contains("/dev/pts/"), "{out}");
+    assert_eq!(out.code, 5, "{out}");
+}
+
+#[test]
+fn pipes_work_both_ways() {
+    let j = jail!("pipes").stdin("line one\nline two\n");
+    let out = j.output(&mut j.command(&["-q", "run", "--", "sh", "-c", "wc -l"]));
+    assert_eq!(out.stdout.trim(), "2", "{out}");
+}
+
+#[test]
+fn passwd_is_synthesized_and_identity_works() {
+    let j = jail!("passwd");
+    let out = j.run("id -un; whoami; hostname; grep -c . /etc/passwd; grep asbother /etc/passwd || echo NO-OTHER; ls -ld .");
+    assert!(
+        out.stdout.starts_with("asbtest\nasbtest\nagent-sandbox\n"),
+        "{out}"
+    );
+    assert!(out.stdout.contains("NO-OTHER"), "{out}");
+    assert!(out.stdout.contains("asbtest asbtest"), "{out}");
+}
+
+#[test]
+fn dev_is_minimal() {
+    let j = jail!("dev");
+    let out = j.run("ls /dev | tr '\\n' ' '; echo; echo x > /dev/null && echo NULL-OK; head -c4 /dev/urandom | wc -c");
+    for must in ["null", "zero", "urandom", "tty", "pts", "ptmx", "shm"] {
+        assert!(out.stdout.contains(must), "{must} missing: {out}");
+    }
+    for must_not in ["sda", "vda", "mem ", "kmsg", "net"] {
+        assert!(!out.stdout.contains(must_not), "{must_not} visible: {out}");
+    }
+    assert!(out.stdout.contains("NULL-OK"), "{out}");
+}
+
+#[test]
+fn bypass_routes_to_hidden_files_are_blocked() {
+    let j = jail!("bypass");
+    let key = j.rig.home.join(".ssh/id_ed25519");
+    let key = key.display();
+    // A symlink planted on the host before the session, pointing at the key.
+    std::os::unix::fs::symlink(
+        j.rig.home.join(".ssh/id_ed25519"),
+        j.project.join("planted"),
+    )
+    .unwrap();
+    let out = j.run(&format!(
+        "cat /proc/self/root{key}; cat /proc/1/root{key}; /lib64/ld-linux-x86-64.so.2 /bin/cat {key}; \
+         ln -s {key} ./l && cat ./l; ln {key} ./h; cat ./planted; {p} open_by_handle_at",
+        p = j.probe()
+    ));
+    assert!(!out.both().contains(SSH_CANARY), "{out}");
+    assert!(
+        out.stdout.contains("probe open_by_handle_at errno=1"),
+        "{out}"
+    );
+}
+
+#[test]
+fn hidden_file_inside_the_project_shows_empty() {
+    let j = jail!("hideinproj").project_file("secrets.env", "TOKEN=CANARY-IN-PROJECT");
+    let hide = j.project.join("secrets.env").display().to_string();
+    let j = j.arg("--hide").arg(&hide);
+    let out = j.run("cat secrets.env; echo; echo x > secrets.env || echo MASK-RO");
+    assert!(!out.stdout.contains("CANARY-IN-PROJECT"), "{out}");
+    assert!(out.stdout.contains("MASK-RO"), "{out}");
+}
+
+#[test]
+fn sibling_sessions_cannot_see_each_other() {
+    let a = jail!("sib-a");
+    let b = jail!("sib-b").project_file("b-secret", "B");
+    let out = a.run(&format!(
+        "ls {} 2>&1; cat {}/b-secret 2>&1",
+        b.project.display(),
+        b.project.display()
+    ));
+    assert!(out.stdout.contains("No such file or directory"), "{out}");
+}
+
+#[test]
+fn cwd_inside_the_project_is_kept() {
+    let j = jail!("cwd").project_file("sub/dir/f", "x");
+    let sub = j.project.join("sub/dir");
+    let j = j.cwd(&sub);
+    let out = j.run("pwd; ls");
+    assert!(
+        out.stdout.starts_with(&format!("{}\nf", sub.display())),
+        "{out}"
+    );
+}
+
+#[test]
+fn malformed_config_stops_the_launch_with_file_and_line() {
+    let j = jail!("badcfg");
+    let cfg = j.rig.home.join("t/badcfg-policy.toml");
+    std::fs::write(&cfg, "[net]\nmode = \"isolated\"\nmdoe = 1\n").unwrap();
+    std::os::unix::fs::chown(&cfg, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let j = j.arg("--policy").arg(&cfg.display().to_string());
+    let out = j.run("touch ./ran");
+    assert_eq!(out.code, 126, "{out}");
+    assert!(
+        out.stderr.contains("badcfg-policy.toml:3:") && out.stderr.contains("net.mdoe"),
+        "{out}"
+    );
+    assert!(
+        !j.project.join("ran").exists(),
+        "the command ran despite a bad policy"
+    );
+}
+
+#[test]
+fn policy_file_inside_the_project_is_refused() {
+    let j = jail!("cfginproj").project_file("policy.toml", "[net]\nmode = \"open\"\n");
+    let p = j.project.join("policy.toml").display().to_string();
+    let j = j.arg("--policy").arg(&p);
+    let out = j.run("touch ./ran");
+    assert_eq!(out.code, 126, "{out}");
+    assert!(out.stderr.contains("inside the project"), "{out}");
+    assert!(!j.project.join("ran").exists());
+}
+
+#[test]
+fn bad_project_directories_are_refused() {
+    let j = jail!("badproj");
+    for (proj, why) in [
+        ("/", "cannot be a project"),
+        (j.rig.home.to_str().unwrap(), "home directory"),
+        ("/nonexistent-dir", "does not exist"),
+    ] {
+        let out = j.output(&mut j.command(&["-q", "--project", proj, "run", "--", "true"]));
+        assert_eq!(out.code, 126, "{proj}: {out}");
+        assert!(
+            out.stderr.contains(why) && out.stderr.contains("fix:"),
+            "{proj}: {out}"
+        );
+    }
+}
+
+#[test]
+fn huge_argument_is_passed_or_refused_cleanly() {
+    let j = jail!("hugearg");
+    let big = "a".repeat(100_000);
+    let out = j.output(&mut j.command(&["-q", "run", "--", "sh", "-c", "echo ${#0}", &big]));
+    assert_eq!(out.stdout.trim(), "100000", "{out}");
+}
+
+#[test]
+fn dry_run_prints_the_plan_and_runs_nothing() {
+    let j = jail!("dryrun");
+    let out = j.output(&mut j.command(&["--dry-run", "run", "--", "touch", "./ran"]));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout.contains("dry run") && out.stdout.contains("mounts, in order"),
+        "{out}"
+    );
+    assert!(!j.project.join("ran").exists());
+}
+
+#[test]
+fn policy_show_names_the_layer_of_each_value() {
+    let j = jail!("show");
+    let out = j.output(&mut j.command(&["--net", "isolated", "policy", "show"]));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout.contains("net.mode") && out.stdout.contains("command line"),
+        "{out}"
+    );
+    assert!(
+        out.stdout.contains("~/.ssh") && out.stdout.contains("built-in"),
+        "{out}"
+    );
+}
+
+#[test]
+fn doctor_reports_this_host() {
+    let j = jail!("doctor");
+    let out = j.output(&mut j.command(&["doctor"]));
+    assert!(
+        out.stdout.contains("user namespaces") && out.stdout.contains("landlock"),
+        "{out}"
+    );
+    assert!(out.stdout.contains("/dev/net/tun"), "{out}");
+}
+
+#[test]
+fn startup_line_is_printed_unless_quiet() {
+    let j = jail!("banner");
+    let out = j.output(&mut j.command(&["run", "--", "true"]));
+    assert!(
+        out.stderr.contains("agent-sandbox: ~/t/banner") && out.stderr.contains("backend userns"),
+        "{out}"
+    );
+    let out = j.output(&mut j.command(&["-q", "--net", "isolated", "run", "--", "true"]));
+    assert_eq!(out.stderr, "", "{out}");
+}
+
+#[test]
+fn isolated_network_has_loopback_only() {
+    let j = jail!("netiso").arg("--net").arg("isolated");
+    let out = j.run("cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '");
+    assert_eq!(out.stdout.trim(), "lo", "{out}");
+}
+
+#[test]
+fn profile_runs_its_agent_command() {
+    let j = jail!("profile");
+    let out = j.output(&mut j.command(&["-q", "--net", "isolated", "codex", "--version"]));
+    assert_eq!(
+        out.code, 127,
+        "codex is not installed here, so the jail must say command not found: {out}"
+    );
+    assert!(out.stderr.contains("codex: command not found"), "{out}");
+    let out = j.output(&mut j.command(&["-q", "no-such-profile"]));
+    assert_eq!(out.code, 126, "{out}");
+    assert!(out.stderr.contains("no profile named"), "{out}");
+}

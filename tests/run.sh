@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Runs every test of agent-sandbox: format and lint checks, unit tests, and the integration
+# tests that run the real binary as an unprivileged user and assert from inside the jail.
+# As root on Debian/Ubuntu it first installs what the tests need and creates the test users;
+# the Rust tests then drop to those users for every launch.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ "$(id -u)" = 0 ]; then
+  need=()
+  command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
+  command -v script >/dev/null 2>&1 || need+=(bsdutils)
+  command -v ps >/dev/null 2>&1 || need+=(procps)
+  command -v git >/dev/null 2>&1 || need+=(git)
+  if [ "${#need[@]}" -gt 0 ]; then
+    echo "tests/run.sh: installing ${need[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      -o DPkg::Lock::Timeout=600 "${need[@]}"
+  fi
+  for u in asbtest asbother; do
+    id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"
+  done
+  # The test user must be able to reach the built binary and the test helpers.
+  chmod o+rx . 2>/dev/null || true
+  mkdir -p target && chmod o+rx target
+else
+  echo "tests/run.sh: not root: the integration tests will be skipped (run as root to drop to the test user)" >&2
+fi
+
+cargo fmt --all --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace
