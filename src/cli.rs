@@ -30,12 +30,7 @@ pub struct Cli {
 pub enum Command {
     /// Run a command in the jail: agent-sandbox run [OPTIONS] -- CMD [ARGS]
     Run {
-        #[arg(
-            required = true,
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            value_name = "CMD"
-        )]
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "CMD")]
         command: Vec<OsString>,
     },
     /// Check this host: namespaces, Landlock, seccomp, tun, Slurm, policy files; and how to fix what fails.
@@ -142,20 +137,10 @@ pub fn cli_layer(o: &RunOpts) -> Result<Layer, String> {
         devices: some(o.device.clone()),
         ..Default::default()
     });
-    layer.home = Some(HomeSection {
-        access: o.home_access,
-        read: some(home_ro),
-        write: some(home_rw),
-        ..Default::default()
-    });
-    layer.net = Some(NetSection {
-        mode: o.net,
-        ..Default::default()
-    });
-    layer.sandbox = Some(SandboxSection {
-        backend: o.backend,
-        ..Default::default()
-    });
+    layer.home =
+        Some(HomeSection { access: o.home_access, read: some(home_ro), write: some(home_rw), ..Default::default() });
+    layer.net = Some(NetSection { mode: o.net, ..Default::default() });
+    layer.sandbox = Some(SandboxSection { backend: o.backend, ..Default::default() });
     let mut keep = vec![];
     let mut set = BTreeMap::new();
     for e in &o.env {
@@ -169,10 +154,6 @@ pub fn cli_layer(o: &RunOpts) -> Result<Layer, String> {
     if keep.iter().any(|k| k.is_empty()) || set.keys().any(|k| k.is_empty()) {
         return Err("--env needs NAME or NAME=VALUE".into());
     }
-    layer.env = Some(EnvSection {
-        keep: some(keep),
-        set: (!set.is_empty()).then_some(set),
-        ..Default::default()
-    });
+    layer.env = Some(EnvSection { keep: some(keep), set: (!set.is_empty()).then_some(set), ..Default::default() });
     Ok(layer)
 }

@@ -25,24 +25,12 @@ struct Check {
     fix: Option<String>,
 }
 
-fn check(
-    name: &'static str,
-    status: Status,
-    detail: impl Into<String>,
-    fix: Option<&str>,
-) -> Check {
-    Check {
-        name,
-        status,
-        detail: detail.into(),
-        fix: fix.map(str::to_string),
-    }
+fn check(name: &'static str, status: Status, detail: impl Into<String>, fix: Option<&str>) -> Check {
+    Check { name, status, detail: detail.into(), fix: fix.map(str::to_string) }
 }
 
 fn read(p: &str) -> Option<String> {
-    std::fs::read_to_string(p)
-        .ok()
-        .map(|s| s.trim().to_string())
+    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
 }
 
 /// Forks a child that tries to create a user namespace: the sysctls can say yes while a
@@ -51,15 +39,12 @@ fn probe_userns() -> Result<(), String> {
     // SAFETY: the child only makes raw syscalls and _exits.
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
-            let ok = nix::sched::unshare(
-                nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNS,
-            )
-            .is_ok();
+            let ok = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNS)
+                .is_ok();
             // SAFETY: _exit ends the probe child at once.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) }
         }
-        Ok(nix::unistd::ForkResult::Parent { child }) => match nix::sys::wait::waitpid(child, None)
-        {
+        Ok(nix::unistd::ForkResult::Parent { child }) => match nix::sys::wait::waitpid(child, None) {
             Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
             _ => Err("unshare(CLONE_NEWUSER) failed in a probe child".into()),
         },
@@ -70,16 +55,8 @@ fn probe_userns() -> Result<(), String> {
 fn checks() -> Vec<Check> {
     let mut v = vec![];
     let uname = nix::sys::utsname::uname().ok();
-    let release = uname
-        .as_ref()
-        .map(|u| u.release().to_string_lossy().to_string())
-        .unwrap_or_default();
-    v.push(check(
-        "kernel",
-        Status::Info,
-        format!("Linux {release}"),
-        None,
-    ));
+    let release = uname.as_ref().map(|u| u.release().to_string_lossy().to_string()).unwrap_or_default();
+    v.push(check("kernel", Status::Info, format!("Linux {release}"), None));
 
     let ns = host::userns_support();
     let probe = probe_userns();
@@ -93,9 +70,21 @@ fn checks() -> Vec<Check> {
         )),
     }
     match read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() {
-        Some("1") => v.push(check("apparmor userns", Status::Fail, "kernel.apparmor_restrict_unprivileged_userns = 1: AppArmor blocks user namespaces for unconfined programs", Some("install the AppArmor profile from docs/admin/apparmor.md for the agent-sandbox binary"))),
-        Some(x) => v.push(check("apparmor userns", Status::Ok, format!("kernel.apparmor_restrict_unprivileged_userns = {x}"), None)),
-        None => v.push(check("apparmor userns", Status::Ok, "no AppArmor user-namespace restriction on this kernel", None)),
+        Some("1") => v.push(check(
+            "apparmor userns",
+            Status::Fail,
+            "kernel.apparmor_restrict_unprivileged_userns = 1: AppArmor blocks user namespaces for unconfined programs",
+            Some("install the AppArmor profile from docs/admin/apparmor.md for the agent-sandbox binary"),
+        )),
+        Some(x) => v.push(check(
+            "apparmor userns",
+            Status::Ok,
+            format!("kernel.apparmor_restrict_unprivileged_userns = {x}"),
+            None,
+        )),
+        None => {
+            v.push(check("apparmor userns", Status::Ok, "no AppArmor user-namespace restriction on this kernel", None))
+        }
     }
     let abi = host::landlock_abi();
     v.push(match abi {
@@ -104,26 +93,24 @@ fn checks() -> Vec<Check> {
         a if a < 6 => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs + TCP rules, no signal/abstract-socket scoping (ABI 6)"), None),
         a => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs rules, TCP port floor, signal and abstract-socket scoping; weaker than namespaces: no private /tmp or /proc, hidden paths give EACCES not ENOENT, protected paths are writable, no UDP filtering"), None),
     });
-    v.push(
-        if Path::new("/proc/sys/kernel/seccomp/actions_avail").exists() {
-            check(
-                "seccomp",
-                Status::Ok,
-                format!(
-                    "seccomp filters available ({})",
-                    read("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default()
-                ),
-                None,
-            )
-        } else {
-            check(
-                "seccomp",
-                Status::Fail,
-                "the kernel has no seccomp filter support",
-                Some("a kernel with CONFIG_SECCOMP_FILTER is required"),
-            )
-        },
-    );
+    v.push(if Path::new("/proc/sys/kernel/seccomp/actions_avail").exists() {
+        check(
+            "seccomp",
+            Status::Ok,
+            format!(
+                "seccomp filters available ({})",
+                read("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default()
+            ),
+            None,
+        )
+    } else {
+        check(
+            "seccomp",
+            Status::Fail,
+            "the kernel has no seccomp filter support",
+            Some("a kernel with CONFIG_SECCOMP_FILTER is required"),
+        )
+    });
     v.push(match std::fs::metadata("/dev/net/tun") {
         Ok(m) if m.permissions().mode() & 0o006 == 0o006 => check("/dev/net/tun", Status::Ok, format!("present, mode {:o}", m.permissions().mode() & 0o777), None),
         Ok(m) => check(
@@ -134,26 +121,28 @@ fn checks() -> Vec<Check> {
         ),
         Err(_) => check("/dev/net/tun", Status::Warn, "missing: the filtered network mode cannot run", Some("as root: modprobe tun")),
     });
-    v.push(check("network modes", Status::Info, "isolated and open run here; filtered and proxied are not built in this version (the network work adds them)", None));
+    v.push(check(
+        "network modes",
+        Status::Info,
+        "isolated and open run here; filtered and proxied are not built in this version (the network work adds them)",
+        None,
+    ));
     v.push(match read("/proc/sys/net/ipv4/ping_group_range") {
-        Some(r) => check(
-            "ping_group_range",
-            Status::Info,
-            format!("net.ipv4.ping_group_range = {r}"),
-            None,
-        ),
+        Some(r) => check("ping_group_range", Status::Info, format!("net.ipv4.ping_group_range = {r}"), None),
         None => check("ping_group_range", Status::Info, "unknown", None),
     });
     let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     v.push(if v2 {
-        check("cgroups", Status::Info, "cgroup v2: per-session limits use a delegated subtree when systemd gives one, else rlimits", None)
+        check(
+            "cgroups",
+            Status::Info,
+            "cgroup v2: per-session limits use a delegated subtree when systemd gives one, else rlimits",
+            None,
+        )
     } else {
         check("cgroups", Status::Info, "cgroup v1 (no delegation): per-session limits use rlimits", None)
     });
-    let sbatch = crate::jail::find_in_path(
-        "sbatch",
-        &[("PATH".into(), std::env::var("PATH").unwrap_or_default())],
-    );
+    let sbatch = crate::jail::find_in_path("sbatch", &[("PATH".into(), std::env::var("PATH").unwrap_or_default())]);
     v.push(match sbatch {
         Some(p) => check(
             "slurm",
@@ -161,28 +150,14 @@ fn checks() -> Vec<Check> {
             format!(
                 "sbatch at {}; slurm.conf {}",
                 p.display(),
-                if Path::new("/etc/slurm/slurm.conf").exists() {
-                    "present"
-                } else {
-                    "not in /etc/slurm"
-                }
+                if Path::new("/etc/slurm/slurm.conf").exists() { "present" } else { "not in /etc/slurm" }
             ),
             None,
         ),
-        None => check(
-            "slurm",
-            Status::Info,
-            "no sbatch on PATH: Slurm mediation not needed here",
-            None,
-        ),
+        None => check("slurm", Status::Info, "no sbatch on PATH: Slurm mediation not needed here", None),
     });
     v.push(if Path::new("/run/munge/munge.socket.2").exists() {
-        check(
-            "munge",
-            Status::Info,
-            "munge socket present on the host (hidden inside the jail)",
-            None,
-        )
+        check("munge", Status::Info, "munge socket present on the host (hidden inside the jail)", None)
     } else {
         check("munge", Status::Info, "no munge socket on this host", None)
     });
@@ -191,55 +166,35 @@ fn checks() -> Vec<Check> {
 }
 
 fn policy_checks(v: &mut Vec<Check>) {
-    let home = nix::unistd::User::from_uid(nix::unistd::getuid())
-        .ok()
-        .flatten()
-        .map(|u| u.dir)
-        .unwrap_or_default();
-    let paths = PolicyPaths::new(
-        &home,
-        std::env::var_os("XDG_CONFIG_HOME")
-            .map(std::path::PathBuf::from)
-            .as_deref(),
-    );
+    let home = nix::unistd::User::from_uid(nix::unistd::getuid()).ok().flatten().map(|u| u.dir).unwrap_or_default();
+    let paths = PolicyPaths::new(&home, std::env::var_os("XDG_CONFIG_HOME").map(std::path::PathBuf::from).as_deref());
     for (name, path, kind, root) in [
         ("site config", paths.site_config(), FileKind::Site, true),
         ("admin lock file", paths.admin_file(), FileKind::Admin, true),
-        (
-            "user config",
-            paths.user_config.clone(),
-            FileKind::User,
-            false,
-        ),
+        ("user config", paths.user_config.clone(), FileKind::User, false),
     ] {
         let Ok(meta) = std::fs::metadata(&path) else {
-            v.push(check(
-                name,
-                Status::Info,
-                format!("{} not present", path.display()),
-                None,
-            ));
+            v.push(check(name, Status::Info, format!("{} not present", path.display()), None));
             continue;
         };
         if root && (meta.uid() != 0 || meta.mode() & 0o022 != 0) {
-            v.push(check(name, Status::Fail, format!("{} is not root-owned or is group/world-writable: every launch refuses to start", path.display()), Some("chown root:root FILE; chmod 0644 FILE")));
+            v.push(check(
+                name,
+                Status::Fail,
+                format!(
+                    "{} is not root-owned or is group/world-writable: every launch refuses to start",
+                    path.display()
+                ),
+                Some("chown root:root FILE; chmod 0644 FILE"),
+            ));
             continue;
         }
         let parsed = std::fs::read_to_string(&path)
             .map_err(|e| e.to_string())
-            .and_then(|t| {
-                policy::parse_layer(&t, &path, kind)
-                    .map(drop)
-                    .map_err(|e| e.to_string())
-            });
+            .and_then(|t| policy::parse_layer(&t, &path, kind).map(drop).map_err(|e| e.to_string()));
         v.push(match parsed {
             Ok(()) => check(name, Status::Ok, format!("{} parses", path.display()), None),
-            Err(e) => check(
-                name,
-                Status::Fail,
-                e,
-                Some("fix the file; every launch refuses to start until then"),
-            ),
+            Err(e) => check(name, Status::Fail, e, Some("fix the file; every launch refuses to start until then")),
         });
     }
 }
@@ -262,15 +217,10 @@ pub fn run(json: bool) -> i32 {
             }
         }
     }
-    let userns_ok = all
-        .iter()
-        .any(|c| c.name == "user namespaces" && c.status == Status::Ok);
-    let landlock_ok = all
-        .iter()
-        .any(|c| c.name == "landlock" && c.status != Status::Warn);
-    let policy_ok = !all.iter().any(|c| {
-        c.status == Status::Fail && (c.name.contains("config") || c.name.contains("admin"))
-    });
+    let userns_ok = all.iter().any(|c| c.name == "user namespaces" && c.status == Status::Ok);
+    let landlock_ok = all.iter().any(|c| c.name == "landlock" && c.status != Status::Warn);
+    let policy_ok =
+        !all.iter().any(|c| c.status == Status::Fail && (c.name.contains("config") || c.name.contains("admin")));
     if (userns_ok || landlock_ok) && policy_ok {
         0
     } else {

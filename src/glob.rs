@@ -9,9 +9,7 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 
 /// Case-insensitive (ASCII) variant, for environment patterns such as `*password*`.
 pub fn glob_match_ci(pattern: &str, text: &str) -> bool {
-    glob_bytes(pattern.as_bytes(), text.as_bytes(), |a, b| {
-        a.eq_ignore_ascii_case(&b)
-    })
+    glob_bytes(pattern.as_bytes(), text.as_bytes(), |a, b| a.eq_ignore_ascii_case(&b))
 }
 
 fn glob_bytes(p: &[u8], t: &[u8], eq: impl Fn(u8, u8) -> bool) -> bool {

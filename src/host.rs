@@ -25,28 +25,44 @@ pub trait HostFs {
     fn canonicalize(&self, p: &Path) -> Option<PathBuf>;
 }
 
-pub struct RealFs;
+/// The host filesystem, with `kind` and `read_dir` answers cached for one plan (the same
+/// directories, /dev above all, are asked about several times).
+#[derive(Default)]
+pub struct RealFs {
+    kinds: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<Kind>>>,
+    dirs: std::cell::RefCell<std::collections::HashMap<PathBuf, Vec<OsString>>>,
+}
 
 impl HostFs for RealFs {
     fn kind(&self, p: &Path) -> Option<Kind> {
-        let ft = std::fs::symlink_metadata(p).ok()?.file_type();
-        Some(if ft.is_symlink() {
-            Kind::Symlink
-        } else if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_file() {
-            Kind::File
-        } else if ft.is_char_device() {
-            Kind::Char
-        } else {
-            Kind::Other
-        })
+        if let Some(k) = self.kinds.borrow().get(p) {
+            return *k;
+        }
+        let k = std::fs::symlink_metadata(p).ok().map(|m| {
+            let ft = m.file_type();
+            if ft.is_symlink() {
+                Kind::Symlink
+            } else if ft.is_dir() {
+                Kind::Dir
+            } else if ft.is_file() {
+                Kind::File
+            } else if ft.is_char_device() {
+                Kind::Char
+            } else {
+                Kind::Other
+            }
+        });
+        self.kinds.borrow_mut().insert(p.to_path_buf(), k);
+        k
     }
     fn read_dir(&self, p: &Path) -> Vec<OsString> {
-        let mut v: Vec<OsString> = std::fs::read_dir(p)
-            .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
-            .unwrap_or_default();
+        if let Some(v) = self.dirs.borrow().get(p) {
+            return v.clone();
+        }
+        let mut v: Vec<OsString> =
+            std::fs::read_dir(p).map(|rd| rd.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
         v.sort();
+        self.dirs.borrow_mut().insert(p.to_path_buf(), v.clone());
         v
     }
     fn read_link(&self, p: &Path) -> Option<PathBuf> {
@@ -81,9 +97,7 @@ impl FakeFs {
     fn add(&mut self, p: &str, k: Kind, link: Option<PathBuf>) {
         let path = PathBuf::from(p);
         for a in path.ancestors().skip(1) {
-            self.entries
-                .entry(a.to_path_buf())
-                .or_insert((Kind::Dir, None));
+            self.entries.entry(a.to_path_buf()).or_insert((Kind::Dir, None));
         }
         self.entries.insert(path, (k, link));
     }
@@ -138,6 +152,10 @@ pub struct HostFacts {
     pub etc_hosts: String,
     pub userns: UsernsSupport,
     pub landlock_abi: u32,
+    /// Overlayfs can be mounted inside a user namespace (Linux 5.11+).
+    pub overlay_in_userns: bool,
+    /// Every mount point of the host, from /proc/self/mountinfo.
+    pub mountpoints: Vec<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -152,22 +170,12 @@ impl HostFacts {
     pub fn gather() -> Result<HostFacts, HostError> {
         let uid = nix::unistd::getuid();
         let gid = nix::unistd::getgid();
-        let pw = nix::unistd::User::from_uid(uid)
-            .ok()
-            .flatten()
-            .ok_or(HostError::NoUser(uid.as_raw()))?;
-        let group = nix::unistd::Group::from_gid(gid)
-            .ok()
-            .flatten()
-            .map(|g| g.name)
-            .unwrap_or_else(|| gid.to_string());
+        let pw = nix::unistd::User::from_uid(uid).ok().flatten().ok_or(HostError::NoUser(uid.as_raw()))?;
+        let group = nix::unistd::Group::from_gid(gid).ok().flatten().map(|g| g.name).unwrap_or_else(|| gid.to_string());
         let home_canonical = std::fs::canonicalize(&pw.dir).unwrap_or_else(|_| pw.dir.clone());
-        let exe = std::fs::read_link("/proc/self/exe")
-            .or_else(|_| std::env::current_exe())
-            .map_err(HostError::Exe)?;
-        let env = std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .collect();
+        let exe = std::fs::read_link("/proc/self/exe").or_else(|_| std::env::current_exe()).map_err(HostError::Exe)?;
+        let env =
+            std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
         Ok(HostFacts {
             uid: uid.as_raw(),
@@ -184,15 +192,34 @@ impl HostFacts {
             etc_hosts: read("/etc/hosts"),
             userns: userns_support(),
             landlock_abi: landlock_abi(),
+            overlay_in_userns: kernel_at_least(5, 11),
+            mountpoints: mountpoints(),
         })
     }
 
     pub fn env_var(&self, name: &str) -> Option<&str> {
-        self.env
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        self.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
+}
+
+/// Whether the running kernel is at least `major.minor`.
+pub fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let Ok(u) = nix::sys::utsname::uname() else { return false };
+    let rel = u.release().to_string_lossy().to_string();
+    let mut it = rel.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse::<u32>().ok());
+    let (ma, mi) = (it.next().unwrap_or(0), it.next().unwrap_or(0));
+    (ma, mi) >= (major, minor)
+}
+
+fn mountpoints() -> Vec<PathBuf> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|m| {
+            PathBuf::from(m.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\"))
+        })
+        .collect()
 }
 
 fn read_sysctl(p: &str) -> Option<i64> {
@@ -202,10 +229,7 @@ fn read_sysctl(p: &str) -> Option<i64> {
 /// Reads the knobs that decide whether an unprivileged user namespace can be created.
 /// Cheap file reads only; the launcher still reports the real error if clone fails.
 pub fn userns_support() -> UsernsSupport {
-    let no = |why: &str| UsernsSupport {
-        available: false,
-        why_not: Some(why.to_string()),
-    };
+    let no = |why: &str| UsernsSupport { available: false, why_not: Some(why.to_string()) };
     if !Path::new("/proc/self/ns/user").exists() {
         return no("the kernel has no user namespaces (CONFIG_USER_NS off)");
     }
@@ -216,14 +240,9 @@ pub fn userns_support() -> UsernsSupport {
         return no("kernel.unprivileged_userns_clone = 0");
     }
     if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) {
-        return no(
-            "kernel.apparmor_restrict_unprivileged_userns = 1 (AppArmor restricts user namespaces)",
-        );
+        return no("kernel.apparmor_restrict_unprivileged_userns = 1 (AppArmor restricts user namespaces)");
     }
-    UsernsSupport {
-        available: true,
-        why_not: None,
-    }
+    UsernsSupport { available: true, why_not: None }
 }
 
 /// The Landlock ABI version, 0 if unavailable.

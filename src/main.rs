@@ -10,6 +10,7 @@ mod net;
 mod plan;
 mod policy;
 mod show;
+mod timing;
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -25,10 +26,7 @@ struct Failure {
 
 impl Failure {
     fn new(message: impl Into<String>) -> Self {
-        Failure {
-            message: message.into(),
-            fix: None,
-        }
+        Failure { message: message.into(), fix: None }
     }
 }
 
@@ -60,10 +58,12 @@ fn main() {
             EXIT_CANNOT_START
         }
     };
+    crate::timing::mark("exit");
     std::process::exit(code);
 }
 
 fn real_main() -> Result<i32, Failure> {
+    crate::timing::mark("start");
     let args = cli::Cli::parse();
     init_tracing(args.opts.verbose);
     match &args.command {
@@ -84,24 +84,24 @@ fn real_main() -> Result<i32, Failure> {
 
 fn os_args(v: &[std::ffi::OsString]) -> Result<Vec<String>, Failure> {
     v.iter()
-        .map(|a| {
-            a.clone()
-                .into_string()
-                .map_err(|a| Failure::new(format!("argument {a:?} is not valid UTF-8")))
-        })
+        .map(|a| a.clone().into_string().map_err(|a| Failure::new(format!("argument {a:?} is not valid UTF-8"))))
         .collect()
 }
 
+/// Diagnostics only when asked for (-v or AGENT_SANDBOX_LOG): building a filter costs
+/// more than the rest of startup, and warnings that matter go to stderr directly.
 fn init_tracing(verbose: u8) {
+    let env = std::env::var("AGENT_SANDBOX_LOG").ok();
+    if verbose == 0 && env.is_none() {
+        return;
+    }
     let level = match verbose {
-        0 => "warn",
-        1 => "info",
+        0 | 1 => "info",
         _ => "debug",
     };
-    let filter = std::env::var("AGENT_SANDBOX_LOG").unwrap_or_else(|_| level.to_string());
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
-        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_env_filter(tracing_subscriber::EnvFilter::new(env.as_deref().unwrap_or(level)))
         .without_time()
         .try_init();
 }
@@ -114,38 +114,24 @@ struct Context {
 }
 
 fn context(opts: &cli::RunOpts) -> Result<Context, Failure> {
+    crate::timing::mark("ctx");
     let facts = host::HostFacts::gather()?;
+    crate::timing::mark("facts");
     let cwd = std::env::current_dir().map_err(|e| Failure {
         message: format!("cannot determine the current directory: {e}"),
         fix: Some("fix: cd into your project directory, or pass --project DIR".into()),
     })?;
     let project = opts.project.clone().unwrap_or_else(|| cwd.clone());
-    let project = if project.is_absolute() {
-        project
-    } else {
-        cwd.join(project)
-    };
+    let project = if project.is_absolute() { project } else { cwd.join(project) };
     let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from);
     let paths = policy::PolicyPaths::new(&facts.home, xdg.as_deref());
-    Ok(Context {
-        facts,
-        paths,
-        project,
-        cwd,
-    })
+    Ok(Context { facts, paths, project, cwd })
 }
 
-fn load_policy(
-    ctx: &Context,
-    opts: &cli::RunOpts,
-    profile: Option<&str>,
-) -> Result<policy::Policy, Failure> {
+fn load_policy(ctx: &Context, opts: &cli::RunOpts, profile: Option<&str>) -> Result<policy::Policy, Failure> {
     let cli_layer = cli::cli_layer(opts).map_err(Failure::new)?;
-    let canon_project = Some(plan::check_project_basics(
-        &ctx.facts,
-        &host::RealFs,
-        &ctx.project,
-    )?);
+    let canon_project = Some(plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project)?);
+    crate::timing::mark("basics");
     Ok(policy::load(policy::LoadRequest {
         paths: &ctx.paths,
         home: &ctx.facts.home,
@@ -171,33 +157,21 @@ fn launch(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32,
     let command = match what {
         What::Command(c) => c,
         What::Agent(args) => {
-            let base = pol
-                .agent
-                .as_ref()
-                .and_then(|a| a.value.command.clone())
-                .unwrap_or_default();
+            let base = pol.agent.as_ref().and_then(|a| a.value.command.clone()).unwrap_or_default();
             if base.is_empty() {
-                return Err(Failure::new(format!(
-                    "profile `{}` names no command",
-                    profile.unwrap_or("?")
-                )));
+                return Err(Failure::new(format!("profile `{}` names no command", profile.unwrap_or("?"))));
             }
             base.into_iter().chain(args).collect()
         }
         What::Shell => vec![ctx.facts.shell.display().to_string()],
     };
-    let req = plan::RunRequest {
-        command,
-        project: ctx.project.clone(),
-        cwd: ctx.cwd.clone(),
-    };
-    let plan = plan::build(&pol, &ctx.facts, &host::RealFs, &req)?;
+    let req = plan::RunRequest { command, project: ctx.project.clone(), cwd: ctx.cwd.clone() };
+    crate::timing::mark("policy");
+    let plan = plan::build(&pol, &ctx.facts, &host::RealFs::default(), &req)?;
+    crate::timing::mark("plan");
     if opts.dry_run {
         if opts.json {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&plan).unwrap_or_default()
-            );
+            println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());
         } else {
             print!("{}", show::plan(&plan));
         }
@@ -230,11 +204,7 @@ fn policy_cmd(opts: &cli::RunOpts, action: &cli::PolicyAction) -> Result<i32, Fa
         cli::PolicyAction::Check { file, admin } => {
             let text = std::fs::read_to_string(file)
                 .map_err(|e| Failure::new(format!("cannot read {}: {e}", file.display())))?;
-            let kind = if *admin {
-                policy::FileKind::Admin
-            } else {
-                policy::FileKind::User
-            };
+            let kind = if *admin { policy::FileKind::Admin } else { policy::FileKind::User };
             let layer = policy::parse_layer(&text, file, kind)?;
             let builtin = policy::SourcedLayer {
                 layer: policy::parse_layer(
@@ -246,17 +216,10 @@ fn policy_cmd(opts: &cli::RunOpts, action: &cli::PolicyAction) -> Result<i32, Fa
             };
             let this = policy::SourcedLayer {
                 layer,
-                source: if *admin {
-                    policy::Source::Admin(file.clone())
-                } else {
-                    policy::Source::User(file.clone())
-                },
+                source: if *admin { policy::Source::Admin(file.clone()) } else { policy::Source::User(file.clone()) },
             };
-            let merged = if *admin {
-                policy::merge(&[builtin], Some(&this))
-            } else {
-                policy::merge(&[builtin, this], None)
-            }?;
+            let merged =
+                if *admin { policy::merge(&[builtin], Some(&this)) } else { policy::merge(&[builtin, this], None) }?;
             for w in &merged.warnings {
                 println!("warning: {w}");
             }

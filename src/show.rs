@@ -16,13 +16,8 @@ fn tilde(p: &Path, home: &Path) -> String {
 
 /// The one startup line: mode, project, backend, what is hidden.
 pub fn banner(plan: &Plan) -> String {
-    let hidden: Vec<String> = plan
-        .hidden
-        .iter()
-        .filter(|h| h.starts_with(&plan.home))
-        .take(4)
-        .map(|h| tilde(h, &plan.home))
-        .collect();
+    let hidden: Vec<String> =
+        plan.hidden.iter().filter(|h| h.starts_with(&plan.home)).take(4).map(|h| tilde(h, &plan.home)).collect();
     format!(
         "agent-sandbox: {} · net {} · home {} · backend {} · hidden {}{}",
         tilde(&plan.project, &plan.home),
@@ -50,11 +45,7 @@ pub fn plan(p: &Plan) -> String {
     let _ = writeln!(s, "  hostname  {}", p.hostname);
     match &p.net.fallback {
         Some(f) => {
-            let _ = writeln!(
-                s,
-                "  network   {} (asked {}; {f})",
-                p.net.effective, p.net.requested
-            );
+            let _ = writeln!(s, "  network   {} (asked {}; {f})", p.net.effective, p.net.requested);
         }
         None => {
             let _ = writeln!(s, "  network   {}", p.net.effective);
@@ -63,11 +54,7 @@ pub fn plan(p: &Plan) -> String {
     let _ = writeln!(
         s,
         "  seccomp   deny set + foreign ABIs; nested user namespaces {}",
-        if p.seccomp.nested_userns {
-            "allowed"
-        } else {
-            "denied"
-        }
+        if p.seccomp.nested_userns { "allowed" } else { "denied" }
     );
     let _ = writeln!(s, "  mounts, in order:");
     for m in &p.mounts {
@@ -75,9 +62,7 @@ pub fn plan(p: &Plan) -> String {
             MountSpec::Tmpfs { target, mode } => {
                 format!("tmpfs    {} (mode {mode:o})", target.display())
             }
-            MountSpec::Bind {
-                source, target, rw, ..
-            } => {
+            MountSpec::Bind { source, target, rw, .. } => {
                 let what = if *rw { "rw" } else { "ro" };
                 if source == target {
                     format!("{what}       {}", target.display())
@@ -85,6 +70,12 @@ pub fn plan(p: &Plan) -> String {
                     format!("{what}       {} <- {}", target.display(), source.display())
                 }
             }
+            MountSpec::Overlay { target, whiteouts, files, .. } => format!(
+                "overlay  {} (read-only; {} hidden entries removed, {} files synthesized)",
+                target.display(),
+                whiteouts.len(),
+                files.len()
+            ),
             MountSpec::TreeBind { target, .. } => format!("  tree   {}", target.display()),
             MountSpec::SealTree { target, rw } => format!(
                 "seal     {} ({}nosuid, nodev, recursively)",
@@ -103,14 +94,10 @@ pub fn plan(p: &Plan) -> String {
             }
             MountSpec::Proc { target } => format!("proc     {}", target.display()),
             MountSpec::Devpts { target } => format!("devpts   {} (new instance)", target.display()),
-            MountSpec::Mask { target, .. } => format!(
-                "mask     {} (hidden inside a writable tree: empty, read-only)",
-                target.display()
-            ),
-            MountSpec::Pin { target } => format!(
-                "pin      {} (cannot be renamed or removed)",
-                target.display()
-            ),
+            MountSpec::Mask { target, .. } => {
+                format!("mask     {} (hidden inside a writable tree: empty, read-only)", target.display())
+            }
+            MountSpec::Pin { target } => format!("pin      {} (cannot be renamed or removed)", target.display()),
             MountSpec::ReadOnly { target } => format!("readonly {}", target.display()),
         };
         let _ = writeln!(s, "    {line}");
@@ -118,30 +105,16 @@ pub fn plan(p: &Plan) -> String {
     if !p.placeholders.is_empty() {
         let _ = writeln!(s, "  protected placeholders (created empty for the session, removed after if still empty):");
         for ph in &p.placeholders {
-            let _ = writeln!(
-                s,
-                "    {}{}",
-                ph.path.display(),
-                if ph.dir { "/" } else { "" }
-            );
+            let _ = writeln!(s, "    {}{}", ph.path.display(), if ph.dir { "/" } else { "" });
         }
     }
     let _ = writeln!(
         s,
         "  hidden (do not exist inside): {}",
-        p.hidden
-            .iter()
-            .map(|h| tilde(h, &p.home))
-            .collect::<Vec<_>>()
-            .join(" ")
+        p.hidden.iter().map(|h| tilde(h, &p.home)).collect::<Vec<_>>().join(" ")
     );
     let names: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
-    let _ = writeln!(
-        s,
-        "  environment: {} variables: {}",
-        names.len(),
-        names.join(" ")
-    );
+    let _ = writeln!(s, "  environment: {} variables: {}", names.len(), names.join(" "));
     if !p.env_removed.is_empty() {
         let _ = writeln!(s, "  environment scrubbed: {}", p.env_removed.join(" "));
     }
@@ -152,11 +125,7 @@ pub fn plan(p: &Plan) -> String {
             ll.read_only.len(),
             ll.read_write.len(),
             ll.deny_tcp_connect,
-            if ll.deny_all_tcp {
-                ", all TCP denied"
-            } else {
-                ""
-            }
+            if ll.deny_all_tcp { ", all TCP denied" } else { "" }
         );
     }
     for w in &p.warnings {
@@ -168,10 +137,7 @@ pub fn plan(p: &Plan) -> String {
 fn shell_words_join(v: &[String]) -> String {
     v.iter()
         .map(|a| {
-            if !a.is_empty()
-                && a.chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c))
-            {
+            if !a.is_empty() && a.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=:@%+,".contains(c)) {
                 a.clone()
             } else {
                 format!("'{}'", a.replace('\'', "'\\''"))
@@ -197,13 +163,7 @@ fn list(s: &mut String, key: &str, l: &List) {
         let _ = writeln!(s, "    (empty)");
     }
     for e in l {
-        let _ = writeln!(
-            s,
-            "    {:<40} [{}{}]",
-            e.value,
-            e.source,
-            if e.locked { ", locked by admin" } else { "" }
-        );
+        let _ = writeln!(s, "    {:<40} [{}{}]", e.value, e.source, if e.locked { ", locked by admin" } else { "" });
     }
 }
 
@@ -212,18 +172,15 @@ pub fn policy(p: &Policy, paths: &PolicyPaths) -> String {
     let _ = writeln!(s, "effective policy (lowest layer first: built-in, {}, {}, profile, project tables, --policy, command line; admin {} last)", paths.site_config().display(), paths.user_config.display(), paths.admin_file().display());
     scalar(&mut s, "sandbox.backend", &p.backend);
     scalar(&mut s, "sandbox.hostname", &p.hostname);
+    scalar(&mut s, "sandbox.hide_with", &p.hide_with);
     scalar(&mut s, "net.mode", &p.net_mode);
     scalar(&mut s, "net.fallback", &p.net_fallback);
     scalar(&mut s, "home.access", &p.home_access);
     scalar(&mut s, "mail.block", &p.mail_block);
     scalar(&mut s, "process.nested_userns", &p.nested_userns);
     if let Some(a) = &p.agent {
-        let _ = writeln!(
-            s,
-            "  agent                    {:?} [{}]",
-            a.value.command.clone().unwrap_or_default(),
-            a.source
-        );
+        let _ =
+            writeln!(s, "  agent                    {:?} [{}]", a.value.command.clone().unwrap_or_default(), a.source);
     }
     list(&mut s, "sandbox.project_parents", &p.project_parents);
     list(&mut s, "filesystem.read", &p.fs_read);
@@ -240,13 +197,7 @@ pub fn policy(p: &Policy, paths: &PolicyPaths) -> String {
     list(&mut s, "env.scrub (floor)", &p.env_scrub);
     let _ = writeln!(s, "  env.set:");
     for (k, v) in &p.env_set {
-        let _ = writeln!(
-            s,
-            "    {k}={} [{}{}]",
-            v.value,
-            v.source,
-            if v.locked { ", locked by admin" } else { "" }
-        );
+        let _ = writeln!(s, "    {k}={} [{}{}]", v.value, v.source, if v.locked { ", locked by admin" } else { "" });
     }
     list(&mut s, "net.allow", &p.net_allow);
     list(&mut s, "net.block (floor)", &p.net_block);

@@ -31,10 +31,7 @@ fn cloud_credentials_and_other_homes_and_munge_are_absent() {
     );
     assert!(!out.stdout.contains("VISIBLE"), "{out}");
     assert!(out.stderr.contains("No such file or directory"), "{out}");
-    assert!(
-        !out.both().contains(OTHER_CANARY) && !out.both().contains(AWS_CANARY),
-        "{out}"
-    );
+    assert!(!out.both().contains(OTHER_CANARY) && !out.both().contains(AWS_CANARY), "{out}");
 }
 
 #[test]
@@ -45,19 +42,10 @@ fn project_is_writable_and_nothing_else_persists() {
          for p in /usr/x /etc/x /x /opt/x /sys/x; do touch $p 2>/dev/null && echo \"WROTE $p\"; done; \
          echo gone > ~/scratch-in-home && echo HOME-TMP-OK",
     );
-    assert!(
-        out.stdout.contains("PROJECT-OK") && out.stdout.contains("HOME-TMP-OK"),
-        "{out}"
-    );
+    assert!(out.stdout.contains("PROJECT-OK") && out.stdout.contains("HOME-TMP-OK"), "{out}");
     assert!(!out.stdout.contains("WROTE"), "{out}");
-    assert!(
-        j.project.join("made-inside").exists(),
-        "project write must persist"
-    );
-    assert!(
-        !j.rig.home.join("scratch-in-home").exists(),
-        "tmpwrite home must not persist"
-    );
+    assert!(j.project.join("made-inside").exists(), "project write must persist");
+    assert!(!j.rig.home.join("scratch-in-home").exists(), "tmpwrite home must not persist");
 }
 
 #[test]
@@ -73,22 +61,15 @@ fn tmp_is_private_per_session() {
     let marker = format!("/tmp/asb-marker-{}", std::process::id());
     let out = j.run(&format!("echo x > {marker} && ls {marker}"));
     assert_eq!(out.code, 0, "{out}");
-    assert!(
-        !std::path::Path::new(&marker).exists(),
-        "jail /tmp leaked to the host"
-    );
+    assert!(!std::path::Path::new(&marker).exists(), "jail /tmp leaked to the host");
     let out = j.run(&format!("ls {marker}"));
-    assert_ne!(
-        out.code, 0,
-        "second session saw the first one's /tmp: {out}"
-    );
+    assert_ne!(out.code, 0, "second session saw the first one's /tmp: {out}");
 }
 
 #[test]
 fn git_hooks_and_config_are_read_only_and_cannot_be_swapped() {
-    let j = jail!("githooks")
-        .project_file(".git/hooks/pre-commit", "#!/bin/sh\n")
-        .project_file(".git/config", "[core]\n");
+    let j =
+        jail!("githooks").project_file(".git/hooks/pre-commit", "#!/bin/sh\n").project_file(".git/config", "[core]\n");
     let out = j.run(
         "echo evil >> .git/hooks/pre-commit || echo HOOK-RO; \
          echo '[core] fsmonitor=evil' >> .git/config || echo CONFIG-RO; \
@@ -97,60 +78,33 @@ fn git_hooks_and_config_are_read_only_and_cannot_be_swapped() {
          rm -rf .git/hooks 2>/dev/null; [ -d .git/hooks ] && echo HOOKS-STILL-THERE; \
          echo ok > .git/description && echo GIT-DIR-WRITABLE",
     );
-    for want in [
-        "HOOK-RO",
-        "CONFIG-RO",
-        "NEWHOOK-RO",
-        "RENAME-BLOCKED",
-        "HOOKS-STILL-THERE",
-        "GIT-DIR-WRITABLE",
-    ] {
+    for want in ["HOOK-RO", "CONFIG-RO", "NEWHOOK-RO", "RENAME-BLOCKED", "HOOKS-STILL-THERE", "GIT-DIR-WRITABLE"] {
         assert!(out.stdout.contains(want), "missing {want}: {out}");
     }
-    assert_eq!(
-        std::fs::read_to_string(j.project.join(".git/config")).unwrap(),
-        "[core]\n"
-    );
+    assert_eq!(std::fs::read_to_string(j.project.join(".git/config")).unwrap(), "[core]\n");
 }
 
 #[test]
 fn missing_git_cannot_be_created_with_writable_hooks_and_placeholder_is_removed() {
     let j = jail!("gitinit");
-    let out = j.run(
-        "mkdir -p .git/hooks 2>&1; echo x > .envrc || echo ENVRC-RO; ls -la .git 2>&1 | head -3",
-    );
+    let out = j.run("mkdir -p .git/hooks 2>&1; echo x > .envrc || echo ENVRC-RO; ls -la .git 2>&1 | head -3");
     assert!(out.stdout.contains("ENVRC-RO"), "{out}");
-    assert!(
-        !j.project.join(".git/hooks").exists(),
-        "hooks dir was created writable: {out}"
-    );
-    assert!(
-        !j.project.join(".git").exists(),
-        "empty placeholder must be removed after the session"
-    );
-    assert!(
-        !j.project.join(".envrc").exists(),
-        "empty placeholder must be removed after the session"
-    );
+    assert!(!j.project.join(".git/hooks").exists(), "hooks dir was created writable: {out}");
+    assert!(!j.project.join(".git").exists(), "empty placeholder must be removed after the session");
+    assert!(!j.project.join(".envrc").exists(), "empty placeholder must be removed after the session");
 }
 
 #[test]
 fn proc_shows_only_jail_processes() {
     let j = jail!("proc");
     let host_pid = std::process::id();
-    let out = j.run(&format!("ls /proc | grep -c '^[0-9]*$'; test -e /proc/{host_pid} && echo HOST-PID-VISIBLE; echo self=$$"));
+    let out = j.run(&format!(
+        "ls /proc | grep -c '^[0-9]*$'; test -e /proc/{host_pid} && echo HOST-PID-VISIBLE; echo self=$$"
+    ));
     assert!(!out.stdout.contains("HOST-PID-VISIBLE"), "{out}");
-    let count: u32 = out
-        .stdout
-        .lines()
-        .next()
-        .and_then(|l| l.trim().parse().ok())
-        .unwrap_or(999);
+    let count: u32 = out.stdout.lines().next().and_then(|l| l.trim().parse().ok()).unwrap_or(999);
     assert!(count <= 6, "too many pids visible: {out}");
-    assert!(
-        out.stdout.contains("self=2"),
-        "the command should be pid 2 under our init: {out}"
-    );
+    assert!(out.stdout.contains("self=2"), "the command should be pid 2 under our init: {out}");
 }
 
 #[test]
@@ -186,20 +140,11 @@ fn host_processes_cannot_be_signalled_or_traced() {
     sleeper.arg("30").uid(j.rig.uid).gid(j.rig.gid);
     let mut sleeper = sleeper.spawn().expect("sleep");
     let pid = sleeper.id();
-    let out = j.run(&format!(
-        "{p} kill {pid}; {p} ptrace {pid}; {p} ptrace 1",
-        p = j.probe()
-    ));
+    let out = j.run(&format!("{p} kill {pid}; {p} ptrace {pid}; {p} ptrace 1", p = j.probe()));
     let _ = sleeper.kill();
     let _ = sleeper.wait();
-    assert!(
-        out.stdout.contains(&"probe kill errno=3".to_string()),
-        "{out}"
-    );
-    assert!(
-        out.stdout.contains("probe ptrace errno=3"),
-        "host pid must not exist: {out}"
-    );
+    assert!(out.stdout.contains(&"probe kill errno=3".to_string()), "{out}");
+    assert!(out.stdout.contains("probe ptrace errno=3"), "host pid must not exist: {out}");
     assert!(!out.stdout.contains("probe ptrace ok"), "{out}");
 }
 
@@ -222,29 +167,17 @@ fn dangerous_syscalls_fail_with_eperm() {
     let script: Vec<String> = ops.iter().map(|op| format!("{} {op}", j.probe())).collect();
     let out = j.run(&script.join("; "));
     for op in ops {
-        assert!(
-            out.stdout.contains(&format!("probe {op} errno=1 ")),
-            "{op} not refused with EPERM: {out}"
-        );
+        assert!(out.stdout.contains(&format!("probe {op} errno=1 ")), "{op} not refused with EPERM: {out}");
     }
 }
 
 #[test]
 fn i386_syscalls_through_int80_are_refused_and_never_executed() {
     let j = jail!("int80");
-    let out = j.run(&format!(
-        "{i} getpid; {i} mkdir ./made-by-int80; {i} x32 mkdir ./made-by-x32",
-        i = j.int80()
-    ));
+    let out = j.run(&format!("{i} getpid; {i} mkdir ./made-by-int80; {i} x32 mkdir ./made-by-x32", i = j.int80()));
     assert!(out.stdout.contains("ret=-1 errno=1"), "{out}");
-    assert!(
-        !j.project.join("made-by-int80").exists(),
-        "the kernel executed the i386 mkdir: {out}"
-    );
-    assert!(
-        !j.project.join("made-by-x32").exists(),
-        "the kernel executed the x32 mkdir: {out}"
-    );
+    assert!(!j.project.join("made-by-int80").exists(), "the kernel executed the i386 mkdir: {out}");
+    assert!(!j.project.join("made-by-x32").exists(), "the kernel executed the x32 mkdir: {out}");
 }
 
 #[test]
@@ -252,21 +185,13 @@ fn tiocsti_cannot_push_input_into_the_terminal() {
     let j = jail!("tiocsti");
     // Under `script` the jail gets its own pty as controlling terminal: the only place the
     // ioctl could reach, and seccomp refuses it there too.
-    let launcher = format!(
-        "{} --ro {} -q run -- {} tiocsti",
-        j.rig.bin.display(),
-        j.rig.helpers.display(),
-        j.probe()
-    );
+    let launcher = format!("{} --ro {} -q run -- {} tiocsti", j.rig.bin.display(), j.rig.helpers.display(), j.probe());
     let mut c = j.command(&[]);
     let mut cmd = std::process::Command::new("script");
     cmd.args(["-qec", &launcher, "/dev/null"]);
     use std::os::unix::process::CommandExt;
     cmd.env_clear()
-        .envs(
-            c.get_envs()
-                .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))),
-        )
+        .envs(c.get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))))
         .current_dir(&j.project)
         .uid(j.rig.uid)
         .gid(j.rig.gid);
@@ -288,26 +213,15 @@ fn exit_codes_and_signals_propagate() {
 #[test]
 fn sigterm_to_the_launcher_reaches_the_command() {
     let j = jail!("sigterm");
-    let mut c = j.command(&[
-        "-q",
-        "run",
-        "--",
-        "sh",
-        "-c",
-        "trap 'echo got-term; exit 3' TERM; echo ready; sleep 30 & wait",
-    ]);
-    c.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .stdin(std::process::Stdio::null());
+    let mut c =
+        j.command(&["-q", "run", "--", "sh", "-c", "trap 'echo got-term; exit 3' TERM; echo ready; sleep 30 & wait"]);
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).stdin(std::process::Stdio::null());
     let mut child = c.spawn().expect("spawn");
     let mut stdout = child.stdout.take().expect("stdout");
     let mut first = [0u8; 6];
     std::io::Read::read_exact(&mut stdout, &mut first).expect("ready line");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("kill");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .expect("kill");
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).expect("read");
     let st = child.wait().expect("wait");
@@ -318,7 +232,8 @@ fn sigterm_to_the_launcher_reaches_the_command() {
 #[test]
 fn pid1_reaps_orphans() {
     let j = jail!("reap");
-    let out = j.run("for i in 1 2 3 4 5; do (sleep 0.1 &) ; done; sleep 0.5; ps -eo stat 2>/dev/null | grep -c Z || true");
+    let out =
+        j.run("for i in 1 2 3 4 5; do (sleep 0.1 &) ; done; sleep 0.5; ps -eo stat 2>/dev/null | grep -c Z || true");
     assert!(out.stdout.trim_end().ends_with('0'), "zombies left: {out}");
 }
 
@@ -353,11 +268,9 @@ fn pipes_work_both_ways() {
 #[test]
 fn passwd_is_synthesized_and_identity_works() {
     let j = jail!("passwd");
-    let out = j.run("id -un; whoami; hostname; grep -c . /etc/passwd; grep asbother /etc/passwd || echo NO-OTHER; ls -ld .");
-    assert!(
-        out.stdout.starts_with("asbtest\nasbtest\nagent-sandbox\n"),
-        "{out}"
-    );
+    let out =
+        j.run("id -un; whoami; hostname; grep -c . /etc/passwd; grep asbother /etc/passwd || echo NO-OTHER; ls -ld .");
+    assert!(out.stdout.starts_with("asbtest\nasbtest\nagent-sandbox\n"), "{out}");
     assert!(out.stdout.contains("NO-OTHER"), "{out}");
     assert!(out.stdout.contains("asbtest asbtest"), "{out}");
 }
@@ -381,21 +294,14 @@ fn bypass_routes_to_hidden_files_are_blocked() {
     let key = j.rig.home.join(".ssh/id_ed25519");
     let key = key.display();
     // A symlink planted on the host before the session, pointing at the key.
-    std::os::unix::fs::symlink(
-        j.rig.home.join(".ssh/id_ed25519"),
-        j.project.join("planted"),
-    )
-    .unwrap();
+    std::os::unix::fs::symlink(j.rig.home.join(".ssh/id_ed25519"), j.project.join("planted")).unwrap();
     let out = j.run(&format!(
         "cat /proc/self/root{key}; cat /proc/1/root{key}; /lib64/ld-linux-x86-64.so.2 /bin/cat {key}; \
          ln -s {key} ./l && cat ./l; ln {key} ./h; cat ./planted; {p} open_by_handle_at",
         p = j.probe()
     ));
     assert!(!out.both().contains(SSH_CANARY), "{out}");
-    assert!(
-        out.stdout.contains("probe open_by_handle_at errno=1"),
-        "{out}"
-    );
+    assert!(out.stdout.contains("probe open_by_handle_at errno=1"), "{out}");
 }
 
 #[test]
@@ -412,11 +318,7 @@ fn hidden_file_inside_the_project_shows_empty() {
 fn sibling_sessions_cannot_see_each_other() {
     let a = jail!("sib-a");
     let b = jail!("sib-b").project_file("b-secret", "B");
-    let out = a.run(&format!(
-        "ls {} 2>&1; cat {}/b-secret 2>&1",
-        b.project.display(),
-        b.project.display()
-    ));
+    let out = a.run(&format!("ls {} 2>&1; cat {}/b-secret 2>&1", b.project.display(), b.project.display()));
     assert!(out.stdout.contains("No such file or directory"), "{out}");
 }
 
@@ -426,10 +328,7 @@ fn cwd_inside_the_project_is_kept() {
     let sub = j.project.join("sub/dir");
     let j = j.cwd(&sub);
     let out = j.run("pwd; ls");
-    assert!(
-        out.stdout.starts_with(&format!("{}\nf", sub.display())),
-        "{out}"
-    );
+    assert!(out.stdout.starts_with(&format!("{}\nf", sub.display())), "{out}");
 }
 
 #[test]
@@ -441,14 +340,8 @@ fn malformed_config_stops_the_launch_with_file_and_line() {
     let j = j.arg("--policy").arg(&cfg.display().to_string());
     let out = j.run("touch ./ran");
     assert_eq!(out.code, 126, "{out}");
-    assert!(
-        out.stderr.contains("badcfg-policy.toml:3:") && out.stderr.contains("net.mdoe"),
-        "{out}"
-    );
-    assert!(
-        !j.project.join("ran").exists(),
-        "the command ran despite a bad policy"
-    );
+    assert!(out.stderr.contains("badcfg-policy.toml:3:") && out.stderr.contains("net.mdoe"), "{out}");
+    assert!(!j.project.join("ran").exists(), "the command ran despite a bad policy");
 }
 
 #[test]
@@ -472,10 +365,7 @@ fn bad_project_directories_are_refused() {
     ] {
         let out = j.output(&mut j.command(&["-q", "--project", proj, "run", "--", "true"]));
         assert_eq!(out.code, 126, "{proj}: {out}");
-        assert!(
-            out.stderr.contains(why) && out.stderr.contains("fix:"),
-            "{proj}: {out}"
-        );
+        assert!(out.stderr.contains(why) && out.stderr.contains("fix:"), "{proj}: {out}");
     }
 }
 
@@ -492,10 +382,7 @@ fn dry_run_prints_the_plan_and_runs_nothing() {
     let j = jail!("dryrun");
     let out = j.output(&mut j.command(&["--dry-run", "run", "--", "touch", "./ran"]));
     assert_eq!(out.code, 0, "{out}");
-    assert!(
-        out.stdout.contains("dry run") && out.stdout.contains("mounts, in order"),
-        "{out}"
-    );
+    assert!(out.stdout.contains("dry run") && out.stdout.contains("mounts, in order"), "{out}");
     assert!(!j.project.join("ran").exists());
 }
 
@@ -504,24 +391,15 @@ fn policy_show_names_the_layer_of_each_value() {
     let j = jail!("show");
     let out = j.output(&mut j.command(&["--net", "isolated", "policy", "show"]));
     assert_eq!(out.code, 0, "{out}");
-    assert!(
-        out.stdout.contains("net.mode") && out.stdout.contains("command line"),
-        "{out}"
-    );
-    assert!(
-        out.stdout.contains("~/.ssh") && out.stdout.contains("built-in"),
-        "{out}"
-    );
+    assert!(out.stdout.contains("net.mode") && out.stdout.contains("command line"), "{out}");
+    assert!(out.stdout.contains("~/.ssh") && out.stdout.contains("built-in"), "{out}");
 }
 
 #[test]
 fn doctor_reports_this_host() {
     let j = jail!("doctor");
     let out = j.output(&mut j.command(&["doctor"]));
-    assert!(
-        out.stdout.contains("user namespaces") && out.stdout.contains("landlock"),
-        "{out}"
-    );
+    assert!(out.stdout.contains("user namespaces") && out.stdout.contains("landlock"), "{out}");
     assert!(out.stdout.contains("/dev/net/tun"), "{out}");
 }
 
@@ -529,10 +407,7 @@ fn doctor_reports_this_host() {
 fn startup_line_is_printed_unless_quiet() {
     let j = jail!("banner");
     let out = j.output(&mut j.command(&["run", "--", "true"]));
-    assert!(
-        out.stderr.contains("agent-sandbox: ~/t/banner") && out.stderr.contains("backend userns"),
-        "{out}"
-    );
+    assert!(out.stderr.contains("agent-sandbox: ~/t/banner") && out.stderr.contains("backend userns"), "{out}");
     let out = j.output(&mut j.command(&["-q", "--net", "isolated", "run", "--", "true"]));
     assert_eq!(out.stderr, "", "{out}");
 }
@@ -548,10 +423,7 @@ fn isolated_network_has_loopback_only() {
 fn profile_runs_its_agent_command() {
     let j = jail!("profile");
     let out = j.output(&mut j.command(&["-q", "--net", "isolated", "codex", "--version"]));
-    assert_eq!(
-        out.code, 127,
-        "codex is not installed here, so the jail must say command not found: {out}"
-    );
+    assert_eq!(out.code, 127, "codex is not installed here, so the jail must say command not found: {out}");
     assert!(out.stderr.contains("codex: command not found"), "{out}");
     let out = j.output(&mut j.command(&["-q", "no-such-profile"]));
     assert_eq!(out.code, 126, "{out}");

@@ -107,9 +107,7 @@ mod tests {
         let bytes = encode(&req()).unwrap();
         let back: Request = read_frame(&mut bytes.as_slice()).unwrap();
         assert_eq!(back, req());
-        let r = Response::Denied {
-            reason: "--uid is not allowed".into(),
-        };
+        let r = Response::Denied { reason: "--uid is not allowed".into() };
         let back: Response = read_frame(&mut encode(&r).unwrap().as_slice()).unwrap();
         assert_eq!(back, r);
     }
@@ -119,21 +117,14 @@ mod tests {
         let mut f = Vec::from(MAGIC);
         f.push(VERSION);
         f.extend_from_slice(&(MAX_FRAME + 1).to_le_bytes());
-        assert!(matches!(
-            read_frame::<Request>(&mut f.as_slice()),
-            Err(WireError::TooLarge(_))
-        ));
+        assert!(matches!(read_frame::<Request>(&mut f.as_slice()), Err(WireError::TooLarge(_))));
     }
 
     #[test]
     fn garbage_is_an_error_not_a_panic() {
-        for g in [
-            &b""[..],
-            b"GET / HTTP/1.1\r\n\r\n",
-            b"ASB\x02\0\0\0\0",
-            b"ASB\x01\x05\0\0\0{{{{{",
-            b"ASB\x01\x02\0\0\0{}",
-        ] {
+        for g in
+            [&b""[..], b"GET / HTTP/1.1\r\n\r\n", b"ASB\x02\0\0\0\0", b"ASB\x01\x05\0\0\0{{{{{", b"ASB\x01\x02\0\0\0{}"]
+        {
             assert!(read_frame::<Request>(&mut &g[..]).is_err(), "{g:?}");
         }
     }
@@ -145,9 +136,6 @@ mod tests {
         f.push(VERSION);
         f.extend_from_slice(&(body.len() as u32).to_le_bytes());
         f.extend_from_slice(body);
-        assert!(matches!(
-            read_frame::<Request>(&mut f.as_slice()),
-            Err(WireError::Body(_))
-        ));
+        assert!(matches!(read_frame::<Request>(&mut f.as_slice()), Err(WireError::Body(_))));
     }
 }

@@ -23,13 +23,11 @@ pub enum SealError {
     Seccomp(#[from] seccomp::SeccompError),
 }
 
-pub fn seal(nested_userns: bool) -> Result<Sealed, SealError> {
-    let prog = seccomp::build_program(&seccomp::SeccompOptions {
-        allow_nested_userns: nested_userns,
-    })?;
+/// Seals the jail's init with a program the launcher compiled (see `seccomp::build_program`).
+pub fn seal(prog: &seccompiler::BpfProgram) -> Result<Sealed, SealError> {
     drop_all_caps()?;
     set_no_new_privs()?;
-    seccomp::install(&prog)?;
+    seccomp::install(prog)?;
     Ok(Sealed { _private: () })
 }
 
@@ -51,13 +49,7 @@ fn drop_all_caps() -> Result<(), SealError> {
     caps::clear(None, CapSet::Inheritable).map_err(|e| SealError::Caps(e.to_string()))?;
     caps::clear(None, CapSet::Effective).map_err(|e| SealError::Caps(e.to_string()))?;
     caps::clear(None, CapSet::Permitted).map_err(|e| SealError::Caps(e.to_string()))?;
-    for set in [
-        CapSet::Effective,
-        CapSet::Permitted,
-        CapSet::Inheritable,
-        CapSet::Ambient,
-        CapSet::Bounding,
-    ] {
+    for set in [CapSet::Effective, CapSet::Permitted, CapSet::Inheritable, CapSet::Ambient, CapSet::Bounding] {
         let have = caps::read(None, set).map_err(|e| SealError::Caps(e.to_string()))?;
         if !have.is_empty() {
             return Err(SealError::Remaining(format!("{set:?}: {have:?}")));
@@ -77,16 +69,9 @@ pub fn set_no_new_privs() -> Result<(), SealError> {
 
 /// Seals a process that never had namespace capabilities (the Landlock backend).
 pub fn seal_unprivileged(nested_userns: bool) -> Result<Sealed, SealError> {
-    let prog = seccomp::build_program(&seccomp::SeccompOptions {
-        allow_nested_userns: nested_userns,
-    })?;
+    let prog = seccomp::build_program(&seccomp::SeccompOptions { allow_nested_userns: nested_userns })?;
     // An unprivileged process cannot shrink its bounding set; it can empty the others.
-    for set in [
-        CapSet::Ambient,
-        CapSet::Inheritable,
-        CapSet::Effective,
-        CapSet::Permitted,
-    ] {
+    for set in [CapSet::Ambient, CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
         caps::clear(None, set).map_err(|e| SealError::Caps(e.to_string()))?;
     }
     set_no_new_privs()?;

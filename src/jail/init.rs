@@ -40,11 +40,12 @@ pub fn child_main(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) 
             return 126;
         }
     };
-    match msg::recv(sock) {
-        Ok(Some(Msg::Start)) => {}
+    let prog = match msg::recv(sock) {
+        Ok(Some(Msg::Start(prog))) => prog,
         _ => return 126,
-    }
-    let sealed = match caps::seal(plan.seccomp.nested_userns) {
+    };
+    crate::timing::mark("child-start");
+    let sealed = match caps::seal(&prog) {
         Ok(s) => s,
         Err(e) => {
             let _ = msg::send(sock, &Msg::Error(format!("cannot seal the jail: {e}")));
@@ -54,28 +55,24 @@ pub fn child_main(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) 
     supervise(plan, sock, slave, pty, sealed)
 }
 
-fn build(
-    plan: &Plan,
-    sock: RawFd,
-    pty: Option<TtyFds>,
-    new_net: bool,
-) -> Result<Option<OwnedFd>, String> {
+fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result<Option<OwnedFd>, String> {
+    crate::timing::mark("child-go");
     scrub_own_environ();
     // Non-dumpable: the jailed command (same uid) cannot ptrace PID 1 or read its /proc files.
     // SAFETY: PR_SET_DUMPABLE takes an integer.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-    nix::unistd::sethostname(&plan.hostname)
-        .map_err(|e| format!("cannot set the hostname: {e}"))?;
+    crate::timing::mark("child-env");
+    nix::unistd::sethostname(&plan.hostname).map_err(|e| format!("cannot set the hostname: {e}"))?;
     build_root(plan)?;
+    crate::timing::mark("child-root");
     if new_net {
-        net::loopback_up()
-            .map_err(|e| format!("cannot bring up lo in the jail's network namespace: {e}"))?;
+        net::loopback_up().map_err(|e| format!("cannot bring up lo in the jail's network namespace: {e}"))?;
     }
+    crate::timing::mark("child-lo");
     let mut fds = vec![];
     let mut slave = None;
     if pty.is_some() {
-        let (master, s) =
-            open_pty().map_err(|e| format!("cannot open a terminal inside the jail: {e}"))?;
+        let (master, s) = open_pty().map_err(|e| format!("cannot open a terminal inside the jail: {e}"))?;
         fds.push(master);
         slave = Some(s);
     }
@@ -87,13 +84,7 @@ fn build(
 fn build_root(plan: &Plan) -> Result<(), String> {
     let m = |r: nix::Result<()>, what: &str| r.map_err(|e| format!("{what}: {e}"));
     m(
-        nix::mount::mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
-            None::<&str>,
-        ),
+        nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>),
         "make / private",
     )?;
     // Stage on a tmpfs over /tmp (private to this namespace), then pivot so the host tree is
@@ -111,10 +102,7 @@ fn build_root(plan: &Plan) -> Result<(), String> {
     for d in ["/tmp/newroot", "/tmp/oldroot", "/tmp/files"] {
         std::fs::create_dir(d).map_err(|e| format!("mkdir {d}: {e}"))?;
     }
-    m(
-        nix::unistd::pivot_root("/tmp", "/tmp/oldroot"),
-        "pivot to staging",
-    )?;
+    m(nix::unistd::pivot_root("/tmp", "/tmp/oldroot"), "pivot to staging")?;
     m(nix::unistd::chdir("/"), "chdir /")?;
     m(
         nix::mount::mount(
@@ -126,17 +114,12 @@ fn build_root(plan: &Plan) -> Result<(), String> {
         ),
         "mount root tmpfs",
     )?;
+    crate::timing::mark("child-staged");
     mounts::apply_all(&mut mounts::RealSys, &plan.mounts, Path::new("/files"))
         .map_err(|e| format!("cannot build the jail's filesystem: {e}"))?;
     m(nix::unistd::chdir(mounts::NEW), "chdir /newroot")?;
-    m(
-        nix::unistd::pivot_root(".", "."),
-        "pivot into the jail root",
-    )?;
-    m(
-        nix::mount::umount2(".", MntFlags::MNT_DETACH),
-        "detach the host tree",
-    )?;
+    m(nix::unistd::pivot_root(".", "."), "pivot into the jail root")?;
+    m(nix::mount::umount2(".", MntFlags::MNT_DETACH), "detach the host tree")?;
     m(nix::unistd::chdir("/"), "chdir /")?;
     Ok(())
 }
@@ -166,10 +149,9 @@ fn scrub_own_environ() {
     };
     let f: Vec<&str> = after.split_whitespace().collect();
     // Fields 50 and 51 of stat(5) (env_start, env_end); `after` starts at field 3.
-    let (Some(start), Some(end)) = (
-        f.get(47).and_then(|s| s.parse::<usize>().ok()),
-        f.get(48).and_then(|s| s.parse::<usize>().ok()),
-    ) else {
+    let (Some(start), Some(end)) =
+        (f.get(47).and_then(|s| s.parse::<usize>().ok()), f.get(48).and_then(|s| s.parse::<usize>().ok()))
+    else {
         return;
     };
     if end > start && end - start < (64 << 20) {
@@ -182,19 +164,8 @@ fn scrub_own_environ() {
 
 /// Runs in the forked command child: restores signals, takes the terminal, execs.
 fn exec_command(plan: &Plan, _sealed: &Sealed, slave: Option<&OwnedFd>, pty: Option<TtyFds>) -> ! {
-    let _ = nix::sys::signal::sigprocmask(
-        nix::sys::signal::SigmaskHow::SIG_SETMASK,
-        Some(&SigSet::empty()),
-        None,
-    );
-    for sig in [
-        Signal::SIGPIPE,
-        Signal::SIGINT,
-        Signal::SIGQUIT,
-        Signal::SIGTSTP,
-        Signal::SIGTTIN,
-        Signal::SIGTTOU,
-    ] {
+    let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
+    for sig in [Signal::SIGPIPE, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
         // SAFETY: resetting a disposition to SIG_DFL installs no handler code.
         let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) };
     }
@@ -212,14 +183,7 @@ fn exec_command(plan: &Plan, _sealed: &Sealed, slave: Option<&OwnedFd>, pty: Opt
     // Every inherited descriptor above stderr closes at exec (the launcher's own files, the
     // init socket, signalfd...): the jail never holds a host fd it was not given.
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on our own descriptors.
-    unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
+    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
     if nix::unistd::chdir(&plan.cwd).is_err() {
         let _ = nix::unistd::chdir("/");
     }
@@ -231,24 +195,23 @@ fn exec_command(plan: &Plan, _sealed: &Sealed, slave: Option<&OwnedFd>, pty: Opt
     };
     let cstr = |s: &str| CString::new(s.as_bytes()).unwrap_or_default();
     let argv: Vec<CString> = plan.command.iter().map(|a| cstr(a)).collect();
-    let envp: Vec<CString> = plan
-        .env
-        .iter()
-        .map(|(k, v)| cstr(&format!("{k}={v}")))
-        .collect();
+    let envp: Vec<CString> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
     let p = CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
     let err = nix::unistd::execve(&p, &argv, &envp).err();
-    let code = if err == Some(nix::Error::ENOENT) {
-        127
-    } else {
-        126
-    };
-    eprintln!(
-        "agent-sandbox: cannot run {name}: {}",
-        err.map(|e| e.desc()).unwrap_or("unknown error")
-    );
+    let code = if err == Some(nix::Error::ENOENT) { 127 } else { 126 };
+    eprintln!("agent-sandbox: cannot run {name}: {}", err.map(|e| e.desc()).unwrap_or("unknown error"));
     // SAFETY: as above.
     unsafe { libc::_exit(code) }
+}
+
+/// The command is done: kill and reap everything else in the jail before telling the
+/// launcher, so that when the launcher returns no process of the session is left running,
+/// while the kernel's namespace teardown (slow with many mounts) happens after it returned.
+fn end_session() {
+    crate::timing::mark("child-cmd-done");
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+    while waitpid(Pid::from_raw(-1), None).is_ok() {}
+    crate::timing::mark("child-reaped");
 }
 
 /// Signals PID 1 passes on to the command.
@@ -264,13 +227,7 @@ pub const FORWARDED: &[Signal] = &[
     Signal::SIGUSR2,
 ];
 
-fn supervise(
-    plan: &Plan,
-    sock: RawFd,
-    slave: Option<OwnedFd>,
-    pty: Option<TtyFds>,
-    sealed: Sealed,
-) -> isize {
+fn supervise(plan: &Plan, sock: RawFd, slave: Option<OwnedFd>, pty: Option<TtyFds>, sealed: Sealed) -> isize {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     for s in FORWARDED {
@@ -278,13 +235,11 @@ fn supervise(
     }
     // The launcher blocked these before cloning; they arrive here through the signalfd.
     let Ok(sfd) = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC) else {
-        let _ = msg::send(
-            sock,
-            &Msg::Error("cannot create a signalfd in the jail".into()),
-        );
+        let _ = msg::send(sock, &Msg::Error("cannot create a signalfd in the jail".into()));
         return 126;
     };
     // SAFETY: the process is single-threaded; the child only execs or _exits.
+    crate::timing::mark("child-sealed");
     let child = match unsafe { nix::unistd::fork() } {
         Ok(ForkResult::Child) => exec_command(plan, &sealed, slave.as_ref(), pty),
         Ok(ForkResult::Parent { child }) => child,
@@ -294,6 +249,7 @@ fn supervise(
         }
     };
     drop(slave);
+    crate::timing::mark("child-forked");
     loop {
         let Ok(Some(info)) = sfd.read_signal() else {
             continue;
@@ -303,10 +259,12 @@ fn supervise(
             loop {
                 match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
                     Ok(WaitStatus::Exited(pid, code)) if pid == child => {
+                        end_session();
                         let _ = msg::send(sock, &Msg::Exited(code));
                         return code as isize;
                     }
                     Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
+                        end_session();
                         let _ = msg::send(sock, &Msg::Signaled(sig as i32));
                         return 128 + sig as isize;
                     }

@@ -10,8 +10,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use ::landlock::{
-    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset,
-    RulesetAttr, RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
 };
 
 /// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>`.
@@ -114,9 +114,7 @@ pub fn apply(rules: &LandlockRules) -> Result<LandlockStatus, LandlockError> {
     let scopes_asked = rules.scope_signals || rules.scope_abstract_unix;
     let scopes = scopes_asked && abi_num >= 6;
 
-    let mut ruleset = Ruleset::default()
-        .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(fs_all)?;
+    let mut ruleset = Ruleset::default().set_compatibility(CompatLevel::HardRequirement).handle_access(fs_all)?;
     if tcp {
         ruleset = ruleset.handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)?;
     }
@@ -166,30 +164,15 @@ pub fn apply(rules: &LandlockRules) -> Result<LandlockStatus, LandlockError> {
         return Err(LandlockError::NoNewPrivs);
     }
 
-    Ok(LandlockStatus {
-        abi: abi_num,
-        fs: true,
-        tcp,
-        scopes,
-        weaker: weaker(rules, abi_num),
-    })
+    Ok(LandlockStatus { abi: abi_num, fs: true, tcp, scopes, weaker: weaker(rules, abi_num) })
 }
 
 /// Opens `path` with `O_PATH`; `None` if it (or a parent component) does not exist.
 fn open_path(path: &Path) -> Result<Option<(File, bool)>, LandlockError> {
-    let err = |source| LandlockError::Path {
-        path: path.to_path_buf(),
-        source,
-    };
-    let file = match OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
-        .open(path)
-    {
+    let err = |source| LandlockError::Path { path: path.to_path_buf(), source };
+    let file = match OpenOptions::new().read(true).custom_flags(libc::O_PATH | libc::O_CLOEXEC).open(path) {
         Ok(f) => f,
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => {
-            return Ok(None)
-        }
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => return Ok(None),
         Err(e) => return Err(err(e)),
     };
     let is_dir = file.metadata().map_err(err)?.is_dir();
@@ -225,9 +208,7 @@ fn weaker(rules: &LandlockRules, abi: u32) -> Vec<String> {
         ));
     }
     if abi < 5 {
-        w.push(format!(
-            "ioctl on device files is not restricted (needs ABI 5, kernel has {abi})"
-        ));
+        w.push(format!("ioctl on device files is not restricted (needs ABI 5, kernel has {abi})"));
     }
     if abi < ABI_RESOLVE_UNIX {
         w.push(format!(
@@ -241,22 +222,14 @@ fn weaker(rules: &LandlockRules, abi: u32) -> Vec<String> {
     }
     if abi < 4 {
         if rules.deny_all_tcp {
-            w.push(format!(
-                "network isolation cannot block TCP connect/bind: needs ABI 4, kernel has {abi}"
-            ));
+            w.push(format!("network isolation cannot block TCP connect/bind: needs ABI 4, kernel has {abi}"));
         } else if !rules.deny_tcp_connect.is_empty() {
             w.push(format!("TCP port floor needs ABI 4, kernel has {abi}"));
         }
     }
     for (asked, what) in [
-        (
-            rules.scope_signals,
-            "signals to host processes of the same user are not blocked",
-        ),
-        (
-            rules.scope_abstract_unix,
-            "abstract unix sockets outside the sandbox (e.g. X11, D-Bus) are reachable",
-        ),
+        (rules.scope_signals, "signals to host processes of the same user are not blocked"),
+        (rules.scope_abstract_unix, "abstract unix sockets outside the sandbox (e.g. X11, D-Bus) are reachable"),
     ] {
         if !asked {
             w.push(format!("{what} (scope not requested)"));
@@ -290,19 +263,14 @@ mod tests {
     fn run_in_child(test: &str, dir: Option<&Path>) {
         let exe = std::env::current_exe().expect("current_exe");
         let mut cmd = Command::new(exe);
-        cmd.args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env(SCENARIO_ENV, test);
+        cmd.args(["--exact", test, "--nocapture", "--test-threads=1"]).env(SCENARIO_ENV, test);
         if let Some(d) = dir {
             cmd.env(DIR_ENV, d);
         }
         let out = cmd.output().expect("spawn child");
         let stderr = String::from_utf8_lossy(&out.stderr);
         eprint!("{stderr}");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "child scenario {test} failed: {stderr}"
-        );
+        assert_eq!(out.status.code(), Some(0), "child scenario {test} failed: {stderr}");
     }
 
     /// In the child: runs `body`, exits with its code (0 = pass). Returns in the parent.
@@ -333,10 +301,7 @@ mod tests {
     }
 
     fn scratch_dir(name: &str) -> PathBuf {
-        let d = std::env::temp_dir().join(format!(
-            "agent-sandbox-landlock-{name}-{}",
-            std::process::id()
-        ));
+        let d = std::env::temp_dir().join(format!("agent-sandbox-landlock-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).expect("mkdir scratch");
         d
@@ -356,11 +321,7 @@ mod tests {
         if child_scenario(&test_name("fs_allow_list"), || {
             let base = PathBuf::from(std::env::var(DIR_ENV).map_err(|e| e.to_string())?);
             let rules = LandlockRules {
-                read_only: vec![
-                    base.join("ro"),
-                    base.join("does-not-exist"),
-                    base.join("single"),
-                ],
+                read_only: vec![base.join("ro"), base.join("does-not-exist"), base.join("single")],
                 read_write: vec![base.join("rw")],
                 ..Default::default()
             };
@@ -374,25 +335,13 @@ mod tests {
             if got != "hello" {
                 return Err(format!("ro content {got:?}"));
             }
-            expect_errno(
-                "write ro",
-                OpenOptions::new().write(true).open(&ro_file),
-                libc::EACCES,
-            )?;
-            expect_errno(
-                "create in ro",
-                File::create(base.join("ro/new")),
-                libc::EACCES,
-            )?;
+            expect_errno("write ro", OpenOptions::new().write(true).open(&ro_file), libc::EACCES)?;
+            expect_errno("create in ro", File::create(base.join("ro/new")), libc::EACCES)?;
             std::fs::write(base.join("rw/new"), "x").map_err(|e| format!("create rw: {e}"))?;
             std::fs::rename(base.join("rw/new"), base.join("rw/sub/moved"))
                 .map_err(|e| format!("rename within rw: {e}"))?;
             std::fs::read(base.join("single")).map_err(|e| format!("read single file: {e}"))?;
-            expect_errno(
-                "open outside",
-                File::open(base.join("outside")),
-                libc::EACCES,
-            )?;
+            expect_errno("open outside", File::open(base.join("outside")), libc::EACCES)?;
             expect_errno("read_dir base", std::fs::read_dir(&base), libc::EACCES)?;
             Ok(())
         }) {
@@ -413,36 +362,20 @@ mod tests {
     #[test]
     fn tcp_port_floor() {
         if child_scenario(&test_name("tcp_port_floor"), || {
-            let listener =
-                TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("listen: {e}"))?;
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("listen: {e}"))?;
             let port = listener.local_addr().map_err(|e| e.to_string())?.port();
-            let rules = LandlockRules {
-                deny_tcp_connect: vec![25, 465, 587, 853],
-                ..Default::default()
-            };
+            let rules = LandlockRules { deny_tcp_connect: vec![25, 465, 587, 853], ..Default::default() };
             let t0 = Instant::now();
             let st = apply_or_err(&rules)?;
-            eprintln!(
-                "[tcp_port_floor] apply with 65536 port rules took {:.1} ms",
-                t0.elapsed().as_secs_f64() * 1e3
-            );
+            eprintln!("[tcp_port_floor] apply with 65536 port rules took {:.1} ms", t0.elapsed().as_secs_f64() * 1e3);
             if !st.tcp {
                 return Err(format!("tcp not enforced: {st:?}"));
             }
-            TcpStream::connect((Ipv4Addr::LOCALHOST, port))
-                .map_err(|e| format!("connect allowed port {port}: {e}"))?;
+            TcpStream::connect((Ipv4Addr::LOCALHOST, port)).map_err(|e| format!("connect allowed port {port}: {e}"))?;
             let t1 = Instant::now();
-            expect_errno(
-                "connect :25",
-                TcpStream::connect((Ipv4Addr::LOCALHOST, 25)),
-                libc::EACCES,
-            )?;
-            eprintln!(
-                "[tcp_port_floor] denied connect returned in {:?}",
-                t1.elapsed()
-            );
-            TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-                .map_err(|e| format!("bind ephemeral still allowed: {e}"))?;
+            expect_errno("connect :25", TcpStream::connect((Ipv4Addr::LOCALHOST, 25)), libc::EACCES)?;
+            eprintln!("[tcp_port_floor] denied connect returned in {:?}", t1.elapsed());
+            TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("bind ephemeral still allowed: {e}"))?;
             Ok(())
         }) {
             return;
@@ -453,19 +386,11 @@ mod tests {
     #[test]
     fn tcp_isolated() {
         if child_scenario(&test_name("tcp_isolated"), || {
-            let listener =
-                TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("listen: {e}"))?;
+            let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(|e| format!("listen: {e}"))?;
             let addr: SocketAddr = listener.local_addr().map_err(|e| e.to_string())?;
-            apply_or_err(&LandlockRules {
-                deny_all_tcp: true,
-                ..Default::default()
-            })?;
+            apply_or_err(&LandlockRules { deny_all_tcp: true, ..Default::default() })?;
             expect_errno("connect", TcpStream::connect(addr), libc::EACCES)?;
-            expect_errno(
-                "bind",
-                TcpListener::bind((Ipv4Addr::LOCALHOST, 0)),
-                libc::EACCES,
-            )?;
+            expect_errno("bind", TcpListener::bind((Ipv4Addr::LOCALHOST, 0)), libc::EACCES)?;
             Ok(())
         }) {
             return;
@@ -482,10 +407,7 @@ mod tests {
             if unsafe { libc::kill(ppid, 0) } != 0 {
                 return Err("kill(ppid, 0) failed before apply".into());
             }
-            let st = apply_or_err(&LandlockRules {
-                scope_signals: true,
-                ..Default::default()
-            })?;
+            let st = apply_or_err(&LandlockRules { scope_signals: true, ..Default::default() })?;
             if !st.scopes {
                 return Err(format!("scopes not enforced: {st:?}"));
             }
@@ -511,15 +433,8 @@ mod tests {
             let addr = UnixAddr::from_abstract_name(name.as_bytes()).map_err(|e| e.to_string())?;
             let _l = UnixListener::bind_addr(&addr).map_err(|e| format!("bind: {e}"))?;
             UnixStream::connect_addr(&addr).map_err(|e| format!("connect before: {e}"))?;
-            apply_or_err(&LandlockRules {
-                scope_abstract_unix: true,
-                ..Default::default()
-            })?;
-            expect_errno(
-                "connect after",
-                UnixStream::connect_addr(&addr),
-                libc::EPERM,
-            )
+            apply_or_err(&LandlockRules { scope_abstract_unix: true, ..Default::default() })?;
+            expect_errno("connect after", UnixStream::connect_addr(&addr), libc::EPERM)
         }) {
             return;
         }
@@ -528,17 +443,11 @@ mod tests {
 
     #[test]
     fn weaker_lists_structural_and_abi_gaps() {
-        let rules = LandlockRules {
-            deny_tcp_connect: vec![25],
-            scope_signals: true,
-            ..Default::default()
-        };
+        let rules = LandlockRules { deny_tcp_connect: vec![25], scope_signals: true, ..Default::default() };
         let w3 = weaker(&rules, 3);
         assert!(w3.iter().any(|s| s.starts_with("no PID namespace")));
         assert!(w3.iter().any(|s| s.starts_with("UDP is not filtered")));
-        assert!(w3
-            .iter()
-            .any(|s| s == "TCP port floor needs ABI 4, kernel has 3"));
+        assert!(w3.iter().any(|s| s == "TCP port floor needs ABI 4, kernel has 3"));
         assert!(w3.iter().any(|s| s.contains("scoping needs ABI 6")));
         let w7 = weaker(&rules, 7);
         assert!(!w7.iter().any(|s| s.contains("needs ABI 4")));

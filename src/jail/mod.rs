@@ -27,10 +27,7 @@ pub enum JailError {
     #[error("lost contact with the jail: {0}")]
     Channel(String),
     #[error("cannot create the protected placeholder {}: {err}", path.display())]
-    Placeholder {
-        path: std::path::PathBuf,
-        err: std::io::Error,
-    },
+    Placeholder { path: std::path::PathBuf, err: std::io::Error },
     #[error("cannot apply Landlock: {0}")]
     Landlock(#[from] landlock::LandlockError),
     #[error("cannot seal the sandbox: {0}")]
@@ -87,12 +84,7 @@ fn create_placeholders(list: &[Placeholder]) -> Result<Vec<Placeholder>, JailErr
         match r {
             Ok(()) => created.push(ph.clone()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(err) => {
-                return Err(JailError::Placeholder {
-                    path: ph.path.clone(),
-                    err,
-                })
-            }
+            Err(err) => return Err(JailError::Placeholder { path: ph.path.clone(), err }),
         }
     }
     Ok(created)
@@ -136,37 +128,18 @@ fn exec_landlock(plan: &Plan, banner: &dyn Fn()) -> Result<std::convert::Infalli
         )));
     }
     // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on our own descriptors.
-    unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        )
-    };
+    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
     if nix::unistd::chdir(&plan.cwd).is_err() {
-        return Err(JailError::Build(format!(
-            "cannot enter {}",
-            plan.cwd.display()
-        )));
+        return Err(JailError::Build(format!("cannot enter {}", plan.cwd.display())));
     }
     // SAFETY: resetting SIGPIPE (ignored by the Rust runtime) to its default installs no handler.
-    let _ = unsafe {
-        nix::sys::signal::signal(
-            nix::sys::signal::Signal::SIGPIPE,
-            nix::sys::signal::SigHandler::SigDfl,
-        )
-    };
+    let _ =
+        unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
     let name = &plan.command[0];
-    let path = find_in_path(name, &plan.env)
-        .ok_or_else(|| JailError::Build(format!("{name}: command not found")))?;
+    let path = find_in_path(name, &plan.env).ok_or_else(|| JailError::Build(format!("{name}: command not found")))?;
     let cstr = |s: &str| std::ffi::CString::new(s.as_bytes()).unwrap_or_default();
     let argv: Vec<_> = plan.command.iter().map(|a| cstr(a)).collect();
-    let envp: Vec<_> = plan
-        .env
-        .iter()
-        .map(|(k, v)| cstr(&format!("{k}={v}")))
-        .collect();
+    let envp: Vec<_> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
     let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
     let e = nix::unistd::execve(&p, &argv, &envp).unwrap_err();
     Err(JailError::Build(format!("cannot run {name}: {e}")))
@@ -176,15 +149,9 @@ pub fn find_in_path(cmd: &str, env: &[(String, String)]) -> Option<std::path::Pa
     if cmd.contains('/') {
         return Some(cmd.into());
     }
-    let path = env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_str())
-        .unwrap_or("/usr/bin:/bin");
+    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
     path.split(':')
         .filter(|d| !d.is_empty())
         .map(|d| std::path::Path::new(d).join(cmd))
-        .find(|p| {
-            p.is_file() && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::X_OK).is_ok()
-        })
+        .find(|p| p.is_file() && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::X_OK).is_ok())
 }

@@ -32,6 +32,8 @@ pub trait Sys {
     fn touch(&mut self, p: &Path) -> io::Result<()>;
     fn write_file(&mut self, p: &Path, contents: &[u8], mode: u32) -> io::Result<()>;
     fn symlink(&mut self, link: &Path, at: &Path) -> io::Result<()>;
+    /// Creates an overlayfs whiteout (a 0:0 character device) at `p`.
+    fn whiteout(&mut self, p: &Path) -> io::Result<()>;
     fn read_small(&self, p: &Path, max: u64) -> io::Result<Vec<u8>>;
 }
 
@@ -56,26 +58,15 @@ impl Sys for RealSys {
         set_attr_recursive(target, attr)
     }
     fn mkdir_all(&mut self, p: &Path) -> io::Result<()> {
-        match std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o755)
-            .create(p)
-        {
+        match std::fs::DirBuilder::new().recursive(true).mode(0o755).create(p) {
             Ok(()) => Ok(()),
             Err(_) if p.is_dir() => Ok(()),
             Err(e) => Err(e),
         }
     }
     fn touch(&mut self, p: &Path) -> io::Result<()> {
-        let open = || {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o644)
-                .open(p)
-                .map(drop)
-        };
+        let open =
+            || std::fs::OpenOptions::new().write(true).create(true).truncate(false).mode(0o644).open(p).map(drop);
         match open() {
             Ok(()) => Ok(()),
             // Already there (a host file under a read-only bind): a bind over it needs nothing more.
@@ -93,12 +84,7 @@ impl Sys for RealSys {
         if let Some(parent) = p.parent() {
             self.mkdir_all(parent)?;
         }
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(mode)
-            .open(p)?;
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(mode).open(p)?;
         io::Write::write_all(&mut f, contents)
     }
     fn symlink(&mut self, link: &Path, at: &Path) -> io::Result<()> {
@@ -106,6 +92,18 @@ impl Sys for RealSys {
             self.mkdir_all(parent)?;
         }
         std::os::unix::fs::symlink(link, at)
+    }
+    fn whiteout(&mut self, p: &Path) -> io::Result<()> {
+        if let Some(parent) = p.parent() {
+            self.mkdir_all(parent)?;
+        }
+        nix::sys::stat::mknod(
+            p,
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::empty(),
+            nix::sys::stat::makedev(0, 0),
+        )
+        .map_err(errno)
     }
     fn read_small(&self, p: &Path, max: u64) -> io::Result<Vec<u8>> {
         let mut buf = vec![];
@@ -127,12 +125,7 @@ struct MountAttr {
 fn set_attr_recursive(target: &Path, attr: u64) -> io::Result<()> {
     let c = std::ffi::CString::new(target.as_os_str().as_encoded_bytes())
         .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let ma = MountAttr {
-        attr_set: attr,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
+    let ma = MountAttr { attr_set: attr, attr_clr: 0, propagation: 0, userns_fd: 0 };
     // SAFETY: `c` is a valid NUL-terminated path and `ma` a properly sized mount_attr that
     // outlives the call; the kernel only reads them.
     let r = unsafe {
@@ -202,10 +195,7 @@ fn unescape_mountinfo(s: &str) -> PathBuf {
     let b = s.as_bytes();
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
             let v = (b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0');
             out.push(v);
             i += 4;
@@ -214,9 +204,7 @@ fn unescape_mountinfo(s: &str) -> PathBuf {
             i += 1;
         }
     }
-    PathBuf::from(std::ffi::OsString::from(
-        String::from_utf8_lossy(&out).to_string(),
-    ))
+    PathBuf::from(std::ffi::OsString::from(String::from_utf8_lossy(&out).to_string()))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -236,78 +224,79 @@ fn under(base: &str, p: &Path) -> PathBuf {
     }
 }
 
+/// Escapes the characters overlayfs treats as separators in `lowerdir=`.
+fn overlay_escape(p: &Path) -> String {
+    p.to_string_lossy().replace('\\', "\\\\").replace(':', "\\:").replace(',', "\\,")
+}
+
 fn bind(sys: &mut dyn Sys, src: &Path, target: &Path, dir: bool) -> io::Result<()> {
     if dir {
         sys.mkdir_all(target)?;
     } else {
         sys.touch(target)?;
     }
-    sys.mount(
-        Some(src),
-        target,
-        None,
-        MsFlags::MS_BIND | MsFlags::MS_REC,
-        None,
-    )
+    sys.mount(Some(src), target, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)
 }
 
 /// Applies every mount of the plan under `/newroot`, reading host paths under `/oldroot`.
 /// Synthesized files are staged in `staging` (a directory on the outer tmpfs) and bound in.
-pub fn apply_all(
-    sys: &mut dyn Sys,
-    mounts: &[MountSpec],
-    staging: &Path,
-) -> Result<(), MountError> {
+pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Result<(), MountError> {
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     let mut staged = 0usize;
     for m in mounts {
         let target = under(NEW, m.target());
         let fail = |step: &'static str| {
             let t = m.target().to_path_buf();
-            move |err: io::Error| MountError {
-                step,
-                target: t,
-                err,
-            }
+            move |err: io::Error| MountError { step, target: t, err }
         };
         match m {
             MountSpec::Tmpfs { mode, .. } => {
                 sys.mkdir_all(&target).map_err(fail("mkdir for tmpfs"))?;
                 let data = format!("mode={mode:o}");
+                sys.mount(Some(Path::new("tmpfs")), &target, Some("tmpfs"), nosuid_nodev, Some(&data))
+                    .map_err(fail("mount tmpfs on"))?;
+            }
+            MountSpec::Bind { source, rw, dir, .. } => {
+                bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
+                let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
+                sys.set_attr(&target, attr).map_err(fail("set attributes on"))?;
+            }
+            MountSpec::Overlay { source, whiteouts, files, .. } => {
+                staged += 1;
+                let layer = staging.join(format!("layer{staged}"));
+                sys.mkdir_all(&layer).map_err(fail("create overlay layer for"))?;
+                for w in whiteouts {
+                    let rel = w.strip_prefix(source).unwrap_or(w);
+                    sys.whiteout(&layer.join(rel)).map_err(fail("whiteout in overlay of"))?;
+                }
+                for f in files {
+                    let rel = f.path.strip_prefix(source).unwrap_or(&f.path);
+                    sys.write_file(&layer.join(rel), f.contents.as_bytes(), f.mode)
+                        .map_err(fail("file in overlay of"))?;
+                }
+                sys.mkdir_all(&target).map_err(fail("mkdir for overlay"))?;
+                let data = format!("lowerdir={}:{}", overlay_escape(&layer), overlay_escape(&under(OLD, source)));
                 sys.mount(
-                    Some(Path::new("tmpfs")),
+                    Some(Path::new("overlay")),
                     &target,
-                    Some("tmpfs"),
-                    nosuid_nodev,
+                    Some("overlay"),
+                    MsFlags::MS_RDONLY | nosuid_nodev,
                     Some(&data),
                 )
-                .map_err(fail("mount tmpfs on"))?;
-            }
-            MountSpec::Bind {
-                source, rw, dir, ..
-            } => {
-                bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
-                let attr =
-                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
-                sys.set_attr(&target, attr)
-                    .map_err(fail("set attributes on"))?;
+                .map_err(fail("mount overlay on (set sandbox.hide_with = \"rebuild\" if this kernel refuses it)"))?;
             }
             MountSpec::TreeBind { source, dir, .. } => {
                 bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
             }
             MountSpec::SealTree { rw, .. } => {
-                let attr =
-                    MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
+                let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
                 sys.set_attr(&target, attr).map_err(fail("seal"))?;
             }
             MountSpec::Device { source, .. } => {
                 let src = under(OLD, source);
-                sys.touch(&target)
-                    .map_err(fail("create device node target"))?;
-                sys.mount(Some(&src), &target, None, MsFlags::MS_BIND, None)
-                    .map_err(fail("bind device"))?;
-                sys.set_attr(&target, MOUNT_ATTR_NOSUID)
-                    .map_err(fail("set attributes on"))?;
+                sys.touch(&target).map_err(fail("create device node target"))?;
+                sys.mount(Some(&src), &target, None, MsFlags::MS_BIND, None).map_err(fail("bind device"))?;
+                sys.set_attr(&target, MOUNT_ATTR_NOSUID).map_err(fail("set attributes on"))?;
             }
             MountSpec::Symlink { link, .. } => {
                 sys.symlink(link, &target).map_err(fail("symlink"))?;
@@ -315,34 +304,20 @@ pub fn apply_all(
             MountSpec::File { contents, mode, .. } => {
                 staged += 1;
                 let s = staging.join(staged.to_string());
-                sys.write_file(&s, contents.as_bytes(), *mode)
-                    .map_err(fail("stage file for"))?;
+                sys.write_file(&s, contents.as_bytes(), *mode).map_err(fail("stage file for"))?;
                 sys.touch(&target).map_err(fail("create file"))?;
-                sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None)
-                    .map_err(fail("bind file"))?;
-                sys.set_attr(
-                    &target,
-                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                )
-                .map_err(fail("set attributes on"))?;
+                sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None).map_err(fail("bind file"))?;
+                sys.set_attr(&target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+                    .map_err(fail("set attributes on"))?;
             }
             MountSpec::Copy { source, .. } => {
-                let data = sys
-                    .read_small(&under(OLD, source), 1 << 20)
-                    .map_err(fail("read seed for"))?;
-                sys.write_file(&target, &data, 0o600)
-                    .map_err(fail("seed"))?;
+                let data = sys.read_small(&under(OLD, source), 1 << 20).map_err(fail("read seed for"))?;
+                sys.write_file(&target, &data, 0o600).map_err(fail("seed"))?;
             }
             MountSpec::Proc { .. } => {
                 sys.mkdir_all(&target).map_err(fail("mkdir for proc"))?;
-                sys.mount(
-                    Some(Path::new("proc")),
-                    &target,
-                    Some("proc"),
-                    nosuid_nodev | MsFlags::MS_NOEXEC,
-                    None,
-                )
-                .map_err(fail("mount proc on"))?;
+                sys.mount(Some(Path::new("proc")), &target, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, None)
+                    .map_err(fail("mount proc on"))?;
             }
             MountSpec::Devpts { .. } => {
                 sys.mkdir_all(&target).map_err(fail("mkdir for devpts"))?;
@@ -367,35 +342,18 @@ pub fn apply_all(
             }
             MountSpec::Mask { dir: false, .. } => {
                 let s = staging.join("empty");
-                sys.write_file(&s, b"", 0o444)
-                    .map_err(fail("stage empty file for"))?;
-                sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None)
-                    .map_err(fail("mask"))?;
-                sys.set_attr(
-                    &target,
-                    MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                )
-                .map_err(fail("set attributes on"))?;
+                sys.write_file(&s, b"", 0o444).map_err(fail("stage empty file for"))?;
+                sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None).map_err(fail("mask"))?;
+                sys.set_attr(&target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+                    .map_err(fail("set attributes on"))?;
             }
             MountSpec::Pin { .. } => {
-                sys.mount(
-                    Some(&target),
-                    &target,
-                    None,
-                    MsFlags::MS_BIND | MsFlags::MS_REC,
-                    None,
-                )
-                .map_err(fail("pin"))?;
+                sys.mount(Some(&target), &target, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)
+                    .map_err(fail("pin"))?;
             }
             MountSpec::ReadOnly { .. } => {
-                sys.mount(
-                    None,
-                    &target,
-                    None,
-                    MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | nosuid_nodev,
-                    None,
-                )
-                .map_err(fail("make read-only"))?;
+                sys.mount(None, &target, None, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | nosuid_nodev, None)
+                    .map_err(fail("make read-only"))?;
             }
         }
     }
@@ -430,11 +388,7 @@ mod tests {
             Ok(())
         }
         fn set_attr(&mut self, target: &Path, attr: u64) -> io::Result<()> {
-            self.ops.push(format!(
-                "attr {} ro={}",
-                target.display(),
-                attr & MOUNT_ATTR_RDONLY != 0
-            ));
+            self.ops.push(format!("attr {} ro={}", target.display(), attr & MOUNT_ATTR_RDONLY != 0));
             Ok(())
         }
         fn mkdir_all(&mut self, p: &Path) -> io::Result<()> {
@@ -450,27 +404,23 @@ mod tests {
             Ok(())
         }
         fn symlink(&mut self, link: &Path, at: &Path) -> io::Result<()> {
-            self.ops
-                .push(format!("symlink {} -> {}", at.display(), link.display()));
+            self.ops.push(format!("symlink {} -> {}", at.display(), link.display()));
             Ok(())
         }
         fn read_small(&self, _p: &Path, _max: u64) -> io::Result<Vec<u8>> {
             Ok(b"seed".to_vec())
+        }
+        fn whiteout(&mut self, p: &Path) -> io::Result<()> {
+            self.ops.push(format!("whiteout {}", p.display()));
+            Ok(())
         }
     }
 
     #[test]
     fn project_and_protected_paths_mount_in_order_with_ro_attr() {
         let mounts = vec![
-            MountSpec::Bind {
-                source: "/home/u/p".into(),
-                target: "/home/u/p".into(),
-                rw: true,
-                dir: true,
-            },
-            MountSpec::Pin {
-                target: "/home/u/p/.git".into(),
-            },
+            MountSpec::Bind { source: "/home/u/p".into(), target: "/home/u/p".into(), rw: true, dir: true },
+            MountSpec::Pin { target: "/home/u/p/.git".into() },
             MountSpec::Bind {
                 source: "/home/u/p/.git/config".into(),
                 target: "/home/u/p/.git/config".into(),
@@ -496,18 +446,34 @@ mod tests {
 
     #[test]
     fn synthesized_files_are_staged_and_bound_read_only() {
-        let mounts = vec![MountSpec::File {
-            target: "/etc/passwd".into(),
-            contents: "x".into(),
-            mode: 0o644,
-        }];
+        let mounts = vec![MountSpec::File { target: "/etc/passwd".into(), contents: "x".into(), mode: 0o644 }];
         let mut r = Recorder::default();
         apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
         assert_eq!(r.ops[0], "write /stage/1");
-        assert!(r
-            .ops
-            .iter()
-            .any(|o| o == "attr /newroot/etc/passwd ro=true"));
+        assert!(r.ops.iter().any(|o| o == "attr /newroot/etc/passwd ro=true"));
+    }
+
+    #[test]
+    fn overlay_puts_whiteouts_and_files_in_a_staged_layer() {
+        let mounts = vec![MountSpec::Overlay {
+            target: "/etc".into(),
+            source: "/etc".into(),
+            whiteouts: vec!["/etc/munge".into()],
+            files: vec![crate::plan::fs::OverlayFile { path: "/etc/passwd".into(), contents: "x".into(), mode: 0o644 }],
+        }];
+        let mut r = Recorder::default();
+        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        assert_eq!(
+            r.ops,
+            vec![
+                "mkdir /stage/layer1",
+                "whiteout /stage/layer1/munge",
+                "write /stage/layer1/passwd",
+                "mkdir /newroot/etc",
+                "mount overlay /newroot/etc overlay bind=false",
+            ]
+        );
+        assert_eq!(overlay_escape(Path::new("/a:b,c")), "/a\\:b\\,c");
     }
 
     #[test]

@@ -11,8 +11,9 @@ pub enum Msg {
     Go,
     /// Init -> launcher: the jail is built; the fds are the pty master (if any).
     Ready(Vec<OwnedFd>),
-    /// Launcher -> init: start the command.
-    Start,
+    /// Launcher -> init: start the command, under this seccomp program (compiled by the
+    /// launcher while the jail was being built, as raw sock_filter instructions).
+    Start(Vec<seccompiler::sock_filter>),
     /// Init -> launcher: the jail could not be built.
     Error(String),
     /// Init -> launcher: the command ended: exit code, or signal number.
@@ -25,7 +26,15 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
     let mut fds: Vec<RawFd> = vec![];
     match m {
         Msg::Go => buf.push(b'G'),
-        Msg::Start => buf.push(b'S'),
+        Msg::Start(prog) => {
+            buf.push(b'S');
+            for i in prog {
+                buf.extend_from_slice(&i.code.to_le_bytes());
+                buf.push(i.jt);
+                buf.push(i.jf);
+                buf.extend_from_slice(&i.k.to_le_bytes());
+            }
+        }
         Msg::Ready(f) => {
             buf.push(b'R');
             fds = f.iter().map(|f| f.as_raw_fd()).collect();
@@ -51,16 +60,11 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
 
 /// Receives one message; `Ok(None)` means the other side is gone.
 pub fn recv(sock: RawFd) -> nix::Result<Option<Msg>> {
-    let mut buf = [0u8; 4096];
+    let mut buf = vec![0u8; 64 * 1024];
     let mut cspace = nix::cmsg_space!([RawFd; 4]);
     let (n, fds) = loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
-        match recvmsg::<()>(
-            sock,
-            &mut iov,
-            Some(&mut cspace),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) {
+        match recvmsg::<()>(sock, &mut iov, Some(&mut cspace), MsgFlags::MSG_CMSG_CLOEXEC) {
             Ok(r) => {
                 let mut fds = vec![];
                 for c in r.cmsgs()? {
@@ -80,15 +84,19 @@ pub fn recv(sock: RawFd) -> nix::Result<Option<Msg>> {
         return Ok(None);
     }
     let body = &buf[1..n];
-    let int = || {
-        body.get(..4)
-            .and_then(|b| b.try_into().ok())
-            .map(i32::from_le_bytes)
-            .unwrap_or(126)
-    };
+    let int = || body.get(..4).and_then(|b| b.try_into().ok()).map(i32::from_le_bytes).unwrap_or(126);
     Ok(Some(match buf[0] {
         b'G' => Msg::Go,
-        b'S' => Msg::Start,
+        b'S' => Msg::Start(
+            body.chunks_exact(8)
+                .map(|c| seccompiler::sock_filter {
+                    code: u16::from_le_bytes([c[0], c[1]]),
+                    jt: c[2],
+                    jf: c[3],
+                    k: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+                })
+                .collect(),
+        ),
         b'R' => Msg::Ready(fds),
         b'E' => Msg::Error(String::from_utf8_lossy(body).into_owned()),
         b'X' => Msg::Exited(int()),

@@ -72,10 +72,7 @@ fn set_nonblocking(fd: RawFd) {
     // SAFETY: fd is open for the duration of the call.
     let b = unsafe { BorrowedFd::borrow_raw(fd) };
     if let Ok(fl) = fcntl(b, FcntlArg::F_GETFL) {
-        let _ = fcntl(
-            b,
-            FcntlArg::F_SETFL(OFlag::from_bits_truncate(fl) | OFlag::O_NONBLOCK),
-        );
+        let _ = fcntl(b, FcntlArg::F_SETFL(OFlag::from_bits_truncate(fl) | OFlag::O_NONBLOCK));
     }
 }
 
@@ -90,10 +87,7 @@ fn write_all(fd: RawFd, mut data: &[u8]) {
             }
             if e.kind() == std::io::ErrorKind::WouldBlock {
                 let _ = poll(
-                    &mut [PollFd::new(
-                        unsafe { BorrowedFd::borrow_raw(fd) },
-                        PollFlags::POLLOUT,
-                    )],
+                    &mut [PollFd::new(unsafe { BorrowedFd::borrow_raw(fd) }, PollFlags::POLLOUT)],
                     PollTimeout::from(100u16),
                 );
                 continue;
@@ -110,12 +104,7 @@ fn read_some(fd: RawFd, buf: &mut [u8]) -> Option<usize> {
     (n > 0).then_some(n as usize)
 }
 
-pub fn run(
-    pid: Pid,
-    sock: RawFd,
-    master: Option<OwnedFd>,
-    mask: &SigSet,
-) -> Result<Outcome, JailError> {
+pub fn run(pid: Pid, sock: RawFd, master: Option<OwnedFd>, mask: &SigSet) -> Result<Outcome, JailError> {
     let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| JailError::Channel(format!("signalfd: {e}")))?;
     let out_fd = if is_tty(1) { 1 } else { 2 };
@@ -126,13 +115,13 @@ pub fn run(
     }
     let mut stdin_open = master.is_some();
     let mut master_open = master.is_some();
-    let mut reported: Option<Outcome> = None;
+    let mut sock_open = true;
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
         // SAFETY: the raw fds below stay open for the whole iteration.
         let sock_fd = unsafe { BorrowedFd::borrow_raw(sock) };
-        fds.push(PollFd::new(sock_fd, PollFlags::POLLIN));
+        fds.push(PollFd::new(sock_fd, if sock_open { PollFlags::POLLIN } else { PollFlags::empty() }));
         let stdin_b = unsafe { BorrowedFd::borrow_raw(0) };
         let (mut i_stdin, mut i_master) = (None, None);
         if let (true, Some(_)) = (stdin_open, &master) {
@@ -147,10 +136,7 @@ pub fn run(
             Ok(_) | Err(nix::Error::EINTR) => {}
             Err(e) => return Err(JailError::Channel(format!("poll: {e}"))),
         }
-        let ready = |i: Option<usize>, fds: &[PollFd]| {
-            i.and_then(|i| fds[i].revents())
-                .is_some_and(|r| !r.is_empty())
-        };
+        let ready = |i: Option<usize>, fds: &[PollFd]| i.and_then(|i| fds[i].revents()).is_some_and(|r| !r.is_empty());
         let sig_ready = fds[0].revents().is_some_and(|r| !r.is_empty());
         let sock_ready = fds[1].revents().is_some_and(|r| !r.is_empty());
         let stdin_ready = ready(i_stdin, &fds);
@@ -158,9 +144,19 @@ pub fn run(
         drop(fds);
         if sock_ready {
             match msg::recv(sock) {
-                Ok(Some(Msg::Exited(c))) => reported = Some(Outcome::Exited(c)),
-                Ok(Some(Msg::Signaled(s))) => reported = Some(Outcome::Signaled(s)),
+                // Init reports only once every process of the jail is gone: return now and
+                // leave the namespace teardown to the kernel.
+                Ok(Some(Msg::Exited(c))) => {
+                    crate::timing::mark("got-exited");
+                    drain(&master, out_fd, &mut buf);
+                    return Ok(Outcome::Exited(c));
+                }
+                Ok(Some(Msg::Signaled(s))) => {
+                    drain(&master, out_fd, &mut buf);
+                    return Ok(Outcome::Signaled(s));
+                }
                 Ok(Some(Msg::Error(e))) => eprintln!("agent-sandbox: {e}"),
+                Ok(None) => sock_open = false,
                 _ => {}
             }
         }
@@ -188,12 +184,13 @@ pub fn run(
                 if signo == libc::SIGCHLD {
                     match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
                         Ok(WaitStatus::Exited(_, c)) => {
+                            crate::timing::mark("exited");
                             drain(&master, out_fd, &mut buf);
-                            return Ok(reported.unwrap_or(Outcome::Exited(c)));
+                            return Ok(Outcome::Exited(c));
                         }
                         Ok(WaitStatus::Signaled(_, s, _)) => {
                             drain(&master, out_fd, &mut buf);
-                            return Ok(reported.unwrap_or(Outcome::Signaled(s as i32)));
+                            return Ok(Outcome::Signaled(s as i32));
                         }
                         _ => {}
                     }

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::io;
 
 use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-    SeccompFilter, SeccompRule, TargetArch,
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
 };
 
 /// What the caller may relax in the filter.
@@ -24,105 +24,42 @@ pub struct SeccompOptions {
 /// Every entry fails with EPERM. A name libc has no `SYS_` constant for on the target is
 /// skipped (see `syscall_number`); on x86_64 every entry resolves.
 pub const DENIED_SYSCALLS: &[(&str, &str)] = &[
-    (
-        "io_uring_setup",
-        "io_uring is a large kernel attack surface and bypasses seccomp for the ops it runs",
-    ),
-    (
-        "io_uring_enter",
-        "io_uring is a large kernel attack surface and bypasses seccomp for the ops it runs",
-    ),
-    (
-        "io_uring_register",
-        "io_uring is a large kernel attack surface and bypasses seccomp for the ops it runs",
-    ),
-    (
-        "userfaultfd",
-        "stalls kernel page faults at will, a classic race-exploitation primitive",
-    ),
+    ("io_uring_setup", "io_uring is a large kernel attack surface and bypasses seccomp for the ops it runs"),
+    ("io_uring_enter", "io_uring is a large kernel attack surface and bypasses seccomp for the ops it runs"),
+    ("io_uring_register", "io_uring is a large kernel attack surface and bypasses seccomp for the ops it runs"),
+    ("userfaultfd", "stalls kernel page faults at will, a classic race-exploitation primitive"),
     ("kexec_load", "replaces the running kernel"),
     ("kexec_file_load", "replaces the running kernel"),
-    (
-        "bpf",
-        "loads programs into the kernel; large attack surface",
-    ),
-    (
-        "perf_event_open",
-        "kernel and hardware profiling: information leaks and a history of exploits",
-    ),
-    (
-        "keyctl",
-        "kernel keyrings are not namespaced: the agent could read or plant the user's keys",
-    ),
-    (
-        "add_key",
-        "kernel keyrings are not namespaced: the agent could read or plant the user's keys",
-    ),
-    (
-        "request_key",
-        "kernel keyrings are not namespaced and can invoke upcalls to host helpers",
-    ),
-    (
-        "mount",
-        "the jail's mount table is fixed by the supervisor; remounting could undo it",
-    ),
-    (
-        "umount2",
-        "unmounting could expose what the jail's mounts hide",
-    ),
-    (
-        "open_tree",
-        "new mount API: could clone or detach mounts of the jail",
-    ),
-    (
-        "move_mount",
-        "new mount API: could rearrange the jail's mounts",
-    ),
+    ("bpf", "loads programs into the kernel; large attack surface"),
+    ("perf_event_open", "kernel and hardware profiling: information leaks and a history of exploits"),
+    ("keyctl", "kernel keyrings are not namespaced: the agent could read or plant the user's keys"),
+    ("add_key", "kernel keyrings are not namespaced: the agent could read or plant the user's keys"),
+    ("request_key", "kernel keyrings are not namespaced and can invoke upcalls to host helpers"),
+    ("mount", "the jail's mount table is fixed by the supervisor; remounting could undo it"),
+    ("umount2", "unmounting could expose what the jail's mounts hide"),
+    ("open_tree", "new mount API: could clone or detach mounts of the jail"),
+    ("move_mount", "new mount API: could rearrange the jail's mounts"),
     ("fsopen", "new mount API: creates filesystem contexts"),
     ("fsconfig", "new mount API: configures filesystem contexts"),
     ("fsmount", "new mount API: creates mounts"),
     ("fspick", "new mount API: reconfigures existing mounts"),
-    (
-        "mount_setattr",
-        "could clear read-only or nosuid flags of the jail's mounts",
-    ),
+    ("mount_setattr", "could clear read-only or nosuid flags of the jail's mounts"),
     ("pivot_root", "changes the root filesystem of the jail"),
-    (
-        "chroot",
-        "changes the root directory; a classic escape building block",
-    ),
+    ("chroot", "changes the root directory; a classic escape building block"),
     ("swapon", "host administration: enables swap"),
     ("swapoff", "host administration: disables swap"),
-    (
-        "reboot",
-        "host administration: reboots or halts the machine",
-    ),
+    ("reboot", "host administration: reboots or halts the machine"),
     ("init_module", "loads kernel modules"),
     ("finit_module", "loads kernel modules"),
     ("delete_module", "unloads kernel modules"),
     ("acct", "host administration: process accounting"),
     ("quotactl", "host administration: disk quotas"),
     ("quotactl_fd", "host administration: disk quotas"),
-    (
-        "syslog",
-        "reads the kernel log, which leaks kernel addresses and host activity",
-    ),
-    (
-        "setns",
-        "joins other namespaces, which could leave the jail's",
-    ),
-    (
-        "open_by_handle_at",
-        "opens files by handle, bypassing path-based confinement (the Shocker escape)",
-    ),
-    (
-        "name_to_handle_at",
-        "produces file handles for open_by_handle_at and leaks inode identities",
-    ),
-    (
-        "lookup_dcookie",
-        "obsolete profiling interface that reveals paths",
-    ),
+    ("syslog", "reads the kernel log, which leaks kernel addresses and host activity"),
+    ("setns", "joins other namespaces, which could leave the jail's"),
+    ("open_by_handle_at", "opens files by handle, bypassing path-based confinement (the Shocker escape)"),
+    ("name_to_handle_at", "produces file handles for open_by_handle_at and leaks inode identities"),
+    ("lookup_dcookie", "obsolete profiling interface that reveals paths"),
 ];
 
 /// Errors from building or installing the filter.
@@ -192,19 +129,13 @@ const NATIVE: Option<NativeArch> = Some(NativeArch {
     target: TargetArch::aarch64,
 });
 
-#[cfg(not(any(
-    all(target_arch = "x86_64", target_pointer_width = "64"),
-    target_arch = "aarch64"
-)))]
+#[cfg(not(any(all(target_arch = "x86_64", target_pointer_width = "64"), target_arch = "aarch64")))]
 const NATIVE: Option<NativeArch> = None;
 
 /// Syscall number of a `DENIED_SYSCALLS` name on the target, or `None` when libc has no
 /// `SYS_` constant for it there.
 fn syscall_number(name: &str) -> Option<i64> {
-    #[cfg(any(
-        all(target_arch = "x86_64", target_pointer_width = "64"),
-        target_arch = "aarch64"
-    ))]
+    #[cfg(any(all(target_arch = "x86_64", target_pointer_width = "64"), target_arch = "aarch64"))]
     {
         let nr: libc::c_long = match name {
             "io_uring_setup" => libc::SYS_io_uring_setup,
@@ -249,10 +180,7 @@ fn syscall_number(name: &str) -> Option<i64> {
         };
         Some(sys_nr(nr))
     }
-    #[cfg(not(any(
-        all(target_arch = "x86_64", target_pointer_width = "64"),
-        target_arch = "aarch64"
-    )))]
+    #[cfg(not(any(all(target_arch = "x86_64", target_pointer_width = "64"), target_arch = "aarch64")))]
     {
         let _ = name;
         None
@@ -267,12 +195,7 @@ fn sys_nr(nr: libc::c_long) -> i64 {
 }
 
 fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter {
-        code,
-        jt: 0,
-        jf: 0,
-        k,
-    }
+    sock_filter { code, jt: 0, jf: 0, k }
 }
 
 fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
@@ -302,22 +225,13 @@ fn prologue(native: &NativeArch) -> Vec<sock_filter> {
         stmt(LD_W_ABS, DATA_NR),
     ];
     if let Some(bit) = native.x32_bit {
-        p.extend([
-            jump(JGE_K, bit, 0, 2),
-            jump(JEQ_K, u32::MAX, 1, 0),
-            stmt(RET_K, RET_EPERM),
-        ]);
+        p.extend([jump(JGE_K, bit, 0, 2), jump(JEQ_K, u32::MAX, 1, 0), stmt(RET_K, RET_EPERM)]);
     }
     p.extend([jump(JEQ_K, native.clone3, 0, 1), stmt(RET_K, RET_ENOSYS)]);
     p
 }
 
-fn cond(
-    arg: u8,
-    len: SeccompCmpArgLen,
-    op: SeccompCmpOp,
-    value: u64,
-) -> Result<SeccompCondition, SeccompError> {
+fn cond(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
     SeccompCondition::new(arg, len, op, value).map_err(SeccompError::Compile)
 }
 
@@ -332,23 +246,15 @@ const fn ioctl_request(request: libc::Ioctl) -> u64 {
 
 /// Rules for seccompiler; every match fails with EPERM.
 fn rules(opts: &SeccompOptions) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = DENIED_SYSCALLS
-        .iter()
-        .filter_map(|(name, _)| syscall_number(name))
-        .map(|nr| (nr, Vec::new()))
-        .collect();
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+        DENIED_SYSCALLS.iter().filter_map(|(name, _)| syscall_number(name)).map(|nr| (nr, Vec::new())).collect();
 
     if !opts.allow_nested_userns {
         // Flags are arg0 of both unshare and clone (x86_64 and aarch64), an unsigned long: the
         // whole 64-bit argument is masked.
         let newuser = u64::from(libc::CLONE_NEWUSER as u32);
         for nr in [libc::SYS_unshare, libc::SYS_clone] {
-            let newuser_set = cond(
-                0,
-                SeccompCmpArgLen::Qword,
-                SeccompCmpOp::MaskedEq(newuser),
-                newuser,
-            )?;
+            let newuser_set = cond(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(newuser), newuser)?;
             rules.insert(sys_nr(nr), vec![rule(vec![newuser_set])?]);
         }
     }
@@ -358,12 +264,7 @@ fn rules(opts: &SeccompOptions) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Secco
     // that through: compare only the low 32 bits (Dword).
     let mut ioctl = Vec::new();
     for request in [libc::TIOCSTI, libc::TIOCLINUX] {
-        ioctl.push(rule(vec![cond(
-            1,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Eq,
-            ioctl_request(request),
-        )?])?);
+        ioctl.push(rule(vec![cond(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, ioctl_request(request))?])?);
     }
     rules.insert(sys_nr(libc::SYS_ioctl), ioctl);
     Ok(rules)
@@ -371,25 +272,16 @@ fn rules(opts: &SeccompOptions) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Secco
 
 /// Builds the filter: the arch/x32/clone3 prologue followed by seccompiler's deny-list.
 pub fn build_program(opts: &SeccompOptions) -> Result<BpfProgram, SeccompError> {
-    let native = NATIVE
-        .as_ref()
-        .ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;
-    let filter = SeccompFilter::new(
-        rules(opts)?,
-        SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
-        native.target,
-    )
-    .map_err(SeccompError::Compile)?;
+    let native = NATIVE.as_ref().ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;
+    let filter =
+        SeccompFilter::new(rules(opts)?, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), native.target)
+            .map_err(SeccompError::Compile)?;
     let body = BpfProgram::try_from(filter).map_err(SeccompError::Compile)?;
 
     let mut prog = prologue(native);
     prog.extend(body);
     if prog.len() > MAX_INSNS {
-        return Err(SeccompError::TooLong {
-            len: prog.len(),
-            max: MAX_INSNS,
-        });
+        return Err(SeccompError::TooLong { len: prog.len(), max: MAX_INSNS });
     }
     Ok(prog)
 }
@@ -411,12 +303,7 @@ pub fn install(prog: &BpfProgram) -> Result<(), SeccompError> {
     }
     let len = match u16::try_from(prog.len()) {
         Ok(len) if prog.len() <= MAX_INSNS => len,
-        _ => {
-            return Err(SeccompError::TooLong {
-                len: prog.len(),
-                max: MAX_INSNS,
-            })
-        }
+        _ => return Err(SeccompError::TooLong { len: prog.len(), max: MAX_INSNS }),
     };
 
     let zero: libc::c_ulong = 0;
@@ -431,10 +318,7 @@ pub fn install(prog: &BpfProgram) -> Result<(), SeccompError> {
         }
     }
 
-    let fprog = SockFprog {
-        len,
-        filter: prog.as_ptr(),
-    };
+    let fprog = SockFprog { len, filter: prog.as_ptr() };
     // SAFETY: `fprog` points to `len` initialised instructions in `prog`, which outlives the
     // call; the kernel copies the program before returning and keeps no pointer to it.
     let rc = unsafe {
@@ -466,10 +350,7 @@ mod tests {
     }
 
     fn allow_userns() -> BpfProgram {
-        build_program(&SeccompOptions {
-            allow_nested_userns: true,
-        })
-        .unwrap()
+        build_program(&SeccompOptions { allow_nested_userns: true }).unwrap()
     }
 
     // ---- table ----
@@ -489,10 +370,7 @@ mod tests {
                 assert!(syscall_number(name).is_some(), "{name} has no number");
             }
         }
-        let numbers: HashSet<_> = DENIED_SYSCALLS
-            .iter()
-            .filter_map(|(n, _)| syscall_number(n))
-            .collect();
+        let numbers: HashSet<_> = DENIED_SYSCALLS.iter().filter_map(|(n, _)| syscall_number(n)).collect();
         assert_eq!(numbers.len(), seen.len(), "two names share a number");
         assert_eq!(syscall_number("getpid"), None);
     }
@@ -515,10 +393,7 @@ mod tests {
             assert_eq!(prog[4], jump(JGE_K, 0x4000_0000, 0, 2));
         }
         assert!(allow_userns().len() < deny_all().len());
-        assert!(matches!(
-            install(&Vec::new()),
-            Err(SeccompError::EmptyProgram)
-        ));
+        assert!(matches!(install(&Vec::new()), Err(SeccompError::EmptyProgram)));
         let huge = vec![stmt(RET_K, libc::SECCOMP_RET_ALLOW); MAX_INSNS + 1];
         assert!(matches!(
             install(&huge),
@@ -535,10 +410,7 @@ mod tests {
         for (i, a) in args.iter().enumerate() {
             data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_ne_bytes());
         }
-        let (ja, jgt) = (
-            (libc::BPF_JMP | libc::BPF_JA) as u16,
-            (libc::BPF_JMP | libc::BPF_JGT | libc::BPF_K) as u16,
-        );
+        let (ja, jgt) = ((libc::BPF_JMP | libc::BPF_JA) as u16, (libc::BPF_JMP | libc::BPF_JGT | libc::BPF_K) as u16);
         let and_k = (libc::BPF_ALU | libc::BPF_AND | libc::BPF_K) as u16;
         let (mut acc, mut pc) = (0u32, 0usize);
         loop {
@@ -599,10 +471,7 @@ mod tests {
         let sigchld = libc::SIGCHLD as u64;
         for sys in [nr(libc::SYS_unshare), nr(libc::SYS_clone)] {
             assert_eq!(run(sys, [newuser, 0, 0, 0, 0, 0]), RET_EPERM);
-            assert_eq!(
-                run(sys, [newuser | newns | sigchld, 0, 0, 0, 0, 0]),
-                RET_EPERM
-            );
+            assert_eq!(run(sys, [newuser | newns | sigchld, 0, 0, 0, 0, 0]), RET_EPERM);
             assert_eq!(run(sys, [newuser | 1 << 40, 0, 0, 0, 0, 0]), RET_EPERM);
             assert_eq!(run(sys, [newns | sigchld, 0, 0, 0, 0, 0]), ALLOW);
             assert_eq!(run(sys, [sigchld, 0, 0, 0, 0, 0]), ALLOW);
@@ -614,16 +483,10 @@ mod tests {
         for req in [ioctl_request(libc::TIOCSTI), ioctl_request(libc::TIOCLINUX)] {
             assert_eq!(run(ioctl, [0, req, 0, 0, 0, 0]), RET_EPERM);
             assert_eq!(run(ioctl, [0, req | 1 << 32, 0, 0, 0, 0]), RET_EPERM);
-            assert_eq!(
-                run(ioctl, [0, req | 0xFFFF_FFFF << 32, 0, 0, 0, 0]),
-                RET_EPERM
-            );
+            assert_eq!(run(ioctl, [0, req | 0xFFFF_FFFF << 32, 0, 0, 0, 0]), RET_EPERM);
             assert_eq!(run(ioctl, [u64::MAX, req, 0, 0, 0, 0]), RET_EPERM);
         }
-        assert_eq!(
-            run(ioctl, [0, ioctl_request(libc::TCGETS), 0, 0, 0, 0]),
-            ALLOW
-        );
+        assert_eq!(run(ioctl, [0, ioctl_request(libc::TCGETS), 0, 0, 0, 0]), ALLOW);
         assert_eq!(run(ioctl, [0, 0x5412 + 1, 0, 0, 0, 0]), ALLOW);
     }
 
@@ -700,10 +563,7 @@ mod tests {
         code(raw(libc::SYS_keyctl, [0, -1i64 as u64, 0, 0]))
     }
     fn unshare_newuser() -> i32 {
-        code(raw(
-            libc::SYS_unshare,
-            [libc::CLONE_NEWUSER as u64, 0, 0, 0],
-        ))
+        code(raw(libc::SYS_unshare, [libc::CLONE_NEWUSER as u64, 0, 0, 0]))
     }
     fn unshare_newuts() -> i32 {
         code(raw(libc::SYS_unshare, [libc::CLONE_NEWUTS as u64, 0, 0, 0]))
@@ -731,14 +591,7 @@ mod tests {
         let mut pid = 0;
         // SAFETY: valid NUL-terminated path and NULL-terminated argv/envp arrays.
         let r = unsafe {
-            libc::posix_spawn(
-                &mut pid,
-                path.as_ptr(),
-                std::ptr::null(),
-                std::ptr::null(),
-                argv.as_ptr(),
-                envp.as_ptr(),
-            )
+            libc::posix_spawn(&mut pid, path.as_ptr(), std::ptr::null(), std::ptr::null(), argv.as_ptr(), envp.as_ptr())
         };
         if r != 0 {
             return r;
@@ -758,12 +611,7 @@ mod tests {
         let path = c"/dev/ptmx";
         raw(
             libc::SYS_openat,
-            [
-                libc::AT_FDCWD as u64,
-                path.as_ptr() as u64,
-                (libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) as u64,
-                0,
-            ],
+            [libc::AT_FDCWD as u64, path.as_ptr() as u64, (libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) as u64, 0],
         )
     }
     fn tiocsti_pty() -> i32 {
@@ -781,10 +629,7 @@ mod tests {
         };
         let mut n: libc::c_uint = 0;
         let ptr = &mut n as *mut libc::c_uint as u64;
-        code(raw(
-            libc::SYS_ioctl,
-            [fd, ioctl_request(libc::TIOCGPTN), ptr, 0],
-        ))
+        code(raw(libc::SYS_ioctl, [fd, ioctl_request(libc::TIOCGPTN), ptr, 0]))
     }
     fn tiocsti_badfd() -> i32 {
         code(raw(libc::SYS_ioctl, [BAD_FD, TIOCSTI_HIGH, 0, 0]))
@@ -830,8 +675,8 @@ mod tests {
         assert_eq!(in_child(Some(&prog), keyctl_check), EPERM);
         assert_ne!(in_child(None, keyctl_check), EPERM);
         assert_eq!(in_child(Some(&prog), io_uring_check), EPERM);
-        let io_uring_enabled = std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled")
-            .map_or(true, |v| v.trim() == "0");
+        let io_uring_enabled =
+            std::fs::read_to_string("/proc/sys/kernel/io_uring_disabled").map_or(true, |v| v.trim() == "0");
         if io_uring_enabled {
             assert_ne!(in_child(None, io_uring_check), EPERM);
         }
@@ -844,21 +689,12 @@ mod tests {
         assert_eq!(in_child(Some(&prog), clone_newuser), EPERM);
 
         // Other namespaces are not the filter's business: same answer with or without it.
-        assert_eq!(
-            in_child(Some(&prog), unshare_newuts),
-            in_child(None, unshare_newuts)
-        );
+        assert_eq!(in_child(Some(&prog), unshare_newuts), in_child(None, unshare_newuts));
 
         // With allow_nested_userns the filter must not change the host's answer.
         let lax = allow_userns();
-        assert_eq!(
-            in_child(Some(&lax), unshare_newuser),
-            in_child(None, unshare_newuser)
-        );
-        assert_eq!(
-            in_child(Some(&lax), clone_newuser),
-            in_child(None, clone_newuser)
-        );
+        assert_eq!(in_child(Some(&lax), unshare_newuser), in_child(None, unshare_newuser));
+        assert_eq!(in_child(Some(&lax), clone_newuser), in_child(None, clone_newuser));
     }
 
     #[test]
@@ -901,14 +737,8 @@ mod tests {
     struct TempDir(PathBuf);
     impl TempDir {
         fn new(tag: &str) -> Self {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .subsec_nanos();
-            let dir = std::env::temp_dir().join(format!(
-                "agent-sandbox-seccomp-{tag}-{}-{nanos}",
-                std::process::id()
-            ));
+            let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+            let dir = std::env::temp_dir().join(format!("agent-sandbox-seccomp-{tag}-{}-{nanos}", std::process::id()));
             std::fs::create_dir_all(&dir).unwrap();
             TempDir(dir)
         }
@@ -965,10 +795,7 @@ mod tests {
         }
         // SAFETY: our read end, not used afterwards.
         unsafe { libc::close(fds[0]) };
-        (
-            wait_exit(pid),
-            String::from_utf8_lossy(&out).trim().to_string(),
-        )
+        (wait_exit(pid), String::from_utf8_lossy(&out).trim().to_string())
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -983,11 +810,7 @@ mod tests {
             .arg(&src)
             .output()
             .expect("run cc (gcc) to build tests/helpers/int80.c");
-        assert!(
-            cc.status.success(),
-            "cc failed: {}",
-            String::from_utf8_lossy(&cc.stderr)
-        );
+        assert!(cc.status.success(), "cc failed: {}", String::from_utf8_lossy(&cc.stderr));
         let prog = deny_all();
         let run = |filtered: bool, args: &[&OsStr]| {
             let mut argv = vec![cstr(&bin)];
@@ -1015,10 +838,7 @@ mod tests {
         // x32 numbers via `syscall`: this host has no x32 (ENOSYS); the filter says EPERM.
         let x32 = os("x32");
         let (_, out) = run(false, &[x32, os("getpid")]);
-        assert_ne!(
-            out, "x32 getpid ret=-1 errno=1",
-            "unfiltered x32 must not be EPERM"
-        );
+        assert_ne!(out, "x32 getpid ret=-1 errno=1", "unfiltered x32 must not be EPERM");
         let (rc, out) = run(true, &[x32, os("getpid")]);
         assert_eq!((rc, out.as_str()), (0, "x32 getpid ret=-1 errno=1"));
         let xdir = tmp.0.join("made-by-x32");

@@ -40,7 +40,9 @@ pub fn run(plan: &Plan, tty: TtyFds, banner: &dyn Fn()) -> Result<Outcome, JailE
     let pty = use_pty.then_some(tty);
     let new_net = plan.net.effective != NetMode::Open;
     let mask = relay::block_signals();
+    crate::timing::mark("pre-clone");
     let launched = clone_jail(plan, pty, new_net)?;
+    crate::timing::mark("cloned");
     let sock = launched.sock.as_raw_fd();
     let fail = |e: JailError| -> JailError {
         let _ = nix::sys::signal::kill(launched.pid, nix::sys::signal::Signal::SIGKILL);
@@ -49,13 +51,19 @@ pub fn run(plan: &Plan, tty: TtyFds, banner: &dyn Fn()) -> Result<Outcome, JailE
     };
     write_id_maps(launched.pid, plan.uid, plan.gid).map_err(fail)?;
     msg::send(sock, &Msg::Go).map_err(|e| fail(JailError::Channel(e.to_string())))?;
+    // Compiled here while the jail builds its filesystem in parallel, then handed over.
+    let prog = super::seccomp::build_program(&super::seccomp::SeccompOptions {
+        allow_nested_userns: plan.seccomp.nested_userns,
+    })
+    .map_err(|e| fail(JailError::Seal(e.into())))?;
     let master = match msg::recv(sock) {
         Ok(Some(Msg::Ready(mut fds))) => fds.pop(),
         Ok(Some(Msg::Error(e))) => return Err(fail(JailError::Build(e))),
         Ok(_) | Err(_) => return Err(fail(JailError::Build(child_death_reason(launched.pid)))),
     };
+    crate::timing::mark("ready");
     banner();
-    msg::send(sock, &Msg::Start).map_err(|e| fail(JailError::Channel(e.to_string())))?;
+    msg::send(sock, &Msg::Start(prog)).map_err(|e| fail(JailError::Channel(e.to_string())))?;
     let outcome = relay::run(launched.pid, sock, master, &mask)?;
     Ok(outcome)
 }
@@ -73,13 +81,8 @@ fn child_death_reason(pid: Pid) -> String {
 }
 
 fn clone_jail(plan: &Plan, pty: Option<TtyFds>, new_net: bool) -> Result<Launched, JailError> {
-    let (parent, child) = socketpair(
-        AddressFamily::Unix,
-        SockType::SeqPacket,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(|e| JailError::Channel(e.to_string()))?;
+    let (parent, child) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+        .map_err(|e| JailError::Channel(e.to_string()))?;
     let mut flags = CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
@@ -95,13 +98,8 @@ fn clone_jail(plan: &Plan, pty: Option<TtyFds>, new_net: bool) -> Result<Launche
     // SAFETY: the launcher is single-threaded here (no runtime threads exist before the jail
     // is cloned), so the child may allocate and use any state; without CLONE_VM it runs on a
     // copy of the address space with its own stack.
-    let pid =
-        unsafe { nix::sched::clone(cb, &mut stack, flags, Some(libc::SIGCHLD)) }.map_err(|e| {
-            JailError::Clone {
-                errno: e,
-                flags: format!("{flags:?}"),
-            }
-        })?;
+    let pid = unsafe { nix::sched::clone(cb, &mut stack, flags, Some(libc::SIGCHLD)) }
+        .map_err(|e| JailError::Clone { errno: e, flags: format!("{flags:?}") })?;
     drop(child);
     Ok(Launched { pid, sock: parent })
 }
@@ -111,10 +109,7 @@ fn clone_jail(plan: &Plan, pty: Option<TtyFds>, new_net: bool) -> Result<Launche
 fn write_id_maps(pid: Pid, uid: u32, gid: u32) -> Result<(), JailError> {
     let base = format!("/proc/{pid}");
     let w = |file: &str, data: String| {
-        std::fs::write(format!("{base}/{file}"), data).map_err(|e| JailError::IdMap {
-            file: file.to_string(),
-            err: e,
-        })
+        std::fs::write(format!("{base}/{file}"), data).map_err(|e| JailError::IdMap { file: file.to_string(), err: e })
     };
     w("setgroups", "deny".into())?;
     w("uid_map", format!("{uid} {uid} 1\n"))?;

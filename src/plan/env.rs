@@ -57,10 +57,7 @@ pub fn build(launcher_env: &[(String, String)], policy: &Policy, j: &JailVars<'_
     set("AGENT_SANDBOX_NET", j.net_mode.to_string());
     set("AGENT_SANDBOX_BACKEND", j.backend.to_string());
     if !has_path {
-        set(
-            "PATH",
-            "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin".into(),
-        );
+        set("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin".into());
     }
     for (k, v) in &policy.env_set {
         set(k, v.value.clone());

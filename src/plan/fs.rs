@@ -23,6 +23,14 @@ pub enum MountSpec {
         rw: bool,
         dir: bool,
     },
+    /// A read-only overlay of a host tree with hidden paths removed (whiteouts) and
+    /// synthesized files added: one mount instead of one bind per entry of the tree.
+    Overlay {
+        target: PathBuf,
+        source: PathBuf,
+        whiteouts: Vec<PathBuf>,
+        files: Vec<OverlayFile>,
+    },
     /// A bind inside a rebuilt tree; its attributes come from the tree's `SealTree`.
     TreeBind {
         source: PathBuf,
@@ -75,12 +83,21 @@ pub enum MountSpec {
     },
 }
 
+/// A file placed in an overlay's top layer (absolute path inside the jail).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OverlayFile {
+    pub path: PathBuf,
+    pub contents: String,
+    pub mode: u32,
+}
+
 impl MountSpec {
     pub fn target(&self) -> &Path {
         match self {
             MountSpec::Tmpfs { target, .. }
             | MountSpec::Bind { target, .. }
             | MountSpec::TreeBind { target, .. }
+            | MountSpec::Overlay { target, .. }
             | MountSpec::Device { target, .. }
             | MountSpec::Symlink { target, .. }
             | MountSpec::File { target, .. }
@@ -104,15 +121,8 @@ pub struct Hidden {
 /// `p` is `base` or lies below it. Byte-wise on normalized absolute paths: it runs for
 /// every entry of every rebuilt tree, and `Path::starts_with` walks components.
 pub fn under(p: &Path, base: &Path) -> bool {
-    let (p, b) = (
-        p.as_os_str().as_encoded_bytes(),
-        base.as_os_str().as_encoded_bytes(),
-    );
-    let b = if b.len() > 1 {
-        b.strip_suffix(b"/").unwrap_or(b)
-    } else {
-        b
-    };
+    let (p, b) = (p.as_os_str().as_encoded_bytes(), base.as_os_str().as_encoded_bytes());
+    let b = if b.len() > 1 { b.strip_suffix(b"/").unwrap_or(b) } else { b };
     p.starts_with(b) && (p.len() == b.len() || b == b"/" || p[b.len()] == b'/')
 }
 
@@ -131,6 +141,10 @@ impl Hidden {
 pub struct Builder<'a> {
     pub fs: &'a dyn HostFs,
     pub hidden: &'a Hidden,
+    /// Hide with a read-only overlay (whiteouts) instead of rebuilding trees entry by entry.
+    pub overlay: bool,
+    /// Host mount points: a mount below an overlaid tree is not seen through the overlay.
+    pub mountpoints: &'a [PathBuf],
     pub mounts: Vec<MountSpec>,
     /// Files the plan writes instead of binding (passwd, group...), by host path.
     pub overrides: Vec<MountSpec>,
@@ -138,11 +152,38 @@ pub struct Builder<'a> {
 
 impl<'a> Builder<'a> {
     pub fn new(fs: &'a dyn HostFs, hidden: &'a Hidden) -> Self {
-        Builder {
-            fs,
-            hidden,
-            mounts: vec![],
-            overrides: vec![],
+        Builder { fs, hidden, overlay: false, mountpoints: &[], mounts: vec![], overrides: vec![] }
+    }
+
+    /// A read-only tree with hidden paths below it: one overlay mount, with whiteouts for
+    /// the hidden paths, the synthesized files in its top layer, and host submounts on top.
+    fn overlay_tree(&mut self, src: &Path) {
+        let whiteouts: Vec<PathBuf> = self
+            .hidden
+            .paths
+            .iter()
+            .filter(|h| h.as_path() != src && under(h, src) && self.fs.kind(h).is_some())
+            .cloned()
+            .collect();
+        let mut files = vec![];
+        self.overrides.retain(|o| match o {
+            MountSpec::File { target, contents, mode } if under(target, src) => {
+                files.push(OverlayFile { path: target.clone(), contents: contents.clone(), mode: *mode });
+                false
+            }
+            _ => true,
+        });
+        self.mounts.push(MountSpec::Overlay { target: src.to_path_buf(), source: src.to_path_buf(), whiteouts, files });
+        let subs: Vec<PathBuf> = self
+            .mountpoints
+            .iter()
+            .filter(|m| m.as_path() != src && under(m, src) && !self.hidden.covers(m))
+            .cloned()
+            .collect();
+        for m in subs {
+            if let Some(kind) = self.fs.kind(&m) {
+                self.mounts.push(MountSpec::Bind { source: m.clone(), target: m, rw: false, dir: kind == Kind::Dir });
+            }
         }
     }
 
@@ -161,11 +202,7 @@ impl<'a> Builder<'a> {
             return;
         }
         let key = src.as_os_str();
-        if let Some(o) = self
-            .overrides
-            .iter()
-            .find(|o| o.target().as_os_str() == key)
-        {
+        if let Some(o) = self.overrides.iter().find(|o| o.target().as_os_str() == key) {
             self.mounts.push(o.clone());
             return;
         }
@@ -179,11 +216,9 @@ impl<'a> Builder<'a> {
                     self.mounts.push(MountSpec::Symlink { target, link });
                 }
             }
+            Kind::Dir if self.overlay && !rw && !in_tree && self.hidden.any_below(src) => self.overlay_tree(src),
             Kind::Dir if self.hidden.any_below(src) => {
-                self.mounts.push(MountSpec::Tmpfs {
-                    target: target.clone(),
-                    mode: 0o755,
-                });
+                self.mounts.push(MountSpec::Tmpfs { target: target.clone(), mode: 0o755 });
                 for name in self.fs.read_dir(src) {
                     self.bind_tree_inner(&src.join(name), rw, true);
                 }
@@ -191,17 +226,10 @@ impl<'a> Builder<'a> {
                     self.mounts.push(MountSpec::SealTree { target, rw });
                 }
             }
-            _ if in_tree => self.mounts.push(MountSpec::TreeBind {
-                source: src.to_path_buf(),
-                target,
-                dir: kind == Kind::Dir,
-            }),
-            _ => self.mounts.push(MountSpec::Bind {
-                source: src.to_path_buf(),
-                target,
-                rw,
-                dir: kind == Kind::Dir,
-            }),
+            _ if in_tree => {
+                self.mounts.push(MountSpec::TreeBind { source: src.to_path_buf(), target, dir: kind == Kind::Dir })
+            }
+            _ => self.mounts.push(MountSpec::Bind { source: src.to_path_buf(), target, rw, dir: kind == Kind::Dir }),
         }
     }
 
@@ -224,10 +252,7 @@ pub fn expand_glob(fs: &dyn HostFs, p: &Path) -> Vec<PathBuf> {
     if !crate::glob::has_glob(&s) {
         return vec![p.to_path_buf()];
     }
-    let (Some(parent), Some(pat)) = (
-        p.parent(),
-        p.file_name().map(|n| n.to_string_lossy().to_string()),
-    ) else {
+    let (Some(parent), Some(pat)) = (p.parent(), p.file_name().map(|n| n.to_string_lossy().to_string())) else {
         return vec![];
     };
     if crate::glob::has_glob(&parent.to_string_lossy()) {
@@ -288,8 +313,7 @@ pub fn synth_group(host: &str, user: &str, gid: u32, group_name: &str) -> String
     out
 }
 
-pub const NSSWITCH: &str =
-    "# written by agent-sandbox: the site's directory services are not reachable inside\n\
+pub const NSSWITCH: &str = "# written by agent-sandbox: the site's directory services are not reachable inside\n\
 passwd: files\ngroup: files\nshadow: files\ngshadow: files\nhosts: files dns\nnetworks: files\n\
 protocols: files\nservices: files\nethers: files\nrpc: files\nnetgroup: files\nautomount: files\n";
 
@@ -300,45 +324,49 @@ mod tests {
 
     #[test]
     fn hidden_child_rebuilds_the_parent_and_leaves_the_child_out() {
-        let fs = FakeFs::default()
-            .file("/etc/hosts")
-            .dir("/etc/munge")
-            .file("/etc/munge/munge.key")
-            .dir("/etc/ssl");
-        let hidden = Hidden {
-            paths: vec!["/etc/munge".into()],
-        };
+        let fs = FakeFs::default().file("/etc/hosts").dir("/etc/munge").file("/etc/munge/munge.key").dir("/etc/ssl");
+        let hidden = Hidden { paths: vec!["/etc/munge".into()] };
         let mut b = Builder::new(&fs, &hidden);
         b.bind_tree(Path::new("/etc"), false);
         let targets: Vec<String> = b.mounts.iter().map(|m| format!("{m:?}")).collect();
-        assert!(
-            matches!(&b.mounts[0], MountSpec::Tmpfs { target, .. } if target == Path::new("/etc"))
-        );
+        assert!(matches!(&b.mounts[0], MountSpec::Tmpfs { target, .. } if target == Path::new("/etc")));
         assert!(targets.iter().any(|t| t.contains("/etc/hosts")));
         assert!(targets.iter().any(|t| t.contains("/etc/ssl")));
         assert!(!targets.iter().any(|t| t.contains("munge")), "{targets:?}");
-        assert!(matches!(
-            b.mounts.last(),
-            Some(MountSpec::SealTree { rw: false, .. })
-        ));
+        assert!(matches!(b.mounts.last(), Some(MountSpec::SealTree { rw: false, .. })));
+    }
+
+    #[test]
+    fn with_overlay_a_hidden_child_becomes_a_whiteout_and_overrides_go_in_the_layer() {
+        let fs = FakeFs::default().file("/etc/hosts").file("/etc/passwd").dir("/etc/munge").dir("/etc/ssl");
+        let hidden = Hidden { paths: vec!["/etc/munge".into(), "/etc/not-here".into()] };
+        let mounts = vec![PathBuf::from("/etc/ssl")];
+        let mut b = Builder::new(&fs, &hidden);
+        b.overlay = true;
+        b.mountpoints = &mounts;
+        b.overrides.push(MountSpec::File { target: "/etc/passwd".into(), contents: "x".into(), mode: 0o644 });
+        b.bind_tree(Path::new("/etc"), false);
+        match &b.mounts[0] {
+            MountSpec::Overlay { target, whiteouts, files, .. } => {
+                assert_eq!(target, Path::new("/etc"));
+                assert_eq!(whiteouts, &vec![PathBuf::from("/etc/munge")], "missing paths need no whiteout");
+                assert_eq!(files[0].path, PathBuf::from("/etc/passwd"));
+            }
+            m => panic!("expected an overlay, got {m:?}"),
+        }
+        assert!(b.overrides.is_empty(), "the override was consumed by the layer");
+        assert!(matches!(&b.mounts[1], MountSpec::Bind { target, rw: false, .. } if target == Path::new("/etc/ssl")));
     }
 
     #[test]
     fn tree_without_hidden_paths_is_one_bind() {
         let fs = FakeFs::default().dir("/usr/bin");
-        let hidden = Hidden {
-            paths: vec!["/etc/munge".into()],
-        };
+        let hidden = Hidden { paths: vec!["/etc/munge".into()] };
         let mut b = Builder::new(&fs, &hidden);
         b.bind_tree(Path::new("/usr"), false);
         assert_eq!(
             b.mounts,
-            vec![MountSpec::Bind {
-                source: "/usr".into(),
-                target: "/usr".into(),
-                rw: false,
-                dir: true
-            }]
+            vec![MountSpec::Bind { source: "/usr".into(), target: "/usr".into(), rw: false, dir: true }]
         );
     }
 
@@ -348,13 +376,7 @@ mod tests {
         let hidden = Hidden::default();
         let mut b = Builder::new(&fs, &hidden);
         b.bind_tree(Path::new("/bin"), false);
-        assert_eq!(
-            b.mounts,
-            vec![MountSpec::Symlink {
-                target: "/bin".into(),
-                link: "usr/bin".into()
-            }]
-        );
+        assert_eq!(b.mounts, vec![MountSpec::Symlink { target: "/bin".into(), link: "usr/bin".into() }]);
     }
 
     #[test]

@@ -91,23 +91,11 @@ pub struct RunRequest {
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
     #[error("project directory {}: {why}", path.display())]
-    Project {
-        path: PathBuf,
-        why: String,
-        fix: String,
-    },
+    Project { path: PathBuf, why: String, fix: String },
     #[error("{key}: `{entry}`: {why}")]
-    Entry {
-        key: String,
-        entry: String,
-        why: String,
-    },
+    Entry { key: String, entry: String, why: String },
     #[error("network mode `{asked}` cannot run here: {why}")]
-    Net {
-        asked: NetMode,
-        why: String,
-        fix: String,
-    },
+    Net { asked: NetMode, why: String, fix: String },
     #[error("no isolation backend works here: {why}")]
     Backend { why: String, fix: String },
     #[error("protected path {} is a symlink; agent-sandbox will not follow it", path.display())]
@@ -126,28 +114,22 @@ impl PlanError {
                 "fix: look at where it points (ls -l {0}) and replace it with a real file or directory",
                 path.display()
             )),
-            PlanError::Entry { .. } => Some("fix: correct the entry; `agent-sandbox policy show` lists where each came from".into()),
+            PlanError::Entry { .. } => {
+                Some("fix: correct the entry; `agent-sandbox policy show` lists where each came from".into())
+            }
             PlanError::EmptyCommand => None,
         }
     }
 }
 
-pub fn build(
-    policy: &Policy,
-    facts: &HostFacts,
-    fs: &dyn HostFs,
-    req: &RunRequest,
-) -> Result<Plan, PlanError> {
+pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunRequest) -> Result<Plan, PlanError> {
     if req.command.is_empty() {
         return Err(PlanError::EmptyCommand);
     }
     let home = facts.home_canonical.clone();
     let backend = choose_backend(policy, facts)?;
     let project = check_project(policy, facts, fs, &req.project)?;
-    let cwd = fs
-        .canonicalize(&req.cwd)
-        .filter(|c| c.starts_with(&project))
-        .unwrap_or_else(|| project.clone());
+    let cwd = fs.canonicalize(&req.cwd).filter(|c| c.starts_with(&project)).unwrap_or_else(|| project.clone());
     let mut warnings = policy.warnings.clone();
     let net = choose_net(policy, backend)?;
     if let Some(f) = &net.fallback {
@@ -158,11 +140,7 @@ pub fn build(
     for h in &policy.hide {
         let p = expand_tilde(&h.value, &home);
         if !p.is_absolute() {
-            return Err(entry_err(
-                "filesystem.hide",
-                &h.value,
-                "must be absolute or start with ~/",
-            ));
+            return Err(entry_err("filesystem.hide", &h.value, "must be absolute or start with ~/"));
         }
         hidden.paths.extend(fs::expand_glob(fs, &p));
     }
@@ -171,116 +149,57 @@ pub fn build(
         return Err(PlanError::Project {
             path: project.clone(),
             why: "it lies inside a path the policy hides".into(),
-            fix: "choose a project directory outside ~/.ssh, ~/.aws and the other hidden paths"
-                .into(),
+            fix: "choose a project directory outside ~/.ssh, ~/.aws and the other hidden paths".into(),
         });
     }
 
     let mut b = Builder::new(fs, &hidden);
-    let user_line = format!(
-        "{}:x:{}:{}::{}:{}",
-        facts.user,
-        facts.uid,
-        facts.gid,
-        facts.home.display(),
-        facts.shell.display()
-    );
-    let synth = |target: &str, contents: String| MountSpec::File {
-        target: target.into(),
-        contents,
-        mode: 0o644,
-    };
-    b.overrides.push(synth(
-        "/etc/passwd",
-        fs::synth_passwd(&facts.etc_passwd, facts.uid, &user_line),
-    ));
-    b.overrides.push(synth(
-        "/etc/group",
-        fs::synth_group(&facts.etc_group, &facts.user, facts.gid, &facts.group),
-    ));
+    b.overlay = facts.overlay_in_userns && policy.hide_with.value == crate::policy::HideWith::Overlay;
+    b.mountpoints = &facts.mountpoints;
+    let user_line =
+        format!("{}:x:{}:{}::{}:{}", facts.user, facts.uid, facts.gid, facts.home.display(), facts.shell.display());
+    let synth = |target: &str, contents: String| MountSpec::File { target: target.into(), contents, mode: 0o644 };
+    b.overrides.push(synth("/etc/passwd", fs::synth_passwd(&facts.etc_passwd, facts.uid, &user_line)));
+    b.overrides.push(synth("/etc/group", fs::synth_group(&facts.etc_group, &facts.user, facts.gid, &facts.group)));
+    b.overrides.push(synth("/etc/nsswitch.conf", fs::NSSWITCH.into()));
+    b.overrides.push(synth("/etc/hostname", format!("{}\n", policy.hostname.value)));
     b.overrides
-        .push(synth("/etc/nsswitch.conf", fs::NSSWITCH.into()));
-    b.overrides.push(synth(
-        "/etc/hostname",
-        format!("{}\n", policy.hostname.value),
-    ));
-    b.overrides.push(synth(
-        "/etc/hosts",
-        format!(
-            "{}\n127.0.1.1\t{}\n",
-            facts.etc_hosts.trim_end(),
-            policy.hostname.value
-        ),
-    ));
+        .push(synth("/etc/hosts", format!("{}\n127.0.1.1\t{}\n", facts.etc_hosts.trim_end(), policy.hostname.value)));
 
-    // 1. System and site trees, read-only.
+    // 1. Kernel and scratch filesystems, first: a read-only path the user lists under /tmp
+    // or /run must land on top of the private tmpfs, not under it.
+    b.push(MountSpec::Proc { target: "/proc".into() });
+    dev_mounts(&mut b, policy, fs);
+    b.push(MountSpec::Tmpfs { target: "/tmp".into(), mode: 0o1777 });
+    b.push(MountSpec::Tmpfs { target: "/var/tmp".into(), mode: 0o1777 });
+    b.push(MountSpec::Tmpfs { target: "/run".into(), mode: 0o755 });
+    // 2. System and site trees, read-only.
     for r in &policy.fs_read {
         let p = check_extra_path("filesystem.read", &r.value, &home, fs)?;
         b.bind_tree(&p, false);
     }
     b.place_remaining_overrides();
-    // 2. Kernel and scratch filesystems.
-    b.push(MountSpec::Proc {
-        target: "/proc".into(),
-    });
-    dev_mounts(&mut b, policy, fs);
-    b.push(MountSpec::Tmpfs {
-        target: "/tmp".into(),
-        mode: 0o1777,
-    });
-    b.push(MountSpec::Tmpfs {
-        target: "/var/tmp".into(),
-        mode: 0o1777,
-    });
-    b.push(MountSpec::Tmpfs {
-        target: "/run".into(),
-        mode: 0o755,
-    });
     // 3. Home.
     let mut writable_trees = vec![project.clone()];
-    home_mounts(
-        &mut b,
-        policy,
-        facts,
-        &home,
-        &mut writable_trees,
-        &mut warnings,
-    );
+    home_mounts(&mut b, policy, facts, &home, &mut writable_trees, &mut warnings);
     // 4. Extra writable paths, then the project.
     for w in &policy.fs_write {
         let p = check_extra_path("filesystem.write", &w.value, &home, fs)?;
         if hidden.covers(&p) {
-            return Err(entry_err(
-                "filesystem.write",
-                &w.value,
-                "is a hidden path; it cannot be made writable",
-            ));
+            return Err(entry_err("filesystem.write", &w.value, "is a hidden path; it cannot be made writable"));
         }
         if fs.kind(&p).is_some() {
             let dir = fs.kind(&p) == Some(Kind::Dir);
-            b.push(MountSpec::Bind {
-                source: p.clone(),
-                target: p.clone(),
-                rw: true,
-                dir,
-            });
+            b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
             writable_trees.push(p);
         }
     }
-    b.push(MountSpec::Bind {
-        source: project.clone(),
-        target: project.clone(),
-        rw: true,
-        dir: true,
-    });
+    b.push(MountSpec::Bind { source: project.clone(), target: project.clone(), rw: true, dir: true });
     // 5. Hidden paths inside writable trees cannot vanish; they are covered, empty and read-only.
     for h in hidden.paths.clone() {
         if writable_trees.iter().any(|w| h.starts_with(w) && &h != w) {
             if let Some(k) = fs.kind(&h) {
-                b.push(MountSpec::Mask {
-                    target: h,
-                    dir: k == Kind::Dir,
-                });
+                b.push(MountSpec::Mask { target: h, dir: k == Kind::Dir });
             }
         }
     }
@@ -288,10 +207,7 @@ pub fn build(
         let p = expand_tilde(&f.value, &home);
         for p in fs::expand_glob(fs, &p) {
             if let Some(k) = fs.kind(&p) {
-                b.push(MountSpec::Mask {
-                    target: p,
-                    dir: k == Kind::Dir,
-                });
+                b.push(MountSpec::Mask { target: p, dir: k == Kind::Dir });
             }
         }
     }
@@ -301,37 +217,21 @@ pub fn build(
     for w in &writable_trees {
         if facts.exe.starts_with(w) {
             pin_ancestors(&mut b, w, &facts.exe);
-            b.push(MountSpec::Bind {
-                source: facts.exe.clone(),
-                target: facts.exe.clone(),
-                rw: false,
-                dir: false,
-            });
+            b.push(MountSpec::Bind { source: facts.exe.clone(), target: facts.exe.clone(), rw: false, dir: false });
         }
     }
     // The user's own agent-sandbox config must not be writable from inside (next session's policy).
     if let Some(cfg) = home_config_dir(facts, &home) {
         if writable_trees.iter().any(|w| cfg.starts_with(w)) && fs.kind(&cfg) == Some(Kind::Dir) {
-            b.push(MountSpec::Bind {
-                source: cfg.clone(),
-                target: cfg,
-                rw: false,
-                dir: true,
-            });
+            b.push(MountSpec::Bind { source: cfg.clone(), target: cfg, rw: false, dir: true });
         }
     }
     if policy.home_access.value == HomeAccess::Restricted {
-        b.push(MountSpec::ReadOnly {
-            target: home.clone(),
-        });
+        b.push(MountSpec::ReadOnly { target: home.clone() });
     }
     b.push(MountSpec::ReadOnly { target: "/".into() });
 
-    let shell = if facts.shell.as_os_str().is_empty() {
-        PathBuf::from("/bin/sh")
-    } else {
-        facts.shell.clone()
-    };
+    let shell = if facts.shell.as_os_str().is_empty() { PathBuf::from("/bin/sh") } else { facts.shell.clone() };
     let envp = env::build(
         &facts.env,
         policy,
@@ -364,20 +264,14 @@ pub fn build(
         env: envp.vars,
         env_removed: envp.removed,
         net,
-        seccomp: SeccompPlan {
-            nested_userns: policy.nested_userns.value,
-        },
+        seccomp: SeccompPlan { nested_userns: policy.nested_userns.value },
         landlock,
         warnings,
     })
 }
 
 fn entry_err(key: &str, entry: &str, why: &str) -> PlanError {
-    PlanError::Entry {
-        key: key.into(),
-        entry: entry.into(),
-        why: why.into(),
-    }
+    PlanError::Entry { key: key.into(), entry: entry.into(), why: why.into() }
 }
 
 fn choose_backend(policy: &Policy, facts: &HostFacts) -> Result<BackendKind, PlanError> {
@@ -412,28 +306,21 @@ fn choose_backend(policy: &Policy, facts: &HostFacts) -> Result<BackendKind, Pla
 pub fn net_available(mode: NetMode, backend: BackendKind) -> Result<(), String> {
     match (mode, backend) {
         (NetMode::Isolated | NetMode::Open, _) => Ok(()),
-        (NetMode::Filtered | NetMode::Proxied, _) => Err(format!(
-            "the {mode} network mode is not built in this version of agent-sandbox yet"
-        )),
+        (NetMode::Filtered | NetMode::Proxied, _) => {
+            Err(format!("the {mode} network mode is not built in this version of agent-sandbox yet"))
+        }
     }
 }
 
 fn choose_net(policy: &Policy, backend: BackendKind) -> Result<NetPlan, PlanError> {
     let asked = policy.net_mode.value;
     let Err(why) = net_available(asked, backend) else {
-        return Ok(NetPlan {
-            requested: asked,
-            effective: asked,
-            fallback: None,
-        });
+        return Ok(NetPlan { requested: asked, effective: asked, fallback: None });
     };
     let fallback = policy.net_fallback.value;
     let chosen = match fallback {
         Fallback::Strict => None,
-        Fallback::Stricter => NetMode::ALL
-            .iter()
-            .copied()
-            .find(|m| *m > asked && net_available(*m, backend).is_ok()),
+        Fallback::Stricter => NetMode::ALL.iter().copied().find(|m| *m > asked && net_available(*m, backend).is_ok()),
         Fallback::Open => Some(NetMode::Open),
     };
     match chosen {
@@ -454,27 +341,12 @@ fn choose_net(policy: &Policy, backend: BackendKind) -> Result<NetPlan, PlanErro
 
 /// The project checks that need no policy: run before any policy file is read, so a bad
 /// project (`/`, `~`) is reported as such and not as a side effect elsewhere.
-pub fn check_project_basics(
-    facts: &HostFacts,
-    fs: &dyn HostFs,
-    asked: &Path,
-) -> Result<PathBuf, PlanError> {
-    let err = |why: &str, fix: &str| PlanError::Project {
-        path: asked.to_path_buf(),
-        why: why.into(),
-        fix: fix.into(),
-    };
-    let project = fs.canonicalize(asked).ok_or_else(|| {
-        err(
-            "it does not exist",
-            "create it first, or pass --project DIR",
-        )
-    })?;
+pub fn check_project_basics(facts: &HostFacts, fs: &dyn HostFs, asked: &Path) -> Result<PathBuf, PlanError> {
+    let err = |why: &str, fix: &str| PlanError::Project { path: asked.to_path_buf(), why: why.into(), fix: fix.into() };
+    let project =
+        fs.canonicalize(asked).ok_or_else(|| err("it does not exist", "create it first, or pass --project DIR"))?;
     if fs.kind(&project) != Some(Kind::Dir) {
-        return Err(err(
-            "it is not a directory",
-            "pass --project DIR with a directory",
-        ));
+        return Err(err("it is not a directory", "pass --project DIR with a directory"));
     }
     if project == Path::new("/") {
         return Err(err(
@@ -491,17 +363,8 @@ pub fn check_project_basics(
     Ok(project)
 }
 
-fn check_project(
-    policy: &Policy,
-    facts: &HostFacts,
-    fs: &dyn HostFs,
-    asked: &Path,
-) -> Result<PathBuf, PlanError> {
-    let err = |why: &str, fix: &str| PlanError::Project {
-        path: asked.to_path_buf(),
-        why: why.into(),
-        fix: fix.into(),
-    };
+fn check_project(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, asked: &Path) -> Result<PathBuf, PlanError> {
+    let err = |why: &str, fix: &str| PlanError::Project { path: asked.to_path_buf(), why: why.into(), fix: fix.into() };
     let project = check_project_basics(facts, fs, asked)?;
     if let Some(exe_dir) = facts.exe.parent() {
         if project.starts_with(exe_dir) {
@@ -511,18 +374,18 @@ fn check_project(
             ));
         }
     }
-    let parents: Vec<PathBuf> = policy
-        .project_parents
-        .iter()
-        .map(|p| {
-            let e = expand_tilde(&p.value, &facts.home);
-            fs.canonicalize(&e).unwrap_or(e)
-        })
-        .collect();
-    if !parents
-        .iter()
-        .any(|p| project.starts_with(p) && &project != p)
-    {
+    // Most projects sit under a parent as written (~, /scratch): only canonicalize the
+    // parents (a few syscalls each) when none matches literally.
+    let literal: Vec<PathBuf> = policy.project_parents.iter().map(|p| expand_tilde(&p.value, &facts.home)).collect();
+    let inside = |parents: &[PathBuf]| parents.iter().any(|p| project.starts_with(p) && &project != p);
+    let canonical: Vec<PathBuf>;
+    let parents = if inside(&literal) {
+        &literal
+    } else {
+        canonical = literal.iter().map(|p| fs.canonicalize(p).unwrap_or_else(|| p.clone())).collect();
+        &canonical
+    };
+    if !inside(parents) {
         let list: Vec<String> = parents.iter().map(|p| p.display().to_string()).collect();
         return Err(err(
             &format!("it is not under an allowed parent ({})", list.join(", ")),
@@ -534,24 +397,12 @@ fn check_project(
 
 /// Extra read/write paths: absolute, never `/`, never home or its parents, not inside home
 /// (home entries go through `home.read`/`home.write`, which know the home modes).
-fn check_extra_path(
-    key: &str,
-    raw: &str,
-    home: &Path,
-    fs: &dyn HostFs,
-) -> Result<PathBuf, PlanError> {
+fn check_extra_path(key: &str, raw: &str, home: &Path, fs: &dyn HostFs) -> Result<PathBuf, PlanError> {
     if raw.starts_with('~') {
-        return Err(entry_err(
-            key,
-            raw,
-            "paths in your home belong in home.read or home.write",
-        ));
+        return Err(entry_err(key, raw, "paths in your home belong in home.read or home.write"));
     }
     let p = PathBuf::from(raw);
-    if !p.is_absolute()
-        || p.components()
-            .any(|c| matches!(c, std::path::Component::ParentDir))
-    {
+    if !p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
         return Err(entry_err(key, raw, "must be an absolute path without `..`"));
     }
     let canon = fs.canonicalize(&p).unwrap_or_else(|| p.clone());
@@ -575,28 +426,14 @@ fn check_extra_path(
 }
 
 fn dev_mounts(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs) {
-    b.push(MountSpec::Tmpfs {
-        target: "/dev".into(),
-        mode: 0o755,
-    });
+    b.push(MountSpec::Tmpfs { target: "/dev".into(), mode: 0o755 });
     for d in ["null", "zero", "full", "random", "urandom", "tty"] {
         let p = PathBuf::from(format!("/dev/{d}"));
-        b.push(MountSpec::Device {
-            source: p.clone(),
-            target: p,
-        });
+        b.push(MountSpec::Device { source: p.clone(), target: p });
     }
-    b.push(MountSpec::Devpts {
-        target: "/dev/pts".into(),
-    });
-    b.push(MountSpec::Symlink {
-        target: "/dev/ptmx".into(),
-        link: "pts/ptmx".into(),
-    });
-    b.push(MountSpec::Tmpfs {
-        target: "/dev/shm".into(),
-        mode: 0o1777,
-    });
+    b.push(MountSpec::Devpts { target: "/dev/pts".into() });
+    b.push(MountSpec::Symlink { target: "/dev/ptmx".into(), link: "pts/ptmx".into() });
+    b.push(MountSpec::Tmpfs { target: "/dev/shm".into(), mode: 0o1777 });
     for (name, to) in [
         ("fd", "/proc/self/fd"),
         ("stdin", "/proc/self/fd/0"),
@@ -605,19 +442,13 @@ fn dev_mounts(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs) {
         ("core", "/proc/kcore"),
     ] {
         if name != "core" {
-            b.push(MountSpec::Symlink {
-                target: format!("/dev/{name}").into(),
-                link: to.into(),
-            });
+            b.push(MountSpec::Symlink { target: format!("/dev/{name}").into(), link: to.into() });
         }
     }
     let mut seen = std::collections::BTreeSet::new();
     for g in &policy.devices {
         for p in fs::expand_glob(fs, Path::new(&g.value)) {
-            let denied = policy
-                .deny_devices
-                .iter()
-                .any(|d| crate::glob::glob_match(&d.value, &p.to_string_lossy()));
+            let denied = policy.deny_devices.iter().any(|d| crate::glob::glob_match(&d.value, &p.to_string_lossy()));
             // The host's /dev/pts must never be bound in: it would hand out other terminals.
             let host_pts = p.starts_with("/dev/pts");
             if !denied
@@ -626,16 +457,11 @@ fn dev_mounts(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs) {
                 && fs.kind(&p) == Some(Kind::Char)
                 && seen.insert(p.clone())
             {
-                b.push(MountSpec::Device {
-                    source: p.clone(),
-                    target: p,
-                });
+                b.push(MountSpec::Device { source: p.clone(), target: p });
             }
         }
     }
-    b.push(MountSpec::ReadOnly {
-        target: "/dev".into(),
-    });
+    b.push(MountSpec::ReadOnly { target: "/dev".into() });
 }
 
 fn home_config_dir(facts: &HostFacts, home: &Path) -> Option<PathBuf> {
@@ -650,10 +476,7 @@ fn home_config_dir(facts: &HostFacts, home: &Path) -> Option<PathBuf> {
 fn home_entry(raw: &str) -> Option<PathBuf> {
     let rel = raw.strip_prefix("~/").unwrap_or(raw);
     let p = PathBuf::from(rel);
-    let ok = !rel.is_empty()
-        && p.is_relative()
-        && p.components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
+    let ok = !rel.is_empty() && p.is_relative() && p.components().all(|c| matches!(c, std::path::Component::Normal(_)));
     ok.then_some(p)
 }
 
@@ -668,10 +491,7 @@ fn home_mounts(
     if facts.home != facts.home_canonical {
         // `$HOME` is reached through a symlink on the host (e.g. /home -> /gpfs/home): keep
         // the name the user and the password database use working inside.
-        b.push(MountSpec::Symlink {
-            target: facts.home.clone(),
-            link: home.to_path_buf(),
-        });
+        b.push(MountSpec::Symlink { target: facts.home.clone(), link: home.to_path_buf() });
     }
     match policy.home_access.value {
         HomeAccess::Read | HomeAccess::Write => {
@@ -682,55 +502,37 @@ fn home_mounts(
             }
         }
         HomeAccess::Tmpwrite | HomeAccess::Restricted => {
-            b.push(MountSpec::Tmpfs {
-                target: home.to_path_buf(),
-                mode: 0o700,
-            });
-            let mut entries =
-                |list: &crate::policy::merge::List, rw: bool, key: &str, b: &mut Builder<'_>| {
-                    for e in list {
-                        let Some(rel) = home_entry(&e.value) else {
-                            warnings.push(format!(
-                                "{key}: `{}` is not a plain path relative to ~; ignored",
-                                e.value
-                            ));
-                            continue;
-                        };
-                        let p = home.join(rel);
-                        if b.hidden.covers(&p) {
-                            warnings.push(format!(
-                                "{key}: `{}` is hidden by policy; not bound",
-                                e.value
-                            ));
-                            continue;
-                        }
-                        if b.fs.kind(&p).is_none() {
-                            continue;
-                        }
-                        if rw {
-                            let dir = b.fs.kind(&p) == Some(Kind::Dir);
-                            b.push(MountSpec::Bind {
-                                source: p.clone(),
-                                target: p.clone(),
-                                rw: true,
-                                dir,
-                            });
-                            writable.push(p);
-                        } else {
-                            b.bind_tree(&p, false);
-                        }
+            b.push(MountSpec::Tmpfs { target: home.to_path_buf(), mode: 0o700 });
+            let mut entries = |list: &crate::policy::merge::List, rw: bool, key: &str, b: &mut Builder<'_>| {
+                for e in list {
+                    let Some(rel) = home_entry(&e.value) else {
+                        warnings.push(format!("{key}: `{}` is not a plain path relative to ~; ignored", e.value));
+                        continue;
+                    };
+                    let p = home.join(rel);
+                    if b.hidden.covers(&p) {
+                        warnings.push(format!("{key}: `{}` is hidden by policy; not bound", e.value));
+                        continue;
                     }
-                };
+                    if b.fs.kind(&p).is_none() {
+                        continue;
+                    }
+                    if rw {
+                        let dir = b.fs.kind(&p) == Some(Kind::Dir);
+                        b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
+                        writable.push(p);
+                    } else {
+                        b.bind_tree(&p, false);
+                    }
+                }
+            };
             entries(&policy.home_read, false, "home.read", b);
             entries(&policy.home_write, true, "home.write", b);
             for s in &policy.home_seed {
                 if let Some(rel) = home_entry(&s.value) {
                     let p = home.join(rel);
                     if !b.hidden.covers(&p) && b.fs.kind(&p) == Some(Kind::File) {
-                        b.push(MountSpec::Copy {
-                            source: p.clone(),
-                            target: p,
-                        });
+                        b.push(MountSpec::Copy { source: p.clone(), target: p });
                     }
                 }
             }
@@ -741,12 +543,8 @@ fn home_mounts(
 /// Binds each ancestor directory between `root` (exclusive) and `p` (exclusive) onto itself,
 /// so that renaming or removing an ancestor (to swap in a fresh, writable copy) fails with EBUSY.
 fn pin_ancestors(b: &mut Builder<'_>, root: &Path, p: &Path) {
-    let mut chain: Vec<PathBuf> = p
-        .ancestors()
-        .skip(1)
-        .take_while(|a| *a != root && a.starts_with(root))
-        .map(Path::to_path_buf)
-        .collect();
+    let mut chain: Vec<PathBuf> =
+        p.ancestors().skip(1).take_while(|a| *a != root && a.starts_with(root)).map(Path::to_path_buf).collect();
     chain.reverse();
     for a in chain {
         let pin = MountSpec::Pin { target: a };
@@ -774,10 +572,7 @@ fn protect(
         };
         let full = project.join(&rel);
         let globbed = crate::glob::has_glob(&full.to_string_lossy());
-        let matches: Vec<PathBuf> = fs::expand_glob(fs, &full)
-            .into_iter()
-            .filter(|m| fs.kind(m).is_some())
-            .collect();
+        let matches: Vec<PathBuf> = fs::expand_glob(fs, &full).into_iter().filter(|m| fs.kind(m).is_some()).collect();
         if matches.is_empty() && !globbed {
             // Missing: create the first missing component as an empty placeholder and make it
             // read-only, so the name cannot be created writable during the session.
@@ -792,19 +587,11 @@ fn protect(
                 continue;
             }
             let dir = want_dir || first_missing != full;
-            let ph = Placeholder {
-                path: first_missing.clone(),
-                dir,
-            };
+            let ph = Placeholder { path: first_missing.clone(), dir };
             if !placeholders.contains(&ph) {
                 pin_ancestors(b, project, &first_missing);
                 placeholders.push(ph);
-                b.push(MountSpec::Bind {
-                    source: first_missing.clone(),
-                    target: first_missing,
-                    rw: false,
-                    dir,
-                });
+                b.push(MountSpec::Bind { source: first_missing.clone(), target: first_missing, rw: false, dir });
             }
             continue;
         }
@@ -816,12 +603,7 @@ fn protect(
                         continue;
                     }
                     pin_ancestors(b, project, &m);
-                    b.push(MountSpec::Bind {
-                        source: m.clone(),
-                        target: m,
-                        rw: false,
-                        dir: k == Kind::Dir,
-                    });
+                    b.push(MountSpec::Bind { source: m.clone(), target: m, rw: false, dir: k == Kind::Dir });
                 }
                 None => {}
             }
@@ -835,16 +617,11 @@ fn landlock_plan(mounts: &[MountSpec], net: &NetPlan, home: &Path) -> LandlockPl
     let mut lp = LandlockPlan::default();
     for m in mounts {
         match m {
-            MountSpec::Bind {
-                source, rw: true, ..
-            }
-            | MountSpec::Device { source, .. } => lp.read_write.push(source.clone()),
-            MountSpec::Bind {
-                source, rw: false, ..
-            } => lp.read_only.push(source.clone()),
-            MountSpec::TreeBind { source, .. } if tree_rw(mounts, source) => {
+            MountSpec::Bind { source, rw: true, .. } | MountSpec::Device { source, .. } => {
                 lp.read_write.push(source.clone())
             }
+            MountSpec::Bind { source, rw: false, .. } => lp.read_only.push(source.clone()),
+            MountSpec::TreeBind { source, .. } if tree_rw(mounts, source) => lp.read_write.push(source.clone()),
             MountSpec::TreeBind { source, .. } => lp.read_only.push(source.clone()),
             MountSpec::File { target, .. } | MountSpec::Copy { source: target, .. } => {
                 lp.read_only.push(target.clone())
@@ -855,10 +632,7 @@ fn landlock_plan(mounts: &[MountSpec], net: &NetPlan, home: &Path) -> LandlockPl
                 lp.read_write.push("/dev/ptmx".into());
             }
             MountSpec::Tmpfs { target, .. }
-                if target != home
-                    && ["/tmp", "/var/tmp", "/dev/shm"]
-                        .iter()
-                        .any(|t| target == Path::new(t)) =>
+                if target != home && ["/tmp", "/var/tmp", "/dev/shm"].iter().any(|t| target == Path::new(t)) =>
             {
                 lp.read_write.push(target.clone())
             }
@@ -872,9 +646,7 @@ fn landlock_plan(mounts: &[MountSpec], net: &NetPlan, home: &Path) -> LandlockPl
 
 /// Whether the rebuilt tree holding `p` is writable (its `SealTree` says so).
 fn tree_rw(mounts: &[MountSpec], p: &Path) -> bool {
-    mounts
-        .iter()
-        .any(|m| matches!(m, MountSpec::SealTree { target, rw: true } if fs::under(p, target)))
+    mounts.iter().any(|m| matches!(m, MountSpec::SealTree { target, rw: true } if fs::under(p, target)))
 }
 
 #[cfg(test)]

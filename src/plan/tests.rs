@@ -21,11 +21,14 @@ fn facts() -> HostFacts {
             ("db_password".into(), "x".into()),
             ("TERM".into(), "xterm".into()),
         ],
-        etc_passwd: "root:x:0:0::/root:/bin/bash\nu:x:1001:1001::/home/u:/bin/bash\nv:x:1002:1002::/home/v:/bin/bash\n".into(),
+        etc_passwd: "root:x:0:0::/root:/bin/bash\nu:x:1001:1001::/home/u:/bin/bash\nv:x:1002:1002::/home/v:/bin/bash\n"
+            .into(),
         etc_group: "root:x:0:\nu:x:1001:\n".into(),
         etc_hosts: "127.0.0.1 localhost".into(),
         userns: UsernsSupport { available: true, why_not: None },
         landlock_abi: 7,
+        overlay_in_userns: false,
+        mountpoints: vec![],
     }
 }
 
@@ -63,11 +66,7 @@ fn policy(extra: &str) -> Policy {
 }
 
 fn plan_for(extra: &str, project: &str) -> Result<Plan, PlanError> {
-    let req = RunRequest {
-        command: vec!["true".into()],
-        project: project.into(),
-        cwd: project.into(),
-    };
+    let req = RunRequest { command: vec!["true".into()], project: project.into(), cwd: project.into() };
     build(&policy(extra), &facts(), &host(), &req)
 }
 
@@ -82,40 +81,23 @@ fn pos(plan: &Plan, f: impl Fn(&MountSpec) -> bool) -> usize {
 #[test]
 fn default_plan_hides_ssh_and_munge_and_binds_project_rw() {
     let p = plan_for("", "/home/u/proj").unwrap();
-    assert!(
-        !has(&p, |m| m.target().starts_with("/home/u/.ssh")),
-        "ssh must not be mounted at all"
-    );
+    assert!(!has(&p, |m| m.target().starts_with("/home/u/.ssh")), "ssh must not be mounted at all");
     assert!(!has(&p, |m| m.target().starts_with("/etc/munge")));
-    assert!(has(
-        &p,
-        |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj"))
-    ));
-    assert!(has(
-        &p,
-        |m| matches!(m, MountSpec::Tmpfs { target, .. } if target == Path::new("/home/u"))
-    ));
-    assert!(
-        !has(&p, |m| m.target().starts_with("/home/v")),
-        "other homes are absent"
-    );
+    assert!(has(&p, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj"))));
+    assert!(has(&p, |m| matches!(m, MountSpec::Tmpfs { target, .. } if target == Path::new("/home/u"))));
+    assert!(!has(&p, |m| m.target().starts_with("/home/v")), "other homes are absent");
 }
 
 #[test]
 fn protected_paths_are_read_only_after_the_project_and_their_parents_pinned() {
     let p = plan_for("", "/home/u/proj").unwrap();
-    let project = pos(
-        &p,
-        |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")),
-    );
+    let project =
+        pos(&p, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")));
     let hooks = pos(
         &p,
         |m| matches!(m, MountSpec::Bind { target, rw: false, .. } if target == Path::new("/home/u/proj/.git/hooks")),
     );
-    let pin = pos(
-        &p,
-        |m| matches!(m, MountSpec::Pin { target } if target == Path::new("/home/u/proj/.git")),
-    );
+    let pin = pos(&p, |m| matches!(m, MountSpec::Pin { target } if target == Path::new("/home/u/proj/.git")));
     assert!(project < pin && pin < hooks);
     assert!(has(
         &p,
@@ -126,19 +108,9 @@ fn protected_paths_are_read_only_after_the_project_and_their_parents_pinned() {
 #[test]
 fn missing_protected_paths_get_placeholders() {
     let p = plan_for("", "/scratch/u/p").unwrap();
-    let paths: Vec<_> = p
-        .placeholders
-        .iter()
-        .map(|ph| (ph.path.display().to_string(), ph.dir))
-        .collect();
-    assert!(
-        paths.contains(&("/scratch/u/p/.git".into(), true)),
-        "{paths:?}"
-    );
-    assert!(
-        paths.contains(&("/scratch/u/p/.envrc".into(), false)),
-        "{paths:?}"
-    );
+    let paths: Vec<_> = p.placeholders.iter().map(|ph| (ph.path.display().to_string(), ph.dir)).collect();
+    assert!(paths.contains(&("/scratch/u/p/.git".into(), true)), "{paths:?}");
+    assert!(paths.contains(&("/scratch/u/p/.envrc".into(), false)), "{paths:?}");
     assert!(has(
         &p,
         |m| matches!(m, MountSpec::Bind { target, rw: false, .. } if target == Path::new("/scratch/u/p/.git"))
@@ -149,22 +121,10 @@ fn missing_protected_paths_get_placeholders() {
 fn hidden_path_inside_the_project_is_masked_after_the_project_bind() {
     let mut fs = host();
     fs = fs.file("/home/u/proj/secrets.env");
-    let req = RunRequest {
-        command: vec!["true".into()],
-        project: "/home/u/proj".into(),
-        cwd: "/home/u/proj".into(),
-    };
-    let p = build(
-        &policy("[filesystem]\nhide = [\"~/proj/secrets.env\"]"),
-        &facts(),
-        &fs,
-        &req,
-    )
-    .unwrap();
-    let project = pos(
-        &p,
-        |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")),
-    );
+    let req = RunRequest { command: vec!["true".into()], project: "/home/u/proj".into(), cwd: "/home/u/proj".into() };
+    let p = build(&policy("[filesystem]\nhide = [\"~/proj/secrets.env\"]"), &facts(), &fs, &req).unwrap();
+    let project =
+        pos(&p, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")));
     let mask = pos(
         &p,
         |m| matches!(m, MountSpec::Mask { target, dir: false } if target == Path::new("/home/u/proj/secrets.env")),
@@ -191,9 +151,7 @@ fn project_rules() {
 #[test]
 fn read_paths_cannot_expose_homes() {
     for bad in ["/home", "/", "~/data", "relative"] {
-        let e = plan_for(&format!("[filesystem]\nread = [\"{bad}\"]"), "/home/u/proj")
-            .unwrap_err()
-            .to_string();
+        let e = plan_for(&format!("[filesystem]\nread = [\"{bad}\"]"), "/home/u/proj").unwrap_err().to_string();
         assert!(e.contains("filesystem.read"), "{bad}: {e}");
     }
 }
@@ -203,10 +161,7 @@ fn environment_is_scrubbed_but_kept_names_pass() {
     let p = plan_for("[env]\nkeep = [\"OPENAI_API_KEY\"]", "/home/u/proj").unwrap();
     let names: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
     assert!(!names.contains(&"GH_TOKEN"));
-    assert!(
-        !names.contains(&"db_password"),
-        "case-insensitive *password*"
-    );
+    assert!(!names.contains(&"db_password"), "case-insensitive *password*");
     assert!(names.contains(&"OPENAI_API_KEY"));
     assert!(names.contains(&"TERM"));
     assert!(p.env_removed.contains(&"GH_TOKEN".to_string()));
@@ -215,32 +170,18 @@ fn environment_is_scrubbed_but_kept_names_pass() {
 
 #[test]
 fn unavailable_net_mode_falls_back_stricter_with_a_warning() {
-    let p = plan_for(
-        "[net]\nmode = \"filtered\"\nfallback = \"stricter\"",
-        "/home/u/proj",
-    )
-    .unwrap();
+    let p = plan_for("[net]\nmode = \"filtered\"\nfallback = \"stricter\"", "/home/u/proj").unwrap();
     assert_eq!(p.net.effective, NetMode::Isolated);
     assert!(p.warnings.iter().any(|w| w.contains("fallback")));
-    let e = plan_for(
-        "[net]\nmode = \"filtered\"\nfallback = \"strict\"",
-        "/home/u/proj",
-    )
-    .unwrap_err();
+    let e = plan_for("[net]\nmode = \"filtered\"\nfallback = \"strict\"", "/home/u/proj").unwrap_err();
     assert!(e.to_string().contains("cannot run here"));
 }
 
 #[test]
 fn home_read_mode_rebuilds_home_without_hidden_entries() {
     let p = plan_for("[home]\naccess = \"read\"", "/home/u/proj").unwrap();
-    assert!(has(
-        &p,
-        |m| matches!(m, MountSpec::TreeBind { target, .. } if target == Path::new("/home/u/.bashrc"))
-    ));
-    assert!(has(
-        &p,
-        |m| matches!(m, MountSpec::SealTree { target, rw: false } if target == Path::new("/home/u"))
-    ));
+    assert!(has(&p, |m| matches!(m, MountSpec::TreeBind { target, .. } if target == Path::new("/home/u/.bashrc"))));
+    assert!(has(&p, |m| matches!(m, MountSpec::SealTree { target, rw: false } if target == Path::new("/home/u"))));
     assert!(!has(&p, |m| m.target().starts_with("/home/u/.ssh")));
 }
 
@@ -248,9 +189,7 @@ fn home_read_mode_rebuilds_home_without_hidden_entries() {
 fn etc_passwd_is_synthesized() {
     let p = plan_for("", "/home/u/proj").unwrap();
     let passwd = p.mounts.iter().find_map(|m| match m {
-        MountSpec::File {
-            target, contents, ..
-        } if target == Path::new("/etc/passwd") => Some(contents.clone()),
+        MountSpec::File { target, contents, .. } if target == Path::new("/etc/passwd") => Some(contents.clone()),
         _ => None,
     });
     let passwd = passwd.expect("passwd synthesized");
@@ -260,14 +199,9 @@ fn etc_passwd_is_synthesized() {
 #[test]
 fn restricted_home_is_made_read_only_after_binds() {
     let p = plan_for("[home]\naccess = \"restricted\"", "/home/u/proj").unwrap();
-    let ro = pos(
-        &p,
-        |m| matches!(m, MountSpec::ReadOnly { target } if target == Path::new("/home/u")),
-    );
-    let project = pos(
-        &p,
-        |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")),
-    );
+    let ro = pos(&p, |m| matches!(m, MountSpec::ReadOnly { target } if target == Path::new("/home/u")));
+    let project =
+        pos(&p, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")));
     assert!(project < ro);
 }
 
@@ -277,11 +211,7 @@ fn landlock_plan_comes_from_the_same_mounts() {
     let ll = p.landlock.expect("landlock plan");
     assert!(ll.read_write.contains(&PathBuf::from("/home/u/proj")));
     assert!(ll.read_only.contains(&PathBuf::from("/usr")));
-    assert!(!ll
-        .read_only
-        .iter()
-        .chain(&ll.read_write)
-        .any(|r| r.starts_with("/home/u/.ssh")));
+    assert!(!ll.read_only.iter().chain(&ll.read_write).any(|r| r.starts_with("/home/u/.ssh")));
     assert!(ll.deny_tcp_connect.contains(&25));
     assert!(ll.deny_all_tcp, "isolated (fallback) denies TCP");
 }
@@ -289,11 +219,7 @@ fn landlock_plan_comes_from_the_same_mounts() {
 #[test]
 fn protected_symlink_is_refused() {
     let fs = host().symlink("/home/u/proj/.envrc", "/home/u/.ssh/id_ed25519");
-    let req = RunRequest {
-        command: vec!["true".into()],
-        project: "/home/u/proj".into(),
-        cwd: "/home/u/proj".into(),
-    };
+    let req = RunRequest { command: vec!["true".into()], project: "/home/u/proj".into(), cwd: "/home/u/proj".into() };
     let e = build(&policy(""), &facts(), &fs, &req).unwrap_err();
     assert!(matches!(e, PlanError::ProtectedSymlink { .. }));
 }

@@ -55,11 +55,7 @@ pub struct Sourced<T> {
 
 impl<T> Sourced<T> {
     fn new(value: T, source: &Source) -> Self {
-        Sourced {
-            value,
-            locked: source.is_admin(),
-            source: source.clone(),
-        }
+        Sourced { value, locked: source.is_admin(), source: source.clone() }
     }
 }
 
@@ -70,6 +66,7 @@ pub type List = Vec<Sourced<String>>;
 pub struct Policy {
     pub backend: Sourced<Backend>,
     pub hostname: Sourced<String>,
+    pub hide_with: Sourced<HideWith>,
     pub project_parents: List,
     pub fs_read: List,
     pub fs_write: List,
@@ -126,6 +123,7 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
     let mut p = Policy {
         backend: Sourced::new(Backend::Auto, &builtin),
         hostname: Sourced::new("agent-sandbox".to_string(), &builtin),
+        hide_with: Sourced::new(HideWith::Overlay, &builtin),
         project_parents: vec![],
         fs_read: vec![],
         fs_write: vec![],
@@ -170,91 +168,26 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     if let Some(s) = &l.sandbox {
         set(&mut p.backend, &s.backend, src);
         set(&mut p.hostname, &s.hostname, src);
-        extend(
-            &mut p.project_parents,
-            &s.project_parents,
-            src,
-            Allow(Bound::Path),
-            "sandbox.project_parents",
-        )?;
+        set(&mut p.hide_with, &s.hide_with, src);
+        extend(&mut p.project_parents, &s.project_parents, src, Allow(Bound::Path), "sandbox.project_parents")?;
     }
     if let Some(f) = &l.filesystem {
-        extend(
-            &mut p.fs_read,
-            &f.read,
-            src,
-            Allow(Bound::Path),
-            "filesystem.read",
-        )?;
-        extend(
-            &mut p.fs_write,
-            &f.write,
-            src,
-            Allow(Bound::Path),
-            "filesystem.write",
-        )?;
+        extend(&mut p.fs_read, &f.read, src, Allow(Bound::Path), "filesystem.read")?;
+        extend(&mut p.fs_write, &f.write, src, Allow(Bound::Path), "filesystem.write")?;
         extend(&mut p.hide, &f.hide, src, Floor, "filesystem.hide")?;
-        extend(
-            &mut p.hide_files,
-            &f.hide_files,
-            src,
-            Floor,
-            "filesystem.hide_files",
-        )?;
-        extend(
-            &mut p.protected,
-            &f.protected,
-            src,
-            Defaults,
-            "filesystem.protected",
-        )?;
-        extend(
-            &mut p.devices,
-            &f.devices,
-            src,
-            Allow(Bound::Glob),
-            "filesystem.devices",
-        )?;
-        extend(
-            &mut p.deny_devices,
-            &f.deny_devices,
-            src,
-            Floor,
-            "filesystem.deny_devices",
-        )?;
+        extend(&mut p.hide_files, &f.hide_files, src, Floor, "filesystem.hide_files")?;
+        extend(&mut p.protected, &f.protected, src, Defaults, "filesystem.protected")?;
+        extend(&mut p.devices, &f.devices, src, Allow(Bound::Glob), "filesystem.devices")?;
+        extend(&mut p.deny_devices, &f.deny_devices, src, Floor, "filesystem.deny_devices")?;
     }
     if let Some(h) = &l.home {
         set(&mut p.home_access, &h.access, src);
-        extend(
-            &mut p.home_read,
-            &h.read,
-            src,
-            Allow(Bound::Path),
-            "home.read",
-        )?;
-        extend(
-            &mut p.home_write,
-            &h.write,
-            src,
-            Allow(Bound::Path),
-            "home.write",
-        )?;
-        extend(
-            &mut p.home_seed,
-            &h.seed,
-            src,
-            Allow(Bound::Path),
-            "home.seed",
-        )?;
+        extend(&mut p.home_read, &h.read, src, Allow(Bound::Path), "home.read")?;
+        extend(&mut p.home_write, &h.write, src, Allow(Bound::Path), "home.write")?;
+        extend(&mut p.home_seed, &h.seed, src, Allow(Bound::Path), "home.seed")?;
     }
     if let Some(e) = &l.env {
-        extend(
-            &mut p.env_keep,
-            &e.keep,
-            src,
-            Allow(Bound::Glob),
-            "env.keep",
-        )?;
+        extend(&mut p.env_keep, &e.keep, src, Allow(Bound::Glob), "env.keep")?;
         extend(&mut p.env_scrub, &e.scrub, src, Floor, "env.scrub")?;
         if let Some(set) = &e.set {
             for (k, v) in set {
@@ -269,13 +202,7 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     if let Some(n) = &l.net {
         set(&mut p.net_mode, &n.mode, src);
         set(&mut p.net_fallback, &n.fallback, src);
-        extend(
-            &mut p.net_allow,
-            &n.allow,
-            src,
-            Allow(Bound::Exact),
-            "net.allow",
-        )?;
+        extend(&mut p.net_allow, &n.allow, src, Allow(Bound::Exact), "net.allow")?;
         extend(&mut p.net_block, &n.block, src, Floor, "net.block")?;
     }
     if let Some(pr) = &l.process {
@@ -326,9 +253,7 @@ fn extend(
                 return Err(PolicyError::Invalid {
                     origin: src.to_string(),
                     key: key.into(),
-                    message: format!(
-                        "`{neg}` cannot be removed: {key} is a security floor that only grows"
-                    ),
+                    message: format!("`{neg}` cannot be removed: {key} is a security floor that only grows"),
                 });
             }
             if list.iter().any(|e| e.value == neg && e.locked) {
@@ -387,60 +312,20 @@ fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         }
     };
     if let Some(s) = &l.sandbox {
-        bound(
-            &mut p.project_parents,
-            &s.project_parents,
-            Allow(Bound::Path),
-            "sandbox.project_parents",
-        );
+        bound(&mut p.project_parents, &s.project_parents, Allow(Bound::Path), "sandbox.project_parents");
     }
     if let Some(f) = &l.filesystem {
-        bound(
-            &mut p.fs_read,
-            &f.read,
-            Allow(Bound::Path),
-            "filesystem.read",
-        );
-        bound(
-            &mut p.fs_write,
-            &f.write,
-            Allow(Bound::Path),
-            "filesystem.write",
-        );
+        bound(&mut p.fs_read, &f.read, Allow(Bound::Path), "filesystem.read");
+        bound(&mut p.fs_write, &f.write, Allow(Bound::Path), "filesystem.write");
         bound(&mut p.hide, &f.hide, Floor, "filesystem.hide");
-        bound(
-            &mut p.hide_files,
-            &f.hide_files,
-            Floor,
-            "filesystem.hide_files",
-        );
-        bound(
-            &mut p.protected,
-            &f.protected,
-            Defaults,
-            "filesystem.protected",
-        );
-        bound(
-            &mut p.devices,
-            &f.devices,
-            Allow(Bound::Glob),
-            "filesystem.devices",
-        );
-        bound(
-            &mut p.deny_devices,
-            &f.deny_devices,
-            Floor,
-            "filesystem.deny_devices",
-        );
+        bound(&mut p.hide_files, &f.hide_files, Floor, "filesystem.hide_files");
+        bound(&mut p.protected, &f.protected, Defaults, "filesystem.protected");
+        bound(&mut p.devices, &f.devices, Allow(Bound::Glob), "filesystem.devices");
+        bound(&mut p.deny_devices, &f.deny_devices, Floor, "filesystem.deny_devices");
     }
     if let Some(h) = &l.home {
         bound(&mut p.home_read, &h.read, Allow(Bound::Path), "home.read");
-        bound(
-            &mut p.home_write,
-            &h.write,
-            Allow(Bound::Path),
-            "home.write",
-        );
+        bound(&mut p.home_write, &h.write, Allow(Bound::Path), "home.write");
         bound(&mut p.home_seed, &h.seed, Allow(Bound::Path), "home.seed");
     }
     if let Some(e) = &l.env {
@@ -460,6 +345,9 @@ fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         if let Some(h) = &s.hostname {
             p.hostname = Sourced::new(h.clone(), src);
         }
+        if let Some(h) = s.hide_with {
+            p.hide_with = Sourced::new(h, src);
+        }
     }
     if let Some(e) = &l.env {
         if let Some(set) = &e.set {
@@ -474,24 +362,12 @@ fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     let n = l.net.as_ref();
     stricter(&mut p.net_mode, n.and_then(|n| n.mode), src);
     stricter(&mut p.net_fallback, n.and_then(|n| n.fallback), src);
-    stricter(
-        &mut p.mail_block,
-        l.mail.as_ref().and_then(|m| m.block),
-        src,
-    );
+    stricter(&mut p.mail_block, l.mail.as_ref().and_then(|m| m.block), src);
     if let Some(allowed) = l.process.as_ref().and_then(|pr| pr.nested_userns) {
         // The admin's `true` permits, it does not force; `false` forbids.
         let value = p.nested_userns.value && allowed;
-        let source = if allowed {
-            p.nested_userns.source.clone()
-        } else {
-            src.clone()
-        };
-        p.nested_userns = Sourced {
-            value,
-            source,
-            locked: true,
-        };
+        let source = if allowed { p.nested_userns.source.clone() } else { src.clone() };
+        p.nested_userns = Sourced { value, source, locked: true };
     }
     Ok(())
 }
@@ -526,16 +402,10 @@ mod tests {
         toml::from_str(toml_text).expect("test layer parses")
     }
     fn user(t: &str) -> SourcedLayer {
-        SourcedLayer {
-            layer: layer(t),
-            source: Source::User("u.toml".into()),
-        }
+        SourcedLayer { layer: layer(t), source: Source::User("u.toml".into()) }
     }
     fn admin(t: &str) -> SourcedLayer {
-        SourcedLayer {
-            layer: layer(t),
-            source: Source::Admin("admin.toml".into()),
-        }
+        SourcedLayer { layer: layer(t), source: Source::Admin("admin.toml".into()) }
     }
     fn values(l: &List) -> Vec<&str> {
         l.iter().map(|e| e.value.as_str()).collect()
@@ -544,10 +414,7 @@ mod tests {
     #[test]
     fn lists_accumulate_and_negation_removes_defaults() {
         let p = merge(
-            &[
-                user("[filesystem]\nread = [\"/usr\", \"/sys\"]"),
-                user("[filesystem]\nread = [\"!/sys\", \"/data\"]"),
-            ],
+            &[user("[filesystem]\nread = [\"/usr\", \"/sys\"]"), user("[filesystem]\nread = [\"!/sys\", \"/data\"]")],
             None,
         )
         .unwrap();
@@ -556,24 +423,14 @@ mod tests {
 
     #[test]
     fn floors_cannot_be_negated() {
-        let e = merge(
-            &[
-                user("[filesystem]\nhide = [\"~/.ssh\"]"),
-                user("[filesystem]\nhide = [\"!~/.ssh\"]"),
-            ],
-            None,
-        )
-        .unwrap_err();
+        let e = merge(&[user("[filesystem]\nhide = [\"~/.ssh\"]"), user("[filesystem]\nhide = [\"!~/.ssh\"]")], None)
+            .unwrap_err();
         assert!(e.to_string().contains("security floor"), "{e}");
     }
 
     #[test]
     fn admin_mode_is_a_minimum_user_cannot_widen() {
-        let p = merge(
-            &[user("[net]\nmode = \"open\"")],
-            Some(&admin("[net]\nmode = \"proxied\"")),
-        )
-        .unwrap();
+        let p = merge(&[user("[net]\nmode = \"open\"")], Some(&admin("[net]\nmode = \"proxied\""))).unwrap();
         assert_eq!(p.net_mode.value, NetMode::Proxied);
         assert!(p.net_mode.locked);
         assert!(p.net_mode.source.is_admin());
@@ -581,11 +438,7 @@ mod tests {
 
     #[test]
     fn admin_minimum_keeps_a_stricter_user_value() {
-        let p = merge(
-            &[user("[net]\nmode = \"isolated\"")],
-            Some(&admin("[net]\nmode = \"proxied\"")),
-        )
-        .unwrap();
+        let p = merge(&[user("[net]\nmode = \"isolated\"")], Some(&admin("[net]\nmode = \"proxied\""))).unwrap();
         assert_eq!(p.net_mode.value, NetMode::Isolated);
         assert!(p.net_mode.locked);
     }
@@ -594,9 +447,7 @@ mod tests {
     fn admin_home_access_and_mail_block_are_minimums() {
         let p = merge(
             &[user("[home]\naccess = \"write\"\n[mail]\nblock = \"off\"")],
-            Some(&admin(
-                "[home]\naccess = \"restricted\"\n[mail]\nblock = \"on\"",
-            )),
+            Some(&admin("[home]\naccess = \"restricted\"\n[mail]\nblock = \"on\"")),
         )
         .unwrap();
         assert_eq!(p.home_access.value, HomeAccess::Restricted);
@@ -606,18 +457,12 @@ mod tests {
     #[test]
     fn admin_allow_list_drops_user_entries_outside_with_warning() {
         let p = merge(
-            &[user(
-                "[filesystem]\nwrite = [\"/scratch/u\", \"/etc/cron.d\"]",
-            )],
+            &[user("[filesystem]\nwrite = [\"/scratch/u\", \"/etc/cron.d\"]")],
             Some(&admin("[filesystem]\nwrite = [\"/scratch\"]")),
         )
         .unwrap();
         assert_eq!(values(&p.fs_write), ["/scratch/u"]);
-        assert!(
-            p.warnings.iter().any(|w| w.contains("/etc/cron.d")),
-            "{:?}",
-            p.warnings
-        );
+        assert!(p.warnings.iter().any(|w| w.contains("/etc/cron.d")), "{:?}", p.warnings);
     }
 
     #[test]
@@ -629,15 +474,8 @@ mod tests {
 
     #[test]
     fn admin_floors_are_added_and_locked_and_user_cannot_remove_them() {
-        let p = merge(
-            &[],
-            Some(&admin("[filesystem]\nprotected = [\"Makefile\"]")),
-        )
-        .unwrap();
-        assert!(p
-            .protected
-            .iter()
-            .any(|e| e.value == "Makefile" && e.locked));
+        let p = merge(&[], Some(&admin("[filesystem]\nprotected = [\"Makefile\"]"))).unwrap();
+        assert!(p.protected.iter().any(|e| e.value == "Makefile" && e.locked));
         // A user negation applied before the admin layer cannot remove what the admin adds later.
         let p = merge(
             &[user("[filesystem]\nprotected = [\"!Makefile\"]")],
@@ -649,28 +487,19 @@ mod tests {
 
     #[test]
     fn admin_env_set_cannot_be_overridden() {
-        let p = merge(
-            &[user("[env.set]\nHTTP_PROXY = \"user\"")],
-            Some(&admin("[env.set]\nHTTP_PROXY = \"admin\"")),
-        )
-        .unwrap();
+        let p = merge(&[user("[env.set]\nHTTP_PROXY = \"user\"")], Some(&admin("[env.set]\nHTTP_PROXY = \"admin\"")))
+            .unwrap();
         assert_eq!(p.env_set["HTTP_PROXY"].value, "admin");
         assert!(p.env_set["HTTP_PROXY"].locked);
     }
 
     #[test]
     fn admin_forbids_nested_userns() {
-        let p = merge(
-            &[user("[process]\nnested_userns = true")],
-            Some(&admin("[process]\nnested_userns = false")),
-        )
-        .unwrap();
+        let p = merge(&[user("[process]\nnested_userns = true")], Some(&admin("[process]\nnested_userns = false")))
+            .unwrap();
         assert!(!p.nested_userns.value);
-        let p = merge(
-            &[user("[process]\nnested_userns = true")],
-            Some(&admin("[process]\nnested_userns = true")),
-        )
-        .unwrap();
+        let p =
+            merge(&[user("[process]\nnested_userns = true")], Some(&admin("[process]\nnested_userns = true"))).unwrap();
         assert!(p.nested_userns.value);
     }
 
@@ -695,9 +524,7 @@ mod tests {
     #[test]
     fn env_keep_bounded_by_admin_glob() {
         let p = merge(
-            &[user(
-                "[env]\nkeep = [\"OPENAI_API_KEY\", \"AWS_SECRET_ACCESS_KEY\"]",
-            )],
+            &[user("[env]\nkeep = [\"OPENAI_API_KEY\", \"AWS_SECRET_ACCESS_KEY\"]")],
             Some(&admin("[env]\nkeep = [\"*_API_KEY\"]")),
         )
         .unwrap();

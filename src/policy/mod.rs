@@ -33,27 +33,13 @@ pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
     #[error("{}:{line}:{col}: {key}: {message}", path.display())]
-    Parse {
-        path: PathBuf,
-        line: usize,
-        col: usize,
-        key: String,
-        message: String,
-    },
+    Parse { path: PathBuf, line: usize, col: usize, key: String, message: String },
     #[error("cannot read {}: {err}", path.display())]
     Read { path: PathBuf, err: std::io::Error },
     #[error("{origin}: {key}: {message}")]
-    Invalid {
-        origin: String,
-        key: String,
-        message: String,
-    },
+    Invalid { origin: String, key: String, message: String },
     #[error("{} is not trusted: {why}", path.display())]
-    Untrusted {
-        path: PathBuf,
-        why: String,
-        fix: String,
-    },
+    Untrusted { path: PathBuf, why: String, fix: String },
     #[error("no profile named `{name}` (known: {known})")]
     UnknownProfile { name: String, known: String },
 }
@@ -63,10 +49,12 @@ impl PolicyError {
     pub fn fix(&self) -> Option<String> {
         match self {
             PolicyError::Untrusted { fix, .. } => Some(format!("fix: {fix}")),
-            PolicyError::Parse { .. } => Some("fix: correct the file; `agent-sandbox policy check FILE` re-checks it".into()),
-            PolicyError::UnknownProfile { .. } => Some(
-                "fix: add ~/.config/agent-sandbox/profiles/NAME.toml or use `agent-sandbox run -- CMD`".into(),
-            ),
+            PolicyError::Parse { .. } => {
+                Some("fix: correct the file; `agent-sandbox policy check FILE` re-checks it".into())
+            }
+            PolicyError::UnknownProfile { .. } => {
+                Some("fix: add ~/.config/agent-sandbox/profiles/NAME.toml or use `agent-sandbox run -- CMD`".into())
+            }
             _ => None,
         }
     }
@@ -101,18 +89,12 @@ pub fn parse_layer(text: &str, path: &Path, kind: FileKind) -> Result<Layer, Pol
         message: why.into(),
     };
     if layer.projects.is_some() && kind != FileKind::User {
-        return Err(bad(
-            "projects",
-            "[projects] tables belong in the user config only",
-        ));
+        return Err(bad("projects", "[projects] tables belong in the user config only"));
     }
     if let Some(projects) = &layer.projects {
         for (k, sub) in projects {
             if sub.projects.is_some() || sub.agent.is_some() {
-                return Err(bad(
-                    &format!("projects.\"{k}\""),
-                    "a project table cannot nest [projects] or [agent]",
-                ));
+                return Err(bad(&format!("projects.\"{k}\""), "a project table cannot nest [projects] or [agent]"));
             }
         }
     }
@@ -125,22 +107,14 @@ pub fn parse_layer(text: &str, path: &Path, kind: FileKind) -> Result<Layer, Pol
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset];
     let line = before.matches('\n').count() + 1;
-    let col = before
-        .rsplit('\n')
-        .next()
-        .map(|l| l.chars().count())
-        .unwrap_or(0)
-        + 1;
+    let col = before.rsplit('\n').next().map(|l| l.chars().count()).unwrap_or(0) + 1;
     (line, col)
 }
 
 /// The dotted key at a byte offset: the last `[table]` header above it plus the key of its line.
 fn key_at(text: &str, offset: usize) -> String {
     let line_start = text[..offset].rfind('\n').map(|i| i + 1).unwrap_or(0);
-    let line_end = text[offset..]
-        .find('\n')
-        .map(|i| offset + i)
-        .unwrap_or(text.len());
+    let line_end = text[offset..].find('\n').map(|i| offset + i).unwrap_or(text.len());
     let line = &text[line_start..line_end];
     let table = text[..line_start]
         .lines()
@@ -148,17 +122,10 @@ fn key_at(text: &str, offset: usize) -> String {
         .map(str::trim)
         .find(|l| l.starts_with('[') && l.ends_with(']'))
         .map(|l| l.trim_matches(|c| c == '[' || c == ']').trim().to_string());
-    let key = line
-        .split('=')
-        .next()
-        .map(str::trim)
-        .filter(|k| !k.is_empty() && line.contains('='));
+    let key = line.split('=').next().map(str::trim).filter(|k| !k.is_empty() && line.contains('='));
     let header_line = line.trim().starts_with('[');
     match (table, key, header_line) {
-        (_, _, true) => line
-            .trim()
-            .trim_matches(|c| c == '[' || c == ']')
-            .to_string(),
+        (_, _, true) => line.trim().trim_matches(|c| c == '[' || c == ']').to_string(),
         (Some(t), Some(k), _) => format!("{t}.{k}"),
         (None, Some(k), _) => k.to_string(),
         (Some(t), None, _) => t,
@@ -231,17 +198,11 @@ pub fn load(req: LoadRequest<'_>) -> Result<Policy, PolicyError> {
         if let (Some(projects), Some(project)) = (layer.projects.take(), req.project) {
             for (key, sub) in projects {
                 if same_path(&expand_tilde(&key, req.home), project) {
-                    project_tables.push(SourcedLayer {
-                        layer: sub,
-                        source: Source::Project(key),
-                    });
+                    project_tables.push(SourcedLayer { layer: sub, source: Source::Project(key) });
                 }
             }
         }
-        layers.push(SourcedLayer {
-            layer,
-            source: Source::User(user_path.clone()),
-        });
+        layers.push(SourcedLayer { layer, source: Source::User(user_path.clone()) });
     }
     if let Some(name) = req.profile {
         let (text, path) = find_profile(req.paths, name, req.uid, req.project)?;
@@ -261,10 +222,7 @@ pub fn load(req: LoadRequest<'_>) -> Result<Policy, PolicyError> {
             source: Source::PolicyFile(f.clone()),
         });
     }
-    layers.push(SourcedLayer {
-        layer: req.cli,
-        source: Source::Cli,
-    });
+    layers.push(SourcedLayer { layer: req.cli, source: Source::Cli });
 
     let admin_path = req.paths.admin_file();
     let admin = match read_trusted_root_file(&admin_path)? {
@@ -279,10 +237,7 @@ pub fn load(req: LoadRequest<'_>) -> Result<Policy, PolicyError> {
 
 /// Names of every profile this user can run, for dispatch and help.
 pub fn profile_names(paths: &PolicyPaths) -> Vec<String> {
-    let mut names: Vec<String> = BUILTIN_PROFILES
-        .iter()
-        .map(|(n, _)| n.to_string())
-        .collect();
+    let mut names: Vec<String> = BUILTIN_PROFILES.iter().map(|(n, _)| n.to_string()).collect();
     for dir in [paths.site_profiles(), paths.user_profiles.clone()] {
         if let Ok(rd) = std::fs::read_dir(&dir) {
             for e in rd.flatten() {
@@ -301,11 +256,7 @@ pub fn profile_names(paths: &PolicyPaths) -> Vec<String> {
 }
 
 fn valid_profile_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 fn find_profile(
@@ -314,10 +265,7 @@ fn find_profile(
     uid: u32,
     project: Option<&Path>,
 ) -> Result<(String, PathBuf), PolicyError> {
-    let unknown = || PolicyError::UnknownProfile {
-        name: name.to_string(),
-        known: profile_names(paths).join(", "),
-    };
+    let unknown = || PolicyError::UnknownProfile { name: name.to_string(), known: profile_names(paths).join(", ") };
     if !valid_profile_name(name) {
         return Err(unknown());
     }
@@ -332,12 +280,7 @@ fn find_profile(
     BUILTIN_PROFILES
         .iter()
         .find(|(n, _)| *n == name)
-        .map(|(n, t)| {
-            (
-                t.to_string(),
-                PathBuf::from(format!("<built-in profiles/{n}.toml>")),
-            )
-        })
+        .map(|(n, t)| (t.to_string(), PathBuf::from(format!("<built-in profiles/{n}.toml>"))))
         .ok_or_else(unknown)
 }
 
@@ -345,17 +288,9 @@ fn read_optional(path: &Path) -> Result<Option<(String, std::fs::Metadata)>, Pol
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => {
-            return Err(PolicyError::Read {
-                path: path.into(),
-                err,
-            })
-        }
+        Err(err) => return Err(PolicyError::Read { path: path.into(), err }),
     };
-    let text = std::fs::read_to_string(path).map_err(|err| PolicyError::Read {
-        path: path.into(),
-        err,
-    })?;
+    let text = std::fs::read_to_string(path).map_err(|err| PolicyError::Read { path: path.into(), err })?;
     Ok(Some((text, meta)))
 }
 
@@ -378,12 +313,8 @@ fn read_trusted_root_file(path: &Path) -> Result<Option<String>, PolicyError> {
     }
     check_root_owned(&meta).map_err(untrusted)?;
     if let Some(dir) = path.parent() {
-        let dmeta = std::fs::metadata(dir).map_err(|err| PolicyError::Read {
-            path: dir.into(),
-            err,
-        })?;
-        check_root_owned(&dmeta)
-            .map_err(|w| untrusted(format!("its directory {}: {w}", dir.display())))?;
+        let dmeta = std::fs::metadata(dir).map_err(|err| PolicyError::Read { path: dir.into(), err })?;
+        check_root_owned(&dmeta).map_err(|w| untrusted(format!("its directory {}: {w}", dir.display())))?;
     }
     Ok(Some(text))
 }
@@ -393,30 +324,20 @@ fn check_root_owned(meta: &std::fs::Metadata) -> Result<(), String> {
         return Err(format!("owned by uid {}, not root", meta.uid()));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(format!(
-            "mode {:o} is group- or world-writable",
-            meta.mode() & 0o7777
-        ));
+        return Err(format!("mode {:o} is group- or world-writable", meta.mode() & 0o7777));
     }
     Ok(())
 }
 
 /// User files: owned by the user (or root), not world-writable, and never inside the
 /// project, where the jail can write its own next policy.
-fn read_user_file(
-    path: &Path,
-    uid: u32,
-    project: Option<&Path>,
-) -> Result<Option<String>, PolicyError> {
+fn read_user_file(path: &Path, uid: u32, project: Option<&Path>) -> Result<Option<String>, PolicyError> {
     if let Some(project) = project {
         let canon = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
         if canon.starts_with(project) {
             return Err(PolicyError::Untrusted {
                 path: path.to_path_buf(),
-                why: format!(
-                    "it lies inside the project {}, which the jail can write",
-                    project.display()
-                ),
+                why: format!("it lies inside the project {}, which the jail can write", project.display()),
                 fix: "move it out of the project directory".into(),
             });
         }
@@ -464,19 +385,8 @@ mod tests {
     fn builtin_policy_parses_and_has_the_floors() {
         let l = parse_layer(BUILTIN, Path::new("b"), FileKind::Site).unwrap();
         let hide = l.filesystem.unwrap().hide.unwrap();
-        for must in [
-            "~/.ssh",
-            "~/.gnupg",
-            "~/.aws",
-            "/etc/munge",
-            "/run/munge",
-            "/etc/slurm",
-            "/root",
-        ] {
-            assert!(
-                hide.iter().any(|h| h == must),
-                "{must} missing from the hide floor"
-            );
+        for must in ["~/.ssh", "~/.gnupg", "~/.aws", "/etc/munge", "/run/munge", "/etc/slurm", "/root"] {
+            assert!(hide.iter().any(|h| h == must), "{must} missing from the hide floor");
         }
     }
 
@@ -485,10 +395,7 @@ mod tests {
         for (name, text) in BUILTIN_PROFILES {
             let l = parse_layer(text, Path::new(name), FileKind::Profile).unwrap();
             let agent = l.agent.expect("profile has [agent]");
-            assert!(
-                agent.command.is_some_and(|c| !c.is_empty()),
-                "{name} has a command"
-            );
+            assert!(agent.command.is_some_and(|c| !c.is_empty()), "{name} has a command");
         }
     }
 
@@ -505,41 +412,25 @@ mod tests {
     #[test]
     fn wrong_type_names_the_key() {
         let text = "[home]\naccess = 3\n";
-        let s = parse_layer(text, Path::new("c.toml"), FileKind::User)
-            .unwrap_err()
-            .to_string();
+        let s = parse_layer(text, Path::new("c.toml"), FileKind::User).unwrap_err().to_string();
         assert!(s.contains("c.toml:2:") && s.contains("home.access"), "{s}");
     }
 
     #[test]
     fn bad_enum_value_is_an_error() {
-        let s = parse_layer(
-            "[net]\nmode = \"wide-open\"\n",
-            Path::new("c"),
-            FileKind::User,
-        )
-        .unwrap_err()
-        .to_string();
+        let s = parse_layer("[net]\nmode = \"wide-open\"\n", Path::new("c"), FileKind::User).unwrap_err().to_string();
         assert!(s.contains("net.mode") && s.contains("wide-open"), "{s}");
     }
 
     #[test]
     fn unknown_table_is_an_error() {
-        let s = parse_layer(
-            "[netwrok]\nmode = \"open\"\n",
-            Path::new("c"),
-            FileKind::User,
-        )
-        .unwrap_err()
-        .to_string();
+        let s = parse_layer("[netwrok]\nmode = \"open\"\n", Path::new("c"), FileKind::User).unwrap_err().to_string();
         assert!(s.contains("c:1:") && s.contains("netwrok"), "{s}");
     }
 
     #[test]
     fn syntax_error_is_located() {
-        let s = parse_layer("[net\nmode=1", Path::new("c"), FileKind::User)
-            .unwrap_err()
-            .to_string();
+        let s = parse_layer("[net\nmode=1", Path::new("c"), FileKind::User).unwrap_err().to_string();
         assert!(s.starts_with("c:1:"), "{s}");
     }
 
@@ -552,13 +443,7 @@ mod tests {
 
     #[test]
     fn garbage_bytes_do_not_panic() {
-        for text in [
-            "\u{0}\u{1}",
-            "[[[[",
-            "a = [1, \"x\"]",
-            "= =",
-            "[a.b.c.d]\nx=1",
-        ] {
+        for text in ["\u{0}\u{1}", "[[[[", "a = [1, \"x\"]", "= =", "[a.b.c.d]\nx=1"] {
             let _ = parse_layer(text, Path::new("g"), FileKind::User);
         }
     }

@@ -30,6 +30,9 @@ pub struct SandboxSection {
     /// Directories a project may live under. Default: `~` and common site roots.
     pub project_parents: Option<Vec<String>>,
     pub hostname: Option<String>,
+    /// How hidden paths inside read-only trees are removed: one overlay mount with
+    /// whiteouts (Linux 5.11+), or a tmpfs copy of the tree with one bind per entry.
+    pub hide_with: Option<HideWith>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
@@ -161,4 +164,8 @@ ordered_enum!(
 ordered_enum!(
     /// Isolation backend. Not ordered by strictness: an admin value simply wins.
     Backend { Auto = "auto", Userns = "userns", Landlock = "landlock" }
+);
+ordered_enum!(
+    /// How hidden paths inside read-only trees vanish. Equally strict; an admin value wins.
+    HideWith { Overlay = "overlay", Rebuild = "rebuild" }
 );

@@ -30,11 +30,7 @@ pub struct Rig {
 static RIG: OnceLock<Result<Rig, String>> = OnceLock::new();
 
 fn sh(cmd: &str) -> Result<(), String> {
-    let st = Command::new("sh")
-        .arg("-c")
-        .arg(cmd)
-        .status()
-        .map_err(|e| e.to_string())?;
+    let st = Command::new("sh").arg("-c").arg(cmd).status().map_err(|e| e.to_string())?;
     if st.success() {
         Ok(())
     } else {
@@ -48,8 +44,7 @@ fn lookup(user: &str) -> Option<(u32, u32, PathBuf)> {
         .lines()
         .find_map(|l| {
             let f: Vec<&str> = l.split(':').collect();
-            (f.len() >= 7 && f[0] == user)
-                .then(|| (f[2].parse().ok(), f[3].parse().ok(), PathBuf::from(f[5])))
+            (f.len() >= 7 && f[0] == user).then(|| (f[2].parse().ok(), f[3].parse().ok(), PathBuf::from(f[5])))
         })
         .and_then(|(u, g, h)| Some((u?, g?, h)))
 }
@@ -73,48 +68,27 @@ fn plant(path: &Path, contents: &str, uid: u32, gid: u32, mode: u32) -> Result<(
 }
 
 fn build_helper(src: &str, out: &Path) -> Result<(), String> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/helpers")
-        .join(src);
-    let st = Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(out)
-        .arg(&src)
-        .status()
-        .map_err(|e| format!("cc: {e}"))?;
-    st.success()
-        .then_some(())
-        .ok_or_else(|| format!("cc {} failed", src.display()))
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers").join(src);
+    let st = Command::new("cc").args(["-O1", "-o"]).arg(out).arg(&src).status().map_err(|e| format!("cc: {e}"))?;
+    st.success().then_some(()).ok_or_else(|| format!("cc {} failed", src.display()))
 }
 
 fn setup() -> Result<Rig, String> {
     if !nix::unistd::geteuid().is_root() {
-        return Err(
-            "the integration tests run as root and drop to the test user; run tests/run.sh as root"
-                .into(),
-        );
+        return Err("the integration tests run as root and drop to the test user; run tests/run.sh as root".into());
     }
     let (uid, gid, home) = ensure_user(USER)?;
-    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o750))
-        .map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o750)).map_err(|e| e.to_string())?;
     plant(&home.join(".ssh/id_ed25519"), SSH_CANARY, uid, gid, 0o600)?;
     plant(&home.join(".aws/credentials"), AWS_CANARY, uid, gid, 0o600)?;
-    plant(
-        &home.join(".gitconfig"),
-        "[user]\n\tname = Test\n",
-        uid,
-        gid,
-        0o644,
-    )?;
+    plant(&home.join(".gitconfig"), "[user]\n\tname = Test\n", uid, gid, 0o644)?;
     let (ouid, ogid, ohome) = ensure_user(OTHER)?;
-    std::fs::set_permissions(&ohome, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| e.to_string())?;
+    std::fs::set_permissions(&ohome, std::fs::Permissions::from_mode(0o755)).map_err(|e| e.to_string())?;
     // World-readable on purpose: only the jail stands between the agent and this file.
     plant(&ohome.join("notes.txt"), OTHER_CANARY, ouid, ogid, 0o644)?;
     if !Path::new("/etc/munge").exists() {
         std::fs::create_dir_all("/etc/munge").map_err(|e| e.to_string())?;
-        std::fs::write("/etc/munge/agent-sandbox-test-canary", "canary")
-            .map_err(|e| e.to_string())?;
+        std::fs::write("/etc/munge/agent-sandbox-test-canary", "canary").map_err(|e| e.to_string())?;
     }
     let helpers = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helpers");
     std::fs::create_dir_all(&helpers).map_err(|e| e.to_string())?;
@@ -123,23 +97,14 @@ fn setup() -> Result<Rig, String> {
             let _ = std::fs::metadata(dir).map(|m| {
                 let mode = m.permissions().mode();
                 if mode & 0o005 != 0o005 {
-                    let _ = std::fs::set_permissions(
-                        dir,
-                        std::fs::Permissions::from_mode(mode | 0o005),
-                    );
+                    let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode | 0o005));
                 }
             });
         }
     }
     build_helper("probe.c", &helpers.join("probe"))?;
     build_helper("int80.c", &helpers.join("int80"))?;
-    Ok(Rig {
-        uid,
-        gid,
-        home,
-        bin: PathBuf::from(env!("CARGO_BIN_EXE_agent-sandbox")),
-        helpers,
-    })
+    Ok(Rig { uid, gid, home, bin: PathBuf::from(env!("CARGO_BIN_EXE_agent-sandbox")), helpers })
 }
 
 /// The rig, or `None` (test skipped, reason printed). Under CI a skip panics.
@@ -172,11 +137,7 @@ impl Out {
 
 impl std::fmt::Display for Out {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
+        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
     }
 }
 
@@ -199,14 +160,7 @@ impl Jail {
         for p in [rig.home.join("t"), project.clone()] {
             std::os::unix::fs::chown(&p, Some(rig.uid), Some(rig.gid)).expect("chown project");
         }
-        Some(Jail {
-            rig,
-            project,
-            args: vec![],
-            env: vec![],
-            stdin: None,
-            cwd: None,
-        })
+        Some(Jail { rig, project, args: vec![], env: vec![], stdin: None, cwd: None })
     }
 
     pub fn arg(mut self, a: &str) -> Self {
@@ -273,13 +227,9 @@ impl Jail {
     }
 
     pub fn output(&self, c: &mut Command) -> Out {
-        c.stdin(if self.stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        c.stdin(if self.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         let start = Instant::now();
         let mut child = c.spawn().expect("spawn agent-sandbox");
         if let (Some(s), Some(mut w)) = (&self.stdin, child.stdin.take()) {
@@ -297,10 +247,7 @@ impl Jail {
         }
         let o = child.wait_with_output().expect("output");
         use std::os::unix::process::ExitStatusExt;
-        let code = o
-            .status
-            .code()
-            .unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0));
+        let code = o.status.code().unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0));
         Out {
             code,
             stdout: String::from_utf8_lossy(&o.stdout).into(),
