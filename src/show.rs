@@ -18,8 +18,13 @@ fn tilde(p: &Path, home: &Path) -> String {
 pub fn banner(plan: &Plan) -> String {
     let hidden: Vec<String> =
         plan.hidden.iter().filter(|h| h.starts_with(&plan.home)).take(4).map(|h| tilde(h, &plan.home)).collect();
+    let weaker = if plan.backend == crate::plan::BackendKind::Landlock {
+        " (weaker than userns: hidden paths give EACCES, no private /tmp or /proc; see `agent-sandbox doctor`)"
+    } else {
+        ""
+    };
     format!(
-        "agent-sandbox: {} · net {} · home {} · backend {} · hidden {}{}",
+        "agent-sandbox: {} · net {} · home {} · backend {}{weaker} · hidden {}{}",
         tilde(&plan.project, &plan.home),
         plan.net.effective,
         plan.home_access,

@@ -429,3 +429,96 @@ fn profile_runs_its_agent_command() {
     assert_eq!(out.code, 126, "{out}");
     assert!(out.stderr.contains("no profile named"), "{out}");
 }
+
+#[test]
+fn capabilities_are_dropped_and_no_new_privs_and_seccomp_are_set() {
+    let j = jail!("caps");
+    let out = j.run("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status");
+    for cap in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert!(out.stdout.contains(&format!("{cap}:\t0000000000000000")), "{cap}: {out}");
+    }
+    assert!(out.stdout.contains("NoNewPrivs:\t1") && out.stdout.contains("Seccomp:\t2"), "{out}");
+}
+
+#[test]
+fn read_only_path_under_tmp_is_visible_over_the_private_tmp() {
+    let j = jail!("rotmp");
+    let dir = format!("/tmp/asb-ro-{}", std::process::id());
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(format!("{dir}/data"), "shared-data").unwrap();
+    let j = j.arg("--ro").arg(&dir);
+    let out = j.run(&format!("cat {dir}/data; touch {dir}/x || echo RO"));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.stdout.contains("shared-data") && out.stdout.contains("RO"), "{out}");
+}
+
+#[test]
+fn home_write_mode_keeps_hidden_paths_absent_and_own_config_read_only() {
+    let j = jail!("homewrite");
+    let cfg = j.rig.home.join(".config/agent-sandbox");
+    std::fs::create_dir_all(&cfg).unwrap();
+    for d in [j.rig.home.join(".config"), cfg.clone()] {
+        std::os::unix::fs::chown(&d, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    }
+    let j = j.arg("--home-access").arg("write");
+    let out = j.run("ls ~/.ssh 2>&1; touch ~/.config/agent-sandbox/config.toml 2>&1 || echo CONFIG-RO; touch ~/.bashrc-probe && echo HOME-RW");
+    assert!(out.stdout.contains("No such file or directory"), "{out}");
+    assert!(out.stdout.contains("CONFIG-RO") && out.stdout.contains("HOME-RW"), "{out}");
+    assert!(!cfg.join("config.toml").exists(), "the jail wrote its own next policy");
+}
+
+#[test]
+fn writable_home_entry_still_hides_what_is_inside_it() {
+    let j = jail!("homeentry");
+    let gh = j.rig.home.join(".config/gh");
+    std::fs::create_dir_all(&gh).unwrap();
+    std::fs::write(gh.join("hosts.yml"), "oauth_token: CANARY-GH-TOKEN").unwrap();
+    for d in [j.rig.home.join(".config"), gh.clone(), gh.join("hosts.yml")] {
+        std::os::unix::fs::chown(&d, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    }
+    let j = j.arg("--rw").arg("~/.config");
+    let out = j.run("cat ~/.config/gh/hosts.yml; ls -a ~/.config/gh; touch ~/.config/gh/new || echo GH-RO");
+    assert!(!out.stdout.contains("CANARY-GH-TOKEN"), "{out}");
+    assert!(out.stdout.contains("GH-RO"), "{out}");
+}
+
+#[test]
+fn full_screen_programs_work_under_tmux() {
+    let j = jail!("tmux");
+    if std::process::Command::new("tmux").arg("-V").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "tmux is missing in CI");
+        eprintln!("SKIPPED: tmux not installed");
+        return;
+    }
+    let sock = format!("asb-test-{}", std::process::id());
+    let launcher = format!("{} -q run -- bash --norc", j.rig.bin.display());
+    let tmux = |args: &[&str]| {
+        let mut c = std::process::Command::new("tmux");
+        use std::os::unix::process::CommandExt;
+        c.arg("-L")
+            .arg(&sock)
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", &j.rig.home)
+            .env("TERM", "xterm");
+        c.current_dir(&j.project).uid(j.rig.uid).gid(j.rig.gid);
+        c.output().expect("tmux")
+    };
+    tmux(&["new-session", "-d", "-x", "100", "-y", "30", &launcher]);
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    tmux(&["send-keys", "echo inside-$((6*7)); tput cols", "Enter"]);
+    let mut screen = String::new();
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        screen = String::from_utf8_lossy(&tmux(&["capture-pane", "-p"]).stdout).into_owned();
+        if screen.contains("inside-42") {
+            break;
+        }
+    }
+    tmux(&["send-keys", "exit", "Enter"]);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    tmux(&["kill-server"]);
+    assert!(screen.contains("inside-42"), "{screen}");
+    assert!(screen.lines().any(|l| l.trim() == "100"), "window size must reach the jail's terminal: {screen}");
+}

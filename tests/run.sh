@@ -11,6 +11,7 @@ if [ "$(id -u)" = 0 ]; then
   command -v cc >/dev/null 2>&1 || need+=(gcc libc6-dev)
   command -v script >/dev/null 2>&1 || need+=(bsdutils)
   command -v ps >/dev/null 2>&1 || need+=(procps)
+  command -v tmux >/dev/null 2>&1 || need+=(tmux)
   command -v git >/dev/null 2>&1 || need+=(git)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "tests/run.sh: installing ${need[*]}"

@@ -26,8 +26,10 @@ pub enum SealError {
 /// Seals the jail's init with a program the launcher compiled (see `seccomp::build_program`).
 pub fn seal(prog: &seccompiler::BpfProgram) -> Result<Sealed, SealError> {
     drop_all_caps()?;
+    crate::timing::mark("caps-dropped");
     set_no_new_privs()?;
     seccomp::install(prog)?;
+    crate::timing::mark("seccomp-installed");
     Ok(Sealed { _private: () })
 }
 

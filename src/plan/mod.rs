@@ -154,7 +154,11 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     }
 
     let mut b = Builder::new(fs, &hidden);
-    b.overlay = facts.overlay_in_userns && policy.hide_with.value == crate::policy::HideWith::Overlay;
+    // Landlock cannot see through an overlay's whiteouts: it gets the per-entry rebuild, whose
+    // entries become its path rules, so hidden paths stay unreachable there too.
+    b.overlay = backend == BackendKind::Userns
+        && facts.overlay_in_userns
+        && policy.hide_with.value == crate::policy::HideWith::Overlay;
     b.mountpoints = &facts.mountpoints;
     let user_line =
         format!("{}:x:{}:{}::{}:{}", facts.user, facts.uid, facts.gid, facts.home.display(), facts.shell.display());
@@ -197,7 +201,10 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     b.push(MountSpec::Bind { source: project.clone(), target: project.clone(), rw: true, dir: true });
     // 5. Hidden paths inside writable trees cannot vanish; they are covered, empty and read-only.
     for h in hidden.paths.clone() {
-        if writable_trees.iter().any(|w| h.starts_with(w) && &h != w) {
+        // A home bound as a whole (read/write modes) was rebuilt without its hidden paths.
+        let rebuilt =
+            |w: &PathBuf| w == &home && matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Write);
+        if writable_trees.iter().any(|w| h.starts_with(w) && &h != w && !rebuilt(w)) {
             if let Some(k) = fs.kind(&h) {
                 b.push(MountSpec::Mask { target: h, dir: k == Kind::Dir });
             }

@@ -223,3 +223,10 @@ fn protected_symlink_is_refused() {
     let e = build(&policy(""), &facts(), &fs, &req).unwrap_err();
     assert!(matches!(e, PlanError::ProtectedSymlink { .. }));
 }
+
+#[test]
+fn home_write_mode_leaves_hidden_paths_out_instead_of_masking_them() {
+    let p = plan_for("[home]\naccess = \"write\"", "/home/u/proj").unwrap();
+    assert!(!has(&p, |m| m.target().starts_with("/home/u/.ssh")), "{:?}", p.mounts);
+    assert!(has(&p, |m| matches!(m, MountSpec::SealTree { target, rw: true } if target == Path::new("/home/u"))));
+}
