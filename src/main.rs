@@ -128,6 +128,16 @@ fn context(opts: &cli::RunOpts) -> Result<Context, Failure> {
     Ok(Context { facts, paths, project, cwd })
 }
 
+/// The user's agent-sandbox state directory (hidden inside every jail by the built-in policy).
+fn state_dir(facts: &host::HostFacts) -> PathBuf {
+    facts
+        .env_var("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| facts.home.join(".local/state"))
+        .join("agent-sandbox")
+}
+
 fn load_policy(ctx: &Context, opts: &cli::RunOpts, profile: Option<&str>) -> Result<policy::Policy, Failure> {
     let cli_layer = cli::cli_layer(opts).map_err(Failure::new)?;
     let canon_project = Some(plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project)?);
@@ -166,6 +176,17 @@ fn launch(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32,
         What::Shell => vec![ctx.facts.shell.display().to_string()],
     };
     let req = plan::RunRequest { command, project: ctx.project.clone(), cwd: ctx.cwd.clone() };
+    // Held from before planning so that no other session of this project removes a
+    // placeholder this plan counts on.
+    let lock = if opts.dry_run {
+        None
+    } else {
+        let project = plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project)?;
+        Some(
+            jail::placeholders::ProjectLock::acquire(&state_dir(&ctx.facts), &project)
+                .map_err(|e| Failure::new(e.to_string()))?,
+        )
+    };
     crate::timing::mark("policy");
     let plan = plan::build(&pol, &ctx.facts, &host::RealFs::default(), &req)?;
     crate::timing::mark("plan");
@@ -185,7 +206,8 @@ fn launch(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32,
             eprintln!("{}", show::banner(&plan));
         }
     };
-    let outcome = jail::run(&plan, &banner)?;
+    let Some(lock) = lock else { return Ok(0) };
+    let outcome = jail::run(&plan, &banner, lock)?;
     Ok(outcome.code())
 }
 

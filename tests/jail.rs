@@ -522,3 +522,26 @@ fn full_screen_programs_work_under_tmux() {
     assert!(screen.contains("inside-42"), "{screen}");
     assert!(screen.lines().any(|l| l.trim() == "100"), "window size must reach the jail's terminal: {screen}");
 }
+
+#[test]
+fn concurrent_sessions_in_one_project_all_start_and_leave_no_placeholders() {
+    let j = jail!("concurrent");
+    let mut kids: Vec<_> = (0..12)
+        .map(|i| {
+            let mut c =
+                j.command(&["-q", "--net", "isolated", "run", "--", "sh", "-c", &format!("echo {i} > ./out-{i}")]);
+            c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+            c.spawn().expect("spawn")
+        })
+        .collect();
+    for k in kids.iter_mut() {
+        let st = k.wait().expect("wait");
+        assert!(st.success(), "a concurrent session failed");
+    }
+    for i in 0..12 {
+        assert!(j.project.join(format!("out-{i}")).exists());
+    }
+    for ph in [".git", ".envrc", ".vscode", ".idea", ".mcp.json"] {
+        assert!(!j.project.join(ph).exists(), "{ph} placeholder left behind");
+    }
+}

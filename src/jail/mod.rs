@@ -8,11 +8,12 @@ pub mod landlock;
 pub mod mounts;
 mod msg;
 mod net;
+pub mod placeholders;
 mod relay;
 pub mod seccomp;
 pub mod userns;
 
-use crate::plan::{BackendKind, Placeholder, Plan};
+use crate::plan::{BackendKind, Plan};
 use init::TtyFds;
 pub use userns::Outcome;
 
@@ -26,8 +27,8 @@ pub enum JailError {
     Build(String),
     #[error("lost contact with the jail: {0}")]
     Channel(String),
-    #[error("cannot create the protected placeholder {}: {err}", path.display())]
-    Placeholder { path: std::path::PathBuf, err: std::io::Error },
+    #[error(transparent)]
+    Placeholder(#[from] placeholders::PlaceholderError),
     #[error("cannot apply Landlock: {0}")]
     Landlock(#[from] landlock::LandlockError),
     #[error("cannot seal the sandbox: {0}")]
@@ -55,50 +56,18 @@ pub fn stdio_ttys() -> TtyFds {
 }
 
 /// Runs the plan's command in the jail and returns how it ended.
-pub fn run(plan: &Plan, banner: &dyn Fn()) -> Result<Outcome, JailError> {
-    let created = create_placeholders(&plan.placeholders)?;
+/// `lock`: the project's session lock, taken before the plan was made (see `placeholders`).
+pub fn run(plan: &Plan, banner: &dyn Fn(), mut lock: placeholders::ProjectLock) -> Result<Outcome, JailError> {
+    if let Err(e) = lock.create(&plan.placeholders) {
+        lock.release();
+        return Err(e.into());
+    }
     let result = match plan.backend {
         BackendKind::Userns => userns::run(plan, stdio_ttys(), banner),
         BackendKind::Landlock => exec_landlock(plan, banner).map(|never| match never {}),
     };
-    remove_placeholders(&created);
+    lock.release();
     result
-}
-
-/// Creates missing protected names as empty placeholders, never following a symlink.
-fn create_placeholders(list: &[Placeholder]) -> Result<Vec<Placeholder>, JailError> {
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let mut created = vec![];
-    for ph in list {
-        let r = if ph.dir {
-            std::fs::DirBuilder::new().mode(0o755).create(&ph.path)
-        } else {
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .custom_flags(libc::O_NOFOLLOW)
-                .mode(0o644)
-                .open(&ph.path)
-                .map(drop)
-        };
-        match r {
-            Ok(()) => created.push(ph.clone()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(err) => return Err(JailError::Placeholder { path: ph.path.clone(), err }),
-        }
-    }
-    Ok(created)
-}
-
-/// Removes placeholders that are still empty; anything written into them stays for the user to see.
-fn remove_placeholders(list: &[Placeholder]) {
-    for ph in list.iter().rev() {
-        if ph.dir {
-            let _ = std::fs::remove_dir(&ph.path);
-        } else if std::fs::symlink_metadata(&ph.path).is_ok_and(|m| m.is_file() && m.len() == 0) {
-            let _ = std::fs::remove_file(&ph.path);
-        }
-    }
 }
 
 /// The Landlock backend restricts the launcher itself and execs the command in place: no

@@ -221,6 +221,11 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
     let mut placeholders = vec![];
     protect(&mut b, fs, policy, &project, &mut placeholders)?;
+    if backend == BackendKind::Landlock {
+        // Landlock cannot make a path inside the writable project read-only: a placeholder
+        // would protect nothing there (docs/security-model.md lists this limit).
+        placeholders.clear();
+    }
     for w in &writable_trees {
         if facts.exe.starts_with(w) {
             pin_ancestors(&mut b, w, &facts.exe);

@@ -1,0 +1,117 @@
+//! Placeholders for protected paths that did not exist at start (`.git`, `.envrc`...): the
+//! launcher creates them empty so the jail can bind them read-only, and removes the ones
+//! still empty when the last session of the project ends. Sessions of one project share a
+//! lock file in the user's state directory (hidden from every jail): each holds it shared
+//! from before its plan is made to its end; whoever can take it exclusively at the end is
+//! the last one, and removes what any of them created (listed in the same file).
+
+use crate::plan::Placeholder;
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum PlaceholderError {
+    #[error("cannot use the session lock {}: {err}", path.display())]
+    Lock { path: PathBuf, err: std::io::Error },
+    #[error("cannot create the protected placeholder {}: {err}", path.display())]
+    Create { path: PathBuf, err: std::io::Error },
+}
+
+/// A shared hold on the project's placeholder registry, from before planning to the end.
+pub struct ProjectLock {
+    file: File,
+    project: PathBuf,
+}
+
+fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
+    loop {
+        // SAFETY: flock on a descriptor we own; no pointers.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// FNV-1a: a stable, dependency-free name for the project's lock file.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3))
+}
+
+impl ProjectLock {
+    pub fn acquire(state_dir: &Path, project: &Path) -> Result<ProjectLock, PlaceholderError> {
+        let dir = state_dir.join("sessions");
+        let path = dir.join(format!("{:016x}.lock", fnv(project.as_os_str().as_encoded_bytes())));
+        let err = |err| PlaceholderError::Lock { path: path.clone(), err };
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(err)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(err)?;
+        flock(&file, libc::LOCK_SH).map_err(err)?;
+        Ok(ProjectLock { file, project: project.to_path_buf() })
+    }
+
+    /// Creates the missing placeholders and records the ones this session made.
+    pub fn create(&mut self, list: &[Placeholder]) -> Result<(), PlaceholderError> {
+        for ph in list {
+            let r = if ph.dir {
+                std::fs::DirBuilder::new().mode(0o755).create(&ph.path)
+            } else {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .mode(0o644)
+                    .open(&ph.path)
+                    .map(drop)
+            };
+            match r {
+                Ok(()) => {
+                    // One short O_APPEND write per line: concurrent sessions cannot interleave.
+                    let line = format!("{}\t{}\n", if ph.dir { "d" } else { "f" }, ph.path.display());
+                    let _ = self.file.write_all(line.as_bytes());
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(err) => return Err(PlaceholderError::Create { path: ph.path.clone(), err }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends this session's hold; the last session of the project removes every placeholder
+    /// that is still empty (anything written into one stays for the user to see).
+    pub fn release(mut self) {
+        if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+            return;
+        }
+        let mut text = String::new();
+        if self.file.rewind().and_then(|_| self.file.read_to_string(&mut text)).is_err() {
+            return;
+        }
+        for line in text.lines().rev() {
+            let Some((kind, path)) = line.split_once('\t') else { continue };
+            let path = Path::new(path);
+            // The registry is the user's file, but never act on a line outside this project.
+            if !path.starts_with(&self.project) || path == self.project {
+                continue;
+            }
+            if kind == "d" {
+                let _ = std::fs::remove_dir(path);
+            } else if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0) {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        let _ = self.file.set_len(0);
+    }
+}
