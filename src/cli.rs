@@ -58,10 +58,21 @@ pub enum PolicyAction {
     /// Parse a policy file strictly and report every problem with file, line and key.
     Check {
         file: PathBuf,
-        /// Check it as the admin lock file.
+        /// Check it as the admin lock file (same as --kind admin).
         #[arg(long)]
         admin: bool,
+        /// Which kind of file it is: decides which tables it may hold.
+        #[arg(long, value_enum, default_value = "user")]
+        kind: CheckKind,
     },
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum CheckKind {
+    Site,
+    User,
+    Admin,
+    Profile,
 }
 
 #[derive(Args, Debug, Default, Clone)]

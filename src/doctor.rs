@@ -33,25 +33,6 @@ fn read(p: &str) -> Option<String> {
     std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
 }
 
-/// Forks a child that tries to create a user namespace: the sysctls can say yes while a
-/// security module says no, so only trying tells.
-fn probe_userns() -> Result<(), String> {
-    // SAFETY: the child only makes raw syscalls and _exits.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Child) => {
-            let ok = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNS)
-                .is_ok();
-            // SAFETY: _exit ends the probe child at once.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
-        }
-        Ok(nix::unistd::ForkResult::Parent { child }) => match nix::sys::wait::waitpid(child, None) {
-            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
-            _ => Err("unshare(CLONE_NEWUSER) failed in a probe child".into()),
-        },
-        Err(e) => Err(format!("cannot fork a probe: {e}")),
-    }
-}
-
 fn checks() -> Vec<Check> {
     let mut v = vec![];
     let uname = nix::sys::utsname::uname().ok();
@@ -59,7 +40,8 @@ fn checks() -> Vec<Check> {
     v.push(check("kernel", Status::Info, format!("Linux {release}"), None));
 
     let ns = host::userns_support();
-    let probe = probe_userns();
+    let probe =
+        if host::probe_userns() { Ok(()) } else { Err("unshare(CLONE_NEWUSER) failed in a probe child".to_string()) };
     match (&ns.available, &probe) {
         (true, Ok(())) => v.push(check("user namespaces", Status::Ok, format!("unprivileged user namespaces work (max_user_namespaces = {})", read("/proc/sys/user/max_user_namespaces").unwrap_or_default()), None)),
         _ => v.push(check(

@@ -200,6 +200,16 @@ impl HostFacts {
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
+
+    /// The user's agent-sandbox state directory (session locks, later the audit log):
+    /// hidden inside every jail, wherever `XDG_STATE_HOME` puts it.
+    pub fn state_dir(&self) -> PathBuf {
+        self.env_var("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .unwrap_or_else(|| self.home.join(".local/state"))
+            .join("agent-sandbox")
+    }
 }
 
 /// Whether the running kernel is at least `major.minor`.
@@ -239,10 +249,28 @@ pub fn userns_support() -> UsernsSupport {
     if read_sysctl("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
         return no("kernel.unprivileged_userns_clone = 0");
     }
-    if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) {
-        return no("kernel.apparmor_restrict_unprivileged_userns = 1 (AppArmor restricts user namespaces)");
+    // With this AppArmor knob on, only programs with a profile that allows `userns` may
+    // create one: whether ours has it only a try can tell (a fork, on such hosts only).
+    if read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) && !probe_userns() {
+        return no("kernel.apparmor_restrict_unprivileged_userns = 1 and no AppArmor profile allows agent-sandbox to create user namespaces");
     }
     UsernsSupport { available: true, why_not: None }
+}
+
+/// Forks a child that tries to create a user namespace.
+pub fn probe_userns() -> bool {
+    // SAFETY: the child only makes raw syscalls and _exits.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Child) => {
+            let ok = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok();
+            // SAFETY: _exit ends the probe child at once.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+        }
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
+            matches!(nix::sys::wait::waitpid(child, None), Ok(nix::sys::wait::WaitStatus::Exited(_, 0)))
+        }
+        Err(_) => false,
+    }
 }
 
 /// The Landlock ABI version, 0 if unavailable.

@@ -22,11 +22,13 @@ const EXIT_CANNOT_START: i32 = 126;
 struct Failure {
     message: String,
     fix: Option<String>,
+    /// The command itself was not found: exit 127 like a shell, not 126.
+    not_found: bool,
 }
 
 impl Failure {
     fn new(message: impl Into<String>) -> Self {
-        Failure { message: message.into(), fix: None }
+        Failure { message: message.into(), fix: None, not_found: false }
     }
 }
 
@@ -34,12 +36,19 @@ macro_rules! from_error {
     ($($t:ty),*) => {$(
         impl From<$t> for Failure {
             fn from(e: $t) -> Self {
-                Failure { fix: e.fix(), message: e.to_string() }
+                Failure { fix: e.fix(), message: e.to_string(), not_found: false }
             }
         }
     )*};
 }
-from_error!(policy::PolicyError, plan::PlanError, jail::JailError);
+from_error!(policy::PolicyError, plan::PlanError);
+
+impl From<jail::JailError> for Failure {
+    fn from(e: jail::JailError) -> Self {
+        let not_found = matches!(e, jail::JailError::CommandNotFound(_));
+        Failure { fix: e.fix(), message: e.to_string(), not_found }
+    }
+}
 
 impl From<host::HostError> for Failure {
     fn from(e: host::HostError) -> Self {
@@ -50,6 +59,10 @@ impl From<host::HostError> for Failure {
 fn main() {
     let code = match real_main() {
         Ok(code) => code,
+        Err(f) if f.not_found => {
+            eprintln!("agent-sandbox: {}", f.message);
+            127
+        }
         Err(f) => {
             eprintln!("agent-sandbox: {}", f.message);
             if let Some(fix) = f.fix {
@@ -120,6 +133,7 @@ fn context(opts: &cli::RunOpts) -> Result<Context, Failure> {
     let cwd = std::env::current_dir().map_err(|e| Failure {
         message: format!("cannot determine the current directory: {e}"),
         fix: Some("fix: cd into your project directory, or pass --project DIR".into()),
+        not_found: false,
     })?;
     let project = opts.project.clone().unwrap_or_else(|| cwd.clone());
     let project = if project.is_absolute() { project } else { cwd.join(project) };
@@ -128,19 +142,21 @@ fn context(opts: &cli::RunOpts) -> Result<Context, Failure> {
     Ok(Context { facts, paths, project, cwd })
 }
 
-/// The user's agent-sandbox state directory (hidden inside every jail by the built-in policy).
-fn state_dir(facts: &host::HostFacts) -> PathBuf {
-    facts
-        .env_var("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .unwrap_or_else(|| facts.home.join(".local/state"))
-        .join("agent-sandbox")
+fn load_policy(ctx: &Context, opts: &cli::RunOpts, profile: Option<&str>) -> Result<policy::Policy, Failure> {
+    let project = plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project)?;
+    load_policy_for(ctx, opts, profile, Some(&project))
 }
 
-fn load_policy(ctx: &Context, opts: &cli::RunOpts, profile: Option<&str>) -> Result<policy::Policy, Failure> {
+/// `project`: the checked project, for `[projects]` tables and the in-project rule; `None`
+/// where no project is involved (`policy show` from anywhere).
+fn load_policy_for(
+    ctx: &Context,
+    opts: &cli::RunOpts,
+    profile: Option<&str>,
+    project: Option<&std::path::Path>,
+) -> Result<policy::Policy, Failure> {
     let cli_layer = cli::cli_layer(opts).map_err(Failure::new)?;
-    let canon_project = Some(plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project)?);
+    let canon_project = project.map(std::path::Path::to_path_buf);
     crate::timing::mark("basics");
     Ok(policy::load(policy::LoadRequest {
         paths: &ctx.paths,
@@ -183,7 +199,7 @@ fn launch(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32,
     } else {
         let project = plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project)?;
         Some(
-            jail::placeholders::ProjectLock::acquire(&state_dir(&ctx.facts), &project)
+            jail::placeholders::ProjectLock::acquire(&ctx.facts.state_dir(), &project)
                 .map_err(|e| Failure::new(e.to_string()))?,
         )
     };
@@ -215,7 +231,10 @@ fn policy_cmd(opts: &cli::RunOpts, action: &cli::PolicyAction) -> Result<i32, Fa
     match action {
         cli::PolicyAction::Show { json } => {
             let ctx = context(opts)?;
-            let pol = load_policy(&ctx, opts, opts.profile.as_deref())?;
+            // From a directory that is no valid project (~, /), show the policy without
+            // project tables rather than refusing.
+            let project = plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project).ok();
+            let pol = load_policy_for(&ctx, opts, opts.profile.as_deref(), project.as_deref())?;
             if *json || opts.json {
                 println!("{}", serde_json::to_string_pretty(&pol).unwrap_or_default());
             } else {
@@ -223,10 +242,16 @@ fn policy_cmd(opts: &cli::RunOpts, action: &cli::PolicyAction) -> Result<i32, Fa
             }
             Ok(0)
         }
-        cli::PolicyAction::Check { file, admin } => {
+        cli::PolicyAction::Check { file, admin, kind } => {
             let text = std::fs::read_to_string(file)
                 .map_err(|e| Failure::new(format!("cannot read {}: {e}", file.display())))?;
-            let kind = if *admin { policy::FileKind::Admin } else { policy::FileKind::User };
+            let kind = match (admin, kind) {
+                (true, _) | (false, cli::CheckKind::Admin) => policy::FileKind::Admin,
+                (false, cli::CheckKind::Site) => policy::FileKind::Site,
+                (false, cli::CheckKind::User) => policy::FileKind::User,
+                (false, cli::CheckKind::Profile) => policy::FileKind::Profile,
+            };
+            let admin = &(kind == policy::FileKind::Admin);
             let layer = policy::parse_layer(&text, file, kind)?;
             let builtin = policy::SourcedLayer {
                 layer: policy::parse_layer(

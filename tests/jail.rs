@@ -545,3 +545,26 @@ fn concurrent_sessions_in_one_project_all_start_and_leave_no_placeholders() {
         assert!(!j.project.join(ph).exists(), "{ph} placeholder left behind");
     }
 }
+
+#[test]
+fn policy_show_works_from_home_where_no_project_can_be() {
+    let j = jail!("showhome").cwd(&rig().expect("rig").home.clone());
+    let out = j.output(&mut j.command(&["policy", "show"]));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("home.access"), "{out}");
+}
+
+#[test]
+fn read_only_home_still_lets_the_agent_write_its_listed_entries() {
+    let j = jail!("homeread");
+    let codex = j.rig.home.join(".codex");
+    std::fs::create_dir_all(&codex).unwrap();
+    std::os::unix::fs::chown(&codex, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let j = j.arg("--home-access").arg("read").arg("--rw").arg("~/.codex");
+    let out = j.run(
+        "touch ~/.codex/session && echo CODEX-RW; touch ~/.bashrc 2>/dev/null || echo HOME-RO; cat ~/.ssh/id_ed25519",
+    );
+    assert!(out.stdout.contains("CODEX-RW") && out.stdout.contains("HOME-RO"), "{out}");
+    assert!(!out.both().contains(SSH_CANARY), "{out}");
+    assert!(codex.join("session").exists());
+}

@@ -91,3 +91,11 @@ fn landlock_exit_codes_and_banner() {
     let out = j.output(&mut j.command(&["--net", "isolated", "run", "--", "true"]));
     assert!(out.stderr.contains("backend landlock") && out.stderr.contains("weaker"), "{out}");
 }
+
+#[test]
+fn landlock_command_not_found_is_127() {
+    let j = jail!("ll-127");
+    let out = j.output(&mut j.command(&["-q", "run", "--", "no-such-command-xyz"]));
+    assert_eq!(out.code, 127, "{out}");
+    assert!(out.stderr.contains("command not found"), "{out}");
+}

@@ -35,6 +35,8 @@ pub enum JailError {
     Seal(#[from] caps::SealError),
     #[error("Landlock enforces less than this plan needs: {0}")]
     LandlockWeak(String),
+    #[error("{0}: command not found")]
+    CommandNotFound(String),
 }
 
 impl JailError {
@@ -105,7 +107,7 @@ fn exec_landlock(plan: &Plan, banner: &dyn Fn()) -> Result<std::convert::Infalli
     let _ =
         unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
     let name = &plan.command[0];
-    let path = find_in_path(name, &plan.env).ok_or_else(|| JailError::Build(format!("{name}: command not found")))?;
+    let path = find_in_path(name, &plan.env).ok_or_else(|| JailError::CommandNotFound(name.clone()))?;
     let cstr = |s: &str| std::ffi::CString::new(s.as_bytes()).unwrap_or_default();
     let argv: Vec<_> = plan.command.iter().map(|a| cstr(a)).collect();
     let envp: Vec<_> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();

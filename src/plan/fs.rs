@@ -158,13 +158,24 @@ impl<'a> Builder<'a> {
     /// A read-only tree with hidden paths below it: one overlay mount, with whiteouts for
     /// the hidden paths, the synthesized files in its top layer, and host submounts on top.
     fn overlay_tree(&mut self, src: &Path) {
-        let whiteouts: Vec<PathBuf> = self
+        let mut whiteouts: Vec<PathBuf> = self
             .hidden
             .paths
             .iter()
             .filter(|h| h.as_path() != src && under(h, src) && self.fs.kind(h).is_some())
             .cloned()
             .collect();
+        // One whiteout per hidden subtree: a path listed twice, or below another hidden
+        // path, needs none of its own (and could not get one: its parent is a whiteout).
+        whiteouts.sort();
+        whiteouts.dedup();
+        let mut kept: Vec<PathBuf> = vec![];
+        for w in whiteouts {
+            if !kept.iter().any(|k| under(&w, k)) {
+                kept.push(w);
+            }
+        }
+        let whiteouts = kept;
         let mut files = vec![];
         self.overrides.retain(|o| match o {
             MountSpec::File { target, contents, mode } if under(target, src) => {
@@ -356,6 +367,19 @@ mod tests {
         }
         assert!(b.overrides.is_empty(), "the override was consumed by the layer");
         assert!(matches!(&b.mounts[1], MountSpec::Bind { target, rw: false, .. } if target == Path::new("/etc/ssl")));
+    }
+
+    #[test]
+    fn nested_and_repeated_hidden_paths_get_one_whiteout() {
+        let fs = FakeFs::default().file("/etc/a/b/c").dir("/etc/x");
+        let hidden = Hidden { paths: vec!["/etc/a/b/c".into(), "/etc/a".into(), "/etc/a".into()] };
+        let mut b = Builder::new(&fs, &hidden);
+        b.overlay = true;
+        b.bind_tree(Path::new("/etc"), false);
+        match &b.mounts[0] {
+            MountSpec::Overlay { whiteouts, .. } => assert_eq!(whiteouts, &vec![PathBuf::from("/etc/a")]),
+            m => panic!("expected an overlay, got {m:?}"),
+        }
     }
 
     #[test]

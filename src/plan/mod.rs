@@ -144,6 +144,8 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         }
         hidden.paths.extend(fs::expand_glob(fs, &p));
     }
+    // The state dir holds the session locks and registry the launcher acts on afterwards.
+    hidden.paths.push(facts.state_dir());
     // The project may not be hidden or sit inside a hidden path.
     if hidden.covers(&project) {
         return Err(PlanError::Project {
@@ -508,9 +510,24 @@ fn home_mounts(
     match policy.home_access.value {
         HomeAccess::Read | HomeAccess::Write => {
             let rw = policy.home_access.value == HomeAccess::Write;
+            // Homes often live on NFS, GPFS or Lustre, where an overlay's lower layer is not
+            // dependable: the home tree is always rebuilt entry by entry.
+            let overlay = std::mem::replace(&mut b.overlay, false);
             b.bind_tree(home, rw);
+            b.overlay = overlay;
             if rw {
                 writable.push(home.to_path_buf());
+            } else {
+                // A read-only home still lets the agent write its own listed entries (~/.codex).
+                for e in &policy.home_write {
+                    let Some(rel) = home_entry(&e.value) else { continue };
+                    let p = home.join(rel);
+                    if !b.hidden.covers(&p) && b.fs.kind(&p).is_some() {
+                        let dir = b.fs.kind(&p) == Some(Kind::Dir);
+                        b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
+                        writable.push(p);
+                    }
+                }
             }
         }
         HomeAccess::Tmpwrite | HomeAccess::Restricted => {

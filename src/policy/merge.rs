@@ -217,6 +217,47 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     Ok(())
 }
 
+/// `!entry` removes from lower layers; the admin layer is applied last and lists what it
+/// locks or allows, so a negation there is a mistake to report, not to guess at.
+fn reject_negations(l: &Layer, src: &Source) -> Result<(), PolicyError> {
+    let mut lists: Vec<(&str, &Option<Vec<String>>)> = vec![];
+    if let Some(s) = &l.sandbox {
+        lists.push(("sandbox.project_parents", &s.project_parents));
+    }
+    if let Some(f) = &l.filesystem {
+        lists.extend([
+            ("filesystem.read", &f.read),
+            ("filesystem.write", &f.write),
+            ("filesystem.hide", &f.hide),
+            ("filesystem.hide_files", &f.hide_files),
+            ("filesystem.protected", &f.protected),
+            ("filesystem.devices", &f.devices),
+            ("filesystem.deny_devices", &f.deny_devices),
+        ]);
+    }
+    if let Some(h) = &l.home {
+        lists.extend([("home.read", &h.read), ("home.write", &h.write), ("home.seed", &h.seed)]);
+    }
+    if let Some(e) = &l.env {
+        lists.extend([("env.keep", &e.keep), ("env.scrub", &e.scrub)]);
+    }
+    if let Some(n) = &l.net {
+        lists.extend([("net.allow", &n.allow), ("net.block", &n.block)]);
+    }
+    for (key, list) in lists {
+        if let Some(bad) = list.iter().flatten().find(|e| e.starts_with('!')) {
+            return Err(PolicyError::Invalid {
+                origin: src.to_string(),
+                key: key.into(),
+                message: format!(
+                    "`{bad}`: the admin lock file lists what it locks or allows; `!` removal is for user layers"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
 fn validate_env_name(k: &str, src: &Source) -> Result<(), PolicyError> {
     let ok = !k.is_empty()
         && !k.starts_with(|c: char| c.is_ascii_digit())
@@ -276,6 +317,7 @@ fn extend(
 /// The admin layer: floors add (locked), allow-lists bound, ordered scalars are minimums.
 fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyError> {
     use ListKind::*;
+    reject_negations(l, src)?;
     if l.projects.is_some() || l.agent.is_some() {
         return Err(PolicyError::Invalid {
             origin: src.to_string(),
@@ -290,7 +332,8 @@ fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
             Allow(b) => {
                 list.retain(|e| {
                     let inside = admin.iter().any(|a| within(b, &e.value, a));
-                    if !inside {
+                    // Built-in defaults outside the admin's list go quietly: nobody asked for them.
+                    if !inside && e.source != Source::Builtin {
                         warnings.push(format!(
                             "{key}: `{}` (from {}) is outside what the admin allows; dropped",
                             e.value, e.source
@@ -513,6 +556,17 @@ mod tests {
     fn control_characters_in_entries_are_errors() {
         let e = merge(&[user("[filesystem]\nread = [\"/a\\nb\"]")], None).unwrap_err();
         assert!(e.to_string().contains("control character"));
+    }
+
+    #[test]
+    fn builtin_entries_outside_admin_bounds_drop_quietly_and_admin_negation_is_an_error() {
+        let builtin =
+            SourcedLayer { layer: layer("[filesystem]\nread = [\"/usr\", \"/opt\"]"), source: Source::Builtin };
+        let p = merge(&[builtin], Some(&admin("[filesystem]\nread = [\"/usr\"]"))).unwrap();
+        assert_eq!(values(&p.fs_read), ["/usr"]);
+        assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+        let e = merge(&[], Some(&admin("[filesystem]\nhide = [\"!/x\"]"))).unwrap_err();
+        assert!(e.to_string().contains("admin lock file"), "{e}");
     }
 
     #[test]

@@ -297,7 +297,7 @@ fn read_optional(path: &Path) -> Result<Option<(String, std::fs::Metadata)>, Pol
 /// Site and admin files count only if root owns them and their directory, and neither is
 /// group- or world-writable. Anything else fails closed: a user who could write the admin
 /// file could unlock every floor.
-fn read_trusted_root_file(path: &Path) -> Result<Option<String>, PolicyError> {
+pub fn read_trusted_root_file(path: &Path) -> Result<Option<String>, PolicyError> {
     let Some((text, meta)) = read_optional(path)? else {
         return Ok(None);
     };
