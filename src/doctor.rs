@@ -4,7 +4,7 @@
 use crate::host;
 use crate::policy::{self, FileKind, PolicyPaths};
 use serde::Serialize;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
 #[derive(Debug, Serialize, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +52,12 @@ fn checks() -> Vec<Check> {
         )),
     }
     match read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() {
+        Some("1") if host::probe_userns() => v.push(check(
+            "apparmor userns",
+            Status::Ok,
+            "kernel.apparmor_restrict_unprivileged_userns = 1, and a profile lets agent-sandbox create user namespaces",
+            None,
+        )),
         Some("1") => v.push(check(
             "apparmor userns",
             Status::Fail,
@@ -115,14 +121,14 @@ fn checks() -> Vec<Check> {
     });
     let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     v.push(if v2 {
+        check("cgroups", Status::Info, "cgroup v2 (per-session resource limits are not built in this version)", None)
+    } else {
         check(
             "cgroups",
             Status::Info,
-            "cgroup v2: per-session limits use a delegated subtree when systemd gives one, else rlimits",
+            "cgroup v1, no delegation (per-session resource limits are not built in this version)",
             None,
         )
-    } else {
-        check("cgroups", Status::Info, "cgroup v1 (no delegation): per-session limits use rlimits", None)
     });
     let sbatch = crate::jail::find_in_path("sbatch", &[("PATH".into(), std::env::var("PATH").unwrap_or_default())]);
     v.push(match sbatch {
@@ -159,18 +165,18 @@ fn policy_checks(v: &mut Vec<Check>) {
             v.push(check(name, Status::Info, format!("{} not present", path.display()), None));
             continue;
         };
-        if root && (meta.uid() != 0 || meta.mode() & 0o022 != 0) {
-            v.push(check(
-                name,
-                Status::Fail,
-                format!(
-                    "{} is not root-owned or is group/world-writable: every launch refuses to start",
-                    path.display()
-                ),
-                Some("chown root:root FILE; chmod 0644 FILE"),
-            ));
-            continue;
+        if root {
+            if let Err(e) = policy::read_trusted_root_file(&path) {
+                v.push(check(
+                    name,
+                    Status::Fail,
+                    format!("{e}: every launch refuses to start"),
+                    Some("chown root:root FILE and its directory; chmod go-w both"),
+                ));
+                continue;
+            }
         }
+        let _ = &meta;
         let parsed = std::fs::read_to_string(&path)
             .map_err(|e| e.to_string())
             .and_then(|t| policy::parse_layer(&t, &path, kind).map(drop).map_err(|e| e.to_string()));

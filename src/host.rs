@@ -262,7 +262,11 @@ pub fn probe_userns() -> bool {
     // SAFETY: the child only makes raw syscalls and _exits.
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
-            let ok = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok();
+            // A mount namespace too: Ubuntu's stock `unprivileged_userns` AppArmor profile lets
+            // the user namespace be created but strips its capabilities, so only a namespace
+            // that needs them tells whether the jail can be built.
+            let ok = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNS)
+                .is_ok();
             // SAFETY: _exit ends the probe child at once.
             unsafe { libc::_exit(if ok { 0 } else { 1 }) }
         }

@@ -119,6 +119,93 @@ fn admin_locks_hold_against_every_user_layer() {
     let out = j.run("touch ~/x && echo HOME-WRITABLE");
     assert!(out.stdout.contains("HOME-WRITABLE"), "--home-access write overrides a site default: {out}");
     drop(guard);
+    fails_closed_without_user_namespaces(&j);
     let _ = std::fs::remove_dir_all("/var/tmp/asb-admin-allowed");
     let _ = std::fs::remove_dir_all("/var/tmp/asb-admin-denied");
+}
+
+/// Runs the launcher as the test user inside a user namespace (made by this root test)
+/// whose `user.max_user_namespaces` is 0: the host's own limit needs CAP_SYS_RESOURCE, which
+/// this machine's root lacks, but a namespace's limit belongs to its owner. Inside it the
+/// launcher cannot create user namespaces, as on a host that switched them off.
+fn run_without_userns(j: &Jail, args: &[&str]) -> Out {
+    use std::ffi::CString;
+    let (r, w) = nix::unistd::pipe().expect("pipe");
+    let (ready_r, ready_w) = nix::unistd::pipe().expect("pipe");
+    let (out_r, out_w) = nix::unistd::pipe().expect("pipe");
+    let uid = j.rig.uid;
+    let gid = j.rig.gid;
+    let bin = CString::new(j.rig.bin.to_str().unwrap()).unwrap();
+    let mut argv = vec![bin.clone()];
+    argv.extend(args.iter().map(|a| CString::new(*a).unwrap()));
+    let envp = [format!("HOME={}", j.rig.home.display()), "PATH=/usr/bin:/bin".into(), "USER=asbtest".into()]
+        .map(|e| CString::new(e).unwrap());
+    let cwd = CString::new(j.project.to_str().unwrap()).unwrap();
+    // SAFETY: the child only makes async-signal-safe calls (read, open, write, setres*id,
+    // chdir, dup2, execve) on data prepared before the fork, then execs or _exits.
+    match unsafe { nix::unistd::fork() }.expect("fork") {
+        nix::unistd::ForkResult::Child => unsafe {
+            use std::os::fd::AsRawFd;
+            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                libc::_exit(90);
+            }
+            libc::close(ready_r.as_raw_fd());
+            libc::write(ready_w.as_raw_fd(), b"u".as_ptr().cast(), 1);
+            libc::close(ready_w.as_raw_fd());
+            libc::close(w.as_raw_fd());
+            let mut b = [0u8; 1];
+            libc::read(r.as_raw_fd(), b.as_mut_ptr().cast(), 1);
+            let f = libc::open(c"/proc/sys/user/max_user_namespaces".as_ptr(), libc::O_WRONLY);
+            if f < 0 || libc::write(f, b"0".as_ptr().cast(), 1) != 1 {
+                libc::_exit(91);
+            }
+            libc::close(f);
+            if libc::setgroups(0, std::ptr::null()) != 0
+                || libc::setresgid(gid, gid, gid) != 0
+                || libc::setresuid(uid, uid, uid) != 0
+            {
+                libc::_exit(92);
+            }
+            libc::chdir(cwd.as_ptr());
+            libc::dup2(out_w.as_raw_fd(), 1);
+            libc::dup2(out_w.as_raw_fd(), 2);
+            let a: Vec<*const libc::c_char> = argv.iter().map(|c| c.as_ptr()).chain([std::ptr::null()]).collect();
+            let e: Vec<*const libc::c_char> = envp.iter().map(|c| c.as_ptr()).chain([std::ptr::null()]).collect();
+            libc::execve(bin.as_ptr(), a.as_ptr(), e.as_ptr());
+            libc::_exit(93);
+        },
+        nix::unistd::ForkResult::Parent { child } => {
+            drop(out_w);
+            drop(ready_w);
+            // The maps can only be written once the child is in its new namespace.
+            let mut b = [0u8; 1];
+            nix::unistd::read(&ready_r, &mut b).expect("child unshared");
+            let maps = [("uid_map", format!("0 0 1\n{uid} {uid} 1\n")), ("gid_map", format!("0 0 1\n{gid} {gid} 1\n"))];
+            for (f, m) in maps {
+                std::fs::write(format!("/proc/{child}/{f}"), m).expect("write id map");
+            }
+            nix::unistd::write(&w, b"g").expect("go");
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::fs::File::from(out_r), &mut text).expect("read");
+            let code = match nix::sys::wait::waitpid(child, None).expect("wait") {
+                nix::sys::wait::WaitStatus::Exited(_, c) => c,
+                other => panic!("launcher ended with {other:?}"),
+            };
+            Out { code, stdout: text.clone(), stderr: text, elapsed: std::time::Duration::ZERO }
+        }
+    }
+}
+
+/// With user namespaces unavailable: a forced userns backend refuses to start and says why
+/// and how to fix it; `auto` falls back to Landlock and says so in its startup line.
+fn fails_closed_without_user_namespaces(j: &Jail) {
+    let out =
+        run_without_userns(j, &["--backend", "userns", "--net", "isolated", "run", "--", "touch", "./ran-userns"]);
+    assert_eq!(out.code, 126, "{out}");
+    assert!(out.stderr.contains("user namespaces") && out.stderr.contains("fix:"), "{out}");
+    assert!(!j.project.join("ran-userns").exists());
+    let out = run_without_userns(j, &["--net", "isolated", "run", "--", "touch", "./ran-auto"]);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("backend landlock"), "{out}");
+    assert!(j.project.join("ran-auto").exists());
 }

@@ -516,6 +516,20 @@ fn full_screen_programs_work_under_tmux() {
             break;
         }
     }
+    // Ctrl-C reaches the command in the jail's terminal, not the launcher.
+    tmux(&["send-keys", "sleep 100", "Enter"]);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    tmux(&["send-keys", "C-c", ""]);
+    tmux(&["send-keys", "echo after-$((1+1))", "Enter"]);
+    let mut after = String::new();
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        after = String::from_utf8_lossy(&tmux(&["capture-pane", "-p"]).stdout).into_owned();
+        if after.contains("after-2") {
+            break;
+        }
+    }
+    assert!(after.contains("after-2"), "Ctrl-C did not interrupt sleep inside the jail: {after}");
     tmux(&["send-keys", "exit", "Enter"]);
     std::thread::sleep(std::time::Duration::from_millis(200));
     tmux(&["kill-server"]);
@@ -567,4 +581,24 @@ fn read_only_home_still_lets_the_agent_write_its_listed_entries() {
     assert!(out.stdout.contains("CODEX-RW") && out.stdout.contains("HOME-RO"), "{out}");
     assert!(!out.both().contains(SSH_CANARY), "{out}");
     assert!(codex.join("session").exists());
+}
+
+#[test]
+fn bare_invocation_runs_the_users_shell() {
+    let j = jail!("bare").stdin("echo bare-$((20+22)); echo $0\n");
+    let out = j.output(&mut j.command(&["-q", "--net", "isolated"]));
+    assert_eq!(out.code, 0, "{out}");
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap();
+    let shell = passwd.lines().find(|l| l.starts_with("asbtest:")).and_then(|l| l.rsplit(':').next()).unwrap();
+    assert!(out.stdout.contains("bare-42") && out.stdout.contains(shell), "the user's shell {shell}: {out}");
+}
+
+#[test]
+fn seeded_gitconfig_is_a_writable_session_copy() {
+    let j = jail!("seed");
+    let host_before = std::fs::read_to_string(j.rig.home.join(".gitconfig")).unwrap();
+    let out =
+        j.run("cat ~/.gitconfig; git config --global user.email agent@example.org && git config --global user.email");
+    assert!(out.stdout.contains("name = Test") && out.stdout.contains("agent@example.org"), "{out}");
+    assert_eq!(std::fs::read_to_string(j.rig.home.join(".gitconfig")).unwrap(), host_before, "host file changed");
 }

@@ -507,14 +507,24 @@ fn home_mounts(
         // the name the user and the password database use working inside.
         b.push(MountSpec::Symlink { target: facts.home.clone(), link: home.to_path_buf() });
     }
+    // Homes often live on NFS, GPFS or Lustre, where an overlay's lower layer is not
+    // dependable: every tree under the home is rebuilt entry by entry.
+    let overlay = std::mem::replace(&mut b.overlay, false);
+    home_trees(b, policy, home, writable, warnings);
+    b.overlay = overlay;
+}
+
+fn home_trees(
+    b: &mut Builder<'_>,
+    policy: &Policy,
+    home: &Path,
+    writable: &mut Vec<PathBuf>,
+    warnings: &mut Vec<String>,
+) {
     match policy.home_access.value {
         HomeAccess::Read | HomeAccess::Write => {
             let rw = policy.home_access.value == HomeAccess::Write;
-            // Homes often live on NFS, GPFS or Lustre, where an overlay's lower layer is not
-            // dependable: the home tree is always rebuilt entry by entry.
-            let overlay = std::mem::replace(&mut b.overlay, false);
             b.bind_tree(home, rw);
-            b.overlay = overlay;
             if rw {
                 writable.push(home.to_path_buf());
             } else {
