@@ -68,7 +68,7 @@ pub fn run(plan: &Plan, banner: &dyn Fn(), mut lock: placeholders::ProjectLock) 
         BackendKind::Userns => userns::run(plan, stdio_ttys(), banner),
         BackendKind::Landlock => exec_landlock(plan, banner).map(|never| match never {}),
     };
-    lock.release();
+    lock.release_in_background();
     result
 }
 

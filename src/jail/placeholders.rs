@@ -64,6 +64,8 @@ impl ProjectLock {
 
     /// Creates the missing placeholders and records the ones this session made.
     pub fn create(&mut self, list: &[Placeholder]) -> Result<(), PlaceholderError> {
+        let mut lines = String::new();
+        let mut result = Ok(());
         for ph in list {
             let r = if ph.dir {
                 std::fs::DirBuilder::new().mode(0o755).create(&ph.path)
@@ -77,16 +79,42 @@ impl ProjectLock {
                     .map(drop)
             };
             match r {
-                Ok(()) => {
-                    // One short O_APPEND write per line: concurrent sessions cannot interleave.
-                    let line = format!("{}\t{}\n", if ph.dir { "d" } else { "f" }, ph.path.display());
-                    let _ = self.file.write_all(line.as_bytes());
-                }
+                Ok(()) => lines.push_str(&format!("{}\t{}\n", if ph.dir { "d" } else { "f" }, ph.path.display())),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(err) => return Err(PlaceholderError::Create { path: ph.path.clone(), err }),
+                Err(err) => {
+                    result = Err(PlaceholderError::Create { path: ph.path.clone(), err });
+                    break;
+                }
             }
         }
-        Ok(())
+        // One O_APPEND write for all lines: concurrent sessions cannot interleave inside it.
+        if !lines.is_empty() {
+            let _ = self.file.write_all(lines.as_bytes());
+        }
+        result
+    }
+
+    /// Like `release`, but the removals (slow metadata operations on network and journaled
+    /// filesystems) run in a forked child, so the launcher can exit at once. The child keeps
+    /// the lock while it works: a session starting meanwhile waits for it before planning.
+    pub fn release_in_background(self) {
+        // SAFETY: the launcher is single-threaded; the child closes its stdio (so nobody waits
+        // for its output), removes files, and _exits.
+        match unsafe { nix::unistd::fork() } {
+            Ok(nix::unistd::ForkResult::Child) => {
+                if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+                    for fd in 0..3 {
+                        // SAFETY: dup2 onto this child's own stdio descriptors.
+                        unsafe { libc::dup2(null.as_raw_fd(), fd) };
+                    }
+                }
+                self.release();
+                // SAFETY: ends the cleanup child without running the launcher's exit path.
+                unsafe { libc::_exit(0) }
+            }
+            Ok(nix::unistd::ForkResult::Parent { .. }) => {}
+            Err(_) => self.release(),
+        }
     }
 
     /// Ends this session's hold; the last session of the project removes every placeholder
@@ -96,7 +124,7 @@ impl ProjectLock {
             return;
         }
         let mut text = String::new();
-        if self.file.rewind().and_then(|_| self.file.read_to_string(&mut text)).is_err() {
+        if self.file.rewind().and_then(|_| self.file.read_to_string(&mut text)).is_err() || text.is_empty() {
             return;
         }
         for line in text.lines().rev() {
