@@ -93,6 +93,7 @@ const LD_W_ABS: u16 = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16;
 const JEQ_K: u16 = (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16;
 const JGE_K: u16 = (libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K) as u16;
 const RET_K: u16 = (libc::BPF_RET | libc::BPF_K) as u16;
+const JA: u16 = (libc::BPF_JMP | libc::BPF_JA) as u16;
 
 // Offsets of `struct seccomp_data` fields that the prologue loads.
 const DATA_NR: u32 = std::mem::offset_of!(libc::seccomp_data, nr) as u32;
@@ -231,6 +232,71 @@ fn prologue(native: &NativeArch) -> Vec<sock_filter> {
     p
 }
 
+/// A pseudo-instruction of the fast-allow tree, with jumps to labels resolved later.
+enum TreeOp {
+    /// `nr >= k` goes to the label, else falls through.
+    Jge(u32, usize),
+    /// `nr == k` goes to the rule body (the end of the tree), else falls through.
+    JeqMatch(u32),
+    /// Falls through to a shared `return ALLOW`.
+    Allow,
+    Label(usize),
+}
+
+fn tree(set: &[u32], ops: &mut Vec<TreeOp>, labels: &mut usize) {
+    if set.len() <= 4 {
+        ops.extend(set.iter().map(|nr| TreeOp::JeqMatch(*nr)));
+        ops.push(TreeOp::Allow);
+        return;
+    }
+    let mid = set.len() / 2;
+    let right = *labels;
+    *labels += 1;
+    ops.push(TreeOp::Jge(set[mid], right));
+    tree(&set[..mid], ops, labels);
+    ops.push(TreeOp::Label(right));
+    tree(&set[mid..], ops, labels);
+}
+
+/// Lets every syscall without a rule through after a binary search (about log2(n) compares)
+/// instead of seccompiler's linear walk over every rule: cheaper for each syscall, and above
+/// all for the kernel, which runs the filter for every syscall number when it is installed to
+/// build its action cache (that took ~150 us of a 4 ms start before). Numbers with a rule
+/// fall through to seccompiler's body, which decides as before. `None` if a jump would not
+/// fit classic BPF's 8-bit offsets (then the body alone decides, as it always could).
+fn fast_allow(rule_nrs: &[u32]) -> Option<Vec<sock_filter>> {
+    let mut set: Vec<u32> = rule_nrs.to_vec();
+    set.sort_unstable();
+    set.dedup();
+    let (mut ops, mut labels) = (vec![], 0);
+    tree(&set, &mut ops, &mut labels);
+    // Layout: the tree's instructions, then one `ret ALLOW`; "match" means the instruction
+    // after that, i.e. the first of seccompiler's body. Labels take no room.
+    let mut pos = vec![0usize; labels];
+    let mut n = 0;
+    for op in &ops {
+        match op {
+            TreeOp::Label(l) => pos[*l] = n,
+            _ => n += 1,
+        }
+    }
+    let ret_allow = n;
+    let matched = n + 1;
+    let rel = |from: usize, to: usize| u8::try_from(to.checked_sub(from + 1)?).ok();
+    let mut out = Vec::with_capacity(n + 1);
+    for op in &ops {
+        let here = out.len();
+        match op {
+            TreeOp::Label(_) => continue,
+            TreeOp::Jge(k, l) => out.push(jump(JGE_K, *k, rel(here, pos[*l])?, 0)),
+            TreeOp::JeqMatch(k) => out.push(jump(JEQ_K, *k, rel(here, matched)?, 0)),
+            TreeOp::Allow => out.push(stmt(JA, u32::try_from(ret_allow.checked_sub(here + 1)?).ok()?)),
+        }
+    }
+    out.push(stmt(RET_K, libc::SECCOMP_RET_ALLOW));
+    Some(out)
+}
+
 fn cond(arg: u8, len: SeccompCmpArgLen, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SeccompError> {
     SeccompCondition::new(arg, len, op, value).map_err(SeccompError::Compile)
 }
@@ -273,12 +339,18 @@ fn rules(opts: &SeccompOptions) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Secco
 /// Builds the filter: the arch/x32/clone3 prologue followed by seccompiler's deny-list.
 pub fn build_program(opts: &SeccompOptions) -> Result<BpfProgram, SeccompError> {
     let native = NATIVE.as_ref().ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;
+    let rules = rules(opts)?;
+    let rule_nrs: Vec<u32> = rules.keys().filter_map(|nr| u32::try_from(*nr).ok()).collect();
     let filter =
-        SeccompFilter::new(rules(opts)?, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), native.target)
+        SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Errno(libc::EPERM as u32), native.target)
             .map_err(SeccompError::Compile)?;
     let body = BpfProgram::try_from(filter).map_err(SeccompError::Compile)?;
 
     let mut prog = prologue(native);
+    // The accumulator still holds the syscall number here (the prologue loaded it last).
+    if let Some(fast) = fast_allow(&rule_nrs) {
+        prog.extend(fast);
+    }
     prog.extend(body);
     if prog.len() > MAX_INSNS {
         return Err(SeccompError::TooLong { len: prog.len(), max: MAX_INSNS });
@@ -399,6 +471,43 @@ mod tests {
             install(&huge),
             Err(SeccompError::TooLong { len, .. }) if len == MAX_INSNS + 1
         ));
+    }
+
+    /// The fast-allow tree changes speed, never decisions: for every syscall number and a
+    /// spread of arguments, the program with it answers exactly as the program without it.
+    #[test]
+    fn fast_allow_tree_decides_exactly_like_the_plain_filter() {
+        for nested in [false, true] {
+            let opts = SeccompOptions { allow_nested_userns: nested };
+            let fast = build_program(&opts).unwrap();
+            let native = NATIVE.as_ref().unwrap();
+            let filter = SeccompFilter::new(
+                rules(&opts).unwrap(),
+                SeccompAction::Allow,
+                SeccompAction::Errno(libc::EPERM as u32),
+                native.target,
+            )
+            .unwrap();
+            let mut plain = prologue(native);
+            plain.extend(BpfProgram::try_from(filter).unwrap());
+            assert!(fast.len() > plain.len(), "the tree is in the program");
+            let argsets = [
+                [0u64; 6],
+                [libc::CLONE_NEWUSER as u64, ioctl_request(libc::TIOCSTI), 0, 0, 0, 0],
+                [u64::MAX; 6],
+                [0, ioctl_request(libc::TIOCLINUX) | (1 << 32), 0, 0, 0, 0],
+            ];
+            for nr in -1..1100 {
+                for args in argsets {
+                    assert_eq!(
+                        run_bpf(&fast, nr, native.audit_arch, args),
+                        run_bpf(&plain, nr, native.audit_arch, args),
+                        "nr {nr} args {args:?} nested {nested}"
+                    );
+                }
+            }
+            assert_eq!(run_bpf(&fast, libc::SYS_getpid as i32, native.audit_arch, [0; 6]), libc::SECCOMP_RET_ALLOW);
+        }
     }
 
     /// A classic-BPF interpreter for the opcodes seccompiler and the prologue emit, so the
