@@ -146,6 +146,9 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     }
     // The state dir holds the session locks and registry the launcher acts on afterwards.
     hidden.paths.push(facts.state_dir());
+    // Your own home is shaped by the home mode, never hidden as a whole: `/root` (a floor for
+    // everyone else) is root's own home, and an admin's `/home` means the other homes there.
+    hidden.paths.retain(|h| !home.starts_with(h) && !facts.home.starts_with(h));
     // The project may not be hidden or sit inside a hidden path.
     if hidden.covers(&project) {
         return Err(PlanError::Project {

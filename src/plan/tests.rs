@@ -230,3 +230,16 @@ fn home_write_mode_leaves_hidden_paths_out_instead_of_masking_them() {
     assert!(!has(&p, |m| m.target().starts_with("/home/u/.ssh")), "{:?}", p.mounts);
     assert!(has(&p, |m| matches!(m, MountSpec::SealTree { target, rw: true } if target == Path::new("/home/u"))));
 }
+
+#[test]
+fn own_home_is_never_hidden_as_a_whole_even_when_it_is_root() {
+    let mut f = facts();
+    f.home = "/root".into();
+    f.home_canonical = "/root".into();
+    let fs = host().file("/root/.bashrc").dir("/root/.ssh").dir("/root/proj");
+    let req = RunRequest { command: vec!["true".into()], project: "/root/proj".into(), cwd: "/root/proj".into() };
+    let p = build(&policy(""), &f, &fs, &req).unwrap();
+    assert!(p.warnings.iter().all(|w| !w.contains("hidden by policy")), "{:?}", p.warnings);
+    assert!(has(&p, |m| m.target() == Path::new("/root/.bashrc")));
+    assert!(!has(&p, |m| m.target().starts_with("/root/.ssh")));
+}
