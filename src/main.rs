@@ -10,6 +10,7 @@ mod net;
 mod plan;
 mod policy;
 mod show;
+mod stub;
 mod timing;
 
 use clap::Parser;
@@ -57,6 +58,10 @@ impl From<host::HostError> for Failure {
 }
 
 fn main() {
+    // Called under a stub's name (a mailer inside the jail): that stub, nothing else.
+    if let Some(code) = std::env::args_os().next().and_then(|a0| stub::dispatch(&a0)) {
+        std::process::exit(code);
+    }
     let code = match real_main() {
         Ok(code) => code,
         Err(f) if f.not_found => {

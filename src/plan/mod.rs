@@ -182,12 +182,19 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     b.push(MountSpec::Tmpfs { target: "/tmp".into(), mode: 0o1777 });
     b.push(MountSpec::Tmpfs { target: "/var/tmp".into(), mode: 0o1777 });
     b.push(MountSpec::Tmpfs { target: "/run".into(), mode: 0o755 });
+    let mail_block = policy.mail_block.value != crate::policy::MailBlock::Off;
+    if mail_block {
+        stub_dir(&mut b, facts);
+    }
     // 2. System and site trees, read-only.
     for r in &policy.fs_read {
         let p = check_extra_path("filesystem.read", &r.value, &home, fs)?;
         b.bind_tree(&p, false);
     }
     b.place_remaining_overrides();
+    if mail_block {
+        cover_mailers(&mut b, fs, policy, facts, &home);
+    }
     // 3. Home.
     let mut writable_trees = vec![project.clone()];
     home_mounts(&mut b, policy, facts, &home, &mut writable_trees, &mut warnings);
@@ -262,6 +269,15 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
             backend: backend.as_str(),
         },
     );
+    let mut envp = envp;
+    if mail_block {
+        // The stubs come first on PATH, so `sendmail` finds the stub even where no real
+        // mailer exists to cover.
+        let path = envp.vars.iter_mut().find(|(k, _)| k == "PATH");
+        if let Some((_, v)) = path {
+            *v = format!("{}:{v}", crate::stub::STUB_BIN_DIR);
+        }
+    }
     let mounts = b.mounts;
     let landlock = (backend == BackendKind::Landlock).then(|| landlock_plan(&mounts, &net, &home));
     Ok(Plan {
@@ -684,6 +700,42 @@ fn landlock_plan(mounts: &[MountSpec], net: &NetPlan, home: &Path) -> LandlockPl
     lp.deny_all_tcp = net.effective == NetMode::Isolated;
     lp.deny_tcp_connect = crate::net::floor::floor_ports().collect();
     lp
+}
+
+/// The jail's stub directory: the agent-sandbox binary and, first on PATH, a link to it under
+/// every mailer's name; read-only once filled.
+fn stub_dir(b: &mut Builder<'_>, facts: &HostFacts) {
+    use crate::stub::{STUB_BIN_DIR, STUB_DIR, STUB_EXE};
+    b.push(MountSpec::Tmpfs { target: STUB_DIR.into(), mode: 0o755 });
+    b.push(MountSpec::Bind { source: facts.exe.clone(), target: STUB_EXE.into(), rw: false, dir: false });
+    for name in crate::stub::mail::MAILERS {
+        b.push(MountSpec::Symlink { target: Path::new(STUB_BIN_DIR).join(name), link: STUB_EXE.into() });
+    }
+    b.push(MountSpec::ReadOnly { target: STUB_DIR.into() });
+}
+
+/// Every real mailer the jail could run by absolute path gets the stub bound over it (over
+/// the file a symlink leads to, when that file is inside a tree the jail sees).
+fn cover_mailers(b: &mut Builder<'_>, fs: &dyn HostFs, policy: &Policy, facts: &HostFacts, home: &Path) {
+    let visible: Vec<PathBuf> =
+        policy.fs_read.iter().map(|r| PathBuf::from(&r.value)).filter(|p| p.is_absolute()).collect();
+    let mut covered: Vec<PathBuf> = vec![];
+    for dir in crate::stub::mail::MAILER_DIRS {
+        for name in crate::stub::mail::MAILERS {
+            let p = Path::new(dir).join(name);
+            let Some(kind) = fs.kind(&p) else { continue };
+            let real = if kind == Kind::Symlink { fs.canonicalize(&p) } else { Some(p.clone()) };
+            let Some(real) = real else { continue };
+            let seen = visible.iter().any(|v| fs::under(&real, v) || fs::under(&p, v));
+            if !seen || real.starts_with(home) || b.hidden.covers(&real) || covered.contains(&real) {
+                continue;
+            }
+            if fs.kind(&real) == Some(Kind::File) {
+                b.push(MountSpec::Bind { source: facts.exe.clone(), target: real.clone(), rw: false, dir: false });
+                covered.push(real);
+            }
+        }
+    }
 }
 
 /// Whether the rebuilt tree holding `p` is writable (its `SealTree` says so).

@@ -243,3 +243,25 @@ fn own_home_is_never_hidden_as_a_whole_even_when_it_is_root() {
     assert!(has(&p, |m| m.target() == Path::new("/root/.bashrc")));
     assert!(!has(&p, |m| m.target().starts_with("/root/.ssh")));
 }
+
+#[test]
+fn mailers_are_covered_by_the_stub_through_symlinks_and_on_path() {
+    let fs = host().symlink("/usr/sbin/sendmail", "/usr/sbin/exim4").file("/usr/sbin/exim4").file("/usr/bin/mailx");
+    let req = RunRequest { command: vec!["true".into()], project: "/home/u/proj".into(), cwd: "/home/u/proj".into() };
+    let p = build(&policy(""), &facts(), &fs, &req).unwrap();
+    let stub = |t: &str| {
+        has(
+            &p,
+            |m| matches!(m, MountSpec::Bind { source, target, rw: false, .. } if source == Path::new("/usr/bin/agent-sandbox") && target == Path::new(t)),
+        )
+    };
+    assert!(stub("/usr/sbin/exim4") && stub("/usr/bin/mailx"));
+    assert!(has(
+        &p,
+        |m| matches!(m, MountSpec::Symlink { target, .. } if target == Path::new("/run/agent-sandbox/bin/sendmail"))
+    ));
+    let path = &p.env.iter().find(|(k, _)| k == "PATH").unwrap().1;
+    assert!(path.starts_with("/run/agent-sandbox/bin:"), "{path}");
+    let off = build(&policy("[mail]\nblock = \"off\""), &facts(), &fs, &req).unwrap();
+    assert!(!off.mounts.iter().any(|m| m.target().starts_with("/run/agent-sandbox")));
+}
