@@ -1,17 +1,7 @@
 //! agent-sandbox: one binary, dispatched on argv[0] and the subcommand. Errors from every
 //! layer arrive here and are reported once: one sentence, the cause, and the fix.
 
-mod cli;
-mod doctor;
-mod glob;
-mod host;
-mod jail;
-mod net;
-mod plan;
-mod policy;
-mod show;
-mod stub;
-mod timing;
+use agent_sandbox::{cli, doctor, host, jail, plan, policy, show, stub, timing};
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -76,12 +66,12 @@ fn main() {
             EXIT_CANNOT_START
         }
     };
-    crate::timing::mark("exit");
+    timing::mark("exit");
     std::process::exit(code);
 }
 
 fn real_main() -> Result<i32, Failure> {
-    crate::timing::mark("start");
+    timing::mark("start");
     let args = cli::Cli::parse();
     init_tracing(args.opts.verbose);
     match &args.command {
@@ -132,9 +122,9 @@ struct Context {
 }
 
 fn context(opts: &cli::RunOpts) -> Result<Context, Failure> {
-    crate::timing::mark("ctx");
+    timing::mark("ctx");
     let facts = host::HostFacts::gather()?;
-    crate::timing::mark("facts");
+    timing::mark("facts");
     let cwd = std::env::current_dir().map_err(|e| Failure {
         message: format!("cannot determine the current directory: {e}"),
         fix: Some("fix: cd into your project directory, or pass --project DIR".into()),
@@ -162,7 +152,7 @@ fn load_policy_for(
 ) -> Result<policy::Policy, Failure> {
     let cli_layer = cli::cli_layer(opts).map_err(Failure::new)?;
     let canon_project = project.map(std::path::Path::to_path_buf);
-    crate::timing::mark("basics");
+    timing::mark("basics");
     Ok(policy::load(policy::LoadRequest {
         paths: &ctx.paths,
         home: &ctx.facts.home,
@@ -208,9 +198,9 @@ fn launch(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32,
                 .map_err(|e| Failure::new(e.to_string()))?,
         )
     };
-    crate::timing::mark("policy");
+    timing::mark("policy");
     let plan = plan::build(&pol, &ctx.facts, &host::RealFs::default(), &req)?;
-    crate::timing::mark("plan");
+    timing::mark("plan");
     if opts.dry_run {
         if opts.json {
             println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());

@@ -2,3 +2,4 @@
 //! the userspace stack, proxies and DNS arrive with the network work.
 
 pub mod floor;
+pub mod peek;

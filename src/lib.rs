@@ -1,0 +1,14 @@
+//! agent-sandbox as a library: the policy, the plan, the jail and its parts. The binary
+//! (`main.rs`) is the command line over it; tests and fuzz targets link the same code.
+
+pub mod cli;
+pub mod doctor;
+pub mod glob;
+pub mod host;
+pub mod jail;
+pub mod net;
+pub mod plan;
+pub mod policy;
+pub mod show;
+pub mod stub;
+pub mod timing;
