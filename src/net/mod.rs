@@ -2,4 +2,5 @@
 //! the userspace stack, proxies and DNS arrive with the network work.
 
 pub mod floor;
+pub mod matcher;
 pub mod peek;

@@ -33,6 +33,9 @@ impl BackendKind {
 pub struct NetPlan {
     pub requested: NetMode,
     pub effective: NetMode,
+    /// Destination rules (net.block, net.allow), checked by the matcher at plan time; the
+    /// filtered and proxied modes apply them.
+    pub rules: Vec<(String, crate::net::matcher::Action, crate::net::matcher::Layer)>,
     /// Set when the requested mode could not run and the fallback rule chose another.
     pub fallback: Option<String>,
 }
@@ -131,7 +134,8 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let project = check_project(policy, facts, fs, &req.project)?;
     let cwd = fs.canonicalize(&req.cwd).filter(|c| c.starts_with(&project)).unwrap_or_else(|| project.clone());
     let mut warnings = policy.warnings.clone();
-    let net = choose_net(policy, backend)?;
+    let mut net = choose_net(policy, backend)?;
+    net.rules = net_rules(policy, net.effective)?;
     if let Some(f) = &net.fallback {
         warnings.push(f.clone());
     }
@@ -335,6 +339,28 @@ fn choose_backend(policy: &Policy, facts: &HostFacts) -> Result<BackendKind, Pla
     }
 }
 
+/// The destination rules, parsed and checked now so a bad rule stops the launch with its key.
+fn net_rules(
+    policy: &Policy,
+    mode: NetMode,
+) -> Result<Vec<(String, crate::net::matcher::Action, crate::net::matcher::Layer)>, PlanError> {
+    use crate::net::matcher::{Action, Layer, MatcherOptions, RuleSet};
+    let layer = |e: &crate::policy::Sourced<String>| if e.source.is_admin() { Layer::Admin } else { Layer::User };
+    let rules: Vec<_> = policy
+        .net_block
+        .iter()
+        .map(|e| (e.value.clone(), Action::Block, layer(e)))
+        .chain(policy.net_allow.iter().map(|e| (e.value.clone(), Action::Allow, layer(e))))
+        .collect();
+    let opts = MatcherOptions { host_addrs: vec![], deny_private: mode == NetMode::Proxied, extra_floor_ports: vec![] };
+    RuleSet::new(&rules, opts).map_err(|e| PlanError::Entry {
+        key: "net.block / net.allow".into(),
+        entry: e.rule.clone(),
+        why: e.to_string(),
+    })?;
+    Ok(rules)
+}
+
 /// Which network modes this build and backend can run, and why not.
 pub fn net_available(mode: NetMode, backend: BackendKind) -> Result<(), String> {
     match (mode, backend) {
@@ -348,7 +374,7 @@ pub fn net_available(mode: NetMode, backend: BackendKind) -> Result<(), String> 
 fn choose_net(policy: &Policy, backend: BackendKind) -> Result<NetPlan, PlanError> {
     let asked = policy.net_mode.value;
     let Err(why) = net_available(asked, backend) else {
-        return Ok(NetPlan { requested: asked, effective: asked, fallback: None });
+        return Ok(NetPlan { requested: asked, effective: asked, rules: vec![], fallback: None });
     };
     let fallback = policy.net_fallback.value;
     let chosen = match fallback {
@@ -360,6 +386,7 @@ fn choose_net(policy: &Policy, backend: BackendKind) -> Result<NetPlan, PlanErro
         Some(effective) => Ok(NetPlan {
             requested: asked,
             effective,
+            rules: vec![],
             fallback: Some(format!(
                 "network mode `{asked}` is unavailable ({why}); net.fallback = \"{fallback}\" chose `{effective}`"
             )),

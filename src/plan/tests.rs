@@ -265,3 +265,20 @@ fn mailers_are_covered_by_the_stub_through_symlinks_and_on_path() {
     let off = build(&policy("[mail]\nblock = \"off\""), &facts(), &fs, &req).unwrap();
     assert!(!off.mounts.iter().any(|m| m.target().starts_with("/run/agent-sandbox")));
 }
+
+#[test]
+fn bad_network_rules_stop_the_plan_with_their_key() {
+    let e = plan_for("[net]\nallow = [\"exa mple.com\"]", "/home/u/proj").unwrap_err().to_string();
+    assert!(e.contains("net.block / net.allow") && e.contains("exa mple.com"), "{e}");
+    let p = plan_for("[net]\nallow = [\"GitHub.com.\"]\nblock = [\"!pastebin.com\", \"*\"]", "/home/u/proj").unwrap();
+    assert!(p.net.rules.iter().any(|(r, a, _)| r == "*" && *a == crate::net::matcher::Action::Block));
+    assert!(!p.net.rules.iter().any(|(r, _, _)| r == "pastebin.com"), "a user may remove a default block");
+}
+
+#[test]
+fn builtin_default_block_list_parses_as_rules() {
+    let p = plan_for("", "/home/u/proj").unwrap();
+    for must in ["hooks.slack.com", "dns.google", "pastebin.com", "*.webhook.office.com"] {
+        assert!(p.net.rules.iter().any(|(r, _, _)| r == must), "{must}");
+    }
+}

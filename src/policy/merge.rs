@@ -203,7 +203,7 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         set(&mut p.net_mode, &n.mode, src);
         set(&mut p.net_fallback, &n.fallback, src);
         extend(&mut p.net_allow, &n.allow, src, Allow(Bound::Exact), "net.allow")?;
-        extend(&mut p.net_block, &n.block, src, Floor, "net.block")?;
+        extend(&mut p.net_block, &n.block, src, Defaults, "net.block")?;
     }
     if let Some(pr) = &l.process {
         set(&mut p.nested_userns, &pr.nested_userns, src);
@@ -377,7 +377,7 @@ fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     }
     if let Some(n) = &l.net {
         bound(&mut p.net_allow, &n.allow, Allow(Bound::Exact), "net.allow");
-        bound(&mut p.net_block, &n.block, Floor, "net.block");
+        bound(&mut p.net_block, &n.block, Defaults, "net.block");
     }
     p.warnings.extend(warnings);
 
