@@ -613,3 +613,17 @@ fn seeded_gitconfig_is_a_writable_session_copy() {
     assert!(out.stdout.contains("name = Test") && out.stdout.contains("agent@example.org"), "{out}");
     assert_eq!(std::fs::read_to_string(j.rig.home.join(".gitconfig")).unwrap(), host_before, "host file changed");
 }
+
+#[test]
+fn huge_or_special_policy_files_are_refused_without_reading_them_whole() {
+    let j = jail!("hugepolicy");
+    let big = j.rig.home.join("t/huge-policy.toml");
+    std::fs::write(&big, "# x\n".repeat(600_000)).unwrap();
+    std::os::unix::fs::chown(&big, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let out = j.output(&mut j.command(&["-q", "--policy", big.to_str().unwrap(), "run", "--", "true"]));
+    assert_eq!(out.code, 126, "{out}");
+    assert!(out.stderr.contains("at most 1024 KiB"), "{out}");
+    let out = j.output(&mut j.command(&["-q", "--policy", "/dev/zero", "run", "--", "true"]));
+    assert_eq!(out.code, 126, "{out}");
+    assert!(out.elapsed < std::time::Duration::from_secs(5), "took {:?}", out.elapsed);
+}

@@ -290,9 +290,24 @@ fn read_optional(path: &Path) -> Result<Option<(String, std::fs::Metadata)>, Pol
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(PolicyError::Read { path: path.into(), err }),
     };
-    let text = std::fs::read_to_string(path).map_err(|err| PolicyError::Read { path: path.into(), err })?;
+    // A policy is a few KiB; a huge or endless file (a FIFO, /dev/zero behind a symlink) is
+    // refused rather than read into memory.
+    let mut text = String::new();
+    let f = std::fs::File::open(path).map_err(|err| PolicyError::Read { path: path.into(), err })?;
+    std::io::Read::read_to_string(&mut std::io::Read::take(f, MAX_POLICY_BYTES + 1), &mut text)
+        .map_err(|err| PolicyError::Read { path: path.into(), err })?;
+    if text.len() as u64 > MAX_POLICY_BYTES || !meta.is_file() {
+        return Err(PolicyError::Invalid {
+            origin: path.display().to_string(),
+            key: "(file)".into(),
+            message: format!("not a regular file of at most {} KiB", MAX_POLICY_BYTES / 1024),
+        });
+    }
     Ok(Some((text, meta)))
 }
+
+/// The largest policy file read.
+pub const MAX_POLICY_BYTES: u64 = 1 << 20;
 
 /// Site and admin files count only if root owns them and their directory, and neither is
 /// group- or world-writable. Anything else fails closed: a user who could write the admin
