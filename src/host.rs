@@ -156,6 +156,8 @@ pub struct HostFacts {
     pub overlay_in_userns: bool,
     /// Every mount point of the host, from /proc/self/mountinfo.
     pub mountpoints: Vec<PathBuf>,
+    /// Mail programs present on the host at the paths the mail-block stub covers.
+    pub mailers: Vec<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -194,11 +196,17 @@ impl HostFacts {
             landlock_abi: landlock_abi(),
             overlay_in_userns: kernel_at_least(5, 11),
             mountpoints: mountpoints(),
+            mailers: vec![],
         })
     }
 
     pub fn env_var(&self, name: &str) -> Option<&str> {
         self.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+    }
+
+    /// Finds the mail programs on this host (see `existing_mailers`).
+    pub fn find_mailers(&mut self) {
+        self.mailers = existing_mailers(&self.state_dir());
     }
 
     /// The user's agent-sandbox state directory (session locks, later the audit log):
@@ -280,4 +288,53 @@ pub fn probe_userns() -> bool {
 /// The Landlock ABI version, 0 if unavailable.
 pub fn landlock_abi() -> u32 {
     crate::jail::landlock::detect_abi()
+}
+
+/// The mail programs present at the stub's paths (`stub::mail`). A stat per name and
+/// directory is a few hundred microseconds on every start, so the answer is cached in the
+/// state dir, keyed by the directories' identity and modification times: installing or
+/// removing a program changes its directory's mtime and the cache is rebuilt.
+pub fn existing_mailers(state_dir: &Path) -> Vec<PathBuf> {
+    use crate::stub::mail::{MAILERS, MAILER_DIRS, MAILER_PATHS};
+    use std::os::unix::fs::MetadataExt;
+    let extra_dirs: Vec<&Path> = MAILER_PATHS.iter().filter_map(|p| Path::new(p).parent()).collect();
+    let dirs: Vec<&Path> = MAILER_DIRS.iter().map(Path::new).chain(extra_dirs).collect();
+    let mut key = String::from("v1");
+    let mut unique: Vec<(u64, u64, &Path)> = vec![];
+    for d in &dirs {
+        match std::fs::metadata(d) {
+            Ok(m) => {
+                key.push_str(&format!(" {}:{}:{}.{}", m.dev(), m.ino(), m.mtime(), m.mtime_nsec()));
+                if !unique.iter().any(|(dev, ino, _)| *dev == m.dev() && *ino == m.ino()) {
+                    unique.push((m.dev(), m.ino(), d));
+                }
+            }
+            Err(_) => key.push_str(" -"),
+        }
+    }
+    let cache = state_dir.join("stubs/mailers");
+    if let Ok(text) = std::fs::read_to_string(&cache) {
+        let mut lines = text.lines();
+        if lines.next() == Some(key.as_str()) {
+            return lines.map(PathBuf::from).collect();
+        }
+    }
+    let mut found: Vec<PathBuf> = vec![];
+    for (_, _, d) in &unique {
+        if MAILER_DIRS.contains(&d.to_str().unwrap_or("")) {
+            found.extend(MAILERS.iter().map(|n| d.join(n)).filter(|p| std::fs::symlink_metadata(p).is_ok()));
+        }
+    }
+    found.extend(MAILER_PATHS.iter().map(PathBuf::from).filter(|p| std::fs::symlink_metadata(p).is_ok()));
+    let mut text = key;
+    for f in &found {
+        text.push('\n');
+        text.push_str(&f.to_string_lossy());
+    }
+    // Best effort: a cache that cannot be written only costs the next start its stats.
+    let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
+    if std::fs::create_dir_all(state_dir.join("stubs")).is_ok() && std::fs::write(&tmp, text).is_ok() {
+        let _ = std::fs::rename(&tmp, &cache);
+    }
+    found
 }

@@ -187,6 +187,15 @@ fn launch(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32,
         What::Shell => vec![ctx.facts.shell.display().to_string()],
     };
     let req = plan::RunRequest { command, project: ctx.project.clone(), cwd: ctx.cwd.clone() };
+    let mut ctx = ctx;
+    if pol.mail_block.value != policy::MailBlock::Off {
+        ctx.facts.find_mailers();
+    }
+    if !opts.dry_run {
+        stub::ensure_links(&ctx.facts.state_dir()).map_err(|e| {
+            Failure::new(format!("cannot prepare the stub links in {}: {e}", ctx.facts.state_dir().display()))
+        })?;
+    }
     // Held from before planning so that no other session of this project removes a
     // placeholder this plan counts on.
     let lock = if opts.dry_run {

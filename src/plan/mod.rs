@@ -735,9 +735,14 @@ fn stub_dir(b: &mut Builder<'_>, facts: &HostFacts) {
     use crate::stub::{STUB_BIN_DIR, STUB_DIR, STUB_EXE};
     b.push(MountSpec::Tmpfs { target: STUB_DIR.into(), mode: 0o755 });
     b.push(MountSpec::Bind { source: facts.exe.clone(), target: STUB_EXE.into(), rw: false, dir: false });
-    for name in crate::stub::mail::MAILERS {
-        b.push(MountSpec::Symlink { target: Path::new(STUB_BIN_DIR).join(name), link: STUB_EXE.into() });
-    }
+    // One bind of a directory of links the launcher keeps in the state dir, instead of one
+    // symlink call per name at every start (`stub::ensure_links`).
+    b.push(MountSpec::Bind {
+        source: crate::stub::links_dir(&facts.state_dir()),
+        target: STUB_BIN_DIR.into(),
+        rw: false,
+        dir: true,
+    });
     b.push(MountSpec::ReadOnly { target: STUB_DIR.into() });
 }
 
@@ -747,20 +752,17 @@ fn cover_mailers(b: &mut Builder<'_>, fs: &dyn HostFs, policy: &Policy, facts: &
     let visible: Vec<PathBuf> =
         policy.fs_read.iter().map(|r| PathBuf::from(&r.value)).filter(|p| p.is_absolute()).collect();
     let mut covered: Vec<PathBuf> = vec![];
-    for dir in crate::stub::mail::MAILER_DIRS {
-        for name in crate::stub::mail::MAILERS {
-            let p = Path::new(dir).join(name);
-            let Some(kind) = fs.kind(&p) else { continue };
-            let real = if kind == Kind::Symlink { fs.canonicalize(&p) } else { Some(p.clone()) };
-            let Some(real) = real else { continue };
-            let seen = visible.iter().any(|v| fs::under(&real, v) || fs::under(&p, v));
-            if !seen || real.starts_with(home) || b.hidden.covers(&real) || covered.contains(&real) {
-                continue;
-            }
-            if fs.kind(&real) == Some(Kind::File) {
-                b.push(MountSpec::Bind { source: facts.exe.clone(), target: real.clone(), rw: false, dir: false });
-                covered.push(real);
-            }
+    for p in &facts.mailers {
+        let Some(kind) = fs.kind(p) else { continue };
+        let real = if kind == Kind::Symlink { fs.canonicalize(p) } else { Some(p.clone()) };
+        let Some(real) = real else { continue };
+        let seen = visible.iter().any(|v| fs::under(&real, v) || fs::under(p, v));
+        if !seen || real.starts_with(home) || b.hidden.covers(&real) || covered.contains(&real) {
+            continue;
+        }
+        if fs.kind(&real) == Some(Kind::File) {
+            b.push(MountSpec::Bind { source: facts.exe.clone(), target: real.clone(), rw: false, dir: false });
+            covered.push(real);
         }
     }
 }

@@ -29,6 +29,7 @@ fn facts() -> HostFacts {
         landlock_abi: 7,
         overlay_in_userns: false,
         mountpoints: vec![],
+        mailers: vec![],
     }
 }
 
@@ -248,6 +249,9 @@ fn own_home_is_never_hidden_as_a_whole_even_when_it_is_root() {
 fn mailers_are_covered_by_the_stub_through_symlinks_and_on_path() {
     let fs = host().symlink("/usr/sbin/sendmail", "/usr/sbin/exim4").file("/usr/sbin/exim4").file("/usr/bin/mailx");
     let req = RunRequest { command: vec!["true".into()], project: "/home/u/proj".into(), cwd: "/home/u/proj".into() };
+    let mut f = facts();
+    f.mailers = vec!["/usr/sbin/sendmail".into(), "/usr/sbin/exim4".into(), "/usr/bin/mailx".into()];
+    let facts = || f.clone();
     let p = build(&policy(""), &facts(), &fs, &req).unwrap();
     let stub = |t: &str| {
         has(
@@ -258,7 +262,7 @@ fn mailers_are_covered_by_the_stub_through_symlinks_and_on_path() {
     assert!(stub("/usr/sbin/exim4") && stub("/usr/bin/mailx"));
     assert!(has(
         &p,
-        |m| matches!(m, MountSpec::Symlink { target, .. } if target == Path::new("/run/agent-sandbox/bin/sendmail"))
+        |m| matches!(m, MountSpec::Bind { target, dir: true, .. } if target == Path::new("/run/agent-sandbox/bin"))
     ));
     let path = &p.env.iter().find(|(k, _)| k == "PATH").unwrap().1;
     assert!(path.starts_with("/run/agent-sandbox/bin:"), "{path}");

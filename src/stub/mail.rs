@@ -37,9 +37,11 @@ pub const MAILERS: &[&str] = &[
     "qmail-remote",
 ];
 
-/// Directories searched on the host for real mailers to cover inside the jail.
-pub const MAILER_DIRS: &[&str] =
-    &["/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin", "/usr/lib", "/usr/libexec"];
+/// Directories listed on the host for real mailers to cover inside the jail.
+pub const MAILER_DIRS: &[&str] = &["/usr/sbin", "/usr/bin", "/sbin", "/bin", "/usr/local/sbin", "/usr/local/bin"];
+
+/// Classic mailer paths outside those directories (too large to list).
+pub const MAILER_PATHS: &[&str] = &["/usr/lib/sendmail", "/usr/libexec/sendmail", "/usr/lib/sm.bin/sendmail"];
 
 /// Exit status of a blocked mail program: EX_NOPERM from sysexits.h.
 pub const EXIT_BLOCKED: i32 = 77;

@@ -17,3 +17,28 @@ pub fn dispatch(argv0: &std::ffi::OsStr) -> Option<i32> {
     }
     None
 }
+
+/// The host directory of links (one per stub name, each to `STUB_EXE`) bound read-only at
+/// `STUB_BIN_DIR`. Versioned by the list it holds, so a new name makes a new directory.
+pub fn links_dir(state_dir: &std::path::Path) -> std::path::PathBuf {
+    state_dir.join(format!("stubs/bin-{}", mail::MAILERS.len()))
+}
+
+/// Creates `links_dir` once (it is kept between sessions: the links point at a path that
+/// exists only inside the jail). Safe to race: existing links are kept.
+pub fn ensure_links(state_dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    let dir = links_dir(state_dir);
+    let done = dir.join(".complete");
+    if done.exists() {
+        return Ok(());
+    }
+    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(&dir)?;
+    for name in mail::MAILERS {
+        match std::os::unix::fs::symlink(STUB_EXE, dir.join(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+    }
+    std::fs::write(done, b"")
+}
