@@ -146,14 +146,10 @@ fn env_flag_passes_a_named_variable_through() {
 #[test]
 fn host_processes_cannot_be_signalled_or_traced() {
     let j = jail!("kill");
-    let mut sleeper = std::process::Command::new("sleep");
-    use std::os::unix::process::CommandExt;
-    sleeper.arg("30").uid(j.rig.uid).gid(j.rig.gid);
-    let mut sleeper = sleeper.spawn().expect("sleep");
-    let pid = sleeper.id();
+    let sleeper = j.host_sleeper();
+    let pid = sleeper.pid();
     let out = j.run(&format!("{p} kill {pid}; {p} ptrace {pid}; {p} ptrace 1", p = j.probe()));
-    let _ = sleeper.kill();
-    let _ = sleeper.wait();
+    drop(sleeper);
     assert!(out.stdout.contains(&"probe kill errno=3".to_string()), "{out}");
     assert!(out.stdout.contains("probe ptrace errno=3"), "host pid must not exist: {out}");
     assert!(!out.stdout.contains("probe ptrace ok"), "{out}");

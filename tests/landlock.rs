@@ -74,13 +74,9 @@ fn landlock_isolated_mode_refuses_tcp_and_open_mode_keeps_the_port_floor() {
 #[test]
 fn landlock_cannot_signal_processes_outside() {
     let j = jail!("ll-signal");
-    let mut sleeper = std::process::Command::new("sleep");
-    use std::os::unix::process::CommandExt;
-    sleeper.arg("30").uid(j.rig.uid).gid(j.rig.gid);
-    let mut sleeper = sleeper.spawn().expect("sleep");
-    let out = j.run(&format!("{p} kill {pid}", p = j.probe(), pid = sleeper.id()));
-    let _ = sleeper.kill();
-    let _ = sleeper.wait();
+    let sleeper = j.host_sleeper();
+    let out = j.run(&format!("{p} kill {pid}", p = j.probe(), pid = sleeper.pid()));
+    drop(sleeper);
     assert!(out.stdout.contains("probe kill errno=1"), "{out}");
 }
 

@@ -256,11 +256,34 @@ impl Jail {
         }
     }
 
+    /// A process of the test user outside any jail (the target of kill/ptrace attempts);
+    /// killed when the guard drops.
+    pub fn host_sleeper(&self) -> Sleeper {
+        let mut c = Command::new("sleep");
+        c.arg("30").uid(self.rig.uid).gid(self.rig.gid);
+        Sleeper(c.spawn().expect("spawn sleep"))
+    }
+
     pub fn probe(&self) -> String {
         self.rig.helpers.join("probe").display().to_string()
     }
 
     pub fn int80(&self) -> String {
         self.rig.helpers.join("int80").display().to_string()
+    }
+}
+
+pub struct Sleeper(pub std::process::Child);
+
+impl Sleeper {
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }
