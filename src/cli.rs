@@ -38,6 +38,17 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Show the audit log: sessions started, ended and refused (JSON lines with --json).
+    Log {
+        /// Only this session's records (its id is AGENT_SANDBOX_SESSION inside the jail).
+        #[arg(long)]
+        session: Option<String>,
+        #[arg(long)]
+        json: bool,
+        /// Only the last N records.
+        #[arg(long, value_name = "N")]
+        tail: Option<usize>,
+    },
     /// Show or check policy.
     Policy {
         #[command(subcommand)]

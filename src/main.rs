@@ -1,7 +1,7 @@
 //! agent-sandbox: one binary, dispatched on argv[0] and the subcommand. Errors from every
 //! layer arrive here and are reported once: one sentence, the cause, and the fix.
 
-use agent_sandbox::{cli, doctor, host, jail, plan, policy, show, stub, timing};
+use agent_sandbox::{audit, cli, doctor, host, jail, plan, policy, show, stub, timing};
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -76,6 +76,7 @@ fn real_main() -> Result<i32, Failure> {
     init_tracing(args.opts.verbose);
     match &args.command {
         Some(cli::Command::Doctor { json }) => Ok(doctor::run(*json)),
+        Some(cli::Command::Log { session, json, tail }) => log_cmd(session.as_deref(), *json, *tail),
         Some(cli::Command::Policy { action }) => policy_cmd(&args.opts, action),
         Some(cli::Command::Run { command }) => {
             let cmd = os_args(command)?;
@@ -174,6 +175,25 @@ enum What {
 
 fn launch(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32, Failure> {
     let ctx = context(opts)?;
+    let log = audit::AuditLog::new(&ctx.facts.state_dir());
+    let result = launch_logged(opts, profile, what, ctx, &log);
+    if let Err(f) = &result {
+        if !opts.dry_run {
+            let mut r = log.record("refused");
+            r.reason = Some(f.message.clone());
+            log.write(&r);
+        }
+    }
+    result
+}
+
+fn launch_logged(
+    opts: &cli::RunOpts,
+    profile: Option<&str>,
+    what: What,
+    ctx: Context,
+    log: &audit::AuditLog,
+) -> Result<i32, Failure> {
     let pol = load_policy(&ctx, opts, profile)?;
     let command = match what {
         What::Command(c) => c,
@@ -186,7 +206,8 @@ fn launch(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32,
         }
         What::Shell => vec![ctx.facts.shell.display().to_string()],
     };
-    let req = plan::RunRequest { command, project: ctx.project.clone(), cwd: ctx.cwd.clone() };
+    let req =
+        plan::RunRequest { command, project: ctx.project.clone(), cwd: ctx.cwd.clone(), session: log.session.clone() };
     let mut ctx = ctx;
     if pol.mail_block.value != policy::MailBlock::Off {
         ctx.facts.find_mailers();
@@ -227,8 +248,41 @@ fn launch(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32,
         }
     };
     let Some(lock) = lock else { return Ok(0) };
+    let mut start = log.record("session_start");
+    start.project = Some(plan.project.display().to_string());
+    start.program = plan.command.first().map(|c| c.rsplit('/').next().unwrap_or(c).to_string());
+    start.backend = Some(plan.backend.as_str().into());
+    start.net = Some(plan.net.effective.as_str().into());
+    start.warnings = plan.warnings.clone();
+    log.write(&start);
+    let began = std::time::Instant::now();
     let outcome = jail::run(&plan, &banner, lock)?;
+    let mut end = log.record("session_end");
+    match outcome {
+        jail::Outcome::Exited(c) => end.exit = Some(c),
+        jail::Outcome::Signaled(s) => end.signal = Some(s),
+    }
+    end.duration_ms = Some(began.elapsed().as_millis() as u64);
+    log.write(&end);
     Ok(outcome.code())
+}
+
+fn log_cmd(session: Option<&str>, json: bool, tail: Option<usize>) -> Result<i32, Failure> {
+    let facts = host::HostFacts::gather()?;
+    let mut records = audit::read(&facts.state_dir(), session)
+        .map_err(|e| Failure::new(format!("cannot read the audit log: {e}")))?;
+    if let Some(n) = tail {
+        let skip = records.len().saturating_sub(n);
+        records.drain(..skip);
+    }
+    for r in &records {
+        if json {
+            println!("{}", serde_json::to_string(r).unwrap_or_default());
+        } else {
+            println!("{}", audit::render(r));
+        }
+    }
+    Ok(0)
 }
 
 fn policy_cmd(opts: &cli::RunOpts, action: &cli::PolicyAction) -> Result<i32, Failure> {

@@ -623,3 +623,28 @@ fn huge_or_special_policy_files_are_refused_without_reading_them_whole() {
     assert_eq!(out.code, 126, "{out}");
     assert!(out.elapsed < std::time::Duration::from_secs(5), "took {:?}", out.elapsed);
 }
+
+#[test]
+fn sessions_and_refusals_are_in_the_audit_log_which_the_jail_cannot_see() {
+    let j = jail!("audit");
+    let out = j.run("echo $AGENT_SANDBOX_SESSION; ls ~/.local/state/agent-sandbox 2>&1; exit 3");
+    assert_eq!(out.code, 3, "{out}");
+    let session = out.stdout.lines().next().unwrap_or_default().trim().to_string();
+    assert!(session.len() >= 8, "session id inside the jail: {out}");
+    assert!(out.stdout.contains("No such file or directory"), "the audit log must be hidden: {out}");
+    let log = j.output(&mut j.command(&["log", "--session", &session, "--json"]));
+    let records: Vec<serde_json::Value> =
+        log.stdout.lines().map(|l| serde_json::from_str(l).expect("json line")).collect();
+    assert_eq!(records.len(), 2, "{log}");
+    assert_eq!(records[0]["event"], "session_start");
+    assert_eq!(records[0]["program"], "sh");
+    assert_eq!(records[0]["backend"], "userns");
+    assert_eq!(records[1]["event"], "session_end");
+    assert_eq!(records[1]["exit"], 3);
+    assert!(!log.stdout.contains("exit 3"), "arguments are never logged: {log}");
+
+    let out = j.output(&mut j.command(&["--project", "/", "run", "--", "true"]));
+    assert_eq!(out.code, 126);
+    let log = j.output(&mut j.command(&["log", "--tail", "1"]));
+    assert!(log.stdout.contains("refused") && log.stdout.contains("cannot be a project"), "{log}");
+}

@@ -19,6 +19,7 @@ pub struct JailVars<'a> {
     pub cwd: &'a Path,
     pub net_mode: &'a str,
     pub backend: &'a str,
+    pub session: &'a str,
 }
 
 /// Variables the launcher always drops: they point at host things that do not exist inside
@@ -56,6 +57,9 @@ pub fn build(launcher_env: &[(String, String)], policy: &Policy, j: &JailVars<'_
     set("AGENT_SANDBOX_PROJECT", j.project.display().to_string());
     set("AGENT_SANDBOX_NET", j.net_mode.to_string());
     set("AGENT_SANDBOX_BACKEND", j.backend.to_string());
+    if !j.session.is_empty() {
+        set("AGENT_SANDBOX_SESSION", j.session.to_string());
+    }
     if !has_path {
         set("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin".into());
     }

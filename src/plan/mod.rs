@@ -89,6 +89,8 @@ pub struct RunRequest {
     pub command: Vec<String>,
     pub project: PathBuf,
     pub cwd: PathBuf,
+    /// The session id (audit log), given to the jail as AGENT_SANDBOX_SESSION.
+    pub session: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -271,6 +273,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
             cwd: &cwd,
             net_mode: net.effective.as_str(),
             backend: backend.as_str(),
+            session: &req.session,
         },
     );
     let mut envp = envp;

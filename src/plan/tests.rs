@@ -67,7 +67,12 @@ fn policy(extra: &str) -> Policy {
 }
 
 fn plan_for(extra: &str, project: &str) -> Result<Plan, PlanError> {
-    let req = RunRequest { command: vec!["true".into()], project: project.into(), cwd: project.into() };
+    let req = RunRequest {
+        command: vec!["true".into()],
+        project: project.into(),
+        cwd: project.into(),
+        session: String::new(),
+    };
     build(&policy(extra), &facts(), &host(), &req)
 }
 
@@ -122,7 +127,12 @@ fn missing_protected_paths_get_placeholders() {
 fn hidden_path_inside_the_project_is_masked_after_the_project_bind() {
     let mut fs = host();
     fs = fs.file("/home/u/proj/secrets.env");
-    let req = RunRequest { command: vec!["true".into()], project: "/home/u/proj".into(), cwd: "/home/u/proj".into() };
+    let req = RunRequest {
+        command: vec!["true".into()],
+        project: "/home/u/proj".into(),
+        cwd: "/home/u/proj".into(),
+        session: String::new(),
+    };
     let p = build(&policy("[filesystem]\nhide = [\"~/proj/secrets.env\"]"), &facts(), &fs, &req).unwrap();
     let project =
         pos(&p, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")));
@@ -220,7 +230,12 @@ fn landlock_plan_comes_from_the_same_mounts() {
 #[test]
 fn protected_symlink_is_refused() {
     let fs = host().symlink("/home/u/proj/.envrc", "/home/u/.ssh/id_ed25519");
-    let req = RunRequest { command: vec!["true".into()], project: "/home/u/proj".into(), cwd: "/home/u/proj".into() };
+    let req = RunRequest {
+        command: vec!["true".into()],
+        project: "/home/u/proj".into(),
+        cwd: "/home/u/proj".into(),
+        session: String::new(),
+    };
     let e = build(&policy(""), &facts(), &fs, &req).unwrap_err();
     assert!(matches!(e, PlanError::ProtectedSymlink { .. }));
 }
@@ -238,7 +253,12 @@ fn own_home_is_never_hidden_as_a_whole_even_when_it_is_root() {
     f.home = "/root".into();
     f.home_canonical = "/root".into();
     let fs = host().file("/root/.bashrc").dir("/root/.ssh").dir("/root/proj");
-    let req = RunRequest { command: vec!["true".into()], project: "/root/proj".into(), cwd: "/root/proj".into() };
+    let req = RunRequest {
+        command: vec!["true".into()],
+        project: "/root/proj".into(),
+        cwd: "/root/proj".into(),
+        session: String::new(),
+    };
     let p = build(&policy(""), &f, &fs, &req).unwrap();
     assert!(p.warnings.iter().all(|w| !w.contains("hidden by policy")), "{:?}", p.warnings);
     assert!(has(&p, |m| m.target() == Path::new("/root/.bashrc")));
@@ -248,7 +268,12 @@ fn own_home_is_never_hidden_as_a_whole_even_when_it_is_root() {
 #[test]
 fn mailers_are_covered_by_the_stub_through_symlinks_and_on_path() {
     let fs = host().symlink("/usr/sbin/sendmail", "/usr/sbin/exim4").file("/usr/sbin/exim4").file("/usr/bin/mailx");
-    let req = RunRequest { command: vec!["true".into()], project: "/home/u/proj".into(), cwd: "/home/u/proj".into() };
+    let req = RunRequest {
+        command: vec!["true".into()],
+        project: "/home/u/proj".into(),
+        cwd: "/home/u/proj".into(),
+        session: String::new(),
+    };
     let mut f = facts();
     f.mailers = vec!["/usr/sbin/sendmail".into(), "/usr/sbin/exim4".into(), "/usr/bin/mailx".into()];
     let facts = || f.clone();

@@ -1,0 +1,171 @@
+//! The audit log: JSON lines, one record per event, appended to `<state dir>/audit.jsonl`
+//! (hidden inside every jail). Field names are stable: orchestrators and admins read them.
+//! Never logs argument lists or environment values: only what cannot carry a secret.
+
+use serde::Serialize;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+pub const FILE: &str = "audit.jsonl";
+
+/// One record. `event` says which of the optional fields are set.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct Record {
+    pub time: String,
+    pub session: String,
+    pub event: String,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub project: Option<String>,
+    /// The program run (argv[0] only: arguments may carry secrets).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub program: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub backend: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub net: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub exit: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub signal: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub duration_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub warnings: Vec<String>,
+}
+
+pub struct AuditLog {
+    path: PathBuf,
+    pub session: String,
+}
+
+impl AuditLog {
+    /// A log for a new session; the id is unique enough to tell sessions apart in one log
+    /// (time, pid) and short enough to type in `agent-sandbox log --session ID`.
+    pub fn new(state_dir: &Path) -> AuditLog {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let id = (now.as_micros() as u64) ^ ((std::process::id() as u64) << 40);
+        AuditLog { path: state_dir.join(FILE), session: format!("{:012x}", id & 0xffff_ffff_ffff) }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn record(&self, event: &str) -> Record {
+        Record { time: now_rfc3339(), session: self.session.clone(), event: event.into(), ..Default::default() }
+    }
+
+    /// Appends one record. Best effort: a session is not refused because its log cannot be
+    /// written (the reason goes to stderr once instead).
+    pub fn write(&self, r: &Record) {
+        let Ok(mut line) = serde_json::to_vec(r) else { return };
+        line.push(b'\n');
+        if let Some(dir) = self.path.parent() {
+            let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
+        }
+        let opened = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&self.path);
+        // One write of a whole line with O_APPEND: concurrent sessions do not interleave.
+        if let Err(e) = opened.and_then(|mut f| f.write_all(&line)) {
+            eprintln!("agent-sandbox: cannot write the audit log {}: {e}", self.path.display());
+        }
+    }
+}
+
+use std::os::unix::fs::DirBuilderExt;
+
+/// UTC time as RFC 3339 with milliseconds, without a date crate: days to civil date.
+pub fn now_rfc3339() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    format_rfc3339(now.as_secs() as i64, now.subsec_millis())
+}
+
+fn format_rfc3339(secs: i64, millis: u32) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Howard Hinnant's days_from_civil inverse.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Reads the log, keeping the records of one session if asked; unreadable lines are skipped.
+pub fn read(state_dir: &Path, session: Option<&str>) -> std::io::Result<Vec<Record>> {
+    let text = match std::fs::read_to_string(state_dir.join(FILE)) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e),
+    };
+    Ok(text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+        .filter(|r| session.is_none_or(|s| r.session == s))
+        .collect())
+}
+
+/// One readable line per record, for `agent-sandbox log`.
+pub fn render(r: &Record) -> String {
+    let mut s = format!("{} {} {:<13}", r.time, r.session, r.event);
+    let mut add = |k: &str, v: Option<String>| {
+        if let Some(v) = v {
+            s.push_str(&format!(" {k}={v}"));
+        }
+    };
+    add("project", r.project.clone());
+    add("program", r.program.clone());
+    add("backend", r.backend.clone());
+    add("net", r.net.clone());
+    add("exit", r.exit.map(|e| e.to_string()));
+    add("signal", r.signal.map(|e| e.to_string()));
+    add("ms", r.duration_ms.map(|e| e.to_string()));
+    add("reason", r.reason.clone());
+    for w in &r.warnings {
+        s.push_str(&format!("\n    warning: {w}"));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(format_rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_rfc3339(951_782_400, 5), "2000-02-29T00:00:00.005Z");
+        assert_eq!(format_rfc3339(1_795_392_000, 0), "2026-11-23T00:00:00.000Z");
+        assert_eq!(format_rfc3339(4_102_444_799, 999), "2099-12-31T23:59:59.999Z");
+    }
+
+    #[test]
+    fn records_round_trip_and_filter_by_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = AuditLog::new(dir.path());
+        let mut r = a.record("session_start");
+        r.program = Some("codex".into());
+        a.write(&r);
+        let b = AuditLog { path: a.path.clone(), session: "other".into() };
+        b.write(&b.record("session_start"));
+        std::fs::OpenOptions::new().append(true).open(a.path()).unwrap().write_all(b"garbage\n").unwrap();
+        assert_eq!(read(dir.path(), None).unwrap().len(), 2);
+        let mine = read(dir.path(), Some(&a.session)).unwrap();
+        assert_eq!(mine.len(), 1);
+        assert_eq!(mine[0].program.as_deref(), Some("codex"));
+        assert!(render(&mine[0]).contains("session_start"));
+    }
+}
