@@ -8,6 +8,8 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub const FILE: &str = "audit.jsonl";
+/// Size at which the log is rotated once (to `audit.jsonl.1`).
+pub const MAX_BYTES: u64 = 16 << 20;
 
 /// One record. `event` says which of the optional fields are set.
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
@@ -73,7 +75,15 @@ impl AuditLog {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&self.path);
         // One write of a whole line with O_APPEND: concurrent sessions do not interleave.
-        if let Err(e) = opened.and_then(|mut f| f.write_all(&line)) {
+        let written = opened.and_then(|mut f| {
+            f.write_all(&line)?;
+            // Bounded: past MAX_BYTES the log moves to `audit.jsonl.1` (replacing the older one).
+            if f.metadata()?.len() > MAX_BYTES {
+                std::fs::rename(&self.path, self.path.with_extension("jsonl.1"))?;
+            }
+            Ok(())
+        });
+        if let Err(e) = written {
             eprintln!("agent-sandbox: cannot write the audit log {}: {e}", self.path.display());
         }
     }

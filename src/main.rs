@@ -138,11 +138,6 @@ fn context(opts: &cli::RunOpts) -> Result<Context, Failure> {
     Ok(Context { facts, paths, project, cwd })
 }
 
-fn load_policy(ctx: &Context, opts: &cli::RunOpts, profile: Option<&str>) -> Result<policy::Policy, Failure> {
-    let project = plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project)?;
-    load_policy_for(ctx, opts, profile, Some(&project))
-}
-
 /// `project`: the checked project, for `[projects]` tables and the in-project rule; `None`
 /// where no project is involved (`policy show` from anywhere).
 fn load_policy_for(
@@ -194,7 +189,9 @@ fn launch_logged(
     ctx: Context,
     log: &audit::AuditLog,
 ) -> Result<i32, Failure> {
-    let pol = load_policy(&ctx, opts, profile)?;
+    // The project checks that need no policy come first: a bad project is reported as such.
+    let project = plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project)?;
+    let pol = load_policy_for(&ctx, opts, profile, Some(&project))?;
     let command = match what {
         What::Command(c) => c,
         What::Agent(args) => {
@@ -222,7 +219,6 @@ fn launch_logged(
     let lock = if opts.dry_run {
         None
     } else {
-        let project = plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project)?;
         Some(
             jail::placeholders::ProjectLock::acquire(&ctx.facts.state_dir(), &project)
                 .map_err(|e| Failure::new(e.to_string()))?,

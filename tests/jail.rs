@@ -648,6 +648,6 @@ fn sessions_and_refusals_are_in_the_audit_log_which_the_jail_cannot_see() {
     let missing = format!("/nonexistent-audit-{}", std::process::id());
     let out = j.output(&mut j.command(&["--project", &missing, "run", "--", "true"]));
     assert_eq!(out.code, 126);
-    let log = j.output(&mut j.command(&["log"]));
+    let log = j.output(&mut j.command(&["log", "--tail", "1000"]));
     assert!(log.stdout.lines().any(|l| l.contains("refused") && l.contains(&missing)), "{log}");
 }

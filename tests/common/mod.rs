@@ -235,23 +235,35 @@ impl Jail {
         if let (Some(s), Some(mut w)) = (&self.stdin, child.stdin.take()) {
             std::io::Write::write_all(&mut w, s.as_bytes()).expect("stdin");
         }
+        // Drain both pipes while waiting: a child blocked on a full pipe never exits.
+        let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut buf = vec![];
+                if let Some(mut r) = r {
+                    let _ = std::io::Read::read_to_end(&mut r, &mut buf);
+                }
+                buf
+            })
+        };
+        let out_t = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
+        let err_t = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
         let deadline = start + Duration::from_secs(60);
-        loop {
-            if child.try_wait().expect("wait").is_some() || Instant::now() > deadline {
-                break;
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("wait") {
+                break st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break child.wait().expect("wait");
             }
             std::thread::sleep(Duration::from_millis(5));
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-        }
-        let o = child.wait_with_output().expect("output");
+        };
         use std::os::unix::process::ExitStatusExt;
-        let code = o.status.code().unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0));
+        let code = status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0));
         Out {
             code,
-            stdout: String::from_utf8_lossy(&o.stdout).into(),
-            stderr: String::from_utf8_lossy(&o.stderr).into(),
+            stdout: String::from_utf8_lossy(&out_t.join().unwrap_or_default()).into(),
+            stderr: String::from_utf8_lossy(&err_t.join().unwrap_or_default()).into(),
             elapsed: start.elapsed(),
         }
     }
