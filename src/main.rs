@@ -227,6 +227,14 @@ fn launch_logged(
     timing::mark("policy");
     let plan = plan::build(&pol, &ctx.facts, &host::RealFs::default(), &req)?;
     timing::mark("plan");
+    tracing::info!(
+        backend = plan.backend.as_str(),
+        net = plan.net.effective.as_str(),
+        mounts = plan.mounts.len(),
+        hidden = plan.hidden.len(),
+        env = plan.env.len(),
+        "plan ready (see --dry-run for the full plan)"
+    );
     if opts.dry_run {
         if opts.json {
             println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default());

@@ -217,23 +217,62 @@ fn exit_codes_and_signals_propagate() {
     assert!(out.stderr.contains("command not found"), "{out}");
 }
 
-#[test]
-fn sigterm_to_the_launcher_reaches_the_command() {
-    let j = jail!("sigterm");
-    let mut c =
-        j.command(&["-q", "run", "--", "sh", "-c", "trap 'echo got-term; exit 3' TERM; echo ready; sleep 30 & wait"]);
+/// Sends `sig` to the launcher once the command is ready; the command's trap must see it.
+fn signal_reaches_command(j: &Jail, sig: nix::sys::signal::Signal, trap: &str) {
+    let script = format!("trap 'echo got-{trap}; exit 3' {trap}; echo ready; sleep 30 & wait");
+    let mut c = j.command(&["-q", "run", "--", "sh", "-c", &script]);
     c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).stdin(std::process::Stdio::null());
     let mut child = c.spawn().expect("spawn");
     let mut stdout = child.stdout.take().expect("stdout");
     let mut first = [0u8; 6];
     std::io::Read::read_exact(&mut stdout, &mut first).expect("ready line");
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
-        .expect("kill");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).expect("kill");
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut rest).expect("read");
     let st = child.wait().expect("wait");
-    assert!(rest.contains("got-term"), "{rest}");
-    assert_eq!(st.code(), Some(3));
+    assert!(rest.contains(&format!("got-{trap}")), "{trap}: {rest}");
+    assert_eq!(st.code(), Some(3), "{trap}");
+}
+
+#[test]
+fn signals_to_the_launcher_reach_the_command() {
+    use nix::sys::signal::Signal::*;
+    let j = jail!("signals");
+    for (sig, trap) in [(SIGTERM, "TERM"), (SIGHUP, "HUP"), (SIGINT, "INT"), (SIGUSR1, "USR1"), (SIGQUIT, "QUIT")] {
+        signal_reaches_command(&j, sig, trap);
+    }
+}
+
+#[test]
+fn sigtstp_and_sigcont_stop_and_resume_the_command() {
+    use std::io::BufRead;
+    let j = jail!("tstp");
+    let script = "i=0; while [ $i -lt 200 ]; do echo tick $i; i=$((i+1)); sleep 0.05; done";
+    let mut c = j.command(&["-q", "run", "--", "sh", "-c", script]);
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).stdin(std::process::Stdio::null());
+    let mut child = c.spawn().expect("spawn");
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().expect("stdout");
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send((std::time::Instant::now(), line));
+        }
+    });
+    let wait = std::time::Duration::from_secs(5);
+    rx.recv_timeout(wait).expect("first tick");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTSTP).expect("tstp");
+    let stopped_at = std::time::Instant::now();
+    // Drain what was in flight, then nothing may arrive while stopped.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    while rx.try_recv().is_ok() {}
+    let during = rx.recv_timeout(std::time::Duration::from_millis(500));
+    assert!(during.is_err(), "ticks went on after SIGTSTP: {during:?}");
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("cont");
+    let (when, _) = rx.recv_timeout(wait).expect("ticks resume after SIGCONT");
+    assert!(when.duration_since(stopped_at) >= std::time::Duration::from_millis(600));
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let _ = child.wait();
 }
 
 #[test]
@@ -650,4 +689,32 @@ fn sessions_and_refusals_are_in_the_audit_log_which_the_jail_cannot_see() {
     assert_eq!(out.code, 126);
     let log = j.output(&mut j.command(&["log", "--tail", "1000"]));
     assert!(log.stdout.lines().any(|l| l.contains("refused") && l.contains(&missing)), "{log}");
+}
+
+#[test]
+fn verbose_flag_shows_diagnostics_and_quiet_run_shows_none() {
+    let j = jail!("verbose");
+    let out = j.output(&mut j.command(&["-v", "-q", "--net", "isolated", "run", "--", "true"]));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("plan ready") && out.stderr.contains("backend=\"userns\""), "{out}");
+}
+
+#[test]
+fn device_flag_binds_a_host_device_and_never_the_host_pts() {
+    let j = jail!("device").arg("--device").arg("/dev/kmsg").arg("--device").arg("/dev/pts/*");
+    let out = j.run("test -c /dev/kmsg && echo KMSG; ls /dev/pts");
+    assert!(out.stdout.contains("KMSG"), "{out}");
+    assert!(out.stdout.lines().filter(|l| l.trim().parse::<u32>().is_ok()).count() == 0, "host ptys leaked: {out}");
+}
+
+#[test]
+fn profile_option_applies_a_profiles_policy_to_any_command() {
+    let j = jail!("profileopt");
+    let claude = j.rig.home.join(".claude");
+    std::fs::create_dir_all(&claude).unwrap();
+    std::os::unix::fs::chown(&claude, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let j = j.arg("--profile").arg("claude").env("ANTHROPIC_API_KEY", "sk-ant-test");
+    let out = j.run("touch ~/.claude/from-jail && echo WROTE; echo key=$ANTHROPIC_API_KEY");
+    assert!(out.stdout.contains("WROTE") && out.stdout.contains("key=sk-ant-test"), "{out}");
+    assert!(claude.join("from-jail").exists(), "the profile's home entry must be writable and persist");
 }

@@ -214,6 +214,19 @@ fn end_session() {
     crate::timing::mark("child-reaped");
 }
 
+/// Passes a signal on to the command. The command leads its own session with no terminal,
+/// so its process group is orphaned and the kernel discards a default-action SIGTSTP there:
+/// a stop request becomes SIGSTOP for the command's whole process group, and SIGCONT goes
+/// to the whole group too, so pipelines stop and resume together.
+fn forward(child: Pid, sig: Signal) {
+    let group = Pid::from_raw(-child.as_raw());
+    let _ = match sig {
+        Signal::SIGTSTP | Signal::SIGTTIN | Signal::SIGTTOU => kill(group, Signal::SIGSTOP),
+        Signal::SIGCONT => kill(group, Signal::SIGCONT),
+        other => kill(child, other),
+    };
+}
+
 /// Signals PID 1 passes on to the command.
 pub const FORWARDED: &[Signal] = &[
     Signal::SIGINT,
@@ -273,7 +286,7 @@ fn supervise(plan: &Plan, sock: RawFd, slave: Option<OwnedFd>, pty: Option<TtyFd
                 }
             }
         } else if let Ok(sig) = Signal::try_from(signo) {
-            let _ = kill(child, sig);
+            forward(child, sig);
         }
     }
 }

@@ -200,6 +200,11 @@ pub fn run(pid: Pid, sock: RawFd, master: Option<OwnedFd>, mask: &SigSet) -> Res
                     }
                 } else if let Ok(sig) = Signal::try_from(signo) {
                     let _ = kill(pid, sig);
+                    if sig == Signal::SIGTSTP {
+                        // Stopped like the job it is, so the user's shell sees it stop; the
+                        // shell's SIGCONT resumes us, and we pass that on above.
+                        let _ = kill(nix::unistd::getpid(), Signal::SIGSTOP);
+                    }
                 }
             }
         }

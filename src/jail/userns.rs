@@ -43,6 +43,7 @@ pub fn run(plan: &Plan, tty: TtyFds, banner: &dyn Fn()) -> Result<Outcome, JailE
     crate::timing::mark("pre-clone");
     let launched = clone_jail(plan, pty, new_net)?;
     crate::timing::mark("cloned");
+    tracing::debug!(init = launched.pid.as_raw(), "jail init cloned");
     let sock = launched.sock.as_raw_fd();
     let fail = |e: JailError| -> JailError {
         let _ = nix::sys::signal::kill(launched.pid, nix::sys::signal::Signal::SIGKILL);
