@@ -108,7 +108,7 @@ pub fn run(pid: Pid, sock: RawFd, master: Option<OwnedFd>, mask: &SigSet) -> Res
     let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| JailError::Channel(format!("signalfd: {e}")))?;
     let out_fd = if is_tty(1) { 1 } else { 2 };
-    let _raw = master.as_ref().and_then(|_| RawMode::enter(0));
+    let mut raw = master.as_ref().and_then(|_| RawMode::enter(0));
     if let Some(m) = &master {
         copy_winsize(out_fd, m.as_raw_fd());
         set_nonblocking(m.as_raw_fd());
@@ -201,9 +201,14 @@ pub fn run(pid: Pid, sock: RawFd, master: Option<OwnedFd>, mask: &SigSet) -> Res
                 } else if let Ok(sig) = Signal::try_from(signo) {
                     let _ = kill(pid, sig);
                     if sig == Signal::SIGTSTP {
-                        // Stopped like the job it is, so the user's shell sees it stop; the
-                        // shell's SIGCONT resumes us, and we pass that on above.
+                        // Stopped like the job it is, so the user's shell sees it stop (with
+                        // its terminal settings back); the shell's SIGCONT resumes us, and we
+                        // pass that on above and take the terminal again.
+                        let was_raw = raw.take().is_some();
                         let _ = kill(nix::unistd::getpid(), Signal::SIGSTOP);
+                        if was_raw {
+                            raw = RawMode::enter(0);
+                        }
                     }
                 }
             }
