@@ -172,25 +172,37 @@ impl HostFacts {
     pub fn gather() -> Result<HostFacts, HostError> {
         let uid = nix::unistd::getuid();
         let gid = nix::unistd::getgid();
-        let pw = nix::unistd::User::from_uid(uid).ok().flatten().ok_or(HostError::NoUser(uid.as_raw()))?;
-        let group = nix::unistd::Group::from_gid(gid).ok().flatten().map(|g| g.name).unwrap_or_else(|| gid.to_string());
-        let home_canonical = std::fs::canonicalize(&pw.dir).unwrap_or_else(|_| pw.dir.clone());
+        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+        let etc_passwd = read("/etc/passwd");
+        let etc_group = read("/etc/group");
+        // The local files answer for local users without a round of NSS (its own reads of
+        // nsswitch.conf, passwd and group); directory users (LDAP, SSSD) go through NSS.
+        let (name, dir, shell) = match passwd_entry(&etc_passwd, uid.as_raw()) {
+            Some(e) => e,
+            None => {
+                let pw = nix::unistd::User::from_uid(uid).ok().flatten().ok_or(HostError::NoUser(uid.as_raw()))?;
+                (pw.name, pw.dir, pw.shell)
+            }
+        };
+        let group = group_name(&etc_group, gid.as_raw())
+            .or_else(|| nix::unistd::Group::from_gid(gid).ok().flatten().map(|g| g.name))
+            .unwrap_or_else(|| gid.to_string());
+        let home_canonical = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
         let exe = std::fs::read_link("/proc/self/exe").or_else(|_| std::env::current_exe()).map_err(HostError::Exe)?;
         let env =
             std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
-        let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
         Ok(HostFacts {
             uid: uid.as_raw(),
             gid: gid.as_raw(),
-            user: pw.name,
+            user: name,
             group,
-            home: pw.dir,
+            home: dir,
             home_canonical,
-            shell: pw.shell,
+            shell,
             exe,
             env,
-            etc_passwd: read("/etc/passwd"),
-            etc_group: read("/etc/group"),
+            etc_passwd,
+            etc_group,
             etc_hosts: read("/etc/hosts"),
             userns: userns_support(),
             landlock_abi: landlock_abi(),
@@ -238,6 +250,22 @@ fn mountpoints() -> Vec<PathBuf> {
             PathBuf::from(m.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\"))
         })
         .collect()
+}
+
+/// (name, home, shell) of `uid` in passwd-format text.
+fn passwd_entry(text: &str, uid: u32) -> Option<(String, PathBuf, PathBuf)> {
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 7 && f[2].parse::<u32>().ok() == Some(uid) && !f[0].is_empty())
+            .then(|| (f[0].to_string(), PathBuf::from(f[5]), PathBuf::from(f[6])))
+    })
+}
+
+fn group_name(text: &str, gid: u32) -> Option<String> {
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.len() >= 3 && f[2].parse::<u32>().ok() == Some(gid) && !f[0].is_empty()).then(|| f[0].to_string())
+    })
 }
 
 fn read_sysctl(p: &str) -> Option<i64> {
@@ -337,4 +365,18 @@ pub fn existing_mailers(state_dir: &Path) -> Vec<PathBuf> {
         let _ = std::fs::rename(&tmp, &cache);
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_passwd_and_group_entries() {
+        let passwd = "root:x:0:0:root:/root:/bin/bash\nbad line\nu:x:1001:1001:U:/home/u:/bin/zsh\n";
+        assert_eq!(passwd_entry(passwd, 1001), Some(("u".into(), "/home/u".into(), "/bin/zsh".into())));
+        assert_eq!(passwd_entry(passwd, 42), None);
+        assert_eq!(group_name("wheel:x:10:u\nu:x:1001:\n", 1001).as_deref(), Some("u"));
+        assert_eq!(group_name("::1001:\n", 1001), None);
+    }
 }
