@@ -1,0 +1,896 @@
+//! sbatch's option table (Slurm 22.05 spellings, short forms and arities, each option allowed,
+//! denied with a reason, or rebuilt by the chaperon), the `#SBATCH` directive reader, and
+//! `parse_sbatch`, which combines both into an `SbatchRequest`. Resolves no path and checks no
+//! job scope: that is the chaperon's work on the request this returns.
+
+use crate::grammar::{clip, parse, Arity, Class, GrammarError, OptSpec, ValueKind, MAX_ARGS, MAX_ARG_BYTES};
+use Arity::{Flag, OptionalValue as Opt, Value as Val};
+use ValueKind::*;
+
+const fn opt(long: &'static str, short: Option<char>, arity: Arity, class: Class, value: ValueKind) -> OptSpec {
+    OptSpec { long, short, arity, class, value }
+}
+const fn allow(long: &'static str, short: Option<char>, arity: Arity, value: ValueKind) -> OptSpec {
+    opt(long, short, arity, Class::Allowed, value)
+}
+const fn deny(long: &'static str, short: Option<char>, arity: Arity, reason: &'static str) -> OptSpec {
+    opt(long, short, arity, Class::Denied(reason), ValueKind::Any)
+}
+
+const NOT_LISTED: &str = "not on agent-sandbox's sbatch allow-list; ask your admin if a job needs it";
+const RUNS_OUTSIDE: &str = "it would run a program outside the jail on the node; do that setup in the batch script";
+const BURST_BUFFER: &str = "burst-buffer staging runs outside the jail; stage data from within the batch script";
+const MAIL: &str = "jobs from a sandboxed session send no e-mail; poll with squeue or sacct instead";
+const CLUSTERS: &str = "jobs go to the local cluster only, unless the sandbox policy allows other clusters";
+
+/// Every option the chaperon's sbatch knows. Anything else is an unrecognized option.
+pub static SBATCH: &[OptSpec] = &[
+    // Allowed (FEATURES C, the sbatch allow-list).
+    allow("account", Some('A'), Val, Text),
+    allow("partition", Some('p'), Val, Text),
+    allow("qos", Some('q'), Val, Text),
+    allow("time", Some('t'), Val, Time),
+    allow("time-min", None, Val, Time),
+    allow("nodes", Some('N'), Val, Text),
+    allow("ntasks", Some('n'), Val, Int),
+    allow("ntasks-per-node", None, Val, Int),
+    allow("ntasks-per-socket", None, Val, Int),
+    allow("ntasks-per-core", None, Val, Int),
+    allow("ntasks-per-gpu", None, Val, Int),
+    allow("cpus-per-task", Some('c'), Val, Int),
+    allow("mem", None, Val, Memory),
+    allow("mem-per-cpu", None, Val, Memory),
+    allow("mem-per-gpu", None, Val, Memory),
+    allow("gres", None, Val, Text),
+    allow("gpus", Some('G'), Val, Text),
+    allow("gpus-per-node", None, Val, Text),
+    allow("gpus-per-task", None, Val, Text),
+    allow("cpus-per-gpu", None, Val, Int),
+    allow("constraint", Some('C'), Val, Text),
+    allow("exclusive", None, Opt, Choice(&["exclusive", "oversubscribe", "user", "mcs"])),
+    allow("oversubscribe", Some('s'), Flag, Any),
+    allow("nodelist", Some('w'), Val, NodeList),
+    allow("exclude", Some('x'), Val, NodeList),
+    allow("array", Some('a'), Val, Text),
+    allow("dependency", Some('d'), Val, Dependency),
+    allow("job-name", Some('J'), Val, JobName),
+    allow("output", Some('o'), Val, Path),
+    allow("error", Some('e'), Val, Path),
+    allow("input", Some('i'), Val, Path),
+    allow("open-mode", None, Val, Choice(&["append", "truncate"])),
+    allow("comment", None, Val, Text),
+    allow("begin", Some('b'), Val, Text),
+    allow("deadline", None, Val, Text),
+    allow("hold", Some('H'), Flag, Any),
+    allow("nice", None, Opt, Int),
+    allow("priority", None, Val, Text),
+    allow("requeue", None, Flag, Any),
+    allow("no-requeue", None, Flag, Any),
+    allow("reservation", None, Val, Text),
+    allow("signal", None, Val, Signal),
+    allow("licenses", Some('L'), Val, Text),
+    allow("hint", None, Val, Text),
+    allow("distribution", Some('m'), Val, Text),
+    allow("mem-bind", None, Val, Text),
+    allow("cpu-freq", None, Val, Text),
+    allow("threads-per-core", None, Val, Int),
+    allow("switches", None, Val, Text),
+    allow("tmp", None, Val, Memory),
+    allow("wckey", None, Val, Text),
+    allow("kill-on-invalid-dep", None, Val, Choice(&["yes", "no"])),
+    allow("parsable", None, Flag, Any),
+    allow("test-only", None, Flag, Any),
+    allow("wait", Some('W'), Flag, Any),
+    allow("verbose", Some('v'), Flag, Any),
+    allow("quiet", Some('Q'), Flag, Any),
+    allow("help", Some('h'), Flag, Any),
+    allow("usage", None, Flag, Any),
+    allow("version", Some('V'), Flag, Any),
+    // Recorded in the job dir and applied by `exec --job` inside the jail, never to the wrapper.
+    allow("export", None, Val, ExportSpec),
+    // A file or an fd number in Slurm; the chaperon reads it (resolved under the project) itself.
+    allow("export-file", None, Val, Path),
+    // Rebuilt: the chaperon sets what Slurm sees.
+    opt("wrap", None, Val, Class::Rebuilt("the chaperon writes the submitted batch script itself"), Any),
+    opt("chdir", Some('D'), Val, Class::Rebuilt("the working directory comes from the checked request"), Path),
+    // Denied (FEATURES C).
+    deny("uid", None, Val, "jobs run as your own user only"),
+    deny("gid", None, Val, "jobs run with your own groups only"),
+    deny("get-user-env", None, Opt, "it loads a login environment outside the jail; use --export instead"),
+    deny("propagate", None, Opt, "resource limits come from the sandbox policy, not from the jail's shell"),
+    deny("container", None, Val, "an OCI container would start outside the jail; run it from the batch script"),
+    deny("bb", None, Val, BURST_BUFFER),
+    deny("bbf", None, Val, BURST_BUFFER),
+    deny("mail-type", None, Val, MAIL),
+    deny("mail-user", None, Val, MAIL),
+    deny("clusters", Some('M'), Val, CLUSTERS),
+    deny("cluster", None, Val, CLUSTERS),
+    // srun options (not sbatch ones in 22.05) that FEATURES names: denied with the reason rather
+    // than "unrecognized", since an agent may well try them.
+    deny("prolog", None, Val, RUNS_OUTSIDE),
+    deny("epilog", None, Val, RUNS_OUTSIDE),
+    deny("task-prolog", None, Val, RUNS_OUTSIDE),
+    deny("task-epilog", None, Val, RUNS_OUTSIDE),
+    deny("bcast", None, Opt, "it copies files to nodes outside the jail; copy them from the batch script"),
+    // The rest of sbatch 22.05: real options, not on the allow-list.
+    deny("tasks-per-node", None, Val, "use --ntasks-per-node, its allowed spelling"),
+    deny("acctg-freq", None, Val, NOT_LISTED),
+    deny("batch", None, Val, NOT_LISTED),
+    deny("cluster-constraint", None, Val, CLUSTERS),
+    deny("context", None, Val, NOT_LISTED),
+    deny("contiguous", None, Flag, NOT_LISTED),
+    deny("core-spec", Some('S'), Val, NOT_LISTED),
+    deny("cores-per-socket", None, Val, NOT_LISTED),
+    deny("delay-boot", None, Val, NOT_LISTED),
+    deny("extra-node-info", Some('B'), Val, NOT_LISTED),
+    deny("gpu-bind", None, Val, NOT_LISTED),
+    deny("gpu-freq", None, Val, NOT_LISTED),
+    deny("gpus-per-socket", None, Val, NOT_LISTED),
+    deny("gres-flags", None, Val, NOT_LISTED),
+    deny("ignore-pbs", None, Flag, NOT_LISTED),
+    deny("mcs-label", None, Val, NOT_LISTED),
+    deny("mincpus", None, Val, NOT_LISTED),
+    deny("network", None, Val, NOT_LISTED),
+    deny("no-kill", Some('k'), Opt, NOT_LISTED),
+    deny("nodefile", Some('F'), Val, "it names a file on the login node; use --nodelist"),
+    deny("ntasks-per-tres", None, Val, NOT_LISTED),
+    deny("overcommit", Some('O'), Flag, NOT_LISTED),
+    deny("power", None, Val, NOT_LISTED),
+    deny("prefer", None, Val, NOT_LISTED),
+    deny("profile", None, Val, NOT_LISTED),
+    deny("reboot", None, Flag, NOT_LISTED),
+    deny("sockets-per-node", None, Val, NOT_LISTED),
+    deny("spread-job", None, Flag, NOT_LISTED),
+    deny("thread-spec", None, Val, NOT_LISTED),
+    deny("use-min-nodes", None, Flag, NOT_LISTED),
+    deny("wait-all-nodes", None, Val, NOT_LISTED),
+];
+
+/// Options sbatch handles only in its first pass over the command line: in a `#SBATCH` line
+/// Slurm 22.05 parses them and then ignores them (`sbatch_early_pass` in slurm_opt.c).
+pub const EARLY_PASS: &[&str] = &["help", "quiet", "usage", "verbose", "version", "wrap"];
+
+/// What an sbatch call asks for, before the chaperon resolves paths and checks scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SbatchRequest {
+    /// `#SBATCH` options first, then the command line's, each in order: a later entry
+    /// overrides an earlier one (so the command line wins, as in Slurm). Never a denied option.
+    pub options: Vec<(&'static str, Option<String>)>,
+    /// The script file argument, as given (unresolved); None for `--wrap` or a script on stdin.
+    pub script_path: Option<String>,
+    pub script_args: Vec<String>,
+}
+
+impl SbatchRequest {
+    /// The value the last occurrence of `long` carries: None if absent, Some(None) for a flag.
+    pub fn last(&self, long: &str) -> Option<Option<&str>> {
+        self.options.iter().rev().find(|(l, _)| *l == long).map(|(_, v)| v.as_deref())
+    }
+}
+
+/// C's isspace in the C locale, which is what sbatch splits directive lines with.
+fn is_c_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r')
+}
+
+/// True if `s` starts with `word` (ASCII case-insensitive) followed by whitespace or the end.
+fn starts_with_word(s: &[u8], word: &str) -> bool {
+    s.len() >= word.len()
+        && s[..word.len()].eq_ignore_ascii_case(word.as_bytes())
+        && s.get(word.len()).is_none_or(|&b| is_c_space(b))
+}
+
+/// One word of a directive line, as sbatch's `get_argument` (src/sbatch/opt.c) reads it:
+/// `'` and `"` group (and may join: `a"b c"` is one word), a backslash escapes the next byte
+/// even inside quotes, an unquoted unescaped `#` ends the line (also mid-word), and a word
+/// that comes out empty (`""`, a lone `\`, a blanked `hetjob`) ends the line too.
+/// Returns the word and the bytes consumed, or None at the end of the line's words.
+fn next_word(line: &[u8], lineno: usize) -> Result<Option<(Vec<u8>, usize)>, GrammarError> {
+    let mut p = 0;
+    while p < line.len() && is_c_space(line[p]) {
+        p += 1;
+    }
+    if starts_with_word(&line[p..], "packjob") || starts_with_word(&line[p..], "hetjob") {
+        return Ok(None); // sbatch blanks the separator word, which then ends the line.
+    }
+    if line.get(p) == Some(&b':') {
+        return Err(GrammarError::Directive { line: lineno, why: "unexpected ':' (heterogeneous job syntax)".into() });
+    }
+    let mut word = Vec::new();
+    let (mut quote, mut escape) = (None, false);
+    while p < line.len() && (quote.is_some() || !is_c_space(line[p])) {
+        let b = line[p];
+        if escape {
+            escape = false;
+        } else if b == b'\\' {
+            escape = true;
+            p += 1;
+            continue;
+        } else if let Some(q) = quote {
+            if b == q {
+                quote = None;
+                p += 1;
+                continue;
+            }
+        } else if b == b'"' || b == b'\'' {
+            quote = Some(b);
+            p += 1;
+            continue;
+        } else if b == b'#' {
+            break;
+        }
+        word.push(b);
+        p += 1;
+    }
+    if let Some(q) = quote {
+        return Err(GrammarError::Directive { line: lineno, why: format!("unmatched {}", q as char) });
+    }
+    Ok((!word.is_empty()).then_some((word, p)))
+}
+
+/// The argument words of a batch script's directives, in order, as sbatch 22.05 reads them
+/// (`_opt_batch_script` in src/sbatch/opt.c), after sbatch's own checks on the script:
+/// - only lines before the first command count: blank lines and `#` comments (the `#!` line
+///   included) are skipped, the first other line ends the directives; later `#SBATCH` lines
+///   are ignored, by Slurm and so here;
+/// - a directive line starts with `#SBATCH` (or the old `#SLURM`) in column one. Slurm compares
+///   only those bytes, so `#SBATCH--uid=0` is a directive too; it is read here the same way.
+///   An indented `  #SBATCH ...` is not a directive for Slurm: it is a comment, and so here;
+/// - the words of all lines form one argument list (an option on one line may take its value
+///   from the next), which the caller parses with the same table as the command line.
+///
+/// `#PBS` and `#BSUB` lines, which sbatch also translates unless `--ignore-pbs`, are not read.
+pub fn parse_directives(script: &str) -> Result<Vec<String>, GrammarError> {
+    if script.is_empty() {
+        return Err(GrammarError::Script("Batch script is empty!"));
+    }
+    if script.bytes().all(is_c_space) {
+        return Err(GrammarError::Script("Batch script contains only whitespace!"));
+    }
+    if !script.starts_with("#!") {
+        return Err(GrammarError::Script(
+            "This does not look like a batch script. The first line must start with #! followed by the path to an \
+             interpreter. For instance: #!/bin/sh",
+        ));
+    }
+    if script.contains('\0') {
+        return Err(GrammarError::Script(
+            "The Slurm controller does not allow scripts that contain a NULL character '\\0'.",
+        ));
+    }
+    if script.contains("\r\n") {
+        return Err(GrammarError::Script(
+            "Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line breaks (\\n).",
+        ));
+    }
+
+    let mut words = Vec::new();
+    let mut bytes = 0usize;
+    for (n, line) in script.split('\n').enumerate() {
+        let line = line.as_bytes();
+        let rest = if let Some(rest) = line.strip_prefix(b"#SBATCH") {
+            rest
+        } else if let Some(rest) = line.strip_prefix(b"#SLURM") {
+            rest
+        } else {
+            match line.iter().find(|&&b| !is_c_space(b)) {
+                Some(b'#') | None => continue,
+                Some(_) => break, // the first command: Slurm reads no further
+            }
+        };
+        let start = rest.iter().position(|&b| !is_c_space(b)).unwrap_or(rest.len());
+        if starts_with_word(&rest[start..], "hetjob") || starts_with_word(&rest[start..], "packjob") {
+            return Err(GrammarError::Unsupported(
+                "heterogeneous jobs (#SBATCH hetjob) are not supported in agent-sandbox; submit the components as \
+                 separate jobs",
+            ));
+        }
+        let mut at = 0;
+        while let Some((word, used)) = next_word(&rest[at..], n + 1)? {
+            at += used;
+            bytes = bytes.saturating_add(word.len());
+            if words.len() >= MAX_ARGS {
+                return Err(GrammarError::TooManyArgs { count: words.len() + 1, max: MAX_ARGS });
+            }
+            if bytes > MAX_ARG_BYTES {
+                return Err(GrammarError::TooLarge { bytes, max: MAX_ARG_BYTES });
+            }
+            // Only ASCII bytes were dropped from valid UTF-8, so this is valid UTF-8 again.
+            words.push(String::from_utf8(word).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()));
+        }
+    }
+    Ok(words)
+}
+
+/// Parses an sbatch call: the command line `args` (without the program name) and, when the
+/// stub read one (from the script argument or stdin), the script's text for its directives.
+/// Both go through `SBATCH`, so a denied option is refused the same way wherever it appears.
+pub fn parse_sbatch(args: &[String], script: Option<&str>) -> Result<SbatchRequest, GrammarError> {
+    // sbatch drops every ":" argument and submits the pieces as a heterogeneous job.
+    if args.iter().any(|a| a == ":") {
+        return Err(GrammarError::Unsupported(
+            "heterogeneous jobs (':' between components) are not supported in agent-sandbox; submit them separately",
+        ));
+    }
+    let cli = parse(SBATCH, args, true)?;
+    let wrap = cli.options.iter().any(|(s, _)| s.long == "wrap");
+    if wrap && !cli.positionals.is_empty() {
+        return Err(GrammarError::Usage("Script arguments not permitted with --wrap option"));
+    }
+    if wrap && script.is_some() {
+        return Err(GrammarError::Usage("--wrap and a batch script cannot be used together"));
+    }
+
+    let mut options = Vec::new();
+    if let Some(script) = script {
+        let directives = parse(SBATCH, &parse_directives(script)?, true)?;
+        // getopt stops at the first word that is not an option, and sbatch exits naming it.
+        if let Some(word) = directives.positionals.first() {
+            return Err(GrammarError::InvalidDirective(clip(word)));
+        }
+        let read = directives.options.into_iter().filter(|(s, _)| !EARLY_PASS.contains(&s.long));
+        options.extend(read.map(|(s, v)| (s.long, v)));
+    }
+    options.extend(cli.options.into_iter().map(|(s, v)| (s.long, v)));
+
+    let mut positionals = cli.positionals.into_iter();
+    Ok(SbatchRequest { options, script_path: positionals.next(), script_args: positionals.collect() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::grammar::{validate, Parsed};
+    use std::collections::HashSet;
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn spec(long: &str) -> &'static OptSpec {
+        SBATCH.iter().find(|s| s.long == long).unwrap_or_else(|| panic!("--{long} not in SBATCH"))
+    }
+
+    fn pairs(p: &Parsed) -> Vec<(&'static str, Option<&str>)> {
+        p.options.iter().map(|(s, v)| (s.long, v.as_deref())).collect()
+    }
+
+    fn owned(p: &Parsed) -> Vec<(&'static str, Option<String>)> {
+        p.options.iter().map(|(s, v)| (s.long, v.clone())).collect()
+    }
+
+    /// A value each kind accepts, for round trips.
+    fn sample(kind: ValueKind) -> &'static str {
+        match kind {
+            Text | Any => "x",
+            Int => "4",
+            Time => "1:00:00",
+            Memory => "4G",
+            NodeList => "node[01-02]",
+            JobName => "job",
+            Path => "out.txt",
+            JobIdList => "123",
+            Dependency => "afterok:123",
+            ExportSpec => "ALL",
+            Signal => "USR1@60",
+            Choice(words) => words[0],
+        }
+    }
+
+    /// FEATURES section C's sbatch allow-list, verbatim.
+    const FEATURES_ALLOWED: &[&str] = &[
+        "account",
+        "partition",
+        "qos",
+        "time",
+        "time-min",
+        "nodes",
+        "ntasks",
+        "ntasks-per-node",
+        "ntasks-per-socket",
+        "ntasks-per-core",
+        "ntasks-per-gpu",
+        "cpus-per-task",
+        "mem",
+        "mem-per-cpu",
+        "mem-per-gpu",
+        "gres",
+        "gpus",
+        "gpus-per-node",
+        "gpus-per-task",
+        "cpus-per-gpu",
+        "constraint",
+        "exclusive",
+        "oversubscribe",
+        "nodelist",
+        "exclude",
+        "array",
+        "dependency",
+        "job-name",
+        "output",
+        "error",
+        "input",
+        "open-mode",
+        "comment",
+        "begin",
+        "deadline",
+        "hold",
+        "nice",
+        "priority",
+        "requeue",
+        "no-requeue",
+        "reservation",
+        "signal",
+        "licenses",
+        "hint",
+        "distribution",
+        "mem-bind",
+        "cpu-freq",
+        "threads-per-core",
+        "switches",
+        "tmp",
+        "wckey",
+        "kill-on-invalid-dep",
+        "parsable",
+        "test-only",
+        "wait",
+        "verbose",
+        "quiet",
+        "help",
+        "usage",
+        "version",
+        "export",
+        "export-file",
+    ];
+
+    #[test]
+    fn the_allow_list_is_exactly_features_section_c() {
+        let allowed: HashSet<&str> = SBATCH.iter().filter(|s| s.class == Class::Allowed).map(|s| s.long).collect();
+        assert_eq!(allowed, FEATURES_ALLOWED.iter().copied().collect::<HashSet<_>>());
+    }
+
+    #[test]
+    fn features_denials_and_rebuilds_are_in_the_table() {
+        for long in [
+            "uid",
+            "gid",
+            "get-user-env",
+            "propagate",
+            "prolog",
+            "epilog",
+            "task-prolog",
+            "task-epilog",
+            "container",
+            "bcast",
+            "bb",
+            "bbf",
+            "mail-type",
+            "mail-user",
+            "clusters",
+            "cluster",
+        ] {
+            assert!(matches!(spec(long).class, Class::Denied(_)), "--{long} must be denied");
+        }
+        assert!(matches!(spec("wrap").class, Class::Rebuilt(_)));
+        assert!(matches!(spec("chdir").class, Class::Rebuilt(_)));
+        assert!(matches!(spec("clusters").class, Class::Denied(r) if r.contains("unless the sandbox policy allows")));
+    }
+
+    #[test]
+    fn long_names_and_short_forms_are_unique() {
+        let mut longs = HashSet::new();
+        let mut shorts = HashSet::new();
+        for s in SBATCH {
+            assert!(longs.insert(s.long), "--{} twice", s.long);
+            assert!(!s.long.is_empty() && !s.long.starts_with('-') && !s.long.contains('='), "--{}", s.long);
+            if let Some(c) = s.short {
+                assert!(shorts.insert(c), "-{c} twice");
+                assert!(c.is_ascii_alphabetic(), "-{c}");
+            }
+        }
+    }
+
+    #[test]
+    fn short_forms_are_those_of_slurm_22_05() {
+        let expected = [
+            ('A', "account"),
+            ('a', "array"),
+            ('B', "extra-node-info"),
+            ('b', "begin"),
+            ('C', "constraint"),
+            ('c', "cpus-per-task"),
+            ('D', "chdir"),
+            ('d', "dependency"),
+            ('e', "error"),
+            ('F', "nodefile"),
+            ('G', "gpus"),
+            ('H', "hold"),
+            ('h', "help"),
+            ('i', "input"),
+            ('J', "job-name"),
+            ('k', "no-kill"),
+            ('L', "licenses"),
+            ('M', "clusters"),
+            ('m', "distribution"),
+            ('N', "nodes"),
+            ('n', "ntasks"),
+            ('O', "overcommit"),
+            ('o', "output"),
+            ('p', "partition"),
+            ('Q', "quiet"),
+            ('q', "qos"),
+            ('S', "core-spec"),
+            ('s', "oversubscribe"),
+            ('t', "time"),
+            ('V', "version"),
+            ('v', "verbose"),
+            ('W', "wait"),
+            ('w', "nodelist"),
+            ('x', "exclude"),
+        ];
+        let table: HashSet<(char, &str)> = SBATCH.iter().filter_map(|s| s.short.map(|c| (c, s.long))).collect();
+        assert_eq!(table, expected.into_iter().collect());
+    }
+
+    #[test]
+    fn optional_values_are_those_of_slurm_22_05() {
+        let optional: HashSet<&str> =
+            SBATCH.iter().filter(|s| s.arity == Arity::OptionalValue).map(|s| s.long).collect();
+        let expected = ["exclusive", "nice", "get-user-env", "propagate", "no-kill", "bcast"];
+        assert_eq!(optional, expected.into_iter().collect());
+        for flag in ["oversubscribe", "hold", "requeue", "no-requeue", "parsable", "test-only", "wait", "verbose"] {
+            assert_eq!(spec(flag).arity, Arity::Flag, "--{flag}");
+        }
+        assert_eq!(spec("kill-on-invalid-dep").arity, Arity::Value, "--kill-on-invalid-dep=<yes|no> needs a value");
+    }
+
+    #[test]
+    fn every_denied_or_rebuilt_option_has_a_one_line_reason() {
+        for s in SBATCH {
+            if let Class::Denied(r) | Class::Rebuilt(r) = s.class {
+                assert!(!r.trim().is_empty(), "--{} has no reason", s.long);
+                assert!(!r.chars().any(char::is_control), "--{} reason is not one line", s.long);
+                assert!(r.len() <= 100, "--{} reason is too long for one line", s.long);
+            }
+        }
+    }
+
+    #[test]
+    fn every_long_option_round_trips_through_the_parser() {
+        for s in SBATCH {
+            let long = format!("--{}", s.long);
+            let v = sample(s.value);
+            let with_eq = format!("{long}={v}");
+            if let Class::Denied(reason) = s.class {
+                for a in [vec![long.clone()], vec![with_eq.clone()], vec![long.clone(), v.to_string()]] {
+                    let want = GrammarError::Denied { opt: long.clone(), reason };
+                    assert_eq!(parse(SBATCH, &a, true), Err(want), "{a:?}");
+                }
+                continue;
+            }
+            let one = |a: Vec<String>| owned(&parse(SBATCH, &a, true).unwrap_or_else(|e| panic!("{a:?}: {e}")));
+            let val = Some(v.to_string());
+            match s.arity {
+                Arity::Flag => {
+                    assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
+                    assert_eq!(parse(SBATCH, &[with_eq], true), Err(GrammarError::UnexpectedValue(long)));
+                }
+                Arity::Value => {
+                    assert_eq!(one(vec![with_eq]), [(s.long, val.clone())]);
+                    assert_eq!(one(vec![long.clone(), v.to_string()]), [(s.long, val)]);
+                    let missing = parse(SBATCH, std::slice::from_ref(&long), true);
+                    assert_eq!(missing, Err(GrammarError::MissingValue(long)));
+                }
+                Arity::OptionalValue => {
+                    assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
+                    assert_eq!(one(vec![with_eq]), [(s.long, val)]);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_short_form_works_alone_and_clustered() {
+        for s in SBATCH {
+            let Some(c) = s.short else { continue };
+            let v = sample(s.value);
+            let got = |a: &[String]| {
+                parse(SBATCH, a, true)
+                    .map(|p| pairs(&p).into_iter().map(|(l, v)| (l, v.map(String::from))).collect::<Vec<_>>())
+            };
+            if let Class::Denied(reason) = s.class {
+                let want = Err(GrammarError::Denied { opt: format!("-{c} (--{})", s.long), reason });
+                assert_eq!(got(&[format!("-{c}{v}")]), want);
+                assert_eq!(got(&[format!("-vv{c}"), v.to_string()]), want, "clustered after flags");
+                continue;
+            }
+            match s.arity {
+                Arity::Flag => {
+                    assert_eq!(got(&[format!("-{c}")]), Ok(vec![(s.long, None)]));
+                    let both = Ok(vec![(s.long, None), ("hold", None), (s.long, None)]);
+                    assert_eq!(got(&[format!("-{c}H{c}")]), both, "clustered");
+                }
+                Arity::Value | Arity::OptionalValue => {
+                    let one = Ok(vec![(s.long, Some(v.to_string()))]);
+                    assert_eq!(got(&[format!("-{c}{v}")]), one);
+                    assert_eq!(got(&[format!("-Hv{c}{v}")]).map(|o| o[2..].to_vec()), one, "after clustered flags");
+                    if s.arity == Arity::Value {
+                        assert_eq!(got(&[format!("-{c}"), v.to_string()]), one);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn no_allowed_option_accepts_a_newline_or_nul() {
+        for s in SBATCH.iter().filter(|s| s.arity != Arity::Flag && !matches!(s.class, Class::Denied(_))) {
+            for bad in ["\n", "\0", "\r", "\u{1b}[2J"] {
+                let v = format!("{}{bad}x", sample(s.value));
+                let a = [format!("--{}={v}", s.long)];
+                assert!(matches!(parse(SBATCH, &a, true), Err(GrammarError::BadValue { .. })), "{a:?}");
+                assert!(validate(s.value, &v).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn prefixes_of_real_options_are_unknown() {
+        for p in ["--acc", "--accoun", "--part=x", "--exp=ALL", "--wra=x", "--ch=/"] {
+            let name = p.split('=').next().unwrap();
+            assert_eq!(parse(SBATCH, &argv(&[p]), true), Err(GrammarError::Unknown(name.into())));
+        }
+    }
+
+    const HEAD: &str = "#!/bin/bash\n";
+
+    fn words(body: &str) -> Vec<String> {
+        parse_directives(&format!("{HEAD}{body}")).unwrap()
+    }
+
+    fn directives(body: &str) -> Result<Parsed, GrammarError> {
+        parse(SBATCH, &parse_directives(&format!("{HEAD}{body}"))?, true)
+    }
+
+    #[test]
+    fn directive_uid_is_denied() {
+        let e = directives("#SBATCH --uid=0\n").unwrap_err();
+        assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "--uid"), "{e:?}");
+    }
+
+    #[test]
+    fn directive_clustered_short_flags_reach_chdir() {
+        // -vvD /tmp hides -D (chdir) behind two verbose flags; the grammar still finds it.
+        let p = directives("#SBATCH -vvD /tmp\n").unwrap();
+        assert_eq!(pairs(&p), [("verbose", None), ("verbose", None), ("chdir", Some("/tmp"))]);
+        assert!(matches!(p.options[2].0.class, Class::Rebuilt(_)));
+        let e = directives("#SBATCH -vvM other\n").unwrap_err();
+        assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "-M (--clusters)"), "{e:?}");
+    }
+
+    #[test]
+    fn directive_after_a_tab_is_still_read() {
+        let e = directives("#SBATCH\t--prolog=x\n").unwrap_err();
+        assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "--prolog"), "{e:?}");
+    }
+
+    #[test]
+    fn export_of_bash_env_parses_for_the_chaperon_to_apply_inside_the_jail() {
+        let p = directives("#SBATCH --export=ALL,BASH_ENV=/tmp/x\n").unwrap();
+        assert_eq!(pairs(&p), [("export", Some("ALL,BASH_ENV=/tmp/x"))]);
+    }
+
+    #[test]
+    fn directive_without_space_after_the_prefix_is_read_as_slurm_does() {
+        // Slurm compares only the 7 bytes of "#SBATCH": "#SBATCH--uid=0" is a directive to it.
+        let e = directives("#SBATCH--uid=0\n").unwrap_err();
+        assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "--uid"), "{e:?}");
+        assert_eq!(words("#SLURM --gid=0\n"), ["--gid=0"], "the old #SLURM prefix still counts");
+    }
+
+    #[test]
+    fn indented_sbatch_is_a_comment_not_a_directive() {
+        assert_eq!(words("  #SBATCH --uid=0\n\t#SBATCH --gid=0\n#SBATCH -J ok\n"), ["-J", "ok"]);
+    }
+
+    #[test]
+    fn directives_stop_at_the_first_command() {
+        let body = "\n# a comment\n#SBATCH -J a\n   \n#SBATCH -t 5\necho hi\n#SBATCH --uid=0\n";
+        assert_eq!(words(body), ["-J", "a", "-t", "5"]);
+        assert_eq!(words("  set -e\n#SBATCH --uid=0\n"), Vec::<String>::new());
+        assert_eq!(words(""), Vec::<String>::new());
+        assert_eq!(parse_directives("#!/bin/sh\n#SBATCH -J x").unwrap(), ["-J", "x"], "no final newline");
+    }
+
+    #[test]
+    fn directive_words_split_like_slurm() {
+        assert_eq!(words("#SBATCH --job-name=\"my job\" -t 5\n"), ["--job-name=my job", "-t", "5"]);
+        assert_eq!(words("#SBATCH -J 'a b'c\"d e\"\n"), ["-J", "a bcd e"]);
+        assert_eq!(words("#SBATCH -J a\\\"b\n"), ["-J", "a\"b"]);
+        assert_eq!(words("#SBATCH -J 'it\\'s'\n"), ["-J", "it's"], "backslash escapes inside quotes too");
+        assert_eq!(words("#SBATCH -J x # a comment --uid=0\n"), ["-J", "x"]);
+        assert_eq!(words("#SBATCH -J x#y --uid=0\n"), ["-J", "x"], "an unquoted # ends the line even mid-word");
+        assert_eq!(words("#SBATCH -J \"x#y\" --comment=a\\#b\n"), ["-J", "x#y", "--comment=a#b"]);
+        assert_eq!(words("#SBATCH -J x \"\" --uid=0\n"), ["-J", "x"], "an empty word ends the line");
+        assert_eq!(words("#SBATCH -J x\x0b-t\x0c5\r-v\n"), ["-J", "x", "-t", "5", "-v"], "C isspace");
+        assert_eq!(words("#SBATCH --comment=x hetjob --uid=0\n"), ["--comment=x"], "a hetjob word ends the line");
+    }
+
+    #[test]
+    fn directive_lines_form_one_argument_list() {
+        let p = directives("#SBATCH --job-name\n#SBATCH --uid=0\n").unwrap();
+        assert_eq!(pairs(&p), [("job-name", Some("--uid=0"))], "as getopt reads Slurm's joined argv");
+    }
+
+    #[test]
+    fn malformed_directives_are_refused_like_sbatch() {
+        assert!(matches!(
+            parse_directives("#!/bin/sh\n#SBATCH -J \"x\n"),
+            Err(GrammarError::Directive { line: 2, .. })
+        ));
+        assert!(matches!(parse_directives("#!/bin/sh\n#SBATCH -N1 : -N2\n"), Err(GrammarError::Directive { .. })));
+        assert!(matches!(parse_directives("#!/bin/sh\n#SBATCH hetjob\n"), Err(GrammarError::Unsupported(_))));
+        assert!(matches!(parse_directives("#!/bin/sh\n#SBATCH PACKJOB -N2\n"), Err(GrammarError::Unsupported(_))));
+        for bad in ["", " \n\t", "echo hi\n", "#SBATCH -J x\n", "#!/bin/sh\0\n", "#!/bin/sh\r\n#SBATCH -J x\r\n"] {
+            assert!(matches!(parse_directives(bad), Err(GrammarError::Script(_))), "{bad:?}");
+        }
+        assert_eq!(
+            parse_directives("#!/bin/sh\r#SBATCH -J x\n").unwrap(),
+            Vec::<String>::new(),
+            "a lone CR is not CRLF"
+        );
+        let many = format!("{HEAD}{}", "#SBATCH -v\n".repeat(MAX_ARGS + 1));
+        assert!(matches!(parse_directives(&many), Err(GrammarError::TooManyArgs { .. })));
+    }
+
+    fn sbatch(a: &[&str], script: Option<&str>) -> Result<SbatchRequest, GrammarError> {
+        parse_sbatch(&argv(a), script)
+    }
+
+    #[test]
+    fn command_line_follows_directives_so_it_wins() {
+        let script = "#!/bin/sh\n#SBATCH -t 10 -J fromscript\n#SBATCH --mem=1G\nsrun x\n";
+        let r = sbatch(&["-t", "20", "job.sh", "a", "-J", "b"], Some(script)).unwrap();
+        assert_eq!(
+            r.options,
+            [
+                ("time", Some("10".into())),
+                ("job-name", Some("fromscript".into())),
+                ("mem", Some("1G".into())),
+                ("time", Some("20".into()))
+            ]
+        );
+        assert_eq!(r.last("time"), Some(Some("20")));
+        assert_eq!(r.last("job-name"), Some(Some("fromscript")), "-J after the script is the script's argument");
+        assert_eq!(r.last("hold"), None);
+        assert_eq!(r.script_path.as_deref(), Some("job.sh"));
+        assert_eq!(r.script_args, ["a", "-J", "b"]);
+    }
+
+    #[test]
+    fn denials_are_the_same_in_directives_and_on_the_command_line() {
+        let cli = sbatch(&["--uid=0", "job.sh"], Some("#!/bin/sh\n")).unwrap_err();
+        let dir = sbatch(&["job.sh"], Some("#!/bin/sh\n#SBATCH --uid=0\n")).unwrap_err();
+        assert_eq!(cli, dir);
+        assert!(matches!(sbatch(&["job.sh"], Some("#!/bin/sh\n#SBATCH -vvM x\n")), Err(GrammarError::Denied { .. })));
+    }
+
+    #[test]
+    fn early_pass_options_in_directives_are_ignored_as_slurm_does() {
+        let r = sbatch(&[], Some("#!/bin/sh\n#SBATCH -vv --wrap=x --help -J j\n")).unwrap();
+        assert_eq!(r.options, [("job-name", Some("j".into()))]);
+        let r = sbatch(&["-v", "job.sh"], Some("#!/bin/sh\n")).unwrap();
+        assert_eq!(r.options, [("verbose", None)]);
+    }
+
+    #[test]
+    fn a_word_that_is_not_an_option_in_a_directive_is_refused() {
+        let e = sbatch(&[], Some("#!/bin/sh\n#SBATCH -J x extra --uid=0\n")).unwrap_err();
+        assert_eq!(e, GrammarError::InvalidDirective("extra".into()));
+        let e = sbatch(&[], Some("#!/bin/sh\n#SBATCH -- --uid=0\n")).unwrap_err();
+        assert_eq!(e, GrammarError::InvalidDirective("--uid=0".into()));
+        assert!(sbatch(&[], Some("#!/bin/sh\n#SBATCHfoo\n")).is_err());
+    }
+
+    #[test]
+    fn wrap_and_heterogeneous_jobs() {
+        let r = sbatch(&["--wrap", "hostname", "-t", "5"], None).unwrap();
+        assert_eq!((r.last("wrap"), r.script_path.as_deref()), (Some(Some("hostname")), None));
+        assert!(matches!(sbatch(&["--wrap=x", "job.sh"], None), Err(GrammarError::Usage(_))));
+        assert!(matches!(sbatch(&["--wrap=x"], Some("#!/bin/sh\n")), Err(GrammarError::Usage(_))));
+        assert!(matches!(sbatch(&["-N1", ":", "-N2", "job.sh"], None), Err(GrammarError::Unsupported(_))));
+        assert!(matches!(sbatch(&["job.sh", ":"], None), Err(GrammarError::Unsupported(_))));
+    }
+
+    #[test]
+    fn stdin_script_and_double_dash() {
+        let r = sbatch(&["-p", "gpu"], Some("#!/bin/sh\n#SBATCH -t 5\n")).unwrap();
+        assert_eq!((r.script_path, r.options.len()), (None, 2));
+        let r = sbatch(&["--", "-weird-name.sh", "--uid=0"], None).unwrap();
+        assert_eq!(r.script_path.as_deref(), Some("-weird-name.sh"));
+        assert_eq!(r.script_args, ["--uid=0"]);
+    }
+
+    #[test]
+    fn snakemake_and_submitit_submissions_parse() {
+        let r = sbatch(&["--parsable", "--export=ALL", "--comment", "rule_a", "-A", "p1", "job.sh"], None).unwrap();
+        assert_eq!(r.last("export"), Some(Some("ALL")));
+        let script = "#!/bin/bash\n\n# Parameters\n#SBATCH --cpus-per-task=4\n#SBATCH --error=/p/%j_0_log.err\n\
+                      #SBATCH --gpus-per-node=1\n#SBATCH --job-name=submitit\n#SBATCH --nodes=1\n\
+                      #SBATCH --open-mode=append\n#SBATCH --signal=USR2@90\n#SBATCH --time=60\n#SBATCH --wckey=submitit\n\
+                      \n# command\nexport SUBMITIT_EXECUTOR=slurm\nsrun --unbuffered python -u -m submitit\n";
+        let r = sbatch(&["/p/submission.sh"], Some(script)).unwrap();
+        assert_eq!(r.options.len(), 9);
+        assert_eq!(r.last("signal"), Some(Some("USR2@90")));
+    }
+
+    /// xorshift64*: deterministic, no dependency.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+        fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
+            &xs[self.below(xs.len())]
+        }
+    }
+
+    const ATOMS: &[&str] = &[
+        "-", "--", "=", ":", ",", "?", "@", "#", "\"", "'", "\\", " ", "\t", "\n", "\r", "\0", "\x0b", "\u{1b}", "é",
+        "\u{2028}", "a", "Z", "0", "9", "_", "*", "[", "]", "/", "ALL", "USR1", "afterok:", "hetjob", "#SBATCH",
+        "#SLURM", "#!", "v", "D", "J", "M", "x", "%j", "SIG", "B:",
+    ];
+
+    fn token(rng: &mut Rng) -> String {
+        match rng.below(4) {
+            0 => format!("--{}", rng.pick(SBATCH).long),
+            1 => format!("-{}", rng.pick(SBATCH).short.unwrap_or('v')),
+            2 => format!(
+                "--{}={}",
+                rng.pick(SBATCH).long,
+                (0..rng.below(4)).map(|_| *rng.pick(ATOMS)).collect::<String>()
+            ),
+            _ => (0..rng.below(6)).map(|_| *rng.pick(ATOMS)).collect(),
+        }
+    }
+
+    #[test]
+    fn random_arguments_and_scripts_never_panic() {
+        let mut rng = Rng(0x5eed_cafe_f00d_0001);
+        let kinds = [Text, Int, Time, Memory, NodeList, JobName, Path, JobIdList, Dependency, ExportSpec, Signal, Any];
+        let mut outcomes = [0usize; 2];
+        for _ in 0..50_000 {
+            let args: Vec<String> = (0..rng.below(8)).map(|_| token(&mut rng)).collect();
+            let mut script = String::from(if rng.below(10) == 0 { "" } else { "#!/bin/sh\n" });
+            for _ in 0..rng.below(6) {
+                let prefix = *rng.pick(&["#SBATCH ", "#SBATCH", "#SLURM\t", "  #SBATCH ", "# ", "", "echo "]);
+                let line: Vec<String> = (0..rng.below(5)).map(|_| token(&mut rng)).collect();
+                script.push_str(prefix);
+                let sep = *rng.pick(&[" ", "\t", "", "\n"]);
+                script.push_str(&line.join(sep));
+                script.push('\n');
+            }
+            let script = (rng.below(4) != 0).then_some(script.as_str());
+            let r = parse_sbatch(&args, script);
+            outcomes[r.is_ok() as usize] += 1;
+            if let Err(e) = r {
+                let shown = e.to_string();
+                let bound = 2 * MAX_ARG_BYTES;
+                assert!(shown.len() < bound);
+            }
+            for a in &args {
+                let _ = validate(*rng.pick(&kinds), a);
+                let _ = crate::grammar::dependency_job_ids(a);
+            }
+            let _ = parse(SBATCH, &args, false);
+        }
+        // The generator must reach both sides, or it tests nothing.
+        assert!(outcomes[0] > 1000 && outcomes[1] > 1000, "{outcomes:?}");
+    }
+}
