@@ -295,8 +295,9 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
             MountSpec::Device { source, .. } => {
                 let src = under(OLD, source);
                 sys.touch(&target).map_err(fail("create device node target"))?;
+                // No attributes to add: a device node cannot be executed (so nosuid means
+                // nothing here) and nodev would make it useless.
                 sys.mount(Some(&src), &target, None, MsFlags::MS_BIND, None).map_err(fail("bind device"))?;
-                sys.set_attr(&target, MOUNT_ATTR_NOSUID).map_err(fail("set attributes on"))?;
             }
             MountSpec::Symlink { link, .. } => {
                 sys.symlink(link, &target).map_err(fail("symlink"))?;
