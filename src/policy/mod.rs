@@ -414,6 +414,40 @@ mod tests {
         }
     }
 
+    /// The shipped templates, with every commented-out `# key = value` example switched on,
+    /// must be valid policy of their kind: the examples admins copy cannot rot.
+    #[test]
+    fn etc_templates_and_their_commented_examples_parse() {
+        for (name, text, kind) in [
+            ("etc/config.toml", include_str!("../../etc/config.toml"), FileKind::Site),
+            ("etc/admin.toml", include_str!("../../etc/admin.toml"), FileKind::Admin),
+        ] {
+            let uncommented: String = text
+                .lines()
+                .map(|l| {
+                    let rest = l.strip_prefix("# ").unwrap_or(l);
+                    let is_example = rest
+                        .split_once(" = ")
+                        .is_some_and(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_lowercase() || c == '_'));
+                    if is_example {
+                        rest
+                    } else {
+                        l
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            assert_ne!(uncommented, text, "{name} has examples");
+            let layer = parse_layer(&uncommented, Path::new(name), kind).unwrap_or_else(|e| panic!("{e}"));
+            let sl = SourcedLayer { layer, source: Source::Site(name.into()) };
+            if kind == FileKind::Admin {
+                merge(&[], Some(&SourcedLayer { layer: sl.layer, source: Source::Admin(name.into()) })).unwrap();
+            } else {
+                merge(&[sl], None).unwrap();
+            }
+        }
+    }
+
     #[test]
     fn unknown_key_names_file_line_and_key() {
         let text = "[net]\nmode = \"filtered\"\nmoed = \"open\"\n";
