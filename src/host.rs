@@ -20,7 +20,8 @@ pub enum Kind {
 /// What the plan may ask of the host filesystem. `kind` does not follow the last symlink.
 pub trait HostFs {
     fn kind(&self, p: &Path) -> Option<Kind>;
-    fn read_dir(&self, p: &Path) -> Vec<OsString>;
+    /// Sorted entry names, shared: the same directories (/dev above all) are asked for often.
+    fn read_dir(&self, p: &Path) -> std::rc::Rc<[OsString]>;
     fn read_link(&self, p: &Path) -> Option<PathBuf>;
     fn canonicalize(&self, p: &Path) -> Option<PathBuf>;
 }
@@ -30,7 +31,7 @@ pub trait HostFs {
 #[derive(Default)]
 pub struct RealFs {
     kinds: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<Kind>>>,
-    dirs: std::cell::RefCell<std::collections::HashMap<PathBuf, Vec<OsString>>>,
+    dirs: std::cell::RefCell<std::collections::HashMap<PathBuf, std::rc::Rc<[OsString]>>>,
 }
 
 impl HostFs for RealFs {
@@ -55,13 +56,14 @@ impl HostFs for RealFs {
         self.kinds.borrow_mut().insert(p.to_path_buf(), k);
         k
     }
-    fn read_dir(&self, p: &Path) -> Vec<OsString> {
+    fn read_dir(&self, p: &Path) -> std::rc::Rc<[OsString]> {
         if let Some(v) = self.dirs.borrow().get(p) {
             return v.clone();
         }
         let mut v: Vec<OsString> =
             std::fs::read_dir(p).map(|rd| rd.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
         v.sort();
+        let v: std::rc::Rc<[OsString]> = v.into();
         self.dirs.borrow_mut().insert(p.to_path_buf(), v.clone());
         v
     }
@@ -108,7 +110,7 @@ impl HostFs for FakeFs {
     fn kind(&self, p: &Path) -> Option<Kind> {
         self.entries.get(p).map(|e| e.0)
     }
-    fn read_dir(&self, p: &Path) -> Vec<OsString> {
+    fn read_dir(&self, p: &Path) -> std::rc::Rc<[OsString]> {
         self.entries
             .keys()
             .filter(|k| k.parent() == Some(p) && k.as_path() != p)

@@ -1,7 +1,7 @@
 //! The jail's environment: the launcher's variables minus the scrub patterns (unless kept),
 //! plus the variables the jail defines. Values never appear in `policy show`, only names.
 
-use crate::glob::{glob_match, glob_match_ci};
+use crate::glob::Pattern;
 use crate::policy::Policy;
 use std::path::Path;
 
@@ -27,8 +27,10 @@ pub struct JailVars<'a> {
 const ALWAYS_DROPPED: &[&str] = &["OLDPWD", "PWD", "XDG_RUNTIME_DIR", "AGENT_SANDBOX_LOG"];
 
 pub fn build(launcher_env: &[(String, String)], policy: &Policy, j: &JailVars<'_>) -> EnvPlan {
-    let keep = |k: &str| policy.env_keep.iter().any(|p| glob_match(&p.value, k));
-    let scrub = |k: &str| policy.env_scrub.iter().any(|p| glob_match_ci(&p.value, k));
+    let keep_p: Vec<Pattern> = policy.env_keep.iter().map(|p| Pattern::new(&p.value, false)).collect();
+    let scrub_p: Vec<Pattern> = policy.env_scrub.iter().map(|p| Pattern::new(&p.value, true)).collect();
+    let keep = |k: &str| keep_p.iter().any(|p| p.matches(k));
+    let scrub = |k: &str| scrub_p.iter().any(|p| p.matches(k));
     let mut vars = vec![];
     let mut removed = vec![];
     for (k, v) in launcher_env {

@@ -230,7 +230,7 @@ impl<'a> Builder<'a> {
             Kind::Dir if self.overlay && !rw && !in_tree && self.hidden.any_below(src) => self.overlay_tree(src),
             Kind::Dir if self.hidden.any_below(src) => {
                 self.mounts.push(MountSpec::Tmpfs { target: target.clone(), mode: 0o755 });
-                for name in self.fs.read_dir(src) {
+                for name in self.fs.read_dir(src).iter() {
                     self.bind_tree_inner(&src.join(name), rw, true);
                 }
                 if !in_tree {
@@ -270,8 +270,8 @@ pub fn expand_glob(fs: &dyn HostFs, p: &Path) -> Vec<PathBuf> {
         return vec![];
     }
     fs.read_dir(parent)
-        .into_iter()
-        .filter(|n| crate::glob::glob_match(&pat, &n.to_string_lossy()))
+        .iter()
+        .filter(|n| n.to_str().is_some_and(|n| crate::glob::glob_match(&pat, n)))
         .map(|n| parent.join(n))
         .collect()
 }
