@@ -61,14 +61,14 @@ pub fn stdio_ttys() -> TtyFds {
 /// `lock`: the project's session lock, taken before the plan was made (see `placeholders`).
 pub fn run(plan: &Plan, banner: &dyn Fn(), mut lock: placeholders::ProjectLock) -> Result<Outcome, JailError> {
     if let Err(e) = lock.create(&plan.placeholders) {
-        lock.release();
+        lock.release_now();
         return Err(e.into());
     }
     let result = match plan.backend {
-        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner),
+        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner, &mut || lock.spawn_waiter()),
         BackendKind::Landlock => exec_landlock(plan, banner).map(|never| match never {}),
     };
-    lock.release_in_background();
+    lock.finish();
     result
 }
 

@@ -2,13 +2,14 @@
 //! launcher creates them empty so the jail can bind them read-only, and removes the ones
 //! still empty when the last session of the project ends. Sessions of one project share a
 //! lock file in the user's state directory (hidden from every jail): each holds it shared
-//! from before its plan is made to its end; whoever can take it exclusively at the end is
-//! the last one, and removes what any of them created (listed in the same file).
+//! from before its plan is made to its end. A session that can take it exclusively, at its
+//! end or at its start, is alone, and removes what any session recorded in the same file;
+//! so a session that ended while another ran is cleaned up after by the next one alone.
 
 use crate::plan::Placeholder;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -24,6 +25,8 @@ pub enum PlaceholderError {
 pub struct ProjectLock {
     file: File,
     project: PathBuf,
+    /// Write end of the pipe a cleanup waiter reads: it releases once we have exited.
+    waiter: Option<OwnedFd>,
 }
 
 fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
@@ -44,6 +47,28 @@ fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3))
 }
 
+/// Closes every descriptor of this process but `keep` (stdio becomes /dev/null).
+fn close_all_but(keep: &[i32]) {
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto this process's own stdio descriptors.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+    let mut kept: Vec<u32> = keep.iter().filter_map(|k| u32::try_from(*k).ok()).filter(|k| *k > 2).collect();
+    kept.sort_unstable();
+    let mut lo: u32 = 3;
+    for k in kept {
+        if k > lo {
+            // SAFETY: closes a range of this process's own descriptors.
+            unsafe { libc::syscall(libc::SYS_close_range, lo, k - 1, 0u32) };
+        }
+        lo = lo.max(k + 1);
+    }
+    // SAFETY: as above.
+    unsafe { libc::syscall(libc::SYS_close_range, lo, u32::MAX, 0u32) };
+}
+
 impl ProjectLock {
     pub fn acquire(state_dir: &Path, project: &Path) -> Result<ProjectLock, PlaceholderError> {
         let dir = state_dir.join("sessions");
@@ -58,8 +83,14 @@ impl ProjectLock {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(err)?;
-        flock(&file, libc::LOCK_SH).map_err(err)?;
-        Ok(ProjectLock { file, project: project.to_path_buf() })
+        let mut lock = ProjectLock { file, project: project.to_path_buf(), waiter: None };
+        // Alone? Then first remove what an earlier session left behind (it ended while
+        // another held the lock, or it was killed), so this plan sees the project as it is.
+        if flock(&lock.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+            lock.remove_recorded();
+        }
+        flock(&lock.file, libc::LOCK_SH).map_err(err)?;
+        Ok(lock)
     }
 
     /// Creates the missing placeholders and records the ones this session made.
@@ -94,35 +125,61 @@ impl ProjectLock {
         result
     }
 
-    /// Like `release`, but the removals (slow metadata operations on network and journaled
-    /// filesystems) run in a forked child, so the launcher can exit at once. The child keeps
-    /// the lock while it works: a session starting meanwhile waits for it before planning.
-    pub fn release_in_background(self) {
-        // SAFETY: the launcher is single-threaded; the child closes its stdio (so nobody waits
-        // for its output), removes files, and _exits.
+    /// Forks, while the launcher waits for the jail to build itself, a child that waits for
+    /// the launcher to exit (its pipe closes, however the launcher ends) and then releases:
+    /// the launcher's own exit then costs neither a fork nor the removals.
+    pub fn spawn_waiter(&mut self) {
+        let Ok((r, w)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else { return };
+        // SAFETY: the launcher is single-threaded; the child keeps two descriptors, blocks on
+        // a read, removes files and _exits.
         match unsafe { nix::unistd::fork() } {
             Ok(nix::unistd::ForkResult::Child) => {
-                if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-                    for fd in 0..3 {
-                        // SAFETY: dup2 onto this child's own stdio descriptors.
-                        unsafe { libc::dup2(null.as_raw_fd(), fd) };
-                    }
-                }
-                self.release();
+                drop(w);
+                close_all_but(&[self.file.as_raw_fd(), r.as_raw_fd()]);
+                let mut b = [0u8; 1];
+                while matches!(nix::unistd::read(&r, &mut b), Ok(n) if n > 0) {}
+                self.release_now();
+                // SAFETY: ends the waiter without running the launcher's exit path.
+                unsafe { libc::_exit(0) }
+            }
+            Ok(nix::unistd::ForkResult::Parent { .. }) => self.waiter = Some(w),
+            Err(_) => {}
+        }
+    }
+
+    /// Ends the session's hold: a waiter, if one runs, releases after we exit; otherwise a
+    /// forked child does, so the launcher does not wait for the removals.
+    pub fn finish(mut self) {
+        if self.waiter.is_some() {
+            // Our descriptors close when we exit; the waiter sees its pipe close.
+            std::mem::forget(self);
+            return;
+        }
+        // SAFETY: the launcher is single-threaded; the child closes its stdio (so nobody
+        // waits for its output), removes files, and _exits.
+        match unsafe { nix::unistd::fork() } {
+            Ok(nix::unistd::ForkResult::Child) => {
+                close_all_but(&[self.file.as_raw_fd()]);
+                self.release_now();
                 // SAFETY: ends the cleanup child without running the launcher's exit path.
                 unsafe { libc::_exit(0) }
             }
             Ok(nix::unistd::ForkResult::Parent { .. }) => {}
-            Err(_) => self.release(),
+            Err(_) => self.release_now(),
         }
     }
 
-    /// Ends this session's hold; the last session of the project removes every placeholder
-    /// that is still empty (anything written into one stays for the user to see).
-    pub fn release(mut self) {
-        if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_err() {
-            return;
+    /// If no other session holds the lock, removes the recorded placeholders; if one does,
+    /// leaves them: it, or the next session to start alone, will.
+    pub fn release_now(&mut self) {
+        if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+            self.remove_recorded();
         }
+    }
+
+    /// With the lock held exclusively: removes every recorded placeholder that is still
+    /// empty (anything written into one stays for the user to see) and clears the record.
+    fn remove_recorded(&mut self) {
         let mut text = String::new();
         if self.file.rewind().and_then(|_| self.file.read_to_string(&mut text)).is_err() || text.is_empty() {
             return;

@@ -35,7 +35,8 @@ impl Outcome {
     }
 }
 
-pub fn run(plan: &Plan, tty: TtyFds, banner: &dyn Fn()) -> Result<Outcome, JailError> {
+/// `idle`: work for the launcher while the jail builds itself (it runs on the other core).
+pub fn run(plan: &Plan, tty: TtyFds, banner: &dyn Fn(), idle: &mut dyn FnMut()) -> Result<Outcome, JailError> {
     let use_pty = tty.0[0] && (tty.0[1] || tty.0[2]);
     let pty = use_pty.then_some(tty);
     let new_net = plan.net.effective != NetMode::Open;
@@ -57,6 +58,7 @@ pub fn run(plan: &Plan, tty: TtyFds, banner: &dyn Fn()) -> Result<Outcome, JailE
         allow_nested_userns: plan.seccomp.nested_userns,
     })
     .map_err(|e| fail(JailError::Seal(e.into())))?;
+    idle();
     let master = match msg::recv(sock) {
         Ok(Some(Msg::Ready(mut fds))) => fds.pop(),
         Ok(Some(Msg::Error(e))) => return Err(fail(JailError::Build(e))),
