@@ -718,3 +718,36 @@ fn profile_option_applies_a_profiles_policy_to_any_command() {
     assert!(out.stdout.contains("WROTE") && out.stdout.contains("key=sk-ant-test"), "{out}");
     assert!(claude.join("from-jail").exists(), "the profile's home entry must be writable and persist");
 }
+
+#[test]
+fn the_launcher_binary_is_read_only_inside_even_when_it_lives_in_the_project() {
+    let j = jail!("selfbin");
+    // A copy of the binary inside the project (a developer running from the checkout).
+    let inside = j.project.join("target/release/agent-sandbox");
+    std::fs::create_dir_all(inside.parent().unwrap()).unwrap();
+    std::fs::copy(&j.rig.bin, &inside).unwrap();
+    for p in [j.project.join("target"), j.project.join("target/release"), inside.clone()] {
+        std::os::unix::fs::chown(&p, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    }
+    let script = "echo x >> target/release/agent-sandbox || echo BIN-RO; mv target target2 || echo PINNED; \
+                  echo x >> /run/agent-sandbox/agent-sandbox || echo STUB-RO; touch /run/agent-sandbox/bin/new || echo STUBDIR-RO";
+    // The same invocation as `command`, but launched from the copy in the project.
+    let template = j.command(&["-q", "--net", "isolated", "run", "--", "sh", "-c", script]);
+    let mut c2 = std::process::Command::new(&inside);
+    use std::os::unix::process::CommandExt;
+    c2.args(template.get_args())
+        .env_clear()
+        .envs(template.get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))))
+        .current_dir(&j.project)
+        .uid(j.rig.uid)
+        .gid(j.rig.gid);
+    let out = j.output(&mut c2);
+    for want in ["BIN-RO", "PINNED", "STUB-RO", "STUBDIR-RO"] {
+        assert!(out.stdout.contains(want), "{want}: {out}");
+    }
+    assert_eq!(
+        std::fs::metadata(&inside).unwrap().len(),
+        std::fs::metadata(&j.rig.bin).unwrap().len(),
+        "binary changed"
+    );
+}
