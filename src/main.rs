@@ -251,6 +251,7 @@ fn launch_logged(
             eprintln!("{}", show::banner(&plan));
         }
     };
+    // Dry runs returned above: only they have no lock.
     let Some(lock) = lock else { return Ok(0) };
     let mut start = log.record("session_start");
     start.project = Some(plan.project.display().to_string());
