@@ -193,16 +193,8 @@ fn tiocsti_cannot_push_input_into_the_terminal() {
     // Under `script` the jail gets its own pty as controlling terminal: the only place the
     // ioctl could reach, and seccomp refuses it there too.
     let launcher = format!("{} --ro {} -q run -- {} tiocsti", j.rig.bin.display(), j.rig.helpers.display(), j.probe());
-    let mut c = j.command(&[]);
-    let mut cmd = std::process::Command::new("script");
+    let mut cmd = j.as_user("script");
     cmd.args(["-qec", &launcher, "/dev/null"]);
-    use std::os::unix::process::CommandExt;
-    cmd.env_clear()
-        .envs(c.get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))))
-        .current_dir(&j.project)
-        .uid(j.rig.uid)
-        .gid(j.rig.gid);
-    let _ = &mut c;
     let out = j.output(&mut cmd);
     assert!(out.stdout.contains("probe tiocsti errno=1"), "{out}");
 }
@@ -287,16 +279,8 @@ fn pid1_reaps_orphans() {
 fn interactive_shell_works_under_a_pty() {
     let j = jail!("pty");
     let launcher = format!("{} -q run -- bash --norc -i", j.rig.bin.display());
-    let mut cmd = std::process::Command::new("script");
-    use std::os::unix::process::CommandExt;
-    cmd.args(["-qec", &launcher, "/dev/null"])
-        .env_clear()
-        .env("HOME", &j.rig.home)
-        .env("PATH", "/usr/bin:/bin")
-        .env("TERM", "xterm")
-        .current_dir(&j.project)
-        .uid(j.rig.uid)
-        .gid(j.rig.gid);
+    let mut cmd = j.as_user("script");
+    cmd.args(["-qec", &launcher, "/dev/null"]).env("TERM", "xterm");
     let j = j.stdin("tty; echo inside-$((40+2)); exit 5\n");
     let out = j.output(&mut cmd);
     assert!(out.stdout.contains("inside-42"), "{out}");
@@ -382,7 +366,7 @@ fn malformed_config_stops_the_launch_with_file_and_line() {
     let j = jail!("badcfg");
     let cfg = j.rig.home.join("t/badcfg-policy.toml");
     std::fs::write(&cfg, "[net]\nmode = \"isolated\"\nmdoe = 1\n").unwrap();
-    std::os::unix::fs::chown(&cfg, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    j.give(&[&cfg]);
     let j = j.arg("--policy").arg(&cfg.display().to_string());
     let out = j.run("touch ./ran");
     assert_eq!(out.code, 126, "{out}");
@@ -503,9 +487,7 @@ fn home_write_mode_keeps_hidden_paths_absent_and_own_config_read_only() {
     let j = jail!("homewrite");
     let cfg = j.rig.home.join(".config/agent-sandbox");
     std::fs::create_dir_all(&cfg).unwrap();
-    for d in [j.rig.home.join(".config"), cfg.clone()] {
-        std::os::unix::fs::chown(&d, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
-    }
+    j.give(&[&j.rig.home.join(".config"), &cfg]);
     let j = j.arg("--home-access").arg("write");
     let out = j.run("ls ~/.ssh 2>&1; touch ~/.config/agent-sandbox/config.toml 2>&1 || echo CONFIG-RO; touch ~/.bashrc-probe && echo HOME-RW");
     assert!(out.stdout.contains("No such file or directory"), "{out}");
@@ -519,9 +501,7 @@ fn writable_home_entry_still_hides_what_is_inside_it() {
     let gh = j.rig.home.join(".config/gh");
     std::fs::create_dir_all(&gh).unwrap();
     std::fs::write(gh.join("hosts.yml"), "oauth_token: CANARY-GH-TOKEN").unwrap();
-    for d in [j.rig.home.join(".config"), gh.clone(), gh.join("hosts.yml")] {
-        std::os::unix::fs::chown(&d, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
-    }
+    j.give(&[&j.rig.home.join(".config"), &gh, &gh.join("hosts.yml")]);
     let j = j.arg("--rw").arg("~/.config");
     let out = j.run("cat ~/.config/gh/hosts.yml; ls -a ~/.config/gh; touch ~/.config/gh/new || echo GH-RO");
     assert!(!out.stdout.contains("CANARY-GH-TOKEN"), "{out}");
@@ -539,16 +519,8 @@ fn full_screen_programs_work_under_tmux() {
     let sock = format!("asb-test-{}", std::process::id());
     let launcher = format!("{} -q run -- bash --norc", j.rig.bin.display());
     let tmux = |args: &[&str]| {
-        let mut c = std::process::Command::new("tmux");
-        use std::os::unix::process::CommandExt;
-        c.arg("-L")
-            .arg(&sock)
-            .args(args)
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("HOME", &j.rig.home)
-            .env("TERM", "xterm");
-        c.current_dir(&j.project).uid(j.rig.uid).gid(j.rig.gid);
+        let mut c = j.as_user("tmux");
+        c.arg("-L").arg(&sock).args(args).env("TERM", "xterm");
         c.output().expect("tmux")
     };
     tmux(&["new-session", "-d", "-x", "100", "-y", "30", &launcher]);
@@ -619,7 +591,7 @@ fn read_only_home_still_lets_the_agent_write_its_listed_entries() {
     let j = jail!("homeread");
     let codex = j.rig.home.join(".codex");
     std::fs::create_dir_all(&codex).unwrap();
-    std::os::unix::fs::chown(&codex, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    j.give(&[&codex]);
     let j = j.arg("--home-access").arg("read").arg("--rw").arg("~/.codex");
     let out = j.run(
         "touch ~/.codex/session && echo CODEX-RW; touch ~/.bashrc 2>/dev/null || echo HOME-RO; cat ~/.ssh/id_ed25519",
@@ -654,7 +626,7 @@ fn huge_or_special_policy_files_are_refused_without_reading_them_whole() {
     let j = jail!("hugepolicy");
     let big = j.rig.home.join("t/huge-policy.toml");
     std::fs::write(&big, "# x\n".repeat(600_000)).unwrap();
-    std::os::unix::fs::chown(&big, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    j.give(&[&big]);
     let out = j.output(&mut j.command(&["-q", "--policy", big.to_str().unwrap(), "run", "--", "true"]));
     assert_eq!(out.code, 126, "{out}");
     assert!(out.stderr.contains("at most 1024 KiB"), "{out}");
@@ -712,7 +684,7 @@ fn profile_option_applies_a_profiles_policy_to_any_command() {
     let j = jail!("profileopt");
     let claude = j.rig.home.join(".claude");
     std::fs::create_dir_all(&claude).unwrap();
-    std::os::unix::fs::chown(&claude, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    j.give(&[&claude]);
     let j = j.arg("--profile").arg("claude").env("ANTHROPIC_API_KEY", "sk-ant-test");
     let out = j.run("touch ~/.claude/from-jail && echo WROTE; echo key=$ANTHROPIC_API_KEY");
     assert!(out.stdout.contains("WROTE") && out.stdout.contains("key=sk-ant-test"), "{out}");
@@ -726,21 +698,12 @@ fn the_launcher_binary_is_read_only_inside_even_when_it_lives_in_the_project() {
     let inside = j.project.join("target/release/agent-sandbox");
     std::fs::create_dir_all(inside.parent().unwrap()).unwrap();
     std::fs::copy(&j.rig.bin, &inside).unwrap();
-    for p in [j.project.join("target"), j.project.join("target/release"), inside.clone()] {
-        std::os::unix::fs::chown(&p, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
-    }
+    j.give(&[&j.project.join("target"), &j.project.join("target/release"), &inside]);
     let script = "echo x >> target/release/agent-sandbox || echo BIN-RO; mv target target2 || echo PINNED; \
                   echo x >> /run/agent-sandbox/agent-sandbox || echo STUB-RO; touch /run/agent-sandbox/bin/new || echo STUBDIR-RO";
     // The same invocation as `command`, but launched from the copy in the project.
-    let template = j.command(&["-q", "--net", "isolated", "run", "--", "sh", "-c", script]);
-    let mut c2 = std::process::Command::new(&inside);
-    use std::os::unix::process::CommandExt;
-    c2.args(template.get_args())
-        .env_clear()
-        .envs(template.get_envs().filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned()))))
-        .current_dir(&j.project)
-        .uid(j.rig.uid)
-        .gid(j.rig.gid);
+    let mut c2 = j.as_user(&inside);
+    c2.args(j.launcher_args(&["-q", "--net", "isolated", "run", "--", "sh", "-c", script]));
     let out = j.output(&mut c2);
     for want in ["BIN-RO", "PINNED", "STUB-RO", "STUBDIR-RO"] {
         assert!(out.stdout.contains(want), "{want}: {out}");

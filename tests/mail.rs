@@ -47,7 +47,7 @@ fn every_mailer_is_the_stub_by_name_and_by_path_unless_policy_turns_it_off() {
 
     let off = j.rig.home.join("t/mail-off.toml");
     std::fs::write(&off, "[mail]\nblock = \"off\"\n").unwrap();
-    std::os::unix::fs::chown(&off, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    j.give(&[&off]);
     let j = j.arg("--policy").arg(off.to_str().unwrap());
     let out = j.run(&format!("{FAKE}; echo rc=$?"));
     assert!(out.stdout.contains("rc=0"), "with mail.block = off the real program runs: {out}");

@@ -200,9 +200,10 @@ impl Jail {
         self
     }
 
-    /// The launcher command as the test user, with a clean environment plus test variables.
-    pub fn command(&self, jail_args: &[&str]) -> Command {
-        let mut c = Command::new(&self.rig.bin);
+    /// `program` as the test user in the project, with a clean environment plus the test's
+    /// variables: the base of every launch, also through `script`, tmux or a copied binary.
+    pub fn as_user(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = Command::new(program);
         c.env_clear()
             .env("HOME", &self.rig.home)
             .env("USER", USER)
@@ -212,12 +213,30 @@ impl Jail {
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .current_dir(self.cwd.as_ref().unwrap_or(&self.project))
             .uid(self.rig.uid)
-            .gid(self.rig.gid)
-            .arg("--ro")
-            .arg(&self.rig.helpers)
-            .args(&self.args)
-            .args(jail_args);
+            .gid(self.rig.gid);
         c
+    }
+
+    /// The arguments every launch gets: the test helpers readable inside, then the test's.
+    pub fn launcher_args(&self, jail_args: &[&str]) -> Vec<std::ffi::OsString> {
+        let mut v: Vec<std::ffi::OsString> = vec!["--ro".into(), self.rig.helpers.clone().into()];
+        v.extend(self.args.iter().map(Into::into));
+        v.extend(jail_args.iter().map(Into::into));
+        v
+    }
+
+    /// The launcher command as the test user, with a clean environment plus test variables.
+    pub fn command(&self, jail_args: &[&str]) -> Command {
+        let mut c = self.as_user(&self.rig.bin);
+        c.args(self.launcher_args(jail_args));
+        c
+    }
+
+    /// Makes paths the test created as root belong to the test user.
+    pub fn give(&self, paths: &[&Path]) {
+        for p in paths {
+            std::os::unix::fs::chown(p, Some(self.rig.uid), Some(self.rig.gid)).expect("chown to the test user");
+        }
     }
 
     /// `agent-sandbox -q ARGS run -- sh -c SCRIPT`, with a 60 s watchdog.
