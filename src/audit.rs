@@ -36,8 +36,24 @@ pub struct Record {
     pub reason: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty", default)]
     pub warnings: Vec<String>,
+    /// Network denials: tcp/udp/dns, the destination (address:port), the name the flow
+    /// showed or was resolved for, the rule and its layer, and which check refused it
+    /// (`dns`, `connect`, `sni`, `http-host`, `udp`).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub proto: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub dest: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub name: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub rule: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub layer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub check: Option<String>,
 }
 
+#[derive(Clone)]
 pub struct AuditLog {
     path: PathBuf,
     pub session: String,
@@ -143,6 +159,12 @@ pub fn render(r: &Record) -> String {
     add("exit", r.exit.map(|e| e.to_string()));
     add("signal", r.signal.map(|e| e.to_string()));
     add("ms", r.duration_ms.map(|e| e.to_string()));
+    add("proto", r.proto.clone());
+    add("dest", r.dest.clone());
+    add("name", r.name.clone());
+    add("check", r.check.clone());
+    add("rule", r.rule.clone().map(|r| if r.is_empty() { "-".into() } else { format!("`{r}`") }));
+    add("layer", r.layer.clone());
     add("reason", r.reason.clone());
     for w in &r.warnings {
         s.push_str(&format!("\n    warning: {w}"));

@@ -94,6 +94,10 @@ pub struct RunOpts {
     /// Network mode: isolated, proxied, filtered, open.
     #[arg(long, global = true, value_name = "MODE")]
     pub net: Option<NetMode>,
+    /// Let the jail reach this host-loopback port through its gateway address, e.g. a local
+    /// model server: 11434 (filtered mode; repeatable).
+    #[arg(long = "host-port", global = true, value_name = "PORT")]
+    pub host_port: Vec<u16>,
     /// Use this profile's policy (with `run`, without running its agent).
     #[arg(long, global = true, value_name = "NAME")]
     pub profile: Option<String>,
@@ -161,7 +165,11 @@ pub fn cli_layer(o: &RunOpts) -> Result<Layer, String> {
     });
     layer.home =
         Some(HomeSection { access: o.home_access, read: some(home_ro), write: some(home_rw), ..Default::default() });
-    layer.net = Some(NetSection { mode: o.net, ..Default::default() });
+    layer.net = Some(NetSection {
+        mode: o.net,
+        host_ports: (!o.host_port.is_empty()).then(|| o.host_port.clone()),
+        ..Default::default()
+    });
     layer.sandbox = Some(SandboxSection { backend: o.backend, ..Default::default() });
     let mut keep = vec![];
     let mut set = BTreeMap::new();

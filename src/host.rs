@@ -160,6 +160,43 @@ pub struct HostFacts {
     pub mountpoints: Vec<PathBuf>,
     /// Mail programs present on the host at the paths the mail-block stub covers.
     pub mailers: Vec<PathBuf>,
+    /// /etc/resolv.conf as the launcher sees it (the filtered mode's upstreams and search list).
+    pub resolv_conf: String,
+    /// Why this user cannot open /dev/net/tun (None: it can).
+    pub tun_unusable: Option<String>,
+}
+
+/// Every address of every interface of the host (a floor: the jail must not reach the
+/// host's own services through them).
+pub fn own_addresses() -> Vec<std::net::IpAddr> {
+    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return vec![] };
+    let mut out: Vec<std::net::IpAddr> = addrs
+        .filter_map(|a| a.address)
+        .filter_map(|s| {
+            if let Some(v4) = s.as_sockaddr_in() {
+                Some(std::net::IpAddr::V4(v4.ip()))
+            } else {
+                s.as_sockaddr_in6().map(|v6| std::net::IpAddr::V6(v6.ip()))
+            }
+        })
+        .collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Can this user open /dev/net/tun for reading and writing? (The jail's init opens it with
+/// the user's own uid, mapped: the node's permission bits decide.)
+pub fn tun_unusable() -> Option<String> {
+    use nix::unistd::{access, AccessFlags};
+    match access("/dev/net/tun", AccessFlags::R_OK | AccessFlags::W_OK) {
+        Ok(()) => None,
+        Err(nix::Error::ENOENT) => Some("/dev/net/tun does not exist (the tun module is not loaded)".into()),
+        Err(nix::Error::EACCES) => {
+            Some("/dev/net/tun is not open to users here (mode 0600; distributions ship 0666: `chmod 0666 /dev/net/tun`, or a udev rule)".into())
+        }
+        Err(e) => Some(format!("/dev/net/tun: {e}")),
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -206,6 +243,8 @@ impl HostFacts {
             etc_passwd,
             etc_group,
             etc_hosts: read("/etc/hosts"),
+            resolv_conf: read("/etc/resolv.conf"),
+            tun_unusable: tun_unusable(),
             userns: userns_support(),
             landlock_abi: landlock_abi(),
             overlay_in_userns: kernel_at_least(5, 11),

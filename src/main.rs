@@ -261,7 +261,11 @@ fn launch_logged(
     start.warnings = plan.warnings.clone();
     log.write(&start);
     let began = std::time::Instant::now();
-    let outcome = jail::run(&plan, &banner, lock)?;
+    let net = match plan.net.effective {
+        policy::NetMode::Filtered => Some(net_config(&plan, log)?),
+        _ => None,
+    };
+    let outcome = jail::run(&plan, &banner, lock, net)?;
     let mut end = log.record("session_end");
     match outcome {
         jail::Outcome::Exited(c) => end.exit = Some(c),
@@ -270,6 +274,26 @@ fn launch_logged(
     end.duration_ms = Some(began.elapsed().as_millis() as u64);
     log.write(&end);
     Ok(outcome.code())
+}
+
+/// The filtered mode's supervisor configuration: the plan's rules plus the host's own
+/// addresses, read now (they are a floor).
+fn net_config(plan: &plan::Plan, log: &audit::AuditLog) -> Result<agent_sandbox::net::supervisor::NetConfig, Failure> {
+    use agent_sandbox::net::matcher::{MatcherOptions, RuleSet};
+    let host_addrs = host::own_addresses();
+    let opts = MatcherOptions { host_addrs, deny_private: plan.net.deny_private, extra_floor_ports: vec![] };
+    let rules = RuleSet::new(&plan.net.rules, opts).map_err(|e| Failure::new(format!("net rules: {e}")))?;
+    if plan.net.upstreams.is_empty() {
+        eprintln!("agent-sandbox: warning: no DNS resolver found (resolv.conf, net.dns): names will not resolve in the jail");
+    }
+    Ok(agent_sandbox::net::supervisor::NetConfig {
+        rules,
+        upstreams: plan.net.upstreams.clone(),
+        hostname_ports: plan.net.hostname_ports.clone(),
+        host_ports: plan.net.host_ports.clone(),
+        audit: Some(log.clone()),
+        mode: "filtered",
+    })
 }
 
 fn log_cmd(session: Option<&str>, json: bool, tail: Option<usize>) -> Result<i32, Failure> {

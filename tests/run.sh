@@ -13,6 +13,11 @@ if [ "$(id -u)" = 0 ]; then
   command -v ps >/dev/null 2>&1 || need+=(procps)
   command -v tmux >/dev/null 2>&1 || need+=(tmux)
   command -v git >/dev/null 2>&1 || need+=(git)
+  command -v curl >/dev/null 2>&1 || need+=(curl ca-certificates)
+  command -v openssl >/dev/null 2>&1 || need+=(openssl)
+  command -v dnsmasq >/dev/null 2>&1 || need+=(dnsmasq-base)
+  command -v ip >/dev/null 2>&1 || need+=(iproute2)
+  command -v python3 >/dev/null 2>&1 || need+=(python3)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "tests/run.sh: installing ${need[*]}"
     apt-get update -qq
@@ -22,6 +27,9 @@ if [ "$(id -u)" = 0 ]; then
   for u in asbtest asbother; do
     id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"
   done
+  # Distributions ship /dev/net/tun as 0666; some hosts (this CI's) have 0600, which makes
+  # the filtered network mode fall back. `agent-sandbox doctor` names this too.
+  chmod 0666 /dev/net/tun 2>/dev/null || true
   # The test user must be able to reach the built binary and the test helpers.
   chmod o+rx . 2>/dev/null || true
   mkdir -p target && chmod o+rx target

@@ -63,21 +63,27 @@ fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     crate::timing::mark("child-env");
     nix::unistd::sethostname(&plan.hostname).map_err(|e| format!("cannot set the hostname: {e}"))?;
+    // Before the root is replaced: /dev/net/tun is the host's device node.
+    let tun = if plan.net.effective == crate::policy::NetMode::Filtered {
+        Some(net::create_tun().map_err(|e| format!("cannot create tun0 for the filtered network mode: {e}"))?)
+    } else {
+        None
+    };
     build_root(plan)?;
     crate::timing::mark("child-root");
     if new_net {
         net::loopback_up().map_err(|e| format!("cannot bring up lo in the jail's network namespace: {e}"))?;
     }
     crate::timing::mark("child-lo");
-    let mut fds = vec![];
+    let mut master = None;
     let mut slave = None;
     if pty.is_some() {
-        let (master, s) = open_pty().map_err(|e| format!("cannot open a terminal inside the jail: {e}"))?;
-        fds.push(master);
+        let (m, s) = open_pty().map_err(|e| format!("cannot open a terminal inside the jail: {e}"))?;
+        master = Some(m);
         slave = Some(s);
     }
     nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
-    msg::send(sock, &Msg::Ready(fds)).map_err(|e| format!("cannot reach the launcher: {e}"))?;
+    msg::send(sock, &Msg::Ready { pty: master, tun }).map_err(|e| format!("cannot reach the launcher: {e}"))?;
     Ok(slave)
 }
 

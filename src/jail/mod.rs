@@ -59,13 +59,18 @@ pub fn stdio_ttys() -> TtyFds {
 
 /// Runs the plan's command in the jail and returns how it ended.
 /// `lock`: the project's session lock, taken before the plan was made (see `placeholders`).
-pub fn run(plan: &Plan, banner: &dyn Fn(), mut lock: placeholders::ProjectLock) -> Result<Outcome, JailError> {
+pub fn run(
+    plan: &Plan,
+    banner: &dyn Fn(),
+    mut lock: placeholders::ProjectLock,
+    net: Option<crate::net::supervisor::NetConfig>,
+) -> Result<Outcome, JailError> {
     if let Err(e) = lock.create(&plan.placeholders) {
         lock.release_now();
         return Err(e.into());
     }
     let result = match plan.backend {
-        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner, &mut || lock.spawn_waiter()),
+        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner, &mut || lock.spawn_waiter(), net),
         BackendKind::Landlock => exec_landlock(plan, banner).map(|never| match never {}),
     };
     lock.finish();

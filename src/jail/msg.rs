@@ -9,8 +9,9 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 pub enum Msg {
     /// Launcher -> init: the id maps are written, build the jail.
     Go,
-    /// Init -> launcher: the jail is built; the fds are the pty master (if any).
-    Ready(Vec<OwnedFd>),
+    /// Init -> launcher: the jail is built; the pty master (if the launcher asked for one)
+    /// and the tun device the network supervisor serves (in `filtered` mode).
+    Ready { pty: Option<OwnedFd>, tun: Option<OwnedFd> },
     /// Launcher -> init: start the command, under this seccomp program (compiled by the
     /// launcher while the jail was being built, as raw sock_filter instructions).
     Start(Vec<seccompiler::sock_filter>),
@@ -35,9 +36,10 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
                 buf.extend_from_slice(&i.k.to_le_bytes());
             }
         }
-        Msg::Ready(f) => {
+        Msg::Ready { pty, tun } => {
             buf.push(b'R');
-            fds = f.iter().map(|f| f.as_raw_fd()).collect();
+            buf.push(u8::from(pty.is_some()) | (u8::from(tun.is_some()) << 1));
+            fds = pty.iter().chain(tun.iter()).map(|f| f.as_raw_fd()).collect();
         }
         Msg::Error(s) => {
             buf.push(b'E');
@@ -97,7 +99,13 @@ pub fn recv(sock: RawFd) -> nix::Result<Option<Msg>> {
                 })
                 .collect(),
         ),
-        b'R' => Msg::Ready(fds),
+        b'R' => {
+            let flags = body.first().copied().unwrap_or(0);
+            let mut fds = fds.into_iter();
+            let pty = if flags & 1 != 0 { fds.next() } else { None };
+            let tun = if flags & 2 != 0 { fds.next() } else { None };
+            Msg::Ready { pty, tun }
+        }
         b'E' => Msg::Error(String::from_utf8_lossy(body).into_owned()),
         b'X' => Msg::Exited(int()),
         b'K' => Msg::Signaled(int()),

@@ -1,32 +1,171 @@
-//! Network setup inside the jail's own network namespace. For now: bring up `lo`, so the
-//! isolated mode has a working loopback; tun0 for the filtered mode comes with the network work.
+//! Network setup inside the jail's own network namespace, done by the jail's init while it
+//! still holds CAP_NET_ADMIN there: `lo` up, and for `filtered` mode `tun0` with IPv4 and
+//! IPv6 addresses, MTU and default routes. Plain interface ioctls: a handful of fixed-size
+//! requests, no netlink conversation needed.
 
+use crate::net::addr;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
-pub fn loopback_up() -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let sock = nix::sys::socket::socket(
-        nix::sys::socket::AddressFamily::Inet,
-        nix::sys::socket::SockType::Datagram,
-        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-        None,
-    )
-    .map_err(|e| io::Error::from_raw_os_error(e as i32))?;
+fn os_err<T>(r: nix::Result<T>) -> io::Result<T> {
+    r.map_err(|e| io::Error::from_raw_os_error(e as i32))
+}
+
+fn dgram(family: nix::sys::socket::AddressFamily) -> io::Result<OwnedFd> {
+    use nix::sys::socket::{socket, SockFlag, SockType};
+    os_err(socket(family, SockType::Datagram, SockFlag::SOCK_CLOEXEC, None))
+}
+
+fn ifreq(name: &str) -> libc::ifreq {
     // SAFETY: ifreq is a plain C struct for which all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.as_bytes().iter().take(libc::IFNAMSIZ - 1)) {
         *dst = *src as libc::c_char;
     }
-    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write `req`, which lives across both calls;
-    // the union member ifru_flags is the one these requests use.
-    unsafe {
-        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req) < 0 {
-            return Err(io::Error::last_os_error());
-        }
+    req
+}
+
+/// ioctl with a pointer argument; the request's type is checked by the caller's choice of `T`.
+fn ioctl_ptr<T>(fd: RawFd, request: libc::c_ulong, arg: &mut T) -> io::Result<()> {
+    // SAFETY: every caller passes the struct type the request reads or writes (ifreq,
+    // in6_ifreq, rtentry, in6_rtmsg), and `arg` lives across the call.
+    if unsafe { libc::ioctl(fd, request as _, arg as *mut T) } < 0 {
+        return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+fn link_up(sock: RawFd, name: &str) -> io::Result<()> {
+    let mut req = ifreq(name);
+    ioctl_ptr(sock, libc::SIOCGIFFLAGS, &mut req)?;
+    // SAFETY: SIOCGIFFLAGS filled the flags member of the union.
+    unsafe { req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short };
+    ioctl_ptr(sock, libc::SIOCSIFFLAGS, &mut req)
+}
+
+pub fn loopback_up() -> io::Result<()> {
+    let sock = dgram(nix::sys::socket::AddressFamily::Inet)?;
+    link_up(sock.as_raw_fd(), "lo")
+}
+
+/// glibc's `struct rtentry` (not in the libc crate for glibc targets).
+#[repr(C)]
+struct RtEntry {
+    rt_pad1: libc::c_ulong,
+    rt_dst: libc::sockaddr,
+    rt_gateway: libc::sockaddr,
+    rt_genmask: libc::sockaddr,
+    rt_flags: libc::c_ushort,
+    rt_pad2: libc::c_short,
+    rt_pad3: libc::c_ulong,
+    rt_tos: libc::c_uchar,
+    rt_class: libc::c_uchar,
+    rt_pad4: [libc::c_short; 3],
+    rt_metric: libc::c_short,
+    rt_dev: *mut libc::c_char,
+    rt_mtu: libc::c_ulong,
+    rt_window: libc::c_ulong,
+    rt_irtt: libc::c_ushort,
+}
+
+/// The kernel's `struct in6_rtmsg` (the libc crate's has private fields).
+#[repr(C)]
+struct In6RtMsg {
+    rtmsg_dst: libc::in6_addr,
+    rtmsg_src: libc::in6_addr,
+    rtmsg_gateway: libc::in6_addr,
+    rtmsg_type: u32,
+    rtmsg_dst_len: u16,
+    rtmsg_src_len: u16,
+    rtmsg_metric: u32,
+    rtmsg_info: libc::c_ulong,
+    rtmsg_flags: u32,
+    rtmsg_ifindex: libc::c_int,
+}
+
+fn sockaddr_v4(ip: std::net::Ipv4Addr) -> libc::sockaddr {
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(ip.octets()) },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: sockaddr_in and sockaddr have the same size; the kernel reads it by family.
+    unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
+}
+
+/// Creates `tun0` in the current (the jail's) network namespace, configures it, and returns
+/// the device fd for the supervisor. Must run before the jail's root replaces /dev.
+pub fn create_tun() -> io::Result<OwnedFd> {
+    let path = c"/dev/net/tun";
+    // SAFETY: open with a NUL-terminated path; the result is checked.
+    let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK) };
+    if raw < 0 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("cannot open /dev/net/tun: {e}")));
+    }
+    // SAFETY: `raw` was just opened and is owned by nothing else.
+    let tun = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut req = ifreq(addr::TUN_NAME);
+    req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+    ioctl_ptr(tun.as_raw_fd(), libc::TUNSETIFF as libc::c_ulong, &mut req)
+        .map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF: {e}")))?;
+    configure(addr::TUN_NAME).map_err(|e| io::Error::new(e.kind(), format!("configuring tun0: {e}")))?;
+    Ok(tun)
+}
+
+fn configure(name: &str) -> io::Result<()> {
+    use nix::sys::socket::AddressFamily;
+    let v4 = dgram(AddressFamily::Inet)?;
+    let s = v4.as_raw_fd();
+    let mut req = ifreq(name);
+    req.ifr_ifru.ifru_mtu = addr::MTU as libc::c_int;
+    ioctl_ptr(s, libc::SIOCSIFMTU, &mut req)?;
+    let mut req = ifreq(name);
+    req.ifr_ifru.ifru_addr = sockaddr_v4(addr::JAIL_V4);
+    ioctl_ptr(s, libc::SIOCSIFADDR, &mut req)?;
+    let mut req = ifreq(name);
+    let mask = u32::MAX << (32 - addr::PREFIX_V4);
+    req.ifr_ifru.ifru_netmask = sockaddr_v4(std::net::Ipv4Addr::from(mask));
+    ioctl_ptr(s, libc::SIOCSIFNETMASK, &mut req)?;
+    link_up(s, name)?;
+    let mut req = ifreq(name);
+    ioctl_ptr(s, libc::SIOCGIFINDEX, &mut req)?;
+    // SAFETY: SIOCGIFINDEX filled the ifindex member of the union.
+    let ifindex = unsafe { req.ifr_ifru.ifru_ifindex };
+
+    let mut dev = name.as_bytes().to_vec();
+    dev.push(0);
+    // SAFETY: all-zero is a valid rtentry (null device pointer, zero addresses).
+    let mut rt: RtEntry = unsafe { std::mem::zeroed() };
+    rt.rt_dst = sockaddr_v4(std::net::Ipv4Addr::UNSPECIFIED);
+    rt.rt_genmask = sockaddr_v4(std::net::Ipv4Addr::UNSPECIFIED);
+    rt.rt_gateway = sockaddr_v4(addr::GATEWAY_V4);
+    rt.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
+    rt.rt_dev = dev.as_mut_ptr().cast();
+    ioctl_ptr(s, libc::SIOCADDRT, &mut rt).map_err(|e| io::Error::new(e.kind(), format!("IPv4 default route: {e}")))?;
+
+    // IPv6 is best effort: a kernel booted with ipv6.disable=1 still gets a working IPv4 jail.
+    let Ok(v6) = dgram(AddressFamily::Inet6) else { return Ok(()) };
+    let s6 = v6.as_raw_fd();
+    let mut ifr6 = libc::in6_ifreq {
+        ifr6_addr: libc::in6_addr { s6_addr: addr::JAIL_V6.octets() },
+        ifr6_prefixlen: addr::PREFIX_V6 as u32,
+        ifr6_ifindex: ifindex,
+    };
+    ioctl_ptr(s6, libc::SIOCSIFADDR, &mut ifr6).map_err(|e| io::Error::new(e.kind(), format!("IPv6 address: {e}")))?;
+    let mut rt6 = In6RtMsg {
+        rtmsg_dst: libc::in6_addr { s6_addr: [0; 16] },
+        rtmsg_src: libc::in6_addr { s6_addr: [0; 16] },
+        rtmsg_gateway: libc::in6_addr { s6_addr: addr::GATEWAY_V6.octets() },
+        rtmsg_type: 0,
+        rtmsg_dst_len: 0,
+        rtmsg_src_len: 0,
+        rtmsg_metric: 1,
+        rtmsg_info: 0,
+        rtmsg_flags: (libc::RTF_UP | libc::RTF_GATEWAY) as u32,
+        rtmsg_ifindex: ifindex,
+    };
+    ioctl_ptr(s6, libc::SIOCADDRT, &mut rt6).map_err(|e| io::Error::new(e.kind(), format!("IPv6 default route: {e}")))?;
     Ok(())
 }

@@ -36,7 +36,15 @@ impl Outcome {
 }
 
 /// `idle`: work for the launcher while the jail builds itself (it runs on the other core).
-pub fn run(plan: &Plan, tty: TtyFds, banner: &dyn Fn(), idle: &mut dyn FnMut()) -> Result<Outcome, JailError> {
+/// `net`: the supervisor's configuration, for `filtered` mode (it starts once the jail has
+/// handed out tun0).
+pub fn run(
+    plan: &Plan,
+    tty: TtyFds,
+    banner: &dyn Fn(),
+    idle: &mut dyn FnMut(),
+    mut net: Option<crate::net::supervisor::NetConfig>,
+) -> Result<Outcome, JailError> {
     let use_pty = tty.0[0] && (tty.0[1] || tty.0[2]);
     let pty = use_pty.then_some(tty);
     let new_net = plan.net.effective != NetMode::Open;
@@ -60,7 +68,15 @@ pub fn run(plan: &Plan, tty: TtyFds, banner: &dyn Fn(), idle: &mut dyn FnMut()) 
     .map_err(|e| fail(JailError::Seal(e.into())))?;
     idle();
     let master = match msg::recv(sock) {
-        Ok(Some(Msg::Ready(mut fds))) => fds.pop(),
+        Ok(Some(Msg::Ready { pty, tun })) => {
+            match (tun, net.take()) {
+                (Some(tun), Some(cfg)) => crate::net::supervisor::spawn(tun, cfg)
+                    .map_err(|e| fail(JailError::Build(format!("cannot start the network supervisor: {e}"))))?,
+                (None, None) => {}
+                _ => return Err(fail(JailError::Build("the jail's network device and its plan disagree".into()))),
+            }
+            pty
+        }
         Ok(Some(Msg::Error(e))) => return Err(fail(JailError::Build(e))),
         Ok(_) | Err(_) => return Err(fail(JailError::Build(child_death_reason(launched.pid)))),
     };

@@ -842,6 +842,20 @@ impl RuleSet {
         plain
     }
 
+    /// The IP floor alone (loopback, link-local, the host's own addresses...), for checking
+    /// every address a DNS answer carries before the jail sees it.
+    pub fn address_floor(&self, ip: IpAddr) -> Option<Decision> {
+        self.ip_floor(canonical_ip(ip), Some(ip))
+    }
+
+    /// Is any rule about names (not addresses)? Then a flow's name matters, and flows that
+    /// cannot show one (QUIC) are refused rather than decided on the address.
+    pub fn has_name_rules(&self) -> bool {
+        // The floor always holds `localhost` and `*.localhost`: those alone do not count.
+        let floor_names = self.floor.exact.len() + self.floor.suffix.len() > 2;
+        floor_names || [&self.admin, &self.user].iter().any(|l| !l.exact.is_empty() || !l.suffix.is_empty())
+    }
+
     fn ip_floor(&self, ip: IpAddr, raw: Option<IpAddr>) -> Option<Decision> {
         let shown_ip = match raw {
             Some(r) if r != ip => format!("{ip} (as {r})"),

@@ -38,7 +38,18 @@ pub struct NetPlan {
     pub rules: Vec<(String, crate::net::matcher::Action, crate::net::matcher::Layer)>,
     /// Set when the requested mode could not run and the fallback rule chose another.
     pub fallback: Option<String>,
+    /// Where the jail's DNS goes (filtered mode): the policy's resolvers or the host's.
+    pub upstreams: Vec<std::net::SocketAddr>,
+    /// Flows to these ports are matched on their TLS SNI / HTTP Host.
+    pub hostname_ports: Vec<u16>,
+    /// Host loopback ports reachable through the gateway address.
+    pub host_ports: Vec<u16>,
+    /// RFC 1918 / CGNAT / ULA floored.
+    pub deny_private: bool,
 }
+
+/// Ports whose flows show a name (TLS SNI on 443, HTTP Host on 80).
+pub const HOSTNAME_PORTS: [u16; 2] = [80, 443];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SeccompPlan {
@@ -136,7 +147,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let project = check_project(policy, facts, fs, &req.project)?;
     let cwd = fs.canonicalize(&req.cwd).filter(|c| c.starts_with(&project)).unwrap_or_else(|| project.clone());
     let mut warnings = policy.warnings.clone();
-    let mut net = choose_net(policy, backend)?;
+    let mut net = choose_net(policy, backend, facts)?;
     net.rules = net_rules(policy)?;
     if let Some(f) = &net.fallback {
         warnings.push(f.clone());
@@ -178,6 +189,9 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     b.overrides.push(synth("/etc/group", fs::synth_group(&facts.etc_group, &facts.user, facts.gid, &facts.group)));
     b.overrides.push(synth("/etc/nsswitch.conf", fs::NSSWITCH.into()));
     b.overrides.push(synth("/etc/hostname", format!("{}\n", policy.hostname.value)));
+    if net.effective == NetMode::Filtered {
+        b.overrides.push(synth("/etc/resolv.conf", crate::net::dns::jail_resolv_conf(&facts.resolv_conf)));
+    }
     b.overrides
         .push(synth("/etc/hosts", format!("{}\n127.0.1.1\t{}\n", facts.etc_hosts.trim_end(), policy.hostname.value)));
 
@@ -368,35 +382,57 @@ fn net_rules(
 }
 
 /// Which network modes this build and backend can run, and why not.
-pub fn net_available(mode: NetMode, backend: BackendKind) -> Result<(), String> {
+pub fn net_available(mode: NetMode, backend: BackendKind, facts: &HostFacts) -> Result<(), String> {
     match (mode, backend) {
         (NetMode::Isolated | NetMode::Open, _) => Ok(()),
-        (NetMode::Filtered | NetMode::Proxied, _) => {
+        (NetMode::Filtered, BackendKind::Landlock) => {
+            Err("the filtered mode needs a network namespace (the Landlock backend has none)".into())
+        }
+        (NetMode::Filtered, BackendKind::Userns) => match &facts.tun_unusable {
+            Some(why) => Err(why.clone()),
+            None => Ok(()),
+        },
+        (NetMode::Proxied, _) => {
             Err(format!("the {mode} network mode is not built in this version of agent-sandbox yet"))
         }
     }
 }
 
-fn choose_net(policy: &Policy, backend: BackendKind) -> Result<NetPlan, PlanError> {
+fn choose_net(policy: &Policy, backend: BackendKind, facts: &HostFacts) -> Result<NetPlan, PlanError> {
     let asked = policy.net_mode.value;
-    let Err(why) = net_available(asked, backend) else {
-        return Ok(NetPlan { requested: asked, effective: asked, rules: vec![], fallback: None });
+    let mut upstreams: Vec<std::net::SocketAddr> =
+        policy.net_dns.value.iter().map(|ip| std::net::SocketAddr::new(*ip, 53)).collect();
+    if upstreams.is_empty() {
+        upstreams = crate::net::dns::host_resolvers(&facts.resolv_conf);
+    }
+    let plan = |effective: NetMode, fallback: Option<String>| NetPlan {
+        requested: asked,
+        effective,
+        rules: vec![],
+        fallback,
+        upstreams: upstreams.clone(),
+        hostname_ports: HOSTNAME_PORTS.to_vec(),
+        host_ports: policy.net_host_ports.value.clone(),
+        deny_private: policy.net_deny_private.value || effective == NetMode::Proxied,
+    };
+    let Err(why) = net_available(asked, backend, facts) else {
+        return Ok(plan(asked, None));
     };
     let fallback = policy.net_fallback.value;
     let chosen = match fallback {
         Fallback::Strict => None,
-        Fallback::Stricter => NetMode::ALL.iter().copied().find(|m| *m > asked && net_available(*m, backend).is_ok()),
+        Fallback::Stricter => {
+            NetMode::ALL.iter().copied().find(|m| *m > asked && net_available(*m, backend, facts).is_ok())
+        }
         Fallback::Open => Some(NetMode::Open),
     };
     match chosen {
-        Some(effective) => Ok(NetPlan {
-            requested: asked,
+        Some(effective) => Ok(plan(
             effective,
-            rules: vec![],
-            fallback: Some(format!(
+            Some(format!(
                 "network mode `{asked}` is unavailable ({why}); net.fallback = \"{fallback}\" chose `{effective}`"
             )),
-        }),
+        )),
         None => Err(PlanError::Net {
             asked,
             why,

@@ -30,6 +30,8 @@ fn facts() -> HostFacts {
         overlay_in_userns: false,
         mountpoints: vec![],
         mailers: vec![],
+        resolv_conf: "nameserver 192.0.2.53\n".into(),
+        tun_unusable: None,
     }
 }
 

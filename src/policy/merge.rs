@@ -86,6 +86,9 @@ pub struct Policy {
     pub net_fallback: Sourced<Fallback>,
     pub net_allow: List,
     pub net_block: List,
+    pub net_dns: Sourced<Vec<std::net::IpAddr>>,
+    pub net_host_ports: Sourced<Vec<u16>>,
+    pub net_deny_private: Sourced<bool>,
     pub nested_userns: Sourced<bool>,
     pub mail_block: Sourced<MailBlock>,
     pub agent: Option<Sourced<AgentSection>>,
@@ -143,6 +146,9 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
         net_fallback: Sourced::new(Fallback::Stricter, &builtin),
         net_allow: vec![],
         net_block: vec![],
+        net_dns: Sourced::new(vec![], &builtin),
+        net_host_ports: Sourced::new(vec![], &builtin),
+        net_deny_private: Sourced::new(false, &builtin),
         nested_userns: Sourced::new(false, &builtin),
         mail_block: Sourced::new(MailBlock::Auto, &builtin),
         agent: None,
@@ -204,6 +210,13 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         set(&mut p.net_fallback, &n.fallback, src);
         extend(&mut p.net_allow, &n.allow, src, Allow(Bound::Exact), "net.allow")?;
         extend(&mut p.net_block, &n.block, src, Defaults, "net.block")?;
+        if !p.net_dns.locked {
+            set(&mut p.net_dns, &n.dns, src);
+        }
+        set(&mut p.net_host_ports, &n.host_ports, src);
+        if !p.net_deny_private.locked {
+            set(&mut p.net_deny_private, &n.deny_private, src);
+        }
     }
     if let Some(pr) = &l.process {
         set(&mut p.nested_userns, &pr.nested_userns, src);
@@ -405,6 +418,19 @@ fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     let n = l.net.as_ref();
     stricter(&mut p.net_mode, n.and_then(|n| n.mode), src);
     stricter(&mut p.net_fallback, n.and_then(|n| n.fallback), src);
+    stricter(&mut p.net_deny_private, n.and_then(|n| n.deny_private), src);
+    if let Some(dns) = n.and_then(|n| n.dns.clone()) {
+        p.net_dns = Sourced::new(dns, src);
+        p.net_dns.locked = true;
+    }
+    if let Some(bound) = n.and_then(|n| n.host_ports.clone()) {
+        let (kept, dropped): (Vec<u16>, Vec<u16>) = p.net_host_ports.value.iter().partition(|port| bound.contains(port));
+        if !dropped.is_empty() {
+            p.warnings.push(format!("net.host_ports {dropped:?} dropped: outside the administrator's list {bound:?}"));
+        }
+        p.net_host_ports.value = kept;
+        p.net_host_ports.locked = true;
+    }
     stricter(&mut p.mail_block, l.mail.as_ref().and_then(|m| m.block), src);
     if let Some(allowed) = l.process.as_ref().and_then(|pr| pr.nested_userns) {
         // The admin's `true` permits, it does not force; `false` forbids.

@@ -86,6 +86,15 @@ pub struct NetSection {
     pub allow: Option<Vec<String>>,
     /// Destinations blocked. A floor.
     pub block: Option<Vec<String>>,
+    /// Resolvers the filtered mode forwards the jail's DNS to (default: the host's
+    /// resolv.conf). An admin setting is final.
+    pub dns: Option<Vec<std::net::IpAddr>>,
+    /// Host loopback ports the jail may reach through its gateway address (`--host-port`).
+    /// An admin list bounds what users may open.
+    pub host_ports: Option<Vec<u16>>,
+    /// Floor RFC 1918, CGNAT and ULA destinations in `filtered` mode too (`proxied` always
+    /// does). An admin `true` is final.
+    pub deny_private: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -1,0 +1,199 @@
+//! The userspace TCP/IP stack behind `tun0`: smoltcp in any-IP mode, fed one packet at a
+//! time from the tun fd, writing its packets straight back to it. This module knows TCP
+//! sockets and packets, nothing of policy: the supervisor decides which flows get a socket.
+//!
+//! Flow start is "dial before you answer": a SYN gets a listening socket whose SYN-ACK is
+//! paused (smoltcp's `pause_synack`) until the host side has connected; a refused dial
+//! aborts the socket, which answers the jail with RST. A SYN that gets no socket at all is
+//! answered with RST by smoltcp itself.
+
+use super::addr;
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
+use smoltcp::socket::tcp;
+use smoltcp::time::Instant as SmolInstant;
+use smoltcp::wire::{HardwareAddress, IpCidr, IpListenEndpoint};
+use std::net::SocketAddr;
+use std::os::fd::RawFd;
+
+/// Per-direction socket buffer. The jail's kernel may keep this much in flight: with window
+/// scaling this is the advertised window. The memory is calloc'd and the supervisor sets a
+/// fixed mmap threshold, so pages are only committed as data actually moves.
+pub const SOCKET_BUFFER: usize = 1 << 20;
+
+/// The tun fd as a smoltcp device: one packet of input at a time (the supervisor reads it
+/// and decides before smoltcp sees it), output written to the fd at once.
+pub struct TunDevice {
+    fd: RawFd,
+    rx: Vec<u8>,
+    rx_len: Option<usize>,
+    tx: Vec<u8>,
+}
+
+impl TunDevice {
+    fn new(fd: RawFd) -> TunDevice {
+        TunDevice { fd, rx: vec![0; addr::MTU + 64], rx_len: None, tx: vec![0; addr::MTU + 64] }
+    }
+}
+
+pub struct RxToken<'a>(&'a [u8]);
+pub struct TxToken<'a> {
+    fd: RawFd,
+    buf: &'a mut [u8],
+}
+
+impl phy::RxToken for RxToken<'_> {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(self.0)
+    }
+}
+
+impl phy::TxToken for TxToken<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let len = len.min(self.buf.len());
+        let r = f(&mut self.buf[..len]);
+        write_packet(self.fd, &self.buf[..len]);
+        r
+    }
+}
+
+/// Writes one packet to the tun fd. A full queue drops it, like a wire would; TCP resends.
+pub fn write_packet(fd: RawFd, packet: &[u8]) {
+    // SAFETY: writes `packet.len()` bytes from a live slice to a descriptor we own.
+    let _ = unsafe { libc::write(fd, packet.as_ptr().cast(), packet.len()) };
+}
+
+impl Device for TunDevice {
+    type RxToken<'a> = RxToken<'a>;
+    type TxToken<'a> = TxToken<'a>;
+
+    fn receive(&mut self, _: SmolInstant) -> Option<(RxToken<'_>, TxToken<'_>)> {
+        let len = self.rx_len.take()?;
+        Some((RxToken(&self.rx[..len]), TxToken { fd: self.fd, buf: &mut self.tx }))
+    }
+
+    fn transmit(&mut self, _: SmolInstant) -> Option<TxToken<'_>> {
+        Some(TxToken { fd: self.fd, buf: &mut self.tx })
+    }
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut caps = DeviceCapabilities::default();
+        caps.medium = Medium::Ip;
+        caps.max_transmission_unit = addr::MTU;
+        // The jail's kernel checksums what it sends, and a bad checksum would only corrupt the
+        // jail's own data: skip verifying, still compute ours (the jail's kernel checks them).
+        let mut cs = ChecksumCapabilities::default();
+        cs.ipv4 = phy::Checksum::Tx;
+        cs.tcp = phy::Checksum::Tx;
+        cs.udp = phy::Checksum::Tx;
+        caps.checksum = cs;
+        caps
+    }
+}
+
+pub struct Stack {
+    /// The tun device; owned by the supervisor's `AsyncFd`, which outlives the stack.
+    tun: RawFd,
+    device: TunDevice,
+    iface: Interface,
+    pub sockets: SocketSet<'static>,
+    epoch: std::time::Instant,
+}
+
+fn endpoint(a: SocketAddr) -> IpListenEndpoint {
+    IpListenEndpoint { addr: Some(a.ip().into()), port: a.port() }
+}
+
+impl Stack {
+    pub fn new(tun: RawFd) -> Stack {
+        let mut device = TunDevice::new(tun);
+        let mut config = Config::new(HardwareAddress::Ip);
+        config.random_seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0x5eed)
+            ^ u64::from(std::process::id());
+        let mut iface = Interface::new(config, &mut device, SmolInstant::from_millis(0));
+        iface.set_any_ip(true);
+        iface.update_ip_addrs(|a| {
+            let _ = a.push(IpCidr::new(addr::GATEWAY_V4.into(), addr::PREFIX_V4));
+            let _ = a.push(IpCidr::new(addr::GATEWAY_V6.into(), addr::PREFIX_V6));
+        });
+        Stack { tun, device, iface, sockets: SocketSet::new(vec![]), epoch: std::time::Instant::now() }
+    }
+
+    fn now(&self) -> SmolInstant {
+        SmolInstant::from_micros(self.epoch.elapsed().as_micros() as i64)
+    }
+
+    /// Reads one packet from the tun fd into the device's input buffer.
+    pub fn read_packet(&mut self) -> std::io::Result<&[u8]> {
+        let buf = &mut self.device.rx;
+        // SAFETY: reads at most `buf.len()` bytes into a live, exclusively borrowed buffer.
+        let n = unsafe { libc::read(self.tun, buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(&buf[..n as usize])
+    }
+
+    /// The packet last read (`len` as `read_packet` returned it).
+    pub fn packet(&self, len: usize) -> &[u8] {
+        &self.device.rx[..len]
+    }
+
+    /// Hands the packet last read to smoltcp.
+    pub fn ingest(&mut self, len: usize) {
+        self.device.rx_len = Some(len);
+        let now = self.now();
+        self.iface.poll_ingress_single(now, &mut self.device, &mut self.sockets);
+        self.device.rx_len = None;
+    }
+
+    /// Sends whatever the sockets have to send.
+    pub fn egress(&mut self) {
+        let now = self.now();
+        self.iface.poll_maintenance(now);
+        while self.iface.poll_egress(now, &mut self.device, &mut self.sockets) == smoltcp::iface::PollResult::SocketStateChanged
+        {
+        }
+    }
+
+    /// How long until smoltcp's next timer (retransmit, delayed ACK...).
+    pub fn delay(&mut self) -> Option<std::time::Duration> {
+        let now = self.now();
+        self.iface.poll_delay(now, &self.sockets).map(|d| std::time::Duration::from_micros(d.total_micros()))
+    }
+
+    /// A socket for the flow `jail → dst`, listening on `dst` with its SYN-ACK held back
+    /// while `paused`; the SYN (already read) is then handed to it.
+    pub fn accept(&mut self, dst: SocketAddr, len: usize, paused: bool) -> Option<SocketHandle> {
+        let rx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
+        let tx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
+        let mut sock = tcp::Socket::new(rx, tx);
+        sock.pause_synack(paused);
+        sock.set_nagle_enabled(false);
+        sock.listen(endpoint(dst)).ok()?;
+        let handle = self.sockets.add(sock);
+        self.ingest(len);
+        // A SYN smoltcp did not take leaves the socket listening: it must not linger and
+        // catch another flow's SYN.
+        if self.sockets.get::<tcp::Socket>(handle).state() == tcp::State::Listen {
+            self.sockets.remove(handle);
+            return None;
+        }
+        Some(handle)
+    }
+
+    pub fn socket(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
+        self.sockets.get_mut::<tcp::Socket>(h)
+    }
+
+    pub fn remove(&mut self, h: SocketHandle) {
+        self.sockets.remove(h);
+    }
+
+    pub fn write(&self, packet: &[u8]) {
+        write_packet(self.tun, packet);
+    }
+}

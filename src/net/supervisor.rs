@@ -1,0 +1,765 @@
+//! The network supervisor of `filtered` mode: one thread outside the jail running a
+//! current-thread tokio loop over the tun fd the jail's init handed out. Every packet the
+//! jail sends is decided here before it has any effect: TCP flows are terminated in the
+//! userspace stack (`stack.rs`) and dialled from the host only if the matcher allows them,
+//! UDP flows get a connected host socket each, DNS is answered by our resolver (`dns.rs`),
+//! ICMP echo is answered for the gateway and refused for everything else. The jail never has
+//! a route to the host's network: every byte it gets out, this loop wrote to a host socket.
+//!
+//! Relaying is single-copy: bytes move between smoltcp's socket buffers and the host socket
+//! with `try_read`/`try_write` on the buffer itself. Each flow has its own waker, so host
+//! readiness wakes only that flow (no walk over every flow per event).
+
+use super::dns::{self, NameCache};
+use super::matcher::{Decision, Destination, Layer, Proto, RuleSet};
+use super::packet::{self, Summary};
+use super::peek::{self, Peeked};
+use super::stack::Stack;
+use super::{addr, udp};
+use crate::audit::AuditLog;
+use smoltcp::iface::SocketHandle;
+use smoltcp::socket::tcp;
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+use tokio::io::unix::AsyncFd;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
+use tokio::sync::Notify;
+
+/// Most TCP flows open at once (the rest are refused with RST).
+pub const MAX_TCP_FLOWS: usize = 4096;
+const DIAL_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a flow to a hostname port may stay silent before it is decided without a name
+/// (server-speaks-first protocols).
+const PEEK_TIMEOUT: Duration = Duration::from_secs(3);
+/// Packets read from tun0 per wakeup before the loop looks at other work.
+const READ_BATCH: usize = 256;
+/// Denials written to the audit log per second, at most (a scan cannot flood the log).
+const AUDIT_PER_SECOND: u32 = 50;
+
+pub struct NetConfig {
+    pub rules: RuleSet,
+    pub upstreams: Vec<SocketAddr>,
+    /// Flows to these ports are matched on their TLS SNI / HTTP Host before being dialled.
+    pub hostname_ports: Vec<u16>,
+    /// Host loopback ports the jail reaches through the gateway address (`--host-port`).
+    pub host_ports: Vec<u16>,
+    pub audit: Option<AuditLog>,
+    pub mode: &'static str,
+}
+
+/// Starts the supervisor thread. Its failure (or a panic in the stack) stops the jail's
+/// network, loudly; the command keeps running without it.
+pub fn spawn(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
+    std::thread::Builder::new().name("net".into()).spawn(move || {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(run(tun, cfg))
+        }));
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("agent-sandbox: the jail's network stopped: {e}"),
+            Err(_) => eprintln!("agent-sandbox: the jail's network stopped after an internal error (reported above)"),
+        }
+    })?;
+    Ok(())
+}
+
+type Key = (SocketAddr, SocketAddr);
+
+/// What async work reports back to the loop.
+enum Event {
+    Dialed { id: u64, result: io::Result<TcpStream> },
+    PeekTimeout { id: u64 },
+    /// A DNS answer for the jail, from `from` (the address it asked) to `to`.
+    DnsReply { from: SocketAddr, to: SocketAddr, data: Vec<u8> },
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Phase {
+    /// Hostname port: the handshake is done, reading the first bytes for a name.
+    Peeking,
+    /// Waiting for the host connection (SYN-ACK held back, or the peeked bytes kept).
+    Dialing,
+    Relay,
+}
+
+struct TcpFlow {
+    key: Key,
+    handle: SocketHandle,
+    phase: Phase,
+    host: Option<TcpStream>,
+    /// Bytes read from the jail while peeking, owed to the host before anything else.
+    pending: Vec<u8>,
+    host_eof: bool,
+    shut_wr: bool,
+    waker: Waker,
+}
+
+/// Flow ids whose host socket became ready, filled by the flows' wakers.
+struct Ready {
+    ids: Mutex<Vec<u64>>,
+    notify: Notify,
+}
+
+struct FlowWaker {
+    id: u64,
+    ready: Arc<Ready>,
+}
+
+impl Wake for FlowWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref()
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Ok(mut ids) = self.ready.ids.lock() {
+            ids.push(self.id);
+        }
+        self.ready.notify.notify_one();
+    }
+}
+
+/// Writes denials to the audit log, at most `AUDIT_PER_SECOND`.
+struct Auditor {
+    log: Option<AuditLog>,
+    mode: &'static str,
+    window: Mutex<(Instant, u32)>,
+}
+
+impl Auditor {
+    fn deny(&self, proto: &str, dest: Option<SocketAddr>, name: Option<&str>, check: &str, d: &Decision) {
+        tracing::info!(proto, ?dest, name, check, rule = d.rule.as_str(), reason = d.reason.as_str(), "network denial");
+        let Some(log) = &self.log else { return };
+        if let Ok(mut w) = self.window.lock() {
+            if w.0.elapsed() >= Duration::from_secs(1) {
+                *w = (Instant::now(), 0);
+            }
+            w.1 += 1;
+            if w.1 > AUDIT_PER_SECOND {
+                return;
+            }
+        }
+        let mut r = log.record("net_denied");
+        r.net = Some(self.mode.into());
+        r.proto = Some(proto.into());
+        r.dest = dest.map(|d| d.to_string());
+        r.name = name.map(str::to_owned);
+        r.check = Some(check.into());
+        r.rule = Some(d.rule.clone());
+        r.layer = Some(
+            match d.layer {
+                Layer::Floor => "floor",
+                Layer::Admin => "admin",
+                Layer::User => "user",
+            }
+            .into(),
+        );
+        r.reason = Some(d.reason.clone());
+        log.write(&r);
+    }
+}
+
+/// The shared, read-mostly state the resolver tasks need too.
+struct Shared {
+    rules: RuleSet,
+    names: Mutex<NameCache>,
+    upstreams: Vec<SocketAddr>,
+    audit: Auditor,
+}
+
+impl Shared {
+    /// Resolves one query from the jail: refuse, or forward and check the answer. Returns
+    /// the reply (None: nothing to answer).
+    async fn resolve(&self, query: &[u8]) -> Option<Vec<u8>> {
+        let name = match dns::check_query(query, &self.rules) {
+            dns::Verdict::Drop => return None,
+            dns::Verdict::Answer { reply, denied } => {
+                if let Some((name, d)) = denied {
+                    self.audit.deny("dns", None, Some(&name), "dns", &d);
+                }
+                return Some(reply);
+            }
+            dns::Verdict::Forward { name } => name,
+        };
+        let servfail = || {
+            let mut r = query.to_vec();
+            // QR=1, keep opcode and RD; RA=1, RCODE=SERVFAIL; no answer sections.
+            r[2] = (r[2] & 0x79) | 0x80;
+            r[3] = 0x82;
+            r.truncate(12);
+            r[4..12].fill(0);
+            r
+        };
+        let Some(answer) = dns::forward(query, &self.upstreams).await else { return Some(servfail()) };
+        let Some(checked) = dns::check_answer(&answer, &name, &self.rules) else { return Some(servfail()) };
+        for (ip, d) in &checked.floored {
+            self.audit.deny("dns", Some(SocketAddr::new(*ip, 0)), Some(&name), "dns-answer", d);
+        }
+        if let Ok(mut names) = self.names.lock() {
+            let now = Instant::now();
+            for (n, ip, ttl) in &checked.learned {
+                names.learn(n, *ip, *ttl, now);
+            }
+        }
+        Some(checked.reply)
+    }
+
+    /// Decides a flow to `dst`. `shown`: the name the flow itself carries (SNI or Host).
+    fn decide(&self, dst: SocketAddr, proto: Proto, shown: Option<&str>) -> Decision {
+        let ip = dst.ip();
+        let port = dst.port();
+        let known = self.names.lock().map(|n| n.names_for(ip, Instant::now())).unwrap_or_default();
+        let by_address = || {
+            if known.is_empty() {
+                return self.rules.decide(&Destination { ip: Some(ip), name: None, port, proto });
+            }
+            // An address the jail resolved: allowed if the flow is allowed under one of the
+            // names it was resolved for (the floors apply whatever the name).
+            let mut first_denial = None;
+            for n in &known {
+                let d = self.rules.decide(&Destination { ip: Some(ip), name: Some(n), port, proto });
+                if d.allowed {
+                    return d;
+                }
+                first_denial.get_or_insert(d);
+            }
+            first_denial.unwrap_or_else(|| self.rules.decide(&Destination { ip: Some(ip), name: None, port, proto }))
+        };
+        let Some(name) = shown else { return by_address() };
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        let as_named = self.rules.decide(&Destination { ip: Some(ip), name: Some(&name), port, proto });
+        if !as_named.allowed || known.contains(&name) || name.parse::<IpAddr>().is_ok() {
+            return as_named;
+        }
+        // A name our resolver never gave for this address: the flow must also be allowed as
+        // what the address is known to be, or a forged SNI would open any address.
+        let d = by_address();
+        if d.allowed {
+            return as_named;
+        }
+        Decision {
+            reason: format!("the name `{name}` was not resolved to {ip} by the jail's resolver, and {}", d.reason),
+            ..d
+        }
+    }
+}
+
+struct Supervisor {
+    shared: Arc<Shared>,
+    stack: Stack,
+    flows: HashMap<u64, TcpFlow>,
+    by_key: HashMap<Key, u64>,
+    next_id: u64,
+    dirty: HashSet<u64>,
+    /// Flows serviced since the last egress, to drop if their socket is done.
+    serviced: Vec<u64>,
+    ready: Arc<Ready>,
+    events: UnboundedSender<Event>,
+    udp: udp::Flows,
+    udp_events: UnboundedSender<udp::Event>,
+    hostname_ports: Vec<u16>,
+    host_ports: Vec<u16>,
+    dns_tcp: SocketAddr,
+}
+
+async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
+    // Socket buffers are large and mostly idle: a fixed mmap threshold keeps them out of the
+    // heap, so their pages are committed only when data moves through them.
+    // SAFETY: mallopt only changes allocator tuning; called before the buffers exist.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) };
+    let shared = Arc::new(Shared {
+        rules: cfg.rules,
+        names: Mutex::new(NameCache::default()),
+        upstreams: cfg.upstreams,
+        audit: Auditor { log: cfg.audit, mode: cfg.mode, window: Mutex::new((Instant::now(), 0)) },
+    });
+    let dns_tcp = serve_dns_tcp(shared.clone()).await?;
+    let (events, mut events_rx) = unbounded_channel();
+    let (udp_events, mut udp_rx) = unbounded_channel();
+    let raw = tun.as_raw_fd();
+    // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and the same for
+    // the AsyncFd's whole life; the stack (dropped first: declared later) only borrows it.
+    let tun_fd = unsafe { AsyncFd::register_with_interest(tun, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?;
+    let stack = Stack::new(raw);
+    let mut sup = Supervisor {
+        shared,
+        stack,
+        flows: HashMap::new(),
+        by_key: HashMap::new(),
+        next_id: 1,
+        dirty: HashSet::new(),
+        serviced: vec![],
+        ready: Arc::new(Ready { ids: Mutex::new(vec![]), notify: Notify::new() }),
+        events,
+        udp: udp::Flows::default(),
+        udp_events,
+        hostname_ports: cfg.hostname_ports,
+        host_ports: cfg.host_ports,
+        dns_tcp,
+    };
+    loop {
+        sup.service_dirty();
+        sup.stack.egress();
+        // After egress: a socket closed by abort() still had its RST to send.
+        sup.reap_serviced();
+        let delay = sup.stack.delay().unwrap_or(Duration::from_secs(3600));
+        let ready = sup.ready.clone();
+        tokio::select! {
+            biased;
+            guard = tun_fd.readable() => {
+                let mut guard = guard?;
+                if sup.read_tun()? {
+                    guard.clear_ready();
+                }
+            }
+            Some(ev) = events_rx.recv() => sup.on_event(ev),
+            Some(ev) = udp_rx.recv() => sup.on_udp_event(ev),
+            _ = ready.notify.notified() => {
+                let ids = ready.ids.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default();
+                sup.dirty.extend(ids);
+            }
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+impl Supervisor {
+    /// Reads up to a batch of packets; true once the fd is drained.
+    fn read_tun(&mut self) -> io::Result<bool> {
+        for _ in 0..READ_BATCH {
+            let len = match self.stack.read_packet() {
+                Ok(p) => p.len(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            if len == 0 {
+                return Ok(true);
+            }
+            self.on_packet(len);
+        }
+        Ok(false)
+    }
+
+    fn on_packet(&mut self, len: usize) {
+        match packet::summarize(self.stack.packet(len)) {
+            Summary::Tcp { src, dst, syn, ack, rst } => {
+                if let Some(id) = self.by_key.get(&(src, dst)) {
+                    self.dirty.insert(*id);
+                    self.stack.ingest(len);
+                } else if syn && !ack && !rst {
+                    self.on_syn(src, dst, len);
+                } else {
+                    // A segment of no flow: smoltcp answers RST (or nothing, to a RST).
+                    self.stack.ingest(len);
+                }
+            }
+            Summary::Udp { src, dst, payload } => self.on_udp(src, dst, len, payload),
+            Summary::Echo { src, dst, ident, seq, data } => {
+                let pkt = self.stack.packet(len);
+                let reply = if addr::is_gateway(dst) {
+                    packet::echo_reply(src, dst, ident, seq, &pkt[data.0..data.1])
+                } else {
+                    packet::prohibited(pkt)
+                };
+                if let Some(r) = reply {
+                    self.stack.write(&r);
+                }
+            }
+            Summary::Other => {}
+        }
+    }
+
+    fn deny_packet(&mut self, len: usize, proto: &str, dst: SocketAddr, check: &str, d: &Decision) {
+        self.shared.audit.deny(proto, Some(dst), None, check, d);
+        if proto == "udp" {
+            if let Some(r) = packet::prohibited(self.stack.packet(len)) {
+                self.stack.write(&r);
+            }
+        } else {
+            // No socket takes the SYN: smoltcp answers RST at once.
+            self.stack.ingest(len);
+        }
+    }
+
+    fn on_syn(&mut self, src: SocketAddr, dst: SocketAddr, len: usize) {
+        if self.flows.len() >= MAX_TCP_FLOWS {
+            let d = refusal("too many open connections in this jail");
+            return self.deny_packet(len, "tcp", dst, "limit", &d);
+        }
+        let port = dst.port();
+        // DNS over TCP, to the gateway or to any server the jail names: our resolver.
+        let target = if port == 53 {
+            self.dns_tcp
+        } else if addr::is_gateway(dst.ip()) {
+            if !self.host_ports.contains(&port) {
+                let d = refusal(&format!("the gateway serves DNS only; port {port} is not published with --host-port"));
+                return self.deny_packet(len, "tcp", dst, "connect", &d);
+            }
+            let lo = if dst.is_ipv4() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { IpAddr::V6(Ipv6Addr::LOCALHOST) };
+            SocketAddr::new(lo, port)
+        } else if self.hostname_ports.contains(&port) {
+            // Decided on the name its first bytes show: complete the handshake, then read.
+            let floor = self.shared.rules.decide(&Destination { ip: Some(dst.ip()), name: None, port, proto: Proto::Tcp });
+            if !floor.allowed && floor.layer == Layer::Floor {
+                return self.deny_packet(len, "tcp", dst, "connect", &floor);
+            }
+            let Some(handle) = self.stack.accept(dst, len, false) else { return };
+            let id = self.add_flow((src, dst), handle, Phase::Peeking);
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(PEEK_TIMEOUT).await;
+                let _ = events.send(Event::PeekTimeout { id });
+            });
+            return;
+        } else {
+            let d = self.shared.decide(dst, Proto::Tcp, None);
+            if !d.allowed {
+                return self.deny_packet(len, "tcp", dst, "connect", &d);
+            }
+            dst
+        };
+        let Some(handle) = self.stack.accept(dst, len, true) else { return };
+        let id = self.add_flow((src, dst), handle, Phase::Dialing);
+        self.dial(id, target);
+    }
+
+    fn add_flow(&mut self, key: Key, handle: SocketHandle, phase: Phase) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let waker = Waker::from(Arc::new(FlowWaker { id, ready: self.ready.clone() }));
+        let flow =
+            TcpFlow { key, handle, phase, host: None, pending: vec![], host_eof: false, shut_wr: false, waker };
+        self.flows.insert(id, flow);
+        self.by_key.insert(key, id);
+        id
+    }
+
+    fn dial(&self, id: u64, target: SocketAddr) {
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let result = match tokio::time::timeout(DIAL_TIMEOUT, TcpStream::connect(target)).await {
+                Ok(r) => r,
+                Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
+            };
+            let _ = events.send(Event::Dialed { id, result });
+        });
+    }
+
+    fn on_event(&mut self, ev: Event) {
+        match ev {
+            Event::Dialed { id, result } => {
+                let Some(flow) = self.flows.get_mut(&id) else { return };
+                match result {
+                    Ok(stream) => {
+                        let _ = stream.set_nodelay(true);
+                        flow.host = Some(stream);
+                        flow.phase = Phase::Relay;
+                        self.stack.socket(flow.handle).pause_synack(false);
+                    }
+                    Err(e) => {
+                        tracing::debug!(dst = %flow.key.1, "dial failed: {e}");
+                        self.stack.socket(flow.handle).abort();
+                    }
+                }
+                self.dirty.insert(id);
+            }
+            Event::PeekTimeout { id } => {
+                if self.flows.get(&id).is_some_and(|f| f.phase == Phase::Peeking) {
+                    self.decide_peeked(id, None, false);
+                    self.dirty.insert(id);
+                }
+            }
+            Event::DnsReply { from, to, data } => {
+                if let Some(p) = packet::udp(from, to, &data) {
+                    self.stack.write(&p);
+                }
+            }
+        }
+    }
+
+    fn on_udp(&mut self, src: SocketAddr, dst: SocketAddr, len: usize, payload: (usize, usize)) {
+        let data = self.stack.packet(len).get(payload.0..payload.1).unwrap_or_default().to_vec();
+        if dst.port() == 53 {
+            // DNS to the gateway or to any server: our resolver answers, as that server.
+            let shared = self.shared.clone();
+            let events = self.events.clone();
+            tokio::spawn(async move {
+                if let Some(reply) = shared.resolve(&data).await {
+                    let _ = events.send(Event::DnsReply { from: dst, to: src, data: reply });
+                }
+            });
+            return;
+        }
+        let key = (src, dst);
+        if self.udp.send(&key, &data) {
+            return;
+        }
+        if addr::is_gateway(dst.ip()) {
+            if let Some(r) = packet::port_unreachable(self.stack.packet(len)) {
+                self.stack.write(&r);
+            }
+            return;
+        }
+        if self.udp.len() >= udp::MAX_FLOWS {
+            let d = refusal("too many UDP flows in this jail");
+            return self.deny_packet(len, "udp", dst, "limit", &d);
+        }
+        let mut d = self.shared.decide(dst, Proto::Udp, None);
+        if d.allowed && self.hostname_ports.contains(&dst.port()) && self.shared.rules.has_name_rules() {
+            // QUIC carries its name encrypted: it cannot be matched, so clients fall back to TCP.
+            d = Decision {
+                allowed: false,
+                rule: String::new(),
+                layer: Layer::Floor,
+                reason: format!("UDP to port {} (QUIC) cannot be matched by name; use TCP", dst.port()),
+            };
+        }
+        if !d.allowed {
+            return self.deny_packet(len, "udp", dst, "udp", &d);
+        }
+        if let Err(e) = self.udp.open(key, &data, self.udp_events.clone()) {
+            tracing::debug!(%dst, "udp flow failed: {e}");
+            if let Some(r) = packet::port_unreachable(self.stack.packet(len)) {
+                self.stack.write(&r);
+            }
+        }
+    }
+
+    fn on_udp_event(&mut self, ev: udp::Event) {
+        match ev {
+            udp::Event::Reply { key, data } => {
+                if let Some(p) = packet::udp(key.1, key.0, &data) {
+                    self.stack.write(&p);
+                }
+            }
+            udp::Event::Closed { key } => self.udp.close(&key),
+        }
+    }
+
+    fn service_dirty(&mut self) {
+        // Servicing may make more flows dirty (never the same one twice in a row).
+        let mut rounds = 0;
+        while !self.dirty.is_empty() && rounds < 4 {
+            rounds += 1;
+            let ids: Vec<u64> = self.dirty.drain().collect();
+            for id in ids {
+                self.service(id);
+            }
+        }
+    }
+
+    fn service(&mut self, id: u64) {
+        let Some(phase) = self.flows.get(&id).map(|f| &f.phase) else { return };
+        match phase {
+            Phase::Peeking => self.service_peek(id),
+            Phase::Dialing => {}
+            Phase::Relay => self.pump(id),
+        }
+        self.serviced.push(id);
+    }
+
+    fn reap_serviced(&mut self) {
+        for id in std::mem::take(&mut self.serviced) {
+            self.reap(id);
+        }
+    }
+
+    fn service_peek(&mut self, id: u64) {
+        let Some(flow) = self.flows.get_mut(&id) else { return };
+        let sock = self.stack.socket(flow.handle);
+        while sock.can_recv() && flow.pending.len() < peek::MAX_PEEK {
+            let room = peek::MAX_PEEK - flow.pending.len();
+            let _ = sock.recv(|b| {
+                let n = b.len().min(room);
+                flow.pending.extend_from_slice(&b[..n]);
+                (n, ())
+            });
+        }
+        let closed = jail_sent_fin(sock);
+        match peek::peek(&flow.pending) {
+            Peeked::NeedMore if !closed => {}
+            Peeked::NeedMore | Peeked::Unknown => self.decide_peeked(id, None, false),
+            Peeked::Tls { sni } => self.decide_peeked(id, sni, false),
+            Peeked::Http { host } => self.decide_peeked(id, host, true),
+        }
+    }
+
+    fn decide_peeked(&mut self, id: u64, name: Option<String>, http: bool) {
+        let Some(flow) = self.flows.get_mut(&id) else { return };
+        let dst = flow.key.1;
+        let d = self.shared.decide(dst, Proto::Tcp, name.as_deref());
+        if d.allowed {
+            flow.phase = Phase::Dialing;
+            self.dial(id, dst);
+            return;
+        }
+        let check = if http { "http-host" } else if name.is_some() { "sni" } else { "connect" };
+        self.shared.audit.deny("tcp", Some(dst), name.as_deref(), check, &d);
+        let sock = self.stack.socket(flow.handle);
+        if http {
+            // Plain HTTP can carry the reason to whoever asked: one line an agent can act on.
+            let body = format!("agent-sandbox: {dst} refused by the network policy: {}\n", d.reason);
+            let head = format!(
+                "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = sock.send_slice(head.as_bytes());
+            let _ = sock.send_slice(body.as_bytes());
+            sock.close();
+        } else {
+            sock.abort();
+        }
+        flow.phase = Phase::Dialing; // no host will come: the socket closes and is reaped
+    }
+
+    /// Moves bytes both ways until neither side can make progress, then registers the flow's
+    /// waker for what it waits on.
+    fn pump(&mut self, id: u64) {
+        let Some(flow) = self.flows.get_mut(&id) else { return };
+        let Some(host) = flow.host.as_ref() else { return };
+        let sock = self.stack.socket(flow.handle);
+        let mut cx = Context::from_waker(&flow.waker);
+        let mut failed = false;
+        loop {
+            let mut progress = false;
+            // jail → host: first the peeked bytes, then the socket's receive buffer.
+            if !flow.pending.is_empty() {
+                match host.try_write(&flow.pending) {
+                    Ok(n) => {
+                        flow.pending.drain(..n);
+                        progress = true;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if let Poll::Ready(Ok(())) = host.poll_write_ready(&mut cx) {
+                            progress = true;
+                        }
+                    }
+                    Err(_) => failed = true,
+                }
+            } else if sock.can_recv() {
+                match sock.recv(|b| match host.try_write(b) {
+                    Ok(n) => (n, Ok(n)),
+                    Err(e) => (0, Err(e)),
+                }) {
+                    Ok(Ok(n)) => progress = n > 0,
+                    Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if let Poll::Ready(Ok(())) = host.poll_write_ready(&mut cx) {
+                            progress = true;
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(dst = %flow.key.1, "write to host failed: {e}");
+                        failed = true
+                    }
+                    Err(_) => {}
+                }
+            }
+            // host → jail, while the socket has room (else the jail's ACKs wake us).
+            if !flow.host_eof && sock.can_send() {
+                match sock.send(|b| match host.try_read(b) {
+                    Ok(n) => (n, Ok(n)),
+                    Err(e) => (0, Err(e)),
+                }) {
+                    Ok(Ok(0)) => {
+                        flow.host_eof = true;
+                        sock.close();
+                    }
+                    Ok(Ok(_)) => progress = true,
+                    Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if let Poll::Ready(Ok(())) = host.poll_read_ready(&mut cx) {
+                            progress = true;
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        tracing::debug!(dst = %flow.key.1, "read from host failed: {e}");
+                        failed = true
+                    }
+                    Err(_) => {}
+                }
+            }
+            if failed || !progress {
+                break;
+            }
+        }
+        if failed {
+            // The host side reset or broke: so does the jail's.
+            sock.abort();
+            return;
+        }
+        // The jail closed its sending side and everything it sent is out: half-close the host.
+        if !flow.shut_wr && jail_sent_fin(sock) && sock.recv_queue() == 0 && flow.pending.is_empty() {
+            flow.shut_wr = true;
+            let _ = nix::sys::socket::shutdown(host.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+        }
+    }
+
+    /// Drops a flow whose socket is done.
+    fn reap(&mut self, id: u64) {
+        let Some(flow) = self.flows.get(&id) else { return };
+        let state = self.stack.socket(flow.handle).state();
+        if !matches!(state, tcp::State::Closed | tcp::State::TimeWait) {
+            return;
+        }
+        let Some(flow) = self.flows.remove(&id) else { return };
+        self.by_key.remove(&flow.key);
+        self.stack.remove(flow.handle);
+        if let Some(host) = flow.host {
+            // Closed without both FINs: the jail reset the connection, and so do we.
+            if !(flow.host_eof && flow.shut_wr) {
+                let _ = host.set_zero_linger();
+            }
+        }
+    }
+}
+
+/// Has the jail closed its sending side? (`!may_recv()` is also true before the handshake
+/// completes, which is not a FIN.)
+fn jail_sent_fin(sock: &tcp::Socket) -> bool {
+    use tcp::State::*;
+    matches!(sock.state(), CloseWait | LastAck | Closing | TimeWait | Closed)
+}
+
+fn refusal(reason: &str) -> Decision {
+    Decision { allowed: false, rule: String::new(), layer: Layer::Floor, reason: reason.to_owned() }
+}
+
+/// DNS over TCP: the jail's TCP flows to port 53 are dialled here, a listener on host
+/// loopback that answers through the same resolver as UDP.
+async fn serve_dns_tcp(shared: Arc<Shared>) -> io::Result<SocketAddr> {
+    let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
+    let local = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((conn, _)) = listener.accept().await {
+            tokio::spawn(dns_tcp_conn(conn, shared.clone()));
+        }
+    });
+    Ok(local)
+}
+
+async fn dns_tcp_conn(mut conn: TcpStream, shared: Arc<Shared>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const IDLE: Duration = Duration::from_secs(10);
+    loop {
+        let mut len = [0u8; 2];
+        if !matches!(tokio::time::timeout(IDLE, conn.read_exact(&mut len)).await, Ok(Ok(_))) {
+            return;
+        }
+        let mut query = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        if !matches!(tokio::time::timeout(IDLE, conn.read_exact(&mut query)).await, Ok(Ok(_))) {
+            return;
+        }
+        let Some(reply) = shared.resolve(&query).await else { return };
+        let Ok(n) = u16::try_from(reply.len()) else { return };
+        let mut framed = n.to_be_bytes().to_vec();
+        framed.extend_from_slice(&reply);
+        if conn.write_all(&framed).await.is_err() {
+            return;
+        }
+    }
+}

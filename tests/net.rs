@@ -1,0 +1,243 @@
+//! The `filtered` network mode against real traffic on this machine only: test hosts in a
+//! network namespace on TEST-NET (tests/nethost: HTTP, HTTPS, git, SMTP-like banners, echo,
+//! DNS), listeners on host loopback and on the host's own address. Every assertion is made
+//! from inside the jail, as the unprivileged test user.
+
+mod common;
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+/// The test hosts, started once per test binary; the server dies with this process (its
+/// stdin is a pipe we hold).
+struct NetHosts {
+    workdir: PathBuf,
+    _server: Mutex<Child>,
+}
+
+static HOSTS: OnceLock<Result<NetHosts, String>> = OnceLock::new();
+
+fn start_hosts() -> Result<NetHosts, String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let st = Command::new("bash").arg(root.join("tests/nethost/setup.sh")).arg("up").status();
+    if !st.map(|s| s.success()).unwrap_or(false) {
+        return Err("tests/nethost/setup.sh up failed (needs root, iproute2)".into());
+    }
+    let workdir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nethost");
+    let _ = std::fs::remove_dir_all(&workdir);
+    std::fs::create_dir_all(&workdir).map_err(|e| e.to_string())?;
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", "asbnet", "python3"])
+        .arg(root.join("tests/nethost/serve.py"))
+        .arg(&workdir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start serve.py: {e}"))?;
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).map_err(|e| e.to_string())?;
+    if line.trim() != "ready" {
+        return Err(format!("serve.py did not come up: {line:?}"));
+    }
+    Ok(NetHosts { workdir, _server: Mutex::new(child) })
+}
+
+fn hosts() -> &'static NetHosts {
+    match HOSTS.get_or_init(start_hosts) {
+        Ok(h) => h,
+        Err(e) => panic!("network test hosts: {e}"),
+    }
+}
+
+/// A filtered-mode jail whose resolver forwards to the test DNS server, with `extra` policy
+/// TOML (in `[net]`), and the test CA in the project.
+fn net_jail(name: &str, extra: &str) -> Option<Jail> {
+    let j = Jail::new(name)?;
+    let h = hosts();
+    let policy = j.rig.home.join(format!("t/{name}-policy.toml"));
+    std::fs::write(&policy, format!("[net]\nmode = \"filtered\"\nfallback = \"strict\"\ndns = [\"198.51.100.53\"]\n{extra}"))
+        .unwrap();
+    j.give(&[&policy]);
+    let ca = std::fs::read_to_string(h.workdir.join("ca.pem")).expect("ca.pem");
+    let j = j.project_file("ca.pem", &ca);
+    Some(j.arg("--policy").arg(policy.to_str().unwrap()))
+}
+
+fn audit_lines(j: &Jail) -> Vec<serde_json::Value> {
+    let log = j.rig.home.join(".local/state/agent-sandbox/audit.jsonl");
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &serde_json::Value| v["event"] == "net_denied")
+        .collect()
+}
+
+#[test]
+fn allowed_flows_work_curl_git_python_https_and_ipv6() {
+    let Some(j) = net_jail("net-allowed", "") else { return };
+    let out = j.run(
+        "grep -c 169.254.77.1 /etc/resolv.conf; \
+         curl -sS -m 10 http://allowed.test/hello; \
+         curl -sS -m 10 --cacert ca.pem https://allowed.test/hello; \
+         git ls-remote http://allowed.test/repo.git; \
+         curl -sS -m 10 -g 'http://[2001:db8:51::2]:8080/hello'; \
+         curl -sS -m 10 http://v6only.test/hello; \
+         python3 -c \"
+import socket
+s = socket.create_connection(('198.51.100.2', 7777), timeout=10)
+data = b'x' * 300000
+s.sendall(data)
+s.shutdown(socket.SHUT_WR)
+got = b''
+while True:
+    b = s.recv(65536)
+    if not b: break
+    got += b
+print('echo', 'same' if got == data else 'DIFFERENT %d' % len(got))
+\"",
+    );
+    assert_eq!(out.code, 0, "{out}");
+    let s = &out.stdout;
+    assert!(s.starts_with("1\n"), "resolv.conf names our resolver: {out}");
+    assert_eq!(s.matches("hello allowed.test").count(), 2, "http and https by name: {out}");
+    assert!(s.contains("refs/heads/main"), "git over http: {out}");
+    assert!(s.contains("hello [2001:db8:51::2]:8080"), "IPv6 literal: {out}");
+    assert!(s.contains("hello v6only.test"), "AAAA-only name: {out}");
+    assert!(s.contains("echo same"), "300 kB echo with half-close: {out}");
+}
+
+#[test]
+fn floor_ports_and_addresses_are_refused_at_once() {
+    let Some(j) = net_jail("net-floors", "") else { return };
+    // Listeners that really exist: a floored port on the test host, host loopback, and the
+    // host's own address (the host side of the veth).
+    let lo = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let own = std::net::TcpListener::bind("198.51.100.1:0").unwrap();
+    let targets = [
+        "198.51.100.2/25".to_string(),
+        "198.51.100.2/587".into(),
+        "198.51.100.2/2525".into(),
+        "198.51.100.2/853".into(),
+        format!("127.0.0.1/{}", lo.local_addr().unwrap().port()),
+        format!("198.51.100.1/{}", own.local_addr().unwrap().port()),
+        "169.254.169.254/80".into(),
+    ];
+    assert!(std::net::TcpStream::connect("198.51.100.2:25").is_ok(), "the banner on 25 is reachable from the host");
+    let script: Vec<String> = targets
+        .iter()
+        .map(|t| format!("timeout 10 bash -c 'exec 3<>/dev/tcp/{t}' 2>/dev/null && echo {t}=CONNECTED || echo {t}=refused"))
+        .collect();
+    let out = j.run(&script.join("; "));
+    for t in &targets {
+        assert!(out.stdout.contains(&format!("{t}=refused")), "{t}: {out}");
+    }
+    // Seven refusals, each of which would take 10 s if it were a silent drop.
+    assert!(out.elapsed < Duration::from_secs(5), "refusals must be immediate, took {:?}", out.elapsed);
+    let denials = audit_lines(&j);
+    let smtp = denials.iter().find(|d| d["dest"] == "198.51.100.2:25").expect("audit record for port 25");
+    assert_eq!(smtp["layer"], "floor");
+    assert_eq!(smtp["proto"], "tcp");
+    assert!(smtp["reason"].as_str().unwrap().contains("mail"), "{smtp}");
+}
+
+#[test]
+fn blocked_names_get_nxdomain_and_are_refused_by_sni_and_host() {
+    let Some(j) = net_jail("net-blocked", "block = [\"blocked.test\"]\n") else { return };
+    let out = j.run(
+        "getent hosts blocked.test; echo getent=$?; \
+         curl -sS -m 10 -H 'Host: blocked.test' http://198.51.100.2/hello; echo; \
+         curl -sS -m 10 --cacert ca.pem --resolve blocked.test:443:198.51.100.2 https://blocked.test/hello; echo tls=$?; \
+         curl -sS -m 10 --cacert ca.pem https://allowed.test/hello",
+    );
+    assert!(out.stdout.contains("getent=2"), "NXDOMAIN for a blocked name: {out}");
+    assert!(out.stdout.contains("refused by the network policy") && out.stdout.contains("blocked.test"), "{out}");
+    assert!(!out.stdout.contains("hello blocked.test"), "{out}");
+    assert!(out.stdout.contains("tls=35") || out.stdout.contains("tls=56"), "TLS to a blocked SNI is reset: {out}");
+    assert!(out.stdout.contains("hello allowed.test"), "other names still work: {out}");
+    let denials = audit_lines(&j);
+    assert!(denials.iter().any(|d| d["check"] == "dns" && d["name"] == "blocked.test"), "{denials:?}");
+    assert!(denials.iter().any(|d| d["check"] == "sni" && d["name"] == "blocked.test"), "{denials:?}");
+    assert!(denials.iter().any(|d| d["check"] == "http-host"), "{denials:?}");
+}
+
+#[test]
+fn allow_list_policy_holds_without_a_proxy() {
+    let Some(j) = net_jail("net-allowlist", "block = [\"*\"]\nallow = [\"allowed.test\"]\n") else { return };
+    // Before any name resolved to it, the bare address is just "*": refused.
+    let out = j.run("curl -sS -m 10 http://198.51.100.2:8080/hello; echo rc=$?");
+    assert!(out.stdout.contains("rc=7"), "bare address under an allow-list: {out}");
+    let out = j.run(
+        "getent hosts other.test; echo other=$?; \
+         curl -sS -m 10 http://allowed.test/hello; \
+         curl -sS -m 10 --cacert ca.pem https://allowed.test/hello; \
+         curl -sS -m 10 --resolve other.test:80:198.51.100.2 http://other.test/hello; echo; \
+         curl -sS -m 10 --cacert ca.pem --resolve other.test:443:198.51.100.2 https://other.test/hello; echo tls=$?; \
+         python3 -c \"import socket; s=socket.create_connection(('198.51.100.2', 7777), timeout=10); s.sendall(b'ping'); print('py', s.recv(4))\"",
+    );
+    assert!(out.stdout.contains("other=2"), "{out}");
+    assert_eq!(out.stdout.matches("hello allowed.test").count(), 2, "{out}");
+    assert!(out.stdout.contains("refused by the network policy"), "Host other.test refused: {out}");
+    assert!(!out.stdout.contains("hello other.test"), "{out}");
+    assert!(out.stdout.contains("tls=35") || out.stdout.contains("tls=56"), "{out}");
+    assert!(out.stdout.contains("py b'ping'"), "an address the jail resolved an allowed name to: {out}");
+}
+
+#[test]
+fn rebinding_names_are_refused_at_the_resolver() {
+    let Some(j) = net_jail("net-rebind", "") else { return };
+    let out = j.run(
+        "for n in rebind.test hostself.test meta.test allowed.test; do getent ahostsv4 $n >/dev/null; echo $n=$?; done",
+    );
+    for n in ["rebind.test", "hostself.test", "meta.test"] {
+        assert!(out.stdout.contains(&format!("{n}=2")), "{n}: {out}");
+    }
+    assert!(out.stdout.contains("allowed.test=0"), "{out}");
+    let denials = audit_lines(&j);
+    assert!(denials.iter().any(|d| d["check"] == "dns-answer" && d["name"] == "rebind.test"), "{denials:?}");
+}
+
+#[test]
+fn udp_to_an_allowed_port_works_and_to_a_floor_port_fails_fast() {
+    let Some(j) = net_jail("net-udp", "") else { return };
+    let out = j.run(
+        "python3 -c \"
+import socket, time
+for port in (9999, 514):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.settimeout(5)
+    s.connect(('198.51.100.2', port))
+    t = time.time()
+    try:
+        s.send(b'dgram')
+        print(port, s.recv(100), round(time.time() - t, 2))
+    except OSError as e:
+        print(port, 'error', type(e).__name__, round(time.time() - t, 2))
+\"",
+    );
+    assert!(out.stdout.contains("9999 b'dgram'"), "{out}");
+    let line = out.stdout.lines().find(|l| l.starts_with("514 ")).unwrap_or_default();
+    assert!(line.contains("error") && !line.contains("timeout"), "UDP 514 is in the floor: {out}");
+}
+
+#[test]
+fn host_port_reaches_host_loopback_only_when_asked() {
+    let Some(j) = net_jail("net-hostport", "") else { return };
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming().flatten() {
+            let _ = std::io::Write::write_all(&mut &c, b"model-server\n");
+        }
+    });
+    let script = format!("timeout 10 bash -c 'exec 3<>/dev/tcp/169.254.77.1/{port}; head -1 <&3' || echo refused");
+    let out = j.run(&script);
+    assert!(out.stdout.contains("refused") && !out.stdout.contains("model-server"), "{out}");
+    let j = j.arg("--host-port").arg(&port.to_string());
+    let out = j.run(&script);
+    assert!(out.stdout.contains("model-server"), "{out}");
+}
