@@ -284,7 +284,9 @@ fn net_config(plan: &plan::Plan, log: &audit::AuditLog) -> Result<agent_sandbox:
     let opts = MatcherOptions { host_addrs, deny_private: plan.net.deny_private, extra_floor_ports: vec![] };
     let rules = RuleSet::new(&plan.net.rules, opts).map_err(|e| Failure::new(format!("net rules: {e}")))?;
     if plan.net.upstreams.is_empty() {
-        eprintln!("agent-sandbox: warning: no DNS resolver found (resolv.conf, net.dns): names will not resolve in the jail");
+        eprintln!(
+            "agent-sandbox: warning: no DNS resolver found (resolv.conf, net.dns): names will not resolve in the jail"
+        );
     }
     Ok(agent_sandbox::net::supervisor::NetConfig {
         rules,

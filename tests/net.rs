@@ -59,8 +59,11 @@ fn net_jail(name: &str, extra: &str) -> Option<Jail> {
     let j = Jail::new(name)?;
     let h = hosts();
     let policy = j.rig.home.join(format!("t/{name}-policy.toml"));
-    std::fs::write(&policy, format!("[net]\nmode = \"filtered\"\nfallback = \"strict\"\ndns = [\"198.51.100.53\"]\n{extra}"))
-        .unwrap();
+    std::fs::write(
+        &policy,
+        format!("[net]\nmode = \"filtered\"\nfallback = \"strict\"\ndns = [\"198.51.100.53\"]\n{extra}"),
+    )
+    .unwrap();
     j.give(&[&policy]);
     let ca = std::fs::read_to_string(h.workdir.join("ca.pem")).expect("ca.pem");
     let j = j.project_file("ca.pem", &ca);
@@ -130,7 +133,9 @@ fn floor_ports_and_addresses_are_refused_at_once() {
     assert!(std::net::TcpStream::connect("198.51.100.2:25").is_ok(), "the banner on 25 is reachable from the host");
     let script: Vec<String> = targets
         .iter()
-        .map(|t| format!("timeout 10 bash -c 'exec 3<>/dev/tcp/{t}' 2>/dev/null && echo {t}=CONNECTED || echo {t}=refused"))
+        .map(|t| {
+            format!("timeout 10 bash -c 'exec 3<>/dev/tcp/{t}' 2>/dev/null && echo {t}=CONNECTED || echo {t}=refused")
+        })
         .collect();
     let out = j.run(&script.join("; "));
     for t in &targets {

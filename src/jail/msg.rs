@@ -11,7 +11,10 @@ pub enum Msg {
     Go,
     /// Init -> launcher: the jail is built; the pty master (if the launcher asked for one)
     /// and the tun device the network supervisor serves (in `filtered` mode).
-    Ready { pty: Option<OwnedFd>, tun: Option<OwnedFd> },
+    Ready {
+        pty: Option<OwnedFd>,
+        tun: Option<OwnedFd>,
+    },
     /// Launcher -> init: start the command, under this seccomp program (compiled by the
     /// launcher while the jail was being built, as raw sock_filter instructions).
     Start(Vec<seccompiler::sock_filter>),

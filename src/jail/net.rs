@@ -166,6 +166,7 @@ fn configure(name: &str) -> io::Result<()> {
         rtmsg_flags: (libc::RTF_UP | libc::RTF_GATEWAY) as u32,
         rtmsg_ifindex: ifindex,
     };
-    ioctl_ptr(s6, libc::SIOCADDRT, &mut rt6).map_err(|e| io::Error::new(e.kind(), format!("IPv6 default route: {e}")))?;
+    ioctl_ptr(s6, libc::SIOCADDRT, &mut rt6)
+        .map_err(|e| io::Error::new(e.kind(), format!("IPv6 default route: {e}")))?;
     Ok(())
 }

@@ -86,7 +86,10 @@ pub fn check_query(query: &[u8], rules: &RuleSet) -> Verdict {
         Err(_) => {
             // Malformed: FORMERR if there is at least an id to answer to.
             let Some(id) = query.get(..2).map(|b| u16::from_be_bytes([b[0], b[1]])) else { return Verdict::Drop };
-            return Verdict::Answer { reply: error_reply(id, OpCode::Query, ResponseCode::FormErr, None), denied: None };
+            return Verdict::Answer {
+                reply: error_reply(id, OpCode::Query, ResponseCode::FormErr, None),
+                denied: None,
+            };
         }
     };
     if msg.metadata.message_type != MessageType::Query {
@@ -94,7 +97,10 @@ pub fn check_query(query: &[u8], rules: &RuleSet) -> Verdict {
     }
     let id = msg.metadata.id;
     if msg.metadata.op_code != OpCode::Query || msg.queries.len() != 1 {
-        return Verdict::Answer { reply: error_reply(id, msg.metadata.op_code, ResponseCode::NotImp, None), denied: None };
+        return Verdict::Answer {
+            reply: error_reply(id, msg.metadata.op_code, ResponseCode::NotImp, None),
+            denied: None,
+        };
     }
     let q = &msg.queries[0];
     let name = q.name.to_ascii();

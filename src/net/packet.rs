@@ -13,11 +13,27 @@ use std::net::{IpAddr, SocketAddr};
 /// The transport summary of one packet from the jail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Summary {
-    Tcp { src: SocketAddr, dst: SocketAddr, syn: bool, ack: bool, rst: bool },
+    Tcp {
+        src: SocketAddr,
+        dst: SocketAddr,
+        syn: bool,
+        ack: bool,
+        rst: bool,
+    },
     /// `payload`: byte range of the UDP payload within the packet.
-    Udp { src: SocketAddr, dst: SocketAddr, payload: (usize, usize) },
+    Udp {
+        src: SocketAddr,
+        dst: SocketAddr,
+        payload: (usize, usize),
+    },
     /// An ICMP(v6) echo request: identifier, sequence, and the byte range of its data.
-    Echo { src: IpAddr, dst: IpAddr, ident: u16, seq: u16, data: (usize, usize) },
+    Echo {
+        src: IpAddr,
+        dst: IpAddr,
+        ident: u16,
+        seq: u16,
+        data: (usize, usize),
+    },
     /// Anything else (other ICMP, unknown protocols, IPv6 extension headers, fragments):
     /// dropped. Fragments never come from the jail: its MTU is larger than any datagram.
     Other,

@@ -154,9 +154,9 @@ impl Stack {
     pub fn egress(&mut self) {
         let now = self.now();
         self.iface.poll_maintenance(now);
-        while self.iface.poll_egress(now, &mut self.device, &mut self.sockets) == smoltcp::iface::PollResult::SocketStateChanged
-        {
-        }
+        while self.iface.poll_egress(now, &mut self.device, &mut self.sockets)
+            == smoltcp::iface::PollResult::SocketStateChanged
+        {}
     }
 
     /// How long until smoltcp's next timer (retransmit, delayed ACK...).

@@ -74,10 +74,19 @@ type Key = (SocketAddr, SocketAddr);
 
 /// What async work reports back to the loop.
 enum Event {
-    Dialed { id: u64, result: io::Result<TcpStream> },
-    PeekTimeout { id: u64 },
+    Dialed {
+        id: u64,
+        result: io::Result<TcpStream>,
+    },
+    PeekTimeout {
+        id: u64,
+    },
     /// A DNS answer for the jail, from `from` (the address it asked) to `to`.
-    DnsReply { from: SocketAddr, to: SocketAddr, data: Vec<u8> },
+    DnsReply {
+        from: SocketAddr,
+        to: SocketAddr,
+        data: Vec<u8>,
+    },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -284,7 +293,8 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
     let raw = tun.as_raw_fd();
     // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and the same for
     // the AsyncFd's whole life; the stack (dropped first: declared later) only borrows it.
-    let tun_fd = unsafe { AsyncFd::register_with_interest(tun, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?;
+    let tun_fd =
+        unsafe { AsyncFd::register_with_interest(tun, tokio::io::Interest::READABLE) }.map_err(|e| e.into_parts().1)?;
     let stack = Stack::new(raw);
     let mut sup = Supervisor {
         shared,
@@ -405,7 +415,8 @@ impl Supervisor {
             SocketAddr::new(lo, port)
         } else if self.hostname_ports.contains(&port) {
             // Decided on the name its first bytes show: complete the handshake, then read.
-            let floor = self.shared.rules.decide(&Destination { ip: Some(dst.ip()), name: None, port, proto: Proto::Tcp });
+            let floor =
+                self.shared.rules.decide(&Destination { ip: Some(dst.ip()), name: None, port, proto: Proto::Tcp });
             if !floor.allowed && floor.layer == Layer::Floor {
                 return self.deny_packet(len, "tcp", dst, "connect", &floor);
             }
@@ -433,8 +444,7 @@ impl Supervisor {
         let id = self.next_id;
         self.next_id += 1;
         let waker = Waker::from(Arc::new(FlowWaker { id, ready: self.ready.clone() }));
-        let flow =
-            TcpFlow { key, handle, phase, host: None, pending: vec![], host_eof: false, shut_wr: false, waker };
+        let flow = TcpFlow { key, handle, phase, host: None, pending: vec![], host_eof: false, shut_wr: false, waker };
         self.flows.insert(id, flow);
         self.by_key.insert(key, id);
         id
@@ -599,7 +609,13 @@ impl Supervisor {
             self.dial(id, dst);
             return;
         }
-        let check = if http { "http-host" } else if name.is_some() { "sni" } else { "connect" };
+        let check = if http {
+            "http-host"
+        } else if name.is_some() {
+            "sni"
+        } else {
+            "connect"
+        };
         self.shared.audit.deny("tcp", Some(dst), name.as_deref(), check, &d);
         let sock = self.stack.socket(flow.handle);
         if http {

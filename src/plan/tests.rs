@@ -40,6 +40,7 @@ fn host() -> FakeFs {
         .dir("/usr/bin")
         .symlink("/bin", "usr/bin")
         .file("/etc/hosts")
+        .file("/etc/resolv.conf")
         .file("/etc/passwd")
         .dir("/etc/munge")
         .file("/etc/munge/munge.key")
@@ -69,13 +70,17 @@ fn policy(extra: &str) -> Policy {
 }
 
 fn plan_for(extra: &str, project: &str) -> Result<Plan, PlanError> {
+    plan_with(facts(), extra, project)
+}
+
+fn plan_with(facts: HostFacts, extra: &str, project: &str) -> Result<Plan, PlanError> {
     let req = RunRequest {
         command: vec!["true".into()],
         project: project.into(),
         cwd: project.into(),
         session: String::new(),
     };
-    build(&policy(extra), &facts(), &host(), &req)
+    build(&policy(extra), &facts, &host(), &req)
 }
 
 fn has(plan: &Plan, f: impl Fn(&MountSpec) -> bool) -> bool {
@@ -183,11 +188,39 @@ fn environment_is_scrubbed_but_kept_names_pass() {
 
 #[test]
 fn unavailable_net_mode_falls_back_stricter_with_a_warning() {
-    let p = plan_for("[net]\nmode = \"filtered\"\nfallback = \"stricter\"", "/home/u/proj").unwrap();
+    let no_tun =
+        || HostFacts { tun_unusable: Some("/dev/net/tun is not open to users here (mode 0600)".into()), ..facts() };
+    let p = plan_with(no_tun(), "[net]\nmode = \"filtered\"\nfallback = \"stricter\"", "/home/u/proj").unwrap();
+    // proxied is not built yet, so the next stricter mode that runs is isolated.
     assert_eq!(p.net.effective, NetMode::Isolated);
-    assert!(p.warnings.iter().any(|w| w.contains("fallback")));
-    let e = plan_for("[net]\nmode = \"filtered\"\nfallback = \"strict\"", "/home/u/proj").unwrap_err();
-    assert!(e.to_string().contains("cannot run here"));
+    assert!(p.warnings.iter().any(|w| w.contains("fallback") && w.contains("0600")), "{:?}", p.warnings);
+    let e = plan_with(no_tun(), "[net]\nmode = \"filtered\"\nfallback = \"strict\"", "/home/u/proj").unwrap_err();
+    assert!(e.to_string().contains("cannot run here") && e.to_string().contains("0600"), "{e}");
+    let p = plan_with(no_tun(), "[net]\nmode = \"filtered\"\nfallback = \"open\"", "/home/u/proj").unwrap();
+    assert_eq!(p.net.effective, NetMode::Open);
+}
+
+#[test]
+fn filtered_mode_gets_our_resolver_and_the_hosts_upstreams() {
+    let p = plan_for("[net]\nmode = \"filtered\"", "/home/u/proj").unwrap();
+    assert_eq!(p.net.effective, NetMode::Filtered);
+    assert_eq!(p.net.upstreams, vec!["192.0.2.53:53".parse().unwrap()]);
+    let resolv = p.mounts.iter().find_map(|m| match m {
+        MountSpec::File { target, contents, .. } if target == Path::new("/etc/resolv.conf") => Some(contents.clone()),
+        _ => None,
+    });
+    assert!(resolv.expect("resolv.conf synthesized").contains("nameserver 169.254.77.1"));
+    let p = plan_for("[net]\nmode = \"filtered\"\ndns = [\"198.51.100.53\"]\nhost_ports = [11434]", "/home/u/proj")
+        .unwrap();
+    assert_eq!(p.net.upstreams, vec!["198.51.100.53:53".parse().unwrap()]);
+    assert_eq!(p.net.host_ports, vec![11434]);
+    assert!(!p.net.deny_private);
+    // Isolated jails keep the host's resolv.conf view (nothing answers there anyway).
+    let p = plan_for("[net]\nmode = \"isolated\"", "/home/u/proj").unwrap();
+    assert!(!p
+        .mounts
+        .iter()
+        .any(|m| matches!(m, MountSpec::File { target, .. } if target == Path::new("/etc/resolv.conf"))));
 }
 
 #[test]

@@ -424,7 +424,8 @@ fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         p.net_dns.locked = true;
     }
     if let Some(bound) = n.and_then(|n| n.host_ports.clone()) {
-        let (kept, dropped): (Vec<u16>, Vec<u16>) = p.net_host_ports.value.iter().partition(|port| bound.contains(port));
+        let (kept, dropped): (Vec<u16>, Vec<u16>) =
+            p.net_host_ports.value.iter().partition(|port| bound.contains(port));
         if !dropped.is_empty() {
             p.warnings.push(format!("net.host_ports {dropped:?} dropped: outside the administrator's list {bound:?}"));
         }
