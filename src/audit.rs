@@ -144,6 +144,62 @@ pub fn read(state_dir: &Path, session: Option<&str>) -> std::io::Result<Vec<Reco
         .collect())
 }
 
+/// Prints the last `tail` records, then every record appended after them, forever (polls
+/// the file; follows rotation to `audit.jsonl.1` by reopening when the file shrinks or is
+/// replaced).
+pub fn follow(
+    state_dir: &Path,
+    session: Option<&str>,
+    tail: usize,
+    out: &mut dyn FnMut(&Record),
+) -> std::io::Result<()> {
+    use std::io::{BufRead, Seek};
+    use std::os::unix::fs::MetadataExt;
+    let path = state_dir.join(FILE);
+    let first = read(state_dir, session)?;
+    for r in &first[first.len().saturating_sub(tail)..] {
+        out(r);
+    }
+    let mut pos = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    let mut ino = std::fs::metadata(&path).map(|m| m.ino()).unwrap_or(0);
+    let mut partial = String::new();
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        if meta.ino() != ino || meta.len() < pos {
+            ino = meta.ino();
+            pos = 0;
+            partial.clear();
+        }
+        if meta.len() == pos {
+            continue;
+        }
+        let mut f = std::fs::File::open(&path)?;
+        f.seek(std::io::SeekFrom::Start(pos))?;
+        let mut reader = std::io::BufReader::new(f);
+        loop {
+            let mut line = String::new();
+            let n = reader.read_line(&mut line)?;
+            if n == 0 {
+                break;
+            }
+            pos += n as u64;
+            partial.push_str(&line);
+            if !partial.ends_with('\n') {
+                continue; // a line still being written
+            }
+            if let Ok(r) = serde_json::from_str::<Record>(partial.trim_end()) {
+                if session.is_none_or(|s| r.session == s) {
+                    out(&r);
+                }
+            }
+            partial.clear();
+        }
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    }
+}
+
 /// One readable line per record, for `agent-sandbox log`.
 pub fn render(r: &Record) -> String {
     let mut s = format!("{} {} {:<13}", r.time, r.session, r.event);

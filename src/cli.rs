@@ -48,6 +48,9 @@ pub enum Command {
         /// Only the last N records.
         #[arg(long, value_name = "N")]
         tail: Option<usize>,
+        /// Keep printing records as they are written (Ctrl-C stops).
+        #[arg(long, short = 'f')]
+        follow: bool,
     },
     /// Show or check policy.
     Policy {

@@ -76,7 +76,9 @@ fn real_main() -> Result<i32, Failure> {
     init_tracing(args.opts.verbose);
     match &args.command {
         Some(cli::Command::Doctor { json }) => Ok(doctor::run(*json)),
-        Some(cli::Command::Log { session, json, tail }) => log_cmd(session.as_deref(), *json, *tail),
+        Some(cli::Command::Log { session, json, tail, follow }) => {
+            log_cmd(session.as_deref(), *json, *tail, *follow)
+        }
         Some(cli::Command::Policy { action }) => policy_cmd(&args.opts, action),
         Some(cli::Command::Run { command }) => {
             let cmd = os_args(command)?;
@@ -298,8 +300,21 @@ fn net_config(plan: &plan::Plan, log: &audit::AuditLog) -> Result<agent_sandbox:
     })
 }
 
-fn log_cmd(session: Option<&str>, json: bool, tail: Option<usize>) -> Result<i32, Failure> {
+fn log_cmd(session: Option<&str>, json: bool, tail: Option<usize>, follow: bool) -> Result<i32, Failure> {
     let facts = host::HostFacts::gather()?;
+    let print = |r: &audit::Record| {
+        if json {
+            println!("{}", serde_json::to_string(r).unwrap_or_default());
+        } else {
+            println!("{}", audit::render(r));
+        }
+    };
+    if follow {
+        let tail = tail.unwrap_or(10);
+        audit::follow(&facts.state_dir(), session, tail, &mut |r| print(r))
+            .map_err(|e| Failure::new(format!("cannot follow the audit log: {e}")))?;
+        return Ok(0);
+    }
     let mut records = audit::read(&facts.state_dir(), session)
         .map_err(|e| Failure::new(format!("cannot read the audit log: {e}")))?;
     if let Some(n) = tail {
