@@ -201,16 +201,47 @@ TESTS = [
 ]
 
 
-def supervisor_rss(proc):
-    """TODO(rss): the filtered supervisor's memory while a test is in flight (VmHWM and
-    PSS from /proc, walking proc's descendants as benches/startup.py idle_sessions() does).
-    Call it from run() below, between Popen and communicate, for the filtered candidate."""
-    raise NotImplementedError
+HOLD_CLIENT = r'''
+import resource, socket, sys, time
+host, port, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, n + 100), hard))
+held = []
+for _ in range(n):
+    s = socket.create_connection((host, port), timeout=10)
+    s.sendall(b"x")
+    s.recv(1)
+    held.append(s)
+print("held", len(held), flush=True)
+time.sleep(60)
+'''
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def supervisor_rss(flows):
+    """The filtered launcher's resident memory (its supervisor thread is in it) while the
+    jailed command holds `flows` open TCP connections through it."""
+    argv = [BIN, "-q", "run", "--net", "filtered", "--", "python3", "-c", HOLD_CLIENT, SERVER, str(CONN_PORT), str(flows)]
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = p.stdout.readline()
+        if not line.startswith("held"):
+            raise RuntimeError(f"hold client: {line!r} {p.stderr.read()[-300:]}")
+        return rss_kib(p.pid)
+    finally:
+        p.kill()
+        p.wait()
 
 
 def run(argv, timeout):
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    # (supervisor RSS sampling goes here: see supervisor_rss)
     try:
         out, err = p.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -272,7 +303,13 @@ def main():
     for row in [header, *rows]:
         print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
     print("proxied: not measured yet (TODO in benches/net.sh)")
-    # TODO(rss): supervisor RSS line for filtered goes here (see supervisor_rss).
+    if "filtered" not in failed:
+        try:
+            idle, busy = supervisor_rss(0), supervisor_rss(1000)
+            print(f"filtered launcher+supervisor RSS: {idle / 1024:.1f} MiB idle, {busy / 1024:.1f} MiB with 1000 open flows"
+                  " (targets: <= 8 and <= 32 MiB)")
+        except Exception as e:
+            print(f"filtered RSS: failed: {e}")
     for cand, err in failed.items():
         print(f"{cand} failed: {err}")
 
