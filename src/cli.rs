@@ -101,6 +101,10 @@ pub struct RunOpts {
     /// model server: 11434 (filtered mode; repeatable).
     #[arg(long = "host-port", global = true, value_name = "PORT")]
     pub host_port: Vec<u16>,
+    /// Publish this jail port on host loopback (127.0.0.1:PORT), e.g. a dev server: 8888
+    /// (filtered mode; repeatable).
+    #[arg(long, global = true, value_name = "PORT")]
+    pub publish: Vec<u16>,
     /// Use this profile's policy (with `run`, without running its agent).
     #[arg(long, global = true, value_name = "NAME")]
     pub profile: Option<String>,
@@ -171,6 +175,7 @@ pub fn cli_layer(o: &RunOpts) -> Result<Layer, String> {
     layer.net = Some(NetSection {
         mode: o.net,
         host_ports: (!o.host_port.is_empty()).then(|| o.host_port.clone()),
+        publish: (!o.publish.is_empty()).then(|| o.publish.clone()),
         ..Default::default()
     });
     layer.sandbox = Some(SandboxSection { backend: o.backend, ..Default::default() });

@@ -109,12 +109,7 @@ fn checks() -> Vec<Check> {
         ),
         Err(_) => check("/dev/net/tun", Status::Warn, "missing: the filtered network mode cannot run", Some("as root: modprobe tun")),
     });
-    v.push(check(
-        "network modes",
-        Status::Info,
-        "isolated and open run here; filtered and proxied are not built in this version (the network work adds them)",
-        None,
-    ));
+    v.push(network_modes());
     v.push(match read("/proc/sys/net/ipv4/ping_group_range") {
         Some(r) => check("ping_group_range", Status::Info, format!("net.ipv4.ping_group_range = {r}"), None),
         None => check("ping_group_range", Status::Info, "unknown", None),
@@ -151,6 +146,32 @@ fn checks() -> Vec<Check> {
     });
     policy_checks(&mut v);
     v
+}
+
+/// Which network modes run here, asked of the planner itself (the same rule the launcher's
+/// fallback uses), for the backend this host gets by default.
+fn network_modes() -> Check {
+    use crate::plan::{net_available, BackendKind};
+    use crate::policy::NetMode;
+    let Ok(facts) = host::HostFacts::gather() else {
+        return check("network modes", Status::Warn, "cannot read this host's facts", None);
+    };
+    let backend = if facts.userns.available { BackendKind::Userns } else { BackendKind::Landlock };
+    let mut lines = vec![];
+    let mut filtered_ok = true;
+    for &mode in NetMode::ALL {
+        match net_available(mode, backend, &facts) {
+            Ok(()) => lines.push(format!("{mode}: runs")),
+            Err(why) => {
+                filtered_ok &= mode != NetMode::Filtered;
+                lines.push(format!("{mode}: cannot run ({why})"))
+            }
+        }
+    }
+    let status = if filtered_ok { Status::Ok } else { Status::Warn };
+    let fix = (!filtered_ok)
+        .then_some("without filtered (the default), sessions fall back per net.fallback; see the /dev/net/tun line");
+    check("network modes", status, format!("with the {} backend: {}", backend.as_str(), lines.join("; ")), fix)
 }
 
 fn policy_checks(v: &mut Vec<Check>) {

@@ -76,9 +76,7 @@ fn real_main() -> Result<i32, Failure> {
     init_tracing(args.opts.verbose);
     match &args.command {
         Some(cli::Command::Doctor { json }) => Ok(doctor::run(*json)),
-        Some(cli::Command::Log { session, json, tail, follow }) => {
-            log_cmd(session.as_deref(), *json, *tail, *follow)
-        }
+        Some(cli::Command::Log { session, json, tail, follow }) => log_cmd(session.as_deref(), *json, *tail, *follow),
         Some(cli::Command::Policy { action }) => policy_cmd(&args.opts, action),
         Some(cli::Command::Run { command }) => {
             let cmd = os_args(command)?;
@@ -264,8 +262,8 @@ fn launch_logged(
     log.write(&start);
     let began = std::time::Instant::now();
     let net = match plan.net.effective {
-        policy::NetMode::Filtered => Some(net_config(&plan, log)?),
-        _ => None,
+        policy::NetMode::Filtered | policy::NetMode::Proxied => Some(net_config(&plan, log)?),
+        policy::NetMode::Isolated | policy::NetMode::Open => None,
     };
     let outcome = jail::run(&plan, &banner, lock, net)?;
     let mut end = log.record("session_end");
@@ -275,6 +273,7 @@ fn launch_logged(
     }
     end.duration_ms = Some(began.elapsed().as_millis() as u64);
     log.write(&end);
+    agent_sandbox::net::supervisor::defer_teardown();
     Ok(outcome.code())
 }
 
@@ -295,8 +294,9 @@ fn net_config(plan: &plan::Plan, log: &audit::AuditLog) -> Result<agent_sandbox:
         upstreams: plan.net.upstreams.clone(),
         hostname_ports: plan.net.hostname_ports.clone(),
         host_ports: plan.net.host_ports.clone(),
+        publish: plan.net.publish.clone(),
         audit: Some(log.clone()),
-        mode: "filtered",
+        mode: plan.net.effective.as_str(),
     })
 }
 

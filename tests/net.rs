@@ -246,3 +246,105 @@ fn host_port_reaches_host_loopback_only_when_asked() {
     let out = j.run(&script);
     assert!(out.stdout.contains("model-server"), "{out}");
 }
+
+#[test]
+fn publish_serves_a_jail_port_on_host_loopback() {
+    let Some(j) = net_jail("net-publish", "") else { return };
+    // A free port on the host, then a server on the jail's localhost (as dev servers bind).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let j = j.arg("--publish").arg(&port.to_string());
+    let script = format!(
+        "echo jail-served > page.txt; timeout 20 python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1"
+    );
+    let mut c = j.command(&["-q", "run", "--", "sh", "-c", &script]);
+    let mut child = c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap();
+    let mut body = String::new();
+    for _ in 0..100 {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            use std::io::{Read, Write};
+            let _ = s.write_all(b"GET /page.txt HTTP/1.0\r\n\r\n");
+            let _ = s.read_to_string(&mut body);
+            if body.contains("jail-served") {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(body.contains("jail-served"), "published port did not serve: {body:?}");
+}
+
+#[test]
+fn proxied_mode_allows_and_refuses_through_both_proxies() {
+    let Some(j) = net_jail("net-proxied", "block = [\"blocked.test\"]\n") else { return };
+    let policy = j.rig.home.join("t/net-proxied-policy.toml");
+    let text = std::fs::read_to_string(&policy).unwrap().replace("mode = \"filtered\"", "mode = \"proxied\"");
+    std::fs::write(&policy, text).unwrap();
+    let out = j.run(
+        "echo $https_proxy $ALL_PROXY; \
+         curl -sS -m 10 http://allowed.test/hello; \
+         curl -sS -m 10 --cacert ca.pem https://allowed.test/hello; \
+         curl -sS -m 10 --proxy socks5h://127.0.0.1:1080 http://allowed.test:8080/hello; \
+         curl -sS -m 10 http://blocked.test/hello; \
+         curl -sS -m 10 --cacert ca.pem https://blocked.test/hello; echo connect=$?; \
+         curl -sS -m 10 --proxy socks5h://127.0.0.1:1080 http://blocked.test/hello; echo socks=$?; \
+         curl -sS -m 10 http://rebind.test/hello; \
+         curl -sS -m 10 http://allowed.test:25/; \
+         curl -sS -m 5 --noproxy '*' http://198.51.100.2/hello; echo direct=$?",
+    );
+    let s = &out.stdout;
+    assert!(s.contains("http://127.0.0.1:3128 socks5h://127.0.0.1:1080"), "{out}");
+    assert!(s.contains("hello allowed.test\n"), "absolute-URI request: {out}");
+    assert_eq!(s.matches("hello allowed.test").count(), 3, "CONNECT and SOCKS too: {out}");
+    assert!(!s.contains("hello blocked.test"), "{out}");
+    assert!(s.contains("blocked.test:80 refused by the network policy"), "403 names the reason: {out}");
+    assert!(s.contains("connect=56") || s.contains("connect=35"), "CONNECT refused: {out}");
+    assert!(s.contains("socks=97"), "SOCKS refused: {out}");
+    assert!(s.contains("127.0.0.1:80 refused") && s.contains("IP floor"), "rebinding refused: {out}");
+    assert!(s.contains("port 25 is in the port floor"), "{out}");
+    assert!(s.contains("direct=7"), "no route without the proxy: {out}");
+    let denials = audit_lines(&j);
+    assert!(denials.iter().any(|d| d["check"] == "proxy-socks" && d["net"] == "proxied"), "{denials:?}");
+}
+
+#[test]
+fn proxies_survive_garbage_and_stalled_clients() {
+    let Some(j) = net_jail("net-proxy-garbage", "") else { return };
+    let policy = j.rig.home.join("t/net-proxy-garbage-policy.toml");
+    let text = std::fs::read_to_string(&policy).unwrap().replace("mode = \"filtered\"", "mode = \"proxied\"");
+    std::fs::write(&policy, text).unwrap();
+    let out = j.run(
+        "python3 -c \"
+import socket, time
+def talk(port, data, read=True):
+    s = socket.create_connection(('127.0.0.1', port), timeout=5)
+    try:
+        s.sendall(data)
+        if read:
+            s.shutdown(socket.SHUT_WR)
+            got = b''
+            while True:
+                b = s.recv(200)
+                if not b: return got
+                got += b
+    except OSError as e:
+        return repr(e).encode()
+    return s
+idle = [socket.create_connection(('127.0.0.1', p)) for p in (3128, 1080) for _ in range(20)]
+print('bad-connect', talk(3128, b'CONNECT\\r\\n\\r\\n')[:12])
+print('no-host', talk(3128, b'GET /relative HTTP/1.1\\r\\n\\r\\n')[:12])
+print('huge', talk(3128, b'GET http://allowed.test/ HTTP/1.1\\r\\nX: ' + b'a' * (1 << 20) + b'\\r\\n\\r\\n')[:12])
+print('socks-bad-version', talk(1080, b'\\x04\\x01\\x00\\x50'))
+print('socks-bad-len', talk(1080, b'\\x05\\x01\\x00\\x05\\x01\\x00\\x03\\xff' + b'a' * 10))
+print('socks-udp', talk(1080, b'\\x05\\x01\\x00\\x05\\x03\\x00\\x01\\x7f\\x00\\x00\\x01\\x00\\x35'))
+half = talk(3128, b'GET http://allowed.test/hello HTTP/1.1\\r\\nHost: allow', read=False)
+\" ; curl -sS -m 10 http://allowed.test/hello",
+    );
+    let s = &out.stdout;
+    assert!(s.contains("bad-connect b'HTTP/1.1 400"), "{out}");
+    assert!(s.contains("no-host b'HTTP/1.1 400"), "{out}");
+    assert!(s.contains("huge b'HTTP/1.1 431"), "a 1 MiB header: {out}");
+    assert!(s.contains("socks-udp b'\\x05\\x00\\x05\\x07"), "UDP ASSOCIATE: command not supported: {out}");
+    assert!(s.contains("hello allowed.test"), "the proxy still serves after all that: {out}");
+}

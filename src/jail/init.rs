@@ -64,15 +64,23 @@ fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result
     crate::timing::mark("child-env");
     nix::unistd::sethostname(&plan.hostname).map_err(|e| format!("cannot set the hostname: {e}"))?;
     // Before the root is replaced: /dev/net/tun is the host's device node.
-    let tun = if plan.net.effective == crate::policy::NetMode::Filtered {
-        Some(net::create_tun().map_err(|e| format!("cannot create tun0 for the filtered network mode: {e}"))?)
-    } else {
-        None
+    let tun = match plan.net.effective {
+        crate::policy::NetMode::Filtered => {
+            Some(net::create_tun().map_err(|e| format!("cannot create tun0 for the filtered network mode: {e}"))?)
+        }
+        _ => None,
     };
     build_root(plan)?;
+    let mut net_fds = vec![];
+    if let Some(t) = tun {
+        net_fds.push(t.finish().map_err(|e| format!("cannot create tun0 for the filtered network mode: {e}"))?);
+    }
     crate::timing::mark("child-root");
     if new_net {
         net::loopback_up().map_err(|e| format!("cannot bring up lo in the jail's network namespace: {e}"))?;
+    }
+    if plan.net.effective == crate::policy::NetMode::Proxied {
+        net_fds = net::proxy_listeners().map_err(|e| format!("cannot open the proxy listeners: {e}"))?;
     }
     crate::timing::mark("child-lo");
     let mut master = None;
@@ -83,7 +91,8 @@ fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result
         slave = Some(s);
     }
     nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
-    msg::send(sock, &Msg::Ready { pty: master, tun }).map_err(|e| format!("cannot reach the launcher: {e}"))?;
+    msg::send(sock, &Msg::Ready { pty: master, net: net_fds })
+        .map_err(|e| format!("cannot reach the launcher: {e}"))?;
     Ok(slave)
 }
 

@@ -10,10 +10,11 @@ pub enum Msg {
     /// Launcher -> init: the id maps are written, build the jail.
     Go,
     /// Init -> launcher: the jail is built; the pty master (if the launcher asked for one)
-    /// and the tun device the network supervisor serves (in `filtered` mode).
+    /// and what the network supervisor serves: tun0 (`filtered`) or the proxies' listening
+    /// sockets (`proxied`).
     Ready {
         pty: Option<OwnedFd>,
-        tun: Option<OwnedFd>,
+        net: Vec<OwnedFd>,
     },
     /// Launcher -> init: start the command, under this seccomp program (compiled by the
     /// launcher while the jail was being built, as raw sock_filter instructions).
@@ -39,10 +40,10 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
                 buf.extend_from_slice(&i.k.to_le_bytes());
             }
         }
-        Msg::Ready { pty, tun } => {
+        Msg::Ready { pty, net } => {
             buf.push(b'R');
-            buf.push(u8::from(pty.is_some()) | (u8::from(tun.is_some()) << 1));
-            fds = pty.iter().chain(tun.iter()).map(|f| f.as_raw_fd()).collect();
+            buf.push(u8::from(pty.is_some()));
+            fds = pty.iter().chain(net.iter()).map(|f| f.as_raw_fd()).collect();
         }
         Msg::Error(s) => {
             buf.push(b'E');
@@ -103,11 +104,9 @@ pub fn recv(sock: RawFd) -> nix::Result<Option<Msg>> {
                 .collect(),
         ),
         b'R' => {
-            let flags = body.first().copied().unwrap_or(0);
             let mut fds = fds.into_iter();
-            let pty = if flags & 1 != 0 { fds.next() } else { None };
-            let tun = if flags & 2 != 0 { fds.next() } else { None };
-            Msg::Ready { pty, tun }
+            let pty = if body.first() == Some(&1) { fds.next() } else { None };
+            Msg::Ready { pty, net: fds.collect() }
         }
         b'E' => Msg::Error(String::from_utf8_lossy(body).into_owned()),
         b'X' => Msg::Exited(int()),

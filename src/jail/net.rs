@@ -48,6 +48,18 @@ pub fn loopback_up() -> io::Result<()> {
     link_up(sock.as_raw_fd(), "lo")
 }
 
+/// The proxied mode's listeners on the jail's loopback: HTTP, then SOCKS5. The supervisor
+/// accepts on them from outside; nothing else in the jail can take these ports first.
+pub fn proxy_listeners() -> io::Result<Vec<OwnedFd>> {
+    use crate::net::proxy::{HTTP_PORT, SOCKS_PORT};
+    let mut out = vec![];
+    for port in [HTTP_PORT, SOCKS_PORT] {
+        let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))?;
+        out.push(OwnedFd::from(l));
+    }
+    Ok(out)
+}
+
 /// glibc's `struct rtentry` (not in the libc crate for glibc targets).
 #[repr(C)]
 struct RtEntry {
@@ -94,9 +106,28 @@ fn sockaddr_v4(ip: std::net::Ipv4Addr) -> libc::sockaddr {
     unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
 }
 
-/// Creates `tun0` in the current (the jail's) network namespace, configures it, and returns
-/// the device fd for the supervisor. Must run before the jail's root replaces /dev.
-pub fn create_tun() -> io::Result<OwnedFd> {
+/// tun0 being configured by a thread of the jail's init while the init builds the
+/// filesystem: the interface ioctls (~0.3 ms) overlap the mounts.
+pub struct TunSetup {
+    thread: std::thread::JoinHandle<io::Result<()>>,
+    /// Outlives the thread, which only borrows its number (`finish` joins first).
+    tun: OwnedFd,
+}
+
+impl TunSetup {
+    pub fn finish(self) -> io::Result<OwnedFd> {
+        match self.thread.join() {
+            Ok(Ok(())) => Ok(self.tun),
+            Ok(Err(e)) => Err(io::Error::new(e.kind(), format!("configuring tun0: {e}"))),
+            Err(_) => Err(io::Error::other("configuring tun0: the setup thread panicked")),
+        }
+    }
+}
+
+/// Creates `tun0` in the current (the jail's) network namespace and starts configuring it;
+/// `finish` returns the device fd for the supervisor. Must run before the jail's root
+/// replaces /dev and /proc: every path is opened here, the thread only does ioctls.
+pub fn create_tun() -> io::Result<TunSetup> {
     let path = c"/dev/net/tun";
     // SAFETY: open with a NUL-terminated path; the result is checked.
     let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK) };
@@ -106,12 +137,21 @@ pub fn create_tun() -> io::Result<OwnedFd> {
     }
     // SAFETY: `raw` was just opened and is owned by nothing else.
     let tun = unsafe { OwnedFd::from_raw_fd(raw) };
-    let mut req = ifreq(addr::TUN_NAME);
-    req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
-    ioctl_ptr(tun.as_raw_fd(), libc::TUNSETIFF as libc::c_ulong, &mut req)
-        .map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF: {e}")))?;
-    configure(addr::TUN_NAME).map_err(|e| io::Error::new(e.kind(), format!("configuring tun0: {e}")))?;
-    Ok(tun)
+    // Published ports (`--publish`) arrive on tun0 addressed to 127.0.0.1, so that servers
+    // listening on localhost only (most dev servers) are reachable; without this the kernel
+    // drops such packets as martians. Set as this netns's default, which tun0 (created next)
+    // inherits; the host is unaffected.
+    std::fs::write("/proc/sys/net/ipv4/conf/default/route_localnet", "1")
+        .map_err(|e| io::Error::new(e.kind(), format!("route_localnet: {e}")))?;
+    let fd = tun.as_raw_fd();
+    let thread = std::thread::Builder::new().spawn(move || {
+        let mut req = ifreq(addr::TUN_NAME);
+        req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
+        ioctl_ptr(fd, libc::TUNSETIFF as libc::c_ulong, &mut req)
+            .map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF: {e}")))?;
+        configure(addr::TUN_NAME)
+    })?;
+    Ok(TunSetup { thread, tun })
 }
 
 fn configure(name: &str) -> io::Result<()> {

@@ -68,12 +68,17 @@ pub fn run(
     .map_err(|e| fail(JailError::Seal(e.into())))?;
     idle();
     let master = match msg::recv(sock) {
-        Ok(Some(Msg::Ready { pty, tun })) => {
-            match (tun, net.take()) {
-                (Some(tun), Some(cfg)) => crate::net::supervisor::spawn(tun, cfg)
-                    .map_err(|e| fail(JailError::Build(format!("cannot start the network supervisor: {e}"))))?,
-                (None, None) => {}
-                _ => return Err(fail(JailError::Build("the jail's network device and its plan disagree".into()))),
+        Ok(Some(Msg::Ready { pty, net: mut fds })) => {
+            let started = match (plan.net.effective, net.take()) {
+                (NetMode::Filtered, Some(cfg)) if fds.len() == 1 => {
+                    fds.pop().map(|tun| crate::net::supervisor::spawn(tun, cfg))
+                }
+                (NetMode::Proxied, Some(cfg)) if fds.len() == 2 => Some(crate::net::proxy::spawn(fds, cfg)),
+                (NetMode::Isolated | NetMode::Open, None) if fds.is_empty() => None,
+                _ => return Err(fail(JailError::Build("the jail's network and its plan disagree".into()))),
+            };
+            if let Some(Err(e)) = started {
+                return Err(fail(JailError::Build(format!("cannot start the network supervisor: {e}"))));
             }
             pty
         }

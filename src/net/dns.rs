@@ -227,6 +227,34 @@ async fn forward_tcp(query: &[u8], up: SocketAddr) -> Option<Vec<u8>> {
     tokio::time::timeout(UPSTREAM_TIMEOUT, work).await.ok().flatten()
 }
 
+/// Resolves a name to its addresses through `upstreams` (A and AAAA): the proxied mode's
+/// lookups, so they use the same resolvers as the filtered mode's. Empty if nothing answers.
+pub async fn resolve(name: &str, upstreams: &[SocketAddr]) -> Vec<IpAddr> {
+    use hickory_proto::op::Query;
+    use hickory_proto::rr::Name;
+    let Ok(qname) = Name::from_ascii(name) else { return vec![] };
+    let ask = |rtype: RecordType| {
+        let mut m = Message::query();
+        m.metadata.recursion_desired = true;
+        m.add_query(Query::query(qname.clone(), rtype));
+        async move {
+            let Ok(q) = m.to_vec() else { return vec![] };
+            let Some(answer) = forward(&q, upstreams).await else { return vec![] };
+            let Ok(msg) = Message::from_vec(&answer) else { return vec![] };
+            msg.answers
+                .iter()
+                .filter_map(|r| match &r.data {
+                    RData::A(a) => Some(IpAddr::V4(a.0)),
+                    RData::AAAA(a) => Some(IpAddr::V6(a.0)),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        }
+    };
+    let (v4, v6) = tokio::join!(ask(RecordType::A), ask(RecordType::AAAA));
+    v4.into_iter().chain(v6).collect()
+}
+
 /// The host's resolvers as the launcher sees them (`nameserver` lines of resolv.conf).
 pub fn host_resolvers(resolv_conf: &str) -> Vec<SocketAddr> {
     resolv_conf

@@ -7,6 +7,7 @@ pub mod floor;
 pub mod matcher;
 pub mod packet;
 pub mod peek;
+pub mod proxy;
 pub mod stack;
 pub mod supervisor;
 pub mod udp;

@@ -185,6 +185,16 @@ impl Stack {
         Some(handle)
     }
 
+    /// A socket connecting from `local` (a gateway address) to `remote` in the jail.
+    pub fn connect(&mut self, remote: SocketAddr, local: SocketAddr) -> Option<SocketHandle> {
+        let rx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
+        let tx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
+        let mut sock = tcp::Socket::new(rx, tx);
+        sock.set_nagle_enabled(false);
+        sock.connect(self.iface.context(), remote, local).ok()?;
+        Some(self.sockets.add(sock))
+    }
+
     pub fn socket(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
         self.sockets.get_mut::<tcp::Socket>(h)
     }

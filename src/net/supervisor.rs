@@ -49,13 +49,56 @@ pub struct NetConfig {
     pub hostname_ports: Vec<u16>,
     /// Host loopback ports the jail reaches through the gateway address (`--host-port`).
     pub host_ports: Vec<u16>,
+    /// Jail ports served on host loopback (`--publish`).
+    pub publish: Vec<u16>,
     pub audit: Option<AuditLog>,
     pub mode: &'static str,
+}
+
+/// The tun fd's number while a supervisor serves it (-1: none), for `defer_teardown`.
+static TUN_FD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// Called by the launcher just before it exits. Closing the last reference to tun0 makes the
+/// kernel unregister the device and wait for an RCU grace period: ~25 ms the user would wait
+/// for at every exit. A forked child keeps a reference to the device (and nothing else: not
+/// the caller's stdout) until the launcher is gone, and pays that cost after it.
+pub fn defer_teardown() {
+    let tun = TUN_FD.load(std::sync::atomic::Ordering::Relaxed);
+    if tun < 0 {
+        return;
+    }
+    let Ok((r, w)) = nix::unistd::pipe() else { return };
+    let (r, w) = (r.as_raw_fd(), std::mem::ManuallyDrop::new(w));
+    // SAFETY: the child only calls async-signal-safe functions (close_range, close, read,
+    // _exit), as a fork of a multi-threaded process must.
+    match unsafe { nix::unistd::fork() } {
+        Ok(nix::unistd::ForkResult::Child) => {
+            let (lo, hi) = (tun.min(r), tun.max(r));
+            let ranges = [(0, lo - 1), (lo + 1, hi - 1), (hi + 1, i32::MAX)];
+            for (a, b) in ranges {
+                if a <= b {
+                    // SAFETY: closes descriptors of this child only.
+                    unsafe { libc::syscall(libc::SYS_close_range, a as u32, b as u32, 0u32) };
+                }
+            }
+            let mut buf = [0u8; 1];
+            // SAFETY: read into a live one-byte buffer; returns at EOF, when the launcher
+            // (holding the write end) has exited.
+            unsafe { libc::read(r, buf.as_mut_ptr().cast(), 1) };
+            // SAFETY: _exit ends this child without running the parent's exit handlers.
+            unsafe { libc::_exit(0) }
+        }
+        // The write end stays open in the launcher until it exits (ManuallyDrop).
+        Ok(nix::unistd::ForkResult::Parent { .. }) | Err(_) => {
+            let _ = w;
+        }
+    }
 }
 
 /// Starts the supervisor thread. Its failure (or a panic in the stack) stops the jail's
 /// network, loudly; the command keeps running without it.
 pub fn spawn(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
+    TUN_FD.store(tun.as_raw_fd(), std::sync::atomic::Ordering::Relaxed);
     std::thread::Builder::new().name("net".into()).spawn(move || {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
@@ -86,6 +129,11 @@ enum Event {
         from: SocketAddr,
         to: SocketAddr,
         data: Vec<u8>,
+    },
+    /// A host-side connection to a published port: connect into the jail.
+    Published {
+        stream: TcpStream,
+        port: u16,
     },
 }
 
@@ -134,14 +182,18 @@ impl Wake for FlowWaker {
 }
 
 /// Writes denials to the audit log, at most `AUDIT_PER_SECOND`.
-struct Auditor {
+pub(crate) struct Auditor {
     log: Option<AuditLog>,
     mode: &'static str,
     window: Mutex<(Instant, u32)>,
 }
 
 impl Auditor {
-    fn deny(&self, proto: &str, dest: Option<SocketAddr>, name: Option<&str>, check: &str, d: &Decision) {
+    pub(crate) fn new(log: Option<AuditLog>, mode: &'static str) -> Auditor {
+        Auditor { log, mode, window: Mutex::new((Instant::now(), 0)) }
+    }
+
+    pub(crate) fn deny(&self, proto: &str, dest: Option<SocketAddr>, name: Option<&str>, check: &str, d: &Decision) {
         tracing::info!(proto, ?dest, name, check, rule = d.rule.as_str(), reason = d.reason.as_str(), "network denial");
         let Some(log) = &self.log else { return };
         if let Ok(mut w) = self.window.lock() {
@@ -274,6 +326,8 @@ struct Supervisor {
     hostname_ports: Vec<u16>,
     host_ports: Vec<u16>,
     dns_tcp: SocketAddr,
+    /// Local ports of the gateway's connections into the jail (`--publish`).
+    next_ephemeral: u16,
 }
 
 async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
@@ -285,10 +339,25 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
         rules: cfg.rules,
         names: Mutex::new(NameCache::default()),
         upstreams: cfg.upstreams,
-        audit: Auditor { log: cfg.audit, mode: cfg.mode, window: Mutex::new((Instant::now(), 0)) },
+        audit: Auditor::new(cfg.audit, cfg.mode),
     });
     let dns_tcp = serve_dns_tcp(shared.clone()).await?;
     let (events, mut events_rx) = unbounded_channel();
+    for port in &cfg.publish {
+        match tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, *port)).await {
+            Ok(l) => {
+                let (events, port) = (events.clone(), *port);
+                tokio::spawn(async move {
+                    while let Ok((stream, _)) = l.accept().await {
+                        if events.send(Event::Published { stream, port }).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+            Err(e) => eprintln!("agent-sandbox: warning: cannot publish port {port} on 127.0.0.1: {e}"),
+        }
+    }
     let (udp_events, mut udp_rx) = unbounded_channel();
     let raw = tun.as_raw_fd();
     // SAFETY: the AsyncFd owns the OwnedFd, so the descriptor stays open and the same for
@@ -311,6 +380,7 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
         hostname_ports: cfg.hostname_ports,
         host_ports: cfg.host_ports,
         dns_tcp,
+        next_ephemeral: 0,
     };
     loop {
         sup.service_dirty();
@@ -485,12 +555,33 @@ impl Supervisor {
                     self.dirty.insert(id);
                 }
             }
+            Event::Published { stream, port } => self.connect_in(stream, port),
             Event::DnsReply { from, to, data } => {
                 if let Some(p) = packet::udp(from, to, &data) {
                     self.stack.write(&p);
                 }
             }
         }
+    }
+
+    /// A published port: the gateway connects to the jail's port, and the host connection
+    /// is relayed to it once established (a refused connect closes it).
+    fn connect_in(&mut self, stream: TcpStream, port: u16) {
+        if self.flows.len() >= MAX_TCP_FLOWS {
+            return;
+        }
+        self.next_ephemeral = if self.next_ephemeral < 40000 { 40000 } else { self.next_ephemeral + 1 };
+        let local = SocketAddr::new(IpAddr::V4(addr::GATEWAY_V4), self.next_ephemeral);
+        // The jail's loopback (tun0 routes it, see route_localnet): reaches servers bound to
+        // localhost as well as to every address.
+        let remote = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+        let Some(handle) = self.stack.connect(remote, local) else { return };
+        let _ = stream.set_nodelay(true);
+        let id = self.add_flow((remote, local), handle, Phase::Relay);
+        if let Some(f) = self.flows.get_mut(&id) {
+            f.host = Some(stream);
+        }
+        self.dirty.insert(id);
     }
 
     fn on_udp(&mut self, src: SocketAddr, dst: SocketAddr, len: usize, payload: (usize, usize)) {

@@ -62,6 +62,18 @@ pub fn build(launcher_env: &[(String, String)], policy: &Policy, j: &JailVars<'_
     if !j.session.is_empty() {
         set("AGENT_SANDBOX_SESSION", j.session.to_string());
     }
+    if j.net_mode == "proxied" {
+        // Both spellings: curl and Go read the lower case, most others the upper; socks5h
+        // makes clients send names, so the host side resolves and matches them.
+        let http = format!("http://127.0.0.1:{}", crate::net::proxy::HTTP_PORT);
+        let socks = format!("socks5h://127.0.0.1:{}", crate::net::proxy::SOCKS_PORT);
+        for (k, v) in [("HTTP_PROXY", &http), ("HTTPS_PROXY", &http), ("ALL_PROXY", &socks)] {
+            set(k, v.clone());
+            set(&k.to_ascii_lowercase(), v.clone());
+        }
+        set("NO_PROXY", "localhost,127.0.0.1,::1".into());
+        set("no_proxy", "localhost,127.0.0.1,::1".into());
+    }
     if !has_path {
         set("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin".into());
     }

@@ -44,6 +44,8 @@ pub struct NetPlan {
     pub hostname_ports: Vec<u16>,
     /// Host loopback ports reachable through the gateway address.
     pub host_ports: Vec<u16>,
+    /// Jail ports published on host loopback.
+    pub publish: Vec<u16>,
     /// RFC 1918 / CGNAT / ULA floored.
     pub deny_private: bool,
 }
@@ -392,9 +394,10 @@ pub fn net_available(mode: NetMode, backend: BackendKind, facts: &HostFacts) -> 
             Some(why) => Err(why.clone()),
             None => Ok(()),
         },
-        (NetMode::Proxied, _) => {
-            Err(format!("the {mode} network mode is not built in this version of agent-sandbox yet"))
+        (NetMode::Proxied, BackendKind::Landlock) => {
+            Err("the proxied mode needs a network namespace (the Landlock backend has none)".into())
         }
+        (NetMode::Proxied, BackendKind::Userns) => Ok(()),
     }
 }
 
@@ -413,6 +416,7 @@ fn choose_net(policy: &Policy, backend: BackendKind, facts: &HostFacts) -> Resul
         upstreams: upstreams.clone(),
         hostname_ports: HOSTNAME_PORTS.to_vec(),
         host_ports: policy.net_host_ports.value.clone(),
+        publish: policy.net_publish.value.clone(),
         deny_private: policy.net_deny_private.value || effective == NetMode::Proxied,
     };
     let Err(why) = net_available(asked, backend, facts) else {

@@ -191,8 +191,11 @@ fn unavailable_net_mode_falls_back_stricter_with_a_warning() {
     let no_tun =
         || HostFacts { tun_unusable: Some("/dev/net/tun is not open to users here (mode 0600)".into()), ..facts() };
     let p = plan_with(no_tun(), "[net]\nmode = \"filtered\"\nfallback = \"stricter\"", "/home/u/proj").unwrap();
-    // proxied is not built yet, so the next stricter mode that runs is isolated.
-    assert_eq!(p.net.effective, NetMode::Isolated);
+    // The next stricter mode that runs: proxied, which floors private ranges.
+    assert_eq!(p.net.effective, NetMode::Proxied);
+    assert!(p.net.deny_private);
+    assert!(p.env.iter().any(|(k, v)| k == "https_proxy" && v == "http://127.0.0.1:3128"), "{:?}", p.env);
+    assert!(p.env.iter().any(|(k, v)| k == "ALL_PROXY" && v == "socks5h://127.0.0.1:1080"));
     assert!(p.warnings.iter().any(|w| w.contains("fallback") && w.contains("0600")), "{:?}", p.warnings);
     let e = plan_with(no_tun(), "[net]\nmode = \"filtered\"\nfallback = \"strict\"", "/home/u/proj").unwrap_err();
     assert!(e.to_string().contains("cannot run here") && e.to_string().contains("0600"), "{e}");

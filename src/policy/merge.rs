@@ -88,6 +88,7 @@ pub struct Policy {
     pub net_block: List,
     pub net_dns: Sourced<Vec<std::net::IpAddr>>,
     pub net_host_ports: Sourced<Vec<u16>>,
+    pub net_publish: Sourced<Vec<u16>>,
     pub net_deny_private: Sourced<bool>,
     pub nested_userns: Sourced<bool>,
     pub mail_block: Sourced<MailBlock>,
@@ -148,6 +149,7 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
         net_block: vec![],
         net_dns: Sourced::new(vec![], &builtin),
         net_host_ports: Sourced::new(vec![], &builtin),
+        net_publish: Sourced::new(vec![], &builtin),
         net_deny_private: Sourced::new(false, &builtin),
         nested_userns: Sourced::new(false, &builtin),
         mail_block: Sourced::new(MailBlock::Auto, &builtin),
@@ -214,6 +216,7 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
             set(&mut p.net_dns, &n.dns, src);
         }
         set(&mut p.net_host_ports, &n.host_ports, src);
+        set(&mut p.net_publish, &n.publish, src);
         if !p.net_deny_private.locked {
             set(&mut p.net_deny_private, &n.deny_private, src);
         }
@@ -423,14 +426,17 @@ fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         p.net_dns = Sourced::new(dns, src);
         p.net_dns.locked = true;
     }
-    if let Some(bound) = n.and_then(|n| n.host_ports.clone()) {
-        let (kept, dropped): (Vec<u16>, Vec<u16>) =
-            p.net_host_ports.value.iter().partition(|port| bound.contains(port));
+    for (key, slot, bound) in [
+        ("net.host_ports", &mut p.net_host_ports, n.and_then(|n| n.host_ports.clone())),
+        ("net.publish", &mut p.net_publish, n.and_then(|n| n.publish.clone())),
+    ] {
+        let Some(bound) = bound else { continue };
+        let (kept, dropped): (Vec<u16>, Vec<u16>) = slot.value.iter().partition(|port| bound.contains(port));
         if !dropped.is_empty() {
-            p.warnings.push(format!("net.host_ports {dropped:?} dropped: outside the administrator's list {bound:?}"));
+            p.warnings.push(format!("{key} {dropped:?} dropped: outside the administrator's list {bound:?}"));
         }
-        p.net_host_ports.value = kept;
-        p.net_host_ports.locked = true;
+        slot.value = kept;
+        slot.locked = true;
     }
     stricter(&mut p.mail_block, l.mail.as_ref().and_then(|m| m.block), src);
     if let Some(allowed) = l.process.as_ref().and_then(|pr| pr.nested_userns) {

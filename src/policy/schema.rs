@@ -92,6 +92,9 @@ pub struct NetSection {
     /// Host loopback ports the jail may reach through its gateway address (`--host-port`).
     /// An admin list bounds what users may open.
     pub host_ports: Option<Vec<u16>>,
+    /// Jail ports published on host loopback (`--publish`), filtered mode. An admin list
+    /// bounds what users may publish.
+    pub publish: Option<Vec<u16>>,
     /// Floor RFC 1918, CGNAT and ULA destinations in `filtered` mode too (`proxied` always
     /// does). An admin `true` is final.
     pub deny_private: Option<bool>,
