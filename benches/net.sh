@@ -24,6 +24,8 @@ user="${BENCH_USER:-asbtest}"
 SERVER=198.51.100.2
 IPERF_PORT=5201
 CONN_PORT=7000 # not serve.py's 7777: the bench starts its own, lighter echo server
+BULK_PORT=7002
+BULK_MB="${BULK_MB:-2048}"
 
 if [ "$(id -u)" != 0 ]; then
   echo "benches/net.sh: run as root (it makes a network namespace and drops to $user)" >&2
@@ -103,13 +105,35 @@ while True:
 ' "$SERVER" "$CONN_PORT" >"$work/echo-server.log" 2>&1 &
 pids+=($!)
 
-# Wait for both listeners (looking, not connecting: a bare connect upsets iperf3 -s).
+# Bulk source for the test every candidate can run, proxied included (iperf3 cannot use a
+# proxy): each connection gets BULK_MB MiB of zeros, then EOF.
+ip netns exec asbnet python3 -c '
+import socket, sys, threading
+ls = socket.socket()
+ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+ls.bind((sys.argv[1], int(sys.argv[2])))
+ls.listen(64)
+block = bytes(1 << 20)
+def serve(c):
+    try:
+        for _ in range(int(sys.argv[3])):
+            c.sendall(block)
+    except OSError:
+        pass
+    c.close()
+while True:
+    c, _ = ls.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+' "$SERVER" "$BULK_PORT" "$BULK_MB" >"$work/bulk-server.log" 2>&1 &
+pids+=($!)
+
+# Wait for the listeners (looking, not connecting: a bare connect upsets iperf3 -s).
 for _ in $(seq 1 100); do
-  n=$(ip netns exec asbnet ss -Hltn "( sport = :$IPERF_PORT or sport = :$CONN_PORT )" | wc -l)
-  [ "$n" -ge 2 ] && break
+  n=$(ip netns exec asbnet ss -Hltn "( sport = :$IPERF_PORT or sport = :$CONN_PORT or sport = :$BULK_PORT )" | wc -l)
+  [ "$n" -ge 3 ] && break
   sleep 0.05
 done
-if [ "$n" -lt 2 ]; then
+if [ "$n" -lt 3 ]; then
   echo "benches/net.sh: servers did not start" >&2
   cat "$work"/*.log >&2
   exit 1
@@ -151,11 +175,40 @@ CANDIDATES = {
     "direct": lambda cmd: cmd,
     "pasta": lambda cmd: ["pasta", "--config-net", "--", *cmd],
     "filtered": lambda cmd: [BIN, "-q", "run", "--net", "filtered", "--", *cmd],
-    # TODO(proxied): the proxied mode goes here once it exists. iperf3 and the raw-socket
-    # client below cannot use an HTTP/SOCKS proxy, so it needs its own clients (e.g. curl
-    # through the proxy for bulk, CONNECT per connection for the rate); report "not measured"
-    # until then, never a number from another mode.
+    # Only the tests whose client speaks to the proxy (BULK_CLIENT through CONNECT) run here.
+    "proxied": lambda cmd: [BIN, "-q", "run", "--net", "proxied", "--", *cmd],
 }
+
+# Bulk download with one client for every candidate: through the HTTP proxy's CONNECT when
+# https_proxy is set (proxied mode sets it), else direct. Prints Gbit/s.
+BULK_CLIENT = r'''
+import os, socket, sys, time
+host, port = sys.argv[1], int(sys.argv[2])
+proxy = os.environ.get("https_proxy", "")
+t0 = time.perf_counter()
+if proxy:
+    ph, pp = proxy.rsplit("/", 1)[-1].rsplit(":", 1)
+    s = socket.create_connection((ph, int(pp)), timeout=30)
+    s.sendall(f"CONNECT {host}:{port} HTTP/1.1\r\nHost: {host}:{port}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        b = s.recv(1)
+        if not b:
+            sys.exit("proxy closed")
+        head += b
+    if b" 200 " not in head.split(b"\r\n")[0]:
+        sys.exit(head.decode(errors="replace"))
+else:
+    s = socket.create_connection((host, port), timeout=30)
+buf = bytearray(1 << 20)
+n = 0
+while True:
+    k = s.recv_into(buf)
+    if not k:
+        break
+    n += k
+print(n * 8 / (time.perf_counter() - t0) / 1e9)
+'''
 
 # The connection-rate client, passed with -c so it needs no file inside the jail.
 CONN_CLIENT = r'''
@@ -198,7 +251,11 @@ TESTS = [
     ("TCP world->jail, 4 streams", "Gbit/s", iperf("-R", "-P", "4"), iperf_gbits, IPERF_TIMEOUT),
     ("TCP connections, sequential", "conn/s",
      ["python3", "-c", CONN_CLIENT, SERVER, str(CONN_PORT), str(CONNS)], float, 60 + CONNS / 20),
+    ("TCP world->jail, python client", "Gbit/s",
+     ["python3", "-c", BULK_CLIENT, SERVER, os.environ.get("BULK_PORT", "7002")], float, 120),
 ]
+# Which candidates run which tests: proxied only the one whose client uses the proxy.
+ONLY = {"proxied": {"TCP world->jail, python client"}}
 
 
 HOLD_CLIENT = r'''
@@ -267,7 +324,7 @@ def main():
     for rnd in range(RUNS):
         for label, _unit, cmd, parse, timeout in TESTS:
             for cand, wrap in CANDIDATES.items():  # interleaved: noise hits every candidate alike
-                if cand in failed:
+                if cand in failed or (cand in ONLY and label not in ONLY[cand]):
                     continue
                 try:
                     results[cand][label].append(parse(run(wrap(cmd), timeout)))
@@ -280,7 +337,9 @@ def main():
         digits = 0 if x == 0 else math.floor(math.log10(abs(x)))
         return f"{x:.{max(0, 2 - digits)}f}"
 
-    def cell(xs):
+    def cell(xs, cand=None, label=None):
+        if cand in ONLY and label not in ONLY[cand]:
+            return "n/a"
         if not xs:
             return "failed"
         return f"{num(statistics.median(xs))} ({num(min(xs))}-{num(max(xs))})"
@@ -291,18 +350,19 @@ def main():
         return f"{statistics.median(a) / statistics.median(b):.2f}"
 
     names = list(CANDIDATES)
-    header = ["test", "unit", *names, "filtered/pasta", "filtered/direct"]
+    header = ["test", "unit", *names, "filtered/pasta", "filtered/direct", "proxied/direct"]
     rows = []
     for label, unit, *_ in TESTS:
         r = {c: results[c][label] for c in names}
-        rows.append([label, unit, *(cell(r[c]) for c in names),
-                     ratio(r["filtered"], r["pasta"]), ratio(r["filtered"], r["direct"])])
+        rows.append([label, unit, *(cell(r[c], c, label) for c in names),
+                     ratio(r["filtered"], r["pasta"]), ratio(r["filtered"], r["direct"]),
+                     ratio(r["proxied"], r["direct"])])
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     print()
     print(f"median (min-max) over {RUNS} rounds; higher is better, so a ratio below 1 means filtered is slower")
     for row in [header, *rows]:
         print("  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip())
-    print("proxied: not measured yet (TODO in benches/net.sh)")
+    print("proxied runs only the python-client bulk test (iperf3 and the rate client do not use proxies)")
     if "filtered" not in failed:
         try:
             idle, busy = supervisor_rss(0), supervisor_rss(1000)
@@ -323,7 +383,7 @@ home=$(getent passwd "$user" | cut -d: -f6)
 (
   cd "$work"
   exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups \
-    env -i HOME="$home" USER="$user" PATH=/usr/bin:/bin RUNS="$RUNS" SECS="$SECS" CONNS="$CONNS" \
+    env -i HOME="$home" USER="$user" PATH=/usr/bin:/bin RUNS="$RUNS" SECS="$SECS" CONNS="$CONNS" BULK_PORT="$BULK_PORT" \
     python3 "$work/driver.py" "$BIN" "$SERVER" "$IPERF_PORT" "$CONN_PORT"
 ) &
 driver=$!
