@@ -51,6 +51,20 @@ pub struct Record {
     pub layer: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub check: Option<String>,
+    /// Slurm requests: the arguments (values of `--export` redacted), the cwd, the decision,
+    /// the job id, and the batch script's size and fingerprint (never its body).
+    #[serde(skip_serializing_if = "Vec::is_empty", default)]
+    pub argv: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub cwd: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub decision: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub job: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub script_bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub script_hash: Option<String>,
 }
 
 #[derive(Clone)]
@@ -215,6 +229,11 @@ pub fn render(r: &Record) -> String {
     add("exit", r.exit.map(|e| e.to_string()));
     add("signal", r.signal.map(|e| e.to_string()));
     add("ms", r.duration_ms.map(|e| e.to_string()));
+    add("decision", r.decision.clone());
+    add("job", r.job.map(|j| j.to_string()));
+    if !r.argv.is_empty() {
+        add("argv", Some(format!("{:?}", r.argv.join(" "))));
+    }
     add("proto", r.proto.clone());
     add("dest", r.dest.clone());
     add("name", r.name.clone());

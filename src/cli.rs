@@ -52,6 +52,14 @@ pub enum Command {
         #[arg(long, short = 'f')]
         follow: bool,
     },
+    /// Run a Slurm job inside the jail it was submitted from (the job wrapper calls this on
+    /// the compute node; not for direct use).
+    #[command(hide = true)]
+    Exec {
+        /// The job directory the chaperon wrote at submission.
+        #[arg(long, value_name = "DIR")]
+        job: PathBuf,
+    },
     /// Show or check policy.
     Policy {
         #[command(subcommand)]

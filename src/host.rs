@@ -368,7 +368,7 @@ pub fn existing_mailers(state_dir: &Path) -> Vec<PathBuf> {
     use std::os::unix::fs::MetadataExt;
     let extra_dirs: Vec<&Path> = MAILER_PATHS.iter().filter_map(|p| Path::new(p).parent()).collect();
     let dirs: Vec<&Path> = MAILER_DIRS.iter().map(Path::new).chain(extra_dirs).collect();
-    let mut key = String::from("v1");
+    let mut key = String::from("v2");
     let mut unique: Vec<(u64, u64, &Path)> = vec![];
     for d in &dirs {
         match std::fs::metadata(d) {
@@ -391,7 +391,8 @@ pub fn existing_mailers(state_dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = vec![];
     for (_, _, d) in &unique {
         if MAILER_DIRS.contains(&d.to_str().unwrap_or("")) {
-            found.extend(MAILERS.iter().map(|n| d.join(n)).filter(|p| std::fs::symlink_metadata(p).is_ok()));
+            let names = MAILERS.iter().chain(crate::stub::slurm::SLURM_STUBS);
+            found.extend(names.map(|n| d.join(n)).filter(|p| std::fs::symlink_metadata(p).is_ok()));
         }
     }
     found.extend(MAILER_PATHS.iter().map(PathBuf::from).filter(|p| std::fs::symlink_metadata(p).is_ok()));

@@ -11,5 +11,6 @@ pub mod net;
 pub mod plan;
 pub mod policy;
 pub mod show;
+pub mod slurm;
 pub mod stub;
 pub mod timing;

@@ -78,6 +78,7 @@ fn real_main() -> Result<i32, Failure> {
         Some(cli::Command::Doctor { json }) => Ok(doctor::run(*json)),
         Some(cli::Command::Log { session, json, tail, follow }) => log_cmd(session.as_deref(), *json, *tail, *follow),
         Some(cli::Command::Policy { action }) => policy_cmd(&args.opts, action),
+        Some(cli::Command::Exec { job }) => exec_job(job),
         Some(cli::Command::Run { command }) => {
             let cmd = os_args(command)?;
             launch(&args.opts, args.opts.profile.as_deref(), What::Command(cmd))
@@ -203,12 +204,27 @@ fn launch_logged(
         }
         What::Shell => vec![ctx.facts.shell.display().to_string()],
     };
-    let req =
-        plan::RunRequest { command, project: ctx.project.clone(), cwd: ctx.cwd.clone(), session: log.session.clone() };
+    // The chaperon's socket exists before the plan binds it into the jail; the chaperon
+    // itself is forked while the jail builds.
+    let chaperon = if opts.dry_run || backend_is_landlock(&pol, &ctx.facts) {
+        None
+    } else {
+        Some(
+            agent_sandbox::slurm::bind(&ctx.facts.state_dir(), &log.session)
+                .map_err(|e| Failure::new(format!("cannot create the session's Slurm socket: {e}")))?,
+        )
+    };
+    let req = plan::RunRequest {
+        command,
+        project: ctx.project.clone(),
+        cwd: ctx.cwd.clone(),
+        session: log.session.clone(),
+        chaperon_socket: chaperon.as_ref().map(|c| c.socket.clone()),
+        extra_ro: vec![],
+    };
     let mut ctx = ctx;
-    if pol.mail_block.value != policy::MailBlock::Off {
-        ctx.facts.find_mailers();
-    }
+    // Mailers and Slurm commands alike (cached): Slurm's are covered in every session.
+    ctx.facts.find_mailers();
     if !opts.dry_run {
         stub::ensure_links(&ctx.facts.state_dir()).map_err(|e| {
             Failure::new(format!("cannot prepare the stub links in {}: {e}", ctx.facts.state_dir().display()))
@@ -265,7 +281,28 @@ fn launch_logged(
         policy::NetMode::Filtered | policy::NetMode::Proxied => Some(net_config(&plan, log)?),
         policy::NetMode::Isolated | policy::NetMode::Open => None,
     };
-    let outcome = jail::run(&plan, &banner, lock, net)?;
+    let socket = chaperon.as_ref().map(|c| c.socket.clone());
+    let session = agent_sandbox::slurm::Session {
+        uid: ctx.facts.uid,
+        user: ctx.facts.user.clone(),
+        home: ctx.facts.home.clone(),
+        session: log.session.clone(),
+        project: plan.project.clone(),
+        state_dir: ctx.facts.state_dir(),
+        exe: ctx.facts.exe.clone(),
+        policy_json: serde_json::to_string(&pol).unwrap_or_default(),
+        log: log.clone(),
+    };
+    let mut start_chaperon = chaperon.map(|c| move || c.start(session));
+    let outcome = jail::run(&plan, &banner, lock, net, &mut || {
+        if let Some(f) = start_chaperon.take() {
+            f()
+        }
+    });
+    if let Some(s) = socket {
+        let _ = std::fs::remove_file(s);
+    }
+    let outcome = outcome?;
     let mut end = log.record("session_end");
     match outcome {
         jail::Outcome::Exited(c) => end.exit = Some(c),
@@ -275,6 +312,124 @@ fn launch_logged(
     log.write(&end);
     agent_sandbox::net::supervisor::defer_teardown();
     Ok(outcome.code())
+}
+
+/// `agent-sandbox exec --job DIR`, run by a job's wrapper on the compute node: rebuilds the
+/// submitting session's jail from the policy frozen in DIR (not from the configs, the
+/// environment or anything the jail could have written since), and runs the original script
+/// inside, its output opened inside the jail.
+fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
+    use chaperon::job::{expand_pattern, JobSpec, SCRIPT};
+    let mut facts = host::HostFacts::gather()?;
+    let jobs = facts.state_dir().join("jobs");
+    let dir = std::fs::canonicalize(dir).map_err(|e| Failure::new(format!("job directory {}: {e}", dir.display())))?;
+    if dir.parent() != Some(jobs.as_path()) {
+        return Err(Failure::new(format!(
+            "{} is not a job directory of this user ({})",
+            dir.display(),
+            jobs.display()
+        )));
+    }
+    let spec = JobSpec::read(&dir).map_err(Failure::new)?;
+    let pol: policy::Policy = serde_json::from_str(&spec.policy)
+        .map_err(|e| Failure::new(format!("the job's frozen policy does not load: {e}")))?;
+    // The job's environment: what --export asked for at submission, plus what Slurm tells the
+    // job on this node (SLURM_JOB_ID, the node list...). Nothing else of the node's.
+    let node: Vec<(String, String)> = std::env::vars().collect();
+    let mut env: Vec<(String, String)> = spec.export.clone().unwrap_or_default().into_iter().collect();
+    for (k, v) in &node {
+        if k.starts_with("SLURM_") || k.starts_with("SLURMD_") {
+            env.retain(|(n, _)| n != k);
+            env.push((k.clone(), v.clone()));
+        }
+    }
+    facts.env = env;
+    facts.find_mailers();
+    let var = |k: &str| node.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let expand = |p: &str| expand_pattern(p, &var, &facts.user, &spec.job_name);
+    let out = expand(&spec.output);
+    let redirect = if spec.append { ">>" } else { ">" };
+    let err = match &spec.error {
+        Some(_) => format!("2{redirect}\"$3\""),
+        None => "2>&1".into(),
+    };
+    let script_inside = format!("{}/job-script", stub::STUB_DIR);
+    let mut command = vec![
+        "/bin/sh".to_string(),
+        "-c".into(),
+        format!("exec <\"$1\" 1{redirect}\"$2\" {err}; shift 3; exec \"$@\""),
+        "agent-sandbox-job".into(),
+        spec.input.as_deref().map(&expand).unwrap_or_else(|| "/dev/null".into()),
+        out,
+        spec.error.as_deref().map(&expand).unwrap_or_default(),
+        script_inside.clone(),
+    ];
+    command.extend(spec.script_args.iter().cloned());
+    let log = audit::AuditLog::new(&facts.state_dir());
+    stub::ensure_links(&facts.state_dir()).map_err(|e| Failure::new(format!("cannot prepare the stub links: {e}")))?;
+    let project = plan::check_project_basics(&facts, &host::RealFs::default(), &spec.project)?;
+    let lock = jail::placeholders::ProjectLock::acquire(&facts.state_dir(), &project)
+        .map_err(|e| Failure::new(e.to_string()))?;
+    let chaperon = agent_sandbox::slurm::bind(&facts.state_dir(), &log.session)
+        .map_err(|e| Failure::new(format!("cannot create the job's Slurm socket: {e}")))?;
+    let req = plan::RunRequest {
+        command,
+        project: spec.project.clone(),
+        cwd: spec.cwd.clone(),
+        session: spec.session.clone(),
+        chaperon_socket: Some(chaperon.socket.clone()),
+        extra_ro: vec![(dir.join(SCRIPT), script_inside.into())],
+    };
+    let plan = plan::build(&pol, &facts, &host::RealFs::default(), &req)?;
+    let net = match plan.net.effective {
+        policy::NetMode::Filtered | policy::NetMode::Proxied => Some(net_config(&plan, &log)?),
+        policy::NetMode::Isolated | policy::NetMode::Open => None,
+    };
+    let mut start = log.record("job_start");
+    start.project = Some(plan.project.display().to_string());
+    start.job = var("SLURM_JOB_ID").and_then(|j| j.parse().ok());
+    start.backend = Some(plan.backend.as_str().into());
+    start.net = Some(plan.net.effective.as_str().into());
+    log.write(&start);
+    let socket = chaperon.socket.clone();
+    let session = agent_sandbox::slurm::Session {
+        uid: facts.uid,
+        user: facts.user.clone(),
+        home: facts.home.clone(),
+        session: spec.session.clone(),
+        project: plan.project.clone(),
+        state_dir: facts.state_dir(),
+        exe: facts.exe.clone(),
+        policy_json: spec.policy.clone(),
+        log: log.clone(),
+    };
+    let mut start_chaperon = Some(move || chaperon.start(session));
+    let outcome = jail::run(&plan, &|| {}, lock, net, &mut || {
+        if let Some(f) = start_chaperon.take() {
+            f()
+        }
+    });
+    let _ = std::fs::remove_file(socket);
+    let outcome = outcome?;
+    let mut end = log.record("job_end");
+    end.job = start.job;
+    match outcome {
+        jail::Outcome::Exited(c) => end.exit = Some(c),
+        jail::Outcome::Signaled(s) => end.signal = Some(s),
+    }
+    log.write(&end);
+    agent_sandbox::net::supervisor::defer_teardown();
+    Ok(outcome.code())
+}
+
+/// Will the plan pick the Landlock backend? (It has no mount namespace to bind the
+/// chaperon's socket into.)
+fn backend_is_landlock(pol: &policy::Policy, facts: &host::HostFacts) -> bool {
+    match pol.backend.value {
+        policy::Backend::Landlock => true,
+        policy::Backend::Userns => false,
+        policy::Backend::Auto => !facts.userns.available,
+    }
 }
 
 /// The filtered mode's supervisor configuration: the plan's rules plus the host's own

@@ -27,6 +27,10 @@ if [ "$(id -u)" = 0 ]; then
   for u in asbtest asbother; do
     id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"
   done
+  # The Slurm test cluster (tests/cluster): installed from Debian's packages if missing,
+  # started (or left running if it already is) for tests/slurm.rs.
+  tests/cluster/install.sh
+  tests/cluster/start.sh --user asbtest --no-selftest
   # Distributions ship /dev/net/tun as 0666; some hosts (this CI's) have 0600, which makes
   # the filtered network mode fall back. `agent-sandbox doctor` names this too.
   chmod 0666 /dev/net/tun 2>/dev/null || true

@@ -1,8 +1,27 @@
 //! The chaperon: agent-sandbox's Slurm mediator. This crate has no dependency on the jail
-//! code, so its wire protocol and (later) its argument grammars can be tested and fuzzed
-//! alone. It holds the wire protocol and the argument grammars (`grammar`, the generic parser;
-//! `sbatch`, sbatch's table and `#SBATCH` reader); the server comes with the Slurm work.
+//! code, so its protocol, grammars and server can be tested and fuzzed alone: `wire` (the
+//! framed protocol), `grammar` (the generic Slurm option parser) and one module per command
+//! (`sbatch`, `srun`, `squeue`, ...: option tables and typed requests), `server` (the socket,
+//! peer check, fd passing), `dispatch` (deciding and running a request), `job` (the job
+//! directory `agent-sandbox exec --job` reads) and `scope` (which jobs a session may see).
 
+pub mod dispatch;
 pub mod grammar;
+pub mod job;
+pub mod jobid;
+pub mod sacct;
+pub mod sacctmgr;
 pub mod sbatch;
+pub mod scancel;
+pub mod scontrol;
+pub mod scope;
+pub mod sdiag;
+pub mod server;
+pub mod sinfo;
+pub mod sprio;
+pub mod squeue;
+pub mod srun;
+pub mod sshare;
+pub mod sstat;
+pub mod table;
 pub mod wire;

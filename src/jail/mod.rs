@@ -64,13 +64,23 @@ pub fn run(
     banner: &dyn Fn(),
     mut lock: placeholders::ProjectLock,
     net: Option<crate::net::supervisor::NetConfig>,
+    idle: &mut dyn FnMut(),
 ) -> Result<Outcome, JailError> {
     if let Err(e) = lock.create(&plan.placeholders) {
         lock.release_now();
         return Err(e.into());
     }
     let result = match plan.backend {
-        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner, &mut || lock.spawn_waiter(), net),
+        BackendKind::Userns => userns::run(
+            plan,
+            stdio_ttys(),
+            banner,
+            &mut || {
+                lock.spawn_waiter();
+                idle();
+            },
+            net,
+        ),
         BackendKind::Landlock => exec_landlock(plan, banner).map(|never| match never {}),
     };
     lock.finish();

@@ -138,7 +138,7 @@ impl ProjectLock {
                 close_all_but(&[self.file.as_raw_fd(), r.as_raw_fd()]);
                 let mut b = [0u8; 1];
                 while matches!(nix::unistd::read(&r, &mut b), Ok(n) if n > 0) {}
-                self.release_now();
+                self.release_as_waiter();
                 // SAFETY: ends the waiter without running the launcher's exit path.
                 unsafe { libc::_exit(0) }
             }
@@ -174,6 +174,23 @@ impl ProjectLock {
     pub fn release_now(&mut self) {
         if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
             self.remove_recorded();
+        }
+    }
+
+    /// `release_now` for a waiter, which runs after its launcher is gone: sessions ending
+    /// together each have a waiter holding a shared lock, and none could upgrade while the
+    /// others hold theirs. So a waiter that fails lets go of its own lock and tries again a
+    /// few times, a little later each: the last of them gets the exclusive lock and cleans.
+    /// A session still running keeps its lock; its own waiter cleans after it.
+    fn release_as_waiter(&mut self) {
+        for attempt in 0..40u64 {
+            if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
+                self.remove_recorded();
+                return;
+            }
+            let _ = flock(&self.file, libc::LOCK_UN);
+            let jitter = u64::from(std::process::id()) % 7;
+            std::thread::sleep(std::time::Duration::from_millis(3 + jitter + attempt));
         }
     }
 

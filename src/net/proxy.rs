@@ -181,6 +181,19 @@ async fn reply(conn: &mut TcpStream, status: &str, body: &str) {
     let _ = conn.write_all(head.as_bytes()).await;
     let _ = conn.write_all(body.as_bytes()).await;
     let _ = conn.shutdown().await;
+    // A lingering close: closing with unread request bytes would make the kernel answer
+    // with a reset, and the client could lose this reply. Read what it still sends, a while.
+    let drain = async {
+        let mut buf = [0u8; 16384];
+        let mut left = 4usize << 20;
+        while left > 0 {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(2), drain).await;
 }
 
 /// One request head read off the connection, and the bytes that came after it.

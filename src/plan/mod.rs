@@ -104,6 +104,10 @@ pub struct RunRequest {
     pub cwd: PathBuf,
     /// The session id (audit log), given to the jail as AGENT_SANDBOX_SESSION.
     pub session: String,
+    /// The chaperon's socket on the host, seen inside at `/run/agent-sandbox/chaperon.sock`.
+    pub chaperon_socket: Option<PathBuf>,
+    /// Extra files bound read-only under `/run/agent-sandbox` (source, target): a job's script.
+    pub extra_ro: Vec<(PathBuf, PathBuf)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -205,18 +209,14 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     b.push(MountSpec::Tmpfs { target: "/var/tmp".into(), mode: 0o1777 });
     b.push(MountSpec::Tmpfs { target: "/run".into(), mode: 0o755 });
     let mail_block = policy.mail_block.value != crate::policy::MailBlock::Off;
-    if mail_block {
-        stub_dir(&mut b, facts);
-    }
+    stub_dir(&mut b, facts, mail_block, req);
     // 2. System and site trees, read-only.
     for r in &policy.fs_read {
         let p = check_extra_path("filesystem.read", &r.value, &home, fs)?;
         b.bind_tree(&p, false);
     }
     b.place_remaining_overrides();
-    if mail_block {
-        cover_mailers(&mut b, fs, policy, facts, &home);
-    }
+    cover_stubbed(&mut b, fs, policy, facts, &home, mail_block);
     // 3. Home.
     let mut writable_trees = vec![project.clone()];
     home_mounts(&mut b, policy, facts, &home, &mut writable_trees, &mut warnings);
@@ -293,13 +293,10 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         },
     );
     let mut envp = envp;
-    if mail_block {
-        // The stubs come first on PATH, so `sendmail` finds the stub even where no real
-        // mailer exists to cover.
-        let path = envp.vars.iter_mut().find(|(k, _)| k == "PATH");
-        if let Some((_, v)) = path {
-            *v = format!("{}:{v}", crate::stub::STUB_BIN_DIR);
-        }
+    // The stubs come first on PATH, so `sendmail` or `sbatch` finds the stub even where no
+    // real program exists to cover.
+    if let Some((_, v)) = envp.vars.iter_mut().find(|(k, _)| k == "PATH") {
+        *v = format!("{}:{v}", crate::stub::STUB_BIN_DIR);
     }
     let mounts = b.mounts;
     let landlock = (backend == BackendKind::Landlock).then(|| landlock_plan(&mounts, &net, &home));
@@ -775,30 +772,42 @@ fn landlock_plan(mounts: &[MountSpec], net: &NetPlan, home: &Path) -> LandlockPl
     lp
 }
 
-/// The jail's stub directory: the agent-sandbox binary and, first on PATH, a link to it under
-/// every mailer's name; read-only once filled.
-fn stub_dir(b: &mut Builder<'_>, facts: &HostFacts) {
+/// The jail's stub directory: the agent-sandbox binary, the chaperon's socket and, first on
+/// PATH, a link to it under every Slurm command's (and mailer's) name; read-only once filled.
+fn stub_dir(b: &mut Builder<'_>, facts: &HostFacts, mail_block: bool, req: &RunRequest) {
     use crate::stub::{STUB_BIN_DIR, STUB_DIR, STUB_EXE};
     b.push(MountSpec::Tmpfs { target: STUB_DIR.into(), mode: 0o755 });
     b.push(MountSpec::Bind { source: facts.exe.clone(), target: STUB_EXE.into(), rw: false, dir: false });
     // One bind of a directory of links the launcher keeps in the state dir, instead of one
     // symlink call per name at every start (`stub::ensure_links`).
     b.push(MountSpec::Bind {
-        source: crate::stub::links_dir(&facts.state_dir()),
+        source: crate::stub::links_dir(&facts.state_dir(), mail_block),
         target: STUB_BIN_DIR.into(),
         rw: false,
         dir: true,
     });
+    if let Some(sock) = &req.chaperon_socket {
+        let target = crate::stub::slurm::SOCKET.into();
+        b.push(MountSpec::Bind { source: sock.clone(), target, rw: false, dir: false });
+    }
+    for (source, target) in &req.extra_ro {
+        b.push(MountSpec::Bind { source: source.clone(), target: target.clone(), rw: false, dir: false });
+    }
     b.push(MountSpec::ReadOnly { target: STUB_DIR.into() });
 }
 
-/// Every real mailer the jail could run by absolute path gets the stub bound over it (over
-/// the file a symlink leads to, when that file is inside a tree the jail sees).
-fn cover_mailers(b: &mut Builder<'_>, fs: &dyn HostFs, policy: &Policy, facts: &HostFacts, home: &Path) {
+/// Every real Slurm command (and mailer, when mail is blocked) the jail could run by absolute
+/// path gets the stub bound over it (over the file a symlink leads to, when that file is
+/// inside a tree the jail sees).
+fn cover_stubbed(b: &mut Builder<'_>, fs: &dyn HostFs, policy: &Policy, facts: &HostFacts, home: &Path, mail: bool) {
     let visible: Vec<PathBuf> =
         policy.fs_read.iter().map(|r| PathBuf::from(&r.value)).filter(|p| p.is_absolute()).collect();
     let mut covered: Vec<PathBuf> = vec![];
     for p in &facts.mailers {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !mail && !crate::stub::slurm::SLURM_STUBS.contains(&name) {
+            continue;
+        }
         let Some(kind) = fs.kind(p) else { continue };
         let real = if kind == Kind::Symlink { fs.canonicalize(p) } else { Some(p.clone()) };
         let Some(real) = real else { continue };

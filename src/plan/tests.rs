@@ -79,6 +79,8 @@ fn plan_with(facts: HostFacts, extra: &str, project: &str) -> Result<Plan, PlanE
         project: project.into(),
         cwd: project.into(),
         session: String::new(),
+        chaperon_socket: None,
+        extra_ro: vec![],
     };
     build(&policy(extra), &facts, &host(), &req)
 }
@@ -139,6 +141,8 @@ fn hidden_path_inside_the_project_is_masked_after_the_project_bind() {
         project: "/home/u/proj".into(),
         cwd: "/home/u/proj".into(),
         session: String::new(),
+        chaperon_socket: None,
+        extra_ro: vec![],
     };
     let p = build(&policy("[filesystem]\nhide = [\"~/proj/secrets.env\"]"), &facts(), &fs, &req).unwrap();
     let project =
@@ -273,6 +277,8 @@ fn protected_symlink_is_refused() {
         project: "/home/u/proj".into(),
         cwd: "/home/u/proj".into(),
         session: String::new(),
+        chaperon_socket: None,
+        extra_ro: vec![],
     };
     let e = build(&policy(""), &facts(), &fs, &req).unwrap_err();
     assert!(matches!(e, PlanError::ProtectedSymlink { .. }));
@@ -296,6 +302,8 @@ fn own_home_is_never_hidden_as_a_whole_even_when_it_is_root() {
         project: "/root/proj".into(),
         cwd: "/root/proj".into(),
         session: String::new(),
+        chaperon_socket: None,
+        extra_ro: vec![],
     };
     let p = build(&policy(""), &f, &fs, &req).unwrap();
     assert!(p.warnings.iter().all(|w| !w.contains("hidden by policy")), "{:?}", p.warnings);
@@ -305,15 +313,22 @@ fn own_home_is_never_hidden_as_a_whole_even_when_it_is_root() {
 
 #[test]
 fn mailers_are_covered_by_the_stub_through_symlinks_and_on_path() {
-    let fs = host().symlink("/usr/sbin/sendmail", "/usr/sbin/exim4").file("/usr/sbin/exim4").file("/usr/bin/mailx");
+    let fs = host()
+        .symlink("/usr/sbin/sendmail", "/usr/sbin/exim4")
+        .file("/usr/sbin/exim4")
+        .file("/usr/bin/mailx")
+        .file("/usr/bin/sbatch");
     let req = RunRequest {
         command: vec!["true".into()],
         project: "/home/u/proj".into(),
         cwd: "/home/u/proj".into(),
         session: String::new(),
+        chaperon_socket: None,
+        extra_ro: vec![],
     };
     let mut f = facts();
-    f.mailers = vec!["/usr/sbin/sendmail".into(), "/usr/sbin/exim4".into(), "/usr/bin/mailx".into()];
+    f.mailers =
+        vec!["/usr/sbin/sendmail".into(), "/usr/sbin/exim4".into(), "/usr/bin/mailx".into(), "/usr/bin/sbatch".into()];
     let facts = || f.clone();
     let p = build(&policy(""), &facts(), &fs, &req).unwrap();
     let stub = |t: &str| {
@@ -322,15 +337,21 @@ fn mailers_are_covered_by_the_stub_through_symlinks_and_on_path() {
             |m| matches!(m, MountSpec::Bind { source, target, rw: false, .. } if source == Path::new("/usr/bin/agent-sandbox") && target == Path::new(t)),
         )
     };
-    assert!(stub("/usr/sbin/exim4") && stub("/usr/bin/mailx"));
+    assert!(stub("/usr/sbin/exim4") && stub("/usr/bin/mailx") && stub("/usr/bin/sbatch"));
     assert!(has(
         &p,
         |m| matches!(m, MountSpec::Bind { target, dir: true, .. } if target == Path::new("/run/agent-sandbox/bin"))
     ));
     let path = &p.env.iter().find(|(k, _)| k == "PATH").unwrap().1;
     assert!(path.starts_with("/run/agent-sandbox/bin:"), "{path}");
+    // mail.block = off: the mailers stay real, the Slurm commands are still the stub.
     let off = build(&policy("[mail]\nblock = \"off\""), &facts(), &fs, &req).unwrap();
-    assert!(!off.mounts.iter().any(|m| m.target().starts_with("/run/agent-sandbox")));
+    let covered = |t: &str| off.mounts.iter().any(|m| m.target() == Path::new(t));
+    assert!(!covered("/usr/sbin/exim4") && !covered("/usr/bin/mailx") && covered("/usr/bin/sbatch"));
+    assert!(off
+        .mounts
+        .iter()
+        .any(|m| matches!(m, MountSpec::Bind { source, .. } if source.ends_with("stubs/slurm-bin-19"))));
 }
 
 #[test]

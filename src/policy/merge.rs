@@ -11,7 +11,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 /// Where a value came from, for `policy show` and for error messages.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(tag = "layer", content = "origin", rename_all = "lowercase")]
 pub enum Source {
     Builtin,
@@ -46,7 +46,7 @@ impl fmt::Display for Source {
 }
 
 /// A value with its provenance. `locked` means the admin set it and no layer can widen it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Sourced<T> {
     pub value: T,
     pub source: Source,
@@ -62,7 +62,7 @@ impl<T> Sourced<T> {
 pub type List = Vec<Sourced<String>>;
 
 /// The effective policy: what every later stage reads. Built only by `merge`.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Policy {
     pub backend: Sourced<Backend>,
     pub hostname: Sourced<String>,

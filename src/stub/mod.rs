@@ -1,7 +1,8 @@
-//! What runs inside the jail under another program's name. For now the mail-block stub;
-//! the Slurm stubs (clients of the chaperon) join it with the Slurm work.
+//! What runs inside the jail under another program's name: the mail-block stub and the
+//! Slurm stubs (clients of the session's chaperon).
 
 pub mod mail;
+pub mod slurm;
 
 /// Where the stubs live inside the jail: a read-only tmpfs holding the agent-sandbox binary
 /// and a directory of links to it that comes first on PATH.
@@ -15,30 +16,42 @@ pub fn dispatch(argv0: &std::ffi::OsStr) -> Option<i32> {
     if mail::MAILERS.contains(&name) {
         return Some(mail::run(name));
     }
+    if slurm::SLURM_STUBS.contains(&name) {
+        return Some(slurm::run(name));
+    }
     None
 }
 
 /// The host directory of links (one per stub name, each to `STUB_EXE`) bound read-only at
-/// `STUB_BIN_DIR`. Versioned by the list it holds, so a new name makes a new directory.
-pub fn links_dir(state_dir: &std::path::Path) -> std::path::PathBuf {
-    state_dir.join(format!("stubs/bin-{}", mail::MAILERS.len()))
+/// `STUB_BIN_DIR`: the Slurm stubs, and the mailers too when mail is blocked. Versioned by
+/// the list it holds, so a new name makes a new directory.
+pub fn links_dir(state_dir: &std::path::Path, with_mail: bool) -> std::path::PathBuf {
+    let n = slurm::SLURM_STUBS.len();
+    match with_mail {
+        true => state_dir.join(format!("stubs/bin-{}", mail::MAILERS.len() + n)),
+        false => state_dir.join(format!("stubs/slurm-bin-{n}")),
+    }
 }
 
 /// Creates `links_dir` once (it is kept between sessions: the links point at a path that
 /// exists only inside the jail). Safe to race: existing links are kept.
 pub fn ensure_links(state_dir: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = links_dir(state_dir);
-    let done = dir.join(".complete");
-    if done.exists() {
-        return Ok(());
-    }
-    std::fs::DirBuilder::new().recursive(true).mode(0o755).create(&dir)?;
-    for name in mail::MAILERS {
-        match std::os::unix::fs::symlink(STUB_EXE, dir.join(name)) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
-            _ => {}
+    for with_mail in [true, false] {
+        let dir = links_dir(state_dir, with_mail);
+        let done = dir.join(".complete");
+        if done.exists() {
+            continue;
         }
+        std::fs::DirBuilder::new().recursive(true).mode(0o755).create(&dir)?;
+        let mail_names = if with_mail { mail::MAILERS } else { &[] };
+        for name in mail_names.iter().chain(slurm::SLURM_STUBS) {
+            match std::os::unix::fs::symlink(STUB_EXE, dir.join(name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+                _ => {}
+            }
+        }
+        std::fs::write(done, b"")?;
     }
-    std::fs::write(done, b"")
+    Ok(())
 }

@@ -1,0 +1,359 @@
+//! One request, decided and carried out: the argument grammar first (a refusal names the
+//! option and why), then the scope, then the real Slurm command, run with a clean
+//! environment and the caller's stdio.
+
+use crate::job::{self, JobSpec};
+use crate::scope::Entry;
+use crate::server::{scope_of, under_project, Audit, Config, Handled, Stdio};
+use crate::wire::{Request, Response};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Largest batch script accepted (from a file or stdin).
+pub const MAX_SCRIPT: usize = 4 << 20;
+
+/// Commands the stub refuses outright: each would give the jail a way around the chaperon.
+pub const REFUSED: &[(&str, &str)] = &[
+    ("salloc", "interactive allocations start a shell outside the jail; use `srun --pty` or sbatch"),
+    ("sattach", "attaching to a step's I/O is not mediated; read the job's output file instead"),
+    ("sbcast", "broadcasting files to nodes is not mediated; jobs read the project directly"),
+    ("scrontab", "cron jobs would run outside any session's scope; use sbatch --begin"),
+    ("scrun", "OCI containers are not mediated by agent-sandbox"),
+    ("strigger", "triggers run programs outside the jail"),
+];
+
+pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config) -> Handled {
+    let mut audit =
+        Audit { command: req.command.clone(), argv: req.argv.clone(), cwd: req.cwd.clone(), ..Default::default() };
+    let result = match req.command.as_str() {
+        "sbatch" => sbatch(req, stdio, cfg, &mut audit),
+        "squeue" => squeue(req, stdio, cfg),
+        "scancel" => scancel(req, stdio, cfg),
+        other => match REFUSED.iter().find(|(n, _)| *n == other) {
+            Some((_, why)) => Err(why.to_string()),
+            None => Err(format!("`{other}` is not mediated by this version of agent-sandbox")),
+        },
+    };
+    let response = match result {
+        Ok(code) => {
+            audit.decision = "allowed".into();
+            Response::Exited { code }
+        }
+        Err(reason) => {
+            audit.decision = "denied".into();
+            audit.reason = Some(reason.clone());
+            Response::Denied { reason }
+        }
+    };
+    Handled { response, audit }
+}
+
+/// The environment every real Slurm command runs with: nothing from the jail, nothing from
+/// the launcher beyond what locates Slurm. (sbatch reads `SBATCH_*`, srun `SLURM_*`: a jail
+/// must not be able to set options that way.)
+fn clean(cmd: &mut Command, cfg: &Config) {
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &cfg.home)
+        .env("USER", &cfg.user)
+        .env("LOGNAME", &cfg.user)
+        .env("LANG", "C.UTF-8");
+    if let Ok(conf) = std::env::var("SLURM_CONF") {
+        cmd.env("SLURM_CONF", conf);
+    }
+}
+
+fn run(mut cmd: Command, stdio: Stdio) -> Result<i32, String> {
+    cmd.stdin(stdio.stdin).stdout(stdio.stdout).stderr(stdio.stderr);
+    let status = cmd.status().map_err(|e| format!("cannot run Slurm: {e}"))?;
+    use std::os::unix::process::ExitStatusExt;
+    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, String> {
+    under_project(&cfg.project, Path::new("/"), &req.cwd)
+        .map_err(|_| format!("the working directory {} is not inside the project", req.cwd))
+}
+
+fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Result<i32, String> {
+    use crate::sbatch::parse_sbatch;
+    let err = |e: crate::grammar::GrammarError| e.to_string();
+    let first = parse_sbatch(&req.argv, None).map_err(err)?;
+    let cwd = cwd_of(req, cfg)?;
+    let wrap = first.last("wrap").flatten().map(str::to_owned);
+    let (script, default_name) = match (&wrap, &first.script_path) {
+        (Some(cmd), _) => {
+            (format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n"), "wrap".to_string())
+        }
+        (None, Some(p)) => {
+            let path = under_project(&cfg.project, &cwd, p)?;
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sbatch".into());
+            (read_capped(std::fs::File::open(&path).map_err(|e| format!("{p}: {e}"))?)?, name)
+        }
+        (None, None) => {
+            (read_capped(std::fs::File::from(stdio.stdin.try_clone().map_err(|e| e.to_string())?))?, "sbatch".into())
+        }
+    };
+    audit.script_bytes = Some(script.len());
+    audit.script_sha256 = Some(sha256_hex(script.as_bytes()));
+    let parsed = if wrap.is_some() { first } else { parse_sbatch(&req.argv, Some(&script)).map_err(err)? };
+
+    // Where the job runs: --chdir (rebuilt: checked against the project) or the caller's cwd.
+    let job_cwd = match parsed.last("chdir").flatten() {
+        Some(d) => under_project(&cfg.project, &cwd, d)?,
+        None => cwd.clone(),
+    };
+    let scope = scope_of(req)?;
+    if let Some(Some(dep)) = parsed.last("dependency") {
+        let ids = crate::grammar::dependency_job_ids(dep).map_err(|e| format!("--dependency: {e}"))?;
+        let mine = cfg.registry().jobs(scope, &cfg.session, &cfg.project);
+        if let Some(foreign) = ids.iter().find(|id| !mine.contains(id)) {
+            return Err(format!("--dependency: job {foreign} is not one of this project's jobs"));
+        }
+    }
+    let array = parsed.last("array").is_some();
+    let spec = JobSpec {
+        version: job::VERSION,
+        session: cfg.session.clone(),
+        project: cfg.project.clone(),
+        cwd: job_cwd.clone(),
+        policy: cfg.policy.clone(),
+        export: export_env(&parsed, req, &job_cwd, cfg)?,
+        output: parsed.last("output").flatten().map(str::to_owned).unwrap_or_else(|| {
+            if array {
+                "slurm-%A_%a.out".into()
+            } else {
+                "slurm-%j.out".into()
+            }
+        }),
+        error: parsed.last("error").flatten().map(str::to_owned),
+        input: parsed.last("input").flatten().map(str::to_owned),
+        append: parsed.last("open-mode").flatten().is_some_and(|m| m.eq_ignore_ascii_case("append")),
+        job_name: parsed.last("job-name").flatten().map(str::to_owned).unwrap_or(default_name),
+        script_args: parsed.script_args.clone(),
+    };
+    let dir = write_job_dir(cfg, &spec, &script)?;
+
+    // The real sbatch sees only what the table allows, the rebuilt pieces and our wrapper.
+    let mut cmd = Command::new(cfg.real("sbatch"));
+    clean(&mut cmd, cfg);
+    cmd.arg("--parsable").arg("--export=NONE").arg(format!("--chdir={}", job_cwd.display()));
+    cmd.arg(format!("--job-name={}", spec.job_name));
+    let out = dir.join(job::WRAPPER_OUT);
+    cmd.arg(format!("--output={}", out.display())).arg(format!("--error={}", out.display()));
+    const OURS: &[&str] =
+        &["wrap", "chdir", "export", "export-file", "output", "error", "input", "job-name", "parsable", "open-mode"];
+    forward(&mut cmd, &parsed.options, OURS);
+    cmd.arg(dir.join(job::WRAPPER));
+    cmd.stdin(std::process::Stdio::null()).stderr(stdio.stderr).stdout(std::process::Stdio::piped());
+    let output = cmd.output().map_err(|e| format!("cannot run sbatch: {e}"))?;
+    let code = output.status.code().unwrap_or(1);
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut stdout = std::fs::File::from(stdio.stdout);
+    if code != 0 {
+        let _ = stdout.write_all(&output.stdout);
+        return Ok(code);
+    }
+    if parsed.last("test-only").is_some() {
+        let _ = stdout.write_all(&output.stdout);
+        return Ok(0);
+    }
+    let first_line = text.lines().next().unwrap_or("").trim();
+    let id: Option<u32> = first_line.split(';').next().and_then(|s| s.parse().ok());
+    if let Some(job) = id {
+        audit.job = Some(job);
+        cfg.registry()
+            .add(&Entry { job, session: cfg.session.clone(), project: cfg.project.clone() })
+            .map_err(|e| format!("job {job} was submitted but could not be recorded in scope: {e}"))?;
+    }
+    let shown = if parsed.last("parsable").is_some() {
+        format!("{first_line}\n")
+    } else {
+        format!("Submitted batch job {}\n", first_line.split(';').next().unwrap_or(first_line))
+    };
+    let _ = stdout.write_all(shown.as_bytes());
+    Ok(0)
+}
+
+fn read_capped(f: std::fs::File) -> Result<String, String> {
+    let mut buf = Vec::new();
+    f.take(MAX_SCRIPT as u64 + 1).read_to_end(&mut buf).map_err(|e| format!("cannot read the batch script: {e}"))?;
+    if buf.len() > MAX_SCRIPT {
+        return Err(format!("the batch script is larger than {} MiB", MAX_SCRIPT >> 20));
+    }
+    String::from_utf8(buf).map_err(|_| "the batch script is not valid UTF-8".to_string())
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    // Not cryptographic strength for a secret, only a fingerprint for the audit log; FNV-1a
+    // 64 twice (forward, backward) keeps the dependency list short.
+    let fnv = |it: &mut dyn Iterator<Item = &u8>| {
+        it.fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
+    };
+    format!("{:016x}{:016x}", fnv(&mut data.iter()), fnv(&mut data.iter().rev()))
+}
+
+/// The variables the job gets inside the jail, from `--export` (or SBATCH_EXPORT): ALL (the
+/// default, as in Slurm) is the caller's environment; NONE is none; a list names them.
+fn export_env(
+    parsed: &crate::sbatch::SbatchRequest,
+    req: &Request,
+    cwd: &Path,
+    cfg: &Config,
+) -> Result<Option<BTreeMap<String, String>>, String> {
+    let spec = parsed
+        .last("export")
+        .flatten()
+        .map(str::to_owned)
+        .or_else(|| req.env.get("SBATCH_EXPORT").cloned())
+        .unwrap_or_else(|| "ALL".into());
+    let mut out = BTreeMap::new();
+    if let Some(Some(file)) = parsed.last("export-file") {
+        let path = under_project(&cfg.project, cwd, file)?;
+        let text = std::fs::read(&path).map_err(|e| format!("--export-file: {e}"))?;
+        for item in text.split(|b| *b == 0 || *b == b'\n') {
+            let item = String::from_utf8_lossy(item);
+            if let Some((k, v)) = item.split_once('=') {
+                out.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    let mut all = false;
+    for item in spec.split(',') {
+        match item {
+            "ALL" => all = true,
+            "NONE" | "" => {}
+            _ => match item.split_once('=') {
+                Some((k, v)) => {
+                    out.insert(k.to_string(), v.to_string());
+                }
+                None => {
+                    if let Some(v) = req.env.get(item) {
+                        out.insert(item.to_string(), v.clone());
+                    }
+                }
+            },
+        }
+    }
+    if all {
+        for (k, v) in &req.env {
+            out.entry(k.clone()).or_insert_with(|| v.clone());
+        }
+    }
+    Ok(if all || !out.is_empty() { Some(out) } else { None })
+}
+
+fn write_job_dir(cfg: &Config, spec: &JobSpec, script: &str) -> Result<PathBuf, String> {
+    let jobs = cfg.state_dir.join("jobs");
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&jobs).map_err(|e| e.to_string())?;
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = jobs.join(format!("{}-{}-{n}", cfg.session, std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let write = |name: &str, data: &[u8], mode: u32| -> Result<(), String> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(dir.join(name))
+            .map_err(|e| format!("{name}: {e}"))?;
+        f.write_all(data).map_err(|e| format!("{name}: {e}"))
+    };
+    write(job::SPEC, serde_json::to_string(spec).map_err(|e| e.to_string())?.as_bytes(), 0o400)?;
+    write(job::SCRIPT, script.as_bytes(), 0o500)?;
+    let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
+    let wrapper = format!(
+        "#!/bin/sh\n# agent-sandbox job wrapper: the job runs inside the session's jail, rebuilt from the\n\
+         # frozen policy in this directory.\nexec {} exec --job {}\n",
+        q(&cfg.exe),
+        q(&dir)
+    );
+    write(job::WRAPPER, wrapper.as_bytes(), 0o500)?;
+    Ok(dir)
+}
+
+/// Options the real command gets as the caller wrote them, minus those the chaperon handles.
+fn forward(cmd: &mut Command, options: &[(&'static str, Option<String>)], ours: &[&str]) {
+    for (long, value) in options {
+        if ours.contains(long) {
+            continue;
+        }
+        match value {
+            Some(v) => cmd.arg(format!("--{long}={v}")),
+            None => cmd.arg(format!("--{long}")),
+        };
+    }
+}
+
+fn only_caller(users: &[String], cfg: &Config) -> Result<(), String> {
+    let uid = cfg.uid.to_string();
+    match users.iter().find(|u| **u != cfg.user && **u != uid) {
+        Some(u) => Err(format!("only your own jobs are visible here, not user {u}'s")),
+        None => Ok(()),
+    }
+}
+
+/// squeue limited to the scope's jobs; `--json`/`--yaml` output is filtered here.
+fn squeue(req: &Request, stdio: Stdio, cfg: &Config) -> Result<i32, String> {
+    use crate::table::Output;
+    let parsed = crate::squeue::parse_squeue(&req.argv).map_err(|e| e.to_string())?;
+    only_caller(&parsed.users, cfg)?;
+    let mut ids = cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project);
+    if let Some(asked) = parsed.jobs.as_ref().filter(|a| !a.is_empty()) {
+        ids.retain(|id| asked.iter().any(|r| r.job == *id));
+    }
+    let mut cmd = Command::new(cfg.real("squeue"));
+    clean(&mut cmd, cfg);
+    forward(&mut cmd, &parsed.options, &["jobs", "steps", "user", "users"]);
+    if parsed.output != Output::Table {
+        // squeue --json/--yaml ignore the filters: narrow the document here.
+        cmd.stdout(std::process::Stdio::piped()).stdin(std::process::Stdio::null()).stderr(stdio.stderr);
+        let out = cmd.output().map_err(|e| format!("cannot run squeue: {e}"))?;
+        let mut stdout = std::fs::File::from(stdio.stdout);
+        if parsed.output == Output::Yaml {
+            return Err("squeue --yaml is not filtered by this version of agent-sandbox: use --json".into());
+        }
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&out.stdout).map_err(|e| format!("squeue --json: {e}"))?;
+        if let Some(jobs) = v.get_mut("jobs").and_then(|j| j.as_array_mut()) {
+            jobs.retain(|j| j.get("job_id").and_then(|i| i.as_u64()).is_some_and(|i| ids.contains(&(i as u32))));
+        }
+        let _ = stdout.write_all(serde_json::to_string_pretty(&v).unwrap_or_default().as_bytes());
+        let _ = stdout.write_all(b"\n");
+        return Ok(out.status.code().unwrap_or(1));
+    }
+    if ids.is_empty() {
+        // Nothing in scope: a filter that matches nothing, so the header still looks real.
+        cmd.arg("--name=agent-sandbox-no-job-in-scope");
+    } else {
+        cmd.arg(format!("--jobs={}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")));
+    }
+    run(cmd, stdio)
+}
+
+/// scancel of jobs in scope only; filters (`--name`, `--state`...) apply within the scope.
+fn scancel(req: &Request, stdio: Stdio, cfg: &Config) -> Result<i32, String> {
+    let parsed = crate::scancel::parse_scancel(&req.argv).map_err(|e| e.to_string())?;
+    only_caller(&parsed.users, cfg)?;
+    let ids = cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project);
+    if let Some(foreign) = parsed.jobs.iter().find(|r| !ids.contains(&r.job)) {
+        return Err(format!("job {} is not one of this project's jobs", foreign.job));
+    }
+    let targets: Vec<String> = if parsed.jobs.is_empty() {
+        ids.iter().map(u32::to_string).collect()
+    } else {
+        parsed.jobs.iter().map(|r| r.to_string()).collect()
+    };
+    if targets.is_empty() {
+        return Ok(0);
+    }
+    let mut cmd = Command::new(cfg.real("scancel"));
+    clean(&mut cmd, cfg);
+    forward(&mut cmd, &parsed.options, &["user", "me"]);
+    cmd.args(targets);
+    run(cmd, stdio)
+}

@@ -1,0 +1,109 @@
+//! Which jobs a session may see and act on. Every job the chaperon submits is recorded here,
+//! with its session and project; the views (squeue, scancel, scontrol, sacct...) and
+//! `--dependency` are limited to the records of the caller's scope. The record lives in the
+//! user's state directory (no jail sees it), so a jail cannot add a foreign job to its scope,
+//! and the user's own `--comment` stays theirs.
+
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+pub const FILE: &str = "scope.jsonl";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Session,
+    Project,
+}
+
+impl Scope {
+    /// `SLURM_SCOPE` as the jail set it: `session`, `project` (default). `user` would show
+    /// jobs submitted outside any jail: it is refused (falls back to project, with a note).
+    pub fn from_env(v: Option<&str>) -> Result<Scope, String> {
+        match v.map(str::trim) {
+            None | Some("") | Some("project") => Ok(Scope::Project),
+            Some("session") => Ok(Scope::Session),
+            Some(other) => Err(format!(
+                "SLURM_SCOPE={other} is not available in agent-sandbox: use `session` or `project` (the default)"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Entry {
+    pub job: u32,
+    pub session: String,
+    pub project: PathBuf,
+}
+
+pub struct Registry {
+    path: PathBuf,
+}
+
+impl Registry {
+    pub fn new(state_dir: &Path) -> Registry {
+        Registry { path: state_dir.join(FILE) }
+    }
+
+    /// Appends one job. One `write` of one line with O_APPEND: concurrent submissions from
+    /// many sessions never interleave.
+    pub fn add(&self, e: &Entry) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(e).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&self.path)?;
+        f.write_all(&line)
+    }
+
+    /// The job ids in scope for this session and project, oldest first.
+    pub fn jobs(&self, scope: Scope, session: &str, project: &Path) -> Vec<u32> {
+        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+        let mut ids: Vec<u32> = text
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Entry>(l).ok())
+            .filter(|e| match scope {
+                Scope::Session => e.session == session && e.project == project,
+                Scope::Project => e.project == project,
+            })
+            .map(|e| e.job)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_select_by_session_and_project() {
+        let dir = std::env::temp_dir().join(format!("chaperon-scope-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let r = Registry::new(&dir);
+        let (p, q) = (PathBuf::from("/home/u/p"), PathBuf::from("/home/u/q"));
+        for (job, s, proj) in [(1, "a", &p), (2, "b", &p), (3, "a", &q), (2, "b", &p)] {
+            r.add(&Entry { job, session: s.into(), project: proj.clone() }).unwrap();
+        }
+        std::fs::OpenOptions::new().append(true).open(dir.join(FILE)).unwrap().write_all(b"garbage\n").unwrap();
+        assert_eq!(r.jobs(Scope::Project, "a", &p), [1, 2]);
+        assert_eq!(r.jobs(Scope::Session, "a", &p), [1]);
+        assert_eq!(r.jobs(Scope::Session, "a", &q), [3]);
+        assert!(r.jobs(Scope::Project, "a", Path::new("/other")).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn scope_names() {
+        assert_eq!(Scope::from_env(None), Ok(Scope::Project));
+        assert_eq!(Scope::from_env(Some("session")), Ok(Scope::Session));
+        assert!(Scope::from_env(Some("user")).is_err());
+    }
+}

@@ -1,0 +1,111 @@
+//! sdiag's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
+//! and `parse_sdiag`. sdiag reads the controller's statistics; resetting them is an
+//! administrator's act and refused.
+
+use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::table::{allow, deny, last, Options, ADMIN, CLUSTERS};
+use Arity::{Flag, Value as Val};
+use ValueKind::*;
+
+/// Every option sdiag 22.05 knows. Anything else is an unrecognized option.
+pub static SDIAG: &[OptSpec] = &[
+    allow("all", Some('a'), Flag, Any),
+    allow("help", Some('h'), Flag, Any),
+    allow("sort-by-id", Some('i'), Flag, Any),
+    allow("sort-by-time", Some('t'), Flag, Any),
+    allow("sort-by-time2", Some('T'), Flag, Any),
+    allow("usage", None, Flag, Any),
+    allow("version", Some('V'), Flag, Any),
+    deny("reset", Some('r'), Flag, ADMIN),
+    deny("clusters", Some('M'), Val, CLUSTERS),
+    deny("cluster", None, Val, CLUSTERS),
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SdiagRequest {
+    /// In order. Never a denied option.
+    pub options: Options,
+}
+
+impl SdiagRequest {
+    /// The value the last occurrence of `long` carries: None if absent, Some(None) for a flag.
+    pub fn last(&self, long: &str) -> Option<Option<&str>> {
+        last(&self.options, long)
+    }
+}
+
+/// Parses an sdiag call (arguments without the program name). sdiag reads no argument but
+/// its options.
+pub fn parse_sdiag(args: &[String]) -> Result<SdiagRequest, GrammarError> {
+    let p = parse(SDIAG, args, false)?;
+    if !p.positionals.is_empty() {
+        return Err(GrammarError::Usage("sdiag takes no arguments besides options"));
+    }
+    Ok(SdiagRequest { options: p.options.into_iter().map(|(s, v)| (s.long, v)).collect() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::testkit::*;
+
+    /// sdiag 22.05.8's getopt_long table, read from the installed binary.
+    const SLURM: &[&str] = &[
+        "all",
+        "help",
+        "reset",
+        "sort-by-id",
+        "cluster",
+        "clusters",
+        "sort-by-time",
+        "sort-by-time2",
+        "usage",
+        "version",
+    ];
+
+    fn sd(a: &[&str]) -> Result<SdiagRequest, GrammarError> {
+        parse_sdiag(&argv(a))
+    }
+
+    #[test]
+    fn the_table_is_sdiag_22_05() {
+        names_are_slurm_22_05(SDIAG, SLURM, &[]);
+        table_is_sound(SDIAG, 'a');
+        prefixes_are_unknown(SDIAG);
+        // From the optstring "ahiM:rtTV".
+        shorts_are(
+            SDIAG,
+            &[
+                ('a', "all"),
+                ('h', "help"),
+                ('i', "sort-by-id"),
+                ('M', "clusters"),
+                ('r', "reset"),
+                ('t', "sort-by-time"),
+                ('T', "sort-by-time2"),
+                ('V', "version"),
+            ],
+        );
+        optional_values_are(SDIAG, &[]);
+    }
+
+    #[test]
+    fn reading_is_allowed_and_resetting_is_not() {
+        assert_eq!(sd(&["-at"]).unwrap().options, [("all", None), ("sort-by-time", None)]);
+        assert_eq!(sd(&[]).unwrap().options, []);
+        let e = sd(&["-ar"]).unwrap_err().to_string();
+        assert_eq!(e, format!("option -r (--reset) is not allowed in agent-sandbox: {ADMIN}"));
+        assert!(matches!(sd(&["--reset"]), Err(GrammarError::Denied { .. })));
+        assert!(matches!(sd(&["-M", "x"]), Err(GrammarError::Denied { .. })));
+        assert!(matches!(sd(&["x"]), Err(GrammarError::Usage(_))));
+        assert!(matches!(sd(&["--", "-a"]), Err(GrammarError::Usage(_))));
+        assert_eq!(sd(&["--sort-by"]), Err(GrammarError::Unknown("--sort-by".into())));
+        let many = vec!["-a".to_string(); crate::grammar::MAX_ARGS + 1];
+        assert!(matches!(parse_sdiag(&many), Err(GrammarError::TooManyArgs { .. })));
+    }
+
+    #[test]
+    fn random_arguments_never_panic() {
+        never_panics(SDIAG, &[], 0x5eed_0000_5d1a_0001, parse_sdiag);
+    }
+}

@@ -1,0 +1,157 @@
+//! The chaperon server: one per session, a process of its own outside the jail, listening
+//! on a Unix socket that the jail sees at `/run/agent-sandbox/chaperon.sock`. Each
+//! connection is one Slurm command from a stub: first the stub's stdin/stdout/stderr as
+//! passed descriptors (one byte with SCM_RIGHTS), then one `Request` frame; the server
+//! answers with one `Response` frame after the command ran with those descriptors as its
+//! own stdio, so output streams straight to the caller. Connections are served
+//! concurrently, a thread each; the peer must be the session's own user (SO_PEERCRED).
+
+use crate::scope::{Registry, Scope};
+use crate::wire::{self, Request, Response};
+use nix::sys::socket::{getsockopt, recvmsg, sockopt::PeerCredentials, ControlMessageOwned, MsgFlags};
+use std::io::IoSliceMut;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A client gets this long to send its descriptors and request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections served at once; more wait in the listen queue.
+pub const MAX_CONCURRENT: usize = 256;
+
+/// One audit event: the chaperon's decisions, for the launcher's audit log.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Audit {
+    pub command: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub decision: String,
+    pub reason: Option<String>,
+    pub job: Option<u32>,
+    pub script_bytes: Option<usize>,
+    pub script_sha256: Option<String>,
+}
+
+pub struct Config {
+    pub uid: u32,
+    pub user: String,
+    pub home: PathBuf,
+    pub session: String,
+    pub project: PathBuf,
+    /// The user's agent-sandbox state directory (jobs/, scope.jsonl); hidden in every jail.
+    pub state_dir: PathBuf,
+    /// The agent-sandbox binary the job wrapper runs on the compute node.
+    pub exe: PathBuf,
+    /// The session's merged policy as JSON, frozen into every job.
+    pub policy: String,
+    /// Where the real Slurm commands are (`/usr/bin`).
+    pub slurm_bin: PathBuf,
+    pub audit: Box<dyn Fn(&Audit) + Send + Sync>,
+}
+
+impl Config {
+    pub fn registry(&self) -> Registry {
+        Registry::new(&self.state_dir)
+    }
+
+    /// The real program, by absolute path: never looked up on a PATH.
+    pub fn real(&self, name: &str) -> PathBuf {
+        self.slurm_bin.join(name)
+    }
+}
+
+/// What handling one request produced: the response, and the audit record.
+pub struct Handled {
+    pub response: Response,
+    pub audit: Audit,
+}
+
+/// Serves until the listener fails. Never returns early on a bad client.
+pub fn serve(listener: UnixListener, cfg: Arc<Config>) {
+    let slots = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        if slots.load(std::sync::atomic::Ordering::Acquire) >= MAX_CONCURRENT {
+            let mut c = conn;
+            let _ = wire::write_frame(
+                &mut c,
+                &Response::Error { message: "the chaperon is busy (too many commands at once); retry".into() },
+            );
+            continue;
+        }
+        slots.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        let (cfg, held) = (cfg.clone(), slots.clone());
+        let spawned = std::thread::Builder::new().stack_size(256 << 10).spawn(move || {
+            handle(conn, &cfg);
+            held.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        });
+        if spawned.is_err() {
+            slots.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
+}
+
+fn handle(mut conn: UnixStream, cfg: &Config) {
+    match getsockopt(&conn, PeerCredentials) {
+        Ok(c) if c.uid() == cfg.uid => {}
+        _ => return,
+    }
+    let _ = conn.set_read_timeout(Some(REQUEST_TIMEOUT));
+    let Some(stdio) = recv_stdio(conn.as_raw_fd()) else { return };
+    let req: Request = match wire::read_frame(&mut conn) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = wire::write_frame(&mut conn, &Response::Error { message: format!("bad request: {e}") });
+            return;
+        }
+    };
+    let _ = conn.set_read_timeout(None);
+    let handled = crate::dispatch::dispatch(&req, stdio, cfg);
+    (cfg.audit)(&handled.audit);
+    let _ = wire::write_frame(&mut conn, &handled.response);
+}
+
+/// The stub's stdin, stdout, stderr.
+pub struct Stdio {
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+fn recv_stdio(sock: RawFd) -> Option<Stdio> {
+    let mut byte = [0u8; 1];
+    let mut iov = [IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 3]);
+    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC).ok()?;
+    let mut fds: Vec<OwnedFd> = vec![];
+    for c in msg.cmsgs().ok()? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            // SAFETY: the kernel just installed these descriptors for us; nothing else owns them.
+            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    if fds.len() != 3 {
+        return None;
+    }
+    let mut it = fds.into_iter();
+    Some(Stdio { stdin: it.next()?, stdout: it.next()?, stderr: it.next()? })
+}
+
+/// A path from the jail, resolved against `cwd`, must be inside the project (no `..`
+/// escapes; symlinks resolved on the host). Returns the canonical path.
+pub fn under_project(project: &Path, cwd: &Path, p: &str) -> Result<PathBuf, String> {
+    let joined = if Path::new(p).is_absolute() { PathBuf::from(p) } else { cwd.join(p) };
+    let canon = std::fs::canonicalize(&joined).map_err(|e| format!("{p}: {e}"))?;
+    if canon.starts_with(project) {
+        Ok(canon)
+    } else {
+        Err(format!("{p} is outside the project {}", project.display()))
+    }
+}
+
+/// The scope a request asks for.
+pub fn scope_of(req: &Request) -> Result<Scope, String> {
+    Scope::from_env(req.env.get("SLURM_SCOPE").map(String::as_str))
+}

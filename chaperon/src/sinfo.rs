@@ -1,0 +1,175 @@
+//! sinfo's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
+//! and `parse_sinfo`. sinfo shows partitions and nodes, no job, so every view is allowed; only
+//! what would never exit or reach another cluster is refused.
+
+use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::table::{allow, deny, last, output, Options, Output, CLUSTERS, ITERATE};
+use Arity::{Flag, Value as Val};
+use ValueKind::*;
+
+/// Every option sinfo 22.05 knows. Anything else is an unrecognized option.
+pub static SINFO: &[OptSpec] = &[
+    allow("all", Some('a'), Flag, Any),
+    allow("dead", Some('d'), Flag, Any),
+    allow("exact", Some('e'), Flag, Any),
+    allow("federation", None, Flag, Any),
+    allow("help", None, Flag, Any),
+    allow("hide", None, Flag, Any),
+    allow("local", None, Flag, Any),
+    allow("long", Some('l'), Flag, Any),
+    allow("nodes", Some('n'), Val, NodeList),
+    allow("noconvert", None, Flag, Any),
+    allow("noheader", Some('h'), Flag, Any),
+    allow("Node", Some('N'), Flag, Any),
+    allow("format", Some('o'), Val, Text),
+    allow("Format", Some('O'), Val, Text),
+    allow("partition", Some('p'), Val, Text),
+    allow("responding", Some('r'), Flag, Any),
+    allow("list-reasons", Some('R'), Flag, Any),
+    allow("summarize", Some('s'), Flag, Any),
+    allow("sort", Some('S'), Val, Text),
+    allow("states", Some('t'), Val, Text),
+    allow("reservation", Some('T'), Flag, Any),
+    allow("usage", None, Flag, Any),
+    allow("verbose", Some('v'), Flag, Any),
+    allow("version", Some('V'), Flag, Any),
+    allow("json", None, Flag, Any),
+    allow("yaml", None, Flag, Any),
+    deny("iterate", Some('i'), Val, ITERATE),
+    deny("clusters", Some('M'), Val, CLUSTERS),
+    deny("cluster", None, Val, CLUSTERS),
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SinfoRequest {
+    /// In order, a later entry overriding an earlier one. Never a denied option.
+    pub options: Options,
+    pub output: Output,
+}
+
+impl SinfoRequest {
+    /// The value the last occurrence of `long` carries: None if absent, Some(None) for a flag.
+    pub fn last(&self, long: &str) -> Option<Option<&str>> {
+        last(&self.options, long)
+    }
+}
+
+/// Parses a sinfo call (arguments without the program name). sinfo reads no argument but
+/// its options.
+pub fn parse_sinfo(args: &[String]) -> Result<SinfoRequest, GrammarError> {
+    let p = parse(SINFO, args, false)?;
+    if !p.positionals.is_empty() {
+        return Err(GrammarError::Usage("sinfo takes no arguments besides options; name nodes with --nodes"));
+    }
+    let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
+    let output = output(&options);
+    Ok(SinfoRequest { options, output })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::testkit::*;
+
+    /// sinfo 22.05.8's getopt_long table, read from the installed binary.
+    const SLURM: &[&str] = &[
+        "all",
+        "dead",
+        "exact",
+        "federation",
+        "help",
+        "hide",
+        "iterate",
+        "local",
+        "long",
+        "cluster",
+        "clusters",
+        "nodes",
+        "noconvert",
+        "noheader",
+        "Node",
+        "format",
+        "Format",
+        "partition",
+        "responding",
+        "list-reasons",
+        "summarize",
+        "sort",
+        "states",
+        "reservation",
+        "usage",
+        "verbose",
+        "version",
+        "json",
+        "yaml",
+    ];
+
+    fn si(a: &[&str]) -> Result<SinfoRequest, GrammarError> {
+        parse_sinfo(&argv(a))
+    }
+
+    #[test]
+    fn the_table_is_sinfo_22_05() {
+        names_are_slurm_22_05(SINFO, SLURM, &[]);
+        table_is_sound(SINFO, 'l');
+        prefixes_are_unknown(SINFO);
+        // From the optstring "adehi:lM:n:No:O:p:rRsS:t:TvV".
+        shorts_are(
+            SINFO,
+            &[
+                ('a', "all"),
+                ('d', "dead"),
+                ('e', "exact"),
+                ('h', "noheader"),
+                ('i', "iterate"),
+                ('l', "long"),
+                ('M', "clusters"),
+                ('n', "nodes"),
+                ('N', "Node"),
+                ('o', "format"),
+                ('O', "Format"),
+                ('p', "partition"),
+                ('r', "responding"),
+                ('R', "list-reasons"),
+                ('s', "summarize"),
+                ('S', "sort"),
+                ('t', "states"),
+                ('T', "reservation"),
+                ('v', "verbose"),
+                ('V', "version"),
+            ],
+        );
+        optional_values_are(SINFO, &[]);
+        allowed_are(
+            SINFO,
+            &SLURM.iter().copied().filter(|l| !["iterate", "cluster", "clusters"].contains(l)).collect::<Vec<_>>(),
+        );
+    }
+
+    #[test]
+    fn snakemake_and_common_views_parse() {
+        let r = si(&["-o", "%P"]).unwrap();
+        assert_eq!(r.last("format"), Some(Some("%P")));
+        let r = si(&["-Nel", "--states=idle,mix", "-p", "gpu", "--json"]).unwrap();
+        assert_eq!((r.options.len(), r.output), (6, Output::Json));
+        assert!(si(&["-hn", "node[1-4]"]).is_ok());
+        assert!(si(&["-n", "/etc/hosts"]).is_err(), "a node list is never a file here");
+    }
+
+    #[test]
+    fn iterate_clusters_unknowns_and_arguments_are_refused() {
+        let e = si(&["-i5"]).unwrap_err().to_string();
+        assert_eq!(e, format!("option -i (--iterate) is not allowed in agent-sandbox: {ITERATE}"));
+        assert!(matches!(si(&["-M", "all"]), Err(GrammarError::Denied { .. })));
+        assert_eq!(si(&["--node"]), Err(GrammarError::Unknown("--node".into())));
+        assert!(matches!(si(&["gpu"]), Err(GrammarError::Usage(_))));
+        assert!(matches!(si(&["--", "-l"]), Err(GrammarError::Usage(_))));
+        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        assert!(matches!(parse_sinfo(&many), Err(GrammarError::TooManyArgs { .. })));
+    }
+
+    #[test]
+    fn random_arguments_never_panic() {
+        never_panics(SINFO, &[], 0x5eed_0000_5140_0001, parse_sinfo);
+    }
+}

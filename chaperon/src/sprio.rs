@@ -1,0 +1,173 @@
+//! sprio's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
+//! and `parse_sprio`, which turns a call into an `SprioRequest`: the job ids and users it names,
+//! for the chaperon to check against the session's scope.
+
+use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::jobid::{parse_job_list, JobRef, PLAIN};
+use crate::table::{allow, bad_value, deny, last, user_list, Options, CLUSTERS};
+use Arity::{Flag, OptionalValue as Opt, Value as Val};
+use ValueKind::*;
+
+/// Every option sprio 22.05 knows. Anything else is an unrecognized option.
+pub static SPRIO: &[OptSpec] = &[
+    allow("noheader", Some('h'), Flag, Any),
+    // Checked as job ids by `parse_sprio`; the value may also come from the next argument.
+    allow("jobs", Some('j'), Opt, Text),
+    allow("long", Some('l'), Flag, Any),
+    allow("norm", Some('n'), Flag, Any),
+    allow("format", Some('o'), Val, Text),
+    allow("sort", Some('S'), Val, Text),
+    allow("partition", Some('p'), Val, Text),
+    // Recorded in `users`: the chaperon refuses any user but the caller.
+    allow("user", Some('u'), Val, Text),
+    allow("users", None, Val, Text),
+    allow("verbose", Some('v'), Flag, Any),
+    allow("version", Some('V'), Flag, Any),
+    allow("weights", Some('w'), Flag, Any),
+    allow("federation", None, Flag, Any),
+    allow("help", None, Flag, Any),
+    allow("local", None, Flag, Any),
+    allow("sib", None, Flag, Any),
+    allow("sibling", None, Flag, Any),
+    allow("usage", None, Flag, Any),
+    deny("clusters", Some('M'), Val, CLUSTERS),
+    deny("cluster", None, Val, CLUSTERS),
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SprioRequest {
+    /// In order, a later entry overriding an earlier one. Never a denied option.
+    pub options: Options,
+    /// `--jobs`: None if absent, an empty list for a bare `--jobs` (all jobs).
+    pub jobs: Option<Vec<JobRef>>,
+    /// Every user any `--user`/`--users` named: each must be the caller (the chaperon checks).
+    pub users: Vec<String>,
+}
+
+impl SprioRequest {
+    /// The value the last occurrence of `long` carries: None if absent, Some(None) for a flag.
+    pub fn last(&self, long: &str) -> Option<Option<&str>> {
+        last(&self.options, long)
+    }
+}
+
+fn jobs(v: &str) -> Result<Vec<JobRef>, GrammarError> {
+    parse_job_list(v, PLAIN).map_err(|why| bad_value("--jobs", v, why))
+}
+
+/// Parses an sprio call (arguments without the program name). As squeue, sprio's getopt
+/// permutes, and the one argument it reads is the job list of a bare `-j` (`sprio -j 123`).
+pub fn parse_sprio(args: &[String]) -> Result<SprioRequest, GrammarError> {
+    let p = parse(SPRIO, args, false)?;
+    let mut req = SprioRequest { options: Vec::new(), jobs: None, users: Vec::new() };
+    for (s, v) in p.options {
+        match (s.long, v.as_deref()) {
+            ("jobs", Some(v)) => req.jobs = Some(jobs(v)?),
+            ("jobs", None) => req.jobs = req.jobs.or(Some(Vec::new())),
+            ("user" | "users", Some(v)) => req.users.extend(user_list(&format!("--{}", s.long), v)?),
+            _ => {}
+        }
+        req.options.push((s.long, v));
+    }
+    let mut rest = p.positionals.into_iter();
+    match (rest.next(), req.jobs.is_some()) {
+        (None, _) => {}
+        (Some(list), true) => req.jobs = Some(jobs(&list)?),
+        (Some(_), false) => {
+            return Err(GrammarError::Usage("sprio takes no arguments besides options; give job ids with --jobs"))
+        }
+    }
+    if rest.next().is_some() {
+        return Err(GrammarError::Usage("sprio takes one job list; separate job ids with commas"));
+    }
+    Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::testkit::*;
+
+    /// sprio 22.05.8's getopt_long table, read from the installed binary.
+    const SLURM: &[&str] = &[
+        "noheader",
+        "jobs",
+        "long",
+        "cluster",
+        "clusters",
+        "norm",
+        "format",
+        "sort",
+        "partition",
+        "user",
+        "users",
+        "verbose",
+        "version",
+        "weights",
+        "federation",
+        "help",
+        "local",
+        "sib",
+        "sibling",
+        "usage",
+    ];
+
+    fn sp(a: &[&str]) -> Result<SprioRequest, GrammarError> {
+        parse_sprio(&argv(a))
+    }
+
+    #[test]
+    fn the_table_is_sprio_22_05() {
+        names_are_slurm_22_05(SPRIO, SLURM, &[]);
+        table_is_sound(SPRIO, 'l');
+        prefixes_are_unknown(SPRIO);
+        // From the optstring "hj::lM:no:S:p:u:vVw".
+        shorts_are(
+            SPRIO,
+            &[
+                ('h', "noheader"),
+                ('j', "jobs"),
+                ('l', "long"),
+                ('M', "clusters"),
+                ('n', "norm"),
+                ('o', "format"),
+                ('S', "sort"),
+                ('p', "partition"),
+                ('u', "user"),
+                ('v', "verbose"),
+                ('V', "version"),
+                ('w', "weights"),
+            ],
+        );
+        optional_values_are(SPRIO, &["jobs"]);
+        denied_with(SPRIO, "clusters", "local cluster");
+    }
+
+    #[test]
+    fn jobs_and_users_are_recorded_for_the_scope_check() {
+        let ids = |r: SprioRequest| r.jobs.map(|j| j.iter().map(|j| j.job).collect::<Vec<_>>());
+        assert_eq!(ids(sp(&["-j1008,1009"]).unwrap()), Some(vec![1008, 1009]));
+        assert_eq!(ids(sp(&["-lj", "7"]).unwrap()), Some(vec![7]));
+        assert_eq!(ids(sp(&["--jobs=7", "-n"]).unwrap()), Some(vec![7]));
+        assert_eq!(ids(sp(&["-w"]).unwrap()), None);
+        assert_eq!(sp(&["-u", "me,1000", "--users=x"]).unwrap().users, ["me", "1000", "x"]);
+        for bad in [&["-jx"][..], &["-j", "1.0"], &["7"], &["-j", "7", "8"], &["-u", ""]] {
+            assert!(sp(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn denials_unknowns_and_caps() {
+        let e = sp(&["-lM", "all"]).unwrap_err().to_string();
+        assert_eq!(e, format!("option -M (--clusters) is not allowed in agent-sandbox: {CLUSTERS}"));
+        assert_eq!(sp(&["--job=1"]), Err(GrammarError::Unknown("--job".into())));
+        assert_eq!(sp(&["-j", "--", "5"]).unwrap().jobs.map(|j| j.len()), Some(1));
+        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        assert!(matches!(parse_sprio(&many), Err(GrammarError::TooManyArgs { .. })));
+    }
+
+    #[test]
+    fn random_arguments_never_panic() {
+        never_panics(SPRIO, &["12", "1_2"], 0x5eed_0000_5b10_0001, parse_sprio);
+    }
+}

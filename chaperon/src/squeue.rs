@@ -1,0 +1,289 @@
+//! squeue's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
+//! and `parse_squeue`, which turns a call into a `SqueueRequest`. squeue only reads, so nearly
+//! everything is allowed; which jobs the output may show is the chaperon's scope filter.
+
+use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::jobid::{parse_job_list, JobRef, Syntax, PLAIN, STEPS};
+use crate::table::{allow, bad_value, deny, last, output, user_list, Options, Output, CLUSTERS, ITERATE};
+use Arity::{Flag, OptionalValue as Opt, Value as Val};
+use ValueKind::*;
+
+/// Every option squeue 22.05 knows. Anything else is an unrecognized option.
+pub static SQUEUE: &[OptSpec] = &[
+    allow("accounts", Some('A'), Val, Text),
+    allow("all", Some('a'), Flag, Any),
+    allow("array", Some('r'), Flag, Any),
+    allow("array-unique", None, Flag, Any),
+    allow("Format", Some('O'), Val, Text),
+    allow("format", Some('o'), Val, Text),
+    allow("federation", None, Flag, Any),
+    allow("help", None, Flag, Any),
+    allow("hide", None, Flag, Any),
+    // Checked as job ids by `parse_squeue`; the value may also come from the next argument.
+    allow("jobs", Some('j'), Opt, Text),
+    allow("local", None, Flag, Any),
+    allow("long", Some('l'), Flag, Any),
+    allow("licenses", Some('L'), Val, Text),
+    allow("me", None, Flag, Any),
+    allow("name", Some('n'), Val, Text),
+    allow("noconvert", None, Flag, Any),
+    allow("nodelist", Some('w'), Val, NodeList),
+    allow("node", None, Val, NodeList),
+    allow("nodes", None, Val, NodeList),
+    allow("noheader", Some('h'), Flag, Any),
+    allow("partitions", Some('p'), Val, Text),
+    allow("priority", Some('P'), Flag, Any),
+    allow("qos", Some('q'), Val, Text),
+    allow("reservation", Some('R'), Val, Text),
+    allow("sib", None, Flag, Any),
+    allow("sibling", None, Flag, Any),
+    allow("sort", Some('S'), Val, Text),
+    allow("start", None, Flag, Any),
+    allow("steps", Some('s'), Opt, Text),
+    allow("states", Some('t'), Val, Text),
+    allow("usage", None, Flag, Any),
+    // Recorded in `users`: the chaperon refuses any user but the caller.
+    allow("user", Some('u'), Val, Text),
+    allow("users", None, Val, Text),
+    allow("verbose", Some('v'), Flag, Any),
+    allow("version", Some('V'), Flag, Any),
+    // The chaperon filters the JSON/YAML document itself, so these work without external tools.
+    allow("json", None, Flag, Any),
+    allow("yaml", None, Flag, Any),
+    deny("iterate", Some('i'), Val, ITERATE),
+    deny("clusters", Some('M'), Val, CLUSTERS),
+    deny("cluster", None, Val, CLUSTERS),
+];
+
+/// What a squeue call asks to see, before the chaperon narrows it to the session's scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqueueRequest {
+    /// In order, a later entry overriding an earlier one. Never a denied option.
+    pub options: Options,
+    /// `--jobs`: None if absent, an empty list for a bare `--jobs` (all jobs).
+    pub jobs: Option<Vec<JobRef>>,
+    /// `--steps`, likewise.
+    pub steps: Option<Vec<JobRef>>,
+    /// Every user any `--user`/`--users` named: each must be the caller (the chaperon checks).
+    pub users: Vec<String>,
+    pub output: Output,
+}
+
+impl SqueueRequest {
+    /// The value the last occurrence of `long` carries: None if absent, Some(None) for a flag.
+    pub fn last(&self, long: &str) -> Option<Option<&str>> {
+        last(&self.options, long)
+    }
+}
+
+fn jobs(opt: &str, v: &str, syntax: Syntax) -> Result<Vec<JobRef>, GrammarError> {
+    parse_job_list(v, syntax).map_err(|why| bad_value(opt, v, why))
+}
+
+/// Parses a squeue call (arguments without the program name). squeue's getopt permutes, so
+/// options may follow other arguments; the one argument squeue reads besides options is the
+/// job (or step) list of a bare `-j` (or `-s`), as in `squeue -j 123`.
+pub fn parse_squeue(args: &[String]) -> Result<SqueueRequest, GrammarError> {
+    let p = parse(SQUEUE, args, false)?;
+    let mut req =
+        SqueueRequest { options: Vec::new(), jobs: None, steps: None, users: Vec::new(), output: Output::Table };
+    for (s, v) in p.options {
+        match (s.long, v.as_deref()) {
+            ("jobs", Some(v)) => req.jobs = Some(jobs("--jobs", v, PLAIN)?),
+            ("jobs", None) => req.jobs = req.jobs.or(Some(Vec::new())),
+            ("steps", Some(v)) => req.steps = Some(jobs("--steps", v, STEPS)?),
+            ("steps", None) => req.steps = req.steps.or(Some(Vec::new())),
+            ("user" | "users", Some(v)) => req.users.extend(user_list(&format!("--{}", s.long), v)?),
+            _ => {}
+        }
+        req.options.push((s.long, v));
+    }
+    let mut rest = p.positionals.into_iter();
+    if let Some(list) = rest.next() {
+        // As squeue: the first argument is the list of a -j given anywhere, else of a -s.
+        if req.jobs.is_some() {
+            req.jobs = Some(jobs("--jobs", &list, PLAIN)?);
+        } else if req.steps.is_some() {
+            req.steps = Some(jobs("--steps", &list, STEPS)?);
+        } else {
+            return Err(GrammarError::Usage("squeue takes no arguments besides options; give job ids with --jobs"));
+        }
+    }
+    if rest.next().is_some() {
+        return Err(GrammarError::Usage("squeue takes one job list; separate job ids with commas"));
+    }
+    req.output = output(&req.options);
+    Ok(req)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::jobid::{Step, Tasks};
+    use crate::table::testkit::*;
+
+    /// squeue 22.05.8's getopt_long table, read from the installed binary.
+    const SLURM: &[&str] = &[
+        "accounts",
+        "all",
+        "array",
+        "array-unique",
+        "Format",
+        "format",
+        "federation",
+        "help",
+        "hide",
+        "iterate",
+        "jobs",
+        "local",
+        "long",
+        "licenses",
+        "cluster",
+        "clusters",
+        "me",
+        "name",
+        "noconvert",
+        "node",
+        "nodes",
+        "nodelist",
+        "noheader",
+        "partitions",
+        "priority",
+        "qos",
+        "reservation",
+        "sib",
+        "sibling",
+        "sort",
+        "start",
+        "steps",
+        "states",
+        "usage",
+        "user",
+        "users",
+        "verbose",
+        "version",
+        "json",
+        "yaml",
+    ];
+
+    fn sq(a: &[&str]) -> Result<SqueueRequest, GrammarError> {
+        parse_squeue(&argv(a))
+    }
+
+    #[test]
+    fn the_table_is_squeue_22_05() {
+        names_are_slurm_22_05(SQUEUE, SLURM, &[]);
+        table_is_sound(SQUEUE, 'l');
+        prefixes_are_unknown(SQUEUE);
+        // From the optstring "A:ahi:j::lL:n:M:O:o:p:Pq:R:rs::S:t:u:U:vVw:" (-U is an undocumented
+        // alias of -u, left out: it is unrecognized here).
+        shorts_are(
+            SQUEUE,
+            &[
+                ('A', "accounts"),
+                ('a', "all"),
+                ('h', "noheader"),
+                ('i', "iterate"),
+                ('j', "jobs"),
+                ('l', "long"),
+                ('L', "licenses"),
+                ('n', "name"),
+                ('M', "clusters"),
+                ('O', "Format"),
+                ('o', "format"),
+                ('p', "partitions"),
+                ('P', "priority"),
+                ('q', "qos"),
+                ('R', "reservation"),
+                ('r', "array"),
+                ('s', "steps"),
+                ('S', "sort"),
+                ('t', "states"),
+                ('u', "user"),
+                ('v', "verbose"),
+                ('V', "version"),
+                ('w', "nodelist"),
+            ],
+        );
+        optional_values_are(SQUEUE, &["jobs", "steps"]);
+    }
+
+    #[test]
+    fn iterate_and_clusters_are_denied_with_their_reason() {
+        denied_with(SQUEUE, "iterate", "never exits");
+        denied_with(SQUEUE, "clusters", "local cluster");
+        let e = sq(&["-li", "5"]).unwrap_err().to_string();
+        assert_eq!(e, format!("option -i (--iterate) is not allowed in agent-sandbox: {ITERATE}"));
+        assert!(matches!(sq(&["--cluster=all"]), Err(GrammarError::Denied { .. })));
+    }
+
+    #[test]
+    fn common_views_parse() {
+        let r = sq(&["--me", "-h", "-o", "%.18i %.9P %.8j %.2t", "--states=PD,R"]).unwrap();
+        assert_eq!(r.last("format"), Some(Some("%.18i %.9P %.8j %.2t")));
+        assert_eq!((r.jobs, r.users.len(), r.output), (None, 0, Output::Table));
+        let r = sq(&["-O", "JobID:10,Name:30", "--noheader", "--sort=-t,i", "-p", "gpu", "-lr"]).unwrap();
+        assert_eq!(r.options.len(), 6);
+        let r = sq(&["--json"]).unwrap();
+        assert_eq!(r.output, Output::Json);
+        assert_eq!(sq(&["--json", "--yaml"]).unwrap().output, Output::Yaml, "the last one wins");
+    }
+
+    #[test]
+    fn job_lists_in_every_spelling() {
+        let ids = |r: SqueueRequest| r.jobs.map(|j| j.iter().map(|j| j.job).collect::<Vec<_>>());
+        assert_eq!(ids(sq(&["--jobs=12,13_4"]).unwrap()), Some(vec![12, 13]));
+        assert_eq!(ids(sq(&["-j12"]).unwrap()), Some(vec![12]));
+        assert_eq!(ids(sq(&["-j", "12,13"]).unwrap()), Some(vec![12, 13]), "the list from the next argument");
+        assert_eq!(ids(sq(&["12", "-j"]).unwrap()), Some(vec![12]), "getopt permutes");
+        assert_eq!(ids(sq(&["--jobs"]).unwrap()), Some(vec![]));
+        assert_eq!(ids(sq(&["-lj"]).unwrap()), Some(vec![]));
+        let r = sq(&["--jobs=7_3"]).unwrap();
+        assert_eq!(r.jobs.unwrap()[0].tasks, Tasks::One(3));
+        for bad in [&["--jobs=x"][..], &["-j0"], &["-j", "1.0"], &["--jobs=1_[1-2]"], &["-j", "1", "2"]] {
+            assert!(sq(bad).is_err(), "{bad:?}");
+        }
+        let e = sq(&["123"]).unwrap_err();
+        assert!(matches!(e, GrammarError::Usage(m) if m.contains("--jobs")), "{e:?}");
+    }
+
+    #[test]
+    fn step_lists() {
+        let r = sq(&["--steps=5.0,5.batch"]).unwrap();
+        let steps = r.steps.unwrap();
+        assert_eq!((steps[0].step, steps[1].step), (Some(Step::Id(0)), Some(Step::Batch)));
+        let r = sq(&["-s", "9.1"]).unwrap();
+        assert_eq!(r.steps.unwrap()[0].job, 9);
+        assert!(sq(&["-s1_[1-3].0"]).is_err());
+    }
+
+    #[test]
+    fn users_are_recorded_for_the_caller_check() {
+        let r = sq(&["-u", "alice", "--users=bob,1001", "--user=carol"]).unwrap();
+        assert_eq!(r.users, ["alice", "bob", "1001", "carol"], "every one named, so none escapes the check");
+        assert!(sq(&["-u", "a b"]).is_err());
+        assert!(sq(&["--user="]).is_err());
+        assert!(sq(&["-u", "a,,b"]).is_err());
+    }
+
+    #[test]
+    fn unknown_options_and_double_dash() {
+        assert_eq!(sq(&["--state=R"]), Err(GrammarError::Unknown("--state".into())));
+        assert_eq!(sq(&["-U", "me"]), Err(GrammarError::Unknown("-U".into())));
+        assert_eq!(sq(&["-j", "--", "5"]).unwrap().jobs.map(|j| j.len()), Some(1));
+        assert!(sq(&["--", "--me"]).is_err(), "after -- an option is an argument");
+    }
+
+    #[test]
+    fn caps_hold() {
+        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        assert!(matches!(parse_squeue(&many), Err(GrammarError::TooManyArgs { .. })));
+        let huge = vec![format!("--name={}", "x".repeat(crate::grammar::MAX_ARG_BYTES))];
+        assert!(matches!(parse_squeue(&huge), Err(GrammarError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn random_arguments_never_panic() {
+        never_panics(SQUEUE, &["12", "1_2", "3.0"], 0x5eed_0000_5175_0001, parse_squeue);
+    }
+}

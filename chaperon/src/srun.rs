@@ -1,0 +1,576 @@
+//! srun's option table (Slurm 22.05 spellings, short forms and arities, each option allowed,
+//! denied with a reason, or rebuilt by the chaperon) and `parse_srun`, which turns a call into
+//! an `SrunRequest`: options, the step's command and its arguments. Whether the call makes an
+//! allocation or a step inside one, and whether that job is in scope, is the chaperon's call.
+
+use crate::grammar::{parse, Arity, Class, GrammarError, OptSpec, ValueKind};
+use crate::table::{allow, any_of, bad_value, deny, last, opt, Options, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE};
+use Arity::{Flag, OptionalValue as Opt, Value as Val};
+use ValueKind::*;
+
+const NOT_LISTED: &str = "not on agent-sandbox's srun allow-list; ask your admin if a step needs it";
+const BCAST: &str = "it copies files to nodes outside the jail; copy them from within the job";
+const HETJOB: &str = "heterogeneous jobs are not supported in agent-sandbox; run the components as separate steps";
+
+/// Every option srun 22.05 knows. Anything else is an unrecognized option.
+pub static SRUN: &[OptSpec] = &[
+    // Allowed: sbatch's allow-list (FEATURES C), where srun has the option too.
+    allow("account", Some('A'), Val, Text),
+    allow("partition", Some('p'), Val, Text),
+    allow("qos", Some('q'), Val, Text),
+    allow("time", Some('t'), Val, Time),
+    allow("time-min", None, Val, Time),
+    allow("nodes", Some('N'), Val, Text),
+    allow("ntasks", Some('n'), Val, Int),
+    allow("ntasks-per-node", None, Val, Int),
+    allow("ntasks-per-socket", None, Val, Int),
+    allow("ntasks-per-core", None, Val, Int),
+    allow("ntasks-per-gpu", None, Val, Int),
+    allow("cpus-per-task", Some('c'), Val, Int),
+    allow("mem", None, Val, Memory),
+    allow("mem-per-cpu", None, Val, Memory),
+    allow("mem-per-gpu", None, Val, Memory),
+    allow("gres", None, Val, Text),
+    allow("gpus", Some('G'), Val, Text),
+    allow("gpus-per-node", None, Val, Text),
+    allow("gpus-per-task", None, Val, Text),
+    allow("cpus-per-gpu", None, Val, Int),
+    allow("constraint", Some('C'), Val, Text),
+    allow("exclusive", None, Opt, Choice(&["user", "mcs"])),
+    allow("oversubscribe", Some('s'), Flag, Any),
+    allow("nodelist", Some('w'), Val, NodeList),
+    allow("exclude", Some('x'), Val, NodeList),
+    allow("dependency", Some('d'), Val, Dependency),
+    allow("job-name", Some('J'), Val, JobName),
+    // srun also takes `none`, `all` or a task number here; the chaperon resolves paths.
+    allow("output", Some('o'), Val, Path),
+    allow("error", Some('e'), Val, Path),
+    allow("input", Some('i'), Val, Path),
+    allow("open-mode", None, Val, Choice(&["append", "truncate"])),
+    allow("comment", None, Val, Text),
+    allow("begin", Some('b'), Val, Text),
+    allow("deadline", None, Val, Text),
+    allow("hold", Some('H'), Flag, Any),
+    allow("nice", None, Opt, Int),
+    allow("priority", None, Val, Text),
+    allow("reservation", None, Val, Text),
+    allow("signal", None, Val, Signal),
+    allow("licenses", Some('L'), Val, Text),
+    allow("hint", None, Val, Text),
+    allow("distribution", Some('m'), Val, Text),
+    allow("mem-bind", None, Val, Text),
+    allow("cpu-freq", None, Val, Text),
+    allow("threads-per-core", None, Val, Int),
+    allow("switches", None, Val, Text),
+    allow("tmp", None, Val, Memory),
+    allow("wckey", None, Val, Text),
+    allow("test-only", None, Flag, Any),
+    allow("verbose", Some('v'), Flag, Any),
+    allow("quiet", Some('Q'), Flag, Any),
+    allow("help", Some('h'), Flag, Any),
+    allow("usage", None, Flag, Any),
+    allow("version", Some('V'), Flag, Any),
+    // As for sbatch: recorded and applied by the step wrapper inside the jail, never outside.
+    allow("export", None, Val, ExportSpec),
+    // Step options. The job a step joins (--jobid or the caller's SLURM_JOB_ID) must be in
+    // scope, and a --pty step only in the session's own jobs: the chaperon checks both.
+    allow("jobid", None, Val, Text),
+    allow("pty", None, Flag, Any),
+    allow("overlap", None, Opt, Text),
+    allow("exact", None, Flag, Any),
+    allow("whole", None, Flag, Any),
+    allow("label", Some('l'), Flag, Any),
+    allow("unbuffered", Some('u'), Flag, Any),
+    allow("kill-on-bad-exit", Some('K'), Opt, Choice(&["0", "1"])),
+    allow("wait", Some('W'), Val, Int),
+    allow("quit-on-interrupt", None, Flag, Any),
+    allow("disable-status", Some('X'), Flag, Any),
+    allow("immediate", Some('I'), Opt, Int),
+    allow("relative", Some('r'), Val, Int),
+    allow("mpi", None, Val, Text),
+    allow("cpu-bind", None, Val, Text),
+    allow("cpu_bind", None, Val, Text),
+    allow("accel-bind", None, Val, Text),
+    allow("resv-ports", None, Opt, Int),
+    allow("preserve-env", Some('E'), Flag, Any),
+    // Rebuilt: the chaperon sets what Slurm sees.
+    opt("chdir", Some('D'), Val, Class::Rebuilt("the working directory comes from the checked request"), Path),
+    // Denied (FEATURES C).
+    deny("uid", None, Val, "steps run as your own user only"),
+    deny("gid", None, Val, "steps run with your own groups only"),
+    deny("propagate", None, Opt, "resource limits come from the sandbox policy, not from the jail's shell"),
+    deny("prolog", None, Val, RUNS_OUTSIDE),
+    deny("epilog", None, Val, RUNS_OUTSIDE),
+    deny("task-prolog", None, Val, RUNS_OUTSIDE),
+    deny("task-epilog", None, Val, RUNS_OUTSIDE),
+    deny(
+        "multi-prog",
+        None,
+        Flag,
+        "its programs would start outside the jail; run one command that reads $SLURM_PROCID",
+    ),
+    deny("container", None, Val, "an OCI container would start outside the jail; run it from the step command"),
+    deny("bcast", None, Opt, BCAST),
+    deny("bcast-exclude", None, Val, BCAST),
+    deny("send-libs", None, Opt, BCAST),
+    deny("compress", None, Opt, BCAST),
+    deny("bb", None, Val, BURST_BUFFER),
+    deny("bbf", None, Val, BURST_BUFFER),
+    deny("mail-type", None, Val, MAIL),
+    deny("mail-user", None, Val, MAIL),
+    deny("clusters", Some('M'), Val, CLUSTERS),
+    deny("cluster", None, Val, CLUSTERS),
+    deny("cluster-constraint", None, Val, CLUSTERS),
+    deny("x11", None, Opt, "X11 forwarding would reach a display outside the jail"),
+    deny("no-allocate", Some('Z'), Flag, "running tasks without an allocation is for Slurm administrators only"),
+    deny("slurmd-debug", None, Val, "slurmd's debug output comes from outside the jail; ask your admin"),
+    deny("het-group", None, Val, HETJOB),
+    deny("pack-group", None, Val, HETJOB),
+    // The rest of srun 22.05: real options, not on the allow-list.
+    deny("tasks-per-node", None, Val, "use --ntasks-per-node, its allowed spelling"),
+    deny("nodefile", Some('F'), Val, "it names a file on the login node; use --nodelist"),
+    deny("acctg-freq", None, Val, NOT_LISTED),
+    deny("context", None, Val, NOT_LISTED),
+    deny("contiguous", None, Flag, NOT_LISTED),
+    deny("core-spec", Some('S'), Val, NOT_LISTED),
+    deny("cores-per-socket", None, Val, NOT_LISTED),
+    deny("debugger-test", None, Flag, NOT_LISTED),
+    deny("delay-boot", None, Val, NOT_LISTED),
+    deny("extra-node-info", Some('B'), Val, NOT_LISTED),
+    deny("gpu-bind", None, Val, NOT_LISTED),
+    deny("gpu-freq", None, Val, NOT_LISTED),
+    deny("gpus-per-socket", None, Val, NOT_LISTED),
+    deny("gres-flags", None, Val, NOT_LISTED),
+    deny("interactive", None, Flag, NOT_LISTED),
+    deny("mcs-label", None, Val, NOT_LISTED),
+    deny("mincpus", None, Val, NOT_LISTED),
+    deny("msg-timeout", None, Val, NOT_LISTED),
+    deny("network", None, Val, NOT_LISTED),
+    deny("no-kill", Some('k'), Opt, NOT_LISTED),
+    deny("ntasks-per-tres", None, Val, NOT_LISTED),
+    deny("overcommit", Some('O'), Flag, NOT_LISTED),
+    deny("power", None, Val, NOT_LISTED),
+    deny("prefer", None, Val, NOT_LISTED),
+    deny("profile", None, Val, NOT_LISTED),
+    deny("reboot", None, Flag, NOT_LISTED),
+    deny("sockets-per-node", None, Val, NOT_LISTED),
+    deny("spread-job", None, Flag, NOT_LISTED),
+    deny("thread-spec", None, Val, NOT_LISTED),
+    deny("threads", Some('T'), Val, NOT_LISTED),
+    deny("use-min-nodes", None, Flag, NOT_LISTED),
+];
+
+/// What an srun call asks for, before the chaperon resolves paths, checks scope and wraps the
+/// command so every task starts inside the jail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SrunRequest {
+    /// In order, a later entry overriding an earlier one. Never a denied option.
+    pub options: Options,
+    /// The job the step is to join, from the last `--jobid` (the one srun uses): the chaperon
+    /// must check it is in scope. None: a new allocation, or the caller's `SLURM_JOB_ID`.
+    pub jobid: Option<u32>,
+    /// `--pty`: task zero gets the caller's terminal.
+    pub pty: bool,
+    /// The program to run in each task, as given (unresolved); None only with --help, --usage
+    /// or --version, which print and exit.
+    pub command: Option<String>,
+    pub args: Vec<String>,
+}
+
+impl SrunRequest {
+    /// The value the last occurrence of `long` carries: None if absent, Some(None) for a flag.
+    pub fn last(&self, long: &str) -> Option<Option<&str>> {
+        last(&self.options, long)
+    }
+}
+
+fn job_id(v: &str) -> Result<u32, GrammarError> {
+    let id = (!v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())).then(|| v.parse::<u32>().ok()).flatten();
+    id.filter(|&id| id != 0).ok_or_else(|| bad_value("--jobid", v, "expected a job id such as 123"))
+}
+
+/// Parses an srun call (arguments without the program name). Options end at the first
+/// argument that is not one (srun's getopt string starts with `+`): that is the command, and
+/// everything after it, options included, are its arguments.
+pub fn parse_srun(args: &[String]) -> Result<SrunRequest, GrammarError> {
+    // srun splits its whole argv at every ":" (command arguments included) into the
+    // components of a heterogeneous job.
+    if args.iter().any(|a| a == ":") {
+        return Err(GrammarError::Unsupported(
+            "heterogeneous jobs (':' between components) are not supported in agent-sandbox; run separate steps",
+        ));
+    }
+    let p = parse(SRUN, args, true)?;
+    let mut jobid = None;
+    for (s, v) in &p.options {
+        if let ("jobid", Some(v)) = (s.long, v.as_deref()) {
+            jobid = Some(job_id(v)?);
+        }
+    }
+    let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
+    let pty = options.iter().any(|(l, _)| *l == "pty");
+    let mut rest = p.positionals.into_iter();
+    let command = rest.next();
+    if command.is_none() && !any_of(&options, &["help", "usage", "version"]) {
+        return Err(GrammarError::Usage("No command given to execute."));
+    }
+    Ok(SrunRequest { options, jobid, pty, command, args: rest.collect() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::testkit::*;
+
+    /// srun 22.05.8's getopt_long table, read from the installed binary.
+    const SLURM: &[&str] = &[
+        "accel-bind",
+        "account",
+        "acctg-freq",
+        "bcast",
+        "bcast-exclude",
+        "begin",
+        "bb",
+        "bbf",
+        "cluster-constraint",
+        "chdir",
+        "cluster",
+        "clusters",
+        "comment",
+        "compress",
+        "container",
+        "context",
+        "contiguous",
+        "constraint",
+        "core-spec",
+        "cores-per-socket",
+        "cpu-bind",
+        "cpu_bind",
+        "cpu-freq",
+        "cpus-per-gpu",
+        "cpus-per-task",
+        "deadline",
+        "debugger-test",
+        "delay-boot",
+        "dependency",
+        "disable-status",
+        "distribution",
+        "epilog",
+        "error",
+        "exact",
+        "exclude",
+        "exclusive",
+        "export",
+        "extra-node-info",
+        "gid",
+        "gpu-bind",
+        "gpu-freq",
+        "gpus",
+        "gpus-per-node",
+        "gpus-per-socket",
+        "gpus-per-task",
+        "gres",
+        "gres-flags",
+        "help",
+        "het-group",
+        "hint",
+        "hold",
+        "immediate",
+        "input",
+        "interactive",
+        "jobid",
+        "job-name",
+        "kill-on-bad-exit",
+        "label",
+        "licenses",
+        "mail-type",
+        "mail-user",
+        "threads",
+        "mcs-label",
+        "mem",
+        "mem-bind",
+        "mem-per-cpu",
+        "mem-per-gpu",
+        "mincpus",
+        "mpi",
+        "msg-timeout",
+        "multi-prog",
+        "network",
+        "nice",
+        "no-allocate",
+        "no-kill",
+        "nodefile",
+        "nodelist",
+        "nodes",
+        "ntasks",
+        "ntasks-per-core",
+        "ntasks-per-gpu",
+        "ntasks-per-node",
+        "ntasks-per-socket",
+        "ntasks-per-tres",
+        "open-mode",
+        "output",
+        "overcommit",
+        "overlap",
+        "oversubscribe",
+        "pack-group",
+        "partition",
+        "power",
+        "prefer",
+        "preserve-env",
+        "priority",
+        "profile",
+        "prolog",
+        "propagate",
+        "pty",
+        "qos",
+        "quiet",
+        "quit-on-interrupt",
+        "reboot",
+        "relative",
+        "reservation",
+        "resv-ports",
+        "send-libs",
+        "signal",
+        "slurmd-debug",
+        "sockets-per-node",
+        "spread-job",
+        "switches",
+        "task-epilog",
+        "task-prolog",
+        "tasks-per-node",
+        "test-only",
+        "thread-spec",
+        "threads-per-core",
+        "time",
+        "time-min",
+        "tmp",
+        "uid",
+        "unbuffered",
+        "use-min-nodes",
+        "verbose",
+        "version",
+        "usage",
+        "wait",
+        "wckey",
+        "whole",
+        "x11",
+    ];
+
+    fn srun(a: &[&str]) -> Result<SrunRequest, GrammarError> {
+        parse_srun(&argv(a))
+    }
+
+    #[test]
+    fn the_table_is_srun_22_05() {
+        names_are_slurm_22_05(SRUN, SLURM, &[]);
+        table_is_sound(SRUN, 'l');
+        prefixes_are_unknown(SRUN);
+        // From the optstring "+A:b:D:M:C:S:c:d:Xm:e:x:B:G:hHI::i:J:K::lL:T:Zk::F:w:N:n:o:Osp:Eq:Qr:t:uvVW:".
+        shorts_are(
+            SRUN,
+            &[
+                ('A', "account"),
+                ('b', "begin"),
+                ('D', "chdir"),
+                ('M', "clusters"),
+                ('C', "constraint"),
+                ('S', "core-spec"),
+                ('c', "cpus-per-task"),
+                ('d', "dependency"),
+                ('X', "disable-status"),
+                ('m', "distribution"),
+                ('e', "error"),
+                ('x', "exclude"),
+                ('B', "extra-node-info"),
+                ('G', "gpus"),
+                ('h', "help"),
+                ('H', "hold"),
+                ('I', "immediate"),
+                ('i', "input"),
+                ('J', "job-name"),
+                ('K', "kill-on-bad-exit"),
+                ('l', "label"),
+                ('L', "licenses"),
+                ('T', "threads"),
+                ('Z', "no-allocate"),
+                ('k', "no-kill"),
+                ('F', "nodefile"),
+                ('w', "nodelist"),
+                ('N', "nodes"),
+                ('n', "ntasks"),
+                ('o', "output"),
+                ('O', "overcommit"),
+                ('s', "oversubscribe"),
+                ('p', "partition"),
+                ('E', "preserve-env"),
+                ('q', "qos"),
+                ('Q', "quiet"),
+                ('r', "relative"),
+                ('t', "time"),
+                ('u', "unbuffered"),
+                ('v', "verbose"),
+                ('V', "version"),
+                ('W', "wait"),
+            ],
+        );
+        optional_values_are(
+            SRUN,
+            &[
+                "bcast",
+                "compress",
+                "exclusive",
+                "immediate",
+                "kill-on-bad-exit",
+                "nice",
+                "no-kill",
+                "overlap",
+                "propagate",
+                "resv-ports",
+                "send-libs",
+                "x11",
+            ],
+        );
+    }
+
+    #[test]
+    fn features_denials_and_rebuilds_are_in_the_table() {
+        for long in [
+            "uid",
+            "gid",
+            "propagate",
+            "prolog",
+            "epilog",
+            "task-prolog",
+            "task-epilog",
+            "container",
+            "bcast",
+            "bcast-exclude",
+            "send-libs",
+            "bb",
+            "bbf",
+            "mail-type",
+            "mail-user",
+            "clusters",
+            "cluster",
+            "multi-prog",
+        ] {
+            assert!(matches!(spec(SRUN, long).class, Class::Denied(_)), "--{long} must be denied");
+        }
+        assert!(matches!(spec(SRUN, "chdir").class, Class::Rebuilt(_)));
+        for long in ["pty", "jobid", "export", "overlap", "exact", "mpi", "label"] {
+            assert_eq!(spec(SRUN, long).class, Class::Allowed, "--{long}");
+        }
+    }
+
+    #[test]
+    fn every_sbatch_allowed_option_srun_has_is_allowed_here_too() {
+        use crate::sbatch::SBATCH;
+        for s in SBATCH.iter().filter(|s| s.class == Class::Allowed) {
+            if let Some(r) = SRUN.iter().find(|r| r.long == s.long) {
+                assert_eq!(r.class, Class::Allowed, "--{} is allowed in sbatch", s.long);
+            }
+        }
+    }
+
+    #[test]
+    fn the_command_and_its_arguments_follow_the_options() {
+        let r = srun(&["-n", "4", "--mpi=pmix", "python", "-u", "train.py", "--epochs", "3"]).unwrap();
+        assert_eq!(r.command.as_deref(), Some("python"));
+        assert_eq!(r.args, ["-u", "train.py", "--epochs", "3"]);
+        assert_eq!((r.last("ntasks"), r.last("mpi")), (Some(Some("4")), Some(Some("pmix"))));
+        // A denied option after the command is the command's argument, never srun's.
+        let r = srun(&["hostname", "--uid=0", "--bcast"]).unwrap();
+        assert_eq!(r.args, ["--uid=0", "--bcast"]);
+        let r = srun(&["-l", "--", "-weird"]).unwrap();
+        assert_eq!((r.command.as_deref(), r.args.len()), (Some("-weird"), 0));
+    }
+
+    #[test]
+    fn submitit_and_snakemake_steps_parse() {
+        let r = srun(&["--unbuffered", "--output", "/p/%j_%t_log.out", "python", "-u", "-m", "submitit"]).unwrap();
+        assert_eq!(r.command.as_deref(), Some("python"));
+        let r = srun(&["-n1", "--cpus-per-task=4", "--exact", "--overlap", "bash", "-c", "true"]).unwrap();
+        assert_eq!(r.last("overlap"), Some(None));
+    }
+
+    #[test]
+    fn a_pty_step_in_a_job_records_the_job_for_the_scope_check() {
+        let r = srun(&["--jobid=123", "--pty", "bash", "-l"]).unwrap();
+        assert_eq!((r.jobid, r.pty), (Some(123), true));
+        let r = srun(&["--jobid", "5", "--jobid=6", "true"]).unwrap();
+        assert_eq!(r.jobid, Some(6), "srun uses the last one, so that is the one checked");
+        for bad in ["0", "x", "1.0", "1_2", "", "4294967296"] {
+            assert!(matches!(srun(&["--jobid", bad, "true"]), Err(GrammarError::BadValue { .. })), "{bad:?}");
+        }
+        assert!(srun(&["--jobid=abc", "--jobid=5", "true"]).is_err(), "every occurrence is checked");
+    }
+
+    #[test]
+    fn multi_prog_and_bcast_are_refused_with_their_reason() {
+        let e = srun(&["-n2", "--multi-prog", "tasks.conf"]).unwrap_err().to_string();
+        assert!(e.contains("--multi-prog") && e.contains("SLURM_PROCID"), "{e}");
+        let e = srun(&["--bcast=/tmp/x", "a.out"]).unwrap_err();
+        assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "--bcast"), "{e:?}");
+        let e = srun(&["-lZ", "true"]).unwrap_err();
+        assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "-Z (--no-allocate)"), "{e:?}");
+        let e = srun(&["--task-prolog", "/x", "true"]).unwrap_err();
+        assert!(matches!(e, GrammarError::Denied { reason, .. } if reason == RUNS_OUTSIDE));
+    }
+
+    #[test]
+    fn chdir_is_returned_for_the_chaperon_to_rebuild() {
+        let p = parse(SRUN, &argv(&["-lD", "/tmp", "pwd"]), true).unwrap();
+        assert!(matches!(p.options[1].0.class, Class::Rebuilt(_)));
+        assert_eq!(srun(&["--chdir=sub", "pwd"]).unwrap().last("chdir"), Some(Some("sub")));
+    }
+
+    #[test]
+    fn no_command_errors_like_srun_unless_only_asking_for_help() {
+        assert_eq!(srun(&["-n", "2"]), Err(GrammarError::Usage("No command given to execute.")));
+        assert_eq!(srun(&[]), Err(GrammarError::Usage("No command given to execute.")));
+        assert_eq!(srun(&["--help"]).unwrap().command, None);
+        assert!(srun(&["-V"]).is_ok());
+    }
+
+    #[test]
+    fn heterogeneous_steps_are_unsupported() {
+        assert!(matches!(srun(&["-n1", "a", ":", "-n2", "b"]), Err(GrammarError::Unsupported(_))));
+        assert!(matches!(srun(&["echo", ":"]), Err(GrammarError::Unsupported(_))), "srun splits even there");
+        assert!(matches!(srun(&["--het-group=0", "a"]), Err(GrammarError::Denied { .. })));
+        assert!(srun(&["echo", "a:b"]).is_ok());
+    }
+
+    #[test]
+    fn short_options_cluster_as_getopt_reads_them() {
+        let r = srun(&["-lun4", "-c2", "-K1", "x", "-K"]).unwrap();
+        let got: Vec<_> = r.options.iter().map(|(l, v)| (*l, v.as_deref())).collect();
+        assert_eq!(
+            got,
+            [
+                ("label", None),
+                ("unbuffered", None),
+                ("ntasks", Some("4")),
+                ("cpus-per-task", Some("2")),
+                ("kill-on-bad-exit", Some("1")),
+            ]
+        );
+        assert_eq!(r.args, ["-K"]);
+        // An optional value only attaches: "-Kt" is -K with the value "t", which it refuses.
+        assert!(matches!(srun(&["-Kt", "x"]), Err(GrammarError::BadValue { .. })));
+        assert_eq!(srun(&["-K", "1"]).unwrap().command.as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn unknown_options_and_caps() {
+        assert_eq!(srun(&["--ntask=2", "x"]), Err(GrammarError::Unknown("--ntask".into())));
+        assert_eq!(srun(&["--get-user-env", "x"]), Err(GrammarError::Unknown("--get-user-env".into())));
+        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        assert!(matches!(parse_srun(&many), Err(GrammarError::TooManyArgs { .. })));
+    }
+
+    #[test]
+    fn random_arguments_never_panic() {
+        never_panics(SRUN, &["hostname", "true", ":", "bash"], 0x5eed_0000_5a01_0001, parse_srun);
+    }
+}

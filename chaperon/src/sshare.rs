@@ -1,0 +1,148 @@
+//! sshare's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
+//! and `parse_sshare`, which turns a call into an `SshareRequest`. sshare shows the caller's
+//! own fair-share associations; listing every user's is refused.
+
+use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::table::{allow, deny, last, user_list, Options, CLUSTERS};
+use Arity::{Flag, Value as Val};
+use ValueKind::*;
+
+/// Every option sshare 22.05 knows. Anything else is an unrecognized option.
+pub static SSHARE: &[OptSpec] = &[
+    allow("accounts", Some('A'), Val, Text),
+    allow("helpformat", Some('e'), Flag, Any),
+    allow("long", Some('l'), Flag, Any),
+    allow("partition", Some('m'), Flag, Any),
+    allow("noheader", Some('n'), Flag, Any),
+    allow("format", Some('o'), Val, Text),
+    allow("parsable", Some('p'), Flag, Any),
+    allow("parsable2", Some('P'), Flag, Any),
+    // Recorded in `users`: the chaperon refuses any user but the caller.
+    allow("users", Some('u'), Val, Text),
+    allow("Users", Some('U'), Flag, Any),
+    allow("verbose", Some('v'), Flag, Any),
+    allow("version", Some('V'), Flag, Any),
+    allow("help", None, Flag, Any),
+    allow("usage", None, Flag, Any),
+    deny("all", Some('a'), Flag, "it lists every user's usage; sshare shows your own associations without it"),
+    deny("clusters", Some('M'), Val, CLUSTERS),
+    deny("cluster", None, Val, CLUSTERS),
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SshareRequest {
+    /// In order, a later entry overriding an earlier one. Never a denied option.
+    pub options: Options,
+    /// Every user any `--users` named: each must be the caller (the chaperon checks).
+    pub users: Vec<String>,
+}
+
+impl SshareRequest {
+    /// The value the last occurrence of `long` carries: None if absent, Some(None) for a flag.
+    pub fn last(&self, long: &str) -> Option<Option<&str>> {
+        last(&self.options, long)
+    }
+}
+
+/// Parses an sshare call (arguments without the program name). sshare reads no argument but
+/// its options.
+pub fn parse_sshare(args: &[String]) -> Result<SshareRequest, GrammarError> {
+    let p = parse(SSHARE, args, false)?;
+    if !p.positionals.is_empty() {
+        return Err(GrammarError::Usage("sshare takes no arguments besides options; name users with --users"));
+    }
+    let mut users = Vec::new();
+    for (s, v) in &p.options {
+        if let ("users", Some(v)) = (s.long, v.as_deref()) {
+            users.extend(user_list("--users", v)?);
+        }
+    }
+    Ok(SshareRequest { options: p.options.into_iter().map(|(s, v)| (s.long, v)).collect(), users })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::testkit::*;
+
+    /// sshare 22.05.8's getopt_long table, read from the installed binary.
+    const SLURM: &[&str] = &[
+        "accounts",
+        "all",
+        "helpformat",
+        "long",
+        "partition",
+        "cluster",
+        "clusters",
+        "noheader",
+        "format",
+        "parsable",
+        "parsable2",
+        "users",
+        "Users",
+        "verbose",
+        "version",
+        "help",
+        "usage",
+    ];
+
+    fn ss(a: &[&str]) -> Result<SshareRequest, GrammarError> {
+        parse_sshare(&argv(a))
+    }
+
+    #[test]
+    fn the_table_is_sshare_22_05() {
+        names_are_slurm_22_05(SSHARE, SLURM, &[]);
+        table_is_sound(SSHARE, 'l');
+        prefixes_are_unknown(SSHARE);
+        // From the optstring "aA:ehlM:no:pPqUu:t:vVm"; -h, -q and -t have no option behind them
+        // in 22.05 (sshare rejects -q and -t itself), so they are unrecognized here.
+        shorts_are(
+            SSHARE,
+            &[
+                ('A', "accounts"),
+                ('a', "all"),
+                ('e', "helpformat"),
+                ('l', "long"),
+                ('m', "partition"),
+                ('M', "clusters"),
+                ('n', "noheader"),
+                ('o', "format"),
+                ('p', "parsable"),
+                ('P', "parsable2"),
+                ('u', "users"),
+                ('U', "Users"),
+                ('v', "verbose"),
+                ('V', "version"),
+            ],
+        );
+        optional_values_are(SSHARE, &[]);
+        denied_with(SSHARE, "all", "every user");
+    }
+
+    #[test]
+    fn snakemake_and_common_calls_parse() {
+        assert_eq!(ss(&["-U"]).unwrap().options, [("Users", None)]);
+        let r = ss(&["-lnP", "-A", "proj", "--format=Account,User,FairShare"]).unwrap();
+        assert_eq!(r.last("accounts"), Some(Some("proj")));
+        assert_eq!(ss(&["-u", "me", "--users=1000"]).unwrap().users, ["me", "1000"]);
+    }
+
+    #[test]
+    fn all_users_clusters_arguments_and_unknowns_are_refused() {
+        let e = ss(&["-la"]).unwrap_err();
+        assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "-a (--all)"), "{e:?}");
+        assert!(matches!(ss(&["--cluster=x"]), Err(GrammarError::Denied { .. })));
+        assert!(matches!(ss(&["me"]), Err(GrammarError::Usage(_))));
+        assert_eq!(ss(&["-q"]), Err(GrammarError::Unknown("-q".into())));
+        assert_eq!(ss(&["--user=me"]), Err(GrammarError::Unknown("--user".into())));
+        assert!(ss(&["-u", "a b"]).is_err());
+        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        assert!(matches!(parse_sshare(&many), Err(GrammarError::TooManyArgs { .. })));
+    }
+
+    #[test]
+    fn random_arguments_never_panic() {
+        never_panics(SSHARE, &[], 0x5eed_0000_55a4_0001, parse_sshare);
+    }
+}

@@ -1,0 +1,11 @@
+//! scontrol arguments come from inside the jail: any argv gives one typed command or an
+//! error naming the problem, never a panic; `update` keys are allow-listed.
+#![no_main]
+use chaperon::scontrol::parse_scontrol;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    let argv: Vec<String> = text.split('\n').map(str::to_string).collect();
+    let _ = parse_scontrol(&argv);
+});

@@ -1,0 +1,11 @@
+//! squeue arguments come from inside the jail: any argv gives a request or an error naming
+//! the problem, never a panic; job and step lists parse into typed ids or are refused.
+#![no_main]
+use chaperon::squeue::parse_squeue;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let text = String::from_utf8_lossy(data);
+    let argv: Vec<String> = text.split('\n').map(str::to_string).collect();
+    let _ = parse_squeue(&argv);
+});

@@ -1,0 +1,183 @@
+//! Slurm from inside the jail, against the real test cluster (tests/cluster: munge, slurmctld,
+//! slurmd, slurmdbd from Debian's packages; `tests/run.sh` starts it). Jobs are submitted
+//! through the stubs and the chaperon, run on the node inside the re-entered jail, and are
+//! checked from their output in the project.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn cluster_up() {
+    let out = Command::new("sinfo").args(["-h", "-o", "%T"]).output();
+    let ok = out.as_ref().map(|o| o.status.success() && !o.stdout.is_empty()).unwrap_or(false);
+    assert!(ok, "the Slurm test cluster is not running: as root, tests/cluster/start.sh --user {USER}");
+}
+
+fn slurm_jail(name: &str) -> Option<Jail> {
+    let j = Jail::new(name)?;
+    cluster_up();
+    Some(j)
+}
+
+/// Job ids of the test user that exist in the controller now.
+fn queue_ids() -> Vec<u32> {
+    queue_ids_in(None)
+}
+
+/// The same, limited to jobs whose working directory is `dir` (tests run concurrently).
+fn queue_ids_in(dir: Option<&Path>) -> Vec<u32> {
+    let out = Command::new("squeue").args(["-h", "-u", USER, "-o", "%A %Z"]).output().expect("squeue");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(_, wd)| dir.is_none_or(|d| Path::new(wd.trim()) == d))
+        .filter_map(|(id, _)| id.trim().parse().ok())
+        .collect()
+}
+
+fn wait_for_file(p: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        if text.contains(needle) || Instant::now() > deadline {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// What every job prints about where it runs.
+const PROBE: &str = "echo host=$(hostname); echo pwd=$(pwd); test -e ~/.ssh/id_ed25519 && echo SSH-VISIBLE; \
+                     test -e /etc/munge && echo MUNGE-VISIBLE; test -S /run/munge/munge.socket.2 && echo MUNGE-SOCKET; \
+                     echo job=$SLURM_JOB_ID; echo done";
+
+#[test]
+fn sbatch_wrap_file_and_stdin_jobs_run_inside_the_jail_on_the_node() {
+    let Some(j) = slurm_jail("slurm-submit") else { return };
+    let script = format!("#!/bin/sh\n#SBATCH --job-name=probe-file\n#SBATCH -o file-%j.out\n{PROBE}\n");
+    let j = j
+        .project_file("job.sh", &script)
+        .project_file("stdin.sh", &format!("#!/bin/sh\n#SBATCH --output=stdin-%x.out\n{PROBE}\n"));
+    let out = j.run(&format!(
+        "sbatch --wait -o wrap-%j.out --wrap '{PROBE}'; sbatch --wait job.sh; sbatch --wait < stdin.sh; echo rc=$?"
+    ));
+    assert!(out.stdout.contains("rc=0"), "{out}");
+    assert_eq!(out.stdout.matches("Submitted batch job ").count(), 3, "{out}");
+    let mut found = 0;
+    for entry in std::fs::read_dir(&j.project).unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.ends_with(".out") {
+            continue;
+        }
+        found += 1;
+        let text = wait_for_file(&entry.path(), "done");
+        assert!(text.contains("host=agent-sandbox"), "{name} did not run in the jail: {text}");
+        assert!(text.contains(&format!("pwd={}", j.project.display())), "{name}: {text}");
+        assert!(!text.contains("SSH-VISIBLE") && !text.contains("MUNGE"), "{name}: {text}");
+        assert!(text.contains("job=") && !text.contains("job=\n"), "{name} sees its job id: {text}");
+    }
+    assert_eq!(found, 3, "wrap-N.out, file-N.out, stdin-sbatch.out in the project");
+    assert!(j.project.join("stdin-sbatch.out").exists(), "a script from stdin is named `sbatch` (%x), as in Slurm");
+}
+
+#[test]
+fn denied_options_and_smuggled_directives_submit_nothing() {
+    let Some(j) = slurm_jail("slurm-denied") else { return };
+    let j = j
+        .project_file("prolog.sh", "#!/bin/sh\n#SBATCH --prolog=/tmp/x\ntrue\n")
+        .project_file("clustered.sh", "#!/bin/sh\n#SBATCH   -J ok --get-user-env\ntrue\n")
+        .project_file("uid.sh", "#!/bin/sh\n#SBATCH --uid=0\ntrue\n");
+    let before = queue_ids_in(Some(&j.project));
+    let cases = [
+        "sbatch --uid=0 --wrap true",
+        "sbatch --get-user-env --wrap true",
+        "sbatch --chdir=/tmp --wrap true",
+        "sbatch --mail-user=x@example.org --wrap true",
+        "sbatch prolog.sh",
+        "sbatch clustered.sh",
+        "sbatch uid.sh",
+        "sbatch /etc/hostname",
+        "sbatch --dependency=afterok:1 --wrap true",
+        "salloc",
+        "sbcast x y",
+    ];
+    let script: Vec<String> = cases.iter().map(|c| format!("{c} 2>&1; echo \"rc=$?\"")).collect();
+    let out = j.run(&script.join("; "));
+    assert_eq!(out.stdout.matches("rc=1").count(), cases.len(), "every case is refused: {out}");
+    assert!(!out.stdout.contains("Submitted"), "{out}");
+    for line in out.stdout.lines().filter(|l| !l.starts_with("rc=")) {
+        assert!(line.contains(": error: "), "one line the agent can act on, like Slurm's: {line}");
+    }
+    assert_eq!(queue_ids_in(Some(&j.project)), before, "no job appeared in the queue");
+    assert!(before.is_empty());
+}
+
+#[test]
+fn jobs_outside_the_jail_are_invisible_and_untouchable() {
+    let Some(j) = slurm_jail("slurm-scope") else { return };
+    // A job of the same user, submitted outside any jail.
+    let outside = j.as_user("sbatch").args(["--parsable", "--hold", "--wrap", "true"]).output().expect("sbatch");
+    let outside: u32 = String::from_utf8_lossy(&outside.stdout).trim().parse().expect("outside job id");
+    let out = j.run(&format!(
+        "id=$(sbatch --parsable --hold --wrap true); echo mine=$id; squeue -h -o %i; \
+         squeue --json | python3 -c 'import json,sys; print(\"json\", [j[\"job_id\"] for j in json.load(sys.stdin)[\"jobs\"]])'; \
+         scancel {outside}; echo cancel=$?; sbatch --dependency=afterok:{outside} --wrap true; echo dep=$?; \
+         scancel $id; echo own=$?"
+    ));
+    let mine: u32 = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("mine="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no job id: {out}"));
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines.contains(&mine.to_string().as_str()), "own job visible: {out}");
+    assert!(!lines.contains(&outside.to_string().as_str()), "outside job invisible: {out}");
+    let json = out.stdout.lines().find(|l| l.starts_with("json [")).unwrap_or_default();
+    assert!(json.contains(&mine.to_string()) && !json.contains(&outside.to_string()), "JSON filtered: {out}");
+    assert!(out.stdout.contains("cancel=1") && out.stdout.contains("dep=1"), "{out}");
+    assert!(out.stdout.contains("own=0"), "{out}");
+    assert!(queue_ids().contains(&outside), "the outside job survived");
+    let _ = Command::new("scancel").arg(outside.to_string()).status();
+}
+
+#[test]
+fn the_jails_environment_never_reaches_the_nodes_unsandboxed_side() {
+    let Some(j) = slurm_jail("slurm-env") else { return };
+    let canary = j.rig.home.join("PWNED-BY-BASH_ENV");
+    let _ = std::fs::remove_file(&canary);
+    let j = j.project_file("evil.sh", "touch \"$HOME/PWNED-BY-BASH_ENV\"\n");
+    let out = j.run(
+        "export BASH_ENV=$PWD/evil.sh ENV=$PWD/evil.sh LD_PRELOAD=$PWD/nothing.so PATH=$PWD:$PATH; \
+         sbatch --wait --export=ALL -o env.out --wrap 'bash -c \"echo inner=$BASH_ENV\"; echo done'; echo rc=$?",
+    );
+    assert!(out.stdout.contains("rc=0"), "{out}");
+    let text = wait_for_file(&j.project.join("env.out"), "done");
+    assert!(text.contains("inner=") && text.contains("evil.sh"), "--export=ALL applies inside the jail: {text}");
+    assert!(!canary.exists(), "BASH_ENV ran outside the jail (host home written)");
+}
+
+#[test]
+fn a_script_swapped_after_submission_does_not_change_what_runs() {
+    let Some(j) = slurm_jail("slurm-swap") else { return };
+    let j = j.project_file("job.sh", "#!/bin/sh\necho original\n");
+    let out =
+        j.run("sbatch --begin=now+3 -o swap.out job.sh; printf '#!/bin/sh\\necho SWAPPED\\n' > job.sh; echo swapped");
+    assert!(out.stdout.contains("Submitted") && out.stdout.contains("swapped"), "{out}");
+    let text = wait_for_file(&j.project.join("swap.out"), "original");
+    assert!(text.contains("original") && !text.contains("SWAPPED"), "{text}");
+}
+
+#[test]
+fn two_hundred_concurrent_sbatch_calls_all_get_a_job() {
+    let Some(j) = slurm_jail("slurm-200") else { return };
+    let out = j.run(
+        "for i in $(seq 1 200); do sbatch --parsable --hold -J many --wrap true > id.$i 2>err.$i & done; wait; \
+         cat id.* | sort -u | grep -c . ; cat err.* | head -3; squeue -h -n many -o %i | grep -c .; scancel --name=many",
+    );
+    let counts: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(counts.first(), Some(&"200"), "200 distinct job ids: {out}");
+    assert_eq!(counts.last(), Some(&"200"), "200 jobs in the queue: {out}");
+}
