@@ -354,6 +354,7 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
         None => "2>&1".into(),
     };
     let script_inside = format!("{}/job-script", stub::STUB_DIR);
+    let step = spec.command.clone();
     let mut command = vec![
         "/bin/sh".to_string(),
         "-c".into(),
@@ -365,6 +366,14 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
         script_inside.clone(),
     ];
     command.extend(spec.script_args.iter().cloned());
+    // An srun step: the command itself, with the task's stdio (srun carries it).
+    let extra_ro = match step {
+        Some(argv) if !argv.is_empty() => {
+            command = argv;
+            vec![]
+        }
+        _ => vec![(dir.join(SCRIPT), script_inside.clone().into())],
+    };
     let log = audit::AuditLog::new(&facts.state_dir());
     stub::ensure_links(&facts.state_dir()).map_err(|e| Failure::new(format!("cannot prepare the stub links: {e}")))?;
     let project = plan::check_project_basics(&facts, &host::RealFs::default(), &spec.project)?;
@@ -378,7 +387,7 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
         cwd: spec.cwd.clone(),
         session: spec.session.clone(),
         chaperon_socket: Some(chaperon.socket.clone()),
-        extra_ro: vec![(dir.join(SCRIPT), script_inside.into())],
+        extra_ro,
     };
     let plan = plan::build(&pol, &facts, &host::RealFs::default(), &req)?;
     let net = match plan.net.effective {

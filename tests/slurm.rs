@@ -181,3 +181,66 @@ fn two_hundred_concurrent_sbatch_calls_all_get_a_job() {
     assert_eq!(counts.first(), Some(&"200"), "200 distinct job ids: {out}");
     assert_eq!(counts.last(), Some(&"200"), "200 jobs in the queue: {out}");
 }
+
+#[test]
+fn srun_allocation_and_steps_inside_a_batch_job_run_in_the_jail() {
+    let Some(j) = slurm_jail("slurm-srun") else { return };
+    let out = j.run(
+        "srun -n2 sh -c 'echo alloc=$SLURM_PROCID $(hostname)'; \
+         sbatch --wait -n2 -o steps.out --wrap \"srun sh -c 'echo step=\\$SLURM_PROCID \\$(hostname); \
+         test -e /etc/munge && echo MUNGE; test -e ~/.ssh/id_ed25519 && echo SSH; true'\"; echo rc=$?",
+    );
+    assert!(out.stdout.contains("alloc=0 agent-sandbox") && out.stdout.contains("alloc=1 agent-sandbox"), "{out}");
+    assert!(out.stdout.contains("rc=0"), "{out}");
+    let text = wait_for_file(&j.project.join("steps.out"), "step=1");
+    assert!(text.contains("step=0 agent-sandbox") && text.contains("step=1 agent-sandbox"), "{text}");
+    assert!(!text.contains("MUNGE") && !text.contains("SSH"), "{text}");
+}
+
+#[test]
+fn srun_output_streams_and_ctrl_c_cancels_the_step() {
+    use std::io::BufRead;
+    let Some(j) = slurm_jail("slurm-stream") else { return };
+    let mut c = j.command(&["-q", "run", "--", "srun", "sh", "-c", "for i in 1 2 3; do echo tick $i; sleep 1; done"]);
+    let mut child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let start = Instant::now();
+    let mut seen = vec![];
+    for line in std::io::BufReader::new(child.stdout.take().unwrap()).lines().map_while(Result::ok) {
+        seen.push((line, start.elapsed()));
+    }
+    let _ = child.wait();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(seen[2].1 - seen[0].1 >= Duration::from_millis(1500), "lines arrive as printed, not at the end: {seen:?}");
+
+    // Two SIGINTs within a second: srun cancels the step (the launcher passes them to the
+    // stub, the stub to the chaperon, the chaperon to the real srun).
+    let mut c = j.command(&["-q", "run", "--", "srun", "sh", "-c", "echo started; sleep 60"]);
+    let mut child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut first).unwrap();
+    assert_eq!(first.trim(), "started");
+    let started = Instant::now();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    for _ in 0..2 {
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT);
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let done = child.try_wait().unwrap();
+    let _ = child.kill();
+    assert!(done.is_some(), "Ctrl-C did not end srun");
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn srun_pty_gives_an_interactive_shell_in_the_jail() {
+    let Some(j) = slurm_jail("slurm-pty") else { return };
+    let launcher = format!("{} -q run -- srun --pty sh -c 'test -t 0 && echo IS-A-TTY; hostname'", j.rig.bin.display());
+    let mut cmd = j.as_user("script");
+    cmd.args(["-qec", &launcher, "/dev/null"]);
+    let out = j.output(&mut cmd);
+    assert!(out.stdout.contains("IS-A-TTY") && out.stdout.contains("agent-sandbox"), "{out}");
+}

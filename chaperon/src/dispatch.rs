@@ -25,13 +25,23 @@ pub const REFUSED: &[(&str, &str)] = &[
     ("strigger", "triggers run programs outside the jail"),
 ];
 
-pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config) -> Handled {
+/// The connection a request came on: while its command runs, the stub may send signals.
+pub struct Link<'a> {
+    pub conn: &'a std::os::unix::net::UnixStream,
+}
+
+pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, link: &Link<'_>) -> Handled {
     let mut audit =
         Audit { command: req.command.clone(), argv: req.argv.clone(), cwd: req.cwd.clone(), ..Default::default() };
+    let run = |cmd: Command, stdio: Stdio| run(cmd, stdio, link);
     let result = match req.command.as_str() {
-        "sbatch" => sbatch(req, stdio, cfg, &mut audit),
-        "squeue" => squeue(req, stdio, cfg),
-        "scancel" => scancel(req, stdio, cfg),
+        "sbatch" => sbatch(req, stdio, cfg, &mut audit, link),
+        "squeue" => squeue(req, stdio, cfg, &run),
+        "scancel" => scancel(req, stdio, cfg, &run),
+        "srun" => srun(req, stdio, cfg, &mut audit, &run),
+        "scontrol" => crate::views::scontrol(req, stdio, cfg, &run),
+        "sacct" => crate::views::sacct(req, stdio, cfg, &run),
+        "sinfo" | "sdiag" | "sshare" | "sprio" | "sstat" | "sacctmgr" => crate::views::info(req, stdio, cfg, &run),
         other => match REFUSED.iter().find(|(n, _)| *n == other) {
             Some((_, why)) => Err(why.to_string()),
             None => Err(format!("`{other}` is not mediated by this version of agent-sandbox")),
@@ -54,7 +64,7 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config) -> Handled {
 /// The environment every real Slurm command runs with: nothing from the jail, nothing from
 /// the launcher beyond what locates Slurm. (sbatch reads `SBATCH_*`, srun `SLURM_*`: a jail
 /// must not be able to set options that way.)
-fn clean(cmd: &mut Command, cfg: &Config) {
+pub(crate) fn clean(cmd: &mut Command, cfg: &Config) {
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", &cfg.home)
@@ -66,19 +76,56 @@ fn clean(cmd: &mut Command, cfg: &Config) {
     }
 }
 
-fn run(mut cmd: Command, stdio: Stdio) -> Result<i32, String> {
+/// A runner of real Slurm commands with the caller's stdio.
+pub type Runner<'r> = dyn Fn(Command, Stdio) -> Result<i32, String> + 'r;
+
+/// Signals the stub may pass on: what a terminal or a job manager sends; never SIGKILL/SIGSTOP.
+fn passable(s: nix::sys::signal::Signal) -> bool {
+    use nix::sys::signal::Signal::*;
+    matches!(s, SIGINT | SIGTERM | SIGHUP | SIGQUIT | SIGUSR1 | SIGUSR2 | SIGCONT)
+}
+
+/// Runs a real Slurm command with the caller's stdio; signals the stub sends meanwhile go to
+/// it, and if the stub goes away (its jail ended, it was killed) the command is terminated.
+fn run(mut cmd: Command, stdio: Stdio, link: &Link<'_>) -> Result<i32, String> {
+    use nix::sys::signal::{kill, Signal};
+    use std::sync::atomic::{AtomicBool, Ordering};
     cmd.stdin(stdio.stdin).stdout(stdio.stdout).stderr(stdio.stderr);
-    let status = cmd.status().map_err(|e| format!("cannot run Slurm: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run Slurm: {e}"))?;
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let done = std::sync::Arc::new(AtomicBool::new(false));
+    if let Ok(mut conn) = link.conn.try_clone() {
+        let done = done.clone();
+        std::thread::spawn(move || loop {
+            match crate::wire::read_frame::<crate::wire::Control>(&mut conn) {
+                Ok(crate::wire::Control::Signal { signal }) => {
+                    let sig = Signal::try_from(signal).ok().filter(|s| passable(*s));
+                    if let (Some(sig), false) = (sig, done.load(Ordering::Acquire)) {
+                        let _ = kill(pid, sig);
+                    }
+                }
+                Err(crate::wire::WireError::Io(_)) => {
+                    if !done.load(Ordering::Acquire) {
+                        let _ = kill(pid, Signal::SIGTERM);
+                    }
+                    return;
+                }
+                Err(_) => {}
+            }
+        });
+    }
+    let status = child.wait().map_err(|e| format!("waiting for Slurm: {e}"))?;
+    done.store(true, Ordering::Release);
     use std::os::unix::process::ExitStatusExt;
     Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
 
-fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, String> {
+pub(crate) fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, String> {
     under_project(&cfg.project, Path::new("/"), &req.cwd)
         .map_err(|_| format!("the working directory {} is not inside the project", req.cwd))
 }
 
-fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Result<i32, String> {
+fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, _link: &Link<'_>) -> Result<i32, String> {
     use crate::sbatch::parse_sbatch;
     let err = |e: crate::grammar::GrammarError| e.to_string();
     let first = parse_sbatch(&req.argv, None).map_err(err)?;
@@ -121,7 +168,7 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
         project: cfg.project.clone(),
         cwd: job_cwd.clone(),
         policy: cfg.policy.clone(),
-        export: export_env(&parsed, req, &job_cwd, cfg)?,
+        export: export_env(parsed.last("export").flatten(), parsed.last("export-file").flatten(), req, &job_cwd, cfg)?,
         output: parsed.last("output").flatten().map(str::to_owned).unwrap_or_else(|| {
             if array {
                 "slurm-%A_%a.out".into()
@@ -134,6 +181,7 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
         append: parsed.last("open-mode").flatten().is_some_and(|m| m.eq_ignore_ascii_case("append")),
         job_name: parsed.last("job-name").flatten().map(str::to_owned).unwrap_or(default_name),
         script_args: parsed.script_args.clone(),
+        command: None,
     };
     let dir = write_job_dir(cfg, &spec, &script)?;
 
@@ -149,33 +197,38 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
     forward(&mut cmd, &parsed.options, OURS);
     cmd.arg(dir.join(job::WRAPPER));
     cmd.stdin(std::process::Stdio::null()).stderr(stdio.stderr).stdout(std::process::Stdio::piped());
-    let output = cmd.output().map_err(|e| format!("cannot run sbatch: {e}"))?;
-    let code = output.status.code().unwrap_or(1);
-    let text = String::from_utf8_lossy(&output.stdout);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run sbatch: {e}"))?;
     let mut stdout = std::fs::File::from(stdio.stdout);
-    if code != 0 {
-        let _ = stdout.write_all(&output.stdout);
-        return Ok(code);
-    }
-    if parsed.last("test-only").is_some() {
-        let _ = stdout.write_all(&output.stdout);
-        return Ok(0);
-    }
-    let first_line = text.lines().next().unwrap_or("").trim();
+    // The job id comes first, at submission: record it in scope and show it then, also with
+    // --wait (which exits only when the job ends, with the job's status).
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().ok_or("sbatch: no stdout")?));
+    let first_line = lines.next().and_then(Result::ok).unwrap_or_default();
+    let first_line = first_line.trim();
     let id: Option<u32> = first_line.split(';').next().and_then(|s| s.parse().ok());
-    if let Some(job) = id {
-        audit.job = Some(job);
-        cfg.registry()
-            .add(&Entry { job, session: cfg.session.clone(), project: cfg.project.clone() })
-            .map_err(|e| format!("job {job} was submitted but could not be recorded in scope: {e}"))?;
+    match id {
+        Some(job) if parsed.last("test-only").is_none() => {
+            audit.job = Some(job);
+            let recorded =
+                cfg.registry().add(&Entry { job, session: cfg.session.clone(), project: cfg.project.clone() });
+            if let Err(e) = recorded {
+                let _ = writeln!(std::io::stderr(), "job {job} submitted but not recorded in scope: {e}");
+            }
+            let shown = match parsed.last("parsable") {
+                Some(_) => format!("{first_line}\n"),
+                None => format!("Submitted batch job {job}\n"),
+            };
+            let _ = stdout.write_all(shown.as_bytes());
+        }
+        _ if !first_line.is_empty() => {
+            let _ = writeln!(stdout, "{first_line}");
+        }
+        _ => {}
     }
-    let shown = if parsed.last("parsable").is_some() {
-        format!("{first_line}\n")
-    } else {
-        format!("Submitted batch job {}\n", first_line.split(';').next().unwrap_or(first_line))
-    };
-    let _ = stdout.write_all(shown.as_bytes());
-    Ok(0)
+    for line in lines.map_while(Result::ok) {
+        let _ = writeln!(stdout, "{line}");
+    }
+    let status = child.wait().map_err(|e| format!("waiting for sbatch: {e}"))?;
+    Ok(status.code().unwrap_or(1))
 }
 
 fn read_capped(f: std::fs::File) -> Result<String, String> {
@@ -199,19 +252,16 @@ fn sha256_hex(data: &[u8]) -> String {
 /// The variables the job gets inside the jail, from `--export` (or SBATCH_EXPORT): ALL (the
 /// default, as in Slurm) is the caller's environment; NONE is none; a list names them.
 fn export_env(
-    parsed: &crate::sbatch::SbatchRequest,
+    export: Option<&str>,
+    export_file: Option<&str>,
     req: &Request,
     cwd: &Path,
     cfg: &Config,
 ) -> Result<Option<BTreeMap<String, String>>, String> {
-    let spec = parsed
-        .last("export")
-        .flatten()
-        .map(str::to_owned)
-        .or_else(|| req.env.get("SBATCH_EXPORT").cloned())
-        .unwrap_or_else(|| "ALL".into());
+    let env_var = if req.command == "srun" { "SLURM_EXPORT_ENV" } else { "SBATCH_EXPORT" };
+    let spec = export.map(str::to_owned).or_else(|| req.env.get(env_var).cloned()).unwrap_or_else(|| "ALL".into());
     let mut out = BTreeMap::new();
-    if let Some(Some(file)) = parsed.last("export-file") {
+    if let Some(file) = export_file {
         let path = under_project(&cfg.project, cwd, file)?;
         let text = std::fs::read(&path).map_err(|e| format!("--export-file: {e}"))?;
         for item in text.split(|b| *b == 0 || *b == b'\n') {
@@ -246,6 +296,60 @@ fn export_env(
     Ok(if all || !out.is_empty() { Some(out) } else { None })
 }
 
+/// srun: a step whose every task starts inside the jail. The command is recorded in a job
+/// directory like a batch script; each task runs `agent-sandbox exec --job DIR`, which
+/// rebuilds the jail on its node and runs the command there with the task's own stdio (so
+/// output streams and `--pty` works). Inside a batch job (this chaperon runs in one) the step
+/// joins that job's allocation; elsewhere srun makes its own allocation.
+fn srun(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, run: &Runner<'_>) -> Result<i32, String> {
+    let parsed = crate::srun::parse_srun(&req.argv).map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(cfg.real("srun"));
+    clean(&mut cmd, cfg);
+    // The allocation a step joins: this chaperon's own job (from slurmstepd, not the jail).
+    for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("SLURM_") && k != "SLURM_CONF") {
+        cmd.env(k, v);
+    }
+    let Some(program) = parsed.command.clone() else {
+        forward(&mut cmd, &parsed.options, &[]);
+        return run(cmd, stdio);
+    };
+    if let Some(job) = parsed.jobid {
+        let mine = cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project);
+        let own_job = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse::<u32>().ok());
+        if !mine.contains(&job) && own_job != Some(job) {
+            return Err(format!("--jobid: job {job} is not one of this project's jobs"));
+        }
+    }
+    let cwd = cwd_of(req, cfg)?;
+    let job_cwd = match parsed.last("chdir").flatten() {
+        Some(d) => under_project(&cfg.project, &cwd, d)?,
+        None => cwd,
+    };
+    let mut argv = vec![program];
+    argv.extend(parsed.args.iter().cloned());
+    let spec = JobSpec {
+        version: job::VERSION,
+        session: cfg.session.clone(),
+        project: cfg.project.clone(),
+        cwd: job_cwd.clone(),
+        policy: cfg.policy.clone(),
+        export: export_env(parsed.last("export").flatten(), parsed.last("export-file").flatten(), req, &job_cwd, cfg)?,
+        output: String::new(),
+        error: None,
+        input: None,
+        append: false,
+        job_name: parsed.last("job-name").flatten().unwrap_or("srun").to_owned(),
+        script_args: vec![],
+        command: Some(argv),
+    };
+    let dir = write_job_dir(cfg, &spec, "")?;
+    audit.script_bytes = None;
+    cmd.arg("--export=NONE").arg(format!("--chdir={}", job_cwd.display()));
+    forward(&mut cmd, &parsed.options, &["chdir", "export", "export-file"]);
+    cmd.arg(&cfg.exe).arg("exec").arg("--job").arg(&dir);
+    run(cmd, stdio)
+}
+
 fn write_job_dir(cfg: &Config, spec: &JobSpec, script: &str) -> Result<PathBuf, String> {
     let jobs = cfg.state_dir.join("jobs");
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&jobs).map_err(|e| e.to_string())?;
@@ -277,7 +381,7 @@ fn write_job_dir(cfg: &Config, spec: &JobSpec, script: &str) -> Result<PathBuf, 
 }
 
 /// Options the real command gets as the caller wrote them, minus those the chaperon handles.
-fn forward(cmd: &mut Command, options: &[(&'static str, Option<String>)], ours: &[&str]) {
+pub(crate) fn forward(cmd: &mut Command, options: &[(&'static str, Option<String>)], ours: &[&str]) {
     for (long, value) in options {
         if ours.contains(long) {
             continue;
@@ -289,7 +393,7 @@ fn forward(cmd: &mut Command, options: &[(&'static str, Option<String>)], ours: 
     }
 }
 
-fn only_caller(users: &[String], cfg: &Config) -> Result<(), String> {
+pub(crate) fn only_caller(users: &[String], cfg: &Config) -> Result<(), String> {
     let uid = cfg.uid.to_string();
     match users.iter().find(|u| **u != cfg.user && **u != uid) {
         Some(u) => Err(format!("only your own jobs are visible here, not user {u}'s")),
@@ -298,7 +402,7 @@ fn only_caller(users: &[String], cfg: &Config) -> Result<(), String> {
 }
 
 /// squeue limited to the scope's jobs; `--json`/`--yaml` output is filtered here.
-fn squeue(req: &Request, stdio: Stdio, cfg: &Config) -> Result<i32, String> {
+fn squeue(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result<i32, String> {
     use crate::table::Output;
     let parsed = crate::squeue::parse_squeue(&req.argv).map_err(|e| e.to_string())?;
     only_caller(&parsed.users, cfg)?;
@@ -336,7 +440,7 @@ fn squeue(req: &Request, stdio: Stdio, cfg: &Config) -> Result<i32, String> {
 }
 
 /// scancel of jobs in scope only; filters (`--name`, `--state`...) apply within the scope.
-fn scancel(req: &Request, stdio: Stdio, cfg: &Config) -> Result<i32, String> {
+fn scancel(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result<i32, String> {
     let parsed = crate::scancel::parse_scancel(&req.argv).map_err(|e| e.to_string())?;
     only_caller(&parsed.users, cfg)?;
     let ids = cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project);

@@ -41,6 +41,10 @@ pub struct JobSpec {
     pub append: bool,
     pub job_name: String,
     pub script_args: Vec<String>,
+    /// An srun step: run this command (resolved inside the jail) with the task's own stdio,
+    /// instead of the batch script with its output files.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
 }
 
 pub const VERSION: u32 = 1;
@@ -133,6 +137,7 @@ mod tests {
             append: false,
             job_name: "wrap".into(),
             script_args: vec![],
+            command: None,
         };
         std::fs::write(dir.join(SPEC), serde_json::to_string(&spec).unwrap()).unwrap();
         assert_eq!(JobSpec::read(&dir).unwrap(), spec);

@@ -24,4 +24,5 @@ pub mod srun;
 pub mod sshare;
 pub mod sstat;
 pub mod table;
+pub mod views;
 pub mod wire;

@@ -108,7 +108,7 @@ fn handle(mut conn: UnixStream, cfg: &Config) {
         }
     };
     let _ = conn.set_read_timeout(None);
-    let handled = crate::dispatch::dispatch(&req, stdio, cfg);
+    let handled = crate::dispatch::dispatch(&req, stdio, cfg, &crate::dispatch::Link { conn: &conn });
     (cfg.audit)(&handled.audit);
     let _ = wire::write_frame(&mut conn, &handled.response);
 }

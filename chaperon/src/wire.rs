@@ -36,6 +36,14 @@ pub enum Response {
     Error { message: String },
 }
 
+/// Stub -> chaperon, after the request, while the command runs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, tag = "kind", rename_all = "snake_case")]
+pub enum Control {
+    /// The stub got this signal (Ctrl-C: SIGINT): the chaperon passes it to the command.
+    Signal { signal: i32 },
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum WireError {
     #[error("i/o: {0}")]

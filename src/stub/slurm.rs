@@ -17,6 +17,33 @@ pub const SLURM_STUBS: &[&str] = &[
 /// Where the chaperon's socket is inside the jail.
 pub const SOCKET: &str = "/run/agent-sandbox/chaperon.sock";
 
+/// While the command runs, Ctrl-C and friends reach the stub (it is the terminal's
+/// foreground process): a thread takes them from a signalfd and passes each to the chaperon,
+/// which signals the real command. srun then behaves as on a login node (two Ctrl-C within a
+/// second cancel the step).
+fn forward_signals(conn: &UnixStream) {
+    use nix::sys::signal::{SigSet, Signal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT, Signal::SIGUSR1, Signal::SIGUSR2] {
+        set.add(s);
+    }
+    if set.thread_block().is_err() {
+        return;
+    }
+    let (Ok(fd), Ok(mut conn)) = (SignalFd::with_flags(&set, SfdFlags::SFD_CLOEXEC), conn.try_clone()) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        while let Ok(Some(info)) = fd.read_signal() {
+            let signal = info.ssi_signo as i32;
+            if wire::write_frame(&mut conn, &wire::Control::Signal { signal }).is_err() {
+                return;
+            }
+        }
+    });
+}
+
 pub fn run(name: &str) -> i32 {
     if let Some((_, why)) = chaperon::dispatch::REFUSED.iter().find(|(n, _)| *n == name) {
         eprintln!("{name}: error: {why} (refused by agent-sandbox)");
@@ -56,6 +83,7 @@ fn request(name: &str) -> Result<Response, String> {
         env: std::env::vars().collect::<BTreeMap<_, _>>(),
     };
     wire::write_frame(&mut conn, &req).map_err(|e| format!("cannot send the request to the chaperon: {e}"))?;
+    forward_signals(&conn);
     wire::read_frame(&mut conn).map_err(|e| match e {
         wire::WireError::Io(_) => "lost contact with agent-sandbox's Slurm chaperon before it answered; \
                                    whether the command took effect is unknown (check with squeue)"
