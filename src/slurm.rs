@@ -75,6 +75,15 @@ fn child(listener: UnixListener, s: Session, launcher: nix::unistd::Pid) -> ! {
         Some(&nix::sys::signal::SigSet::empty()),
         None,
     );
+    // Dispositions too: an ignored SIGINT would be inherited by srun and every command.
+    for s in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGQUIT, nix::sys::signal::Signal::SIGPIPE] {
+        // SAFETY: restoring the default disposition installs no handler.
+        let _ = unsafe { nix::sys::signal::signal(s, nix::sys::signal::SigHandler::SigDfl) };
+    }
+    // One malloc arena: a thread per request would otherwise map (and unmap) a fresh 64 MiB
+    // arena each, a fair part of the chaperon's per-call cost.
+    // SAFETY: mallopt only changes allocator tuning.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
     // Nothing of the launcher's but the socket: a pipe on its stdout must close when it exits.
     if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
         for fd in 0..3 {

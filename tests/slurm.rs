@@ -244,3 +244,66 @@ fn srun_pty_gives_an_interactive_shell_in_the_jail() {
     let out = j.output(&mut cmd);
     assert!(out.stdout.contains("IS-A-TTY") && out.stdout.contains("agent-sandbox"), "{out}");
 }
+
+#[test]
+fn array_jobs_run_each_task_in_the_jail_with_its_own_output() {
+    let Some(j) = slurm_jail("slurm-array") else { return };
+    let out = j.run("sbatch --wait -a 0-2 --wrap 'echo task=$SLURM_ARRAY_TASK_ID host=$(hostname)'; echo rc=$?");
+    assert!(out.stdout.contains("rc=0"), "{out}");
+    let outs: Vec<String> = std::fs::read_dir(&j.project)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("slurm-") && n.ends_with(".out"))
+        .collect();
+    assert_eq!(outs.len(), 3, "slurm-%A_%a.out per task: {outs:?}");
+    for n in outs {
+        let text = wait_for_file(&j.project.join(&n), "host=");
+        assert!(text.contains("host=agent-sandbox"), "{n}: {text}");
+        let task = n.trim_end_matches(".out").rsplit('_').next().unwrap_or("?").to_string();
+        assert!(text.contains(&format!("task={task}")), "{n}: {text}");
+    }
+}
+
+#[test]
+fn an_output_path_through_a_planted_symlink_stays_inside_the_jail() {
+    let Some(j) = slurm_jail("slurm-symlink") else { return };
+    let target = j.rig.home.join(".bashrc-canary");
+    std::fs::write(&target, "original\n").unwrap();
+    j.give(&[&target]);
+    let out = j.run(&format!(
+        "ln -s {} out.txt; sbatch --wait -o out.txt --wrap 'echo OVERWRITTEN'; echo rc=$?",
+        target.display()
+    ));
+    assert!(out.stdout.contains("Submitted"), "{out}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "original\n",
+        "the job wrote through the symlink outside the jail"
+    );
+}
+
+#[test]
+fn a_chaperon_killed_mid_request_gives_the_stub_a_clear_error() {
+    let Some(j) = slurm_jail("slurm-kill") else { return };
+    let mut c = j.command(&["-q", "run", "--", "sh", "-c", "echo go; srun sleep 30; echo rc=$?"]);
+    let mut child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    // The session's chaperon: the child of this launcher named asb-chaperon.
+    let kids = Command::new("pgrep").args(["-P", &child.id().to_string(), "-x", "asb-chaperon"]).output().unwrap();
+    let pid: i32 = String::from_utf8_lossy(&kids.stdout).trim().parse().expect("the session's chaperon");
+    let killed = Instant::now();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut rest).unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    let _ = child.wait();
+    assert!(killed.elapsed() < Duration::from_secs(10), "the stub hung after the chaperon died");
+    assert!(rest.contains("rc=1"), "{rest} {err}");
+    assert!(err.contains("lost contact with agent-sandbox's Slurm chaperon"), "{err}");
+}

@@ -64,7 +64,21 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, link: &Link<'_>) -> H
 /// The environment every real Slurm command runs with: nothing from the jail, nothing from
 /// the launcher beyond what locates Slurm. (sbatch reads `SBATCH_*`, srun `SLURM_*`: a jail
 /// must not be able to set options that way.)
+/// A Slurm command must not outlive the chaperon (killed, or ended with its session): an
+/// orphaned `srun` would keep running and hold the jail's output open.
+fn dies_with_chaperon(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe; the closure allocates nothing and touches no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
+            Ok(())
+        });
+    }
+}
+
 pub(crate) fn clean(cmd: &mut Command, cfg: &Config) {
+    dies_with_chaperon(cmd);
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", &cfg.home)

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The chaperon's cost: `sbatch --wrap true` (submission round trip) and `squeue` run inside a
+# jail (stub -> chaperon -> real command) against the same commands run directly, in one
+# run, interleaved, as the unprivileged test user, on the test cluster (tests/cluster).
+# The jail is started once per batch of calls, so its own startup is not counted: this
+# measures what the chaperon adds to each call.
+#
+#   sudo benches/slurm.sh          # RUNS=30 calls per candidate and command
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+RUNS="${RUNS:-30}"
+BIN="${BIN:-target/release/agent-sandbox}"
+user="${BENCH_USER:-asbtest}"
+case "$BIN" in /*) ;; *) BIN="$repo/$BIN" ;; esac
+if [ "$(id -u)" != 0 ]; then
+  echo "benches/slurm.sh: run as root (it starts the test cluster and drops to $user)" >&2
+  exit 1
+fi
+id "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user"
+tests/cluster/install.sh >/dev/null
+tests/cluster/start.sh --user "$user" --no-selftest >/dev/null
+chmod o+rx . target target/release 2>/dev/null || true
+work=$(mktemp -d /tmp/asb-slurmbench.XXXXXX)
+chown "$user" "$work"
+trap 'rm -rf "$work"' EXIT
+
+# The timing loop runs in the candidate's environment: `direct` on the host, `jail` inside
+# one session (the stub and chaperon path). Held jobs, cancelled at the end.
+cat >"$work/loop.sh" <<'SH'
+#!/bin/sh
+# usage: loop.sh N -> prints "sbatch_ms squeue_ms" medians of N calls each
+n=$1
+ms() { date +%s%N; }
+i=0; : > sb.t; : > sq.t
+while [ "$i" -lt "$n" ]; do
+  a=$(ms); sbatch --hold --parsable -J asb-bench --wrap true >/dev/null; b=$(ms)
+  squeue -h >/dev/null; c=$(ms)
+  echo $(( (b - a) / 1000 )) >> sb.t; echo $(( (c - b) / 1000 )) >> sq.t
+  i=$((i + 1))
+done
+med() { sort -n "$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "$(med sb.t) $(med sq.t)"
+scancel --name=asb-bench >/dev/null 2>&1 || true
+SH
+chmod 755 "$work/loop.sh"
+chown "$user" "$work/loop.sh"
+
+as_user() { (cd "$work" && setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/bin:/bin "$@"); }
+
+echo "agent-sandbox $("$BIN" --version | cut -d' ' -f2), $(sinfo --version), $(nproc) cores, $RUNS calls each, microseconds (median)"
+declare -a d_sb d_sq j_sb j_sq
+for round in 1 2 3; do
+  read -r s q < <(as_user sh ./loop.sh "$RUNS")
+  d_sb+=("$s"); d_sq+=("$q")
+  read -r s q < <(as_user "$BIN" -q run -- sh ./loop.sh "$RUNS")
+  j_sb+=("$s"); j_sq+=("$q")
+done
+med3() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
+ds=$(med3 "${d_sb[@]}"); dq=$(med3 "${d_sq[@]}"); js=$(med3 "${j_sb[@]}"); jq=$(med3 "${j_sq[@]}")
+printf '%-22s %10s %10s %8s\n' command direct jail ratio
+printf '%-22s %10s %10s %8s\n' "sbatch --wrap true" "$ds" "$js" "$(awk -v a="$js" -v b="$ds" 'BEGIN {printf "%.2f", a/b}')"
+printf '%-22s %10s %10s %8s\n' "squeue" "$dq" "$jq" "$(awk -v a="$jq" -v b="$dq" 'BEGIN {printf "%.2f", a/b}')"
+echo "rounds: direct sbatch ${d_sb[*]} | jail sbatch ${j_sb[*]} | direct squeue ${d_sq[*]} | jail squeue ${j_sq[*]}"
