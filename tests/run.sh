@@ -30,7 +30,7 @@ if [ "$(id -u)" = 0 ]; then
   # The Slurm test cluster (tests/cluster): installed from Debian's packages if missing,
   # started (or left running if it already is) for tests/slurm.rs.
   tests/cluster/install.sh
-  tests/cluster/start.sh --user asbtest --no-selftest
+  tests/cluster/start.sh --user asbtest --two-nodes --no-selftest
   # Distributions ship /dev/net/tun as 0666; some hosts (this CI's) have 0600, which makes
   # the filtered network mode fall back. `agent-sandbox doctor` names this too.
   chmod 0666 /dev/net/tun 2>/dev/null || true

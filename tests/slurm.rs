@@ -123,6 +123,7 @@ fn jobs_outside_the_jail_are_invisible_and_untouchable() {
     let out = j.run(&format!(
         "id=$(sbatch --parsable --hold --wrap true); echo mine=$id; squeue -h -o %i; \
          squeue --json | python3 -c 'import json,sys; print(\"json\", [j[\"job_id\"] for j in json.load(sys.stdin)[\"jobs\"]])'; \
+         squeue --yaml | grep '\"job_id\": '; \
          scancel {outside}; echo cancel=$?; sbatch --dependency=afterok:{outside} --wrap true; echo dep=$?; \
          scancel $id; echo own=$?"
     ));
@@ -137,6 +138,8 @@ fn jobs_outside_the_jail_are_invisible_and_untouchable() {
     assert!(!lines.contains(&outside.to_string().as_str()), "outside job invisible: {out}");
     let json = out.stdout.lines().find(|l| l.starts_with("json [")).unwrap_or_default();
     assert!(json.contains(&mine.to_string()) && !json.contains(&outside.to_string()), "JSON filtered: {out}");
+    assert!(out.stdout.contains(&format!("\"job_id\": {mine}")), "YAML lists the own job: {out}");
+    assert!(!out.stdout.contains(&format!("\"job_id\": {outside}")), "YAML filtered: {out}");
     assert!(out.stdout.contains("cancel=1") && out.stdout.contains("dep=1"), "{out}");
     assert!(out.stdout.contains("own=0"), "{out}");
     assert!(queue_ids().contains(&outside), "the outside job survived");
@@ -306,4 +309,17 @@ fn a_chaperon_killed_mid_request_gives_the_stub_a_clear_error() {
     assert!(killed.elapsed() < Duration::from_secs(10), "the stub hung after the chaperon died");
     assert!(rest.contains("rc=1"), "{rest} {err}");
     assert!(err.contains("lost contact with agent-sandbox's Slurm chaperon"), "{err}");
+}
+
+#[test]
+fn a_two_node_step_starts_every_task_in_the_jail_on_both_nodes() {
+    let Some(j) = slurm_jail("slurm-two-nodes") else { return };
+    let nodes = Command::new("sinfo").args(["-h", "-o", "%D"]).output().unwrap();
+    let count: u32 = String::from_utf8_lossy(&nodes.stdout).trim().parse().unwrap_or(0);
+    assert!(count >= 2, "the test cluster has one node: tests/cluster/start.sh --two-nodes");
+    let out = j.run("srun -N2 sh -c 'echo node=$SLURMD_NODENAME host=$(hostname) $(test -e /etc/munge && echo MUNGE)'");
+    let lines: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("node=")).collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines.iter().any(|l| l.contains("node=n2")), "one task on the second node: {out}");
+    assert!(lines.iter().all(|l| l.contains("host=agent-sandbox") && !l.contains("MUNGE")), "{out}");
 }

@@ -426,24 +426,29 @@ fn squeue(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result
     }
     let mut cmd = Command::new(cfg.real("squeue"));
     clean(&mut cmd, cfg);
-    forward(&mut cmd, &parsed.options, &["jobs", "steps", "user", "users"]);
     if parsed.output != Output::Table {
-        // squeue --json/--yaml ignore the filters: narrow the document here.
+        // squeue --json/--yaml ignore the filters: the chaperon asks for JSON, narrows the
+        // document to the scope, and writes it as asked (YAML from the same document).
+        forward(&mut cmd, &parsed.options, &["jobs", "steps", "user", "users", "yaml"]);
+        if parsed.output == Output::Yaml {
+            cmd.arg("--json");
+        }
         cmd.stdout(std::process::Stdio::piped()).stdin(std::process::Stdio::null()).stderr(stdio.stderr);
         let out = cmd.output().map_err(|e| format!("cannot run squeue: {e}"))?;
         let mut stdout = std::fs::File::from(stdio.stdout);
-        if parsed.output == Output::Yaml {
-            return Err("squeue --yaml is not filtered by this version of agent-sandbox: use --json".into());
-        }
         let mut v: serde_json::Value =
             serde_json::from_slice(&out.stdout).map_err(|e| format!("squeue --json: {e}"))?;
         if let Some(jobs) = v.get_mut("jobs").and_then(|j| j.as_array_mut()) {
             jobs.retain(|j| j.get("job_id").and_then(|i| i.as_u64()).is_some_and(|i| ids.contains(&(i as u32))));
         }
-        let _ = stdout.write_all(serde_json::to_string_pretty(&v).unwrap_or_default().as_bytes());
-        let _ = stdout.write_all(b"\n");
+        let text = match parsed.output {
+            Output::Yaml => format!("---\n{}", crate::yaml::to_yaml(&v)),
+            _ => format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
+        };
+        let _ = stdout.write_all(text.as_bytes());
         return Ok(out.status.code().unwrap_or(1));
     }
+    forward(&mut cmd, &parsed.options, &["jobs", "steps", "user", "users"]);
     if ids.is_empty() {
         // Nothing in scope: a filter that matches nothing, so the header still looks real.
         cmd.arg("--name=agent-sandbox-no-job-in-scope");

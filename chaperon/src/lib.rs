@@ -26,3 +26,4 @@ pub mod sstat;
 pub mod table;
 pub mod views;
 pub mod wire;
+pub mod yaml;
