@@ -351,3 +351,29 @@ half = talk(3128, b'GET http://allowed.test/hello HTTP/1.1\\r\\nHost: allow', re
     assert!(s.contains("socks-udp b'\\x05\\x00\\x05\\x07"), "UDP ASSOCIATE: command not supported: {out}");
     assert!(s.contains("hello allowed.test"), "the proxy still serves after all that: {out}");
 }
+
+#[test]
+fn icmp_echo_is_answered_by_the_gateway_and_refused_elsewhere_never_hanging() {
+    let Some(j) = net_jail("net-icmp", "") else { return };
+    let out = j.run(
+        "python3 -c \"
+import socket, struct, time
+def ping(addr):
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+    s.settimeout(5)
+    s.connect((addr, 0))
+    t = time.time()
+    s.send(struct.pack('!BBHHH', 8, 0, 0, 0, 1) + b'agent-sandbox')
+    try:
+        r = s.recv(100)
+        return 'reply type=%d' % r[0], round(time.time() - t, 2)
+    except OSError as e:
+        return type(e).__name__, round(time.time() - t, 2)
+print('gateway', *ping('169.254.77.1'))
+print('world', *ping('198.51.100.2'))
+\"",
+    );
+    assert!(out.stdout.contains("gateway reply type=0"), "{out}");
+    let world = out.stdout.lines().find(|l| l.starts_with("world ")).unwrap_or_else(|| panic!("{out}"));
+    assert!(world.contains("Error") && !world.contains("TimeoutError"), "refused at once: {out}");
+}

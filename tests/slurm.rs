@@ -323,3 +323,31 @@ fn a_two_node_step_starts_every_task_in_the_jail_on_both_nodes() {
     assert!(lines.iter().any(|l| l.contains("node=n2")), "one task on the second node: {out}");
     assert!(lines.iter().all(|l| l.contains("host=agent-sandbox") && !l.contains("MUNGE")), "{out}");
 }
+
+#[test]
+fn workflow_tools_calls_work_unchanged() {
+    // What Snakemake's Slurm executor and submitit run, in their own spellings.
+    let Some(j) = slurm_jail("slurm-workflow") else { return };
+    let out = j.run(
+        "id=$(sbatch --parsable --export=ALL --comment 'rule_align wildcards=1' -J wf-run-42 --hold --wrap 'true'); \
+         echo id=$id; \
+         for i in $(seq 50); do sacct --name wf-run-42 --parsable2 --noheader --format JobIdRaw,State | grep \"^$id|\" && break; sleep 0.2; done; \
+         scontrol show job $id | grep -o 'Comment=[^ ]*'; \
+         scontrol update JobId=$id TimeLimit=5 && echo updated; \
+         scontrol release $id && echo released; \
+         scontrol hold $id && echo held; \
+         scontrol show config | grep -c ClusterName; \
+         scontrol show partition | grep -c PartitionName; \
+         sinfo -h -o %P; sshare -U -n >/dev/null && echo sshare-ok; \
+         squeue --me -h -o '%i %j' ; scancel $id && echo cancelled",
+    );
+    let id =
+        out.stdout.lines().find_map(|l| l.strip_prefix("id=")).unwrap_or_else(|| panic!("{out}")).trim().to_string();
+    assert!(id.parse::<u32>().is_ok(), "--parsable prints the bare id: {out}");
+    assert!(out.stdout.contains(&format!("{id}|PENDING")), "sacct --name --parsable2: {out}");
+    assert!(out.stdout.contains("Comment=rule_align"), "the user's comment is kept: {out}");
+    for word in ["updated", "released", "held", "sshare-ok", "cancelled", "debug*"] {
+        assert!(out.stdout.contains(word), "{word}: {out}");
+    }
+    assert!(out.stdout.contains(&format!("{id} wf-run-42")), "squeue --me within scope: {out}");
+}

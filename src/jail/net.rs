@@ -143,6 +143,11 @@ pub fn create_tun() -> io::Result<TunSetup> {
     // inherits; the host is unaffected.
     std::fs::write("/proc/sys/net/ipv4/conf/default/route_localnet", "1")
         .map_err(|e| io::Error::new(e.kind(), format!("route_localnet: {e}")))?;
+    // Unprivileged ping (ICMP datagram sockets) for the jail's own user: the supervisor
+    // answers echo to the gateway and refuses the rest at once. Best effort, this netns only.
+    // Only ids mapped in the jail's user namespace are valid here: the user's own group.
+    let gid = nix::unistd::getgid();
+    let _ = std::fs::write("/proc/sys/net/ipv4/ping_group_range", format!("{gid} {gid}"));
     let fd = tun.as_raw_fd();
     let thread = std::thread::Builder::new().spawn(move || {
         let mut req = ifreq(addr::TUN_NAME);
