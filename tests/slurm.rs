@@ -99,12 +99,13 @@ fn denied_options_and_smuggled_directives_submit_nothing() {
         "sbatch clustered.sh",
         "sbatch uid.sh",
         "sbatch /etc/hostname",
+        "sbatch link.sh",
         "sbatch --dependency=afterok:1 --wrap true",
         "salloc",
         "sbcast x y",
     ];
     let script: Vec<String> = cases.iter().map(|c| format!("{c} 2>&1; echo \"rc=$?\"")).collect();
-    let out = j.run(&script.join("; "));
+    let out = j.run(&format!("ln -s /etc/hostname link.sh; {}", script.join("; ")));
     assert_eq!(out.stdout.matches("rc=1").count(), cases.len(), "every case is refused: {out}");
     assert!(!out.stdout.contains("Submitted"), "{out}");
     for line in out.stdout.lines().filter(|l| !l.starts_with("rc=")) {

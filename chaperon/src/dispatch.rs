@@ -152,7 +152,7 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, _link: &
         (None, Some(p)) => {
             let path = under_project(&cfg.project, &cwd, p)?;
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sbatch".into());
-            (read_capped(std::fs::File::open(&path).map_err(|e| format!("{p}: {e}"))?)?, name)
+            (read_capped(open_in_project(&cfg.project, &path).map_err(|e| format!("{p}: {e}"))?)?, name)
         }
         (None, None) => {
             (read_capped(std::fs::File::from(stdio.stdin.try_clone().map_err(|e| e.to_string())?))?, "sbatch".into())
@@ -176,13 +176,8 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, _link: &
         }
     }
     let array = parsed.last("array").is_some();
+    let export = export_env(parsed.last("export").flatten(), parsed.last("export-file").flatten(), req, &job_cwd, cfg)?;
     let spec = JobSpec {
-        version: job::VERSION,
-        session: cfg.session.clone(),
-        project: cfg.project.clone(),
-        cwd: job_cwd.clone(),
-        policy: cfg.policy.clone(),
-        export: export_env(parsed.last("export").flatten(), parsed.last("export-file").flatten(), req, &job_cwd, cfg)?,
         output: parsed.last("output").flatten().map(str::to_owned).unwrap_or_else(|| {
             if array {
                 "slurm-%A_%a.out".into()
@@ -195,7 +190,7 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, _link: &
         append: parsed.last("open-mode").flatten().is_some_and(|m| m.eq_ignore_ascii_case("append")),
         job_name: parsed.last("job-name").flatten().map(str::to_owned).unwrap_or(default_name),
         script_args: parsed.script_args.clone(),
-        command: None,
+        ..job_spec(cfg, &job_cwd, export)
     };
     let dir = write_job_dir(cfg, &spec, &script)?;
 
@@ -245,6 +240,26 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, _link: &
     Ok(status.code().unwrap_or(1))
 }
 
+/// Opens a file the jail named, already resolved under the project, and checks that what was
+/// opened is still under it: the jail can swap a symlink between the resolution and the open.
+fn open_in_project(project: &Path, path: &Path) -> std::io::Result<std::fs::File> {
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
+    use std::os::fd::AsRawFd;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    if !real.starts_with(project) || !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "not a file inside the project"));
+    }
+    Ok(f)
+}
+
+fn read_capped_bytes(f: std::fs::File, buf: &mut Vec<u8>) -> Result<(), String> {
+    f.take(MAX_SCRIPT as u64 + 1).read_to_end(buf).map_err(|e| format!("cannot read {e}"))?;
+    if buf.len() > MAX_SCRIPT {
+        return Err(format!("larger than {} MiB", MAX_SCRIPT >> 20));
+    }
+    Ok(())
+}
+
 fn read_capped(f: std::fs::File) -> Result<String, String> {
     let mut buf = Vec::new();
     f.take(MAX_SCRIPT as u64 + 1).read_to_end(&mut buf).map_err(|e| format!("cannot read the batch script: {e}"))?;
@@ -277,7 +292,8 @@ fn export_env(
     let mut out = BTreeMap::new();
     if let Some(file) = export_file {
         let path = under_project(&cfg.project, cwd, file)?;
-        let text = std::fs::read(&path).map_err(|e| format!("--export-file: {e}"))?;
+        let mut text = vec![];
+        read_capped_bytes(open_in_project(&cfg.project, &path).map_err(|e| format!("--export-file: {e}"))?, &mut text)?;
         for item in text.split(|b| *b == 0 || *b == b'\n') {
             let item = String::from_utf8_lossy(item);
             if let Some((k, v)) = item.split_once('=') {
@@ -341,20 +357,11 @@ fn srun(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, run: &Runn
     };
     let mut argv = vec![program];
     argv.extend(parsed.args.iter().cloned());
+    let export = export_env(parsed.last("export").flatten(), parsed.last("export-file").flatten(), req, &job_cwd, cfg)?;
     let spec = JobSpec {
-        version: job::VERSION,
-        session: cfg.session.clone(),
-        project: cfg.project.clone(),
-        cwd: job_cwd.clone(),
-        policy: cfg.policy.clone(),
-        export: export_env(parsed.last("export").flatten(), parsed.last("export-file").flatten(), req, &job_cwd, cfg)?,
-        output: String::new(),
-        error: None,
-        input: None,
-        append: false,
         job_name: parsed.last("job-name").flatten().unwrap_or("srun").to_owned(),
-        script_args: vec![],
         command: Some(argv),
+        ..job_spec(cfg, &job_cwd, export)
     };
     let dir = write_job_dir(cfg, &spec, "")?;
     audit.script_bytes = None;
@@ -362,6 +369,25 @@ fn srun(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, run: &Runn
     forward(&mut cmd, &parsed.options, &["chdir", "export", "export-file"]);
     cmd.arg(&cfg.exe).arg("exec").arg("--job").arg(&dir);
     run(cmd, stdio)
+}
+
+/// What every job directory holds for this session: the frozen policy, project and cwd.
+fn job_spec(cfg: &Config, cwd: &Path, export: Option<BTreeMap<String, String>>) -> JobSpec {
+    JobSpec {
+        version: job::VERSION,
+        session: cfg.session.clone(),
+        project: cfg.project.clone(),
+        cwd: cwd.to_path_buf(),
+        policy: cfg.policy.clone(),
+        export,
+        output: String::new(),
+        error: None,
+        input: None,
+        append: false,
+        job_name: String::new(),
+        script_args: vec![],
+        command: None,
+    }
 }
 
 fn write_job_dir(cfg: &Config, spec: &JobSpec, script: &str) -> Result<PathBuf, String> {
