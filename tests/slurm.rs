@@ -125,6 +125,8 @@ fn jobs_outside_the_jail_are_invisible_and_untouchable() {
         "id=$(sbatch --parsable --hold --wrap true); echo mine=$id; squeue -h -o %i; \
          squeue --json | python3 -c 'import json,sys; print(\"json\", [j[\"job_id\"] for j in json.load(sys.stdin)[\"jobs\"]])'; \
          squeue --yaml | grep '\"job_id\": '; \
+         scontrol update JobId={outside} TimeLimit=1; echo update=$?; scontrol release {outside}; echo release=$?; \
+         scontrol show job {outside}; echo show=$?; srun --jobid={outside} true; echo attach=$?; \
          scancel {outside}; echo cancel=$?; sbatch --dependency=afterok:{outside} --wrap true; echo dep=$?; \
          scancel $id; echo own=$?"
     ));
@@ -141,7 +143,9 @@ fn jobs_outside_the_jail_are_invisible_and_untouchable() {
     assert!(json.contains(&mine.to_string()) && !json.contains(&outside.to_string()), "JSON filtered: {out}");
     assert!(out.stdout.contains(&format!("\"job_id\": {mine}")), "YAML lists the own job: {out}");
     assert!(!out.stdout.contains(&format!("\"job_id\": {outside}")), "YAML filtered: {out}");
-    assert!(out.stdout.contains("cancel=1") && out.stdout.contains("dep=1"), "{out}");
+    for refused in ["update=1", "release=1", "show=1", "attach=1", "cancel=1", "dep=1"] {
+        assert!(out.stdout.contains(refused), "{refused}: {out}");
+    }
     assert!(out.stdout.contains("own=0"), "{out}");
     assert!(queue_ids().contains(&outside), "the outside job survived");
     let _ = Command::new("scancel").arg(outside.to_string()).status();
@@ -351,4 +355,20 @@ fn workflow_tools_calls_work_unchanged() {
         assert!(out.stdout.contains(word), "{word}: {out}");
     }
     assert!(out.stdout.contains(&format!("{id} wf-run-42")), "squeue --me within scope: {out}");
+}
+
+#[test]
+fn session_scope_hides_other_sessions_of_the_same_project() {
+    let Some(j) = slurm_jail("slurm-sessions") else { return };
+    let first = j.run("sbatch --parsable --hold -J first-session --wrap true");
+    let id = first.stdout.trim().to_string();
+    assert!(id.parse::<u32>().is_ok(), "{first}");
+    let out = j.run(&format!(
+        "squeue -h -o %i | grep -cx {id}; SLURM_SCOPE=session squeue -h -o %i | grep -cx {id}; \
+         SLURM_SCOPE=session scancel {id}; echo cancel=$?; SLURM_SCOPE=user squeue; echo user=$?; scancel {id}; echo own=$?"
+    ));
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.first(), Some(&"1"), "project scope sees the other session's job: {out}");
+    assert_eq!(lines.get(1), Some(&"0"), "session scope does not: {out}");
+    assert!(out.stdout.contains("cancel=1") && out.stdout.contains("user=1") && out.stdout.contains("own=0"), "{out}");
 }
