@@ -136,7 +136,7 @@ fn write_audit(log: &AuditLog, a: &chaperon::server::Audit) {
     r.reason = a.reason.clone();
     r.job = a.job;
     r.script_bytes = a.script_bytes;
-    r.script_hash = a.script_sha256.clone();
+    r.script_hash = a.script_hash.clone();
     log.write(&r);
 }
 

@@ -159,7 +159,7 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, _link: &
         }
     };
     audit.script_bytes = Some(script.len());
-    audit.script_sha256 = Some(sha256_hex(script.as_bytes()));
+    audit.script_hash = Some(fingerprint(script.as_bytes()));
     let parsed = if wrap.is_some() { first } else { parse_sbatch(&req.argv, Some(&script)).map_err(err)? };
 
     // Where the job runs: --chdir (rebuilt: checked against the project) or the caller's cwd.
@@ -269,13 +269,9 @@ fn read_capped(f: std::fs::File) -> Result<String, String> {
     String::from_utf8(buf).map_err(|_| "the batch script is not valid UTF-8".to_string())
 }
 
-fn sha256_hex(data: &[u8]) -> String {
-    // Not cryptographic strength for a secret, only a fingerprint for the audit log; FNV-1a
-    // 64 twice (forward, backward) keeps the dependency list short.
-    let fnv = |it: &mut dyn Iterator<Item = &u8>| {
-        it.fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3))
-    };
-    format!("{:016x}{:016x}", fnv(&mut data.iter()), fnv(&mut data.iter().rev()))
+/// SHA-256 of the script, hex: the audit log says which script ran without holding its text.
+fn fingerprint(data: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, data).as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The variables the job gets inside the jail, from `--export` (or SBATCH_EXPORT): ALL (the
@@ -505,4 +501,27 @@ fn scancel(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Resul
     forward(&mut cmd, &parsed.options, &["user", "me"]);
     cmd.args(targets);
     run(cmd, stdio)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn script_fingerprint_is_sha256() {
+        assert_eq!(super::fingerprint(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn paths_outside_the_project_are_refused_even_through_a_symlink() {
+        let dir = std::env::temp_dir().join(format!("chaperon-open-{}", std::process::id()));
+        let project = dir.join("p");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(dir.join("secret"), "s").unwrap();
+        std::fs::write(project.join("job.sh"), "#!/bin/sh\n").unwrap();
+        std::os::unix::fs::symlink(dir.join("secret"), project.join("link")).unwrap();
+        let project = std::fs::canonicalize(&project).unwrap();
+        assert!(super::open_in_project(&project, &project.join("job.sh")).is_ok());
+        assert!(super::open_in_project(&project, &project.join("link")).is_err(), "O_NOFOLLOW");
+        assert!(super::open_in_project(&project, &dir.join("secret")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

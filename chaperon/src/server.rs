@@ -31,7 +31,7 @@ pub struct Audit {
     pub reason: Option<String>,
     pub job: Option<u32>,
     pub script_bytes: Option<usize>,
-    pub script_sha256: Option<String>,
+    pub script_hash: Option<String>,
 }
 
 pub struct Config {
