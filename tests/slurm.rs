@@ -372,3 +372,36 @@ fn session_scope_hides_other_sessions_of_the_same_project() {
     assert_eq!(lines.get(1), Some(&"0"), "session scope does not: {out}");
     assert!(out.stdout.contains("cancel=1") && out.stdout.contains("user=1") && out.stdout.contains("own=0"), "{out}");
 }
+
+#[test]
+fn garbage_on_the_chaperon_socket_gets_an_error_and_nothing_else() {
+    let Some(j) = slurm_jail("slurm-garbage") else { return };
+    let out = j.run(
+        "python3 -c \"
+import os, socket, struct
+P = '/run/agent-sandbox/chaperon.sock'
+def talk(data, fds=True):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(5)
+    s.connect(P)
+    try:
+        if fds:
+            s.sendmsg([b'F'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('3i', 0, 1, 2))])
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        return s.recv(200)
+    except OSError as e:
+        return repr(e).encode()
+print('no-fds', talk(b'hello', fds=False)[:20])
+print('bad-magic', talk(b'GET / HTTP/1.1\\\\r\\\\n\\\\r\\\\n')[:40])
+print('huge', talk(b'ASB\\\\x01' + struct.pack('<I', 1 << 30))[:60])
+print('bad-json', talk(b'ASB\\\\x01' + struct.pack('<I', 5) + b'{{{{{')[:40])
+print('unknown-field', talk(b'ASB\\\\x01' + struct.pack('<I', 60) + b'{\\\"command\\\":\\\"sbatch\\\",\\\"argv\\\":[],\\\"cwd\\\":\\\"/\\\",\\\"uid\\\":0,\\\"x\\\":[]     }')[:40])
+\"; squeue -h >/dev/null && echo still-serving",
+    );
+    assert!(out.stdout.contains("still-serving"), "{out}");
+    for case in ["bad-magic", "huge", "bad-json", "unknown-field"] {
+        let line = out.stdout.lines().find(|l| l.starts_with(case)).unwrap_or_else(|| panic!("{case}: {out}"));
+        assert!(line.contains(r#""kind":"error""#) && line.contains("bad r"), "an error frame: {case}: {out}");
+    }
+}
