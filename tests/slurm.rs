@@ -405,3 +405,17 @@ print('unknown-field', talk(b'ASB\\\\x01' + struct.pack('<I', 60) + b'{\\\"comma
         assert!(line.contains(r#""kind":"error""#) && line.contains("bad r"), "an error frame: {case}: {out}");
     }
 }
+
+#[test]
+fn a_running_job_in_scope_can_be_requeued() {
+    let Some(j) = slurm_jail("slurm-requeue") else { return };
+    let out = j.run(
+        "id=$(sbatch --parsable --requeue -o rq.out --wrap 'echo run; sleep 20'); \
+         for i in $(seq 100); do s=$(squeue -h -j $id -o %T); [ \"$s\" = RUNNING ] && break; sleep 0.1; done; echo state=$s; \
+         scontrol requeue $id; echo requeue=$?; \
+         for i in $(seq 100); do r=$(scontrol show job $id | grep -o 'Restarts=[0-9]*'); [ \"$r\" = Restarts=1 ] && break; sleep 0.1; done; echo $r; \
+         scancel $id",
+    );
+    assert!(out.stdout.contains("state=RUNNING"), "{out}");
+    assert!(out.stdout.contains("requeue=0") && out.stdout.contains("Restarts=1"), "{out}");
+}
