@@ -111,7 +111,14 @@ fn checks() -> Vec<Check> {
     });
     v.push(network_modes());
     v.push(match read("/proc/sys/net/ipv4/ping_group_range") {
-        Some(r) => check("ping_group_range", Status::Info, format!("net.ipv4.ping_group_range = {r}"), None),
+        Some(r) => check(
+            "ping_group_range",
+            Status::Info,
+            format!(
+                "host: net.ipv4.ping_group_range = {r}; filtered jails set their own for the user (ping works there)"
+            ),
+            None,
+        ),
         None => check("ping_group_range", Status::Info, "unknown", None),
     });
     let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
@@ -131,9 +138,11 @@ fn checks() -> Vec<Check> {
             "slurm",
             Status::Info,
             format!(
-                "sbatch at {}; slurm.conf {}",
+                "sbatch at {}; slurm.conf {}; inside a jail Slurm goes through the session's chaperon \
+                 (jobs re-enter the jail on nodes: `{}` must exist there too)",
                 p.display(),
-                if Path::new("/etc/slurm/slurm.conf").exists() { "present" } else { "not in /etc/slurm" }
+                if Path::new("/etc/slurm/slurm.conf").exists() { "present" } else { "not in /etc/slurm" },
+                std::env::current_exe().map(|e| e.display().to_string()).unwrap_or_default()
             ),
             None,
         ),
