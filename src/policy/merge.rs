@@ -513,6 +513,25 @@ mod tests {
     }
 
     #[test]
+    fn admin_network_extras_bound_and_lock_the_users() {
+        let p = merge(
+            &[user("[net]\nhost_ports = [11434, 22]\npublish = [8888]\ndeny_private = false\ndns = [\"192.0.2.9\"]")],
+            Some(&admin("[net]\nhost_ports = [11434]\npublish = []\ndeny_private = true\ndns = [\"10.0.0.53\"]")),
+        )
+        .unwrap();
+        assert_eq!(p.net_host_ports.value, vec![11434], "22 is outside the admin's list");
+        assert!(p.net_publish.value.is_empty(), "the admin allows no --publish");
+        assert!(p.net_deny_private.value && p.net_deny_private.locked);
+        assert_eq!(p.net_dns.value, vec!["10.0.0.53".parse::<std::net::IpAddr>().unwrap()]);
+        assert!(p.net_dns.locked);
+        assert!(p.warnings.iter().any(|w| w.contains("net.host_ports") && w.contains("22")), "{:?}", p.warnings);
+        assert!(p.warnings.iter().any(|w| w.contains("net.publish") && w.contains("8888")), "{:?}", p.warnings);
+        // Without admin words on these keys, the user's values stand.
+        let p = merge(&[user("[net]\nhost_ports = [22]\npublish = [8888]")], None).unwrap();
+        assert_eq!((p.net_host_ports.value, p.net_publish.value), (vec![22], vec![8888]));
+    }
+
+    #[test]
     fn admin_minimum_keeps_a_stricter_user_value() {
         let p = merge(&[user("[net]\nmode = \"isolated\"")], Some(&admin("[net]\nmode = \"proxied\""))).unwrap();
         assert_eq!(p.net_mode.value, NetMode::Isolated);
