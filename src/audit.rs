@@ -82,6 +82,11 @@ impl AuditLog {
         AuditLog { path: state_dir.join(FILE), session: format!("{:012x}", id & 0xffff_ffff_ffff) }
     }
 
+    /// The log of an existing session (the chaperon writes into its launcher's session).
+    pub fn for_session(state_dir: &Path, session: &str) -> AuditLog {
+        AuditLog { path: state_dir.join(FILE), session: session.to_string() }
+    }
+
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -52,6 +52,9 @@ pub enum Command {
         #[arg(long, short = 'f')]
         follow: bool,
     },
+    /// The session's Slurm chaperon (started by the launcher; not for direct use).
+    #[command(hide = true)]
+    Chaperon,
     /// Run a Slurm job inside the jail it was submitted from (the job wrapper calls this on
     /// the compute node; not for direct use).
     #[command(hide = true)]

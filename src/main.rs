@@ -79,6 +79,7 @@ fn real_main() -> Result<i32, Failure> {
         Some(cli::Command::Log { session, json, tail, follow }) => log_cmd(session.as_deref(), *json, *tail, *follow),
         Some(cli::Command::Policy { action }) => policy_cmd(&args.opts, action),
         Some(cli::Command::Exec { job }) => exec_job(job),
+        Some(cli::Command::Chaperon) => Ok(agent_sandbox::slurm::chaperon_main()),
         Some(cli::Command::Run { command }) => {
             let cmd = os_args(command)?;
             launch(&args.opts, args.opts.profile.as_deref(), What::Command(cmd))
@@ -281,7 +282,6 @@ fn launch_logged(
         policy::NetMode::Filtered | policy::NetMode::Proxied => Some(net_config(&plan, log)?),
         policy::NetMode::Isolated | policy::NetMode::Open => None,
     };
-    let socket = chaperon.as_ref().map(|c| c.socket.clone());
     let session = agent_sandbox::slurm::Session {
         uid: ctx.facts.uid,
         user: ctx.facts.user.clone(),
@@ -290,17 +290,12 @@ fn launch_logged(
         project: plan.project.clone(),
         state_dir: ctx.facts.state_dir(),
         exe: ctx.facts.exe.clone(),
-        policy_json: serde_json::to_string(&pol).unwrap_or_default(),
-        log: log.clone(),
+        policy_json: String::new(),
+        launcher: std::process::id() as i32,
     };
-    let mut start_chaperon = chaperon.map(|c| move || c.start(session));
-    let outcome = jail::run(&plan, &banner, lock, net, &mut || {
-        if let Some(f) = start_chaperon.take() {
-            f()
-        }
-    });
-    if let Some(s) = socket {
-        let _ = std::fs::remove_file(s);
+    let outcome = run_with_chaperon(&plan, &banner, lock, net, chaperon.as_ref(), session, &pol);
+    if let Some(c) = &chaperon {
+        let _ = std::fs::remove_file(&c.socket);
     }
     let outcome = outcome?;
     let mut end = log.record("session_end");
@@ -400,7 +395,6 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
     start.backend = Some(plan.backend.as_str().into());
     start.net = Some(plan.net.effective.as_str().into());
     log.write(&start);
-    let socket = chaperon.socket.clone();
     let session = agent_sandbox::slurm::Session {
         uid: facts.uid,
         user: facts.user.clone(),
@@ -410,15 +404,10 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
         state_dir: facts.state_dir(),
         exe: facts.exe.clone(),
         policy_json: spec.policy.clone(),
-        log: log.clone(),
+        launcher: std::process::id() as i32,
     };
-    let mut start_chaperon = Some(move || chaperon.start(session));
-    let outcome = jail::run(&plan, &|| {}, lock, net, &mut || {
-        if let Some(f) = start_chaperon.take() {
-            f()
-        }
-    });
-    let _ = std::fs::remove_file(socket);
+    let outcome = run_with_chaperon(&plan, &|| {}, lock, net, Some(&chaperon), session, &pol);
+    let _ = std::fs::remove_file(&chaperon.socket);
     let outcome = outcome?;
     let mut end = log.record("job_end");
     end.job = start.job;
@@ -429,6 +418,29 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
     log.write(&end);
     agent_sandbox::net::supervisor::defer_teardown();
     Ok(outcome.code())
+}
+
+/// Runs the jail; the chaperon (if any) starts when the first Slurm command connects.
+fn run_with_chaperon(
+    plan: &plan::Plan,
+    banner: &dyn Fn(),
+    lock: jail::placeholders::ProjectLock,
+    net: Option<agent_sandbox::net::supervisor::NetConfig>,
+    chaperon: Option<&agent_sandbox::slurm::Chaperon>,
+    mut session: agent_sandbox::slurm::Session,
+    pol: &policy::Policy,
+) -> Result<jail::Outcome, jail::JailError> {
+    let mut start = || {
+        if let Some(c) = chaperon {
+            // The frozen policy is serialized only now, when Slurm is first used.
+            if session.policy_json.is_empty() {
+                session.policy_json = serde_json::to_string(pol).unwrap_or_default();
+            }
+            c.spawn(&session);
+        }
+    };
+    let lazy = chaperon.map(|c| jail::relay::Lazy { fd: c.fd(), start: &mut start });
+    jail::run(plan, banner, lock, net, lazy)
 }
 
 /// Will the plan pick the Landlock backend? (It has no mount namespace to bind the

@@ -1,13 +1,13 @@
-//! The launcher's side of Slurm: the session's chaperon (bound before the jail is cloned,
-//! forked while the jail builds itself) and `agent-sandbox exec --job`, which a job runs on
-//! the compute node to re-enter the jail.
+//! The launcher's side of Slurm: the session's chaperon socket (bound before the jail is
+//! cloned, so the plan can bind it inside) and the chaperon process (this binary re-executed
+//! as `agent-sandbox chaperon`, started when the first Slurm command connects).
 
 use crate::audit::AuditLog;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-/// The session's chaperon socket, bound and listening; nothing serves it until `start`.
+/// The session's chaperon socket, bound and listening; nothing serves it until `spawn`.
 pub struct Chaperon {
     pub socket: PathBuf,
     listener: UnixListener,
@@ -27,7 +27,9 @@ pub fn bind(state_dir: &Path, session: &str) -> std::io::Result<Chaperon> {
     Ok(Chaperon { socket, listener })
 }
 
-/// What the chaperon process needs from the launcher.
+/// What the chaperon process needs from the launcher, handed over in the environment of
+/// the re-executed binary (`AGENT_SANDBOX_CHAPERON`, JSON).
+#[derive(serde::Serialize, serde::Deserialize)]
 pub struct Session {
     pub uid: u32,
     pub user: String,
@@ -37,69 +39,63 @@ pub struct Session {
     pub state_dir: PathBuf,
     pub exe: PathBuf,
     pub policy_json: String,
-    pub log: AuditLog,
+    /// The launcher's pid: the chaperon ends if its parent is not (or no longer) this one.
+    pub launcher: i32,
 }
 
+pub const CONFIG_VAR: &str = "AGENT_SANDBOX_CHAPERON";
+
 impl Chaperon {
-    /// Forks the chaperon process. Call while the launcher is single-threaded. The child
-    /// never returns: it serves until the launcher dies (PR_SET_PDEATHSIG). The launcher
-    /// keeps only the socket's path, to remove it when the session ends.
-    pub fn start(self, s: Session) {
-        let launcher = nix::unistd::getpid();
-        // SAFETY: the launcher has no other threads yet (the network supervisor starts after
-        // the jail reports ready), so the child may allocate and start threads.
-        match unsafe { nix::unistd::fork() } {
-            Ok(nix::unistd::ForkResult::Child) => {
-                child(self.listener, s, launcher);
-            }
-            Ok(nix::unistd::ForkResult::Parent { .. }) => {}
-            Err(e) => eprintln!("agent-sandbox: warning: cannot start the Slurm chaperon ({e}); Slurm is unavailable"),
+    pub fn fd(&self) -> std::os::fd::RawFd {
+        self.listener.as_raw_fd()
+    }
+
+    /// Starts the chaperon: this binary again (`agent-sandbox chaperon`), the listening
+    /// socket as its stdin. Called when the first Slurm command connects: sessions that
+    /// never use Slurm never pay for it. Works with the supervisor's threads running (spawn
+    /// is exec, not a bare fork).
+    pub fn spawn(&self, s: &Session) {
+        let started = (|| -> std::io::Result<()> {
+            let listener = std::os::fd::OwnedFd::from(self.listener.try_clone()?);
+            let cfg = serde_json::to_string(s).map_err(std::io::Error::other)?;
+            std::process::Command::new(&s.exe)
+                .arg("chaperon")
+                .env(CONFIG_VAR, cfg)
+                .stdin(std::process::Stdio::from(listener))
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()?;
+            Ok(())
+        })();
+        if let Err(e) = started {
+            eprintln!("agent-sandbox: warning: cannot start the Slurm chaperon ({e}); Slurm is unavailable");
         }
     }
 }
 
-fn child(listener: UnixListener, s: Session, launcher: nix::unistd::Pid) -> ! {
+/// `agent-sandbox chaperon`: serves the socket on stdin until the launcher dies.
+pub fn chaperon_main() -> i32 {
+    let Some(s) = std::env::var(CONFIG_VAR).ok().and_then(|c| serde_json::from_str::<Session>(&c).ok()) else {
+        eprintln!("agent-sandbox chaperon: started without its configuration (internal command)");
+        return 2;
+    };
     // SAFETY: prctl with integer arguments only.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
         libc::prctl(libc::PR_SET_NAME, c"asb-chaperon".as_ptr(), 0, 0, 0);
     }
-    if nix::unistd::getppid() != launcher {
-        std::process::exit(0);
+    if nix::unistd::getppid().as_raw() != s.launcher {
+        return 0;
     }
-    // Its own process group: Ctrl-C on the user's terminal is the jail's business. Signals
-    // unblocked: the launcher blocks them, and Slurm commands run from here inherit the mask.
+    // Its own process group: Ctrl-C on the user's terminal is the jail's business.
     let _ = nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
-    let _ = nix::sys::signal::sigprocmask(
-        nix::sys::signal::SigmaskHow::SIG_SETMASK,
-        Some(&nix::sys::signal::SigSet::empty()),
-        None,
-    );
-    // Dispositions too: an ignored SIGINT would be inherited by srun and every command.
-    for s in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGQUIT, nix::sys::signal::Signal::SIGPIPE] {
+    for sig in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGQUIT] {
         // SAFETY: restoring the default disposition installs no handler.
-        let _ = unsafe { nix::sys::signal::signal(s, nix::sys::signal::SigHandler::SigDfl) };
+        let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) };
     }
-    // One malloc arena: a thread per request would otherwise map (and unmap) a fresh 64 MiB
-    // arena each, a fair part of the chaperon's per-call cost.
-    // SAFETY: mallopt only changes allocator tuning.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
-    // Nothing of the launcher's but the socket: a pipe on its stdout must close when it exits.
-    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-        for fd in 0..3 {
-            // SAFETY: dup2 onto our own stdio numbers; `null` stays open across the calls.
-            unsafe { libc::dup2(null.as_raw_fd(), fd) };
-        }
-    }
-    let keep = listener.as_raw_fd();
-    // SAFETY: close_range on this process's own descriptors above stdio, around `keep`.
-    unsafe {
-        if keep > 3 {
-            libc::syscall(libc::SYS_close_range, 3u32, (keep - 1) as u32, 0u32);
-        }
-        libc::syscall(libc::SYS_close_range, (keep + 1) as u32, u32::MAX, 0u32);
-    }
-    let log = s.log.clone();
+    // SAFETY: fd 0 is the listening socket the launcher passed as stdin; nothing else owns it.
+    let listener = UnixListener::from(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(0) });
+    let log = AuditLog::for_session(&s.state_dir, &s.session);
     let cfg = chaperon::server::Config {
         uid: s.uid,
         user: s.user,
@@ -113,7 +109,7 @@ fn child(listener: UnixListener, s: Session, launcher: nix::unistd::Pid) -> ! {
         audit: Box::new(move |a| write_audit(&log, a)),
     };
     chaperon::server::serve(listener, std::sync::Arc::new(cfg));
-    std::process::exit(0)
+    0
 }
 
 /// Where the real Slurm commands are: the directory of the first `sbatch` on the launcher's

@@ -9,7 +9,7 @@ pub mod mounts;
 mod msg;
 mod net;
 pub mod placeholders;
-mod relay;
+pub mod relay;
 pub mod seccomp;
 pub mod userns;
 
@@ -64,23 +64,14 @@ pub fn run(
     banner: &dyn Fn(),
     mut lock: placeholders::ProjectLock,
     net: Option<crate::net::supervisor::NetConfig>,
-    idle: &mut dyn FnMut(),
+    lazy: Option<relay::Lazy<'_>>,
 ) -> Result<Outcome, JailError> {
     if let Err(e) = lock.create(&plan.placeholders) {
         lock.release_now();
         return Err(e.into());
     }
     let result = match plan.backend {
-        BackendKind::Userns => userns::run(
-            plan,
-            stdio_ttys(),
-            banner,
-            &mut || {
-                lock.spawn_waiter();
-                idle();
-            },
-            net,
-        ),
+        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner, &mut || lock.spawn_waiter(), net, lazy),
         BackendKind::Landlock => exec_landlock(plan, banner).map(|never| match never {}),
     };
     lock.finish();

@@ -104,7 +104,20 @@ fn read_some(fd: RawFd, buf: &mut [u8]) -> Option<usize> {
     (n > 0).then_some(n as usize)
 }
 
-pub fn run(pid: Pid, sock: RawFd, master: Option<OwnedFd>, mask: &SigSet) -> Result<Outcome, JailError> {
+/// Something to start the first time a descriptor becomes readable: the session's chaperon,
+/// started when the first Slurm command connects to its socket (most sessions never do).
+pub struct Lazy<'a> {
+    pub fd: RawFd,
+    pub start: &'a mut dyn FnMut(),
+}
+
+pub fn run(
+    pid: Pid,
+    sock: RawFd,
+    master: Option<OwnedFd>,
+    mask: &SigSet,
+    mut lazy: Option<Lazy<'_>>,
+) -> Result<Outcome, JailError> {
     let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| JailError::Channel(format!("signalfd: {e}")))?;
     let out_fd = if is_tty(1) { 1 } else { 2 };
@@ -132,6 +145,12 @@ pub fn run(pid: Pid, sock: RawFd, master: Option<OwnedFd>, mask: &SigSet) -> Res
             i_master = Some(fds.len());
             fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
         }
+        let mut i_lazy = None;
+        if let Some(l) = &lazy {
+            i_lazy = Some(fds.len());
+            // SAFETY: the caller keeps the descriptor open for the whole session.
+            fds.push(PollFd::new(unsafe { BorrowedFd::borrow_raw(l.fd) }, PollFlags::POLLIN));
+        }
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(nix::Error::EINTR) => {}
             Err(e) => return Err(JailError::Channel(format!("poll: {e}"))),
@@ -141,7 +160,13 @@ pub fn run(pid: Pid, sock: RawFd, master: Option<OwnedFd>, mask: &SigSet) -> Res
         let sock_ready = fds[1].revents().is_some_and(|r| !r.is_empty());
         let stdin_ready = ready(i_stdin, &fds);
         let master_ready = ready(i_master, &fds);
+        let lazy_ready = ready(i_lazy, &fds);
         drop(fds);
+        if lazy_ready {
+            if let Some(l) = lazy.take() {
+                (l.start)();
+            }
+        }
         if sock_ready {
             match msg::recv(sock) {
                 // Init reports only once every process of the jail is gone: return now and

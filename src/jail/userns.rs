@@ -44,6 +44,7 @@ pub fn run(
     banner: &dyn Fn(),
     idle: &mut dyn FnMut(),
     mut net: Option<crate::net::supervisor::NetConfig>,
+    lazy: Option<relay::Lazy<'_>>,
 ) -> Result<Outcome, JailError> {
     let use_pty = tty.0[0] && (tty.0[1] || tty.0[2]);
     let pty = use_pty.then_some(tty);
@@ -88,7 +89,7 @@ pub fn run(
     crate::timing::mark("ready");
     banner();
     msg::send(sock, &Msg::Start(prog)).map_err(|e| fail(JailError::Channel(e.to_string())))?;
-    let outcome = relay::run(launched.pid, sock, master, &mask)?;
+    let outcome = relay::run(launched.pid, sock, master, &mask, lazy)?;
     Ok(outcome)
 }
 
