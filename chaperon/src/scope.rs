@@ -9,7 +9,9 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-pub const FILE: &str = "scope.jsonl";
+/// One record file per project under this directory: a call reads only its project's jobs,
+/// however many other projects the user has.
+pub const DIR: &str = "scope";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
@@ -39,12 +41,22 @@ pub struct Entry {
 }
 
 pub struct Registry {
-    path: PathBuf,
+    dir: PathBuf,
 }
 
 impl Registry {
     pub fn new(state_dir: &Path) -> Registry {
-        Registry { path: state_dir.join(FILE) }
+        Registry { dir: state_dir.join(DIR) }
+    }
+
+    fn file(&self, project: &Path) -> PathBuf {
+        // FNV-1a of the path: a stable file name; the records themselves name the project.
+        let h = project
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
+        self.dir.join(format!("{h:016x}.jsonl"))
     }
 
     /// Appends one job. One `write` of one line with O_APPEND: concurrent submissions from
@@ -52,18 +64,20 @@ impl Registry {
     pub fn add(&self, e: &Entry) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(e).map_err(std::io::Error::other)?;
         line.push(b'\n');
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir)?;
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .create(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&self.path)?;
+            .open(self.file(&e.project))?;
         f.write_all(&line)
     }
 
     /// The job ids in scope for this session and project, oldest first.
     pub fn jobs(&self, scope: Scope, session: &str, project: &Path) -> Vec<u32> {
-        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+        let text = std::fs::read_to_string(self.file(project)).unwrap_or_default();
         let mut ids: Vec<u32> = text
             .lines()
             .filter_map(|l| serde_json::from_str::<Entry>(l).ok())
@@ -92,7 +106,7 @@ mod tests {
         for (job, s, proj) in [(1, "a", &p), (2, "b", &p), (3, "a", &q), (2, "b", &p)] {
             r.add(&Entry { job, session: s.into(), project: proj.clone() }).unwrap();
         }
-        std::fs::OpenOptions::new().append(true).open(dir.join(FILE)).unwrap().write_all(b"garbage\n").unwrap();
+        std::fs::OpenOptions::new().append(true).open(r.file(&p)).unwrap().write_all(b"garbage\n").unwrap();
         assert_eq!(r.jobs(Scope::Project, "a", &p), [1, 2]);
         assert_eq!(r.jobs(Scope::Session, "a", &p), [1]);
         assert_eq!(r.jobs(Scope::Session, "a", &q), [3]);

@@ -40,7 +40,7 @@ pub struct Config {
     pub home: PathBuf,
     pub session: String,
     pub project: PathBuf,
-    /// The user's agent-sandbox state directory (jobs/, scope.jsonl); hidden in every jail.
+    /// The user's agent-sandbox state directory (jobs/, scope/); hidden in every jail.
     pub state_dir: PathBuf,
     /// The agent-sandbox binary the job wrapper runs on the compute node.
     pub exe: PathBuf,
