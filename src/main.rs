@@ -293,6 +293,10 @@ fn launch_logged(
         policy_json: String::new(),
         launcher: std::process::id() as i32,
     };
+    let mut lock = lock;
+    if let Some(c) = &chaperon {
+        lock.remove_after_exit(c.socket.clone());
+    }
     let outcome = run_with_chaperon(&plan, &banner, lock, net, chaperon.as_ref(), session, &pol);
     if let Some(c) = &chaperon {
         let _ = std::fs::remove_file(&c.socket);
@@ -406,6 +410,8 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
         policy_json: spec.policy.clone(),
         launcher: std::process::id() as i32,
     };
+    let mut lock = lock;
+    lock.remove_after_exit(chaperon.socket.clone());
     let outcome = run_with_chaperon(&plan, &|| {}, lock, net, Some(&chaperon), session, &pol);
     let _ = std::fs::remove_file(&chaperon.socket);
     let outcome = outcome?;

@@ -419,3 +419,22 @@ fn a_running_job_in_scope_can_be_requeued() {
     assert!(out.stdout.contains("state=RUNNING"), "{out}");
     assert!(out.stdout.contains("requeue=0") && out.stdout.contains("Restarts=1"), "{out}");
 }
+
+#[test]
+fn a_killed_launcher_leaves_no_session_socket_behind() {
+    use std::io::BufRead;
+    let Some(j) = slurm_jail("slurm-socket") else { return };
+    let mut c = j.command(&["-q", "run", "--", "sh", "-c", "echo $AGENT_SANDBOX_SESSION; sleep 30"]);
+    let mut child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let mut session = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut session).unwrap();
+    let sock = j.rig.home.join(format!(".local/state/agent-sandbox/sessions/{}.sock", session.trim()));
+    assert!(sock.exists(), "{} while the session runs", sock.display());
+    child.kill().unwrap();
+    let _ = child.wait();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sock.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(!sock.exists(), "the socket of a killed session stays");
+}

@@ -27,6 +27,9 @@ pub struct ProjectLock {
     project: PathBuf,
     /// Write end of the pipe a cleanup waiter reads: it releases once we have exited.
     waiter: Option<OwnedFd>,
+    /// A file of the session to remove once the launcher is gone, however it ended (the
+    /// chaperon's socket: a killed launcher would leave it behind).
+    remove_after: Option<PathBuf>,
 }
 
 fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
@@ -83,7 +86,7 @@ impl ProjectLock {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(err)?;
-        let mut lock = ProjectLock { file, project: project.to_path_buf(), waiter: None };
+        let mut lock = ProjectLock { file, project: project.to_path_buf(), waiter: None, remove_after: None };
         // Alone? Then first remove what an earlier session left behind (it ended while
         // another held the lock, or it was killed), so this plan sees the project as it is.
         if flock(&lock.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
@@ -125,6 +128,11 @@ impl ProjectLock {
         result
     }
 
+    /// Also removes `path` after the launcher exits (set before `spawn_waiter`).
+    pub fn remove_after_exit(&mut self, path: PathBuf) {
+        self.remove_after = Some(path);
+    }
+
     /// Forks, while the launcher waits for the jail to build itself, a child that waits for
     /// the launcher to exit (its pipe closes, however the launcher ends) and then releases:
     /// the launcher's own exit then costs neither a fork nor the removals.
@@ -138,6 +146,9 @@ impl ProjectLock {
                 close_all_but(&[self.file.as_raw_fd(), r.as_raw_fd()]);
                 let mut b = [0u8; 1];
                 while matches!(nix::unistd::read(&r, &mut b), Ok(n) if n > 0) {}
+                if let Some(p) = &self.remove_after {
+                    let _ = std::fs::remove_file(p);
+                }
                 self.release_as_waiter();
                 // SAFETY: ends the waiter without running the launcher's exit path.
                 unsafe { libc::_exit(0) }
