@@ -4,24 +4,13 @@
 //! job scope: that is the chaperon's work on the request this returns.
 
 use crate::grammar::{clip, parse, Arity, Class, GrammarError, OptSpec, ValueKind, MAX_ARGS, MAX_ARG_BYTES};
+use crate::table::{allow, deny, opt, CLUSTERS, MAIL};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
-
-const fn opt(long: &'static str, short: Option<char>, arity: Arity, class: Class, value: ValueKind) -> OptSpec {
-    OptSpec { long, short, arity, class, value }
-}
-const fn allow(long: &'static str, short: Option<char>, arity: Arity, value: ValueKind) -> OptSpec {
-    opt(long, short, arity, Class::Allowed, value)
-}
-const fn deny(long: &'static str, short: Option<char>, arity: Arity, reason: &'static str) -> OptSpec {
-    opt(long, short, arity, Class::Denied(reason), ValueKind::Any)
-}
 
 const NOT_LISTED: &str = "not on agent-sandbox's sbatch allow-list; ask your admin if a job needs it";
 const RUNS_OUTSIDE: &str = "it would run a program outside the jail on the node; do that setup in the batch script";
 const BURST_BUFFER: &str = "burst-buffer staging runs outside the jail; stage data from within the batch script";
-const MAIL: &str = "jobs from a sandboxed session send no e-mail; poll with squeue or sacct instead";
-const CLUSTERS: &str = "jobs go to the local cluster only, unless the sandbox policy allows other clusters";
 
 /// Every option the chaperon's sbatch knows. Anything else is an unrecognized option.
 pub static SBATCH: &[OptSpec] = &[
@@ -478,16 +467,9 @@ mod tests {
 
     #[test]
     fn long_names_and_short_forms_are_unique() {
-        let mut longs = HashSet::new();
-        let mut shorts = HashSet::new();
-        for s in SBATCH {
-            assert!(longs.insert(s.long), "--{} twice", s.long);
-            assert!(!s.long.is_empty() && !s.long.starts_with('-') && !s.long.contains('='), "--{}", s.long);
-            if let Some(c) = s.short {
-                assert!(shorts.insert(c), "-{c} twice");
-                assert!(c.is_ascii_alphabetic(), "-{c}");
-            }
-        }
+        // The table checks every command's table gets (unique names, one-line reasons, every
+        // spelling of every option), with -H (--hold) as the flag to cluster with.
+        crate::table::testkit::table_is_sound(SBATCH, 'H');
     }
 
     #[test]

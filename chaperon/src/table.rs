@@ -1,6 +1,6 @@
-//! What the option tables of the commands other than sbatch share: the const constructors
-//! they are written with (the same as `sbatch`'s), the denial reasons several commands give,
-//! and small readers over parsed options. Knows no single command; `jobid` holds job ids.
+//! What the commands' option tables share: the const constructors they are written with,
+//! the denial reasons several commands give, and small readers over parsed options. Knows no
+//! single command; `jobid` holds job ids.
 
 use crate::grammar::{clip, Arity, Class, GrammarError, OptSpec, ValueKind};
 
