@@ -278,21 +278,8 @@ fn launch_logged(
     start.warnings = plan.warnings.clone();
     log.write(&start);
     let began = std::time::Instant::now();
-    let net = match plan.net.effective {
-        policy::NetMode::Filtered | policy::NetMode::Proxied => Some(net_config(&plan, log)?),
-        policy::NetMode::Isolated | policy::NetMode::Open => None,
-    };
-    let session = agent_sandbox::slurm::Session {
-        uid: ctx.facts.uid,
-        user: ctx.facts.user.clone(),
-        home: ctx.facts.home.clone(),
-        session: log.session.clone(),
-        project: plan.project.clone(),
-        state_dir: ctx.facts.state_dir(),
-        exe: ctx.facts.exe.clone(),
-        policy_json: String::new(),
-        launcher: std::process::id() as i32,
-    };
+    let net = net_config(&plan, log)?;
+    let session = agent_sandbox::slurm::Session::new(&ctx.facts, &log.session, &plan.project, String::new());
     let mut lock = lock;
     if let Some(c) = &chaperon {
         lock.remove_after_exit(c.socket.clone());
@@ -346,32 +333,31 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
     facts.find_mailers();
     let var = |k: &str| node.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let expand = |p: &str| expand_pattern(p, &var, &facts.user, &spec.job_name);
-    let out = expand(&spec.output);
-    let redirect = if spec.append { ">>" } else { ">" };
-    let err = match &spec.error {
-        Some(_) => format!("2{redirect}\"$3\""),
-        None => "2>&1".into(),
-    };
-    let script_inside = format!("{}/job-script", stub::STUB_DIR);
-    let step = spec.command.clone();
-    let mut command = vec![
-        "/bin/sh".to_string(),
-        "-c".into(),
-        format!("exec <\"$1\" 1{redirect}\"$2\" {err}; shift 3; exec \"$@\""),
-        "agent-sandbox-job".into(),
-        spec.input.as_deref().map(&expand).unwrap_or_else(|| "/dev/null".into()),
-        out,
-        spec.error.as_deref().map(&expand).unwrap_or_default(),
-        script_inside.clone(),
-    ];
-    command.extend(spec.script_args.iter().cloned());
-    // An srun step: the command itself, with the task's stdio (srun carries it).
-    let extra_ro = match step {
-        Some(argv) if !argv.is_empty() => {
-            command = argv;
-            vec![]
+    let (command, extra_ro) = match spec.command.clone() {
+        // An srun step: the command itself, with the task's stdio (srun carries it).
+        Some(argv) if !argv.is_empty() => (argv, vec![]),
+        // A batch job: its script, with its output files opened inside the jail.
+        _ => {
+            let script_inside = format!("{}/job-script", stub::STUB_DIR);
+            let out = expand(&spec.output);
+            let redirect = if spec.append { ">>" } else { ">" };
+            let err = match &spec.error {
+                Some(_) => format!("2{redirect}\"$3\""),
+                None => "2>&1".into(),
+            };
+            let mut command = vec![
+                "/bin/sh".to_string(),
+                "-c".into(),
+                format!("exec <\"$1\" 1{redirect}\"$2\" {err}; shift 3; exec \"$@\""),
+                "agent-sandbox-job".into(),
+                spec.input.as_deref().map(&expand).unwrap_or_else(|| "/dev/null".into()),
+                out,
+                spec.error.as_deref().map(&expand).unwrap_or_default(),
+                script_inside.clone(),
+            ];
+            command.extend(spec.script_args.iter().cloned());
+            (command, vec![(dir.join(SCRIPT), script_inside.into())])
         }
-        _ => vec![(dir.join(SCRIPT), script_inside.clone().into())],
     };
     let log = audit::AuditLog::new(&facts.state_dir());
     stub::ensure_links(&facts.state_dir()).map_err(|e| Failure::new(format!("cannot prepare the stub links: {e}")))?;
@@ -389,27 +375,14 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
         extra_ro,
     };
     let plan = plan::build(&pol, &facts, &host::RealFs::default(), &req)?;
-    let net = match plan.net.effective {
-        policy::NetMode::Filtered | policy::NetMode::Proxied => Some(net_config(&plan, &log)?),
-        policy::NetMode::Isolated | policy::NetMode::Open => None,
-    };
+    let net = net_config(&plan, &log)?;
     let mut start = log.record("job_start");
     start.project = Some(plan.project.display().to_string());
     start.job = var("SLURM_JOB_ID").and_then(|j| j.parse().ok());
     start.backend = Some(plan.backend.as_str().into());
     start.net = Some(plan.net.effective.as_str().into());
     log.write(&start);
-    let session = agent_sandbox::slurm::Session {
-        uid: facts.uid,
-        user: facts.user.clone(),
-        home: facts.home.clone(),
-        session: spec.session.clone(),
-        project: plan.project.clone(),
-        state_dir: facts.state_dir(),
-        exe: facts.exe.clone(),
-        policy_json: spec.policy.clone(),
-        launcher: std::process::id() as i32,
-    };
+    let session = agent_sandbox::slurm::Session::new(&facts, &spec.session, &plan.project, spec.policy.clone());
     let mut lock = lock;
     lock.remove_after_exit(chaperon.socket.clone());
     let outcome = run_with_chaperon(&plan, &|| {}, lock, net, Some(&chaperon), session, &pol);
@@ -459,10 +432,16 @@ fn backend_is_landlock(pol: &policy::Policy, facts: &host::HostFacts) -> bool {
     }
 }
 
-/// The filtered mode's supervisor configuration: the plan's rules plus the host's own
-/// addresses, read now (they are a floor).
-fn net_config(plan: &plan::Plan, log: &audit::AuditLog) -> Result<agent_sandbox::net::supervisor::NetConfig, Failure> {
+/// The supervisor configuration of the modes that have one (`filtered`, `proxied`): the
+/// plan's rules plus the host's own addresses, read now (they are a floor).
+fn net_config(
+    plan: &plan::Plan,
+    log: &audit::AuditLog,
+) -> Result<Option<agent_sandbox::net::supervisor::NetConfig>, Failure> {
     use agent_sandbox::net::matcher::{MatcherOptions, RuleSet};
+    if matches!(plan.net.effective, policy::NetMode::Isolated | policy::NetMode::Open) {
+        return Ok(None);
+    }
     let host_addrs = host::own_addresses();
     let opts = MatcherOptions { host_addrs, deny_private: plan.net.deny_private, extra_floor_ports: vec![] };
     let rules = RuleSet::new(&plan.net.rules, opts).map_err(|e| Failure::new(format!("net rules: {e}")))?;
@@ -471,7 +450,7 @@ fn net_config(plan: &plan::Plan, log: &audit::AuditLog) -> Result<agent_sandbox:
             "agent-sandbox: warning: no DNS resolver found (resolv.conf, net.dns): names will not resolve in the jail"
         );
     }
-    Ok(agent_sandbox::net::supervisor::NetConfig {
+    Ok(Some(agent_sandbox::net::supervisor::NetConfig {
         rules,
         upstreams: plan.net.upstreams.clone(),
         hostname_ports: plan.net.hostname_ports.clone(),
@@ -479,7 +458,7 @@ fn net_config(plan: &plan::Plan, log: &audit::AuditLog) -> Result<agent_sandbox:
         publish: plan.net.publish.clone(),
         audit: Some(log.clone()),
         mode: plan.net.effective.as_str(),
-    })
+    }))
 }
 
 fn log_cmd(session: Option<&str>, json: bool, tail: Option<usize>, follow: bool) -> Result<i32, Failure> {

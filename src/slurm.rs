@@ -45,6 +45,23 @@ pub struct Session {
 
 pub const CONFIG_VAR: &str = "AGENT_SANDBOX_CHAPERON";
 
+impl Session {
+    /// For a chaperon of this process; `policy_json` may be left empty until it starts.
+    pub fn new(facts: &crate::host::HostFacts, session: &str, project: &Path, policy_json: String) -> Session {
+        Session {
+            uid: facts.uid,
+            user: facts.user.clone(),
+            home: facts.home.clone(),
+            session: session.to_string(),
+            project: project.to_path_buf(),
+            state_dir: facts.state_dir(),
+            exe: facts.exe.clone(),
+            policy_json,
+            launcher: std::process::id() as i32,
+        }
+    }
+}
+
 impl Chaperon {
     pub fn fd(&self) -> std::os::fd::RawFd {
         self.listener.as_raw_fd()

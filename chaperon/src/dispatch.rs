@@ -35,7 +35,7 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, link: &Link<'_>) -> H
         Audit { command: req.command.clone(), argv: req.argv.clone(), cwd: req.cwd.clone(), ..Default::default() };
     let run = |cmd: Command, stdio: Stdio| run(cmd, stdio, link);
     let result = match req.command.as_str() {
-        "sbatch" => sbatch(req, stdio, cfg, &mut audit, link),
+        "sbatch" => sbatch(req, stdio, cfg, &mut audit),
         "squeue" => squeue(req, stdio, cfg, &run),
         "scancel" => scancel(req, stdio, cfg, &run),
         "srun" => srun(req, stdio, cfg, &mut audit, &run),
@@ -139,7 +139,7 @@ pub(crate) fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, String> {
         .map_err(|_| format!("the working directory {} is not inside the project", req.cwd))
 }
 
-fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, _link: &Link<'_>) -> Result<i32, String> {
+fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Result<i32, String> {
     use crate::sbatch::parse_sbatch;
     let err = |e: crate::grammar::GrammarError| e.to_string();
     let first = parse_sbatch(&req.argv, None).map_err(err)?;
@@ -252,20 +252,18 @@ fn open_in_project(project: &Path, path: &Path) -> std::io::Result<std::fs::File
     Ok(f)
 }
 
-fn read_capped_bytes(f: std::fs::File, buf: &mut Vec<u8>) -> Result<(), String> {
-    f.take(MAX_SCRIPT as u64 + 1).read_to_end(buf).map_err(|e| format!("cannot read {e}"))?;
+/// Reads a file the jail named, at most `MAX_SCRIPT` bytes; `what` names it in errors.
+fn read_capped_bytes(f: std::fs::File, what: &str) -> Result<Vec<u8>, String> {
+    let mut buf = Vec::new();
+    f.take(MAX_SCRIPT as u64 + 1).read_to_end(&mut buf).map_err(|e| format!("cannot read {what}: {e}"))?;
     if buf.len() > MAX_SCRIPT {
-        return Err(format!("larger than {} MiB", MAX_SCRIPT >> 20));
+        return Err(format!("{what} is larger than {} MiB", MAX_SCRIPT >> 20));
     }
-    Ok(())
+    Ok(buf)
 }
 
 fn read_capped(f: std::fs::File) -> Result<String, String> {
-    let mut buf = Vec::new();
-    f.take(MAX_SCRIPT as u64 + 1).read_to_end(&mut buf).map_err(|e| format!("cannot read the batch script: {e}"))?;
-    if buf.len() > MAX_SCRIPT {
-        return Err(format!("the batch script is larger than {} MiB", MAX_SCRIPT >> 20));
-    }
+    let buf = read_capped_bytes(f, "the batch script")?;
     String::from_utf8(buf).map_err(|_| "the batch script is not valid UTF-8".to_string())
 }
 
@@ -288,8 +286,8 @@ fn export_env(
     let mut out = BTreeMap::new();
     if let Some(file) = export_file {
         let path = under_project(&cfg.project, cwd, file)?;
-        let mut text = vec![];
-        read_capped_bytes(open_in_project(&cfg.project, &path).map_err(|e| format!("--export-file: {e}"))?, &mut text)?;
+        let file = open_in_project(&cfg.project, &path).map_err(|e| format!("--export-file: {e}"))?;
+        let text = read_capped_bytes(file, "the --export-file")?;
         for item in text.split(|b| *b == 0 || *b == b'\n') {
             let item = String::from_utf8_lossy(item);
             if let Some((k, v)) = item.split_once('=') {

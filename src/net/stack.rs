@@ -100,6 +100,16 @@ pub struct Stack {
     epoch: std::time::Instant,
 }
 
+/// A flow's socket: `SOCKET_BUFFER` each way, no Nagle (we relay what the other side sent,
+/// as it sent it).
+fn new_socket() -> tcp::Socket<'static> {
+    let rx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
+    let tx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
+    let mut sock = tcp::Socket::new(rx, tx);
+    sock.set_nagle_enabled(false);
+    sock
+}
+
 fn endpoint(a: SocketAddr) -> IpListenEndpoint {
     IpListenEndpoint { addr: Some(a.ip().into()), port: a.port() }
 }
@@ -168,11 +178,8 @@ impl Stack {
     /// A socket for the flow `jail → dst`, listening on `dst` with its SYN-ACK held back
     /// while `paused`; the SYN (already read) is then handed to it.
     pub fn accept(&mut self, dst: SocketAddr, len: usize, paused: bool) -> Option<SocketHandle> {
-        let rx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
-        let tx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
-        let mut sock = tcp::Socket::new(rx, tx);
+        let mut sock = new_socket();
         sock.pause_synack(paused);
-        sock.set_nagle_enabled(false);
         sock.listen(endpoint(dst)).ok()?;
         let handle = self.sockets.add(sock);
         self.ingest(len);
@@ -187,10 +194,7 @@ impl Stack {
 
     /// A socket connecting from `local` (a gateway address) to `remote` in the jail.
     pub fn connect(&mut self, remote: SocketAddr, local: SocketAddr) -> Option<SocketHandle> {
-        let rx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
-        let tx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
-        let mut sock = tcp::Socket::new(rx, tx);
-        sock.set_nagle_enabled(false);
+        let mut sock = new_socket();
         sock.connect(self.iface.context(), remote, local).ok()?;
         Some(self.sockets.add(sock))
     }
