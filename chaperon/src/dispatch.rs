@@ -4,7 +4,7 @@
 
 use crate::job::{self, JobSpec};
 use crate::scope::Entry;
-use crate::server::{scope_of, under_project, Audit, Config, Handled, Stdio};
+use crate::server::{jobs_in_scope, scope_of, under_project, Audit, Config, Handled, Stdio};
 use crate::wire::{Request, Response};
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -167,10 +167,11 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
         Some(d) => under_project(&cfg.project, &cwd, d)?,
         None => cwd.clone(),
     };
-    let scope = scope_of(req)?;
+    // An unknown SLURM_SCOPE is refused for every command, sbatch included.
+    scope_of(req)?;
     if let Some(Some(dep)) = parsed.last("dependency") {
         let ids = crate::grammar::dependency_job_ids(dep).map_err(|e| format!("--dependency: {e}"))?;
-        let mine = cfg.registry().jobs(scope, &cfg.session, &cfg.project);
+        let mine = jobs_in_scope(req, cfg)?;
         if let Some(foreign) = ids.iter().find(|id| !mine.contains(id)) {
             return Err(format!("--dependency: job {foreign} is not one of this project's jobs"));
         }
@@ -338,7 +339,7 @@ fn srun(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, run: &Runn
         return run(cmd, stdio);
     };
     if let Some(job) = parsed.jobid {
-        let mine = cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project);
+        let mine = jobs_in_scope(req, cfg)?;
         let own_job = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse::<u32>().ok());
         if !mine.contains(&job) && own_job != Some(job) {
             return Err(format!("--jobid: job {job} is not one of this project's jobs"));
@@ -440,7 +441,7 @@ fn squeue(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result
     use crate::table::Output;
     let parsed = crate::squeue::parse_squeue(&req.argv).map_err(|e| e.to_string())?;
     only_caller(&parsed.users, cfg)?;
-    let mut ids = cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project);
+    let mut ids = jobs_in_scope(req, cfg)?;
     if let Some(asked) = parsed.jobs.as_ref().filter(|a| !a.is_empty()) {
         ids.retain(|id| asked.iter().any(|r| r.job == *id));
     }
@@ -482,7 +483,7 @@ fn squeue(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result
 fn scancel(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result<i32, String> {
     let parsed = crate::scancel::parse_scancel(&req.argv).map_err(|e| e.to_string())?;
     only_caller(&parsed.users, cfg)?;
-    let ids = cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project);
+    let ids = jobs_in_scope(req, cfg)?;
     if let Some(foreign) = parsed.jobs.iter().find(|r| !ids.contains(&r.job)) {
         return Err(format!("job {} is not one of this project's jobs", foreign.job));
     }

@@ -155,3 +155,8 @@ pub fn under_project(project: &Path, cwd: &Path, p: &str) -> Result<PathBuf, Str
 pub fn scope_of(req: &Request) -> Result<Scope, String> {
     Scope::from_env(req.env.get("SLURM_SCOPE").map(String::as_str))
 }
+
+/// The job ids in the request's scope (an unknown `SLURM_SCOPE` is an error).
+pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, String> {
+    Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project))
+}

@@ -5,14 +5,10 @@
 
 use crate::dispatch::{clean, forward, only_caller, Runner};
 use crate::scontrol::{ScontrolCommand, Show};
-use crate::server::{scope_of, Config, Stdio};
+use crate::server::{jobs_in_scope, Config, Stdio};
 use crate::wire::Request;
 use std::io::Write;
 use std::process::Command;
-
-fn scope_ids(req: &Request, cfg: &Config) -> Result<Vec<u32>, String> {
-    Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project))
-}
 
 fn in_scope(ids: &[u32], jobs: impl IntoIterator<Item = u32>) -> Result<(), String> {
     match jobs.into_iter().find(|j| !ids.contains(j)) {
@@ -23,7 +19,7 @@ fn in_scope(ids: &[u32], jobs: impl IntoIterator<Item = u32>) -> Result<(), Stri
 
 pub fn scontrol(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result<i32, String> {
     let parsed = crate::scontrol::parse_scontrol(&req.argv).map_err(|e| e.to_string())?;
-    let ids = scope_ids(req, cfg)?;
+    let ids = jobs_in_scope(req, cfg)?;
     let name_target = || "naming jobs by jobname= is not mediated; give job ids".to_string();
     match &parsed.command {
         Some(ScontrolCommand::Show(Show::Job(None))) | Some(ScontrolCommand::Show(Show::Step(None))) => {
@@ -70,7 +66,7 @@ pub fn scontrol(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> 
 pub fn sacct(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result<i32, String> {
     let parsed = crate::sacct::parse_sacct(&req.argv).map_err(|e| e.to_string())?;
     only_caller(&parsed.users, cfg)?;
-    let mut ids = scope_ids(req, cfg)?;
+    let mut ids = jobs_in_scope(req, cfg)?;
     if let Some(asked) = parsed.jobs.as_ref().filter(|a| !a.is_empty()) {
         in_scope(&ids, asked.iter().map(|r| r.job))?;
         ids.retain(|id| asked.iter().any(|r| r.job == *id));
@@ -97,7 +93,7 @@ pub fn info(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Resu
         "sprio" => {
             let p = crate::sprio::parse_sprio(&req.argv).map_err(e)?;
             only_caller(&p.users, cfg)?;
-            let ids = scope_ids(req, cfg)?;
+            let ids = jobs_in_scope(req, cfg)?;
             if let Some(asked) = &p.jobs {
                 in_scope(&ids, asked.iter().map(|r| r.job))?;
             } else if ids.is_empty() {
@@ -108,7 +104,7 @@ pub fn info(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Resu
         }
         "sstat" => {
             let p = crate::sstat::parse_sstat(&req.argv).map_err(e)?;
-            in_scope(&scope_ids(req, cfg)?, p.jobs.iter().map(|r| r.job))?;
+            in_scope(&jobs_in_scope(req, cfg)?, p.jobs.iter().map(|r| r.job))?;
         }
         "sacctmgr" => {
             let p = crate::sacctmgr::parse_sacctmgr(&req.argv).map_err(e)?;
