@@ -73,15 +73,20 @@ fn plan_for(extra: &str, project: &str) -> Result<Plan, PlanError> {
     plan_with(facts(), extra, project)
 }
 
-fn plan_with(facts: HostFacts, extra: &str, project: &str) -> Result<Plan, PlanError> {
-    let req = RunRequest {
+/// `true` run in `project`, from `project`.
+fn request(project: &str) -> RunRequest {
+    RunRequest {
         command: vec!["true".into()],
         project: project.into(),
         cwd: project.into(),
         session: String::new(),
         chaperon_socket: None,
         extra_ro: vec![],
-    };
+    }
+}
+
+fn plan_with(facts: HostFacts, extra: &str, project: &str) -> Result<Plan, PlanError> {
+    let req = request(project);
     build(&policy(extra), &facts, &host(), &req)
 }
 
@@ -136,14 +141,7 @@ fn missing_protected_paths_get_placeholders() {
 fn hidden_path_inside_the_project_is_masked_after_the_project_bind() {
     let mut fs = host();
     fs = fs.file("/home/u/proj/secrets.env");
-    let req = RunRequest {
-        command: vec!["true".into()],
-        project: "/home/u/proj".into(),
-        cwd: "/home/u/proj".into(),
-        session: String::new(),
-        chaperon_socket: None,
-        extra_ro: vec![],
-    };
+    let req = request("/home/u/proj");
     let p = build(&policy("[filesystem]\nhide = [\"~/proj/secrets.env\"]"), &facts(), &fs, &req).unwrap();
     let project =
         pos(&p, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")));
@@ -272,14 +270,7 @@ fn landlock_plan_comes_from_the_same_mounts() {
 #[test]
 fn protected_symlink_is_refused() {
     let fs = host().symlink("/home/u/proj/.envrc", "/home/u/.ssh/id_ed25519");
-    let req = RunRequest {
-        command: vec!["true".into()],
-        project: "/home/u/proj".into(),
-        cwd: "/home/u/proj".into(),
-        session: String::new(),
-        chaperon_socket: None,
-        extra_ro: vec![],
-    };
+    let req = request("/home/u/proj");
     let e = build(&policy(""), &facts(), &fs, &req).unwrap_err();
     assert!(matches!(e, PlanError::ProtectedSymlink { .. }));
 }
@@ -297,14 +288,7 @@ fn own_home_is_never_hidden_as_a_whole_even_when_it_is_root() {
     f.home = "/root".into();
     f.home_canonical = "/root".into();
     let fs = host().file("/root/.bashrc").dir("/root/.ssh").dir("/root/proj");
-    let req = RunRequest {
-        command: vec!["true".into()],
-        project: "/root/proj".into(),
-        cwd: "/root/proj".into(),
-        session: String::new(),
-        chaperon_socket: None,
-        extra_ro: vec![],
-    };
+    let req = request("/root/proj");
     let p = build(&policy(""), &f, &fs, &req).unwrap();
     assert!(p.warnings.iter().all(|w| !w.contains("hidden by policy")), "{:?}", p.warnings);
     assert!(has(&p, |m| m.target() == Path::new("/root/.bashrc")));
@@ -318,14 +302,7 @@ fn mailers_are_covered_by_the_stub_through_symlinks_and_on_path() {
         .file("/usr/sbin/exim4")
         .file("/usr/bin/mailx")
         .file("/usr/bin/sbatch");
-    let req = RunRequest {
-        command: vec!["true".into()],
-        project: "/home/u/proj".into(),
-        cwd: "/home/u/proj".into(),
-        session: String::new(),
-        chaperon_socket: None,
-        extra_ro: vec![],
-    };
+    let req = request("/home/u/proj");
     let mut f = facts();
     f.mailers =
         vec!["/usr/sbin/sendmail".into(), "/usr/sbin/exim4".into(), "/usr/bin/mailx".into(), "/usr/bin/sbatch".into()];
