@@ -806,22 +806,7 @@ mod tests {
         assert_eq!(r.last("signal"), Some(Some("USR2@90")));
     }
 
-    /// xorshift64*: deterministic, no dependency.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-        fn pick<'a, T>(&mut self, xs: &'a [T]) -> &'a T {
-            &xs[self.below(xs.len())]
-        }
-    }
+    use crate::table::testkit::Rng;
 
     const ATOMS: &[&str] = &[
         "-", "--", "=", ":", ",", "?", "@", "#", "\"", "'", "\\", " ", "\t", "\n", "\r", "\0", "\x0b", "\u{1b}", "é",
