@@ -221,7 +221,8 @@ fn launch_logged(
         cwd: ctx.cwd.clone(),
         session: log.session.clone(),
         chaperon_socket: chaperon.as_ref().map(|c| c.socket.clone()),
-        extra_ro: vec![],
+        extra_files: vec![],
+        env: None,
     };
     let mut ctx = ctx;
     // Mailers and Slurm commands alike (cached): Slurm's are covered in every session.
@@ -305,59 +306,46 @@ fn launch_logged(
 /// environment or anything the jail could have written since), and runs the original script
 /// inside, its output opened inside the jail.
 fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
-    use chaperon::job::{expand_pattern, JobSpec, SCRIPT};
+    use chaperon::job::{expand_pattern, open_job};
+    // Every host-side path (state dir, config dir, the admin file) comes from this process's
+    // own environment and the password database: the job's `--export` set is the jail's
+    // environment only, and the jail chose it.
     let mut facts = host::HostFacts::gather()?;
-    let jobs = facts.state_dir().join("jobs");
-    let dir = std::fs::canonicalize(dir).map_err(|e| Failure::new(format!("job directory {}: {e}", dir.display())))?;
-    if dir.parent() != Some(jobs.as_path()) {
-        return Err(Failure::new(format!(
-            "{} is not a job directory of this user ({})",
-            dir.display(),
-            jobs.display()
-        )));
-    }
-    let spec = JobSpec::read(&dir).map_err(Failure::new)?;
+    let job = open_job(&facts.state_dir().join("jobs"), dir).map_err(Failure::new)?;
+    let spec = job.spec.clone();
     let pol: policy::Policy = serde_json::from_str(&spec.policy)
         .map_err(|e| Failure::new(format!("the job's frozen policy does not load: {e}")))?;
+    let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from);
+    let pol = policy::bound_by_admin(pol, &policy::PolicyPaths::new(&facts.home, xdg.as_deref()))?;
     // The job's environment: what --export asked for at submission, plus what Slurm tells the
-    // job on this node (SLURM_JOB_ID, the node list...). Nothing else of the node's.
-    let node: Vec<(String, String)> = std::env::vars().collect();
+    // job on this node (SLURM_JOB_ID, the node list...). Nothing else of the node's. The
+    // node's SLURM_EXPORT_ENV is the wrapper's `--export=NONE`: the job gets what sbatch
+    // would have set for the caller's own --export instead, so its srun steps inherit ALL.
+    let node: Vec<(String, String)> = facts.env.clone();
     let mut env: Vec<(String, String)> = spec.export.clone().unwrap_or_default().into_iter().collect();
     for (k, v) in &node {
-        if k.starts_with("SLURM_") || k.starts_with("SLURMD_") {
+        if (k.starts_with("SLURM_") || k.starts_with("SLURMD_")) && k != "SLURM_EXPORT_ENV" {
             env.retain(|(n, _)| n != k);
             env.push((k.clone(), v.clone()));
         }
     }
-    facts.env = env;
+    if let Some(e) = &spec.slurm_export_env {
+        if !env.iter().any(|(k, _)| k == "SLURM_EXPORT_ENV") {
+            env.push(("SLURM_EXPORT_ENV".into(), e.clone()));
+        }
+    }
     facts.find_mailers();
     let var = |k: &str| node.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
     let expand = |p: &str| expand_pattern(p, &var, &facts.user, &spec.job_name);
-    let (command, extra_ro) = match spec.command.clone() {
-        // An srun step: the command itself, with the task's stdio (srun carries it).
-        Some(argv) if !argv.is_empty() => (argv, vec![]),
-        // A batch job: its script, with its output files opened inside the jail.
-        _ => {
-            let script_inside = format!("{}/job-script", stub::STUB_DIR);
-            let out = expand(&spec.output);
-            let redirect = if spec.append { ">>" } else { ">" };
-            let err = match &spec.error {
-                Some(_) => format!("2{redirect}\"$3\""),
-                None => "2>&1".into(),
-            };
-            let mut command = vec![
-                "/bin/sh".to_string(),
-                "-c".into(),
-                format!("exec <\"$1\" 1{redirect}\"$2\" {err}; shift 3; exec \"$@\""),
-                "agent-sandbox-job".into(),
-                spec.input.as_deref().map(&expand).unwrap_or_else(|| "/dev/null".into()),
-                out,
-                spec.error.as_deref().map(&expand).unwrap_or_default(),
-                script_inside.clone(),
-            ];
-            command.extend(spec.script_args.iter().cloned());
-            (command, vec![(dir.join(SCRIPT), script_inside.into())])
-        }
+    let script_inside = format!("{}/job-script", stub::STUB_DIR);
+    let tasks = var("SLURM_STEP_NUM_TASKS").or_else(|| var("SLURM_NTASKS"));
+    let shared = tasks.is_some_and(|n| n.trim() != "1");
+    let command = chaperon::job::job_command(&spec, &expand, shared, &script_inside);
+    // A batch job's script reaches the jail as the bytes read through the descriptor opened
+    // without following a symlink, whatever the directory holds by the time of the mount.
+    let extra_files = match &spec.command {
+        Some(argv) if !argv.is_empty() => vec![],
+        _ => vec![(PathBuf::from(&script_inside), job.script)],
     };
     let log = audit::AuditLog::new(&facts.state_dir());
     stub::ensure_links(&facts.state_dir()).map_err(|e| Failure::new(format!("cannot prepare the stub links: {e}")))?;
@@ -372,7 +360,8 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
         cwd: spec.cwd.clone(),
         session: spec.session.clone(),
         chaperon_socket: Some(chaperon.socket.clone()),
-        extra_ro,
+        extra_files,
+        env: Some(env),
     };
     let plan = plan::build(&pol, &facts, &host::RealFs::default(), &req)?;
     let net = net_config(&plan, &log)?;

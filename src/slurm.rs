@@ -124,6 +124,7 @@ pub fn chaperon_main() -> i32 {
         policy: s.policy_json,
         slurm_bin: slurm_bin(),
         audit: Box::new(move |a| write_audit(&log, a)),
+        cluster: std::sync::OnceLock::new(),
     };
     chaperon::server::serve(listener, std::sync::Arc::new(cfg));
     0

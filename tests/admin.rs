@@ -8,6 +8,9 @@ use std::path::{Path, PathBuf};
 
 const ETC: &str = "/etc/agent-sandbox";
 
+/// The tests of this file take turns: /etc/agent-sandbox is one directory for all of them.
+static ETC_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Moves an existing /etc/agent-sandbox aside and puts it back, whatever happens.
 struct EtcGuard {
     saved: Option<PathBuf>,
@@ -59,6 +62,7 @@ scrub = ["HARMLESS_*"]
 #[test]
 fn admin_locks_hold_against_every_user_layer() {
     let Some(j) = Jail::new("admin") else { return };
+    let _one = ETC_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let guard = EtcGuard::take();
     for d in ["/var/tmp/asb-admin-allowed", "/var/tmp/asb-admin-denied"] {
         std::fs::create_dir_all(d).unwrap();
@@ -208,4 +212,29 @@ fn fails_closed_without_user_namespaces(j: &Jail) {
     assert_eq!(out.code, 0, "{out}");
     assert!(out.stderr.contains("backend landlock"), "{out}");
     assert!(j.project.join("ran-auto").exists());
+}
+
+#[test]
+fn the_nodes_admin_file_bounds_a_job_frozen_before_it() {
+    // A job's policy is frozen at submission; the compute node's own admin file, as it is
+    // when the job starts, bounds it again (here: a scrub floor added after submission).
+    let Some(j) = Jail::new("admin-node") else { return };
+    let _one = ETC_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let up = std::process::Command::new("sinfo").args(["-h", "-o", "%T"]).output();
+    assert!(up.is_ok_and(|o| o.status.success()), "the Slurm test cluster is not running (tests/cluster/start.sh)");
+    let guard = EtcGuard::take();
+    let out = j.run(
+        "export NODE_ADMIN_CANARY=leaked; \
+         sbatch --begin=now+4 -o node.out --wrap 'echo v=${NODE_ADMIN_CANARY:-scrubbed}'; echo rc=$?",
+    );
+    assert!(out.stdout.contains("Submitted batch job") && out.stdout.contains("rc=0"), "{out}");
+    guard.write("admin.toml", "[env]\nscrub = [\"NODE_ADMIN_*\"]\n", 0o644);
+    let path = j.project.join("node.out");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut text = String::new();
+    while !text.contains("v=") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        text = std::fs::read_to_string(&path).unwrap_or_default();
+    }
+    assert_eq!(text.trim(), "v=scrubbed", "the node's admin scrub applies to a job frozen before it");
 }

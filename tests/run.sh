@@ -27,6 +27,26 @@ if [ "$(id -u)" = 0 ]; then
   for u in asbtest asbother; do
     id "$u" >/dev/null 2>&1 || useradd -m -s /bin/bash "$u"
   done
+  # Real Slurm workflow tools for tests/workflow.rs, run unchanged inside the jail: a venv
+  # under /opt (on the jail's read allow-list, so the jail sees it read-only), world-readable,
+  # built from Debian's python3 (not a per-user one the test user cannot read). Skipped when
+  # already there at these versions. Before the cluster starts: its two-node veth takes a
+  # TEST-NET-3 /24 that can shadow the package registry's address on some hosts.
+  wf_venv=/opt/agent-sandbox-test/venv
+  wf_pins=(submitit==1.5.4 snakemake==9.27.1 snakemake-executor-plugin-slurm==2.8.0
+    snakemake-executor-plugin-slurm-jobstep==0.6.1)
+  wf_have=$("$wf_venv/bin/python" -m pip freeze 2>/dev/null | grep -cixF -f <(printf '%s\n' "${wf_pins[@]}") || true)
+  if [ "$wf_have" != "${#wf_pins[@]}" ]; then
+    if ! /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null; then
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        -o DPkg::Lock::Timeout=600 python3-venv
+    fi
+    echo "tests/run.sh: installing ${wf_pins[*]} into $wf_venv"
+    [ -x "$wf_venv/bin/python" ] || /usr/bin/python3 -m venv "$wf_venv"
+    (umask 022 && "$wf_venv/bin/python" -m pip install -q --disable-pip-version-check "${wf_pins[@]}")
+    chmod -R a+rX /opt/agent-sandbox-test
+  fi
   # The Slurm test cluster (tests/cluster): installed from Debian's packages if missing,
   # started (or left running if it already is) for tests/slurm.rs.
   tests/cluster/install.sh

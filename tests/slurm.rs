@@ -438,3 +438,165 @@ fn a_killed_launcher_leaves_no_session_socket_behind() {
     }
     assert!(!sock.exists(), "the socket of a killed session stays");
 }
+
+/// The job ids of the test user's jobs submitted outside any jail, held; cancelled on drop.
+struct ForeignJob(u32);
+
+impl ForeignJob {
+    fn submit(j: &Jail) -> ForeignJob {
+        let out = j.as_user("sbatch").args(["--parsable", "--hold", "-J", "foreign", "--wrap", "true"]).output();
+        let out = out.expect("sbatch outside the jail");
+        let id = String::from_utf8_lossy(&out.stdout).trim().split(';').next().unwrap_or("").parse().ok();
+        ForeignJob(id.unwrap_or_else(|| panic!("sbatch outside the jail: {out:?}")))
+    }
+}
+
+impl Drop for ForeignJob {
+    fn drop(&mut self) {
+        let _ = Command::new("scancel").arg(self.0.to_string()).status();
+    }
+}
+
+#[test]
+fn dependencies_on_foreign_jobs_are_refused_in_every_command() {
+    let Some(j) = slurm_jail("slurm-deps") else { return };
+    let foreign = ForeignJob::submit(&j).0;
+    let out = j.run(&format!(
+        "id=$(sbatch --parsable --hold -J mine --wrap true); echo id=$id; \
+         scontrol update JobId=$id Dependency=afterok:{foreign}; echo update=$?; \
+         scontrol update JobId=$id dependency=afterany:$id?afterok:{foreign}; echo update2=$?; \
+         srun --dependency=afterok:{foreign} true; echo srun=$?; \
+         sbatch -d afterok:{foreign} --wrap true; echo sbatch=$?; \
+         scontrol show job $id | grep -o 'Dependency=[^ ]*'; \
+         scontrol update JobId=$id Dependency=singleton && echo own-ok; scancel $id"
+    ));
+    for step in ["update=", "update2=", "srun=", "sbatch="] {
+        let code = out.stdout.lines().find_map(|l| l.strip_prefix(step)).unwrap_or("?");
+        assert_ne!(code, "0", "{step} reached Slurm with a foreign dependency: {out}");
+    }
+    assert_eq!(out.stderr.matches(&format!("job {foreign} is not one of this project's jobs")).count(), 4, "{out}");
+    assert!(out.stdout.contains("own-ok"), "a dependency within scope still works: {out}");
+    assert!(out.stdout.contains("Dependency=(null)"), "no dependency reached our job: {out}");
+}
+
+#[test]
+fn srun_input_from_a_hidden_file_is_read_inside_the_jail_not_on_the_host() {
+    let Some(j) = slurm_jail("slurm-srun-input") else { return };
+    let aws = j.rig.home.join(".aws");
+    std::fs::create_dir_all(&aws).unwrap();
+    std::fs::write(aws.join("credentials"), "aws_secret_access_key=CANARY-SRUN-INPUT\n").unwrap();
+    j.give(&[&aws, &aws.join("credentials")]);
+    let j = j.project_file("in.txt", "from-the-project\n");
+    let out = j.run(
+        "srun --input=$HOME/.aws/credentials cat; echo rc=$?; srun -i ~/.aws/credentials cat; \
+         srun --input=in.txt cat; srun -n2 --input=none sh -c 'cat; echo none-$SLURM_PROCID'",
+    );
+    assert!(!out.both().contains("CANARY-SRUN-INPUT"), "srun read a hidden host file for the jail: {out}");
+    assert!(!out.stdout.contains("rc=0"), "a hidden file does not exist for the step: {out}");
+    assert!(out.stdout.contains("from-the-project"), "a project file is the step's input: {out}");
+    assert!(out.stdout.contains("none-0") && out.stdout.contains("none-1"), "{out}");
+}
+
+#[test]
+fn step_and_job_output_files_never_land_outside_the_project() {
+    let Some(j) = slurm_jail("slurm-srun-output") else { return };
+    let target = j.rig.home.join(".bashrc-canary-append");
+    std::fs::write(&target, "original\n").unwrap();
+    j.give(&[&target]);
+    let out = j.run(&format!(
+        "ln -s {t} link.out; \
+         srun --open-mode=append --output={t} echo PWNED-SRUN-O; srun --open-mode=append -e {t} sh -c 'echo PWNED-SRUN-E >&2'; \
+         srun --open-mode=append -o link.out echo PWNED-LINK; \
+         sbatch --wait --open-mode=append -o {t} --wrap 'echo PWNED-SBATCH'; \
+         sbatch --wait --open-mode=append -o link.out -e {t} --wrap 'echo PWNED-SBATCH-E >&2'; \
+         srun -n2 -o step-%t.out sh -c 'echo task=$SLURM_PROCID host=$(hostname)'; \
+         srun -n2 -o shared.out sh -c 'echo shared=$SLURM_PROCID'; echo rc=$?",
+        t = target.display()
+    ));
+    assert!(out.stdout.contains("rc=0"), "{out}");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "original\n", "a step or job wrote outside the jail: {out}");
+    for t in 0..2 {
+        let text = wait_for_file(&j.project.join(format!("step-{t}.out")), "host=");
+        assert_eq!(text.trim(), format!("task={t} host=agent-sandbox"), "per-task output file, written in the jail");
+    }
+    let shared = wait_for_file(&j.project.join("shared.out"), "shared=1");
+    assert!(shared.contains("shared=0") && shared.contains("shared=1"), "tasks append to a shared file: {shared}");
+}
+
+#[test]
+fn the_job_environment_cannot_choose_the_nodes_host_paths() {
+    // A jail that exports XDG_STATE_HOME / XDG_CONFIG_HOME pointing into the project would
+    // have the node launcher read job directories, placeholder and scope records from there.
+    let Some(j) = slurm_jail("slurm-xdg") else { return };
+    let out = j.run(
+        "mkdir -p fake/agent-sandbox/jobs fakecfg/agent-sandbox; \
+         export XDG_STATE_HOME=$PWD/fake XDG_CONFIG_HOME=$PWD/fakecfg; \
+         sbatch --wait -o xdg.out --wrap 'echo ran state=$XDG_STATE_HOME'; echo rc=$?; \
+         find fake fakecfg -mindepth 3 | sort",
+    );
+    assert!(out.stdout.contains("rc=0"), "{out}");
+    let text = wait_for_file(&j.project.join("xdg.out"), "ran");
+    assert!(text.contains("ran state=") && text.contains("/fake"), "the job's own environment keeps them: {text}");
+    assert!(!out.stdout.contains("fake/agent-sandbox/"), "the node wrote into the jail's directory: {out}");
+}
+
+#[test]
+fn the_submitting_environment_reaches_steps_inside_the_job() {
+    // submitit marks its tasks with a variable set where sbatch is called; srun inside the
+    // batch job must pass it on (Slurm's --export=ALL), and --export=NONE stays NONE.
+    let Some(j) = slurm_jail("slurm-export") else { return };
+    let out = j.run(
+        "export WF_MARK=from-submitter; \
+         sbatch --wait -o all.out --wrap 'srun sh -c \"echo step=$WF_MARK export=${SLURM_EXPORT_ENV:-unset}\"'; \
+         sbatch --wait --export=NONE -o none.out --wrap 'echo job=${WF_MARK:-unset} export=$SLURM_EXPORT_ENV'; \
+         sbatch --wait --export=ALL,EXTRA=1 -o list.out --wrap 'srun sh -c \"echo step=$WF_MARK extra=$EXTRA\"'; echo rc=$?",
+    );
+    assert!(out.stdout.contains("rc=0"), "{out}");
+    let all = wait_for_file(&j.project.join("all.out"), "step=");
+    assert_eq!(all.trim(), "step=from-submitter export=unset", "{all}");
+    let none = wait_for_file(&j.project.join("none.out"), "job=");
+    assert_eq!(none.trim(), "job=unset export=NONE", "{none}");
+    let list = wait_for_file(&j.project.join("list.out"), "step=");
+    assert_eq!(list.trim(), "step=from-submitter extra=1", "{list}");
+}
+
+#[test]
+fn a_script_on_a_stdin_that_never_ends_is_refused_in_bounded_time() {
+    let Some(j) = slurm_jail("slurm-stdin-bound") else { return };
+    let j = j.env("AGENT_SANDBOX_SLURM_STDIN_TIMEOUT", "2");
+    let out = j.run("mkfifo f; sh -c 'exec 3>f; sleep 20' & sbatch < f; echo rc=$?; kill $! 2>/dev/null");
+    assert!(out.stderr.contains("no end of input after 2 s"), "{out}");
+    assert!(out.stdout.contains("rc=1"), "{out}");
+    assert!(out.elapsed < Duration::from_secs(15), "the chaperon waited {:?}", out.elapsed);
+}
+
+#[test]
+fn a_signal_to_a_job_reaches_its_program_once() {
+    // Slurm signals every process of a step (proctrack): the launcher, the jail's PID 1 and
+    // the program all get it. Relaying it on as well ran submitit's checkpoint handler twice.
+    // `scancel -b` reaches the batch shell alone (the launcher), which must pass it on once.
+    let Some(j) = slurm_jail("slurm-signal-once") else { return };
+    // Python runs a handler as soon as its signal arrives (a shell's trap would merge two).
+    let count = "import signal, sys, time\nwho, sig = sys.argv[1], getattr(signal, 'SIG' + sys.argv[2])\n\
+                 n = []\nsignal.signal(sig, lambda *a: (n.append(1), print(f'{who}-got={len(n)}', flush=True)))\n\
+                 print(f'{who}-ready', flush=True)\nend = time.time() + 10\nwhile time.time() < end: time.sleep(0.01)\n\
+                 print(f'{who}-final={len(n)}', flush=True)\n";
+    // The batch script counts too, and waits for its step before it ends.
+    let batch = format!(
+        "#!/usr/bin/python3\nimport subprocess\nstep = subprocess.Popen(['srun', 'python3', 'count.py', 'step', 'USR2'])\n\
+         {}step.wait()\n",
+        count.replace("sys.argv[1], getattr(signal, 'SIG' + sys.argv[2])", "'batch', signal.SIGUSR1")
+    );
+    let j = j.project_file("count.py", count).project_file("batch.sh", &batch);
+    let out = j.run(
+        "id=$(sbatch --parsable -o sig.out batch.sh); \
+         for i in $(seq 100); do grep -q step-ready sig.out 2>/dev/null && grep -q batch-ready sig.out && break; sleep 0.1; done; \
+         sleep 0.5; scancel -s USR2 $id; scancel -b -s USR1 $id; \
+         for i in $(seq 150); do grep -q step-final sig.out 2>/dev/null && grep -q batch-final sig.out && break; sleep 0.1; done; \
+         cat sig.out",
+    );
+    assert!(out.stdout.contains("step-final=1"), "the step's program got USR2 once: {out}");
+    assert!(!out.stdout.contains("step-got=2"), "{out}");
+    assert!(out.stdout.contains("batch-final=1"), "the batch script got `scancel -b` once: {out}");
+}

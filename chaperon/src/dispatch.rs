@@ -14,6 +14,8 @@ use std::process::Command;
 
 /// Largest batch script accepted (from a file or stdin).
 pub const MAX_SCRIPT: usize = 4 << 20;
+/// Largest output of a real command the chaperon reads to filter (`squeue --json`...).
+pub const MAX_CAPTURE: usize = 256 << 20;
 
 /// Commands the stub refuses outright: each would give the jail a way around the chaperon.
 pub const REFUSED: &[(&str, &str)] = &[
@@ -33,7 +35,10 @@ pub struct Link<'a> {
 pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, link: &Link<'_>) -> Handled {
     let mut audit =
         Audit { command: req.command.clone(), argv: req.argv.clone(), cwd: req.cwd.clone(), ..Default::default() };
-    let run = |cmd: Command, stdio: Stdio| run(cmd, stdio, link);
+    // Queries and updates end by themselves; only srun runs as long as its tasks do (and
+    // ends with the stub's connection, like every call).
+    let bound = (req.command != "srun").then_some(crate::bounded::QUERY_TIMEOUT);
+    let run = |cmd: Command, stdio: Stdio| run(cmd, stdio, link, bound);
     let result = match req.command.as_str() {
         "sbatch" => sbatch(req, stdio, cfg, &mut audit),
         "squeue" => squeue(req, stdio, cfg, &run),
@@ -101,7 +106,9 @@ fn passable(s: nix::sys::signal::Signal) -> bool {
 
 /// Runs a real Slurm command with the caller's stdio; signals the stub sends meanwhile go to
 /// it, and if the stub goes away (its jail ended, it was killed) the command is terminated.
-fn run(mut cmd: Command, stdio: Stdio, link: &Link<'_>) -> Result<i32, String> {
+/// With a `bound`, a command still running after it is killed (a caller that never reads
+/// its output would otherwise hold this thread).
+fn run(mut cmd: Command, stdio: Stdio, link: &Link<'_>, bound: Option<std::time::Duration>) -> Result<i32, String> {
     use nix::sys::signal::{kill, Signal};
     use std::sync::atomic::{AtomicBool, Ordering};
     cmd.stdin(stdio.stdin).stdout(stdio.stdout).stderr(stdio.stderr);
@@ -128,8 +135,20 @@ fn run(mut cmd: Command, stdio: Stdio, link: &Link<'_>) -> Result<i32, String> {
             }
         });
     }
+    let (finished, finish) = std::sync::mpsc::channel::<()>();
+    if let Some(limit) = bound {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            if finish.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                && !done.load(Ordering::Acquire)
+            {
+                let _ = kill(pid, Signal::SIGKILL);
+            }
+        });
+    }
     let status = child.wait().map_err(|e| format!("waiting for Slurm: {e}"))?;
     done.store(true, Ordering::Release);
+    drop(finished);
     use std::os::unix::process::ExitStatusExt;
     Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
 }
@@ -145,18 +164,20 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
     let first = parse_sbatch(&req.argv, None).map_err(err)?;
     let cwd = cwd_of(req, cfg)?;
     let wrap = first.last("wrap").flatten().map(str::to_owned);
+    // sbatch opens its script argument with open(2): `/dev/stdin` (Snakemake's
+    // --slurm-pass-command-as-script) is the caller's stdin, named after the file.
+    let on_stdin = |p: &String| ["/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"].contains(&p.as_str());
     let (script, default_name) = match (&wrap, &first.script_path) {
         (Some(cmd), _) => {
             (format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n"), "wrap".to_string())
         }
+        (None, Some(p)) if on_stdin(p) => (read_stdin_script(&stdio)?, "stdin".into()),
         (None, Some(p)) => {
             let path = under_project(&cfg.project, &cwd, p)?;
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sbatch".into());
             (read_capped(open_in_project(&cfg.project, &path).map_err(|e| format!("{p}: {e}"))?)?, name)
         }
-        (None, None) => {
-            (read_capped(std::fs::File::from(stdio.stdin.try_clone().map_err(|e| e.to_string())?))?, "sbatch".into())
-        }
+        (None, None) => (read_stdin_script(&stdio)?, "sbatch".into()),
     };
     audit.script_bytes = Some(script.len());
     audit.script_hash = Some(fingerprint(script.as_bytes()));
@@ -169,13 +190,7 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
     };
     // An unknown SLURM_SCOPE is refused for every command, sbatch included.
     scope_of(req)?;
-    if let Some(Some(dep)) = parsed.last("dependency") {
-        let ids = crate::grammar::dependency_job_ids(dep).map_err(|e| format!("--dependency: {e}"))?;
-        let mine = jobs_in_scope(req, cfg)?;
-        if let Some(foreign) = ids.iter().find(|id| !mine.contains(id)) {
-            return Err(format!("--dependency: job {foreign} is not one of this project's jobs"));
-        }
-    }
+    dependencies_in_scope(&parsed.options, "--dependency", req, cfg)?;
     let array = parsed.last("array").is_some();
     let export = export_env(parsed.last("export").flatten(), parsed.last("export-file").flatten(), req, &job_cwd, cfg)?;
     let spec = JobSpec {
@@ -189,11 +204,13 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
         error: parsed.last("error").flatten().map(str::to_owned),
         input: parsed.last("input").flatten().map(str::to_owned),
         append: parsed.last("open-mode").flatten().is_some_and(|m| m.eq_ignore_ascii_case("append")),
+        slurm_export_env: export_request(parsed.last("export").flatten(), req)
+            .filter(|e| !e.eq_ignore_ascii_case("ALL")),
         job_name: parsed.last("job-name").flatten().map(str::to_owned).unwrap_or(default_name),
         script_args: parsed.script_args.clone(),
         ..job_spec(cfg, &job_cwd, export)
     };
-    let dir = write_job_dir(cfg, &spec, &script)?;
+    let (dir, wrapper) = write_job_dir(cfg, &spec, &script)?;
 
     // The real sbatch sees only what the table allows, the rebuilt pieces and our wrapper.
     let mut cmd = Command::new(cfg.real("sbatch"));
@@ -205,9 +222,13 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
     const OURS: &[&str] =
         &["wrap", "chdir", "export", "export-file", "output", "error", "input", "job-name", "parsable", "open-mode"];
     forward(&mut cmd, &parsed.options, OURS);
-    cmd.arg(dir.join(job::WRAPPER));
-    cmd.stdin(std::process::Stdio::null()).stderr(stdio.stderr).stdout(std::process::Stdio::piped());
+    // The wrapper reaches sbatch on a pipe the chaperon writes, not by a path: nothing that
+    // could be swapped between our write and sbatch's read.
+    cmd.stdin(std::process::Stdio::piped()).stderr(stdio.stderr).stdout(std::process::Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| format!("cannot run sbatch: {e}"))?;
+    if let Some(mut script_in) = child.stdin.take() {
+        let _ = script_in.write_all(wrapper.as_bytes());
+    }
     let mut stdout = std::fs::File::from(stdio.stdout);
     // The job id comes first, at submission: record it in scope and show it then, also with
     // --wait (which exits only when the job ends, with the job's status).
@@ -239,6 +260,15 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
     }
     let status = child.wait().map_err(|e| format!("waiting for sbatch: {e}"))?;
     Ok(status.code().unwrap_or(1))
+}
+
+/// The batch script on the caller's stdin: bounded in size and in time (a terminal that never
+/// sends end-of-file must not hold the chaperon).
+fn read_stdin_script(stdio: &Stdio) -> Result<String, String> {
+    use std::os::fd::AsFd;
+    let bytes = crate::bounded::read_to_end(stdio.stdin.as_fd(), MAX_SCRIPT, crate::bounded::stdin_timeout())
+        .map_err(|e| format!("the batch script on stdin: {e}"))?;
+    String::from_utf8(bytes).map_err(|_| "the batch script is not valid UTF-8".to_string())
 }
 
 /// Opens a file the jail named, already resolved under the project, and checks that what was
@@ -273,6 +303,14 @@ fn fingerprint(data: &[u8]) -> String {
     ring::digest::digest(&ring::digest::SHA256, data).as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// What the caller asked to export: `--export`, else the variable the command reads it from
+/// (sbatch: `SBATCH_EXPORT`; srun: `SRUN_EXPORT_ENV`, then `SLURM_EXPORT_ENV`), else None (ALL).
+fn export_request(export: Option<&str>, req: &Request) -> Option<String> {
+    let vars: &[&str] =
+        if req.command == "srun" { &["SRUN_EXPORT_ENV", "SLURM_EXPORT_ENV"] } else { &["SBATCH_EXPORT"] };
+    export.map(str::to_owned).or_else(|| vars.iter().find_map(|v| req.env.get(*v).cloned()))
+}
+
 /// The variables the job gets inside the jail, from `--export` (or SBATCH_EXPORT): ALL (the
 /// default, as in Slurm) is the caller's environment; NONE is none; a list names them.
 fn export_env(
@@ -282,8 +320,7 @@ fn export_env(
     cwd: &Path,
     cfg: &Config,
 ) -> Result<Option<BTreeMap<String, String>>, String> {
-    let env_var = if req.command == "srun" { "SLURM_EXPORT_ENV" } else { "SBATCH_EXPORT" };
-    let spec = export.map(str::to_owned).or_else(|| req.env.get(env_var).cloned()).unwrap_or_else(|| "ALL".into());
+    let spec = export_request(export, req).unwrap_or_else(|| "ALL".into());
     let mut out = BTreeMap::new();
     if let Some(file) = export_file {
         let path = under_project(&cfg.project, cwd, file)?;
@@ -298,9 +335,10 @@ fn export_env(
     }
     let mut all = false;
     for item in spec.split(',') {
+        // Slurm compares the two keywords without regard to case (env.c, xstrcasecmp).
         match item {
-            "ALL" => all = true,
-            "NONE" | "" => {}
+            _ if item.eq_ignore_ascii_case("ALL") => all = true,
+            _ if item.eq_ignore_ascii_case("NONE") || item.is_empty() => {}
             _ => match item.split_once('=') {
                 Some((k, v)) => {
                     out.insert(k.to_string(), v.to_string());
@@ -334,8 +372,21 @@ fn srun(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, run: &Runn
     for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("SLURM_") && k != "SLURM_CONF") {
         cmd.env(k, v);
     }
+    dependencies_in_scope(&parsed.options, "--dependency", req, cfg)?;
+    // Files a step's tasks read and write are opened by each task inside its jail (see
+    // `job::job_command`), never by srun here or slurmstepd on the node: both run outside
+    // any jail and would follow the jail's symlinks, or read `~/.aws` on the caller's behalf.
+    // `all`, `none` and task numbers name no file and go to srun as they are.
+    let file = |long: &str| parsed.last(long).flatten().filter(|v| !job::names_no_file(v)).map(str::to_owned);
+    let (input, output, error) = (file("input"), file("output"), file("error"));
+    let mut ours = vec!["chdir", "export", "export-file", "open-mode"];
+    for (long, v) in [("input", &input), ("output", &output), ("error", &error)] {
+        if v.is_some() {
+            ours.push(long);
+        }
+    }
     let Some(program) = parsed.command.clone() else {
-        forward(&mut cmd, &parsed.options, &[]);
+        forward(&mut cmd, &parsed.options, &ours);
         return run(cmd, stdio);
     };
     if let Some(job) = parsed.jobid {
@@ -356,14 +407,88 @@ fn srun(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, run: &Runn
     let spec = JobSpec {
         job_name: parsed.last("job-name").flatten().unwrap_or("srun").to_owned(),
         command: Some(argv),
+        output: output.unwrap_or_default(),
+        error,
+        input: input.clone(),
+        append: parsed.last("open-mode").flatten().is_some_and(|m| m.eq_ignore_ascii_case("append")),
         ..job_spec(cfg, &job_cwd, export)
     };
-    let dir = write_job_dir(cfg, &spec, "")?;
+    let (dir, _) = write_job_dir(cfg, &spec, "")?;
     audit.script_bytes = None;
-    cmd.arg("--export=NONE").arg(format!("--chdir={}", job_cwd.display()));
-    forward(&mut cmd, &parsed.options, &["chdir", "export", "export-file"]);
+    // The tasks start in the job directory (ours, not the jail's); `exec --job` puts them in
+    // their working directory inside the jail.
+    cmd.arg("--export=NONE").arg(format!("--chdir={}", dir.display()));
+    if input.is_some() {
+        cmd.arg("--input=none");
+    }
+    forward(&mut cmd, &parsed.options, &ours);
+    // srun names a step (and a job it allocates) after its command, unless told otherwise
+    // (--job-name, or SLURM_JOB_NAME inside a job): ours is the launcher, not the user's.
+    if parsed.last("job-name").is_none() && std::env::var_os("SLURM_JOB_NAME").is_none() {
+        let base = spec.command.iter().flatten().next().map(|p| p.rsplit('/').next().unwrap_or(p).to_string());
+        let base = base.filter(|b| !b.is_empty() && !b.chars().any(char::is_control));
+        cmd.arg(format!("--job-name={}", base.unwrap_or_else(|| "srun".into())));
+    }
     cmd.arg(&cfg.exe).arg("exec").arg("--job").arg(&dir);
     run(cmd, stdio)
+}
+
+/// `--clusters/-M` in a read-only view: every name must be the local cluster or `all`, and the
+/// real command is asked about the local cluster alone (`all` included), so the answer stays
+/// within the scope the chaperon filters. Returns the option to give the real command (a
+/// later `--clusters` overrides an earlier one, as Slurm reads them), if one was asked for.
+pub(crate) fn local_cluster_only(
+    options: &[(&'static str, Option<String>)],
+    cfg: &Config,
+) -> Result<Option<String>, String> {
+    let mut asked = false;
+    for (_, value) in options.iter().filter(|(l, _)| *l == "clusters") {
+        asked = true;
+        for name in crate::grammar::cluster_names(value.as_deref().unwrap_or_default()) {
+            if name != "all" && Some(name.as_str()) != cfg.cluster_name() {
+                return Err(format!(
+                    "--clusters: `{}` is not this cluster ({}); a sandboxed session sees its own cluster only",
+                    crate::grammar::clip(&name),
+                    cfg.cluster_name().unwrap_or("its name is unknown")
+                ));
+            }
+        }
+    }
+    Ok(match (asked, cfg.cluster_name()) {
+        (true, Some(name)) => Some(format!("--clusters={name}")),
+        _ => None,
+    })
+}
+
+/// Every job a dependency value names (each occurrence, not only the last one Slurm uses)
+/// must be in the caller's scope: a foreign job's state must not steer, or be probed by, ours.
+pub(crate) fn dependencies_in_scope<'a>(
+    options: impl IntoIterator<Item = &'a (&'static str, Option<String>)>,
+    shown: &str,
+    req: &Request,
+    cfg: &Config,
+) -> Result<(), String> {
+    let mut mine: Option<Vec<u32>> = None;
+    for (long, value) in options {
+        if !long.eq_ignore_ascii_case("dependency") {
+            continue;
+        }
+        let Some(dep) = value.as_deref().filter(|d| !d.is_empty()) else { continue };
+        let ids = crate::grammar::dependency_job_ids(dep).map_err(|e| format!("{shown}: {e}"))?;
+        if ids.is_empty() {
+            continue;
+        }
+        let mine = match &mut mine {
+            Some(m) => m,
+            None => mine.insert(jobs_in_scope(req, cfg)?),
+        };
+        // A step may also wait on its own allocation (this chaperon runs inside that job).
+        let own = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse::<u32>().ok());
+        if let Some(foreign) = ids.iter().find(|id| !mine.contains(id) && own != Some(**id)) {
+            return Err(format!("{shown}: job {foreign} is not one of this project's jobs"));
+        }
+    }
+    Ok(())
 }
 
 /// What every job directory holds for this session: the frozen policy, project and cwd.
@@ -379,13 +504,15 @@ fn job_spec(cfg: &Config, cwd: &Path, export: Option<BTreeMap<String, String>>) 
         error: None,
         input: None,
         append: false,
+        slurm_export_env: None,
         job_name: String::new(),
         script_args: vec![],
         command: None,
     }
 }
 
-fn write_job_dir(cfg: &Config, spec: &JobSpec, script: &str) -> Result<PathBuf, String> {
+/// Writes the job directory; returns it and the wrapper script Slurm is to run.
+fn write_job_dir(cfg: &Config, spec: &JobSpec, script: &str) -> Result<(PathBuf, String), String> {
     let jobs = cfg.state_dir.join("jobs");
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&jobs).map_err(|e| e.to_string())?;
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -412,7 +539,7 @@ fn write_job_dir(cfg: &Config, spec: &JobSpec, script: &str) -> Result<PathBuf, 
         q(&dir)
     );
     write(job::WRAPPER, wrapper.as_bytes(), 0o500)?;
-    Ok(dir)
+    Ok((dir, wrapper))
 }
 
 /// Options the real command gets as the caller wrote them, minus those the chaperon handles.
@@ -445,20 +572,20 @@ fn squeue(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result
     if let Some(asked) = parsed.jobs.as_ref().filter(|a| !a.is_empty()) {
         ids.retain(|id| asked.iter().any(|r| r.job == *id));
     }
+    let cluster = local_cluster_only(&parsed.options, cfg)?;
     let mut cmd = Command::new(cfg.real("squeue"));
     clean(&mut cmd, cfg);
+    cmd.args(cluster);
     if parsed.output != Output::Table {
         // squeue --json/--yaml ignore the filters: the chaperon asks for JSON, narrows the
         // document to the scope, and writes it as asked (YAML from the same document).
-        forward(&mut cmd, &parsed.options, &["jobs", "steps", "user", "users", "yaml"]);
+        forward(&mut cmd, &parsed.options, &["jobs", "steps", "user", "users", "yaml", "clusters"]);
         if parsed.output == Output::Yaml {
             cmd.arg("--json");
         }
-        cmd.stdout(std::process::Stdio::piped()).stdin(std::process::Stdio::null()).stderr(stdio.stderr);
-        let out = cmd.output().map_err(|e| format!("cannot run squeue: {e}"))?;
-        let mut stdout = std::fs::File::from(stdio.stdout);
-        let mut v: serde_json::Value =
-            serde_json::from_slice(&out.stdout).map_err(|e| format!("squeue --json: {e}"))?;
+        cmd.stdin(std::process::Stdio::null()).stderr(stdio.stderr);
+        let (out, status) = crate::bounded::capture(cmd, MAX_CAPTURE, crate::bounded::QUERY_TIMEOUT)?;
+        let mut v: serde_json::Value = serde_json::from_slice(&out).map_err(|e| format!("squeue --json: {e}"))?;
         if let Some(jobs) = v.get_mut("jobs").and_then(|j| j.as_array_mut()) {
             jobs.retain(|j| j.get("job_id").and_then(|i| i.as_u64()).is_some_and(|i| ids.contains(&(i as u32))));
         }
@@ -466,10 +593,12 @@ fn squeue(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result
             Output::Yaml => format!("---\n{}", crate::yaml::to_yaml(&v)),
             _ => format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
         };
-        let _ = stdout.write_all(text.as_bytes());
-        return Ok(out.status.code().unwrap_or(1));
+        use std::os::fd::AsFd;
+        crate::bounded::write_all(stdio.stdout.as_fd(), text.as_bytes(), crate::bounded::QUERY_TIMEOUT)
+            .map_err(|e| format!("writing squeue's answer: {e}"))?;
+        return Ok(status.code().unwrap_or(1));
     }
-    forward(&mut cmd, &parsed.options, &["jobs", "steps", "user", "users"]);
+    forward(&mut cmd, &parsed.options, &["jobs", "steps", "user", "users", "clusters"]);
     if ids.is_empty() {
         // Nothing in scope: a filter that matches nothing, so the header still looks real.
         cmd.arg("--name=agent-sandbox-no-job-in-scope");

@@ -39,6 +39,11 @@ pub struct JobSpec {
     pub input: Option<String>,
     /// `--open-mode=append`.
     pub append: bool,
+    /// What sbatch itself sets `SLURM_EXPORT_ENV` to in the job: the caller's `--export`
+    /// unless it is `ALL` (Slurm's sbatch/opt.c does the same). The node's value is the
+    /// wrapper's `--export=NONE`, which must not leak to the job's own `srun` steps.
+    #[serde(default)]
+    pub slurm_export_env: Option<String>,
     pub job_name: String,
     pub script_args: Vec<String>,
     /// An srun step: run this command (resolved inside the jail) with the task's own stdio,
@@ -47,12 +52,17 @@ pub struct JobSpec {
     pub command: Option<Vec<String>>,
 }
 
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 impl JobSpec {
     pub fn read(dir: &Path) -> Result<JobSpec, String> {
-        let text = std::fs::read_to_string(dir.join(SPEC)).map_err(|e| format!("{}: {e}", dir.join(SPEC).display()))?;
-        let spec: JobSpec = serde_json::from_str(&text).map_err(|e| format!("{}: {e}", dir.join(SPEC).display()))?;
+        let text = std::fs::read(dir.join(SPEC)).map_err(|e| format!("{}: {e}", dir.join(SPEC).display()))?;
+        JobSpec::parse(&text).map_err(|e| format!("{}: {e}", dir.join(SPEC).display()))
+    }
+
+    /// A node that cannot read the spec refuses the job: never a default in its place.
+    pub fn parse(text: &[u8]) -> Result<JobSpec, String> {
+        let spec: JobSpec = serde_json::from_slice(text).map_err(|e| e.to_string())?;
         if spec.version != VERSION {
             return Err(format!(
                 "job directory format {} is not {VERSION}: submitted by another version",
@@ -63,7 +73,127 @@ impl JobSpec {
     }
 }
 
-/// Expands Slurm's filename patterns (`%j %A %a %x %u %N %n %t %%`, with an optional
+/// A job directory as `exec --job` opens it on the compute node: found under the node's own
+/// `jobs` directory (never a path the job's environment chose), each file opened without
+/// following a symlink, the spec read through the descriptor.
+pub struct OpenedJob {
+    pub dir: PathBuf,
+    pub spec: JobSpec,
+    /// The batch script, read through a descriptor opened without following a symlink.
+    pub script: String,
+}
+
+/// Largest `job.json` read (the frozen policy is most of it).
+const MAX_SPEC: usize = 16 << 20;
+
+pub fn open_job(jobs: &Path, arg: &Path) -> Result<OpenedJob, String> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::{fstat, Mode};
+    use std::path::Component;
+    let bad = || format!("{} is not a job directory of this user ({})", arg.display(), jobs.display());
+    // A plain absolute path, one name below `jobs`: no `..`, no `.`, nothing to resolve.
+    if !arg.is_absolute() || arg.components().any(|c| matches!(c, Component::ParentDir | Component::CurDir)) {
+        return Err(bad());
+    }
+    let (Some(parent), Some(name)) = (arg.parent(), arg.file_name()) else { return Err(bad()) };
+    let jobs_canon = std::fs::canonicalize(jobs).map_err(|e| format!("{}: {e}", jobs.display()))?;
+    if parent != jobs && parent != jobs_canon {
+        return Err(bad());
+    }
+    let cloexec = OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
+    let jobs_fd = nix::fcntl::open(&jobs_canon, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(|e| format!("{}: {e}", jobs_canon.display()))?;
+    let dir_fd = openat(&jobs_fd, name, OFlag::O_RDONLY | OFlag::O_DIRECTORY | cloexec, Mode::empty())
+        .map_err(|e| format!("{}: {e}", arg.display()))?;
+    let st = fstat(&dir_fd).map_err(|e| format!("{}: {e}", arg.display()))?;
+    if st.st_uid != nix::unistd::getuid().as_raw() || st.st_mode & 0o022 != 0 {
+        return Err(format!("{}: not owned by this user, or writable by others", arg.display()));
+    }
+    let spec_fd = openat(&dir_fd, SPEC, OFlag::O_RDONLY | cloexec, Mode::empty())
+        .map_err(|e| format!("{}/{SPEC}: {e}", arg.display()))?;
+    let text = crate::bounded::read_file(std::fs::File::from(spec_fd), MAX_SPEC)
+        .map_err(|e| format!("{}/{SPEC}: {e}", arg.display()))?;
+    let spec = JobSpec::parse(&text).map_err(|e| format!("{}/{SPEC}: {e}", arg.display()))?;
+    let script_fd = openat(&dir_fd, SCRIPT, OFlag::O_RDONLY | OFlag::O_NONBLOCK | cloexec, Mode::empty())
+        .map_err(|e| format!("{}/{SCRIPT}: {e}", arg.display()))?;
+    let st = fstat(&script_fd).map_err(|e| format!("{}/{SCRIPT}: {e}", arg.display()))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(format!("{}/{SCRIPT}: not a regular file", arg.display()));
+    }
+    let script = crate::bounded::read_file(std::fs::File::from(script_fd), crate::dispatch::MAX_SCRIPT)
+        .map_err(|e| format!("{}/{SCRIPT}: {e}", arg.display()))?;
+    let script = String::from_utf8(script).map_err(|_| format!("{}/{SCRIPT}: not UTF-8", arg.display()))?;
+    Ok(OpenedJob { dir: jobs_canon.join(name), spec, script })
+}
+
+/// srun's `--input/--output/--error` values that name no file: `all`, `none`, a task number
+/// (srun's io option reader compares the words without regard to case).
+pub fn names_no_file(v: &str) -> bool {
+    v.eq_ignore_ascii_case("all")
+        || v.eq_ignore_ascii_case("none")
+        || (!v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The command line `exec --job` runs inside the jail: for a batch job its script with the
+/// output files opened there; for an srun step its command, with any files its
+/// `--input/--output/--error` name opened there too. `expand` fills Slurm's `%` patterns
+/// from the node's environment. `tasks_share_files`: several tasks of the step open the
+/// same output name, so each appends (one task truncating would cut another's output).
+pub fn job_command(
+    spec: &JobSpec,
+    expand: &dyn Fn(&str) -> String,
+    tasks_share_files: bool,
+    script_inside: &str,
+) -> Vec<String> {
+    let program: Vec<String> = match &spec.command {
+        Some(argv) if !argv.is_empty() => argv.clone(),
+        _ => std::iter::once(script_inside.to_string()).chain(spec.script_args.iter().cloned()).collect(),
+    };
+    let step = matches!(&spec.command, Some(argv) if !argv.is_empty());
+    let output = (!spec.output.is_empty()).then_some(spec.output.as_str());
+    let redirect = |pattern: &str| {
+        let per_task = pattern.contains("%t");
+        if spec.append || (step && tasks_share_files && !per_task) {
+            ">>"
+        } else {
+            ">"
+        }
+    };
+    // Positional parameters carry the file names: nothing from the job is ever parsed as shell.
+    let mut words = String::from("exec");
+    let mut files = vec![];
+    if let Some(i) = spec.input.as_deref() {
+        words.push_str(&format!(" <\"${}\"", files.len() + 1));
+        files.push(expand(i));
+    } else if !step {
+        words.push_str(&format!(" <\"${}\"", files.len() + 1));
+        files.push("/dev/null".into());
+    }
+    if let Some(o) = output {
+        words.push_str(&format!(" 1{}\"${}\"", redirect(o), files.len() + 1));
+        files.push(expand(o));
+    }
+    match (&spec.error, output) {
+        (Some(e), _) => {
+            words.push_str(&format!(" 2{}\"${}\"", redirect(e), files.len() + 1));
+            files.push(expand(e));
+        }
+        // sbatch: without --error, stderr goes where stdout goes; srun: it stays the task's.
+        (None, Some(_)) if !step => words.push_str(" 2>&1"),
+        (None, _) => {}
+    }
+    if files.is_empty() {
+        return program;
+    }
+    let n = files.len();
+    let mut command = vec!["/bin/sh".to_string(), "-c".into(), format!("{words}; shift {n}; exec \"$@\"")];
+    command.push(if step { "agent-sandbox-step" } else { "agent-sandbox-job" }.into());
+    command.extend(files);
+    command.extend(program);
+    command
+}
+
+/// Expands Slurm's filename patterns (`%j %J %s %A %a %x %u %N %n %t %%`, with an optional
 /// zero-pad width such as `%4a`) from the job's environment, as slurmstepd would.
 pub fn expand_pattern(pattern: &str, vars: &dyn Fn(&str) -> Option<String>, user: &str, job_name: &str) -> String {
     let mut out = String::new();
@@ -81,6 +211,7 @@ pub fn expand_pattern(pattern: &str, vars: &dyn Fn(&str) -> Option<String>, user
         let width: usize = width.parse().unwrap_or(0).min(10);
         let pad = |v: String| format!("{v:0>width$}");
         let job = || vars("SLURM_JOB_ID").unwrap_or_default();
+        let step = || vars("SLURM_STEP_ID").or_else(|| vars("SLURM_STEPID"));
         match chars.next() {
             Some('%') => out.push('%'),
             Some('j') => out.push_str(&pad(job())),
@@ -89,7 +220,13 @@ pub fn expand_pattern(pattern: &str, vars: &dyn Fn(&str) -> Option<String>, user
             Some('x') => out.push_str(job_name),
             Some('u') => out.push_str(user),
             Some('N') => out.push_str(&vars("SLURMD_NODENAME").unwrap_or_default()),
-            Some('n') | Some('t') => out.push_str(&pad("0".into())),
+            Some('n') => out.push_str(&pad(vars("SLURM_NODEID").unwrap_or_else(|| "0".into()))),
+            Some('t') => out.push_str(&pad(vars("SLURM_PROCID").unwrap_or_else(|| "0".into()))),
+            Some('s') => out.push_str(&pad(step().unwrap_or_else(|| "batch".into()))),
+            Some('J') => match step() {
+                Some(s) => out.push_str(&format!("{}.{s}", job())),
+                None => out.push_str(&job()),
+            },
             Some(other) => {
                 out.push('%');
                 out.push(other);
@@ -120,6 +257,110 @@ mod tests {
         assert_eq!(expand_pattern("slurm-%A_%a.out", &none, "u", "x"), "slurm-_4294967294.out");
     }
 
+    fn spec() -> JobSpec {
+        JobSpec {
+            version: VERSION,
+            session: "s".into(),
+            project: "/p".into(),
+            cwd: "/p".into(),
+            policy: "{}".into(),
+            export: None,
+            output: String::new(),
+            error: None,
+            input: None,
+            append: false,
+            slurm_export_env: None,
+            job_name: "j".into(),
+            script_args: vec![],
+            command: None,
+        }
+    }
+
+    #[test]
+    fn batch_jobs_open_their_files_inside_the_jail_by_positional_parameter() {
+        let id = |p: &str| p.replace("%j", "42");
+        let s = JobSpec { output: "out-%j; rm -rf ~".into(), script_args: vec!["a b".into()], ..spec() };
+        let c = job_command(&s, &id, false, "/run/agent-sandbox/job-script");
+        assert_eq!(c[..3], ["/bin/sh", "-c", "exec <\"$1\" 1>\"$2\" 2>&1; shift 2; exec \"$@\""]);
+        // The file name is a parameter, never shell text.
+        assert_eq!(
+            c[3..],
+            ["agent-sandbox-job", "/dev/null", "out-42; rm -rf ~", "/run/agent-sandbox/job-script", "a b"]
+        );
+        let s =
+            JobSpec { output: "o".into(), error: Some("e".into()), input: Some("i".into()), append: true, ..spec() };
+        let c = job_command(&s, &id, false, "/s");
+        assert_eq!(c[2], "exec <\"$1\" 1>>\"$2\" 2>>\"$3\"; shift 3; exec \"$@\"");
+        assert_eq!(c[4..], ["i", "o", "e", "/s"]);
+    }
+
+    #[test]
+    fn steps_redirect_only_what_srun_named_and_shared_files_are_appended() {
+        let step = |o: &str, e: Option<&str>, i: Option<&str>| JobSpec {
+            command: Some(vec!["cat".into(), "x".into()]),
+            output: o.into(),
+            error: e.map(Into::into),
+            input: i.map(Into::into),
+            ..spec()
+        };
+        let same = |p: &str| p.to_string();
+        assert_eq!(job_command(&step("", None, None), &same, true, "/s"), ["cat", "x"]);
+        let c = job_command(&step("", None, Some("in.txt")), &same, true, "/s");
+        assert_eq!(c[2..], ["exec <\"$1\"; shift 1; exec \"$@\"", "agent-sandbox-step", "in.txt", "cat", "x"]);
+        // Several tasks, one file: each appends. One file per task (%t): truncated as asked.
+        let c = job_command(&step("out.txt", Some("err-%t"), None), &same, true, "/s");
+        assert_eq!(c[2], "exec 1>>\"$1\" 2>\"$2\"; shift 2; exec \"$@\"");
+        let c = job_command(&step("out.txt", None, None), &same, false, "/s");
+        assert_eq!(c[2], "exec 1>\"$1\"; shift 1; exec \"$@\"", "a single task truncates; stderr stays the task's");
+    }
+
+    #[test]
+    fn srun_io_words_that_name_no_file() {
+        for w in ["all", "ALL", "none", "None", "0", "17"] {
+            assert!(names_no_file(w), "{w}");
+        }
+        for w in ["", "out.txt", "0x", "-1", "%t.out", "12345678901"] {
+            assert!(!names_no_file(w), "{w}");
+        }
+    }
+
+    #[test]
+    fn step_patterns_expand_per_task_and_node() {
+        let env = |k: &str| match k {
+            "SLURM_JOB_ID" => Some("42".to_string()),
+            "SLURM_STEP_ID" => Some("3".to_string()),
+            "SLURM_PROCID" => Some("5".to_string()),
+            "SLURM_NODEID" => Some("1".to_string()),
+            _ => None,
+        };
+        assert_eq!(expand_pattern("%j_%t_%n_%s_%J_%2t", &env, "u", "x"), "42_5_1_3_42.3_05");
+    }
+
+    #[test]
+    fn a_job_directory_is_found_only_below_the_nodes_own_jobs_directory() {
+        let dir = std::env::temp_dir().join(format!("chaperon-open-job-{}", std::process::id()));
+        let jobs = dir.join("jobs");
+        let job = jobs.join("s-1-0");
+        std::fs::create_dir_all(&job).unwrap();
+        std::fs::write(job.join(SPEC), serde_json::to_string(&spec()).unwrap()).unwrap();
+        std::fs::write(job.join(SCRIPT), "#!/bin/sh\necho hi\n").unwrap();
+        let opened = open_job(&jobs, &job).unwrap();
+        assert_eq!((opened.spec, opened.script.as_str()), (spec(), "#!/bin/sh\necho hi\n"));
+        assert!(open_job(&jobs, &jobs.join("s-1-0/../s-1-0")).is_err(), "`..`");
+        assert!(open_job(&jobs, &dir).is_err(), "not below jobs/");
+        // A job directory that is a symlink (to one the jail could write) is not followed.
+        let elsewhere = dir.join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        std::fs::write(elsewhere.join(SPEC), serde_json::to_string(&spec()).unwrap()).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, jobs.join("s-1-1")).unwrap();
+        assert!(open_job(&jobs, &jobs.join("s-1-1")).is_err(), "symlinked job directory");
+        // Nor a spec or script that is a symlink.
+        std::fs::remove_file(job.join(SCRIPT)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", job.join(SCRIPT)).unwrap();
+        assert!(open_job(&jobs, &job).is_err(), "symlinked script");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     #[test]
     fn spec_round_trips_and_refuses_other_versions() {
         let dir = std::env::temp_dir().join(format!("chaperon-job-{}", std::process::id()));
@@ -135,6 +376,7 @@ mod tests {
             error: None,
             input: None,
             append: false,
+            slurm_export_env: None,
             job_name: "wrap".into(),
             script_args: vec![],
             command: None,

@@ -5,6 +5,7 @@
 //! peer check, fd passing), `dispatch` (deciding and running a request), `job` (the job
 //! directory `agent-sandbox exec --job` reads) and `scope` (which jobs a session may see).
 
+pub mod bounded;
 pub mod dispatch;
 pub mod grammar;
 pub mod job;

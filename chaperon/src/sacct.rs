@@ -5,7 +5,7 @@
 
 use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
 use crate::jobid::{parse_job_list, JobRef, STEPS};
-use crate::table::{allow, bad_value, deny, last, output, user_list, Options, Output, CLUSTERS};
+use crate::table::{allow, bad_value, deny, last, output, user_list, Options, Output, CLUSTERS, CLUSTER_SPELLING};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -23,7 +23,7 @@ pub static SACCT: &[OptSpec] = &[
     allow("federation", None, Flag, Any),
     allow("helpformat", Some('e'), Flag, Any),
     allow("help-fields", None, Flag, Any),
-    allow("endtime", Some('E'), Val, Text),
+    allow("endtime", Some('E'), Val, DateTimeOrBlank),
     allow("flags", Some('F'), Val, Text),
     // A group filter cannot widen the view: the chaperon keeps sacct to the caller's jobs.
     allow("gid", None, Val, Text),
@@ -40,7 +40,8 @@ pub static SACCT: &[OptSpec] = &[
     allow("long", Some('l'), Flag, Any),
     allow("nodelist", Some('N'), Val, NodeList),
     allow("noconvert", None, Flag, Any),
-    allow("units", None, Val, Choice(&["K", "M", "G", "T", "P"])),
+    // get_unit_type(*optarg): only the first letter counts.
+    allow("units", None, Val, Initial(&["K", "M", "G", "T", "P"])),
     allow("noheader", Some('n'), Flag, Any),
     allow("fields", None, Val, Text),
     allow("format", Some('o'), Val, Text),
@@ -50,7 +51,7 @@ pub static SACCT: &[OptSpec] = &[
     allow("partition", Some('r'), Val, Text),
     allow("reason", None, Val, Text),
     allow("state", Some('s'), Val, Text),
-    allow("starttime", Some('S'), Val, Text),
+    allow("starttime", Some('S'), Val, DateTimeOrBlank),
     allow("truncate", Some('T'), Flag, Any),
     // Recorded in `users`: the chaperon refuses any user but the caller.
     allow("user", Some('u'), Val, Text),
@@ -59,7 +60,7 @@ pub static SACCT: &[OptSpec] = &[
     allow("verbose", Some('v'), Flag, Any),
     allow("version", Some('V'), Flag, Any),
     allow("wckeys", Some('W'), Val, Text),
-    allow("whole-hetjob", None, Opt, Choice(&["yes", "no"])),
+    allow("whole-hetjob", None, Opt, Choice(&["yes", "no", "y", "n"])),
     allow("associations", Some('x'), Val, Text),
     allow("json", None, Flag, Any),
     allow("yaml", None, Flag, Any),
@@ -69,8 +70,9 @@ pub static SACCT: &[OptSpec] = &[
     deny("completion", Some('c'), Flag, "job-completion records are not kept per user; use sacct without -c"),
     deny("file", Some('f'), Val, "it reads a file on the login node outside the jail"),
     deny("allclusters", Some('L'), Flag, CLUSTERS),
-    deny("clusters", Some('M'), Val, CLUSTERS),
-    deny("cluster", None, Val, CLUSTERS),
+    // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
+    allow("clusters", Some('M'), Val, Clusters),
+    deny("cluster", None, Val, CLUSTER_SPELLING),
     deny("use-local-uid", None, Flag, NOT_LISTED),
 ];
 
@@ -244,6 +246,7 @@ mod tests {
         denied_with(SACCT, "batch-script", "wrapper");
         denied_with(SACCT, "file", "outside the jail");
         denied_with(SACCT, "allclusters", "local cluster");
+        denied_with(SACCT, "cluster", "--clusters");
         let e = sa(&["-nXa"]).unwrap_err();
         assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "-a (--allusers)"), "{e:?}");
         assert!(matches!(sa(&["-B", "-j", "5"]), Err(GrammarError::Denied { .. })));
@@ -254,6 +257,26 @@ mod tests {
         let r =
             sa(&["-X", "--parsable2", "--noheader", "--format=JobIdRaw,State", "--starttime", "now-2days"]).unwrap();
         assert_eq!(r.last("format"), Some(Some("JobIdRaw,State")));
+        // Snakemake's Slurm executor, verbatim.
+        let r = sa(&[
+            "-X",
+            "--parsable2",
+            "--clusters",
+            "all",
+            "--noheader",
+            "--format=JobIdRaw,State",
+            "--starttime",
+            "2026-11-24T10:00",
+            "--endtime",
+            "now",
+            "--name",
+            "2f7e7b0c-5b4f-4e0a-9f1e-0c6f6b6d2a11",
+        ])
+        .unwrap();
+        assert_eq!(r.last("clusters"), Some(Some("all")));
+        for bad in [&["--starttime", "yesterday"][..], &["-E", "now+"], &["-M", "a;b"]] {
+            assert!(matches!(sa(bad), Err(GrammarError::BadValue { .. })), "{bad:?}");
+        }
         let r = sa(&["--name", "2f7e7b0c-uuid", "--parsable2", "--noheader", "--format=JobIdRaw,State"]).unwrap();
         assert_eq!((r.jobs, r.users.len()), (None, 0));
     }

@@ -21,12 +21,12 @@ pub static SBATCH: &[OptSpec] = &[
     allow("time", Some('t'), Val, Time),
     allow("time-min", None, Val, Time),
     allow("nodes", Some('N'), Val, Text),
-    allow("ntasks", Some('n'), Val, Int),
-    allow("ntasks-per-node", None, Val, Int),
-    allow("ntasks-per-socket", None, Val, Int),
-    allow("ntasks-per-core", None, Val, Int),
-    allow("ntasks-per-gpu", None, Val, Int),
-    allow("cpus-per-task", Some('c'), Val, Int),
+    allow("ntasks", Some('n'), Val, PositiveInt),
+    allow("ntasks-per-node", None, Val, PositiveInt),
+    allow("ntasks-per-socket", None, Val, PositiveInt),
+    allow("ntasks-per-core", None, Val, PositiveInt),
+    allow("ntasks-per-gpu", None, Val, PositiveInt),
+    allow("cpus-per-task", Some('c'), Val, PositiveInt),
     allow("mem", None, Val, Memory),
     allow("mem-per-cpu", None, Val, Memory),
     allow("mem-per-gpu", None, Val, Memory),
@@ -34,7 +34,7 @@ pub static SBATCH: &[OptSpec] = &[
     allow("gpus", Some('G'), Val, Text),
     allow("gpus-per-node", None, Val, Text),
     allow("gpus-per-task", None, Val, Text),
-    allow("cpus-per-gpu", None, Val, Int),
+    allow("cpus-per-gpu", None, Val, PositiveInt),
     allow("constraint", Some('C'), Val, Text),
     allow("exclusive", None, Opt, Choice(&["exclusive", "oversubscribe", "user", "mcs"])),
     allow("oversubscribe", Some('s'), Flag, Any),
@@ -46,23 +46,25 @@ pub static SBATCH: &[OptSpec] = &[
     allow("output", Some('o'), Val, Path),
     allow("error", Some('e'), Val, Path),
     allow("input", Some('i'), Val, Path),
-    allow("open-mode", None, Val, Choice(&["append", "truncate"])),
+    // arg_set_open_mode reads only the first letter.
+    allow("open-mode", None, Val, Initial(&["append", "truncate"])),
     allow("comment", None, Val, Text),
-    allow("begin", Some('b'), Val, Text),
-    allow("deadline", None, Val, Text),
+    allow("begin", Some('b'), Val, DateTime),
+    allow("deadline", None, Val, DateTime),
     allow("hold", Some('H'), Flag, Any),
-    allow("nice", None, Opt, Int),
+    // Negative is valid syntax; Slurm itself refuses it from a user who is not an operator.
+    allow("nice", None, Opt, Nice),
     allow("priority", None, Val, Text),
     allow("requeue", None, Flag, Any),
     allow("no-requeue", None, Flag, Any),
     allow("reservation", None, Val, Text),
-    allow("signal", None, Val, Signal),
+    allow("signal", None, Val, SbatchSignal),
     allow("licenses", Some('L'), Val, Text),
     allow("hint", None, Val, Text),
     allow("distribution", Some('m'), Val, Text),
     allow("mem-bind", None, Val, Text),
     allow("cpu-freq", None, Val, Text),
-    allow("threads-per-core", None, Val, Int),
+    allow("threads-per-core", None, Val, PositiveInt),
     allow("switches", None, Val, Text),
     allow("tmp", None, Val, Memory),
     allow("wckey", None, Val, Text),
@@ -350,20 +352,7 @@ mod tests {
 
     /// A value each kind accepts, for round trips.
     fn sample(kind: ValueKind) -> &'static str {
-        match kind {
-            Text | Any => "x",
-            Int => "4",
-            Time => "1:00:00",
-            Memory => "4G",
-            NodeList => "node[01-02]",
-            JobName => "job",
-            Path => "out.txt",
-            JobIdList => "123",
-            Dependency => "afterok:123",
-            ExportSpec => "ALL",
-            Signal => "USR1@60",
-            Choice(words) => words[0],
-        }
+        crate::table::testkit::sample(kind)
     }
 
     /// FEATURES section C's sbatch allow-list, verbatim.
@@ -804,6 +793,11 @@ mod tests {
         let r = sbatch(&["/p/submission.sh"], Some(script)).unwrap();
         assert_eq!(r.options.len(), 9);
         assert_eq!(r.last("signal"), Some(Some("USR2@90")));
+        // submitit writes sizes with a B (str_to_mbytes takes "102MB"); a negative nice is valid syntax.
+        let script = "#!/bin/bash\n#SBATCH --mem=102MB\n#SBATCH --nice=-5\n#SBATCH --begin=now+1hour\n\
+                      #SBATCH --signal=B:USR2@90\n#SBATCH --open-mode=a\nsrun true\n";
+        let r = sbatch(&["/p/submission.sh"], Some(script)).unwrap();
+        assert_eq!((r.last("mem"), r.last("nice")), (Some(Some("102MB")), Some(Some("-5"))));
     }
 
     use crate::table::testkit::Rng;
@@ -830,7 +824,23 @@ mod tests {
     #[test]
     fn random_arguments_and_scripts_never_panic() {
         let mut rng = Rng(0x5eed_cafe_f00d_0001);
-        let kinds = [Text, Int, Time, Memory, NodeList, JobName, Path, JobIdList, Dependency, ExportSpec, Signal, Any];
+        let kinds = [
+            Text,
+            Int,
+            PositiveInt,
+            Nice,
+            Time,
+            Memory,
+            DateTime,
+            NodeList,
+            JobName,
+            Path,
+            JobIdList,
+            Dependency,
+            ExportSpec,
+            SbatchSignal,
+            Any,
+        ];
         let mut outcomes = [0usize; 2];
         for _ in 0..50_000 {
             let args: Vec<String> = (0..rng.below(8)).map(|_| token(&mut rng)).collect();

@@ -25,8 +25,8 @@ pub static SCANCEL: &[OptSpec] = &[
     allow("qos", Some('q'), Val, Text),
     allow("quiet", Some('Q'), Flag, Any),
     allow("reservation", Some('R'), Val, Text),
-    // A name or number only; `parse_scancel` refuses sbatch's `B:` and `@time` forms.
-    allow("signal", Some('s'), Val, Signal),
+    // A name or number only (scancel reads it with sig_name2num alone, no `B:` or `@time`).
+    allow("signal", Some('s'), Val, SignalName),
     allow("state", Some('t'), Val, Choice(&["PENDING", "PD", "RUNNING", "R", "SUSPENDED", "S"])),
     allow("usage", None, Flag, Any),
     // Recorded in `users`: the chaperon refuses any user but the caller.

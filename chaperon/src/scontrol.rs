@@ -148,12 +148,13 @@ pub static UPDATE_KEYS: &[OptSpec] = &[
     // Only lowered in effect: Slurm refuses a raise from a user; `TimeLimit+=` is refused here.
     allow("TimeLimit", None, Val, Time),
     allow("TimeMin", None, Val, Time),
-    // Only 0 or more: a negative nice (a raise in priority) is for administrators.
+    // Only 0 or more: a negative nice (a raise in priority) is for administrators. scontrol reads
+    // it with strtoll and ignores trailing junk ("5x" is 5); Int refuses that, and " -5" too.
     allow("Nice", None, Opt, Int),
     // The chaperon checks every job a dependency names is in scope (`dependency_job_ids`).
     allow("Dependency", None, Val, Dependency),
-    allow("StartTime", None, Val, Text),
-    allow("EligibleTime", None, Val, Text),
+    allow("StartTime", None, Val, DateTime),
+    allow("EligibleTime", None, Val, DateTime),
     allow("Partition", None, Val, Text),
     allow("QOS", None, Val, Text),
     allow("Account", None, Val, Text),
@@ -161,14 +162,16 @@ pub static UPDATE_KEYS: &[OptSpec] = &[
     allow("WCKey", None, Val, Text),
     allow("NumNodes", None, Val, Text),
     allow("ReqNodes", None, Val, Text),
-    allow("NumTasks", None, Val, Int),
-    allow("ReqProcs", None, Val, Int),
+    // update_job.c reads these numbers with parse_uint32/parse_uint16/parse_uint64: no unit
+    // suffix, even on the memory sizes (megabytes).
+    allow("NumTasks", None, Val, Uint32),
+    allow("ReqProcs", None, Val, Uint32),
     allow("NumCPUs", None, Val, Text),
-    allow("CPUsPerTask", None, Val, Int),
-    allow("MinCPUsNode", None, Val, Int),
-    allow("MinMemoryNode", None, Val, Memory),
-    allow("MinMemoryCPU", None, Val, Memory),
-    allow("TasksPerNode", None, Val, Int),
+    allow("CPUsPerTask", None, Val, Uint16),
+    allow("MinCPUsNode", None, Val, Uint16),
+    allow("MinMemoryNode", None, Val, Uint64),
+    allow("MinMemoryCPU", None, Val, Uint64),
+    allow("TasksPerNode", None, Val, Uint16),
     allow("Gres", None, Val, Text),
     allow("Features", None, Val, Text),
     allow("Prefer", None, Val, Text),
@@ -176,9 +179,9 @@ pub static UPDATE_KEYS: &[OptSpec] = &[
     allow("ExcNodeList", None, Val, NodeList),
     allow("Licenses", None, Val, Text),
     allow("ArrayTaskThrottle", None, Val, Int),
-    allow("OverSubscribe", None, Val, Choice(&["yes", "no"])),
-    allow("Shared", None, Val, Choice(&["yes", "no"])),
-    allow("Requeue", None, Val, Choice(&["0", "1"])),
+    allow("OverSubscribe", None, Val, YesNo),
+    allow("Shared", None, Val, YesNo),
+    allow("Requeue", None, Val, Uint16),
     allow("Switches", None, Val, Text),
     deny("AdminComment", None, Val, ADMIN),
     deny("SystemComment", None, Val, ADMIN),

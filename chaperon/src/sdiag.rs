@@ -3,7 +3,7 @@
 //! administrator's act and refused.
 
 use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, deny, last, Options, ADMIN, CLUSTERS};
+use crate::table::{allow, deny, last, Options, ADMIN, CLUSTER_SPELLING};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -17,8 +17,9 @@ pub static SDIAG: &[OptSpec] = &[
     allow("usage", None, Flag, Any),
     allow("version", Some('V'), Flag, Any),
     deny("reset", Some('r'), Flag, ADMIN),
-    deny("clusters", Some('M'), Val, CLUSTERS),
-    deny("cluster", None, Val, CLUSTERS),
+    // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
+    allow("clusters", Some('M'), Val, Clusters),
+    deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,7 +97,8 @@ mod tests {
         let e = sd(&["-ar"]).unwrap_err().to_string();
         assert_eq!(e, format!("option -r (--reset) is not allowed in agent-sandbox: {ADMIN}"));
         assert!(matches!(sd(&["--reset"]), Err(GrammarError::Denied { .. })));
-        assert!(matches!(sd(&["-M", "x"]), Err(GrammarError::Denied { .. })));
+        assert_eq!(sd(&["-M", "x"]).unwrap().options, [("clusters", Some("x".into()))]);
+        assert!(matches!(sd(&["--cluster", "x"]), Err(GrammarError::Denied { .. })));
         assert!(matches!(sd(&["x"]), Err(GrammarError::Usage(_))));
         assert!(matches!(sd(&["--", "-a"]), Err(GrammarError::Usage(_))));
         assert_eq!(sd(&["--sort-by"]), Err(GrammarError::Unknown("--sort-by".into())));

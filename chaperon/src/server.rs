@@ -49,9 +49,28 @@ pub struct Config {
     /// Where the real Slurm commands are (`/usr/bin`).
     pub slurm_bin: PathBuf,
     pub audit: Box<dyn Fn(&Audit) + Send + Sync>,
+    /// The local cluster's name, learned on first use (`cluster_name`).
+    pub cluster: std::sync::OnceLock<Option<String>>,
 }
 
 impl Config {
+    /// The local cluster's name (lower case, as Slurm keeps it): slurm.conf's `ClusterName`,
+    /// else what `scontrol show config` reports (configless sites have no local slurm.conf).
+    pub fn cluster_name(&self) -> Option<&str> {
+        self.cluster
+            .get_or_init(|| {
+                let conf = std::env::var("SLURM_CONF").unwrap_or_else(|_| "/etc/slurm/slurm.conf".into());
+                let from_conf = std::fs::read_to_string(conf).ok().and_then(|t| cluster_name_in(&t, '='));
+                from_conf.or_else(|| {
+                    let mut cmd = std::process::Command::new(self.real("scontrol"));
+                    crate::dispatch::clean(&mut cmd, self);
+                    cmd.args(["show", "config"]).stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                    let (out, _) = crate::bounded::capture(cmd, 4 << 20, Duration::from_secs(20)).ok()?;
+                    cluster_name_in(&String::from_utf8_lossy(&out), '=')
+                })
+            })
+            .as_deref()
+    }
     pub fn registry(&self) -> Registry {
         Registry::new(&self.state_dir)
     }
@@ -60,6 +79,16 @@ impl Config {
     pub fn real(&self, name: &str) -> PathBuf {
         self.slurm_bin.join(name)
     }
+}
+
+/// `ClusterName` from slurm.conf text or `scontrol show config` output (`Key = value`).
+pub fn cluster_name_in(text: &str, sep: char) -> Option<String> {
+    text.lines().find_map(|l| {
+        let l = l.split('#').next()?.trim();
+        let (k, v) = l.split_once(sep)?;
+        let v = v.split_whitespace().next()?;
+        k.trim().eq_ignore_ascii_case("ClusterName").then(|| v.to_ascii_lowercase())
+    })
 }
 
 /// What handling one request produced: the response, and the audit record.

@@ -3,7 +3,7 @@
 //! what would never exit or reach another cluster is refused.
 
 use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, deny, last, output, Options, Output, CLUSTERS, ITERATE};
+use crate::table::{allow, deny, last, output, Options, Output, CLUSTER_SPELLING, ITERATE};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -36,8 +36,9 @@ pub static SINFO: &[OptSpec] = &[
     allow("json", None, Flag, Any),
     allow("yaml", None, Flag, Any),
     deny("iterate", Some('i'), Val, ITERATE),
-    deny("clusters", Some('M'), Val, CLUSTERS),
-    deny("cluster", None, Val, CLUSTERS),
+    // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
+    allow("clusters", Some('M'), Val, Clusters),
+    deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,10 +141,7 @@ mod tests {
             ],
         );
         optional_values_are(SINFO, &[]);
-        allowed_are(
-            SINFO,
-            &SLURM.iter().copied().filter(|l| !["iterate", "cluster", "clusters"].contains(l)).collect::<Vec<_>>(),
-        );
+        allowed_are(SINFO, &SLURM.iter().copied().filter(|l| !["iterate", "cluster"].contains(l)).collect::<Vec<_>>());
     }
 
     #[test]
@@ -160,7 +158,8 @@ mod tests {
     fn iterate_clusters_unknowns_and_arguments_are_refused() {
         let e = si(&["-i5"]).unwrap_err().to_string();
         assert_eq!(e, format!("option -i (--iterate) is not allowed in agent-sandbox: {ITERATE}"));
-        assert!(matches!(si(&["-M", "all"]), Err(GrammarError::Denied { .. })));
+        assert_eq!(si(&["-M", "all"]).unwrap().last("clusters"), Some(Some("all")));
+        assert!(matches!(si(&["--cluster=all"]), Err(GrammarError::Denied { .. })));
         assert_eq!(si(&["--node"]), Err(GrammarError::Unknown("--node".into())));
         assert!(matches!(si(&["gpu"]), Err(GrammarError::Usage(_))));
         assert!(matches!(si(&["--", "-l"]), Err(GrammarError::Usage(_))));

@@ -4,7 +4,7 @@
 
 use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
 use crate::jobid::{parse_job_list, JobRef, PLAIN};
-use crate::table::{allow, bad_value, deny, last, user_list, Options, CLUSTERS};
+use crate::table::{allow, bad_value, deny, last, user_list, Options, CLUSTER_SPELLING};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -30,8 +30,9 @@ pub static SPRIO: &[OptSpec] = &[
     allow("sib", None, Flag, Any),
     allow("sibling", None, Flag, Any),
     allow("usage", None, Flag, Any),
-    deny("clusters", Some('M'), Val, CLUSTERS),
-    deny("cluster", None, Val, CLUSTERS),
+    // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
+    allow("clusters", Some('M'), Val, Clusters),
+    deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +141,7 @@ mod tests {
             ],
         );
         optional_values_are(SPRIO, &["jobs"]);
-        denied_with(SPRIO, "clusters", "local cluster");
+        denied_with(SPRIO, "cluster", "--clusters");
     }
 
     #[test]
@@ -158,8 +159,9 @@ mod tests {
 
     #[test]
     fn denials_unknowns_and_caps() {
-        let e = sp(&["-lM", "all"]).unwrap_err().to_string();
-        assert_eq!(e, format!("option -M (--clusters) is not allowed in agent-sandbox: {CLUSTERS}"));
+        assert_eq!(sp(&["-lM", "all"]).unwrap().options, [("long", None), ("clusters", Some("all".into()))]);
+        let e = sp(&["--cluster=all"]).unwrap_err().to_string();
+        assert_eq!(e, format!("option --cluster is not allowed in agent-sandbox: {CLUSTER_SPELLING}"));
         assert_eq!(sp(&["--job=1"]), Err(GrammarError::Unknown("--job".into())));
         assert_eq!(sp(&["-j", "--", "5"]).unwrap().jobs.map(|j| j.len()), Some(1));
         let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];

@@ -4,7 +4,7 @@
 
 use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
 use crate::jobid::{parse_job_list, JobRef, Syntax, PLAIN, STEPS};
-use crate::table::{allow, bad_value, deny, last, output, user_list, Options, Output, CLUSTERS, ITERATE};
+use crate::table::{allow, bad_value, deny, last, output, user_list, Options, Output, CLUSTER_SPELLING, ITERATE};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -51,8 +51,9 @@ pub static SQUEUE: &[OptSpec] = &[
     allow("json", None, Flag, Any),
     allow("yaml", None, Flag, Any),
     deny("iterate", Some('i'), Val, ITERATE),
-    deny("clusters", Some('M'), Val, CLUSTERS),
-    deny("cluster", None, Val, CLUSTERS),
+    // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
+    allow("clusters", Some('M'), Val, Clusters),
+    deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
 /// What a squeue call asks to see, before the chaperon narrows it to the session's scope.
@@ -209,9 +210,12 @@ mod tests {
     }
 
     #[test]
-    fn iterate_and_clusters_are_denied_with_their_reason() {
+    fn iterate_is_denied_and_clusters_allowed() {
         denied_with(SQUEUE, "iterate", "never exits");
-        denied_with(SQUEUE, "clusters", "local cluster");
+        denied_with(SQUEUE, "cluster", "--clusters");
+        assert_eq!(sq(&["-M", "all"]).unwrap().last("clusters"), Some(Some("all")));
+        assert_eq!(sq(&["--clusters=a,b"]).unwrap().last("clusters"), Some(Some("a,b")));
+        assert!(matches!(sq(&["-M", "a b"]), Err(GrammarError::BadValue { .. })));
         let e = sq(&["-li", "5"]).unwrap_err().to_string();
         assert_eq!(e, format!("option -i (--iterate) is not allowed in agent-sandbox: {ITERATE}"));
         assert!(matches!(sq(&["--cluster=all"]), Err(GrammarError::Denied { .. })));

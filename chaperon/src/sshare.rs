@@ -3,7 +3,7 @@
 //! own fair-share associations; listing every user's is refused.
 
 use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, deny, last, user_list, Options, CLUSTERS};
+use crate::table::{allow, deny, last, user_list, Options, CLUSTER_SPELLING};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -25,8 +25,9 @@ pub static SSHARE: &[OptSpec] = &[
     allow("help", None, Flag, Any),
     allow("usage", None, Flag, Any),
     deny("all", Some('a'), Flag, "it lists every user's usage; sshare shows your own associations without it"),
-    deny("clusters", Some('M'), Val, CLUSTERS),
-    deny("cluster", None, Val, CLUSTERS),
+    // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
+    allow("clusters", Some('M'), Val, Clusters),
+    deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -133,6 +134,7 @@ mod tests {
         let e = ss(&["-la"]).unwrap_err();
         assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "-a (--all)"), "{e:?}");
         assert!(matches!(ss(&["--cluster=x"]), Err(GrammarError::Denied { .. })));
+        assert_eq!(ss(&["-M", "x"]).unwrap().last("clusters"), Some(Some("x")));
         assert!(matches!(ss(&["me"]), Err(GrammarError::Usage(_))));
         assert_eq!(ss(&["-q"]), Err(GrammarError::Unknown("-q".into())));
         assert_eq!(ss(&["--user=me"]), Err(GrammarError::Unknown("--user".into())));

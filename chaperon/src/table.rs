@@ -21,6 +21,9 @@ pub(crate) const fn deny(long: &'static str, short: Option<char>, arity: Arity, 
 }
 
 pub(crate) const CLUSTERS: &str = "jobs go to the local cluster only, unless the sandbox policy allows other clusters";
+/// `--cluster` is the same option as `--clusters` in Slurm; the chaperon checks the value of
+/// `--clusters`/`-M` alone, so the other spelling is refused with a pointer to it.
+pub(crate) const CLUSTER_SPELLING: &str = "spell it --clusters (or -M)";
 pub(crate) const RUNS_OUTSIDE: &str = "it would run a program outside the jail on the node; do that setup in the job";
 pub(crate) const BURST_BUFFER: &str = "burst-buffer staging runs outside the jail; stage data from within the job";
 pub(crate) const MAIL: &str = "jobs from a sandboxed session send no e-mail; poll with squeue or sacct instead";
@@ -92,17 +95,22 @@ pub(crate) mod testkit {
     pub fn sample(kind: ValueKind) -> &'static str {
         match kind {
             ValueKind::Text | ValueKind::Any => "x",
-            ValueKind::Int => "4",
+            ValueKind::Int | ValueKind::PositiveInt | ValueKind::Uint16 | ValueKind::Uint32 | ValueKind::Uint64 => "4",
+            ValueKind::Nice => "-5",
             ValueKind::Time => "1:00:00",
             ValueKind::Memory => "4G",
+            ValueKind::DateTime | ValueKind::DateTimeOrBlank => "now+1hour",
             ValueKind::NodeList => "node[01-02]",
             ValueKind::JobName => "job",
             ValueKind::Path => "out.txt",
             ValueKind::JobIdList => "123",
             ValueKind::Dependency => "afterok:123",
             ValueKind::ExportSpec => "ALL",
-            ValueKind::Signal => "USR1@60",
-            ValueKind::Choice(words) => words[0],
+            ValueKind::Signal | ValueKind::SbatchSignal => "USR1@60",
+            ValueKind::SignalName => "USR1",
+            ValueKind::Clusters => "all",
+            ValueKind::Choice(words) | ValueKind::Initial(words) => words[0],
+            ValueKind::YesNo => "yes",
         }
     }
 

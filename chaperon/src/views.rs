@@ -3,11 +3,13 @@
 //! cluster views (`sinfo`, `sdiag`, `sshare`, `sprio`, `sstat`, `sacctmgr show`) with the
 //! caller's own user only.
 
-use crate::dispatch::{clean, forward, only_caller, Runner};
+use crate::bounded::QUERY_TIMEOUT;
+use crate::dispatch::MAX_CAPTURE;
+use crate::dispatch::{clean, dependencies_in_scope, forward, local_cluster_only, only_caller, Runner};
 use crate::scontrol::{ScontrolCommand, Show};
 use crate::server::{jobs_in_scope, Config, Stdio};
 use crate::wire::Request;
-use std::io::Write;
+use std::os::fd::AsFd;
 use std::process::Command;
 
 fn in_scope(ids: &[u32], jobs: impl IntoIterator<Item = u32>) -> Result<(), String> {
@@ -25,10 +27,12 @@ pub fn scontrol(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> 
         Some(ScontrolCommand::Show(Show::Job(None))) | Some(ScontrolCommand::Show(Show::Step(None))) => {
             // Every job in scope, one real call each (a bare `show job` would list everyone's).
             let step = matches!(parsed.command, Some(ScontrolCommand::Show(Show::Step(None))));
-            let mut stdout = std::fs::File::from(stdio.stdout);
+            let write = |text: &[u8]| {
+                crate::bounded::write_all(stdio.stdout.as_fd(), text, QUERY_TIMEOUT)
+                    .map_err(|e| format!("writing scontrol's answer: {e}"))
+            };
             if ids.is_empty() {
-                let _ =
-                    stdout.write_all(if step { b"No job steps in the system\n" } else { b"No jobs in the system\n" });
+                write(if step { b"No job steps in the system\n" } else { b"No jobs in the system\n" })?;
                 return Ok(0);
             }
             for id in ids {
@@ -36,8 +40,9 @@ pub fn scontrol(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> 
                 clean(&mut cmd, cfg);
                 forward(&mut cmd, &parsed.options, &[]);
                 cmd.args(["show", if step { "step" } else { "job" }, &id.to_string()]);
-                let out = cmd.output().map_err(|e| format!("cannot run scontrol: {e}"))?;
-                let _ = stdout.write_all(&out.stdout);
+                cmd.stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                let (out, _) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT)?;
+                write(&out)?;
             }
             return Ok(0);
         }
@@ -52,8 +57,15 @@ pub fn scontrol(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> 
                 }
             }
         }
-        Some(ScontrolCommand::Requeue { jobs, .. }) | Some(ScontrolCommand::Update { jobs, .. }) => {
-            in_scope(&ids, jobs.iter().map(|r| r.job))?
+        Some(ScontrolCommand::Requeue { jobs, .. }) => in_scope(&ids, jobs.iter().map(|r| r.job))?,
+        Some(ScontrolCommand::Update { jobs, changes }) => {
+            in_scope(&ids, jobs.iter().map(|r| r.job))?;
+            let deps: Vec<(&'static str, Option<String>)> = changes
+                .iter()
+                .filter(|c| c.key.eq_ignore_ascii_case("Dependency"))
+                .map(|c| (c.key, c.value.clone()))
+                .collect();
+            dependencies_in_scope(&deps, "Dependency", req, cfg)?;
         }
         _ => {}
     }
@@ -71,9 +83,11 @@ pub fn sacct(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Res
         in_scope(&ids, asked.iter().map(|r| r.job))?;
         ids.retain(|id| asked.iter().any(|r| r.job == *id));
     }
+    let cluster = local_cluster_only(&parsed.options, cfg)?;
     let mut cmd = Command::new(cfg.real("sacct"));
     clean(&mut cmd, cfg);
-    forward(&mut cmd, &parsed.options, &["jobs", "user", "uid"]);
+    forward(&mut cmd, &parsed.options, &["jobs", "user", "uid", "clusters"]);
+    cmd.args(cluster);
     if ids.is_empty() {
         cmd.arg("--name=agent-sandbox-no-job-in-scope");
     } else {
@@ -86,12 +100,23 @@ pub fn sacct(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Res
 pub fn info(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result<i32, String> {
     let e = |e: crate::grammar::GrammarError| e.to_string();
     let mut extra: Vec<String> = vec![];
+    // `-M` given: the local cluster, appended last so it overrides the caller's `all`.
+    let cluster = std::cell::RefCell::new(None);
+    let clusters = |options: &[(&'static str, Option<String>)]| -> Result<(), String> {
+        *cluster.borrow_mut() = local_cluster_only(options, cfg)?;
+        Ok(())
+    };
     match req.command.as_str() {
-        "sinfo" => drop(crate::sinfo::parse_sinfo(&req.argv).map_err(e)?),
-        "sdiag" => drop(crate::sdiag::parse_sdiag(&req.argv).map_err(e)?),
-        "sshare" => only_caller(&crate::sshare::parse_sshare(&req.argv).map_err(e)?.users, cfg)?,
+        "sinfo" => clusters(&crate::sinfo::parse_sinfo(&req.argv).map_err(e)?.options)?,
+        "sdiag" => clusters(&crate::sdiag::parse_sdiag(&req.argv).map_err(e)?.options)?,
+        "sshare" => {
+            let p = crate::sshare::parse_sshare(&req.argv).map_err(e)?;
+            clusters(&p.options)?;
+            only_caller(&p.users, cfg)?
+        }
         "sprio" => {
             let p = crate::sprio::parse_sprio(&req.argv).map_err(e)?;
+            clusters(&p.options)?;
             only_caller(&p.users, cfg)?;
             let ids = jobs_in_scope(req, cfg)?;
             if let Some(asked) = &p.jobs {
@@ -118,6 +143,7 @@ pub fn info(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Resu
         }
         other => return Err(format!("`{other}` is not mediated by this version of agent-sandbox")),
     }
+    extra.extend(cluster.into_inner());
     let mut cmd = Command::new(cfg.real(&req.command));
     clean(&mut cmd, cfg);
     cmd.args(&req.argv).args(extra);

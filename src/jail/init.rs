@@ -242,6 +242,56 @@ fn forward(child: Pid, sig: Signal) {
     };
 }
 
+/// The value the launcher's relayed signals carry (`sigqueue`), so PID 1 can tell a signal
+/// the launcher passed on from one that was sent to the whole jail at once.
+pub const RELAY_COOKIE: i32 = 0x6173_6221;
+
+/// How long PID 1 holds a relayed signal before passing it on, waiting to see whether the
+/// same signal also reaches it directly; and how long a direct one makes a relay redundant.
+const RELAY_HOLD: std::time::Duration = std::time::Duration::from_millis(20);
+const DIRECT_WINDOW: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Decides which signals PID 1 passes on to the command. A signal from outside that reached
+/// PID 1 itself (PID 1 leads its own session, so no terminal or process group reaches it)
+/// was sent to every process of the jail at once: a process tree or a cgroup, as Slurm's
+/// proctrack delivers `scancel --signal` and `--signal=SIG@T` to a step. The command has it
+/// already; passing it on would deliver it twice (a checkpointing handler would run twice).
+/// A signal the launcher relays (marked with `RELAY_COOKIE`) is passed on after `RELAY_HOLD`,
+/// unless the same signal reaches PID 1 directly around the same time.
+#[derive(Default)]
+pub struct SignalPassing {
+    pending: Vec<(Signal, std::time::Instant)>,
+    direct: Vec<(Signal, std::time::Instant)>,
+}
+
+impl SignalPassing {
+    /// A signal that arrived from outside the jail; `relayed`: the launcher passed it on.
+    pub fn arrived(&mut self, sig: Signal, relayed: bool, now: std::time::Instant) {
+        self.direct.retain(|(_, t)| now.saturating_duration_since(*t) < DIRECT_WINDOW);
+        if relayed {
+            let covered = self.direct.iter().any(|(s, _)| *s == sig);
+            if !covered && !self.pending.iter().any(|(s, _)| *s == sig) {
+                self.pending.push((sig, now + RELAY_HOLD));
+            }
+        } else {
+            self.pending.retain(|(s, _)| *s != sig);
+            self.direct.push((sig, now));
+        }
+    }
+
+    /// The relayed signals whose hold is over: pass these on now.
+    pub fn due(&mut self, now: std::time::Instant) -> Vec<Signal> {
+        let (due, keep): (Vec<_>, Vec<_>) = self.pending.drain(..).partition(|(_, t)| *t <= now);
+        self.pending = keep;
+        due.into_iter().map(|(s, _)| s).collect()
+    }
+
+    /// How long until the next relayed signal is due, if one is held.
+    pub fn wait(&self, now: std::time::Instant) -> Option<std::time::Duration> {
+        self.pending.iter().map(|(_, t)| t.saturating_duration_since(now)).min()
+    }
+}
+
 /// Signals PID 1 passes on to the command.
 pub const FORWARDED: &[Signal] = &[
     Signal::SIGINT,
@@ -278,7 +328,20 @@ fn supervise(plan: &Plan, sock: RawFd, slave: Option<OwnedFd>, pty: Option<TtyFd
     };
     drop(slave);
     crate::timing::mark("child-forked");
+    let mut passing = SignalPassing::default();
     loop {
+        let now = std::time::Instant::now();
+        for sig in passing.due(now) {
+            forward(child, sig);
+        }
+        if let Some(wait) = passing.wait(now) {
+            use std::os::fd::AsFd;
+            let ms = u16::try_from(wait.as_millis().max(1)).unwrap_or(u16::MAX);
+            let mut fds = [nix::poll::PollFd::new(sfd.as_fd(), nix::poll::PollFlags::POLLIN)];
+            if matches!(nix::poll::poll(&mut fds, ms), Ok(0)) {
+                continue;
+            }
+        }
         let Ok(Some(info)) = sfd.read_signal() else {
             continue;
         };
@@ -301,7 +364,46 @@ fn supervise(plan: &Plan, sock: RawFd, slave: Option<OwnedFd>, pty: Option<TtyFd
                 }
             }
         } else if let Ok(sig) = Signal::try_from(signo) {
-            forward(child, sig);
+            // Only signals from outside the jail reach PID 1 (the kernel drops the jail's own).
+            let relayed = info.ssi_code == libc::SI_QUEUE && info.ssi_int == RELAY_COOKIE;
+            passing.arrived(sig, relayed, std::time::Instant::now());
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SignalPassing, DIRECT_WINDOW, RELAY_HOLD};
+    use nix::sys::signal::Signal::{SIGINT, SIGTERM, SIGUSR2};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_relayed_signal_is_passed_on_after_its_hold() {
+        let (mut p, t) = (SignalPassing::default(), Instant::now());
+        p.arrived(SIGINT, true, t);
+        assert!(p.due(t).is_empty());
+        assert_eq!(p.wait(t), Some(RELAY_HOLD));
+        assert_eq!(p.due(t + RELAY_HOLD), [SIGINT]);
+        assert_eq!(p.wait(t + RELAY_HOLD), None);
+    }
+
+    #[test]
+    fn a_signal_sent_to_the_whole_jail_is_not_delivered_twice() {
+        // slurmstepd signals every process of the step: the launcher (which relays), PID 1
+        // and the command, in any order.
+        let (mut p, t) = (SignalPassing::default(), Instant::now());
+        p.arrived(SIGUSR2, true, t);
+        p.arrived(SIGUSR2, false, t + Duration::from_millis(1));
+        assert!(p.due(t + RELAY_HOLD).is_empty(), "direct after relay");
+        let mut p = SignalPassing::default();
+        p.arrived(SIGUSR2, false, t);
+        p.arrived(SIGUSR2, true, t + Duration::from_millis(5));
+        assert!(p.due(t + Duration::from_secs(1)).is_empty(), "relay after direct");
+        // Another signal, and the same one later, still go through.
+        p.arrived(SIGTERM, true, t + Duration::from_millis(5));
+        assert_eq!(p.due(t + Duration::from_secs(1)), [SIGTERM]);
+        let later = t + DIRECT_WINDOW + Duration::from_millis(10);
+        p.arrived(SIGUSR2, true, later);
+        assert_eq!(p.due(later + RELAY_HOLD), [SIGUSR2]);
     }
 }

@@ -72,6 +72,24 @@ fn close_all_but(keep: &[i32]) {
     unsafe { libc::syscall(libc::SYS_close_range, lo, u32::MAX, 0u32) };
 }
 
+/// True if `path` is absolute, made of plain names only (no `..`, no `.`), strictly inside
+/// `project`, and no directory between them is a symlink (which would move the removal).
+fn plain_inside(path: &Path, project: &Path) -> bool {
+    use std::path::Component;
+    let plain = path.is_absolute() && path.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !plain || !path.starts_with(project) || path == project {
+        return false;
+    }
+    let mut dir = path.parent();
+    while let Some(d) = dir.filter(|d| d.starts_with(project) && *d != project) {
+        if std::fs::symlink_metadata(d).map_or(true, |m| m.file_type().is_symlink()) {
+            return false;
+        }
+        dir = d.parent();
+    }
+    true
+}
+
 impl ProjectLock {
     pub fn acquire(state_dir: &Path, project: &Path) -> Result<ProjectLock, PlaceholderError> {
         let dir = state_dir.join("sessions");
@@ -215,8 +233,10 @@ impl ProjectLock {
         for line in text.lines().rev() {
             let Some((kind, path)) = line.split_once('\t') else { continue };
             let path = Path::new(path);
-            // The registry is the user's file, but never act on a line outside this project.
-            if !path.starts_with(&self.project) || path == self.project {
+            // The registry is the user's file, but never act on a line outside this project:
+            // `starts_with` compares components, so `/p/../home/x` would pass it; a line with
+            // anything but plain names is refused before the prefix is looked at.
+            if !plain_inside(path, &self.project) {
                 continue;
             }
             if kind == "d" {
@@ -226,5 +246,27 @@ impl ProjectLock {
             }
         }
         let _ = self.file.set_len(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_inside;
+    use std::path::Path;
+
+    #[test]
+    fn forged_placeholder_records_outside_the_project_are_ignored() {
+        let dir = std::env::temp_dir().join(format!("asb-ph-{}", std::process::id()));
+        let project = dir.join("p");
+        std::fs::create_dir_all(project.join("sub")).unwrap();
+        std::os::unix::fs::symlink(&dir, project.join("link")).unwrap();
+        assert!(plain_inside(&project.join("sub/.envrc"), &project));
+        assert!(plain_inside(&project.join(".git"), &project));
+        assert!(!plain_inside(&project.join("../home/.ssh"), &project), "`..` after the prefix");
+        assert!(!plain_inside(&project, &project));
+        assert!(!plain_inside(Path::new("/etc/passwd"), &project));
+        assert!(!plain_inside(Path::new("sub/x"), Path::new("sub")), "relative");
+        assert!(!plain_inside(&project.join("link/p/x"), &project), "through a symlinked directory");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

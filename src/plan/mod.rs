@@ -106,8 +106,13 @@ pub struct RunRequest {
     pub session: String,
     /// The chaperon's socket on the host, seen inside at `/run/agent-sandbox/chaperon.sock`.
     pub chaperon_socket: Option<PathBuf>,
-    /// Extra files bound read-only under `/run/agent-sandbox` (source, target): a job's script.
-    pub extra_ro: Vec<(PathBuf, PathBuf)>,
+    /// Extra read-only files under `/run/agent-sandbox` (target, contents): a job's script,
+    /// which the launcher read through a descriptor opened without following symlinks.
+    pub extra_files: Vec<(PathBuf, String)>,
+    /// The variables the jail's environment starts from, before the scrub: None for the
+    /// launcher's own; a job's `--export` set on a compute node. Only the jail reads these:
+    /// every host-side path still comes from the launcher's environment (`HostFacts`).
+    pub env: Option<Vec<(String, String)>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -279,7 +284,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
 
     let shell = if facts.shell.as_os_str().is_empty() { PathBuf::from("/bin/sh") } else { facts.shell.clone() };
     let envp = env::build(
-        &facts.env,
+        req.env.as_deref().unwrap_or(&facts.env),
         policy,
         &env::JailVars {
             user: &facts.user,
@@ -790,8 +795,8 @@ fn stub_dir(b: &mut Builder<'_>, facts: &HostFacts, mail_block: bool, req: &RunR
         let target = crate::stub::slurm::SOCKET.into();
         b.push(MountSpec::Bind { source: sock.clone(), target, rw: false, dir: false });
     }
-    for (source, target) in &req.extra_ro {
-        b.push(MountSpec::Bind { source: source.clone(), target: target.clone(), rw: false, dir: false });
+    for (target, contents) in &req.extra_files {
+        b.push(MountSpec::File { target: target.clone(), contents: contents.clone(), mode: 0o555 });
     }
     b.push(MountSpec::ReadOnly { target: STUB_DIR.into() });
 }

@@ -81,7 +81,8 @@ fn request(project: &str) -> RunRequest {
         cwd: project.into(),
         session: String::new(),
         chaperon_socket: None,
-        extra_ro: vec![],
+        extra_files: vec![],
+        env: None,
     }
 }
 

@@ -331,7 +331,7 @@ fn extend(
 }
 
 /// The admin layer: floors add (locked), allow-lists bound, ordered scalars are minimums.
-fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyError> {
+pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyError> {
     use ListKind::*;
     reject_negations(l, src)?;
     if l.projects.is_some() || l.agent.is_some() {

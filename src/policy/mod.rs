@@ -235,6 +235,18 @@ pub fn load(req: LoadRequest<'_>) -> Result<Policy, PolicyError> {
     merge(&layers, admin.as_ref())
 }
 
+/// A job's frozen policy, bounded again by this host's own admin lock file when the job
+/// starts on a compute node: the node's admin has the last word, and a frozen copy (written
+/// on another host, maybe under another admin file) can never carry a widening past it.
+pub fn bound_by_admin(mut policy: Policy, paths: &PolicyPaths) -> Result<Policy, PolicyError> {
+    let admin_path = paths.admin_file();
+    if let Some(text) = read_trusted_root_file(&admin_path)? {
+        let layer = parse_layer(&text, &admin_path, FileKind::Admin)?;
+        merge::apply_admin(&mut policy, &layer, &Source::Admin(admin_path))?;
+    }
+    Ok(policy)
+}
+
 /// Names of every profile this user can run, for dispatch and help.
 pub fn profile_names(paths: &PolicyPaths) -> Vec<String> {
     let mut names: Vec<String> = BUILTIN_PROFILES.iter().map(|(n, _)| n.to_string()).collect();

@@ -26,7 +26,7 @@ TC_VETH_HOST=asbtc-h
 TC_VETH_NS=asbtc-n
 TC_HOST_ADDR=203.0.113.1
 TC_N2_ADDR=203.0.113.2
-TC_PREFIX=24
+TC_PREFIX=30  # .1 and .2 only: the rest of TEST-NET-3 may be routed elsewhere (a package mirror)
 
 # Daemons in start order; stop.sh walks it backwards. slurmd-n2 runs only with --two-nodes.
 TC_DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd slurmd-n2)
@@ -140,9 +140,17 @@ netns_up() {
     if ! ip link show "$TC_VETH_HOST" >/dev/null 2>&1; then
         ip link add "$TC_VETH_HOST" type veth peer name "$TC_VETH_NS" netns "$TC_NETNS"
     fi
-    ip addr replace "$TC_HOST_ADDR/$TC_PREFIX" dev "$TC_VETH_HOST"
+    # Flushed first: an address left by an older run with a wider prefix would keep routing
+    # the rest of TEST-NET-3 (where a package mirror may live) into the namespace.
+    if ! ip -o addr show dev "$TC_VETH_HOST" | grep -q " $TC_HOST_ADDR/$TC_PREFIX "; then
+        ip addr flush dev "$TC_VETH_HOST"
+        ip addr add "$TC_HOST_ADDR/$TC_PREFIX" dev "$TC_VETH_HOST"
+    fi
     ip link set "$TC_VETH_HOST" up
-    ip -n "$TC_NETNS" addr replace "$TC_N2_ADDR/$TC_PREFIX" dev "$TC_VETH_NS"
+    if ! ip -n "$TC_NETNS" -o addr show dev "$TC_VETH_NS" | grep -q " $TC_N2_ADDR/$TC_PREFIX "; then
+        ip -n "$TC_NETNS" addr flush dev "$TC_VETH_NS"
+        ip -n "$TC_NETNS" addr add "$TC_N2_ADDR/$TC_PREFIX" dev "$TC_VETH_NS"
+    fi
     ip -n "$TC_NETNS" link set "$TC_VETH_NS" up
     ip -n "$TC_NETNS" link set lo up
 }

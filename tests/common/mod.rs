@@ -246,6 +246,11 @@ impl Jail {
     }
 
     pub fn output(&self, c: &mut Command) -> Out {
+        self.output_within(c, Duration::from_secs(60))
+    }
+
+    /// `output` with another watchdog: the child is killed after `limit`.
+    pub fn output_within(&self, c: &mut Command, limit: Duration) -> Out {
         c.stdin(if self.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -266,7 +271,7 @@ impl Jail {
         };
         let out_t = drain(child.stdout.take().map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
         let err_t = drain(child.stderr.take().map(|r| Box::new(r) as Box<dyn std::io::Read + Send>));
-        let deadline = start + Duration::from_secs(60);
+        let deadline = start + limit;
         let status = loop {
             if let Some(st) = child.try_wait().expect("wait") {
                 break st;

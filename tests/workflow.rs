@@ -1,0 +1,222 @@
+//! Real Slurm workflow tools, run unchanged inside the jail against the test cluster
+//! (tests/cluster): submitit (a function round trip and a job array) and Snakemake with its
+//! Slurm executor plugin. `tests/run.sh` installs pinned versions from PyPI into a venv under
+//! /opt, which the jail shows read-only; the tools submit through the stubs and the chaperon,
+//! their jobs re-enter the jail on the node, and the tests check what ran from the project.
+//! A failure prints the tool's output and every Slurm call the session made, from the audit log.
+
+mod common;
+use common::*;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// Where tests/run.sh installs submitit, snakemake and snakemake-executor-plugin-slurm.
+const VENV: &str = "/opt/agent-sandbox-test/venv";
+/// Each tool runs under `timeout` inside the jail; the watchdog outside allows a little more.
+const TOOL_SECS: u64 = 300;
+
+fn cluster_up() {
+    let out = Command::new("sinfo").args(["-h", "-o", "%T"]).output();
+    let ok = out.as_ref().map(|o| o.status.success() && !o.stdout.is_empty()).unwrap_or(false);
+    assert!(ok, "the Slurm test cluster is not running: as root, tests/cluster/start.sh --user {USER}");
+}
+
+fn slurm_jail(name: &str) -> Option<Jail> {
+    let j = Jail::new(name)?;
+    cluster_up();
+    let python = Path::new(VENV).join("bin/python");
+    assert!(python.exists(), "{} missing: run tests/run.sh as root (it installs the workflow tools)", python.display());
+    Some(j)
+}
+
+/// A tool's run in the jail: its output, and the session id it printed first.
+struct Run {
+    out: Out,
+    session: String,
+}
+
+/// `sh -c SCRIPT` in the jail with the venv activated, the tool under `timeout`, and a
+/// watchdog of TOOL_SECS + 60 s outside (Jail::run's 60 s is too short for a workflow).
+fn run_tool(j: &Jail, tool: &str) -> Run {
+    let script = format!(
+        "echo ASB-SESSION=$AGENT_SANDBOX_SESSION; . {VENV}/bin/activate || exit 99; \
+         timeout -k 10 {TOOL_SECS} {tool}; echo rc=$?"
+    );
+    let mut c = j.command(&["-q", "run", "--", "sh", "-c", &script]);
+    let out = j.output_within(&mut c, Duration::from_secs(TOOL_SECS + 60));
+    let session = out.stdout.lines().find_map(|l| l.strip_prefix("ASB-SESSION=")).unwrap_or_default().to_string();
+    eprintln!("{}: {:.1} s", j.project.display(), out.elapsed.as_secs_f64());
+    Run { out, session }
+}
+
+/// Every Slurm call of the session from the audit log (`agent-sandbox log --session ID
+/// --json` as the test user), one line each: command, decision, reason, job, argv.
+fn slurm_calls(j: &Jail, session: &str) -> String {
+    if session.is_empty() {
+        return "(no session id printed)".into();
+    }
+    let log = j.as_user(&j.rig.bin).args(["log", "--json", "--session", session]).output().expect("agent-sandbox log");
+    let mut lines = vec![];
+    for line in String::from_utf8_lossy(&log.stdout).lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            lines.push(line.to_string());
+            continue;
+        };
+        let s = |k: &str| v.get(k).and_then(|x| x.as_str()).unwrap_or("").to_string();
+        if v.get("argv").is_none() && v.get("decision").is_none() {
+            lines.push(format!("[{}] {} {}", s("event"), s("program"), s("reason")));
+            continue;
+        }
+        let argv: Vec<String> = v
+            .get("argv")
+            .and_then(|a| a.as_array())
+            .map(|a| a.iter().map(|x| x.as_str().unwrap_or("?").to_string()).collect())
+            .unwrap_or_default();
+        let job = v.get("job").map(|x| format!(" job={x}")).unwrap_or_default();
+        let reason = match s("reason") {
+            r if r.is_empty() => String::new(),
+            r => format!(" reason={r:?}"),
+        };
+        lines.push(format!("[{}] {} {}{job}{reason} argv={argv:?}", s("event"), s("program"), s("decision")));
+    }
+    if !log.status.success() {
+        lines.push(format!("agent-sandbox log failed: {}", String::from_utf8_lossy(&log.stderr)));
+    }
+    lines.join("\n")
+}
+
+/// The session's refused Slurm calls, as `program argv...: reason`.
+fn denied_calls(j: &Jail, session: &str) -> Vec<String> {
+    let log = j.as_user(&j.rig.bin).args(["log", "--json", "--session", session]).output().expect("agent-sandbox log");
+    String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("decision").and_then(|d| d.as_str()) == Some("denied"))
+        .map(|v| {
+            let words: Vec<&str> =
+                v["argv"].as_array().map(|a| a.iter().filter_map(|x| x.as_str()).collect()).unwrap_or_default();
+            format!(
+                "{} {}: {}",
+                v["program"].as_str().unwrap_or("?"),
+                words.join(" "),
+                v["reason"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
+/// What a failing assertion prints: the tool's output and the session's Slurm calls.
+fn report(j: &Jail, run: &Run) -> String {
+    format!("{}\n--- the session's audit log ({})\n{}\n", run.out, run.session, slurm_calls(j, &run.session))
+}
+
+/// Cancels what the test left in the queue (a failed run may leave jobs pending).
+fn cancel_leftovers(j: &Jail) {
+    let out = Command::new("squeue").args(["-h", "-u", USER, "-o", "%A %Z"]).output().expect("squeue");
+    for (id, dir) in String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_once(' ')) {
+        if Path::new(dir.trim()).starts_with(&j.project) {
+            let _ = Command::new("scancel").arg(id.trim()).status();
+        }
+    }
+}
+
+#[test]
+fn submitit_function_round_trip_runs_in_the_jail_on_the_node() {
+    let Some(j) = slurm_jail("wf-submitit") else { return };
+    let j = j.project_file("submitit_job.py", include_str!("workflow/submitit_job.py"));
+    let run = run_tool(&j, "python3 submitit_job.py one 2>&1");
+    cancel_leftovers(&j);
+    let out = &run.out;
+    assert!(out.stdout.contains("executor=slurm"), "submitit saw srun and chose Slurm: {}", report(&j, &run));
+    let id = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("submitted="))
+        .unwrap_or_else(|| panic!("no job submitted: {}", report(&j, &run)))
+        .trim()
+        .to_string();
+    assert!(id.parse::<u32>().is_ok(), "a job id: {}", report(&j, &run));
+    let expect = format!("result=one:host=agent-sandbox:ssh=False:job={id}");
+    assert!(
+        out.stdout.lines().any(|l| l == expect),
+        "the function ran inside the jail on the node and its result came back ({expect}): {}",
+        report(&j, &run)
+    );
+    assert!(out.stdout.contains("all-done") && out.stdout.contains("rc=0"), "{}", report(&j, &run));
+    // submitit's own files in the project: the pickled result and the task's log.
+    let folder = j.project.join("submitit-logs").join(&id);
+    assert!(folder.join(format!("{id}_0_result.pkl")).exists(), "{}: {}", folder.display(), report(&j, &run));
+    assert_eq!(denied_calls(&j, &run.session), Vec::<String>::new(), "every call submitit made was allowed");
+}
+
+#[test]
+fn submitit_job_array_of_three_returns_every_result() {
+    let Some(j) = slurm_jail("wf-submitit-array") else { return };
+    let j = j.project_file("submitit_job.py", include_str!("workflow/submitit_job.py"));
+    let run = run_tool(&j, "python3 submitit_job.py array 2>&1");
+    cancel_leftovers(&j);
+    let out = &run.out;
+    let ids: Vec<String> = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("submitted="))
+        .unwrap_or_else(|| panic!("no array submitted: {}", report(&j, &run)))
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    assert_eq!(ids.len(), 3, "{}", report(&j, &run));
+    let array = ids[0].split('_').next().unwrap_or_default().to_string();
+    for (task, id) in ids.iter().enumerate() {
+        assert_eq!(id, &format!("{array}_{task}"), "one array, task ids 0-2: {}", report(&j, &run));
+    }
+    let results: Vec<&str> = out.stdout.lines().filter_map(|l| l.strip_prefix("result=")).collect();
+    assert_eq!(results.len(), 3, "three results: {}", report(&j, &run));
+    for (task, r) in results.iter().enumerate() {
+        assert!(
+            r.starts_with(&format!("a{task}:host=agent-sandbox:ssh=False:job=")),
+            "task {task} ran inside the jail on the node: {}",
+            report(&j, &run)
+        );
+    }
+    assert!(out.stdout.contains("all-done") && out.stdout.contains("rc=0"), "{}", report(&j, &run));
+    assert_eq!(denied_calls(&j, &run.session), Vec::<String>::new(), "every call submitit made was allowed");
+}
+
+#[test]
+fn snakemake_slurm_executor_runs_a_three_rule_workflow_in_the_jail() {
+    let Some(j) = slurm_jail("wf-snakemake") else { return };
+    let j = j.project_file("Snakefile", include_str!("workflow/Snakefile"));
+    // As a user runs it: the Slurm executor, three jobs at a time, the partition and a
+    // runtime as default resources; status checks start after 2 s instead of 40 (the jobs
+    // are short). No conda, no containers.
+    let run = run_tool(
+        &j,
+        "snakemake --executor slurm --jobs 3 --default-resources slurm_partition=debug runtime=5 \
+         --slurm-init-seconds-before-status-checks 2 --latency-wait 15 --printshellcmds 2>&1",
+    );
+    cancel_leftovers(&j);
+    let out = &run.out;
+    let result = std::fs::read_to_string(j.project.join("result.txt")).unwrap_or_default();
+    assert!(out.stdout.contains("rc=0"), "snakemake succeeded: {}", report(&j, &run));
+    let lines: Vec<&str> = result.lines().collect();
+    assert_eq!(lines.len(), 3, "two shouted greetings and the gather line: {result}\n{}", report(&j, &run));
+    for (i, n) in ["1", "2"].iter().enumerate() {
+        let job = lines[i].strip_prefix(&format!("HELLO {n} HOST=AGENT-SANDBOX SSH=NO JOB="));
+        assert!(
+            job.is_some_and(|id| id.parse::<u32>().is_ok()),
+            "greet_{n} ran as a Slurm job inside the jail: {result}\n{}",
+            report(&j, &run)
+        );
+    }
+    assert_eq!(lines[2], "gathered host=agent-sandbox", "{}", report(&j, &run));
+    // The plugin guesses the account with `sacct -nu USER -o Account%256 | tail -1` run without
+    // a shell, so sacct gets `| tail -1` as arguments: the real sacct refuses `-1` too, and the
+    // plugin goes on without an account. Every other call was allowed.
+    let denied: Vec<String> = denied_calls(&j, &run.session)
+        .into_iter()
+        .filter(|d| !d.starts_with(&format!("sacct -nu {USER} -o Account%256 | tail -1:")))
+        .collect();
+    assert_eq!(denied, Vec::<String>::new(), "every other call the plugin made was allowed");
+}
