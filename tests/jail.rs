@@ -211,7 +211,12 @@ fn exit_codes_and_signals_propagate() {
 
 /// Sends `sig` to the launcher once the command is ready; the command's trap must see it.
 fn signal_reaches_command(j: &Jail, sig: nix::sys::signal::Signal, trap: &str) {
-    let script = format!("trap 'echo got-{trap}; exit 3' {trap}; echo ready; sleep 30 & wait");
+    signal_reaches_command_despite(j, sig, trap, "");
+}
+
+/// The same, with `noise` running in the jail meanwhile (in the background).
+fn signal_reaches_command_despite(j: &Jail, sig: nix::sys::signal::Signal, trap: &str, noise: &str) {
+    let script = format!("trap 'echo got-{trap}; exit 3' {trap}; {noise} echo ready; sleep 30 & wait $!");
     let mut c = j.command(&["-q", "run", "--", "sh", "-c", &script]);
     c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).stdin(std::process::Stdio::null());
     let mut child = c.spawn().expect("spawn");
@@ -233,6 +238,19 @@ fn signals_to_the_launcher_reach_the_command() {
     for (sig, trap) in [(SIGTERM, "TERM"), (SIGHUP, "HUP"), (SIGINT, "INT"), (SIGUSR1, "USR1"), (SIGQUIT, "QUIT")] {
         signal_reaches_command(&j, sig, trap);
     }
+}
+
+#[test]
+fn the_jail_cannot_suppress_or_forge_the_launchers_signals() {
+    // The jail's processes can signal its PID 1: a stream of SIGTERM to PID 1 must neither be
+    // taken for a signal from outside (which would swallow the user's own SIGTERM) nor be
+    // passed on to the command.
+    use nix::sys::signal::Signal::*;
+    let j = jail!("signals-noise");
+    let noise = "(while :; do kill -TERM 1 2>/dev/null; kill -USR1 1 2>/dev/null; sleep 0.05; done) &";
+    signal_reaches_command_despite(&j, SIGTERM, "TERM", noise);
+    let out = j.run("trap 'echo FORWARDED' USR1; kill -USR1 1; sleep 0.3; echo done");
+    assert!(out.stdout.contains("done") && !out.stdout.contains("FORWARDED"), "{out}");
 }
 
 #[test]

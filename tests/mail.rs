@@ -45,6 +45,22 @@ fn every_mailer_is_the_stub_by_name_and_by_path_unless_policy_turns_it_off() {
     let out = j.run("bash -c '(exec 3<>/dev/tcp/127.0.0.1/25) 2>/dev/null && echo CONNECTED || echo refused'");
     assert!(out.stdout.contains("refused") && !out.stdout.contains("CONNECTED"), "{out}");
 
+    // msmtp-mta ships `newaliases -> /bin/true`: the stub covers the mailer's name, never
+    // `true` (or any other ordinary program a mailer name links to).
+    let _links = [Remove("/usr/local/sbin/newaliases"), Remove("/usr/local/sbin/mailq")];
+    for (link, to) in [("/usr/local/sbin/newaliases", "/bin/true"), ("/usr/local/sbin/mailq", "/usr/bin/env")] {
+        assert!(std::fs::symlink_metadata(link).is_err(), "{link} exists on this host");
+        std::os::unix::fs::symlink(to, link).unwrap();
+    }
+    let out = j.run(
+        "true; echo true=$?; /bin/true; echo bin-true=$?; /usr/bin/true && echo usr-bin-true=0; \
+         env echo env-works; false || echo ok-false; newaliases </dev/null 2>/dev/null; echo newaliases=$?; \
+         mailq </dev/null 2>/dev/null; echo mailq=$?",
+    );
+    for want in ["true=0", "bin-true=0", "usr-bin-true=0", "env-works", "ok-false", "newaliases=77", "mailq=77"] {
+        assert!(out.stdout.lines().any(|l| l == want), "{want}: {out}");
+    }
+
     let off = j.rig.home.join("t/mail-off.toml");
     std::fs::write(&off, "[mail]\nblock = \"off\"\n").unwrap();
     j.give(&[&off]);

@@ -34,7 +34,8 @@ if [ "$(id -u)" = 0 ]; then
   # TEST-NET-3 /24 that can shadow the package registry's address on some hosts.
   wf_venv=/opt/agent-sandbox-test/venv
   wf_pins=(submitit==1.5.4 snakemake==9.27.1 snakemake-executor-plugin-slurm==2.8.0
-    snakemake-executor-plugin-slurm-jobstep==0.6.1)
+    snakemake-executor-plugin-slurm-jobstep==0.6.1 dask-jobqueue==0.9.0 dask==2026.8.0
+    distributed==2026.8.0)
   wf_have=$("$wf_venv/bin/python" -m pip freeze 2>/dev/null | grep -cixF -f <(printf '%s\n' "${wf_pins[@]}") || true)
   if [ "$wf_have" != "${#wf_pins[@]}" ]; then
     if ! /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null; then

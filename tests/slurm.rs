@@ -467,16 +467,21 @@ fn dependencies_on_foreign_jobs_are_refused_in_every_command() {
          scontrol update JobId=$id dependency=afterany:$id?afterok:{foreign}; echo update2=$?; \
          srun --dependency=afterok:{foreign} true; echo srun=$?; \
          sbatch -d afterok:{foreign} --wrap true; echo sbatch=$?; \
+         sbatch -d singleton --wrap true; echo single=$?; \
+         scontrol update JobId=$id Dependency=singleton; echo single2=$?; \
          scontrol show job $id | grep -o 'Dependency=[^ ]*'; \
-         scontrol update JobId=$id Dependency=singleton && echo own-ok; scancel $id"
+         id2=$(sbatch --parsable --hold --wrap true); \
+         scontrol update JobId=$id Dependency=afterany:$id2 && echo own-ok; scancel $id $id2"
     ));
-    for step in ["update=", "update2=", "srun=", "sbatch="] {
+    for step in ["update=", "update2=", "srun=", "sbatch=", "single=", "single2="] {
         let code = out.stdout.lines().find_map(|l| l.strip_prefix(step)).unwrap_or("?");
         assert_ne!(code, "0", "{step} reached Slurm with a foreign dependency: {out}");
     }
     assert_eq!(out.stderr.matches(&format!("job {foreign} is not one of this project's jobs")).count(), 4, "{out}");
     assert!(out.stdout.contains("own-ok"), "a dependency within scope still works: {out}");
     assert!(out.stdout.contains("Dependency=(null)"), "no dependency reached our job: {out}");
+    // `singleton` waits on same-named jobs outside the scope too: refused with its reason.
+    assert_eq!(out.stderr.matches("singleton is not mediated").count(), 2, "{out}");
 }
 
 #[test]
@@ -489,12 +494,14 @@ fn srun_input_from_a_hidden_file_is_read_inside_the_jail_not_on_the_host() {
     let j = j.project_file("in.txt", "from-the-project\n");
     let out = j.run(
         "srun --input=$HOME/.aws/credentials cat; echo rc=$?; srun -i ~/.aws/credentials cat; \
-         srun --input=in.txt cat; srun -n2 --input=none sh -c 'cat; echo none-$SLURM_PROCID'",
+         srun --input=in.txt cat; srun -n2 --input=none sh -c 'cat; echo none-$SLURM_PROCID'; \
+         ln -s $HOME/.aws/credentials 8; srun -n1 --input=8 cat; srun -i8 -n2 cat; echo numbered",
     );
     assert!(!out.both().contains("CANARY-SRUN-INPUT"), "srun read a hidden host file for the jail: {out}");
     assert!(!out.stdout.contains("rc=0"), "a hidden file does not exist for the step: {out}");
     assert!(out.stdout.contains("from-the-project"), "a project file is the step's input: {out}");
     assert!(out.stdout.contains("none-0") && out.stdout.contains("none-1"), "{out}");
+    assert!(out.stdout.contains("numbered"), "{out}");
 }
 
 #[test]
@@ -510,7 +517,10 @@ fn step_and_job_output_files_never_land_outside_the_project() {
          sbatch --wait --open-mode=append -o {t} --wrap 'echo PWNED-SBATCH'; \
          sbatch --wait --open-mode=append -o link.out -e {t} --wrap 'echo PWNED-SBATCH-E >&2'; \
          srun -n2 -o step-%t.out sh -c 'echo task=$SLURM_PROCID host=$(hostname)'; \
-         srun -n2 -o shared.out sh -c 'echo shared=$SLURM_PROCID'; echo rc=$?",
+         srun -n2 -o shared.out sh -c 'echo shared=$SLURM_PROCID'; echo rc=$?; \
+         ln -s {t} 9; ln -s {t} 12; srun -n1 --open-mode=append --output=9 echo PWNED-NUMBER; \
+         srun -n2 -e 9 sh -c 'echo PWNED-NUMBER-E >&2'; \
+         sbatch --wait --wrap 'srun -n1 -lo12 echo PWNED-NODE-STEP' >/dev/null; ls 7 2>/dev/null",
         t = target.display()
     ));
     assert!(out.stdout.contains("rc=0"), "{out}");
@@ -599,4 +609,43 @@ fn a_signal_to_a_job_reaches_its_program_once() {
     assert!(out.stdout.contains("step-final=1"), "the step's program got USR2 once: {out}");
     assert!(!out.stdout.contains("step-got=2"), "{out}");
     assert!(out.stdout.contains("batch-final=1"), "the batch script got `scancel -b` once: {out}");
+}
+
+#[test]
+fn a_waiting_sbatch_ends_with_its_caller() {
+    // `sbatch --wait` blocks SIGTERM while it waits: killing the caller must still end it,
+    // or it would wait on the chaperon's behalf after the session is gone.
+    let Some(j) = slurm_jail("slurm-wait-orphan") else { return };
+    let out = j.run("timeout -s KILL 3 sbatch --wait -H -J holdme-orphan --wrap true; echo rc=$?");
+    assert!(out.stdout.contains("rc=137"), "{out}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let waiting = || {
+        let ps = Command::new("ps").args(["-u", USER, "-o", "args="]).output().expect("ps");
+        String::from_utf8_lossy(&ps.stdout).lines().any(|l| l.contains("sbatch") && l.contains("holdme-orphan"))
+    };
+    while waiting() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let left = waiting();
+    let _ = Command::new("scancel").args(["--name", "holdme-orphan", "-u", USER]).status();
+    assert!(!left, "a real sbatch --wait outlived its caller");
+}
+
+#[test]
+fn a_script_file_is_read_as_the_jail_sees_it() {
+    // dask-jobqueue writes job scripts to $TMPDIR (the jail's private /tmp); a script path
+    // leading to a hidden host file must not be read on the jail's behalf.
+    let Some(j) = slurm_jail("slurm-script-view") else { return };
+    let secret = j.rig.home.join(".ssh-canary-script");
+    std::fs::write(&secret, "#!/bin/sh\necho HOST-SECRET-SCRIPT\n").unwrap();
+    j.give(&[&secret]);
+    let out = j.run(&format!(
+        "printf '#!/bin/sh\\necho from-tmp\\n' > /tmp/job.sh; sbatch --wait -o tmp.out /tmp/job.sh; echo tmp=$?; \
+         ln -s {} secret.sh; sbatch --wait -o secret.out secret.sh; echo secret=$?",
+        secret.display()
+    ));
+    assert!(out.stdout.contains("tmp=0"), "{out}");
+    assert_eq!(wait_for_file(&j.project.join("tmp.out"), "from-tmp").trim(), "from-tmp");
+    assert!(out.stdout.contains("secret=1") && out.stderr.contains("Unable to open file secret.sh"), "{out}");
+    assert!(!j.project.join("secret.out").exists(), "nothing was submitted");
 }

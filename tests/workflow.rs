@@ -1,8 +1,9 @@
 //! Real Slurm workflow tools, run unchanged inside the jail against the test cluster
-//! (tests/cluster): submitit (a function round trip and a job array) and Snakemake with its
-//! Slurm executor plugin. `tests/run.sh` installs pinned versions from PyPI into a venv under
-//! /opt, which the jail shows read-only; the tools submit through the stubs and the chaperon,
-//! their jobs re-enter the jail on the node, and the tests check what ran from the project.
+//! (tests/cluster): submitit (a function round trip and a job array), Snakemake with its
+//! Slurm executor plugin, and dask-jobqueue's submission side. `tests/run.sh` installs pinned
+//! versions from PyPI into a venv under /opt, which the jail shows read-only; the tools submit
+//! through the stubs and the chaperon, their jobs re-enter the jail on the node, and the tests
+//! check what ran from the project.
 //! A failure prints the tool's output and every Slurm call the session made, from the audit log.
 
 mod common;
@@ -12,7 +13,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-/// Where tests/run.sh installs submitit, snakemake and snakemake-executor-plugin-slurm.
+/// Where tests/run.sh installs submitit, snakemake, snakemake-executor-plugin-slurm and
+/// dask-jobqueue.
 const VENV: &str = "/opt/agent-sandbox-test/venv";
 /// Each tool runs under `timeout` inside the jail; the watchdog outside allows a little more.
 const TOOL_SECS: u64 = 300;
@@ -219,4 +221,49 @@ fn snakemake_slurm_executor_runs_a_three_rule_workflow_in_the_jail() {
         .filter(|d| !d.starts_with(&format!("sacct -nu {USER} -o Account%256 | tail -1:")))
         .collect();
     assert_eq!(denied, Vec::<String>::new(), "every other call the plugin made was allowed");
+}
+
+#[test]
+fn dask_jobqueue_submits_two_worker_jobs_and_close_cancels_them() {
+    let Some(j) = slurm_jail("wf-dask") else { return };
+    let j = j.project_file("dask_cluster.py", include_str!("workflow/dask_cluster.py"));
+    // dask-jobqueue writes each job script with tempfile in $TMPDIR (the jail's private
+    // /tmp) and runs `sbatch /tmp/tmpXXXX.sh`: the stub reads that file inside the jail.
+    let run = run_tool(&j, "python3 dask_cluster.py 2>&1");
+    cancel_leftovers(&j);
+    let out = &run.out;
+    let field = |k: &str| out.stdout.lines().find_map(|l| l.strip_prefix(k)).map(str::to_owned);
+    // The job script dask-jobqueue builds from the cluster's parameters.
+    for line in ["#SBATCH -p debug", "#SBATCH --cpus-per-task=1", "#SBATCH -t 00:05:00", "distributed.cli.dask_worker"]
+    {
+        assert!(out.stdout.contains(line), "the job script has {line:?}: {}", report(&j, &run));
+    }
+    let submitted = field("submitted=").unwrap_or_else(|| panic!("no submission: {}", report(&j, &run)));
+    let mut ids: Vec<&str> = submitted.split(',').filter(|s| !s.is_empty()).collect();
+    ids.sort();
+    assert!(
+        ids.len() == 2 && ids.iter().all(|id| id.parse::<u32>().is_ok()),
+        "two worker jobs submitted through the chaperon: {}",
+        report(&j, &run)
+    );
+    assert_eq!(
+        field("queued=").as_deref(),
+        Some(ids.join(",").as_str()),
+        "squeue in the jail showed both: {}",
+        report(&j, &run)
+    );
+    assert_eq!(field("left=").as_deref(), Some(""), "cluster.close() emptied the queue: {}", report(&j, &run));
+    // Cancelled, not finished on their own: Slurm keeps ended jobs for MinJobAge (300 s).
+    for id in &ids {
+        let show = Command::new("scontrol").args(["-o", "show", "job", id]).output().expect("scontrol");
+        let show = String::from_utf8_lossy(&show.stdout);
+        assert!(show.contains("JobState=CANCELLED"), "job {id} was cancelled: {show}\n{}", report(&j, &run));
+        // A worker that started before the cancel ran inside the jail on the node.
+        let log = std::fs::read_to_string(j.project.join(format!("slurm-{id}.out"))).unwrap_or_default();
+        if let Some(w) = log.lines().find_map(|l| l.strip_prefix("worker-on=")) {
+            assert_eq!(w, "agent-sandbox:ssh=no", "job {id}'s worker ran in the jail: {log}\n{}", report(&j, &run));
+        }
+    }
+    assert!(out.stdout.contains("all-done") && out.stdout.contains("rc=0"), "{}", report(&j, &run));
+    assert_eq!(denied_calls(&j, &run.session), Vec::<String>::new(), "every call dask-jobqueue made was allowed");
 }

@@ -40,7 +40,7 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, link: &Link<'_>) -> H
     let bound = (req.command != "srun").then_some(crate::bounded::QUERY_TIMEOUT);
     let run = |cmd: Command, stdio: Stdio| run(cmd, stdio, link, bound);
     let result = match req.command.as_str() {
-        "sbatch" => sbatch(req, stdio, cfg, &mut audit),
+        "sbatch" => sbatch(req, stdio, cfg, &mut audit, link),
         "squeue" => squeue(req, stdio, cfg, &run),
         "scancel" => scancel(req, stdio, cfg, &run),
         "srun" => srun(req, stdio, cfg, &mut audit, &run),
@@ -76,7 +76,7 @@ fn dies_with_chaperon(cmd: &mut Command) {
     // SAFETY: prctl is async-signal-safe; the closure allocates nothing and touches no lock.
     unsafe {
         cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0);
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
             Ok(())
         });
     }
@@ -84,6 +84,9 @@ fn dies_with_chaperon(cmd: &mut Command) {
 
 pub(crate) fn clean(cmd: &mut Command, cfg: &Config) {
     dies_with_chaperon(cmd);
+    // Never the project: a relative name a Slurm command opens on the host side must not
+    // land where the jail plants symlinks.
+    cmd.current_dir("/");
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", &cfg.home)
@@ -109,10 +112,32 @@ fn passable(s: nix::sys::signal::Signal) -> bool {
 /// With a `bound`, a command still running after it is killed (a caller that never reads
 /// its output would otherwise hold this thread).
 fn run(mut cmd: Command, stdio: Stdio, link: &Link<'_>, bound: Option<std::time::Duration>) -> Result<i32, String> {
-    use nix::sys::signal::{kill, Signal};
-    use std::sync::atomic::{AtomicBool, Ordering};
     cmd.stdin(stdio.stdin).stdout(stdio.stdout).stderr(stdio.stderr);
     let mut child = cmd.spawn().map_err(|e| format!("cannot run Slurm: {e}"))?;
+    let watch = watch(&child, link, bound);
+    let status = child.wait().map_err(|e| format!("waiting for Slurm: {e}"))?;
+    drop(watch);
+    use std::os::unix::process::ExitStatusExt;
+    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+}
+
+/// While a real command runs for a caller: the signals the stub sends go to it, it is
+/// killed if the stub goes away (its jail ended, it was killed), and, with a `bound`, if it
+/// runs longer than that. Dropping the watch (after the command was reaped) ends both.
+struct Watch {
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    _finish: std::sync::mpsc::Sender<()>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.done.store(true, std::sync::atomic::Ordering::Release);
+    }
+}
+
+fn watch(child: &std::process::Child, link: &Link<'_>, bound: Option<std::time::Duration>) -> Watch {
+    use nix::sys::signal::{kill, Signal};
+    use std::sync::atomic::{AtomicBool, Ordering};
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let done = std::sync::Arc::new(AtomicBool::new(false));
     if let Ok(mut conn) = link.conn.try_clone() {
@@ -126,8 +151,10 @@ fn run(mut cmd: Command, stdio: Stdio, link: &Link<'_>, bound: Option<std::time:
                     }
                 }
                 Err(crate::wire::WireError::Io(_)) => {
+                    // The caller is gone: nothing may keep running on its behalf (some
+                    // Slurm commands block SIGTERM while they wait).
                     if !done.load(Ordering::Acquire) {
-                        let _ = kill(pid, Signal::SIGTERM);
+                        let _ = kill(pid, Signal::SIGKILL);
                     }
                     return;
                 }
@@ -135,22 +162,18 @@ fn run(mut cmd: Command, stdio: Stdio, link: &Link<'_>, bound: Option<std::time:
             }
         });
     }
-    let (finished, finish) = std::sync::mpsc::channel::<()>();
+    let (finish, finished) = std::sync::mpsc::channel::<()>();
     if let Some(limit) = bound {
         let done = done.clone();
         std::thread::spawn(move || {
-            if finish.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            if finished.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
                 && !done.load(Ordering::Acquire)
             {
                 let _ = kill(pid, Signal::SIGKILL);
             }
         });
     }
-    let status = child.wait().map_err(|e| format!("waiting for Slurm: {e}"))?;
-    done.store(true, Ordering::Release);
-    drop(finished);
-    use std::os::unix::process::ExitStatusExt;
-    Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
+    Watch { done, _finish: finish }
 }
 
 pub(crate) fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, String> {
@@ -158,7 +181,7 @@ pub(crate) fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, String> {
         .map_err(|_| format!("the working directory {} is not inside the project", req.cwd))
 }
 
-fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Result<i32, String> {
+fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, link: &Link<'_>) -> Result<i32, String> {
     use crate::sbatch::parse_sbatch;
     let err = |e: crate::grammar::GrammarError| e.to_string();
     let first = parse_sbatch(&req.argv, None).map_err(err)?;
@@ -172,6 +195,16 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
             (format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n"), "wrap".to_string())
         }
         (None, Some(p)) if on_stdin(p) => (read_stdin_script(&stdio)?, "stdin".into()),
+        // Read by the stub inside the jail: wherever the jail keeps it (dask-jobqueue writes
+        // its job scripts to $TMPDIR), it is the file the jail sees.
+        (None, Some(p)) if req.script.is_some() => {
+            let text = req.script.clone().unwrap_or_default();
+            if text.len() > MAX_SCRIPT {
+                return Err(format!("the batch script is larger than {} MiB", MAX_SCRIPT >> 20));
+            }
+            let name = Path::new(p).file_name().map(|n| n.to_string_lossy().into_owned());
+            (text, name.unwrap_or_else(|| "sbatch".into()))
+        }
         (None, Some(p)) => {
             let path = under_project(&cfg.project, &cwd, p)?;
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sbatch".into());
@@ -215,6 +248,7 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
     // The real sbatch sees only what the table allows, the rebuilt pieces and our wrapper.
     let mut cmd = Command::new(cfg.real("sbatch"));
     clean(&mut cmd, cfg);
+    cmd.current_dir(&dir);
     cmd.arg("--parsable").arg("--export=NONE").arg(format!("--chdir={}", job_cwd.display()));
     cmd.arg(format!("--job-name={}", spec.job_name));
     let out = dir.join(job::WRAPPER_OUT);
@@ -226,6 +260,8 @@ fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit) -> Resul
     // could be swapped between our write and sbatch's read.
     cmd.stdin(std::process::Stdio::piped()).stderr(stdio.stderr).stdout(std::process::Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| format!("cannot run sbatch: {e}"))?;
+    // `sbatch --wait` lasts as long as the job: it ends with the caller, like every call.
+    let _watch = watch(&child, link, None);
     if let Some(mut script_in) = child.stdin.take() {
         let _ = script_in.write_all(wrapper.as_bytes());
     }
@@ -377,7 +413,15 @@ fn srun(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, run: &Runn
     // `job::job_command`), never by srun here or slurmstepd on the node: both run outside
     // any jail and would follow the jail's symlinks, or read `~/.aws` on the caller's behalf.
     // `all`, `none` and task numbers name no file and go to srun as they are.
-    let file = |long: &str| parsed.last(long).flatten().filter(|v| !job::names_no_file(v)).map(str::to_owned);
+    // A number is a task id only below the step's task count (srun's fname.c); above it, a
+    // file name. The count: an explicit -n, else the allocation's (this chaperon runs in it).
+    let tasks = parsed
+        .last("ntasks")
+        .flatten()
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .or_else(|| std::env::var("SLURM_NTASKS").ok().and_then(|n| n.parse().ok()))
+        .unwrap_or(1);
+    let file = |long: &str| parsed.last(long).flatten().filter(|v| !job::names_no_file(v, tasks)).map(str::to_owned);
     let (input, output, error) = (file("input"), file("output"), file("error"));
     let mut ours = vec!["chdir", "export", "export-file", "open-mode"];
     for (long, v) in [("input", &input), ("output", &output), ("error", &error)] {
@@ -416,7 +460,8 @@ fn srun(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, run: &Runn
     let (dir, _) = write_job_dir(cfg, &spec, "")?;
     audit.script_bytes = None;
     // The tasks start in the job directory (ours, not the jail's); `exec --job` puts them in
-    // their working directory inside the jail.
+    // their working directory inside the jail. srun itself runs there too.
+    cmd.current_dir(&dir);
     cmd.arg("--export=NONE").arg(format!("--chdir={}", dir.display()));
     if input.is_some() {
         cmd.arg("--input=none");
@@ -474,6 +519,13 @@ pub(crate) fn dependencies_in_scope<'a>(
             continue;
         }
         let Some(dep) = value.as_deref().filter(|d| !d.is_empty()) else { continue };
+        // `singleton` waits on every job of the user with the same name, in scope or not:
+        // a job outside the project would hold ours, and its existence would show.
+        if dep.split([',', '?']).any(|item| item.eq_ignore_ascii_case("singleton")) {
+            return Err(format!(
+                "{shown}: singleton is not mediated (it names jobs outside this project); wait on your own job ids, e.g. afterany:ID"
+            ));
+        }
         let ids = crate::grammar::dependency_job_ids(dep).map_err(|e| format!("{shown}: {e}"))?;
         if ids.is_empty() {
             continue;

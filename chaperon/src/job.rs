@@ -126,12 +126,14 @@ pub fn open_job(jobs: &Path, arg: &Path) -> Result<OpenedJob, String> {
     Ok(OpenedJob { dir: jobs_canon.join(name), spec, script })
 }
 
-/// srun's `--input/--output/--error` values that name no file: `all`, `none`, a task number
-/// (srun's io option reader compares the words without regard to case).
-pub fn names_no_file(v: &str) -> bool {
-    v.eq_ignore_ascii_case("all")
-        || v.eq_ignore_ascii_case("none")
-        || (!v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()))
+/// srun's `--input/--output/--error` values that name no file: `all`, `none`, and a task
+/// number below the step's task count `tasks` (srun's fname.c: a number at or above it is a
+/// file name, which the jail could have made a symlink to anything).
+pub fn names_no_file(v: &str, tasks: u64) -> bool {
+    let task = (!v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| v.parse::<u64>().ok())
+        .flatten();
+    v.eq_ignore_ascii_case("all") || v.eq_ignore_ascii_case("none") || task.is_some_and(|t| t < tasks)
 }
 
 /// The command line `exec --job` runs inside the jail: for a batch job its script with the
@@ -317,10 +319,10 @@ mod tests {
     #[test]
     fn srun_io_words_that_name_no_file() {
         for w in ["all", "ALL", "none", "None", "0", "17"] {
-            assert!(names_no_file(w), "{w}");
+            assert!(names_no_file(w, 18), "{w}");
         }
-        for w in ["", "out.txt", "0x", "-1", "%t.out", "12345678901"] {
-            assert!(!names_no_file(w), "{w}");
+        for w in ["", "out.txt", "0x", "-1", "%t.out", "12345678901", "18", "9"] {
+            assert!(!names_no_file(w, if w == "9" { 1 } else { 18 }), "{w}");
         }
     }
 

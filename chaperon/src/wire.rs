@@ -8,8 +8,9 @@ use std::io::{Read, Write};
 
 pub const MAGIC: [u8; 3] = *b"ASB";
 pub const VERSION: u8 = 1;
-/// Largest body accepted: a batch script plus arguments. Bigger requests are refused whole.
-pub const MAX_FRAME: u32 = 4 << 20;
+/// Largest body accepted: a batch script (at most 4 MiB) plus arguments (at most 1 MiB), JSON
+/// escaped. Bigger requests are refused whole.
+pub const MAX_FRAME: u32 = 12 << 20;
 
 /// One Slurm command call from inside the jail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -19,8 +20,9 @@ pub struct Request {
     pub command: String,
     pub argv: Vec<String>,
     pub cwd: String,
-    /// A script the stub read from a file argument or stdin, if any.
-    pub script: Option<Vec<u8>>,
+    /// The batch script the stub read, inside the jail, from sbatch's file argument: the
+    /// file the jail sees (its private /tmp included), never a host path the chaperon opens.
+    pub script: Option<String>,
     /// The Slurm-related environment variables that matter to the command.
     pub env: BTreeMap<String, String>,
 }
@@ -105,7 +107,7 @@ mod tests {
             command: "sbatch".into(),
             argv: vec!["--wrap".into(), "true".into()],
             cwd: "/home/u/p".into(),
-            script: Some(b"#!/bin/sh\necho hi\n".to_vec()),
+            script: Some("#!/bin/sh\necho hi\n".into()),
             env: BTreeMap::from([("SLURM_SCOPE".into(), "project".into())]),
         }
     }

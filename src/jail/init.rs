@@ -364,7 +364,13 @@ fn supervise(plan: &Plan, sock: RawFd, slave: Option<OwnedFd>, pty: Option<TtyFd
                 }
             }
         } else if let Ok(sig) = Signal::try_from(signo) {
-            // Only signals from outside the jail reach PID 1 (the kernel drops the jail's own).
+            // A sender outside the jail's PID namespace shows as pid 0. The jail's own
+            // processes can reach PID 1 too (it blocks these signals rather than leaving them
+            // at their default, so the kernel queues them): theirs are dropped, so they can
+            // neither suppress a relay nor forge one.
+            if info.ssi_pid != 0 {
+                continue;
+            }
             let relayed = info.ssi_code == libc::SI_QUEUE && info.ssi_int == RELAY_COOKIE;
             passing.arrived(sig, relayed, std::time::Instant::now());
         }

@@ -35,6 +35,11 @@ pub trait Sys {
     /// Creates an overlayfs whiteout (a 0:0 character device) at `p`.
     fn whiteout(&mut self, p: &Path) -> io::Result<()>;
     fn read_small(&self, p: &Path, max: u64) -> io::Result<Vec<u8>>;
+    /// A recursive bind of `src_root/src_rel` on `dst_root/dst_rel` with `attr` set, where
+    /// the roots are trees the jail can write: nothing below a root is resolved through a
+    /// symlink (the jail could swap one in between the plan and this mount), on either side.
+    /// The target is created if missing (a file unless `dir`).
+    fn bind_beneath(&mut self, src: (&Path, &Path), dst: (&Path, &Path), dir: bool, attr: u64) -> io::Result<()>;
 }
 
 pub struct RealSys;
@@ -109,6 +114,124 @@ impl Sys for RealSys {
         let mut buf = vec![];
         io::Read::read_to_end(&mut io::Read::take(std::fs::File::open(p)?, max), &mut buf)?;
         Ok(buf)
+    }
+    fn bind_beneath(&mut self, src: (&Path, &Path), dst: (&Path, &Path), dir: bool, attr: u64) -> io::Result<()> {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let source = open_beneath(src.0, src.1)?;
+        let target = target_beneath(dst.0, dst.1, dir)?;
+        // SAFETY: open_tree on a descriptor we own with an empty path; the kernel returns a
+        // new descriptor of a detached copy of that mount tree, which we take ownership of.
+        let tree = unsafe {
+            libc::syscall(
+                libc::SYS_open_tree,
+                source.as_raw_fd(),
+                c"".as_ptr(),
+                OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+            )
+        };
+        if tree < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the descriptor was just returned by the kernel and nothing else owns it.
+        let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
+        set_attr_fd(&tree, attr)?;
+        // SAFETY: move_mount between two descriptors we own, both with empty paths.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_move_mount,
+                tree.as_raw_fd(),
+                c"".as_ptr(),
+                target.as_raw_fd(),
+                c"".as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+}
+
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+
+/// Resolution below a root the jail can write: no symlink (not even a magic link), never
+/// above the root.
+fn beneath() -> nix::fcntl::ResolveFlag {
+    use nix::fcntl::ResolveFlag;
+    ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_NO_MAGICLINKS | ResolveFlag::RESOLVE_BENEATH
+}
+
+/// An `O_PATH` descriptor of `root/rel` (the root itself may be reached through symlinks: the
+/// jail cannot change what leads to it).
+fn open_beneath(root: &Path, rel: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{open, openat2, OFlag, OpenHow};
+    let root_fd = open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
+        .map_err(errno)?;
+    if rel.as_os_str().is_empty() {
+        return Ok(root_fd);
+    }
+    let how = OpenHow::new().flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW).resolve(beneath());
+    not_a_symlink(openat2(&root_fd, rel, how).map_err(errno)?)
+}
+
+/// O_PATH|O_NOFOLLOW opens a trailing symlink itself rather than failing: refuse it here.
+fn not_a_symlink(fd: std::os::fd::OwnedFd) -> io::Result<std::os::fd::OwnedFd> {
+    let st = nix::sys::stat::fstat(&fd).map_err(errno)?;
+    if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    Ok(fd)
+}
+
+/// The mount target `root/rel`, created if missing, resolved as `open_beneath` does.
+fn target_beneath(root: &Path, rel: &Path, dir: bool) -> io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else { return open_beneath(root, rel) };
+    let parent_fd = open_beneath(root, parent)?;
+    let made = if dir {
+        nix::sys::stat::mkdirat(&parent_fd, name, Mode::from_bits_truncate(0o755))
+    } else {
+        openat(
+            &parent_fd,
+            name,
+            OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o644),
+        )
+        .map(drop)
+    };
+    match made {
+        Ok(()) | Err(nix::Error::EEXIST) => {}
+        // A read-only tree that already has the name needs nothing more.
+        Err(nix::Error::EROFS) | Err(nix::Error::EACCES) => {}
+        Err(e) => return Err(errno(e)),
+    }
+    let how = nix::fcntl::OpenHow::new().flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW).resolve(beneath());
+    not_a_symlink(nix::fcntl::openat2(&parent_fd, name, how).map_err(errno)?)
+}
+
+/// mount_setattr(2) on a detached tree, recursively.
+fn set_attr_fd(tree: &std::os::fd::OwnedFd, attr: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let ma = MountAttr { attr_set: attr, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    // SAFETY: an fd we own, an empty path, and a properly sized mount_attr the kernel reads.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+            &ma as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -215,6 +338,15 @@ pub struct MountError {
     pub err: io::Error,
 }
 
+/// The writable tree `p` lies strictly inside (the innermost), and the rest of `p` below it.
+fn inside<'a>(writable: &'a [PathBuf], p: &'a Path) -> Option<(&'a Path, &'a Path)> {
+    writable
+        .iter()
+        .filter(|w| p != w.as_path())
+        .filter_map(|w| p.strip_prefix(w).ok().map(|rel| (w.as_path(), rel)))
+        .max_by_key(|(w, _)| w.as_os_str().len())
+}
+
 fn under(base: &str, p: &Path) -> PathBuf {
     let rel = p.strip_prefix("/").unwrap_or(p);
     if rel.as_os_str().is_empty() {
@@ -243,6 +375,9 @@ fn bind(sys: &mut dyn Sys, src: &Path, target: &Path, dir: bool) -> io::Result<(
 pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Result<(), MountError> {
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     let mut staged = 0usize;
+    // Trees bound writable so far (the project, writable paths): a later mount of a path
+    // inside one of them is resolved without following symlinks below it.
+    let mut writable: Vec<PathBuf> = vec![];
     for m in mounts {
         let target = under(NEW, m.target());
         let fail = |step: &'static str| {
@@ -256,10 +391,22 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
                 sys.mount(Some(Path::new("tmpfs")), &target, Some("tmpfs"), nosuid_nodev, Some(&data))
                     .map_err(fail("mount tmpfs on"))?;
             }
-            MountSpec::Bind { source, rw, dir, .. } => {
-                bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
+            MountSpec::Bind { source, rw, dir, target: t } => {
                 let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
-                sys.set_attr(&target, attr).map_err(fail("set attributes on"))?;
+                match (inside(&writable, source), inside(&writable, t)) {
+                    (Some((sr, srel)), Some((tr, trel))) => {
+                        let (src_root, dst_root) = (under(OLD, sr), under(NEW, tr));
+                        sys.bind_beneath((&src_root, srel), (&dst_root, trel), *dir, attr)
+                            .map_err(fail("bind (no symlinks followed inside the writable tree)"))?;
+                    }
+                    _ => {
+                        bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
+                        sys.set_attr(&target, attr).map_err(fail("set attributes on"))?;
+                    }
+                }
+                if *rw {
+                    writable.push(source.clone());
+                }
             }
             MountSpec::Overlay { source, whiteouts, files, .. } => {
                 staged += 1;
@@ -348,10 +495,17 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
                 sys.set_attr(&target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
                     .map_err(fail("set attributes on"))?;
             }
-            MountSpec::Pin { .. } => {
-                sys.mount(Some(&target), &target, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)
-                    .map_err(fail("pin"))?;
-            }
+            MountSpec::Pin { target: t } => match inside(&writable, t) {
+                Some((root, rel)) => {
+                    let root = under(NEW, root);
+                    sys.bind_beneath((&root, rel), (&root, rel), true, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+                        .map_err(fail("pin (no symlinks followed inside the writable tree)"))?;
+                }
+                None => {
+                    sys.mount(Some(&target), &target, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)
+                        .map_err(fail("pin"))?;
+                }
+            },
             MountSpec::ReadOnly { .. } => {
                 sys.mount(None, &target, None, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | nosuid_nodev, None)
                     .map_err(fail("make read-only"))?;
@@ -415,6 +569,17 @@ mod tests {
             self.ops.push(format!("whiteout {}", p.display()));
             Ok(())
         }
+        fn bind_beneath(&mut self, src: (&Path, &Path), dst: (&Path, &Path), _dir: bool, attr: u64) -> io::Result<()> {
+            self.ops.push(format!(
+                "bind-beneath {}//{} {}//{} ro={}",
+                src.0.display(),
+                src.1.display(),
+                dst.0.display(),
+                dst.1.display(),
+                attr & MOUNT_ATTR_RDONLY != 0
+            ));
+            Ok(())
+        }
     }
 
     #[test]
@@ -437,12 +602,36 @@ mod tests {
                 "mkdir /newroot/home/u/p",
                 "mount /oldroot/home/u/p /newroot/home/u/p - bind=true",
                 "attr /newroot/home/u/p ro=false",
-                "mount /newroot/home/u/p/.git /newroot/home/u/p/.git - bind=true",
-                "touch /newroot/home/u/p/.git/config",
-                "mount /oldroot/home/u/p/.git/config /newroot/home/u/p/.git/config - bind=true",
-                "attr /newroot/home/u/p/.git/config ro=true",
+                // Inside the writable project nothing is resolved through a symlink: the jail
+                // of another session (or the one whose job this is) could swap `.git` for one.
+                "bind-beneath /newroot/home/u/p//.git /newroot/home/u/p//.git ro=false",
+                "bind-beneath /oldroot/home/u/p//.git/config /newroot/home/u/p//.git/config ro=true",
             ]
         );
+    }
+
+    #[test]
+    fn paths_inside_a_writable_tree_resolve_without_any_symlink() {
+        // The jail can swap `.git` for a symlink (relative, or climbing to the old root) after
+        // the plan looked: the mount must then fail, not follow it.
+        let dir = std::env::temp_dir().join(format!("asb-beneath-{}", std::process::id()));
+        let project = dir.join("p");
+        std::fs::create_dir_all(project.join("real/.git")).unwrap();
+        std::fs::write(project.join("real/.git/config"), "x").unwrap();
+        std::fs::create_dir_all(dir.join("secret")).unwrap();
+        std::fs::write(dir.join("secret/config"), "s").unwrap();
+        std::os::unix::fs::symlink("../secret", project.join("up")).unwrap();
+        std::os::unix::fs::symlink("real/.git", project.join(".git")).unwrap();
+        assert!(open_beneath(&project, Path::new("real/.git/config")).is_ok());
+        for rel in ["up/config", ".git/config", ".git", "../secret/config"] {
+            assert!(open_beneath(&project, Path::new(rel)).is_err(), "{rel} was followed");
+        }
+        // A missing target is created in place; through a symlink it is not.
+        assert!(target_beneath(&project, Path::new("real/.git/hooks"), true).is_ok());
+        assert!(project.join("real/.git/hooks").is_dir());
+        assert!(target_beneath(&project, Path::new(".git/hooks2"), true).is_err());
+        assert!(!project.join("real/.git/hooks2").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -155,8 +155,17 @@ impl<'a> Builder<'a> {
         Builder { fs, hidden, overlay: false, mountpoints: &[], mounts: vec![], overrides: vec![] }
     }
 
-    /// A read-only tree with hidden paths below it: one overlay mount, with whiteouts for
-    /// the hidden paths, the synthesized files in its top layer, and host submounts on top.
+    /// Whether a host mount lies below `src`. Such a tree cannot be an overlay's lower layer
+    /// in a user namespace: the kernel will not clone a path with locked submounts
+    /// ("overlayfs: failed to clone lowerpath", EINVAL). Containers bind files over
+    /// /etc/resolv.conf and /etc/hosts, `ip netns exec` binds /etc/netns/NAME/*: such a tree
+    /// is rebuilt entry by entry, and each bind shows the mounted file.
+    fn has_submounts(&self, src: &Path) -> bool {
+        self.mountpoints.iter().any(|m| m.as_path() != src && under(m, src))
+    }
+
+    /// A read-only tree with hidden paths below it and no host mount below it: one overlay
+    /// mount, with whiteouts for the hidden paths and the synthesized files in its top layer.
     fn overlay_tree(&mut self, src: &Path) {
         let mut whiteouts: Vec<PathBuf> = self
             .hidden
@@ -185,17 +194,6 @@ impl<'a> Builder<'a> {
             _ => true,
         });
         self.mounts.push(MountSpec::Overlay { target: src.to_path_buf(), source: src.to_path_buf(), whiteouts, files });
-        let subs: Vec<PathBuf> = self
-            .mountpoints
-            .iter()
-            .filter(|m| m.as_path() != src && under(m, src) && !self.hidden.covers(m))
-            .cloned()
-            .collect();
-        for m in subs {
-            if let Some(kind) = self.fs.kind(&m) {
-                self.mounts.push(MountSpec::Bind { source: m.clone(), target: m, rw: false, dir: kind == Kind::Dir });
-            }
-        }
     }
 
     pub fn push(&mut self, m: MountSpec) {
@@ -227,7 +225,9 @@ impl<'a> Builder<'a> {
                     self.mounts.push(MountSpec::Symlink { target, link });
                 }
             }
-            Kind::Dir if self.overlay && !rw && !in_tree && self.hidden.any_below(src) => self.overlay_tree(src),
+            Kind::Dir if self.overlay && !rw && !in_tree && self.hidden.any_below(src) && !self.has_submounts(src) => {
+                self.overlay_tree(src)
+            }
             Kind::Dir if self.hidden.any_below(src) => {
                 self.mounts.push(MountSpec::Tmpfs { target: target.clone(), mode: 0o755 });
                 for name in self.fs.read_dir(src).iter() {
@@ -351,7 +351,7 @@ mod tests {
     fn with_overlay_a_hidden_child_becomes_a_whiteout_and_overrides_go_in_the_layer() {
         let fs = FakeFs::default().file("/etc/hosts").file("/etc/passwd").dir("/etc/munge").dir("/etc/ssl");
         let hidden = Hidden { paths: vec!["/etc/munge".into(), "/etc/not-here".into()] };
-        let mounts = vec![PathBuf::from("/etc/ssl")];
+        let mounts = vec![PathBuf::from("/etc"), PathBuf::from("/proc")];
         let mut b = Builder::new(&fs, &hidden);
         b.overlay = true;
         b.mountpoints = &mounts;
@@ -366,7 +366,30 @@ mod tests {
             m => panic!("expected an overlay, got {m:?}"),
         }
         assert!(b.overrides.is_empty(), "the override was consumed by the layer");
-        assert!(matches!(&b.mounts[1], MountSpec::Bind { target, rw: false, .. } if target == Path::new("/etc/ssl")));
+        assert_eq!(b.mounts.len(), 1);
+    }
+
+    #[test]
+    fn a_tree_with_a_host_mount_below_it_is_rebuilt_not_overlaid() {
+        // A container's /etc/resolv.conf bind (or `ip netns exec`'s): the kernel refuses such
+        // a tree as an overlay's lower layer in a user namespace.
+        let fs = FakeFs::default().file("/etc/hosts").file("/etc/resolv.conf").dir("/etc/munge").dir("/etc/ssl");
+        let hidden = Hidden { paths: vec!["/etc/munge".into()] };
+        let mounts = vec![PathBuf::from("/etc/resolv.conf")];
+        let mut b = Builder::new(&fs, &hidden);
+        b.overlay = true;
+        b.mountpoints = &mounts;
+        b.bind_tree(Path::new("/etc"), false);
+        assert!(
+            matches!(&b.mounts[0], MountSpec::Tmpfs { target, .. } if target == Path::new("/etc")),
+            "{:?}",
+            b.mounts
+        );
+        assert!(b
+            .mounts
+            .iter()
+            .any(|m| matches!(m, MountSpec::TreeBind { source, .. } if source == Path::new("/etc/resolv.conf"))));
+        assert!(!b.mounts.iter().any(|m| format!("{m:?}").contains("munge")));
     }
 
     #[test]

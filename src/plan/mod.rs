@@ -816,6 +816,15 @@ fn cover_stubbed(b: &mut Builder<'_>, fs: &dyn HostFs, policy: &Policy, facts: &
         let Some(kind) = fs.kind(p) else { continue };
         let real = if kind == Kind::Symlink { fs.canonicalize(p) } else { Some(p.clone()) };
         let Some(real) = real else { continue };
+        // A symlinked mailer's target is covered only if it is a mailer (or Slurm command)
+        // itself: msmtp-mta's `newaliases -> /bin/true` must not make `true` the stub. The
+        // name stays covered on PATH; by its absolute path it runs what it links to.
+        let target_name = real.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let stubbed_name =
+            |n: &str| crate::stub::mail::MAILERS.contains(&n) || crate::stub::slurm::SLURM_STUBS.contains(&n);
+        if kind == Kind::Symlink && !stubbed_name(target_name) {
+            continue;
+        }
         let seen = visible.iter().any(|v| fs::under(&real, v) || fs::under(p, v));
         if !seen || real.starts_with(home) || b.hidden.covers(&real) || covered.contains(&real) {
             continue;

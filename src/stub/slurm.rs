@@ -66,7 +66,35 @@ pub fn run(name: &str) -> i32 {
     }
 }
 
+/// sbatch's script file, read here inside the jail as real sbatch reads it (open(2) of the
+/// argument): the jail's own view of the files, its private /tmp included. None when there
+/// is no file argument or it is no regular file (`/dev/stdin`: the chaperon reads the
+/// passed stdin), or the arguments do not parse (the chaperon says why).
+fn script_file(name: &str, argv: &[String]) -> Result<Option<String>, String> {
+    use std::io::Read;
+    if name != "sbatch" {
+        return Ok(None);
+    }
+    let Some(path) = chaperon::sbatch::parse_sbatch(argv, None).ok().and_then(|r| r.script_path) else {
+        return Ok(None);
+    };
+    let unable = |e: std::io::Error| format!("Unable to open file {path}: {e}");
+    let file = std::fs::File::open(&path).map_err(unable)?;
+    if !file.metadata().map_err(unable)?.is_file() {
+        return Ok(None);
+    }
+    let max = chaperon::dispatch::MAX_SCRIPT;
+    let mut buf = Vec::new();
+    file.take(max as u64 + 1).read_to_end(&mut buf).map_err(unable)?;
+    if buf.len() > max {
+        return Err(format!("the batch script {path} is larger than {} MiB", max >> 20));
+    }
+    String::from_utf8(buf).map(Some).map_err(|_| format!("the batch script {path} is not valid UTF-8"))
+}
+
 fn request(name: &str) -> Result<Response, String> {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let script = script_file(name, &argv)?;
     let mut conn = UnixStream::connect(SOCKET).map_err(|e| {
         format!("cannot reach agent-sandbox's Slurm chaperon at {SOCKET} ({e}); Slurm is not available in this session")
     })?;
@@ -77,9 +105,9 @@ fn request(name: &str) -> Result<Response, String> {
         .map_err(|e| format!("cannot pass the terminal to the chaperon: {e}"))?;
     let req = Request {
         command: name.to_string(),
-        argv: std::env::args().skip(1).collect(),
+        script,
+        argv,
         cwd: std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default(),
-        script: None,
         env: std::env::vars().collect::<BTreeMap<_, _>>(),
     };
     wire::write_frame(&mut conn, &req).map_err(|e| format!("cannot send the request to the chaperon: {e}"))?;
