@@ -69,8 +69,26 @@ fn admin_locks_hold_against_every_user_layer() {
         j.give(&[Path::new(d)]);
     }
     guard.write("admin.toml", ADMIN, 0o644);
+    // A user keep, set and --env of names the admin scrubs: the admin's floor wins each time.
+    let user_cfg = j.rig.home.join(".config/agent-sandbox/config.toml");
+    std::fs::create_dir_all(user_cfg.parent().unwrap()).unwrap();
+    std::fs::write(&user_cfg, "[env]\nkeep = [\"HARMLESS_X\"]\nset = { HARMLESS_Y = \"should-be-scrubbed\" }\n")
+        .unwrap();
+    j.give(&[user_cfg.parent().unwrap().parent().unwrap(), user_cfg.parent().unwrap(), &user_cfg]);
+    struct RemoveCfg(PathBuf);
+    impl Drop for RemoveCfg {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+    let _user_cfg = RemoveCfg(user_cfg);
     let j = j
         .env("HARMLESS_X", "should-be-scrubbed")
+        .env("HARMLESS_Z", "should-be-scrubbed")
+        .arg("--env")
+        .arg("HARMLESS_Z")
+        .arg("--env")
+        .arg("HARMLESS_W=should-be-scrubbed")
         .env("AGENT_SANDBOX_ETC_DIR", "/nonexistent")
         .arg("--net")
         .arg("open")
@@ -90,7 +108,7 @@ fn admin_locks_hold_against_every_user_layer() {
         "cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '; \
          touch ~/x 2>/dev/null && echo HOME-WRITABLE; \
          ls /opt 2>/dev/null && echo OPT-VISIBLE; \
-         env | grep HARMLESS_X; \
+         env | grep HARMLESS_; \
          test -e /dev/kmsg && echo KMSG-BOUND; \
          touch /var/tmp/asb-admin-allowed/f && echo ALLOWED-RW; \
          touch /var/tmp/asb-admin-denied/f 2>/dev/null && echo DENIED-RW; \

@@ -732,3 +732,47 @@ fn the_launcher_binary_is_read_only_inside_even_when_it_lives_in_the_project() {
         "binary changed"
     );
 }
+
+#[test]
+fn a_host_with_files_mounted_over_etc_runs_the_default_jail() {
+    // Containers bind /etc/resolv.conf, /etc/hosts and /etc/hostname; sites mount files into
+    // /etc. The kernel refuses such an /etc as an overlay's lower layer in a user namespace:
+    // the jail rebuilds it instead, and a mounted file shows its mounted content.
+    let j = jail!("etc-mounts");
+    let dir = j.rig.home.join("t/etc-mounted");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("resolv.conf"), "nameserver 192.0.2.53\n# MOUNTED-RESOLV\n").unwrap();
+    std::fs::write(dir.join("issue"), "MOUNTED-ISSUE\n").unwrap();
+    let issue = ["/etc/issue", "/etc/debian_version", "/etc/os-release"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .expect("a file in /etc to mount over");
+    let setup = format!(
+        "mount --bind {d}/resolv.conf /etc/resolv.conf && mount --bind {d}/issue {issue} && exec \"$@\"",
+        d = dir.display()
+    );
+    let wrapper = ["unshare", "-m", "--propagation", "private", "sh", "-c", &setup, "sh"];
+    for (mode, resolv) in [("isolated", "MOUNTED-RESOLV"), ("filtered", "169.254.77.1")] {
+        let script = format!("cat /etc/resolv.conf {issue}; id -un");
+        let mut c = j.command_wrapped(&wrapper, &["-q", "--net", mode, "run", "--", "sh", "-c", &script]);
+        let out = j.output(&mut c);
+        assert_eq!(out.code, 0, "{mode}: {out}");
+        assert!(out.stdout.contains(resolv), "{mode}: resolv.conf: {out}");
+        assert!(out.stdout.contains("MOUNTED-ISSUE"), "{mode}: the mounted file, not the one under it: {out}");
+        assert!(out.stdout.contains(USER), "{mode}: {out}");
+    }
+}
+
+#[test]
+fn personality_allows_only_the_query_and_plain_linux() {
+    // ADDR_NO_RANDOMIZE turns ASLR off and READ_IMPLIES_EXEC makes data executable for the
+    // next program: refused. The query and PER_LINUX (what glibc and setarch's default do) work.
+    let j = jail!("personality");
+    let out = j.run(
+        "setarch -R true 2>&1; echo norandom=$?; setarch -X true 2>&1; echo readexec=$?; \
+         python3 -c 'import ctypes; l = ctypes.CDLL(None); print(\"query\", l.personality(0xffffffff) & 0xff, \"linux\", l.personality(0))'",
+    );
+    assert!(out.stdout.contains("norandom=1") && out.stdout.contains("readexec=1"), "{out}");
+    assert!(out.stdout.contains("Operation not permitted"), "{out}");
+    assert!(out.stdout.contains("query 0 linux 0"), "{out}");
+}

@@ -377,3 +377,50 @@ print('world', *ping('198.51.100.2'))
     let world = out.stdout.lines().find(|l| l.starts_with("world ")).unwrap_or_else(|| panic!("{out}"));
     assert!(world.contains("Error") && !world.contains("TimeoutError"), "refused at once: {out}");
 }
+
+/// A login namespace as `ip netns exec` gives one (a container user's view): its own network
+/// (192.0.2.1/30, routed to the test hosts through their namespace) and its own
+/// /etc/netns/NAME/resolv.conf, which `ip netns exec` binds over /etc/resolv.conf.
+fn login_netns() -> &'static str {
+    static DONE: OnceLock<()> = OnceLock::new();
+    const NS: &str = "asblogin";
+    DONE.get_or_init(|| {
+        hosts();
+        let ip = |args: &[&str]| {
+            let st = Command::new("ip").args(args).status();
+            assert!(st.is_ok_and(|s| s.success()), "ip {args:?}");
+        };
+        let _ = Command::new("ip").args(["netns", "del", NS]).status();
+        let _ = Command::new("ip").args(["-n", "asbnet", "link", "del", "asbl1"]).status();
+        ip(&["netns", "add", NS]);
+        ip(&["link", "add", "asbl0", "netns", NS, "type", "veth", "peer", "name", "asbl1", "netns", "asbnet"]);
+        ip(&["-n", NS, "addr", "add", "192.0.2.1/30", "dev", "asbl0"]);
+        ip(&["-n", NS, "link", "set", "asbl0", "up"]);
+        ip(&["-n", NS, "link", "set", "lo", "up"]);
+        ip(&["-n", "asbnet", "addr", "add", "192.0.2.2/30", "dev", "asbl1"]);
+        ip(&["-n", "asbnet", "link", "set", "asbl1", "up"]);
+        ip(&["-n", NS, "route", "add", "198.51.100.0/24", "via", "192.0.2.2"]);
+        std::fs::create_dir_all(format!("/etc/netns/{NS}")).unwrap();
+        std::fs::write(format!("/etc/netns/{NS}/resolv.conf"), "nameserver 198.51.100.53\n").unwrap();
+    });
+    NS
+}
+
+#[test]
+fn from_an_ip_netns_exec_login_namespace_the_default_jail_filters() {
+    // The default policy (filtered, upstreams from resolv.conf), started as a container user
+    // would: inside `ip netns exec`, whose resolv.conf is bound over /etc/resolv.conf.
+    let Some(j) = Jail::new("net-login-ns") else { return };
+    let ns = login_netns();
+    let ca = std::fs::read_to_string(hosts().workdir.join("ca.pem")).expect("ca.pem");
+    let j = j.project_file("ca.pem", &ca);
+    let script =
+        "curl -sS -m 10 http://allowed.test/hello; curl -sS -m 10 --cacert ca.pem https://allowed.test/hello; \
+                  curl -sS -m 5 http://198.51.100.2:25/ >/dev/null 2>&1 || echo smtp-refused; \
+                  getent hosts pastebin.com || echo pastebin-nxdomain";
+    let mut c = j.command_wrapped(&["ip", "netns", "exec", ns], &["-q", "run", "--", "sh", "-c", script]);
+    let out = j.output(&mut c);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.stdout.matches("hello allowed.test").count(), 2, "http and https by name: {out}");
+    assert!(out.stdout.contains("smtp-refused") && out.stdout.contains("pastebin-nxdomain"), "{out}");
+}

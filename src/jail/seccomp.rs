@@ -333,6 +333,12 @@ fn rules(opts: &SeccompOptions) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Secco
         ioctl.push(rule(vec![cond(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, ioctl_request(request))?])?);
     }
     rules.insert(sys_nr(libc::SYS_ioctl), ioctl);
+
+    // personality(2): only the query (0xffffffff) and plain PER_LINUX. Any other persona
+    // turns off ASLR (ADDR_NO_RANDOMIZE) or makes every readable mapping executable
+    // (READ_IMPLIES_EXEC) for what the jail runs next. The argument is an `unsigned int`.
+    let persona = |v: u64| cond(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, v);
+    rules.insert(sys_nr(libc::SYS_personality), vec![rule(vec![persona(0xffff_ffff)?, persona(0)?])?]);
     Ok(rules)
 }
 
@@ -496,6 +502,8 @@ mod tests {
                 [libc::CLONE_NEWUSER as u64, ioctl_request(libc::TIOCSTI), 0, 0, 0, 0],
                 [u64::MAX; 6],
                 [0, ioctl_request(libc::TIOCLINUX) | (1 << 32), 0, 0, 0, 0],
+                [0xffff_ffff, 0, 0, 0, 0, 0],
+                [0x0040000, 0, 0, 0, 0, 0],
             ];
             for nr in -1..1100 {
                 for args in argsets {

@@ -490,6 +490,15 @@ impl Supervisor {
             if !floor.allowed && floor.layer == Layer::Floor {
                 return self.deny_packet(len, "tcp", dst, "connect", &floor);
             }
+            // The handshake completes before the name is known, so a dial that fails later
+            // would reset a connection the client believed open, and it would not try the
+            // name's other address. A host without an IPv6 route (most containers) answers
+            // an AAAA address at once instead: the client falls back to IPv4 as usual.
+            if !routable(dst) {
+                tracing::debug!(%dst, "no route from the host: refused before the handshake");
+                self.stack.ingest(len);
+                return;
+            }
             let Some(handle) = self.stack.accept(dst, len, false) else { return };
             let id = self.add_flow((src, dst), handle, Phase::Peeking);
             let events = self.events.clone();
@@ -834,6 +843,20 @@ fn jail_sent_fin(sock: &tcp::Socket) -> bool {
 
 fn refusal(reason: &str) -> Decision {
     Decision { allowed: false, rule: String::new(), layer: Layer::Floor, reason: reason.to_owned() }
+}
+
+/// Whether the host has a route to `dst`: connecting a UDP socket sends nothing and fails at
+/// once without one (ENETUNREACH, or EADDRNOTAVAIL for a family the host has no address of).
+fn routable(dst: SocketAddr) -> bool {
+    let any: SocketAddr =
+        if dst.is_ipv4() { (Ipv4Addr::UNSPECIFIED, 0).into() } else { (Ipv6Addr::UNSPECIFIED, 0).into() };
+    match std::net::UdpSocket::bind(any).and_then(|s| s.connect(dst)) {
+        Ok(()) => true,
+        Err(e) => !matches!(
+            e.raw_os_error(),
+            Some(libc::ENETUNREACH) | Some(libc::EHOSTUNREACH) | Some(libc::EADDRNOTAVAIL) | Some(libc::EAFNOSUPPORT)
+        ),
+    }
 }
 
 /// DNS over TCP: the jail's TCP flows to port 53 are dialled here, a listener on host

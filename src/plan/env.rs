@@ -29,15 +29,23 @@ const ALWAYS_DROPPED: &[&str] = &["OLDPWD", "PWD", "XDG_RUNTIME_DIR", "AGENT_SAN
 pub fn build(launcher_env: &[(String, String)], policy: &Policy, j: &JailVars<'_>) -> EnvPlan {
     let keep_p: Vec<Pattern> = policy.env_keep.iter().map(|p| Pattern::new(&p.value, false)).collect();
     let scrub_p: Vec<Pattern> = policy.env_scrub.iter().map(|p| Pattern::new(&p.value, true)).collect();
+    // The admin's scrub entries are a floor: only the admin's own keep entries pass a name
+    // they match, never a user's keep, set or --env.
+    let admin_keep_p: Vec<Pattern> =
+        policy.env_keep.iter().filter(|p| p.locked).map(|p| Pattern::new(&p.value, false)).collect();
+    let admin_scrub_p: Vec<Pattern> =
+        policy.env_scrub.iter().filter(|p| p.locked).map(|p| Pattern::new(&p.value, true)).collect();
+    let admin_floor =
+        |k: &str| admin_scrub_p.iter().any(|p| p.matches(k)) && !admin_keep_p.iter().any(|p| p.matches(k));
     let keep = |k: &str| keep_p.iter().any(|p| p.matches(k));
-    let scrub = |k: &str| scrub_p.iter().any(|p| p.matches(k));
+    let scrub = |k: &str| admin_floor(k) || (scrub_p.iter().any(|p| p.matches(k)) && !keep(k));
     let mut vars = vec![];
     let mut removed = vec![];
     for (k, v) in launcher_env {
         if ALWAYS_DROPPED.contains(&k.as_str()) || k.starts_with("AGENT_SANDBOX") {
             continue;
         }
-        if scrub(k) && !keep(k) {
+        if scrub(k) {
             removed.push(k.clone());
             continue;
         }
@@ -78,6 +86,10 @@ pub fn build(launcher_env: &[(String, String)], policy: &Policy, j: &JailVars<'_
         set("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin".into());
     }
     for (k, v) in &policy.env_set {
+        if !v.locked && admin_floor(k) {
+            removed.push(k.clone());
+            continue;
+        }
         set(k, v.value.clone());
     }
     vars.sort();

@@ -200,9 +200,34 @@ impl Jail {
         self
     }
 
+    /// The launcher as the test user, started by root through `wrapper` (a command that sets
+    /// up the user's world first: `unshare -m ...`, `ip netns exec NAME`), which ends by
+    /// running what follows it: `setpriv` drops to the test user before the launcher runs.
+    pub fn command_wrapped(&self, wrapper: &[&str], jail_args: &[&str]) -> Command {
+        let (first, rest) = wrapper.split_first().expect("a wrapper command");
+        let mut c = self.with_user_env(first);
+        c.args(rest).args([
+            "setpriv".to_string(),
+            format!("--reuid={}", self.rig.uid),
+            format!("--regid={}", self.rig.gid),
+            "--clear-groups".into(),
+            "--".into(),
+        ]);
+        c.arg(&self.rig.bin).args(self.launcher_args(jail_args));
+        c
+    }
+
     /// `program` as the test user in the project, with a clean environment plus the test's
     /// variables: the base of every launch, also through `script`, tmux or a copied binary.
     pub fn as_user(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut c = self.with_user_env(program);
+        c.uid(self.rig.uid).gid(self.rig.gid);
+        c
+    }
+
+    /// `program` (still as the caller) with the test user's clean environment and the project
+    /// as its working directory.
+    fn with_user_env(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
         let mut c = Command::new(program);
         c.env_clear()
             .env("HOME", &self.rig.home)
@@ -211,9 +236,7 @@ impl Jail {
             .env("PATH", "/usr/local/bin:/usr/bin:/bin")
             .env("LANG", "C.UTF-8")
             .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .current_dir(self.cwd.as_ref().unwrap_or(&self.project))
-            .uid(self.rig.uid)
-            .gid(self.rig.gid);
+            .current_dir(self.cwd.as_ref().unwrap_or(&self.project));
         c
     }
 
