@@ -424,3 +424,181 @@ fn from_an_ip_netns_exec_login_namespace_the_default_jail_filters() {
     assert_eq!(out.stdout.matches("hello allowed.test").count(), 2, "http and https by name: {out}");
     assert!(out.stdout.contains("smtp-refused") && out.stdout.contains("pastebin-nxdomain"), "{out}");
 }
+
+/// A proxied-mode jail blocking `blocked.test`, with `smuggle.py` in the project: small
+/// clients that speak CONNECT, SOCKS5 and absolute-URI HTTP by hand, so a test controls what
+/// goes inside a tunnel or on a kept-alive connection (curl would never smuggle a name).
+fn proxied_smuggle_jail(name: &str) -> Option<Jail> {
+    let j = net_jail(name, "block = [\"blocked.test\"]\n")?;
+    let policy = j.rig.home.join(format!("t/{name}-policy.toml"));
+    let text = std::fs::read_to_string(&policy).unwrap().replace("mode = \"filtered\"", "mode = \"proxied\"");
+    std::fs::write(&policy, text).unwrap();
+    Some(j.project_file("smuggle.py", SMUGGLE_PY))
+}
+
+const SMUGGLE_PY: &str = r#"
+import socket, ssl, struct, sys
+
+def recv_head(s):
+    head = b''
+    while b'\r\n\r\n' not in head:
+        b = s.recv(1)
+        if not b:
+            break
+        head += b
+    return head
+
+def read_response(s):
+    # One HTTP/1.1 response with a Content-Length body, or whatever came before EOF.
+    head = recv_head(s)
+    if not head:
+        return b'EOF'
+    length = 0
+    for line in head.split(b'\r\n')[1:]:
+        k, _, v = line.partition(b':')
+        if k.strip().lower() == b'content-length':
+            length = int(v.strip())
+    body = b''
+    while len(body) < length:
+        b = s.recv(length - len(body))
+        if not b:
+            break
+        body += b
+    return head.split(b'\r\n')[0] + b' | ' + body.strip()
+
+def http_connect(target):
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+    s.sendall(b'CONNECT ' + target.encode() + b' HTTP/1.1\r\nHost: ' + target.encode() + b'\r\n\r\n')
+    status = recv_head(s).split(b'\r\n')[0]
+    return s, status
+
+def socks_connect(host, port):
+    s = socket.create_connection(('127.0.0.1', 1080), timeout=10)
+    s.sendall(b'\x05\x01\x00')
+    assert s.recv(2) == b'\x05\x00'
+    s.sendall(b'\x05\x01\x00\x03' + bytes([len(host)]) + host.encode() + struct.pack('!H', port))
+    rep = s.recv(4)
+    rest = {1: 6, 4: 18}.get(rep[3], 0) if len(rep) == 4 else 0
+    while rest:
+        b = s.recv(rest)
+        if not b:
+            break
+        rest -= len(b)
+    return s, rep[:2]
+
+def tls_get(s, sni):
+    # A TLS session to whatever the tunnel reaches, naming `sni`; prints the answer or the error.
+    ctx = ssl.create_default_context(cafile='ca.pem')
+    try:
+        t = ctx.wrap_socket(s, server_hostname=sni)
+        t.sendall(b'GET /hello HTTP/1.1\r\nHost: ' + sni.encode() + b'\r\nConnection: close\r\n\r\n')
+        return read_response(t)
+    except (OSError, ssl.SSLError) as e:
+        return ('refused ' + type(e).__name__).encode()
+
+def plain_get(s, host):
+    try:
+        s.sendall(b'GET /hello HTTP/1.1\r\nHost: ' + host.encode() + b'\r\nConnection: close\r\n\r\n')
+        return read_response(s)
+    except OSError as e:
+        return ('refused ' + type(e).__name__).encode()
+
+def forward(reqs):
+    # Several absolute-URI requests on one connection, one after the other.
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+    for url, host in reqs:
+        try:
+            s.sendall(b'GET ' + url.encode() + b' HTTP/1.1\r\nHost: ' + host.encode() + b'\r\n\r\n')
+            print('forward', url, host, read_response(s))
+        except OSError as e:
+            print('forward', url, host, 'error', type(e).__name__)
+
+what = sys.argv[1]
+if what == 'connect':
+    for target, sni in [('allowed.test:443', 'allowed.test'), ('allowed.test:443', 'blocked.test'),
+                        ('198.51.100.2:443', 'allowed.test'), ('198.51.100.2:443', 'blocked.test')]:
+        s, status = http_connect(target)
+        print('connect', target, sni, status, tls_get(s, sni))
+    for target, host in [('allowed.test:80', 'allowed.test'), ('allowed.test:80', 'blocked.test')]:
+        s, status = http_connect(target)
+        print('connect', target, host, status, plain_get(s, host))
+elif what == 'socks':
+    for sni in ['allowed.test', 'blocked.test']:
+        s, rep = socks_connect('allowed.test', 443)
+        print('socks', sni, rep, tls_get(s, sni))
+elif what == 'host':
+    forward([('http://allowed.test/hello', 'blocked.test')])
+    forward([('http://allowed.test/hello', 'other.test')])
+    forward([('http://allowed.test/hello', 'Allowed.Test:80')])
+elif what == 'keepalive':
+    forward([('http://allowed.test/hello', 'allowed.test'), ('http://blocked.test/hello', 'blocked.test'),
+             ('http://allowed.test/hello', 'allowed.test')])
+"#;
+
+#[test]
+fn proxied_connect_tunnel_refuses_a_smuggled_server_name() {
+    let Some(j) = proxied_smuggle_jail("net-proxy-sni") else { return };
+    let out = j.run("python3 smuggle.py connect");
+    let s = &out.stdout;
+    let line = |prefix: &str| s.lines().find(|l| l.starts_with(prefix)).unwrap_or_default().to_string();
+    assert!(
+        line("connect allowed.test:443 allowed.test ").contains("hello allowed.test"),
+        "a tunnel used for its own name works: {out}"
+    );
+    let smuggled = line("connect allowed.test:443 blocked.test ");
+    assert!(smuggled.contains("refused") && !smuggled.contains("hello"), "SNI blocked.test in a tunnel: {out}");
+    assert!(line("connect 198.51.100.2:443 allowed.test ").contains("hello allowed.test"), "{out}");
+    let by_ip = line("connect 198.51.100.2:443 blocked.test ");
+    assert!(by_ip.contains("refused") && !by_ip.contains("hello"), "a tunnel to an address: {out}");
+    assert!(line("connect allowed.test:80 allowed.test ").contains("hello allowed.test"), "{out}");
+    let plain = line("connect allowed.test:80 blocked.test ");
+    assert!(plain.contains("403") && !plain.contains("hello"), "Host blocked.test in a tunnel: {out}");
+    let denials = audit_lines(&j);
+    assert!(
+        denials.iter().any(|d| d["check"] == "sni" && d["name"] == "blocked.test" && d["net"] == "proxied"),
+        "{denials:?}"
+    );
+    assert!(denials.iter().any(|d| d["check"] == "http-host" && d["name"] == "blocked.test"), "{denials:?}");
+}
+
+#[test]
+fn proxied_socks_tunnel_refuses_a_smuggled_server_name() {
+    let Some(j) = proxied_smuggle_jail("net-proxy-socks-sni") else { return };
+    let out = j.run("python3 smuggle.py socks");
+    let s = &out.stdout;
+    let line = |prefix: &str| s.lines().find(|l| l.starts_with(prefix)).unwrap_or_default().to_string();
+    assert!(line("socks allowed.test ").contains("hello allowed.test"), "{out}");
+    let smuggled = line("socks blocked.test ");
+    assert!(smuggled.contains("refused") && !smuggled.contains("hello"), "SNI blocked.test over SOCKS: {out}");
+    let denials = audit_lines(&j);
+    assert!(denials.iter().any(|d| d["check"] == "sni" && d["name"] == "blocked.test"), "{denials:?}");
+}
+
+#[test]
+fn proxied_forward_request_refuses_a_host_header_other_than_its_target() {
+    let Some(j) = proxied_smuggle_jail("net-proxy-host") else { return };
+    let out = j.run("python3 smuggle.py host");
+    let s = &out.stdout;
+    let line = |prefix: &str| s.lines().find(|l| l.starts_with(prefix)).unwrap_or_default().to_string();
+    let blocked = line("forward http://allowed.test/hello blocked.test ");
+    assert!(blocked.contains("403") && !blocked.contains("| hello"), "Host: blocked.test: {out}");
+    let other = line("forward http://allowed.test/hello other.test ");
+    assert!(other.contains("403") && !other.contains("| hello"), "Host names another host: {out}");
+    assert!(line("forward http://allowed.test/hello Allowed.Test:80 ").contains("200"), "same host: {out}");
+    let denials = audit_lines(&j);
+    assert!(denials.iter().any(|d| d["check"] == "http-host" && d["name"] == "blocked.test"), "{denials:?}");
+}
+
+#[test]
+fn proxied_keep_alive_connection_decides_every_request() {
+    let Some(j) = proxied_smuggle_jail("net-proxy-keepalive") else { return };
+    let out = j.run("python3 smuggle.py keepalive");
+    let lines: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("forward ")).collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[0].contains("200") && lines[0].contains("hello allowed.test"), "{out}");
+    assert!(lines[1].contains("403") && lines[1].contains("refused by the network policy"), "second request: {out}");
+    assert!(!lines[1].contains("| hello"), "{out}");
+    assert!(lines[2].contains("200") && lines[2].contains("hello allowed.test"), "third, same connection: {out}");
+    let denials = audit_lines(&j);
+    assert!(denials.iter().any(|d| d["check"] == "proxy-http" && d["name"] == "blocked.test"), "{denials:?}");
+}

@@ -165,9 +165,13 @@ pub fn check_answer(answer: &[u8], name: &str, rules: &RuleSet) -> Option<Checke
         }
         true
     });
-    // Addresses may hide in the additional section too (glue): the jail gets none of those.
-    msg.additionals.retain(|r| !matches!(r.record_type(), RecordType::A | RecordType::AAAA));
-    if floored.is_empty() && before == msg.answers.len() {
+    // Addresses may hide in the authority and additional sections too (glue): the jail gets
+    // none of those (a stub resolver needs none), whatever they are.
+    let is_address = |r: &hickory_proto::rr::Record| matches!(r.record_type(), RecordType::A | RecordType::AAAA);
+    let extra = msg.authorities.iter().chain(&msg.additionals).filter(|r| is_address(r)).count();
+    msg.authorities.retain(|r| !is_address(r));
+    msg.additionals.retain(|r| !is_address(r));
+    if floored.is_empty() && before == msg.answers.len() && extra == 0 {
         return Some(Checked { reply: answer.to_vec(), learned, floored });
     }
     let has_address = msg.answers.iter().any(|r| matches!(r.data, RData::A(_) | RData::AAAA(_)));
@@ -374,6 +378,37 @@ mod tests {
         assert_eq!(m.metadata.response_code, ResponseCode::NoError);
         assert_eq!(m.answers.len(), 1);
         assert_eq!(c.learned, vec![("mixed.test".to_string(), "198.51.100.2".parse().unwrap(), 30)]);
+    }
+
+    #[test]
+    fn addresses_in_the_other_sections_never_reach_the_jail() {
+        // Glue: an A record of 127.0.0.1 in the additional section of an otherwise clean
+        // answer (and one in the authority section) used to pass byte for byte.
+        let r = rules(&[]);
+        let mut m = Message::from_vec(&answer("glue.test", 4, &["198.51.100.2"], None)).unwrap();
+        let ns = Name::from_ascii("ns.glue.test").unwrap();
+        m.add_additional(Record::from_rdata(ns.clone(), 30, RData::A(A("127.0.0.1".parse().unwrap()))));
+        m.add_authority(Record::from_rdata(ns, 30, RData::AAAA(AAAA("::1".parse().unwrap()))));
+        let c = check_answer(&m.to_vec().unwrap(), "glue.test", &r).unwrap();
+        let out = Message::from_vec(&c.reply).unwrap();
+        assert_eq!(out.answers.len(), 1);
+        assert!(out
+            .additionals
+            .iter()
+            .chain(&out.authorities)
+            .all(|r| !matches!(r.data, RData::A(_) | RData::AAAA(_))));
+        assert_eq!(c.learned.len(), 1);
+    }
+
+    #[test]
+    fn a_deny_all_name_rule_with_an_address_allow_forwards_no_name() {
+        // Otherwise every name would go upstream: a DNS tunnel to any server.
+        let r = rules(&[("*", Action::Block), ("198.51.100.0/24", Action::Allow), ("allowed.test", Action::Allow)]);
+        assert!(matches!(
+            check_query(&query("exfil-data.evil.example.", 9), &r),
+            Verdict::Answer { denied: Some(_), .. }
+        ));
+        assert!(matches!(check_query(&query("allowed.test.", 9), &r), Verdict::Forward { .. }));
     }
 
     #[test]

@@ -64,11 +64,13 @@
 //!    checked: the normalized name and the very address passed in.
 //! 5. [`RuleSet::name_allowed`] (DNS: NXDOMAIN unless allowed) is the same decision for the
 //!    name alone, without the port and IP floors: a name may be resolved if a flow to it on
-//!    *some* port and to *some* address (or none) could be allowed, so `*` blocked plus
-//!    `github.com:443` (or `10.0.0.0/8`) allowed still resolves `github.com`; each resolved
-//!    address then goes through `decide`. The answer is exact, not a heuristic: it probes every
-//!    port named by a rule that could match the name plus one port none names, and one address
-//!    in every region the address rules cut the address space into (plus no address).
+//!    *some* port could be allowed by the name rules, so `*` blocked plus `github.com:443`
+//!    allowed still resolves `github.com`; each resolved address then goes through `decide`.
+//!    Address rules never make a name resolvable: with `*` blocked and `10.0.0.0/8` allowed,
+//!    forwarding every name upstream would be a DNS tunnel to anywhere (the query name is the
+//!    payload), so such a name gets NXDOMAIN here; allow the names (`*.corp`) to resolve them.
+//!    The answer is exact: it probes every port named by a rule that could match the name plus
+//!    one port none names.
 //! 6. Neither `decide` nor `name_allowed` panics, whatever the input.
 //!
 //! TCP and UDP are decided alike ([`Destination::proto`] is carried for the audit record). An
@@ -261,20 +263,6 @@ impl Net {
     fn is_v6(&self) -> bool {
         matches!(self, Net::V6 { .. })
     }
-
-    /// The first address of the prefix, and the first address past its end (if any).
-    fn bounds(&self) -> (IpAddr, Option<IpAddr>) {
-        match *self {
-            Net::V4 { addr, len } => {
-                let past = (addr | !mask4(len)).checked_add(1);
-                (IpAddr::V4(addr.into()), past.map(|a| IpAddr::V4(a.into())))
-            }
-            Net::V6 { addr, len } => {
-                let past = (addr | !mask6(len)).checked_add(1);
-                (IpAddr::V6(addr.into()), past.map(|a| IpAddr::V6(a.into())))
-            }
-        }
-    }
 }
 
 impl fmt::Display for Net {
@@ -289,6 +277,9 @@ impl fmt::Display for Net {
 }
 
 const NAT64_PREFIX: u128 = 0x0064_ff9b_u128 << 96;
+const NAT64_LOCAL_PREFIX: u128 = 0x0064_ff9b_0001_u128 << 80;
+const SIX_TO_FOUR_PREFIX: u128 = 0x2002_u128 << 112;
+const TEREDO_PREFIX: u128 = 0x2001_0000_u128 << 96;
 
 /// The address a destination is matched as: IPv4-mapped and NAT64 (`64:ff9b::/96`) IPv6
 /// addresses become the IPv4 address they carry.
@@ -300,9 +291,29 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
                 return IpAddr::V4(v4);
             }
             let bits = u128::from(v6);
+            // Truncations are the point: each form carries the IPv4 address in fixed bits.
             if bits & mask6(96) == NAT64_PREFIX {
-                // Truncation is the point: the low 32 bits are the embedded IPv4 address.
+                // RFC 6052 /96: the low 32 bits.
                 return IpAddr::V4(Ipv4Addr::from(bits as u32));
+            }
+            if bits & mask6(48) == NAT64_LOCAL_PREFIX {
+                // The local-use prefix 64:ff9b:1::/48 (RFC 8215) with either RFC 6052 layout: a
+                // /96 (48 zero bits after the prefix, the address in the low 32) or the /48
+                // one (the address in bits 48-63 and 72-87).
+                if (bits >> 32) & ((1u128 << 48) - 1) == 0 {
+                    return IpAddr::V4(Ipv4Addr::from(bits as u32));
+                }
+                let high = ((bits >> 64) & 0xffff) as u32;
+                let low = ((bits >> 40) & 0xffff) as u32;
+                return IpAddr::V4(Ipv4Addr::from((high << 16) | low));
+            }
+            if bits & mask6(16) == SIX_TO_FOUR_PREFIX {
+                // 6to4 (RFC 3056): 2002:AABB:CCDD::/48 is the site behind IPv4 AA.BB.CC.DD.
+                return IpAddr::V4(Ipv4Addr::from((bits >> 80) as u32));
+            }
+            if bits & mask6(32) == TEREDO_PREFIX {
+                // Teredo (RFC 4380): the client's IPv4 address, inverted, in the low 32 bits.
+                return IpAddr::V4(Ipv4Addr::from(!(bits as u32)));
             }
             ip
         }
@@ -728,10 +739,6 @@ pub struct RuleSet {
     floor_ports: HashMap<u16, String>,
     host_addrs: HashSet<IpAddr>,
     deny_private: bool,
-    /// For `name_allowed`: the start of every region of the address space in which the same
-    /// address rules match (the first address of each prefix and the first one past it).
-    /// Together with "no address" (which matches no address rule) they stand for every address.
-    ip_probes: Vec<IpAddr>,
 }
 
 fn block(rule: impl Into<String>, layer: Layer, reason: String) -> Decision {
@@ -747,7 +754,6 @@ impl RuleSet {
             floor_ports: HashMap::new(),
             host_addrs: opts.host_addrs.iter().copied().map(canonical_ip).collect(),
             deny_private: opts.deny_private,
-            ip_probes: Vec::new(),
         };
         for (port, class, why) in PORT_FLOOR {
             set.floor_ports.insert(*port, format!("{class}: {why}"));
@@ -758,14 +764,8 @@ impl RuleSet {
         // RFC 6761: these names resolve to loopback.
         set.floor.push(Rule { target: Target::Host("localhost".to_owned()), port: None }, Action::Block);
         set.floor.push(Rule { target: Target::Suffix("localhost".to_owned()), port: None }, Action::Block);
-        let mut probes = HashSet::new();
         for (text, action, layer) in rules {
             let rule: Rule = text.parse()?;
-            if let Target::Net(net) = &rule.target {
-                let (first, past) = net.bounds();
-                probes.insert(first);
-                probes.extend(past);
-            }
             match layer {
                 Layer::Floor if *action == Action::Allow => {
                     return Err(RuleError::new(text, RuleErrorKind::FloorAllow))
@@ -775,8 +775,6 @@ impl RuleSet {
                 Layer::User => set.user.push(rule, *action),
             }
         }
-        set.ip_probes = probes.into_iter().collect();
-        set.ip_probes.sort_unstable();
         Ok(set)
     }
 
@@ -828,15 +826,11 @@ impl RuleSet {
         if plain.allowed {
             return plain;
         }
-        let ips = std::iter::once(None).chain(self.ip_probes.iter().copied().map(Some));
-        for ip in ips {
-            for port in generic.iter().chain(&ports).copied() {
-                let d = self.evaluate(Some(&name), ip, None, port, false);
-                if d.allowed {
-                    let to = ip.map(|ip| format!(" to {ip}")).unwrap_or_default();
-                    let reason = format!("resolvable: a flow{to} on port {port} could be allowed ({})", d.reason);
-                    return Decision { reason, ..d };
-                }
+        for port in generic.iter().chain(&ports).copied() {
+            let d = self.evaluate(Some(&name), None, None, port, false);
+            if d.allowed {
+                let reason = format!("resolvable: a flow on port {port} could be allowed ({})", d.reason);
+                return Decision { reason, ..d };
             }
         }
         plain
@@ -865,6 +859,7 @@ impl RuleSet {
         if let Some((net, why)) = IP_FLOOR.iter().chain(private).find(|(net, _)| net.contains(ip)) {
             return Some(block(net.to_string(), Layer::Floor, format!("{shown_ip} is in the IP floor: {why}")));
         }
+
         if self.host_addrs.contains(&ip) {
             return Some(block(
                 ip.to_string(),
@@ -1273,7 +1268,17 @@ mod tests {
         ("8.8.8.8", false, false),
         ("::ffff:8.8.8.8", false, false),
         ("64:ff9b::808:808", false, false),
-        ("64:ff9b:1::a01:203", false, false),
+        ("64:ff9b:1::a01:203", false, true),
+        // 6to4, Teredo and the local-use NAT64 prefix carry an IPv4 address too.
+        ("2002:7f00:1::", true, true),
+        ("2002:a9fe:a9fe::1", true, true),
+        ("2002:a01:203::", false, true),
+        ("2002:808:808::", false, false),
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", true, true),
+        ("2001:0:4136:e378:8000:63bf:f5fe:fdfc", false, true),
+        ("64:ff9b:1::7f00:1", true, true),
+        ("64:ff9b:1:7f00:0:100::", true, true),
+        ("64:ff9b:1:a9fe:a9:fe00::", true, true),
         ("2001:4860:4860::8888", false, false),
         ("fe00::1", false, false),
         ("223.255.255.255", false, false),
@@ -1801,30 +1806,16 @@ mod tests {
             ),
             (&[("22", Block, User)], "x.org", true, "", User),
             (&[("10.0.0.0/8", Block, User)], "x.org", true, "", User),
-            (&[("*", Block, Admin), ("10.0.0.0/8", Allow, Admin)], "license.corp", true, "10.0.0.0/8", Admin),
+            // An address rule never makes a name resolvable: that would forward every name
+            // upstream, a DNS tunnel. The name must be allowed itself.
+            (&[("*", Block, Admin), ("10.0.0.0/8", Allow, Admin)], "license.corp", false, "*", Admin),
+            (&[("*", Block, User), ("10.0.0.0/8", Allow, User)], "x.org", false, "*", User),
             (
-                &[
-                    ("*", Block, User),
-                    ("10.0.0.0/8", Allow, User),
-                    ("10.0.0.0/9", Block, User),
-                    ("10.128.0.0/9", Block, User),
-                ],
-                "x.org",
-                false,
-                "*",
-                User,
-            ),
-            (
-                &[
-                    ("*", Block, User),
-                    ("10.0.0.0/8", Allow, User),
-                    ("10.0.0.0/16", Block, User),
-                    ("10.255.0.0/16", Block, User),
-                ],
-                "x.org",
+                &[("*", Block, Admin), ("*.corp", Allow, Admin), ("10.0.0.0/8", Allow, Admin)],
+                "license.corp",
                 true,
-                "10.0.0.0/8",
-                User,
+                "*.corp",
+                Admin,
             ),
             (&[("*", Block, User), ("x.org", Block, User), ("10.0.0.0/8", Allow, User)], "x.org", false, "x.org", User),
             (&[("*.evil.com", Block, Floor)], "a.evil.com", false, "*.evil.com", Floor),
