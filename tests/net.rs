@@ -602,3 +602,117 @@ fn proxied_keep_alive_connection_decides_every_request() {
     let denials = audit_lines(&j);
     assert!(denials.iter().any(|d| d["check"] == "proxy-http" && d["name"] == "blocked.test"), "{denials:?}");
 }
+
+/// Hides a name from the peek: a ClientHello cut into two TLS records, an HTTP head with more
+/// headers than the peek used to read or with empty lines first. Each prints one line:
+/// `<case> <the server's answer>` or `<case> refused ...`.
+const HIDE_PY: &str = r#"
+import socket, ssl, sys
+
+mode = sys.argv[1]
+
+def connect(port):
+    if mode == 'filtered':
+        return socket.create_connection(('allowed.test', port), timeout=10)
+    s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
+    t = 'allowed.test:%d' % port
+    s.sendall(('CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n' % (t, t)).encode())
+    head = b''
+    while b'\r\n\r\n' not in head:
+        b = s.recv(1)
+        if not b:
+            break
+        head += b
+    return s
+
+def body_of(s):
+    data = b''
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b:
+                break
+            data += b
+    except OSError as e:
+        if not data:
+            return 'refused ' + type(e).__name__
+    if not data:
+        return 'refused EOF'
+    return data.split(b'\r\n\r\n', 1)[-1].decode(errors='replace').strip()
+
+def split_hello(sni):
+    s = connect(443)
+    ctx = ssl.create_default_context(cafile='ca.pem')
+    inc, out = ssl.MemoryBIO(), ssl.MemoryBIO()
+    t = ctx.wrap_bio(inc, out, server_hostname=sni)
+    try:
+        t.do_handshake()
+    except ssl.SSLWantReadError:
+        pass
+    hello = out.read()
+    body = hello[5:]
+    rec = lambda b: hello[:3] + len(b).to_bytes(2, 'big') + b
+    try:
+        s.sendall(rec(body[:20]) + rec(body[20:]))
+        while True:
+            try:
+                t.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                o = out.read()
+                if o:
+                    s.sendall(o)
+                d = s.recv(65536)
+                if not d:
+                    return 'refused EOF'
+                inc.write(d)
+        t.write(('GET /hello HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' % sni).encode())
+        s.sendall(out.read())
+        resp = b''
+        while True:
+            d = s.recv(65536)
+            if not d:
+                break
+            inc.write(d)
+            try:
+                while True:
+                    resp += t.read(65536)
+            except ssl.SSLWantReadError:
+                pass
+            except (ssl.SSLZeroReturnError, ssl.SSLEOFError):
+                break
+        return resp.split(b'\r\n\r\n', 1)[-1].decode(errors='replace').strip()
+    except (OSError, ssl.SSLError) as e:
+        return 'refused ' + type(e).__name__
+
+def padded(host, headers, lead=b''):
+    s = connect(80)
+    extra = b''.join(b'X-%d: a\r\n' % i for i in range(headers))
+    s.sendall(lead + b'GET /hello HTTP/1.1\r\n' + extra + b'Host: ' + host.encode() + b'\r\nConnection: close\r\n\r\n')
+    return body_of(s)
+
+print('split-allowed', split_hello('allowed.test'))
+print('split-blocked', split_hello('blocked.test'))
+print('headers-blocked', padded('blocked.test', 70))
+print('crlf-blocked', padded('blocked.test', 0, b'\r\n'))
+print('headers-allowed', padded('allowed.test', 70))
+"#;
+
+#[test]
+fn names_hidden_by_splitting_or_padding_the_first_bytes_are_refused() {
+    // Filtered mode and proxied tunnels alike: the same request with the name cut over two
+    // TLS records, behind 70 headers or after an empty line reached the server before.
+    for mode in ["filtered", "proxied"] {
+        let name = format!("net-hide-{mode}");
+        let Some(j) = net_jail(&name, "block = [\"blocked.test\"]\n") else { return };
+        let j = j.project_file("hide.py", HIDE_PY).arg("--net").arg(mode);
+        let out = j.run(&format!("python3 hide.py {mode}"));
+        let line = |case: &str| out.stdout.lines().find(|l| l.starts_with(case)).unwrap_or("").to_string();
+        assert!(line("split-allowed").contains("hello allowed.test"), "{mode}: a split hello still works: {out}");
+        assert!(line("headers-allowed").contains("hello allowed.test"), "{mode}: {out}");
+        for case in ["split-blocked", "headers-blocked", "crlf-blocked"] {
+            let l = line(case);
+            assert!(!l.is_empty() && !l.contains("hello blocked.test"), "{mode} {case}: {out}");
+        }
+    }
+}

@@ -73,8 +73,9 @@ impl NameCache {
 pub enum Verdict {
     /// Answer the jail with these bytes now (a refusal or an error), auditing the denial if any.
     Answer { reply: Vec<u8>, denied: Option<(String, Decision)> },
-    /// Forward the query upstream; `name` is the question, for the answer check.
-    Forward { name: String },
+    /// Forward `upstream` (the query rebuilt from its question alone: nothing else the jail
+    /// put in it goes out) upstream; `name` is the question, for the answer check.
+    Forward { name: String, upstream: Vec<u8> },
     /// Not a query we can answer at all (no id to reply to): drop it.
     Drop,
 }
@@ -111,7 +112,25 @@ pub fn check_query(query: &[u8], rules: &RuleSet) -> Verdict {
         let reply = error_reply(id, OpCode::Query, ResponseCode::NXDomain, Some(&msg));
         return Verdict::Answer { reply, denied: Some((name, decision)) };
     }
-    Verdict::Forward { name }
+    // Only the question leaves: the jail could put any name and data in the other sections
+    // (an additional record is as good a DNS tunnel as the question).
+    let mut out = Message::query();
+    out.metadata.id = id;
+    out.metadata.recursion_desired = msg.metadata.recursion_desired;
+    out.metadata.checking_disabled = msg.metadata.checking_disabled;
+    out.add_query(q.clone());
+    if let Some(edns) = &msg.edns {
+        let mut ours = hickory_proto::op::Edns::new();
+        ours.set_max_payload(edns.max_payload().clamp(512, MAX_MESSAGE as u16));
+        ours.set_dnssec_ok(edns.flags().dnssec_ok);
+        out.set_edns(ours);
+    }
+    match out.to_vec() {
+        Ok(upstream) => Verdict::Forward { name, upstream },
+        Err(_) => {
+            Verdict::Answer { reply: error_reply(id, OpCode::Query, ResponseCode::FormErr, Some(&msg)), denied: None }
+        }
+    }
 }
 
 fn error_reply(id: u16, op: OpCode, code: ResponseCode, query: Option<&Message>) -> Vec<u8> {
@@ -154,6 +173,9 @@ pub fn check_answer(answer: &[u8], name: &str, rules: &RuleSet) -> Option<Checke
         let ip = match &r.data {
             RData::A(a) => IpAddr::V4(a.0),
             RData::AAAA(a) => IpAddr::V6(a.0),
+            // HTTPS/SVCB records may carry addresses (ipv4hint, ipv6hint) that no floor
+            // checks: dropped; clients fall back to A/AAAA, which are checked.
+            RData::HTTPS(_) | RData::SVCB(_) => return false,
             _ => return true,
         };
         if let Some(d) = rules.address_floor(ip) {
@@ -167,7 +189,9 @@ pub fn check_answer(answer: &[u8], name: &str, rules: &RuleSet) -> Option<Checke
     });
     // Addresses may hide in the authority and additional sections too (glue): the jail gets
     // none of those (a stub resolver needs none), whatever they are.
-    let is_address = |r: &hickory_proto::rr::Record| matches!(r.record_type(), RecordType::A | RecordType::AAAA);
+    let is_address = |r: &hickory_proto::rr::Record| {
+        matches!(r.record_type(), RecordType::A | RecordType::AAAA | RecordType::HTTPS | RecordType::SVCB)
+    };
     let extra = msg.authorities.iter().chain(&msg.additionals).filter(|r| is_address(r)).count();
     msg.authorities.retain(|r| !is_address(r));
     msg.additionals.retain(|r| !is_address(r));
@@ -175,7 +199,7 @@ pub fn check_answer(answer: &[u8], name: &str, rules: &RuleSet) -> Option<Checke
         return Some(Checked { reply: answer.to_vec(), learned, floored });
     }
     let has_address = msg.answers.iter().any(|r| matches!(r.data, RData::A(_) | RData::AAAA(_)));
-    if !has_address {
+    if !has_address && !floored.is_empty() {
         let reply = error_reply(msg.metadata.id, OpCode::Query, ResponseCode::NXDomain, Some(&msg));
         return Some(Checked { reply, learned, floored });
     }
@@ -409,6 +433,20 @@ mod tests {
             Verdict::Answer { denied: Some(_), .. }
         ));
         assert!(matches!(check_query(&query("allowed.test.", 9), &r), Verdict::Forward { .. }));
+    }
+
+    #[test]
+    fn only_the_question_goes_upstream() {
+        // A record the jail adds to its query (a name and data of its choosing) stays here.
+        let r = rules(&[]);
+        let mut m = Message::from_vec(&query("allowed.test.", 11)).unwrap();
+        let exfil = Name::from_ascii("exfil-in-additional.evil.example.").unwrap();
+        m.add_additional(Record::from_rdata(exfil, 30, RData::A(A("192.0.2.9".parse().unwrap()))));
+        let Verdict::Forward { upstream, .. } = check_query(&m.to_vec().unwrap(), &r) else { panic!("not forwarded") };
+        let up = Message::from_vec(&upstream).unwrap();
+        assert_eq!((up.metadata.id, up.queries.len()), (11, 1));
+        assert!(up.additionals.is_empty() && up.answers.is_empty() && up.authorities.is_empty());
+        assert!(!String::from_utf8_lossy(&upstream).contains("exfil"));
     }
 
     #[test]

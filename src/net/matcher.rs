@@ -278,6 +278,7 @@ impl fmt::Display for Net {
 
 const NAT64_PREFIX: u128 = 0x0064_ff9b_u128 << 96;
 const NAT64_LOCAL_PREFIX: u128 = 0x0064_ff9b_0001_u128 << 80;
+const TRANSLATED_PREFIX: u128 = 0xffff_0000_u128 << 32;
 const SIX_TO_FOUR_PREFIX: u128 = 0x2002_u128 << 112;
 const TEREDO_PREFIX: u128 = 0x2001_0000_u128 << 96;
 
@@ -292,8 +293,9 @@ pub fn canonical_ip(ip: IpAddr) -> IpAddr {
             }
             let bits = u128::from(v6);
             // Truncations are the point: each form carries the IPv4 address in fixed bits.
-            if bits & mask6(96) == NAT64_PREFIX {
-                // RFC 6052 /96: the low 32 bits.
+            if bits & mask6(96) == NAT64_PREFIX || bits & mask6(96) == TRANSLATED_PREFIX {
+                // RFC 6052 /96, and the IPv4-translated form ::ffff:0:a.b.c.d (RFC 2765): the
+                // low 32 bits.
                 return IpAddr::V4(Ipv4Addr::from(bits as u32));
             }
             if bits & mask6(48) == NAT64_LOCAL_PREFIX {
@@ -1271,6 +1273,8 @@ mod tests {
         ("64:ff9b:1::a01:203", false, true),
         // 6to4, Teredo and the local-use NAT64 prefix carry an IPv4 address too.
         ("2002:7f00:1::", true, true),
+        ("::ffff:0:7f00:1", true, true),
+        ("::ffff:0:a01:203", false, true),
         ("2002:a9fe:a9fe::1", true, true),
         ("2002:a01:203::", false, true),
         ("2002:808:808::", false, false),

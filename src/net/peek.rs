@@ -1,7 +1,11 @@
 //! Reads the name a TCP flow's first bytes carry, before the flow is dialled: the TLS
-//! ClientHello's server name (SNI) or the HTTP/1 `Host` header. Bounded: past `MAX_PEEK`
-//! bytes, or on anything it cannot parse, there is no name (and the matcher decides on the
-//! address alone). Parsing is left to kept crates (tls-parser, httparse).
+//! ClientHello's server name (SNI) or the HTTP/1 `Host` header. A ClientHello may span several
+//! TLS records (and TCP segments), an HTTP head may follow empty lines: both are read as TLS and
+//! HTTP allow, within `MAX_PEEK`. Bytes that are TLS or HTTP but cannot be read (split past the
+//! bound, malformed, two Hosts, a Host that is not the request's target) are `Unreadable`: the
+//! caller refuses them, since a name hidden that way would otherwise pass on the address alone.
+//! Anything else (another protocol) has no name. Parsing is left to kept crates (tls-parser,
+//! httparse).
 
 use tls_parser::{parse_tls_extensions, parse_tls_plaintext, TlsExtension, TlsMessage, TlsMessageHandshake};
 
@@ -16,33 +20,113 @@ pub enum Peeked {
     Tls { sni: Option<String> },
     /// An HTTP/1 request head, with its Host (port removed) if it sent one.
     Http { host: Option<String> },
-    /// Neither, or malformed, or too long: no name.
+    /// Neither TLS nor HTTP: no name.
     Unknown,
+    /// TLS or HTTP that does not show its name in a way that can be read: refuse.
+    Unreadable(&'static str),
 }
 
+/// The refusal for bytes that are TLS or HTTP but hide their name (`what` says which).
+pub fn unreadable(what: &str) -> crate::net::matcher::Decision {
+    crate::net::matcher::Decision {
+        allowed: false,
+        rule: String::new(),
+        layer: crate::net::matcher::Layer::Floor,
+        reason: format!(
+            "the connection's first bytes are {what} whose server name cannot be read (split, cut short, \
+             too long or ambiguous); send one complete request or handshake"
+        ),
+    }
+}
+
+/// After the peek's time ran out (or the client stopped sending) with `buf` read: a prefix of
+/// TLS or HTTP that never completed is refused, so a name cannot be smuggled by waiting.
+pub fn timed_out(buf: &[u8]) -> Peeked {
+    match peek(buf) {
+        Peeked::NeedMore if buf.is_empty() => Peeked::Unknown,
+        Peeked::NeedMore => match buf.first() {
+            Some(0x16) => Peeked::Unreadable("a TLS ClientHello"),
+            _ => Peeked::Unreadable("HTTP"),
+        },
+        other => other,
+    }
+}
+
+/// Methods an HTTP/1 request line starts with: bytes that start so are HTTP, and must parse.
+const METHODS: &[&[u8]] =
+    &[b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"OPTIONS ", b"PATCH ", b"CONNECT ", b"TRACE "];
+
 pub fn peek(buf: &[u8]) -> Peeked {
+    // RFC 9112 2.2: a server should ignore empty lines before the request line.
+    let start = buf.iter().position(|b| *b != b'\r' && *b != b'\n').unwrap_or(buf.len());
+    let head = &buf[start..];
     let verdict = match buf.first() {
         None => Peeked::NeedMore,
         Some(0x16) => peek_tls(buf),
-        Some(b) if b.is_ascii_uppercase() => peek_http(buf),
-        Some(_) => Peeked::Unknown,
+        _ if head.is_empty() => Peeked::NeedMore,
+        _ if METHODS.iter().any(|m| head.starts_with(m)) => peek_http(head),
+        // A method cut short: wait for the rest of the request line.
+        _ if METHODS.iter().any(|m| m.starts_with(head)) => Peeked::NeedMore,
+        _ if start > 0 => Peeked::Unreadable("HTTP"),
+        _ => Peeked::Unknown,
     };
     if verdict == Peeked::NeedMore && buf.len() >= MAX_PEEK {
-        return Peeked::Unknown;
+        return match buf.first() {
+            Some(0x16) => Peeked::Unreadable("a TLS ClientHello"),
+            _ => Peeked::Unreadable("HTTP"),
+        };
     }
     verdict
 }
 
+/// The handshake bytes of the TLS records at the start of `buf`, joined: a ClientHello may
+/// be cut into several records. NeedMore until the first handshake message is whole.
+fn handshake_message(buf: &[u8]) -> Result<Vec<u8>, Peeked> {
+    let mut data = Vec::new();
+    let mut at = 0;
+    loop {
+        let Some(header) = buf.get(at..at + 5) else { return Err(Peeked::NeedMore) };
+        if header[0] != 0x16 {
+            return Err(Peeked::Unreadable("a TLS ClientHello"));
+        }
+        let len = usize::from(u16::from_be_bytes([header[3], header[4]]));
+        if len == 0 || len > (1 << 14) {
+            return Err(Peeked::Unreadable("a TLS ClientHello"));
+        }
+        let Some(body) = buf.get(at + 5..at + 5 + len) else { return Err(Peeked::NeedMore) };
+        data.extend_from_slice(body);
+        at += 5 + len;
+        if data.len() >= 4 {
+            let msg_len = (usize::from(data[1]) << 16) | (usize::from(data[2]) << 8) | usize::from(data[3]);
+            if data[0] != 1 || msg_len + 4 > MAX_PEEK {
+                return Err(Peeked::Unreadable("a TLS ClientHello"));
+            }
+            if data.len() >= msg_len + 4 {
+                data.truncate(msg_len + 4);
+                return Ok(data);
+            }
+        }
+    }
+}
+
 fn peek_tls(buf: &[u8]) -> Peeked {
-    let record = match parse_tls_plaintext(buf) {
+    let message = match handshake_message(buf) {
+        Ok(m) => m,
+        Err(p) => return p,
+    };
+    // One record holding the whole message, for the parser.
+    let mut record = vec![0x16, buf[1], buf[2]];
+    let Ok(len) = u16::try_from(message.len()) else { return Peeked::Unreadable("a TLS ClientHello") };
+    record.extend_from_slice(&len.to_be_bytes());
+    record.extend_from_slice(&message);
+    let record = match parse_tls_plaintext(&record) {
         Ok((_, r)) => r,
-        Err(tls_parser::nom::Err::Incomplete(_)) => return Peeked::NeedMore,
-        Err(_) => return Peeked::Unknown,
+        Err(_) => return Peeked::Unreadable("a TLS ClientHello"),
     };
     for msg in &record.msg {
         if let TlsMessage::Handshake(TlsMessageHandshake::ClientHello(hello)) = msg {
             let Some(ext) = hello.ext else { return Peeked::Tls { sni: None } };
-            let Ok((_, exts)) = parse_tls_extensions(ext) else { return Peeked::Unknown };
+            let Ok((_, exts)) = parse_tls_extensions(ext) else { return Peeked::Unreadable("a TLS ClientHello") };
             for e in exts {
                 if let TlsExtension::SNI(names) = e {
                     // Type 0 is host_name, the only type defined.
@@ -53,21 +137,42 @@ fn peek_tls(buf: &[u8]) -> Peeked {
             return Peeked::Tls { sni: None };
         }
     }
-    Peeked::Unknown
+    Peeked::Unreadable("a TLS ClientHello")
 }
 
 fn peek_http(buf: &[u8]) -> Peeked {
-    let mut headers = [httparse::EMPTY_HEADER; 64];
+    // As many headers as hyper reads; a head with more is not one a server would take either.
+    let mut headers = [httparse::EMPTY_HEADER; 128];
     let mut req = httparse::Request::new(&mut headers);
     match req.parse(buf) {
         Ok(httparse::Status::Partial) => Peeked::NeedMore,
         Ok(httparse::Status::Complete(_)) => {
-            let host =
-                req.headers.iter().find(|h| h.name.eq_ignore_ascii_case("host")).and_then(|h| strip_port(h.value));
-            Peeked::Http { host: host.and_then(clean_name) }
+            let mut hosts = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("host"));
+            let first = hosts.next();
+            if hosts.next().is_some() {
+                return Peeked::Unreadable("HTTP (two Host headers)");
+            }
+            let host = first.and_then(|h| strip_port(h.value)).and_then(clean_name);
+            // An absolute-form target names the host itself (RFC 9112 3.2.2), and a server
+            // takes it over Host: both must agree, or the name shown is not the one served.
+            let target = req.path.and_then(authority_of).map(|a| strip_port(a).and_then(clean_name));
+            match (target, host) {
+                (Some(None), _) => Peeked::Unreadable("HTTP (a request target without a host)"),
+                (Some(Some(t)), Some(h)) if t != h => Peeked::Unreadable("HTTP (Host is not the request's target)"),
+                (Some(Some(t)), _) => Peeked::Http { host: Some(t) },
+                (None, host) => Peeked::Http { host },
+            }
         }
-        Err(_) => Peeked::Unknown,
+        Err(_) => Peeked::Unreadable("HTTP"),
     }
+}
+
+/// `http://user@host:80/x` -> `host:80` (the authority of an absolute-form target, without
+/// userinfo); None for the origin form (`/x`).
+fn authority_of(target: &str) -> Option<&[u8]> {
+    let (_, rest) = target.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    Some(authority.rsplit_once('@').map_or(authority, |(_, h)| h).as_bytes())
 }
 
 /// `example.org:8080` -> `example.org`; `[2001:db8::1]:443` -> `2001:db8::1`.
@@ -129,7 +234,7 @@ mod tests {
             (b"GET / HTTP/1.0\r\n\r\n", Peeked::Http { host: None }),
             (b"GET / HTTP/1.1\r\nHost: bad host\r\n\r\n", Peeked::Http { host: None }),
             (b"GET / HTTP/1.1\r\nHost: ex", Peeked::NeedMore),
-            (b"GET / HTTP/1.1\r\nHo\x00st: x\r\n\r\n", Peeked::Unknown),
+            (b"GET / HTTP/1.1\r\nHo\x00st: x\r\n\r\n", Peeked::Unreadable("HTTP")),
             (b"\x00\x01\x02", Peeked::Unknown),
             (b"SSH-2.0-OpenSSH_9.2\r\n", Peeked::Unknown),
         ];
@@ -142,12 +247,78 @@ mod tests {
     fn endless_heads_stop_at_the_bound() {
         let mut big = b"GET / HTTP/1.1\r\nX: ".to_vec();
         big.resize(MAX_PEEK + 10, b'a');
-        assert_eq!(peek(&big), Peeked::Unknown);
+        assert_eq!(peek(&big), Peeked::Unreadable("HTTP"), "a name hidden past the bound is refused");
         let mut tls = SNI.to_vec();
         tls[3] = 0x3f; // claims a 16 KiB record
         tls[4] = 0xff;
         tls.resize(MAX_PEEK, 0);
-        assert_eq!(peek(&tls), Peeked::Unknown);
+        assert_eq!(peek(&tls), Peeked::Unreadable("a TLS ClientHello"));
+    }
+
+    /// The SNI fixture's ClientHello cut into records after each of `cuts` body bytes.
+    fn split_hello(cuts: &[usize]) -> Vec<u8> {
+        let body = &SNI[5..];
+        let mut out = vec![];
+        let mut from = 0;
+        for &to in cuts.iter().chain(std::iter::once(&body.len())) {
+            out.extend_from_slice(&[0x16, SNI[1], SNI[2]]);
+            out.extend_from_slice(&((to - from) as u16).to_be_bytes());
+            out.extend_from_slice(&body[from..to]);
+            from = to;
+        }
+        out
+    }
+
+    #[test]
+    fn a_client_hello_split_over_records_still_shows_its_name() {
+        // Split after 1, 3 and 40 body bytes, and into three: a name hidden this way used to
+        // pass as "no name".
+        for cuts in [&[1usize][..], &[3], &[40], &[2, 60]] {
+            let hello = split_hello(cuts);
+            assert_eq!(peek(&hello), Peeked::Tls { sni: Some("api.example.org".into()) }, "{cuts:?}");
+            for cut in 0..hello.len() {
+                assert_eq!(peek(&hello[..cut]), Peeked::NeedMore, "{cuts:?} cut at {cut}");
+            }
+        }
+        // A record of another type in the middle, or an empty record: not a hello to trust.
+        let mut mixed = split_hello(&[10]);
+        let second = 5 + 10;
+        mixed[second] = 0x17;
+        assert_eq!(peek(&mixed), Peeked::Unreadable("a TLS ClientHello"));
+    }
+
+    #[test]
+    fn http_that_hides_its_name_is_unreadable_not_nameless() {
+        let cases: &[(&[u8], Peeked)] = &[
+            // Empty lines before the request line are allowed (and were a bypass).
+            (b"\r\nGET / HTTP/1.1\r\nHost: blocked.test\r\n\r\n", Peeked::Http { host: Some("blocked.test".into()) }),
+            (b"\r\n\r\nGE", Peeked::NeedMore),
+            (b"\r\nSSH-2.0-x\r\n", Peeked::Unreadable("HTTP")),
+            // The absolute form names the target; a different Host is ambiguous.
+            (
+                b"GET http://blocked.test/x HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+                Peeked::Unreadable("HTTP (Host is not the request's target)"),
+            ),
+            (b"GET http://u@Blocked.Test:80/ HTTP/1.1\r\n\r\n", Peeked::Http { host: Some("blocked.test".into()) }),
+            (
+                b"GET / HTTP/1.1\r\nHost: allowed.test\r\nHost: blocked.test\r\n\r\n",
+                Peeked::Unreadable("HTTP (two Host headers)"),
+            ),
+            (b"POS", Peeked::NeedMore),
+        ];
+        for (input, want) in cases {
+            assert_eq!(&peek(input), want, "{:?}", String::from_utf8_lossy(input));
+        }
+        // 100 headers and then Host: read; 130: more than any server reads, refused.
+        for (n, want) in [(100, Peeked::Http { host: Some("blocked.test".into()) }), (130, Peeked::Unreadable("HTTP"))]
+        {
+            let mut head = b"GET / HTTP/1.1\r\n".to_vec();
+            for i in 0..n {
+                head.extend_from_slice(format!("X-{i}: a\r\n").as_bytes());
+            }
+            head.extend_from_slice(b"Host: blocked.test\r\n\r\n");
+            assert_eq!(peek(&head), want, "{n} headers");
+        }
     }
 
     #[test]

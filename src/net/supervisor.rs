@@ -245,8 +245,9 @@ impl Shared {
                 }
                 return Some(reply);
             }
-            dns::Verdict::Forward { name } => name,
+            dns::Verdict::Forward { name, upstream } => (name, upstream),
         };
+        let (name, upstream) = name;
         let servfail = || {
             let mut r = query.to_vec();
             // QR=1, keep opcode and RD; RA=1, RCODE=SERVFAIL; no answer sections.
@@ -256,7 +257,7 @@ impl Shared {
             r[4..12].fill(0);
             r
         };
-        let Some(answer) = dns::forward(query, &self.upstreams).await else { return Some(servfail()) };
+        let Some(answer) = dns::forward(&upstream, &self.upstreams).await else { return Some(servfail()) };
         let Some(checked) = dns::check_answer(&answer, &name, &self.rules) else { return Some(servfail()) };
         for (ip, d) in &checked.floored {
             self.audit.deny("dns", Some(SocketAddr::new(*ip, 0)), Some(&name), "dns-answer", d);
@@ -559,8 +560,12 @@ impl Supervisor {
                 self.dirty.insert(id);
             }
             Event::PeekTimeout { id } => {
-                if self.flows.get(&id).is_some_and(|f| f.phase == Phase::Peeking) {
-                    self.decide_peeked(id, None, false);
+                if let Some(flow) = self.flows.get(&id).filter(|f| f.phase == Phase::Peeking) {
+                    // Silence has no name; a prefix that never completed hides one.
+                    match peek::timed_out(&flow.pending) {
+                        Peeked::Unreadable(what) => self.refuse_unreadable(id, what),
+                        _ => self.decide_peeked(id, None, false),
+                    }
                     self.dirty.insert(id);
                 }
             }
@@ -692,12 +697,24 @@ impl Supervisor {
             });
         }
         let closed = jail_sent_fin(sock);
-        match peek::peek(&flow.pending) {
-            Peeked::NeedMore if !closed => {}
-            Peeked::NeedMore | Peeked::Unknown => self.decide_peeked(id, None, false),
+        let peeked = if closed { peek::timed_out(&flow.pending) } else { peek::peek(&flow.pending) };
+        match peeked {
+            Peeked::NeedMore => {}
+            Peeked::Unknown => self.decide_peeked(id, None, false),
             Peeked::Tls { sni } => self.decide_peeked(id, sni, false),
             Peeked::Http { host } => self.decide_peeked(id, host, true),
+            Peeked::Unreadable(what) => self.refuse_unreadable(id, what),
         }
+    }
+
+    /// TLS or HTTP that hides its name: refused like a blocked name, never decided on the
+    /// address alone.
+    fn refuse_unreadable(&mut self, id: u64, what: &'static str) {
+        let Some(flow) = self.flows.get_mut(&id) else { return };
+        let d = peek::unreadable(what);
+        self.shared.audit.deny("tcp", Some(flow.key.1), None, "peek", &d);
+        self.stack.socket(flow.handle).abort();
+        flow.phase = Phase::Dialing; // no host will come: the socket closes and is reaped
     }
 
     fn decide_peeked(&mut self, id: u64, name: Option<String>, http: bool) {

@@ -253,6 +253,8 @@ fn same_name(a: &str, b: &str) -> bool {
 enum Shown {
     Tls(String),
     Http(String),
+    /// TLS or HTTP that hides its name (split past the bound, cut short, ambiguous): refused.
+    Unreadable(&'static str),
     /// No name: not TLS or HTTP, a hello without SNI, silence, or too long to tell. Decided on
     /// the destination alone, which was already allowed (as `filtered` decides on the address).
     Nothing,
@@ -268,14 +270,19 @@ async fn read_shown<C: AsyncRead + Unpin>(client: &mut C, buf: &mut Vec<u8>) -> 
             Peeked::Tls { sni: Some(n) } => return Ok(Shown::Tls(n)),
             Peeked::Http { host: Some(h) } => return Ok(Shown::Http(h)),
             Peeked::Tls { sni: None } | Peeked::Http { host: None } | Peeked::Unknown => return Ok(Shown::Nothing),
+            Peeked::Unreadable(what) => return Ok(Shown::Unreadable(what)),
         }
         let mut chunk = [0u8; 4096];
         let room = peek::MAX_PEEK.saturating_sub(buf.len()).min(chunk.len());
+        let ended = |buf: &[u8]| match peek::timed_out(buf) {
+            Peeked::Unreadable(what) => Shown::Unreadable(what),
+            _ => Shown::Nothing,
+        };
         if room == 0 {
-            return Ok(Shown::Nothing);
+            return Ok(ended(buf));
         }
         match tokio::time::timeout_at(deadline, client.read(&mut chunk[..room])).await {
-            Ok(Ok(0)) | Err(_) => return Ok(Shown::Nothing),
+            Ok(Ok(0)) | Err(_) => return Ok(ended(buf)),
             Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
             Ok(Err(e)) => return Err(e),
         }
@@ -300,6 +307,23 @@ async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut client: C, ope
             Shown::Tls(n) => (Some(n.as_str()), "TLS server name", "sni", false),
             Shown::Http(h) => (Some(h.as_str()), "Host header", "http-host", true),
             Shown::Nothing => (None, "", "", false),
+            Shown::Unreadable(what) => {
+                let d = peek::unreadable(what);
+                ctx.audit.deny("tcp", Some(addr), None, "peek", &d);
+                if what.starts_with("HTTP") {
+                    let body = format!("agent-sandbox: {addr} refused by the network policy: {}\n", d.reason);
+                    let head = format!(
+                        "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = client.write_all(head.as_bytes()).await;
+                    let _ = client.write_all(body.as_bytes()).await;
+                } else {
+                    let _ = client.write_all(&TLS_ACCESS_DENIED).await;
+                }
+                let _ = client.shutdown().await;
+                return;
+            }
         };
         if let Some(name) = name {
             if let Err(d) = ctx.check_shown(&requested, addr.ip(), addr.port(), name, what) {
@@ -487,13 +511,17 @@ mod tests {
             assert!(matches!(read_shown(&mut src, &mut buf).await, Ok(Shown::Http(h)) if h == "blocked.test"));
             // A client that closes early, and one that never stops sending a head.
             let mut buf = vec![];
+            // A head cut short (the rest could follow after the peek gives up) is refused.
             let mut src: &[u8] = b"GET / HT";
-            assert!(matches!(read_shown(&mut src, &mut buf).await, Ok(Shown::Nothing)));
+            assert!(matches!(read_shown(&mut src, &mut buf).await, Ok(Shown::Unreadable(_))));
+            let mut buf = vec![];
+            let mut src: &[u8] = b"";
+            assert!(matches!(read_shown(&mut src, &mut buf).await, Ok(Shown::Nothing)), "silence has no name");
             let mut endless = b"GET / HTTP/1.1\r\nX: ".to_vec();
             endless.resize(1 << 20, b'a');
             let mut buf = vec![];
             let mut src: &[u8] = &endless;
-            assert!(matches!(read_shown(&mut src, &mut buf).await, Ok(Shown::Nothing)));
+            assert!(matches!(read_shown(&mut src, &mut buf).await, Ok(Shown::Unreadable(_))));
             assert!(buf.len() <= peek::MAX_PEEK);
         });
     }
