@@ -432,7 +432,12 @@ fn net_config(
         return Ok(None);
     }
     let host_addrs = host::own_addresses();
-    let opts = MatcherOptions { host_addrs, deny_private: plan.net.deny_private, extra_floor_ports: vec![] };
+    let opts = MatcherOptions {
+        host_addrs,
+        deny_private: plan.net.deny_private,
+        extra_floor_ports: vec![],
+        live_host_addrs: true,
+    };
     let rules = RuleSet::new(&plan.net.rules, opts).map_err(|e| Failure::new(format!("net rules: {e}")))?;
     if plan.net.upstreams.is_empty() {
         eprintln!(

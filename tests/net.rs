@@ -716,3 +716,40 @@ fn names_hidden_by_splitting_or_padding_the_first_bytes_are_refused() {
         }
     }
 }
+
+#[test]
+fn an_address_the_host_gains_during_the_session_is_in_the_floor_at_once() {
+    // The host's own addresses are a floor; one that appears after the jail started (DHCP, a
+    // VPN, a new interface) is the host's as much as the others.
+    let Some(j) = net_jail("net-new-host-addr", "") else { return };
+    const DEV: &str = "asbdyn0";
+    let _ = Command::new("ip").args(["link", "del", DEV]).status();
+    struct Del;
+    impl Drop for Del {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["link", "del", DEV]).status();
+        }
+    }
+    let _del = Del;
+    let script = "sleep 3; python3 -c \"import socket; socket.create_connection(('192.0.2.77', 7799), timeout=5); print('CONNECTED')\" \
+                  2>/dev/null || echo refused";
+    let mut c = j.command(&["-q", "run", "--", "sh", "-c", script]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = c.spawn().expect("spawn");
+    std::thread::sleep(Duration::from_millis(1000));
+    for args in [
+        // No dummy module on every host: a veth pair, both ends on the host.
+        &["link", "add", DEV, "type", "veth", "peer", "name", "asbdyn1"][..],
+        &["addr", "add", "192.0.2.77/32", "dev", DEV],
+        &["link", "set", DEV, "up"],
+        &["link", "set", "asbdyn1", "up"],
+    ] {
+        assert!(Command::new("ip").args(args).status().is_ok_and(|s| s.success()), "ip {args:?}");
+    }
+    let listener = std::net::TcpListener::bind("192.0.2.77:7799").expect("listen on the new address");
+    assert!(std::net::TcpStream::connect("192.0.2.77:7799").is_ok(), "the host reaches its own new address");
+    drop(listener.accept());
+    let out = child.wait_with_output().expect("wait");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("refused") && !stdout.contains("CONNECTED"), "{stdout}");
+}

@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(normalize_name(&n).ok(), Some(n));
     }
     let rules = vec![("*".to_string(), Action::Block, Layer::User), ("github.com".to_string(), Action::Allow, Layer::User)];
-    if let Ok(set) = RuleSet::new(&rules, MatcherOptions { host_addrs: vec![], deny_private: true, extra_floor_ports: vec![] }) {
+    if let Ok(set) = RuleSet::new(&rules, MatcherOptions { host_addrs: vec![], deny_private: true, ..Default::default() }) {
         let _ = set.name_allowed(text);
         let _ = set.decide(&Destination { ip: None, name: Some(text), port: 443, proto: Proto::Tcp });
     }

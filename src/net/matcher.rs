@@ -118,6 +118,34 @@ pub struct MatcherOptions {
     pub deny_private: bool,
     /// Admin extension of the port floor.
     pub extra_floor_ports: Vec<u16>,
+    /// Re-read the host's own addresses (at most once a second) instead of keeping
+    /// `host_addrs`: they change during a session (DHCP, a VPN coming up, a new interface),
+    /// and a new one is the host's services as much as the old ones.
+    pub live_host_addrs: bool,
+}
+
+/// The host's own addresses, as given, or re-read when they may have changed.
+#[derive(Debug, Clone)]
+struct HostAddrs {
+    live: bool,
+    state: std::sync::Arc<std::sync::Mutex<(std::time::Instant, HashSet<IpAddr>)>>,
+}
+
+impl HostAddrs {
+    const REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
+
+    fn new(given: &[IpAddr], live: bool) -> HostAddrs {
+        let set = given.iter().copied().map(canonical_ip).collect();
+        HostAddrs { live, state: std::sync::Arc::new(std::sync::Mutex::new((std::time::Instant::now(), set))) }
+    }
+
+    fn contains(&self, ip: &IpAddr) -> bool {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if self.live && state.0.elapsed() >= Self::REFRESH {
+            *state = (std::time::Instant::now(), crate::host::own_addresses().into_iter().map(canonical_ip).collect());
+        }
+        state.1.contains(ip)
+    }
 }
 
 /// One flow (or one candidate flow) to decide on.
@@ -739,7 +767,7 @@ pub struct RuleSet {
     user: LayerRules,
     /// Port floor: port → reason.
     floor_ports: HashMap<u16, String>,
-    host_addrs: HashSet<IpAddr>,
+    host_addrs: HostAddrs,
     deny_private: bool,
 }
 
@@ -754,7 +782,7 @@ impl RuleSet {
             admin: LayerRules::default(),
             user: LayerRules::default(),
             floor_ports: HashMap::new(),
-            host_addrs: opts.host_addrs.iter().copied().map(canonical_ip).collect(),
+            host_addrs: HostAddrs::new(&opts.host_addrs, opts.live_host_addrs),
             deny_private: opts.deny_private,
         };
         for (port, class, why) in PORT_FLOOR {
