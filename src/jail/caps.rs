@@ -70,8 +70,8 @@ pub fn set_no_new_privs() -> Result<(), SealError> {
 }
 
 /// Seals a process that never had namespace capabilities (the Landlock backend).
-pub fn seal_unprivileged(nested_userns: bool) -> Result<Sealed, SealError> {
-    let prog = seccomp::build_program(&seccomp::SeccompOptions { allow_nested_userns: nested_userns })?;
+pub fn seal_unprivileged(opts: &seccomp::SeccompOptions) -> Result<Sealed, SealError> {
+    let prog = seccomp::build_program(opts)?;
     // An unprivileged process cannot shrink its bounding set; it can empty the others.
     for set in [CapSet::Ambient, CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
         caps::clear(None, set).map_err(|e| SealError::Caps(e.to_string()))?;

@@ -242,10 +242,6 @@ fn forward(child: Pid, sig: Signal) {
     };
 }
 
-/// The value the launcher's relayed signals carry (`sigqueue`), so PID 1 can tell a signal
-/// the launcher passed on from one that was sent to the whole jail at once.
-pub const RELAY_COOKIE: i32 = 0x6173_6221;
-
 /// How long PID 1 holds a relayed signal before passing it on, waiting to see whether the
 /// same signal also reaches it directly; and how long a direct one makes a relay redundant.
 const RELAY_HOLD: std::time::Duration = std::time::Duration::from_millis(20);
@@ -256,7 +252,7 @@ const DIRECT_WINDOW: std::time::Duration = std::time::Duration::from_millis(500)
 /// was sent to every process of the jail at once: a process tree or a cgroup, as Slurm's
 /// proctrack delivers `scancel --signal` and `--signal=SIG@T` to a step. The command has it
 /// already; passing it on would deliver it twice (a checkpointing handler would run twice).
-/// A signal the launcher relays (marked with `RELAY_COOKIE`) is passed on after `RELAY_HOLD`,
+/// A signal the launcher relays (`Msg::Relay`, on the control socket) is passed on after `RELAY_HOLD`,
 /// unless the same signal reaches PID 1 directly around the same time.
 #[derive(Default)]
 pub struct SignalPassing {
@@ -329,18 +325,47 @@ fn supervise(plan: &Plan, sock: RawFd, slave: Option<OwnedFd>, pty: Option<TtyFd
     drop(slave);
     crate::timing::mark("child-forked");
     let mut passing = SignalPassing::default();
+    let mut launcher_open = true;
     loop {
         let now = std::time::Instant::now();
         for sig in passing.due(now) {
             forward(child, sig);
         }
-        if let Some(wait) = passing.wait(now) {
-            use std::os::fd::AsFd;
-            let ms = u16::try_from(wait.as_millis().max(1)).unwrap_or(u16::MAX);
-            let mut fds = [nix::poll::PollFd::new(sfd.as_fd(), nix::poll::PollFlags::POLLIN)];
-            if matches!(nix::poll::poll(&mut fds, ms), Ok(0)) {
-                continue;
+        // Signals from the launcher come on the control socket: a channel no process of the
+        // jail can write to, and one that never merges two signals into one.
+        let (sig_ready, sock_ready) = {
+            use std::os::fd::{AsFd, BorrowedFd};
+            // SAFETY: `sock` stays open for this whole function; the borrow ends with the poll.
+            let sock_fd = unsafe { BorrowedFd::borrow_raw(sock) };
+            let sock_flags = if launcher_open { nix::poll::PollFlags::POLLIN } else { nix::poll::PollFlags::empty() };
+            let mut fds = [
+                nix::poll::PollFd::new(sfd.as_fd(), nix::poll::PollFlags::POLLIN),
+                nix::poll::PollFd::new(sock_fd, sock_flags),
+            ];
+            let timeout = match passing.wait(now) {
+                Some(w) => nix::poll::PollTimeout::from(u16::try_from(w.as_millis().max(1)).unwrap_or(u16::MAX)),
+                None => nix::poll::PollTimeout::NONE,
+            };
+            match nix::poll::poll(&mut fds, timeout) {
+                Ok(0) | Err(_) => continue,
+                Ok(_) => {
+                    (fds[0].revents().is_some_and(|r| !r.is_empty()), fds[1].revents().is_some_and(|r| !r.is_empty()))
+                }
             }
+        };
+        if sock_ready {
+            match msg::recv(sock) {
+                Ok(Some(Msg::Relay(n))) => {
+                    if let Some(sig) = Signal::try_from(n).ok().filter(|s| FORWARDED.contains(s)) {
+                        passing.arrived(sig, true, std::time::Instant::now());
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => launcher_open = false,
+            }
+        }
+        if !sig_ready {
+            continue;
         }
         let Ok(Some(info)) = sfd.read_signal() else {
             continue;
@@ -364,15 +389,14 @@ fn supervise(plan: &Plan, sock: RawFd, slave: Option<OwnedFd>, pty: Option<TtyFd
                 }
             }
         } else if let Ok(sig) = Signal::try_from(signo) {
-            // A sender outside the jail's PID namespace shows as pid 0. The jail's own
-            // processes can reach PID 1 too (it blocks these signals rather than leaving them
-            // at their default, so the kernel queues them): theirs are dropped, so they can
-            // neither suppress a relay nor forge one.
+            // A sender outside the jail's PID namespace shows as pid 0: a signal sent to every
+            // process of the jail at once. The jail's own processes can reach PID 1 too (it
+            // blocks these signals rather than leaving them at their default, so the kernel
+            // queues them): theirs are dropped.
             if info.ssi_pid != 0 {
                 continue;
             }
-            let relayed = info.ssi_code == libc::SI_QUEUE && info.ssi_int == RELAY_COOKIE;
-            passing.arrived(sig, relayed, std::time::Instant::now());
+            passing.arrived(sig, false, std::time::Instant::now());
         }
     }
 }

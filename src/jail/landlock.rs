@@ -189,8 +189,8 @@ fn weaker(rules: &LandlockRules, abi: u32) -> Vec<String> {
         "no PID namespace: host processes are visible in /proc and keep their host PIDs",
         "hidden paths inside an allowed tree cannot be masked: Landlock only allows, so hidden \
          files must lie outside every allowed tree",
-        "no mount namespace: no private /tmp or /dev; the host filesystem layout is shared, \
-         limited only by access rights",
+        "no mount namespace: no private /dev; the host filesystem layout is shared, limited only \
+         by access rights (the host's /tmp, /var/tmp and /dev/shm are denied, TMPDIR is the session's own)",
         "file metadata is not restricted: stat/access/readlink/chdir work on any path, and \
          chmod/chown/utimes/xattr/flock are not blocked by Landlock",
         "no network namespace: the host network stack, interfaces and loopback services are shared",
@@ -212,7 +212,8 @@ fn weaker(rules: &LandlockRules, abi: u32) -> Vec<String> {
     }
     if abi < ABI_RESOLVE_UNIX {
         w.push(format!(
-            "pathname unix sockets anywhere can be connected to (needs ABI {ABI_RESOLVE_UNIX}, kernel has {abi})"
+            "pathname unix sockets anywhere can be connected to if process.unix_sockets allows creating them \
+             (needs ABI {ABI_RESOLVE_UNIX}, kernel has {abi})"
         ));
     }
     if abi > ABI_NEWEST_KNOWN {

@@ -24,6 +24,8 @@ pub enum Msg {
     /// Init -> launcher: the command ended: exit code, or signal number.
     Exited(i32),
     Signaled(i32),
+    /// Launcher -> init: the launcher received this signal; pass it on to the command.
+    Relay(i32),
 }
 
 pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
@@ -55,6 +57,10 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
         }
         Msg::Signaled(s) => {
             buf.push(b'K');
+            buf.extend_from_slice(&s.to_le_bytes());
+        }
+        Msg::Relay(s) => {
+            buf.push(b'Y');
             buf.extend_from_slice(&s.to_le_bytes());
         }
     }
@@ -111,6 +117,7 @@ pub fn recv(sock: RawFd) -> nix::Result<Option<Msg>> {
         b'E' => Msg::Error(String::from_utf8_lossy(body).into_owned()),
         b'X' => Msg::Exited(int()),
         b'K' => Msg::Signaled(int()),
+        b'Y' => Msg::Relay(int()),
         _ => Msg::Error("garbled message from the jail".into()),
     }))
 }

@@ -224,7 +224,7 @@ pub fn run(
                         copy_winsize(out_fd, m.as_raw_fd());
                     }
                 } else if let Ok(sig) = Signal::try_from(signo) {
-                    relay(pid, sig);
+                    relay(sock, pid, sig);
                     if sig == Signal::SIGTSTP {
                         // Stopped like the job it is, so the user's shell sees it stop (with
                         // its terminal settings back); the shell's SIGCONT resumes us, and we
@@ -241,12 +241,10 @@ pub fn run(
     }
 }
 
-/// Passes a signal to the jail's PID 1, marked as relayed (see `init::SignalPassing`).
-fn relay(pid: nix::unistd::Pid, sig: Signal) {
-    let value = libc::sigval { sival_ptr: super::init::RELAY_COOKIE as usize as *mut libc::c_void };
-    // SAFETY: sigqueue takes a pid, a signal number and a plain value; no memory is shared.
-    let r = unsafe { libc::sigqueue(pid.as_raw(), sig as libc::c_int, value) };
-    if r != 0 {
+/// Passes a signal to the jail's PID 1 on the control socket (see `init::SignalPassing`);
+/// if that is gone, as a plain signal.
+fn relay(sock: RawFd, pid: nix::unistd::Pid, sig: Signal) {
+    if msg::send(sock, &msg::Msg::Relay(sig as i32)).is_err() {
         let _ = kill(pid, sig);
     }
 }

@@ -1,6 +1,7 @@
 //! Seccomp-BPF deny-list installed in the jailed child just before `exec`: it fails kernel
 //! attack surface (io_uring, bpf, keyrings, the mount API, module loading, ...), nested user
-//! namespaces, terminal-injection ioctls and every foreign syscall ABI (i386, x32) with EPERM.
+//! namespaces, terminal-injection ioctls, socket families outside an allow-list and every
+//! foreign syscall ABI (i386, x32) with EPERM.
 //! It is a second wall, not the policy: the default action is ALLOW, so it does not decide
 //! which files, devices or hosts the agent may reach; namespaces and Landlock do that.
 
@@ -17,7 +18,29 @@ use seccompiler::{
 pub struct SeccompOptions {
     /// Let the jailed process create user namespaces (`unshare`/`clone` with `CLONE_NEWUSER`).
     pub allow_nested_userns: bool,
+    /// AF_INET/AF_INET6 sockets only as TCP (stream, protocol 0 or `IPPROTO_TCP`), UDP and
+    /// ICMP (datagram, protocol 0, `IPPROTO_UDP`, `IPPROTO_ICMP`, `IPPROTO_ICMPV6`): where
+    /// Landlock's TCP port rules are the network boundary, MPTCP (262), SCTP and raw sockets
+    /// would walk around them.
+    pub tcp_udp_icmp_only: bool,
+    /// Refuse `socket(AF_UNIX)` (`socketpair` stays allowed): without a mount namespace,
+    /// every pathname unix socket of the host (munge, D-Bus, docker.sock, `/run/user/UID`)
+    /// could be connected to, and neither Landlock (before ABI 9) nor seccomp sees the path.
+    pub deny_unix_sockets: bool,
 }
+
+/// The socket families `socket()` may create, with why the jail needs each; every other
+/// family fails with EPERM. `socketpair()` is allowed for AF_UNIX only.
+pub const ALLOWED_SOCKET_FAMILIES: &[(libc::c_int, &str, &str)] = &[
+    (libc::AF_UNIX, "AF_UNIX", "local IPC: nscd, syslog, D-Bus clients, language servers, multiprocessing"),
+    (libc::AF_INET, "AF_INET", "IPv4 TCP, UDP, ping (ICMP datagram) sockets"),
+    (libc::AF_INET6, "AF_INET6", "IPv6 TCP, UDP, ping sockets; many programs open it first"),
+    (libc::AF_NETLINK, "AF_NETLINK", "glibc's getaddrinfo (AI_ADDRCONFIG) and if_nameindex, ip, ss"),
+];
+
+/// The protocols an AF_INET/AF_INET6 socket may use with `tcp_udp_icmp_only`, by type.
+const INET_STREAM_PROTOCOLS: [libc::c_int; 2] = [0, libc::IPPROTO_TCP];
+const INET_DGRAM_PROTOCOLS: [libc::c_int; 4] = [0, libc::IPPROTO_UDP, libc::IPPROTO_ICMP, libc::IPPROTO_ICMPV6];
 
 /// The table the filter, docs and tests all read: (syscall name, reason).
 ///
@@ -310,6 +333,48 @@ const fn ioctl_request(request: libc::Ioctl) -> u64 {
     request as u32 as u64
 }
 
+/// `socket()` and `socketpair()` arguments are `int`s: the kernel uses the low 32 bits only,
+/// so every compare is a Dword (like `ioctl`'s request).
+fn int(v: libc::c_int) -> u64 {
+    u64::from(v as u32)
+}
+
+/// Deny rules for `socket()`: any family outside the allow-list and, with
+/// `tcp_udp_icmp_only`, any AF_INET/AF_INET6 type or protocol but TCP, UDP and ICMP.
+fn socket_rules(opts: &SeccompOptions) -> Result<Vec<SeccompRule>, SeccompError> {
+    use SeccompCmpArgLen::Dword;
+    use SeccompCmpOp::{Eq, MaskedEq, Ne};
+    let families =
+        ALLOWED_SOCKET_FAMILIES.iter().map(|(f, _, _)| *f).filter(|f| !(opts.deny_unix_sockets && *f == libc::AF_UNIX));
+    let mut out = vec![rule(families.map(|f| cond(0, Dword, Ne, int(f))).collect::<Result<_, _>>()?)?];
+    if !opts.tcp_udp_icmp_only {
+        return Ok(out);
+    }
+    // The type argument is the type ORed with at most SOCK_NONBLOCK and SOCK_CLOEXEC (the
+    // kernel refuses other bits with EINVAL): the four spellings of each allowed type.
+    let spellings = |t: libc::c_int| {
+        [0, libc::SOCK_NONBLOCK, libc::SOCK_CLOEXEC, libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC].map(|f| int(t | f))
+    };
+    for family in [libc::AF_INET, libc::AF_INET6] {
+        let is_family = || cond(0, Dword, Eq, int(family));
+        let mut other_type = vec![is_family()?];
+        for t in spellings(libc::SOCK_STREAM).into_iter().chain(spellings(libc::SOCK_DGRAM)) {
+            other_type.push(cond(1, Dword, Ne, t)?);
+        }
+        out.push(rule(other_type)?);
+        for (ty, protocols) in
+            [(libc::SOCK_STREAM, &INET_STREAM_PROTOCOLS[..]), (libc::SOCK_DGRAM, &INET_DGRAM_PROTOCOLS[..])]
+        {
+            let mut c = vec![is_family()?, cond(1, Dword, MaskedEq(0xf), int(ty))?];
+            for p in protocols {
+                c.push(cond(2, Dword, Ne, int(*p))?);
+            }
+            out.push(rule(c)?);
+        }
+    }
+    Ok(out)
+}
+
 /// Rules for seccompiler; every match fails with EPERM.
 fn rules(opts: &SeccompOptions) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
@@ -339,6 +404,12 @@ fn rules(opts: &SeccompOptions) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Secco
     // (READ_IMPLIES_EXEC) for what the jail runs next. The argument is an `unsigned int`.
     let persona = |v: u64| cond(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, v);
     rules.insert(sys_nr(libc::SYS_personality), vec![rule(vec![persona(0xffff_ffff)?, persona(0)?])?]);
+
+    // Sockets: an allow-list of families (AF_VSOCK, AF_PACKET, AF_BLUETOOTH, AF_ALG, ... are
+    // not network-namespaced, bypass the supervisor or are rarely needed attack surface).
+    rules.insert(sys_nr(libc::SYS_socket), socket_rules(opts)?);
+    let not_unix = cond(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, int(libc::AF_UNIX))?;
+    rules.insert(sys_nr(libc::SYS_socketpair), vec![rule(vec![not_unix])?]);
     Ok(rules)
 }
 
@@ -428,7 +499,7 @@ mod tests {
     }
 
     fn allow_userns() -> BpfProgram {
-        build_program(&SeccompOptions { allow_nested_userns: true }).unwrap()
+        build_program(&SeccompOptions { allow_nested_userns: true, ..Default::default() }).unwrap()
     }
 
     // ---- table ----
@@ -483,8 +554,13 @@ mod tests {
     /// spread of arguments, the program with it answers exactly as the program without it.
     #[test]
     fn fast_allow_tree_decides_exactly_like_the_plain_filter() {
-        for nested in [false, true] {
-            let opts = SeccompOptions { allow_nested_userns: nested };
+        for bits in 0..8u8 {
+            let nested = bits & 1 != 0;
+            let opts = SeccompOptions {
+                allow_nested_userns: nested,
+                tcp_udp_icmp_only: bits & 2 != 0,
+                deny_unix_sockets: bits & 4 != 0,
+            };
             let fast = build_program(&opts).unwrap();
             let native = NATIVE.as_ref().unwrap();
             let filter = SeccompFilter::new(
@@ -504,6 +580,16 @@ mod tests {
                 [0, ioctl_request(libc::TIOCLINUX) | (1 << 32), 0, 0, 0, 0],
                 [0xffff_ffff, 0, 0, 0, 0, 0],
                 [0x0040000, 0, 0, 0, 0, 0],
+                // socket()/socketpair(): families, types with flags, protocols.
+                [AF_VSOCK, SOCK_STREAM, 0, 0, 0, 0],
+                [AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, 0, 0, 0],
+                [AF_INET, SOCK_STREAM, MPTCP, 0, 0, 0],
+                [AF_INET6, SOCK_STREAM | SOCK_NONBLOCK, TCP, 0, 0, 0],
+                [AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, ICMP, 0, 0, 0],
+                [AF_INET6, SOCK_DGRAM, 136, 0, 0, 0],
+                [AF_INET, SOCK_RAW, ICMP, 0, 0, 0],
+                [AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 0, 0, 0, 0],
+                [AF_INET | 1 << 32, SOCK_SEQPACKET, 132, 0, 0, 0],
             ];
             for nr in -1..1100 {
                 for args in argsets {
@@ -552,6 +638,105 @@ mod tests {
     }
 
     const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
+
+    const fn u(v: libc::c_int) -> u64 {
+        v as u32 as u64
+    }
+    const AF_UNIX: u64 = u(libc::AF_UNIX);
+    const AF_INET: u64 = u(libc::AF_INET);
+    const AF_INET6: u64 = u(libc::AF_INET6);
+    const AF_NETLINK: u64 = u(libc::AF_NETLINK);
+    const AF_VSOCK: u64 = u(libc::AF_VSOCK);
+    const SOCK_STREAM: u64 = u(libc::SOCK_STREAM);
+    const SOCK_DGRAM: u64 = u(libc::SOCK_DGRAM);
+    const SOCK_RAW: u64 = u(libc::SOCK_RAW);
+    const SOCK_SEQPACKET: u64 = u(libc::SOCK_SEQPACKET);
+    const SOCK_NONBLOCK: u64 = u(libc::SOCK_NONBLOCK);
+    const SOCK_CLOEXEC: u64 = u(libc::SOCK_CLOEXEC);
+    const TCP: u64 = u(libc::IPPROTO_TCP);
+    const UDP: u64 = u(libc::IPPROTO_UDP);
+    const ICMP: u64 = u(libc::IPPROTO_ICMP);
+    const ICMPV6: u64 = u(libc::IPPROTO_ICMPV6);
+    const MPTCP: u64 = u(libc::IPPROTO_MPTCP);
+    const SCTP: u64 = u(libc::IPPROTO_SCTP);
+
+    /// Every backend: socket families by allow-list; with `tcp_udp_icmp_only` (Landlock)
+    /// only TCP, UDP and ICMP for AF_INET/AF_INET6; with `deny_unix_sockets` no
+    /// `socket(AF_UNIX)`, while `socketpair(AF_UNIX)` always passes.
+    #[test]
+    fn socket_families_by_allow_list_and_inet_protocols_in_landlock() {
+        let arch = NATIVE.as_ref().unwrap().audit_arch;
+        let (socket, socketpair) = (libc::SYS_socket as i32, libc::SYS_socketpair as i32);
+        let default = deny_all();
+        let landlock =
+            build_program(&SeccompOptions { tcp_udp_icmp_only: true, deny_unix_sockets: true, ..Default::default() })
+                .unwrap();
+        let run = |p: &BpfProgram, nr: i32, a: [u64; 3]| run_bpf(p, nr, arch, [a[0], a[1], a[2], 0, 0, 0]);
+        // Families: allowed everywhere, the rest refused everywhere, also with high bits set.
+        for prog in [&default, &landlock] {
+            for fam in [AF_INET, AF_INET6, AF_NETLINK] {
+                assert_eq!(run(prog, socket, [fam, SOCK_DGRAM | SOCK_CLOEXEC, 0]), ALLOW, "family {fam}");
+            }
+            for fam in [
+                0,
+                AF_VSOCK,
+                17, /* AF_PACKET */
+                31, /* AF_BLUETOOTH */
+                38, /* AF_ALG */
+                21, /* AF_RDS */
+                44, /* AF_XDP */
+                0xffff_ffff,
+            ] {
+                assert_eq!(run(prog, socket, [fam, SOCK_STREAM, 0]), RET_EPERM, "family {fam}");
+            }
+            assert_eq!(run(prog, socketpair, [AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0]), ALLOW);
+            assert_eq!(run(prog, socketpair, [AF_INET, SOCK_STREAM, 0]), RET_EPERM);
+            assert_eq!(run(prog, socketpair, [AF_VSOCK, SOCK_STREAM, 0]), RET_EPERM);
+        }
+        // The kernel reads `int`s: high bits do not change the family it sees, nor our answer.
+        assert_eq!(run(&default, socket, [AF_INET | 1 << 32, SOCK_STREAM, 0]), ALLOW);
+        assert_eq!(run(&default, socket, [AF_VSOCK | 1 << 32, SOCK_STREAM, 0]), RET_EPERM);
+        // AF_UNIX: the userns jail keeps it, Landlock refuses socket() but not socketpair().
+        assert_eq!(run(&default, socket, [AF_UNIX, SOCK_STREAM, 0]), ALLOW);
+        assert_eq!(run(&landlock, socket, [AF_UNIX, SOCK_STREAM, 0]), RET_EPERM);
+        assert_eq!(run(&landlock, socket, [AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0]), RET_EPERM);
+        // Protocols: the userns jail does not look at them (its netns is the boundary).
+        for (ty, proto) in [(SOCK_STREAM, MPTCP), (SOCK_STREAM, SCTP), (SOCK_SEQPACKET, SCTP), (SOCK_RAW, ICMP)] {
+            assert_eq!(run(&default, socket, [AF_INET, ty, proto]), ALLOW);
+        }
+        for fam in [AF_INET, AF_INET6] {
+            for ty in [SOCK_STREAM, SOCK_STREAM | SOCK_NONBLOCK, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK] {
+                for proto in [0, TCP] {
+                    assert_eq!(run(&landlock, socket, [fam, ty, proto]), ALLOW, "{fam} {ty:#x} {proto}");
+                }
+                for proto in [MPTCP, SCTP, UDP, 1 << 8 | TCP] {
+                    assert_eq!(run(&landlock, socket, [fam, ty, proto]), RET_EPERM, "{fam} {ty:#x} {proto}");
+                }
+                assert_eq!(run(&landlock, socket, [fam, ty, TCP | 1 << 32]), ALLOW, "int protocol");
+            }
+            for ty in [SOCK_DGRAM, SOCK_DGRAM | SOCK_CLOEXEC] {
+                for proto in [0, UDP, ICMP, ICMPV6] {
+                    assert_eq!(run(&landlock, socket, [fam, ty, proto]), ALLOW, "{fam} {ty:#x} {proto}");
+                }
+                for proto in [TCP, 136 /* UDP-Lite */, MPTCP] {
+                    assert_eq!(run(&landlock, socket, [fam, ty, proto]), RET_EPERM, "{fam} {ty:#x} {proto}");
+                }
+            }
+            for ty in [
+                SOCK_RAW,
+                SOCK_SEQPACKET,
+                4,  /* RDM */
+                6,  /* DCCP */
+                10, /* PACKET */
+                0,
+                SOCK_STREAM | 0x100,
+            ] {
+                assert_eq!(run(&landlock, socket, [fam, ty, 0]), RET_EPERM, "{fam} {ty:#x}");
+            }
+        }
+        // Netlink keeps its raw/dgram types and protocols (NETLINK_ROUTE, SOCK_DIAG).
+        assert_eq!(run(&landlock, socket, [AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, 4]), ALLOW);
+    }
 
     #[test]
     fn bpf_decisions() {
@@ -748,6 +933,36 @@ mod tests {
         let ptr = &mut n as *mut libc::c_uint as u64;
         code(raw(libc::SYS_ioctl, [fd, ioctl_request(libc::TIOCGPTN), ptr, 0]))
     }
+    fn socket_of(family: libc::c_int, ty: libc::c_int, proto: libc::c_int) -> i32 {
+        match raw(libc::SYS_socket, [u(family), u(ty | libc::SOCK_CLOEXEC), u(proto), 0]) {
+            Ok(fd) => {
+                // SAFETY: closing the descriptor this child just created.
+                unsafe { libc::close(fd as libc::c_int) };
+                0
+            }
+            Err(e) => e,
+        }
+    }
+    fn vsock_socket() -> i32 {
+        socket_of(libc::AF_VSOCK, libc::SOCK_STREAM, 0)
+    }
+    fn mptcp_socket() -> i32 {
+        socket_of(libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP)
+    }
+    fn tcp_socket() -> i32 {
+        socket_of(libc::AF_INET6, libc::SOCK_STREAM, 0)
+    }
+    fn netlink_socket() -> i32 {
+        socket_of(libc::AF_NETLINK, libc::SOCK_RAW, 0)
+    }
+    fn unix_socket() -> i32 {
+        socket_of(libc::AF_UNIX, libc::SOCK_STREAM, 0)
+    }
+    fn unix_socketpair() -> i32 {
+        let mut fds = [0 as libc::c_int; 2];
+        let ptr = fds.as_mut_ptr() as u64;
+        code(raw(libc::SYS_socketpair, [u(libc::AF_UNIX), u(libc::SOCK_STREAM), 0, ptr]))
+    }
     fn tiocsti_badfd() -> i32 {
         code(raw(libc::SYS_ioctl, [BAD_FD, TIOCSTI_HIGH, 0, 0]))
     }
@@ -836,6 +1051,27 @@ mod tests {
         assert_eq!(in_child(Some(&prog), tiocsti_badfd), EPERM);
         assert_eq!(in_child(None, tioclinux_badfd), libc::EBADF);
         assert_eq!(in_child(Some(&prog), tioclinux_badfd), EPERM);
+    }
+
+    #[test]
+    fn socket_allow_list_in_process() {
+        // The host creates AF_VSOCK (and MPTCP where enabled) sockets: any EPERM is the filter's.
+        assert_ne!(in_child(None, vsock_socket), EPERM);
+        assert_ne!(in_child(None, mptcp_socket), EPERM);
+        let userns = deny_all();
+        assert_eq!(in_child(Some(&userns), vsock_socket), EPERM);
+        for ok in [tcp_socket, netlink_socket, unix_socket, unix_socketpair] {
+            assert_eq!(in_child(Some(&userns), ok), in_child(None, ok));
+        }
+        let landlock =
+            build_program(&SeccompOptions { tcp_udp_icmp_only: true, deny_unix_sockets: true, ..Default::default() })
+                .unwrap();
+        for refused in [vsock_socket, mptcp_socket, unix_socket] {
+            assert_eq!(in_child(Some(&landlock), refused), EPERM);
+        }
+        for ok in [tcp_socket, netlink_socket, unix_socketpair] {
+            assert_eq!(in_child(Some(&landlock), ok), 0);
+        }
     }
 
     #[cfg(target_arch = "x86_64")]

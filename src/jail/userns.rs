@@ -65,6 +65,7 @@ pub fn run(
     // Compiled here while the jail builds its filesystem in parallel, then handed over.
     let prog = super::seccomp::build_program(&super::seccomp::SeccompOptions {
         allow_nested_userns: plan.seccomp.nested_userns,
+        ..Default::default()
     })
     .map_err(|e| fail(JailError::Seal(e.into())))?;
     idle();

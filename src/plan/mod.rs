@@ -56,6 +56,8 @@ pub const HOSTNAME_PORTS: [u16; 2] = [80, 443];
 #[derive(Debug, Clone, Serialize)]
 pub struct SeccompPlan {
     pub nested_userns: bool,
+    /// Landlock backend only: `socket(AF_UNIX)` allowed (`process.unix_sockets`).
+    pub unix_sockets: bool,
 }
 
 #[derive(Debug, Clone, Default, Serialize)]
@@ -322,7 +324,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         env: envp.vars,
         env_removed: envp.removed,
         net,
-        seccomp: SeccompPlan { nested_userns: policy.nested_userns.value },
+        seccomp: SeccompPlan { nested_userns: policy.nested_userns.value, unix_sockets: policy.unix_sockets.value },
         landlock,
         warnings,
     })

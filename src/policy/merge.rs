@@ -91,6 +91,7 @@ pub struct Policy {
     pub net_publish: Sourced<Vec<u16>>,
     pub net_deny_private: Sourced<bool>,
     pub nested_userns: Sourced<bool>,
+    pub unix_sockets: Sourced<bool>,
     pub mail_block: Sourced<MailBlock>,
     pub agent: Option<Sourced<AgentSection>>,
     /// Things the merge dropped or changed, said once at startup.
@@ -152,6 +153,7 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
         net_publish: Sourced::new(vec![], &builtin),
         net_deny_private: Sourced::new(false, &builtin),
         nested_userns: Sourced::new(false, &builtin),
+        unix_sockets: Sourced::new(false, &builtin),
         mail_block: Sourced::new(MailBlock::Auto, &builtin),
         agent: None,
         warnings: vec![],
@@ -223,6 +225,7 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     }
     if let Some(pr) = &l.process {
         set(&mut p.nested_userns, &pr.nested_userns, src);
+        set(&mut p.unix_sockets, &pr.unix_sockets, src);
     }
     if let Some(m) = &l.mail {
         set(&mut p.mail_block, &m.block, src);
@@ -445,6 +448,12 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
         let source = if allowed { p.nested_userns.source.clone() } else { src.clone() };
         p.nested_userns = Sourced { value, source, locked: true };
     }
+    if let Some(allowed) = l.process.as_ref().and_then(|pr| pr.unix_sockets) {
+        // As nested_userns: the admin's `true` permits, `false` forbids.
+        let value = p.unix_sockets.value && allowed;
+        let source = if allowed { p.unix_sockets.source.clone() } else { src.clone() };
+        p.unix_sockets = Sourced { value, source, locked: true };
+    }
     Ok(())
 }
 
@@ -586,6 +595,15 @@ mod tests {
             .unwrap();
         assert_eq!(p.env_set["HTTP_PROXY"].value, "admin");
         assert!(p.env_set["HTTP_PROXY"].locked);
+    }
+
+    #[test]
+    fn unix_sockets_off_by_default_user_can_enable_admin_can_forbid() {
+        assert!(!merge(&[], None).unwrap().unix_sockets.value);
+        assert!(merge(&[user("[process]\nunix_sockets = true")], None).unwrap().unix_sockets.value);
+        let p =
+            merge(&[user("[process]\nunix_sockets = true")], Some(&admin("[process]\nunix_sockets = false"))).unwrap();
+        assert!(!p.unix_sockets.value && p.unix_sockets.locked);
     }
 
     #[test]

@@ -105,6 +105,9 @@ pub struct NetSection {
 pub struct ProcessSection {
     /// Allow the jailed command to create nested user namespaces (off by default).
     pub nested_userns: Option<bool>,
+    /// Landlock backend: let the jailed command create unix sockets (`socket(AF_UNIX)`),
+    /// and so connect to every pathname unix socket of the host (off by default).
+    pub unix_sockets: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
