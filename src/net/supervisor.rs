@@ -349,7 +349,8 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
             Ok(l) => {
                 let (events, port) = (events.clone(), *port);
                 tokio::spawn(async move {
-                    while let Ok((stream, _)) = l.accept().await {
+                    loop {
+                        let Some(stream) = accept_surviving(&l).await else { continue };
                         if events.send(Event::Published { stream, port }).is_err() {
                             return;
                         }
@@ -882,11 +883,27 @@ async fn serve_dns_tcp(shared: Arc<Shared>) -> io::Result<SocketAddr> {
     let listener = tokio::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).await?;
     let local = listener.local_addr()?;
     tokio::spawn(async move {
-        while let Ok((conn, _)) = listener.accept().await {
-            tokio::spawn(dns_tcp_conn(conn, shared.clone()));
+        loop {
+            if let Some(conn) = accept_surviving(&listener).await {
+                tokio::spawn(dns_tcp_conn(conn, shared.clone()));
+            }
         }
     });
     Ok(local)
+}
+
+/// One `accept`, or None after a pause if it failed: out of descriptors (EMFILE, ENFILE: the
+/// session holds many connections), out of memory, a connection reset while queued. None of
+/// these ends a listener: it serves again once descriptors are free.
+async fn accept_surviving(listener: &tokio::net::TcpListener) -> Option<TcpStream> {
+    match listener.accept().await {
+        Ok((conn, _)) => Some(conn),
+        Err(e) => {
+            tracing::debug!("accept failed, retrying: {e}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            None
+        }
+    }
 }
 
 async fn dns_tcp_conn(mut conn: TcpStream, shared: Arc<Shared>) {
