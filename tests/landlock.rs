@@ -247,3 +247,30 @@ fn landlock_daemons_do_not_outlive_the_session() {
     let (first, second) = (!first.is_empty(), !second.is_empty());
     assert!(!first && !second, "daemon {pid} (or its double-forked sibling) outlived the session: {out}");
 }
+
+#[test]
+fn landlock_tcp_fast_open_and_datagram_pairs_cannot_walk_around_the_rules() {
+    // TCP Fast Open connects inside sendto() without the connect hook Landlock's port rules
+    // use; a datagram socket of a pair can sendto() any host socket path. Both are refused.
+    let Some((_listener, port)) = floor_port_listener() else {
+        panic!("no floor port free for the listener");
+    };
+    let j = jail!("ll-tfo").arg("--net").arg("open");
+    let out = j.run(&format!(
+        "python3 -c \"
+import socket
+s = socket.socket()
+try:
+    s.sendto(b'EHLO x', socket.MSG_FASTOPEN, ('127.0.0.1', {port})); print('tfo sent')
+except OSError as e:
+    print('tfo', e.errno)
+for kind, name in [(socket.SOCK_DGRAM, 'dgram'), (socket.SOCK_STREAM, 'stream')]:
+    try:
+        socket.socketpair(socket.AF_UNIX, kind); print(name, 'pair ok')
+    except OSError as e:
+        print(name, 'pair', e.errno)
+\""
+    ));
+    assert!(out.stdout.contains("tfo 1\n"), "MSG_FASTOPEN refused (EPERM): {out}");
+    assert!(out.stdout.contains("dgram pair 1\n") && out.stdout.contains("stream pair ok"), "{out}");
+}

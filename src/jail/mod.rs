@@ -211,7 +211,10 @@ fn descendants() -> Vec<i32> {
         let (Some(state), Some(ppid)) = (rest.next(), rest.next().and_then(|p| p.parse::<i32>().ok())) else {
             continue;
         };
-        parent.push((pid, ppid, state == "Z"));
+        // A zombie group leader whose other threads still run is no zombie: it is signalled
+        // like any process (a kill of its pid reaches the whole thread group).
+        let zombie = state == "Z" && std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()) <= 1;
+        parent.push((pid, ppid, zombie));
     }
     let mut found = vec![me];
     let mut i = 0;

@@ -409,7 +409,25 @@ fn rules(opts: &SeccompOptions) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Secco
     // not network-namespaced, bypass the supervisor or are rarely needed attack surface).
     rules.insert(sys_nr(libc::SYS_socket), socket_rules(opts)?);
     let not_unix = cond(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, int(libc::AF_UNIX))?;
-    rules.insert(sys_nr(libc::SYS_socketpair), vec![rule(vec![not_unix])?]);
+    let mut pair = vec![rule(vec![not_unix])?];
+    if opts.deny_unix_sockets {
+        // A datagram socket of a pair can still sendto() or connect() to any pathname socket
+        // (Landlock below ABI 9 does not check the path): only stream and seqpacket pairs,
+        // which are connected to each other for good, stay.
+        let unix = cond(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, int(libc::AF_UNIX))?;
+        let dgram = cond(1, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xf), int(libc::SOCK_DGRAM))?;
+        pair.push(rule(vec![unix, dgram])?);
+    }
+    rules.insert(sys_nr(libc::SYS_socketpair), pair);
+    if opts.tcp_udp_icmp_only {
+        // TCP Fast Open connects inside sendto/sendmsg without the connect hook Landlock's port
+        // rules hang on: MSG_FASTOPEN would reach a refused port (SMTP) anyway.
+        let fastopen = u64::from(libc::MSG_FASTOPEN as u32);
+        for (nr, flags_arg) in [(libc::SYS_sendto, 3), (libc::SYS_sendmsg, 2), (libc::SYS_sendmmsg, 3)] {
+            let set = cond(flags_arg, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(fastopen), fastopen)?;
+            rules.insert(sys_nr(nr), vec![rule(vec![set])?]);
+        }
+    }
     Ok(rules)
 }
 
@@ -693,6 +711,17 @@ mod tests {
             assert_eq!(run(prog, socketpair, [AF_INET, SOCK_STREAM, 0]), RET_EPERM);
             assert_eq!(run(prog, socketpair, [AF_VSOCK, SOCK_STREAM, 0]), RET_EPERM);
         }
+        // Landlock: no datagram pair (it can sendto() any host socket path), no TCP Fast Open
+        // (it connects without Landlock's connect hook).
+        let (sendto, sendmsg) = (libc::SYS_sendto as i32, libc::SYS_sendmsg as i32);
+        assert_eq!(run(&landlock, socketpair, [AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0]), RET_EPERM);
+        assert_eq!(run(&landlock, socketpair, [AF_UNIX, SOCK_STREAM, 0]), ALLOW);
+        assert_eq!(run(&default, socketpair, [AF_UNIX, SOCK_DGRAM, 0]), ALLOW);
+        let fastopen = libc::MSG_FASTOPEN as u32 as u64;
+        assert_eq!(run_bpf(&landlock, sendto, arch, [3, 0, 8, fastopen | 0x40, 0, 0]), RET_EPERM);
+        assert_eq!(run_bpf(&landlock, sendmsg, arch, [3, 0, fastopen, 0, 0, 0]), RET_EPERM);
+        assert_eq!(run_bpf(&landlock, sendto, arch, [3, 0, 8, 0x40, 0, 0]), ALLOW);
+        assert_eq!(run_bpf(&default, sendto, arch, [3, 0, 8, fastopen, 0, 0]), ALLOW);
         // The kernel reads `int`s: high bits do not change the family it sees, nor our answer.
         assert_eq!(run(&default, socket, [AF_INET | 1 << 32, SOCK_STREAM, 0]), ALLOW);
         assert_eq!(run(&default, socket, [AF_VSOCK | 1 << 32, SOCK_STREAM, 0]), RET_EPERM);
