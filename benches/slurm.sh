@@ -19,7 +19,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 id "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user"
 tests/cluster/install.sh >/dev/null
-tests/cluster/start.sh --user "$user" --no-selftest >/dev/null
+tests/cluster/start.sh --user "$user" --two-nodes --no-selftest >/dev/null  # the shape the tests use: no restart between them
 chmod o+rx . target target/release 2>/dev/null || true
 work=$(mktemp -d /tmp/asb-slurmbench.XXXXXX)
 chown "$user" "$work"
