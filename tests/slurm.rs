@@ -649,3 +649,27 @@ fn a_script_file_is_read_as_the_jail_sees_it() {
     assert!(out.stdout.contains("secret=1") && out.stderr.contains("Unable to open file secret.sh"), "{out}");
     assert!(!j.project.join("secret.out").exists(), "nothing was submitted");
 }
+
+#[test]
+fn read_only_views_take_the_local_cluster_or_all_and_nothing_else() {
+    // Snakemake's executor asks `sacct --clusters all`; other clusters are out of scope.
+    let Some(j) = slurm_jail("slurm-clusters") else { return };
+    let conf = std::fs::read_to_string("/etc/slurm/slurm.conf").unwrap_or_default();
+    let local = conf
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("ClusterName="))
+        .map(|n| n.trim().to_ascii_lowercase())
+        .expect("ClusterName in the test cluster's slurm.conf");
+    let out = j.run(&format!(
+        "id=$(sbatch --parsable --hold -J clusters --wrap true); \
+         for i in $(seq 50); do sacct -X -n --parsable2 --clusters all --format=JobIdRaw,State -j $id | grep . && break; sleep 0.2; done; \
+         sacct -X -n --clusters all -j $id >/dev/null; echo all=$?; \
+         squeue -M {local} -o '%i'; echo local=$?; \
+         sinfo -M ALL -h -o %P >/dev/null; echo sinfo=$?; \
+         sacct -M elsewhere -n; echo other=$?; scancel $id"
+    ));
+    assert!(out.stdout.contains("|PENDING") && out.stdout.contains("all=0"), "{out}");
+    assert!(out.stdout.contains(&format!("CLUSTER: {local}")) && out.stdout.contains("local=0"), "{out}");
+    assert!(out.stdout.contains("sinfo=0"), "{out}");
+    assert!(out.stdout.contains("other=1") && out.stderr.contains("`elsewhere` is not this cluster"), "{out}");
+}
