@@ -109,7 +109,9 @@ daemon_running() { daemon_pid "$1" >/dev/null; }
 start_daemon() {
     local name=$1
     shift
-    setsid "$@" </dev/null >>"$TC_LOG_DIR/$name.out" 2>&1 &
+    # From /: a daemon must not keep the checkout it was started from as its working
+    # directory (a later run may delete it, and every slurmstepd forked then has none).
+    (cd / && exec setsid "$@" </dev/null >>"$TC_LOG_DIR/$name.out" 2>&1) &
     local pid=$!
     echo "$pid" >"$(pid_file "$name")"
     # Until the last exec the pid shows bash, setsid, setpriv or nsenter: wait for the daemon
