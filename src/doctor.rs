@@ -79,7 +79,7 @@ fn checks() -> Vec<Check> {
         0 => check("landlock", Status::Warn, "Landlock is not available: no fallback backend if user namespaces are off", Some("boot with lsm=...,landlock (Linux 5.13+)")),
         a if a < 4 => check("landlock", Status::Warn, format!("Landlock ABI {a}: fallback backend works without the TCP port floor (needs ABI 4)"), None),
         a if a < 6 => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs + TCP rules, no signal/abstract-socket scoping (ABI 6)"), None),
-        a => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs rules, TCP port floor, signal and abstract-socket scoping; weaker than namespaces: no private /tmp or /proc, hidden paths give EACCES not ENOENT, protected paths are writable, no UDP filtering"), None),
+        a => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs rules, TCP port floor, signal and abstract-socket scoping; weaker than namespaces: a private TMPDIR but no private /proc (host processes visible), no /dev/shm, hidden paths give EACCES not ENOENT, protected paths are writable, no UDP filtering, host unix sockets refused (process.unix_sockets)"), None),
     });
     v.push(if Path::new("/proc/sys/kernel/seccomp/actions_avail").exists() {
         check(

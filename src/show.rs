@@ -19,7 +19,7 @@ pub fn banner(plan: &Plan) -> String {
     let hidden: Vec<String> =
         plan.hidden.iter().filter(|h| h.starts_with(&plan.home)).take(4).map(|h| tilde(h, &plan.home)).collect();
     let weaker = if plan.backend == crate::plan::BackendKind::Landlock {
-        " (weaker than userns: hidden paths give EACCES, no private /tmp or /proc; see `agent-sandbox doctor`)"
+        " (weaker than userns: hidden paths give EACCES, no private /proc, host processes visible; see `agent-sandbox doctor`)"
     } else {
         ""
     };
@@ -183,6 +183,7 @@ pub fn policy(p: &Policy, paths: &PolicyPaths) -> String {
     scalar(&mut s, "home.access", &p.home_access);
     scalar(&mut s, "mail.block", &p.mail_block);
     scalar(&mut s, "process.nested_userns", &p.nested_userns);
+    scalar(&mut s, "process.unix_sockets", &p.unix_sockets);
     if let Some(a) = &p.agent {
         let _ =
             writeln!(s, "  agent                    {:?} [{}]", a.value.command.clone().unwrap_or_default(), a.source);

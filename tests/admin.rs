@@ -103,6 +103,7 @@ fn admin_locks_hold_against_every_user_layer() {
 
     let show = j.output(&mut j.command(&["policy", "show"]));
     assert!(show.stdout.contains("net.mode") && show.stdout.contains("locked by admin"), "{show}");
+    assert!(show.stdout.contains("process.unix_sockets"), "every process key is shown: {show}");
 
     let out = j.run(
         "cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '; \
