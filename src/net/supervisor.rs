@@ -738,13 +738,7 @@ impl Supervisor {
         let sock = self.stack.socket(flow.handle);
         if http {
             // Plain HTTP can carry the reason to whoever asked: one line an agent can act on.
-            let body = format!("agent-sandbox: {dst} refused by the network policy: {}\n", d.reason);
-            let head = format!(
-                "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = sock.send_slice(head.as_bytes());
-            let _ = sock.send_slice(body.as_bytes());
+            let _ = sock.send_slice(&super::forbidden_response(dst, &d.reason));
             sock.close();
         } else {
             sock.abort();

@@ -310,39 +310,14 @@ async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut client: C, ope
             Shown::Unreadable(what) => {
                 let d = peek::unreadable(what);
                 ctx.audit.deny("tcp", Some(addr), None, "peek", &d);
-                if what.starts_with("HTTP") {
-                    let body = format!("agent-sandbox: {addr} refused by the network policy: {}\n", d.reason);
-                    let head = format!(
-                        "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = client.write_all(head.as_bytes()).await;
-                    let _ = client.write_all(body.as_bytes()).await;
-                } else {
-                    let _ = client.write_all(&TLS_ACCESS_DENIED).await;
-                }
-                let _ = client.shutdown().await;
-                return;
+                return refuse_tunnel(&mut client, addr, &d.reason, what.starts_with("HTTP")).await;
             }
         };
         if let Some(name) = name {
             if let Err(d) = ctx.check_shown(&requested, addr.ip(), addr.port(), name, what) {
                 ctx.audit.deny("tcp", Some(addr), Some(name), check, &d);
                 tracing::debug!(proxy = check_proto, %addr, name, "tunnel refused on the name it shows");
-                if http {
-                    // Plain HTTP can carry the reason to whoever asked, as in `filtered`.
-                    let body = format!("agent-sandbox: {addr} refused by the network policy: {}\n", d.reason);
-                    let head = format!(
-                        "HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = client.write_all(head.as_bytes()).await;
-                    let _ = client.write_all(body.as_bytes()).await;
-                } else {
-                    let _ = client.write_all(&TLS_ACCESS_DENIED).await;
-                }
-                let _ = client.shutdown().await;
-                return;
+                return refuse_tunnel(&mut client, addr, &d.reason, http).await;
             }
         }
         if !first.is_empty() && upstream.write_all(&first).await.is_err() {
@@ -350,6 +325,14 @@ async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut client: C, ope
         }
     }
     let _ = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, 64 << 10, 64 << 10).await;
+}
+
+/// Closes a refused tunnel the way its client understands: plain HTTP gets the 403 with the
+/// reason (as in `filtered`), TLS a fatal `access_denied` alert.
+async fn refuse_tunnel<C: AsyncWrite + Unpin>(client: &mut C, addr: SocketAddr, reason: &str, http: bool) {
+    let reply = if http { super::forbidden_response(addr, reason) } else { TLS_ACCESS_DENIED.to_vec() };
+    let _ = client.write_all(&reply).await;
+    let _ = client.shutdown().await;
 }
 
 /// `host:port` (with `[v6]:port`), the port defaulting to `default`.
