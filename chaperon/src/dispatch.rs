@@ -7,7 +7,7 @@ use crate::scope::Entry;
 use crate::server::{jobs_in_scope, scope_of, under_project, Audit, Config, Handled, Stdio};
 use crate::wire::{Request, Response};
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -321,12 +321,10 @@ fn open_in_project(project: &Path, path: &Path) -> std::io::Result<std::fs::File
 
 /// Reads a file the jail named, at most `MAX_SCRIPT` bytes; `what` names it in errors.
 fn read_capped_bytes(f: std::fs::File, what: &str) -> Result<Vec<u8>, String> {
-    let mut buf = Vec::new();
-    f.take(MAX_SCRIPT as u64 + 1).read_to_end(&mut buf).map_err(|e| format!("cannot read {what}: {e}"))?;
-    if buf.len() > MAX_SCRIPT {
-        return Err(format!("{what} is larger than {} MiB", MAX_SCRIPT >> 20));
-    }
-    Ok(buf)
+    crate::bounded::read_file(f, MAX_SCRIPT).map_err(|e| match e {
+        crate::bounded::BoundError::TooLarge(_) => format!("{what} is larger than {} MiB", MAX_SCRIPT >> 20),
+        other => format!("cannot read {what}: {other}"),
+    })
 }
 
 fn read_capped(f: std::fs::File) -> Result<String, String> {
