@@ -239,8 +239,7 @@ fn the_nodes_admin_file_bounds_a_job_frozen_before_it() {
     // when the job starts, bounds it again (here: a scrub floor added after submission).
     let Some(j) = Jail::new("admin-node") else { return };
     let _one = ETC_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-    let up = std::process::Command::new("sinfo").args(["-h", "-o", "%T"]).output();
-    assert!(up.is_ok_and(|o| o.status.success()), "the Slurm test cluster is not running (tests/cluster/start.sh)");
+    cluster_up();
     let guard = EtcGuard::take();
     let out = j.run(
         "export NODE_ADMIN_CANARY=leaked; \

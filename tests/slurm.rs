@@ -9,18 +9,6 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-fn cluster_up() {
-    let out = Command::new("sinfo").args(["-h", "-o", "%T"]).output();
-    let ok = out.as_ref().map(|o| o.status.success() && !o.stdout.is_empty()).unwrap_or(false);
-    assert!(ok, "the Slurm test cluster is not running: as root, tests/cluster/start.sh --user {USER}");
-}
-
-fn slurm_jail(name: &str) -> Option<Jail> {
-    let j = Jail::new(name)?;
-    cluster_up();
-    Some(j)
-}
-
 /// Job ids of the test user that exist in the controller now.
 fn queue_ids() -> Vec<u32> {
     queue_ids_in(None)

@@ -19,15 +19,9 @@ const VENV: &str = "/opt/agent-sandbox-test/venv";
 /// Each tool runs under `timeout` inside the jail; the watchdog outside allows a little more.
 const TOOL_SECS: u64 = 300;
 
-fn cluster_up() {
-    let out = Command::new("sinfo").args(["-h", "-o", "%T"]).output();
-    let ok = out.as_ref().map(|o| o.status.success() && !o.stdout.is_empty()).unwrap_or(false);
-    assert!(ok, "the Slurm test cluster is not running: as root, tests/cluster/start.sh --user {USER}");
-}
-
-fn slurm_jail(name: &str) -> Option<Jail> {
-    let j = Jail::new(name)?;
-    cluster_up();
+/// A cluster jail for a workflow tool: the venv must be there too.
+fn tool_jail(name: &str) -> Option<Jail> {
+    let j = slurm_jail(name)?;
     let python = Path::new(VENV).join("bin/python");
     assert!(python.exists(), "{} missing: run tests/run.sh as root (it installs the workflow tools)", python.display());
     Some(j)
@@ -126,7 +120,7 @@ fn cancel_leftovers(j: &Jail) {
 
 #[test]
 fn submitit_function_round_trip_runs_in_the_jail_on_the_node() {
-    let Some(j) = slurm_jail("wf-submitit") else { return };
+    let Some(j) = tool_jail("wf-submitit") else { return };
     let j = j.project_file("submitit_job.py", include_str!("workflow/submitit_job.py"));
     let run = run_tool(&j, "python3 submitit_job.py one 2>&1");
     cancel_leftovers(&j);
@@ -155,7 +149,7 @@ fn submitit_function_round_trip_runs_in_the_jail_on_the_node() {
 
 #[test]
 fn submitit_job_array_of_three_returns_every_result() {
-    let Some(j) = slurm_jail("wf-submitit-array") else { return };
+    let Some(j) = tool_jail("wf-submitit-array") else { return };
     let j = j.project_file("submitit_job.py", include_str!("workflow/submitit_job.py"));
     let run = run_tool(&j, "python3 submitit_job.py array 2>&1");
     cancel_leftovers(&j);
@@ -188,7 +182,7 @@ fn submitit_job_array_of_three_returns_every_result() {
 
 #[test]
 fn snakemake_slurm_executor_runs_a_three_rule_workflow_in_the_jail() {
-    let Some(j) = slurm_jail("wf-snakemake") else { return };
+    let Some(j) = tool_jail("wf-snakemake") else { return };
     let j = j.project_file("Snakefile", include_str!("workflow/Snakefile"));
     // As a user runs it: the Slurm executor, three jobs at a time, the partition and a
     // runtime as default resources; status checks start after 2 s instead of 40 (the jobs
@@ -225,7 +219,7 @@ fn snakemake_slurm_executor_runs_a_three_rule_workflow_in_the_jail() {
 
 #[test]
 fn dask_jobqueue_submits_two_worker_jobs_and_close_cancels_them() {
-    let Some(j) = slurm_jail("wf-dask") else { return };
+    let Some(j) = tool_jail("wf-dask") else { return };
     let j = j.project_file("dask_cluster.py", include_str!("workflow/dask_cluster.py"));
     // dask-jobqueue writes each job script with tempfile in $TMPDIR (the jail's private
     // /tmp) and runs `sbatch /tmp/tmpXXXX.sh`: the stub reads that file inside the jail.

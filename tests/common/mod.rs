@@ -346,3 +346,17 @@ impl Drop for Sleeper {
         let _ = self.0.wait();
     }
 }
+
+/// Fails (never skips) if the Slurm test cluster (tests/cluster) is not answering.
+pub fn cluster_up() {
+    let out = Command::new("sinfo").args(["-h", "-o", "%T"]).output();
+    let ok = out.as_ref().map(|o| o.status.success() && !o.stdout.is_empty()).unwrap_or(false);
+    assert!(ok, "the Slurm test cluster is not running: as root, tests/cluster/start.sh --user {USER}");
+}
+
+/// A jail for a test that submits to the cluster.
+pub fn slurm_jail(name: &str) -> Option<Jail> {
+    let j = Jail::new(name)?;
+    cluster_up();
+    Some(j)
+}
