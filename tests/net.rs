@@ -433,12 +433,11 @@ fn proxied_smuggle_jail(name: &str) -> Option<Jail> {
     let policy = j.rig.home.join(format!("t/{name}-policy.toml"));
     let text = std::fs::read_to_string(&policy).unwrap().replace("mode = \"filtered\"", "mode = \"proxied\"");
     std::fs::write(&policy, text).unwrap();
-    Some(j.project_file("smuggle.py", SMUGGLE_PY))
+    Some(j.project_file("smuggle.py", &format!("{HTTP_CLIENT_PY}{SMUGGLE_PY}")))
 }
 
-const SMUGGLE_PY: &str = r#"
-import socket, ssl, struct, sys
-
+/// What both smuggling clients read responses with.
+const HTTP_CLIENT_PY: &str = r#"
 def recv_head(s):
     head = b''
     while b'\r\n\r\n' not in head:
@@ -465,6 +464,11 @@ def read_response(s):
             break
         body += b
     return head.split(b'\r\n')[0] + b' | ' + body.strip()
+"#;
+
+const SMUGGLE_PY: &str = r#"
+import socket, ssl, struct, sys
+
 
 def http_connect(target):
     s = socket.create_connection(('127.0.0.1', 3128), timeout=10)
@@ -691,6 +695,33 @@ def padded(host, headers, lead=b''):
     s.sendall(lead + b'GET /hello HTTP/1.1\r\n' + extra + b'Host: ' + host.encode() + b'\r\nConnection: close\r\n\r\n')
     return body_of(s)
 
+def session(case, reqs, together=False):
+    # Requests on one connection: one after the other (keep-alive), or all sent at once
+    # (pipelined). Prints each answer, or how the connection ended.
+    s = connect(80)
+    answers = []
+    try:
+        if together:
+            s.sendall(b''.join(reqs))
+        for r in reqs:
+            if not together:
+                s.sendall(r)
+            answers.append(read_response(s).decode(errors='replace'))
+    except OSError as e:
+        answers.append('refused ' + type(e).__name__)
+    print(case, ' || '.join(answers))
+
+def get(host, close=False):
+    return b'GET /hello HTTP/1.1\r\nHost: ' + host.encode() + (b'\r\nConnection: close' if close else b'') + b'\r\n\r\n'
+
+fake = get('blocked.test')
+session('keepalive-allowed', [get('allowed.test'), get('allowed.test', True)])
+session('keepalive-blocked', [get('allowed.test'), get('blocked.test', True)])
+session('pipelined-blocked', [get('allowed.test'), get('blocked.test', True)], together=True)
+session('body-then-blocked', [b'POST /p HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: %d\r\n\r\n' % len(fake) + fake,
+                              get('blocked.test', True)])
+session('chunked-then-blocked', [b'POST /p HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n'
+                                 + b'%x\r\n' % len(fake) + fake + b'\r\n0\r\n\r\n', get('blocked.test', True)])
 print('split-allowed', split_hello('allowed.test'))
 print('split-blocked', split_hello('blocked.test'))
 print('headers-blocked', padded('blocked.test', 70))
@@ -705,7 +736,7 @@ fn names_hidden_by_splitting_or_padding_the_first_bytes_are_refused() {
     for mode in ["filtered", "proxied"] {
         let name = format!("net-hide-{mode}");
         let Some(j) = net_jail(&name, "block = [\"blocked.test\"]\n") else { return };
-        let j = j.project_file("hide.py", HIDE_PY).arg("--net").arg(mode);
+        let j = j.project_file("hide.py", &format!("{HTTP_CLIENT_PY}{HIDE_PY}")).arg("--net").arg(mode);
         let out = j.run(&format!("python3 hide.py {mode}"));
         let line = |case: &str| out.stdout.lines().find(|l| l.starts_with(case)).unwrap_or("").to_string();
         assert!(line("split-allowed").contains("hello allowed.test"), "{mode}: a split hello still works: {out}");
@@ -714,6 +745,37 @@ fn names_hidden_by_splitting_or_padding_the_first_bytes_are_refused() {
             let l = line(case);
             assert!(!l.is_empty() && !l.contains("hello blocked.test"), "{mode} {case}: {out}");
         }
+    }
+}
+
+#[test]
+fn every_request_of_a_plain_http_connection_is_decided() {
+    // Filtered mode and proxied tunnels alike: after a request for an allowed name, a second
+    // one on the same connection (kept alive, pipelined, or after a body that looks like a
+    // request) for a blocked name on the same address reached the server unread before.
+    for mode in ["filtered", "proxied"] {
+        let name = format!("net-keepalive-{mode}");
+        let Some(j) = net_jail(&name, "block = [\"blocked.test\"]\n") else { return };
+        let j = j.project_file("hide.py", &format!("{HTTP_CLIENT_PY}{HIDE_PY}")).arg("--net").arg(mode);
+        let out = j.run(&format!("python3 hide.py {mode}"));
+        let line = |case: &str| out.stdout.lines().find(|l| l.starts_with(case)).unwrap_or("").to_string();
+        let both = line("keepalive-allowed");
+        assert_eq!(both.matches("hello allowed.test").count(), 2, "{mode}: keep-alive still works: {out}");
+        // The refused request gets its 403, with the reason, after the answers before it.
+        let refused = "403 Forbidden | agent-sandbox: ";
+        for case in ["keepalive-blocked", "pipelined-blocked"] {
+            let l = line(case);
+            assert!(l.contains("200 OK | hello allowed.test || "), "{mode} {case}: the first is served: {out}");
+            assert!(l.contains(refused) && !l.contains("hello blocked.test"), "{mode} {case}: {out}");
+        }
+        for case in ["body-then-blocked", "chunked-then-blocked"] {
+            let l = line(case);
+            assert!(l.contains("posted 43 to allowed.test || "), "{mode} {case}: a body is a body: {out}");
+            assert!(l.contains(refused) && !l.contains("hello blocked.test"), "{mode} {case}: {out}");
+        }
+        let denials = audit_lines(&j);
+        let later = denials.iter().filter(|d| d["check"] == "http-host" && d["name"] == "blocked.test").count();
+        assert!(later >= 4, "{mode}: each refused later request is audited: {denials:?}");
     }
 }
 

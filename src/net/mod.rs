@@ -4,6 +4,7 @@
 pub mod addr;
 pub mod dns;
 pub mod floor;
+pub mod http1;
 pub mod matcher;
 pub mod packet;
 pub mod peek;

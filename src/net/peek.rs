@@ -5,8 +5,9 @@
 //! bound, malformed, two Hosts, a Host that is not the request's target) are `Unreadable`: the
 //! caller refuses them, since a name hidden that way would otherwise pass on the address alone.
 //! Anything else (another protocol) has no name. Parsing is left to kept crates (tls-parser,
-//! httparse).
+//! httparse); the HTTP head is read by `http1`, which also follows the requests after it.
 
+use super::http1::{self, clean_name, Head, METHODS};
 use tls_parser::{parse_tls_extensions, parse_tls_plaintext, TlsExtension, TlsMessage, TlsMessageHandshake};
 
 /// How much of a flow's start is read, at most, looking for a name.
@@ -52,10 +53,6 @@ pub fn timed_out(buf: &[u8]) -> Peeked {
     }
 }
 
-/// Methods an HTTP/1 request line starts with: bytes that start so are HTTP, and must parse.
-const METHODS: &[&[u8]] =
-    &[b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"OPTIONS ", b"PATCH ", b"CONNECT ", b"TRACE "];
-
 pub fn peek(buf: &[u8]) -> Peeked {
     // RFC 9112 2.2: a server should ignore empty lines before the request line.
     let start = buf.iter().position(|b| *b != b'\r' && *b != b'\n').unwrap_or(buf.len());
@@ -64,7 +61,11 @@ pub fn peek(buf: &[u8]) -> Peeked {
         None => Peeked::NeedMore,
         Some(0x16) => peek_tls(buf),
         _ if head.is_empty() => Peeked::NeedMore,
-        _ if METHODS.iter().any(|m| head.starts_with(m)) => peek_http(head),
+        _ if METHODS.iter().any(|m| head.starts_with(m)) => match http1::parse_head(buf) {
+            Head::NeedMore => Peeked::NeedMore,
+            Head::Complete(h) => Peeked::Http { host: h.host },
+            Head::Unreadable(what) => Peeked::Unreadable(what),
+        },
         // A method cut short: wait for the rest of the request line.
         _ if METHODS.iter().any(|m| m.starts_with(head)) => Peeked::NeedMore,
         _ if start > 0 => Peeked::Unreadable("HTTP"),
@@ -138,64 +139,6 @@ fn peek_tls(buf: &[u8]) -> Peeked {
         }
     }
     Peeked::Unreadable("a TLS ClientHello")
-}
-
-fn peek_http(buf: &[u8]) -> Peeked {
-    // As many headers as hyper reads; a head with more is not one a server would take either.
-    let mut headers = [httparse::EMPTY_HEADER; 128];
-    let mut req = httparse::Request::new(&mut headers);
-    match req.parse(buf) {
-        Ok(httparse::Status::Partial) => Peeked::NeedMore,
-        Ok(httparse::Status::Complete(_)) => {
-            let mut hosts = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("host"));
-            let first = hosts.next();
-            if hosts.next().is_some() {
-                return Peeked::Unreadable("HTTP (two Host headers)");
-            }
-            let host = first.and_then(|h| strip_port(h.value)).and_then(clean_name);
-            // An absolute-form target names the host itself (RFC 9112 3.2.2), and a server
-            // takes it over Host: both must agree, or the name shown is not the one served.
-            let target = req.path.and_then(authority_of).map(|a| strip_port(a).and_then(clean_name));
-            match (target, host) {
-                (Some(None), _) => Peeked::Unreadable("HTTP (a request target without a host)"),
-                (Some(Some(t)), Some(h)) if t != h => Peeked::Unreadable("HTTP (Host is not the request's target)"),
-                (Some(Some(t)), _) => Peeked::Http { host: Some(t) },
-                (None, host) => Peeked::Http { host },
-            }
-        }
-        Err(_) => Peeked::Unreadable("HTTP"),
-    }
-}
-
-/// `http://user@host:80/x` -> `host:80` (the authority of an absolute-form target, without
-/// userinfo); None for the origin form (`/x`).
-fn authority_of(target: &str) -> Option<&[u8]> {
-    let (_, rest) = target.split_once("://")?;
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-    Some(authority.rsplit_once('@').map_or(authority, |(_, h)| h).as_bytes())
-}
-
-/// `example.org:8080` -> `example.org`; `[2001:db8::1]:443` -> `2001:db8::1`.
-fn strip_port(v: &[u8]) -> Option<&[u8]> {
-    let v = v.trim_ascii();
-    if let Some(rest) = v.strip_prefix(b"[") {
-        let end = rest.iter().position(|c| *c == b']')?;
-        return Some(&rest[..end]);
-    }
-    match v.iter().rposition(|c| *c == b':') {
-        Some(i) if v[i + 1..].iter().all(u8::is_ascii_digit) => Some(&v[..i]),
-        _ => Some(v),
-    }
-}
-
-/// A name fit for the matcher: ASCII letters, digits, `-`, `_`, `.`, `:` (IPv6 literals),
-/// lowercased, one trailing dot removed. Anything else is no name at all.
-fn clean_name(n: &[u8]) -> Option<String> {
-    let n = n.strip_suffix(b".").unwrap_or(n);
-    let ok = !n.is_empty()
-        && n.len() <= 253
-        && n.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.' | b':'));
-    ok.then(|| String::from_utf8_lossy(n).to_ascii_lowercase())
 }
 
 #[cfg(test)]

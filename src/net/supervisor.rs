@@ -11,6 +11,7 @@
 //! readiness wakes only that flow (no walk over every flow per event).
 
 use super::dns::{self, NameCache};
+use super::http1::{self, Framer};
 use super::matcher::{Decision, Destination, Layer, Proto, RuleSet};
 use super::packet::{self, Summary};
 use super::peek::{self, Peeked};
@@ -151,8 +152,16 @@ struct TcpFlow {
     handle: SocketHandle,
     phase: Phase,
     host: Option<TcpStream>,
-    /// Bytes read from the jail while peeking, owed to the host before anything else.
+    /// Bytes read from the jail while peeking, owed to the host before anything else; on a
+    /// plain-HTTP flow, every byte from the jail waits here until the framer decided it.
     pending: Vec<u8>,
+    /// Plain HTTP: how many bytes at the front of `pending` are decided and may go.
+    approved: usize,
+    /// Plain HTTP to a name-ruled port: every request head is decided, not only the first.
+    http: Option<Framer>,
+    /// A later request on this connection was refused: nothing more from the jail goes out,
+    /// and once the server has answered what it had (and closed), the jail gets this 403.
+    refused_tail: Option<Vec<u8>>,
     host_eof: bool,
     shut_wr: bool,
     waker: Waker,
@@ -525,7 +534,19 @@ impl Supervisor {
         let id = self.next_id;
         self.next_id += 1;
         let waker = Waker::from(Arc::new(FlowWaker { id, ready: self.ready.clone() }));
-        let flow = TcpFlow { key, handle, phase, host: None, pending: vec![], host_eof: false, shut_wr: false, waker };
+        let flow = TcpFlow {
+            key,
+            handle,
+            phase,
+            host: None,
+            pending: vec![],
+            approved: 0,
+            http: None,
+            refused_tail: None,
+            host_eof: false,
+            shut_wr: false,
+            waker,
+        };
         self.flows.insert(id, flow);
         self.by_key.insert(key, id);
         id
@@ -723,6 +744,11 @@ impl Supervisor {
         let dst = flow.key.1;
         let d = self.shared.decide(dst, Proto::Tcp, name.as_deref());
         if d.allowed {
+            if http {
+                // Every later request head is decided too: the framer reads them all,
+                // starting again from the first (decided again, the same way).
+                flow.http = Some(Framer::default());
+            }
             flow.phase = Phase::Dialing;
             self.dial(id, dst);
             return;
@@ -755,48 +781,68 @@ impl Supervisor {
         let mut cx = Context::from_waker(&flow.waker);
         let mut failed = false;
         loop {
-            let mut progress = false;
-            // jail → host: first the peeked bytes, then the socket's receive buffer.
-            if !flow.pending.is_empty() {
-                match host.try_write(&flow.pending) {
-                    Ok(n) => {
-                        flow.pending.drain(..n);
-                        progress = true;
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                        if let Poll::Ready(Ok(())) = host.poll_write_ready(&mut cx) {
-                            progress = true;
-                        }
-                    }
-                    Err(_) => failed = true,
+            // jail → host: first the peeked bytes, then the socket's receive buffer; on plain
+            // HTTP, only what the framer decided.
+            let mut progress = match flow.http.as_mut() {
+                // Refused: what the jail still sends is dropped, never relayed.
+                Some(_) if flow.refused_tail.is_some() => {
+                    sock.can_recv() && matches!(sock.recv(|b| (b.len(), b.len())), Ok(n) if n > 0)
                 }
-            } else if sock.can_recv() {
-                match sock.recv(|b| match host.try_write(b) {
-                    Ok(n) => (n, Ok(n)),
-                    Err(e) => (0, Err(e)),
-                }) {
-                    Ok(Ok(n)) => progress = n > 0,
-                    Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
-                        if let Poll::Ready(Ok(())) = host.poll_write_ready(&mut cx) {
-                            progress = true;
-                        }
+                Some(framer) => match jail_to_host_framed(
+                    framer,
+                    &mut flow.pending,
+                    &mut flow.approved,
+                    sock,
+                    host,
+                    &mut cx,
+                    |name| self.shared.decide(flow.key.1, Proto::Tcp, name),
+                ) {
+                    Ok(p) => p,
+                    Err(Stop::Broken) => {
+                        failed = true;
+                        false
                     }
-                    Ok(Err(e)) => {
+                    Err(Stop::Refused { name, check, decision }) => {
+                        // A later request: the answers to the ones before it may still be on
+                        // their way. The server is told the requests ended, and the refused
+                        // request's 403 follows its answers, in the place its own would have had.
+                        self.shared.audit.deny("tcp", Some(flow.key.1), name.as_deref(), check, &decision);
+                        flow.refused_tail = Some(super::forbidden_response(flow.key.1, &decision.reason));
+                        flow.pending = Vec::new();
+                        flow.shut_wr = true;
+                        let _ = nix::sys::socket::shutdown(host.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+                        true
+                    }
+                },
+                None => match jail_to_host(&mut flow.pending, sock, host, &mut cx) {
+                    Ok(p) => p,
+                    Err(e) => {
                         tracing::debug!(dst = %flow.key.1, "write to host failed: {e}");
-                        failed = true
+                        failed = true;
+                        false
                     }
-                    Err(_) => {}
-                }
-            }
+                },
+            };
             // host → jail, while the socket has room (else the jail's ACKs wake us).
-            if !flow.host_eof && sock.can_send() {
+            if !failed && !flow.host_eof && sock.can_send() {
+                let framer = &mut flow.http;
                 match sock.send(|b| match host.try_read(b) {
-                    Ok(n) => (n, Ok(n)),
+                    Ok(n) => {
+                        // The server's answer to an upgrade decides what the jail's next bytes are.
+                        let read = match framer.as_mut().filter(|f| f.awaits_response()) {
+                            Some(f) => f.response(&b[..n]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+                            None => Ok(()),
+                        };
+                        (n, read.map(|()| n))
+                    }
                     Err(e) => (0, Err(e)),
                 }) {
                     Ok(Ok(0)) => {
                         flow.host_eof = true;
-                        sock.close();
+                        progress = true;
+                        if flow.refused_tail.is_none() {
+                            sock.close();
+                        }
                     }
                     Ok(Ok(_)) => progress = true,
                     Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -811,6 +857,17 @@ impl Supervisor {
                     Err(_) => {}
                 }
             }
+            // The server is done: the refused request's 403 goes last, then the jail's side closes.
+            if flow.host_eof && sock.can_send() {
+                if let Some(tail) = flow.refused_tail.as_mut().filter(|t| !t.is_empty()) {
+                    let n = sock.send_slice(tail).unwrap_or(0);
+                    tail.drain(..n);
+                    if tail.is_empty() {
+                        sock.close();
+                    }
+                    progress |= n > 0;
+                }
+            }
             if failed || !progress {
                 break;
             }
@@ -821,9 +878,16 @@ impl Supervisor {
             return;
         }
         // The jail closed its sending side and everything it sent is out: half-close the host.
-        if !flow.shut_wr && jail_sent_fin(sock) && sock.recv_queue() == 0 && flow.pending.is_empty() {
-            flow.shut_wr = true;
-            let _ = nix::sys::socket::shutdown(host.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+        // A request head cut short by the FIN was never decided, so it never goes.
+        if !flow.shut_wr && jail_sent_fin(sock) && sock.recv_queue() == 0 && flow.approved == 0 {
+            let cut_short = flow.http.as_mut().is_some_and(|f| f.step(&flow.pending) == http1::Step::NeedMore);
+            if cut_short {
+                flow.pending.clear();
+            }
+            if flow.pending.is_empty() {
+                flow.shut_wr = true;
+                let _ = nix::sys::socket::shutdown(host.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+            }
         }
     }
 
@@ -851,6 +915,104 @@ impl Supervisor {
 fn jail_sent_fin(sock: &tcp::Socket) -> bool {
     use tcp::State::*;
     matches!(sock.state(), CloseWait | LastAck | Closing | TimeWait | Closed)
+}
+
+/// Why a plain-HTTP flow stops relaying.
+enum Stop {
+    /// The host connection broke.
+    Broken,
+    /// A request the jail sent was refused (or cannot be framed): audit, then end the flow.
+    Refused { name: Option<String>, check: &'static str, decision: Decision },
+}
+
+/// Plain-HTTP flows buffer at most this much from the jail while a head is read.
+const FRAMED_BUF: usize = 64 * 1024;
+
+/// One round of jail → host for a flow decided on its first bytes: the peeked bytes, then the
+/// socket's receive buffer, written straight from smoltcp's buffer. Ok(progress).
+fn jail_to_host(pending: &mut Vec<u8>, sock: &mut tcp::Socket, host: &TcpStream, cx: &mut Context) -> io::Result<bool> {
+    if !pending.is_empty() {
+        return match host.try_write(pending) {
+            Ok(n) => {
+                pending.drain(..n);
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                Ok(matches!(host.poll_write_ready(cx), Poll::Ready(Ok(()))))
+            }
+            Err(e) => Err(e),
+        };
+    }
+    if !sock.can_recv() {
+        return Ok(false);
+    }
+    match sock.recv(|b| match host.try_write(b) {
+        Ok(n) => (n, Ok(n)),
+        Err(e) => (0, Err(e)),
+    }) {
+        Ok(Ok(n)) => Ok(n > 0),
+        Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+            Ok(matches!(host.poll_write_ready(cx), Poll::Ready(Ok(()))))
+        }
+        Ok(Err(e)) => Err(e),
+        Err(_) => Ok(false),
+    }
+}
+
+/// One round of jail → host for plain HTTP: the jail's bytes wait in `pending` until the
+/// framer places them; each request head is decided (`decide`) before a byte of it goes, and
+/// `approved` counts the decided bytes at the front. Ok(progress).
+fn jail_to_host_framed(
+    framer: &mut Framer,
+    pending: &mut Vec<u8>,
+    approved: &mut usize,
+    sock: &mut tcp::Socket,
+    host: &TcpStream,
+    cx: &mut Context,
+    decide: impl Fn(Option<&str>) -> Decision,
+) -> Result<bool, Stop> {
+    if *approved > 0 {
+        return match host.try_write(&pending[..*approved]) {
+            Ok(n) => {
+                pending.drain(..n);
+                *approved -= n;
+                Ok(true)
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                Ok(matches!(host.poll_write_ready(cx), Poll::Ready(Ok(()))))
+            }
+            Err(_) => Err(Stop::Broken),
+        };
+    }
+    let mut progress = false;
+    while pending.len() < FRAMED_BUF && sock.can_recv() {
+        let room = FRAMED_BUF - pending.len();
+        match sock.recv(|b| {
+            let n = b.len().min(room);
+            pending.extend_from_slice(&b[..n]);
+            (n, n)
+        }) {
+            Ok(n) if n > 0 => progress = true,
+            _ => break,
+        }
+    }
+    match framer.step(pending) {
+        http1::Step::Forward(n) => {
+            *approved = n;
+            Ok(true)
+        }
+        http1::Step::Decide(head) => {
+            let d = decide(head.host.as_deref());
+            if !d.allowed {
+                return Err(Stop::Refused { name: head.host, check: "http-host", decision: d });
+            }
+            framer.accept(&head);
+            *approved = head.len;
+            Ok(true)
+        }
+        http1::Step::NeedMore | http1::Step::Hold => Ok(progress),
+        http1::Step::Refuse(what) => Err(Stop::Refused { name: None, check: "peek", decision: peek::unreadable(what) }),
+    }
 }
 
 fn refusal(reason: &str) -> Decision {

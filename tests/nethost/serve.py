@@ -4,7 +4,8 @@
     ip netns exec asbnet python3 tests/nethost/serve.py WORKDIR
 
 On 198.51.100.2 and [2001:db8:51::2]:
-  TCP 80, 8080   HTTP/1.1: GET /hello -> "hello <Host>\\n"; else static files from WORKDIR/www,
+  TCP 80, 8080   HTTP/1.1: GET /hello -> "hello <Host>\\n"; POST -> "posted <n> to <Host>\\n" (body
+                 by Content-Length or chunked); else static files from WORKDIR/www,
                  which holds a bare git repo repo.git (branch main, one commit) served as dumb HTTP
   TCP 443        the same over TLS; self-signed cert in WORKDIR (cert.pem, key.pem, ca.pem)
   TCP 25, 587, 2525, 853   write "220 asb-test ready\\r\\n" and close
@@ -161,6 +162,27 @@ class HTTPHandler(http.server.SimpleHTTPRequestHandler):
         if urllib.parse.urlsplit(self.path).path == "/hello":
             return self.hello(head=False)
         return super().do_GET()
+
+    def do_POST(self):
+        # Reads the body as framed (Content-Length or chunked) and says how much arrived, so a
+        # client can send more requests after it on the same connection.
+        n = 0
+        if self.headers.get("Transfer-Encoding", "").lower().endswith("chunked"):
+            while True:
+                size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                n += len(self.rfile.read(size))
+                self.rfile.readline()
+        else:
+            n = len(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+        body = f"posted {n} to {self.headers.get('Host', '')}\n".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
 
     def do_HEAD(self):
         if urllib.parse.urlsplit(self.path).path == "/hello":

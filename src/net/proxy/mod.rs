@@ -320,11 +320,113 @@ async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut client: C, ope
                 return refuse_tunnel(&mut client, addr, &d.reason, http).await;
             }
         }
+        if http {
+            // Every later request in the tunnel must show the same name: the framer reads
+            // them all (the first again, which passes as it just did).
+            return relay_http(ctx, client, upstream, first, &requested, addr).await;
+        }
         if !first.is_empty() && upstream.write_all(&first).await.is_err() {
             return;
         }
     }
     let _ = tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, 64 << 10, 64 << 10).await;
+}
+
+/// Relays a plain-HTTP tunnel request by request: each head is checked as the first one was
+/// (`Ctx::check_shown`) before a byte of it goes upstream. A refused or unframeable request is
+/// never sent: the server is told the requests ended, its answers to the earlier ones reach the
+/// client, and the refused request's 403 follows them, in the place its own answer would have
+/// had. Answers flow back untouched.
+async fn relay_http<C: AsyncRead + AsyncWrite + Unpin>(
+    ctx: &Ctx,
+    client: C,
+    mut upstream: TcpStream,
+    first: Vec<u8>,
+    requested: &str,
+    addr: SocketAddr,
+) {
+    use super::http1::{Framer, Step};
+    const BUF: usize = 64 << 10;
+    let (mut from_client, mut to_client) = tokio::io::split(client);
+    let (mut from_up, mut to_up) = upstream.split();
+    let mut framer = Framer::default();
+    let mut pending = first;
+    let (mut client_eof, mut up_eof, mut up_shut) = (false, false, false);
+    let mut refused: Option<Vec<u8>> = None;
+    let mut answer = vec![0u8; BUF];
+    let mut chunk = vec![0u8; BUF];
+    loop {
+        // Everything decidable in `pending` goes upstream first.
+        while refused.is_none() {
+            let n = match framer.step(&pending) {
+                Step::Forward(n) => n,
+                Step::Decide(head) => {
+                    let shown = head.host.as_deref();
+                    match shown.map(|n| ctx.check_shown(requested, addr.ip(), addr.port(), n, "Host header")) {
+                        Some(Err(d)) => {
+                            ctx.audit.deny("tcp", Some(addr), shown, "http-host", &d);
+                            refused = Some(super::forbidden_response(addr, &d.reason));
+                            break;
+                        }
+                        _ => framer.accept(&head),
+                    }
+                    head.len
+                }
+                Step::NeedMore | Step::Hold => break,
+                Step::Refuse(what) => {
+                    let d = peek::unreadable(what);
+                    ctx.audit.deny("tcp", Some(addr), None, "peek", &d);
+                    refused = Some(super::forbidden_response(addr, &d.reason));
+                    break;
+                }
+            };
+            if to_up.write_all(&pending[..n]).await.is_err() {
+                return;
+            }
+            pending.drain(..n);
+        }
+        // A refusal, or a head cut short by the client's end (never decided, never sent):
+        // the server is told the requests ended.
+        let cut_short = client_eof && framer.step(&pending) == Step::NeedMore;
+        if !up_shut && (refused.is_some() || cut_short) {
+            pending = Vec::new();
+            up_shut = true;
+            let _ = to_up.shutdown().await;
+        }
+        if up_eof && (client_eof || refused.is_some()) {
+            if let Some(tail) = refused {
+                let _ = to_client.write_all(&tail).await;
+                let _ = to_client.shutdown().await;
+            }
+            return;
+        }
+        let want_client = !client_eof && pending.len() < BUF;
+        tokio::select! {
+            r = from_client.read(&mut chunk), if want_client => match r {
+                Ok(0) | Err(_) => client_eof = true,
+                // After a refusal nothing more from the client is relayed.
+                Ok(n) if refused.is_none() => pending.extend_from_slice(&chunk[..n]),
+                Ok(_) => {}
+            },
+            r = from_up.read(&mut answer), if !up_eof => match r {
+                Ok(0) | Err(_) => {
+                    up_eof = true;
+                    if refused.is_none() {
+                        let _ = to_client.shutdown().await;
+                    }
+                }
+                Ok(n) => {
+                    if framer.awaits_response() && framer.response(&answer[..n]).is_err() {
+                        return;
+                    }
+                    if to_client.write_all(&answer[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            },
+            else => return,
+        }
+    }
 }
 
 /// Closes a refused tunnel the way its client understands: plain HTTP gets the 403 with the
