@@ -276,6 +276,58 @@ fn publish_serves_a_jail_port_on_host_loopback() {
 }
 
 #[test]
+fn publish_survives_the_launcher_running_out_of_descriptors() {
+    // More host connections to a published port than the launcher has descriptors for: the
+    // accept that fails (EMFILE) used to end the port's accept loop for the rest of the
+    // session. Once the connections are gone, the port serves again.
+    let Some(j) = net_jail("net-publish-emfile", "") else { return };
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let j = j.arg("--publish").arg(&port.to_string());
+    let script = format!(
+        "echo jail-served > page.txt; timeout 40 python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1"
+    );
+    let mut c = j.command_wrapped(&["prlimit", "--nofile=48:48", "--"], &["-q", "run", "--", "sh", "-c", &script]);
+    let mut child = c.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let fetch = || {
+        use std::io::{Read, Write};
+        let mut body = String::new();
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
+            let _ = s.write_all(b"GET /page.txt HTTP/1.0\r\n\r\n");
+            let _ = s.read_to_string(&mut body);
+        }
+        body
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while !fetch().contains("jail-served") {
+        assert!(std::time::Instant::now() < deadline, "the published port never served");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Idle connections, far more than 48 descriptors: the kernel completes their handshakes
+    // into the listen queue, the launcher's accepts run out of descriptors.
+    let held: Vec<_> = (0..150).filter_map(|_| std::net::TcpStream::connect(("127.0.0.1", port)).ok()).collect();
+    assert!(held.len() > 100, "only {} connections", held.len());
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let mut body = String::new();
+    while std::time::Instant::now() < deadline {
+        body = fetch();
+        if body.contains("jail-served") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        body.contains("jail-served"),
+        "the published port no longer serves after descriptors ran out: {body:?}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn proxied_mode_allows_and_refuses_through_both_proxies() {
     let Some(j) = net_jail("net-proxied", "block = [\"blocked.test\"]\n") else { return };
     let policy = j.rig.home.join("t/net-proxied-policy.toml");

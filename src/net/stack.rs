@@ -21,6 +21,18 @@ use std::os::fd::RawFd;
 /// fixed mmap threshold, so pages are only committed as data actually moves.
 pub const SOCKET_BUFFER: usize = 1 << 20;
 
+/// The socket buffers of a session's flows together, at most: they live in the launcher, on
+/// the host, and a jail holding thousands of stalled connections must not fill its memory.
+pub const BUFFER_BUDGET: usize = 256 << 20;
+
+/// The per-direction buffer a new flow gets while `given` bytes are held by the others: full
+/// size for the first flows (bulk transfers need the window), smaller ones as the session
+/// holds more connections, none past `BUFFER_BUDGET` (the flow is refused).
+pub fn buffer_for(given: usize) -> Option<usize> {
+    let tiers = [(SOCKET_BUFFER, BUFFER_BUDGET / 2), (64 << 10, BUFFER_BUDGET / 4 * 3), (16 << 10, BUFFER_BUDGET)];
+    tiers.into_iter().find(|(size, upto)| given + 2 * size <= *upto).map(|(size, _)| size)
+}
+
 /// The tun fd as a smoltcp device: one packet of input at a time (the supervisor reads it
 /// and decides before smoltcp sees it), output written to the fd at once.
 pub struct TunDevice {
@@ -100,11 +112,11 @@ pub struct Stack {
     epoch: std::time::Instant,
 }
 
-/// A flow's socket: `SOCKET_BUFFER` each way, no Nagle (we relay what the other side sent,
-/// as it sent it).
-fn new_socket() -> tcp::Socket<'static> {
-    let rx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
-    let tx = tcp::SocketBuffer::new(vec![0u8; SOCKET_BUFFER]);
+/// A flow's socket: `buffer` bytes each way (`buffer_for`), no Nagle (we relay what the other
+/// side sent, as it sent it).
+fn new_socket(buffer: usize) -> tcp::Socket<'static> {
+    let rx = tcp::SocketBuffer::new(vec![0u8; buffer]);
+    let tx = tcp::SocketBuffer::new(vec![0u8; buffer]);
     let mut sock = tcp::Socket::new(rx, tx);
     sock.set_nagle_enabled(false);
     sock
@@ -177,8 +189,8 @@ impl Stack {
 
     /// A socket for the flow `jail → dst`, listening on `dst` with its SYN-ACK held back
     /// while `paused`; the SYN (already read) is then handed to it.
-    pub fn accept(&mut self, dst: SocketAddr, len: usize, paused: bool) -> Option<SocketHandle> {
-        let mut sock = new_socket();
+    pub fn accept(&mut self, dst: SocketAddr, len: usize, paused: bool, buffer: usize) -> Option<SocketHandle> {
+        let mut sock = new_socket(buffer);
         sock.pause_synack(paused);
         sock.listen(endpoint(dst)).ok()?;
         let handle = self.sockets.add(sock);
@@ -193,8 +205,8 @@ impl Stack {
     }
 
     /// A socket connecting from `local` (a gateway address) to `remote` in the jail.
-    pub fn connect(&mut self, remote: SocketAddr, local: SocketAddr) -> Option<SocketHandle> {
-        let mut sock = new_socket();
+    pub fn connect(&mut self, remote: SocketAddr, local: SocketAddr, buffer: usize) -> Option<SocketHandle> {
+        let mut sock = new_socket(buffer);
         sock.connect(self.iface.context(), remote, local).ok()?;
         Some(self.sockets.add(sock))
     }
@@ -209,5 +221,27 @@ impl Stack {
 
     pub fn write(&self, packet: &[u8]) {
         write_packet(self.tun, packet);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flows_get_smaller_buffers_as_the_session_holds_more_and_none_past_the_budget() {
+        let (mut given, mut flows, mut sizes) = (0usize, 0usize, vec![]);
+        while let Some(b) = buffer_for(given) {
+            given += 2 * b;
+            flows += 1;
+            if sizes.last() != Some(&b) {
+                sizes.push(b);
+            }
+        }
+        assert_eq!(sizes, [SOCKET_BUFFER, 64 << 10, 16 << 10], "full size first, then smaller");
+        assert!(given <= BUFFER_BUDGET, "{given}");
+        assert!(flows >= 2000, "a session still holds thousands of connections: {flows}");
+        assert_eq!(buffer_for(0), Some(SOCKET_BUFFER));
+        assert_eq!(buffer_for(BUFFER_BUDGET), None);
     }
 }

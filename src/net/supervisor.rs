@@ -15,7 +15,7 @@ use super::http1::{self, Framer};
 use super::matcher::{Decision, Destination, Layer, Proto, RuleSet};
 use super::packet::{self, Summary};
 use super::peek::{self, Peeked};
-use super::stack::Stack;
+use super::stack::{self, Stack};
 use super::{addr, udp};
 use crate::audit::AuditLog;
 use smoltcp::iface::SocketHandle;
@@ -157,6 +157,8 @@ struct TcpFlow {
     pending: Vec<u8>,
     /// Plain HTTP: how many bytes at the front of `pending` are decided and may go.
     approved: usize,
+    /// The socket's buffer size each way, counted in `Supervisor::buffered`.
+    buffer: usize,
     /// Plain HTTP to a name-ruled port: every request head is decided, not only the first.
     http: Option<Framer>,
     /// A later request on this connection was refused: nothing more from the jail goes out,
@@ -338,6 +340,8 @@ struct Supervisor {
     dns_tcp: SocketAddr,
     /// Local ports of the gateway's connections into the jail (`--publish`).
     next_ephemeral: u16,
+    /// Socket buffer bytes the open flows hold, against `stack::BUFFER_BUDGET`.
+    buffered: usize,
 }
 
 async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
@@ -392,6 +396,7 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
         host_ports: cfg.host_ports,
         dns_tcp,
         next_ephemeral: 0,
+        buffered: 0,
     };
     loop {
         sup.service_dirty();
@@ -483,6 +488,13 @@ impl Supervisor {
             let d = refusal("too many open connections in this jail");
             return self.deny_packet(len, "tcp", dst, "limit", &d);
         }
+        let Some(buffer) = stack::buffer_for(self.buffered) else {
+            let d = refusal(&format!(
+                "the jail's open connections hold {} MiB of buffers, the session's limit; close some",
+                stack::BUFFER_BUDGET >> 20
+            ));
+            return self.deny_packet(len, "tcp", dst, "limit", &d);
+        };
         let port = dst.port();
         // DNS over TCP, to the gateway or to any server the jail names: our resolver.
         let target = if port == 53 {
@@ -510,8 +522,8 @@ impl Supervisor {
                 self.stack.ingest(len);
                 return;
             }
-            let Some(handle) = self.stack.accept(dst, len, false) else { return };
-            let id = self.add_flow((src, dst), handle, Phase::Peeking);
+            let Some(handle) = self.stack.accept(dst, len, false, buffer) else { return };
+            let id = self.add_flow((src, dst), handle, Phase::Peeking, buffer);
             let events = self.events.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(PEEK_TIMEOUT).await;
@@ -525,12 +537,13 @@ impl Supervisor {
             }
             dst
         };
-        let Some(handle) = self.stack.accept(dst, len, true) else { return };
-        let id = self.add_flow((src, dst), handle, Phase::Dialing);
+        let Some(handle) = self.stack.accept(dst, len, true, buffer) else { return };
+        let id = self.add_flow((src, dst), handle, Phase::Dialing, buffer);
         self.dial(id, target);
     }
 
-    fn add_flow(&mut self, key: Key, handle: SocketHandle, phase: Phase) -> u64 {
+    fn add_flow(&mut self, key: Key, handle: SocketHandle, phase: Phase, buffer: usize) -> u64 {
+        self.buffered += 2 * buffer;
         let id = self.next_id;
         self.next_id += 1;
         let waker = Waker::from(Arc::new(FlowWaker { id, ready: self.ready.clone() }));
@@ -541,6 +554,7 @@ impl Supervisor {
             host: None,
             pending: vec![],
             approved: 0,
+            buffer,
             http: None,
             refused_tail: None,
             host_eof: false,
@@ -606,14 +620,15 @@ impl Supervisor {
         if self.flows.len() >= MAX_TCP_FLOWS {
             return;
         }
+        let Some(buffer) = stack::buffer_for(self.buffered) else { return };
         self.next_ephemeral = if self.next_ephemeral < 40000 { 40000 } else { self.next_ephemeral + 1 };
         let local = SocketAddr::new(IpAddr::V4(addr::GATEWAY_V4), self.next_ephemeral);
         // The jail's loopback (tun0 routes it, see route_localnet): reaches servers bound to
         // localhost as well as to every address.
         let remote = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
-        let Some(handle) = self.stack.connect(remote, local) else { return };
+        let Some(handle) = self.stack.connect(remote, local, buffer) else { return };
         let _ = stream.set_nodelay(true);
-        let id = self.add_flow((remote, local), handle, Phase::Relay);
+        let id = self.add_flow((remote, local), handle, Phase::Relay, buffer);
         if let Some(f) = self.flows.get_mut(&id) {
             f.host = Some(stream);
         }
@@ -901,6 +916,7 @@ impl Supervisor {
         let Some(flow) = self.flows.remove(&id) else { return };
         self.by_key.remove(&flow.key);
         self.stack.remove(flow.handle);
+        self.buffered -= 2 * flow.buffer;
         if let Some(host) = flow.host {
             // Closed without both FINs: the jail reset the connection, and so do we.
             if !(flow.host_eof && flow.shut_wr) {
