@@ -51,6 +51,9 @@ pub struct Record {
     pub layer: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub check: Option<String>,
+    /// Filesystem denials (`fs_denied`, the git guard): the path refused; `check` says why.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub path: Option<String>,
     /// Slurm requests: the arguments (values of `--export` redacted), the cwd, the decision,
     /// the job id, and the batch script's size and fingerprint (never its body).
     #[serde(skip_serializing_if = "Vec::is_empty", default)]

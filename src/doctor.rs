@@ -81,6 +81,22 @@ fn checks() -> Vec<Check> {
         a if a < 6 => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs + TCP rules, no signal/abstract-socket scoping (ABI 6)"), None),
         a => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs rules, TCP port floor, signal and abstract-socket scoping; weaker than namespaces: a private TMPDIR but no private /proc (host processes visible), no /dev/shm, hidden paths give EACCES not ENOENT, protected paths are writable, no UDP filtering, host unix sockets refused (process.unix_sockets)"), None),
     });
+    v.push(if host::kernel_at_least(5, 14) {
+        check(
+            "git guard",
+            Status::Ok,
+            "seccomp user notification with descriptor answers (Linux 5.14+): the jail cannot make git \
+             repositories in the project or change their config and hooks",
+            None,
+        )
+    } else {
+        check(
+            "git guard",
+            Status::Fail,
+            "this kernel (before 5.14) cannot run the git guard: launches stop unless `filesystem.nested_git = true`",
+            Some("a newer kernel; or accept that the agent can write git config and hooks your git runs later"),
+        )
+    });
     v.push(if Path::new("/proc/sys/kernel/seccomp/actions_avail").exists() {
         check(
             "seccomp",

@@ -156,6 +156,9 @@ pub struct HostFacts {
     pub landlock_abi: u32,
     /// Overlayfs can be mounted inside a user namespace (Linux 5.11+).
     pub overlay_in_userns: bool,
+    /// seccomp user notification can put a descriptor into the caller's table as the answer
+    /// (`SECCOMP_ADDFD_FLAG_SEND`, Linux 5.14): what the git guard needs.
+    pub guard_kernel: bool,
     /// Every mount point of the host, from /proc/self/mountinfo.
     pub mountpoints: Vec<PathBuf>,
     /// Mail programs present on the host at the paths the mail-block stub covers.
@@ -248,6 +251,7 @@ impl HostFacts {
             userns: userns_support(),
             landlock_abi: landlock_abi(),
             overlay_in_userns: kernel_at_least(5, 11),
+            guard_kernel: kernel_at_least(5, 14),
             mountpoints: mountpoints(),
             mailers: vec![],
         })

@@ -285,7 +285,8 @@ fn launch_logged(
     if let Some(c) = &chaperon {
         lock.remove_after_exit(c.socket.clone());
     }
-    let outcome = run_with_chaperon(&plan, &banner, lock, net, chaperon.as_ref(), session, &pol);
+    let slurm = chaperon.as_ref().map(|c| (c, session, &pol));
+    let outcome = run_with_chaperon(&plan, &banner, lock, net, slurm, log);
     if let Some(c) = &chaperon {
         let _ = std::fs::remove_file(&c.socket);
     }
@@ -374,7 +375,7 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
     let session = agent_sandbox::slurm::Session::new(&facts, &spec.session, &plan.project, spec.policy.clone());
     let mut lock = lock;
     lock.remove_after_exit(chaperon.socket.clone());
-    let outcome = run_with_chaperon(&plan, &|| {}, lock, net, Some(&chaperon), session, &pol);
+    let outcome = run_with_chaperon(&plan, &|| {}, lock, net, Some((&chaperon, session, &pol)), &log);
     let _ = std::fs::remove_file(&chaperon.socket);
     let outcome = outcome?;
     let mut end = log.record("job_end");
@@ -388,27 +389,29 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
     Ok(outcome.code())
 }
 
-/// Runs the jail; the chaperon (if any) starts when the first Slurm command connects.
+/// Runs the jail; the chaperon (if any, with the session it serves and the policy it
+/// freezes into jobs) starts when the first Slurm command connects.
 fn run_with_chaperon(
     plan: &plan::Plan,
     banner: &dyn Fn(),
     lock: jail::placeholders::ProjectLock,
     net: Option<agent_sandbox::net::supervisor::NetConfig>,
-    chaperon: Option<&agent_sandbox::slurm::Chaperon>,
-    mut session: agent_sandbox::slurm::Session,
-    pol: &policy::Policy,
+    slurm: Option<(&agent_sandbox::slurm::Chaperon, agent_sandbox::slurm::Session, &policy::Policy)>,
+    log: &audit::AuditLog,
 ) -> Result<jail::Outcome, jail::JailError> {
+    let fd = slurm.as_ref().map(|(c, _, _)| c.fd());
+    let mut slurm = slurm;
     let mut start = || {
-        if let Some(c) = chaperon {
+        if let Some((c, session, pol)) = slurm.as_mut() {
             // The frozen policy is serialized only now, when Slurm is first used.
             if session.policy_json.is_empty() {
                 session.policy_json = serde_json::to_string(pol).unwrap_or_default();
             }
-            c.spawn(&session);
+            c.spawn(session);
         }
     };
-    let lazy = chaperon.map(|c| jail::relay::Lazy { fd: c.fd(), start: &mut start });
-    jail::run(plan, banner, lock, net, lazy)
+    let lazy = fd.map(|fd| jail::relay::Lazy { fd, start: &mut start });
+    jail::run(plan, banner, lock, net, lazy, log)
 }
 
 /// Will the plan pick the Landlock backend? (It has no mount namespace to bind the

@@ -61,6 +61,16 @@ pub fn plan(p: &Plan) -> String {
         "  seccomp   deny set + foreign ABIs; nested user namespaces {}",
         if p.seccomp.nested_userns { "allowed" } else { "denied" }
     );
+    match &p.git_guard {
+        Some(g) => {
+            let roots: Vec<String> = g.roots.iter().map(|r| r.display().to_string()).collect();
+            let _ =
+                writeln!(s, "  git guard on: no repository made, no config or hooks changed, in {}", roots.join(", "));
+        }
+        None => {
+            let _ = writeln!(s, "  git guard off (filesystem.nested_git, or the Landlock backend)");
+        }
+    }
     let _ = writeln!(s, "  mounts, in order:");
     for m in &p.mounts {
         let line = match m {
@@ -184,6 +194,7 @@ pub fn policy(p: &Policy, paths: &PolicyPaths) -> String {
     scalar(&mut s, "mail.block", &p.mail_block);
     scalar(&mut s, "process.nested_userns", &p.nested_userns);
     scalar(&mut s, "process.unix_sockets", &p.unix_sockets);
+    scalar(&mut s, "filesystem.nested_git", &p.nested_git);
     if let Some(a) = &p.agent {
         let _ =
             writeln!(s, "  agent                    {:?} [{}]", a.value.command.clone().unwrap_or_default(), a.source);

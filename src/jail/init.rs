@@ -40,8 +40,8 @@ pub fn child_main(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) 
             return 126;
         }
     };
-    let prog = match msg::recv(sock) {
-        Ok(Some(Msg::Start(prog))) => prog,
+    let (prog, guard) = match msg::recv(sock) {
+        Ok(Some(Msg::Start { seal, guard })) => (seal, guard),
         _ => return 126,
     };
     crate::timing::mark("child-start");
@@ -52,7 +52,7 @@ pub fn child_main(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) 
             return 126;
         }
     };
-    supervise(plan, sock, slave, pty, sealed)
+    supervise(plan, sock, slave, pty, sealed, &guard)
 }
 
 fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result<Option<OwnedFd>, String> {
@@ -177,8 +177,20 @@ fn scrub_own_environ() {
     }
 }
 
+/// The git guard's program and the socket its listener goes to PID 1 on, for the command.
+struct GuardStart<'a> {
+    prog: &'a [seccompiler::sock_filter],
+    sock: RawFd,
+}
+
 /// Runs in the forked command child: restores signals, takes the terminal, execs.
-fn exec_command(plan: &Plan, _sealed: &Sealed, slave: Option<&OwnedFd>, pty: Option<TtyFds>) -> ! {
+fn exec_command(
+    plan: &Plan,
+    _sealed: &Sealed,
+    slave: Option<&OwnedFd>,
+    pty: Option<TtyFds>,
+    guard: Option<GuardStart>,
+) -> ! {
     let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
     for sig in [Signal::SIGPIPE, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
         // SAFETY: resetting a disposition to SIG_DFL installs no handler code.
@@ -212,6 +224,17 @@ fn exec_command(plan: &Plan, _sealed: &Sealed, slave: Option<&OwnedFd>, pty: Opt
     let argv: Vec<CString> = plan.command.iter().map(|a| cstr(a)).collect();
     let envp: Vec<CString> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
     let p = CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
+    if let Some(g) = guard {
+        // Last before exec: from here on, every name this process makes goes through PID 1.
+        let handed = super::guard::notify::install_with_listener(g.prog)
+            .map_err(|e| e.to_string())
+            .and_then(|l| super::guard::hand_over(g.sock, &l).map_err(|e| e.to_string()));
+        if let Err(e) = handed {
+            eprintln!("agent-sandbox: cannot start the git guard: {e}");
+            // SAFETY: _exit is async-signal-safe and ends this child immediately.
+            unsafe { libc::_exit(126) };
+        }
+    }
     let err = nix::unistd::execve(&p, &argv, &envp).err();
     let code = if err == Some(nix::Error::ENOENT) { 127 } else { 126 };
     eprintln!("agent-sandbox: cannot run {name}: {}", err.map(|e| e.desc()).unwrap_or("unknown error"));
@@ -301,7 +324,14 @@ pub const FORWARDED: &[Signal] = &[
     Signal::SIGUSR2,
 ];
 
-fn supervise(plan: &Plan, sock: RawFd, slave: Option<OwnedFd>, pty: Option<TtyFds>, sealed: Sealed) -> isize {
+fn supervise(
+    plan: &Plan,
+    sock: RawFd,
+    slave: Option<OwnedFd>,
+    pty: Option<TtyFds>,
+    sealed: Sealed,
+    guard_prog: &[seccompiler::sock_filter],
+) -> isize {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     for s in FORWARDED {
@@ -312,10 +342,32 @@ fn supervise(plan: &Plan, sock: RawFd, slave: Option<OwnedFd>, pty: Option<TtyFd
         let _ = msg::send(sock, &Msg::Error("cannot create a signalfd in the jail".into()));
         return 126;
     };
-    // SAFETY: the process is single-threaded; the child only execs or _exits.
+    // The command hands the git guard's listener back on this pair (see `guard`).
+    let guard_pair = match (&plan.git_guard, guard_prog.is_empty()) {
+        (Some(_), false) => {
+            use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+            match socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    let _ = msg::send(sock, &Msg::Error(format!("cannot start the git guard: {e}")));
+                    return 126;
+                }
+            }
+        }
+        (Some(_), true) => {
+            let _ = msg::send(sock, &Msg::Error("the git guard's program is missing".into()));
+            return 126;
+        }
+        (None, _) => None,
+    };
     crate::timing::mark("child-sealed");
+    // SAFETY: the process is single-threaded (the guard's threads start after this fork);
+    // the child only execs or _exits.
     let child = match unsafe { nix::unistd::fork() } {
-        Ok(ForkResult::Child) => exec_command(plan, &sealed, slave.as_ref(), pty),
+        Ok(ForkResult::Child) => {
+            let guard = guard_pair.as_ref().map(|(_, c)| GuardStart { prog: guard_prog, sock: c.as_raw_fd() });
+            exec_command(plan, &sealed, slave.as_ref(), pty, guard)
+        }
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => {
             let _ = msg::send(sock, &Msg::Error(format!("cannot fork the command: {e}")));
@@ -323,6 +375,17 @@ fn supervise(plan: &Plan, sock: RawFd, slave: Option<OwnedFd>, pty: Option<TtyFd
         }
     };
     drop(slave);
+    if let (Some((ours, theirs)), Some(g)) = (guard_pair, &plan.git_guard) {
+        drop(theirs);
+        // EOF instead of a listener: the command ended before its exec (not found, or the
+        // filter failed, which it reported); it runs nothing unguarded.
+        if let Ok(listener) = super::guard::take_over(ours.as_raw_fd()) {
+            let report = Box::new(move |check: &str, path: &str| {
+                let _ = msg::send(sock, &Msg::Refused { check: check.into(), path: path.into() });
+            });
+            super::guard::serve(listener, super::guard::rules::Guarded { roots: g.roots.clone() }, report);
+        }
+    }
     crate::timing::mark("child-forked");
     let mut passing = SignalPassing::default();
     let mut launcher_open = true;

@@ -3,6 +3,7 @@
 //! here decides policy; if a value is missing, the plan is missing a field.
 
 pub mod caps;
+pub mod guard;
 pub mod init;
 pub mod landlock;
 pub mod mounts;
@@ -68,13 +69,14 @@ pub fn run(
     mut lock: placeholders::ProjectLock,
     net: Option<crate::net::supervisor::NetConfig>,
     lazy: Option<relay::Lazy<'_>>,
+    audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
     if let Err(e) = lock.create(&plan.placeholders) {
         lock.release_now();
         return Err(e.into());
     }
     let result = match plan.backend {
-        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner, &mut || lock.spawn_waiter(), net, lazy),
+        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner, &mut || lock.spawn_waiter(), net, lazy, audit),
         BackendKind::Landlock => run_landlock(plan, banner),
     };
     lock.finish();

@@ -17,8 +17,12 @@ pub enum Msg {
         net: Vec<OwnedFd>,
     },
     /// Launcher -> init: start the command, under this seccomp program (compiled by the
-    /// launcher while the jail was being built, as raw sock_filter instructions).
-    Start(Vec<seccompiler::sock_filter>),
+    /// launcher while the jail was being built, as raw sock_filter instructions), and the
+    /// git guard's program if the plan has the guard.
+    Start {
+        seal: Vec<seccompiler::sock_filter>,
+        guard: Vec<seccompiler::sock_filter>,
+    },
     /// Init -> launcher: the jail could not be built.
     Error(String),
     /// Init -> launcher: the command ended: exit code, or signal number.
@@ -26,6 +30,31 @@ pub enum Msg {
     Signaled(i32),
     /// Launcher -> init: the launcher received this signal; pass it on to the command.
     Relay(i32),
+    /// Init -> launcher: the git guard refused a change (its check, the path), for the audit log.
+    Refused {
+        check: String,
+        path: String,
+    },
+}
+
+fn put_program(buf: &mut Vec<u8>, prog: &[seccompiler::sock_filter]) {
+    for i in prog {
+        buf.extend_from_slice(&i.code.to_le_bytes());
+        buf.push(i.jt);
+        buf.push(i.jf);
+        buf.extend_from_slice(&i.k.to_le_bytes());
+    }
+}
+
+fn get_program(body: &[u8]) -> Vec<seccompiler::sock_filter> {
+    body.chunks_exact(8)
+        .map(|c| seccompiler::sock_filter {
+            code: u16::from_le_bytes([c[0], c[1]]),
+            jt: c[2],
+            jf: c[3],
+            k: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
+        })
+        .collect()
 }
 
 pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
@@ -33,14 +62,11 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
     let mut fds: Vec<RawFd> = vec![];
     match m {
         Msg::Go => buf.push(b'G'),
-        Msg::Start(prog) => {
+        Msg::Start { seal, guard } => {
             buf.push(b'S');
-            for i in prog {
-                buf.extend_from_slice(&i.code.to_le_bytes());
-                buf.push(i.jt);
-                buf.push(i.jf);
-                buf.extend_from_slice(&i.k.to_le_bytes());
-            }
+            buf.extend_from_slice(&(seal.len() as u32).to_le_bytes());
+            put_program(&mut buf, seal);
+            put_program(&mut buf, guard);
         }
         Msg::Ready { pty, net } => {
             buf.push(b'R');
@@ -62,6 +88,12 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
         Msg::Relay(s) => {
             buf.push(b'Y');
             buf.extend_from_slice(&s.to_le_bytes());
+        }
+        Msg::Refused { check, path } => {
+            buf.push(b'F');
+            buf.extend_from_slice(check.as_bytes());
+            buf.push(0);
+            buf.extend_from_slice(&path.as_bytes()[..path.len().min(4000)]);
         }
     }
     let iov = [std::io::IoSlice::new(&buf)];
@@ -99,16 +131,11 @@ pub fn recv(sock: RawFd) -> nix::Result<Option<Msg>> {
     let int = || body.get(..4).and_then(|b| b.try_into().ok()).map(i32::from_le_bytes).unwrap_or(126);
     Ok(Some(match buf[0] {
         b'G' => Msg::Go,
-        b'S' => Msg::Start(
-            body.chunks_exact(8)
-                .map(|c| seccompiler::sock_filter {
-                    code: u16::from_le_bytes([c[0], c[1]]),
-                    jt: c[2],
-                    jf: c[3],
-                    k: u32::from_le_bytes([c[4], c[5], c[6], c[7]]),
-                })
-                .collect(),
-        ),
+        b'S' => {
+            let seal_len = body.get(..4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes).unwrap_or(0);
+            let split = (seal_len as usize).saturating_mul(8).saturating_add(4).min(body.len());
+            Msg::Start { seal: get_program(&body[4.min(body.len())..split]), guard: get_program(&body[split..]) }
+        }
         b'R' => {
             let mut fds = fds.into_iter();
             let pty = if body.first() == Some(&1) { fds.next() } else { None };
@@ -118,6 +145,13 @@ pub fn recv(sock: RawFd) -> nix::Result<Option<Msg>> {
         b'X' => Msg::Exited(int()),
         b'K' => Msg::Signaled(int()),
         b'Y' => Msg::Relay(int()),
+        b'F' => {
+            let (check, path) = body.split_at(body.iter().position(|b| *b == 0).unwrap_or(body.len()));
+            Msg::Refused {
+                check: String::from_utf8_lossy(check).into_owned(),
+                path: String::from_utf8_lossy(path.get(1..).unwrap_or_default()).into_owned(),
+            }
+        }
         _ => Msg::Error("garbled message from the jail".into()),
     }))
 }

@@ -117,6 +117,7 @@ pub fn run(
     master: Option<OwnedFd>,
     mask: &SigSet,
     mut lazy: Option<Lazy<'_>>,
+    audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
     let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| JailError::Channel(format!("signalfd: {e}")))?;
@@ -181,6 +182,12 @@ pub fn run(
                     return Ok(Outcome::Signaled(s));
                 }
                 Ok(Some(Msg::Error(e))) => eprintln!("agent-sandbox: {e}"),
+                Ok(Some(Msg::Refused { check, path })) => {
+                    let mut r = audit.record("fs_denied");
+                    r.check = Some(check);
+                    r.path = Some(path);
+                    audit.write(&r);
+                }
                 Ok(None) => sock_open = false,
                 _ => {}
             }

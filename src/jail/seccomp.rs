@@ -453,6 +453,90 @@ pub fn build_program(opts: &SeccompOptions) -> Result<BpfProgram, SeccompError> 
     Ok(prog)
 }
 
+/// The git guard's filter (`jail::guard`), installed in the command on top of the jail's:
+/// every syscall that makes a name or opens a file for writing goes to the guard, which
+/// decides and carries it out itself (see `guard::emulate` for why it cannot just let the
+/// syscall continue). `openat2` fails with ENOSYS: its flags are in memory the filter cannot
+/// read, and callers fall back to `openat`, which it can.
+pub fn build_guard_program() -> Result<BpfProgram, SeccompError> {
+    use SeccompCmpArgLen::Dword;
+    use SeccompCmpOp::MaskedEq;
+    let native = NATIVE.as_ref().ok_or(SeccompError::UnsupportedArch(std::env::consts::ARCH))?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    for nr in GUARD_ALWAYS {
+        rules.insert(sys_nr(*nr), vec![]);
+    }
+    // open/openat: only with O_CREAT or O_TRUNC, or opened for writing; never O_PATH (which
+    // ignores the others and opens nothing for reading or writing).
+    let int_flag = |v: libc::c_int| u64::from(v as u32);
+    for (nr, flags_arg) in GUARD_OPENS {
+        let mut alts = vec![];
+        for (mask, value) in [
+            (libc::O_ACCMODE, libc::O_WRONLY),
+            (libc::O_ACCMODE, libc::O_RDWR),
+            (libc::O_ACCMODE, libc::O_ACCMODE),
+            (libc::O_CREAT, libc::O_CREAT),
+            (libc::O_TRUNC, libc::O_TRUNC),
+        ] {
+            alts.push(rule(vec![
+                cond(*flags_arg, Dword, MaskedEq(int_flag(libc::O_PATH)), 0)?,
+                cond(*flags_arg, Dword, MaskedEq(int_flag(mask)), int_flag(value))?,
+            ])?);
+        }
+        rules.insert(sys_nr(*nr), alts);
+    }
+    let rule_nrs: Vec<u32> = rules.keys().filter_map(|nr| u32::try_from(*nr).ok()).collect();
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Trace(GUARD_MARK), native.target)
+        .map_err(SeccompError::Compile)?;
+    let mut body = BpfProgram::try_from(filter).map_err(SeccompError::Compile)?;
+    // seccompiler has no USER_NOTIF action: its Trace return, marked, becomes one.
+    for insn in body.iter_mut().filter(|i| i.code == RET_K && i.k == libc::SECCOMP_RET_TRACE | GUARD_MARK) {
+        insn.k = libc::SECCOMP_RET_USER_NOTIF;
+    }
+    let mut prog = prologue(native);
+    prog.extend([jump(JEQ_K, libc::SYS_openat2 as u32, 0, 1), stmt(RET_K, RET_ENOSYS)]);
+    if let Some(fast) = fast_allow(&rule_nrs) {
+        prog.extend(fast);
+    }
+    prog.extend(body);
+    if prog.len() > MAX_INSNS {
+        return Err(SeccompError::TooLong { len: prog.len(), max: MAX_INSNS });
+    }
+    Ok(prog)
+}
+
+/// The data of the Trace action that marks the guard's matches before they become USER_NOTIF.
+const GUARD_MARK: u32 = 0x4a7d;
+
+/// Syscalls that make a name, trapped whatever their arguments.
+const GUARD_ALWAYS: &[libc::c_long] = &[
+    libc::SYS_mkdirat,
+    libc::SYS_mknodat,
+    libc::SYS_symlinkat,
+    libc::SYS_linkat,
+    libc::SYS_renameat,
+    libc::SYS_renameat2,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_mkdir,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_mknod,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_symlink,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_link,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_rename,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_creat,
+];
+
+/// Syscalls that open a file, with the index of their flags argument.
+const GUARD_OPENS: &[(libc::c_long, u8)] = &[
+    (libc::SYS_openat, 2),
+    #[cfg(target_arch = "x86_64")]
+    (libc::SYS_open, 1),
+];
+
 /// `struct sock_fprog` over seccompiler's `sock_filter`, which has the kernel's layout.
 #[repr(C)]
 struct SockFprog {

@@ -45,6 +45,7 @@ pub fn run(
     idle: &mut dyn FnMut(),
     mut net: Option<crate::net::supervisor::NetConfig>,
     lazy: Option<relay::Lazy<'_>>,
+    audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
     let use_pty = tty.0[0] && (tty.0[1] || tty.0[2]);
     let pty = use_pty.then_some(tty);
@@ -68,6 +69,10 @@ pub fn run(
         ..Default::default()
     })
     .map_err(|e| fail(JailError::Seal(e.into())))?;
+    let guard = match plan.git_guard {
+        Some(_) => super::seccomp::build_guard_program().map_err(|e| fail(JailError::Seal(e.into())))?,
+        None => vec![],
+    };
     idle();
     let master = match msg::recv(sock) {
         Ok(Some(Msg::Ready { pty, net: mut fds })) => {
@@ -89,8 +94,8 @@ pub fn run(
     };
     crate::timing::mark("ready");
     banner();
-    msg::send(sock, &Msg::Start(prog)).map_err(|e| fail(JailError::Channel(e.to_string())))?;
-    let outcome = relay::run(launched.pid, sock, master, &mask, lazy)?;
+    msg::send(sock, &Msg::Start { seal: prog, guard }).map_err(|e| fail(JailError::Channel(e.to_string())))?;
+    let outcome = relay::run(launched.pid, sock, master, &mask, lazy, audit)?;
     Ok(outcome)
 }
 

@@ -60,6 +60,15 @@ pub struct SeccompPlan {
     pub unix_sockets: bool,
 }
 
+/// The git guard (`jail::guard`): the trees in which no git repository may be made and the
+/// config and hooks of those there stay read-only. None: off (`filesystem.nested_git`, or
+/// the Landlock backend, which cannot protect paths inside the project at all).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct GitGuardPlan {
+    /// The project first, then the extra writable paths (`filesystem.write`, `--rw`).
+    pub roots: Vec<PathBuf>,
+}
+
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct LandlockPlan {
     pub read_only: Vec<PathBuf>,
@@ -96,6 +105,7 @@ pub struct Plan {
     pub net: NetPlan,
     pub seccomp: SeccompPlan,
     pub landlock: Option<LandlockPlan>,
+    pub git_guard: Option<GitGuardPlan>,
     pub warnings: Vec<String>,
 }
 
@@ -131,14 +141,17 @@ pub enum PlanError {
     ProtectedSymlink { path: PathBuf },
     #[error("nothing to run: the command is empty")]
     EmptyCommand,
+    #[error("this kernel cannot keep the jail from making git repositories in the project: {why}")]
+    GitGuard { why: String, fix: String },
 }
 
 impl PlanError {
     pub fn fix(&self) -> Option<String> {
         match self {
-            PlanError::Project { fix, .. } | PlanError::Net { fix, .. } | PlanError::Backend { fix, .. } => {
-                Some(format!("fix: {fix}"))
-            }
+            PlanError::Project { fix, .. }
+            | PlanError::Net { fix, .. }
+            | PlanError::Backend { fix, .. }
+            | PlanError::GitGuard { fix, .. } => Some(format!("fix: {fix}")),
             PlanError::ProtectedSymlink { path } => Some(format!(
                 "fix: look at where it points (ls -l {0}) and replace it with a real file or directory",
                 path.display()
@@ -228,6 +241,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let mut writable_trees = vec![project.clone()];
     home_mounts(&mut b, policy, facts, &home, &mut writable_trees, &mut warnings);
     // 4. Extra writable paths, then the project.
+    let mut guard_roots = vec![project.clone()];
     for w in &policy.fs_write {
         let p = check_extra_path("filesystem.write", &w.value, &home, fs)?;
         if hidden.covers(&p) {
@@ -236,6 +250,9 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         if fs.kind(&p).is_some() {
             let dir = fs.kind(&p) == Some(Kind::Dir);
             b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
+            if dir {
+                guard_roots.push(p.clone());
+            }
             writable_trees.push(p);
         }
     }
@@ -307,6 +324,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     }
     let mounts = b.mounts;
     let landlock = (backend == BackendKind::Landlock).then(|| landlock_plan(&mounts, &net, &home));
+    let git_guard = git_guard(policy, facts, backend, guard_roots)?;
     Ok(Plan {
         backend,
         command: req.command.clone(),
@@ -326,8 +344,32 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         net,
         seccomp: SeccompPlan { nested_userns: policy.nested_userns.value, unix_sockets: policy.unix_sockets.value },
         landlock,
+        git_guard,
         warnings,
     })
+}
+
+/// Decides the git guard: on in the namespace backend unless `filesystem.nested_git`; a
+/// kernel that cannot run it stops the launch rather than run without it.
+fn git_guard(
+    policy: &Policy,
+    facts: &HostFacts,
+    backend: BackendKind,
+    roots: Vec<PathBuf>,
+) -> Result<Option<GitGuardPlan>, PlanError> {
+    if policy.nested_git.value || backend != BackendKind::Userns {
+        return Ok(None);
+    }
+    if !facts.guard_kernel {
+        return Err(PlanError::GitGuard {
+            why: "it needs seccomp user notification with SECCOMP_ADDFD_FLAG_SEND (Linux 5.14 or later)".into(),
+            fix: "run on a newer kernel, or set `nested_git = true` under [filesystem] in \
+                  ~/.config/agent-sandbox/config.toml to run without this protection (the agent could then \
+                  write git hooks and config that your own git runs outside the jail)"
+                .into(),
+        });
+    }
+    Ok(Some(GitGuardPlan { roots }))
 }
 
 fn entry_err(key: &str, entry: &str, why: &str) -> PlanError {

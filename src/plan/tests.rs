@@ -28,6 +28,7 @@ fn facts() -> HostFacts {
         userns: UsernsSupport { available: true, why_not: None },
         landlock_abi: 7,
         overlay_in_userns: false,
+        guard_kernel: true,
         mountpoints: vec![],
         mailers: vec![],
         resolv_conf: "nameserver 192.0.2.53\n".into(),

@@ -92,6 +92,8 @@ pub struct Policy {
     pub net_deny_private: Sourced<bool>,
     pub nested_userns: Sourced<bool>,
     pub unix_sockets: Sourced<bool>,
+    /// `filesystem.nested_git`: the git guard is off (repositories may be made in the project).
+    pub nested_git: Sourced<bool>,
     pub mail_block: Sourced<MailBlock>,
     pub agent: Option<Sourced<AgentSection>>,
     /// Things the merge dropped or changed, said once at startup.
@@ -154,6 +156,7 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
         net_deny_private: Sourced::new(false, &builtin),
         nested_userns: Sourced::new(false, &builtin),
         unix_sockets: Sourced::new(false, &builtin),
+        nested_git: Sourced::new(false, &builtin),
         mail_block: Sourced::new(MailBlock::Auto, &builtin),
         agent: None,
         warnings: vec![],
@@ -184,6 +187,7 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     if let Some(f) = &l.filesystem {
         extend(&mut p.fs_read, &f.read, src, Allow(Bound::Path), "filesystem.read")?;
         extend(&mut p.fs_write, &f.write, src, Allow(Bound::Path), "filesystem.write")?;
+        set(&mut p.nested_git, &f.nested_git, src);
         extend(&mut p.hide, &f.hide, src, Floor, "filesystem.hide")?;
         extend(&mut p.hide_files, &f.hide_files, src, Floor, "filesystem.hide_files")?;
         extend(&mut p.protected, &f.protected, src, Defaults, "filesystem.protected")?;
@@ -454,6 +458,12 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
         let source = if allowed { p.unix_sockets.source.clone() } else { src.clone() };
         p.unix_sockets = Sourced { value, source, locked: true };
     }
+    if let Some(allowed) = l.filesystem.as_ref().and_then(|f| f.nested_git) {
+        // As nested_userns: the admin's `true` permits, `false` forbids.
+        let value = p.nested_git.value && allowed;
+        let source = if allowed { p.nested_git.source.clone() } else { src.clone() };
+        p.nested_git = Sourced { value, source, locked: true };
+    }
     Ok(())
 }
 
@@ -604,6 +614,15 @@ mod tests {
         let p =
             merge(&[user("[process]\nunix_sockets = true")], Some(&admin("[process]\nunix_sockets = false"))).unwrap();
         assert!(!p.unix_sockets.value && p.unix_sockets.locked);
+    }
+
+    #[test]
+    fn nested_git_off_by_default_user_can_allow_admin_can_forbid() {
+        assert!(!merge(&[], None).unwrap().nested_git.value);
+        assert!(merge(&[user("[filesystem]\nnested_git = true")], None).unwrap().nested_git.value);
+        let p = merge(&[user("[filesystem]\nnested_git = true")], Some(&admin("[filesystem]\nnested_git = false")))
+            .unwrap();
+        assert!(!p.nested_git.value && p.nested_git.locked);
     }
 
     #[test]

@@ -52,6 +52,10 @@ pub struct FsSection {
     pub devices: Option<Vec<String>>,
     /// Device globs never bound (admin veto). A floor.
     pub deny_devices: Option<Vec<String>>,
+    /// Let the jail make git repositories and change their config and hooks inside the
+    /// project and the extra writable paths (off by default: the user's git outside would
+    /// run what they name). An admin `false` forbids.
+    pub nested_git: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

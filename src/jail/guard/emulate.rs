@@ -1,0 +1,523 @@
+//! Carries out a trapped syscall for the process that made it, once the rules allow it.
+//!
+//! Why not let the kernel continue the syscall after checking its path: the path is in the
+//! caller's memory, and another thread (or a process sharing the page) can rewrite it between
+//! the check and the kernel reading it again. So the guard reads the path once, resolves it
+//! itself, checks the directory the entry is really in, and makes the call on its own copy,
+//! as the same user: its result (a value, an errno, or a descriptor put into the caller's
+//! table) is the caller's.
+//!
+//! Resolution follows the caller's view: relative paths start at its working directory or
+//! at its descriptor, absolute ones at its root. What means "the calling process" in a path
+//! (`/proc/self`, `/dev/fd/N`, `/dev/stdout`) is rewritten to the caller's own `/proc`
+//! entry, and `/dev/tty` becomes the caller's terminal. A symlink elsewhere that points into
+//! `/proc/self` is not followed (ELOOP).
+
+use super::notify::{open_at, Caller, Notification};
+use super::rules::{Change, Guarded, Look, Refusal};
+use std::ffi::{CString, OsStr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// What becomes of a trapped syscall.
+#[derive(Debug)]
+pub enum Done {
+    Value(i64),
+    /// An open: this descriptor goes into the caller's table (close-on-exec as asked).
+    Fd {
+        fd: OwnedFd,
+        cloexec: bool,
+    },
+    Errno(i32),
+    Refused {
+        refusal: Refusal,
+        path: PathBuf,
+    },
+    /// An open of a FIFO, which blocks until the other end opens: to finish on a thread of
+    /// its own (`finish_fifo`) so the guard keeps serving the rest of the jail.
+    Fifo {
+        obj: OwnedFd,
+        flags: libc::c_int,
+        cloexec: bool,
+    },
+}
+
+/// The short-circuit of every step: an errno or a refusal ends the call.
+type Step<T> = Result<T, Done>;
+
+fn errno(e: i32) -> Done {
+    Done::Errno(e)
+}
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn cstr(b: &[u8]) -> Step<CString> {
+    CString::new(b).map_err(|_| errno(libc::EINVAL))
+}
+
+/// Where a path argument is resolved from when it is relative.
+enum Base {
+    /// The caller's `dirfd` argument (`AT_FDCWD`: its working directory).
+    Caller(i32),
+    /// A directory the guard holds (the one a relative symlink was found in).
+    Dir(OwnedFd),
+}
+
+/// The host's directories, looked into by path (the guard shares the jail's mounts).
+struct Host;
+
+impl Look for Host {
+    fn has(&self, dir: &Path, name: &str) -> bool {
+        nix::sys::stat::lstat(&dir.join(name)).is_ok()
+    }
+}
+
+fn check(g: &Guarded, dir: &Path, name: &[u8], change: Change) -> Step<()> {
+    let n = String::from_utf8_lossy(name);
+    g.check(&Host, dir, &n, change)
+        .map_err(|refusal| Done::Refused { refusal, path: dir.join(OsStr::from_bytes(name)) })
+}
+
+/// `/proc/self/...` and friends, as the caller means them: its own `/proc/<tid>` entry.
+fn rewrite_magic(path: &[u8], tid: i32) -> Option<Vec<u8>> {
+    let own = format!("/proc/{tid}");
+    let exact: [(&[u8], String); 6] = [
+        (b"/proc/self", own.clone()),
+        (b"/proc/thread-self", own.clone()),
+        (b"/dev/fd", format!("{own}/fd")),
+        (b"/dev/stdin", format!("{own}/fd/0")),
+        (b"/dev/stdout", format!("{own}/fd/1")),
+        (b"/dev/stderr", format!("{own}/fd/2")),
+    ];
+    for (prefix, to) in exact {
+        if let Some(rest) = path.strip_prefix(prefix) {
+            if rest.is_empty() || rest.starts_with(b"/") {
+                let mut out = to.into_bytes();
+                out.extend_from_slice(rest);
+                return Some(out);
+            }
+        }
+    }
+    None
+}
+
+/// `(directory part, last name)`; trailing slashes dropped. `/` alone is `("/", ".")`.
+fn split(path: &[u8]) -> (&[u8], &[u8]) {
+    let mut end = path.len();
+    while end > 1 && path[end - 1] == b'/' {
+        end -= 1;
+    }
+    let p = &path[..end];
+    if p == b"/" {
+        return (b"/", b".");
+    }
+    match p.iter().rposition(|c| *c == b'/') {
+        Some(0) => (b"/", &p[1..]),
+        Some(i) => (&p[..i], &p[i + 1..]),
+        None => (b".", p),
+    }
+}
+
+fn openat2(dir: BorrowedFd, path: &[u8], flags: libc::c_int, mode: u32, resolve: u64) -> Step<OwnedFd> {
+    let c = cstr(path)?;
+    // `struct open_how` of <linux/openat2.h> (libc's is non-exhaustive).
+    #[repr(C)]
+    struct OpenHow {
+        flags: u64,
+        mode: u64,
+        resolve: u64,
+    }
+    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u32 as u64, mode: u64::from(mode), resolve };
+    // SAFETY: `c` and `how` live for the call; the size passed is that of `how`.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            c.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    };
+    if fd < 0 {
+        return Err(errno(last_errno()));
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn at_cwd() -> BorrowedFd<'static> {
+    // SAFETY: AT_FDCWD is a valid "descriptor" for *at calls and is never closed.
+    unsafe { BorrowedFd::borrow_raw(libc::AT_FDCWD) }
+}
+
+/// Opens `path` (O_PATH plus `flags`) as the caller would reach it.
+fn open_path(c: &Caller, base: &Base, path: &[u8], flags: libc::c_int) -> Step<OwnedFd> {
+    if path.is_empty() {
+        return Err(errno(libc::ENOENT));
+    }
+    let flags = flags | libc::O_PATH;
+    if let Some(own) = rewrite_magic(path, c.tid) {
+        // The caller's own /proc entries: magic links, followed on purpose.
+        return openat2(at_cwd(), &own, flags, 0, 0);
+    }
+    if path.starts_with(b"/") {
+        let root = open_at(c.dir(), "root", libc::O_PATH | libc::O_DIRECTORY).map_err(errno)?;
+        return openat2(root.as_fd(), path, flags, 0, libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS);
+    }
+    let held;
+    let dir = match base {
+        Base::Dir(d) => d.as_fd(),
+        Base::Caller(libc::AT_FDCWD) => {
+            held = open_at(c.dir(), "cwd", libc::O_PATH | libc::O_DIRECTORY).map_err(errno)?;
+            // The working directory itself (the directory of a bare name): opened already.
+            if path == b"." && flags & libc::O_NOFOLLOW == 0 {
+                return Ok(held);
+            }
+            held.as_fd()
+        }
+        Base::Caller(fd) if *fd >= 0 => {
+            held = open_at(c.dir(), &format!("fd/{fd}"), libc::O_PATH)
+                .map_err(|e| errno(if e == libc::ENOENT { libc::EBADF } else { e }))?;
+            held.as_fd()
+        }
+        Base::Caller(_) => return Err(errno(libc::EBADF)),
+    };
+    openat2(dir, path, flags, 0, libc::RESOLVE_NO_MAGICLINKS)
+}
+
+/// Whether `dir` is in a procfs (whose symlinks may be magic links).
+fn on_procfs(dir: BorrowedFd) -> bool {
+    nix::sys::statfs::fstatfs(dir).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC)
+}
+
+/// The path of what `fd` refers to, as the guard sees it; None for what has no path (a
+/// pipe, a socket, an anonymous inode).
+fn path_of(fd: BorrowedFd) -> Option<PathBuf> {
+    let p = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    p.is_absolute().then_some(p)
+}
+
+/// The directory an entry is in, and its name there.
+struct Entry {
+    dir: OwnedFd,
+    dir_path: PathBuf,
+    name: Vec<u8>,
+}
+
+fn entry(c: &Caller, base: &Base, path: &[u8]) -> Step<Entry> {
+    if path.is_empty() {
+        return Err(errno(libc::ENOENT));
+    }
+    let (dir_part, name) = split(path);
+    let dir = open_path(c, base, dir_part, libc::O_DIRECTORY)?;
+    let dir_path = path_of(dir.as_fd()).ok_or(errno(libc::ENOENT))?;
+    Ok(Entry { dir, dir_path, name: name.to_vec() })
+}
+
+impl Entry {
+    fn name_c(&self) -> Step<CString> {
+        cstr(&self.name)
+    }
+
+    fn is_dot(&self) -> bool {
+        self.name == b"." || self.name == b".."
+    }
+
+    fn check(&self, g: &Guarded, change: Change) -> Step<()> {
+        if self.is_dot() {
+            return Ok(());
+        }
+        check(g, &self.dir_path, &self.name, change)
+    }
+}
+
+/// Sets the calling thread's umask to the caller's (each guard thread has its own `fs`).
+fn take_umask(c: &Caller) -> Step<()> {
+    let mask = c.umask().map_err(errno)?;
+    // SAFETY: umask only changes this thread's file-creation mask (CLONE_FS unshared).
+    unsafe { libc::umask(mask) };
+    Ok(())
+}
+
+fn done_value(rc: libc::c_int) -> Done {
+    if rc < 0 {
+        Done::Errno(last_errno())
+    } else {
+        Done::Value(i64::from(rc))
+    }
+}
+
+/// Carries out one trapped syscall.
+pub fn carry_out(c: &Caller, n: &Notification, g: &Guarded) -> Done {
+    let a = n.args;
+    let int = |i: usize| a[i] as i32;
+    let result = match n.nr {
+        nr if nr == libc::SYS_openat => open(c, g, Base::Caller(int(0)), a[1], int(2), a[3] as u32),
+        nr if nr == libc::SYS_mkdirat => mkdir(c, g, Base::Caller(int(0)), a[1], a[2] as u32),
+        nr if nr == libc::SYS_mknodat => mknod(c, g, Base::Caller(int(0)), a[1], a[2] as u32, a[3]),
+        nr if nr == libc::SYS_symlinkat => symlink(c, g, a[0], Base::Caller(int(1)), a[2]),
+        nr if nr == libc::SYS_linkat => link(c, g, (Base::Caller(int(0)), a[1]), (Base::Caller(int(2)), a[3]), int(4)),
+        nr if nr == libc::SYS_renameat => rename(c, g, (Base::Caller(int(0)), a[1]), (Base::Caller(int(2)), a[3]), 0),
+        nr if nr == libc::SYS_renameat2 => {
+            rename(c, g, (Base::Caller(int(0)), a[1]), (Base::Caller(int(2)), a[3]), a[4] as u32)
+        }
+        #[cfg(target_arch = "x86_64")]
+        nr if nr == libc::SYS_open => open(c, g, Base::Caller(libc::AT_FDCWD), a[0], int(1), a[2] as u32),
+        #[cfg(target_arch = "x86_64")]
+        nr if nr == libc::SYS_creat => {
+            open(c, g, Base::Caller(libc::AT_FDCWD), a[0], libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC, a[1] as u32)
+        }
+        #[cfg(target_arch = "x86_64")]
+        nr if nr == libc::SYS_mkdir => mkdir(c, g, Base::Caller(libc::AT_FDCWD), a[0], a[1] as u32),
+        #[cfg(target_arch = "x86_64")]
+        nr if nr == libc::SYS_mknod => mknod(c, g, Base::Caller(libc::AT_FDCWD), a[0], a[1] as u32, a[2]),
+        #[cfg(target_arch = "x86_64")]
+        nr if nr == libc::SYS_symlink => symlink(c, g, a[0], Base::Caller(libc::AT_FDCWD), a[1]),
+        #[cfg(target_arch = "x86_64")]
+        nr if nr == libc::SYS_link => {
+            link(c, g, (Base::Caller(libc::AT_FDCWD), a[0]), (Base::Caller(libc::AT_FDCWD), a[1]), 0)
+        }
+        #[cfg(target_arch = "x86_64")]
+        nr if nr == libc::SYS_rename => {
+            rename(c, g, (Base::Caller(libc::AT_FDCWD), a[0]), (Base::Caller(libc::AT_FDCWD), a[1]), 0)
+        }
+        _ => Err(errno(libc::ENOSYS)),
+    };
+    result.unwrap_or_else(|d| d)
+}
+
+fn open(c: &Caller, g: &Guarded, base: Base, path: u64, flags: libc::c_int, mode: u32) -> Step<Done> {
+    let path = c.read_string(path).map_err(errno)?;
+    let cloexec = flags & libc::O_CLOEXEC != 0;
+    // Never the guard's own controlling terminal (it has none and must not get one).
+    let flags = flags | libc::O_NOCTTY;
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        // An unnamed file in a directory: a name comes only with a later linkat, trapped too.
+        let dir = open_path(c, &base, &path, libc::O_DIRECTORY)?;
+        take_umask(c)?;
+        let fd = openat2(dir.as_fd(), b".", flags, mode, 0)?;
+        return Ok(Done::Fd { fd, cloexec });
+    }
+    if flags & libc::O_CREAT != 0 && !path.ends_with(b"/") {
+        return create(c, g, base, path, flags, mode, cloexec);
+    }
+    let follow = if flags & libc::O_NOFOLLOW != 0 { libc::O_NOFOLLOW } else { 0 };
+    let obj = open_path(c, &base, &path, follow | (flags & libc::O_DIRECTORY))?;
+    reopen(c, g, obj, flags & !(libc::O_CREAT | libc::O_EXCL), cloexec)
+}
+
+/// `open` with O_CREAT: the name is created in the directory it resolves to, or, if it is
+/// there already, opened as an existing file; a symlink in last place is followed (it may
+/// point at a name to create elsewhere, which is checked in its own directory).
+fn create(
+    c: &Caller,
+    g: &Guarded,
+    base: Base,
+    path: Vec<u8>,
+    flags: libc::c_int,
+    mode: u32,
+    cloexec: bool,
+) -> Step<Done> {
+    let (mut base, mut path) = (base, path);
+    for _ in 0..40 {
+        let e = entry(c, &base, &path)?;
+        if e.is_dot() {
+            let obj = openat2(e.dir.as_fd(), &e.name, libc::O_PATH, 0, 0)?;
+            return reopen(c, g, obj, flags & !(libc::O_CREAT | libc::O_EXCL), cloexec);
+        }
+        let name = e.name_c()?;
+        // SAFETY: stat is plain data written by the kernel.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `name` and `st` live for the call.
+        let rc = unsafe { libc::fstatat(e.dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) };
+        if rc < 0 {
+            let err = last_errno();
+            if err != libc::ENOENT {
+                return Err(errno(err));
+            }
+            e.check(g, Change::Create)?;
+            take_umask(c)?;
+            let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+            match openat2(e.dir.as_fd(), &e.name, flags, mode, resolve) {
+                Ok(fd) => return Ok(Done::Fd { fd, cloexec }),
+                // A symlink or a file appeared since: look again.
+                Err(Done::Errno(libc::ELOOP)) if flags & libc::O_EXCL == 0 => continue,
+                Err(Done::Errno(libc::EEXIST)) if flags & libc::O_EXCL == 0 => continue,
+                Err(d) => return Err(d),
+            }
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK && on_procfs(e.dir.as_fd()) {
+            // A magic link (`/proc/<tid>/fd/1`): what it points to is the object itself, which
+            // its text (`pipe:[123]`, a path seen from another root) does not name.
+            if flags & libc::O_EXCL != 0 {
+                return Err(errno(libc::EEXIST));
+            }
+            let obj = openat2(e.dir.as_fd(), &e.name, libc::O_PATH, 0, 0)?;
+            return reopen(c, g, obj, flags & !(libc::O_CREAT | libc::O_EXCL), cloexec);
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            if flags & libc::O_EXCL != 0 {
+                return Err(errno(libc::EEXIST));
+            }
+            if flags & libc::O_NOFOLLOW != 0 {
+                return Err(errno(libc::ELOOP));
+            }
+            let target = nix::fcntl::readlinkat(e.dir.as_fd(), name.as_c_str()).map_err(|e| errno(e as i32))?;
+            path = target.as_bytes().to_vec();
+            base = Base::Dir(e.dir);
+            continue;
+        }
+        if flags & libc::O_EXCL != 0 {
+            return Err(errno(libc::EEXIST));
+        }
+        let obj = openat2(e.dir.as_fd(), &e.name, libc::O_PATH | libc::O_NOFOLLOW, 0, 0)?;
+        return reopen(c, g, obj, flags & !(libc::O_CREAT | libc::O_EXCL), cloexec);
+    }
+    Err(errno(libc::ELOOP))
+}
+
+/// Opens what `obj` (an O_PATH descriptor) refers to with the caller's flags, after the
+/// rules allowed writing it where it is.
+fn reopen(c: &Caller, g: &Guarded, obj: OwnedFd, flags: libc::c_int, cloexec: bool) -> Step<Done> {
+    let st = nix::sys::stat::fstat(obj.as_fd()).map_err(|e| errno(e as i32))?;
+    let kind = st.st_mode & libc::S_IFMT;
+    if kind == libc::S_IFCHR && st.st_rdev == libc::makedev(5, 0) {
+        // /dev/tty means the caller's controlling terminal.
+        let tty = c.terminal().map_err(errno)?;
+        let fd = openat2(at_cwd(), tty.as_bytes(), flags & !libc::O_NOFOLLOW, 0, 0)?;
+        return Ok(Done::Fd { fd, cloexec });
+    }
+    if let Some(p) = path_of(obj.as_fd()) {
+        if let (Some(dir), Some(name)) = (p.parent(), p.file_name()) {
+            check(g, dir, name.as_bytes(), Change::Write)?;
+        }
+    }
+    if kind == libc::S_IFIFO {
+        return Ok(Done::Fifo { obj, flags, cloexec });
+    }
+    let fd = reopen_now(&obj, flags)?;
+    Ok(Done::Fd { fd, cloexec })
+}
+
+fn reopen_now(obj: &OwnedFd, flags: libc::c_int) -> Step<OwnedFd> {
+    let own = format!("/proc/self/fd/{}", obj.as_raw_fd());
+    openat2(at_cwd(), own.as_bytes(), flags & !libc::O_NOFOLLOW, 0, 0)
+}
+
+/// Opens a FIFO for the caller (blocks until its other end is opened).
+pub fn finish_fifo(obj: OwnedFd, flags: libc::c_int) -> Result<OwnedFd, i32> {
+    match reopen_now(&obj, flags) {
+        Ok(fd) => Ok(fd),
+        Err(Done::Errno(e)) => Err(e),
+        Err(_) => Err(libc::EIO),
+    }
+}
+
+fn mkdir(c: &Caller, g: &Guarded, base: Base, path: u64, mode: u32) -> Step<Done> {
+    let path = c.read_string(path).map_err(errno)?;
+    let e = entry(c, &base, &path)?;
+    e.check(g, Change::Create)?;
+    take_umask(c)?;
+    let name = e.name_c()?;
+    // SAFETY: `name` lives for the call.
+    Ok(done_value(unsafe { libc::mkdirat(e.dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) }))
+}
+
+fn mknod(c: &Caller, g: &Guarded, base: Base, path: u64, mode: u32, dev: u64) -> Step<Done> {
+    let path = c.read_string(path).map_err(errno)?;
+    let e = entry(c, &base, &path)?;
+    e.check(g, Change::Create)?;
+    take_umask(c)?;
+    let name = e.name_c()?;
+    // SAFETY: `name` lives for the call.
+    Ok(done_value(unsafe { libc::mknodat(e.dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t, dev as libc::dev_t) }))
+}
+
+fn symlink(c: &Caller, g: &Guarded, target: u64, base: Base, path: u64) -> Step<Done> {
+    let target = cstr(&c.read_string(target).map_err(errno)?)?;
+    let path = c.read_string(path).map_err(errno)?;
+    let e = entry(c, &base, &path)?;
+    e.check(g, Change::Create)?;
+    let name = e.name_c()?;
+    // SAFETY: both strings live for the call.
+    Ok(done_value(unsafe { libc::symlinkat(target.as_ptr(), e.dir.as_raw_fd(), name.as_ptr()) }))
+}
+
+fn link(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: libc::c_int) -> Step<Done> {
+    let old_path = c.read_string(old.1).map_err(errno)?;
+    if flags & libc::AT_EMPTY_PATH != 0 && old_path.is_empty() {
+        // Needs CAP_DAC_READ_SEARCH, which nothing in the jail has: what the kernel answers.
+        return Err(errno(libc::ENOENT));
+    }
+    let follow = if flags & libc::AT_SYMLINK_FOLLOW != 0 { 0 } else { libc::O_NOFOLLOW };
+    let obj = open_path(c, &old.0, &old_path, follow)?;
+    // A second name for a file the rules keep read-only would be a way to write it.
+    if let Some(p) = path_of(obj.as_fd()) {
+        if let (Some(dir), Some(name)) = (p.parent(), p.file_name()) {
+            check(g, dir, name.as_bytes(), Change::Write)?;
+        }
+    }
+    let new_path = c.read_string(new.1).map_err(errno)?;
+    let e = entry(c, &new.0, &new_path)?;
+    e.check(g, Change::Create)?;
+    let own = cstr(format!("/proc/self/fd/{}", obj.as_raw_fd()).as_bytes())?;
+    let name = e.name_c()?;
+    // SAFETY: both strings live for the call.
+    Ok(done_value(unsafe {
+        libc::linkat(libc::AT_FDCWD, own.as_ptr(), e.dir.as_raw_fd(), name.as_ptr(), libc::AT_SYMLINK_FOLLOW)
+    }))
+}
+
+fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u32) -> Step<Done> {
+    let old_path = c.read_string(old.1).map_err(errno)?;
+    let new_path = c.read_string(new.1).map_err(errno)?;
+    let from = entry(c, &old.0, &old_path)?;
+    let to = entry(c, &new.0, &new_path)?;
+    to.check(g, Change::Create)?;
+    if flags & libc::RENAME_EXCHANGE != 0 {
+        from.check(g, Change::Create)?;
+    }
+    let (a, b) = (from.name_c()?, to.name_c()?);
+    // SAFETY: both names live for the call.
+    Ok(done_value(unsafe {
+        libc::renameat2(from.dir.as_raw_fd(), a.as_ptr(), to.dir.as_raw_fd(), b.as_ptr(), flags as libc::c_uint)
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_split_into_directory_and_name() {
+        type Case<'a> = (&'a [u8], (&'a [u8], &'a [u8]));
+        let cases: &[Case] = &[
+            (b"a", (b".", b"a")),
+            (b"a/b", (b"a", b"b")),
+            (b"a/b/", (b"a", b"b")),
+            (b"/a", (b"/", b"a")),
+            (b"/", (b"/", b".")),
+            (b"//", (b"/", b".")),
+            (b"a//b", (b"a/", b"b")),
+            (b"../x/.git", (b"../x", b".git")),
+        ];
+        for (path, want) in cases {
+            assert_eq!(split(path), *want, "{:?}", String::from_utf8_lossy(path));
+        }
+    }
+
+    #[test]
+    fn what_means_the_calling_process_is_rewritten_to_its_own_proc_entry() {
+        let r = |p: &[u8]| rewrite_magic(p, 42).map(|v| String::from_utf8(v).unwrap());
+        assert_eq!(r(b"/dev/stdout").as_deref(), Some("/proc/42/fd/1"));
+        assert_eq!(r(b"/dev/fd/7").as_deref(), Some("/proc/42/fd/7"));
+        assert_eq!(r(b"/proc/self/cwd/x").as_deref(), Some("/proc/42/cwd/x"));
+        assert_eq!(r(b"/proc/thread-self/fd/3").as_deref(), Some("/proc/42/fd/3"));
+        assert_eq!(r(b"/proc/selfish"), None);
+        assert_eq!(r(b"/dev/stdout2"), None);
+        assert_eq!(r(b"dev/stdout"), None);
+    }
+}

@@ -1,0 +1,174 @@
+//! The git guard: keeps the jail from making or changing git repositories inside the
+//! project, whose config and hooks the user's own git would run outside the jail later
+//! (`rules.rs` says exactly what). The command runs under a second seccomp filter
+//! (`seccomp::build_guard_program`) that sends every syscall making a name or opening a
+//! file for writing to the jail's PID 1; threads of PID 1 decide each and carry it out for
+//! the caller (`emulate.rs`), or refuse it with EPERM, one line on the caller's stderr and
+//! an audit record through the launcher.
+
+mod emulate;
+pub mod notify;
+pub mod rules;
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// Threads serving the listener: one may wait on a slow filesystem while others serve.
+const WORKERS: usize = 4;
+/// Refusal lines written to callers' stderr per second, at most (a loop cannot flood it).
+const LINES_PER_SECOND: u64 = 10;
+
+/// A refusal, for the launcher's audit log: `check` (see `Refusal::check`), the path.
+pub type Report = dyn Fn(&str, &str) + Send + Sync;
+
+/// What the guard's threads share.
+struct Shared {
+    listener: OwnedFd,
+    guarded: rules::Guarded,
+    report: Box<Report>,
+    /// Refusal lines written this second (see `tell`).
+    lines: AtomicU64,
+    /// Threads serving, and how many of them wait for a call.
+    threads: AtomicUsize,
+    idle: AtomicUsize,
+}
+
+/// Serves the guard's listener on threads of the calling process (the jail's PID 1, after it
+/// forked the command: it must not fork again once these exist). `report` is called for
+/// every refusal. One thread starts now; another joins whenever a call finds none waiting,
+/// up to `WORKERS`, so a short command pays for one.
+pub fn serve(listener: OwnedFd, guarded: rules::Guarded, report: Box<Report>) {
+    let shared = Arc::new(Shared {
+        listener,
+        guarded,
+        report,
+        lines: AtomicU64::new(0),
+        threads: AtomicUsize::new(0),
+        idle: AtomicUsize::new(0),
+    });
+    spawn_worker(&shared);
+}
+
+fn spawn_worker(shared: &Arc<Shared>) {
+    if shared.threads.fetch_add(1, Ordering::SeqCst) >= WORKERS {
+        shared.threads.fetch_sub(1, Ordering::SeqCst);
+        return;
+    }
+    let s = shared.clone();
+    let spawned = std::thread::Builder::new().name("guard".into()).spawn(move || {
+        // The umask is per `fs` struct: each thread takes the caller's before creating.
+        // SAFETY: unshare(CLONE_FS) only gives this thread its own cwd/root/umask.
+        if unsafe { libc::unshare(libc::CLONE_FS) } == 0 {
+            worker(&s);
+        }
+        s.threads.fetch_sub(1, Ordering::SeqCst);
+    });
+    if spawned.is_err() {
+        // Fewer threads serve; with none, every trapped call fails (ENOSYS) once the
+        // listener closes: closed, not open.
+        shared.threads.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn worker(shared: &Arc<Shared>) {
+    let listener = shared.listener.as_fd();
+    loop {
+        shared.idle.fetch_add(1, Ordering::SeqCst);
+        let got = notify::recv(listener);
+        if shared.idle.fetch_sub(1, Ordering::SeqCst) == 1 {
+            // This was the last thread waiting: the next call should not wait for this one.
+            spawn_worker(shared);
+        }
+        let n = match got {
+            Ok(n) => n,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+            Err(_) => return,
+        };
+        let caller = match notify::Caller::open(listener, &n) {
+            Ok(c) => c,
+            Err(e) => {
+                notify::answer(listener, n.id, Err(e));
+                continue;
+            }
+        };
+        match emulate::carry_out(&caller, &n, &shared.guarded) {
+            emulate::Done::Value(v) => notify::answer(listener, n.id, Ok(v)),
+            emulate::Done::Errno(e) => notify::answer(listener, n.id, Err(e)),
+            emulate::Done::Fd { fd, cloexec } => send_fd(listener, n.id, fd, cloexec),
+            emulate::Done::Refused { refusal, path } => {
+                let shown = path.display().to_string();
+                (shared.report)(refusal.check(), &shown);
+                tell(&caller, &shown, refusal.reason(), &shared.lines);
+                notify::answer(listener, n.id, Err(libc::EPERM));
+            }
+            emulate::Done::Fifo { obj, flags, cloexec } => {
+                // Blocks until the FIFO's other end opens: on a thread of its own.
+                let s = shared.clone();
+                let id = n.id;
+                let _ = std::thread::Builder::new().name("guard-fifo".into()).spawn(move || {
+                    let listener = s.listener.as_fd();
+                    match emulate::finish_fifo(obj, flags) {
+                        Ok(fd) => send_fd(listener, id, fd, cloexec),
+                        Err(e) => notify::answer(listener, id, Err(e)),
+                    }
+                });
+            }
+        }
+    }
+}
+
+fn send_fd(listener: BorrowedFd, id: u64, fd: OwnedFd, cloexec: bool) {
+    if let Err(e) = notify::answer_fd(listener, id, fd.as_fd(), cloexec) {
+        // Not put into the caller's table (EMFILE, or the caller is gone): the call fails.
+        notify::answer(listener, id, Err(e.raw_os_error().unwrap_or(libc::EIO)));
+    }
+}
+
+/// One line on the caller's stderr: what was refused and why, for the agent to act on.
+fn tell(caller: &notify::Caller, path: &str, reason: &str, lines: &AtomicU64) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    // The high bits count seconds, the low ones lines within the second.
+    let prev = lines.load(Ordering::Relaxed);
+    let count = if prev >> 8 == now { prev & 0xff } else { 0 };
+    if count >= LINES_PER_SECOND {
+        return;
+    }
+    lines.store((now << 8) | (count + 1), Ordering::Relaxed);
+    // The caller's own stderr (a duplicate of its descriptor, not a reopen of the file, which
+    // a pipe made by another user would refuse), written on a thread of its own: a full pipe
+    // nobody reads must not stall the guard.
+    let Ok(err) = caller.stderr() else { return };
+    let line = format!("agent-sandbox: {path}: {reason}\n");
+    let _ = std::thread::Builder::new().name("guard-tell".into()).spawn(move || {
+        // SAFETY: writes from a live buffer to a descriptor this thread owns.
+        let _ = unsafe { libc::write(err.as_raw_fd(), line.as_ptr().cast(), line.len()) };
+    });
+}
+
+/// Sends the listener from the command (which installed the filter) to PID 1.
+pub fn hand_over(sock: RawFd, listener: &OwnedFd) -> nix::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds = [listener.as_raw_fd()];
+    let iov = [std::io::IoSlice::new(b"L")];
+    sendmsg::<()>(sock, &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::MSG_NOSIGNAL, None).map(drop)
+}
+
+/// Receives the listener in PID 1.
+pub fn take_over(sock: RawFd) -> nix::Result<OwnedFd> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::FromRawFd;
+    let mut buf = [0u8; 1];
+    let mut cspace = nix::cmsg_space!([RawFd; 1]);
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let r = recvmsg::<()>(sock, &mut iov, Some(&mut cspace), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    for c in r.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            if let Some(fd) = v.first() {
+                // SAFETY: the kernel just installed this descriptor for us.
+                return Ok(unsafe { OwnedFd::from_raw_fd(*fd) });
+            }
+        }
+    }
+    Err(nix::Error::EPROTO)
+}
