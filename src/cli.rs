@@ -157,18 +157,24 @@ pub struct RunOpts {
     pub verbose: u8,
 }
 
-/// The command-line flags as a policy layer.
-pub fn cli_layer(o: &RunOpts) -> Result<Layer, String> {
+/// `~/x`, or the absolute path the shell made of it: `x`, a home entry.
+fn in_home<'a>(p: &'a str, home: &std::path::Path) -> Option<&'a str> {
+    p.strip_prefix("~/").or_else(|| std::path::Path::new(p).strip_prefix(home).ok()?.to_str().filter(|r| !r.is_empty()))
+}
+
+/// The command-line flags as a policy layer. `home`: the user's, so that `--rw ~/data`, which
+/// the shell hands over as `/home/u/data`, is the home entry it was typed as.
+pub fn cli_layer(o: &RunOpts, home: &std::path::Path) -> Result<Layer, String> {
     let mut layer = Layer::default();
     let (mut home_ro, mut fs_ro, mut home_rw, mut fs_rw) = (vec![], vec![], vec![], vec![]);
     for p in &o.ro {
-        match p.strip_prefix("~/") {
+        match in_home(p, home) {
             Some(rel) => home_ro.push(rel.to_string()),
             None => fs_ro.push(p.clone()),
         }
     }
     for p in &o.rw {
-        match p.strip_prefix("~/") {
+        match in_home(p, home) {
             Some(rel) => home_rw.push(rel.to_string()),
             None => fs_rw.push(p.clone()),
         }
@@ -205,4 +211,25 @@ pub fn cli_layer(o: &RunOpts) -> Result<Layer, String> {
     }
     layer.env = Some(EnvSection { keep: some(keep), set: (!set.is_empty()).then_some(set), ..Default::default() });
     Ok(layer)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn home_paths_given_to_ro_and_rw_are_home_entries_however_they_are_spelled() {
+        let o = RunOpts {
+            ro: vec!["~/ref".into(), "/home/u/data".into(), "/sw/apps".into()],
+            rw: vec!["/home/u/out".into(), "~/scratch".into(), "/scratch/u".into(), "/home/u".into()],
+            ..Default::default()
+        };
+        let l = cli_layer(&o, std::path::Path::new("/home/u")).expect("layer");
+        let (fs, home) = (l.filesystem.expect("fs"), l.home.expect("home"));
+        assert_eq!(home.read.unwrap_or_default(), ["ref", "data"]);
+        assert_eq!(fs.read.unwrap_or_default(), ["/sw/apps"]);
+        assert_eq!(home.write.unwrap_or_default(), ["out", "scratch"]);
+        // The home itself is no entry of itself: left for the policy to refuse with its reason.
+        assert_eq!(fs.write.unwrap_or_default(), ["/scratch/u", "/home/u"]);
+    }
 }

@@ -148,7 +148,7 @@ fn load_policy_for(
     profile: Option<&str>,
     project: Option<&std::path::Path>,
 ) -> Result<policy::Policy, Failure> {
-    let cli_layer = cli::cli_layer(opts).map_err(Failure::new)?;
+    let cli_layer = cli::cli_layer(opts, &ctx.facts.home).map_err(Failure::new)?;
     let canon_project = project.map(std::path::Path::to_path_buf);
     timing::mark("basics");
     Ok(policy::load(policy::LoadRequest {

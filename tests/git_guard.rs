@@ -70,6 +70,37 @@ for gitdir in ['vendor/clone/.git', '.git/modules/m', '.git']:
     w('newconfig', EVIL)
     attempt('config-rename ' + gitdir, lambda: os.rename('newconfig', gitdir + '/config'))
     attempt('config-link ' + gitdir, lambda: os.link(gitdir + '/config', 'alias-' + gitdir.replace('/', '-')))
+# A unix socket bound as `refs` passes git's test of `refs` (attack G1): the mark that would
+# complete the repository is refused however it is made; other sockets bind as usual.
+import socket
+os.makedirs('sock/objects')
+w('sock/HEAD', 'ref: refs/heads/main\n')
+w('sock/config', EVIL)
+attempt('bind-refs', lambda: socket.socket(socket.AF_UNIX).bind('sock/refs'))
+attempt('bind-ordinary', lambda: socket.socket(socket.AF_UNIX).bind('ordinary.sock'))
+# Past PATH_MAX the kernel cannot spell a path (attack G2): a nested clone moved that deep
+# must not have its config written, nor linked out, for want of a path to check.
+def too_deep():
+    # A chain just short of PATH_MAX, the clone moved into it (its path still fits), then the
+    # chain moved 250 bytes deeper: the clone's path is now past PATH_MAX.
+    top = os.open('.', os.O_RDONLY)
+    os.mkdir('deep')
+    d = os.open('deep', os.O_RDONLY)
+    for _ in range(19):
+        os.mkdir('d' * 200, dir_fd=d)
+        d = os.open('d' * 200, os.O_RDONLY, dir_fd=d)
+    os.rename('vendor', 'v', src_dir_fd=top, dst_dir_fd=d)
+    os.mkdir('p' * 250)
+    os.rename('deep', 'p' * 250 + '/deep')
+    return top, d
+top, deep = too_deep()
+def deep_write():
+    fd = os.open('v/clone/.git/config', os.O_WRONLY | os.O_APPEND, dir_fd=deep)
+    os.write(fd, EVIL.encode())
+attempt('deep-config', deep_write)
+attempt('deep-link', lambda: os.link('v/clone/.git/config', 'deep-alias', src_dir_fd=deep, dst_dir_fd=top))
+os.rename('p' * 250 + '/deep', 'deep')
+os.rename('v', 'vendor', src_dir_fd=deep, dst_dir_fd=top)
 # Ordinary work in the nested clone goes on: its files, its index, its objects.
 w('vendor/clone/file.txt', 'changed\n')
 r = subprocess.run(['git', '-C', 'vendor/clone', '-c', 'user.name=a', '-c', 'user.email=a@b', 'commit', '-qam',
@@ -97,6 +128,9 @@ fn git_repositories_cannot_be_made_or_reconfigured_inside_the_project() {
     let out = j.run("python3 guard.py");
     let line = |case: &str| out.stdout.lines().find(|l| l.starts_with(&format!("{case} "))).unwrap_or("").to_string();
     for case in [
+        "bind-refs",
+        "deep-config",
+        "deep-link",
         "mkdir-nested",
         "mkdir-nested-case",
         "gitfile",
@@ -106,7 +140,9 @@ fn git_repositories_cannot_be_made_or_reconfigured_inside_the_project() {
         "create-through-symlink",
         "complete-bare",
     ] {
-        assert!(line(case).ends_with("REFUSED"), "{case}: {out}");
+        let l = line(case);
+        // EPERM, or for the paths past PATH_MAX, ENAMETOOLONG: never done.
+        assert!(l.ends_with("REFUSED") || (case.starts_with("deep") && l.ends_with("ERR 36")), "{case}: {out}");
     }
     for case in ["git-init-nested", "git-init-bare", "git-config-nested"] {
         assert!(!line(case).ends_with(" 0") && !line(case).is_empty(), "{case} must fail: {out}");
@@ -117,6 +153,7 @@ fn git_repositories_cannot_be_made_or_reconfigured_inside_the_project() {
             assert!(!l.is_empty() && !l.ends_with("DONE"), "{case} {gitdir}: {out}");
         }
     }
+    assert!(line("bind-ordinary").ends_with("DONE"), "{out}");
     assert!(line("git-commit-nested").starts_with("git-commit-nested 0"), "work in a nested clone goes on: {out}");
     assert!(line("git-in-tmp").ends_with(" 0"), "repositories outside the project are fine: {out}");
     // The refusal is one line the agent can act on, and a record in the audit log.
@@ -142,7 +179,7 @@ fn git_repositories_cannot_be_made_or_reconfigured_inside_the_project() {
     let log = git_outside(&j, &clone, &["log", "--format=%s"]);
     assert!(String::from_utf8_lossy(&log.stdout).contains("work-inside"), "the commit inside landed");
     let _ = std::fs::remove_file("/tmp/asb-guard-pwned");
-    for dir in [&j.project, &clone, &j.project.join("sub"), &j.project.join("bare")] {
+    for dir in [&j.project, &clone, &j.project.join("sub"), &j.project.join("bare"), &j.project.join("sock")] {
         let _ = git_outside(&j, dir, &["status"]);
     }
     assert!(!Path::new("/tmp/asb-guard-pwned").exists(), "the user's git ran the jail's command");
@@ -340,4 +377,143 @@ fn nested_git_true_turns_the_guard_off_and_the_plan_says_which() {
     if let Some(dry) = dry {
         assert!(dry.stdout.contains("git guard on"), "the plan says the guard is on: {dry}");
     }
+}
+
+/// Races (attacks G3, G4): two threads completing one repository at once; and a directory
+/// swapped back and forth while the nested clone's config in it is opened for writing. Each
+/// prints its count of wins for the attacker.
+const RACES_C: &str = r#"
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <linux/fs.h>
+
+static volatile int stop;
+static pthread_barrier_t bar;
+static char dir[64];
+static int made[2];
+
+static void *mark(void *arg) {
+    long which = (long)arg;
+    char p[96];
+    snprintf(p, sizeof p, "%s/%s", dir, which ? "refs" : "objects");
+    pthread_barrier_wait(&bar);
+    made[which] = mkdir(p, 0755) == 0;
+    return 0;
+}
+
+static void *swapper(void *arg) {
+    (void)arg;
+    while (!stop)
+        syscall(SYS_renameat2, AT_FDCWD, "vendor", AT_FDCWD, "decoy", RENAME_EXCHANGE);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    (void)argc;
+    if (argv[1][0] == 'c') {
+        int complete = 0;
+        for (int i = 0; i < 300; i++) {
+            snprintf(dir, sizeof dir, "race/r%d", i);
+            mkdir("race", 0755);
+            mkdir(dir, 0755);
+            char head[96];
+            snprintf(head, sizeof head, "%s/HEAD", dir);
+            close(open(head, O_CREAT | O_WRONLY, 0644));
+            pthread_t t[2];
+            pthread_barrier_init(&bar, 0, 2);
+            for (long k = 0; k < 2; k++) pthread_create(&t[k], 0, mark, (void *)k);
+            for (int k = 0; k < 2; k++) pthread_join(t[k], 0);
+            complete += made[0] && made[1];
+        }
+        printf("complete %d\n", complete);
+        return 0;
+    }
+    struct stat real;
+    if (stat("vendor/clone/.git/config", &real) != 0) return 2;
+    pthread_t t;
+    pthread_create(&t, 0, swapper, 0);
+    long tries = 0, opened = 0;
+    time_t end = time(0) + 3;
+    while (time(0) < end) {
+        int fd = open("vendor/clone/.git/config", O_WRONLY | O_APPEND);
+        tries++;
+        if (fd >= 0) {
+            struct stat st;
+            if (fstat(fd, &st) == 0 && st.st_ino == real.st_ino) opened++;
+            close(fd);
+        }
+    }
+    stop = 1;
+    pthread_join(t, 0);
+    printf("tries %ld opened %ld\n", tries, opened);
+    return 0;
+}
+"#;
+
+#[test]
+fn races_between_calls_cannot_complete_a_repository_or_open_a_config() {
+    let j = jail!("gitguard-races").project_file("races.c", RACES_C).project_file("decoy/clone/.git/config", "decoy\n");
+    let clone = j.project.join("vendor/clone");
+    std::fs::create_dir_all(&clone).expect("mkdir");
+    j.give(&[&j.project.join("vendor"), &clone]);
+    assert!(git_outside(&j, &clone, &["init", "-q"]).status.success());
+    let before = std::fs::read_to_string(clone.join(".git/config")).expect("config");
+    let out = j.run("cc -O1 -pthread -o races races.c && ./races complete && ./races swap");
+    let complete = out.stdout.lines().find(|l| l.starts_with("complete ")).unwrap_or_default().to_string();
+    assert_eq!(complete, "complete 0", "two threads completed a repository: {out}");
+    let swap = out.stdout.lines().find(|l| l.starts_with("tries ")).unwrap_or_default().to_string();
+    assert!(swap.ends_with(" opened 0") && !swap.starts_with("tries 0 "), "{out}");
+    let real = if clone.join(".git/config").exists() { clone } else { j.project.join("decoy/clone") };
+    assert_eq!(std::fs::read_to_string(real.join(".git/config")).unwrap_or_default(), before, "{out}");
+}
+
+#[test]
+fn the_projects_own_repository_cannot_get_a_commondir_even_with_its_marks_moved_away() {
+    // Attack G5: with HEAD moved aside `.git` is no repository, so `commondir` was an ordinary
+    // name; with HEAD back, git followed it to a config the jail wrote.
+    let j = jail!("gitguard-commondir");
+    assert!(git_outside(&j, &j.project, &["init", "-q"]).status.success());
+    let out = j.run(
+        "mv .git/HEAD .git/H; echo ../evil > .git/commondir || echo COMMONDIR-REFUSED; \
+         mv .git/H .git/HEAD || echo HEAD-BACK-REFUSED; echo x > .git/config.worktree || echo WORKTREE-REFUSED",
+    );
+    for want in ["COMMONDIR-REFUSED", "WORKTREE-REFUSED"] {
+        assert!(out.stdout.contains(want), "{want}: {out}");
+    }
+    assert!(!j.project.join(".git/commondir").exists() && !j.project.join(".git/config.worktree").exists());
+}
+
+#[test]
+fn extra_writable_trees_are_guarded_too_their_tops_included() {
+    // Attacks G6 and G7: a gitfile at the top of a `--rw` tree, and a `--rw` tree in the home.
+    let j = jail!("gitguard-rw");
+    let outside = std::path::PathBuf::from(format!("/srv/asb-gitguard-{}", std::process::id()));
+    let in_home = j.rig.home.join("t/gitguard-rw-home");
+    for d in [&outside, &in_home] {
+        let _ = std::fs::remove_dir_all(d);
+        std::fs::create_dir_all(d).expect("mkdir");
+        j.give(&[d]);
+    }
+    assert!(git_outside(&j, &in_home, &["init", "-q"]).status.success());
+    let before = std::fs::read_to_string(in_home.join(".git/config")).expect("config");
+    let j = j.arg("--rw").arg(outside.to_str().expect("utf-8")).arg("--rw").arg(in_home.to_str().expect("utf-8"));
+    let out = j.run(&format!(
+        "echo 'gitdir: /tmp/x' > {o}/.git || echo TOP-GITFILE-REFUSED; \
+         git -C {h} config core.fsmonitor 'touch /tmp/pwned' || echo HOME-CONFIG-REFUSED; echo ok > {o}/plain && echo PLAIN-OK",
+        o = outside.display(),
+        h = in_home.display()
+    ));
+    for want in ["TOP-GITFILE-REFUSED", "HOME-CONFIG-REFUSED", "PLAIN-OK"] {
+        assert!(out.stdout.contains(want), "{want}: {out}");
+    }
+    assert!(!outside.join(".git").exists(), "{out}");
+    assert_eq!(std::fs::read_to_string(in_home.join(".git/config")).expect("config"), before, "{out}");
+    let _ = std::fs::remove_dir_all(&outside);
 }

@@ -774,6 +774,11 @@ session('body-then-blocked', [b'POST /p HTTP/1.1\r\nHost: allowed.test\r\nConten
                               get('blocked.test', True)])
 session('chunked-then-blocked', [b'POST /p HTTP/1.1\r\nHost: allowed.test\r\nTransfer-Encoding: chunked\r\n\r\n'
                                  + b'%x\r\n' % len(fake) + fake + b'\r\n0\r\n\r\n', get('blocked.test', True)])
+# A body on a GET, which the server's GET handler never reads: it would parse it as the next
+# request. And a Host with more than a name in it, which servers read a name out of.
+session('getbody-blocked', [b'GET /hello HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: %d\r\n\r\n' % len(fake)
+                            + fake, get('allowed.test', True)])
+print('host-userinfo', padded('x@blocked.test', 0))
 print('split-allowed', split_hello('allowed.test'))
 print('split-blocked', split_hello('blocked.test'))
 print('headers-blocked', padded('blocked.test', 70))
@@ -824,6 +829,11 @@ fn every_request_of_a_plain_http_connection_is_decided() {
             let l = line(case);
             assert!(l.contains("posted 43 to allowed.test || "), "{mode} {case}: a body is a body: {out}");
             assert!(l.contains(refused) && !l.contains("hello blocked.test"), "{mode} {case}: {out}");
+        }
+        for case in ["getbody-blocked", "host-userinfo"] {
+            let l = line(case);
+            assert!(!l.is_empty() && !l.contains("hello blocked.test"), "{mode} {case}: {out}");
+            assert!(l.contains("refused by the network policy"), "{mode} {case}: {out}");
         }
         let denials = audit_lines(&j);
         let later = denials.iter().filter(|d| d["check"] == "http-host" && d["name"] == "blocked.test").count();

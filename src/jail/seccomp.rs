@@ -454,7 +454,7 @@ pub fn build_program(opts: &SeccompOptions) -> Result<BpfProgram, SeccompError> 
 }
 
 /// The git guard's filter (`jail::guard`), installed in the command on top of the jail's:
-/// every syscall that makes a name or opens a file for writing goes to the guard, which
+/// every syscall that makes a name (`bind` included) or opens a file for writing goes to the guard, which
 /// decides and carries it out itself (see `guard::emulate` for why it cannot just let the
 /// syscall continue). `openat2` fails with ENOSYS: its flags are in memory the filter cannot
 /// read, and callers fall back to `openat`, which it can.
@@ -508,8 +508,10 @@ pub fn build_guard_program() -> Result<BpfProgram, SeccompError> {
 /// The data of the Trace action that marks the guard's matches before they become USER_NOTIF.
 const GUARD_MARK: u32 = 0x4a7d;
 
-/// Syscalls that make a name, trapped whatever their arguments.
+/// Syscalls that make a name, trapped whatever their arguments (`bind` makes one for a unix
+/// socket's path; its address is in memory the filter cannot read).
 const GUARD_ALWAYS: &[libc::c_long] = &[
+    libc::SYS_bind,
     libc::SYS_mkdirat,
     libc::SYS_mknodat,
     libc::SYS_symlinkat,

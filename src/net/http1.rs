@@ -85,7 +85,19 @@ fn parse_at(buf: &[u8], start: usize) -> Head {
         Ok(b) => b,
         Err(what) => return Head::Unreadable(what),
     };
-    let upgrade = req.headers.iter().any(|h| h.name.eq_ignore_ascii_case("upgrade"));
+    // A body on a method without one (RFC 9110 9.3): a server that ignores it reads it as the
+    // next request, one this framer relayed as body, undecided.
+    if body != Body::Length(0) && matches!(req.method, Some("GET" | "HEAD" | "OPTIONS" | "DELETE" | "TRACE")) {
+        return Head::Unreadable("HTTP (a body on a request whose method has none)");
+    }
+    let mut upgrades = req.headers.iter().filter(|h| h.name.eq_ignore_ascii_case("upgrade"));
+    let upgrade = match (upgrades.next(), upgrades.next()) {
+        (None, _) => false,
+        // A WebSocket is the one upgrade followed: after `101` its frames go to the resource
+        // the handshake was decided for. h2c would carry requests for any authority.
+        (Some(u), None) if u.value.trim_ascii().eq_ignore_ascii_case(b"websocket") => true,
+        _ => return Head::Unreadable("HTTP (an upgrade to a protocol other than WebSocket)"),
+    };
     Head::Complete(RequestHead { host, len: start + len, body, upgrade })
 }
 
@@ -95,7 +107,12 @@ fn request_host(req: &httparse::Request) -> Result<Option<String>, &'static str>
     if hosts.next().is_some() {
         return Err("HTTP (two Host headers)");
     }
-    let host = first.and_then(|h| strip_port(h.value)).and_then(clean_name);
+    // A Host that is there but not a plain name (`x@blocked.test`, `blocked.test/`) is not
+    // "no name": servers and frameworks read a name out of it.
+    let host = match first {
+        None => None,
+        Some(h) => Some(strip_port(h.value).and_then(clean_name).ok_or("HTTP (a Host that is not a plain name)")?),
+    };
     // An absolute-form target names the host itself (RFC 9112 3.2.2), and a server takes it
     // over Host: both must agree, or the name shown is not the one served.
     let target = req.path.and_then(authority_of).map(|a| strip_port(a).and_then(clean_name));
@@ -504,6 +521,17 @@ mod tests {
             b"CONNECT blocked.test:443 HTTP/1.1\r\nHost: a.test\r\n\r\n",
             b"GET http://blocked.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: a.test\r\nHost: blocked.test\r\n\r\n",
+            // A body a GET handler ignores would be read as the next request (attack H1).
+            b"GET / HTTP/1.1\r\nHost: a.test\r\nContent-Length: 38\r\n\r\n",
+            b"HEAD / HTTP/1.1\r\nHost: a.test\r\nTransfer-Encoding: chunked\r\n\r\n",
+            // Hosts with more than a name in them (attack H2).
+            b"GET / HTTP/1.1\r\nHost: x@blocked.test\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: blocked.test\\\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: blocked.test/\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: blocked.test,\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: \r\n\r\n",
+            // Upgrades other than WebSocket.
+            b"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: h2c\r\n\r\n",
         ];
         for c in cases {
             let (_, _, stop) = relay(c, |_| true);
@@ -545,7 +573,7 @@ mod tests {
     #[test]
     fn an_upgrade_the_server_refuses_returns_to_deciding_requests() {
         let mut f = Framer::default();
-        let req = b"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: h2c\r\n\r\n";
+        let req = b"GET / HTTP/1.1\r\nHost: a.test\r\nUpgrade: WebSocket\r\n\r\n";
         let Step::Decide(h) = f.step(req) else { panic!() };
         f.accept(&h);
         f.response(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").expect("ok");

@@ -175,7 +175,7 @@ mod tests {
             ),
             (b"GET / HTTP/1.1\r\nHost: [2001:db8::1]:80\r\n\r\n", Peeked::Http { host: Some("2001:db8::1".into()) }),
             (b"GET / HTTP/1.0\r\n\r\n", Peeked::Http { host: None }),
-            (b"GET / HTTP/1.1\r\nHost: bad host\r\n\r\n", Peeked::Http { host: None }),
+            (b"GET / HTTP/1.1\r\nHost: bad host\r\n\r\n", Peeked::Unreadable("HTTP (a Host that is not a plain name)")),
             (b"GET / HTTP/1.1\r\nHost: ex", Peeked::NeedMore),
             (b"GET / HTTP/1.1\r\nHo\x00st: x\r\n\r\n", Peeked::Unreadable("HTTP")),
             (b"\x00\x01\x02", Peeked::Unknown),

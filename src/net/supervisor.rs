@@ -750,7 +750,14 @@ impl Supervisor {
         let Some(flow) = self.flows.get_mut(&id) else { return };
         let d = peek::unreadable(what);
         self.shared.audit.deny("tcp", Some(flow.key.1), None, "peek", &d);
-        self.stack.socket(flow.handle).abort();
+        let sock = self.stack.socket(flow.handle);
+        if what.starts_with("HTTP") {
+            // As for a refused name: plain HTTP carries the reason to whoever asked.
+            let _ = sock.send_slice(&super::forbidden_response(flow.key.1, &d.reason));
+            sock.close();
+        } else {
+            sock.abort();
+        }
         flow.phase = Phase::Dialing; // no host will come: the socket closes and is reaped
     }
 

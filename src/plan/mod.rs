@@ -240,8 +240,18 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     // 3. Home.
     let mut writable_trees = vec![project.clone()];
     home_mounts(&mut b, policy, facts, &home, &mut writable_trees, &mut warnings);
-    // 4. Extra writable paths, then the project.
+    // Home entries made writable by a choice (`--rw ~/x`, a profile's, the user's) are guarded
+    // like `filesystem.write` paths; the built-in ones (`~/.cache`) hold tools' clones, which
+    // run later anyway (docs/security-model.md).
     let mut guard_roots = vec![project.clone()];
+    for e in policy.home_write.iter().filter(|e| e.source != crate::policy::merge::Source::Builtin) {
+        let Some(rel) = home_entry(&e.value) else { continue };
+        let p = home.join(rel);
+        if writable_trees.contains(&p) && fs.kind(&p) == Some(Kind::Dir) {
+            guard_roots.push(p);
+        }
+    }
+    // 4. Extra writable paths, then the project.
     for w in &policy.fs_write {
         let p = check_extra_path("filesystem.write", &w.value, &home, fs)?;
         if hidden.covers(&p) {

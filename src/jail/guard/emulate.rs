@@ -14,7 +14,7 @@
 //! `/proc/self` is not followed (ELOOP).
 
 use super::notify::{open_at, Caller, Notification};
-use super::rules::{Change, Guarded, Look, Refusal};
+use super::rules::{Change, Dir, Guarded, Refusal};
 use std::ffi::{CString, OsStr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -43,6 +43,15 @@ pub enum Done {
     },
 }
 
+/// Held from a check to the call it allows, for every call: the rules look at what other
+/// calls change (a directory becomes a git directory only through another call), so two
+/// calls must not both pass their checks on the state before either acted.
+static GATE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn gate() -> std::sync::MutexGuard<'static, ()> {
+    GATE.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// The short-circuit of every step: an errno or a refusal ends the call.
 type Step<T> = Result<T, Done>;
 
@@ -66,19 +75,52 @@ enum Base {
     Dir(OwnedFd),
 }
 
-/// The host's directories, looked into by path (the guard shares the jail's mounts).
-struct Host;
-
-impl Look for Host {
-    fn has(&self, dir: &Path, name: &str) -> bool {
-        nix::sys::stat::lstat(&dir.join(name)).is_ok()
+/// A directory the guard holds, looked into through its descriptor.
+impl Dir for OwnedFd {
+    fn has(&self, name: &str) -> bool {
+        nix::sys::stat::fstatat(self.as_fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).is_ok()
+    }
+    fn parent(&self) -> Option<Box<dyn Dir>> {
+        let up = openat2(self.as_fd(), b"..", libc::O_PATH | libc::O_DIRECTORY, 0, 0).ok()?;
+        Some(Box::new(up))
     }
 }
 
-fn check(g: &Guarded, dir: &Path, name: &[u8], change: Change) -> Step<()> {
+fn check(g: &Guarded, dir: &OwnedFd, path: &Path, name: &[u8], change: Change) -> Step<()> {
     let n = String::from_utf8_lossy(name);
-    g.check(&Host, dir, &n, change)
-        .map_err(|refusal| Done::Refused { refusal, path: dir.join(OsStr::from_bytes(name)) })
+    g.check(dir, path, &n, change)
+        .map_err(|refusal| Done::Refused { refusal, path: path.join(OsStr::from_bytes(name)) })
+}
+
+/// The directory an object the guard holds is in, and its name there: found by its path,
+/// then held only if that directory's entry of that name is the same file (a rename between
+/// the two would otherwise let another directory answer). None: it has no name (a pipe, a
+/// deleted file: nothing to protect).
+fn located(obj: BorrowedFd) -> Step<Option<Entry>> {
+    let st = nix::sys::stat::fstat(obj).map_err(|e| errno(e as i32))?;
+    let Some(mut p) = path_of(obj)? else {
+        // Only what has no name (a pipe, a socket pair, an anonymous inode) reads as no path.
+        let named = matches!(st.st_mode & libc::S_IFMT, libc::S_IFREG | libc::S_IFDIR | libc::S_IFLNK);
+        return if named { Err(errno(libc::ENAMETOOLONG)) } else { Ok(None) };
+    };
+    if st.st_nlink == 0 {
+        return Ok(None);
+    }
+    for _ in 0..3 {
+        let (Some(dir_path), Some(name)) = (p.parent(), p.file_name()) else { return Ok(None) };
+        let dir = openat2(at_cwd(), dir_path.as_os_str().as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0, 0)?;
+        let there = nix::sys::stat::fstatat(dir.as_fd(), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
+        if there.is_ok_and(|t| (t.st_dev, t.st_ino) == (st.st_dev, st.st_ino)) {
+            return Ok(Some(Entry { dir, dir_path: dir_path.to_path_buf(), name: name.as_bytes().to_vec() }));
+        }
+        // Moved meanwhile: look again where it is now.
+        match path_of(obj)? {
+            Some(again) => p = again,
+            None => return Err(errno(libc::ENAMETOOLONG)),
+        }
+    }
+    // Where it is cannot be told while the jail keeps moving it: refused, not guessed.
+    Err(errno(libc::EAGAIN))
 }
 
 /// `/proc/self/...` and friends, as the caller means them: its own `/proc/<tid>` entry.
@@ -195,9 +237,12 @@ fn on_procfs(dir: BorrowedFd) -> bool {
 
 /// The path of what `fd` refers to, as the guard sees it; None for what has no path (a
 /// pipe, a socket, an anonymous inode).
-fn path_of(fd: BorrowedFd) -> Option<PathBuf> {
-    let p = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
-    p.is_absolute().then_some(p)
+fn path_of(fd: BorrowedFd) -> Step<Option<PathBuf>> {
+    // A path the kernel cannot spell (longer than PATH_MAX) is an error, never "no path":
+    // the rules would have nothing to decide on.
+    let p = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| errno(e.raw_os_error().unwrap_or(libc::ENAMETOOLONG)))?;
+    Ok(p.is_absolute().then_some(p))
 }
 
 /// The directory an entry is in, and its name there.
@@ -213,7 +258,7 @@ fn entry(c: &Caller, base: &Base, path: &[u8]) -> Step<Entry> {
     }
     let (dir_part, name) = split(path);
     let dir = open_path(c, base, dir_part, libc::O_DIRECTORY)?;
-    let dir_path = path_of(dir.as_fd()).ok_or(errno(libc::ENOENT))?;
+    let dir_path = path_of(dir.as_fd())?.ok_or(errno(libc::ENOENT))?;
     Ok(Entry { dir, dir_path, name: name.to_vec() })
 }
 
@@ -230,7 +275,7 @@ impl Entry {
         if self.is_dot() {
             return Ok(());
         }
-        check(g, &self.dir_path, &self.name, change)
+        check(g, &self.dir, &self.dir_path, &self.name, change)
     }
 }
 
@@ -260,6 +305,7 @@ pub fn carry_out(c: &Caller, n: &Notification, g: &Guarded) -> Done {
         nr if nr == libc::SYS_mknodat => mknod(c, g, Base::Caller(int(0)), a[1], a[2] as u32, a[3]),
         nr if nr == libc::SYS_symlinkat => symlink(c, g, a[0], Base::Caller(int(1)), a[2]),
         nr if nr == libc::SYS_linkat => link(c, g, (Base::Caller(int(0)), a[1]), (Base::Caller(int(2)), a[3]), int(4)),
+        nr if nr == libc::SYS_bind => bind(c, g, int(0), a[1], a[2] as u32),
         nr if nr == libc::SYS_renameat => rename(c, g, (Base::Caller(int(0)), a[1]), (Base::Caller(int(2)), a[3]), 0),
         nr if nr == libc::SYS_renameat2 => {
             rename(c, g, (Base::Caller(int(0)), a[1]), (Base::Caller(int(2)), a[3]), a[4] as u32)
@@ -338,10 +384,14 @@ fn create(
             if err != libc::ENOENT {
                 return Err(errno(err));
             }
-            e.check(g, Change::Create)?;
             take_umask(c)?;
             let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
-            match openat2(e.dir.as_fd(), &e.name, flags, mode, resolve) {
+            let made = {
+                let _gate = gate();
+                e.check(g, Change::Create)?;
+                openat2(e.dir.as_fd(), &e.name, flags, mode, resolve)
+            };
+            match made {
                 Ok(fd) => return Ok(Done::Fd { fd, cloexec }),
                 // A symlink or a file appeared since: look again.
                 Err(Done::Errno(libc::ELOOP)) if flags & libc::O_EXCL == 0 => continue,
@@ -390,12 +440,12 @@ fn reopen(c: &Caller, g: &Guarded, obj: OwnedFd, flags: libc::c_int, cloexec: bo
         let fd = openat2(at_cwd(), tty.as_bytes(), flags & !libc::O_NOFOLLOW, 0, 0)?;
         return Ok(Done::Fd { fd, cloexec });
     }
-    if let Some(p) = path_of(obj.as_fd()) {
-        if let (Some(dir), Some(name)) = (p.parent(), p.file_name()) {
-            check(g, dir, name.as_bytes(), Change::Write)?;
-        }
+    let _gate = gate();
+    if let Some(e) = located(obj.as_fd())? {
+        e.check(g, Change::Write)?;
     }
     if kind == libc::S_IFIFO {
+        // Opening a FIFO changes no file, and it waits for the other end: outside the gate.
         return Ok(Done::Fifo { obj, flags, cloexec });
     }
     let fd = reopen_now(&obj, flags)?;
@@ -419,9 +469,10 @@ pub fn finish_fifo(obj: OwnedFd, flags: libc::c_int) -> Result<OwnedFd, i32> {
 fn mkdir(c: &Caller, g: &Guarded, base: Base, path: u64, mode: u32) -> Step<Done> {
     let path = c.read_string(path).map_err(errno)?;
     let e = entry(c, &base, &path)?;
-    e.check(g, Change::Create)?;
     take_umask(c)?;
     let name = e.name_c()?;
+    let _gate = gate();
+    e.check(g, Change::Create)?;
     // SAFETY: `name` lives for the call.
     Ok(done_value(unsafe { libc::mkdirat(e.dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) }))
 }
@@ -429,9 +480,10 @@ fn mkdir(c: &Caller, g: &Guarded, base: Base, path: u64, mode: u32) -> Step<Done
 fn mknod(c: &Caller, g: &Guarded, base: Base, path: u64, mode: u32, dev: u64) -> Step<Done> {
     let path = c.read_string(path).map_err(errno)?;
     let e = entry(c, &base, &path)?;
-    e.check(g, Change::Create)?;
     take_umask(c)?;
     let name = e.name_c()?;
+    let _gate = gate();
+    e.check(g, Change::Create)?;
     // SAFETY: `name` lives for the call.
     Ok(done_value(unsafe { libc::mknodat(e.dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t, dev as libc::dev_t) }))
 }
@@ -440,8 +492,9 @@ fn symlink(c: &Caller, g: &Guarded, target: u64, base: Base, path: u64) -> Step<
     let target = cstr(&c.read_string(target).map_err(errno)?)?;
     let path = c.read_string(path).map_err(errno)?;
     let e = entry(c, &base, &path)?;
-    e.check(g, Change::Create)?;
     let name = e.name_c()?;
+    let _gate = gate();
+    e.check(g, Change::Create)?;
     // SAFETY: both strings live for the call.
     Ok(done_value(unsafe { libc::symlinkat(target.as_ptr(), e.dir.as_raw_fd(), name.as_ptr()) }))
 }
@@ -454,14 +507,13 @@ fn link(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: libc
     }
     let follow = if flags & libc::AT_SYMLINK_FOLLOW != 0 { 0 } else { libc::O_NOFOLLOW };
     let obj = open_path(c, &old.0, &old_path, follow)?;
-    // A second name for a file the rules keep read-only would be a way to write it.
-    if let Some(p) = path_of(obj.as_fd()) {
-        if let (Some(dir), Some(name)) = (p.parent(), p.file_name()) {
-            check(g, dir, name.as_bytes(), Change::Write)?;
-        }
-    }
     let new_path = c.read_string(new.1).map_err(errno)?;
     let e = entry(c, &new.0, &new_path)?;
+    let _gate = gate();
+    // A second name for a file the rules keep read-only would be a way to write it.
+    if let Some(old) = located(obj.as_fd())? {
+        old.check(g, Change::Write)?;
+    }
     e.check(g, Change::Create)?;
     let own = cstr(format!("/proc/self/fd/{}", obj.as_raw_fd()).as_bytes())?;
     let name = e.name_c()?;
@@ -471,11 +523,59 @@ fn link(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: libc
     }))
 }
 
+/// `bind`: a unix socket bound to a path makes a name (git takes a socket for `objects` or
+/// `refs`, whose mode passes its test). Bound here on a duplicate of the caller's socket, from
+/// inside the directory checked; other addresses make no name and are bound as they are.
+fn bind(c: &Caller, g: &Guarded, sockfd: i32, addr: u64, len: u32) -> Step<Done> {
+    let len = len as usize;
+    if len > std::mem::size_of::<libc::sockaddr_storage>() {
+        return Err(errno(libc::EINVAL));
+    }
+    let raw = c.read_bytes(addr, len).map_err(errno)?;
+    let sock = c.fd(sockfd).map_err(|e| errno(if e == libc::EBADF { libc::EBADF } else { e }))?;
+    let unix = raw.get(..2).is_some_and(|f| u16::from_ne_bytes([f[0], f[1]]) == libc::AF_UNIX as u16);
+    let path = raw.get(2..).filter(|p| unix && p.first().is_some_and(|b| *b != 0));
+    let Some(path) = path else {
+        // SAFETY: `raw` holds `len` bytes of a socket address for the call.
+        let rc = unsafe { libc::bind(sock.as_raw_fd(), raw.as_ptr().cast(), len as libc::socklen_t) };
+        return Ok(done_value(rc));
+    };
+    let path = &path[..path.iter().position(|b| *b == 0).unwrap_or(path.len())];
+    let e = entry(c, &Base::Caller(libc::AT_FDCWD), path)?;
+    // SAFETY: sockaddr_un is plain data.
+    let mut un: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if e.name.len() >= un.sun_path.len() {
+        return Err(errno(libc::ENAMETOOLONG));
+    }
+    un.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, b) in un.sun_path.iter_mut().zip(&e.name) {
+        *d = *b as libc::c_char;
+    }
+    let un_len = std::mem::offset_of!(libc::sockaddr_un, sun_path) + e.name.len() + 1;
+    take_umask(c)?;
+    let _gate = gate();
+    e.check(g, Change::Create)?;
+    // bind takes a path, not a directory descriptor: the name, from inside that directory
+    // (this thread's own working directory: its `fs` is unshared).
+    // SAFETY: fchdir on a descriptor we hold.
+    if unsafe { libc::fchdir(e.dir.as_raw_fd()) } != 0 {
+        return Err(errno(last_errno()));
+    }
+    // SAFETY: `un` is a valid sockaddr_un of `un_len` bytes.
+    let rc =
+        unsafe { libc::bind(sock.as_raw_fd(), (&un as *const libc::sockaddr_un).cast(), un_len as libc::socklen_t) };
+    let done = done_value(rc);
+    // SAFETY: a constant path.
+    unsafe { libc::chdir(c"/".as_ptr()) };
+    Ok(done)
+}
+
 fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u32) -> Step<Done> {
     let old_path = c.read_string(old.1).map_err(errno)?;
     let new_path = c.read_string(new.1).map_err(errno)?;
     let from = entry(c, &old.0, &old_path)?;
     let to = entry(c, &new.0, &new_path)?;
+    let _gate = gate();
     to.check(g, Change::Create)?;
     if flags & libc::RENAME_EXCHANGE != 0 {
         from.check(g, Change::Create)?;

@@ -18,6 +18,9 @@ use std::sync::Arc;
 const WORKERS: usize = 4;
 /// Refusal lines written to callers' stderr per second, at most (a loop cannot flood it).
 const LINES_PER_SECOND: u64 = 10;
+/// Threads waiting on a FIFO's other end, or on a full stderr pipe, at most: each is one of
+/// the user's processes (RLIMIT_NPROC counts them), and the jail could start any number.
+const WAITING_THREADS: usize = 64;
 
 /// A refusal, for the launcher's audit log: `check` (see `Refusal::check`), the path.
 pub type Report = dyn Fn(&str, &str) + Send + Sync;
@@ -32,6 +35,8 @@ struct Shared {
     /// Threads serving, and how many of them wait for a call.
     threads: AtomicUsize,
     idle: AtomicUsize,
+    /// Threads opening a FIFO or writing a refusal line (see `WAITING_THREADS`).
+    waiting: Arc<AtomicUsize>,
 }
 
 /// Serves the guard's listener on threads of the calling process (the jail's PID 1, after it
@@ -46,6 +51,7 @@ pub fn serve(listener: OwnedFd, guarded: rules::Guarded, report: Box<Report>) {
         lines: AtomicU64::new(0),
         threads: AtomicUsize::new(0),
         idle: AtomicUsize::new(0),
+        waiting: Arc::new(AtomicUsize::new(0)),
     });
     spawn_worker(&shared);
 }
@@ -99,20 +105,28 @@ fn worker(shared: &Arc<Shared>) {
             emulate::Done::Refused { refusal, path } => {
                 let shown = path.display().to_string();
                 (shared.report)(refusal.check(), &shown);
-                tell(&caller, &shown, refusal.reason(), &shared.lines);
+                tell(&caller, &shown, refusal.reason(), shared);
                 notify::answer(listener, n.id, Err(libc::EPERM));
             }
             emulate::Done::Fifo { obj, flags, cloexec } => {
                 // Blocks until the FIFO's other end opens: on a thread of its own.
+                let Some(slot) = Waiting::take(&shared.waiting) else {
+                    notify::answer(listener, n.id, Err(libc::EAGAIN));
+                    continue;
+                };
                 let s = shared.clone();
                 let id = n.id;
-                let _ = std::thread::Builder::new().name("guard-fifo".into()).spawn(move || {
+                let spawned = std::thread::Builder::new().name("guard-fifo".into()).spawn(move || {
+                    let _slot = slot;
                     let listener = s.listener.as_fd();
                     match emulate::finish_fifo(obj, flags) {
                         Ok(fd) => send_fd(listener, id, fd, cloexec),
                         Err(e) => notify::answer(listener, id, Err(e)),
                     }
                 });
+                if spawned.is_err() {
+                    notify::answer(listener, n.id, Err(libc::EAGAIN));
+                }
             }
         }
     }
@@ -125,22 +139,43 @@ fn send_fd(listener: BorrowedFd, id: u64, fd: OwnedFd, cloexec: bool) {
     }
 }
 
+/// A place among `WAITING_THREADS`, given back when dropped.
+struct Waiting(Arc<AtomicUsize>);
+
+impl Waiting {
+    fn take(count: &Arc<AtomicUsize>) -> Option<Waiting> {
+        if count.fetch_add(1, Ordering::SeqCst) >= WAITING_THREADS {
+            count.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(Waiting(count.clone()))
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// One line on the caller's stderr: what was refused and why, for the agent to act on.
-fn tell(caller: &notify::Caller, path: &str, reason: &str, lines: &AtomicU64) {
+fn tell(caller: &notify::Caller, path: &str, reason: &str, shared: &Shared) {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
     // The high bits count seconds, the low ones lines within the second.
-    let prev = lines.load(Ordering::Relaxed);
+    let prev = shared.lines.load(Ordering::Relaxed);
     let count = if prev >> 8 == now { prev & 0xff } else { 0 };
     if count >= LINES_PER_SECOND {
         return;
     }
-    lines.store((now << 8) | (count + 1), Ordering::Relaxed);
+    shared.lines.store((now << 8) | (count + 1), Ordering::Relaxed);
     // The caller's own stderr (a duplicate of its descriptor, not a reopen of the file, which
     // a pipe made by another user would refuse), written on a thread of its own: a full pipe
     // nobody reads must not stall the guard.
-    let Ok(err) = caller.stderr() else { return };
+    let Ok(err) = caller.fd(2) else { return };
+    let Some(slot) = Waiting::take(&shared.waiting) else { return };
     let line = format!("agent-sandbox: {path}: {reason}\n");
     let _ = std::thread::Builder::new().name("guard-tell".into()).spawn(move || {
+        let _slot = slot;
         // SAFETY: writes from a live buffer to a descriptor this thread owns.
         let _ = unsafe { libc::write(err.as_raw_fd(), line.as_ptr().cast(), line.len()) };
     });

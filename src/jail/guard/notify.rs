@@ -158,13 +158,7 @@ impl Caller {
         if addr == 0 {
             return Err(libc::EFAULT);
         }
-        let mem = match self.mem.get() {
-            Some(m) => m,
-            None => {
-                let m = File::from(open_at(self.dir(), "mem", libc::O_RDONLY)?);
-                self.mem.get_or_init(|| m)
-            }
-        };
+        let mem = self.mem()?;
         let mut out = Vec::with_capacity(256);
         let mut at = addr;
         while out.len() < MAX {
@@ -212,9 +206,9 @@ impl Caller {
         }
     }
 
-    /// A duplicate of the caller's stderr (`pidfd_getfd`: the guard runs in the jail's PID 1,
-    /// the ancestor of every caller, as Yama's ptrace scope asks).
-    pub fn stderr(&self) -> Result<OwnedFd, i32> {
+    /// A duplicate of the caller's descriptor `fd` (`pidfd_getfd`: the guard runs in the
+    /// jail's PID 1, the ancestor of every caller, as Yama's ptrace scope asks).
+    pub fn fd(&self, fd: i32) -> Result<OwnedFd, i32> {
         let status = std::fs::read_to_string(self.proc_path("status")).map_err(|e| errno(&e))?;
         let tgid: libc::pid_t = status
             .lines()
@@ -229,12 +223,34 @@ impl Caller {
         // SAFETY: a new descriptor nothing else owns.
         let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
         // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), 2, 0) };
-        if fd < 0 {
+        let dup = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+        if dup < 0 {
             return Err(errno(&io::Error::last_os_error()));
         }
         // SAFETY: a new descriptor (close-on-exec, as pidfd_getfd makes them) nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+        Ok(unsafe { OwnedFd::from_raw_fd(dup as i32) })
+    }
+
+    /// `len` bytes of the caller's memory at `addr` (a socket address).
+    pub fn read_bytes(&self, addr: u64, len: usize) -> Result<Vec<u8>, i32> {
+        let mem = self.mem()?;
+        let mut buf = vec![0u8; len];
+        match mem.read_at(&mut buf, addr) {
+            Ok(n) if n == len => Ok(buf),
+            Ok(_) => Err(libc::EFAULT),
+            Err(e) if e.raw_os_error() == Some(libc::EIO) => Err(libc::EFAULT),
+            Err(e) => Err(errno(&e)),
+        }
+    }
+
+    fn mem(&self) -> Result<&File, i32> {
+        match self.mem.get() {
+            Some(m) => Ok(m),
+            None => {
+                let m = File::from(open_at(self.dir(), "mem", libc::O_RDONLY)?);
+                Ok(self.mem.get_or_init(|| m))
+            }
+        }
     }
 
     /// `/proc/<tid>/<what>` through the directory opened for this caller (never a later
