@@ -221,6 +221,7 @@ fn launch_logged(
         cwd: ctx.cwd.clone(),
         session: log.session.clone(),
         chaperon_socket: chaperon.as_ref().map(|c| c.socket.clone()),
+        chaperon_channel: false,
         extra_files: vec![],
         env: None,
     };
@@ -360,6 +361,7 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
         cwd: spec.cwd.clone(),
         session: spec.session.clone(),
         chaperon_socket: Some(chaperon.socket.clone()),
+        chaperon_channel: false,
         extra_files,
         env: Some(env),
     };
@@ -407,7 +409,7 @@ fn run_with_chaperon(
             c.spawn(&session);
         }
     };
-    let lazy = chaperon.map(|c| jail::relay::Lazy { fd: c.fd(), start: &mut start });
+    let lazy = chaperon.map(|c| jail::relay::Lazy { fd: c.fd(), start: &mut start, inherit: None });
     jail::run(plan, banner, lock, net, lazy)
 }
 

@@ -167,6 +167,22 @@ pub fn apply(rules: &LandlockRules) -> Result<LandlockStatus, LandlockError> {
     Ok(LandlockStatus { abi: abi_num, fs: true, tcp, scopes, weaker: weaker(rules, abi_num) })
 }
 
+/// Puts the calling thread into a further, nested domain that only scopes signals and
+/// abstract unix sockets (ABI 6+). A process left in the outer domain (the Landlock
+/// backend's sweeper) can then signal everything below it, while nothing below can signal
+/// it back.
+pub fn scope_nested() -> Result<(), LandlockError> {
+    let created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .scope(Scope::Signal | Scope::AbstractUnixSocket)?
+        .create()?;
+    let status = created.restrict_self()?;
+    if status.ruleset != RulesetStatus::FullyEnforced {
+        return Err(LandlockError::NotEnforced(status.ruleset));
+    }
+    Ok(())
+}
+
 /// Opens `path` with `O_PATH`; `None` if it (or a parent component) does not exist.
 fn open_path(path: &Path) -> Result<Option<(File, bool)>, LandlockError> {
     let err = |source| LandlockError::Path { path: path.to_path_buf(), source };
