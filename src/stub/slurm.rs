@@ -1,7 +1,9 @@
 //! The Slurm stubs: inside the jail, `sbatch`, `squeue`, `scancel`, ... are this binary. The
 //! stub hands its stdin/stdout/stderr and its request to the session's chaperon (outside the
-//! jail) over `/run/agent-sandbox/chaperon.sock` and exits with the status the chaperon
-//! reports; a refusal is one line on stderr, worded as Slurm words its errors.
+//! jail) over `/run/agent-sandbox/chaperon.sock` (userns backend) or over a socket pair of its
+//! own whose other end it sends down the channel the command inherited (Landlock backend),
+//! and exits with the status the chaperon reports; a refusal is one line on stderr, worded as
+//! Slurm words its errors.
 
 use chaperon::wire::{self, Request, Response};
 use std::collections::BTreeMap;
@@ -95,9 +97,7 @@ fn script_file(name: &str, argv: &[String]) -> Result<Option<String>, String> {
 fn request(name: &str) -> Result<Response, String> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let script = script_file(name, &argv)?;
-    let mut conn = UnixStream::connect(SOCKET).map_err(|e| {
-        format!("cannot reach agent-sandbox's Slurm chaperon at {SOCKET} ({e}); Slurm is not available in this session")
-    })?;
+    let mut conn = connect()?;
     let fds = [0, 1, 2];
     let iov = [std::io::IoSlice::new(b"F")];
     let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
@@ -118,4 +118,48 @@ fn request(name: &str) -> Result<Response, String> {
             .to_string(),
         other => format!("bad answer from the chaperon: {other}"),
     })
+}
+
+/// The connection to the session's chaperon. Under Landlock, `AGENT_SANDBOX_SLURM_FD` names the
+/// descriptor of the channel this process inherited: a descriptor number, never a path, so a
+/// changed value can only point the stub at a socket its caller already holds (and the stub
+/// sends only on a unix seqpacket socket). The stub makes a stream socket pair for this call
+/// and sends one end down the channel; the chaperon serves it as a connection.
+fn connect() -> Result<UnixStream, String> {
+    use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
+    let Some(var) = std::env::var_os(crate::plan::SLURM_FD_VAR) else {
+        return UnixStream::connect(SOCKET).map_err(|e| {
+            format!(
+                "cannot reach agent-sandbox's Slurm chaperon at {SOCKET} ({e}); Slurm is not available in this session"
+            )
+        });
+    };
+    let fd = var.to_str().and_then(|v| v.parse::<i32>().ok()).filter(|fd| *fd > 2).ok_or_else(|| {
+        format!("{} is {var:?}, not agent-sandbox's Slurm channel descriptor", crate::plan::SLURM_FD_VAR)
+    })?;
+    if sock_opt(fd, libc::SO_TYPE) != Some(libc::SOCK_SEQPACKET) || sock_opt(fd, libc::SO_DOMAIN) != Some(libc::AF_UNIX)
+    {
+        return Err(format!(
+            "agent-sandbox's Slurm channel (descriptor {fd}) is not open in this process: a parent closed it \
+             (Python's subprocess does unless given pass_fds=[{fd}]; daemons close every descriptor)"
+        ));
+    }
+    let (mine, theirs) = socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
+        .map_err(|e| format!("cannot make a socket pair for the chaperon: {e}"))?;
+    let passed = [theirs.as_raw_fd()];
+    let cmsg = [ControlMessage::ScmRights(&passed)];
+    sendmsg::<()>(fd, &[std::io::IoSlice::new(b"C")], &cmsg, MsgFlags::MSG_NOSIGNAL, None).map_err(|e| {
+        format!("cannot reach agent-sandbox's Slurm chaperon over descriptor {fd} ({e}); the session has ended")
+    })?;
+    Ok(UnixStream::from(mine))
+}
+
+/// An integer socket option of a raw descriptor number; None if it is no open socket.
+fn sock_opt(fd: i32, name: libc::c_int) -> Option<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v`, an int it owns; a number that
+    // is no open socket only makes it fail.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, name, (&mut v as *mut libc::c_int).cast(), &mut len) };
+    (r == 0).then_some(v)
 }
