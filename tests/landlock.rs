@@ -111,6 +111,18 @@ fn landlock_dry_run_says_the_shared_temp_trees_are_denied_and_tmpdir_is_the_sess
 }
 
 #[test]
+fn landlock_files_move_between_directories_of_the_project() {
+    // rename(2) into another directory, as git, submitit and editors do (mv would fall back
+    // to a copy and hide an EXDEV).
+    let j = jail!("ll-rename");
+    let out = j.run(
+        "mkdir -p a/b && touch a/f && python3 -c \"import os; os.rename('a/f', 'a/b/f'); os.link('a/b/f', 'g'); print('moved')\"",
+    );
+    assert!(out.stdout.contains("moved"), "{out}");
+    assert!(j.project.join("a/b/f").exists() && j.project.join("g").exists(), "{out}");
+}
+
+#[test]
 fn landlock_command_not_found_is_127() {
     let j = jail!("ll-127");
     let out = j.output(&mut j.command(&["-q", "run", "--", "no-such-command-xyz"]));

@@ -170,12 +170,19 @@ pub fn apply(rules: &LandlockRules) -> Result<LandlockStatus, LandlockError> {
 /// Puts the calling thread into a further, nested domain that only scopes signals and
 /// abstract unix sockets (ABI 6+). A process left in the outer domain (the Landlock
 /// backend's sweeper) can then signal everything below it, while nothing below can signal
-/// it back.
+/// it back. Every layer denies moving a file to another directory unless one of its rules
+/// grants `Refer` there (EXDEV: submitit's and git's renames), so this one grants it beneath
+/// `/` and leaves the decision to the outer layer.
 pub fn scope_nested() -> Result<(), LandlockError> {
-    let created = Ruleset::default()
+    let mut created = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::Refer)?
         .scope(Scope::Signal | Scope::AbstractUnixSocket)?
         .create()?;
+    let Some((root, _)) = open_path(Path::new("/"))? else {
+        return Err(LandlockError::Path { path: "/".into(), source: io::Error::from_raw_os_error(libc::ENOENT) });
+    };
+    (&mut created).add_rule(PathBeneath::new(root, AccessFs::Refer))?;
     let status = created.restrict_self()?;
     if status.ruleset != RulesetStatus::FullyEnforced {
         return Err(LandlockError::NotEnforced(status.ruleset));
