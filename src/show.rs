@@ -124,8 +124,10 @@ fn landlock(s: &mut String, ll: &crate::plan::LandlockPlan) {
     if let Some(fd) = ll.slurm_fd {
         let _ = writeln!(
             s,
-            "  slurm: the command inherits the chaperon's channel at descriptor {fd} ({})",
-            crate::plan::SLURM_FD_VAR
+            "  slurm: the command inherits the chaperon's channel at descriptor {fd} ({}); a keeper process holds it \
+             too, for stubs whose parent closed it ({}: its pid)",
+            crate::plan::SLURM_FD_VAR,
+            crate::plan::SLURM_KEEPER_VAR
         );
     }
     let _ = writeln!(

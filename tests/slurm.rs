@@ -791,3 +791,25 @@ except ConnectionResetError:
     assert!(stdout.contains("stream-garbage closed"), "the connection is closed, nothing run: {all}");
     assert!(stdout.contains("squeue=0") && stdout.contains("submitted"), "the chaperon keeps serving: {all}");
 }
+
+#[test]
+fn landlock_a_python_subprocess_that_closed_the_channel_still_reaches_slurm() {
+    // Python's subprocess closes every inherited descriptor (close_fds): the stub borrows the
+    // session keeper's copy of the channel instead.
+    let Some(j) = landlock_slurm_jail("ll-slurm-python") else { return };
+    let out = j.run(
+        "python3 -c \"
+import subprocess
+run = lambda *a: subprocess.run(list(a), capture_output=True, text=True)
+print('fd', run('sh', '-c', 'test -e /proc/self/fd/$AGENT_SANDBOX_SLURM_FD && echo open || echo closed').stdout.strip())
+r = run('sbatch', '--parsable', '--hold', '--wrap', 'true')
+print('sbatch', r.returncode, r.stderr.strip())
+jid = r.stdout.strip()
+print('visible', jid in run('squeue', '-h', '-o', '%i').stdout.split())
+print('scancel', run('scancel', jid).returncode)
+\"",
+    );
+    for want in ["fd closed", "sbatch 0", "visible True", "scancel 0"] {
+        assert!(out.stdout.contains(want), "{want}: {out}");
+    }
+}

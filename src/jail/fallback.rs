@@ -231,6 +231,77 @@ fn fork_sweeper(ends: SweeperEnds) -> Result<(), JailError> {
     }
 }
 
+/// In the command's child, with the channel at `fd`: forks the keeper (twice, as the
+/// sweeper) and returns its pid.
+fn fork_keeper(fd: RawFd) -> Result<i32, JailError> {
+    use nix::unistd::{fork, ForkResult};
+    let fail = |e: nix::Error| JailError::Build(format!("cannot start the Slurm channel's keeper: {e}"));
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(fail)?;
+    // SAFETY: this process is single-threaded (forked from the launcher); both children only
+    // make system calls and _exit.
+    match unsafe { fork() }.map_err(fail)? {
+        ForkResult::Child => {
+            // SAFETY: as above.
+            match unsafe { fork() } {
+                Ok(ForkResult::Child) => {
+                    drop((r, w));
+                    keeper(fd)
+                }
+                Ok(ForkResult::Parent { child }) => {
+                    let _ = nix::unistd::write(&w, &child.as_raw().to_le_bytes());
+                }
+                Err(_) => {}
+            }
+            // SAFETY: the middle process ends at once; the keeper goes to the subreaper.
+            unsafe { libc::_exit(0) }
+        }
+        ForkResult::Parent { child } => {
+            drop(w);
+            let mut pid = [0u8; 4];
+            let got = nix::unistd::read(&r, &mut pid);
+            let _ = nix::sys::wait::waitpid(child, None);
+            match got {
+                Ok(4) => Ok(i32::from_le_bytes(pid)),
+                _ => Err(JailError::Build("the Slurm channel's keeper did not start".into())),
+            }
+        }
+    }
+}
+
+/// Holds the session's end of the chaperon's channel at `fd` for stubs whose parent closed
+/// theirs: they take a copy with `pidfd_getfd`, which needs ptrace rights over this process
+/// (Landlock grants them within the domain; Yama's `ptrace_scope = 1` is lifted for it by
+/// `PR_SET_PTRACER_ANY`: it holds nothing the session does not). Ends when the launcher's side
+/// of the channel is gone; the sweeper (or the launcher's walk) ends it with the session.
+fn keeper(fd: RawFd) -> ! {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    // A session of its own: the terminal's Ctrl-C to the command's group does not reach it.
+    let _ = nix::unistd::setsid();
+    // SAFETY: prctl with integer arguments; it only marks this process.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    let fd32 = fd as u32;
+    // SAFETY: close_range only closes this process's own descriptors.
+    unsafe {
+        if fd32 > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, fd32 - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, fd32 + 1, u32::MAX, 0u32);
+    }
+    // SAFETY: the channel stays open for the life of this process.
+    let ch = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    loop {
+        // No events asked: only the hang-up (or an error) wakes it, not the chaperon's answers
+        // to garbage, which stay queued for whoever reads the channel.
+        let mut p = [PollFd::new(ch, PollFlags::empty())];
+        match poll(&mut p, PollTimeout::NONE) {
+            Err(nix::Error::EINTR) => continue,
+            _ => break,
+        }
+    }
+    // SAFETY: ends the keeper.
+    unsafe { libc::_exit(0) }
+}
+
 /// Lives in the session's Landlock domain until the command has ended (`go` closes: the
 /// launcher says so, or died), then ends every process of the session: `kill(-1)`, which with
 /// signal scoping reaches the processes of this domain and the domains nested in it and no
@@ -563,6 +634,13 @@ fn exec_command(
             ));
         }
     }
+    let mut env = plan.env.clone();
+    if let Some(fd) = ll.slurm_fd {
+        match fork_keeper(fd) {
+            Ok(pid) => env.push((crate::plan::SLURM_KEEPER_VAR.to_string(), pid.to_string())),
+            Err(e) => return e,
+        }
+    }
     if nix::unistd::chdir(&plan.cwd).is_err() {
         return JailError::Build(format!("cannot enter {}", plan.cwd.display()));
     }
@@ -570,10 +648,10 @@ fn exec_command(
     let _ =
         unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
     let name = &plan.command[0];
-    let Some(path) = super::find_in_path(name, &plan.env) else { return JailError::CommandNotFound(name.clone()) };
+    let Some(path) = super::find_in_path(name, &env) else { return JailError::CommandNotFound(name.clone()) };
     let cstr = |s: &str| std::ffi::CString::new(s.as_bytes()).unwrap_or_default();
     let argv: Vec<_> = plan.command.iter().map(|a| cstr(a)).collect();
-    let envp: Vec<_> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
+    let envp: Vec<_> = env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
     let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
     let e = nix::unistd::execve(&p, &argv, &envp).err();
     JailError::Build(format!("cannot run {name}: {}", e.map_or_else(|| "unknown error".into(), |e| e.to_string())))

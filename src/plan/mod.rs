@@ -78,7 +78,10 @@ pub struct LandlockPlan {
     /// How what the command leaves running is ended when it exits.
     pub sweep: Sweep,
     /// The descriptor at which the command inherits its end of the chaperon's channel
-    /// (named in `AGENT_SANDBOX_SLURM_FD`); None without a chaperon.
+    /// (named in `AGENT_SANDBOX_SLURM_FD`); None without a chaperon. A keeper process of the
+    /// session holds the same descriptor too, open to `pidfd_getfd` from the session: the
+    /// executor puts its pid in `AGENT_SANDBOX_SLURM_KEEPER`, so that a stub whose parent
+    /// closed the descriptor (Python's subprocess does) still finds the channel.
     pub slurm_fd: Option<i32>,
 }
 
@@ -122,6 +125,8 @@ pub enum Sweep {
 pub const SLURM_FD: i32 = 1000;
 /// Where a stub finds that descriptor's number.
 pub const SLURM_FD_VAR: &str = "AGENT_SANDBOX_SLURM_FD";
+/// Where a stub finds the pid of the process that keeps the channel for it.
+pub const SLURM_KEEPER_VAR: &str = "AGENT_SANDBOX_SLURM_KEEPER";
 
 /// A path the launcher creates empty before the session so that a protected name cannot be
 /// created writable inside; removed afterwards if it is still empty.

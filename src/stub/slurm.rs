@@ -137,13 +137,8 @@ fn connect() -> Result<UnixStream, String> {
     let fd = var.to_str().and_then(|v| v.parse::<i32>().ok()).filter(|fd| *fd > 2).ok_or_else(|| {
         format!("{} is {var:?}, not agent-sandbox's Slurm channel descriptor", crate::plan::SLURM_FD_VAR)
     })?;
-    if sock_opt(fd, libc::SO_TYPE) != Some(libc::SOCK_SEQPACKET) || sock_opt(fd, libc::SO_DOMAIN) != Some(libc::AF_UNIX)
-    {
-        return Err(format!(
-            "agent-sandbox's Slurm channel (descriptor {fd}) is not open in this process: a parent closed it \
-             (Python's subprocess does unless given pass_fds=[{fd}]; daemons close every descriptor)"
-        ));
-    }
+    let taken = if is_channel(fd) { None } else { Some(from_keeper(fd)?) };
+    let fd = taken.as_ref().map_or(fd, |t| t.as_raw_fd());
     let (mine, theirs) = socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
         .map_err(|e| format!("cannot make a socket pair for the chaperon: {e}"))?;
     let passed = [theirs.as_raw_fd()];
@@ -152,6 +147,47 @@ fn connect() -> Result<UnixStream, String> {
         format!("cannot reach agent-sandbox's Slurm chaperon over descriptor {fd} ({e}); the session has ended")
     })?;
     Ok(UnixStream::from(mine))
+}
+
+/// Whether `fd` is open here as a unix seqpacket socket (what the channel is).
+fn is_channel(fd: i32) -> bool {
+    sock_opt(fd, libc::SO_TYPE) == Some(libc::SOCK_SEQPACKET) && sock_opt(fd, libc::SO_DOMAIN) == Some(libc::AF_UNIX)
+}
+
+/// A parent closed the inherited channel (Python's subprocess does, daemons do): a copy of
+/// the keeper's, with `pidfd_getfd` (it works only on a process this one may trace).
+fn from_keeper(fd: i32) -> Result<std::os::fd::OwnedFd, String> {
+    use std::os::fd::FromRawFd;
+    let closed = |why: String| {
+        format!(
+            "agent-sandbox's Slurm channel (descriptor {fd}) is not open in this process (a parent closed it) \
+             and the session's keeper cannot lend it ({why}); keep the descriptor open, e.g. Python's pass_fds=[{fd}]"
+        )
+    };
+    let pid = std::env::var(crate::plan::SLURM_KEEPER_VAR)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+        .filter(|p| *p > 1)
+        .ok_or_else(|| closed(format!("{} is not set", crate::plan::SLURM_KEEPER_VAR)))?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        return Err(closed(format!("pid {pid}: {}", std::io::Error::last_os_error())));
+    }
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(pidfd as i32) };
+    // SAFETY: pidfd_getfd copies descriptor `fd` of the process behind `pidfd` into this one
+    // (close-on-exec) or returns -1; it reads no memory of ours.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if copy < 0 {
+        return Err(closed(format!("pid {pid}: {}", std::io::Error::last_os_error())));
+    }
+    // SAFETY: as above, a descriptor the kernel just installed for us.
+    let copy = unsafe { std::os::fd::OwnedFd::from_raw_fd(copy as i32) };
+    if !is_channel(copy.as_raw_fd()) {
+        return Err(closed(format!("descriptor {fd} of pid {pid} is no unix seqpacket socket")));
+    }
+    Ok(copy)
 }
 
 /// An integer socket option of a raw descriptor number; None if it is no open socket.
