@@ -19,7 +19,7 @@ pub fn banner(plan: &Plan) -> String {
     let hidden: Vec<String> =
         plan.hidden.iter().filter(|h| h.starts_with(&plan.home)).take(4).map(|h| tilde(h, &plan.home)).collect();
     let weaker = if plan.backend == crate::plan::BackendKind::Landlock {
-        " (weaker than userns: hidden paths give EACCES, no private /proc, host processes visible; see `agent-sandbox doctor`)"
+        " (weaker than userns: hidden paths give EACCES, no private /proc, host processes visible, Slurm and mail stubs by name only; see `agent-sandbox doctor`)"
     } else {
         ""
     };

@@ -396,3 +396,34 @@ fn landlock_a_reforking_process_does_not_outlive_the_session() {
     );
     assert!(host_alive, "a process of the same user outside the jail was killed");
 }
+
+#[test]
+fn landlock_a_sigkilled_launchers_daemons_die_too() {
+    use std::io::BufRead;
+    let j = jail!("ll-killed");
+    let marker = format!("ASB_KILLED_MARK={}", std::process::id());
+    let mut c = j.command(&[
+        "-q",
+        "run",
+        "--",
+        "sh",
+        "-c",
+        &format!("export {marker}; setsid sleep 3003 </dev/null >/dev/null 2>&1 & echo started; sleep 30"),
+    ]);
+    let mut child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().expect("spawn");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "started");
+    assert!(!marked_processes(&marker).is_empty(), "the daemon runs");
+    let _ = child.kill();
+    let _ = child.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while !marked_processes(&marker).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let left = marked_processes(&marker);
+    for p in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::Signal::SIGKILL);
+    }
+    assert!(left.is_empty(), "processes {left:?} outlived their SIGKILLed launcher by 3 s");
+}
