@@ -414,6 +414,10 @@ fn landlock_a_sigkilled_launchers_daemons_die_too() {
     let mut line = String::new();
     std::io::BufReader::new(child.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("read");
     assert_eq!(line.trim(), "started");
+    let up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while marked_processes(&marker).is_empty() && std::time::Instant::now() < up {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(!marked_processes(&marker).is_empty(), "the daemon runs");
     let _ = child.kill();
     let _ = child.wait();

@@ -328,3 +328,59 @@ pub fn scope_of(req: &Request) -> Result<Scope, String> {
 pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, String> {
     Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, SockFlag, SockType};
+
+    fn channel() -> (OwnedFd, OwnedFd) {
+        socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).expect("socketpair")
+    }
+
+    fn send(to: &OwnedFd, data: &[u8], fds: &[RawFd]) {
+        let cmsg = [ControlMessage::ScmRights(fds)];
+        let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+        sendmsg::<()>(to.as_raw_fd(), &[std::io::IoSlice::new(data)], cmsgs, MsgFlags::empty(), None).expect("send");
+    }
+
+    fn refused(r: Received) -> String {
+        match r {
+            Received::Refused(why) => why,
+            Received::Conn(_) => panic!("accepted"),
+            Received::End => panic!("ended"),
+        }
+    }
+
+    #[test]
+    fn the_channel_takes_one_stream_socket_of_the_session_and_refuses_the_rest() {
+        let (door, jail) = channel();
+        let me = std::process::id() as i32;
+        let uid = nix::unistd::getuid().as_raw();
+        // A stub's pair: made by a process of the session (here: the root itself).
+        let (mine, theirs) = UnixStream::pair().expect("pair");
+        send(&jail, b"C", &[theirs.as_raw_fd()]);
+        assert!(matches!(receive(door.as_raw_fd(), uid, me), Received::Conn(_)));
+        drop(mine);
+        send(&jail, b"GET /", &[]);
+        assert!(refused(receive(door.as_raw_fd(), uid, me)).contains("0 descriptors"));
+        send(&jail, b"", &[]);
+        assert_eq!(refused(receive(door.as_raw_fd(), uid, me)), "an empty message");
+        let (r, w) = nix::unistd::pipe().expect("pipe");
+        send(&jail, b"C", &[w.as_raw_fd()]);
+        assert!(refused(receive(door.as_raw_fd(), uid, me)).contains("no connected unix stream socket"));
+        send(&jail, b"C", &[jail.as_raw_fd()]);
+        assert!(refused(receive(door.as_raw_fd(), uid, me)).contains("no connected unix stream socket"));
+        send(&jail, b"C", &[r.as_raw_fd(), w.as_raw_fd()]);
+        assert!(refused(receive(door.as_raw_fd(), uid, me)).contains("2 descriptors"));
+        // Peer credentials of a socket pair are its creator's (this test process): refused
+        // for a session of another user, or whose launcher is not among its ancestors.
+        let (a, b) = UnixStream::pair().expect("pair");
+        send(&jail, b"C", &[a.as_raw_fd()]);
+        assert!(refused(receive(door.as_raw_fd(), uid + 1, me)).contains("no process of this session"));
+        send(&jail, b"C", &[b.as_raw_fd()]);
+        assert!(refused(receive(door.as_raw_fd(), uid, i32::MAX)).contains("no process of this session"));
+        drop(jail);
+        assert!(matches!(receive(door.as_raw_fd(), uid, me), Received::End), "the session's end of the channel closed");
+    }
+}
