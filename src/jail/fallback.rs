@@ -101,8 +101,8 @@ pub fn run(plan: &Plan, banner: &dyn Fn(), lazy: Option<Lazy<'_>>) -> Result<Out
         Err(e) => return fail(format!("cannot fork the command: {e}")),
     };
     drop(err_w);
-    // Only the command holds the jail's end of the channel now: the chaperon sees the end of
-    // the session when the last process of it has gone.
+    // Only the session's processes (the command, the keeper) hold the jail's end of the
+    // channel now: the chaperon sees it close when the last of them has gone.
     drop(inherit);
     let sweeper = sweeper.map(|((go_r, go_w), (done_r, done_w))| {
         drop((go_r, done_w));
