@@ -29,6 +29,11 @@ fn check(name: &'static str, status: Status, detail: impl Into<String>, fix: Opt
     Check { name, status, detail: detail.into(), fix: fix.map(str::to_string) }
 }
 
+/// How the Landlock backend ends a session without signal scoping.
+const WALK: &str = "at exit the launcher walks /proc for what the command left (a process that re-forks faster than the walk outlives the session)";
+/// What the Landlock backend can stub.
+const BY_NAME: &str = "Slurm and mail stubs by name only (first on PATH; an absolute /usr/bin/sbatch is the real one, which fails without munge)";
+
 fn read(p: &str) -> Option<String> {
     std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
 }
@@ -77,9 +82,9 @@ fn checks() -> Vec<Check> {
     let abi = host::landlock_abi();
     v.push(match abi {
         0 => check("landlock", Status::Warn, "Landlock is not available: no fallback backend if user namespaces are off", Some("boot with lsm=...,landlock (Linux 5.13+)")),
-        a if a < 4 => check("landlock", Status::Warn, format!("Landlock ABI {a}: fallback backend works without the TCP port floor (needs ABI 4)"), None),
-        a if a < 6 => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs + TCP rules, no signal/abstract-socket scoping (ABI 6)"), None),
-        a => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs rules, TCP port floor, signal and abstract-socket scoping; weaker than namespaces: a private TMPDIR but no private /proc (host processes visible), no /dev/shm, hidden paths give EACCES not ENOENT, protected paths are writable, no UDP filtering, host unix sockets refused (process.unix_sockets)"), None),
+        a if a < 4 => check("landlock", Status::Warn, format!("Landlock ABI {a}: fallback backend works without the TCP port floor (needs ABI 4); {WALK}"), None),
+        a if a < 6 => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs + TCP rules, no signal/abstract-socket scoping (ABI 6); {WALK}"), None),
+        a => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs rules, TCP port floor, signal and abstract-socket scoping; at exit a sweeper in the session's Landlock domain ends every process of it (kill(-1) under signal scoping); weaker than namespaces: a private TMPDIR but no private /proc (host processes visible), no /dev/shm, hidden paths give EACCES not ENOENT, protected paths are writable, no UDP filtering, host unix sockets refused (process.unix_sockets), {BY_NAME}"), None),
     });
     v.push(if host::kernel_at_least(5, 14) {
         check(
@@ -155,7 +160,9 @@ fn checks() -> Vec<Check> {
             Status::Info,
             format!(
                 "sbatch at {}; slurm.conf {}; inside a jail Slurm goes through the session's chaperon \
-                 (jobs re-enter the jail on nodes: `{}` must exist there too)",
+                 (jobs re-enter the jail on nodes: `{}` must exist there too); under the Landlock backend \
+                 the stubs are first on PATH over a descriptor the command inherits, and an absolute \
+                 /usr/bin/sbatch is the real one, which fails without munge",
                 p.display(),
                 if Path::new("/etc/slurm/slurm.conf").exists() { "present" } else { "not in /etc/slurm" },
                 std::env::current_exe().map(|e| e.display().to_string()).unwrap_or_default()

@@ -167,6 +167,10 @@ pub struct HostFacts {
     pub resolv_conf: String,
     /// Why this user cannot open /dev/net/tun (None: it can).
     pub tun_unusable: Option<String>,
+    /// The launcher's own pid (names per-launcher directories a later start can tell dead).
+    pub pid: u32,
+    /// `$XDG_RUNTIME_DIR` when it is a private directory of this user (0700, owned), else None.
+    pub runtime_dir: Option<PathBuf>,
 }
 
 /// Every address of every interface of the host (a floor: the jail must not reach the
@@ -254,6 +258,8 @@ impl HostFacts {
             guard_kernel: kernel_at_least(5, 14),
             mountpoints: mountpoints(),
             mailers: vec![],
+            pid: std::process::id(),
+            runtime_dir: private_runtime_dir(uid.as_raw()),
         })
     }
 
@@ -275,6 +281,15 @@ impl HostFacts {
             .unwrap_or_else(|| self.home.join(".local/state"))
             .join("agent-sandbox")
     }
+}
+
+/// `$XDG_RUNTIME_DIR` if it is an absolute path to a directory of `uid` that nobody else can
+/// enter (a per-session temp directory under it stays private).
+fn private_runtime_dir(uid: u32) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let dir = PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?);
+    let m = std::fs::symlink_metadata(&dir).ok()?;
+    (dir.is_absolute() && m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0).then_some(dir)
 }
 
 /// Whether the running kernel is at least `major.minor`.

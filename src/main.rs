@@ -206,12 +206,13 @@ fn launch_logged(
         What::Shell => vec![ctx.facts.shell.display().to_string()],
     };
     // The chaperon's socket exists before the plan binds it into the jail; the chaperon
-    // itself is forked while the jail builds.
-    let chaperon = if opts.dry_run || backend_is_landlock(&pol, &ctx.facts) {
+    // itself is started when the first Slurm command knocks.
+    let landlock = backend_is_landlock(&pol, &ctx.facts);
+    let chaperon = if opts.dry_run {
         None
     } else {
         Some(
-            agent_sandbox::slurm::bind(&ctx.facts.state_dir(), &log.session)
+            chaperon_door(landlock, &ctx.facts.state_dir(), &log.session)
                 .map_err(|e| Failure::new(format!("cannot create the session's Slurm socket: {e}")))?,
         )
     };
@@ -220,7 +221,8 @@ fn launch_logged(
         project: ctx.project.clone(),
         cwd: ctx.cwd.clone(),
         session: log.session.clone(),
-        chaperon_socket: chaperon.as_ref().map(|c| c.socket.clone()),
+        chaperon_socket: chaperon.as_ref().and_then(|c| c.socket.clone()),
+        chaperon_channel: landlock,
         extra_files: vec![],
         env: None,
     };
@@ -282,13 +284,13 @@ fn launch_logged(
     let net = net_config(&plan, log)?;
     let session = agent_sandbox::slurm::Session::new(&ctx.facts, &log.session, &plan.project, String::new());
     let mut lock = lock;
-    if let Some(c) = &chaperon {
-        lock.remove_after_exit(c.socket.clone());
+    if let Some(socket) = chaperon.as_ref().and_then(|c| c.socket.clone()) {
+        lock.remove_after_exit(socket);
     }
     let slurm = chaperon.as_ref().map(|c| (c, session, &pol));
     let outcome = run_with_chaperon(&plan, &banner, lock, net, slurm, log);
-    if let Some(c) = &chaperon {
-        let _ = std::fs::remove_file(&c.socket);
+    if let Some(socket) = chaperon.as_ref().and_then(|c| c.socket.as_ref()) {
+        let _ = std::fs::remove_file(socket);
     }
     let outcome = outcome?;
     let mut end = log.record("session_end");
@@ -353,14 +355,16 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
     let project = plan::check_project_basics(&facts, &host::RealFs::default(), &spec.project)?;
     let lock = jail::placeholders::ProjectLock::acquire(&facts.state_dir(), &project)
         .map_err(|e| Failure::new(e.to_string()))?;
-    let chaperon = agent_sandbox::slurm::bind(&facts.state_dir(), &log.session)
+    let landlock = backend_is_landlock(&pol, &facts);
+    let chaperon = chaperon_door(landlock, &facts.state_dir(), &log.session)
         .map_err(|e| Failure::new(format!("cannot create the job's Slurm socket: {e}")))?;
     let req = plan::RunRequest {
         command,
         project: spec.project.clone(),
         cwd: spec.cwd.clone(),
         session: spec.session.clone(),
-        chaperon_socket: Some(chaperon.socket.clone()),
+        chaperon_socket: chaperon.socket.clone(),
+        chaperon_channel: landlock,
         extra_files,
         env: Some(env),
     };
@@ -374,9 +378,13 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
     log.write(&start);
     let session = agent_sandbox::slurm::Session::new(&facts, &spec.session, &plan.project, spec.policy.clone());
     let mut lock = lock;
-    lock.remove_after_exit(chaperon.socket.clone());
+    if let Some(socket) = chaperon.socket.clone() {
+        lock.remove_after_exit(socket);
+    }
     let outcome = run_with_chaperon(&plan, &|| {}, lock, net, Some((&chaperon, session, &pol)), &log);
-    let _ = std::fs::remove_file(&chaperon.socket);
+    if let Some(socket) = &chaperon.socket {
+        let _ = std::fs::remove_file(socket);
+    }
     let outcome = outcome?;
     let mut end = log.record("job_end");
     end.job = start.job;
@@ -399,7 +407,7 @@ fn run_with_chaperon(
     slurm: Option<(&agent_sandbox::slurm::Chaperon, agent_sandbox::slurm::Session, &policy::Policy)>,
     log: &audit::AuditLog,
 ) -> Result<jail::Outcome, jail::JailError> {
-    let fd = slurm.as_ref().map(|(c, _, _)| c.fd());
+    let door = slurm.as_ref().map(|(c, _, _)| (c.fd(), c.take_jail_end()));
     let mut slurm = slurm;
     let mut start = || {
         if let Some((c, session, pol)) = slurm.as_mut() {
@@ -410,12 +418,26 @@ fn run_with_chaperon(
             c.spawn(session);
         }
     };
-    let lazy = fd.map(|fd| jail::relay::Lazy { fd, start: &mut start });
+    let lazy = door.map(|(fd, inherit)| jail::relay::Lazy { fd, start: &mut start, inherit });
     jail::run(plan, banner, lock, net, lazy, log)
 }
 
+/// The session's door to its chaperon: a socket the plan binds into the userns jail, or a
+/// channel the Landlock backend's command inherits.
+fn chaperon_door(
+    landlock: bool,
+    state_dir: &std::path::Path,
+    session: &str,
+) -> std::io::Result<agent_sandbox::slurm::Chaperon> {
+    if landlock {
+        agent_sandbox::slurm::channel()
+    } else {
+        agent_sandbox::slurm::bind(state_dir, session)
+    }
+}
+
 /// Will the plan pick the Landlock backend? (It has no mount namespace to bind the
-/// chaperon's socket into.)
+/// chaperon's socket into: its command inherits a channel instead.)
 fn backend_is_landlock(pol: &policy::Policy, facts: &host::HostFacts) -> bool {
     match pol.backend.value {
         policy::Backend::Landlock => true,

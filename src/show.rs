@@ -19,7 +19,7 @@ pub fn banner(plan: &Plan) -> String {
     let hidden: Vec<String> =
         plan.hidden.iter().filter(|h| h.starts_with(&plan.home)).take(4).map(|h| tilde(h, &plan.home)).collect();
     let weaker = if plan.backend == crate::plan::BackendKind::Landlock {
-        " (weaker than userns: hidden paths give EACCES, no private /proc, host processes visible; see `agent-sandbox doctor`)"
+        " (weaker than userns: hidden paths give EACCES, no private /proc, host processes visible, Slurm and mail stubs by name only; see `agent-sandbox doctor`)"
     } else {
         ""
     };
@@ -71,6 +71,89 @@ pub fn plan(p: &Plan) -> String {
             let _ = writeln!(s, "  git guard off (filesystem.nested_git, or the Landlock backend)");
         }
     }
+    match &p.landlock {
+        Some(ll) => landlock(&mut s, ll),
+        None => mounts(&mut s, p),
+    }
+    if !p.placeholders.is_empty() {
+        let _ = writeln!(s, "  protected placeholders (created empty for the session, removed after if still empty):");
+        for ph in &p.placeholders {
+            let _ = writeln!(s, "    {}{}", ph.path.display(), if ph.dir { "/" } else { "" });
+        }
+    }
+    let _ = writeln!(
+        s,
+        "  hidden ({}): {}",
+        if p.landlock.is_some() { "in no rule: EACCES inside" } else { "do not exist inside" },
+        p.hidden.iter().map(|h| tilde(h, &p.home)).collect::<Vec<_>>().join(" ")
+    );
+    let names: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
+    let _ = writeln!(s, "  environment: {} variables: {}", names.len(), names.join(" "));
+    if !p.env_removed.is_empty() {
+        let _ = writeln!(s, "  environment scrubbed: {}", p.env_removed.join(" "));
+    }
+    for w in &p.warnings {
+        let _ = writeln!(s, "  warning: {w}");
+    }
+    s
+}
+
+/// The Landlock backend mounts nothing: its plan is path rules, the session directory that
+/// stands in for the userns jail's private trees, and how the session ends.
+fn landlock(s: &mut String, ll: &crate::plan::LandlockPlan) {
+    use crate::plan::Sweep;
+    let paths = |v: &[std::path::PathBuf]| v.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" ");
+    let _ = writeln!(s, "  landlock rules (no mounts: the mount list becomes path rules; everything else EACCES):");
+    let _ = writeln!(s, "    read-only:  {}", paths(&ll.read_only));
+    let _ = writeln!(s, "    read-write: {}", paths(&ll.read_write));
+    if !ll.denied_shared.is_empty() {
+        let _ = writeln!(s, "    denied:     {} (the host's shared temp trees)", paths(&ll.denied_shared));
+    }
+    let _ = writeln!(
+        s,
+        "    tcp:        {}",
+        if ll.deny_all_tcp {
+            "connect and bind denied".to_string()
+        } else {
+            format!("connect denied to the port floor {:?}", ll.deny_tcp_connect)
+        }
+    );
+    let d = &ll.session;
+    let _ = writeln!(s, "  session directory {} (0700, removed at exit):", d.path.display());
+    let _ = writeln!(s, "    {} read-write, empty: TMPDIR, TMP, TEMP", d.tmp.display());
+    let _ = writeln!(
+        s,
+        "    {} read-only, first on PATH: {} stubs -> {} (an absolute /usr/bin/sbatch is the real one: no munge, it fails)",
+        d.bin.display(),
+        d.stubs.len(),
+        d.exe.display()
+    );
+    for (f, _) in &d.files {
+        let _ = writeln!(s, "    {} read-only file", f.display());
+    }
+    if let Some(fd) = ll.slurm_fd {
+        let _ = writeln!(
+            s,
+            "  slurm: the command inherits the chaperon's channel at descriptor {fd} ({}); a keeper process holds it \
+             too, for stubs whose parent closed it ({}: its pid)",
+            crate::plan::SLURM_FD_VAR,
+            crate::plan::SLURM_KEEPER_VAR
+        );
+    }
+    let _ = writeln!(
+        s,
+        "  at exit: {}",
+        match ll.sweep {
+            Sweep::ScopedKill => {
+                "a sweeper left in the session's Landlock domain kills every process of the session (kill(-1) under signal scoping)"
+            }
+            Sweep::ProcWalk =>
+                "the launcher walks /proc for its descendants (no signal scoping: a fast re-forking process can escape)",
+        }
+    );
+}
+
+fn mounts(s: &mut String, p: &Plan) {
     let _ = writeln!(s, "  mounts, in order:");
     for m in &p.mounts {
         let line = match m {
@@ -117,36 +200,6 @@ pub fn plan(p: &Plan) -> String {
         };
         let _ = writeln!(s, "    {line}");
     }
-    if !p.placeholders.is_empty() {
-        let _ = writeln!(s, "  protected placeholders (created empty for the session, removed after if still empty):");
-        for ph in &p.placeholders {
-            let _ = writeln!(s, "    {}{}", ph.path.display(), if ph.dir { "/" } else { "" });
-        }
-    }
-    let _ = writeln!(
-        s,
-        "  hidden (do not exist inside): {}",
-        p.hidden.iter().map(|h| tilde(h, &p.home)).collect::<Vec<_>>().join(" ")
-    );
-    let names: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
-    let _ = writeln!(s, "  environment: {} variables: {}", names.len(), names.join(" "));
-    if !p.env_removed.is_empty() {
-        let _ = writeln!(s, "  environment scrubbed: {}", p.env_removed.join(" "));
-    }
-    if let Some(ll) = &p.landlock {
-        let _ = writeln!(
-            s,
-            "  landlock: {} read-only rules, {} read-write rules, TCP port floor {:?}{}",
-            ll.read_only.len(),
-            ll.read_write.len(),
-            ll.deny_tcp_connect,
-            if ll.deny_all_tcp { ", all TCP denied" } else { "" }
-        );
-    }
-    for w in &p.warnings {
-        let _ = writeln!(s, "  warning: {w}");
-    }
-    s
 }
 
 fn shell_words_join(v: &[String]) -> String {

@@ -1,16 +1,22 @@
-//! The launcher's side of Slurm: the session's chaperon socket (bound before the jail is
-//! cloned, so the plan can bind it inside) and the chaperon process (this binary re-executed
-//! as `agent-sandbox chaperon`, started when the first Slurm command connects).
+//! The launcher's side of Slurm: the session's door to the chaperon and the chaperon process
+//! (this binary re-executed as `agent-sandbox chaperon`, started when the first Slurm command
+//! knocks). The door is a socket bound before the jail is cloned, so the plan can bind it
+//! inside (userns backend), or a socket pair whose other end the command inherits (Landlock
+//! backend: nothing can be bound into that jail, and it may not create unix sockets).
 
 use crate::audit::AuditLog;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
-/// The session's chaperon socket, bound and listening; nothing serves it until `spawn`.
+/// The session's door to its chaperon; nothing serves it until `spawn`.
 pub struct Chaperon {
-    pub socket: PathBuf,
-    listener: UnixListener,
+    /// The bound socket's path (userns backend).
+    pub socket: Option<PathBuf>,
+    /// What the chaperon serves: the listening socket, or the launcher's end of the channel.
+    door: OwnedFd,
+    /// The jail's end of the channel (Landlock backend), until the command inherits it.
+    jail_end: std::cell::Cell<Option<OwnedFd>>,
 }
 
 /// Binds `<state>/sessions/<session>.sock` (0600 in a 0700 directory). A stale socket of a
@@ -24,7 +30,17 @@ pub fn bind(state_dir: &Path, session: &str) -> std::io::Result<Chaperon> {
     let listener = UnixListener::bind(&socket)?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
-    Ok(Chaperon { socket, listener })
+    Ok(Chaperon { socket: Some(socket), door: listener.into(), jail_end: None.into() })
+}
+
+/// A seqpacket socket pair: the command inherits one end, and each Slurm stub sends the
+/// chaperon one end of a fresh stream pair of its own over it (one message, one descriptor),
+/// then talks the wire protocol over the other. Only what the jail already holds is reachable
+/// that way: no path, no new socket.
+pub fn channel() -> std::io::Result<Chaperon> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    let (door, jail) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?;
+    Ok(Chaperon { socket: None, door, jail_end: Some(jail).into() })
 }
 
 /// What the chaperon process needs from the launcher, handed over in the environment of
@@ -41,6 +57,9 @@ pub struct Session {
     pub policy_json: String,
     /// The launcher's pid: the chaperon ends if its parent is not (or no longer) this one.
     pub launcher: i32,
+    /// What stdin is: the Landlock backend's channel (true) or a listening socket.
+    #[serde(default)]
+    pub channel: bool,
 }
 
 pub const CONFIG_VAR: &str = "AGENT_SANDBOX_CHAPERON";
@@ -58,27 +77,34 @@ impl Session {
             exe: facts.exe.clone(),
             policy_json,
             launcher: std::process::id() as i32,
+            channel: false,
         }
     }
 }
 
 impl Chaperon {
+    /// The descriptor whose first readiness starts the chaperon.
     pub fn fd(&self) -> std::os::fd::RawFd {
-        self.listener.as_raw_fd()
+        self.door.as_raw_fd()
     }
 
-    /// Starts the chaperon: this binary again (`agent-sandbox chaperon`), the listening
-    /// socket as its stdin. Called when the first Slurm command connects: sessions that
-    /// never use Slurm never pay for it. Works with the supervisor's threads running (spawn
-    /// is exec, not a bare fork).
+    /// The jail's end of the channel, for the command to inherit (once).
+    pub fn take_jail_end(&self) -> Option<OwnedFd> {
+        self.jail_end.take()
+    }
+
+    /// Starts the chaperon: this binary again (`agent-sandbox chaperon`), the door as its
+    /// stdin. Called when the first Slurm command knocks: sessions that never use Slurm never
+    /// pay for it. Works with the supervisor's threads running (spawn is exec, not a bare fork).
     pub fn spawn(&self, s: &Session) {
         let started = (|| -> std::io::Result<()> {
-            let listener = std::os::fd::OwnedFd::from(self.listener.try_clone()?);
-            let cfg = serde_json::to_string(s).map_err(std::io::Error::other)?;
+            let door = self.door.try_clone()?;
+            let mut cfg = serde_json::to_value(s).map_err(std::io::Error::other)?;
+            cfg["channel"] = serde_json::Value::Bool(self.socket.is_none());
             std::process::Command::new(&s.exe)
                 .arg("chaperon")
-                .env(CONFIG_VAR, cfg)
-                .stdin(std::process::Stdio::from(listener))
+                .env(CONFIG_VAR, cfg.to_string())
+                .stdin(std::process::Stdio::from(door))
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .spawn()?;
@@ -90,7 +116,8 @@ impl Chaperon {
     }
 }
 
-/// `agent-sandbox chaperon`: serves the socket on stdin until the launcher dies.
+/// `agent-sandbox chaperon`: serves the door on stdin until the launcher dies (or, for the
+/// Landlock backend's channel, until no process of the session holds the other end).
 pub fn chaperon_main() -> i32 {
     let Some(s) = std::env::var(CONFIG_VAR).ok().and_then(|c| serde_json::from_str::<Session>(&c).ok()) else {
         eprintln!("agent-sandbox chaperon: started without its configuration (internal command)");
@@ -110,8 +137,9 @@ pub fn chaperon_main() -> i32 {
         // SAFETY: restoring the default disposition installs no handler.
         let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) };
     }
-    // SAFETY: fd 0 is the listening socket the launcher passed as stdin; nothing else owns it.
-    let listener = UnixListener::from(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(0) });
+    // SAFETY: fd 0 is the door the launcher passed as stdin; nothing else owns it.
+    let door = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(0) };
+    let (channel, launcher) = (s.channel, s.launcher);
     let log = AuditLog::for_session(&s.state_dir, &s.session);
     let cfg = chaperon::server::Config {
         uid: s.uid,
@@ -126,7 +154,12 @@ pub fn chaperon_main() -> i32 {
         audit: Box::new(move |a| write_audit(&log, a)),
         cluster: std::sync::OnceLock::new(),
     };
-    chaperon::server::serve(listener, std::sync::Arc::new(cfg));
+    let cfg = std::sync::Arc::new(cfg);
+    if channel {
+        chaperon::server::serve_channel(door, cfg, launcher);
+    } else {
+        chaperon::server::serve(UnixListener::from(door), cfg);
+    }
     0
 }
 

@@ -89,6 +89,40 @@ fn landlock_exit_codes_and_banner() {
 }
 
 #[test]
+fn landlock_dry_run_says_the_shared_temp_trees_are_denied_and_tmpdir_is_the_sessions() {
+    let j = jail!("ll-dry");
+    let out = j.output(&mut j.command(&["--dry-run", "run", "--", "true"]));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("denied:     /tmp /var/tmp /dev/shm"), "{out}");
+    assert!(
+        !out.stdout.contains("tmpfs    /tmp") && !out.stdout.contains("mounts, in order"),
+        "nothing is mounted: {out}"
+    );
+    let line = out.stdout.lines().find(|l| l.contains("TMPDIR, TMP, TEMP")).unwrap_or_else(|| panic!("{out}"));
+    assert!(line.contains("/agent-sandbox/landlock/") && line.contains("read-write"), "{out}");
+    let json = j.output(&mut j.command(&["--dry-run", "--json", "run", "--", "true"]));
+    let plan: serde_json::Value = serde_json::from_str(&json.stdout).unwrap_or_else(|e| panic!("{e}: {json}"));
+    let ll = &plan["landlock"];
+    let rw: Vec<&str> = ll["read_write"].as_array().expect("read_write").iter().filter_map(|v| v.as_str()).collect();
+    assert!(!rw.iter().any(|p| ["/tmp", "/var/tmp", "/dev/shm"].contains(p)), "{rw:?}");
+    assert!(rw.contains(&ll["session"]["tmp"].as_str().unwrap_or("?")), "{json}");
+    let tmpdir = plan["env"].as_array().and_then(|e| e.iter().find(|kv| kv[0] == "TMPDIR")).map(|kv| kv[1].clone());
+    assert_eq!(tmpdir.as_ref(), Some(&ll["session"]["tmp"]), "{json}");
+}
+
+#[test]
+fn landlock_files_move_between_directories_of_the_project() {
+    // rename(2) into another directory, as git, submitit and editors do (mv would fall back
+    // to a copy and hide an EXDEV).
+    let j = jail!("ll-rename");
+    let out = j.run(
+        "mkdir -p a/b && touch a/f && python3 -c \"import os; os.rename('a/f', 'a/b/f'); os.link('a/b/f', 'g'); print('moved')\"",
+    );
+    assert!(out.stdout.contains("moved"), "{out}");
+    assert!(j.project.join("a/b/f").exists() && j.project.join("g").exists(), "{out}");
+}
+
+#[test]
 fn landlock_command_not_found_is_127() {
     let j = jail!("ll-127");
     let out = j.output(&mut j.command(&["-q", "run", "--", "no-such-command-xyz"]));
@@ -273,4 +307,127 @@ for kind, name in [(socket.SOCK_DGRAM, 'dgram'), (socket.SOCK_STREAM, 'stream')]
     ));
     assert!(out.stdout.contains("tfo 1\n"), "MSG_FASTOPEN refused (EPERM): {out}");
     assert!(out.stdout.contains("dgram pair 1\n") && out.stdout.contains("stream pair ok"), "{out}");
+}
+
+/// Live processes (zombies left out: their environment is gone) whose environment holds `marker`.
+fn marked_processes(marker: &str) -> Vec<i32> {
+    let needle = marker.as_bytes();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.windows(needle.len()).any(|w| w == needle))
+        })
+        .collect()
+}
+
+/// Kills what a failed run left behind: the process groups of every `comm` process of
+/// `uid` (a group at once, which no fork escapes), until `beat` has stopped growing.
+fn kill_groups_of(comm: &str, uid: u32, beat: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let size = || std::fs::metadata(beat).map_or(0, |m| m.len());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (mut last, mut quiet_since) = (size(), std::time::Instant::now());
+    while std::time::Instant::now() < deadline && quiet_since.elapsed() < std::time::Duration::from_millis(500) {
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            if e.metadata().map_or(true, |m| m.uid() != uid) {
+                continue;
+            }
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let Some((head, rest)) = stat.rsplit_once(')') else { continue };
+            let mut f = rest.split_whitespace();
+            // Zombies too: they keep their group, and they stay long enough to be found.
+            let pgrp = f.nth(2).and_then(|g| g.parse::<i32>().ok());
+            if head.ends_with(&format!("({comm}")) {
+                if let Some(g) = pgrp.filter(|g| *g > 1) {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(-g), nix::sys::signal::Signal::SIGKILL);
+                }
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let now = size();
+        if now != last {
+            (last, quiet_since) = (now, std::time::Instant::now());
+        }
+    }
+}
+
+#[test]
+fn landlock_a_reforking_process_does_not_outlive_the_session() {
+    // Each process of the chains forks and exits at once: the pid a walk of /proc found is
+    // gone before the walk's kill reaches it, and its child lives on. Every process appends
+    // a byte to `beat` first, so a live chain shows as a growing file.
+    let marker = format!("ASB_REFORK_MARK={}", std::process::id());
+    let (key, value) = marker.split_once('=').expect("NAME=VALUE");
+    let j = jail!("ll-refork");
+    let beat = j.project.join("beat");
+    use std::os::unix::process::CommandExt;
+    let mut host = std::process::Command::new("sleep");
+    host.arg("30").env(key, value).uid(j.rig.uid).gid(j.rig.gid);
+    let mut host = host.spawn().expect("spawn the host process");
+    // First the jail sends SIGKILL to every process it can signal but its own shell and
+    // itself: whatever ends the session at exit must not be among them.
+    let out = j.run(&format!(
+        "perl -e 'kill 9, grep {{ $_ != $$ && $_ != getppid() }} map {{ m{{(\\d+)$}} }} glob \"/proc/[0-9]*\"'; \
+         export {marker}; {refork} 8 ./beat </dev/null >/dev/null 2>&1 & sleep 0.5; echo started",
+        refork = j.refork()
+    ));
+    // The launcher has returned: within one second nothing of the session runs any more.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let size = || std::fs::metadata(&beat).map_or(0, |m| m.len());
+    let before = size();
+    let mut left = std::collections::BTreeSet::new();
+    let look = std::time::Instant::now();
+    while look.elapsed() < std::time::Duration::from_millis(1000) {
+        left.extend(marked_processes(&marker).into_iter().filter(|p| *p as u32 != host.id()));
+    }
+    let grew = size() - before;
+    kill_groups_of("refork", j.rig.uid, &beat);
+    let host_alive = host.try_wait().expect("wait").is_none();
+    let _ = host.kill();
+    let _ = host.wait();
+    assert!(out.stdout.contains("started") && before > 0, "the chains ran: {out}");
+    assert!(
+        grew == 0 && left.is_empty(),
+        "re-forking processes outlived the session ({grew} forks in a second, seen: {left:?}): {out}"
+    );
+    assert!(host_alive, "a process of the same user outside the jail was killed");
+}
+
+#[test]
+fn landlock_a_sigkilled_launchers_daemons_die_too() {
+    use std::io::BufRead;
+    let j = jail!("ll-killed");
+    let marker = format!("ASB_KILLED_MARK={}", std::process::id());
+    let mut c = j.command(&[
+        "-q",
+        "run",
+        "--",
+        "sh",
+        "-c",
+        &format!("export {marker}; setsid sleep 3003 </dev/null >/dev/null 2>&1 & echo started; sleep 30"),
+    ]);
+    let mut child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().expect("spawn");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().expect("stdout")).read_line(&mut line).expect("read");
+    assert_eq!(line.trim(), "started");
+    let up = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while marked_processes(&marker).is_empty() && std::time::Instant::now() < up {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!marked_processes(&marker).is_empty(), "the daemon runs");
+    let _ = child.kill();
+    let _ = child.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while !marked_processes(&marker).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let left = marked_processes(&marker);
+    for p in &left {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), nix::sys::signal::Signal::SIGKILL);
+    }
+    assert!(left.is_empty(), "processes {left:?} outlived their SIGKILLed launcher by 3 s");
 }

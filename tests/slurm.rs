@@ -661,3 +661,155 @@ fn read_only_views_take_the_local_cluster_or_all_and_nothing_else() {
     assert!(out.stdout.contains("sinfo=0"), "{out}");
     assert!(out.stdout.contains("other=1") && out.stderr.contains("`elsewhere` is not this cluster"), "{out}");
 }
+
+/// A jail for a Slurm test under the Landlock backend (the host has user namespaces: forced).
+fn landlock_slurm_jail(name: &str) -> Option<Jail> {
+    Some(slurm_jail(name)?.arg("--backend").arg("landlock"))
+}
+
+#[test]
+fn landlock_sbatch_wrap_runs_in_the_landlock_jail_on_the_node_and_writes_into_the_project() {
+    let Some(j) = landlock_slurm_jail("ll-slurm-submit") else { return };
+    let out = j.run(
+        "echo stub=$(command -v sbatch); \
+         sbatch --wait -o wrap-%j.out --wrap 'echo backend=$AGENT_SANDBOX_BACKEND; echo job=$SLURM_JOB_ID; \
+         echo pwd=$(pwd); cat ~/.ssh/id_ed25519; touch ~/escaped 2>/dev/null && echo HOME-WRITTEN; \
+         echo tmpdir=$TMPDIR; echo done'; echo rc=$?",
+    );
+    assert!(out.stdout.contains("rc=0") && out.stdout.contains("Submitted batch job "), "{out}");
+    let stub = out.stdout.lines().find_map(|l| l.strip_prefix("stub=")).unwrap_or_default();
+    assert!(
+        stub.contains("/agent-sandbox/landlock/") && stub.ends_with("/bin/sbatch"),
+        "the stub first on PATH: {out}"
+    );
+    let outs: Vec<_> = std::fs::read_dir(&j.project)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("wrap-"))
+        .collect();
+    assert_eq!(outs.len(), 1, "the job's output in the project: {out}");
+    let text = wait_for_file(&outs[0].path(), "done");
+    assert!(text.contains("backend=landlock"), "the job re-entered the Landlock jail on the node: {text}");
+    assert!(text.contains(&format!("pwd={}", j.project.display())), "{text}");
+    assert!(!text.contains("job=\n"), "the job sees its id: {text}");
+    assert!(text.contains("Permission denied") && !text.contains(SSH_CANARY), "hidden paths stay hidden: {text}");
+    assert!(!text.contains("HOME-WRITTEN") && !j.rig.home.join("escaped").exists(), "{text}");
+    assert!(text.contains("/agent-sandbox/landlock/") && !text.contains("tmpdir=/tmp"), "a private TMPDIR: {text}");
+}
+
+#[test]
+fn landlock_squeue_and_scancel_are_scoped_like_the_userns_jails() {
+    let Some(j) = landlock_slurm_jail("ll-slurm-scope") else { return };
+    let outside = j.as_user("sbatch").args(["--parsable", "--hold", "--wrap", "true"]).output().expect("sbatch");
+    let outside: u32 = String::from_utf8_lossy(&outside.stdout).trim().parse().expect("outside job id");
+    let out = j.run(&format!(
+        "id=$(sbatch --parsable --hold --wrap true); echo mine=$id; squeue -h -o %i; \
+         scontrol show job {outside}; echo show=$?; scancel {outside}; echo cancel=$?; scancel $id; echo own=$?"
+    ));
+    let _ = Command::new("scancel").arg(outside.to_string()).status();
+    let mine = out.stdout.lines().find_map(|l| l.strip_prefix("mine=")).unwrap_or_else(|| panic!("no job id: {out}"));
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(mine.trim().parse::<u32>().is_ok() && lines.contains(&mine.trim()), "own job visible: {out}");
+    assert!(!lines.contains(&outside.to_string().as_str()), "the outside job is invisible: {out}");
+    for want in ["show=1", "cancel=1", "own=0"] {
+        assert!(out.stdout.contains(want), "{want}: {out}");
+    }
+}
+
+#[test]
+fn landlock_the_real_sbatch_by_absolute_path_fails_and_submits_nothing() {
+    let Some(j) = landlock_slurm_jail("ll-slurm-real") else { return };
+    let real = Command::new("sh").args(["-c", "command -v sbatch"]).output().expect("sh");
+    let real = String::from_utf8_lossy(&real.stdout).trim().to_string();
+    assert!(real.starts_with('/'), "sbatch on the host's PATH");
+    let out = j.run(&format!(
+        "{real} --wrap 'touch escaped'; echo rc=$?; id=$(sbatch --parsable --hold --wrap true) && echo stub=ok; scancel $id"
+    ));
+    assert!(out.stdout.contains("stub=ok"), "sbatch on PATH is the stub, and it works: {out}");
+    assert!(out.stdout.contains("rc=") && !out.stdout.contains("rc=0"), "{out}");
+    assert!(!out.stdout.contains("Submitted"), "{out}");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(queue_ids_in(Some(&j.project)).is_empty(), "a job appeared: {out}");
+    assert!(!j.project.join("escaped").exists());
+}
+
+#[test]
+fn landlock_garbage_and_foreign_descriptors_on_the_slurm_channel_are_refused_and_serving_goes_on() {
+    use std::os::fd::OwnedFd;
+    let Some(j) = landlock_slurm_jail("ll-slurm-garbage") else { return };
+    // The jail's stdin: a unix stream socket connected to a process outside the session.
+    let (outside, stdin) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    let mut c = j.command(&[
+        "-q",
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "python3 -c \"
+import array, os, socket
+fd = int(os.environ['AGENT_SANDBOX_SLURM_FD'])
+ch = socket.socket(fileno=os.dup(fd))
+ch.settimeout(10)
+def send(label, data, fds):
+    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', fds))] if fds else []
+    ch.sendmsg([data], anc)
+    try:
+        reply = ch.recv(65536)
+    except OSError as e:
+        reply = repr(e).encode()
+    print(label, 'refused' if b'refused on the Slurm channel' in reply else reply)
+r, w = os.pipe()
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+x, y = socket.socketpair()
+send('garbage', b'GET / HTTP/1.1', [])
+send('empty', b'', [])
+send('pipe', b'C', [w])
+send('seqpacket', b'C', [a.fileno()])
+send('two', b'C', [x.fileno(), y.fileno()])
+send('channel', b'C', [fd])
+send('outside', b'C', [0])
+# A stream pair of this session passes: garbage on it closes that connection only.
+ch.sendmsg([b'C'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [x.fileno()]))])
+x.close()
+y.settimeout(10)
+try:
+    y.sendall(b'not a request')
+    y.shutdown(socket.SHUT_WR)
+    print('stream-garbage', 'closed' if y.recv(100) == b'' else 'answered')
+except ConnectionResetError:
+    print('stream-garbage', 'closed')
+\"; squeue -h >/dev/null; echo squeue=$?; id=$(sbatch --parsable --hold --wrap true) && echo submitted && scancel $id",
+    ]);
+    c.stdin(std::process::Stdio::from(OwnedFd::from(stdin)));
+    let out = c.output().expect("run the jail");
+    drop(outside);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    for case in ["garbage", "empty", "pipe", "seqpacket", "two", "channel", "outside"] {
+        assert!(stdout.contains(&format!("{case} refused\n")), "{case} gets an error: {all}");
+    }
+    assert!(stdout.contains("stream-garbage closed"), "the connection is closed, nothing run: {all}");
+    assert!(stdout.contains("squeue=0") && stdout.contains("submitted"), "the chaperon keeps serving: {all}");
+}
+
+#[test]
+fn landlock_a_python_subprocess_that_closed_the_channel_still_reaches_slurm() {
+    // Python's subprocess closes every inherited descriptor (close_fds): the stub borrows the
+    // session keeper's copy of the channel instead.
+    let Some(j) = landlock_slurm_jail("ll-slurm-python") else { return };
+    let out = j.run(
+        "python3 -c \"
+import subprocess
+run = lambda *a: subprocess.run(list(a), capture_output=True, text=True)
+print('fd', run('sh', '-c', 'test -e /proc/self/fd/$AGENT_SANDBOX_SLURM_FD && echo open || echo closed').stdout.strip())
+r = run('sbatch', '--parsable', '--hold', '--wrap', 'true')
+print('sbatch', r.returncode, r.stderr.strip())
+jid = r.stdout.strip()
+print('visible', jid in run('squeue', '-h', '-o', '%i').stdout.split())
+print('scancel', run('scancel', jid).returncode)
+\"",
+    );
+    for want in ["fd closed", "sbatch 0", "visible True", "scancel 0"] {
+        assert!(out.stdout.contains(want), "{want}: {out}");
+    }
+}

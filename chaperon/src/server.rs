@@ -5,6 +5,8 @@
 //! answers with one `Response` frame after the command ran with those descriptors as its
 //! own stdio, so output streams straight to the caller. Connections are served
 //! concurrently, a thread each; the peer must be the session's own user (SO_PEERCRED).
+//! Under the Landlock backend the connections arrive instead as descriptors on a channel
+//! the jail inherited (`serve_channel`): one stub's end of a stream socket pair each.
 
 use crate::scope::{Registry, Scope};
 use crate::wire::{self, Request, Response};
@@ -99,9 +101,155 @@ pub struct Handled {
 
 /// Serves until the listener fails. Never returns early on a bad client.
 pub fn serve(listener: UnixListener, cfg: Arc<Config>) {
+    serve_connections(listener.incoming().filter_map(Result::ok), cfg);
+}
+
+/// Serves the Landlock backend's channel until no process of the session holds its other
+/// end. Every message must be one byte carrying exactly one descriptor: a connected unix
+/// stream socket (a stub's end of the pair it made for this call) whose creator is a process
+/// of this session (`session_root`, the launcher, is its ancestor) and of the session's user.
+/// Anything else (garbage, no descriptor, several, a pipe, a file, a socket of another kind or
+/// of a process outside the session) is refused: the descriptors are closed, the refusal is
+/// audited and answered on the channel with one `Response::Error` frame (the stubs never read
+/// the channel; a sender that does learns why), and serving goes on.
+pub fn serve_channel(channel: OwnedFd, cfg: Arc<Config>, session_root: i32) {
+    let audit = cfg.clone();
+    let conns = std::iter::from_fn(move || loop {
+        match receive(channel.as_raw_fd(), audit.uid, session_root) {
+            Received::Conn(c) => return Some(c),
+            Received::End => return None,
+            Received::Refused(why) => {
+                (audit.audit)(&Audit {
+                    command: "channel".into(),
+                    decision: "denied".into(),
+                    reason: Some(why.clone()),
+                    ..Default::default()
+                });
+                let message = format!("refused on the Slurm channel: {why}");
+                if let Ok(frame) = wire::encode(&Response::Error { message }) {
+                    let flags = MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL;
+                    let _ = nix::sys::socket::send(channel.as_raw_fd(), &frame, flags);
+                }
+            }
+        }
+    });
+    serve_connections(conns, cfg);
+}
+
+enum Received {
+    Conn(UnixStream),
+    Refused(String),
+    End,
+}
+
+/// The most descriptors one message can carry (SCM_MAX_FD): a buffer this large is never
+/// truncated, so every descriptor the kernel installed is seen, and closed if refused.
+const MAX_PASSED: usize = 253;
+
+/// Receives one message with its descriptors (closed on drop unless taken).
+fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> nix::Result<(usize, Vec<OwnedFd>)> {
+    let mut iov = [IoSliceMut::new(buf)];
+    let mut space = nix::cmsg_space!([RawFd; MAX_PASSED]);
+    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut fds: Vec<OwnedFd> = vec![];
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            // SAFETY: the kernel just installed these descriptors for us; nothing else owns them.
+            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    Ok((msg.bytes, fds))
+}
+
+fn receive(channel: RawFd, uid: u32, session_root: i32) -> Received {
+    use nix::sys::socket::{getsockopt, sockopt};
+    let mut buf = [0u8; 64];
+    let (bytes, mut fds) = loop {
+        match recv_with_fds(channel, &mut buf) {
+            Ok(r) => break r,
+            Err(nix::Error::EINTR) => continue,
+            Err(nix::Error::ENOBUFS) => return Received::Refused("a message with more than one descriptor".into()),
+            Err(_) => return Received::End,
+        }
+    };
+    if bytes == 0 && fds.is_empty() {
+        // End of file, or an empty message: only the first leaves the peer hung up.
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        // SAFETY: the channel stays open for the whole call.
+        let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(channel) };
+        let mut p = [PollFd::new(b, PollFlags::POLLIN)];
+        let hup =
+            poll(&mut p, PollTimeout::ZERO).is_ok() && p[0].revents().is_some_and(|r| r.contains(PollFlags::POLLHUP));
+        return if hup { Received::End } else { Received::Refused("an empty message".into()) };
+    }
+    if bytes != 1 || fds.len() != 1 {
+        return Received::Refused(format!(
+            "a message of {bytes} bytes with {} descriptors (one byte with one socket per call)",
+            fds.len()
+        ));
+    }
+    let Some(fd) = fds.pop() else { return Received::Refused("no descriptor".into()) };
+    let stream = matches!(getsockopt(&fd, sockopt::SockType), Ok(nix::sys::socket::SockType::Stream));
+    let listening = getsockopt(&fd, sockopt::AcceptConn).unwrap_or(true);
+    if !stream || listening || socket_domain(&fd) != Some(libc::AF_UNIX) {
+        return Received::Refused("the descriptor is no connected unix stream socket".into());
+    }
+    match getsockopt(&fd, PeerCredentials) {
+        Ok(c) if c.uid() == uid && descends_from(c.pid(), session_root) => {}
+        Ok(c) => {
+            return Received::Refused(format!(
+                "the socket's peer (pid {}, uid {}) is no process of this session",
+                c.pid(),
+                c.uid()
+            ))
+        }
+        Err(e) => return Received::Refused(format!("the socket has no peer credentials ({e})")),
+    }
+    Received::Conn(UnixStream::from(fd))
+}
+
+/// `SO_DOMAIN` of a socket (nix has no wrapper for it).
+fn socket_domain(fd: &OwnedFd) -> Option<i32> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v`, an int it owns.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_DOMAIN,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    (r == 0).then_some(v)
+}
+
+/// Whether `root` is `pid` or one of its ancestors (from /proc; a pid that is gone is not).
+fn descends_from(pid: i32, root: i32) -> bool {
+    let mut p = pid;
+    for _ in 0..4096 {
+        if p == root {
+            return true;
+        }
+        if p <= 1 {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else { return false };
+        // "pid (comm) S ppid ...": comm may hold spaces and parentheses.
+        let ppid = stat.rsplit_once(')').and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<i32>().ok());
+        match ppid {
+            Some(pp) => p = pp,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// Serves each connection on a thread of its own, at most `MAX_CONCURRENT` at once.
+fn serve_connections(conns: impl Iterator<Item = UnixStream>, cfg: Arc<Config>) {
     let slots = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    for conn in listener.incoming() {
-        let Ok(conn) = conn else { continue };
+    for conn in conns {
         if slots.load(std::sync::atomic::Ordering::Acquire) >= MAX_CONCURRENT {
             let mut c = conn;
             let _ = wire::write_frame(
@@ -151,16 +299,7 @@ pub struct Stdio {
 
 fn recv_stdio(sock: RawFd) -> Option<Stdio> {
     let mut byte = [0u8; 1];
-    let mut iov = [IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([RawFd; 3]);
-    let msg = recvmsg::<()>(sock, &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC).ok()?;
-    let mut fds: Vec<OwnedFd> = vec![];
-    for c in msg.cmsgs().ok()? {
-        if let ControlMessageOwned::ScmRights(v) = c {
-            // SAFETY: the kernel just installed these descriptors for us; nothing else owns them.
-            fds.extend(v.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
-        }
-    }
+    let (_, fds) = recv_with_fds(sock, &mut byte).ok()?;
     if fds.len() != 3 {
         return None;
     }
@@ -188,4 +327,60 @@ pub fn scope_of(req: &Request) -> Result<Scope, String> {
 /// The job ids in the request's scope (an unknown `SLURM_SCOPE` is an error).
 pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, String> {
     Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, SockFlag, SockType};
+
+    fn channel() -> (OwnedFd, OwnedFd) {
+        socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).expect("socketpair")
+    }
+
+    fn send(to: &OwnedFd, data: &[u8], fds: &[RawFd]) {
+        let cmsg = [ControlMessage::ScmRights(fds)];
+        let cmsgs: &[ControlMessage<'_>] = if fds.is_empty() { &[] } else { &cmsg };
+        sendmsg::<()>(to.as_raw_fd(), &[std::io::IoSlice::new(data)], cmsgs, MsgFlags::empty(), None).expect("send");
+    }
+
+    fn refused(r: Received) -> String {
+        match r {
+            Received::Refused(why) => why,
+            Received::Conn(_) => panic!("accepted"),
+            Received::End => panic!("ended"),
+        }
+    }
+
+    #[test]
+    fn the_channel_takes_one_stream_socket_of_the_session_and_refuses_the_rest() {
+        let (door, jail) = channel();
+        let me = std::process::id() as i32;
+        let uid = nix::unistd::getuid().as_raw();
+        // A stub's pair: made by a process of the session (here: the root itself).
+        let (mine, theirs) = UnixStream::pair().expect("pair");
+        send(&jail, b"C", &[theirs.as_raw_fd()]);
+        assert!(matches!(receive(door.as_raw_fd(), uid, me), Received::Conn(_)));
+        drop(mine);
+        send(&jail, b"GET /", &[]);
+        assert!(refused(receive(door.as_raw_fd(), uid, me)).contains("0 descriptors"));
+        send(&jail, b"", &[]);
+        assert_eq!(refused(receive(door.as_raw_fd(), uid, me)), "an empty message");
+        let (r, w) = nix::unistd::pipe().expect("pipe");
+        send(&jail, b"C", &[w.as_raw_fd()]);
+        assert!(refused(receive(door.as_raw_fd(), uid, me)).contains("no connected unix stream socket"));
+        send(&jail, b"C", &[jail.as_raw_fd()]);
+        assert!(refused(receive(door.as_raw_fd(), uid, me)).contains("no connected unix stream socket"));
+        send(&jail, b"C", &[r.as_raw_fd(), w.as_raw_fd()]);
+        assert!(refused(receive(door.as_raw_fd(), uid, me)).contains("2 descriptors"));
+        // Peer credentials of a socket pair are its creator's (this test process): refused
+        // for a session of another user, or whose launcher is not among its ancestors.
+        let (a, b) = UnixStream::pair().expect("pair");
+        send(&jail, b"C", &[a.as_raw_fd()]);
+        assert!(refused(receive(door.as_raw_fd(), uid + 1, me)).contains("no process of this session"));
+        send(&jail, b"C", &[b.as_raw_fd()]);
+        assert!(refused(receive(door.as_raw_fd(), uid, i32::MAX)).contains("no process of this session"));
+        drop(jail);
+        assert!(matches!(receive(door.as_raw_fd(), uid, me), Received::End), "the session's end of the channel closed");
+    }
 }

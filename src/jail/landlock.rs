@@ -167,6 +167,29 @@ pub fn apply(rules: &LandlockRules) -> Result<LandlockStatus, LandlockError> {
     Ok(LandlockStatus { abi: abi_num, fs: true, tcp, scopes, weaker: weaker(rules, abi_num) })
 }
 
+/// Puts the calling thread into a further, nested domain that only scopes signals and
+/// abstract unix sockets (ABI 6+). A process left in the outer domain (the Landlock
+/// backend's sweeper) can then signal everything below it, while nothing below can signal
+/// it back. Every layer denies moving a file to another directory unless one of its rules
+/// grants `Refer` there (EXDEV: submitit's and git's renames), so this one grants it beneath
+/// `/` and leaves the decision to the outer layer.
+pub fn scope_nested() -> Result<(), LandlockError> {
+    let mut created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::Refer)?
+        .scope(Scope::Signal | Scope::AbstractUnixSocket)?
+        .create()?;
+    let Some((root, _)) = open_path(Path::new("/"))? else {
+        return Err(LandlockError::Path { path: "/".into(), source: io::Error::from_raw_os_error(libc::ENOENT) });
+    };
+    (&mut created).add_rule(PathBeneath::new(root, AccessFs::Refer))?;
+    let status = created.restrict_self()?;
+    if status.ruleset != RulesetStatus::FullyEnforced {
+        return Err(LandlockError::NotEnforced(status.ruleset));
+    }
+    Ok(())
+}
+
 /// Opens `path` with `O_PATH`; `None` if it (or a parent component) does not exist.
 fn open_path(path: &Path) -> Result<Option<(File, bool)>, LandlockError> {
     let err = |source| LandlockError::Path { path: path.to_path_buf(), source };
@@ -440,6 +463,61 @@ mod tests {
             return;
         }
         run_in_child(&test_name("scope_abstract_unix_blocks_outside"), None);
+    }
+
+    #[test]
+    fn a_nested_scope_cannot_signal_its_outer_domain_which_signals_it_and_files_still_move() {
+        const NAME: &str = "a_nested_scope_cannot_signal_its_outer_domain_which_signals_it_and_files_still_move";
+        if child_scenario(&test_name(NAME), || {
+            use nix::unistd::{fork, ForkResult};
+            let base = PathBuf::from(std::env::var(DIR_ENV).map_err(|e| e.to_string())?);
+            let rules = LandlockRules {
+                read_only: vec!["/proc".into()],
+                read_write: vec![base.clone()],
+                scope_signals: true,
+                ..Default::default()
+            };
+            apply_or_err(&rules)?;
+            let (r, w) = nix::unistd::pipe().map_err(|e| e.to_string())?;
+            // Landlock confines this thread, not the harness's others: the check goes to it.
+            let (pid, tid) = (std::process::id() as libc::pid_t, nix::unistd::gettid().as_raw());
+            // The outer domain's process (where the sweeper sits): once this one has gone on
+            // into the nested domain, it signals it.
+            // SAFETY: the child makes system calls only and _exits.
+            let outer = match unsafe { fork() }.map_err(|e| e.to_string())? {
+                ForkResult::Child => {
+                    // SAFETY: alarm, read, tgkill and _exit with plain arguments.
+                    unsafe {
+                        libc::alarm(10);
+                        let mut b = [0u8; 1];
+                        libc::read(std::os::fd::AsRawFd::as_raw_fd(&r), b.as_mut_ptr().cast(), 1);
+                        libc::_exit(if libc::syscall(libc::SYS_tgkill, pid, tid, 0) == 0 { 0 } else { 1 })
+                    }
+                }
+                ForkResult::Parent { child } => child,
+            };
+            scope_nested().map_err(|e| format!("scope_nested: {e}"))?;
+            // SAFETY: signal 0 only checks permission.
+            let ret = unsafe { libc::kill(outer.as_raw(), 0) };
+            let e = io::Error::last_os_error().raw_os_error();
+            nix::unistd::write(&w, b"x").map_err(|e| e.to_string())?;
+            let status = nix::sys::wait::waitpid(outer, None).map_err(|e| e.to_string())?;
+            if ret == 0 || e != Some(libc::EPERM) {
+                return Err(format!("the nested domain signalled the outer one: ret {ret}, errno {e:?}"));
+            }
+            if status != nix::sys::wait::WaitStatus::Exited(outer, 0) {
+                return Err(format!("the outer domain could not signal the nested one: {status:?}"));
+            }
+            std::fs::create_dir_all(base.join("a/b")).map_err(|e| e.to_string())?;
+            std::fs::write(base.join("a/f"), "x").map_err(|e| e.to_string())?;
+            std::fs::rename(base.join("a/f"), base.join("a/b/f")).map_err(|e| format!("rename across dirs: {e}"))
+        }) {
+            return;
+        }
+        let base = scratch_dir("nested");
+        run_in_child(&test_name(NAME), Some(&base));
+        assert!(base.join("a/b/f").exists());
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]

@@ -109,6 +109,9 @@ fn read_some(fd: RawFd, buf: &mut [u8]) -> Option<usize> {
 pub struct Lazy<'a> {
     pub fd: RawFd,
     pub start: &'a mut dyn FnMut(),
+    /// The Landlock backend's command inherits this descriptor (its end of the chaperon's
+    /// channel) at the plan's `slurm_fd`; the launcher closes its own copy once it has forked.
+    pub inherit: Option<OwnedFd>,
 }
 
 pub fn run(

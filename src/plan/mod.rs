@@ -69,13 +69,73 @@ pub struct GitGuardPlan {
     pub roots: Vec<PathBuf>,
 }
 
-#[derive(Debug, Clone, Default, Serialize)]
+/// The Landlock backend: no mounts, so the mount list becomes path rules, and what the
+/// userns jail gets from its own `/tmp`, `/run/agent-sandbox` and PID 1 comes from a
+/// per-session directory on the host and a helper process.
+#[derive(Debug, Clone, Serialize)]
 pub struct LandlockPlan {
+    /// Read and execute beneath these.
     pub read_only: Vec<PathBuf>,
+    /// Full access beneath these.
     pub read_write: Vec<PathBuf>,
+    /// The host's shared `/tmp`, `/var/tmp`, `/dev/shm` (those the policy does not bind
+    /// itself): in no rule, so EACCES inside; the session directory's `tmp` replaces them.
+    pub denied_shared: Vec<PathBuf>,
     pub deny_tcp_connect: Vec<u16>,
     pub deny_all_tcp: bool,
+    pub session: SessionDir,
+    /// How what the command leaves running is ended when it exits.
+    pub sweep: Sweep,
+    /// The descriptor at which the command inherits its end of the chaperon's channel
+    /// (named in `AGENT_SANDBOX_SLURM_FD`); None without a chaperon. A keeper process of the
+    /// session holds the same descriptor too, open to `pidfd_getfd` from the session: the
+    /// executor puts its pid in `AGENT_SANDBOX_SLURM_KEEPER`, so that a stub whose parent
+    /// closed the descriptor (Python's subprocess does) still finds the channel.
+    pub slurm_fd: Option<i32>,
 }
+
+/// The session's own directory on the host, `<base>/PID-SESSION` (the launcher's pid: a
+/// later start removes the directories of launchers that are gone). Created 0700 before the
+/// command starts, removed when the session ends.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionDir {
+    /// Where every session's directory lives: `$XDG_RUNTIME_DIR/agent-sandbox/landlock` when
+    /// that is private to the user, else `<state dir>/landlock`.
+    pub base: PathBuf,
+    pub path: PathBuf,
+    /// `path/tmp`, read-write and empty at start: `TMPDIR`, `TMP` and `TEMP` name it.
+    pub tmp: PathBuf,
+    /// `path/bin`, read-only, first on `PATH`: a link to `exe` under every stub's name.
+    pub bin: PathBuf,
+    pub exe: PathBuf,
+    pub stubs: Vec<String>,
+    /// Read-only files the userns jail would see under `/run/agent-sandbox` (a job's script),
+    /// written to `path/run` instead; the command names them there.
+    pub files: Vec<(PathBuf, String)>,
+}
+
+/// How the Landlock backend ends what the command left running (the userns jail's PID 1
+/// does it there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sweep {
+    /// A helper forked into the session's Landlock domain, before the command went on into a
+    /// nested one it cannot signal out of, calls `kill(-1)` when the command exits: with
+    /// signal scoping (ABI 6+) that reaches every process of the session and no other, and
+    /// no fork outruns it.
+    ScopedKill,
+    /// The launcher (a child subreaper) walks `/proc` for its descendants (ABI < 6): a process
+    /// that re-forks faster than the walk can outlive the session.
+    ProcWalk,
+}
+
+/// The descriptor the Landlock backend's command inherits the chaperon's channel at: high,
+/// so that a script's `exec 3>file` or a shell's own descriptors do not take it.
+pub const SLURM_FD: i32 = 1000;
+/// Where a stub finds that descriptor's number.
+pub const SLURM_FD_VAR: &str = "AGENT_SANDBOX_SLURM_FD";
+/// Where a stub finds the pid of the process that keeps the channel for it.
+pub const SLURM_KEEPER_VAR: &str = "AGENT_SANDBOX_SLURM_KEEPER";
 
 /// A path the launcher creates empty before the session so that a protected name cannot be
 /// created writable inside; removed afterwards if it is still empty.
@@ -116,8 +176,12 @@ pub struct RunRequest {
     pub cwd: PathBuf,
     /// The session id (audit log), given to the jail as AGENT_SANDBOX_SESSION.
     pub session: String,
-    /// The chaperon's socket on the host, seen inside at `/run/agent-sandbox/chaperon.sock`.
+    /// The chaperon's socket on the host, seen inside at `/run/agent-sandbox/chaperon.sock`
+    /// (userns backend).
     pub chaperon_socket: Option<PathBuf>,
+    /// The command inherits one end of the chaperon's channel (Landlock backend, which cannot
+    /// bind a socket into the jail).
+    pub chaperon_channel: bool,
     /// Extra read-only files under `/run/agent-sandbox` (target, contents): a job's script,
     /// which the launcher read through a descriptor opened without following symlinks.
     pub extra_files: Vec<(PathBuf, String)>,
@@ -327,17 +391,42 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         },
     );
     let mut envp = envp;
-    // The stubs come first on PATH, so `sendmail` or `sbatch` finds the stub even where no
-    // real program exists to cover.
-    if let Some((_, v)) = envp.vars.iter_mut().find(|(k, _)| k == "PATH") {
-        *v = format!("{}:{v}", crate::stub::STUB_BIN_DIR);
-    }
     let mounts = b.mounts;
-    let landlock = (backend == BackendKind::Landlock).then(|| landlock_plan(&mounts, &net, &home));
     let git_guard = git_guard(policy, facts, backend, guard_roots)?;
+    let landlock = (backend == BackendKind::Landlock)
+        .then(|| landlock_plan(&mounts, &net, landlock_session(facts, req, mail_block), facts, req));
+    let stub_bin =
+        landlock.as_ref().map_or_else(|| PathBuf::from(crate::stub::STUB_BIN_DIR), |l| l.session.bin.clone());
+    // The stubs come first on PATH, so `sendmail` or `sbatch` finds the stub even where no
+    // real program exists to cover (and, under Landlock, where none can be covered).
+    if let Some((_, v)) = envp.vars.iter_mut().find(|(k, _)| k == "PATH") {
+        *v = format!("{}:{v}", stub_bin.display());
+    }
+    let mut command = req.command.clone();
+    if let Some(ll) = &landlock {
+        let set = |vars: &mut Vec<(String, String)>, k: &str, v: String| {
+            vars.retain(|(n, _)| n != k);
+            vars.push((k.to_string(), v));
+        };
+        for k in ["TMPDIR", "TMP", "TEMP"] {
+            set(&mut envp.vars, k, ll.session.tmp.display().to_string());
+        }
+        if let Some(fd) = ll.slurm_fd {
+            set(&mut envp.vars, SLURM_FD_VAR, fd.to_string());
+        }
+        envp.vars.sort();
+        // A file the userns jail has under /run/agent-sandbox is in the session directory here.
+        for arg in &mut command {
+            if let Some((_, host)) =
+                req.extra_files.iter().zip(&ll.session.files).find(|((t, _), _)| t == Path::new(arg.as_str()))
+            {
+                *arg = host.0.display().to_string();
+            }
+        }
+    }
     Ok(Plan {
         backend,
-        command: req.command.clone(),
+        command,
         project,
         cwd,
         uid: facts.uid,
@@ -799,36 +888,90 @@ fn protect(
     Ok(())
 }
 
+/// The host's temp trees every user shares; the userns jail gets private tmpfs instead.
+const SHARED_TMP: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
+
 /// The Landlock backend cannot build a new root, so the same mount list becomes path rules.
-fn landlock_plan(mounts: &[MountSpec], net: &NetPlan, home: &Path) -> LandlockPlan {
-    let mut lp = LandlockPlan::default();
+/// The scratch tmpfs of the userns jail have no rule: the host's shared `/tmp`, `/var/tmp`
+/// and `/dev/shm` stay denied (unless the policy binds one itself), and the session's own
+/// directory stands in for them, for `/run/agent-sandbox` and for PID 1.
+fn landlock_plan(
+    mounts: &[MountSpec],
+    net: &NetPlan,
+    session: SessionDir,
+    facts: &HostFacts,
+    req: &RunRequest,
+) -> LandlockPlan {
+    let (mut ro, mut rw) = (vec![], vec![]);
     for m in mounts {
         match m {
-            MountSpec::Bind { source, rw: true, .. } | MountSpec::Device { source, .. } => {
-                lp.read_write.push(source.clone())
-            }
-            MountSpec::Bind { source, rw: false, .. } => lp.read_only.push(source.clone()),
-            MountSpec::TreeBind { source, .. } if tree_rw(mounts, source) => lp.read_write.push(source.clone()),
-            MountSpec::TreeBind { source, .. } => lp.read_only.push(source.clone()),
-            MountSpec::File { target, .. } | MountSpec::Copy { source: target, .. } => {
-                lp.read_only.push(target.clone())
-            }
-            MountSpec::Proc { target } => lp.read_only.push(target.clone()),
+            // What the userns jail has under /run/agent-sandbox is in the session directory.
+            m if m.target().starts_with(crate::stub::STUB_DIR) => {}
+            MountSpec::Bind { source, rw: true, .. } | MountSpec::Device { source, .. } => rw.push(source.clone()),
+            MountSpec::Bind { source, rw: false, .. } => ro.push(source.clone()),
+            MountSpec::TreeBind { source, .. } if tree_rw(mounts, source) => rw.push(source.clone()),
+            MountSpec::TreeBind { source, .. } => ro.push(source.clone()),
+            MountSpec::File { target, .. } | MountSpec::Copy { source: target, .. } => ro.push(target.clone()),
+            MountSpec::Proc { target } => ro.push(target.clone()),
             MountSpec::Devpts { target } => {
-                lp.read_write.push(target.clone());
-                lp.read_write.push("/dev/ptmx".into());
-            }
-            MountSpec::Tmpfs { target, .. }
-                if target != home && ["/tmp", "/var/tmp", "/dev/shm"].iter().any(|t| target == Path::new(t)) =>
-            {
-                lp.read_write.push(target.clone())
+                rw.push(target.clone());
+                rw.push("/dev/ptmx".into());
             }
             _ => {}
         }
     }
-    lp.deny_all_tcp = net.effective == NetMode::Isolated;
-    lp.deny_tcp_connect = crate::net::floor::floor_ports().collect();
-    lp
+    // The stubs are links to the binary: it must be readable where it is.
+    ro.push(facts.exe.clone());
+    ro.push(session.bin.clone());
+    if !session.files.is_empty() {
+        ro.push(session.path.join("run"));
+    }
+    rw.push(session.tmp.clone());
+    // One rule per path (the binary is bound under many names in the userns jail).
+    for list in [&mut ro, &mut rw] {
+        let mut seen = std::collections::BTreeSet::new();
+        list.retain(|p| seen.insert(p.clone()));
+    }
+    let denied_shared =
+        SHARED_TMP.iter().map(PathBuf::from).filter(|t| !ro.iter().chain(&rw).any(|r| r == t)).collect();
+    LandlockPlan {
+        read_only: ro,
+        read_write: rw,
+        denied_shared,
+        deny_tcp_connect: crate::net::floor::floor_ports().collect(),
+        deny_all_tcp: net.effective == NetMode::Isolated,
+        session,
+        sweep: if facts.landlock_abi >= 6 { Sweep::ScopedKill } else { Sweep::ProcWalk },
+        slurm_fd: req.chaperon_channel.then_some(SLURM_FD),
+    }
+}
+
+/// The Landlock session's own directory (see `SessionDir`).
+fn landlock_session(facts: &HostFacts, req: &RunRequest, mail_block: bool) -> SessionDir {
+    let base = match &facts.runtime_dir {
+        Some(r) => r.join("agent-sandbox/landlock"),
+        None => facts.state_dir().join("landlock"),
+    };
+    let session: String = req.session.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(64).collect();
+    let path = base.join(format!("{}-{session}", facts.pid));
+    let mail: &[&str] = if mail_block { crate::stub::mail::MAILERS } else { &[] };
+    let files = req
+        .extra_files
+        .iter()
+        .map(|(target, contents)| {
+            let name = target.strip_prefix(crate::stub::STUB_DIR).unwrap_or(target);
+            (path.join("run").join(name.file_name().unwrap_or(name.as_os_str())), contents.clone())
+        })
+        .collect();
+    SessionDir {
+        tmp: path.join("tmp"),
+        bin: path.join("bin"),
+        exe: facts.exe.clone(),
+        stubs: mail.iter().chain(crate::stub::slurm::SLURM_STUBS).map(|s| s.to_string()).collect(),
+        files,
+        base,
+        path,
+    }
 }
 
 /// The jail's stub directory: the agent-sandbox binary, the chaperon's socket and, first on

@@ -33,6 +33,8 @@ fn facts() -> HostFacts {
         mailers: vec![],
         resolv_conf: "nameserver 192.0.2.53\n".into(),
         tun_unusable: None,
+        pid: 4242,
+        runtime_dir: Some("/run/user/1001".into()),
     }
 }
 
@@ -82,6 +84,7 @@ fn request(project: &str) -> RunRequest {
         cwd: project.into(),
         session: String::new(),
         chaperon_socket: None,
+        chaperon_channel: false,
         extra_files: vec![],
         env: None,
     }
@@ -267,6 +270,83 @@ fn landlock_plan_comes_from_the_same_mounts() {
     assert!(!ll.read_only.iter().chain(&ll.read_write).any(|r| r.starts_with("/home/u/.ssh")));
     assert!(ll.deny_tcp_connect.contains(&25));
     assert!(ll.deny_all_tcp, "isolated (fallback) denies TCP");
+}
+
+fn landlock_request(project: &str) -> RunRequest {
+    RunRequest { session: "0123abcd".into(), chaperon_channel: true, ..request(project) }
+}
+
+fn var<'p>(p: &'p Plan, k: &str) -> Option<&'p str> {
+    p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
+}
+
+#[test]
+fn landlock_plan_says_the_shared_temp_trees_are_denied_and_names_the_private_one() {
+    let p = build(&policy("[sandbox]\nbackend = \"landlock\""), &facts(), &host(), &landlock_request("/home/u/proj"))
+        .unwrap();
+    let text = crate::show::plan(&p);
+    assert!(text.contains("denied:     /tmp /var/tmp /dev/shm") && !text.contains("tmpfs    /tmp"), "{text}");
+    let ll = p.landlock.clone().expect("landlock plan");
+    let shared: Vec<PathBuf> = ["/tmp", "/var/tmp", "/dev/shm"].iter().map(PathBuf::from).collect();
+    assert_eq!(ll.denied_shared, shared);
+    for t in &shared {
+        assert!(!ll.read_write.contains(t) && !ll.read_only.contains(t), "{t:?} has a rule");
+    }
+    let dir = PathBuf::from("/run/user/1001/agent-sandbox/landlock/4242-0123abcd");
+    assert_eq!(ll.session.path, dir, "under the private runtime dir, named by launcher pid and session");
+    assert!(ll.read_write.contains(&dir.join("tmp")) && ll.read_only.contains(&dir.join("bin")));
+    for k in ["TMPDIR", "TMP", "TEMP"] {
+        assert_eq!(var(&p, k), Some(dir.join("tmp").to_str().unwrap()), "{k}");
+    }
+    let path = var(&p, "PATH").unwrap_or_default();
+    assert!(path.starts_with(&format!("{}:", dir.join("bin").display())), "stubs first on PATH: {path}");
+    assert!(ll.session.stubs.iter().any(|s| s == "sbatch") && ll.session.exe == Path::new("/usr/bin/agent-sandbox"));
+    assert!(ll.read_only.contains(&PathBuf::from("/usr/bin/agent-sandbox")), "the links' target is readable");
+    assert!(
+        !ll.read_only.iter().chain(&ll.read_write).any(|r| r.starts_with(crate::stub::STUB_DIR)),
+        "nothing of the userns jail's /run/agent-sandbox: {ll:?}"
+    );
+    assert_eq!((ll.slurm_fd, var(&p, SLURM_FD_VAR)), (Some(SLURM_FD), Some("1000")));
+    assert_eq!(ll.sweep, Sweep::ScopedKill, "ABI 7 scopes signals");
+}
+
+#[test]
+fn landlock_plan_keeps_a_shared_temp_tree_the_policy_lists_and_sweeps_by_proc_walk_below_abi_6() {
+    let fs = host().dir("/tmp").dir("/var/tmp").dir("/dev/shm");
+    let f = HostFacts { landlock_abi: 5, runtime_dir: None, ..facts() };
+    let pol = policy("[sandbox]\nbackend = \"landlock\"\n[filesystem]\nwrite = [\"/var/tmp\"]");
+    let p = build(&pol, &f, &fs, &landlock_request("/home/u/proj")).unwrap();
+    let ll = p.landlock.expect("landlock plan");
+    assert!(ll.read_write.contains(&PathBuf::from("/var/tmp")), "{:?}", ll.read_write);
+    assert_eq!(ll.denied_shared, [PathBuf::from("/tmp"), PathBuf::from("/dev/shm")]);
+    assert_eq!(ll.session.base, PathBuf::from("/home/u/.local/state/agent-sandbox/landlock"), "no private runtime dir");
+    assert_eq!(ll.sweep, Sweep::ProcWalk);
+}
+
+#[test]
+fn landlock_plan_puts_a_jobs_script_in_the_session_directory_and_runs_it_there() {
+    let script = format!("{}/job-script", crate::stub::STUB_DIR);
+    let req = RunRequest {
+        command: vec![script.clone(), "arg".into()],
+        extra_files: vec![(PathBuf::from(&script), "#!/bin/sh\necho hi\n".into())],
+        ..landlock_request("/home/u/proj")
+    };
+    let p = build(&policy("[sandbox]\nbackend = \"landlock\""), &facts(), &host(), &req).unwrap();
+    let ll = p.landlock.expect("landlock plan");
+    let run = ll.session.path.join("run");
+    assert_eq!(ll.session.files, [(run.join("job-script"), "#!/bin/sh\necho hi\n".to_string())]);
+    assert_eq!(p.command, [run.join("job-script").display().to_string(), "arg".into()]);
+    assert!(ll.read_only.contains(&run));
+}
+
+#[test]
+fn a_slurm_channel_number_from_outside_never_reaches_a_userns_jail() {
+    let mut f = facts();
+    f.env.push((SLURM_FD_VAR.into(), "5".into()));
+    let p = build(&policy(""), &f, &host(), &landlock_request("/home/u/proj")).unwrap();
+    assert_eq!(p.backend, BackendKind::Userns);
+    assert_eq!(var(&p, SLURM_FD_VAR), None);
+    assert_eq!(var(&p, "TMPDIR"), Some("/tmp"));
 }
 
 #[test]

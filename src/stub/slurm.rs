@@ -1,7 +1,9 @@
 //! The Slurm stubs: inside the jail, `sbatch`, `squeue`, `scancel`, ... are this binary. The
 //! stub hands its stdin/stdout/stderr and its request to the session's chaperon (outside the
-//! jail) over `/run/agent-sandbox/chaperon.sock` and exits with the status the chaperon
-//! reports; a refusal is one line on stderr, worded as Slurm words its errors.
+//! jail) over `/run/agent-sandbox/chaperon.sock` (userns backend) or over a socket pair of its
+//! own whose other end it sends down the channel the command inherited (Landlock backend),
+//! and exits with the status the chaperon reports; a refusal is one line on stderr, worded as
+//! Slurm words its errors.
 
 use chaperon::wire::{self, Request, Response};
 use std::collections::BTreeMap;
@@ -95,9 +97,7 @@ fn script_file(name: &str, argv: &[String]) -> Result<Option<String>, String> {
 fn request(name: &str) -> Result<Response, String> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let script = script_file(name, &argv)?;
-    let mut conn = UnixStream::connect(SOCKET).map_err(|e| {
-        format!("cannot reach agent-sandbox's Slurm chaperon at {SOCKET} ({e}); Slurm is not available in this session")
-    })?;
+    let mut conn = connect()?;
     let fds = [0, 1, 2];
     let iov = [std::io::IoSlice::new(b"F")];
     let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
@@ -118,4 +118,84 @@ fn request(name: &str) -> Result<Response, String> {
             .to_string(),
         other => format!("bad answer from the chaperon: {other}"),
     })
+}
+
+/// The connection to the session's chaperon. Under Landlock, `AGENT_SANDBOX_SLURM_FD` names the
+/// descriptor of the channel this process inherited: a descriptor number, never a path, so a
+/// changed value can only point the stub at a socket its caller already holds (and the stub
+/// sends only on a unix seqpacket socket). The stub makes a stream socket pair for this call
+/// and sends one end down the channel; the chaperon serves it as a connection.
+fn connect() -> Result<UnixStream, String> {
+    use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
+    let Some(var) = std::env::var_os(crate::plan::SLURM_FD_VAR) else {
+        return UnixStream::connect(SOCKET).map_err(|e| {
+            format!(
+                "cannot reach agent-sandbox's Slurm chaperon at {SOCKET} ({e}); Slurm is not available in this session"
+            )
+        });
+    };
+    let fd = var.to_str().and_then(|v| v.parse::<i32>().ok()).filter(|fd| *fd > 2).ok_or_else(|| {
+        format!("{} is {var:?}, not agent-sandbox's Slurm channel descriptor", crate::plan::SLURM_FD_VAR)
+    })?;
+    let taken = if is_channel(fd) { None } else { Some(from_keeper(fd)?) };
+    let fd = taken.as_ref().map_or(fd, |t| t.as_raw_fd());
+    let (mine, theirs) = socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)
+        .map_err(|e| format!("cannot make a socket pair for the chaperon: {e}"))?;
+    let passed = [theirs.as_raw_fd()];
+    let cmsg = [ControlMessage::ScmRights(&passed)];
+    sendmsg::<()>(fd, &[std::io::IoSlice::new(b"C")], &cmsg, MsgFlags::MSG_NOSIGNAL, None).map_err(|e| {
+        format!("cannot reach agent-sandbox's Slurm chaperon over descriptor {fd} ({e}); the session has ended")
+    })?;
+    Ok(UnixStream::from(mine))
+}
+
+/// Whether `fd` is open here as a unix seqpacket socket (what the channel is).
+fn is_channel(fd: i32) -> bool {
+    sock_opt(fd, libc::SO_TYPE) == Some(libc::SOCK_SEQPACKET) && sock_opt(fd, libc::SO_DOMAIN) == Some(libc::AF_UNIX)
+}
+
+/// A parent closed the inherited channel (Python's subprocess does, daemons do): a copy of
+/// the keeper's, with `pidfd_getfd` (it works only on a process this one may trace).
+fn from_keeper(fd: i32) -> Result<std::os::fd::OwnedFd, String> {
+    use std::os::fd::FromRawFd;
+    let closed = |why: String| {
+        format!(
+            "agent-sandbox's Slurm channel (descriptor {fd}) is not open in this process (a parent closed it) \
+             and the session's keeper cannot lend it ({why}); keep the descriptor open, e.g. Python's pass_fds=[{fd}]"
+        )
+    };
+    let pid = std::env::var(crate::plan::SLURM_KEEPER_VAR)
+        .ok()
+        .and_then(|v| v.parse::<i32>().ok())
+        .filter(|p| *p > 1)
+        .ok_or_else(|| closed(format!("{} is not set", crate::plan::SLURM_KEEPER_VAR)))?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if pidfd < 0 {
+        return Err(closed(format!("pid {pid}: {}", std::io::Error::last_os_error())));
+    }
+    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
+    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(pidfd as i32) };
+    // SAFETY: pidfd_getfd copies descriptor `fd` of the process behind `pidfd` into this one
+    // (close-on-exec) or returns -1; it reads no memory of ours.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if copy < 0 {
+        return Err(closed(format!("pid {pid}: {}", std::io::Error::last_os_error())));
+    }
+    // SAFETY: as above, a descriptor the kernel just installed for us.
+    let copy = unsafe { std::os::fd::OwnedFd::from_raw_fd(copy as i32) };
+    if !is_channel(copy.as_raw_fd()) {
+        return Err(closed(format!("descriptor {fd} of pid {pid} is no unix seqpacket socket")));
+    }
+    Ok(copy)
+}
+
+/// An integer socket option of a raw descriptor number; None if it is no open socket.
+fn sock_opt(fd: i32, name: libc::c_int) -> Option<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v`, an int it owns; a number that
+    // is no open socket only makes it fail.
+    let r = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, name, (&mut v as *mut libc::c_int).cast(), &mut len) };
+    (r == 0).then_some(v)
 }

@@ -104,6 +104,7 @@ fn setup() -> Result<Rig, String> {
     }
     build_helper("probe.c", &helpers.join("probe"))?;
     build_helper("int80.c", &helpers.join("int80"))?;
+    build_helper("refork.c", &helpers.join("refork"))?;
     Ok(Rig { uid, gid, home, bin: PathBuf::from(env!("CARGO_BIN_EXE_agent-sandbox")), helpers })
 }
 
@@ -325,6 +326,11 @@ impl Jail {
 
     pub fn probe(&self) -> String {
         self.rig.helpers.join("probe").display().to_string()
+    }
+
+    /// `refork [CHAINS]`: chains of processes that each fork and exit at once (runs until killed).
+    pub fn refork(&self) -> String {
+        self.rig.helpers.join("refork").display().to_string()
     }
 
     pub fn int80(&self) -> String {

@@ -1,0 +1,658 @@
+//! The Landlock backend's executor (hosts without user namespaces). The launcher stays
+//! outside as a child subreaper and forks the command, which seals and restricts itself and
+//! execs in place. What the userns jail gets from its own tmpfs and its PID 1 comes here from
+//! the plan's session directory, the inherited Slurm channel and the sweeper. Decides nothing:
+//! every path, descriptor and way of ending is in `plan.landlock`.
+
+use super::relay::Lazy;
+use super::userns::Outcome;
+use super::{caps, landlock, seccomp, stdio_ttys, JailError};
+use crate::plan::{LandlockPlan, Plan, SessionDir, Sweep};
+use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::unistd::Pid;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Runs the plan's command. The launcher forwards signals, reaps what gets orphaned below it,
+/// starts the chaperon when the channel first carries a call and, when the command exits,
+/// ends everything the session left running, then removes the session directory.
+pub fn run(plan: &Plan, banner: &dyn Fn(), lazy: Option<Lazy<'_>>) -> Result<Outcome, JailError> {
+    use nix::unistd::{fork, ForkResult};
+    let Some(ll) = &plan.landlock else {
+        return Err(JailError::Build("the plan has no Landlock rules for the Landlock backend".into()));
+    };
+    let (mut lazy, inherit) = match lazy {
+        Some(mut l) => {
+            let fd = l.inherit.take();
+            (Some(l), fd)
+        }
+        None => (None, None),
+    };
+    if ll.slurm_fd.is_some() && inherit.is_none() {
+        return Err(JailError::Build("the plan passes the Slurm channel on, but the launcher holds none".into()));
+    }
+    let dir = SessionFiles::create(&ll.session)?;
+    // With a terminal the command stays in the launcher's process group, so the terminal's
+    // own signals (Ctrl-C, Ctrl-Z, window size) reach it directly and the launcher stops
+    // with it; without one it gets a session of its own and the launcher forwards.
+    let tty = stdio_ttys().any();
+    let mut forwarded = vec![Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT];
+    forwarded.extend([Signal::SIGUSR1, Signal::SIGUSR2]);
+    if !tty {
+        forwarded.extend([Signal::SIGTSTP, Signal::SIGCONT]);
+    }
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    forwarded.iter().for_each(|s| mask.add(*s));
+    let mut old = SigSet::empty();
+    let _ = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), Some(&mut old));
+    let restore = |old: &SigSet| {
+        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(old), None);
+    };
+    let fail = |why: String| {
+        restore(&old);
+        dir.remove();
+        Err(JailError::Build(why))
+    };
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer; it only marks this process.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+        return fail(format!("cannot become a child subreaper: {}", std::io::Error::last_os_error()));
+    }
+    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
+    let (sfd, (err_r, err_w)) =
+        match (SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK), pipe()) {
+            (Ok(sfd), Ok(p)) => (sfd, p),
+            _ => return fail("cannot create the launcher's signalfd or pipe".into()),
+        };
+    // The sweeper's two pipes: `go` closes when the command has ended (or the launcher died),
+    // `done` when the sweeper has finished.
+    let sweeper = match ll.sweep {
+        Sweep::ScopedKill => match (pipe(), pipe()) {
+            (Ok(go), Ok(done)) => Some((go, done)),
+            _ => return fail("cannot create the sweeper's pipes".into()),
+        },
+        Sweep::ProcWalk => None,
+    };
+    banner();
+    // SAFETY: the child only prepares its own sandbox and execs or _exits; the launcher has
+    // no other thread here (no network supervisor runs in this backend).
+    let child = match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            drop(err_r);
+            let ends = sweeper.map(|((go_r, go_w), (done_r, done_w))| {
+                drop((go_w, done_r));
+                SweeperEnds { go: go_r, done: done_w }
+            });
+            restore(&old);
+            let e = exec_command(plan, ll, tty, ends, inherit.as_ref().map(AsRawFd::as_raw_fd));
+            let (tag, text) = match &e {
+                JailError::CommandNotFound(name) => (b'N', name.clone()),
+                other => (b'E', other.to_string()),
+            };
+            let mut bytes = vec![tag];
+            bytes.extend_from_slice(text.as_bytes());
+            let _ = nix::unistd::write(&err_w, &bytes);
+            // SAFETY: _exit ends the child without running the launcher's exit handlers.
+            unsafe { libc::_exit(126) }
+        }
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => return fail(format!("cannot fork the command: {e}")),
+    };
+    drop(err_w);
+    // Only the session's processes (the command, the keeper) hold the jail's end of the
+    // channel now: the chaperon sees it close when the last of them has gone.
+    drop(inherit);
+    let sweeper = sweeper.map(|((go_r, go_w), (done_r, done_w))| {
+        drop((go_r, done_w));
+        (go_w, done_r)
+    });
+    // The pipe closes at the command's exec (close-on-exec) or carries why it could not start.
+    let mut report = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut std::fs::File::from(err_r), &mut report);
+    let outcome = match report.split_first() {
+        Some((tag, text)) => {
+            let _ = nix::sys::wait::waitpid(child, None);
+            let text = String::from_utf8_lossy(text).into_owned();
+            Err(if *tag == b'N' { JailError::CommandNotFound(text) } else { JailError::Sandbox(text) })
+        }
+        None => Ok(wait_forwarding(child, &sfd, &forwarded, tty, &mut lazy)),
+    };
+    if let Some((go, done)) = sweeper {
+        drop(go);
+        wait_for_sweeper(done);
+    }
+    // Below ABI 6 the only way; above it, what a sweeper that died could not finish.
+    kill_descendants();
+    restore(&old);
+    dir.remove();
+    outcome
+}
+
+/// `si_code` of a signal the kernel raised itself, e.g. the terminal's Ctrl-C to the
+/// foreground process group.
+const SI_KERNEL: i32 = 0x80;
+
+/// Reaps every child (the command and what gets orphaned to this subreaper), forwards
+/// signals to the command, and starts the chaperon when its channel is first readable, until
+/// the command ends.
+fn wait_forwarding(
+    child: Pid,
+    sfd: &SignalFd,
+    forwarded: &[Signal],
+    tty: bool,
+    lazy: &mut Option<Lazy<'_>>,
+) -> Outcome {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    loop {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == child => return Outcome::Exited(code),
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => return Outcome::Signaled(sig as i32),
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+        let lazy_ready = {
+            let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
+            if let Some(l) = lazy.as_ref() {
+                // SAFETY: the caller keeps the descriptor open for the whole session.
+                fds.push(PollFd::new(unsafe { std::os::fd::BorrowedFd::borrow_raw(l.fd) }, PollFlags::POLLIN));
+            }
+            if let Err(e) = poll(&mut fds, PollTimeout::NONE) {
+                if e != nix::Error::EINTR {
+                    // Nothing to wait on: check again for the command after a pause.
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            fds.get(1).and_then(PollFd::revents).is_some_and(|r| !r.is_empty())
+        };
+        if lazy_ready {
+            if let Some(l) = lazy.take() {
+                (l.start)();
+            }
+        }
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else { continue };
+            // With a terminal, a signal the kernel sent to the foreground group reached the
+            // command too: passing it on would deliver it twice.
+            if forwarded.contains(&sig) && !(tty && info.ssi_code == SI_KERNEL) {
+                let _ = kill(child, sig);
+            }
+        }
+    }
+}
+
+/// The sweeper closes `done` when nothing of the session is left (or when it gives up);
+/// orphans it killed are reaped here meanwhile.
+fn wait_for_sweeper(done: OwnedFd) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        reap_all();
+        let mut fds = [PollFd::new(done.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::from(20u16)) {
+            Ok(0) | Err(nix::Error::EINTR) => {}
+            _ => break,
+        }
+    }
+    reap_all();
+}
+
+/// The ends of the sweeper's pipes it keeps.
+struct SweeperEnds {
+    go: OwnedFd,
+    done: OwnedFd,
+}
+
+/// In the command's child, after the session's domain is in force: forks the sweeper into
+/// it (twice, so that it is no child of the command: a shell's `wait` would wait for it), and
+/// waits for the middle process.
+fn fork_sweeper(ends: SweeperEnds) -> Result<(), JailError> {
+    use nix::unistd::{fork, ForkResult};
+    // SAFETY: this process is single-threaded (forked from the launcher); both children only
+    // make system calls and _exit.
+    match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            // SAFETY: as above.
+            if let Ok(ForkResult::Child) = unsafe { fork() } {
+                sweeper(ends.go.as_raw_fd(), ends.done.as_raw_fd());
+            }
+            // SAFETY: the middle process ends at once; the sweeper goes to the subreaper.
+            unsafe { libc::_exit(0) }
+        }
+        Ok(ForkResult::Parent { child }) => {
+            let _ = nix::sys::wait::waitpid(child, None);
+            Ok(())
+        }
+        Err(e) => Err(JailError::Build(format!("cannot fork the sweeper: {e}"))),
+    }
+}
+
+/// In the command's child, with the channel at `fd`: forks the keeper (twice, as the
+/// sweeper) and returns its pid.
+fn fork_keeper(fd: RawFd) -> Result<i32, JailError> {
+    use nix::unistd::{fork, ForkResult};
+    let fail = |e: nix::Error| JailError::Build(format!("cannot start the Slurm channel's keeper: {e}"));
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(fail)?;
+    // SAFETY: this process is single-threaded (forked from the launcher); both children only
+    // make system calls and _exit.
+    match unsafe { fork() }.map_err(fail)? {
+        ForkResult::Child => {
+            // SAFETY: as above.
+            match unsafe { fork() } {
+                Ok(ForkResult::Child) => {
+                    drop((r, w));
+                    keeper(fd)
+                }
+                Ok(ForkResult::Parent { child }) => {
+                    let _ = nix::unistd::write(&w, &child.as_raw().to_le_bytes());
+                }
+                Err(_) => {}
+            }
+            // SAFETY: the middle process ends at once; the keeper goes to the subreaper.
+            unsafe { libc::_exit(0) }
+        }
+        ForkResult::Parent { child } => {
+            drop(w);
+            let mut pid = [0u8; 4];
+            let got = nix::unistd::read(&r, &mut pid);
+            let _ = nix::sys::wait::waitpid(child, None);
+            match got {
+                Ok(4) => Ok(i32::from_le_bytes(pid)),
+                _ => Err(JailError::Build("the Slurm channel's keeper did not start".into())),
+            }
+        }
+    }
+}
+
+/// Holds the session's end of the chaperon's channel at `fd` for stubs whose parent closed
+/// theirs: they take a copy with `pidfd_getfd`, which needs ptrace rights over this process
+/// (Landlock grants them within the domain; Yama's `ptrace_scope = 1` is lifted for it by
+/// `PR_SET_PTRACER_ANY`: it holds nothing the session does not). Ends when the launcher's side
+/// of the channel is gone; the sweeper (or the launcher's walk) ends it with the session.
+fn keeper(fd: RawFd) -> ! {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    // A session of its own: the terminal's Ctrl-C to the command's group does not reach it.
+    let _ = nix::unistd::setsid();
+    // SAFETY: prctl with integer arguments; it only marks this process.
+    unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+    let fd32 = fd as u32;
+    // SAFETY: close_range only closes this process's own descriptors.
+    unsafe {
+        if fd32 > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, fd32 - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, fd32 + 1, u32::MAX, 0u32);
+    }
+    // SAFETY: the channel stays open for the life of this process.
+    let ch = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    loop {
+        // No events asked: only the hang-up (or an error) wakes it, not the chaperon's answers
+        // to garbage, which stay queued for whoever reads the channel.
+        let mut p = [PollFd::new(ch, PollFlags::empty())];
+        match poll(&mut p, PollTimeout::NONE) {
+            Err(nix::Error::EINTR) => continue,
+            _ => break,
+        }
+    }
+    // SAFETY: ends the keeper.
+    unsafe { libc::_exit(0) }
+}
+
+/// Lives in the session's Landlock domain until the command has ended (`go` closes: the
+/// launcher says so, or died), then ends every process of the session: `kill(-1)`, which with
+/// signal scoping reaches the processes of this domain and the domains nested in it and no
+/// other, and which the kernel delivers to every one of them before any can fork again.
+/// SIGTERM and SIGCONT first, half a second of grace, then SIGKILL until none is left.
+/// Closes `done` by exiting.
+fn sweeper(go: RawFd, done: RawFd) -> ! {
+    // A session of its own: the terminal's Ctrl-C to the command's group does not reach it.
+    let _ = nix::unistd::setsid();
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGTERM,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+        Signal::SIGUSR1,
+        Signal::SIGUSR2,
+        Signal::SIGPIPE,
+    ] {
+        // SAFETY: SIG_IGN installs no handler.
+        let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn) };
+    }
+    // Nothing else of the launcher or the command stays open here: the caller's stdout held
+    // by the sweeper would keep the caller waiting.
+    let (lo, hi) = (go.min(done) as u32, go.max(done) as u32);
+    // SAFETY: close_range only closes this process's own descriptors.
+    unsafe {
+        if lo > 0 {
+            libc::syscall(libc::SYS_close_range, 0u32, lo - 1, 0u32);
+        }
+        if hi > lo + 1 {
+            libc::syscall(libc::SYS_close_range, lo + 1, hi - 1, 0u32);
+        }
+        libc::syscall(libc::SYS_close_range, hi + 1, u32::MAX, 0u32);
+    }
+    let mut byte = [0u8; 1];
+    loop {
+        // SAFETY: reading into a valid one-byte buffer from our own pipe.
+        let n = unsafe { libc::read(go, byte.as_mut_ptr().cast(), 1) };
+        if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
+    sweep();
+    // SAFETY: ends the sweeper; `done` closes with it.
+    unsafe { libc::_exit(0) }
+}
+
+fn sweep() {
+    let me = std::process::id() as i32;
+    let all = Pid::from_raw(-1);
+    let _ = kill(all, Signal::SIGTERM);
+    let _ = kill(all, Signal::SIGCONT);
+    let grace = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < grace && any_left(me) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Bounded, so that a process stuck in the kernel cannot hold the session open.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let _ = kill(all, Signal::SIGKILL);
+        if !any_left(me) || Instant::now() > deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Whether a live process other than `me` can still be signalled from here: with signal
+/// scoping, a process of the session.
+fn any_left(me: i32) -> bool {
+    proc_entries().iter().any(|p| p.pid != me && !p.zombie && kill(Pid::from_raw(p.pid), None).is_ok())
+}
+
+/// One process as `/proc` shows it.
+struct ProcEntry {
+    pid: i32,
+    ppid: i32,
+    /// A zombie whose thread group has ended (nothing left to signal).
+    zombie: bool,
+}
+
+fn proc_entries() -> Vec<ProcEntry> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // "pid (comm) S ppid ...": comm may hold spaces and parentheses, so split after the last ')'.
+        let mut rest = stat.rsplit_once(')').map_or("", |(_, r)| r).split_whitespace();
+        let (Some(state), Some(ppid)) = (rest.next(), rest.next().and_then(|p| p.parse::<i32>().ok())) else {
+            continue;
+        };
+        // A zombie group leader whose other threads still run is no zombie: it is signalled
+        // like any process (a kill of its pid reaches the whole thread group).
+        let zombie = state == "Z" && std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()) <= 1;
+        out.push(ProcEntry { pid, ppid, zombie });
+    }
+    out
+}
+
+/// Every living process below this one, from `/proc` (no PID namespace to tear down).
+fn descendants() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let all = proc_entries();
+    let mut found = vec![me];
+    let mut i = 0;
+    while i < found.len() {
+        let p = found[i];
+        found.extend(all.iter().filter(|e| e.ppid == p).map(|e| e.pid));
+        i += 1;
+    }
+    found.retain(|p| *p != me && !all.iter().any(|e| e.pid == *p && e.zombie));
+    found
+}
+
+fn reap_all() {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if st == WaitStatus::StillAlive {
+            break;
+        }
+    }
+}
+
+/// Ends what is still running below the launcher by walking `/proc`: SIGTERM (and SIGCONT,
+/// so stopped processes see it), up to half a second of grace, then SIGKILL until nothing is
+/// left. A process that re-forks faster than the walk can outrun it (the sweeper cannot be
+/// outrun; this is the way below ABI 6).
+fn kill_descendants() {
+    reap_all();
+    let left = descendants();
+    if left.is_empty() {
+        return;
+    }
+    for p in &left {
+        let _ = kill(Pid::from_raw(*p), Signal::SIGTERM);
+        let _ = kill(Pid::from_raw(*p), Signal::SIGCONT);
+    }
+    let grace = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < grace {
+        std::thread::sleep(Duration::from_millis(10));
+        reap_all();
+        if descendants().is_empty() {
+            return;
+        }
+    }
+    // Bounded, so a process forking faster than this loop kills cannot hold the launcher.
+    for _ in 0..500 {
+        let left = descendants();
+        if left.is_empty() {
+            return;
+        }
+        for p in left {
+            let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+        reap_all();
+    }
+}
+
+/// The plan's session directory, made real: created before the command starts, removed when
+/// the session ends; directories left by launchers that died are removed at the next start.
+struct SessionFiles<'p> {
+    dir: &'p SessionDir,
+}
+
+impl<'p> SessionFiles<'p> {
+    fn create(dir: &'p SessionDir) -> Result<SessionFiles<'p>, JailError> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        let fail = |what: &Path, e: std::io::Error| {
+            JailError::Build(format!("cannot create the session's directory {}: {e}", what.display()))
+        };
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir.base).map_err(|e| fail(&dir.base, e))?;
+        sweep_dead(&dir.base);
+        let made = SessionFiles { dir };
+        let build = || -> Result<(), JailError> {
+            let mkdir = |p: &Path, mode: u32| std::fs::DirBuilder::new().mode(mode).create(p).map_err(|e| fail(p, e));
+            mkdir(&dir.path, 0o700)?;
+            mkdir(&dir.tmp, 0o700)?;
+            mkdir(&dir.bin, 0o755)?;
+            for name in &dir.stubs {
+                std::os::unix::fs::symlink(&dir.exe, dir.bin.join(name)).map_err(|e| fail(&dir.bin, e))?;
+            }
+            if !dir.files.is_empty() {
+                let run = dir.path.join("run");
+                mkdir(&run, 0o755)?;
+                for (path, contents) in &dir.files {
+                    let mut f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o555)
+                        .custom_flags(libc::O_NOFOLLOW)
+                        .open(path)
+                        .map_err(|e| fail(path, e))?;
+                    std::io::Write::write_all(&mut f, contents.as_bytes()).map_err(|e| fail(path, e))?;
+                }
+            }
+            std::fs::set_permissions(&dir.bin, std::fs::Permissions::from_mode(0o555)).map_err(|e| fail(&dir.bin, e))
+        };
+        match build() {
+            Ok(()) => Ok(made),
+            Err(e) => {
+                made.remove();
+                Err(e)
+            }
+        }
+    }
+
+    fn remove(&self) {
+        remove_tree(&self.dir.path);
+    }
+}
+
+/// Removes the session directories of launchers that are gone (killed before they could).
+fn sweep_dead(base: &Path) {
+    for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.split('-').next()).and_then(|p| p.parse::<i32>().ok()) else {
+            continue;
+        };
+        if pid > 0 && !Path::new(&format!("/proc/{pid}")).exists() {
+            remove_tree(&entry.path());
+        }
+    }
+}
+
+/// `remove_dir_all` (which never follows symlinks), after making every directory below
+/// writable again if the jail took those rights away.
+fn remove_tree(path: &Path) {
+    if std::fs::remove_dir_all(path).is_ok() {
+        return;
+    }
+    fn open_up(dir: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                open_up(&entry.path());
+            }
+        }
+    }
+    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        open_up(path);
+    }
+    let _ = std::fs::remove_dir_all(path);
+}
+
+fn landlock_rules(ll: &LandlockPlan) -> landlock::LandlockRules {
+    landlock::LandlockRules {
+        read_only: ll.read_only.clone(),
+        read_write: ll.read_write.clone(),
+        deny_tcp_connect: ll.deny_tcp_connect.clone(),
+        deny_all_tcp: ll.deny_all_tcp,
+        scope_signals: true,
+        scope_abstract_unix: true,
+    }
+}
+
+/// In the forked child: seals and restricts itself, leaves the sweeper behind in the
+/// session's domain and goes on into a nested one, puts the Slurm channel where the plan
+/// says, then execs the command. Returns only why it could not.
+fn exec_command(
+    plan: &Plan,
+    ll: &LandlockPlan,
+    tty: bool,
+    sweeper: Option<SweeperEnds>,
+    channel: Option<RawFd>,
+) -> JailError {
+    // Dies with the launcher, as the userns jail does.
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number; it only marks this process.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+    let rules = landlock_rules(ll);
+    // Not a tty? Then a new session: the command cannot reach a controlling terminal at all.
+    if !tty {
+        let _ = nix::unistd::setsid();
+    }
+    let opts = seccomp::SeccompOptions {
+        allow_nested_userns: plan.seccomp.nested_userns,
+        // Landlock's TCP port rules are the network boundary here: only plain TCP may pass.
+        tcp_udp_icmp_only: true,
+        deny_unix_sockets: !plan.seccomp.unix_sockets,
+    };
+    let _sealed = match caps::seal_unprivileged(&opts) {
+        Ok(s) => s,
+        Err(e) => return e.into(),
+    };
+    let status = match landlock::apply(&rules) {
+        Ok(s) => s,
+        Err(e) => return e.into(),
+    };
+    if rules.deny_all_tcp && !status.tcp {
+        return JailError::LandlockWeak(format!(
+            "network mode isolated needs Landlock TCP rules (ABI 4), this kernel has ABI {}",
+            status.abi
+        ));
+    }
+    if let Some(ends) = sweeper {
+        if !status.scopes {
+            return JailError::LandlockWeak(format!(
+                "the plan ends the session with signal scoping (ABI 6), this kernel has ABI {}",
+                status.abi
+            ));
+        }
+        if let Err(e) = fork_sweeper(ends) {
+            return e;
+        }
+        if let Err(e) = landlock::scope_nested() {
+            return e.into();
+        }
+    }
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on our own descriptors.
+    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    if let (Some(want), Some(have)) = (ll.slurm_fd, channel) {
+        // dup2 leaves the new descriptor open across exec; the same number keeps its flag.
+        // SAFETY: dup2/fcntl on descriptors of this process; `have` is open (the launcher's pair).
+        let placed = unsafe {
+            if have == want {
+                libc::fcntl(want, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(have, want)
+            }
+        };
+        if placed < 0 {
+            return JailError::Build(format!(
+                "cannot pass the Slurm channel on at descriptor {want}: {} (is `ulimit -n` below {}?)",
+                std::io::Error::last_os_error(),
+                want + 1
+            ));
+        }
+    }
+    let mut env = plan.env.clone();
+    if let Some(fd) = ll.slurm_fd {
+        match fork_keeper(fd) {
+            Ok(pid) => env.push((crate::plan::SLURM_KEEPER_VAR.to_string(), pid.to_string())),
+            Err(e) => return e,
+        }
+    }
+    if nix::unistd::chdir(&plan.cwd).is_err() {
+        return JailError::Build(format!("cannot enter {}", plan.cwd.display()));
+    }
+    // SAFETY: resetting SIGPIPE (ignored by the Rust runtime) to its default installs no handler.
+    let _ =
+        unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
+    let name = &plan.command[0];
+    let Some(path) = super::find_in_path(name, &env) else { return JailError::CommandNotFound(name.clone()) };
+    let cstr = |s: &str| std::ffi::CString::new(s.as_bytes()).unwrap_or_default();
+    let argv: Vec<_> = plan.command.iter().map(|a| cstr(a)).collect();
+    let envp: Vec<_> = env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
+    let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
+    let e = nix::unistd::execve(&p, &argv, &envp).err();
+    JailError::Build(format!("cannot run {name}: {}", e.map_or_else(|| "unknown error".into(), |e| e.to_string())))
+}
