@@ -171,6 +171,9 @@ pub struct HostFacts {
     pub pid: u32,
     /// `$XDG_RUNTIME_DIR` when it is a private directory of this user (0700, owned), else None.
     pub runtime_dir: Option<PathBuf>,
+    /// Every address of the host's interfaces (a floor), read when a plan first needs it
+    /// (only the modes with a supervisor do).
+    pub host_addrs: std::cell::OnceCell<Vec<std::net::IpAddr>>,
 }
 
 /// Every address of every interface of the host (a floor: the jail must not reach the
@@ -258,9 +261,15 @@ impl HostFacts {
             guard_kernel: kernel_at_least(5, 14),
             mountpoints: mountpoints(),
             mailers: vec![],
+            host_addrs: std::cell::OnceCell::new(),
             pid: std::process::id(),
             runtime_dir: private_runtime_dir(uid.as_raw()),
         })
+    }
+
+    /// The host's own addresses (see `host_addrs`).
+    pub fn host_addrs(&self) -> &[std::net::IpAddr] {
+        self.host_addrs.get_or_init(own_addresses)
     }
 
     pub fn env_var(&self, name: &str) -> Option<&str> {
@@ -373,9 +382,31 @@ pub fn probe_userns() -> bool {
     }
 }
 
-/// The Landlock ABI version, 0 if unavailable.
+/// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>`.
+const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
+
+/// Landlock ABI version of the running kernel, 0 if Landlock is unavailable
+/// (not built in, or disabled at boot).
 pub fn landlock_abi() -> u32 {
-    crate::jail::landlock::detect_abi()
+    landlock_kernel_abi().unwrap_or(0)
+}
+
+/// ABI version, or the errno explaining why Landlock is unavailable.
+pub fn landlock_kernel_abi() -> Result<u32, std::io::Error> {
+    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) only returns
+    // the ABI version (or -1 with errno); it reads no memory and creates no file descriptor.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if ret < 1 {
+        return Err(std::io::Error::last_os_error());
+    }
+    u32::try_from(ret).map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// The mail programs present at the stub's paths (`stub::mail`). A stat per name and

@@ -8,6 +8,7 @@ pub mod glob;
 pub mod host;
 pub mod jail;
 pub mod net;
+pub mod netrules;
 pub mod plan;
 pub mod policy;
 pub mod show;

@@ -281,14 +281,13 @@ fn launch_logged(
     start.warnings = plan.warnings.clone();
     log.write(&start);
     let began = std::time::Instant::now();
-    let net = net_config(&plan, log)?;
     let session = agent_sandbox::slurm::Session::new(&ctx.facts, &log.session, &plan.project, String::new());
     let mut lock = lock;
     if let Some(socket) = chaperon.as_ref().and_then(|c| c.socket.clone()) {
         lock.remove_after_exit(socket);
     }
     let slurm = chaperon.as_ref().map(|c| (c, session, &pol));
-    let outcome = run_with_chaperon(&plan, &banner, lock, net, slurm, log);
+    let outcome = run_with_chaperon(&plan, &banner, lock, slurm, log);
     if let Some(socket) = chaperon.as_ref().and_then(|c| c.socket.as_ref()) {
         let _ = std::fs::remove_file(socket);
     }
@@ -369,7 +368,6 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
         env: Some(env),
     };
     let plan = plan::build(&pol, &facts, &host::RealFs::default(), &req)?;
-    let net = net_config(&plan, &log)?;
     let mut start = log.record("job_start");
     start.project = Some(plan.project.display().to_string());
     start.job = var("SLURM_JOB_ID").and_then(|j| j.parse().ok());
@@ -381,7 +379,7 @@ fn exec_job(dir: &std::path::Path) -> Result<i32, Failure> {
     if let Some(socket) = chaperon.socket.clone() {
         lock.remove_after_exit(socket);
     }
-    let outcome = run_with_chaperon(&plan, &|| {}, lock, net, Some((&chaperon, session, &pol)), &log);
+    let outcome = run_with_chaperon(&plan, &|| {}, lock, Some((&chaperon, session, &pol)), &log);
     if let Some(socket) = &chaperon.socket {
         let _ = std::fs::remove_file(socket);
     }
@@ -403,7 +401,6 @@ fn run_with_chaperon(
     plan: &plan::Plan,
     banner: &dyn Fn(),
     lock: jail::placeholders::ProjectLock,
-    net: Option<agent_sandbox::net::supervisor::NetConfig>,
     slurm: Option<(&agent_sandbox::slurm::Chaperon, agent_sandbox::slurm::Session, &policy::Policy)>,
     log: &audit::AuditLog,
 ) -> Result<jail::Outcome, jail::JailError> {
@@ -419,7 +416,8 @@ fn run_with_chaperon(
         }
     };
     let lazy = door.map(|(fd, inherit)| jail::relay::Lazy { fd, start: &mut start, inherit });
-    jail::run(plan, banner, lock, net, lazy, log)
+    let mut net_start = |fds| agent_sandbox::net::start(&plan.net, fds, Some(log.clone()));
+    jail::run(plan, banner, lock, &mut net_start, lazy, log)
 }
 
 /// The session's door to its chaperon: a socket the plan binds into the userns jail, or a
@@ -444,40 +442,6 @@ fn backend_is_landlock(pol: &policy::Policy, facts: &host::HostFacts) -> bool {
         policy::Backend::Userns => false,
         policy::Backend::Auto => !facts.userns.available,
     }
-}
-
-/// The supervisor configuration of the modes that have one (`filtered`, `proxied`): the
-/// plan's rules plus the host's own addresses, read now (they are a floor).
-fn net_config(
-    plan: &plan::Plan,
-    log: &audit::AuditLog,
-) -> Result<Option<agent_sandbox::net::supervisor::NetConfig>, Failure> {
-    use agent_sandbox::net::matcher::{MatcherOptions, RuleSet};
-    if matches!(plan.net.effective, policy::NetMode::Isolated | policy::NetMode::Open) {
-        return Ok(None);
-    }
-    let host_addrs = host::own_addresses();
-    let opts = MatcherOptions {
-        host_addrs,
-        deny_private: plan.net.deny_private,
-        extra_floor_ports: vec![],
-        live_host_addrs: true,
-    };
-    let rules = RuleSet::new(&plan.net.rules, opts).map_err(|e| Failure::new(format!("net rules: {e}")))?;
-    if plan.net.upstreams.is_empty() {
-        eprintln!(
-            "agent-sandbox: warning: no DNS resolver found (resolv.conf, net.dns): names will not resolve in the jail"
-        );
-    }
-    Ok(Some(agent_sandbox::net::supervisor::NetConfig {
-        rules,
-        upstreams: plan.net.upstreams.clone(),
-        hostname_ports: plan.net.hostname_ports.clone(),
-        host_ports: plan.net.host_ports.clone(),
-        publish: plan.net.publish.clone(),
-        audit: Some(log.clone()),
-        mode: plan.net.effective.as_str(),
-    }))
 }
 
 fn log_cmd(session: Option<&str>, json: bool, tail: Option<usize>, follow: bool) -> Result<i32, Failure> {

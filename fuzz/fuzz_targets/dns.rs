@@ -3,7 +3,7 @@
 //! address.
 #![no_main]
 use agent_sandbox::net::dns::{check_answer, check_query};
-use agent_sandbox::net::matcher::{Action, Layer, MatcherOptions, RuleSet};
+use agent_sandbox::netrules::matcher::{Action, Layer, MatcherOptions, RuleSet};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

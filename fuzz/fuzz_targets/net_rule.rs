@@ -2,7 +2,7 @@
 //! Any text: a rule or an error, never a panic; whatever parses prints back and re-parses to
 //! the same rule; normalization is idempotent; decisions never panic.
 #![no_main]
-use agent_sandbox::net::matcher::{normalize_name, Action, Destination, Layer, MatcherOptions, Proto, Rule, RuleSet};
+use agent_sandbox::netrules::matcher::{normalize_name, Action, Destination, Layer, MatcherOptions, Proto, Rule, RuleSet};
 use libfuzzer_sys::fuzz_target;
 use std::str::FromStr;
 

@@ -64,8 +64,8 @@ fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result
     crate::timing::mark("child-env");
     nix::unistd::sethostname(&plan.hostname).map_err(|e| format!("cannot set the hostname: {e}"))?;
     // Before the root is replaced: /dev/net/tun is the host's device node.
-    let tun = match plan.net.effective {
-        crate::policy::NetMode::Filtered => {
+    let tun = match plan.net.jail {
+        crate::plan::JailNet::Tun => {
             Some(net::create_tun().map_err(|e| format!("cannot create tun0 for the filtered network mode: {e}"))?)
         }
         _ => None,
@@ -79,7 +79,7 @@ fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result
     if new_net {
         net::loopback_up().map_err(|e| format!("cannot bring up lo in the jail's network namespace: {e}"))?;
     }
-    if plan.net.effective == crate::policy::NetMode::Proxied {
+    if plan.net.jail == crate::plan::JailNet::Proxies {
         net_fds = net::proxy_listeners().map_err(|e| format!("cannot open the proxy listeners: {e}"))?;
     }
     crate::timing::mark("child-lo");

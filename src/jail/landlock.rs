@@ -14,9 +14,6 @@ use ::landlock::{
     RulesetCreatedAttr, RulesetError, RulesetStatus, Scope, ABI,
 };
 
-/// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>`.
-const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1 << 0;
-
 /// What the sandbox may reach. Everything not listed is denied.
 #[derive(Debug, Clone, Default)]
 pub struct LandlockRules {
@@ -68,30 +65,6 @@ pub enum LandlockError {
     NoNewPrivs,
 }
 
-/// Landlock ABI version of the running kernel, 0 if Landlock is unavailable
-/// (not built in, or disabled at boot).
-pub fn detect_abi() -> u32 {
-    kernel_abi().unwrap_or(0)
-}
-
-/// ABI version, or the errno explaining why Landlock is unavailable.
-fn kernel_abi() -> Result<u32, io::Error> {
-    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION) only returns
-    // the ABI version (or -1 with errno); it reads no memory and creates no file descriptor.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    if ret < 1 {
-        return Err(io::Error::last_os_error());
-    }
-    u32::try_from(ret).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
-
 /// Confine the calling thread and its future children with `rules`.
 ///
 /// Handles every filesystem right the running ABI knows, so nothing outside
@@ -99,7 +72,7 @@ fn kernel_abi() -> Result<u32, io::Error> {
 /// Errors (fail closed) if the kernel has no Landlock or anything asked for and claimed
 /// in the returned status is not fully enforced.
 pub fn apply(rules: &LandlockRules) -> Result<LandlockStatus, LandlockError> {
-    let abi_num = kernel_abi().map_err(LandlockError::Unavailable)?;
+    let abi_num = crate::host::landlock_kernel_abi().map_err(LandlockError::Unavailable)?;
     // Rights of the running kernel's ABI (capped at the newest ABI the crate knows), so every
     // requested right is supported and HardRequirement never silently drops one.
     let abi = ABI::from(i32::try_from(abi_num).unwrap_or(i32::MAX));
@@ -337,7 +310,7 @@ mod tests {
 
     #[test]
     fn detect_abi_reports_landlock() {
-        assert!(detect_abi() >= 1, "Landlock not available on this host");
+        assert!(crate::host::landlock_abi() >= 1, "Landlock not available on this host");
     }
 
     #[test]

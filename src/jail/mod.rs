@@ -58,6 +58,10 @@ impl JailError {
     }
 }
 
+/// Starts what serves the descriptors the jail's init hands out for its network (tun0, the
+/// proxies' listeners): given by the launcher, so the jail knows nothing of the supervisor.
+pub type NetStart<'a> = &'a mut dyn FnMut(Vec<std::os::fd::OwnedFd>) -> std::io::Result<()>;
+
 pub fn stdio_ttys() -> TtyFds {
     // SAFETY: isatty only inspects the descriptor number.
     TtyFds([0, 1, 2].map(|fd| unsafe { libc::isatty(fd) == 1 }))
@@ -69,7 +73,7 @@ pub fn run(
     plan: &Plan,
     banner: &dyn Fn(),
     mut lock: placeholders::ProjectLock,
-    net: Option<crate::net::supervisor::NetConfig>,
+    net_start: NetStart<'_>,
     lazy: Option<relay::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
@@ -78,7 +82,9 @@ pub fn run(
         return Err(e.into());
     }
     let result = match plan.backend {
-        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner, &mut || lock.spawn_waiter(), net, lazy, audit),
+        BackendKind::Userns => {
+            userns::run(plan, stdio_ttys(), banner, &mut || lock.spawn_waiter(), net_start, lazy, audit)
+        }
         BackendKind::Landlock => fallback::run(plan, banner, lazy),
     };
     lock.finish();

@@ -3,7 +3,7 @@
 //! IPv6 addresses, MTU and default routes. Plain interface ioctls: a handful of fixed-size
 //! requests, no netlink conversation needed.
 
-use crate::net::addr;
+use crate::netrules::addr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -51,7 +51,7 @@ pub fn loopback_up() -> io::Result<()> {
 /// The proxied mode's listeners on the jail's loopback: HTTP, then SOCKS5. The supervisor
 /// accepts on them from outside; nothing else in the jail can take these ports first.
 pub fn proxy_listeners() -> io::Result<Vec<OwnedFd>> {
-    use crate::net::proxy::{HTTP_PORT, SOCKS_PORT};
+    use crate::netrules::addr::{HTTP_PORT, SOCKS_PORT};
     let mut out = vec![];
     for port in [HTTP_PORT, SOCKS_PORT] {
         let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, port))?;

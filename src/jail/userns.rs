@@ -7,7 +7,6 @@ use super::msg::{self, Msg};
 use super::relay;
 use super::JailError;
 use crate::plan::Plan;
-use crate::policy::NetMode;
 use nix::sched::CloneFlags;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -36,20 +35,20 @@ impl Outcome {
 }
 
 /// `idle`: work for the launcher while the jail builds itself (it runs on the other core).
-/// `net`: the supervisor's configuration, for `filtered` mode (it starts once the jail has
-/// handed out tun0).
+/// `net_start`: starts what serves the descriptors the jail hands out for its network
+/// (`plan.net.jail` says how many), once the jail has built them.
 pub fn run(
     plan: &Plan,
     tty: TtyFds,
     banner: &dyn Fn(),
     idle: &mut dyn FnMut(),
-    mut net: Option<crate::net::supervisor::NetConfig>,
+    net_start: super::NetStart<'_>,
     lazy: Option<relay::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
     let use_pty = tty.0[0] && (tty.0[1] || tty.0[2]);
     let pty = use_pty.then_some(tty);
-    let new_net = plan.net.effective != NetMode::Open;
+    let new_net = plan.net.jail.new_namespace();
     let mask = relay::block_signals();
     crate::timing::mark("pre-clone");
     let launched = clone_jail(plan, pty, new_net)?;
@@ -75,17 +74,13 @@ pub fn run(
     };
     idle();
     let master = match msg::recv(sock) {
-        Ok(Some(Msg::Ready { pty, net: mut fds })) => {
-            let started = match (plan.net.effective, net.take()) {
-                (NetMode::Filtered, Some(cfg)) if fds.len() == 1 => {
-                    fds.pop().map(|tun| crate::net::supervisor::spawn(tun, cfg))
-                }
-                (NetMode::Proxied, Some(cfg)) if fds.len() == 2 => Some(crate::net::proxy::spawn(fds, cfg)),
-                (NetMode::Isolated | NetMode::Open, None) if fds.is_empty() => None,
-                _ => return Err(fail(JailError::Build("the jail's network and its plan disagree".into()))),
-            };
-            if let Some(Err(e)) = started {
-                return Err(fail(JailError::Build(format!("cannot start the network supervisor: {e}"))));
+        Ok(Some(Msg::Ready { pty, net: fds })) => {
+            if fds.len() != plan.net.jail.handed_out() {
+                return Err(fail(JailError::Build("the jail's network and its plan disagree".into())));
+            }
+            if !fds.is_empty() {
+                net_start(fds)
+                    .map_err(|e| fail(JailError::Build(format!("cannot start the network supervisor: {e}"))))?;
             }
             pty
         }

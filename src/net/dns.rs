@@ -6,7 +6,7 @@
 //! are remembered, so a flow to a bare address can be matched on the names the jail asked for.
 //! Messages are parsed and written by hickory-proto.
 
-use super::matcher::{Decision, RuleSet};
+use crate::netrules::matcher::{Decision, RuleSet};
 use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
 use hickory_proto::rr::{RData, RecordType};
 use std::collections::{HashMap, VecDeque};
@@ -32,7 +32,7 @@ pub struct NameCache {
 
 impl NameCache {
     pub fn learn(&mut self, name: &str, ip: IpAddr, ttl: u32, now: Instant) {
-        let ip = super::matcher::canonical_ip(ip);
+        let ip = crate::netrules::matcher::canonical_ip(ip);
         let name = name.trim_end_matches('.').to_ascii_lowercase();
         let until = now + MIN_REMEMBER.max(Duration::from_secs(u64::from(ttl)));
         let names = self.by_ip.entry(ip).or_default();
@@ -55,7 +55,7 @@ impl NameCache {
 
     /// The live names our resolver gave for this address.
     pub fn names_for(&self, ip: IpAddr, now: Instant) -> Vec<String> {
-        let ip = super::matcher::canonical_ip(ip);
+        let ip = crate::netrules::matcher::canonical_ip(ip);
         self.by_ip
             .get(&ip)
             .map(|v| v.iter().filter(|(_, until)| *until > now).map(|(n, _)| n.clone()).collect())
@@ -283,42 +283,10 @@ pub async fn resolve(name: &str, upstreams: &[SocketAddr]) -> Vec<IpAddr> {
     v4.into_iter().chain(v6).collect()
 }
 
-/// The host's resolvers as the launcher sees them (`nameserver` lines of resolv.conf).
-pub fn host_resolvers(resolv_conf: &str) -> Vec<SocketAddr> {
-    resolv_conf
-        .lines()
-        .filter_map(|l| {
-            let mut w = l.split_whitespace();
-            (w.next() == Some("nameserver")).then(|| w.next()).flatten()
-        })
-        // A scoped IPv6 address (fe80::1%eth0) keeps only the address: the host routes it.
-        .filter_map(|a| a.split('%').next()?.parse::<IpAddr>().ok())
-        .map(|ip| SocketAddr::new(ip, 53))
-        .collect()
-}
-
-/// The jail's resolv.conf: our resolver, with the host's search domains and options, so
-/// short cluster names resolve inside as they do outside.
-pub fn jail_resolv_conf(host: &str) -> String {
-    let mut out = format!(
-        "# agent-sandbox: the jail's resolver (filtered network mode)\nnameserver {}\nnameserver {}\n",
-        super::addr::GATEWAY_V4,
-        super::addr::GATEWAY_V6
-    );
-    for l in host.lines() {
-        let first = l.split_whitespace().next();
-        if matches!(first, Some("search" | "domain")) || (first == Some("options") && !l.contains("use-vc")) {
-            out.push_str(l.trim());
-            out.push('\n');
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::matcher::{Action, Layer, MatcherOptions};
+    use crate::netrules::matcher::{Action, Layer, MatcherOptions};
     use hickory_proto::op::Query;
     use hickory_proto::rr::rdata::{A, AAAA, CNAME};
     use hickory_proto::rr::{Name, Record};
@@ -500,17 +468,5 @@ mod tests {
         }
         assert!(c.names_for(ip, now).is_empty(), "oldest entries evicted");
         assert!(c.order.len() <= MAX_ENTRIES);
-    }
-
-    #[test]
-    fn resolv_conf_is_read_and_written() {
-        let host = "# x\nnameserver 10.255.255.53\nnameserver fe80::1%eth0\nsearch cluster.local\noptions ndots:2\nnameserver bogus\n";
-        let ups = host_resolvers(host);
-        assert_eq!(ups, vec!["10.255.255.53:53".parse().unwrap(), "[fe80::1]:53".parse().unwrap()]);
-        let jail = jail_resolv_conf(host);
-        assert!(jail.contains("nameserver 169.254.77.1\n"));
-        assert!(jail.contains("search cluster.local\n"));
-        assert!(jail.contains("options ndots:2\n"));
-        assert!(!jail.contains("10.255.255.53"));
     }
 }

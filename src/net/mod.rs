@@ -1,11 +1,9 @@
-//! Supervisor-side networking: the destination matcher and floors every mode shares, the
-//! userspace stack behind `tun0` (`filtered`), the jail's resolver, and the supervisor loop.
+//! Supervisor-side networking: the userspace stack behind `tun0` (`filtered`), the proxies
+//! (`proxied`), the jail's resolver, and the supervisor loop. What a flow may reach is
+//! decided with `netrules`; this module enforces it on the host side.
 
-pub mod addr;
 pub mod dns;
-pub mod floor;
 pub mod http1;
-pub mod matcher;
 pub mod packet;
 pub mod peek;
 pub mod proxy;
@@ -24,4 +22,38 @@ pub fn forbidden_response(dst: std::net::SocketAddr, reason: &str) -> Vec<u8> {
     .into_bytes();
     out.extend_from_slice(body.as_bytes());
     out
+}
+
+/// Starts what serves the jail's network, as the plan says, on the descriptors the jail's
+/// init handed out (tun0 for `filtered`, the two listeners for `proxied`). The jail calls it
+/// through the callback it is handed; it knows nothing of this module.
+pub fn start(
+    net: &crate::plan::NetPlan,
+    mut fds: Vec<std::os::fd::OwnedFd>,
+    audit: Option<crate::audit::AuditLog>,
+) -> std::io::Result<()> {
+    use crate::plan::JailNet;
+    let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
+    let Some(rules) = net.matcher.clone() else {
+        return if fds.is_empty() { Ok(()) } else { Err(bad("the plan has no supervisor for these descriptors")) };
+    };
+    if net.upstreams.is_empty() && net.jail == JailNet::Tun {
+        eprintln!(
+            "agent-sandbox: warning: no DNS resolver found (resolv.conf, net.dns): names will not resolve in the jail"
+        );
+    }
+    let cfg = supervisor::NetConfig {
+        rules,
+        upstreams: net.upstreams.clone(),
+        hostname_ports: net.hostname_ports.clone(),
+        host_ports: net.host_ports.clone(),
+        publish: net.publish.clone(),
+        audit,
+        mode: net.effective.as_str(),
+    };
+    match (net.jail, fds.len()) {
+        (JailNet::Tun, 1) => supervisor::spawn(fds.remove(0), cfg),
+        (JailNet::Proxies, 2) => proxy::spawn(fds, cfg),
+        _ => Err(bad("the jail's network and its plan disagree")),
+    }
 }

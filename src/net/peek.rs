@@ -28,11 +28,11 @@ pub enum Peeked {
 }
 
 /// The refusal for bytes that are TLS or HTTP but hide their name (`what` says which).
-pub fn unreadable(what: &str) -> crate::net::matcher::Decision {
-    crate::net::matcher::Decision {
+pub fn unreadable(what: &str) -> crate::netrules::matcher::Decision {
+    crate::netrules::matcher::Decision {
         allowed: false,
         rule: String::new(),
-        layer: crate::net::matcher::Layer::Floor,
+        layer: crate::netrules::matcher::Layer::Floor,
         reason: format!(
             "the connection's first bytes are {what} whose server name cannot be read (split, cut short, \
              too long or ambiguous); send one complete request or handshake"

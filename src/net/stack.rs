@@ -7,7 +7,7 @@
 //! aborts the socket, which answers the jail with RST. A SYN that gets no socket at all is
 //! answered with RST by smoltcp itself.
 
-use super::addr;
+use crate::netrules::addr;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;

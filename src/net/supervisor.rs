@@ -12,12 +12,13 @@
 
 use super::dns::{self, NameCache};
 use super::http1::{self, Framer};
-use super::matcher::{Decision, Destination, Layer, Proto, RuleSet};
 use super::packet::{self, Summary};
 use super::peek::{self, Peeked};
 use super::stack::{self, Stack};
-use super::{addr, udp};
+use super::udp;
 use crate::audit::AuditLog;
+use crate::netrules::addr;
+use crate::netrules::matcher::{Decision, Destination, Layer, Proto, RuleSet};
 use smoltcp::iface::SocketHandle;
 use smoltcp::socket::tcp;
 use std::collections::{HashMap, HashSet};

@@ -18,6 +18,8 @@ pub struct JailVars<'a> {
     pub project: &'a Path,
     pub cwd: &'a Path,
     pub net_mode: &'a str,
+    /// The jail reaches out through the proxies on its loopback (`proxied`).
+    pub proxies: bool,
     pub backend: &'a str,
     pub session: &'a str,
 }
@@ -70,11 +72,11 @@ pub fn build(launcher_env: &[(String, String)], policy: &Policy, j: &JailVars<'_
     if !j.session.is_empty() {
         set("AGENT_SANDBOX_SESSION", j.session.to_string());
     }
-    if j.net_mode == "proxied" {
+    if j.proxies {
         // Both spellings: curl and Go read the lower case, most others the upper; socks5h
         // makes clients send names, so the host side resolves and matches them.
-        let http = format!("http://127.0.0.1:{}", crate::net::proxy::HTTP_PORT);
-        let socks = format!("socks5h://127.0.0.1:{}", crate::net::proxy::SOCKS_PORT);
+        let http = format!("http://127.0.0.1:{}", crate::netrules::addr::HTTP_PORT);
+        let socks = format!("socks5h://127.0.0.1:{}", crate::netrules::addr::SOCKS_PORT);
         for (k, v) in [("HTTP_PROXY", &http), ("HTTPS_PROXY", &http), ("ALL_PROXY", &socks)] {
             set(k, v.clone());
             set(&k.to_ascii_lowercase(), v.clone());

@@ -32,10 +32,16 @@ impl BackendKind {
 #[derive(Debug, Clone, Serialize)]
 pub struct NetPlan {
     pub requested: NetMode,
+    /// The one place the network mode is decided; what it means for each part is below.
     pub effective: NetMode,
-    /// Destination rules (net.block, net.allow), checked by the matcher at plan time; the
-    /// filtered and proxied modes apply them.
-    pub rules: Vec<(String, crate::net::matcher::Action, crate::net::matcher::Layer)>,
+    /// What the jail makes in its network namespace: the jail reads only this.
+    pub jail: JailNet,
+    /// Destination rules (net.block, net.allow), as written, checked at plan time.
+    pub rules: Vec<(String, crate::netrules::matcher::Action, crate::netrules::matcher::Layer)>,
+    /// The same rules parsed into the matcher, with the host's addresses as a floor: for the
+    /// modes with a supervisor (`filtered`, `proxied`), which enforces them.
+    #[serde(skip)]
+    pub matcher: Option<crate::netrules::matcher::RuleSet>,
     /// Set when the requested mode could not run and the fallback rule chose another.
     pub fallback: Option<String>,
     /// Where the jail's DNS goes (filtered mode): the policy's resolvers or the host's.
@@ -48,6 +54,43 @@ pub struct NetPlan {
     pub publish: Vec<u16>,
     /// RFC 1918 / CGNAT / ULA floored.
     pub deny_private: bool,
+}
+
+/// The jail's side of a network mode: what its init makes and hands out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum JailNet {
+    /// The host's network namespace (`open`).
+    Host,
+    /// A network namespace with only `lo` (`isolated`).
+    Loopback,
+    /// `lo` and `tun0`, whose descriptor goes to the supervisor (`filtered`).
+    Tun,
+    /// `lo` with the proxies' listening sockets, which go to the supervisor (`proxied`).
+    Proxies,
+}
+
+impl JailNet {
+    pub fn of(mode: NetMode) -> JailNet {
+        match mode {
+            NetMode::Open => JailNet::Host,
+            NetMode::Isolated => JailNet::Loopback,
+            NetMode::Filtered => JailNet::Tun,
+            NetMode::Proxied => JailNet::Proxies,
+        }
+    }
+
+    pub fn new_namespace(self) -> bool {
+        self != JailNet::Host
+    }
+
+    /// The descriptors the jail's init hands out for the supervisor.
+    pub fn handed_out(self) -> usize {
+        match self {
+            JailNet::Host | JailNet::Loopback => 0,
+            JailNet::Tun => 1,
+            JailNet::Proxies => 2,
+        }
+    }
 }
 
 /// Ports whose flows show a name (TLS SNI on 443, HTTP Host on 80).
@@ -238,7 +281,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let cwd = fs.canonicalize(&req.cwd).filter(|c| c.starts_with(&project)).unwrap_or_else(|| project.clone());
     let mut warnings = policy.warnings.clone();
     let mut net = choose_net(policy, backend, facts)?;
-    net.rules = net_rules(policy)?;
+    (net.rules, net.matcher) = net_rules(policy, facts, &net)?;
     if let Some(f) = &net.fallback {
         warnings.push(f.clone());
     }
@@ -279,8 +322,8 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     b.overrides.push(synth("/etc/group", fs::synth_group(&facts.etc_group, &facts.user, facts.gid, &facts.group)));
     b.overrides.push(synth("/etc/nsswitch.conf", fs::NSSWITCH.into()));
     b.overrides.push(synth("/etc/hostname", format!("{}\n", policy.hostname.value)));
-    if net.effective == NetMode::Filtered {
-        b.overrides.push(synth("/etc/resolv.conf", crate::net::dns::jail_resolv_conf(&facts.resolv_conf)));
+    if net.jail == JailNet::Tun {
+        b.overrides.push(synth("/etc/resolv.conf", crate::netrules::resolv::jail_resolv_conf(&facts.resolv_conf)));
     }
     b.overrides
         .push(synth("/etc/hosts", format!("{}\n127.0.1.1\t{}\n", facts.etc_hosts.trim_end(), policy.hostname.value)));
@@ -386,6 +429,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
             project: &project,
             cwd: &cwd,
             net_mode: net.effective.as_str(),
+            proxies: net.jail == JailNet::Proxies,
             backend: backend.as_str(),
             session: &req.session,
         },
@@ -503,11 +547,22 @@ fn choose_backend(policy: &Policy, facts: &HostFacts) -> Result<BackendKind, Pla
     }
 }
 
-/// The destination rules, parsed and checked now so a bad rule stops the launch with its key.
+/// The destination rules, parsed once now so a bad rule stops the launch with its key: into
+/// the matcher the supervisor enforces, for the modes that have one (with the host's
+/// addresses as a floor); only checked for the others.
+#[allow(clippy::type_complexity)]
 fn net_rules(
     policy: &Policy,
-) -> Result<Vec<(String, crate::net::matcher::Action, crate::net::matcher::Layer)>, PlanError> {
-    use crate::net::matcher::{Action, Layer, Rule};
+    facts: &HostFacts,
+    net: &NetPlan,
+) -> Result<
+    (
+        Vec<(String, crate::netrules::matcher::Action, crate::netrules::matcher::Layer)>,
+        Option<crate::netrules::matcher::RuleSet>,
+    ),
+    PlanError,
+> {
+    use crate::netrules::matcher::{Action, Layer, MatcherOptions, Rule, RuleError, RuleSet};
     use std::str::FromStr;
     let layer = |e: &crate::policy::Sourced<String>| if e.source.is_admin() { Layer::Admin } else { Layer::User };
     let rules: Vec<_> = policy
@@ -516,16 +571,25 @@ fn net_rules(
         .map(|e| (e.value.clone(), Action::Block, layer(e)))
         .chain(policy.net_allow.iter().map(|e| (e.value.clone(), Action::Allow, layer(e))))
         .collect();
-    // Parsing each rule is the whole check today (the modes that build the RuleSet from
-    // these are not built yet); it costs a fifth of building the set on every start.
-    for (text, _, _) in &rules {
-        Rule::from_str(text).map_err(|e| PlanError::Entry {
-            key: "net.block / net.allow".into(),
-            entry: e.rule.clone(),
-            why: e.to_string(),
-        })?;
+    let bad = |e: RuleError| PlanError::Entry {
+        key: "net.block / net.allow".into(),
+        entry: e.rule.clone(),
+        why: e.to_string(),
+    };
+    if net.jail.handed_out() == 0 {
+        for (text, _, _) in &rules {
+            Rule::from_str(text).map_err(bad)?;
+        }
+        return Ok((rules, None));
     }
-    Ok(rules)
+    let opts = MatcherOptions {
+        host_addrs: facts.host_addrs().to_vec(),
+        deny_private: net.deny_private,
+        extra_floor_ports: vec![],
+        refresh_host_addrs: Some(crate::host::own_addresses),
+    };
+    let set = RuleSet::new(&rules, opts).map_err(bad)?;
+    Ok((rules, Some(set)))
 }
 
 /// Which network modes this build and backend can run, and why not.
@@ -551,12 +615,14 @@ fn choose_net(policy: &Policy, backend: BackendKind, facts: &HostFacts) -> Resul
     let mut upstreams: Vec<std::net::SocketAddr> =
         policy.net_dns.value.iter().map(|ip| std::net::SocketAddr::new(*ip, 53)).collect();
     if upstreams.is_empty() {
-        upstreams = crate::net::dns::host_resolvers(&facts.resolv_conf);
+        upstreams = crate::netrules::resolv::host_resolvers(&facts.resolv_conf);
     }
     let plan = |effective: NetMode, fallback: Option<String>| NetPlan {
         requested: asked,
         effective,
+        jail: JailNet::of(effective),
         rules: vec![],
+        matcher: None,
         fallback,
         upstreams: upstreams.clone(),
         hostname_ports: HOSTNAME_PORTS.to_vec(),
@@ -938,8 +1004,8 @@ fn landlock_plan(
         read_only: ro,
         read_write: rw,
         denied_shared,
-        deny_tcp_connect: crate::net::floor::floor_ports().collect(),
-        deny_all_tcp: net.effective == NetMode::Isolated,
+        deny_tcp_connect: crate::netrules::floor::floor_ports().collect(),
+        deny_all_tcp: net.jail == JailNet::Loopback,
         session,
         sweep: if facts.landlock_abi >= 6 { Sweep::ScopedKill } else { Sweep::ProcWalk },
         slurm_fd: req.chaperon_channel.then_some(SLURM_FD),

@@ -35,6 +35,7 @@ fn facts() -> HostFacts {
         tun_unusable: None,
         pid: 4242,
         runtime_dir: Some("/run/user/1001".into()),
+        host_addrs: std::cell::OnceCell::from(vec!["192.0.2.7".parse().expect("address")]),
     }
 }
 
@@ -418,7 +419,7 @@ fn bad_network_rules_stop_the_plan_with_their_key() {
     let e = plan_for("[net]\nallow = [\"exa mple.com\"]", "/home/u/proj").unwrap_err().to_string();
     assert!(e.contains("net.block / net.allow") && e.contains("exa mple.com"), "{e}");
     let p = plan_for("[net]\nallow = [\"GitHub.com.\"]\nblock = [\"!pastebin.com\", \"*\"]", "/home/u/proj").unwrap();
-    assert!(p.net.rules.iter().any(|(r, a, _)| r == "*" && *a == crate::net::matcher::Action::Block));
+    assert!(p.net.rules.iter().any(|(r, a, _)| r == "*" && *a == crate::netrules::matcher::Action::Block));
     assert!(!p.net.rules.iter().any(|(r, _, _)| r == "pastebin.com"), "a user may remove a default block");
 }
 

@@ -5,7 +5,7 @@
 //! form over a fresh upstream connection that serves that request only.
 
 use super::{tunnel, Ctx, OpenError, Slot, HANDSHAKE, MAX_HEAD};
-use crate::net::matcher::{Decision, Destination, Proto};
+use crate::netrules::matcher::{Decision, Destination, Proto};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::{Bytes, Incoming};

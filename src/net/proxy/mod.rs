@@ -18,9 +18,9 @@
 mod http;
 mod socks;
 
-use super::matcher::{normalize_name, Decision, Destination, Layer, Proto, RuleSet};
 use super::peek::{self, Peeked};
 use super::supervisor::{Auditor, NetConfig};
+use crate::netrules::matcher::{normalize_name, Decision, Destination, Layer, Proto, RuleSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::OwnedFd;
@@ -30,8 +30,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::OwnedSemaphorePermit;
 
-pub const HTTP_PORT: u16 = 3128;
-pub const SOCKS_PORT: u16 = 1080;
+pub use crate::netrules::addr::{HTTP_PORT, SOCKS_PORT};
 /// A client gets this long to send a request head (each one, on a kept-alive connection) or
 /// its SOCKS handshake.
 const HANDSHAKE: Duration = Duration::from_secs(30);
@@ -460,7 +459,7 @@ fn split_authority(auth: &str, default: u16) -> Option<(String, u16)> {
 #[doc(hidden)]
 pub fn fuzz_one(http: bool, data: &[u8]) {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
-    let rules = vec![("*".to_string(), super::matcher::Action::Block, super::matcher::Layer::User)];
+    let rules = vec![("*".to_string(), crate::netrules::matcher::Action::Block, crate::netrules::matcher::Layer::User)];
     let Ok(rules) = RuleSet::new(&rules, Default::default()) else { return };
     let ctx = Arc::new(Ctx {
         rules,
@@ -494,7 +493,7 @@ pub fn fuzz_one(http: bool, data: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::net::matcher::{Action, MatcherOptions};
+    use crate::netrules::matcher::{Action, MatcherOptions};
 
     fn ctx(rules: &[(&str, Action)]) -> Ctx {
         let rules: Vec<_> = rules.iter().map(|(r, a)| (r.to_string(), *a, Layer::User)).collect();

@@ -110,7 +110,7 @@ pub enum Proto {
     Udp,
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct MatcherOptions {
     /// The host's own addresses on every interface: a floor.
     pub host_addrs: Vec<IpAddr>,
@@ -118,31 +118,32 @@ pub struct MatcherOptions {
     pub deny_private: bool,
     /// Admin extension of the port floor.
     pub extra_floor_ports: Vec<u16>,
-    /// Re-read the host's own addresses (at most once a second) instead of keeping
+    /// Where to re-read the host's own addresses (at most once a second) instead of keeping
     /// `host_addrs`: they change during a session (DHCP, a VPN coming up, a new interface),
-    /// and a new one is the host's services as much as the old ones.
-    pub live_host_addrs: bool,
+    /// and a new one is the host's services as much as the old ones. Given by the caller
+    /// (`host::own_addresses`), so the rules read nothing of the host themselves.
+    pub refresh_host_addrs: Option<fn() -> Vec<IpAddr>>,
 }
 
 /// The host's own addresses, as given, or re-read when they may have changed.
 #[derive(Debug, Clone)]
 struct HostAddrs {
-    live: bool,
+    refresh: Option<fn() -> Vec<IpAddr>>,
     state: std::sync::Arc<std::sync::Mutex<(std::time::Instant, HashSet<IpAddr>)>>,
 }
 
 impl HostAddrs {
     const REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
-    fn new(given: &[IpAddr], live: bool) -> HostAddrs {
+    fn new(given: &[IpAddr], refresh: Option<fn() -> Vec<IpAddr>>) -> HostAddrs {
         let set = given.iter().copied().map(canonical_ip).collect();
-        HostAddrs { live, state: std::sync::Arc::new(std::sync::Mutex::new((std::time::Instant::now(), set))) }
+        HostAddrs { refresh, state: std::sync::Arc::new(std::sync::Mutex::new((std::time::Instant::now(), set))) }
     }
 
     fn contains(&self, ip: &IpAddr) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if self.live && state.0.elapsed() >= Self::REFRESH {
-            *state = (std::time::Instant::now(), crate::host::own_addresses().into_iter().map(canonical_ip).collect());
+        if let Some(read) = self.refresh.filter(|_| state.0.elapsed() >= Self::REFRESH) {
+            *state = (std::time::Instant::now(), read().into_iter().map(canonical_ip).collect());
         }
         state.1.contains(ip)
     }
@@ -782,7 +783,7 @@ impl RuleSet {
             admin: LayerRules::default(),
             user: LayerRules::default(),
             floor_ports: HashMap::new(),
-            host_addrs: HostAddrs::new(&opts.host_addrs, opts.live_host_addrs),
+            host_addrs: HostAddrs::new(&opts.host_addrs, opts.refresh_host_addrs),
             deny_private: opts.deny_private,
         };
         for (port, class, why) in PORT_FLOOR {
@@ -1357,7 +1358,7 @@ mod tests {
     fn every_port_floor_port_is_blocked_for_an_allowed_host() {
         let extra = [2222_u16, 8025];
         let opts = MatcherOptions { extra_floor_ports: extra.to_vec(), ..Default::default() };
-        let ports: Vec<u16> = super::super::floor::floor_ports().chain(extra).collect();
+        let ports: Vec<u16> = crate::netrules::floor::floor_ports().chain(extra).collect();
         assert!(ports.len() >= PORT_FLOOR.len() + 2);
         for port in ports {
             let host_port = format!("github.com:{port}");

@@ -20,3 +20,7 @@ pub const TUN_NAME: &str = "tun0";
 pub fn is_gateway(ip: std::net::IpAddr) -> bool {
     ip == std::net::IpAddr::V4(GATEWAY_V4) || ip == std::net::IpAddr::V6(GATEWAY_V6)
 }
+
+/// The proxies of `proxied` mode, on the jail's loopback.
+pub const HTTP_PORT: u16 = 3128;
+pub const SOCKS_PORT: u16 = 1080;
