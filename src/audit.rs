@@ -255,6 +255,34 @@ pub fn render(r: &Record) -> String {
     s
 }
 
+/// `agent-sandbox log`: the records of `state_dir`'s log (of one session, the last `tail`),
+/// as lines or as JSON, and with `follow` the new ones as they come.
+pub fn print_log(
+    state_dir: &Path,
+    session: Option<&str>,
+    json: bool,
+    tail: Option<usize>,
+    follow: bool,
+) -> std::io::Result<()> {
+    let print = |r: &Record| {
+        if json {
+            println!("{}", serde_json::to_string(r).unwrap_or_default());
+        } else {
+            println!("{}", render(r));
+        }
+    };
+    if follow {
+        return self::follow(state_dir, session, tail.unwrap_or(10), &mut |r| print(r));
+    }
+    let mut records = read(state_dir, session)?;
+    if let Some(n) = tail {
+        let skip = records.len().saturating_sub(n);
+        records.drain(..skip);
+    }
+    records.iter().for_each(print);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@ pub mod doctor;
 pub mod glob;
 pub mod host;
 pub mod jail;
+pub mod launch;
 pub mod net;
 pub mod netrules;
 pub mod plan;

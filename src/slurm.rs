@@ -54,7 +54,9 @@ pub struct Session {
     pub project: PathBuf,
     pub state_dir: PathBuf,
     pub exe: PathBuf,
-    pub policy_json: String,
+    /// The policy the chaperon freezes into every job; None until the session first uses
+    /// Slurm (the launcher freezes it then), a job's own on a compute node.
+    pub frozen: Option<crate::policy::Frozen>,
     /// The launcher's pid: the chaperon ends if its parent is not (or no longer) this one.
     pub launcher: i32,
     /// What stdin is: the Landlock backend's channel (true) or a listening socket.
@@ -65,8 +67,13 @@ pub struct Session {
 pub const CONFIG_VAR: &str = "AGENT_SANDBOX_CHAPERON";
 
 impl Session {
-    /// For a chaperon of this process; `policy_json` may be left empty until it starts.
-    pub fn new(facts: &crate::host::HostFacts, session: &str, project: &Path, policy_json: String) -> Session {
+    /// For a chaperon of this process.
+    pub fn new(
+        facts: &crate::host::HostFacts,
+        session: &str,
+        project: &Path,
+        frozen: Option<crate::policy::Frozen>,
+    ) -> Session {
         Session {
             uid: facts.uid,
             user: facts.user.clone(),
@@ -75,7 +82,7 @@ impl Session {
             project: project.to_path_buf(),
             state_dir: facts.state_dir(),
             exe: facts.exe.clone(),
-            policy_json,
+            frozen,
             launcher: std::process::id() as i32,
             channel: false,
         }
@@ -149,7 +156,7 @@ pub fn chaperon_main() -> i32 {
         project: s.project,
         state_dir: s.state_dir,
         exe: s.exe,
-        policy: s.policy_json,
+        policy: s.frozen.map(|f| f.text().to_string()).unwrap_or_default(),
         slurm_bin: slurm_bin(),
         audit: Box::new(move |a| write_audit(&log, a)),
         cluster: std::sync::OnceLock::new(),
@@ -204,6 +211,27 @@ fn redact(argv: &[String]) -> Vec<String> {
         }
     }
     out
+}
+
+/// A job's environment on the compute node: what `--export` asked for at submission, plus
+/// what Slurm tells the job on this node (`SLURM_JOB_ID`, the node list...), nothing else of
+/// the node's. The node's `SLURM_EXPORT_ENV` is the wrapper's own `--export=NONE`: the job
+/// gets what sbatch would have set for the caller's `--export` instead, so its srun steps
+/// inherit `ALL`.
+pub fn job_environment(spec: &chaperon::job::JobSpec, node: &[(String, String)]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = spec.export.clone().unwrap_or_default().into_iter().collect();
+    for (k, v) in node {
+        if (k.starts_with("SLURM_") || k.starts_with("SLURMD_")) && k != "SLURM_EXPORT_ENV" {
+            env.retain(|(n, _)| n != k);
+            env.push((k.clone(), v.clone()));
+        }
+    }
+    if let Some(e) = &spec.slurm_export_env {
+        if !env.iter().any(|(k, _)| k == "SLURM_EXPORT_ENV") {
+            env.push(("SLURM_EXPORT_ENV".into(), e.clone()));
+        }
+    }
+    env
 }
 
 #[cfg(test)]

@@ -519,7 +519,9 @@ fn entry_err(key: &str, entry: &str, why: &str) -> PlanError {
     PlanError::Entry { key: key.into(), entry: entry.into(), why: why.into() }
 }
 
-fn choose_backend(policy: &Policy, facts: &HostFacts) -> Result<BackendKind, PlanError> {
+/// The backend this policy gets on this host: the plan's choice, also asked by the launch
+/// before planning (the chaperon's door differs: a socket to bind in, or a channel).
+pub fn choose_backend(policy: &Policy, facts: &HostFacts) -> Result<BackendKind, PlanError> {
     let landlock_ok = facts.landlock_abi > 0;
     match policy.backend.value {
         Backend::Userns if !facts.userns.available => Err(PlanError::Backend {

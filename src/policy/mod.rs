@@ -2,9 +2,11 @@
 //! command line) and the admin lock file, and merges them into one `Policy` with provenance.
 //! Knows nothing of mounts or namespaces: turning a policy into actions is `plan`'s job.
 
+pub mod frozen;
 pub mod merge;
 pub mod schema;
 
+pub use frozen::{Frozen, FrozenError};
 pub use merge::{merge, Policy, Source, Sourced, SourcedLayer};
 pub use schema::*;
 
@@ -402,6 +404,22 @@ pub fn expand_tilde(s: &str, home: &Path) -> PathBuf {
 fn same_path(a: &Path, b: &Path) -> bool {
     let ca = std::fs::canonicalize(a).unwrap_or_else(|_| a.to_path_buf());
     ca == b
+}
+
+/// `policy check FILE`: the file parsed as a layer of `kind` and merged over the built-in
+/// layer as it would be (an admin file as the lock over it). Ok: the merge's warnings.
+pub fn check_file(file: &Path, kind: FileKind) -> Result<Vec<String>, PolicyError> {
+    let text = std::fs::read_to_string(file).map_err(|e| PolicyError::Read { path: file.to_path_buf(), err: e })?;
+    let layer = parse_layer(&text, file, kind)?;
+    let builtin =
+        SourcedLayer { layer: parse_layer(BUILTIN, Path::new("<built-in>"), FileKind::Site)?, source: Source::Builtin };
+    let admin = kind == FileKind::Admin;
+    let this = SourcedLayer {
+        layer,
+        source: if admin { Source::Admin(file.to_path_buf()) } else { Source::User(file.to_path_buf()) },
+    };
+    let merged = if admin { merge(&[builtin], Some(&this)) } else { merge(&[builtin, this], None) }?;
+    Ok(merged.warnings)
 }
 
 #[cfg(test)]

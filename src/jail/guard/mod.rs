@@ -18,6 +18,8 @@ use std::sync::Arc;
 const WORKERS: usize = 4;
 /// Refusal lines written to callers' stderr per second, at most (a loop cannot flood it).
 const LINES_PER_SECOND: u64 = 10;
+/// Refusals reported to the audit log per second, at most (as the network's denials).
+const REPORTS_PER_SECOND: u64 = 50;
 /// Threads waiting on a FIFO's other end, or on a full stderr pipe, at most: each is one of
 /// the user's processes (RLIMIT_NPROC counts them), and the jail could start any number.
 const WAITING_THREADS: usize = 64;
@@ -30,8 +32,9 @@ struct Shared {
     listener: OwnedFd,
     guarded: rules::Guarded,
     report: Box<Report>,
-    /// Refusal lines written this second (see `tell`).
+    /// Refusal lines written this second (see `tell`), and audit reports.
     lines: AtomicU64,
+    reports: AtomicU64,
     /// Threads serving, and how many of them wait for a call.
     threads: AtomicUsize,
     idle: AtomicUsize,
@@ -49,6 +52,7 @@ pub fn serve(listener: OwnedFd, guarded: rules::Guarded, report: Box<Report>) {
         guarded,
         report,
         lines: AtomicU64::new(0),
+        reports: AtomicU64::new(0),
         threads: AtomicUsize::new(0),
         idle: AtomicUsize::new(0),
         waiting: Arc::new(AtomicUsize::new(0)),
@@ -104,8 +108,12 @@ fn worker(shared: &Arc<Shared>) {
             emulate::Done::Fd { fd, cloexec } => send_fd(listener, n.id, fd, cloexec),
             emulate::Done::Refused { refusal, path } => {
                 let shown = path.display().to_string();
-                (shared.report)(refusal.check(), &shown);
-                tell(&caller, &shown, refusal.reason(), shared);
+                if within(&shared.reports, REPORTS_PER_SECOND) {
+                    (shared.report)(refusal.check(), &shown);
+                }
+                if within(&shared.lines, LINES_PER_SECOND) {
+                    tell(&caller, &shown, refusal.reason(), shared);
+                }
                 notify::answer(listener, n.id, Err(libc::EPERM));
             }
             emulate::Done::Fifo { obj, flags, cloexec } => {
@@ -158,16 +166,21 @@ impl Drop for Waiting {
     }
 }
 
+/// Counts one more event this second in `window` (seconds in the high bits, the count in
+/// the low ones); false once `most` were counted.
+fn within(window: &AtomicU64, most: u64) -> bool {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+    let prev = window.load(Ordering::Relaxed);
+    let count = if prev >> 16 == now { prev & 0xffff } else { 0 };
+    if count >= most {
+        return false;
+    }
+    window.store((now << 16) | (count + 1), Ordering::Relaxed);
+    true
+}
+
 /// One line on the caller's stderr: what was refused and why, for the agent to act on.
 fn tell(caller: &notify::Caller, path: &str, reason: &str, shared: &Shared) {
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-    // The high bits count seconds, the low ones lines within the second.
-    let prev = shared.lines.load(Ordering::Relaxed);
-    let count = if prev >> 8 == now { prev & 0xff } else { 0 };
-    if count >= LINES_PER_SECOND {
-        return;
-    }
-    shared.lines.store((now << 8) | (count + 1), Ordering::Relaxed);
     // The caller's own stderr (a duplicate of its descriptor, not a reopen of the file, which
     // a pipe made by another user would refuse), written on a thread of its own: a full pipe
     // nobody reads must not stall the guard.

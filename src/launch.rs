@@ -1,0 +1,384 @@
+//! One launch of the jail, on the login node (`agent-sandbox run`, a profile, the shell) and
+//! on a compute node (`exec --job`, a job's wrapper): where the two differ is only where the
+//! policy, the command and the environment come from (`Launch::for_session`, `Launch::for_job`).
+//! Then the same steps for both (`Launch::run`): project checks, the session's door to its
+//! chaperon, stub links, the project lock, the plan, warnings, the audit records, the jail
+//! with its network supervisor and lazily started chaperon.
+
+use crate::audit::AuditLog;
+use crate::plan::{self, BackendKind, Plan, PlanError, RunRequest};
+use crate::{cli, host, jail, policy, show, slurm, stub, timing};
+use std::path::{Path, PathBuf};
+
+/// Why a launch did not run its command: one sentence, and the fix where one is known.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(transparent)]
+    Host(#[from] host::HostError),
+    #[error(transparent)]
+    Policy(#[from] policy::PolicyError),
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    #[error(transparent)]
+    Jail(#[from] jail::JailError),
+    #[error(transparent)]
+    FrozenPolicy(#[from] policy::FrozenError),
+    /// A step of the launch itself (the session's socket, the lock, a job's directory).
+    #[error("{what}")]
+    Setup { what: String, fix: Option<String> },
+}
+
+impl LaunchError {
+    pub fn fix(&self) -> Option<String> {
+        match self {
+            LaunchError::Policy(e) => e.fix(),
+            LaunchError::Plan(e) => e.fix(),
+            LaunchError::Jail(e) => e.fix(),
+            LaunchError::FrozenPolicy(e) => e.fix(),
+            LaunchError::Setup { fix, .. } => fix.clone(),
+            LaunchError::Host(_) => None,
+        }
+    }
+
+    /// The command itself was not found in the jail (exit 127, as a shell would).
+    pub fn not_found(&self) -> bool {
+        matches!(self, LaunchError::Jail(jail::JailError::CommandNotFound(_)))
+    }
+
+    fn setup(what: impl Into<String>) -> LaunchError {
+        LaunchError::Setup { what: what.into(), fix: None }
+    }
+}
+
+/// What to run in a session on the login node.
+pub enum What {
+    Command(Vec<String>),
+    /// A profile's agent, with the user's extra arguments.
+    Agent(Vec<String>),
+    Shell,
+}
+
+/// Where this launch happens, and what differs there.
+pub enum Origin {
+    /// A session the user started on the login node.
+    Session { dry_run: bool, json: bool, quiet: bool },
+    /// A job's task on a compute node: the submitting session's id and frozen policy.
+    Job { job: Option<u32>, session: String, frozen: policy::Frozen },
+}
+
+/// Everything a launch needs, gathered; `run` does the rest.
+pub struct Launch {
+    pub facts: host::HostFacts,
+    pub policy: policy::Policy,
+    pub project: PathBuf,
+    pub cwd: PathBuf,
+    pub command: Vec<String>,
+    /// Read-only files under `/run/agent-sandbox` (a job's script, as read).
+    pub extra_files: Vec<(PathBuf, String)>,
+    /// The jail's environment before the scrub (a job's `--export` set); None: the launcher's.
+    pub env: Option<Vec<(String, String)>>,
+    pub origin: Origin,
+}
+
+/// The host facts, the policy file locations, the project asked for and the cwd.
+pub struct Context {
+    pub facts: host::HostFacts,
+    pub paths: policy::PolicyPaths,
+    pub project: PathBuf,
+    pub cwd: PathBuf,
+}
+
+impl Context {
+    pub fn gather(opts: &cli::RunOpts) -> Result<Context, LaunchError> {
+        timing::mark("ctx");
+        let facts = host::HostFacts::gather()?;
+        timing::mark("facts");
+        let cwd = std::env::current_dir().map_err(|e| LaunchError::Setup {
+            what: format!("cannot determine the current directory: {e}"),
+            fix: Some("fix: cd into your project directory, or pass --project DIR".into()),
+        })?;
+        let project = opts.project.clone().unwrap_or_else(|| cwd.clone());
+        let project = if project.is_absolute() { project } else { cwd.join(project) };
+        let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from);
+        let paths = policy::PolicyPaths::new(&facts.home, xdg.as_deref());
+        Ok(Context { facts, paths, project, cwd })
+    }
+
+    /// The merged policy. `project`: the checked project, for `[projects]` tables and the
+    /// in-project rule; `None` where no project is involved (`policy show` from anywhere).
+    pub fn policy(
+        &self,
+        opts: &cli::RunOpts,
+        profile: Option<&str>,
+        project: Option<&Path>,
+    ) -> Result<policy::Policy, LaunchError> {
+        let cli_layer = cli::cli_layer(opts, &self.facts.home).map_err(LaunchError::setup)?;
+        timing::mark("basics");
+        Ok(policy::load(policy::LoadRequest {
+            paths: &self.paths,
+            home: &self.facts.home,
+            uid: self.facts.uid,
+            project,
+            profile,
+            policy_files: &opts.policy,
+            cli: cli_layer,
+        })?)
+    }
+}
+
+/// A session on the login node, from the command line: prepared, run, and recorded in the
+/// audit log however it ends (a refusal too, but for a dry run, which changes nothing).
+pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32, LaunchError> {
+    let ctx = Context::gather(opts)?;
+    let log = AuditLog::new(&ctx.facts.state_dir());
+    recorded(&log, !opts.dry_run, || Launch::for_session(opts, profile, what, ctx)?.run(&log))
+}
+
+/// A job's task on a compute node (`exec --job DIR`), recorded in this node's audit log.
+pub fn job(dir: &Path) -> Result<i32, LaunchError> {
+    // Every host-side path (state dir, config dir, the admin file) comes from this process's
+    // own environment and the password database: the job's `--export` set is the jail's
+    // environment only, and the jail chose it.
+    let facts = host::HostFacts::gather()?;
+    let log = AuditLog::new(&facts.state_dir());
+    recorded(&log, true, || Launch::for_job(dir, facts)?.run(&log))
+}
+
+fn recorded(
+    log: &AuditLog,
+    record: bool,
+    launch: impl FnOnce() -> Result<i32, LaunchError>,
+) -> Result<i32, LaunchError> {
+    let result = launch();
+    if let (Err(e), true) = (&result, record) {
+        let mut r = log.record("refused");
+        r.reason = Some(e.to_string());
+        log.write(&r);
+    }
+    result
+}
+
+impl Launch {
+    /// A session on the login node: the policy from its layers, the command asked for.
+    pub fn for_session(
+        opts: &cli::RunOpts,
+        profile: Option<&str>,
+        what: What,
+        ctx: Context,
+    ) -> Result<Launch, LaunchError> {
+        // The project checks that need no policy come first: a bad project is reported as such.
+        let project = plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project)?;
+        let policy = ctx.policy(opts, profile, Some(&project))?;
+        let command = match what {
+            What::Command(c) => c,
+            What::Agent(args) => {
+                let base = policy.agent.as_ref().and_then(|a| a.value.command.clone()).unwrap_or_default();
+                if base.is_empty() {
+                    return Err(LaunchError::setup(format!("profile `{}` names no command", profile.unwrap_or("?"))));
+                }
+                base.into_iter().chain(args).collect()
+            }
+            What::Shell => vec![ctx.facts.shell.display().to_string()],
+        };
+        Ok(Launch {
+            facts: ctx.facts,
+            policy,
+            project: ctx.project,
+            cwd: ctx.cwd,
+            command,
+            extra_files: vec![],
+            env: None,
+            origin: Origin::Session { dry_run: opts.dry_run, json: opts.json, quiet: opts.quiet },
+        })
+    }
+
+    /// A job's task on a compute node (`exec --job DIR`): the submitting session's jail,
+    /// rebuilt from the policy frozen in DIR (bounded again by this node's admin file), not
+    /// from the configs, the environment or anything the jail could have written since.
+    pub fn for_job(dir: &Path, facts: host::HostFacts) -> Result<Launch, LaunchError> {
+        use chaperon::job::{expand_pattern, open_job};
+        let job = open_job(&facts.state_dir().join("jobs"), dir).map_err(LaunchError::setup)?;
+        let spec = job.spec.clone();
+        let frozen = policy::Frozen::from_text(&spec.policy);
+        let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from);
+        let policy = policy::bound_by_admin(frozen.thaw()?, &policy::PolicyPaths::new(&facts.home, xdg.as_deref()))?;
+        // What Slurm tells the job on this node (SLURM_JOB_ID, the node list...), for the
+        // job's environment and the patterns in its file names.
+        let node: Vec<(String, String)> = facts.env.clone();
+        let var = |k: &str| node.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        let env = slurm::job_environment(&spec, &node);
+        let expand = |p: &str| expand_pattern(p, &var, &facts.user, &spec.job_name);
+        let script_inside = format!("{}/job-script", stub::STUB_DIR);
+        let tasks = var("SLURM_STEP_NUM_TASKS").or_else(|| var("SLURM_NTASKS"));
+        let shared = tasks.is_some_and(|n| n.trim() != "1");
+        let command = chaperon::job::job_command(&spec, &expand, shared, &script_inside);
+        // A batch job's script reaches the jail as the bytes read through the descriptor
+        // opened without following a symlink, whatever the directory holds by the mount.
+        let extra_files = match &spec.command {
+            Some(argv) if !argv.is_empty() => vec![],
+            _ => vec![(PathBuf::from(&script_inside), job.script)],
+        };
+        let job_id = var("SLURM_JOB_ID").and_then(|j| j.parse().ok());
+        Ok(Launch {
+            facts,
+            policy,
+            project: spec.project.clone(),
+            cwd: spec.cwd.clone(),
+            command,
+            extra_files,
+            env: Some(env),
+            origin: Origin::Job { job: job_id, session: spec.session.clone(), frozen },
+        })
+    }
+
+    /// Runs the launch, its records in `log`.
+    pub fn run(self, log: &AuditLog) -> Result<i32, LaunchError> {
+        let Launch { mut facts, policy, project, cwd, command, extra_files, env, origin } = self;
+        let project_dir = plan::check_project_basics(&facts, &host::RealFs::default(), &project)?;
+        let (dry_run, session) = match &origin {
+            Origin::Session { dry_run, .. } => (*dry_run, log.session.clone()),
+            Origin::Job { session, .. } => (false, session.clone()),
+        };
+        // The session's door to its chaperon exists before the plan binds it into the jail;
+        // the chaperon itself starts when the first Slurm command knocks.
+        let landlock = plan::choose_backend(&policy, &facts).ok() == Some(BackendKind::Landlock);
+        let door = match dry_run {
+            true => None,
+            false => Some(
+                chaperon_door(landlock, &facts.state_dir(), &log.session)
+                    .map_err(|e| LaunchError::setup(format!("cannot create the session's Slurm socket: {e}")))?,
+            ),
+        };
+        // Mailers and Slurm commands alike (cached): Slurm's are covered in every session.
+        facts.find_mailers();
+        // Held from before planning so that no other session of this project removes a
+        // placeholder this plan counts on.
+        let lock = match dry_run {
+            true => None,
+            false => {
+                stub::ensure_links(&facts.state_dir()).map_err(|e| {
+                    LaunchError::setup(format!("cannot prepare the stub links in {}: {e}", facts.state_dir().display()))
+                })?;
+                Some(
+                    jail::placeholders::ProjectLock::acquire(&facts.state_dir(), &project_dir)
+                        .map_err(|e| LaunchError::setup(e.to_string()))?,
+                )
+            }
+        };
+        let req = RunRequest {
+            command,
+            project,
+            cwd,
+            session,
+            chaperon_socket: door.as_ref().and_then(|c| c.socket.clone()),
+            chaperon_channel: landlock,
+            extra_files,
+            env,
+        };
+        timing::mark("policy");
+        let plan = plan::build(&policy, &facts, &host::RealFs::default(), &req)?;
+        timing::mark("plan");
+        tracing::info!(
+            backend = plan.backend.as_str(),
+            net = plan.net.effective.as_str(),
+            mounts = plan.mounts.len(),
+            hidden = plan.hidden.len(),
+            env = plan.env.len(),
+            "plan ready (see --dry-run for the full plan)"
+        );
+        let (Some(door), Some(mut lock)) = (door, lock) else {
+            // A dry run: the plan, and nothing else.
+            let json = matches!(origin, Origin::Session { json: true, .. });
+            match json {
+                true => println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default()),
+                false => print!("{}", show::plan(&plan)),
+            }
+            return Ok(0);
+        };
+        for w in &plan.warnings {
+            eprintln!("agent-sandbox: warning: {w}");
+        }
+        let (start_event, end_event, job) = match &origin {
+            Origin::Session { .. } => ("session_start", "session_end", None),
+            Origin::Job { job, .. } => ("job_start", "job_end", *job),
+        };
+        let mut start = log.record(start_event);
+        start.project = Some(plan.project.display().to_string());
+        start.program = plan.command.first().map(|c| c.rsplit('/').next().unwrap_or(c).to_string());
+        start.backend = Some(plan.backend.as_str().into());
+        start.net = Some(plan.net.effective.as_str().into());
+        start.warnings = plan.warnings.clone();
+        start.job = job;
+        log.write(&start);
+        let began = std::time::Instant::now();
+        if let Some(socket) = door.socket.clone() {
+            lock.remove_after_exit(socket);
+        }
+        let quiet = !matches!(origin, Origin::Session { quiet: false, .. });
+        let banner = || {
+            if !quiet {
+                eprintln!("{}", show::banner(&plan));
+            }
+        };
+        // The chaperon freezes the policy into every job it submits: the job's own frozen
+        // policy on a node, the session's (frozen only when Slurm is first used) on the login node.
+        let frozen = match origin {
+            Origin::Job { frozen, .. } => Some(frozen),
+            Origin::Session { .. } => None,
+        };
+        let session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
+        let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log);
+        if let Some(socket) = &door.socket {
+            let _ = std::fs::remove_file(socket);
+        }
+        let outcome = outcome?;
+        let mut end = log.record(end_event);
+        match outcome {
+            jail::Outcome::Exited(c) => end.exit = Some(c),
+            jail::Outcome::Signaled(s) => end.signal = Some(s),
+        }
+        end.job = job;
+        end.duration_ms = Some(began.elapsed().as_millis() as u64);
+        log.write(&end);
+        crate::net::supervisor::defer_teardown();
+        Ok(outcome.code())
+    }
+}
+
+/// Runs the jail with its network supervisor; the chaperon starts when the first Slurm
+/// command connects, freezing the policy then if the session had none frozen yet.
+fn run_jail(
+    plan: &Plan,
+    banner: &dyn Fn(),
+    lock: jail::placeholders::ProjectLock,
+    door: &slurm::Chaperon,
+    mut session: slurm::Session,
+    policy: &policy::Policy,
+    log: &AuditLog,
+) -> Result<jail::Outcome, jail::JailError> {
+    let mut start = || {
+        if session.frozen.is_none() {
+            match policy::Frozen::freeze(policy) {
+                Ok(f) => session.frozen = Some(f),
+                Err(e) => {
+                    eprintln!("agent-sandbox: warning: {e}; Slurm is unavailable in this session");
+                    return;
+                }
+            }
+        }
+        door.spawn(&session);
+    };
+    let lazy = jail::relay::Lazy { fd: door.fd(), start: &mut start, inherit: door.take_jail_end() };
+    let mut net_start = |fds| crate::net::start(&plan.net, fds, Some(log.clone()));
+    jail::run(plan, banner, lock, &mut net_start, Some(lazy), log)
+}
+
+/// The session's door to its chaperon: a socket the plan binds into the userns jail, or a
+/// channel the Landlock backend's command inherits.
+fn chaperon_door(landlock: bool, state_dir: &Path, session: &str) -> std::io::Result<slurm::Chaperon> {
+    if landlock {
+        slurm::channel()
+    } else {
+        slurm::bind(state_dir, session)
+    }
+}

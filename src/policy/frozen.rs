@@ -1,0 +1,96 @@
+//! A session's policy as its Slurm jobs carry it to the compute nodes: serialized once, when
+//! the session first uses Slurm, with a version, and read back only here. The chaperon and the
+//! job directory hold it as opaque text; a node that cannot read it refuses the job.
+
+use super::Policy;
+
+/// The version of the frozen form this build writes and reads.
+pub const VERSION: u32 = 1;
+
+/// A frozen policy: opaque text between `freeze` and `thaw`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Frozen(String);
+
+#[derive(serde::Serialize)]
+struct Out<'a> {
+    agent_sandbox_frozen_policy: u32,
+    policy: &'a Policy,
+}
+
+#[derive(serde::Deserialize)]
+struct In {
+    agent_sandbox_frozen_policy: u32,
+    policy: serde_json::Value,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrozenError {
+    #[error("the job's frozen policy cannot be read: {0}")]
+    Unreadable(String),
+    #[error("the job's policy was frozen by a newer agent-sandbox (form {found}; this one reads {VERSION})")]
+    Newer { found: u32 },
+    #[error("the policy cannot be frozen for the session's jobs: {0}")]
+    Freeze(String),
+}
+
+impl FrozenError {
+    pub fn fix(&self) -> Option<String> {
+        Some(match self {
+            FrozenError::Unreadable(_) => {
+                "fix: the job directory was damaged or written by another program; resubmit the job from its session"
+                    .into()
+            }
+            FrozenError::Newer { .. } => {
+                "fix: install the same agent-sandbox on the compute nodes as on the login nodes".into()
+            }
+            FrozenError::Freeze(_) => return None,
+        })
+    }
+}
+
+impl Frozen {
+    pub fn freeze(p: &Policy) -> Result<Frozen, FrozenError> {
+        serde_json::to_string(&Out { agent_sandbox_frozen_policy: VERSION, policy: p })
+            .map(Frozen)
+            .map_err(|e| FrozenError::Freeze(e.to_string()))
+    }
+
+    /// The text a job directory holds, to be thawed.
+    pub fn from_text(text: &str) -> Frozen {
+        Frozen(text.to_string())
+    }
+
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+
+    pub fn thaw(&self) -> Result<Policy, FrozenError> {
+        let found: In = serde_json::from_str(&self.0).map_err(|e| FrozenError::Unreadable(e.to_string()))?;
+        if found.agent_sandbox_frozen_policy > VERSION {
+            return Err(FrozenError::Newer { found: found.agent_sandbox_frozen_policy });
+        }
+        serde_json::from_value(found.policy).map_err(|e| FrozenError::Unreadable(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_thaws_as_it_was_frozen_and_what_is_not_one_is_refused() {
+        let p = crate::policy::merge(&[], None).expect("built-in policy");
+        let f = Frozen::freeze(&p).expect("freeze");
+        let back = f.thaw().expect("thaw");
+        assert_eq!(serde_json::to_value(&back).ok(), serde_json::to_value(&p).ok());
+        assert!(matches!(Frozen::from_text("").thaw(), Err(FrozenError::Unreadable(_))));
+        assert!(matches!(Frozen::from_text("{}").thaw(), Err(FrozenError::Unreadable(_))));
+        // A policy as earlier versions froze it (no form number): refused, with a reason.
+        let bare = serde_json::to_string(&p).expect("json");
+        assert!(matches!(Frozen::from_text(&bare).thaw(), Err(FrozenError::Unreadable(_))));
+        let newer = f.text().replacen("\"agent_sandbox_frozen_policy\":1", "\"agent_sandbox_frozen_policy\":2", 1);
+        let e = Frozen::from_text(&newer).thaw().expect_err("newer form");
+        assert!(matches!(e, FrozenError::Newer { found: 2 }) && e.fix().is_some(), "{e}");
+    }
+}
