@@ -801,3 +801,29 @@ fn socket_families_outside_the_allow_list_are_refused_in_every_network_mode() {
         }
     }
 }
+
+#[test]
+fn a_node_refuses_a_job_whose_frozen_policy_it_cannot_read() {
+    // The policy a job carries is frozen by the submitting session; a job directory with
+    // something else there (damaged, or frozen by another version) runs nothing.
+    let j = jail!("frozen");
+    let jobs = j.rig.home.join(".local/state/agent-sandbox/jobs");
+    let dir = jobs.join(format!("frozen-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("job dir");
+    let spec = serde_json::json!({
+        "version": 2, "session": "feedfacecafe", "project": j.project, "cwd": j.project,
+        "policy": "{\"not\": \"a frozen policy\"}", "export": null, "output": "slurm-%j.out",
+        "error": null, "input": null, "append": false, "job_name": "t", "script_args": [],
+    });
+    std::fs::write(dir.join("job.json"), spec.to_string()).expect("spec");
+    std::fs::write(dir.join("script"), "#!/bin/sh\ntouch ran-anyway\n").expect("script");
+    for p in [jobs.parent().expect("state"), &jobs, &dir, &dir.join("job.json"), &dir.join("script")] {
+        j.give(&[p]);
+    }
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("mode");
+    let out = j.output(&mut j.command(&["exec", "--job", dir.to_str().expect("utf-8")]));
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(out.code, 126, "{out}");
+    assert!(out.stderr.contains("the job's frozen policy cannot be read") && out.stderr.contains("fix:"), "{out}");
+    assert!(!j.project.join("ran-anyway").exists(), "{out}");
+}
