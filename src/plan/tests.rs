@@ -430,3 +430,46 @@ fn builtin_default_block_list_parses_as_rules() {
         assert!(p.net.rules.iter().any(|(r, _, _)| r == must), "{must}");
     }
 }
+
+/// Whole plans for a few host shapes, as `--dry-run` prints them: a change to any stage shows
+/// as a diff here (review it, then `INSTA_UPDATE=always cargo test --lib plan::tests::shape`).
+mod shapes {
+    use super::*;
+
+    fn shape(facts: HostFacts, fs: FakeFs, extra: &str, project: &str) -> String {
+        let plan = build(&policy(extra), &facts, &fs, &request(project)).expect("plan");
+        crate::show::plan(&plan)
+    }
+
+    #[test]
+    fn shape_userns_default() {
+        insta::assert_snapshot!(shape(facts(), host(), "", "/home/u/proj"));
+    }
+
+    #[test]
+    fn shape_landlock_backend() {
+        let f = HostFacts { userns: UsernsSupport { available: false, why_not: Some("off".into()) }, ..facts() };
+        insta::assert_snapshot!(shape(f, host(), "[net]\nmode = \"open\"\n", "/home/u/proj"));
+    }
+
+    #[test]
+    fn shape_home_on_nfs_with_site_trees() {
+        // Homes and scratch are their own mounts (NFS, GPFS, Lustre on clusters): binds of
+        // trees that contain other mounts must carry them.
+        let f = HostFacts { mountpoints: vec!["/".into(), "/home".into(), "/scratch".into(), "/sw".into()], ..facts() };
+        let fs = host().dir("/sw/apps").dir("/scratch/u/data");
+        let extra = "[filesystem]\nread = [\"/sw\"]\nwrite = [\"/scratch/u/data\"]\n";
+        insta::assert_snapshot!(shape(f, fs, extra, "/scratch/u/p"));
+    }
+
+    #[test]
+    fn shape_project_with_every_protected_path() {
+        let fs = host()
+            .file("/home/u/proj/.envrc")
+            .dir("/home/u/proj/.vscode")
+            .dir("/home/u/proj/.idea")
+            .file("/home/u/proj/.mcp.json")
+            .file("/home/u/proj/.agent-sandbox.toml");
+        insta::assert_snapshot!(shape(facts(), fs, "", "/home/u/proj"));
+    }
+}

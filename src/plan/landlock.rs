@@ -1,0 +1,95 @@
+//! The Landlock backend's plan: the mount list as path rules, the session directory that
+//! stands in for the userns jail's private trees, how the session ends.
+
+use super::*;
+
+/// The host's temp trees every user shares; the userns jail gets private tmpfs instead.
+pub(super) const SHARED_TMP: [&str; 3] = ["/tmp", "/var/tmp", "/dev/shm"];
+
+/// The Landlock backend cannot build a new root, so the same mount list becomes path rules.
+/// The scratch tmpfs of the userns jail have no rule: the host's shared `/tmp`, `/var/tmp`
+/// and `/dev/shm` stay denied (unless the policy binds one itself), and the session's own
+/// directory stands in for them, for `/run/agent-sandbox` and for PID 1.
+pub(super) fn landlock_plan(
+    mounts: &[MountSpec],
+    net: &NetPlan,
+    session: SessionDir,
+    facts: &HostFacts,
+    req: &RunRequest,
+) -> LandlockPlan {
+    let (mut ro, mut rw) = (vec![], vec![]);
+    for m in mounts {
+        match m {
+            // What the userns jail has under /run/agent-sandbox is in the session directory.
+            m if m.target().starts_with(crate::stub::STUB_DIR) => {}
+            MountSpec::Bind { source, rw: true, .. } | MountSpec::Device { source, .. } => rw.push(source.clone()),
+            MountSpec::Bind { source, rw: false, .. } => ro.push(source.clone()),
+            MountSpec::TreeBind { source, .. } if tree_rw(mounts, source) => rw.push(source.clone()),
+            MountSpec::TreeBind { source, .. } => ro.push(source.clone()),
+            MountSpec::File { target, .. } | MountSpec::Copy { source: target, .. } => ro.push(target.clone()),
+            MountSpec::Proc { target } => ro.push(target.clone()),
+            MountSpec::Devpts { target } => {
+                rw.push(target.clone());
+                rw.push("/dev/ptmx".into());
+            }
+            _ => {}
+        }
+    }
+    // The stubs are links to the binary: it must be readable where it is.
+    ro.push(facts.exe.clone());
+    ro.push(session.bin.clone());
+    if !session.files.is_empty() {
+        ro.push(session.path.join("run"));
+    }
+    rw.push(session.tmp.clone());
+    // One rule per path (the binary is bound under many names in the userns jail).
+    for list in [&mut ro, &mut rw] {
+        let mut seen = std::collections::BTreeSet::new();
+        list.retain(|p| seen.insert(p.clone()));
+    }
+    let denied_shared =
+        SHARED_TMP.iter().map(PathBuf::from).filter(|t| !ro.iter().chain(&rw).any(|r| r == t)).collect();
+    LandlockPlan {
+        read_only: ro,
+        read_write: rw,
+        denied_shared,
+        deny_tcp_connect: crate::netrules::floor::floor_ports().collect(),
+        deny_all_tcp: net.jail == JailNet::Loopback,
+        session,
+        sweep: if facts.landlock_abi >= 6 { Sweep::ScopedKill } else { Sweep::ProcWalk },
+        slurm_fd: req.chaperon_channel.then_some(SLURM_FD),
+    }
+}
+
+/// The Landlock session's own directory (see `SessionDir`).
+pub(super) fn landlock_session(facts: &HostFacts, req: &RunRequest, mail_block: bool) -> SessionDir {
+    let base = match &facts.runtime_dir {
+        Some(r) => r.join("agent-sandbox/landlock"),
+        None => facts.state_dir().join("landlock"),
+    };
+    let session: String = req.session.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(64).collect();
+    let path = base.join(format!("{}-{session}", facts.pid));
+    let mail: &[&str] = if mail_block { crate::stub::mail::MAILERS } else { &[] };
+    let files = req
+        .extra_files
+        .iter()
+        .map(|(target, contents)| {
+            let name = target.strip_prefix(crate::stub::STUB_DIR).unwrap_or(target);
+            (path.join("run").join(name.file_name().unwrap_or(name.as_os_str())), contents.clone())
+        })
+        .collect();
+    SessionDir {
+        tmp: path.join("tmp"),
+        bin: path.join("bin"),
+        exe: facts.exe.clone(),
+        stubs: mail.iter().chain(crate::stub::slurm::SLURM_STUBS).map(|s| s.to_string()).collect(),
+        files,
+        base,
+        path,
+    }
+}
+
+/// Whether the rebuilt tree holding `p` is writable (its `SealTree` says so).
+pub(super) fn tree_rw(mounts: &[MountSpec], p: &Path) -> bool {
+    mounts.iter().any(|m| matches!(m, MountSpec::SealTree { target, rw: true } if fs::under(p, target)))
+}

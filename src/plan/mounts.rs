@@ -1,0 +1,282 @@
+//! The mount list, stage by stage: /dev, the home in each of its modes, the stub
+//! directory and the real programs it covers, the protected paths in the project.
+
+use super::*;
+
+pub(super) fn dev_mounts(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs) {
+    b.push(MountSpec::Tmpfs { target: "/dev".into(), mode: 0o755 });
+    for d in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let p = PathBuf::from(format!("/dev/{d}"));
+        b.push(MountSpec::Device { source: p.clone(), target: p });
+    }
+    b.push(MountSpec::Devpts { target: "/dev/pts".into() });
+    b.push(MountSpec::Symlink { target: "/dev/ptmx".into(), link: "pts/ptmx".into() });
+    b.push(MountSpec::Tmpfs { target: "/dev/shm".into(), mode: 0o1777 });
+    for (name, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("core", "/proc/kcore"),
+    ] {
+        if name != "core" {
+            b.push(MountSpec::Symlink { target: format!("/dev/{name}").into(), link: to.into() });
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for g in &policy.devices {
+        for p in fs::expand_glob(fs, Path::new(&g.value)) {
+            let denied = policy.deny_devices.iter().any(|d| crate::glob::glob_match(&d.value, &p.to_string_lossy()));
+            // The host's /dev/pts must never be bound in: it would hand out other terminals.
+            let host_pts = p.starts_with("/dev/pts");
+            if !denied
+                && !host_pts
+                && p.starts_with("/dev")
+                && fs.kind(&p) == Some(Kind::Char)
+                && seen.insert(p.clone())
+            {
+                b.push(MountSpec::Device { source: p.clone(), target: p });
+            }
+        }
+    }
+    b.push(MountSpec::ReadOnly { target: "/dev".into() });
+}
+
+pub(super) fn home_config_dir(facts: &HostFacts, home: &Path) -> Option<PathBuf> {
+    let base = facts
+        .env_var("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| home.join(".config"));
+    Some(base.join("agent-sandbox"))
+}
+
+pub(super) fn home_entry(raw: &str) -> Option<PathBuf> {
+    let rel = raw.strip_prefix("~/").unwrap_or(raw);
+    let p = PathBuf::from(rel);
+    let ok = !rel.is_empty() && p.is_relative() && p.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+    ok.then_some(p)
+}
+
+pub(super) fn home_mounts(
+    b: &mut Builder<'_>,
+    policy: &Policy,
+    facts: &HostFacts,
+    home: &Path,
+    writable: &mut Vec<PathBuf>,
+    warnings: &mut Vec<String>,
+) {
+    if facts.home != facts.home_canonical {
+        // `$HOME` is reached through a symlink on the host (e.g. /home -> /gpfs/home): keep
+        // the name the user and the password database use working inside.
+        b.push(MountSpec::Symlink { target: facts.home.clone(), link: home.to_path_buf() });
+    }
+    // Homes often live on NFS, GPFS or Lustre, where an overlay's lower layer is not
+    // dependable: every tree under the home is rebuilt entry by entry.
+    let overlay = std::mem::replace(&mut b.overlay, false);
+    home_trees(b, policy, home, writable, warnings);
+    b.overlay = overlay;
+}
+
+pub(super) fn home_trees(
+    b: &mut Builder<'_>,
+    policy: &Policy,
+    home: &Path,
+    writable: &mut Vec<PathBuf>,
+    warnings: &mut Vec<String>,
+) {
+    match policy.home_access.value {
+        HomeAccess::Read | HomeAccess::Write => {
+            let rw = policy.home_access.value == HomeAccess::Write;
+            b.bind_tree(home, rw);
+            if rw {
+                writable.push(home.to_path_buf());
+            } else {
+                // A read-only home still lets the agent write its own listed entries (~/.codex).
+                for e in &policy.home_write {
+                    let Some(rel) = home_entry(&e.value) else { continue };
+                    let p = home.join(rel);
+                    if !b.hidden.covers(&p) && b.fs.kind(&p).is_some() {
+                        let dir = b.fs.kind(&p) == Some(Kind::Dir);
+                        b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
+                        writable.push(p);
+                    }
+                }
+            }
+        }
+        HomeAccess::Tmpwrite | HomeAccess::Restricted => {
+            b.push(MountSpec::Tmpfs { target: home.to_path_buf(), mode: 0o700 });
+            let mut entries = |list: &crate::policy::merge::List, rw: bool, key: &str, b: &mut Builder<'_>| {
+                for e in list {
+                    let Some(rel) = home_entry(&e.value) else {
+                        warnings.push(format!("{key}: `{}` is not a plain path relative to ~; ignored", e.value));
+                        continue;
+                    };
+                    let p = home.join(rel);
+                    if b.hidden.covers(&p) {
+                        warnings.push(format!("{key}: `{}` is hidden by policy; not bound", e.value));
+                        continue;
+                    }
+                    if b.fs.kind(&p).is_none() {
+                        continue;
+                    }
+                    if rw {
+                        let dir = b.fs.kind(&p) == Some(Kind::Dir);
+                        b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
+                        writable.push(p);
+                    } else {
+                        b.bind_tree(&p, false);
+                    }
+                }
+            };
+            entries(&policy.home_read, false, "home.read", b);
+            entries(&policy.home_write, true, "home.write", b);
+            for s in &policy.home_seed {
+                if let Some(rel) = home_entry(&s.value) {
+                    let p = home.join(rel);
+                    if !b.hidden.covers(&p) && b.fs.kind(&p) == Some(Kind::File) {
+                        b.push(MountSpec::Copy { source: p.clone(), target: p });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Binds each ancestor directory between `root` (exclusive) and `p` (exclusive) onto itself,
+/// so that renaming or removing an ancestor (to swap in a fresh, writable copy) fails with EBUSY.
+pub(super) fn pin_ancestors(b: &mut Builder<'_>, root: &Path, p: &Path) {
+    let mut chain: Vec<PathBuf> =
+        p.ancestors().skip(1).take_while(|a| *a != root && a.starts_with(root)).map(Path::to_path_buf).collect();
+    chain.reverse();
+    for a in chain {
+        let pin = MountSpec::Pin { target: a };
+        if !b.mounts.contains(&pin) {
+            b.push(pin);
+        }
+    }
+}
+
+pub(super) fn protect(
+    b: &mut Builder<'_>,
+    fs: &dyn HostFs,
+    policy: &Policy,
+    project: &Path,
+    placeholders: &mut Vec<Placeholder>,
+) -> Result<(), PlanError> {
+    for entry in &policy.protected {
+        let want_dir = entry.value.ends_with('/');
+        let Some(rel) = home_entry(entry.value.trim_end_matches('/')) else {
+            return Err(entry_err(
+                "filesystem.protected",
+                &entry.value,
+                "must be a relative path inside the project without `..`",
+            ));
+        };
+        let full = project.join(&rel);
+        let globbed = crate::glob::has_glob(&full.to_string_lossy());
+        let matches: Vec<PathBuf> = fs::expand_glob(fs, &full).into_iter().filter(|m| fs.kind(m).is_some()).collect();
+        if matches.is_empty() && !globbed {
+            // Missing: create the first missing component as an empty placeholder and make it
+            // read-only, so the name cannot be created writable during the session.
+            let mut first_missing = project.to_path_buf();
+            for c in rel.components() {
+                first_missing.push(c);
+                if fs.kind(&first_missing).is_none() {
+                    break;
+                }
+            }
+            if fs.kind(&first_missing).is_some() {
+                continue;
+            }
+            let dir = want_dir || first_missing != full;
+            let ph = Placeholder { path: first_missing.clone(), dir };
+            if !placeholders.contains(&ph) {
+                pin_ancestors(b, project, &first_missing);
+                placeholders.push(ph);
+                b.push(MountSpec::Bind { source: first_missing.clone(), target: first_missing, rw: false, dir });
+            }
+            continue;
+        }
+        for m in matches {
+            match fs.kind(&m) {
+                Some(Kind::Symlink) => return Err(PlanError::ProtectedSymlink { path: m }),
+                Some(k) => {
+                    if placeholders.iter().any(|ph| m.starts_with(&ph.path)) {
+                        continue;
+                    }
+                    pin_ancestors(b, project, &m);
+                    b.push(MountSpec::Bind { source: m.clone(), target: m, rw: false, dir: k == Kind::Dir });
+                }
+                None => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The jail's stub directory: the agent-sandbox binary, the chaperon's socket and, first on
+/// PATH, a link to it under every Slurm command's (and mailer's) name; read-only once filled.
+pub(super) fn stub_dir(b: &mut Builder<'_>, facts: &HostFacts, mail_block: bool, req: &RunRequest) {
+    use crate::stub::{STUB_BIN_DIR, STUB_DIR, STUB_EXE};
+    b.push(MountSpec::Tmpfs { target: STUB_DIR.into(), mode: 0o755 });
+    b.push(MountSpec::Bind { source: facts.exe.clone(), target: STUB_EXE.into(), rw: false, dir: false });
+    // One bind of a directory of links the launcher keeps in the state dir, instead of one
+    // symlink call per name at every start (`stub::ensure_links`).
+    b.push(MountSpec::Bind {
+        source: crate::stub::links_dir(&facts.state_dir(), mail_block),
+        target: STUB_BIN_DIR.into(),
+        rw: false,
+        dir: true,
+    });
+    if let Some(sock) = &req.chaperon_socket {
+        let target = crate::stub::slurm::SOCKET.into();
+        b.push(MountSpec::Bind { source: sock.clone(), target, rw: false, dir: false });
+    }
+    for (target, contents) in &req.extra_files {
+        b.push(MountSpec::File { target: target.clone(), contents: contents.clone(), mode: 0o555 });
+    }
+    b.push(MountSpec::ReadOnly { target: STUB_DIR.into() });
+}
+
+/// Every real Slurm command (and mailer, when mail is blocked) the jail could run by absolute
+/// path gets the stub bound over it (over the file a symlink leads to, when that file is
+/// inside a tree the jail sees).
+pub(super) fn cover_stubbed(
+    b: &mut Builder<'_>,
+    fs: &dyn HostFs,
+    policy: &Policy,
+    facts: &HostFacts,
+    home: &Path,
+    mail: bool,
+) {
+    let visible: Vec<PathBuf> =
+        policy.fs_read.iter().map(|r| PathBuf::from(&r.value)).filter(|p| p.is_absolute()).collect();
+    let mut covered: Vec<PathBuf> = vec![];
+    for p in &facts.mailers {
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !mail && !crate::stub::slurm::SLURM_STUBS.contains(&name) {
+            continue;
+        }
+        let Some(kind) = fs.kind(p) else { continue };
+        let real = if kind == Kind::Symlink { fs.canonicalize(p) } else { Some(p.clone()) };
+        let Some(real) = real else { continue };
+        // A symlinked mailer's target is covered only if it is a mailer (or Slurm command)
+        // itself: msmtp-mta's `newaliases -> /bin/true` must not make `true` the stub. The
+        // name stays covered on PATH; by its absolute path it runs what it links to.
+        let target_name = real.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let stubbed_name =
+            |n: &str| crate::stub::mail::MAILERS.contains(&n) || crate::stub::slurm::SLURM_STUBS.contains(&n);
+        if kind == Kind::Symlink && !stubbed_name(target_name) {
+            continue;
+        }
+        let seen = visible.iter().any(|v| fs::under(&real, v) || fs::under(p, v));
+        if !seen || real.starts_with(home) || b.hidden.covers(&real) || covered.contains(&real) {
+            continue;
+        }
+        if fs.kind(&real) == Some(Kind::File) {
+            b.push(MountSpec::Bind { source: facts.exe.clone(), target: real.clone(), rw: false, dir: false });
+            covered.push(real);
+        }
+    }
+}
