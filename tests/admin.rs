@@ -1,5 +1,6 @@
 //! The admin lock file, for real: the test (root) writes /etc/agent-sandbox/admin.toml and
 //! the unprivileged user tries to widen past it. One test function: the file is global state.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
 
 mod common;
 use common::*;
@@ -167,6 +168,7 @@ fn run_without_userns(j: &Jail, args: &[&str]) -> Out {
     // SAFETY: the child only makes async-signal-safe calls (read, open, write, setres*id,
     // chdir, dup2, execve) on data prepared before the fork, then execs or _exits.
     match unsafe { nix::unistd::fork() }.expect("fork") {
+        // SAFETY: as above: raw syscalls on descriptors and strings made before the fork.
         nix::unistd::ForkResult::Child => unsafe {
             use std::os::fd::AsRawFd;
             if libc::unshare(libc::CLONE_NEWUSER) != 0 {

@@ -2,6 +2,7 @@
 //! or change the config and hooks of those already there, at any depth and at any time, since
 //! the user's own git runs what they name outside the jail. And everything else a program does
 //! with files works as before: the guard carries out the calls it traps for the caller.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
 
 mod common;
 use common::*;

@@ -1,5 +1,6 @@
 //! The jail as a user meets it: the real binary, an unprivileged user, assertions made from
 //! inside. Each test names the property (or the attack) it guards.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
 
 mod common;
 use common::*;

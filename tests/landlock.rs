@@ -1,6 +1,7 @@
 //! The Landlock backend (for hosts without unprivileged user namespaces), forced with
 //! `--backend landlock`. The same properties as tests/jail.rs where Landlock can hold them;
 //! docs/security-model.md lists the ones it cannot (ENOENT vs EACCES, /proc, /tmp, protected paths).
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
 
 mod common;
 use common::*;

@@ -1,6 +1,7 @@
 //! Mail-block stubs: every mailer name and every real mailer path inside the jail reaches the
 //! stub, which exits 77 with a message for the agent and sends nothing. One test function:
 //! it plants a fake mailer on the host (root), which is global state.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
 
 mod common;
 use common::*;

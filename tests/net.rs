@@ -2,6 +2,7 @@
 //! network namespace on TEST-NET (tests/nethost: HTTP, HTTPS, git, SMTP-like banners, echo,
 //! DNS), listeners on host loopback and on the host's own address. Every assertion is made
 //! from inside the jail, as the unprivileged test user.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
 
 mod common;
 use common::*;

@@ -2,6 +2,7 @@
 //! slurmd, slurmdbd from Debian's packages; `tests/run.sh` starts it). Jobs are submitted
 //! through the stubs and the chaperon, run on the node inside the re-entered jail, and are
 //! checked from their output in the project.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
 
 mod common;
 use common::*;

@@ -5,6 +5,7 @@
 //! through the stubs and the chaperon, their jobs re-enter the jail on the node, and the tests
 //! check what ran from the project.
 //! A failure prints the tool's output and every Slurm call the session made, from the audit log.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
 
 mod common;
 use common::*;

@@ -5,7 +5,7 @@
 //! every path, descriptor and way of ending is in `plan.landlock`.
 
 use super::relay::Lazy;
-use super::userns::Outcome;
+use super::Outcome;
 use super::{caps, landlock, seccomp, stdio_ttys, JailError};
 use crate::plan::{LandlockPlan, Plan, SessionDir, Sweep};
 use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};

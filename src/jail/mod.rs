@@ -18,7 +18,6 @@ pub mod userns;
 
 use crate::plan::{BackendKind, Plan};
 use init::TtyFds;
-pub use userns::Outcome;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JailError {
@@ -54,6 +53,22 @@ impl JailError {
             JailError::IdMap { .. } => Some("fix: the kernel refused the id map; `agent-sandbox doctor` checks user namespace support".into()),
             JailError::Build(_) => Some("fix: `agent-sandbox run --dry-run -- CMD` shows the mounts; `agent-sandbox doctor` checks the host".into()),
             _ => None,
+        }
+    }
+}
+
+/// Outcome of the command, as the launcher will report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Exited(i32),
+    Signaled(i32),
+}
+
+impl Outcome {
+    pub fn code(self) -> i32 {
+        match self {
+            Outcome::Exited(c) => c,
+            Outcome::Signaled(s) => 128 + s,
         }
     }
 }

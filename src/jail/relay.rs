@@ -4,8 +4,8 @@
 
 use super::init::FORWARDED;
 use super::msg::{self, Msg};
-use super::userns::Outcome;
 use super::JailError;
+use super::Outcome;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::{kill, SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -77,31 +77,24 @@ fn set_nonblocking(fd: RawFd) {
 }
 
 fn write_all(fd: RawFd, mut data: &[u8]) {
+    // SAFETY: the caller's descriptor stays open for the call (stdout, stderr or the pty).
+    let b = unsafe { BorrowedFd::borrow_raw(fd) };
     while !data.is_empty() {
-        // SAFETY: writing from a valid slice to an open fd.
-        let n = unsafe { libc::write(fd, data.as_ptr().cast(), data.len()) };
-        if n < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                continue;
+        match nix::unistd::write(b, data) {
+            Ok(n) => data = &data[n..],
+            Err(nix::Error::EINTR) => {}
+            Err(nix::Error::EAGAIN) => {
+                let _ = poll(&mut [PollFd::new(b, PollFlags::POLLOUT)], PollTimeout::from(100u16));
             }
-            if e.kind() == std::io::ErrorKind::WouldBlock {
-                let _ = poll(
-                    &mut [PollFd::new(unsafe { BorrowedFd::borrow_raw(fd) }, PollFlags::POLLOUT)],
-                    PollTimeout::from(100u16),
-                );
-                continue;
-            }
-            return;
+            Err(_) => return,
         }
-        data = &data[n as usize..];
     }
 }
 
 fn read_some(fd: RawFd, buf: &mut [u8]) -> Option<usize> {
-    // SAFETY: reading into a valid, writable slice from an open fd.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    (n > 0).then_some(n as usize)
+    // SAFETY: the caller's descriptor stays open for the call (stdin or the pty).
+    let b = unsafe { BorrowedFd::borrow_raw(fd) };
+    nix::unistd::read(b, buf).ok().filter(|n| *n > 0)
 }
 
 /// Something to start the first time a descriptor becomes readable: the session's chaperon,
@@ -139,6 +132,7 @@ pub fn run(
         // SAFETY: the raw fds below stay open for the whole iteration.
         let sock_fd = unsafe { BorrowedFd::borrow_raw(sock) };
         fds.push(PollFd::new(sock_fd, if sock_open { PollFlags::POLLIN } else { PollFlags::empty() }));
+        // SAFETY: fd 0 stays open for the launcher's life.
         let stdin_b = unsafe { BorrowedFd::borrow_raw(0) };
         let (mut i_stdin, mut i_master) = (None, None);
         if let (true, Some(_)) = (stdin_open, &master) {

@@ -5,7 +5,7 @@
 use super::init::{self, TtyFds};
 use super::msg::{self, Msg};
 use super::relay;
-use super::JailError;
+use super::{JailError, Outcome};
 use crate::plan::Plan;
 use nix::sched::CloneFlags;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
@@ -16,22 +16,6 @@ use std::os::fd::{AsRawFd, OwnedFd};
 pub struct Launched {
     pub pid: Pid,
     pub sock: OwnedFd,
-}
-
-/// Outcome of the command, as the launcher will report it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Exited(i32),
-    Signaled(i32),
-}
-
-impl Outcome {
-    pub fn code(self) -> i32 {
-        match self {
-            Outcome::Exited(c) => c,
-            Outcome::Signaled(s) => 128 + s,
-        }
-    }
 }
 
 /// `idle`: work for the launcher while the jail builds itself (it runs on the other core).
