@@ -171,6 +171,12 @@ pub struct HostFacts {
     pub pid: u32,
     /// `$XDG_RUNTIME_DIR` when it is a private directory of this user (0700, owned), else None.
     pub runtime_dir: Option<PathBuf>,
+    /// This host and PID namespace, as a file-name part: a directory named by a pid is only
+    /// judged where that pid means the same process (a home is shared by every node).
+    pub host_id: String,
+    /// The terminals (under /dev/pts) the launcher's stdin, stdout or stderr are: the session's
+    /// own, the only ones the Landlock backend opens to the command.
+    pub terminals: Vec<PathBuf>,
     /// Every address of the host's interfaces (a floor), read when a plan first needs it
     /// (only the modes with a supervisor do).
     pub host_addrs: std::cell::OnceCell<Vec<std::net::IpAddr>>,
@@ -264,6 +270,8 @@ impl HostFacts {
             host_addrs: std::cell::OnceCell::new(),
             pid: std::process::id(),
             runtime_dir: private_runtime_dir(uid.as_raw()),
+            host_id: host_id(),
+            terminals: own_terminals(),
         })
     }
 
@@ -380,6 +388,24 @@ pub fn probe_userns() -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// The node's name and the inode of this PID namespace: `node-4026531836`.
+fn host_id() -> String {
+    let node = nix::sys::utsname::uname().map(|u| u.nodename().to_string_lossy().into_owned()).unwrap_or_default();
+    let node: String = node.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_')).take(64).collect();
+    let ns = std::fs::metadata("/proc/self/ns/pid").map(|m| std::os::unix::fs::MetadataExt::ino(&m)).unwrap_or(0);
+    format!("{node}-{ns}")
+}
+
+/// The pseudo-terminals behind descriptors 0-2, if any.
+fn own_terminals() -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = (0..3)
+        .filter_map(|fd| std::fs::read_link(format!("/proc/self/fd/{fd}")).ok())
+        .filter(|p| p.starts_with("/dev/pts/"))
+        .collect();
+    out.dedup();
+    out
 }
 
 /// `LANDLOCK_CREATE_RULESET_VERSION` from `<linux/landlock.h>`.

@@ -247,6 +247,7 @@ pub fn policy(p: &Policy, paths: &PolicyPaths) -> String {
     scalar(&mut s, "mail.block", &p.mail_block);
     scalar(&mut s, "process.nested_userns", &p.nested_userns);
     scalar(&mut s, "process.unix_sockets", &p.unix_sockets);
+    scalar(&mut s, "process.host_terminals", &p.host_terminals);
     scalar(&mut s, "filesystem.nested_git", &p.nested_git);
     if let Some(a) = &p.agent {
         let _ =

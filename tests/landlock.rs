@@ -432,3 +432,63 @@ fn landlock_a_sigkilled_launchers_daemons_die_too() {
     }
     assert!(left.is_empty(), "processes {left:?} outlived their SIGKILLed launcher by 3 s");
 }
+
+#[test]
+fn landlock_the_users_other_processes_get_no_limits_or_priorities_from_the_jail() {
+    // Same uid, same PID namespace: prlimit's RLIMIT_CPU of 1 s kills a process that used
+    // more, a descriptor limit of 0 silences the chaperon's audit log. Only the caller itself.
+    let j = jail!("ll-prlimit");
+    let sleeper = j.host_sleeper();
+    let p = sleeper.pid();
+    let out = j.run(&format!(
+        "prlimit --pid {p} --nofile=0 && echo PRLIMIT-OTHER; renice -n 19 -p {p} >/dev/null 2>&1 && echo RENICE-OTHER; \
+         prlimit --nofile=100 true && echo PRLIMIT-SELF; nice -n 5 true && echo NICE-SELF; echo done"
+    ));
+    drop(sleeper);
+    assert!(out.stdout.contains("done"), "{out}");
+    assert!(!out.stdout.contains("PRLIMIT-OTHER") && !out.stdout.contains("RENICE-OTHER"), "{out}");
+    assert!(out.stdout.contains("PRLIMIT-SELF") && out.stdout.contains("NICE-SELF"), "{out}");
+}
+
+#[test]
+fn landlock_the_users_other_terminals_cannot_be_opened() {
+    // Another terminal of the user (an ssh or tmux session: `script` makes one here) is on the
+    // host's /dev/pts, where the jail could read what is typed into it.
+    let j = jail!("ll-pts");
+    let mut other = j.as_user("script");
+    other.args(["-qfc", "sleep 30", "/dev/null"]).stdin(std::process::Stdio::null());
+    other.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+    let mut other = other.spawn().expect("script");
+    let mut pts = None;
+    for _ in 0..50 {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // The pty script made is the one its child (sleep) has as stdin.
+        let kids = std::fs::read_to_string(format!("/proc/{}/task/{}/children", other.id(), other.id()));
+        pts = kids
+            .ok()
+            .and_then(|k| k.split_whitespace().find_map(|c| std::fs::read_link(format!("/proc/{c}/fd/0")).ok()));
+        if pts.as_ref().is_some_and(|p| p.starts_with("/dev/pts/")) {
+            break;
+        }
+    }
+    let pts = pts.expect("the other terminal");
+    let script = format!(
+        "python3 -c 'import os; os.open(\"{p}\", os.O_RDWR | os.O_NOCTTY); print(\"READ-OTHER\")' 2>/dev/null; \
+         python3 -c 'import pty,os; m,s=pty.openpty(); os.write(s,b\"x\"); print(\"OWN-PTY\", os.read(m,1))' 2>/dev/null; \
+         echo done",
+        p = pts.display()
+    );
+    let out = j.run(&script);
+    // `process.host_terminals = true` opens the host's /dev/pts: new terminals work, and
+    // the other terminals are reachable again (what the setting says it gives up).
+    let policy = j.rig.home.join("t/ll-pts-policy.toml");
+    std::fs::write(&policy, "[process]\nhost_terminals = true\n").expect("policy");
+    j.give(&[&policy]);
+    let open = j.run_with(&["--policy", policy.to_str().expect("utf-8")], &script);
+    let _ = other.kill();
+    let _ = other.wait();
+    assert!(out.stdout.contains("done") && open.stdout.contains("done"), "{out}\n{open}");
+    assert!(!out.stdout.contains("READ-OTHER"), "another terminal of the user was opened: {out}");
+    assert!(!out.stdout.contains("OWN-PTY"), "no host devpts, no new terminal: {out}");
+    assert!(open.stdout.contains("OWN-PTY b'x'") && open.stdout.contains("READ-OTHER"), "{open}");
+}

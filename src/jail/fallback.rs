@@ -477,7 +477,7 @@ impl<'p> SessionFiles<'p> {
             JailError::Build(format!("cannot create the session's directory {}: {e}", what.display()))
         };
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir.base).map_err(|e| fail(&dir.base, e))?;
-        sweep_dead(&dir.base);
+        sweep_dead(&dir.base, &dir.host);
         let made = SessionFiles { dir };
         let build = || -> Result<(), JailError> {
             let mkdir = |p: &Path, mode: u32| std::fs::DirBuilder::new().mode(mode).create(p).map_err(|e| fail(p, e));
@@ -517,13 +517,15 @@ impl<'p> SessionFiles<'p> {
     }
 }
 
-/// Removes the session directories of launchers that are gone (killed before they could).
-fn sweep_dead(base: &Path) {
+/// Removes the session directories of launchers of this host and PID namespace that are gone
+/// (killed before they could). A directory of another node (the base may be in a shared home)
+/// or namespace is never judged here: its pid means another process.
+fn sweep_dead(base: &Path, host: &str) {
+    let prefix = format!("{host}-");
     for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
         let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.split('-').next()).and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
-        };
+        let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(&prefix)) else { continue };
+        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else { continue };
         if pid > 0 && !Path::new(&format!("/proc/{pid}")).exists() {
             remove_tree(&entry.path());
         }
@@ -531,23 +533,47 @@ fn sweep_dead(base: &Path) {
 }
 
 /// `remove_dir_all` (which never follows symlinks), after making every directory below
-/// writable again if the jail took those rights away.
+/// writable again if the jail took those rights away: each opened without following a
+/// symlink and changed through its descriptor, so a directory swapped for a symlink while we
+/// walk cannot turn the change onto something outside.
 fn remove_tree(path: &Path) {
     if std::fs::remove_dir_all(path).is_ok() {
         return;
     }
-    fn open_up(dir: &Path) {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700));
-        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                open_up(&entry.path());
+    // Each directory is held by an O_PATH descriptor opened without following a symlink (it
+    // needs no read right, which the jail may have taken away), changed and listed through
+    // that descriptor's /proc link, which is that directory whatever its name points at now.
+    fn open_up(dir: std::os::fd::OwnedFd) {
+        use nix::fcntl::{open, openat, OFlag};
+        use nix::sys::stat::{fchmodat, FchmodatFlags, Mode};
+        use std::os::fd::AsRawFd;
+        let own = format!("/proc/self/fd/{}", dir.as_raw_fd());
+        let _ =
+            fchmodat(nix::fcntl::AT_FDCWD, own.as_str(), Mode::from_bits_truncate(0o700), FchmodatFlags::FollowSymlink);
+        let Ok(rd) = open(own.as_str(), OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()) else {
+            return;
+        };
+        let Ok(mut entries) = nix::dir::Dir::from_fd(rd) else { return };
+        let subdirs: Vec<std::ffi::CString> = entries
+            .iter()
+            .flatten()
+            .filter(|e| e.file_type() == Some(nix::dir::Type::Directory))
+            .map(|e| e.file_name().to_owned())
+            .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+            .collect();
+        for name in subdirs {
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            if let Ok(fd) = openat(&entries, name.as_c_str(), flags, Mode::empty()) {
+                open_up(fd);
             }
         }
     }
-    if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
-        open_up(path);
-    }
+    let flags = nix::fcntl::OFlag::O_PATH
+        | nix::fcntl::OFlag::O_DIRECTORY
+        | nix::fcntl::OFlag::O_NOFOLLOW
+        | nix::fcntl::OFlag::O_CLOEXEC;
+    let Ok(top) = nix::fcntl::open(path, flags, nix::sys::stat::Mode::empty()) else { return };
+    open_up(top);
     let _ = std::fs::remove_dir_all(path);
 }
 
@@ -582,9 +608,9 @@ fn exec_command(
     }
     let opts = seccomp::SeccompOptions {
         allow_nested_userns: plan.seccomp.nested_userns,
-        // Landlock's TCP port rules are the network boundary here: only plain TCP may pass.
-        tcp_udp_icmp_only: true,
+        tcp_udp_icmp_only: plan.seccomp.tcp_udp_icmp_only,
         deny_unix_sockets: !plan.seccomp.unix_sockets,
+        own_process_only: plan.seccomp.own_process_only,
     };
     let _sealed = match caps::seal_unprivileged(&opts) {
         Ok(s) => s,
@@ -655,4 +681,41 @@ fn exec_command(
     let p = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
     let e = nix::unistd::execve(&p, &argv, &envp).err();
     JailError::Build(format!("cannot run {name}: {}", e.map_or_else(|| "unknown error".into(), |e| e.to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_dead_sessions_of_this_host_and_namespace_are_swept() {
+        let base = tempfile::tempdir().expect("tempdir");
+        let dead = 2_000_000_000u32; // above any pid_max
+        let own = std::process::id();
+        for name in [
+            format!("node1-4026531836-{dead}-s1"),
+            format!("node2-4026531836-{dead}-s2"),
+            format!("node1-4026530000-{dead}-s3"),
+            format!("node1-4026531836-{own}-s4"),
+        ] {
+            std::fs::create_dir_all(base.path().join(&name).join("tmp/deep")).expect("mkdir");
+        }
+        // A session that took the rights away from its directories is still removed.
+        let locked = base.path().join(format!("node1-4026531836-{dead}-s1/tmp"));
+        std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o500)).expect("chmod");
+        sweep_dead(base.path(), "node1-4026531836");
+        let left: std::collections::BTreeSet<String> = std::fs::read_dir(base.path())
+            .expect("read")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        let want: std::collections::BTreeSet<String> = [
+            format!("node2-4026531836-{dead}-s2"),
+            format!("node1-4026530000-{dead}-s3"),
+            format!("node1-4026531836-{own}-s4"),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(left, want);
+    }
 }

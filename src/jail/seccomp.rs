@@ -27,6 +27,13 @@ pub struct SeccompOptions {
     /// every pathname unix socket of the host (munge, D-Bus, docker.sock, `/run/user/UID`)
     /// could be connected to, and neither Landlock (before ABI 9) nor seccomp sees the path.
     pub deny_unix_sockets: bool,
+    /// The jail shares the host's PID namespace (Landlock backend): calls that act on another
+    /// process by pid with only a same-user check, which Landlock does not scope, act on the
+    /// caller only: `prlimit64` (an `RLIMIT_CPU` of 1 s kills a process that used more;
+    /// descriptor limits of 0 silence the chaperon's audit log), `setpriority`,
+    /// `sched_setscheduler`/`sched_setparam`/`sched_setattr`, `ioprio_set`. Refused with EPERM
+    /// for any other target, the jail's own processes included (`renice -p PID`).
+    pub own_process_only: bool,
 }
 
 /// The socket families `socket()` may create, with why the jail needs each; every other
@@ -375,6 +382,28 @@ fn socket_rules(opts: &SeccompOptions) -> Result<Vec<SeccompRule>, SeccompError>
     Ok(out)
 }
 
+/// `own_process_only`: the calls that take a pid act on the caller alone (pid or who 0).
+fn own_process_rules(rules: &mut BTreeMap<i64, Vec<SeccompRule>>) -> Result<(), SeccompError> {
+    use SeccompCmpArgLen::Dword;
+    use SeccompCmpOp::Ne;
+    for nr in [libc::SYS_prlimit64, libc::SYS_sched_setscheduler, libc::SYS_sched_setparam, libc::SYS_sched_setattr] {
+        rules.insert(sys_nr(nr), vec![rule(vec![cond(0, Dword, Ne, 0)?])?]);
+    }
+    // setpriority(which, who, prio) and ioprio_set(which, who, ioprio): only "this process"
+    // (PRIO_PROCESS / IOPRIO_WHO_PROCESS, both 1 for ioprio and 0 for setpriority, with who 0).
+    let prio_process = int(libc::PRIO_PROCESS as libc::c_int);
+    rules.insert(
+        sys_nr(libc::SYS_setpriority),
+        vec![rule(vec![cond(0, Dword, Ne, prio_process)?])?, rule(vec![cond(1, Dword, Ne, 0)?])?],
+    );
+    const IOPRIO_WHO_PROCESS: u64 = 1;
+    rules.insert(
+        sys_nr(libc::SYS_ioprio_set),
+        vec![rule(vec![cond(0, Dword, Ne, IOPRIO_WHO_PROCESS)?])?, rule(vec![cond(1, Dword, Ne, 0)?])?],
+    );
+    Ok(())
+}
+
 /// Rules for seccompiler; every match fails with EPERM.
 fn rules(opts: &SeccompOptions) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SeccompError> {
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
@@ -413,12 +442,18 @@ fn rules(opts: &SeccompOptions) -> Result<BTreeMap<i64, Vec<SeccompRule>>, Secco
     if opts.deny_unix_sockets {
         // A datagram socket of a pair can still sendto() or connect() to any pathname socket
         // (Landlock below ABI 9 does not check the path): only stream and seqpacket pairs,
-        // which are connected to each other for good, stay.
-        let unix = cond(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, int(libc::AF_UNIX))?;
-        let dgram = cond(1, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xf), int(libc::SOCK_DGRAM))?;
-        pair.push(rule(vec![unix, dgram])?);
+        // which are connected to each other for good, stay. An allow-list of the type: the
+        // kernel makes SOCK_RAW a datagram socket in AF_UNIX.
+        for ty in (0..=0xf).filter(|t| ![libc::SOCK_STREAM, libc::SOCK_SEQPACKET].contains(t)) {
+            let unix = cond(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, int(libc::AF_UNIX))?;
+            let other = cond(1, SeccompCmpArgLen::Dword, SeccompCmpOp::MaskedEq(0xf), int(ty))?;
+            pair.push(rule(vec![unix, other])?);
+        }
     }
     rules.insert(sys_nr(libc::SYS_socketpair), pair);
+    if opts.own_process_only {
+        own_process_rules(&mut rules)?;
+    }
     if opts.tcp_udp_icmp_only {
         // TCP Fast Open connects inside sendto/sendmsg without the connect hook Landlock's port
         // rules hang on: MSG_FASTOPEN would reach a refused port (SMTP) anyway.
@@ -654,16 +689,47 @@ mod tests {
         ));
     }
 
+    /// Landlock backend: another process (the user's shell, editor, the launcher, the
+    /// chaperon: the same uid, the same PID namespace) cannot be given resource limits, a
+    /// priority or a scheduler; the caller itself can.
+    #[test]
+    fn calls_that_take_a_pid_act_only_on_the_caller_in_landlock() {
+        let arch = NATIVE.as_ref().unwrap().audit_arch;
+        let landlock = build_program(&SeccompOptions { own_process_only: true, ..Default::default() }).unwrap();
+        let default = deny_all();
+        let nr = |n: libc::c_long| n as i32;
+        let cases: [(i32, [u64; 3], bool); 12] = [
+            (nr(libc::SYS_prlimit64), [0, 0, 0], true),
+            (nr(libc::SYS_prlimit64), [4242, 0, 0], false),
+            (nr(libc::SYS_sched_setscheduler), [0, 5, 0], true),
+            (nr(libc::SYS_sched_setscheduler), [4242, 5, 0], false),
+            (nr(libc::SYS_sched_setparam), [4242, 0, 0], false),
+            (nr(libc::SYS_sched_setattr), [4242, 0, 0], false),
+            (nr(libc::SYS_setpriority), [libc::PRIO_PROCESS as u64, 0, 19], true),
+            (nr(libc::SYS_setpriority), [libc::PRIO_PROCESS as u64, 4242, 19], false),
+            (nr(libc::SYS_setpriority), [libc::PRIO_USER as u64, 0, 19], false),
+            (nr(libc::SYS_ioprio_set), [1, 0, 0], true),
+            (nr(libc::SYS_ioprio_set), [1, 4242, 0], false),
+            (nr(libc::SYS_ioprio_set), [3 /* IOPRIO_WHO_USER */, 0, 0], false),
+        ];
+        for (n, a, own) in cases {
+            let args = [a[0], a[1], a[2], 0, 0, 0];
+            assert_eq!(run_bpf(&landlock, n, arch, args), if own { ALLOW } else { RET_EPERM }, "{n} {a:?}");
+            assert_eq!(run_bpf(&default, n, arch, args), ALLOW, "the userns jail sees no outside pid: {n}");
+        }
+    }
+
     /// The fast-allow tree changes speed, never decisions: for every syscall number and a
     /// spread of arguments, the program with it answers exactly as the program without it.
     #[test]
     fn fast_allow_tree_decides_exactly_like_the_plain_filter() {
-        for bits in 0..8u8 {
+        for bits in 0..16u8 {
             let nested = bits & 1 != 0;
             let opts = SeccompOptions {
                 allow_nested_userns: nested,
                 tcp_udp_icmp_only: bits & 2 != 0,
                 deny_unix_sockets: bits & 4 != 0,
+                own_process_only: bits & 8 != 0,
             };
             let fast = build_program(&opts).unwrap();
             let native = NATIVE.as_ref().unwrap();
@@ -802,6 +868,11 @@ mod tests {
         let (sendto, sendmsg) = (libc::SYS_sendto as i32, libc::SYS_sendmsg as i32);
         assert_eq!(run(&landlock, socketpair, [AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0]), RET_EPERM);
         assert_eq!(run(&landlock, socketpair, [AF_UNIX, SOCK_STREAM, 0]), ALLOW);
+        assert_eq!(run(&landlock, socketpair, [AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0]), ALLOW);
+        // SOCK_RAW is a datagram socket in AF_UNIX (an attacker's way around the rule above).
+        for ty in [SOCK_RAW, 4 /* RDM */, 6, 10, 0, 0xf] {
+            assert_eq!(run(&landlock, socketpair, [AF_UNIX, ty, 0]), RET_EPERM, "type {ty:#x}");
+        }
         assert_eq!(run(&default, socketpair, [AF_UNIX, SOCK_DGRAM, 0]), ALLOW);
         let fastopen = libc::MSG_FASTOPEN as u32 as u64;
         assert_eq!(run_bpf(&landlock, sendto, arch, [3, 0, 8, fastopen | 0x40, 0, 0]), RET_EPERM);

@@ -16,6 +16,7 @@ pub(super) fn landlock_plan(
     session: SessionDir,
     facts: &HostFacts,
     req: &RunRequest,
+    host_terminals: bool,
 ) -> LandlockPlan {
     let (mut ro, mut rw) = (vec![], vec![]);
     for m in mounts {
@@ -28,10 +29,15 @@ pub(super) fn landlock_plan(
             MountSpec::TreeBind { source, .. } => ro.push(source.clone()),
             MountSpec::File { target, .. } | MountSpec::Copy { source: target, .. } => ro.push(target.clone()),
             MountSpec::Proc { target } => ro.push(target.clone()),
-            MountSpec::Devpts { target } => {
+            // The host's devpts holds the user's other terminals (another ssh or tmux
+            // session, where a password may be typed): only the session's own, unless the
+            // policy opens it all (`process.host_terminals`), which new terminals need (the
+            // kernel checks their slave's path even through TIOCGPTPEER).
+            MountSpec::Devpts { target } if host_terminals => {
                 rw.push(target.clone());
                 rw.push("/dev/ptmx".into());
             }
+            MountSpec::Devpts { .. } => rw.extend(facts.terminals.iter().cloned()),
             _ => {}
         }
     }
@@ -68,7 +74,9 @@ pub(super) fn landlock_session(facts: &HostFacts, req: &RunRequest, mail_block: 
         None => facts.state_dir().join("landlock"),
     };
     let session: String = req.session.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(64).collect();
-    let path = base.join(format!("{}-{session}", facts.pid));
+    // The base may be in a home shared by every node: the host and PID namespace are part of
+    // the name, so that only a launcher here judges whether its pid is alive.
+    let path = base.join(format!("{}-{}-{session}", facts.host_id, facts.pid));
     let mail: &[&str] = if mail_block { crate::stub::mail::MAILERS } else { &[] };
     let files = req
         .extra_files
@@ -86,6 +94,7 @@ pub(super) fn landlock_session(facts: &HostFacts, req: &RunRequest, mail_block: 
         files,
         base,
         path,
+        host: facts.host_id.clone(),
     }
 }
 

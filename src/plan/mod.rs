@@ -114,6 +114,12 @@ pub struct SeccompPlan {
     pub nested_userns: bool,
     /// Landlock backend only: `socket(AF_UNIX)` allowed (`process.unix_sockets`).
     pub unix_sockets: bool,
+    /// Where Landlock's TCP port rules are the network boundary (its backend): inet sockets
+    /// only as plain TCP, UDP and ICMP, no TCP Fast Open.
+    pub tcp_udp_icmp_only: bool,
+    /// Where the jail shares the host's PID namespace (Landlock): calls that take a pid act
+    /// on the caller only.
+    pub own_process_only: bool,
 }
 
 /// The git guard (`jail::guard`): the trees in which no git repository may be made and the
@@ -158,7 +164,11 @@ pub struct SessionDir {
     /// Where every session's directory lives: `$XDG_RUNTIME_DIR/agent-sandbox/landlock` when
     /// that is private to the user, else `<state dir>/landlock`.
     pub base: PathBuf,
+    /// `base/<host id>-<launcher pid>-<session>`.
     pub path: PathBuf,
+    /// The name part of this host and PID namespace: a leftover directory is swept only by a
+    /// launcher of the same host and namespace, where its pid means something.
+    pub host: String,
     /// `path/tmp`, read-write and empty at start: `TMPDIR`, `TMP` and `TEMP` name it.
     pub tmp: PathBuf,
     /// `path/bin`, read-only, first on `PATH`: a link to `exe` under every stub's name.
@@ -526,8 +536,9 @@ fn finish(
             session: &req.session,
         },
     );
-    let landlock = (backend == BackendKind::Landlock)
-        .then(|| landlock_plan(&mounts, &net, landlock_session(facts, req, mail_block), facts, req));
+    let landlock = (backend == BackendKind::Landlock).then(|| {
+        landlock_plan(&mounts, &net, landlock_session(facts, req, mail_block), facts, req, policy.host_terminals.value)
+    });
     let stub_bin =
         landlock.as_ref().map_or_else(|| PathBuf::from(crate::stub::STUB_BIN_DIR), |l| l.session.bin.clone());
     // The stubs come first on PATH, so `sendmail` or `sbatch` finds the stub even where no
@@ -574,7 +585,12 @@ fn finish(
         env: envp.vars,
         env_removed: envp.removed,
         net,
-        seccomp: SeccompPlan { nested_userns: policy.nested_userns.value, unix_sockets: policy.unix_sockets.value },
+        seccomp: SeccompPlan {
+            nested_userns: policy.nested_userns.value,
+            unix_sockets: policy.unix_sockets.value,
+            tcp_udp_icmp_only: backend == BackendKind::Landlock,
+            own_process_only: backend == BackendKind::Landlock,
+        },
         landlock,
         git_guard,
         warnings,

@@ -36,6 +36,8 @@ fn facts() -> HostFacts {
         pid: 4242,
         runtime_dir: Some("/run/user/1001".into()),
         host_addrs: std::cell::OnceCell::from(vec!["192.0.2.7".parse().expect("address")]),
+        host_id: "node1-4026531836".into(),
+        terminals: vec!["/dev/pts/3".into()],
     }
 }
 
@@ -293,8 +295,8 @@ fn landlock_plan_says_the_shared_temp_trees_are_denied_and_names_the_private_one
     for t in &shared {
         assert!(!ll.read_write.contains(t) && !ll.read_only.contains(t), "{t:?} has a rule");
     }
-    let dir = PathBuf::from("/run/user/1001/agent-sandbox/landlock/4242-0123abcd");
-    assert_eq!(ll.session.path, dir, "under the private runtime dir, named by launcher pid and session");
+    let dir = PathBuf::from("/run/user/1001/agent-sandbox/landlock/node1-4026531836-4242-0123abcd");
+    assert_eq!(ll.session.path, dir, "under the private runtime dir, named by host, launcher pid and session");
     assert!(ll.read_write.contains(&dir.join("tmp")) && ll.read_only.contains(&dir.join("bin")));
     for k in ["TMPDIR", "TMP", "TEMP"] {
         assert_eq!(var(&p, k), Some(dir.join("tmp").to_str().unwrap()), "{k}");

@@ -92,6 +92,8 @@ pub struct Policy {
     pub net_deny_private: Sourced<bool>,
     pub nested_userns: Sourced<bool>,
     pub unix_sockets: Sourced<bool>,
+    /// `process.host_terminals` (Landlock backend): the host's /dev/pts opened to the jail.
+    pub host_terminals: Sourced<bool>,
     /// `filesystem.nested_git`: the git guard is off (repositories may be made in the project).
     pub nested_git: Sourced<bool>,
     pub mail_block: Sourced<MailBlock>,
@@ -156,6 +158,7 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
         net_deny_private: Sourced::new(false, &builtin),
         nested_userns: Sourced::new(false, &builtin),
         unix_sockets: Sourced::new(false, &builtin),
+        host_terminals: Sourced::new(false, &builtin),
         nested_git: Sourced::new(false, &builtin),
         mail_block: Sourced::new(MailBlock::Auto, &builtin),
         agent: None,
@@ -230,6 +233,7 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     if let Some(pr) = &l.process {
         set(&mut p.nested_userns, &pr.nested_userns, src);
         set(&mut p.unix_sockets, &pr.unix_sockets, src);
+        set(&mut p.host_terminals, &pr.host_terminals, src);
     }
     if let Some(m) = &l.mail {
         set(&mut p.mail_block, &m.block, src);
@@ -458,6 +462,12 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
         let source = if allowed { p.unix_sockets.source.clone() } else { src.clone() };
         p.unix_sockets = Sourced { value, source, locked: true };
     }
+    if let Some(allowed) = l.process.as_ref().and_then(|pr| pr.host_terminals) {
+        // As nested_userns: the admin's `true` permits, `false` forbids.
+        let value = p.host_terminals.value && allowed;
+        let source = if allowed { p.host_terminals.source.clone() } else { src.clone() };
+        p.host_terminals = Sourced { value, source, locked: true };
+    }
     if let Some(allowed) = l.filesystem.as_ref().and_then(|f| f.nested_git) {
         // As nested_userns: the admin's `true` permits, `false` forbids.
         let value = p.nested_git.value && allowed;
@@ -614,6 +624,15 @@ mod tests {
         let p =
             merge(&[user("[process]\nunix_sockets = true")], Some(&admin("[process]\nunix_sockets = false"))).unwrap();
         assert!(!p.unix_sockets.value && p.unix_sockets.locked);
+    }
+
+    #[test]
+    fn host_terminals_off_by_default_user_can_open_admin_can_forbid() {
+        assert!(!merge(&[], None).unwrap().host_terminals.value);
+        assert!(merge(&[user("[process]\nhost_terminals = true")], None).unwrap().host_terminals.value);
+        let p = merge(&[user("[process]\nhost_terminals = true")], Some(&admin("[process]\nhost_terminals = false")))
+            .unwrap();
+        assert!(!p.host_terminals.value && p.host_terminals.locked);
     }
 
     #[test]

@@ -112,6 +112,10 @@ pub struct ProcessSection {
     /// Landlock backend: let the jailed command create unix sockets (`socket(AF_UNIX)`),
     /// and so connect to every pathname unix socket of the host (off by default).
     pub unix_sockets: Option<bool>,
+    /// Landlock backend: open the host's `/dev/pts` to the command, so it can make new
+    /// terminals (tmux, script, node-pty), and with it the user's other terminals (off by
+    /// default).
+    pub host_terminals: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

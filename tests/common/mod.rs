@@ -265,7 +265,15 @@ impl Jail {
 
     /// `agent-sandbox -q ARGS run -- sh -c SCRIPT`, with a 60 s watchdog.
     pub fn run(&self, script: &str) -> Out {
-        let mut c = self.command(&["-q", "run", "--", "sh", "-c", script]);
+        self.run_with(&[], script)
+    }
+
+    /// `run`, with launcher options before `run` (`--policy FILE`, `--net MODE`...).
+    pub fn run_with(&self, opts: &[&str], script: &str) -> Out {
+        let mut args = vec!["-q"];
+        args.extend_from_slice(opts);
+        args.extend(["run", "--", "sh", "-c", script]);
+        let mut c = self.command(&args);
         self.output(&mut c)
     }
 
