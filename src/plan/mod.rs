@@ -195,13 +195,7 @@ pub enum Sweep {
     ProcWalk,
 }
 
-/// The descriptor the Landlock backend's command inherits the chaperon's channel at: high,
-/// so that a script's `exec 3>file` or a shell's own descriptors do not take it.
-pub const SLURM_FD: i32 = 1000;
-/// Where a stub finds that descriptor's number.
-pub const SLURM_FD_VAR: &str = "AGENT_SANDBOX_SLURM_FD";
-/// Where a stub finds the pid of the process that keeps the channel for it.
-pub const SLURM_KEEPER_VAR: &str = "AGENT_SANDBOX_SLURM_KEEPER";
+pub use crate::stub::slurm::{SLURM_FD, SLURM_FD_VAR, SLURM_KEEPER_VAR};
 
 /// A path the launcher creates empty before the session so that a protected name cannot be
 /// created writable inside; removed afterwards if it is still empty.

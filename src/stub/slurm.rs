@@ -17,6 +17,14 @@ pub const SLURM_STUBS: &[&str] = &[
 ];
 
 /// Where the chaperon's socket is inside the jail.
+/// The descriptor the Landlock backend's command inherits the chaperon's channel at: high,
+/// so that a script's `exec 3>file` or a shell's own descriptors do not take it.
+pub const SLURM_FD: i32 = 1000;
+/// Where a stub finds that descriptor's number.
+pub const SLURM_FD_VAR: &str = "AGENT_SANDBOX_SLURM_FD";
+/// Where a stub finds the pid of the process that keeps the channel for it.
+pub const SLURM_KEEPER_VAR: &str = "AGENT_SANDBOX_SLURM_KEEPER";
+
 pub const SOCKET: &str = "/run/agent-sandbox/chaperon.sock";
 
 /// While the command runs, Ctrl-C and friends reach the stub (it is the terminal's
@@ -127,7 +135,7 @@ fn request(name: &str) -> Result<Response, String> {
 /// and sends one end down the channel; the chaperon serves it as a connection.
 fn connect() -> Result<UnixStream, String> {
     use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, MsgFlags, SockFlag, SockType};
-    let Some(var) = std::env::var_os(crate::plan::SLURM_FD_VAR) else {
+    let Some(var) = std::env::var_os(SLURM_FD_VAR) else {
         return UnixStream::connect(SOCKET).map_err(|e| {
             format!(
                 "cannot reach agent-sandbox's Slurm chaperon at {SOCKET} ({e}); Slurm is not available in this session"
@@ -135,7 +143,7 @@ fn connect() -> Result<UnixStream, String> {
         });
     };
     let fd = var.to_str().and_then(|v| v.parse::<i32>().ok()).filter(|fd| *fd > 2).ok_or_else(|| {
-        format!("{} is {var:?}, not agent-sandbox's Slurm channel descriptor", crate::plan::SLURM_FD_VAR)
+        format!("{} is {var:?}, not agent-sandbox's Slurm channel descriptor", SLURM_FD_VAR)
     })?;
     let taken = if is_channel(fd) { None } else { Some(from_keeper(fd)?) };
     let fd = taken.as_ref().map_or(fd, |t| t.as_raw_fd());
@@ -164,11 +172,11 @@ fn from_keeper(fd: i32) -> Result<std::os::fd::OwnedFd, String> {
              and the session's keeper cannot lend it ({why}); keep the descriptor open, e.g. Python's pass_fds=[{fd}]"
         )
     };
-    let pid = std::env::var(crate::plan::SLURM_KEEPER_VAR)
+    let pid = std::env::var(SLURM_KEEPER_VAR)
         .ok()
         .and_then(|v| v.parse::<i32>().ok())
         .filter(|p| *p > 1)
-        .ok_or_else(|| closed(format!("{} is not set", crate::plan::SLURM_KEEPER_VAR)))?;
+        .ok_or_else(|| closed(format!("{} is not set", SLURM_KEEPER_VAR)))?;
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     if pidfd < 0 {
