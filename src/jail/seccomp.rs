@@ -476,9 +476,14 @@ pub fn build_program(opts: &SeccompOptions) -> Result<BpfProgram, SeccompError> 
             .map_err(SeccompError::Compile)?;
     let body = BpfProgram::try_from(filter).map_err(SeccompError::Compile)?;
 
-    let mut prog = prologue(native);
-    // The accumulator still holds the syscall number here (the prologue loaded it last).
-    if let Some(fast) = fast_allow(&rule_nrs) {
+    assemble(prologue(native), &rule_nrs, body)
+}
+
+/// `head`, then the fast-allow tree over the numbers with rules, then seccompiler's body.
+/// The accumulator still holds the syscall number after `head` (the prologue loads it last).
+fn assemble(head: Vec<sock_filter>, rule_nrs: &[u32], body: BpfProgram) -> Result<BpfProgram, SeccompError> {
+    let mut prog = head;
+    if let Some(fast) = fast_allow(rule_nrs) {
         prog.extend(fast);
     }
     prog.extend(body);
@@ -528,16 +533,9 @@ pub fn build_guard_program() -> Result<BpfProgram, SeccompError> {
     for insn in body.iter_mut().filter(|i| i.code == RET_K && i.k == libc::SECCOMP_RET_TRACE | GUARD_MARK) {
         insn.k = libc::SECCOMP_RET_USER_NOTIF;
     }
-    let mut prog = prologue(native);
-    prog.extend([jump(JEQ_K, libc::SYS_openat2 as u32, 0, 1), stmt(RET_K, RET_ENOSYS)]);
-    if let Some(fast) = fast_allow(&rule_nrs) {
-        prog.extend(fast);
-    }
-    prog.extend(body);
-    if prog.len() > MAX_INSNS {
-        return Err(SeccompError::TooLong { len: prog.len(), max: MAX_INSNS });
-    }
-    Ok(prog)
+    let mut head = prologue(native);
+    head.extend([jump(JEQ_K, libc::SYS_openat2 as u32, 0, 1), stmt(RET_K, RET_ENOSYS)]);
+    assemble(head, &rule_nrs, body)
 }
 
 /// The data of the Trace action that marks the guard's matches before they become USER_NOTIF.

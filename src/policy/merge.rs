@@ -450,31 +450,21 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
         slot.locked = true;
     }
     stricter(&mut p.mail_block, l.mail.as_ref().and_then(|m| m.block), src);
-    if let Some(allowed) = l.process.as_ref().and_then(|pr| pr.nested_userns) {
-        // The admin's `true` permits, it does not force; `false` forbids.
-        let value = p.nested_userns.value && allowed;
-        let source = if allowed { p.nested_userns.source.clone() } else { src.clone() };
-        p.nested_userns = Sourced { value, source, locked: true };
-    }
-    if let Some(allowed) = l.process.as_ref().and_then(|pr| pr.unix_sockets) {
-        // As nested_userns: the admin's `true` permits, `false` forbids.
-        let value = p.unix_sockets.value && allowed;
-        let source = if allowed { p.unix_sockets.source.clone() } else { src.clone() };
-        p.unix_sockets = Sourced { value, source, locked: true };
-    }
-    if let Some(allowed) = l.process.as_ref().and_then(|pr| pr.host_terminals) {
-        // As nested_userns: the admin's `true` permits, `false` forbids.
-        let value = p.host_terminals.value && allowed;
-        let source = if allowed { p.host_terminals.source.clone() } else { src.clone() };
-        p.host_terminals = Sourced { value, source, locked: true };
-    }
-    if let Some(allowed) = l.filesystem.as_ref().and_then(|f| f.nested_git) {
-        // As nested_userns: the admin's `true` permits, `false` forbids.
-        let value = p.nested_git.value && allowed;
-        let source = if allowed { p.nested_git.source.clone() } else { src.clone() };
-        p.nested_git = Sourced { value, source, locked: true };
-    }
+    let process = l.process.as_ref();
+    permit(&mut p.nested_userns, process.and_then(|pr| pr.nested_userns), src);
+    permit(&mut p.unix_sockets, process.and_then(|pr| pr.unix_sockets), src);
+    permit(&mut p.host_terminals, process.and_then(|pr| pr.host_terminals), src);
+    permit(&mut p.nested_git, l.filesystem.as_ref().and_then(|f| f.nested_git), src);
     Ok(())
+}
+
+/// A permission the admin sets (`nested_userns`, `unix_sockets`, ...): `true` permits what the
+/// user chose, it does not force it; `false` forbids. Locked either way.
+fn permit(slot: &mut Sourced<bool>, admin: Option<bool>, src: &Source) {
+    let Some(allowed) = admin else { return };
+    let value = slot.value && allowed;
+    let source = if allowed { slot.source.clone() } else { src.clone() };
+    *slot = Sourced { value, source, locked: true };
 }
 
 /// Ordered scalar: the admin's value is a minimum; the result is locked either way.

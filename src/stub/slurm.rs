@@ -142,9 +142,11 @@ fn connect() -> Result<UnixStream, String> {
             )
         });
     };
-    let fd = var.to_str().and_then(|v| v.parse::<i32>().ok()).filter(|fd| *fd > 2).ok_or_else(|| {
-        format!("{} is {var:?}, not agent-sandbox's Slurm channel descriptor", SLURM_FD_VAR)
-    })?;
+    let fd = var
+        .to_str()
+        .and_then(|v| v.parse::<i32>().ok())
+        .filter(|fd| *fd > 2)
+        .ok_or_else(|| format!("{} is {var:?}, not agent-sandbox's Slurm channel descriptor", SLURM_FD_VAR))?;
     let taken = if is_channel(fd) { None } else { Some(from_keeper(fd)?) };
     let fd = taken.as_ref().map_or(fd, |t| t.as_raw_fd());
     let (mine, theirs) = socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)

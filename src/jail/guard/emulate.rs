@@ -466,26 +466,34 @@ pub fn finish_fifo(obj: OwnedFd, flags: libc::c_int) -> Result<OwnedFd, i32> {
     }
 }
 
-fn mkdir(c: &Caller, g: &Guarded, base: Base, path: u64, mode: u32) -> Step<Done> {
+/// A call that makes the name `path` (relative to `base`) with the caller's umask: checked,
+/// then `make(directory, name)`, under the gate.
+fn make_name(
+    c: &Caller,
+    g: &Guarded,
+    base: Base,
+    path: u64,
+    make: impl FnOnce(i32, &CString) -> libc::c_int,
+) -> Step<Done> {
     let path = c.read_string(path).map_err(errno)?;
     let e = entry(c, &base, &path)?;
     take_umask(c)?;
     let name = e.name_c()?;
     let _gate = gate();
     e.check(g, Change::Create)?;
+    Ok(done_value(make(e.dir.as_raw_fd(), &name)))
+}
+
+fn mkdir(c: &Caller, g: &Guarded, base: Base, path: u64, mode: u32) -> Step<Done> {
     // SAFETY: `name` lives for the call.
-    Ok(done_value(unsafe { libc::mkdirat(e.dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) }))
+    make_name(c, g, base, path, |dir, name| unsafe { libc::mkdirat(dir, name.as_ptr(), mode as libc::mode_t) })
 }
 
 fn mknod(c: &Caller, g: &Guarded, base: Base, path: u64, mode: u32, dev: u64) -> Step<Done> {
-    let path = c.read_string(path).map_err(errno)?;
-    let e = entry(c, &base, &path)?;
-    take_umask(c)?;
-    let name = e.name_c()?;
-    let _gate = gate();
-    e.check(g, Change::Create)?;
     // SAFETY: `name` lives for the call.
-    Ok(done_value(unsafe { libc::mknodat(e.dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t, dev as libc::dev_t) }))
+    make_name(c, g, base, path, |dir, name| unsafe {
+        libc::mknodat(dir, name.as_ptr(), mode as libc::mode_t, dev as libc::dev_t)
+    })
 }
 
 fn symlink(c: &Caller, g: &Guarded, target: u64, base: Base, path: u64) -> Step<Done> {
