@@ -58,18 +58,7 @@ pub struct NetConfig {
 /// network, loudly; the command keeps running without it.
 pub fn spawn(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
     teardown::remember_tun(tun.as_raw_fd());
-    std::thread::Builder::new().name("net".into()).spawn(move || {
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            rt.block_on(run(tun, cfg))
-        }));
-        match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("agent-sandbox: the jail's network stopped: {e}"),
-            Err(_) => eprintln!("agent-sandbox: the jail's network stopped after an internal error (reported above)"),
-        }
-    })?;
-    Ok(())
+    crate::net::spawn_service("net", "the jail's network", move || run(tun, cfg))
 }
 
 /// What async work reports back to the loop.
