@@ -54,3 +54,27 @@ impl Auditor {
         log.write(&r);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netrules::matcher::Decision;
+
+    #[test]
+    fn a_burst_of_denials_writes_at_most_the_per_second_cap() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = Auditor::new(Some(AuditLog::new(dir.path())), "filtered");
+        let d = Decision { allowed: false, rule: "*".into(), layer: Layer::User, reason: "blocked".into() };
+        for port in 0..2 * AUDIT_PER_SECOND as u16 {
+            a.deny("tcp", Some(SocketAddr::from(([198, 51, 100, 7], port))), None, "connect", &d);
+        }
+        let written = crate::audit::read(dir.path(), None).unwrap();
+        assert_eq!(written.len(), AUDIT_PER_SECOND as usize);
+        let r = &written[0];
+        assert_eq!(
+            (r.event.as_str(), r.net.as_deref(), r.layer.as_deref()),
+            ("net_denied", Some("filtered"), Some("user"))
+        );
+        assert_eq!(r.dest.as_deref(), Some("198.51.100.7:0"));
+    }
+}

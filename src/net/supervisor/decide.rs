@@ -66,3 +66,72 @@ impl Shared {
 pub(super) fn refusal(reason: &str) -> Decision {
     Decision { allowed: false, rule: String::new(), layer: Layer::Floor, reason: reason.to_owned() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{rules, sa, shared};
+    use super::*;
+    use crate::netrules::matcher::Action::{Allow, Block};
+
+    const IP: &str = "198.51.100.7:443";
+
+    fn resolved(s: &Shared, name: &str, dst: SocketAddr) {
+        s.names.lock().unwrap().learn(name, dst.ip(), 60, Instant::now());
+    }
+
+    #[test]
+    fn an_address_the_jails_resolver_gave_is_judged_as_its_names() {
+        let s = shared(rules(&[("*", Block), ("allowed.test", Allow)]), None);
+        assert!(!s.decide(sa(IP), Proto::Tcp, None).allowed, "a bare address under `*` blocked");
+        resolved(&s, "allowed.test", sa(IP));
+        assert!(s.decide(sa(IP), Proto::Tcp, None).allowed, "the name the jail resolved it for");
+        assert!(s.decide(sa(IP), Proto::Udp, None).allowed);
+        assert!(s.decide(sa(IP), Proto::Tcp, Some("Allowed.Test.")).allowed, "case and root dot do not matter");
+    }
+
+    #[test]
+    fn an_address_known_under_several_names_is_allowed_if_one_of_them_is() {
+        let s = shared(rules(&[("blocked.test", Block)]), None);
+        resolved(&s, "blocked.test", sa(IP));
+        assert!(!s.decide(sa(IP), Proto::Tcp, None).allowed);
+        resolved(&s, "cdn.test", sa(IP));
+        assert!(s.decide(sa(IP), Proto::Tcp, None).allowed);
+    }
+
+    #[test]
+    fn a_forged_sni_for_an_address_known_under_another_name_is_refused() {
+        let s = shared(rules(&[("*", Block), ("allowed.test", Allow)]), None);
+        resolved(&s, "other.test", sa(IP));
+        let d = s.decide(sa(IP), Proto::Tcp, Some("allowed.test"));
+        assert!(!d.allowed);
+        assert!(d.reason.contains("`allowed.test` was not resolved to 198.51.100.7"), "{d:?}");
+        resolved(&s, "allowed.test", sa(IP));
+        assert!(s.decide(sa(IP), Proto::Tcp, Some("allowed.test")).allowed, "once our resolver gave it");
+    }
+
+    #[test]
+    fn a_shown_name_that_is_blocked_is_refused_by_its_own_rule() {
+        let s = shared(rules(&[("blocked.test", Block)]), None);
+        resolved(&s, "blocked.test", sa(IP));
+        let d = s.decide(sa(IP), Proto::Tcp, Some("blocked.test"));
+        assert_eq!((d.allowed, d.rule.as_str()), (false, "blocked.test"));
+    }
+
+    #[test]
+    fn an_address_rule_allows_a_name_the_resolver_never_gave() {
+        let s = shared(rules(&[("*", Block), ("198.51.100.0/24", Allow)]), None);
+        assert!(s.decide(sa(IP), Proto::Tcp, Some("unknown.test")).allowed);
+        assert!(!s.decide(sa("192.0.2.7:443"), Proto::Tcp, Some("unknown.test")).allowed, "outside the rule");
+    }
+
+    #[test]
+    fn the_floors_hold_whatever_name_a_flow_shows() {
+        let s = shared(rules(&[("allowed.test", Allow)]), None);
+        resolved(&s, "allowed.test", sa("127.0.0.1:443"));
+        for shown in [None, Some("allowed.test")] {
+            let d = s.decide(sa("127.0.0.1:443"), Proto::Tcp, shown);
+            assert_eq!((d.allowed, d.layer), (false, Layer::Floor), "{shown:?}: {d:?}");
+        }
+        assert!(!s.decide(sa("198.51.100.7:25"), Proto::Tcp, Some("allowed.test")).allowed, "port floor");
+    }
+}

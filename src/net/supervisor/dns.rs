@@ -120,3 +120,58 @@ async fn dns_tcp_conn(mut conn: TcpStream, shared: Arc<Shared>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{rules, shared};
+    use super::*;
+    use crate::net::dns::tests::query;
+    use crate::netrules::matcher::Action;
+    use hickory_proto::op::{Message, ResponseCode};
+
+    fn rcode(reply: &[u8]) -> (u16, ResponseCode) {
+        let m = Message::from_vec(reply).unwrap();
+        (m.metadata.id, m.metadata.response_code)
+    }
+
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn a_query_no_upstream_answers_gets_servfail_and_a_blocked_name_nxdomain() {
+        let s = shared(rules(&[("blocked.test", Action::Block)]), None);
+        let rt = runtime();
+        let reply = rt.block_on(s.resolve(&query("allowed.test", 7))).unwrap();
+        assert_eq!(rcode(&reply), (7, ResponseCode::ServFail));
+        assert_eq!(reply.len(), 12, "the header alone");
+        let reply = rt.block_on(s.resolve(&query("blocked.test", 8))).unwrap();
+        assert_eq!(rcode(&reply), (8, ResponseCode::NXDomain));
+        assert_eq!(rt.block_on(s.resolve(b"\x01")), None, "no id to answer to");
+    }
+
+    #[test]
+    fn dns_over_tcp_answers_each_length_prefixed_query_in_turn() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let rt = runtime();
+        let s = Arc::new(shared(rules(&[("blocked.test", Action::Block)]), None));
+        rt.block_on(async {
+            let at = serve_dns_tcp(s).await.unwrap();
+            assert!(at.ip().is_loopback());
+            let mut conn = TcpStream::connect(at).await.unwrap();
+            for (name, id, want) in
+                [("blocked.test", 1, ResponseCode::NXDomain), ("allowed.test", 2, ResponseCode::ServFail)]
+            {
+                let q = query(name, id);
+                let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+                framed.extend_from_slice(&q);
+                conn.write_all(&framed).await.unwrap();
+                let mut len = [0u8; 2];
+                conn.read_exact(&mut len).await.unwrap();
+                let mut reply = vec![0u8; usize::from(u16::from_be_bytes(len))];
+                conn.read_exact(&mut reply).await.unwrap();
+                assert_eq!(rcode(&reply), (id, want));
+            }
+        });
+    }
+}

@@ -222,3 +222,93 @@ impl FlowTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::super::Event;
+    use super::*;
+    use crate::net::stack::{BUFFER_BUDGET, SOCKET_BUFFER};
+
+    #[test]
+    fn syn_is_refused_with_rst_when_the_flow_table_is_full() {
+        let mut rig = Rig::new(&[]);
+        rig.sup.flows.limit = 1;
+        rig.open_to_host();
+        assert_eq!(rig.sup.flows.flows.len(), 1);
+        let (from, to) = (jail(40001), gateway(HOST_PORT));
+        rig.send(&syn(from, to));
+        assert!(rig.segments().iter().any(|s| s.rst && s.dst == from), "the second SYN is reset");
+        assert!(rig.sup.flows.id_of(&(from, to)).is_none());
+        let d = rig.denials();
+        assert_eq!((d.len(), d[0].check.as_deref()), (1, Some("limit")), "{d:?}");
+        assert_eq!(rig.dialled.lock().unwrap().len(), 1, "only the first flow is dialled");
+    }
+
+    #[test]
+    fn syn_is_refused_with_rst_when_the_buffer_budget_is_spent() {
+        let mut rig = Rig::new(&[]);
+        rig.sup.flows.buffered = BUFFER_BUDGET;
+        let (from, to) = (jail(40000), gateway(HOST_PORT));
+        rig.send(&syn(from, to));
+        assert!(rig.segments().iter().any(|s| s.rst));
+        assert!(rig.sup.flows.id_of(&(from, to)).is_none());
+        let d = rig.denials();
+        assert!(d[0].reason.as_deref().unwrap_or("").contains("MiB of buffers"), "{d:?}");
+        assert!(rig.dialled.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_published_connection_past_the_limits_is_dropped_without_a_flow() {
+        let mut rig = Rig::new(&[]);
+        rig.sup.flows.buffered = BUFFER_BUDGET;
+        let _client = std::net::TcpStream::connect(rig.host.local_addr().unwrap()).unwrap();
+        let (accepted, _) = rig.host.accept().unwrap();
+        let stream = rig.tokio_stream(accepted);
+        rig.deliver(Event::Published { stream, port: 3000 });
+        assert!(rig.received().is_empty());
+        assert!(rig.sup.flows.flows.is_empty());
+    }
+
+    #[test]
+    fn a_flow_holds_its_buffers_until_it_is_reaped() {
+        let mut rig = Rig::new(&[]);
+        let (_, id) = rig.open_to_host();
+        assert_eq!(rig.sup.flows.buffered, 2 * SOCKET_BUFFER, "both directions of the first flow, full size");
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        rig.deliver(Event::Dialed { id, result: Err(refused) });
+        assert!(rig.sup.flows.get(id).is_none());
+        assert_eq!(rig.sup.flows.buffered, 0, "the budget is whole again");
+        assert!(rig.sup.flows.by_key.is_empty() && rig.sup.stack.sockets.iter().next().is_none());
+    }
+
+    #[test]
+    fn an_open_flow_is_not_reaped() {
+        let mut rig = Rig::new(&[]);
+        let (_, id) = rig.open_to_host();
+        rig.sup.flows.serviced(id);
+        rig.sup.turn();
+        assert!(rig.sup.flows.get(id).is_some(), "still waiting for its host");
+    }
+
+    #[test]
+    fn a_flows_waker_marks_only_that_flow_dirty() {
+        let mut table = FlowTable::new();
+        let mut sockets = smoltcp::iface::SocketSet::new(vec![]);
+        let mut open = |key: Key| {
+            let sock = tcp::Socket::new(tcp::SocketBuffer::new(vec![0; 16]), tcp::SocketBuffer::new(vec![0; 16]));
+            let handle = sockets.add(sock);
+            table.add(key, handle, Phase::Relay, 16)
+        };
+        let a = open((jail(1), sa("198.51.100.7:80")));
+        let b = open((jail(2), sa("198.51.100.7:80")));
+        assert_ne!(a, b);
+        assert_eq!(table.id_of(&(jail(2), sa("198.51.100.7:80"))), Some(b));
+        assert!(!table.has_dirty());
+        table.get(b).expect("flow b").waker.wake_by_ref();
+        table.collect_ready();
+        assert_eq!(table.take_dirty(), [b]);
+        assert!(!table.has_dirty());
+        assert_eq!(table.buffered, 2 * 16 * 2);
+    }
+}

@@ -33,3 +33,34 @@ impl Supervisor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use crate::netrules::addr;
+    use std::net::IpAddr;
+
+    #[test]
+    fn echo_to_the_gateway_is_answered_by_the_gateway() {
+        let mut rig = Rig::new(&[]);
+        for (jail_ip, gw) in
+            [(addr::JAIL_V4.into(), addr::GATEWAY_V4.into()), (addr::JAIL_V6.into(), addr::GATEWAY_V6.into())]
+        {
+            let (jail_ip, gw): (IpAddr, IpAddr) = (jail_ip, gw);
+            rig.send(&echo_request(jail_ip, gw, 7, 3, b"ping data"));
+            let got: Vec<_> = rig.received().iter().filter_map(|p| icmp(p)).collect();
+            assert_eq!(got, [(gw, jail_ip, Icmp::EchoReply { ident: 7, seq: 3, data: b"ping data".to_vec() })]);
+        }
+    }
+
+    #[test]
+    fn echo_to_any_other_address_is_administratively_prohibited_at_once() {
+        let mut rig = Rig::new(&[]);
+        for (jail_ip, other) in [(addr::JAIL_V4.into(), "198.51.100.7"), (addr::JAIL_V6.into(), "2001:db8::7")] {
+            let (jail_ip, other): (IpAddr, IpAddr) = (jail_ip, other.parse().unwrap());
+            rig.send(&echo_request(jail_ip, other, 7, 3, b"ping data"));
+            let got: Vec<_> = rig.received().iter().filter_map(|p| icmp(p)).collect();
+            assert_eq!(got, [(other, jail_ip, Icmp::Prohibited)], "from the address pinged");
+        }
+    }
+}

@@ -14,6 +14,8 @@ mod icmp;
 mod relay;
 mod tcp;
 mod teardown;
+#[cfg(test)]
+mod testing;
 mod udp;
 
 pub(crate) use audit::Auditor;
@@ -272,5 +274,53 @@ impl Supervisor {
             Phase::Relay => self.pump(id),
         }
         self.flows.serviced(id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::*;
+    use smoltcp::wire::TcpControl;
+
+    #[test]
+    fn a_segment_of_no_flow_is_answered_with_rst_and_opens_nothing() {
+        let mut rig = Rig::new(&[]);
+        let (from, to) = (jail(40000), sa("198.51.100.7:22"));
+        rig.send(&tcp(from, to, TcpControl::None, 5000, Some(77), b"stray"));
+        let segs = rig.segments();
+        assert_eq!(segs.len(), 1, "{segs:?}");
+        assert!(segs[0].rst, "{segs:?}");
+        assert_eq!((segs[0].src, segs[0].dst), (to, from));
+        assert!(rig.sup.flows.id_of(&(from, to)).is_none());
+        assert!(rig.dialled.lock().unwrap().is_empty(), "nothing is dialled for a stray segment");
+    }
+
+    #[test]
+    fn a_rst_of_no_flow_gets_no_answer() {
+        let mut rig = Rig::new(&[]);
+        rig.send(&tcp(jail(40000), sa("198.51.100.7:22"), TcpControl::Rst, 5000, None, &[]));
+        assert!(rig.received().is_empty());
+    }
+
+    #[test]
+    fn a_packet_of_no_known_protocol_is_dropped_silently() {
+        let mut rig = Rig::new(&[]);
+        let mut p = tcp(jail(40000), sa("198.51.100.7:22"), TcpControl::Syn, 1, None, &[]);
+        p[9] = 132; // SCTP: neither TCP, UDP nor ICMP echo.
+        p[10..12].fill(0);
+        rig.send(&p);
+        assert!(rig.received().is_empty());
+        assert!(rig.denials().is_empty());
+    }
+
+    #[test]
+    fn a_segment_of_an_open_flow_goes_to_that_flow() {
+        let mut rig = Rig::new(&[]);
+        let (key, id) = rig.open_to_host();
+        // The SYN-ACK is held back while the host is dialled: a retransmitted SYN is the
+        // flow's, not a new flow.
+        rig.send(&syn(key.0, key.1));
+        assert_eq!(rig.sup.flows.id_of(&key), Some(id));
+        assert_eq!(rig.dialled.lock().unwrap().len(), 1, "dialled once");
     }
 }

@@ -239,3 +239,81 @@ fn jail_to_host_framed(
         http1::Step::Refuse(what) => Err(Stop::Refused { name: None, check: "peek", decision: peek::unreadable(what) }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use smoltcp::wire::{IpListenEndpoint, TcpControl};
+    use std::io::Write;
+    use std::net::{Shutdown, SocketAddr};
+
+    /// A relayed flow from the jail to `HOST_PORT` on the gateway: the rig, the jail's key,
+    /// the host's end, and the supervisor's SYN-ACK.
+    fn relayed() -> (Rig, (SocketAddr, SocketAddr), std::net::TcpStream, Segment) {
+        let mut rig = Rig::new(&[]);
+        let (key, _) = rig.open_to_host();
+        let ev = rig.next_event();
+        rig.deliver(ev);
+        let synack = rig.handshake(key.0, key.1);
+        let (server, _) = rig.host.accept().expect("the dialled connection");
+        (rig, key, server, synack)
+    }
+
+    #[test]
+    fn a_fin_from_the_jail_half_closes_the_host_and_answers_still_come_back() {
+        let (mut rig, key, mut server, synack) = relayed();
+        rig.send_data(&synack, 0, b"request", TcpControl::Fin);
+        let id = rig.sup.flows.id_of(&key).expect("the flow");
+        assert!(rig.settle_until(|rig| rig.sup.flows.get(id).is_some_and(|f| f.shut_wr)), "host half-closed");
+        let handle = rig.sup.flows.get(id).expect("the flow").handle;
+        assert!(jail_sent_fin(rig.sup.stack.socket(handle)));
+        // The host got the bytes, then EOF.
+        let got = read_host(&mut rig, &mut server, usize::MAX);
+        assert_eq!(got, b"request");
+        // The answer still flows back, then the host's FIN.
+        server.write_all(b"answer").unwrap();
+        server.shutdown(Shutdown::Write).unwrap();
+        let mut segs = vec![];
+        rig.settle_until(|rig| {
+            segs.extend(rig.segments());
+            segs.iter().any(|s| s.fin)
+        });
+        let answer: Vec<u8> = segs.iter().flat_map(|s| s.payload.clone()).collect();
+        assert_eq!(answer, b"answer");
+        assert!(!segs.iter().any(|s| s.rst), "{segs:?}");
+        // The jail acknowledges the FIN: the flow is done, and reaped.
+        let last = segs.iter().rfind(|s| s.fin).expect("FIN").clone();
+        rig.send_data(&last, b"request".len() as u32 + 1, &[], TcpControl::None);
+        assert!(rig.sup.flows.get(id).is_none(), "reaped after both FINs");
+        assert_eq!(rig.sup.flows.id_of(&key), None);
+    }
+
+    #[test]
+    fn a_host_that_resets_resets_the_jails_connection() {
+        let (mut rig, key, server, _) = relayed();
+        let id = rig.sup.flows.id_of(&key).expect("the flow");
+        nix::sys::socket::setsockopt(
+            &server,
+            nix::sys::socket::sockopt::Linger,
+            &libc::linger { l_onoff: 1, l_linger: 0 },
+        )
+        .unwrap();
+        drop(server);
+        let mut segs = vec![];
+        rig.settle_until(|rig| {
+            segs.extend(rig.segments());
+            segs.iter().any(|s| s.rst)
+        });
+        assert!(segs.iter().any(|s| s.rst && s.dst == key.0), "{segs:?}");
+        assert!(rig.sup.flows.get(id).is_none(), "reaped");
+    }
+
+    #[test]
+    fn a_socket_before_its_handshake_has_not_seen_a_fin() {
+        let mut sock = tcp::Socket::new(tcp::SocketBuffer::new(vec![0; 64]), tcp::SocketBuffer::new(vec![0; 64]));
+        sock.listen(IpListenEndpoint { addr: None, port: 80 }).unwrap();
+        assert!(!sock.may_recv(), "may_recv() alone would take this for a FIN");
+        assert!(!jail_sent_fin(&sock));
+    }
+}

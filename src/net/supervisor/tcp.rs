@@ -268,3 +268,160 @@ impl Supervisor {
         flow.phase = Phase::Dialing; // no host will come: the socket closes and is reaped
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::flows::Phase;
+    use super::super::testing::*;
+    use super::super::Event;
+    use crate::netrules::matcher::Action;
+    use smoltcp::wire::TcpControl;
+    use std::io::Write;
+
+    const SNI_HELLO: &[u8] = include_bytes!("../../../tests/fixtures/clienthello-sni.bin");
+
+    fn phase(rig: &Rig, from: std::net::SocketAddr, to: std::net::SocketAddr) -> Option<&Phase> {
+        let id = rig.sup.flows.id_of(&(from, to))?;
+        rig.sup.flows.get(id).map(|f| &f.phase)
+    }
+
+    #[test]
+    fn syn_to_a_floored_port_gets_rst_at_once_and_an_audited_denial() {
+        let mut rig = Rig::new(&[]);
+        for (from, to) in [(jail(40000), sa("198.51.100.7:25")), (jail6(40001), sa("[2001:db8::7]:25"))] {
+            rig.send(&syn(from, to));
+            let segs = rig.segments();
+            assert!(segs.len() == 1 && segs[0].rst && segs[0].src == to, "{segs:?}");
+            assert!(rig.sup.flows.id_of(&(from, to)).is_none());
+        }
+        let denials = rig.denials();
+        assert_eq!(denials.len(), 2, "{denials:?}");
+        assert!(denials.iter().all(|d| d.check.as_deref() == Some("connect") && d.layer.as_deref() == Some("floor")));
+        assert_eq!(denials[1].dest.as_deref(), Some("[2001:db8::7]:25"));
+        assert!(rig.dialled.lock().unwrap().is_empty(), "a floored port is never dialled");
+    }
+
+    #[test]
+    fn syn_to_a_gateway_port_not_published_gets_rst() {
+        let mut rig = Rig::new(&[]);
+        rig.send(&syn(jail(40000), gateway(9999)));
+        assert!(rig.segments().iter().any(|s| s.rst));
+        let d = rig.denials();
+        assert!(d[0].reason.as_deref().unwrap_or("").contains("--host-port"), "{d:?}");
+    }
+
+    #[test]
+    fn an_allowed_syn_is_answered_only_after_the_host_connected() {
+        let mut rig = Rig::new(&[]);
+        let ((from, to), _) = rig.open_to_host();
+        assert!(rig.segments().is_empty(), "no SYN-ACK before the host side connected");
+        assert_eq!(phase(&rig, from, to), Some(&Phase::Dialing));
+        assert_eq!(
+            *rig.dialled.lock().unwrap(),
+            [sa(&format!("127.0.0.1:{HOST_PORT}"))],
+            "the gateway is host loopback"
+        );
+        let ev = rig.next_event();
+        assert!(matches!(ev, Event::Dialed { result: Ok(_), .. }));
+        rig.deliver(ev);
+        assert_eq!(phase(&rig, from, to), Some(&Phase::Relay));
+        let segs = rig.segments();
+        assert!(segs.len() == 1 && segs[0].syn && segs[0].ack_flag && segs[0].ack == JAIL_ISN + 1, "{segs:?}");
+    }
+
+    #[test]
+    fn a_failed_dial_resets_the_jails_connection_and_frees_the_flow() {
+        let mut rig = Rig::new(&[]);
+        let (_, id) = rig.open_to_host();
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        rig.deliver(Event::Dialed { id, result: Err(refused) });
+        let segs = rig.segments();
+        assert!(segs.iter().any(|s| s.rst) && !segs.iter().any(|s| s.syn), "{segs:?}");
+        assert!(rig.sup.flows.get(id).is_none(), "reaped once the RST is out");
+    }
+
+    #[test]
+    fn a_hostname_port_flow_peeks_then_dials_the_checked_address_then_relays() {
+        let mut rig = Rig::new(&[("*", Action::Block), ("allowed.test", Action::Allow)]);
+        let (from, to) = (jail(40000), sa("198.51.100.7:80"));
+        rig.sup.shared.names.lock().unwrap().learn("allowed.test", to.ip(), 60, std::time::Instant::now());
+        rig.send(&syn(from, to));
+        assert_eq!(phase(&rig, from, to), Some(&Phase::Peeking));
+        // The handshake completes before the name is known.
+        let synack = rig.handshake(from, to);
+        assert!(rig.dialled.lock().unwrap().is_empty(), "nothing is dialled before the name is read");
+        let request = b"GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n";
+        rig.send_data(&synack, 0, request, TcpControl::Psh);
+        assert_eq!(phase(&rig, from, to), Some(&Phase::Dialing));
+        assert_eq!(*rig.dialled.lock().unwrap(), [to], "the address that was checked");
+        let ev = rig.next_event();
+        rig.deliver(ev);
+        assert_eq!(phase(&rig, from, to), Some(&Phase::Relay));
+        let (mut server, _) = rig.host.accept().unwrap();
+        let got = read_host(&mut rig, &mut server, request.len());
+        assert_eq!(got, request, "the peeked bytes reach the host first");
+        server.write_all(b"HTTP/1.1 204 No Content\r\n\r\n").unwrap();
+        let mut answer = vec![];
+        rig.settle_until(|rig| {
+            answer.extend(rig.segments().into_iter().flat_map(|s| s.payload));
+            !answer.is_empty()
+        });
+        assert_eq!(answer, b"HTTP/1.1 204 No Content\r\n\r\n");
+    }
+
+    #[test]
+    fn a_forged_sni_for_an_address_known_under_another_name_is_reset() {
+        // The ClientHello names api.example.org, allowed; the address is another name's.
+        let mut rig = Rig::new(&[("*", Action::Block), ("api.example.org", Action::Allow)]);
+        let (from, to) = (jail(40000), sa("198.51.100.7:443"));
+        rig.sup.shared.names.lock().unwrap().learn("blocked.test", to.ip(), 60, std::time::Instant::now());
+        let synack = rig.handshake(from, to);
+        rig.send_data(&synack, 0, SNI_HELLO, TcpControl::Psh);
+        assert!(rig.segments().iter().any(|s| s.rst), "reset");
+        assert!(rig.dialled.lock().unwrap().is_empty(), "never dialled");
+        let d = rig.denials();
+        assert_eq!(d.len(), 1, "{d:?}");
+        assert_eq!((d[0].check.as_deref(), d[0].name.as_deref()), (Some("sni"), Some("api.example.org")));
+        assert!(d[0].reason.as_deref().unwrap_or("").contains("was not resolved to 198.51.100.7"), "{d:?}");
+        assert!(rig.sup.flows.id_of(&(from, to)).is_none(), "reaped");
+    }
+
+    #[test]
+    fn plain_http_to_a_blocked_name_gets_a_403_with_the_reason() {
+        let mut rig = Rig::new(&[("blocked.test", Action::Block)]);
+        let (from, to) = (jail(40000), sa("198.51.100.7:80"));
+        let synack = rig.handshake(from, to);
+        rig.send_data(&synack, 0, b"GET / HTTP/1.1\r\nHost: blocked.test\r\n\r\n", TcpControl::Psh);
+        let segs = rig.segments();
+        let body: Vec<u8> = segs.iter().flat_map(|s| s.payload.clone()).collect();
+        let body = String::from_utf8_lossy(&body);
+        assert!(body.starts_with("HTTP/1.1 403 Forbidden") && body.contains("blocked.test"), "{body}");
+        assert!(segs.iter().any(|s| s.fin) && !segs.iter().any(|s| s.rst), "closed, not reset: {segs:?}");
+        assert_eq!(rig.denials()[0].check.as_deref(), Some("http-host"));
+    }
+
+    #[test]
+    fn a_silent_hostname_port_flow_is_decided_on_its_address_at_the_timeout() {
+        let mut rig = Rig::new(&[]);
+        let (from, to) = (jail(40000), sa("198.51.100.7:443"));
+        rig.handshake(from, to);
+        let id = rig.sup.flows.id_of(&(from, to)).expect("a flow");
+        rig.deliver(Event::PeekTimeout { id });
+        assert_eq!(phase(&rig, from, to), Some(&Phase::Dialing));
+        assert_eq!(*rig.dialled.lock().unwrap(), [to]);
+    }
+
+    #[test]
+    fn a_published_port_connects_into_the_jails_loopback_from_the_gateway() {
+        let mut rig = Rig::new(&[]);
+        let client = std::net::TcpStream::connect(rig.host.local_addr().unwrap()).unwrap();
+        let (accepted, _) = rig.host.accept().unwrap();
+        let stream = rig.tokio_stream(accepted);
+        rig.deliver(Event::Published { stream, port: 3000 });
+        let segs = rig.segments();
+        assert!(segs.len() == 1 && segs[0].syn && !segs[0].ack_flag, "{segs:?}");
+        assert_eq!(segs[0].dst, sa("127.0.0.1:3000"));
+        assert_eq!(segs[0].src, gateway(40000));
+        drop(client);
+    }
+}

@@ -68,3 +68,78 @@ impl Supervisor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::super::Event;
+    use crate::net::dns::tests::query;
+    use crate::net::packet::{self, Summary};
+    use crate::netrules::matcher::Action;
+    use hickory_proto::op::{Message, ResponseCode};
+    use std::net::SocketAddr;
+
+    fn udp_to_jail(pkt: &[u8]) -> Option<(SocketAddr, SocketAddr, Vec<u8>)> {
+        match packet::summarize(pkt) {
+            Summary::Udp { src, dst, payload } => Some((src, dst, pkt[payload.0..payload.1].to_vec())),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn udp_to_port_53_of_any_address_is_answered_by_the_resolver_as_that_address() {
+        let mut rig = Rig::new(&[("blocked.test", Action::Block)]);
+        for server in [sa("198.51.100.9:53"), gateway(53)] {
+            rig.send(&packet::udp(jail(5353), server, &query("blocked.test", 0x5eed)).unwrap());
+            assert!(rig.received().is_empty(), "answered by a task, not at once");
+            let ev = rig.next_event();
+            assert!(matches!(ev, Event::DnsReply { from, .. } if from == server));
+            rig.deliver(ev);
+            let got: Vec<_> = rig.received().iter().filter_map(|p| udp_to_jail(p)).collect();
+            assert_eq!(got.len(), 1);
+            let (src, dst, reply) = &got[0];
+            assert_eq!((*src, *dst), (server, jail(5353)), "from the server the jail asked");
+            let reply = Message::from_vec(reply).unwrap();
+            assert_eq!((reply.metadata.id, reply.metadata.response_code), (0x5eed, ResponseCode::NXDomain));
+        }
+        assert!(rig.sup.udp.is_empty(), "no host socket for DNS");
+        let d = rig.denials();
+        assert_eq!(d.len(), 2);
+        assert_eq!((d[0].check.as_deref(), d[0].name.as_deref()), (Some("dns"), Some("blocked.test")));
+    }
+
+    #[test]
+    fn udp_to_another_port_of_the_gateway_is_port_unreachable() {
+        let mut rig = Rig::new(&[]);
+        rig.send(&packet::udp(jail(5000), gateway(123), b"ntp?").unwrap());
+        let got: Vec<_> = rig.received().iter().filter_map(|p| icmp(p)).collect();
+        assert_eq!(got, [(gateway(0).ip(), jail(0).ip(), Icmp::PortUnreachable)]);
+        assert!(rig.sup.udp.is_empty());
+    }
+
+    #[test]
+    fn udp_to_a_blocked_address_is_prohibited_and_audited() {
+        let mut rig = Rig::new(&[("198.51.100.0/24", Action::Block)]);
+        let to = sa("198.51.100.7:514");
+        rig.send(&packet::udp(jail6(5000), sa("[2001:db8::7]:514"), b"syslog").unwrap());
+        rig.send(&packet::udp(jail(5000), to, b"syslog").unwrap());
+        let got: Vec<_> = rig.received().iter().filter_map(|p| icmp(p)).collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got.iter().all(|(_, _, what)| *what == Icmp::Prohibited), "{got:?}");
+        let d = rig.denials();
+        assert_eq!((d[1].check.as_deref(), d[1].dest.as_deref()), (Some("udp"), Some("198.51.100.7:514")));
+        assert!(rig.sup.udp.is_empty());
+    }
+
+    #[test]
+    fn quic_is_refused_while_name_rules_are_in_force() {
+        let mut rig = Rig::new(&[("allowed.test", Action::Allow)]);
+        rig.send(&packet::udp(jail(5000), sa("198.51.100.7:443"), b"\xc0quic initial").unwrap());
+        let got: Vec<_> = rig.received().iter().filter_map(|p| icmp(p)).collect();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].2, Icmp::Prohibited);
+        let d = rig.denials();
+        assert!(d[0].reason.as_deref().unwrap_or("").contains("QUIC"), "{d:?}");
+        assert!(rig.sup.udp.is_empty(), "no host socket");
+    }
+}
