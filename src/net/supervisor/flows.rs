@@ -262,10 +262,7 @@ mod tests {
     fn a_published_connection_past_the_limits_is_dropped_without_a_flow() {
         let mut rig = Rig::new(&[]);
         rig.sup.flows.buffered = BUFFER_BUDGET;
-        let _client = std::net::TcpStream::connect(rig.host.local_addr().unwrap()).unwrap();
-        let (accepted, _) = rig.host.accept().unwrap();
-        let stream = rig.tokio_stream(accepted);
-        rig.deliver(Event::Published { stream, port: 3000 });
+        let _client = rig.publish(3000);
         assert!(rig.received().is_empty());
         assert!(rig.sup.flows.flows.is_empty());
     }

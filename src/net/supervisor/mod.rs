@@ -99,7 +99,7 @@ struct Supervisor {
     host_ports: Vec<u16>,
     /// The loopback listener that answers DNS over TCP (`dns::serve_dns_tcp`).
     dns_tcp: SocketAddr,
-    /// Local ports of the gateway's connections into the jail (`--publish`).
+    /// The gateway's port of the last connection into the jail (`--publish`; `tcp::gateway_end`).
     next_ephemeral: u16,
 }
 

@@ -27,6 +27,9 @@ const DIAL_TIMEOUT: Duration = Duration::from_secs(20);
 /// (server-speaks-first protocols).
 const PEEK_TIMEOUT: Duration = Duration::from_secs(3);
 
+/// The gateway's ports for connections into the jail (`--publish`) are this one and up.
+const FIRST_GATEWAY_PORT: u16 = 40000;
+
 /// A connection being made to the host side.
 pub(super) type Connecting = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
 
@@ -182,11 +185,10 @@ impl Supervisor {
     /// is relayed to it once established (a refused connect closes it).
     pub(super) fn connect_in(&mut self, stream: TcpStream, port: u16) {
         let Ok(buffer) = self.flows.admit() else { return };
-        self.next_ephemeral = if self.next_ephemeral < 40000 { 40000 } else { self.next_ephemeral + 1 };
-        let local = SocketAddr::new(IpAddr::V4(addr::GATEWAY_V4), self.next_ephemeral);
         // The jail's loopback (tun0 routes it, see route_localnet): reaches servers bound to
         // localhost as well as to every address.
         let remote = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+        let Some(local) = self.gateway_end(remote) else { return };
         let Some(handle) = self.stack.connect(remote, local, buffer) else { return };
         let _ = stream.set_nodelay(true);
         let key: Key = (remote, local);
@@ -195,6 +197,23 @@ impl Supervisor {
             f.host = Some(stream);
         }
         self.flows.mark_dirty(id);
+    }
+
+    /// The gateway's end of a new connection into the jail's `remote`: the next port from
+    /// `FIRST_GATEWAY_PORT` up, wrapping after 65535, that no open flow to `remote` uses
+    /// (two flows under one key would corrupt the flow table). None: every port is in use.
+    fn gateway_end(&mut self, remote: SocketAddr) -> Option<SocketAddr> {
+        for _ in FIRST_GATEWAY_PORT..=u16::MAX {
+            self.next_ephemeral = match self.next_ephemeral {
+                p if p < FIRST_GATEWAY_PORT || p == u16::MAX => FIRST_GATEWAY_PORT,
+                p => p + 1,
+            };
+            let local = SocketAddr::new(IpAddr::V4(addr::GATEWAY_V4), self.next_ephemeral);
+            if self.flows.id_of(&(remote, local)).is_none() {
+                return Some(local);
+            }
+        }
+        None
     }
 
     /// Reads a peeking flow's first bytes and decides it once they show a name (or none).
@@ -414,14 +433,23 @@ mod tests {
     #[test]
     fn a_published_port_connects_into_the_jails_loopback_from_the_gateway() {
         let mut rig = Rig::new(&[]);
-        let client = std::net::TcpStream::connect(rig.host.local_addr().unwrap()).unwrap();
-        let (accepted, _) = rig.host.accept().unwrap();
-        let stream = rig.tokio_stream(accepted);
-        rig.deliver(Event::Published { stream, port: 3000 });
+        let _client = rig.publish(3000);
         let segs = rig.segments();
         assert!(segs.len() == 1 && segs[0].syn && !segs[0].ack_flag, "{segs:?}");
         assert_eq!(segs[0].dst, sa("127.0.0.1:3000"));
         assert_eq!(segs[0].src, gateway(40000));
-        drop(client);
+    }
+
+    #[test]
+    fn the_gateway_port_of_a_published_connection_wraps_past_65535_and_skips_open_flows() {
+        let mut rig = Rig::new(&[]);
+        let _first = rig.publish(3000);
+        assert_eq!(rig.segments()[0].src, gateway(40000));
+        rig.sup.next_ephemeral = u16::MAX;
+        let _second = rig.publish(3000);
+        let segs = rig.segments();
+        assert_eq!(segs.len(), 1, "{segs:?}");
+        assert_eq!(segs[0].src, gateway(40001), "40000 is still the first connection's");
+        assert!(rig.sup.flows.id_of(&(sa("127.0.0.1:3000"), gateway(40000))).is_some());
     }
 }

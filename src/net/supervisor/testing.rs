@@ -170,6 +170,16 @@ impl Rig {
         tokio::net::TcpStream::from_std(stream).expect("a tokio stream")
     }
 
+    /// A host-side connection to the published jail port `port` (`--publish`), handed to the
+    /// loop. Returns the client's end.
+    pub(super) fn publish(&mut self, port: u16) -> std::net::TcpStream {
+        let client = std::net::TcpStream::connect(self.host.local_addr().expect("address")).expect("connect");
+        let (accepted, _) = self.host.accept().expect("accept");
+        let stream = self.tokio_stream(accepted);
+        self.deliver(Event::Published { stream, port });
+        client
+    }
+
     /// The network denials audited so far.
     pub(super) fn denials(&self) -> Vec<Record> {
         let all = crate::audit::read(self.audit_dir.path(), None).expect("audit log");
