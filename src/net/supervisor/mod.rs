@@ -100,7 +100,7 @@ struct Supervisor {
     /// The loopback listener that answers DNS over TCP (`dns::serve_dns_tcp`).
     dns_tcp: SocketAddr,
     /// The gateway's port of the last connection into the jail (`--publish`; `tcp::gateway_end`).
-    next_ephemeral: u16,
+    last_gateway_port: u16,
 }
 
 async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
@@ -178,7 +178,7 @@ impl Supervisor {
             hostname_ports,
             host_ports,
             dns_tcp,
-            next_ephemeral: 0,
+            last_gateway_port: 0,
         }
     }
 

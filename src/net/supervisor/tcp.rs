@@ -204,11 +204,11 @@ impl Supervisor {
     /// (two flows under one key would corrupt the flow table). None: every port is in use.
     fn gateway_end(&mut self, remote: SocketAddr) -> Option<SocketAddr> {
         for _ in FIRST_GATEWAY_PORT..=u16::MAX {
-            self.next_ephemeral = match self.next_ephemeral {
+            self.last_gateway_port = match self.last_gateway_port {
                 p if p < FIRST_GATEWAY_PORT || p == u16::MAX => FIRST_GATEWAY_PORT,
                 p => p + 1,
             };
-            let local = SocketAddr::new(IpAddr::V4(addr::GATEWAY_V4), self.next_ephemeral);
+            let local = SocketAddr::new(IpAddr::V4(addr::GATEWAY_V4), self.last_gateway_port);
             if self.flows.id_of(&(remote, local)).is_none() {
                 return Some(local);
             }
@@ -445,7 +445,7 @@ mod tests {
         let mut rig = Rig::new(&[]);
         let _first = rig.publish(3000);
         assert_eq!(rig.segments()[0].src, gateway(40000));
-        rig.sup.next_ephemeral = u16::MAX;
+        rig.sup.last_gateway_port = u16::MAX;
         let _second = rig.publish(3000);
         let segs = rig.segments();
         assert_eq!(segs.len(), 1, "{segs:?}");
