@@ -284,7 +284,7 @@ pub async fn resolve(name: &str, upstreams: &[SocketAddr]) -> Vec<IpAddr> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::netrules::matcher::{Action, Layer, MatcherOptions};
     use hickory_proto::op::Query;
@@ -297,7 +297,8 @@ mod tests {
         RuleSet::new(&r, opts).unwrap()
     }
 
-    fn query(name: &str, id: u16) -> Vec<u8> {
+    /// A query for the A records of `name`, as a stub resolver sends it.
+    pub(crate) fn query(name: &str, id: u16) -> Vec<u8> {
         let mut m = Message::query();
         m.metadata.id = id;
         m.metadata.recursion_desired = true;

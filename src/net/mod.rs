@@ -24,6 +24,27 @@ pub fn forbidden_response(dst: std::net::SocketAddr, reason: &str) -> Vec<u8> {
     out
 }
 
+/// Runs `serve` on a thread named `thread`, in a current-thread tokio runtime of its own. Its
+/// failure (or a panic) stops `what`, loudly; the command keeps running without it.
+fn spawn_service<F, Fut>(thread: &str, what: &'static str, serve: F) -> std::io::Result<()>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = std::io::Result<()>>,
+{
+    std::thread::Builder::new().name(thread.into()).spawn(move || {
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(serve())
+        }));
+        match result {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => eprintln!("agent-sandbox: {what} stopped: {e}"),
+            Err(_) => eprintln!("agent-sandbox: {what} stopped after an internal error (reported above)"),
+        }
+    })?;
+    Ok(())
+}
+
 /// Starts what serves the jail's network, as the plan says, on the descriptors the jail's
 /// init handed out (tun0 for `filtered`, the two listeners for `proxied`). The jail calls it
 /// through the callback it is handed; it knows nothing of this module.

@@ -135,7 +135,15 @@ pub fn udp(from: SocketAddr, to: SocketAddr, payload: &[u8]) -> Option<Vec<u8>> 
     ip_packet(src, dst, IpProtocol::Udp, len, fill)
 }
 
-fn ip_packet(src: IpAddr, dst: IpAddr, proto: IpProtocol, len: usize, fill: impl FnOnce(&mut [u8])) -> Option<Vec<u8>> {
+/// An IP packet from `src` to `dst` whose `len` bytes of `proto` payload `fill` writes; None
+/// for mixed families or a payload too long for one packet.
+pub(super) fn ip_packet(
+    src: IpAddr,
+    dst: IpAddr,
+    proto: IpProtocol,
+    len: usize,
+    fill: impl FnOnce(&mut [u8]),
+) -> Option<Vec<u8>> {
     match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => {
             let ip = Ipv4Repr { src_addr: s, dst_addr: d, next_header: proto, payload_len: len, hop_limit: HOP_LIMIT };

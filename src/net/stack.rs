@@ -14,7 +14,8 @@ use smoltcp::socket::tcp;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::{HardwareAddress, IpCidr, IpListenEndpoint};
 use std::net::SocketAddr;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
 /// Per-direction socket buffer. The jail's kernel may keep this much in flight: with window
 /// scaling this is the advertised window. The memory is calloc'd and the supervisor sets a
@@ -36,21 +37,21 @@ pub fn buffer_for(given: usize) -> Option<usize> {
 /// The tun fd as a smoltcp device: one packet of input at a time (the supervisor reads it
 /// and decides before smoltcp sees it), output written to the fd at once.
 pub struct TunDevice {
-    fd: RawFd,
+    fd: Arc<OwnedFd>,
     rx: Vec<u8>,
     rx_len: Option<usize>,
     tx: Vec<u8>,
 }
 
 impl TunDevice {
-    fn new(fd: RawFd) -> TunDevice {
+    fn new(fd: Arc<OwnedFd>) -> TunDevice {
         TunDevice { fd, rx: vec![0; addr::MTU + 64], rx_len: None, tx: vec![0; addr::MTU + 64] }
     }
 }
 
 pub struct RxToken<'a>(&'a [u8]);
 pub struct TxToken<'a> {
-    fd: RawFd,
+    fd: BorrowedFd<'a>,
     buf: &'a mut [u8],
 }
 
@@ -70,9 +71,8 @@ impl phy::TxToken for TxToken<'_> {
 }
 
 /// Writes one packet to the tun fd. A full queue drops it, like a wire would; TCP resends.
-pub fn write_packet(fd: RawFd, packet: &[u8]) {
-    // SAFETY: writes `packet.len()` bytes from a live slice to a descriptor we own.
-    let _ = unsafe { libc::write(fd, packet.as_ptr().cast(), packet.len()) };
+pub fn write_packet(fd: BorrowedFd, packet: &[u8]) {
+    let _ = nix::unistd::write(fd, packet);
 }
 
 impl Device for TunDevice {
@@ -81,11 +81,11 @@ impl Device for TunDevice {
 
     fn receive(&mut self, _: SmolInstant) -> Option<(RxToken<'_>, TxToken<'_>)> {
         let len = self.rx_len.take()?;
-        Some((RxToken(&self.rx[..len]), TxToken { fd: self.fd, buf: &mut self.tx }))
+        Some((RxToken(&self.rx[..len]), TxToken { fd: self.fd.as_fd(), buf: &mut self.tx }))
     }
 
     fn transmit(&mut self, _: SmolInstant) -> Option<TxToken<'_>> {
-        Some(TxToken { fd: self.fd, buf: &mut self.tx })
+        Some(TxToken { fd: self.fd.as_fd(), buf: &mut self.tx })
     }
 
     fn capabilities(&self) -> DeviceCapabilities {
@@ -104,8 +104,6 @@ impl Device for TunDevice {
 }
 
 pub struct Stack {
-    /// The tun device; owned by the supervisor's `AsyncFd`, which outlives the stack.
-    tun: RawFd,
     device: TunDevice,
     iface: Interface,
     pub sockets: SocketSet<'static>,
@@ -127,7 +125,8 @@ fn endpoint(a: SocketAddr) -> IpListenEndpoint {
 }
 
 impl Stack {
-    pub fn new(tun: RawFd) -> Stack {
+    /// A stack over the tun device `tun` (shared with whatever waits for it to be readable).
+    pub fn new(tun: Arc<OwnedFd>) -> Stack {
         let mut device = TunDevice::new(tun);
         let mut config = Config::new(HardwareAddress::Ip);
         config.random_seed = std::time::SystemTime::now()
@@ -141,7 +140,7 @@ impl Stack {
             let _ = a.push(IpCidr::new(addr::GATEWAY_V4.into(), addr::PREFIX_V4));
             let _ = a.push(IpCidr::new(addr::GATEWAY_V6.into(), addr::PREFIX_V6));
         });
-        Stack { tun, device, iface, sockets: SocketSet::new(vec![]), epoch: std::time::Instant::now() }
+        Stack { device, iface, sockets: SocketSet::new(vec![]), epoch: std::time::Instant::now() }
     }
 
     fn now(&self) -> SmolInstant {
@@ -150,13 +149,9 @@ impl Stack {
 
     /// Reads one packet from the tun fd into the device's input buffer.
     pub fn read_packet(&mut self) -> std::io::Result<&[u8]> {
-        let buf = &mut self.device.rx;
-        // SAFETY: reads at most `buf.len()` bytes into a live, exclusively borrowed buffer.
-        let n = unsafe { libc::read(self.tun, buf.as_mut_ptr().cast(), buf.len()) };
-        if n < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(&buf[..n as usize])
+        let device = &mut self.device;
+        let n = nix::unistd::read(device.fd.as_fd(), &mut device.rx)?;
+        Ok(&device.rx[..n])
     }
 
     /// The packet last read (`len` as `read_packet` returned it).
@@ -220,7 +215,7 @@ impl Stack {
     }
 
     pub fn write(&self, packet: &[u8]) {
-        write_packet(self.tun, packet);
+        write_packet(self.device.fd.as_fd(), packet);
     }
 }
 

@@ -74,24 +74,13 @@ pub fn spawn(listeners: Vec<OwnedFd>, cfg: NetConfig) -> io::Result<()> {
         audit: Auditor::new(cfg.audit, "proxied"),
         slots: Arc::new(tokio::sync::Semaphore::new(MAX_CONNS)),
     });
-    std::thread::Builder::new().name("proxy".into()).spawn(move || {
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> io::Result<()> {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-            rt.block_on(async move {
-                let http = TcpListener::from_std(http)?;
-                let socks = TcpListener::from_std(socks)?;
-                tokio::spawn(accept_loop(socks, ctx.clone(), Kind::Socks));
-                accept_loop(http, ctx, Kind::Http).await;
-                Ok(())
-            })
-        }));
-        match result {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => eprintln!("agent-sandbox: the jail's proxies stopped: {e}"),
-            Err(_) => eprintln!("agent-sandbox: the jail's proxies stopped after an internal error (reported above)"),
-        }
-    })?;
-    Ok(())
+    super::spawn_service("proxy", "the jail's proxies", move || async move {
+        let http = TcpListener::from_std(http)?;
+        let socks = TcpListener::from_std(socks)?;
+        tokio::spawn(accept_loop(socks, ctx.clone(), Kind::Socks));
+        accept_loop(http, ctx, Kind::Http).await;
+        Ok(())
+    })
 }
 
 #[derive(Clone, Copy)]
