@@ -8,7 +8,7 @@ use super::audit::Auditor;
 use crate::net::dns::NameCache;
 use crate::netrules::matcher::{Decision, Destination, Layer, Proto, RuleSet};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// The shared, read-mostly state the resolver tasks need too.
@@ -18,7 +18,12 @@ pub(super) struct Shared {
     pub(super) names: Mutex<NameCache>,
     pub(super) upstreams: Vec<SocketAddr>,
     pub(super) audit: Auditor,
+    /// UDP queries being resolved at once, at most `MAX_RESOLVING`.
+    pub(super) resolving: Arc<tokio::sync::Semaphore>,
 }
+
+/// UDP queries from the jail resolved at once, at most.
+pub(super) const MAX_RESOLVING: usize = 256;
 
 impl Shared {
     /// Decides a flow to `dst`. `shown`: the name the flow itself carries (SNI or Host).

@@ -58,9 +58,13 @@ impl Supervisor {
     /// A DNS query over UDP from the jail's `src` to `dst`: resolved in a task, answered from
     /// `dst` (`Event::DnsReply`).
     pub(super) fn resolve_for_jail(&self, src: SocketAddr, dst: SocketAddr, query: Vec<u8>) {
+        // A jail flooding queries would grow the tasks without end: past the cap a query is
+        // dropped, as a busy server drops one (the client asks again).
+        let Ok(slot) = self.shared.resolving.clone().try_acquire_owned() else { return };
         let shared = self.shared.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
+            let _slot = slot;
             if let Some(reply) = shared.resolve(&query).await {
                 let _ = events.send(Event::DnsReply { from: dst, to: src, data: reply });
             }

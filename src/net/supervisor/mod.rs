@@ -113,6 +113,7 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
         names: Mutex::new(NameCache::default()),
         upstreams: cfg.upstreams,
         audit: Auditor::new(cfg.audit, cfg.mode),
+        resolving: Arc::new(tokio::sync::Semaphore::new(decide::MAX_RESOLVING)),
     });
     let dns_tcp = dns::serve_dns_tcp(shared.clone()).await?;
     let (events, mut events_rx) = unbounded_channel();

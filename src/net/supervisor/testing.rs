@@ -52,7 +52,13 @@ pub(super) fn rules(list: &[(&str, Action)]) -> RuleSet {
 }
 
 pub(super) fn shared(rules: RuleSet, audit: Option<AuditLog>) -> Shared {
-    Shared { rules, names: Mutex::new(NameCache::default()), upstreams: vec![], audit: Auditor::new(audit, "filtered") }
+    Shared {
+        rules,
+        names: Mutex::new(NameCache::default()),
+        upstreams: vec![],
+        audit: Auditor::new(audit, "filtered"),
+        resolving: Arc::new(tokio::sync::Semaphore::new(super::decide::MAX_RESOLVING)),
+    }
 }
 
 /// A supervisor over a socket pair, with a runtime that runs only while the test asks.
