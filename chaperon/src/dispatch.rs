@@ -183,7 +183,7 @@ pub(crate) fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, String> {
 
 fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, link: &Link<'_>) -> Result<i32, String> {
     use crate::sbatch::parse_sbatch;
-    let err = |e: crate::grammar::GrammarError| e.to_string();
+    let err = |e: crate::table::GrammarError| e.to_string();
     let first = parse_sbatch(&req.argv, None).map_err(err)?;
     let cwd = cwd_of(req, cfg)?;
     let wrap = first.last("wrap").flatten().map(str::to_owned);

@@ -3,9 +3,12 @@
 //! own jobs: options that widen it to other users, or read outside Slurm's accounting view of
 //! the job, are refused; the jobs and users it names are recorded for the chaperon to check.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
-use crate::table::{allow, bad_value, deny, last, output, user_list, Options, Output, CLUSTERS, CLUSTER_SPELLING};
+use crate::table::{
+    allow, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output, CLUSTERS,
+    CLUSTER_SPELLING,
+};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -302,7 +305,7 @@ mod tests {
         assert_eq!(sa(&["--job=5"]), Err(GrammarError::Unknown("--job".into())));
         assert_eq!(sa(&["-R", "x"]), Err(GrammarError::Unknown("-R".into())));
         assert_eq!(sa(&["-t"]), Err(GrammarError::Unknown("-t".into())));
-        let many = vec!["-n".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-n".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sacct(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 

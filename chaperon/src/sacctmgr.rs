@@ -4,8 +4,10 @@
 //! verb that changes the accounting database, and every other entity, is refused with a reason.
 //! The users a user or association listing names are recorded for the chaperon's caller check.
 
-use crate::grammar::{parse, validate, Arity, Class, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, any_of, bad_value, last, user_list, Options, ADMIN, CLUSTERS};
+use crate::grammar::{validate, ValueKind};
+use crate::table::{
+    allow, any_of, bad_value, last, parse, user_list, Arity, Class, GrammarError, OptSpec, Options, ADMIN, CLUSTERS,
+};
 use Arity::Flag;
 use ValueKind::*;
 
@@ -395,7 +397,7 @@ mod tests {
         assert_eq!(sm(&["--parsable3"]), Err(GrammarError::Unknown("--parsable3".into())));
         assert_eq!(sm(&["-M", "x"]), Err(GrammarError::Unknown("-M".into())));
         assert_eq!(show(&["--", "show", "tres"]).0, Entity::Tres);
-        let many = vec!["-n".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-n".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sacctmgr(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 

@@ -3,8 +3,10 @@
 //! `parse_sbatch`, which combines both into an `SbatchRequest`. Resolves no path and checks no
 //! job scope: that is the chaperon's work on the request this returns.
 
-use crate::grammar::{clip, parse, Arity, Class, GrammarError, OptSpec, ValueKind, MAX_ARGS, MAX_ARG_BYTES};
-use crate::table::{allow, deny, opt, CLUSTERS, MAIL};
+use crate::grammar::{clip, ValueKind};
+use crate::table::{
+    allow, deny, opt, parse, Arity, Class, GrammarError, OptSpec, CLUSTERS, MAIL, MAX_ARGS, MAX_ARG_BYTES,
+};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -331,7 +333,8 @@ pub fn parse_sbatch(args: &[String], script: Option<&str>) -> Result<SbatchReque
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grammar::{validate, Parsed};
+    use crate::grammar::validate;
+    use crate::table::Parsed;
     use std::collections::HashSet;
 
     fn argv(a: &[&str]) -> Vec<String> {

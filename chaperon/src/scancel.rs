@@ -2,9 +2,12 @@
 //! and `parse_scancel`, which turns a call into a `ScancelRequest`: the job ids as typed
 //! `JobRef`s and the filters, for the chaperon to cancel only jobs in the session's scope.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_ref, JobRef, RANGES_AND_STEPS};
-use crate::table::{allow, any_of, bad_value, deny, last, user_list, Options, BURST_BUFFER, CLUSTERS};
+use crate::table::{
+    allow, any_of, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, BURST_BUFFER,
+    CLUSTERS,
+};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -232,7 +235,7 @@ mod tests {
     fn unknown_options_and_caps() {
         assert_eq!(sc(&["--signa=9", "1"]), Err(GrammarError::Unknown("--signa".into())));
         assert_eq!(sc(&["-x", "1"]), Err(GrammarError::Unknown("-x".into())));
-        let many = vec!["1".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["1".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_scancel(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 

@@ -5,10 +5,11 @@
 //! JobId=...` of the keys in `UPDATE_KEYS`; `ping`, `version`, `help`, `errnumstr`. Every other
 //! command, entity and key is refused with a reason. Which jobs are in scope is the chaperon's.
 
-use crate::grammar::{parse, validate, Arity, Class, GrammarError, OptSpec, ValueKind};
+use crate::grammar::{validate, ValueKind};
 use crate::jobid::{parse_job_list, parse_job_ref, JobRef, PLAIN, RANGES, STEPS};
 use crate::table::{
-    allow, any_of, bad_value, deny, last, opt, Options, ADMIN, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE,
+    allow, any_of, bad_value, deny, last, opt, parse, Arity, Class, GrammarError, OptSpec, Options, ADMIN,
+    BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE,
 };
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
@@ -47,7 +48,7 @@ const fn no(reason: &'static str) -> Class {
 }
 
 /// scontrol's commands (matched without regard to case, spelled in full: scontrol's own
-/// abbreviations are not taken, for the reason `grammar::find_long` gives).
+/// abbreviations are not taken, for the reason `table::find_long` gives).
 pub static COMMANDS: &[(&str, Class)] = &[
     word("show", A),
     word("hold", A),
@@ -792,7 +793,7 @@ mod tests {
         assert!(matches!(e, GrammarError::BadValue { ref opt, .. } if opt == "scontrol"), "{e:?}");
         assert_eq!(sc(&["--detail"]), Err(GrammarError::Unknown("--detail".into())));
         assert_eq!(sc(&["--", "show", "job"]).unwrap().command, Some(ScontrolCommand::Show(Show::Job(None))));
-        let many = vec!["-o".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-o".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_scontrol(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 

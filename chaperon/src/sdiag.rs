@@ -2,8 +2,8 @@
 //! and `parse_sdiag`. sdiag reads the controller's statistics; resetting them is an
 //! administrator's act and refused.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, deny, last, Options, ADMIN, CLUSTER_SPELLING};
+use crate::grammar::ValueKind;
+use crate::table::{allow, deny, last, parse, Arity, GrammarError, OptSpec, Options, ADMIN, CLUSTER_SPELLING};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -102,7 +102,7 @@ mod tests {
         assert!(matches!(sd(&["x"]), Err(GrammarError::Usage(_))));
         assert!(matches!(sd(&["--", "-a"]), Err(GrammarError::Usage(_))));
         assert_eq!(sd(&["--sort-by"]), Err(GrammarError::Unknown("--sort-by".into())));
-        let many = vec!["-a".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-a".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sdiag(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 

@@ -2,8 +2,10 @@
 //! and `parse_sinfo`. sinfo shows partitions and nodes, no job, so every view is allowed; only
 //! what would never exit or reach another cluster is refused.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, deny, last, output, Options, Output, CLUSTER_SPELLING, ITERATE};
+use crate::grammar::ValueKind;
+use crate::table::{
+    allow, deny, last, output, parse, Arity, GrammarError, OptSpec, Options, Output, CLUSTER_SPELLING, ITERATE,
+};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -163,7 +165,7 @@ mod tests {
         assert_eq!(si(&["--node"]), Err(GrammarError::Unknown("--node".into())));
         assert!(matches!(si(&["gpu"]), Err(GrammarError::Usage(_))));
         assert!(matches!(si(&["--", "-l"]), Err(GrammarError::Usage(_))));
-        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sinfo(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 

@@ -2,9 +2,11 @@
 //! and `parse_sprio`, which turns a call into an `SprioRequest`: the job ids and users it names,
 //! for the chaperon to check against the session's scope.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, PLAIN};
-use crate::table::{allow, bad_value, deny, last, user_list, Options, CLUSTER_SPELLING};
+use crate::table::{
+    allow, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, CLUSTER_SPELLING,
+};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -164,7 +166,7 @@ mod tests {
         assert_eq!(e, format!("option --cluster is not allowed in agent-sandbox: {CLUSTER_SPELLING}"));
         assert_eq!(sp(&["--job=1"]), Err(GrammarError::Unknown("--job".into())));
         assert_eq!(sp(&["-j", "--", "5"]).unwrap().jobs.map(|j| j.len()), Some(1));
-        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sprio(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 

@@ -2,9 +2,12 @@
 //! and `parse_squeue`, which turns a call into a `SqueueRequest`. squeue only reads, so nearly
 //! everything is allowed; which jobs the output may show is the chaperon's scope filter.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, Syntax, PLAIN, STEPS};
-use crate::table::{allow, bad_value, deny, last, output, user_list, Options, Output, CLUSTER_SPELLING, ITERATE};
+use crate::table::{
+    allow, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output,
+    CLUSTER_SPELLING, ITERATE,
+};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -280,9 +283,9 @@ mod tests {
 
     #[test]
     fn caps_hold() {
-        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_squeue(&many), Err(GrammarError::TooManyArgs { .. })));
-        let huge = vec![format!("--name={}", "x".repeat(crate::grammar::MAX_ARG_BYTES))];
+        let huge = vec![format!("--name={}", "x".repeat(crate::table::MAX_ARG_BYTES))];
         assert!(matches!(parse_squeue(&huge), Err(GrammarError::TooLarge { .. })));
     }
 

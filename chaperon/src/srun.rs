@@ -3,8 +3,11 @@
 //! an `SrunRequest`: options, the step's command and its arguments. Whether the call makes an
 //! allocation or a step inside one, and whether that job is in scope, is the chaperon's call.
 
-use crate::grammar::{parse, Arity, Class, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, any_of, bad_value, deny, last, opt, Options, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE};
+use crate::grammar::ValueKind;
+use crate::table::{
+    allow, any_of, bad_value, deny, last, opt, parse, Arity, Class, GrammarError, OptSpec, Options, BURST_BUFFER,
+    CLUSTERS, MAIL, RUNS_OUTSIDE,
+};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -567,7 +570,7 @@ mod tests {
     fn unknown_options_and_caps() {
         assert_eq!(srun(&["--ntask=2", "x"]), Err(GrammarError::Unknown("--ntask".into())));
         assert_eq!(srun(&["--get-user-env", "x"]), Err(GrammarError::Unknown("--get-user-env".into())));
-        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_srun(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 

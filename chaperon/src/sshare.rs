@@ -2,8 +2,8 @@
 //! and `parse_sshare`, which turns a call into an `SshareRequest`. sshare shows the caller's
 //! own fair-share associations; listing every user's is refused.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, deny, last, user_list, Options, CLUSTER_SPELLING};
+use crate::grammar::ValueKind;
+use crate::table::{allow, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, CLUSTER_SPELLING};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -139,7 +139,7 @@ mod tests {
         assert_eq!(ss(&["-q"]), Err(GrammarError::Unknown("-q".into())));
         assert_eq!(ss(&["--user=me"]), Err(GrammarError::Unknown("--user".into())));
         assert!(ss(&["-u", "a b"]).is_err());
-        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sshare(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 

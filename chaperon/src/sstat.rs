@@ -2,9 +2,9 @@
 //! and `parse_sstat`, which turns a call into an `SstatRequest` naming the jobs and steps to
 //! stat, for the chaperon to check each is in the session's scope.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
-use crate::table::{allow, any_of, bad_value, last, Options};
+use crate::table::{allow, any_of, bad_value, last, parse, Arity, GrammarError, OptSpec, Options};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -147,7 +147,7 @@ mod tests {
     fn unknowns_and_caps() {
         assert_eq!(st(&["--job=5"]), Err(GrammarError::Unknown("--job".into())));
         assert_eq!(st(&["-M", "x", "5"]), Err(GrammarError::Unknown("-M".into())));
-        let many = vec!["-a".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-a".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sstat(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 

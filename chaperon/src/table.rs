@@ -1,8 +1,206 @@
-//! What the commands' option tables share: the const constructors they are written with,
-//! the denial reasons several commands give, and small readers over parsed options. Knows no
-//! single command; `jobid` holds job ids.
+//! The option tables' machinery: an entry (`OptSpec`: spelling, short form, arity, class,
+//! value grammar), the getopt_long-compatible parser every command's table is read with, the
+//! const constructors the tables are written with, the denial reasons several commands give, and
+//! small readers over parsed options. Knows no single command (`commands/` keeps the tables);
+//! the value grammars are `grammar`'s. Pure; any input gives a value or an error, never a panic.
 
-use crate::grammar::{clip, Arity, Class, GrammarError, OptSpec, ValueKind};
+use crate::grammar::{clip, validate, ValueKind};
+
+/// Most arguments one command line may carry (the stub's whole argv, or all `#SBATCH` words).
+pub const MAX_ARGS: usize = 4096;
+/// Most bytes all arguments together may carry.
+pub const MAX_ARG_BYTES: usize = 1 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arity {
+    /// `--x` / `-x`; `--x=v` is an error.
+    Flag,
+    /// `--x=v`, `--x v`, `-xv`, `-x v`.
+    Value,
+    /// Only `--x=v` (or `-xv`) carries a value; `--x v` is the flag then a positional, as getopt's `x::`.
+    OptionalValue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    Allowed,
+    /// Refused with this reason: one line an agent can act on.
+    Denied(&'static str),
+    /// Parsed and handed to the chaperon, which computes what Slurm sees itself (the user's value is
+    /// an input to that, never passed through). The text says why.
+    Rebuilt(&'static str),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptSpec {
+    pub long: &'static str,
+    pub short: Option<char>,
+    pub arity: Arity,
+    pub class: Class,
+    pub value: ValueKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    /// In command-line order; a later occurrence overrides an earlier one, as in Slurm.
+    pub options: Vec<(&'static OptSpec, Option<String>)>,
+    pub positionals: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrammarError {
+    #[error("unrecognized option '{0}'{hint}", hint = if .0.starts_with("--") { " (options must be spelled out in full)" } else { "" })]
+    Unknown(String),
+    #[error("option {opt} is not allowed in agent-sandbox: {reason}")]
+    Denied { opt: String, reason: &'static str },
+    #[error("option {0} requires an argument")]
+    MissingValue(String),
+    #[error("option {0} doesn't allow an argument")]
+    UnexpectedValue(String),
+    #[error("invalid value {value:?} for {opt}: {why}")]
+    BadValue { opt: String, value: String, why: &'static str },
+    #[error("too many arguments: {count} (at most {max})")]
+    TooManyArgs { count: usize, max: usize },
+    #[error("arguments too long: {bytes} bytes (at most {max})")]
+    TooLarge { bytes: usize, max: usize },
+    /// A `#SBATCH` line sbatch itself would reject (unmatched quote, stray `:`).
+    #[error("batch script line {line}: {why}")]
+    Directive { line: usize, why: String },
+    /// A `#SBATCH` word that is not an option (sbatch exits with this).
+    #[error("Invalid directive found in batch script: {0}")]
+    InvalidDirective(String),
+    /// The batch script as a whole is one sbatch refuses (no `#!`, NUL, DOS line breaks...).
+    #[error("{0}")]
+    Script(&'static str),
+    /// A Slurm feature agent-sandbox does not mediate (heterogeneous jobs).
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// A combination sbatch refuses (`--wrap` with script arguments).
+    #[error("{0}")]
+    Usage(&'static str),
+}
+
+/// An option name as typed, cut and with control characters escaped, so an error stays one line.
+fn escaped(s: &str) -> String {
+    clip(s).escape_debug().to_string()
+}
+
+fn find_long(table: &'static [OptSpec], name: &str) -> Option<&'static OptSpec> {
+    // Exact names only. getopt_long would also take any unambiguous prefix (`--acc` for
+    // `--account`); an allow-list must not depend on that, because the set of names a prefix
+    // resolves to changes whenever Slurm (or our table) gains an option, and a prefix the real
+    // sbatch resolves differently from us is a way to smuggle an option past the list.
+    table.iter().find(|s| s.long == name)
+}
+
+fn find_short(table: &'static [OptSpec], c: char) -> Option<&'static OptSpec> {
+    table.iter().find(|s| s.short == Some(c))
+}
+
+fn admit(spec: &'static OptSpec, shown: &str) -> Result<(), GrammarError> {
+    match spec.class {
+        Class::Denied(reason) => Err(GrammarError::Denied { opt: shown.to_string(), reason }),
+        Class::Allowed | Class::Rebuilt(_) => Ok(()),
+    }
+}
+
+fn checked(spec: &'static OptSpec, shown: &str, value: Option<&str>) -> Result<Option<String>, GrammarError> {
+    match value {
+        None => Ok(None),
+        Some(v) => match validate(spec.value, v) {
+            Ok(()) => Ok(Some(v.to_string())),
+            Err(why) => Err(GrammarError::BadValue { opt: shown.to_string(), value: clip(v), why }),
+        },
+    }
+}
+
+/// Parses `args` (without the program name) against `table` the way getopt_long does, minus
+/// prefix matching. With `stop_at_first_positional` (getopt's leading `+`, what Slurm uses) the
+/// first non-option and everything after it are positionals; otherwise options and positionals
+/// may mix (GNU permutation). `--` ends options; `-` and an empty argument are positionals. A denied option is
+/// an error as soon as it is seen, before its value is looked at.
+pub fn parse(
+    table: &'static [OptSpec],
+    args: &[String],
+    stop_at_first_positional: bool,
+) -> Result<Parsed, GrammarError> {
+    if args.len() > MAX_ARGS {
+        return Err(GrammarError::TooManyArgs { count: args.len(), max: MAX_ARGS });
+    }
+    let bytes = args.iter().fold(0usize, |n, a| n.saturating_add(a.len()));
+    if bytes > MAX_ARG_BYTES {
+        return Err(GrammarError::TooLarge { bytes, max: MAX_ARG_BYTES });
+    }
+
+    let mut out = Parsed { options: Vec::new(), positionals: Vec::new() };
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].as_str();
+        i += 1;
+        if arg == "--" {
+            out.positionals.extend(args[i..].iter().cloned());
+            break;
+        }
+        if let Some(body) = arg.strip_prefix("--") {
+            let (name, inline) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (body, None),
+            };
+            let shown = format!("--{}", escaped(name));
+            let spec = find_long(table, name).ok_or_else(|| GrammarError::Unknown(shown.clone()))?;
+            admit(spec, &shown)?;
+            let value = match spec.arity {
+                Arity::Flag if inline.is_some() => return Err(GrammarError::UnexpectedValue(shown)),
+                Arity::Flag => None,
+                Arity::OptionalValue => inline,
+                Arity::Value => match inline {
+                    Some(v) => Some(v),
+                    None => {
+                        let v = args.get(i).ok_or_else(|| GrammarError::MissingValue(shown.clone()))?;
+                        i += 1;
+                        Some(v.as_str())
+                    }
+                },
+            };
+            out.options.push((spec, checked(spec, &shown, value)?));
+        } else if arg.len() > 1 && arg.starts_with('-') {
+            // A cluster: flags, then at most one value-taking option that owns the rest.
+            let cluster = &arg[1..];
+            for (at, c) in cluster.char_indices() {
+                let spec =
+                    find_short(table, c).ok_or_else(|| GrammarError::Unknown(format!("-{}", c.escape_debug())))?;
+                let shown = format!("-{c} (--{})", spec.long);
+                admit(spec, &shown)?;
+                let rest = &cluster[at + c.len_utf8()..];
+                match spec.arity {
+                    Arity::Flag => out.options.push((spec, None)),
+                    Arity::OptionalValue => {
+                        let value = (!rest.is_empty()).then_some(rest);
+                        out.options.push((spec, checked(spec, &shown, value)?));
+                        break;
+                    }
+                    Arity::Value => {
+                        let value = if !rest.is_empty() {
+                            rest
+                        } else {
+                            let v = args.get(i).ok_or_else(|| GrammarError::MissingValue(shown.clone()))?;
+                            i += 1;
+                            v.as_str()
+                        };
+                        out.options.push((spec, checked(spec, &shown, Some(value))?));
+                        break;
+                    }
+                }
+            }
+        } else if stop_at_first_positional {
+            out.positionals.extend(args[i - 1..].iter().cloned());
+            break;
+        } else {
+            out.positionals.push(arg.to_string());
+        }
+    }
+    Ok(out)
+}
 
 pub(crate) const fn opt(
     long: &'static str,
@@ -80,7 +278,8 @@ pub(crate) fn user_list(opt: &str, v: &str) -> Result<Vec<String>, GrammarError>
 pub(crate) mod testkit {
     //! Checks every command's table gets (sbatch.rs has its own copies of these), and the
     //! random-argument run each grammar must survive.
-    use crate::grammar::{parse, validate, Arity, Class, GrammarError, OptSpec, ValueKind, MAX_ARG_BYTES};
+    use crate::grammar::{validate, ValueKind};
+    use crate::table::{parse, Arity, Class, GrammarError, OptSpec, MAX_ARG_BYTES};
     use std::collections::HashSet;
 
     pub fn argv(a: &[&str]) -> Vec<String> {
@@ -368,5 +567,195 @@ pub(crate) mod testkit {
             let _ = parse(table, &args, true);
         }
         assert!(outcomes[0] > 500 && outcomes[1] > 500, "{outcomes:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Arity::*;
+
+    static T: &[OptSpec] = &[
+        OptSpec { long: "verbose", short: Some('v'), arity: Flag, class: Class::Allowed, value: ValueKind::Any },
+        OptSpec { long: "hold", short: Some('H'), arity: Flag, class: Class::Allowed, value: ValueKind::Any },
+        OptSpec { long: "name", short: Some('J'), arity: Value, class: Class::Allowed, value: ValueKind::JobName },
+        OptSpec { long: "time", short: Some('t'), arity: Value, class: Class::Allowed, value: ValueKind::Time },
+        OptSpec {
+            long: "excl",
+            short: None,
+            arity: OptionalValue,
+            class: Class::Allowed,
+            value: ValueKind::Choice(&["user", "mcs"]),
+        },
+        OptSpec { long: "level", short: Some('k'), arity: OptionalValue, class: Class::Allowed, value: ValueKind::Int },
+        OptSpec {
+            long: "secret",
+            short: Some('S'),
+            arity: Value,
+            class: Class::Denied("secrets stay home"),
+            value: ValueKind::Any,
+        },
+        OptSpec {
+            long: "dir",
+            short: Some('D'),
+            arity: Value,
+            class: Class::Rebuilt("cwd comes from the request"),
+            value: ValueKind::Path,
+        },
+    ];
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    type Options = Vec<(&'static str, Option<String>)>;
+
+    /// (long, value) pairs and positionals, for compact asserts.
+    fn run(a: &[&str], stop: bool) -> Result<(Options, Vec<String>), GrammarError> {
+        let p = parse(T, &argv(a), stop)?;
+        Ok((p.options.into_iter().map(|(s, v)| (s.long, v)).collect(), p.positionals))
+    }
+
+    fn opts(a: &[&str]) -> Options {
+        run(a, true).unwrap().0
+    }
+
+    fn some(s: &str) -> Option<String> {
+        Some(s.to_string())
+    }
+
+    #[test]
+    fn long_options_take_values_after_equals_or_as_the_next_argument() {
+        assert_eq!(opts(&["--name=x"]), [("name", some("x"))]);
+        assert_eq!(opts(&["--name", "x"]), [("name", some("x"))]);
+        assert_eq!(opts(&["--name=a=b"]), [("name", some("a=b"))]);
+        assert_eq!(opts(&["--verbose", "--time=5"]), [("verbose", None), ("time", some("5"))]);
+    }
+
+    #[test]
+    fn short_options_take_attached_or_separate_values() {
+        assert_eq!(opts(&["-Jx"]), [("name", some("x"))]);
+        assert_eq!(opts(&["-J", "x"]), [("name", some("x"))]);
+        assert_eq!(opts(&["-J=x"]), [("name", some("=x"))], "getopt keeps the '=' of -J=x");
+    }
+
+    #[test]
+    fn clustered_flags_end_in_at_most_one_value_option() {
+        assert_eq!(opts(&["-vvH"]), [("verbose", None), ("verbose", None), ("hold", None)]);
+        assert_eq!(opts(&["-vHJjob"]), [("verbose", None), ("hold", None), ("name", some("job"))]);
+        assert_eq!(opts(&["-vHJ", "job"]), [("verbose", None), ("hold", None), ("name", some("job"))]);
+        // Once a value option is met, the rest of the cluster is its value, never more options.
+        assert_eq!(opts(&["-JvS"]), [("name", some("vS"))]);
+        assert_eq!(run(&["-vz"], true), Err(GrammarError::Unknown("-z".into())));
+        assert_eq!(run(&["-vt"], true), Err(GrammarError::MissingValue("-t (--time)".into())));
+    }
+
+    #[test]
+    fn a_value_may_look_like_an_option_as_getopt_takes_it() {
+        assert_eq!(opts(&["--name", "--secret"]), [("name", some("--secret"))]);
+        assert_eq!(opts(&["-J", "-S"]), [("name", some("-S"))]);
+    }
+
+    #[test]
+    fn double_dash_ends_options() {
+        assert_eq!(run(&["-v", "--", "-J", "x"], true).unwrap(), (vec![("verbose", None)], argv(&["-J", "x"])));
+        assert_eq!(run(&["-v", "--", "-J", "x"], false).unwrap(), (vec![("verbose", None)], argv(&["-J", "x"])));
+        assert_eq!(run(&["--"], true).unwrap(), (vec![], vec![]));
+        // After the first positional (sbatch: the script) a "--" belongs to the script's arguments.
+        assert_eq!(run(&["job.sh", "--", "-v"], true).unwrap(), (vec![], argv(&["job.sh", "--", "-v"])));
+    }
+
+    #[test]
+    fn lone_dash_and_empty_string_are_positionals() {
+        assert_eq!(run(&["-", "-v"], true).unwrap(), (vec![], argv(&["-", "-v"])));
+        assert_eq!(run(&["-v", ""], true).unwrap(), (vec![("verbose", None)], argv(&[""])));
+        assert_eq!(run(&["-", "-v"], false).unwrap(), (vec![("verbose", None)], argv(&["-"])));
+    }
+
+    #[test]
+    fn options_after_the_first_positional_are_arguments_when_stopping() {
+        let (o, p) = run(&["-v", "job.sh", "-J", "x", "--secret=1"], true).unwrap();
+        assert_eq!((o, p), (vec![("verbose", None)], argv(&["job.sh", "-J", "x", "--secret=1"])));
+        // Without stopping (GNU permutation), options anywhere are options.
+        let (o, p) = run(&["-v", "job.sh", "-J", "x", "arg"], false).unwrap();
+        assert_eq!((o, p), (vec![("verbose", None), ("name", some("x"))], argv(&["job.sh", "arg"])));
+        assert!(matches!(run(&["a", "--secret=1"], false), Err(GrammarError::Denied { .. })));
+    }
+
+    #[test]
+    fn unknown_options_and_prefixes_are_errors_naming_the_option() {
+        assert_eq!(run(&["--verb"], true), Err(GrammarError::Unknown("--verb".into())));
+        assert_eq!(run(&["--nam=x"], true), Err(GrammarError::Unknown("--nam".into())));
+        assert_eq!(run(&["--Verbose"], true), Err(GrammarError::Unknown("--Verbose".into())));
+        assert_eq!(run(&["--=x"], true), Err(GrammarError::Unknown("--".into())));
+        let e = run(&["--verb"], true).unwrap_err().to_string();
+        assert!(e.contains("'--verb'"), "{e}");
+        // A name with a newline in it is echoed escaped: the error stays one line.
+        let e = run(&["--a\nb"], true).unwrap_err().to_string();
+        assert!(!e.contains('\n') && e.contains("--a\\nb"), "{e}");
+        let e = run(&["-\u{1b}"], true).unwrap_err().to_string();
+        assert!(!e.contains('\u{1b}'), "{e}");
+    }
+
+    #[test]
+    fn missing_and_unexpected_values() {
+        assert_eq!(run(&["--name"], true), Err(GrammarError::MissingValue("--name".into())));
+        assert_eq!(run(&["-J"], true), Err(GrammarError::MissingValue("-J (--name)".into())));
+        assert_eq!(run(&["--verbose=1"], true), Err(GrammarError::UnexpectedValue("--verbose".into())));
+        assert_eq!(run(&["--verbose="], true), Err(GrammarError::UnexpectedValue("--verbose".into())));
+    }
+
+    #[test]
+    fn optional_values_only_attach() {
+        assert_eq!(opts(&["--excl"]), [("excl", None)]);
+        assert_eq!(opts(&["--excl=user"]), [("excl", some("user"))]);
+        assert_eq!(opts(&["--excl=MCS"]), [("excl", some("MCS"))]);
+        assert_eq!(run(&["--excl", "user"], true).unwrap(), (vec![("excl", None)], argv(&["user"])));
+        assert_eq!(opts(&["-k5"]), [("level", some("5"))]);
+        assert_eq!(opts(&["-vk"]), [("verbose", None), ("level", None)]);
+        assert_eq!(run(&["-k", "5"], true).unwrap(), (vec![("level", None)], argv(&["5"])));
+        assert!(matches!(run(&["--excl=other"], true), Err(GrammarError::BadValue { .. })));
+        assert!(matches!(run(&["--excl="], true), Err(GrammarError::BadValue { .. })));
+    }
+
+    #[test]
+    fn denied_options_are_refused_with_their_reason_in_every_spelling() {
+        let denied = |opt: &str| Err(GrammarError::Denied { opt: opt.into(), reason: "secrets stay home" });
+        assert_eq!(run(&["--secret=x"], true), denied("--secret"));
+        assert_eq!(run(&["--secret", "x"], true), denied("--secret"));
+        assert_eq!(run(&["--secret"], true), denied("--secret"), "denied before its missing value");
+        assert_eq!(run(&["-Sx"], true), denied("-S (--secret)"));
+        assert_eq!(run(&["-vvS", "x"], true), denied("-S (--secret)"), "smuggled in a cluster");
+        let e = run(&["-vS"], true).unwrap_err().to_string();
+        assert_eq!(e, "option -S (--secret) is not allowed in agent-sandbox: secrets stay home");
+    }
+
+    #[test]
+    fn rebuilt_options_are_returned_for_the_chaperon() {
+        let p = parse(T, &argv(&["-D", "/tmp"]), true).unwrap();
+        assert_eq!(p.options[0].0.class, Class::Rebuilt("cwd comes from the request"));
+        assert_eq!(p.options[0].1.as_deref(), Some("/tmp"));
+    }
+
+    #[test]
+    fn bad_values_name_the_option_and_the_fix() {
+        let e = run(&["-t", "soon"], true).unwrap_err();
+        let GrammarError::BadValue { opt, value, why } = &e else { panic!("{e:?}") };
+        assert_eq!((opt.as_str(), value.as_str()), ("-t (--time)", "soon"));
+        assert!(why.contains("HH:MM:SS"));
+        let e = run(&[&format!("--name={}\n", "x".repeat(5000))], true).unwrap_err().to_string();
+        assert!(e.len() < 300 && !e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn argument_count_and_size_are_capped() {
+        let many = vec!["-v".to_string(); MAX_ARGS];
+        assert_eq!(parse(T, &many, true).unwrap().options.len(), MAX_ARGS);
+        let too_many = vec!["-v".to_string(); MAX_ARGS + 1];
+        assert_eq!(parse(T, &too_many, true), Err(GrammarError::TooManyArgs { count: 4097, max: 4096 }));
+        let huge = vec![format!("--name={}", "x".repeat(2 << 20))];
+        assert!(matches!(parse(T, &huge, true), Err(GrammarError::TooLarge { .. })));
+        let spread = vec!["y".repeat(600 << 10), "y".repeat(600 << 10)];
+        assert!(matches!(parse(T, &spread, true), Err(GrammarError::TooLarge { .. })));
     }
 }

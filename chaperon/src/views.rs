@@ -98,7 +98,7 @@ pub fn sacct(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Res
 
 /// Views of the cluster, not of jobs; users other than the caller refused, job ids in scope.
 pub fn info(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result<i32, String> {
-    let e = |e: crate::grammar::GrammarError| e.to_string();
+    let e = |e: crate::table::GrammarError| e.to_string();
     let mut extra: Vec<String> = vec![];
     // `-M` given: the local cluster, appended last so it overrides the caller's `all`.
     let cluster = std::cell::RefCell::new(None);
