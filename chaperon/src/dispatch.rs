@@ -182,7 +182,7 @@ pub(crate) fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, String> {
 }
 
 fn sbatch(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, link: &Link<'_>) -> Result<i32, String> {
-    use crate::sbatch::parse_sbatch;
+    use crate::commands::sbatch::parse_sbatch;
     let err = |e: crate::table::GrammarError| e.to_string();
     let first = parse_sbatch(&req.argv, None).map_err(err)?;
     let cwd = cwd_of(req, cfg)?;
@@ -399,7 +399,7 @@ fn export_env(
 /// output streams and `--pty` works). Inside a batch job (this chaperon runs in one) the step
 /// joins that job's allocation; elsewhere srun makes its own allocation.
 fn srun(req: &Request, stdio: Stdio, cfg: &Config, audit: &mut Audit, run: &Runner<'_>) -> Result<i32, String> {
-    let parsed = crate::srun::parse_srun(&req.argv).map_err(|e| e.to_string())?;
+    let parsed = crate::commands::srun::parse_srun(&req.argv).map_err(|e| e.to_string())?;
     let mut cmd = Command::new(cfg.real("srun"));
     clean(&mut cmd, cfg);
     // The allocation a step joins: this chaperon's own job (from slurmstepd, not the jail).
@@ -616,7 +616,7 @@ pub(crate) fn only_caller(users: &[String], cfg: &Config) -> Result<(), String> 
 /// squeue limited to the scope's jobs; `--json`/`--yaml` output is filtered here.
 fn squeue(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result<i32, String> {
     use crate::table::Output;
-    let parsed = crate::squeue::parse_squeue(&req.argv).map_err(|e| e.to_string())?;
+    let parsed = crate::commands::squeue::parse_squeue(&req.argv).map_err(|e| e.to_string())?;
     only_caller(&parsed.users, cfg)?;
     let mut ids = jobs_in_scope(req, cfg)?;
     if let Some(asked) = parsed.jobs.as_ref().filter(|a| !a.is_empty()) {
@@ -660,7 +660,7 @@ fn squeue(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result
 
 /// scancel of jobs in scope only; filters (`--name`, `--state`...) apply within the scope.
 fn scancel(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result<i32, String> {
-    let parsed = crate::scancel::parse_scancel(&req.argv).map_err(|e| e.to_string())?;
+    let parsed = crate::commands::scancel::parse_scancel(&req.argv).map_err(|e| e.to_string())?;
     only_caller(&parsed.users, cfg)?;
     let ids = jobs_in_scope(req, cfg)?;
     if let Some(foreign) = parsed.jobs.iter().find(|r| !ids.contains(&r.job)) {

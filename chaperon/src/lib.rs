@@ -6,24 +6,13 @@
 //! directory `agent-sandbox exec --job` reads) and `scope` (which jobs a session may see).
 
 pub mod bounded;
+pub mod commands;
 pub mod dispatch;
 pub mod grammar;
 pub mod job;
 pub mod jobid;
-pub mod sacct;
-pub mod sacctmgr;
-pub mod sbatch;
-pub mod scancel;
-pub mod scontrol;
 pub mod scope;
-pub mod sdiag;
 pub mod server;
-pub mod sinfo;
-pub mod sprio;
-pub mod squeue;
-pub mod srun;
-pub mod sshare;
-pub mod sstat;
 pub mod table;
 pub mod views;
 pub mod wire;

@@ -4,9 +4,9 @@
 //! caller's own user only.
 
 use crate::bounded::QUERY_TIMEOUT;
+use crate::commands::scontrol::{ScontrolCommand, Show};
 use crate::dispatch::MAX_CAPTURE;
 use crate::dispatch::{clean, dependencies_in_scope, forward, local_cluster_only, only_caller, Runner};
-use crate::scontrol::{ScontrolCommand, Show};
 use crate::server::{jobs_in_scope, Config, Stdio};
 use crate::wire::Request;
 use std::os::fd::AsFd;
@@ -20,7 +20,7 @@ fn in_scope(ids: &[u32], jobs: impl IntoIterator<Item = u32>) -> Result<(), Stri
 }
 
 pub fn scontrol(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result<i32, String> {
-    let parsed = crate::scontrol::parse_scontrol(&req.argv).map_err(|e| e.to_string())?;
+    let parsed = crate::commands::scontrol::parse_scontrol(&req.argv).map_err(|e| e.to_string())?;
     let ids = jobs_in_scope(req, cfg)?;
     let name_target = || "naming jobs by jobname= is not mediated; give job ids".to_string();
     match &parsed.command {
@@ -52,8 +52,8 @@ pub fn scontrol(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> 
         Some(ScontrolCommand::Hold { targets, .. }) | Some(ScontrolCommand::Release(targets)) => {
             for t in targets {
                 match t {
-                    crate::scontrol::JobTarget::Id(r) => in_scope(&ids, [r.job])?,
-                    crate::scontrol::JobTarget::Name(_) => return Err(name_target()),
+                    crate::commands::scontrol::JobTarget::Id(r) => in_scope(&ids, [r.job])?,
+                    crate::commands::scontrol::JobTarget::Name(_) => return Err(name_target()),
                 }
             }
         }
@@ -76,7 +76,7 @@ pub fn scontrol(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> 
 }
 
 pub fn sacct(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Result<i32, String> {
-    let parsed = crate::sacct::parse_sacct(&req.argv).map_err(|e| e.to_string())?;
+    let parsed = crate::commands::sacct::parse_sacct(&req.argv).map_err(|e| e.to_string())?;
     only_caller(&parsed.users, cfg)?;
     let mut ids = jobs_in_scope(req, cfg)?;
     if let Some(asked) = parsed.jobs.as_ref().filter(|a| !a.is_empty()) {
@@ -107,15 +107,15 @@ pub fn info(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Resu
         Ok(())
     };
     match req.command.as_str() {
-        "sinfo" => clusters(&crate::sinfo::parse_sinfo(&req.argv).map_err(e)?.options)?,
-        "sdiag" => clusters(&crate::sdiag::parse_sdiag(&req.argv).map_err(e)?.options)?,
+        "sinfo" => clusters(&crate::commands::sinfo::parse_sinfo(&req.argv).map_err(e)?.options)?,
+        "sdiag" => clusters(&crate::commands::sdiag::parse_sdiag(&req.argv).map_err(e)?.options)?,
         "sshare" => {
-            let p = crate::sshare::parse_sshare(&req.argv).map_err(e)?;
+            let p = crate::commands::sshare::parse_sshare(&req.argv).map_err(e)?;
             clusters(&p.options)?;
             only_caller(&p.users, cfg)?
         }
         "sprio" => {
-            let p = crate::sprio::parse_sprio(&req.argv).map_err(e)?;
+            let p = crate::commands::sprio::parse_sprio(&req.argv).map_err(e)?;
             clusters(&p.options)?;
             only_caller(&p.users, cfg)?;
             let ids = jobs_in_scope(req, cfg)?;
@@ -128,14 +128,17 @@ pub fn info(req: &Request, stdio: Stdio, cfg: &Config, run: &Runner<'_>) -> Resu
             }
         }
         "sstat" => {
-            let p = crate::sstat::parse_sstat(&req.argv).map_err(e)?;
+            let p = crate::commands::sstat::parse_sstat(&req.argv).map_err(e)?;
             in_scope(&jobs_in_scope(req, cfg)?, p.jobs.iter().map(|r| r.job))?;
         }
         "sacctmgr" => {
-            let p = crate::sacctmgr::parse_sacctmgr(&req.argv).map_err(e)?;
-            if let Some(crate::sacctmgr::SacctmgrCommand::Show { entity, users, .. }) = &p.command {
+            let p = crate::commands::sacctmgr::parse_sacctmgr(&req.argv).map_err(e)?;
+            if let Some(crate::commands::sacctmgr::SacctmgrCommand::Show { entity, users, .. }) = &p.command {
                 only_caller(users, cfg)?;
-                let per_user = matches!(entity, crate::sacctmgr::Entity::User | crate::sacctmgr::Entity::Association);
+                let per_user = matches!(
+                    entity,
+                    crate::commands::sacctmgr::Entity::User | crate::commands::sacctmgr::Entity::Association
+                );
                 if per_user && users.is_empty() {
                     extra.push(format!("user={}", cfg.user));
                 }

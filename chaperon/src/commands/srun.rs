@@ -470,7 +470,7 @@ mod tests {
 
     #[test]
     fn every_sbatch_allowed_option_srun_has_is_allowed_here_too() {
-        use crate::sbatch::SBATCH;
+        use crate::commands::sbatch::SBATCH;
         for s in SBATCH.iter().filter(|s| s.class == Class::Allowed) {
             if let Some(r) = SRUN.iter().find(|r| r.long == s.long) {
                 assert_eq!(r.class, Class::Allowed, "--{} is allowed in sbatch", s.long);
