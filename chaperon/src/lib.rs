@@ -6,14 +6,16 @@
 //! directory `agent-sandbox exec --job` reads) and `scope` (which jobs a session may see).
 
 pub mod bounded;
+pub mod call;
+pub mod checks;
 pub mod commands;
-pub mod dispatch;
+pub mod export;
 pub mod grammar;
 pub mod job;
 pub mod jobid;
 pub mod scope;
 pub mod server;
+pub mod session;
 pub mod table;
-pub mod views;
 pub mod wire;
 pub mod yaml;

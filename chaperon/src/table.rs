@@ -242,6 +242,20 @@ pub(crate) fn any_of(options: &[(&'static str, Option<String>)], longs: &[&str])
     options.iter().any(|(l, _)| longs.contains(l))
 }
 
+/// Gives the real command the caller's options as written (`--long[=value]`), minus those the
+/// chaperon handles itself (`ours`).
+pub(crate) fn forward(cmd: &mut std::process::Command, options: &[(&'static str, Option<String>)], ours: &[&str]) {
+    for (long, value) in options {
+        if ours.contains(long) {
+            continue;
+        }
+        match value {
+            Some(v) => cmd.arg(format!("--{long}={v}")),
+            None => cmd.arg(format!("--{long}")),
+        };
+    }
+}
+
 /// How the output is to be written, which decides how the chaperon filters it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Output {

@@ -47,7 +47,7 @@ fn forward_signals(conn: &UnixStream) {
 }
 
 pub fn run(name: &str) -> i32 {
-    if let Some((_, why)) = chaperon::dispatch::REFUSED.iter().find(|(n, _)| *n == name) {
+    if let Some((_, why)) = chaperon::commands::REFUSED.iter().find(|(n, _)| *n == name) {
         eprintln!("{name}: error: {why} (refused by agent-sandbox)");
         return 1;
     }
@@ -85,7 +85,7 @@ fn script_file(name: &str, argv: &[String]) -> Result<Option<String>, String> {
     if !file.metadata().map_err(unable)?.is_file() {
         return Ok(None);
     }
-    let max = chaperon::dispatch::MAX_SCRIPT;
+    let max = chaperon::job::MAX_SCRIPT;
     let mut buf = Vec::new();
     file.take(max as u64 + 1).read_to_end(&mut buf).map_err(unable)?;
     if buf.len() > max {

@@ -1,13 +1,15 @@
-//! sacct's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sacct`, which turns a call into a `SacctRequest`. sacct is scoped to the caller's
-//! own jobs: options that widen it to other users, or read outside Slurm's accounting view of
-//! the job, are refused; the jobs and users it names are recorded for the chaperon to check.
+//! sacct: its option table (Slurm 22.05 spellings, each option allowed or denied with a reason),
+//! `parse_sacct`, which turns a call into a `SacctRequest` (pure), and `handle`, which shows the
+//! session's scope's jobs only. Options that widen sacct to other users, or read outside
+//! Slurm's accounting view of the job, are refused; the jobs and users a call names are checked.
 
+use crate::call::{Call, Stdio};
+use crate::checks::{in_scope, jobs_in_scope, local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
 use crate::table::{
-    allow, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output, CLUSTERS,
-    CLUSTER_SPELLING,
+    allow, bad_value, deny, forward, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output,
+    CLUSTERS, CLUSTER_SPELLING,
 };
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
@@ -119,6 +121,29 @@ pub fn parse_sacct(args: &[String]) -> Result<SacctRequest, GrammarError> {
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     let output = output(&options);
     Ok(SacctRequest { options, jobs, users, output })
+}
+
+/// sacct of the scope's jobs only: the jobs asked for must be in scope, and sacct is given the
+/// scope's job list (or a filter matching nothing), never another user.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_sacct(&req.argv).map_err(|e| e.to_string())?;
+    only_caller(&parsed.users, cfg)?;
+    let mut ids = jobs_in_scope(req, cfg)?;
+    if let Some(asked) = parsed.jobs.as_ref().filter(|a| !a.is_empty()) {
+        in_scope(&ids, asked.iter().map(|r| r.job))?;
+        ids.retain(|id| asked.iter().any(|r| r.job == *id));
+    }
+    let cluster = local_cluster_only(&parsed.options, cfg)?;
+    let mut cmd = cfg.command("sacct");
+    forward(&mut cmd, &parsed.options, &["jobs", "user", "uid", "clusters"]);
+    cmd.args(cluster);
+    if ids.is_empty() {
+        cmd.arg("--name=agent-sandbox-no-job-in-scope");
+    } else {
+        cmd.arg(format!("--jobs={}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")));
+    }
+    call.run(cmd, stdio)
 }
 
 #[cfg(test)]

@@ -1,9 +1,11 @@
-//! sacctmgr's option table and command grammar (Slurm 22.05 spellings) and `parse_sacctmgr`,
-//! which turns a call into a `SacctmgrRequest`. Only `show`/`list` of users, associations,
+//! sacctmgr: its option table and command grammar (Slurm 22.05 spellings), `parse_sacctmgr`,
+//! which turns a call into a `SacctmgrRequest` (pure), and `handle`, which runs the listing. Only `show`/`list` of users, associations,
 //! QOS, TRES, clusters and the configuration are allowed (plus `help` and `version`); every
 //! verb that changes the accounting database, and every other entity, is refused with a reason.
 //! The users a user or association listing names are recorded for the chaperon's caller check.
 
+use crate::call::{Call, Stdio};
+use crate::checks::only_caller;
 use crate::grammar::{validate, ValueKind};
 use crate::table::{
     allow, any_of, bad_value, last, parse, user_list, Arity, Class, GrammarError, OptSpec, Options, ADMIN, CLUSTERS,
@@ -250,6 +252,22 @@ pub fn parse_sacctmgr(args: &[String]) -> Result<SacctmgrRequest, GrammarError> 
         _ => SacctmgrCommand::Version,
     };
     Ok(SacctmgrRequest { options, command: Some(command) })
+}
+
+/// sacctmgr show/list: a user or association listing of the caller's own user only (named
+/// by the chaperon when the caller names none).
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let cfg = call.cfg;
+    let parsed = parse_sacctmgr(&call.req.argv).map_err(|e| e.to_string())?;
+    let mut extra = vec![];
+    if let Some(SacctmgrCommand::Show { entity, users, .. }) = &parsed.command {
+        only_caller(users, cfg)?;
+        let per_user = matches!(entity, Entity::User | Entity::Association);
+        if per_user && users.is_empty() {
+            extra.push(format!("user={}", cfg.user));
+        }
+    }
+    call.run_as_written(stdio, extra)
 }
 
 #[cfg(test)]

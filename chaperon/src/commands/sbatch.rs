@@ -1,12 +1,20 @@
-//! sbatch's option table (Slurm 22.05 spellings, short forms and arities, each option allowed,
-//! denied with a reason, or rebuilt by the chaperon), the `#SBATCH` directive reader, and
-//! `parse_sbatch`, which combines both into an `SbatchRequest`. Resolves no path and checks no
-//! job scope: that is the chaperon's work on the request this returns.
+//! sbatch: its option table (Slurm 22.05 spellings, short forms and arities, each option allowed,
+//! denied with a reason, or rebuilt by the chaperon), the `#SBATCH` directive reader,
+//! `parse_sbatch`, which combines both into an `SbatchRequest` (pure), and `handle`, which checks
+//! that request against the project and the scope, writes the job directory and submits the
+//! chaperon's wrapper in place of the script.
 
+use crate::call::{Call, Stdio};
+use crate::checks::{cwd_of, dependencies_in_scope, open_in_project, read_capped, scope_of, under_project};
+use crate::export::{export_env, export_request};
 use crate::grammar::{clip, ValueKind};
+use crate::job::{self, write_job_dir, JobSpec, MAX_SCRIPT};
+use crate::scope::Entry;
 use crate::table::{
-    allow, deny, opt, parse, Arity, Class, GrammarError, OptSpec, CLUSTERS, MAIL, MAX_ARGS, MAX_ARG_BYTES,
+    allow, deny, forward, opt, parse, Arity, Class, GrammarError, OptSpec, CLUSTERS, MAIL, MAX_ARGS, MAX_ARG_BYTES,
 };
+use std::io::Write;
+use std::path::Path;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -330,6 +338,145 @@ pub fn parse_sbatch(args: &[String], script: Option<&str>) -> Result<SbatchReque
     Ok(SbatchRequest { options, script_path: positionals.next(), script_args: positionals.collect() })
 }
 
+/// sbatch: the script (the file the stub read inside the jail, the caller's stdin, or `--wrap`)
+/// parsed with its directives, checked against the project and the scope, recorded in a job
+/// directory with what the job needs inside the jail, and submitted as the chaperon's wrapper,
+/// which re-enters the jail on the node. The job id is recorded in scope at submission.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let (req, cfg) = (call.req, call.cfg);
+    let err = |e: GrammarError| e.to_string();
+    let first = parse_sbatch(&req.argv, None).map_err(err)?;
+    let cwd = cwd_of(req, cfg)?;
+    let wrap = first.last("wrap").flatten().map(str::to_owned);
+    // sbatch opens its script argument with open(2): `/dev/stdin` (Snakemake's
+    // --slurm-pass-command-as-script) is the caller's stdin, named after the file.
+    let on_stdin = |p: &String| ["/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"].contains(&p.as_str());
+    let (script, default_name) = match (&wrap, &first.script_path) {
+        (Some(cmd), _) => {
+            (format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n"), "wrap".to_string())
+        }
+        (None, Some(p)) if on_stdin(p) => (read_stdin_script(&stdio)?, "stdin".into()),
+        // Read by the stub inside the jail: wherever the jail keeps it (dask-jobqueue writes
+        // its job scripts to $TMPDIR), it is the file the jail sees.
+        (None, Some(p)) if req.script.is_some() => {
+            let text = req.script.clone().unwrap_or_default();
+            if text.len() > MAX_SCRIPT {
+                return Err(format!("the batch script is larger than {} MiB", MAX_SCRIPT >> 20));
+            }
+            let name = Path::new(p).file_name().map(|n| n.to_string_lossy().into_owned());
+            (text, name.unwrap_or_else(|| "sbatch".into()))
+        }
+        (None, Some(p)) => {
+            let path = under_project(&cfg.project, &cwd, p)?;
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sbatch".into());
+            let file = open_in_project(&cfg.project, &path).map_err(|e| format!("{p}: {e}"))?;
+            (script_text(read_capped(file, "the batch script")?)?, name)
+        }
+        (None, None) => (read_stdin_script(&stdio)?, "sbatch".into()),
+    };
+    call.audit.script_bytes = Some(script.len());
+    call.audit.script_hash = Some(fingerprint(script.as_bytes()));
+    let parsed = if wrap.is_some() { first } else { parse_sbatch(&req.argv, Some(&script)).map_err(err)? };
+
+    // Where the job runs: --chdir (rebuilt: checked against the project) or the caller's cwd.
+    let job_cwd = match parsed.last("chdir").flatten() {
+        Some(d) => under_project(&cfg.project, &cwd, d)?,
+        None => cwd.clone(),
+    };
+    // An unknown SLURM_SCOPE is refused for every command, sbatch included.
+    scope_of(req)?;
+    dependencies_in_scope(&parsed.options, "--dependency", req, cfg)?;
+    let array = parsed.last("array").is_some();
+    let export = export_env(parsed.last("export").flatten(), parsed.last("export-file").flatten(), req, &job_cwd, cfg)?;
+    let spec = JobSpec {
+        output: parsed.last("output").flatten().map(str::to_owned).unwrap_or_else(|| {
+            if array {
+                "slurm-%A_%a.out".into()
+            } else {
+                "slurm-%j.out".into()
+            }
+        }),
+        error: parsed.last("error").flatten().map(str::to_owned),
+        input: parsed.last("input").flatten().map(str::to_owned),
+        append: parsed.last("open-mode").flatten().is_some_and(|m| m.eq_ignore_ascii_case("append")),
+        slurm_export_env: export_request(parsed.last("export").flatten(), req)
+            .filter(|e| !e.eq_ignore_ascii_case("ALL")),
+        job_name: parsed.last("job-name").flatten().map(str::to_owned).unwrap_or(default_name),
+        script_args: parsed.script_args.clone(),
+        ..JobSpec::for_session(cfg, &job_cwd, export)
+    };
+    let (dir, wrapper) = write_job_dir(cfg, &spec, &script)?;
+
+    // The real sbatch sees only what the table allows, the rebuilt pieces and our wrapper.
+    let mut cmd = cfg.command("sbatch");
+    cmd.current_dir(&dir);
+    cmd.arg("--parsable").arg("--export=NONE").arg(format!("--chdir={}", job_cwd.display()));
+    cmd.arg(format!("--job-name={}", spec.job_name));
+    let out = dir.join(job::WRAPPER_OUT);
+    cmd.arg(format!("--output={}", out.display())).arg(format!("--error={}", out.display()));
+    const OURS: &[&str] =
+        &["wrap", "chdir", "export", "export-file", "output", "error", "input", "job-name", "parsable", "open-mode"];
+    forward(&mut cmd, &parsed.options, OURS);
+    // The wrapper reaches sbatch on a pipe the chaperon writes, not by a path: nothing that
+    // could be swapped between our write and sbatch's read.
+    cmd.stdin(std::process::Stdio::piped()).stderr(stdio.stderr).stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| format!("cannot run sbatch: {e}"))?;
+    // `sbatch --wait` lasts as long as the job: it ends with the caller, like every call.
+    let _watch = call.watch(&child, None);
+    if let Some(mut script_in) = child.stdin.take() {
+        let _ = script_in.write_all(wrapper.as_bytes());
+    }
+    let mut stdout = std::fs::File::from(stdio.stdout);
+    // The job id comes first, at submission: record it in scope and show it then, also with
+    // --wait (which exits only when the job ends, with the job's status).
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().ok_or("sbatch: no stdout")?));
+    let first_line = lines.next().and_then(Result::ok).unwrap_or_default();
+    let first_line = first_line.trim();
+    let id: Option<u32> = first_line.split(';').next().and_then(|s| s.parse().ok());
+    match id {
+        Some(job) if parsed.last("test-only").is_none() => {
+            call.audit.job = Some(job);
+            let recorded =
+                cfg.registry().add(&Entry { job, session: cfg.session.clone(), project: cfg.project.clone() });
+            if let Err(e) = recorded {
+                let _ = writeln!(std::io::stderr(), "job {job} submitted but not recorded in scope: {e}");
+            }
+            let shown = match parsed.last("parsable") {
+                Some(_) => format!("{first_line}\n"),
+                None => format!("Submitted batch job {job}\n"),
+            };
+            let _ = stdout.write_all(shown.as_bytes());
+        }
+        _ if !first_line.is_empty() => {
+            let _ = writeln!(stdout, "{first_line}");
+        }
+        _ => {}
+    }
+    for line in lines.map_while(Result::ok) {
+        let _ = writeln!(stdout, "{line}");
+    }
+    let status = child.wait().map_err(|e| format!("waiting for sbatch: {e}"))?;
+    Ok(status.code().unwrap_or(1))
+}
+
+/// The batch script on the caller's stdin: bounded in size and in time (a terminal that never
+/// sends end-of-file must not hold the chaperon).
+fn read_stdin_script(stdio: &Stdio) -> Result<String, String> {
+    use std::os::fd::AsFd;
+    let bytes = crate::bounded::read_to_end(stdio.stdin.as_fd(), MAX_SCRIPT, crate::bounded::stdin_timeout())
+        .map_err(|e| format!("the batch script on stdin: {e}"))?;
+    script_text(bytes)
+}
+
+fn script_text(bytes: Vec<u8>) -> Result<String, String> {
+    String::from_utf8(bytes).map_err(|_| "the batch script is not valid UTF-8".to_string())
+}
+
+/// SHA-256 of the script, hex: the audit log says which script ran without holding its text.
+fn fingerprint(data: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, data).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -423,6 +570,11 @@ mod tests {
         "export",
         "export-file",
     ];
+
+    #[test]
+    fn script_fingerprint_is_sha256() {
+        assert_eq!(super::fingerprint(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
 
     #[test]
     fn the_allow_list_is_exactly_features_section_c() {

@@ -1,12 +1,15 @@
-//! scancel's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_scancel`, which turns a call into a `ScancelRequest`: the job ids as typed
-//! `JobRef`s and the filters, for the chaperon to cancel only jobs in the session's scope.
+//! scancel: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_scancel`, which turns a call into a `ScancelRequest` (the job ids as typed
+//! `JobRef`s and the filters; pure), and `handle`, which cancels only jobs in the session's
+//! scope: those named, or with filters alone every job in scope the filters match.
 
+use crate::call::{Call, Stdio};
+use crate::checks::{jobs_in_scope, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_ref, JobRef, RANGES_AND_STEPS};
 use crate::table::{
-    allow, any_of, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, BURST_BUFFER,
-    CLUSTERS,
+    allow, any_of, bad_value, deny, forward, last, parse, user_list, Arity, GrammarError, OptSpec, Options,
+    BURST_BUFFER, CLUSTERS,
 };
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -91,6 +94,29 @@ pub fn parse_scancel(args: &[String]) -> Result<ScancelRequest, GrammarError> {
         return Err(GrammarError::Usage("No job identification provided"));
     }
     Ok(ScancelRequest { options, jobs, users })
+}
+
+/// scancel of jobs in scope only; filters (`--name`, `--state`...) apply within the scope.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_scancel(&req.argv).map_err(|e| e.to_string())?;
+    only_caller(&parsed.users, cfg)?;
+    let ids = jobs_in_scope(req, cfg)?;
+    if let Some(foreign) = parsed.jobs.iter().find(|r| !ids.contains(&r.job)) {
+        return Err(format!("job {} is not one of this project's jobs", foreign.job));
+    }
+    let targets: Vec<String> = if parsed.jobs.is_empty() {
+        ids.iter().map(u32::to_string).collect()
+    } else {
+        parsed.jobs.iter().map(|r| r.to_string()).collect()
+    };
+    if targets.is_empty() {
+        return Ok(0);
+    }
+    let mut cmd = cfg.command("scancel");
+    forward(&mut cmd, &parsed.options, &["user", "me"]);
+    cmd.args(targets);
+    call.run(cmd, stdio)
 }
 
 #[cfg(test)]

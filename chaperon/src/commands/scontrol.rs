@@ -1,16 +1,21 @@
-//! scontrol's option table and command grammar (Slurm 22.05 spellings) and `parse_scontrol`,
-//! which turns a call into a `ScontrolRequest`: one typed command. Allowed: `show` of jobs,
+//! scontrol: its option table and command grammar (Slurm 22.05 spellings), `parse_scontrol`,
+//! which turns a call into a `ScontrolRequest`: one typed command (pure), and `handle`, which
+//! lets the job commands act on jobs in scope only. Allowed: `show` of jobs,
 //! steps, nodes, partitions, reservations, licenses, topology, config, federation and the
 //! hostlist helpers; `hold`/`uhold`/`release`/`requeue`/`requeuehold` of job ids; `update
 //! JobId=...` of the keys in `UPDATE_KEYS`; `ping`, `version`, `help`, `errnumstr`. Every other
-//! command, entity and key is refused with a reason. Which jobs are in scope is the chaperon's.
+//! command, entity and key is refused with a reason.
 
+use crate::bounded::{MAX_CAPTURE, QUERY_TIMEOUT};
+use crate::call::{Call, Stdio};
+use crate::checks::{dependencies_in_scope, in_scope, jobs_in_scope};
 use crate::grammar::{validate, ValueKind};
 use crate::jobid::{parse_job_list, parse_job_ref, JobRef, PLAIN, RANGES, STEPS};
 use crate::table::{
-    allow, any_of, bad_value, deny, last, opt, parse, Arity, Class, GrammarError, OptSpec, Options, ADMIN,
+    allow, any_of, bad_value, deny, forward, last, opt, parse, Arity, Class, GrammarError, OptSpec, Options, ADMIN,
     BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE,
 };
+use std::os::fd::AsFd;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -541,6 +546,63 @@ pub fn parse_scontrol(args: &[String]) -> Result<ScontrolRequest, GrammarError> 
         }
     };
     Ok(ScontrolRequest { options, command: Some(command) })
+}
+
+/// scontrol: `show job/step` and the job commands for jobs in scope only (a bare `show job`
+/// is one real call per job in scope); node, partition and config views as they are.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_scontrol(&req.argv).map_err(|e| e.to_string())?;
+    let ids = jobs_in_scope(req, cfg)?;
+    let name_target = || "naming jobs by jobname= is not mediated; give job ids".to_string();
+    match &parsed.command {
+        Some(ScontrolCommand::Show(Show::Job(None))) | Some(ScontrolCommand::Show(Show::Step(None))) => {
+            // Every job in scope, one real call each (a bare `show job` would list everyone's).
+            let step = matches!(parsed.command, Some(ScontrolCommand::Show(Show::Step(None))));
+            let write = |text: &[u8]| {
+                crate::bounded::write_all(stdio.stdout.as_fd(), text, QUERY_TIMEOUT)
+                    .map_err(|e| format!("writing scontrol's answer: {e}"))
+            };
+            if ids.is_empty() {
+                write(if step { b"No job steps in the system\n" } else { b"No jobs in the system\n" })?;
+                return Ok(0);
+            }
+            for id in ids {
+                let mut cmd = cfg.command("scontrol");
+                forward(&mut cmd, &parsed.options, &[]);
+                cmd.args(["show", if step { "step" } else { "job" }, &id.to_string()]);
+                cmd.stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                let (out, _) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT)?;
+                write(&out)?;
+            }
+            return Ok(0);
+        }
+        Some(ScontrolCommand::Show(Show::Job(Some(r)))) | Some(ScontrolCommand::Show(Show::Step(Some(r)))) => {
+            in_scope(&ids, [r.job])?
+        }
+        Some(ScontrolCommand::Hold { targets, .. }) | Some(ScontrolCommand::Release(targets)) => {
+            for t in targets {
+                match t {
+                    JobTarget::Id(r) => in_scope(&ids, [r.job])?,
+                    JobTarget::Name(_) => return Err(name_target()),
+                }
+            }
+        }
+        Some(ScontrolCommand::Requeue { jobs, .. }) => in_scope(&ids, jobs.iter().map(|r| r.job))?,
+        Some(ScontrolCommand::Update { jobs, changes }) => {
+            in_scope(&ids, jobs.iter().map(|r| r.job))?;
+            let deps: Vec<(&'static str, Option<String>)> = changes
+                .iter()
+                .filter(|c| c.key.eq_ignore_ascii_case("Dependency"))
+                .map(|c| (c.key, c.value.clone()))
+                .collect();
+            dependencies_in_scope(&deps, "Dependency", req, cfg)?;
+        }
+        _ => {}
+    }
+    let mut cmd = cfg.command("scontrol");
+    cmd.args(&req.argv);
+    call.run(cmd, stdio)
 }
 
 #[cfg(test)]

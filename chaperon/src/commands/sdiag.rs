@@ -1,7 +1,9 @@
-//! sdiag's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sdiag`. sdiag reads the controller's statistics; resetting them is an
+//! sdiag: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_sdiag` (pure) and `handle`, which runs it for the local cluster. sdiag reads the controller's statistics; resetting them is an
 //! administrator's act and refused.
 
+use crate::call::{Call, Stdio};
+use crate::checks::local_cluster_only;
 use crate::grammar::ValueKind;
 use crate::table::{allow, deny, last, parse, Arity, GrammarError, OptSpec, Options, ADMIN, CLUSTER_SPELLING};
 use Arity::{Flag, Value as Val};
@@ -43,6 +45,13 @@ pub fn parse_sdiag(args: &[String]) -> Result<SdiagRequest, GrammarError> {
         return Err(GrammarError::Usage("sdiag takes no arguments besides options"));
     }
     Ok(SdiagRequest { options: p.options.into_iter().map(|(s, v)| (s.long, v)).collect() })
+}
+
+/// sdiag as the caller wrote it, for the local cluster.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let parsed = parse_sdiag(&call.req.argv).map_err(|e| e.to_string())?;
+    let cluster = local_cluster_only(&parsed.options, call.cfg)?;
+    call.run_as_written(stdio, cluster.into_iter().collect())
 }
 
 #[cfg(test)]

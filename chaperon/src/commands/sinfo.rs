@@ -1,7 +1,9 @@
-//! sinfo's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sinfo`. sinfo shows partitions and nodes, no job, so every view is allowed; only
+//! sinfo: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_sinfo` (pure) and `handle`, which runs it for the local cluster. sinfo shows partitions and nodes, no job, so every view is allowed; only
 //! what would never exit or reach another cluster is refused.
 
+use crate::call::{Call, Stdio};
+use crate::checks::local_cluster_only;
 use crate::grammar::ValueKind;
 use crate::table::{
     allow, deny, last, output, parse, Arity, GrammarError, OptSpec, Options, Output, CLUSTER_SPELLING, ITERATE,
@@ -67,6 +69,14 @@ pub fn parse_sinfo(args: &[String]) -> Result<SinfoRequest, GrammarError> {
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     let output = output(&options);
     Ok(SinfoRequest { options, output })
+}
+
+/// sinfo as the caller wrote it, for the local cluster.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let parsed = parse_sinfo(&call.req.argv).map_err(|e| e.to_string())?;
+    // `-M` given: the local cluster, appended last so it overrides the caller's `all`.
+    let cluster = local_cluster_only(&parsed.options, call.cfg)?;
+    call.run_as_written(stdio, cluster.into_iter().collect())
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
-//! sprio's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sprio`, which turns a call into an `SprioRequest`: the job ids and users it names,
-//! for the chaperon to check against the session's scope.
+//! sprio: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_sprio`, which turns a call into an `SprioRequest` (the job ids and users it
+//! names; pure), and `handle`, which shows the priorities of the scope's jobs only.
 
+use crate::call::{Call, Stdio};
+use crate::checks::{in_scope, jobs_in_scope, local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, PLAIN};
 use crate::table::{
@@ -84,6 +86,26 @@ pub fn parse_sprio(args: &[String]) -> Result<SprioRequest, GrammarError> {
         return Err(GrammarError::Usage("sprio takes one job list; separate job ids with commas"));
     }
     Ok(req)
+}
+
+/// sprio of the scope's jobs: those asked for must be in scope; without a job list, the
+/// scope's (nothing to show when it is empty).
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_sprio(&req.argv).map_err(|e| e.to_string())?;
+    let mut extra: Vec<String> = vec![];
+    let cluster = local_cluster_only(&parsed.options, cfg)?;
+    only_caller(&parsed.users, cfg)?;
+    let ids = jobs_in_scope(req, cfg)?;
+    if let Some(asked) = &parsed.jobs {
+        in_scope(&ids, asked.iter().map(|r| r.job))?;
+    } else if ids.is_empty() {
+        return Ok(0);
+    } else {
+        extra.push(format!("--jobs={}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")));
+    }
+    extra.extend(cluster);
+    call.run_as_written(stdio, extra)
 }
 
 #[cfg(test)]

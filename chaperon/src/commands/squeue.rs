@@ -1,11 +1,16 @@
-//! squeue's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_squeue`, which turns a call into a `SqueueRequest`. squeue only reads, so nearly
-//! everything is allowed; which jobs the output may show is the chaperon's scope filter.
+//! squeue: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_squeue`, which turns a call into a `SqueueRequest` (pure), and `handle`,
+//! which shows only the scope's jobs: in the table by the job list it gives squeue, in
+//! `--json`/`--yaml` by filtering the document itself. squeue only reads, so nearly every
+//! option is allowed.
 
+use crate::bounded::{MAX_CAPTURE, QUERY_TIMEOUT};
+use crate::call::{Call, Stdio};
+use crate::checks::{jobs_in_scope, local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, Syntax, PLAIN, STEPS};
 use crate::table::{
-    allow, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output,
+    allow, bad_value, deny, forward, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output,
     CLUSTER_SPELLING, ITERATE,
 };
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
@@ -118,6 +123,50 @@ pub fn parse_squeue(args: &[String]) -> Result<SqueueRequest, GrammarError> {
     }
     req.output = output(&req.options);
     Ok(req)
+}
+
+/// squeue limited to the scope's jobs; `--json`/`--yaml` output is filtered here.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_squeue(&req.argv).map_err(|e| e.to_string())?;
+    only_caller(&parsed.users, cfg)?;
+    let mut ids = jobs_in_scope(req, cfg)?;
+    if let Some(asked) = parsed.jobs.as_ref().filter(|a| !a.is_empty()) {
+        ids.retain(|id| asked.iter().any(|r| r.job == *id));
+    }
+    let cluster = local_cluster_only(&parsed.options, cfg)?;
+    let mut cmd = cfg.command("squeue");
+    cmd.args(cluster);
+    if parsed.output != Output::Table {
+        // squeue --json/--yaml ignore the filters: the chaperon asks for JSON, narrows the
+        // document to the scope, and writes it as asked (YAML from the same document).
+        forward(&mut cmd, &parsed.options, &["jobs", "steps", "user", "users", "yaml", "clusters"]);
+        if parsed.output == Output::Yaml {
+            cmd.arg("--json");
+        }
+        cmd.stdin(std::process::Stdio::null()).stderr(stdio.stderr);
+        let (out, status) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT)?;
+        let mut v: serde_json::Value = serde_json::from_slice(&out).map_err(|e| format!("squeue --json: {e}"))?;
+        if let Some(jobs) = v.get_mut("jobs").and_then(|j| j.as_array_mut()) {
+            jobs.retain(|j| j.get("job_id").and_then(|i| i.as_u64()).is_some_and(|i| ids.contains(&(i as u32))));
+        }
+        let text = match parsed.output {
+            Output::Yaml => format!("---\n{}", crate::yaml::to_yaml(&v)),
+            _ => format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
+        };
+        use std::os::fd::AsFd;
+        crate::bounded::write_all(stdio.stdout.as_fd(), text.as_bytes(), QUERY_TIMEOUT)
+            .map_err(|e| format!("writing squeue's answer: {e}"))?;
+        return Ok(status.code().unwrap_or(1));
+    }
+    forward(&mut cmd, &parsed.options, &["jobs", "steps", "user", "users", "clusters"]);
+    if ids.is_empty() {
+        // Nothing in scope: a filter that matches nothing, so the header still looks real.
+        cmd.arg("--name=agent-sandbox-no-job-in-scope");
+    } else {
+        cmd.arg(format!("--jobs={}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")));
+    }
+    call.run(cmd, stdio)
 }
 
 #[cfg(test)]

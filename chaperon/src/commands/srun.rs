@@ -1,12 +1,17 @@
-//! srun's option table (Slurm 22.05 spellings, short forms and arities, each option allowed,
-//! denied with a reason, or rebuilt by the chaperon) and `parse_srun`, which turns a call into
-//! an `SrunRequest`: options, the step's command and its arguments. Whether the call makes an
-//! allocation or a step inside one, and whether that job is in scope, is the chaperon's call.
+//! srun: its option table (Slurm 22.05 spellings, short forms and arities, each option allowed,
+//! denied with a reason, or rebuilt by the chaperon), `parse_srun`, which turns a call into an
+//! `SrunRequest` (options, the step's command and its arguments; pure), and `handle`, which
+//! checks the job a step joins is in scope, records the command in a job directory and runs
+//! srun so that every task starts `agent-sandbox exec --job` inside the jail on its node.
 
+use crate::call::{Call, Stdio};
+use crate::checks::{cwd_of, dependencies_in_scope, jobs_in_scope, under_project};
+use crate::export::export_env;
 use crate::grammar::ValueKind;
+use crate::job::{self, write_job_dir, JobSpec};
 use crate::table::{
-    allow, any_of, bad_value, deny, last, opt, parse, Arity, Class, GrammarError, OptSpec, Options, BURST_BUFFER,
-    CLUSTERS, MAIL, RUNS_OUTSIDE,
+    allow, any_of, bad_value, deny, forward, last, opt, parse, Arity, Class, GrammarError, OptSpec, Options,
+    BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE,
 };
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
@@ -220,6 +225,89 @@ pub fn parse_srun(args: &[String]) -> Result<SrunRequest, GrammarError> {
         return Err(GrammarError::Usage("No command given to execute."));
     }
     Ok(SrunRequest { options, jobid, pty, command, args: rest.collect() })
+}
+
+/// srun: a step whose every task starts inside the jail. The command is recorded in a job
+/// directory like a batch script; each task runs `agent-sandbox exec --job DIR`, which
+/// rebuilds the jail on its node and runs the command there with the task's own stdio (so
+/// output streams and `--pty` works). Inside a batch job (this chaperon runs in one) the step
+/// joins that job's allocation; elsewhere srun makes its own allocation.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_srun(&req.argv).map_err(|e| e.to_string())?;
+    let mut cmd = cfg.command("srun");
+    // The allocation a step joins: this chaperon's own job (from slurmstepd, not the jail).
+    for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("SLURM_") && k != "SLURM_CONF") {
+        cmd.env(k, v);
+    }
+    dependencies_in_scope(&parsed.options, "--dependency", req, cfg)?;
+    // Files a step's tasks read and write are opened by each task inside its jail (see
+    // `job::job_command`), never by srun here or slurmstepd on the node: both run outside
+    // any jail and would follow the jail's symlinks, or read `~/.aws` on the caller's behalf.
+    // `all`, `none` and task numbers name no file and go to srun as they are.
+    // A number is a task id only below the step's task count (srun's fname.c); above it, a
+    // file name. The count: an explicit -n, else the allocation's (this chaperon runs in it).
+    let tasks = parsed
+        .last("ntasks")
+        .flatten()
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .or_else(|| std::env::var("SLURM_NTASKS").ok().and_then(|n| n.parse().ok()))
+        .unwrap_or(1);
+    let file = |long: &str| parsed.last(long).flatten().filter(|v| !job::names_no_file(v, tasks)).map(str::to_owned);
+    let (input, output, error) = (file("input"), file("output"), file("error"));
+    let mut ours = vec!["chdir", "export", "export-file", "open-mode"];
+    for (long, v) in [("input", &input), ("output", &output), ("error", &error)] {
+        if v.is_some() {
+            ours.push(long);
+        }
+    }
+    let Some(program) = parsed.command.clone() else {
+        forward(&mut cmd, &parsed.options, &ours);
+        return call.run(cmd, stdio);
+    };
+    if let Some(job) = parsed.jobid {
+        let mine = jobs_in_scope(req, cfg)?;
+        let own_job = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse::<u32>().ok());
+        if !mine.contains(&job) && own_job != Some(job) {
+            return Err(format!("--jobid: job {job} is not one of this project's jobs"));
+        }
+    }
+    let cwd = cwd_of(req, cfg)?;
+    let job_cwd = match parsed.last("chdir").flatten() {
+        Some(d) => under_project(&cfg.project, &cwd, d)?,
+        None => cwd,
+    };
+    let mut argv = vec![program];
+    argv.extend(parsed.args.iter().cloned());
+    let export = export_env(parsed.last("export").flatten(), parsed.last("export-file").flatten(), req, &job_cwd, cfg)?;
+    let spec = JobSpec {
+        job_name: parsed.last("job-name").flatten().unwrap_or("srun").to_owned(),
+        command: Some(argv),
+        output: output.unwrap_or_default(),
+        error,
+        input: input.clone(),
+        append: parsed.last("open-mode").flatten().is_some_and(|m| m.eq_ignore_ascii_case("append")),
+        ..JobSpec::for_session(cfg, &job_cwd, export)
+    };
+    let (dir, _) = write_job_dir(cfg, &spec, "")?;
+    call.audit.script_bytes = None;
+    // The tasks start in the job directory (ours, not the jail's); `exec --job` puts them in
+    // their working directory inside the jail. srun itself runs there too.
+    cmd.current_dir(&dir);
+    cmd.arg("--export=NONE").arg(format!("--chdir={}", dir.display()));
+    if input.is_some() {
+        cmd.arg("--input=none");
+    }
+    forward(&mut cmd, &parsed.options, &ours);
+    // srun names a step (and a job it allocates) after its command, unless told otherwise
+    // (--job-name, or SLURM_JOB_NAME inside a job): ours is the launcher, not the user's.
+    if parsed.last("job-name").is_none() && std::env::var_os("SLURM_JOB_NAME").is_none() {
+        let base = spec.command.iter().flatten().next().map(|p| p.rsplit('/').next().unwrap_or(p).to_string());
+        let base = base.filter(|b| !b.is_empty() && !b.chars().any(char::is_control));
+        cmd.arg(format!("--job-name={}", base.unwrap_or_else(|| "srun".into())));
+    }
+    cmd.arg(&cfg.exe).arg("exec").arg("--job").arg(&dir);
+    call.run(cmd, stdio)
 }
 
 #[cfg(test)]

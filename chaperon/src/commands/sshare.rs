@@ -1,7 +1,10 @@
-//! sshare's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sshare`, which turns a call into an `SshareRequest`. sshare shows the caller's
+//! sshare: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_sshare`, which turns a call into an `SshareRequest` (pure), and `handle`,
+//! which refuses any user but the caller and runs it for the local cluster. sshare shows the caller's
 //! own fair-share associations; listing every user's is refused.
 
+use crate::call::{Call, Stdio};
+use crate::checks::{local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::table::{allow, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, CLUSTER_SPELLING};
 use Arity::{Flag, Value as Val};
@@ -59,6 +62,14 @@ pub fn parse_sshare(args: &[String]) -> Result<SshareRequest, GrammarError> {
         }
     }
     Ok(SshareRequest { options: p.options.into_iter().map(|(s, v)| (s.long, v)).collect(), users })
+}
+
+/// sshare of the caller's own associations, for the local cluster.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let parsed = parse_sshare(&call.req.argv).map_err(|e| e.to_string())?;
+    let cluster = local_cluster_only(&parsed.options, call.cfg)?;
+    only_caller(&parsed.users, call.cfg)?;
+    call.run_as_written(stdio, cluster.into_iter().collect())
 }
 
 #[cfg(test)]

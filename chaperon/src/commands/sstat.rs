@@ -1,7 +1,9 @@
-//! sstat's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sstat`, which turns a call into an `SstatRequest` naming the jobs and steps to
-//! stat, for the chaperon to check each is in the session's scope.
+//! sstat: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_sstat`, which turns a call into an `SstatRequest` naming the jobs and steps to
+//! stat (pure), and `handle`, which runs it only when each of them is in the session's scope.
 
+use crate::call::{Call, Stdio};
+use crate::checks::{in_scope, jobs_in_scope};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
 use crate::table::{allow, any_of, bad_value, last, parse, Arity, GrammarError, OptSpec, Options};
@@ -68,6 +70,13 @@ pub fn parse_sstat(args: &[String]) -> Result<SstatRequest, GrammarError> {
         return Err(GrammarError::Usage("You didn't give me any jobs to stat."));
     }
     Ok(SstatRequest { options, jobs: list })
+}
+
+/// sstat of jobs and steps in scope only.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+    let parsed = parse_sstat(&call.req.argv).map_err(|e| e.to_string())?;
+    in_scope(&jobs_in_scope(call.req, call.cfg)?, parsed.jobs.iter().map(|r| r.job))?;
+    call.run_as_written(stdio, vec![])
 }
 
 #[cfg(test)]

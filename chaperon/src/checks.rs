@@ -1,0 +1,156 @@
+//! The checks the handlers share, each ending in a refusal the agent can act on: a path the
+//! jail names is inside the project (and a file it names is opened there, not through a
+//! symlink the jail swapped in), a job is in the caller's scope, a user is the caller, a
+//! cluster is the local one, a dependency waits only on jobs in scope.
+
+use crate::scope::Scope;
+use crate::session::Config;
+use crate::wire::Request;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+/// A path from the jail, resolved against `cwd`, must be inside the project (no `..`
+/// escapes; symlinks resolved on the host). Returns the canonical path.
+pub fn under_project(project: &Path, cwd: &Path, p: &str) -> Result<PathBuf, String> {
+    let joined = if Path::new(p).is_absolute() { PathBuf::from(p) } else { cwd.join(p) };
+    let canon = std::fs::canonicalize(&joined).map_err(|e| format!("{p}: {e}"))?;
+    if canon.starts_with(project) {
+        Ok(canon)
+    } else {
+        Err(format!("{p} is outside the project {}", project.display()))
+    }
+}
+
+/// The caller's working directory, which must be inside the project.
+pub fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, String> {
+    under_project(&cfg.project, Path::new("/"), &req.cwd)
+        .map_err(|_| format!("the working directory {} is not inside the project", req.cwd))
+}
+
+/// Opens a file the jail named, already resolved under the project, and checks that what was
+/// opened is still under it: the jail can swap a symlink between the resolution and the open.
+pub fn open_in_project(project: &Path, path: &Path) -> std::io::Result<std::fs::File> {
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
+    use std::os::fd::AsRawFd;
+    let real = std::fs::read_link(format!("/proc/self/fd/{}", f.as_raw_fd()))?;
+    if !real.starts_with(project) || !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "not a file inside the project"));
+    }
+    Ok(f)
+}
+
+/// Reads a file the jail named, at most `job::MAX_SCRIPT` bytes; `what` names it in errors.
+pub fn read_capped(f: std::fs::File, what: &str) -> Result<Vec<u8>, String> {
+    use crate::job::MAX_SCRIPT;
+    crate::bounded::read_file(f, MAX_SCRIPT).map_err(|e| match e {
+        crate::bounded::BoundError::TooLarge(_) => format!("{what} is larger than {} MiB", MAX_SCRIPT >> 20),
+        other => format!("cannot read {what}: {other}"),
+    })
+}
+
+/// The scope a request asks for.
+pub fn scope_of(req: &Request) -> Result<Scope, String> {
+    Scope::from_env(req.env.get("SLURM_SCOPE").map(String::as_str))
+}
+
+/// The job ids in the request's scope (an unknown `SLURM_SCOPE` is refused).
+pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, String> {
+    Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project))
+}
+
+/// Every job of `jobs` must be one of `ids` (the scope's).
+pub fn in_scope(ids: &[u32], jobs: impl IntoIterator<Item = u32>) -> Result<(), String> {
+    match jobs.into_iter().find(|j| !ids.contains(j)) {
+        Some(j) => Err(format!("job {j} is not one of this project's jobs")),
+        None => Ok(()),
+    }
+}
+
+/// Every user a call names must be the caller (by name or uid).
+pub fn only_caller(users: &[String], cfg: &Config) -> Result<(), String> {
+    let uid = cfg.uid.to_string();
+    match users.iter().find(|u| **u != cfg.user && **u != uid) {
+        Some(u) => Err(format!("only your own jobs are visible here, not user {u}'s")),
+        None => Ok(()),
+    }
+}
+
+/// `--clusters/-M` in a read-only view: every name must be the local cluster or `all`, and the
+/// real command is asked about the local cluster alone (`all` included), so the answer stays
+/// within the scope the chaperon filters. Returns the option to give the real command (a
+/// later `--clusters` overrides an earlier one, as Slurm reads them), if one was asked for.
+pub fn local_cluster_only(options: &[(&'static str, Option<String>)], cfg: &Config) -> Result<Option<String>, String> {
+    let mut asked = false;
+    for (_, value) in options.iter().filter(|(l, _)| *l == "clusters") {
+        asked = true;
+        for name in crate::grammar::cluster_names(value.as_deref().unwrap_or_default()) {
+            if name != "all" && Some(name.as_str()) != cfg.cluster_name() {
+                return Err(format!(
+                    "--clusters: `{}` is not this cluster ({}); a sandboxed session sees its own cluster only",
+                    crate::grammar::clip(&name),
+                    cfg.cluster_name().unwrap_or("its name is unknown")
+                ));
+            }
+        }
+    }
+    Ok(match (asked, cfg.cluster_name()) {
+        (true, Some(name)) => Some(format!("--clusters={name}")),
+        _ => None,
+    })
+}
+
+/// Every job a dependency value names (each occurrence, not only the last one Slurm uses)
+/// must be in the caller's scope: a foreign job's state must not steer, or be probed by, ours.
+pub fn dependencies_in_scope<'a>(
+    options: impl IntoIterator<Item = &'a (&'static str, Option<String>)>,
+    shown: &str,
+    req: &Request,
+    cfg: &Config,
+) -> Result<(), String> {
+    let mut mine: Option<Vec<u32>> = None;
+    for (long, value) in options {
+        if !long.eq_ignore_ascii_case("dependency") {
+            continue;
+        }
+        let Some(dep) = value.as_deref().filter(|d| !d.is_empty()) else { continue };
+        // `singleton` waits on every job of the user with the same name, in scope or not:
+        // a job outside the project would hold ours, and its existence would show.
+        if dep.split([',', '?']).any(|item| item.eq_ignore_ascii_case("singleton")) {
+            return Err(format!(
+                "{shown}: singleton is not mediated (it names jobs outside this project); wait on your own job ids, e.g. afterany:ID"
+            ));
+        }
+        let ids = crate::grammar::dependency_job_ids(dep).map_err(|e| format!("{shown}: {e}"))?;
+        if ids.is_empty() {
+            continue;
+        }
+        let mine = match &mut mine {
+            Some(m) => m,
+            None => mine.insert(jobs_in_scope(req, cfg)?),
+        };
+        // A step may also wait on its own allocation (this chaperon runs inside that job).
+        let own = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse::<u32>().ok());
+        if let Some(foreign) = ids.iter().find(|id| !mine.contains(id) && own != Some(**id)) {
+            return Err(format!("{shown}: job {foreign} is not one of this project's jobs"));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn paths_outside_the_project_are_refused_even_through_a_symlink() {
+        let dir = std::env::temp_dir().join(format!("chaperon-open-{}", std::process::id()));
+        let project = dir.join("p");
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::write(dir.join("secret"), "s").unwrap();
+        std::fs::write(project.join("job.sh"), "#!/bin/sh\n").unwrap();
+        std::os::unix::fs::symlink(dir.join("secret"), project.join("link")).unwrap();
+        let project = std::fs::canonicalize(&project).unwrap();
+        assert!(super::open_in_project(&project, &project.join("job.sh")).is_ok());
+        assert!(super::open_in_project(&project, &project.join("link")).is_err(), "O_NOFOLLOW");
+        assert!(super::open_in_project(&project, &dir.join("secret")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
