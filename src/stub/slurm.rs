@@ -10,11 +10,9 @@ use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
-/// Every Slurm command name the jail sees as a stub (the last six are refused outright).
-pub const SLURM_STUBS: &[&str] = &[
-    "sbatch", "srun", "squeue", "scancel", "scontrol", "sacct", "sacctmgr", "sinfo", "sstat", "sprio", "sshare",
-    "sdiag", "sreport", "salloc", "sattach", "sbcast", "scrontab", "scrun", "strigger",
-];
+/// Every Slurm command name the jail sees as a stub: the chaperon's command table, handled
+/// and refused alike.
+pub const SLURM_STUBS: &[&str] = &chaperon::commands::NAMES;
 
 /// Where the chaperon's socket is inside the jail.
 pub const SOCKET: &str = "/run/agent-sandbox/chaperon.sock";
@@ -47,7 +45,7 @@ fn forward_signals(conn: &UnixStream) {
 }
 
 pub fn run(name: &str) -> i32 {
-    if let Some((_, why)) = chaperon::commands::REFUSED.iter().find(|(n, _)| *n == name) {
+    if let Some(why) = chaperon::commands::refusal(name) {
         eprintln!("{name}: error: {why} (refused by agent-sandbox)");
         return 1;
     }

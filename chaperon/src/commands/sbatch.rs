@@ -422,7 +422,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
     cmd.stdin(std::process::Stdio::piped()).stderr(stdio.stderr).stdout(std::process::Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| format!("cannot run sbatch: {e}"))?;
     // `sbatch --wait` lasts as long as the job: it ends with the caller, like every call.
-    let _watch = call.watch(&child, None);
+    let _watch = call.watch(&child, call.bound);
     if let Some(mut script_in) = child.stdin.take() {
         let _ = script_in.write_all(wrapper.as_bytes());
     }
