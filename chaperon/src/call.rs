@@ -3,6 +3,7 @@
 //! command for it: with the caller's stdio, the signals the stub passes on, killed when the
 //! caller goes away and, for a query, when it runs too long. Decides nothing: `commands` does.
 
+use crate::refusal::Refusal;
 use crate::session::{Audit, Config};
 use crate::wire::{self, Control, Request};
 use std::os::fd::OwnedFd;
@@ -35,11 +36,11 @@ impl Call<'_> {
     /// Runs a real Slurm command with the caller's stdio; signals the stub sends meanwhile go to
     /// it, and if the stub goes away (its jail ended, it was killed) the command is terminated,
     /// as it is when it outlives the call's bound.
-    pub fn run(&self, mut cmd: Command, stdio: Stdio) -> Result<i32, String> {
+    pub fn run(&self, mut cmd: Command, stdio: Stdio) -> Result<i32, Refusal> {
         cmd.stdin(stdio.stdin).stdout(stdio.stdout).stderr(stdio.stderr);
-        let mut child = cmd.spawn().map_err(|e| format!("cannot run Slurm: {e}"))?;
+        let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run Slurm: {e}")))?;
         let watch = self.watch(&child, self.bound);
-        let status = child.wait().map_err(|e| format!("waiting for Slurm: {e}"))?;
+        let status = child.wait().map_err(|e| Refusal::Failed(format!("waiting for Slurm: {e}")))?;
         drop(watch);
         use std::os::unix::process::ExitStatusExt;
         Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
@@ -47,7 +48,7 @@ impl Call<'_> {
 
     /// Runs the real command with the caller's arguments as written, then the chaperon's `extra`
     /// (the views that only need a check, and an option appended that overrides the caller's).
-    pub fn run_as_written(&self, stdio: Stdio, extra: Vec<String>) -> Result<i32, String> {
+    pub fn run_as_written(&self, stdio: Stdio, extra: Vec<String>) -> Result<i32, Refusal> {
         let mut cmd = self.cfg.command(&self.req.command);
         cmd.args(&self.req.argv).args(extra);
         self.run(cmd, stdio)

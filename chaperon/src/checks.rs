@@ -3,6 +3,7 @@
 //! symlink the jail swapped in), a job is in the caller's scope, a user is the caller, a
 //! cluster is the local one, a dependency waits only on jobs in scope.
 
+use crate::refusal::Refusal;
 use crate::scope::Scope;
 use crate::session::Config;
 use crate::wire::Request;
@@ -11,20 +12,19 @@ use std::path::{Path, PathBuf};
 
 /// A path from the jail, resolved against `cwd`, must be inside the project (no `..`
 /// escapes; symlinks resolved on the host). Returns the canonical path.
-pub fn under_project(project: &Path, cwd: &Path, p: &str) -> Result<PathBuf, String> {
+pub fn under_project(project: &Path, cwd: &Path, p: &str) -> Result<PathBuf, Refusal> {
     let joined = if Path::new(p).is_absolute() { PathBuf::from(p) } else { cwd.join(p) };
-    let canon = std::fs::canonicalize(&joined).map_err(|e| format!("{p}: {e}"))?;
+    let canon = std::fs::canonicalize(&joined).map_err(|source| Refusal::File { named: p.to_string(), source })?;
     if canon.starts_with(project) {
         Ok(canon)
     } else {
-        Err(format!("{p} is outside the project {}", project.display()))
+        Err(Refusal::OutsideProject { path: p.to_string(), project: project.to_path_buf() })
     }
 }
 
 /// The caller's working directory, which must be inside the project.
-pub fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, String> {
-    under_project(&cfg.project, Path::new("/"), &req.cwd)
-        .map_err(|_| format!("the working directory {} is not inside the project", req.cwd))
+pub fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, Refusal> {
+    under_project(&cfg.project, Path::new("/"), &req.cwd).map_err(|_| Refusal::CwdOutside(req.cwd.clone()))
 }
 
 /// Opens a file the jail named, already resolved under the project, and checks that what was
@@ -40,37 +40,37 @@ pub fn open_in_project(project: &Path, path: &Path) -> std::io::Result<std::fs::
 }
 
 /// Reads a file the jail named, at most `job::MAX_SCRIPT` bytes; `what` names it in errors.
-pub fn read_capped(f: std::fs::File, what: &str) -> Result<Vec<u8>, String> {
+pub fn read_capped(f: std::fs::File, what: &'static str) -> Result<Vec<u8>, Refusal> {
     use crate::job::MAX_SCRIPT;
     crate::bounded::read_file(f, MAX_SCRIPT).map_err(|e| match e {
-        crate::bounded::BoundError::TooLarge(_) => format!("{what} is larger than {} MiB", MAX_SCRIPT >> 20),
-        other => format!("cannot read {what}: {other}"),
+        crate::bounded::BoundError::TooLarge(_) => Refusal::TooLarge { what, max: MAX_SCRIPT },
+        source => Refusal::Unreadable { what, source },
     })
 }
 
 /// The scope a request asks for.
-pub fn scope_of(req: &Request) -> Result<Scope, String> {
-    Scope::from_env(req.env.get("SLURM_SCOPE").map(String::as_str))
+pub fn scope_of(req: &Request) -> Result<Scope, Refusal> {
+    Ok(Scope::from_env(req.env.get("SLURM_SCOPE").map(String::as_str))?)
 }
 
 /// The job ids in the request's scope (an unknown `SLURM_SCOPE` is refused).
-pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, String> {
+pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
     Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project))
 }
 
 /// Every job of `jobs` must be one of `ids` (the scope's).
-pub fn in_scope(ids: &[u32], jobs: impl IntoIterator<Item = u32>) -> Result<(), String> {
+pub fn in_scope(ids: &[u32], jobs: impl IntoIterator<Item = u32>) -> Result<(), Refusal> {
     match jobs.into_iter().find(|j| !ids.contains(j)) {
-        Some(j) => Err(format!("job {j} is not one of this project's jobs")),
+        Some(job) => Err(Refusal::NotInScope { job, by: None }),
         None => Ok(()),
     }
 }
 
 /// Every user a call names must be the caller (by name or uid).
-pub fn only_caller(users: &[String], cfg: &Config) -> Result<(), String> {
+pub fn only_caller(users: &[String], cfg: &Config) -> Result<(), Refusal> {
     let uid = cfg.uid.to_string();
     match users.iter().find(|u| **u != cfg.user && **u != uid) {
-        Some(u) => Err(format!("only your own jobs are visible here, not user {u}'s")),
+        Some(u) => Err(Refusal::OtherUser(u.clone())),
         None => Ok(()),
     }
 }
@@ -79,17 +79,16 @@ pub fn only_caller(users: &[String], cfg: &Config) -> Result<(), String> {
 /// real command is asked about the local cluster alone (`all` included), so the answer stays
 /// within the scope the chaperon filters. Returns the option to give the real command (a
 /// later `--clusters` overrides an earlier one, as Slurm reads them), if one was asked for.
-pub fn local_cluster_only(options: &[(&'static str, Option<String>)], cfg: &Config) -> Result<Option<String>, String> {
+pub fn local_cluster_only(options: &[(&'static str, Option<String>)], cfg: &Config) -> Result<Option<String>, Refusal> {
     let mut asked = false;
     for (_, value) in options.iter().filter(|(l, _)| *l == "clusters") {
         asked = true;
         for name in crate::grammar::cluster_names(value.as_deref().unwrap_or_default()) {
             if name != "all" && Some(name.as_str()) != cfg.cluster_name() {
-                return Err(format!(
-                    "--clusters: `{}` is not this cluster ({}); a sandboxed session sees its own cluster only",
-                    crate::grammar::clip(&name),
-                    cfg.cluster_name().unwrap_or("its name is unknown")
-                ));
+                return Err(Refusal::OtherCluster {
+                    name: crate::grammar::clip(&name),
+                    local: cfg.cluster_name().map(str::to_owned),
+                });
             }
         }
     }
@@ -106,7 +105,7 @@ pub fn dependencies_in_scope<'a>(
     shown: &str,
     req: &Request,
     cfg: &Config,
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let mut mine: Option<Vec<u32>> = None;
     for (long, value) in options {
         if !long.eq_ignore_ascii_case("dependency") {
@@ -116,11 +115,10 @@ pub fn dependencies_in_scope<'a>(
         // `singleton` waits on every job of the user with the same name, in scope or not:
         // a job outside the project would hold ours, and its existence would show.
         if dep.split([',', '?']).any(|item| item.eq_ignore_ascii_case("singleton")) {
-            return Err(format!(
-                "{shown}: singleton is not mediated (it names jobs outside this project); wait on your own job ids, e.g. afterany:ID"
-            ));
+            return Err(Refusal::Singleton { by: shown.to_string() });
         }
-        let ids = crate::grammar::dependency_job_ids(dep).map_err(|e| format!("{shown}: {e}"))?;
+        let ids = crate::grammar::dependency_job_ids(dep)
+            .map_err(|why| Refusal::BadDependency { by: shown.to_string(), why })?;
         if ids.is_empty() {
             continue;
         }
@@ -131,7 +129,7 @@ pub fn dependencies_in_scope<'a>(
         // A step may also wait on its own allocation (this chaperon runs inside that job).
         let own = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse::<u32>().ok());
         if let Some(foreign) = ids.iter().find(|id| !mine.contains(id) && own != Some(**id)) {
-            return Err(format!("{shown}: job {foreign} is not one of this project's jobs"));
+            return Err(Refusal::NotInScope { job: *foreign, by: Some(shown.to_string()) });
         }
     }
     Ok(())

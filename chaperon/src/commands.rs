@@ -18,6 +18,7 @@ pub mod sshare;
 pub mod sstat;
 
 use crate::call::{Call, Stdio};
+use crate::refusal::Refusal;
 use crate::session::{Audit, Config};
 use crate::wire::{Request, Response};
 use std::os::unix::net::UnixStream;
@@ -42,7 +43,7 @@ pub enum Handling {
 }
 
 /// A command's handler: carries out one call, with the caller's stdio.
-pub type Handler = fn(&mut Call<'_>, Stdio) -> Result<i32, String>;
+pub type Handler = fn(&mut Call<'_>, Stdio) -> Result<i32, Refusal>;
 
 /// How long a command's real call may run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,8 +174,8 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) ->
     let result = match (handle, refusal(&req.command)) {
         (Some(handle), _) => handle(&mut call, stdio),
         // The stub refuses these itself; a request for one (from elsewhere) is refused here too.
-        (None, Some(why)) => Err(why.to_string()),
-        (None, None) => Err(format!("`{}` is not mediated by this version of agent-sandbox", req.command)),
+        (None, Some(reason)) => Err(Refusal::CommandRefused { command: req.command.clone(), reason }),
+        (None, None) => Err(Refusal::UnknownCommand(req.command.clone())),
     };
     let mut audit = call.audit;
     let response = match result {
@@ -182,7 +183,8 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) ->
             audit.decision = "allowed".into();
             Response::Exited { code }
         }
-        Err(reason) => {
+        Err(refusal) => {
+            let reason = refusal.to_string();
             audit.decision = "denied".into();
             audit.reason = Some(reason.clone());
             Response::Denied { reason }

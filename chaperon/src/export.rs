@@ -4,6 +4,7 @@
 //! directory and applied by `exec --job` after the jail is entered; never given to Slurm.
 
 use crate::checks::{open_in_project, read_capped, under_project};
+use crate::refusal::Refusal;
 use crate::session::Config;
 use crate::wire::Request;
 use std::collections::BTreeMap;
@@ -25,12 +26,13 @@ pub fn export_env(
     req: &Request,
     cwd: &Path,
     cfg: &Config,
-) -> Result<Option<BTreeMap<String, String>>, String> {
+) -> Result<Option<BTreeMap<String, String>>, Refusal> {
     let spec = export_request(export, req).unwrap_or_else(|| "ALL".into());
     let mut out = BTreeMap::new();
     if let Some(file) = export_file {
         let path = under_project(&cfg.project, cwd, file)?;
-        let file = open_in_project(&cfg.project, &path).map_err(|e| format!("--export-file: {e}"))?;
+        let file = open_in_project(&cfg.project, &path)
+            .map_err(|source| Refusal::File { named: "--export-file".into(), source })?;
         let text = read_capped(file, "the --export-file")?;
         for item in text.split(|b| *b == 0 || *b == b'\n') {
             let item = String::from_utf8_lossy(item);

@@ -13,6 +13,7 @@ pub mod export;
 pub mod grammar;
 pub mod job;
 pub mod jobid;
+pub mod refusal;
 pub mod scope;
 pub mod server;
 pub mod session;

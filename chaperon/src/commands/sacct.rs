@@ -7,6 +7,7 @@ use crate::call::{Call, Stdio};
 use crate::checks::{in_scope, jobs_in_scope, local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
+use crate::refusal::Refusal;
 use crate::table::{
     allow, bad_value, deny, forward, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output,
     CLUSTERS, CLUSTER_SPELLING,
@@ -125,9 +126,9 @@ pub fn parse_sacct(args: &[String]) -> Result<SacctRequest, GrammarError> {
 
 /// sacct of the scope's jobs only: the jobs asked for must be in scope, and sacct is given the
 /// scope's job list (or a filter matching nothing), never another user.
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
-    let parsed = parse_sacct(&req.argv).map_err(|e| e.to_string())?;
+    let parsed = parse_sacct(&req.argv)?;
     only_caller(&parsed.users, cfg)?;
     let mut ids = jobs_in_scope(req, cfg)?;
     if let Some(asked) = parsed.jobs.as_ref().filter(|a| !a.is_empty()) {

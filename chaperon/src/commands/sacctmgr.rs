@@ -7,6 +7,7 @@
 use crate::call::{Call, Stdio};
 use crate::checks::only_caller;
 use crate::grammar::{validate, ValueKind};
+use crate::refusal::Refusal;
 use crate::table::{
     allow, any_of, bad_value, last, parse, user_list, Arity, Class, GrammarError, OptSpec, Options, ADMIN, CLUSTERS,
 };
@@ -256,9 +257,9 @@ pub fn parse_sacctmgr(args: &[String]) -> Result<SacctmgrRequest, GrammarError> 
 
 /// sacctmgr show/list: a user or association listing of the caller's own user only (named
 /// by the chaperon when the caller names none).
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let cfg = call.cfg;
-    let parsed = parse_sacctmgr(&call.req.argv).map_err(|e| e.to_string())?;
+    let parsed = parse_sacctmgr(&call.req.argv)?;
     let mut extra = vec![];
     if let Some(SacctmgrCommand::Show { entity, users, .. }) = &parsed.command {
         only_caller(users, cfg)?;

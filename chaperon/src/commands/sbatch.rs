@@ -9,6 +9,7 @@ use crate::checks::{cwd_of, dependencies_in_scope, open_in_project, read_capped,
 use crate::export::{export_env, export_request};
 use crate::grammar::{clip, ValueKind};
 use crate::job::{self, write_job_dir, JobSpec, MAX_SCRIPT};
+use crate::refusal::Refusal;
 use crate::scope::Entry;
 use crate::table::{
     allow, deny, forward, opt, parse, Arity, Class, GrammarError, OptSpec, CLUSTERS, MAIL, MAX_ARGS, MAX_ARG_BYTES,
@@ -342,10 +343,9 @@ pub fn parse_sbatch(args: &[String], script: Option<&str>) -> Result<SbatchReque
 /// parsed with its directives, checked against the project and the scope, recorded in a job
 /// directory with what the job needs inside the jail, and submitted as the chaperon's wrapper,
 /// which re-enters the jail on the node. The job id is recorded in scope at submission.
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
-    let err = |e: GrammarError| e.to_string();
-    let first = parse_sbatch(&req.argv, None).map_err(err)?;
+    let first = parse_sbatch(&req.argv, None)?;
     let cwd = cwd_of(req, cfg)?;
     let wrap = first.last("wrap").flatten().map(str::to_owned);
     // sbatch opens its script argument with open(2): `/dev/stdin` (Snakemake's
@@ -361,7 +361,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
         (None, Some(p)) if req.script.is_some() => {
             let text = req.script.clone().unwrap_or_default();
             if text.len() > MAX_SCRIPT {
-                return Err(format!("the batch script is larger than {} MiB", MAX_SCRIPT >> 20));
+                return Err(Refusal::TooLarge { what: "the batch script", max: MAX_SCRIPT });
             }
             let name = Path::new(p).file_name().map(|n| n.to_string_lossy().into_owned());
             (text, name.unwrap_or_else(|| "sbatch".into()))
@@ -369,14 +369,15 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
         (None, Some(p)) => {
             let path = under_project(&cfg.project, &cwd, p)?;
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sbatch".into());
-            let file = open_in_project(&cfg.project, &path).map_err(|e| format!("{p}: {e}"))?;
+            let file =
+                open_in_project(&cfg.project, &path).map_err(|source| Refusal::File { named: p.clone(), source })?;
             (script_text(read_capped(file, "the batch script")?)?, name)
         }
         (None, None) => (read_stdin_script(&stdio)?, "sbatch".into()),
     };
     call.audit.script_bytes = Some(script.len());
     call.audit.script_hash = Some(fingerprint(script.as_bytes()));
-    let parsed = if wrap.is_some() { first } else { parse_sbatch(&req.argv, Some(&script)).map_err(err)? };
+    let parsed = if wrap.is_some() { first } else { parse_sbatch(&req.argv, Some(&script))? };
 
     // Where the job runs: --chdir (rebuilt: checked against the project) or the caller's cwd.
     let job_cwd = match parsed.last("chdir").flatten() {
@@ -405,7 +406,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
         script_args: parsed.script_args.clone(),
         ..JobSpec::for_session(cfg, &job_cwd, export)
     };
-    let (dir, wrapper) = write_job_dir(cfg, &spec, &script)?;
+    let (dir, wrapper) = write_job_dir(cfg, &spec, &script).map_err(Refusal::Failed)?;
 
     // The real sbatch sees only what the table allows, the rebuilt pieces and our wrapper.
     let mut cmd = cfg.command("sbatch");
@@ -420,7 +421,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
     // The wrapper reaches sbatch on a pipe the chaperon writes, not by a path: nothing that
     // could be swapped between our write and sbatch's read.
     cmd.stdin(std::process::Stdio::piped()).stderr(stdio.stderr).stdout(std::process::Stdio::piped());
-    let mut child = cmd.spawn().map_err(|e| format!("cannot run sbatch: {e}"))?;
+    let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run sbatch: {e}")))?;
     // `sbatch --wait` lasts as long as the job: it ends with the caller, like every call.
     let _watch = call.watch(&child, call.bound);
     if let Some(mut script_in) = child.stdin.take() {
@@ -429,7 +430,9 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
     let mut stdout = std::fs::File::from(stdio.stdout);
     // The job id comes first, at submission: record it in scope and show it then, also with
     // --wait (which exits only when the job ends, with the job's status).
-    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(child.stdout.take().ok_or("sbatch: no stdout")?));
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        child.stdout.take().ok_or(Refusal::Failed("sbatch: no stdout".into()))?,
+    ));
     let first_line = lines.next().and_then(Result::ok).unwrap_or_default();
     let first_line = first_line.trim();
     let id: Option<u32> = first_line.split(';').next().and_then(|s| s.parse().ok());
@@ -455,21 +458,21 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
     for line in lines.map_while(Result::ok) {
         let _ = writeln!(stdout, "{line}");
     }
-    let status = child.wait().map_err(|e| format!("waiting for sbatch: {e}"))?;
+    let status = child.wait().map_err(|e| Refusal::Failed(format!("waiting for sbatch: {e}")))?;
     Ok(status.code().unwrap_or(1))
 }
 
 /// The batch script on the caller's stdin: bounded in size and in time (a terminal that never
 /// sends end-of-file must not hold the chaperon).
-fn read_stdin_script(stdio: &Stdio) -> Result<String, String> {
+fn read_stdin_script(stdio: &Stdio) -> Result<String, Refusal> {
     use std::os::fd::AsFd;
     let bytes = crate::bounded::read_to_end(stdio.stdin.as_fd(), MAX_SCRIPT, crate::bounded::stdin_timeout())
-        .map_err(|e| format!("the batch script on stdin: {e}"))?;
+        .map_err(Refusal::Stdin)?;
     script_text(bytes)
 }
 
-fn script_text(bytes: Vec<u8>) -> Result<String, String> {
-    String::from_utf8(bytes).map_err(|_| "the batch script is not valid UTF-8".to_string())
+fn script_text(bytes: Vec<u8>) -> Result<String, Refusal> {
+    String::from_utf8(bytes).map_err(|_| Refusal::NotUtf8 { what: "the batch script" })
 }
 
 /// SHA-256 of the script, hex: the audit log says which script ran without holding its text.

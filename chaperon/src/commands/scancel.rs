@@ -7,6 +7,7 @@ use crate::call::{Call, Stdio};
 use crate::checks::{jobs_in_scope, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_ref, JobRef, RANGES_AND_STEPS};
+use crate::refusal::Refusal;
 use crate::table::{
     allow, any_of, bad_value, deny, forward, last, parse, user_list, Arity, GrammarError, OptSpec, Options,
     BURST_BUFFER, CLUSTERS,
@@ -97,13 +98,13 @@ pub fn parse_scancel(args: &[String]) -> Result<ScancelRequest, GrammarError> {
 }
 
 /// scancel of jobs in scope only; filters (`--name`, `--state`...) apply within the scope.
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
-    let parsed = parse_scancel(&req.argv).map_err(|e| e.to_string())?;
+    let parsed = parse_scancel(&req.argv)?;
     only_caller(&parsed.users, cfg)?;
     let ids = jobs_in_scope(req, cfg)?;
     if let Some(foreign) = parsed.jobs.iter().find(|r| !ids.contains(&r.job)) {
-        return Err(format!("job {} is not one of this project's jobs", foreign.job));
+        return Err(Refusal::NotInScope { job: foreign.job, by: None });
     }
     let targets: Vec<String> = if parsed.jobs.is_empty() {
         ids.iter().map(u32::to_string).collect()

@@ -11,6 +11,7 @@ use crate::call::{Call, Stdio};
 use crate::checks::{dependencies_in_scope, in_scope, jobs_in_scope};
 use crate::grammar::{validate, ValueKind};
 use crate::jobid::{parse_job_list, parse_job_ref, JobRef, PLAIN, RANGES, STEPS};
+use crate::refusal::Refusal;
 use crate::table::{
     allow, any_of, bad_value, deny, forward, last, opt, parse, Arity, Class, GrammarError, OptSpec, Options, ADMIN,
     BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE,
@@ -550,18 +551,17 @@ pub fn parse_scontrol(args: &[String]) -> Result<ScontrolRequest, GrammarError> 
 
 /// scontrol: `show job/step` and the job commands for jobs in scope only (a bare `show job`
 /// is one real call per job in scope); node, partition and config views as they are.
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
-    let parsed = parse_scontrol(&req.argv).map_err(|e| e.to_string())?;
+    let parsed = parse_scontrol(&req.argv)?;
     let ids = jobs_in_scope(req, cfg)?;
-    let name_target = || "naming jobs by jobname= is not mediated; give job ids".to_string();
     match &parsed.command {
         Some(ScontrolCommand::Show(Show::Job(None))) | Some(ScontrolCommand::Show(Show::Step(None))) => {
             // Every job in scope, one real call each (a bare `show job` would list everyone's).
             let step = matches!(parsed.command, Some(ScontrolCommand::Show(Show::Step(None))));
             let write = |text: &[u8]| {
                 crate::bounded::write_all(stdio.stdout.as_fd(), text, QUERY_TIMEOUT)
-                    .map_err(|e| format!("writing scontrol's answer: {e}"))
+                    .map_err(|e| Refusal::Failed(format!("writing scontrol's answer: {e}")))
             };
             if ids.is_empty() {
                 write(if step { b"No job steps in the system\n" } else { b"No jobs in the system\n" })?;
@@ -572,7 +572,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
                 forward(&mut cmd, &parsed.options, &[]);
                 cmd.args(["show", if step { "step" } else { "job" }, &id.to_string()]);
                 cmd.stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-                let (out, _) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT)?;
+                let (out, _) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
                 write(&out)?;
             }
             return Ok(0);
@@ -584,7 +584,9 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
             for t in targets {
                 match t {
                     JobTarget::Id(r) => in_scope(&ids, [r.job])?,
-                    JobTarget::Name(_) => return Err(name_target()),
+                    JobTarget::Name(_) => {
+                        return Err(Refusal::Unmediated("naming jobs by jobname= is not mediated; give job ids"))
+                    }
                 }
             }
         }

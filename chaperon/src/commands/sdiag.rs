@@ -5,6 +5,7 @@
 use crate::call::{Call, Stdio};
 use crate::checks::local_cluster_only;
 use crate::grammar::ValueKind;
+use crate::refusal::Refusal;
 use crate::table::{allow, deny, last, parse, Arity, GrammarError, OptSpec, Options, ADMIN, CLUSTER_SPELLING};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -48,8 +49,8 @@ pub fn parse_sdiag(args: &[String]) -> Result<SdiagRequest, GrammarError> {
 }
 
 /// sdiag as the caller wrote it, for the local cluster.
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
-    let parsed = parse_sdiag(&call.req.argv).map_err(|e| e.to_string())?;
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let parsed = parse_sdiag(&call.req.argv)?;
     let cluster = local_cluster_only(&parsed.options, call.cfg)?;
     call.run_as_written(stdio, cluster.into_iter().collect())
 }

@@ -5,6 +5,7 @@
 use crate::call::{Call, Stdio};
 use crate::checks::local_cluster_only;
 use crate::grammar::ValueKind;
+use crate::refusal::Refusal;
 use crate::table::{
     allow, deny, last, output, parse, Arity, GrammarError, OptSpec, Options, Output, CLUSTER_SPELLING, ITERATE,
 };
@@ -72,8 +73,8 @@ pub fn parse_sinfo(args: &[String]) -> Result<SinfoRequest, GrammarError> {
 }
 
 /// sinfo as the caller wrote it, for the local cluster.
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
-    let parsed = parse_sinfo(&call.req.argv).map_err(|e| e.to_string())?;
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let parsed = parse_sinfo(&call.req.argv)?;
     // `-M` given: the local cluster, appended last so it overrides the caller's `all`.
     let cluster = local_cluster_only(&parsed.options, call.cfg)?;
     call.run_as_written(stdio, cluster.into_iter().collect())

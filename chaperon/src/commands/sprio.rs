@@ -6,6 +6,7 @@ use crate::call::{Call, Stdio};
 use crate::checks::{in_scope, jobs_in_scope, local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, PLAIN};
+use crate::refusal::Refusal;
 use crate::table::{
     allow, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, CLUSTER_SPELLING,
 };
@@ -90,9 +91,9 @@ pub fn parse_sprio(args: &[String]) -> Result<SprioRequest, GrammarError> {
 
 /// sprio of the scope's jobs: those asked for must be in scope; without a job list, the
 /// scope's (nothing to show when it is empty).
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
-    let parsed = parse_sprio(&req.argv).map_err(|e| e.to_string())?;
+    let parsed = parse_sprio(&req.argv)?;
     let mut extra: Vec<String> = vec![];
     let cluster = local_cluster_only(&parsed.options, cfg)?;
     only_caller(&parsed.users, cfg)?;

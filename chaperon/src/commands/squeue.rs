@@ -9,6 +9,7 @@ use crate::call::{Call, Stdio};
 use crate::checks::{jobs_in_scope, local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, Syntax, PLAIN, STEPS};
+use crate::refusal::Refusal;
 use crate::table::{
     allow, bad_value, deny, forward, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output,
     CLUSTER_SPELLING, ITERATE,
@@ -126,9 +127,9 @@ pub fn parse_squeue(args: &[String]) -> Result<SqueueRequest, GrammarError> {
 }
 
 /// squeue limited to the scope's jobs; `--json`/`--yaml` output is filtered here.
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
-    let parsed = parse_squeue(&req.argv).map_err(|e| e.to_string())?;
+    let parsed = parse_squeue(&req.argv)?;
     only_caller(&parsed.users, cfg)?;
     let mut ids = jobs_in_scope(req, cfg)?;
     if let Some(asked) = parsed.jobs.as_ref().filter(|a| !a.is_empty()) {
@@ -145,8 +146,9 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
             cmd.arg("--json");
         }
         cmd.stdin(std::process::Stdio::null()).stderr(stdio.stderr);
-        let (out, status) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT)?;
-        let mut v: serde_json::Value = serde_json::from_slice(&out).map_err(|e| format!("squeue --json: {e}"))?;
+        let (out, status) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
+        let mut v: serde_json::Value =
+            serde_json::from_slice(&out).map_err(|e| Refusal::Failed(format!("squeue --json: {e}")))?;
         if let Some(jobs) = v.get_mut("jobs").and_then(|j| j.as_array_mut()) {
             jobs.retain(|j| j.get("job_id").and_then(|i| i.as_u64()).is_some_and(|i| ids.contains(&(i as u32))));
         }
@@ -156,7 +158,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
         };
         use std::os::fd::AsFd;
         crate::bounded::write_all(stdio.stdout.as_fd(), text.as_bytes(), QUERY_TIMEOUT)
-            .map_err(|e| format!("writing squeue's answer: {e}"))?;
+            .map_err(|e| Refusal::Failed(format!("writing squeue's answer: {e}")))?;
         return Ok(status.code().unwrap_or(1));
     }
     forward(&mut cmd, &parsed.options, &["jobs", "steps", "user", "users", "clusters"]);

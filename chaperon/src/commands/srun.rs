@@ -9,6 +9,7 @@ use crate::checks::{cwd_of, dependencies_in_scope, jobs_in_scope, under_project}
 use crate::export::export_env;
 use crate::grammar::ValueKind;
 use crate::job::{self, write_job_dir, JobSpec};
+use crate::refusal::Refusal;
 use crate::table::{
     allow, any_of, bad_value, deny, forward, last, opt, parse, Arity, Class, GrammarError, OptSpec, Options,
     BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE,
@@ -232,9 +233,9 @@ pub fn parse_srun(args: &[String]) -> Result<SrunRequest, GrammarError> {
 /// rebuilds the jail on its node and runs the command there with the task's own stdio (so
 /// output streams and `--pty` works). Inside a batch job (this chaperon runs in one) the step
 /// joins that job's allocation; elsewhere srun makes its own allocation.
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
-    let parsed = parse_srun(&req.argv).map_err(|e| e.to_string())?;
+    let parsed = parse_srun(&req.argv)?;
     let mut cmd = cfg.command("srun");
     // The allocation a step joins: this chaperon's own job (from slurmstepd, not the jail).
     for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("SLURM_") && k != "SLURM_CONF") {
@@ -269,7 +270,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
         let mine = jobs_in_scope(req, cfg)?;
         let own_job = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse::<u32>().ok());
         if !mine.contains(&job) && own_job != Some(job) {
-            return Err(format!("--jobid: job {job} is not one of this project's jobs"));
+            return Err(Refusal::NotInScope { job, by: Some("--jobid".into()) });
         }
     }
     let cwd = cwd_of(req, cfg)?;
@@ -289,7 +290,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
         append: parsed.last("open-mode").flatten().is_some_and(|m| m.eq_ignore_ascii_case("append")),
         ..JobSpec::for_session(cfg, &job_cwd, export)
     };
-    let (dir, _) = write_job_dir(cfg, &spec, "")?;
+    let (dir, _) = write_job_dir(cfg, &spec, "").map_err(Refusal::Failed)?;
     call.audit.script_bytes = None;
     // The tasks start in the job directory (ours, not the jail's); `exec --job` puts them in
     // their working directory inside the jail. srun itself runs there too.

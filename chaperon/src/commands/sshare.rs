@@ -6,6 +6,7 @@
 use crate::call::{Call, Stdio};
 use crate::checks::{local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
+use crate::refusal::Refusal;
 use crate::table::{allow, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, CLUSTER_SPELLING};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -65,8 +66,8 @@ pub fn parse_sshare(args: &[String]) -> Result<SshareRequest, GrammarError> {
 }
 
 /// sshare of the caller's own associations, for the local cluster.
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
-    let parsed = parse_sshare(&call.req.argv).map_err(|e| e.to_string())?;
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let parsed = parse_sshare(&call.req.argv)?;
     let cluster = local_cluster_only(&parsed.options, call.cfg)?;
     only_caller(&parsed.users, call.cfg)?;
     call.run_as_written(stdio, cluster.into_iter().collect())

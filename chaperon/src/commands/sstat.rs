@@ -6,6 +6,7 @@ use crate::call::{Call, Stdio};
 use crate::checks::{in_scope, jobs_in_scope};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
+use crate::refusal::Refusal;
 use crate::table::{allow, any_of, bad_value, last, parse, Arity, GrammarError, OptSpec, Options};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -73,8 +74,8 @@ pub fn parse_sstat(args: &[String]) -> Result<SstatRequest, GrammarError> {
 }
 
 /// sstat of jobs and steps in scope only.
-pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, String> {
-    let parsed = parse_sstat(&call.req.argv).map_err(|e| e.to_string())?;
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let parsed = parse_sstat(&call.req.argv)?;
     in_scope(&jobs_in_scope(call.req, call.cfg)?, parsed.jobs.iter().map(|r| r.job))?;
     call.run_as_written(stdio, vec![])
 }
