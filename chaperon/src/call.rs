@@ -46,11 +46,10 @@ impl Call<'_> {
         Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)))
     }
 
-    /// Runs the real command with the caller's arguments as written, then the chaperon's `extra`
-    /// (the views that only need a check, and an option appended that overrides the caller's).
-    pub fn run_as_written(&self, stdio: Stdio, extra: Vec<String>) -> Result<i32, Refusal> {
+    /// Runs the real command of the call's own name with `args`.
+    pub fn run_with(&self, args: Vec<String>, stdio: Stdio) -> Result<i32, Refusal> {
         let mut cmd = self.cfg.command(&self.req.command);
-        cmd.args(&self.req.argv).args(extra);
+        cmd.args(args);
         self.run(cmd, stdio)
     }
 

@@ -75,27 +75,38 @@ pub fn only_caller(users: &[String], cfg: &Config) -> Result<(), Refusal> {
     }
 }
 
-/// `--clusters/-M` in a read-only view: every name must be the local cluster or `all`, and the
-/// real command is asked about the local cluster alone (`all` included), so the answer stays
-/// within the scope the chaperon filters. Returns the option to give the real command (a
-/// later `--clusters` overrides an earlier one, as Slurm reads them), if one was asked for.
-pub fn local_cluster_only(options: &[(&'static str, Option<String>)], cfg: &Config) -> Result<Option<String>, Refusal> {
+/// `--clusters/-M` (the option `long`) in a read-only view: every name must be the local
+/// cluster (`local`) or `all`, and the real command is asked about the local cluster alone
+/// (`all` included), so the answer stays within the scope the chaperon filters. Returns the
+/// option to give the real command in place of the caller's, if one was asked for.
+pub fn local_cluster_only(
+    options: &[(&'static str, Option<String>)],
+    long: &str,
+    local: Option<&str>,
+) -> Result<Option<String>, Refusal> {
     let mut asked = false;
-    for (_, value) in options.iter().filter(|(l, _)| *l == "clusters") {
+    for (_, value) in options.iter().filter(|(l, _)| *l == long) {
         asked = true;
-        for name in crate::grammar::cluster_names(value.as_deref().unwrap_or_default()) {
-            if name != "all" && Some(name.as_str()) != cfg.cluster_name() {
-                return Err(Refusal::OtherCluster {
-                    name: crate::grammar::clip(&name),
-                    local: cfg.cluster_name().map(str::to_owned),
-                });
-            }
-        }
+        local_names_only(value.as_deref().unwrap_or_default(), &format!("--{long}"), local)?;
     }
-    Ok(match (asked, cfg.cluster_name()) {
-        (true, Some(name)) => Some(format!("--clusters={name}")),
+    Ok(match (asked, local) {
+        (true, Some(name)) => Some(format!("--{long}={name}")),
         _ => None,
     })
+}
+
+/// Every cluster a value names (`by` says where) must be the local one or `all`.
+pub fn local_names_only(value: &str, by: &str, local: Option<&str>) -> Result<(), Refusal> {
+    for name in crate::grammar::cluster_names(value) {
+        if name != "all" && Some(name.as_str()) != local {
+            return Err(Refusal::OtherCluster {
+                by: by.to_string(),
+                name: crate::grammar::clip(&name),
+                local: local.map(str::to_owned),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Every job a dependency value names (each occurrence, not only the last one Slurm uses)

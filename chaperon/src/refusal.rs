@@ -53,10 +53,10 @@ pub enum Refusal {
     OtherUser(String),
     /// A cluster the call names is not the local one.
     #[error(
-        "--clusters: `{name}` is not this cluster ({}); a sandboxed session sees its own cluster only",
+        "{by}: `{name}` is not this cluster ({}); a sandboxed session sees its own cluster only",
         local.as_deref().unwrap_or("its name is unknown")
     )]
-    OtherCluster { name: String, local: Option<String> },
+    OtherCluster { by: String, name: String, local: Option<String> },
     /// A `singleton` dependency (`by` names the option or key).
     #[error(
         "{by}: singleton is not mediated (it names jobs outside this project); wait on your own job ids, e.g. afterany:ID"
@@ -104,11 +104,11 @@ mod tests {
             ),
             (Refusal::OtherUser("bob".into()), "only your own jobs are visible here, not user bob's"),
             (
-                Refusal::OtherCluster { name: "elsewhere".into(), local: Some("tc".into()) },
+                Refusal::OtherCluster { by: "--clusters".into(), name: "elsewhere".into(), local: Some("tc".into()) },
                 "--clusters: `elsewhere` is not this cluster (tc); a sandboxed session sees its own cluster only",
             ),
             (
-                Refusal::OtherCluster { name: "x".into(), local: None },
+                Refusal::OtherCluster { by: "--clusters".into(), name: "x".into(), local: None },
                 "--clusters: `x` is not this cluster (its name is unknown); a sandboxed session sees its own cluster only",
             ),
             (

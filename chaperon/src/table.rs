@@ -1,8 +1,10 @@
-//! The option tables' machinery: an entry (`OptSpec`: spelling, short form, arity, class,
-//! value grammar), the getopt_long-compatible parser every command's table is read with, the
-//! const constructors the tables are written with, the denial reasons several commands give, and
-//! small readers over parsed options. Knows no single command (`commands/` keeps the tables);
-//! the value grammars are `grammar`'s. Pure; any input gives a value or an error, never a panic.
+//! The option tables' machinery: an entry (`OptSpec`: spelling, short form, arity, class, what
+//! reaches Slurm, value grammar), the getopt_long-compatible parser every command's table is read
+//! with, the const constructors the tables are written with, the denial reasons several commands
+//! give, small readers over parsed options, and `as_written`, the only way a caller's option
+//! reaches a real command: the table decides which do. Knows no single command (`commands/`
+//! keeps the tables); the value grammars are `grammar`'s. Pure; any input gives a value or an
+//! error, never a panic.
 
 use crate::grammar::{clip, validate, ValueKind};
 
@@ -23,11 +25,13 @@ pub enum Arity {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
+    /// On the command's allow-list (see `OptSpec::rebuilt` for what reaches Slurm).
     Allowed,
     /// Refused with this reason: one line an agent can act on.
     Denied(&'static str),
-    /// Parsed and handed to the chaperon, which computes what Slurm sees itself (the user's value is
-    /// an input to that, never passed through). The text says why.
+    /// Not on the allow-list as such, but taken: parsed and handed to the chaperon, which
+    /// computes what Slurm sees itself (the user's value is an input to that, never passed
+    /// through). The text says why.
     Rebuilt(&'static str),
 }
 
@@ -38,6 +42,46 @@ pub struct OptSpec {
     pub arity: Arity,
     pub class: Class,
     pub value: ValueKind,
+    /// An allowed option the chaperon rebuilds all the same: what Slurm sees for it is the
+    /// chaperon's (applied inside the jail, checked and replaced), never what the caller wrote.
+    /// The text says why. None: the caller's option reaches Slurm as written.
+    pub rebuilt: Option<&'static str>,
+    /// Spelled only as its short form (`-t` of sreport): `--long` is unknown, and `long` only
+    /// names it in messages and in parsed options.
+    pub short_only: bool,
+}
+
+impl OptSpec {
+    /// Why the chaperon gives Slurm its own value for this option, if it does: a `Rebuilt`
+    /// option always, an allowed one when the table says so. The one place that decides
+    /// which of the caller's options reach a real command as written (`as_written`).
+    pub fn rebuilt_why(&self) -> Option<&'static str> {
+        match self.class {
+            Class::Rebuilt(why) => Some(why),
+            Class::Allowed => self.rebuilt,
+            Class::Denied(_) => None,
+        }
+    }
+
+    /// True if the caller's option is given to the real command as written.
+    pub fn passes_as_written(&self) -> bool {
+        self.class == Class::Allowed && self.rebuilt.is_none()
+    }
+
+    /// This allowed option, rebuilt by the chaperon for the reason given.
+    pub(crate) const fn rebuilt(self, why: &'static str) -> OptSpec {
+        OptSpec { rebuilt: Some(why), ..self }
+    }
+
+    /// How the caller's option is written for a real command: `--long[=value]`, or `-c[value]`
+    /// for one spelled only short.
+    pub(crate) fn spelled(&self, value: Option<&str>) -> String {
+        match (self.short_only, self.short, value) {
+            (true, Some(c), v) => format!("-{c}{}", v.unwrap_or_default()),
+            (_, _, Some(v)) => format!("--{}={v}", self.long),
+            (_, _, None) => format!("--{}", self.long),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +134,7 @@ fn find_long(table: &'static [OptSpec], name: &str) -> Option<&'static OptSpec> 
     // `--account`); an allow-list must not depend on that, because the set of names a prefix
     // resolves to changes whenever Slurm (or our table) gains an option, and a prefix the real
     // sbatch resolves differently from us is a way to smuggle an option past the list.
-    table.iter().find(|s| s.long == name)
+    table.iter().find(|s| s.long == name && !s.short_only)
 }
 
 fn find_short(table: &'static [OptSpec], c: char) -> Option<&'static OptSpec> {
@@ -209,7 +253,7 @@ pub(crate) const fn opt(
     class: Class,
     value: ValueKind,
 ) -> OptSpec {
-    OptSpec { long, short, arity, class, value }
+    OptSpec { long, short, arity, class, value, rebuilt: None, short_only: false }
 }
 pub(crate) const fn allow(long: &'static str, short: Option<char>, arity: Arity, value: ValueKind) -> OptSpec {
     opt(long, short, arity, Class::Allowed, value)
@@ -227,6 +271,14 @@ pub(crate) const BURST_BUFFER: &str = "burst-buffer staging runs outside the jai
 pub(crate) const MAIL: &str = "jobs from a sandboxed session send no e-mail; poll with squeue or sacct instead";
 pub(crate) const ITERATE: &str = "it never exits; run the command again (e.g. in a loop with sleep) instead";
 pub(crate) const ADMIN: &str = "only a Slurm administrator may do this; ask your admin";
+/// Why sbatch's and srun's options for the job's files and environment are rebuilt
+/// (`OptSpec::rebuilt`): Slurm would apply them outside the jail.
+pub(crate) const OPENED_IN_JAIL: &str = "opened inside the jail on the node; Slurm writes only the job wrapper's log";
+pub(crate) const APPLIED_IN_JAIL: &str = "recorded in the job directory and applied inside the jail on the node";
+/// Why `--clusters` of the read-only views is rebuilt.
+pub(crate) const LOCAL_CLUSTER: &str =
+    "checked: the local cluster or all; Slurm is asked about the local cluster alone";
+pub(crate) const EXPORT: &str = "applied inside the jail on the node; the wrapper itself gets --export=NONE";
 
 /// The options of a parsed call, in command-line order: a later entry overrides an earlier one.
 pub type Options = Vec<(&'static str, Option<String>)>;
@@ -242,17 +294,47 @@ pub(crate) fn any_of(options: &[(&'static str, Option<String>)], longs: &[&str])
     options.iter().any(|(l, _)| longs.contains(l))
 }
 
-/// Gives the real command the caller's options as written (`--long[=value]`), minus those the
-/// chaperon handles itself (`ours`).
-pub(crate) fn forward(cmd: &mut std::process::Command, options: &[(&'static str, Option<String>)], ours: &[&str]) {
-    for (long, value) in options {
-        if ours.contains(long) {
-            continue;
-        }
-        match value {
-            Some(v) => cmd.arg(format!("--{long}={v}")),
-            None => cmd.arg(format!("--{long}")),
-        };
+/// The caller's options a real command is given, in order, as `--long[=value]`: those `table`
+/// passes as written, none it rebuilds (those the handler gives Slurm itself) and none it does
+/// not know (a name not in the table never reaches Slurm).
+pub(crate) fn as_written(table: &'static [OptSpec], options: &[(&'static str, Option<String>)]) -> Vec<String> {
+    options
+        .iter()
+        .filter_map(|(long, value)| {
+            let spec = table.iter().find(|s| s.long == *long)?;
+            spec.passes_as_written().then(|| spec.spelled(value.as_deref()))
+        })
+        .collect()
+}
+
+/// The words after a real command's options (scontrol's command, sstat's job list...), after
+/// `--` when one of them starts with `-`, so the real command reads them as words too.
+pub(crate) fn words(words: &[String]) -> Vec<String> {
+    let dash = words.iter().any(|w| w.starts_with('-')).then(|| "--".to_string());
+    dash.into_iter().chain(words.iter().cloned()).collect()
+}
+
+/// An entry of a word table (scontrol's and sacctmgr's commands, the entities they show): a
+/// word allowed, or denied with a reason.
+pub(crate) const fn word(name: &'static str, class: Class) -> (&'static str, Class) {
+    (name, class)
+}
+pub(crate) const WORD: Class = Class::Allowed;
+pub(crate) const fn no(reason: &'static str) -> Class {
+    Class::Denied(reason)
+}
+
+/// Looks `w` up in a word table without regard to case, spelled in full (for the reason
+/// `find_long` gives); a denied word is refused with its reason, shown as `{shown}{name}`.
+pub(crate) fn lookup(
+    table: &'static [(&'static str, Class)],
+    w: &str,
+    shown: &str,
+) -> Result<Option<&'static str>, GrammarError> {
+    match table.iter().find(|(name, _)| name.eq_ignore_ascii_case(w)) {
+        Some((name, Class::Denied(reason))) => Err(GrammarError::Denied { opt: format!("{shown}{name}"), reason }),
+        Some((name, _)) => Ok(Some(name)),
+        None => Ok(None),
     }
 }
 
@@ -388,42 +470,53 @@ pub(crate) mod testkit {
                 assert!(!r.chars().any(char::is_control), "--{} reason is not one line", s.long);
                 assert!(r.len() <= 100, "--{} reason is too long for one line", s.long);
             }
+            if let Some(r) = s.rebuilt {
+                assert_eq!(s.class, Class::Allowed, "--{}: only an allowed option is rebuilt besides", s.long);
+                assert!(!r.trim().is_empty() && !r.chars().any(char::is_control), "--{}: {r:?}", s.long);
+                assert!(r.len() <= 100, "--{} rebuilt reason is too long for one line", s.long);
+            }
+            assert!(!s.short_only || s.short.is_some(), "--{} is spelled by no form", s.long);
         }
 
         for s in table {
             let long = format!("--{}", s.long);
             let v = sample(s.value);
-            let with_eq = format!("{long}={v}");
-            if let Class::Denied(reason) = s.class {
-                for a in [vec![long.clone()], vec![with_eq.clone()], vec![long.clone(), v.to_string()]] {
-                    let want = GrammarError::Denied { opt: long.clone(), reason };
-                    assert_eq!(parse(table, &a, false), Err(want), "{a:?}");
-                }
+            if s.short_only {
+                // Only its short form (checked below): the long name is no option.
+                assert_eq!(parse(table, std::slice::from_ref(&long), false), Err(GrammarError::Unknown(long)));
             } else {
-                let one = |a: Vec<String>| pairs(table, &a).unwrap_or_else(|e| panic!("{a:?}: {e}"));
-                let val = Some(v.to_string());
-                match s.arity {
-                    Arity::Flag => {
-                        assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
-                        assert_eq!(pairs(table, &[with_eq]), Err(GrammarError::UnexpectedValue(long)));
+                let with_eq = format!("{long}={v}");
+                if let Class::Denied(reason) = s.class {
+                    for a in [vec![long.clone()], vec![with_eq.clone()], vec![long.clone(), v.to_string()]] {
+                        let want = GrammarError::Denied { opt: long.clone(), reason };
+                        assert_eq!(parse(table, &a, false), Err(want), "{a:?}");
                     }
-                    Arity::Value => {
-                        assert_eq!(one(vec![with_eq]), [(s.long, val.clone())]);
-                        assert_eq!(one(vec![long.clone(), v.to_string()]), [(s.long, val)]);
-                        let missing = pairs(table, std::slice::from_ref(&long));
-                        assert_eq!(missing, Err(GrammarError::MissingValue(long)));
+                } else {
+                    let one = |a: Vec<String>| pairs(table, &a).unwrap_or_else(|e| panic!("{a:?}: {e}"));
+                    let val = Some(v.to_string());
+                    match s.arity {
+                        Arity::Flag => {
+                            assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
+                            assert_eq!(pairs(table, &[with_eq]), Err(GrammarError::UnexpectedValue(long)));
+                        }
+                        Arity::Value => {
+                            assert_eq!(one(vec![with_eq]), [(s.long, val.clone())]);
+                            assert_eq!(one(vec![long.clone(), v.to_string()]), [(s.long, val)]);
+                            let missing = pairs(table, std::slice::from_ref(&long));
+                            assert_eq!(missing, Err(GrammarError::MissingValue(long)));
+                        }
+                        Arity::OptionalValue => {
+                            assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
+                            assert_eq!(one(vec![with_eq]), [(s.long, val)]);
+                        }
                     }
-                    Arity::OptionalValue => {
-                        assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
-                        assert_eq!(one(vec![with_eq]), [(s.long, val)]);
-                    }
-                }
-                if s.arity != Arity::Flag {
-                    for bad in ["\n", "\0", "\r", "\u{1b}[2J"] {
-                        let v = format!("{v}{bad}x");
-                        let a = [format!("--{}={v}", s.long)];
-                        assert!(matches!(parse(table, &a, false), Err(GrammarError::BadValue { .. })), "{a:?}");
-                        assert!(validate(s.value, &v).is_err());
+                    if s.arity != Arity::Flag {
+                        for bad in ["\n", "\0", "\r", "\u{1b}[2J"] {
+                            let v = format!("{v}{bad}x");
+                            let a = [format!("--{}={v}", s.long)];
+                            assert!(matches!(parse(table, &a, false), Err(GrammarError::BadValue { .. })), "{a:?}");
+                            assert!(validate(s.value, &v).is_err());
+                        }
                     }
                 }
             }
@@ -451,6 +544,46 @@ pub(crate) mod testkit {
                     }
                 }
             }
+        }
+    }
+
+    /// The table decides what the chaperon rebuilds: `plan` is what a command's handler makes of
+    /// a call before it touches anything (the real command's arguments, and what it takes from
+    /// the call for itself, such as sbatch's job record, as Debug text). Every option the caller
+    /// may give, with a sample value (from `values` where the sample does not fit), is put before
+    /// `base` (a call without options), and:
+    /// - an option the table passes as written reaches the real command as written, and changes
+    ///   nothing else the handler does (`informs` names those it reads to decide something and
+    ///   still passes on, such as sbatch's `--array` for the default output name);
+    /// - so an option the handler reads for itself, or gives Slurm itself, must be one the table
+    ///   rebuilds: else the caller's value would reach Slurm beside the chaperon's, or be applied
+    ///   outside the jail as well as inside it.
+    pub fn rebuilds_are_the_tables(
+        table: &'static [OptSpec],
+        base: &[&str],
+        values: &[(&str, &str)],
+        informs: &[&str],
+        plan: impl Fn(&[String]) -> Result<(Vec<String>, String), String>,
+    ) {
+        let (base_args, base_taken) = plan(&argv(base)).unwrap_or_else(|e| panic!("{base:?}: {e}"));
+        for s in table.iter().filter(|s| !matches!(s.class, Class::Denied(_))) {
+            let v = values.iter().find(|(l, _)| *l == s.long).map(|(_, v)| *v).unwrap_or(sample(s.value));
+            let value = (s.arity != Arity::Flag).then_some(v);
+            let spelled = s.spelled(value);
+            let mut call = vec![spelled.clone()];
+            call.extend(argv(base));
+            let (mut args, taken) = plan(&call).unwrap_or_else(|e| panic!("{call:?}: {e} (give the option a value)"));
+            if !s.passes_as_written() {
+                continue;
+            }
+            let at = args.iter().position(|a| *a == spelled);
+            let at = at.unwrap_or_else(|| panic!("--{} passes as written but is not in {args:?}", s.long));
+            args.remove(at);
+            if informs.contains(&s.long) {
+                continue;
+            }
+            assert_eq!(args, base_args, "--{} changes what the chaperon gives Slurm: rebuild it in the table", s.long);
+            assert_eq!(taken, base_taken, "--{} changes what the chaperon takes for itself: rebuild it", s.long);
         }
     }
 
@@ -590,32 +723,14 @@ mod tests {
     use Arity::*;
 
     static T: &[OptSpec] = &[
-        OptSpec { long: "verbose", short: Some('v'), arity: Flag, class: Class::Allowed, value: ValueKind::Any },
-        OptSpec { long: "hold", short: Some('H'), arity: Flag, class: Class::Allowed, value: ValueKind::Any },
-        OptSpec { long: "name", short: Some('J'), arity: Value, class: Class::Allowed, value: ValueKind::JobName },
-        OptSpec { long: "time", short: Some('t'), arity: Value, class: Class::Allowed, value: ValueKind::Time },
-        OptSpec {
-            long: "excl",
-            short: None,
-            arity: OptionalValue,
-            class: Class::Allowed,
-            value: ValueKind::Choice(&["user", "mcs"]),
-        },
-        OptSpec { long: "level", short: Some('k'), arity: OptionalValue, class: Class::Allowed, value: ValueKind::Int },
-        OptSpec {
-            long: "secret",
-            short: Some('S'),
-            arity: Value,
-            class: Class::Denied("secrets stay home"),
-            value: ValueKind::Any,
-        },
-        OptSpec {
-            long: "dir",
-            short: Some('D'),
-            arity: Value,
-            class: Class::Rebuilt("cwd comes from the request"),
-            value: ValueKind::Path,
-        },
+        opt("verbose", Some('v'), Flag, Class::Allowed, ValueKind::Any),
+        opt("hold", Some('H'), Flag, Class::Allowed, ValueKind::Any),
+        opt("name", Some('J'), Value, Class::Allowed, ValueKind::JobName),
+        opt("time", Some('t'), Value, Class::Allowed, ValueKind::Time),
+        opt("excl", None, OptionalValue, Class::Allowed, ValueKind::Choice(&["user", "mcs"])),
+        opt("level", Some('k'), OptionalValue, Class::Allowed, ValueKind::Int),
+        opt("secret", Some('S'), Value, Class::Denied("secrets stay home"), ValueKind::Any),
+        opt("dir", Some('D'), Value, Class::Rebuilt("cwd comes from the request"), ValueKind::Path),
     ];
 
     fn argv(a: &[&str]) -> Vec<String> {
@@ -771,5 +886,23 @@ mod tests {
         assert!(matches!(parse(T, &huge, true), Err(GrammarError::TooLarge { .. })));
         let spread = vec!["y".repeat(600 << 10), "y".repeat(600 << 10)];
         assert!(matches!(parse(T, &spread, true), Err(GrammarError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn only_what_the_table_passes_as_written_reaches_the_real_command() {
+        static W: &[OptSpec] = &[
+            opt("verbose", Some('v'), Flag, Class::Allowed, ValueKind::Any),
+            opt("name", Some('J'), Value, Class::Allowed, ValueKind::JobName),
+            opt("out", Some('o'), Value, Class::Allowed, ValueKind::Path).rebuilt("opened inside the jail"),
+            opt("dir", Some('D'), Value, Class::Rebuilt("cwd comes from the request"), ValueKind::Path),
+            OptSpec { short_only: true, ..opt("time-format", Some('t'), Value, Class::Allowed, ValueKind::Text) },
+        ];
+        let p = parse(W, &argv(&["-vJx", "-o", "f", "-D/tmp", "-thours", "--name=y"]), true).unwrap();
+        let options: Vec<_> = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
+        assert_eq!(as_written(W, &options), ["--verbose", "--name=x", "-thours", "--name=y"]);
+        assert_eq!(as_written(W, &[("not-in-the-table", None)]), Vec::<String>::new(), "unknown: never passed");
+        assert_eq!(parse(W, &argv(&["--time-format=x"]), true), Err(GrammarError::Unknown("--time-format".into())));
+        assert_eq!(words(&argv(&["show", "job"])), ["show", "job"]);
+        assert_eq!(words(&argv(&["-5"])), ["--", "-5"], "a word that looks like an option stays a word");
     }
 }

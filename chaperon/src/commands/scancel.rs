@@ -9,7 +9,7 @@ use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_ref, JobRef, RANGES_AND_STEPS};
 use crate::refusal::Refusal;
 use crate::table::{
-    allow, any_of, bad_value, deny, forward, last, parse, user_list, Arity, GrammarError, OptSpec, Options,
+    allow, any_of, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options,
     BURST_BUFFER, CLUSTERS,
 };
 use Arity::{Flag, Value as Val};
@@ -24,7 +24,7 @@ pub static SCANCEL: &[OptSpec] = &[
     allow("ctld", None, Flag, Any),
     allow("full", Some('f'), Flag, Any),
     allow("help", None, Flag, Any),
-    allow("me", None, Flag, Any),
+    allow("me", None, Flag, Any).rebuilt("scancel is given the scope's job ids instead"),
     allow("name", Some('n'), Val, Text),
     allow("jobname", None, Val, Text),
     allow("nodelist", Some('w'), Val, NodeList),
@@ -37,7 +37,7 @@ pub static SCANCEL: &[OptSpec] = &[
     allow("state", Some('t'), Val, Choice(&["PENDING", "PD", "RUNNING", "R", "SUSPENDED", "S"])),
     allow("usage", None, Flag, Any),
     // Recorded in `users`: the chaperon refuses any user but the caller.
-    allow("user", Some('u'), Val, Text),
+    allow("user", Some('u'), Val, Text).rebuilt("checked to be you; scancel is given the scope's job ids instead"),
     allow("verbose", Some('v'), Flag, Any),
     allow("version", Some('V'), Flag, Any),
     allow("wckey", None, Val, Text),
@@ -97,6 +97,16 @@ pub fn parse_scancel(args: &[String]) -> Result<ScancelRequest, GrammarError> {
     Ok(ScancelRequest { options, jobs, users })
 }
 
+impl ScancelRequest {
+    /// The real scancel's arguments: the caller's options the table passes as written, then
+    /// the jobs to cancel (`targets`: those named, or with filters alone the scope's).
+    fn real_args(&self, targets: Vec<String>) -> Vec<String> {
+        let mut args = as_written(SCANCEL, &self.options);
+        args.extend(targets);
+        args
+    }
+}
+
 /// scancel of jobs in scope only; filters (`--name`, `--state`...) apply within the scope.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
@@ -114,10 +124,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     if targets.is_empty() {
         return Ok(0);
     }
-    let mut cmd = cfg.command("scancel");
-    forward(&mut cmd, &parsed.options, &["user", "me"]);
-    cmd.args(targets);
-    call.run(cmd, stdio)
+    call.run_with(parsed.real_args(targets), stdio)
 }
 
 #[cfg(test)]
@@ -269,5 +276,14 @@ mod tests {
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SCANCEL, &["12", "1_[2-3]", "3.0", "4_5.batch"], 0x5eed_0000_5ca1_0001, parse_scancel);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SCANCEL, &["5"], &[], &[], |a| {
+            let p = parse_scancel(a).map_err(|e| e.to_string())?;
+            let targets = p.jobs.iter().map(|r| r.to_string()).collect();
+            Ok((p.real_args(targets), String::new()))
+        });
     }
 }

@@ -13,8 +13,8 @@ use crate::grammar::{validate, ValueKind};
 use crate::jobid::{parse_job_list, parse_job_ref, JobRef, PLAIN, RANGES, STEPS};
 use crate::refusal::Refusal;
 use crate::table::{
-    allow, any_of, bad_value, deny, forward, last, opt, parse, Arity, Class, GrammarError, OptSpec, Options, ADMIN,
-    BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE,
+    allow, any_of, as_written, bad_value, deny, last, lookup, no, opt, parse, word, words, Arity, Class, GrammarError,
+    OptSpec, Options, ADMIN, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE, WORD as A,
 };
 use std::os::fd::AsFd;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
@@ -44,14 +44,6 @@ pub static SCONTROL: &[OptSpec] = &[
     deny("clusters", Some('M'), Val, CLUSTERS),
     deny("cluster", None, Val, CLUSTERS),
 ];
-
-const fn word(name: &'static str, class: Class) -> (&'static str, Class) {
-    (name, class)
-}
-const A: Class = Class::Allowed;
-const fn no(reason: &'static str) -> Class {
-    Class::Denied(reason)
-}
 
 /// scontrol's commands (matched without regard to case, spelled in full: scontrol's own
 /// abbreviations are not taken, for the reason `table::find_long` gives).
@@ -313,23 +305,14 @@ pub struct ScontrolRequest {
     pub options: Options,
     /// None only for a call made of --help, --usage or --version.
     pub command: Option<ScontrolCommand>,
+    /// The command and its words, as written.
+    pub words: Vec<String>,
 }
 
 impl ScontrolRequest {
     /// The value the last occurrence of `long` carries: None if absent, Some(None) for a flag.
     pub fn last(&self, long: &str) -> Option<Option<&str>> {
         last(&self.options, long)
-    }
-}
-
-/// Looks `w` up in a word table, refusing a denied word with its reason.
-fn lookup(table: &'static [(&'static str, Class)], w: &str, what: &str) -> Result<Option<&'static str>, GrammarError> {
-    match table.iter().find(|(name, _)| name.eq_ignore_ascii_case(w)) {
-        Some((name, Class::Denied(reason))) => {
-            Err(GrammarError::Denied { opt: format!("scontrol {what}{name}"), reason })
-        }
-        Some((name, _)) => Ok(Some(name)),
-        None => Ok(None),
     }
 }
 
@@ -364,7 +347,7 @@ fn parse_show(words: &[String]) -> Result<Show, GrammarError> {
         Some((e, id)) => (e, Some(id.to_string())),
         None => (first.as_str(), None),
     };
-    let entity = lookup(SHOW_ENTITIES, entity, "show ")?
+    let entity = lookup(SHOW_ENTITIES, entity, "scontrol show ")?
         .ok_or_else(|| bad_value("scontrol show", entity, "not something scontrol shows (spell it out in full)"))?;
     let mut rest = words[1..].to_vec();
     let id = match inline {
@@ -516,14 +499,14 @@ pub fn parse_scontrol(args: &[String]) -> Result<ScontrolRequest, GrammarError> 
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     let Some((first, rest)) = p.positionals.split_first() else {
         if any_of(&options, &["help", "usage", "version"]) {
-            return Ok(ScontrolRequest { options, command: None });
+            return Ok(ScontrolRequest { options, command: None, words: vec![] });
         }
         return Err(GrammarError::Unsupported(
             "interactive scontrol is not mediated by agent-sandbox; give the command as arguments, e.g. scontrol \
              show job 123",
         ));
     };
-    let cmd = lookup(COMMANDS, first, "")?.ok_or_else(|| {
+    let cmd = lookup(COMMANDS, first, "scontrol ")?.ok_or_else(|| {
         bad_value("scontrol", first, "not a scontrol command (spell it in full: show, hold, release, update...)")
     })?;
     let command = match cmd {
@@ -546,7 +529,16 @@ pub fn parse_scontrol(args: &[String]) -> Result<ScontrolRequest, GrammarError> 
             }
         }
     };
-    Ok(ScontrolRequest { options, command: Some(command) })
+    Ok(ScontrolRequest { options, command: Some(command), words: p.positionals })
+}
+
+impl ScontrolRequest {
+    /// The real scontrol's arguments: the caller's, as written (every job they name is checked).
+    fn real_args(&self) -> Vec<String> {
+        let mut args = as_written(SCONTROL, &self.options);
+        args.extend(words(&self.words));
+        args
+    }
 }
 
 /// scontrol: `show job/step` and the job commands for jobs in scope only (a bare `show job`
@@ -569,7 +561,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
             }
             for id in ids {
                 let mut cmd = cfg.command("scontrol");
-                forward(&mut cmd, &parsed.options, &[]);
+                cmd.args(as_written(SCONTROL, &parsed.options));
                 cmd.args(["show", if step { "step" } else { "job" }, &id.to_string()]);
                 cmd.stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
                 let (out, _) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
@@ -602,9 +594,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         }
         _ => {}
     }
-    let mut cmd = cfg.command("scontrol");
-    cmd.args(&req.argv);
-    call.run(cmd, stdio)
+    call.run_with(parsed.real_args(), stdio)
 }
 
 #[cfg(test)]
@@ -905,5 +895,13 @@ mod tests {
             parse_scontrol(&a)
         };
         never_panics(SCONTROL, &words, 0x5eed_0000_5c07_0001, fuzz);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SCONTROL, &["ping"], &[], &[], |a| {
+            let p = parse_scontrol(a).map_err(|e| e.to_string())?;
+            Ok((p.real_args(), String::new()))
+        });
     }
 }

@@ -6,7 +6,9 @@ use crate::call::{Call, Stdio};
 use crate::checks::local_cluster_only;
 use crate::grammar::ValueKind;
 use crate::refusal::Refusal;
-use crate::table::{allow, deny, last, parse, Arity, GrammarError, OptSpec, Options, ADMIN, CLUSTER_SPELLING};
+use crate::table::{
+    allow, as_written, deny, last, parse, Arity, GrammarError, OptSpec, Options, ADMIN, CLUSTER_SPELLING, LOCAL_CLUSTER,
+};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -21,7 +23,7 @@ pub static SDIAG: &[OptSpec] = &[
     allow("version", Some('V'), Flag, Any),
     deny("reset", Some('r'), Flag, ADMIN),
     // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters),
+    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
     deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
@@ -48,11 +50,21 @@ pub fn parse_sdiag(args: &[String]) -> Result<SdiagRequest, GrammarError> {
     Ok(SdiagRequest { options: p.options.into_iter().map(|(s, v)| (s.long, v)).collect() })
 }
 
+impl SdiagRequest {
+    /// The real sdiag's arguments: the caller's options the table passes as written and, in
+    /// place of `--clusters`, the local cluster (when asked for).
+    fn real_args(&self, cluster: Option<String>) -> Vec<String> {
+        let mut args = as_written(SDIAG, &self.options);
+        args.extend(cluster);
+        args
+    }
+}
+
 /// sdiag as the caller wrote it, for the local cluster.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let parsed = parse_sdiag(&call.req.argv)?;
-    let cluster = local_cluster_only(&parsed.options, call.cfg)?;
-    call.run_as_written(stdio, cluster.into_iter().collect())
+    let cluster = local_cluster_only(&parsed.options, "clusters", call.cfg.cluster_name())?;
+    call.run_with(parsed.real_args(cluster), stdio)
 }
 
 #[cfg(test)]
@@ -119,5 +131,15 @@ mod tests {
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SDIAG, &[], 0x5eed_0000_5d1a_0001, parse_sdiag);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SDIAG, &[], &[], &[], |a| {
+            let p = parse_sdiag(a).map_err(|e| e.to_string())?;
+            let cluster =
+                crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;
+            Ok((p.real_args(cluster), String::new()))
+        });
     }
 }

@@ -7,7 +7,8 @@ use crate::checks::local_cluster_only;
 use crate::grammar::ValueKind;
 use crate::refusal::Refusal;
 use crate::table::{
-    allow, deny, last, output, parse, Arity, GrammarError, OptSpec, Options, Output, CLUSTER_SPELLING, ITERATE,
+    allow, as_written, deny, last, output, parse, Arity, GrammarError, OptSpec, Options, Output, CLUSTER_SPELLING,
+    ITERATE, LOCAL_CLUSTER,
 };
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -42,7 +43,7 @@ pub static SINFO: &[OptSpec] = &[
     allow("yaml", None, Flag, Any),
     deny("iterate", Some('i'), Val, ITERATE),
     // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters),
+    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
     deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
@@ -72,12 +73,21 @@ pub fn parse_sinfo(args: &[String]) -> Result<SinfoRequest, GrammarError> {
     Ok(SinfoRequest { options, output })
 }
 
+impl SinfoRequest {
+    /// The real sinfo's arguments: the caller's options the table passes as written and, in
+    /// place of `--clusters`, the local cluster (when asked for).
+    fn real_args(&self, cluster: Option<String>) -> Vec<String> {
+        let mut args = as_written(SINFO, &self.options);
+        args.extend(cluster);
+        args
+    }
+}
+
 /// sinfo as the caller wrote it, for the local cluster.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let parsed = parse_sinfo(&call.req.argv)?;
-    // `-M` given: the local cluster, appended last so it overrides the caller's `all`.
-    let cluster = local_cluster_only(&parsed.options, call.cfg)?;
-    call.run_as_written(stdio, cluster.into_iter().collect())
+    let cluster = local_cluster_only(&parsed.options, "clusters", call.cfg.cluster_name())?;
+    call.run_with(parsed.real_args(cluster), stdio)
 }
 
 #[cfg(test)]
@@ -183,5 +193,15 @@ mod tests {
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SINFO, &[], 0x5eed_0000_5140_0001, parse_sinfo);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SINFO, &[], &[], &[], |a| {
+            let p = parse_sinfo(a).map_err(|e| e.to_string())?;
+            let cluster =
+                crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;
+            Ok((p.real_args(cluster), String::new()))
+        });
     }
 }

@@ -8,7 +8,8 @@ use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, PLAIN};
 use crate::refusal::Refusal;
 use crate::table::{
-    allow, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, CLUSTER_SPELLING,
+    allow, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options,
+    CLUSTER_SPELLING, LOCAL_CLUSTER,
 };
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
@@ -17,7 +18,7 @@ use ValueKind::*;
 pub static SPRIO: &[OptSpec] = &[
     allow("noheader", Some('h'), Flag, Any),
     // Checked as job ids by `parse_sprio`; the value may also come from the next argument.
-    allow("jobs", Some('j'), Opt, Text),
+    allow("jobs", Some('j'), Opt, Text).rebuilt("sprio is given the scope's jobs (those you name, if you do) instead"),
     allow("long", Some('l'), Flag, Any),
     allow("norm", Some('n'), Flag, Any),
     allow("format", Some('o'), Val, Text),
@@ -36,7 +37,7 @@ pub static SPRIO: &[OptSpec] = &[
     allow("sibling", None, Flag, Any),
     allow("usage", None, Flag, Any),
     // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters),
+    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
     deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
@@ -89,24 +90,37 @@ pub fn parse_sprio(args: &[String]) -> Result<SprioRequest, GrammarError> {
     Ok(req)
 }
 
+impl SprioRequest {
+    /// The real sprio's arguments: the caller's options the table passes as written, the jobs
+    /// (those asked for, else the scope's `ids`) and the local cluster (when asked for). None:
+    /// nothing to show (no job asked for, none in scope).
+    fn real_args(&self, ids: &[u32], cluster: Option<String>) -> Option<Vec<String>> {
+        // A bare `-j` names no job: sprio would show every user's, so it gets the scope's.
+        let jobs: Vec<String> = match self.jobs.as_ref().filter(|asked| !asked.is_empty()) {
+            Some(asked) => asked.iter().map(JobRef::to_string).collect(),
+            None if ids.is_empty() => return None,
+            None => ids.iter().map(u32::to_string).collect(),
+        };
+        let mut args = as_written(SPRIO, &self.options);
+        args.push(format!("--jobs={}", jobs.join(",")));
+        args.extend(cluster);
+        Some(args)
+    }
+}
+
 /// sprio of the scope's jobs: those asked for must be in scope; without a job list, the
 /// scope's (nothing to show when it is empty).
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
     let parsed = parse_sprio(&req.argv)?;
-    let mut extra: Vec<String> = vec![];
-    let cluster = local_cluster_only(&parsed.options, cfg)?;
+    let cluster = local_cluster_only(&parsed.options, "clusters", cfg.cluster_name())?;
     only_caller(&parsed.users, cfg)?;
     let ids = jobs_in_scope(req, cfg)?;
-    if let Some(asked) = &parsed.jobs {
-        in_scope(&ids, asked.iter().map(|r| r.job))?;
-    } else if ids.is_empty() {
-        return Ok(0);
-    } else {
-        extra.push(format!("--jobs={}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")));
+    in_scope(&ids, parsed.jobs.iter().flatten().map(|r| r.job))?;
+    match parsed.real_args(&ids, cluster) {
+        Some(args) => call.run_with(args, stdio),
+        None => Ok(0),
     }
-    extra.extend(cluster);
-    call.run_as_written(stdio, extra)
 }
 
 #[cfg(test)]
@@ -196,5 +210,25 @@ mod tests {
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SPRIO, &["12", "1_2"], 0x5eed_0000_5b10_0001, parse_sprio);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SPRIO, &[], &[("jobs", "1")], &[], |a| {
+            let p = parse_sprio(a).map_err(|e| e.to_string())?;
+            let cluster =
+                crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;
+            Ok((p.real_args(&[1, 2], cluster).unwrap_or_default(), String::new()))
+        });
+    }
+
+    #[test]
+    fn a_bare_jobs_flag_shows_the_scopes_jobs_not_everyones() {
+        let args = |a: &[&str], scope: &[u32]| sp(a).unwrap().real_args(scope, None);
+        // sprio reads a bare -j as "all jobs": it gets the scope's list instead.
+        assert_eq!(args(&["-j"], &[3, 4]), Some(argv(&["--jobs=3,4"])));
+        assert_eq!(args(&["-l"], &[3]), Some(argv(&["--long", "--jobs=3"])));
+        assert_eq!(args(&["-j", "3"], &[3, 4]), Some(argv(&["--jobs=3"])));
+        assert_eq!(args(&["-j"], &[]), None, "nothing in scope: nothing to show");
     }
 }

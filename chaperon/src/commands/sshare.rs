@@ -7,7 +7,10 @@ use crate::call::{Call, Stdio};
 use crate::checks::{local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::refusal::Refusal;
-use crate::table::{allow, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, CLUSTER_SPELLING};
+use crate::table::{
+    allow, as_written, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, CLUSTER_SPELLING,
+    LOCAL_CLUSTER,
+};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -30,7 +33,7 @@ pub static SSHARE: &[OptSpec] = &[
     allow("usage", None, Flag, Any),
     deny("all", Some('a'), Flag, "it lists every user's usage; sshare shows your own associations without it"),
     // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters),
+    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
     deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
@@ -65,12 +68,22 @@ pub fn parse_sshare(args: &[String]) -> Result<SshareRequest, GrammarError> {
     Ok(SshareRequest { options: p.options.into_iter().map(|(s, v)| (s.long, v)).collect(), users })
 }
 
+impl SshareRequest {
+    /// The real sshare's arguments: the caller's options the table passes as written and, in
+    /// place of `--clusters`, the local cluster (when asked for).
+    fn real_args(&self, cluster: Option<String>) -> Vec<String> {
+        let mut args = as_written(SSHARE, &self.options);
+        args.extend(cluster);
+        args
+    }
+}
+
 /// sshare of the caller's own associations, for the local cluster.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let parsed = parse_sshare(&call.req.argv)?;
-    let cluster = local_cluster_only(&parsed.options, call.cfg)?;
+    let cluster = local_cluster_only(&parsed.options, "clusters", call.cfg.cluster_name())?;
     only_caller(&parsed.users, call.cfg)?;
-    call.run_as_written(stdio, cluster.into_iter().collect())
+    call.run_with(parsed.real_args(cluster), stdio)
 }
 
 #[cfg(test)]
@@ -158,5 +171,15 @@ mod tests {
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SSHARE, &[], 0x5eed_0000_55a4_0001, parse_sshare);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SSHARE, &[], &[], &[], |a| {
+            let p = parse_sshare(a).map_err(|e| e.to_string())?;
+            let cluster =
+                crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;
+            Ok((p.real_args(cluster), String::new()))
+        });
     }
 }
