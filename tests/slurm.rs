@@ -662,6 +662,55 @@ fn read_only_views_take_the_local_cluster_or_all_and_nothing_else() {
     assert!(out.stdout.contains("other=1") && out.stderr.contains("`elsewhere` is not this cluster"), "{out}");
 }
 
+#[test]
+fn sreport_counts_the_projects_jobs_and_only_the_callers_usage() {
+    let Some(j) = slurm_jail("slurm-sreport") else { return };
+    // A job of the same user outside any jail that ran (a job that ran no second is not
+    // counted in job sizes): real sreport counts it, the jail's must not.
+    let outside = j.as_user("sbatch").args(["--parsable", "--wait", "--wrap", "sleep 1"]).output().expect("sbatch");
+    let outside: u32 = String::from_utf8_lossy(&outside.stdout).trim().parse().expect("outside job id");
+    // This session's jobs: the project's scope also holds what earlier runs of the test submitted.
+    let sizes = "SLURM_SCOPE=session sreport -P -n job SizesByAccount PrintJobCount Start=now-1hour End=now";
+    let out = j.run(&format!(
+        "id=$(sbatch --parsable --wait --wrap 'sleep 1'); echo mine=$id; \
+         for i in $(seq 100); do n=$({sizes} | cut -d'|' -f3); [ \"$n\" = 1 ] && break; sleep 0.3; done; echo count=$n; \
+         {sizes} Jobs={outside},; echo foreign=$?; \
+         sreport -P -n user TopUsage Start=2020-01-01 End=now | sed 's/^/top:/'; echo top=$?; \
+         sreport -n -t hours cluster Utilization Start=2020-01-01 End=now | sed 's/^/util:/'; echo util=$?; \
+         sreport cluster AccountUtilizationByUser Users=root; echo other-user=$?; \
+         sreport -a cluster Utilization; echo all=$?; \
+         sreport -M elsewhere cluster Utilization; echo elsewhere=$?; \
+         sreport </dev/null; echo interactive=$?"
+    ));
+    let mine: u32 = out
+        .stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("mine="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no job id: {out}"));
+    assert!(out.stdout.contains("count=1\n"), "job sizes count the project's one job, not the outside one: {out}");
+    assert!(out.stdout.contains("foreign=1"), "{out}");
+    assert!(out.stderr.contains(&format!("job {outside} is not one of this project's jobs")), "{out}");
+    for line in out.stdout.lines().filter_map(|l| l.strip_prefix("top:")) {
+        assert!(line.split('|').nth(1) == Some(USER), "TopUsage shows the caller alone: {out}");
+    }
+    assert!(out.stdout.contains("top=0") && out.stdout.contains("util=0"), "{out}");
+    assert!(out.stdout.lines().any(|l| l.starts_with("util:")), "cluster utilization as it is: {out}");
+    assert!(out.stderr.contains("not user root's") && out.stdout.contains("other-user=1"), "{out}");
+    assert!(out.stderr.contains("sees its own cluster only") && out.stdout.contains("all=1"), "{out}");
+    assert!(out.stderr.contains("`elsewhere` is not this cluster") && out.stdout.contains("elsewhere=1"), "{out}");
+    assert!(
+        out.stderr.contains("interactive sreport is not mediated") && out.stdout.contains("interactive=1"),
+        "{out}"
+    );
+    // The real sreport, outside the jail, counts both jobs: the jail's one is the scope's doing.
+    let both = format!("Jobs={mine},{outside},");
+    let mut real = j.as_user("sreport");
+    real.args(["-P", "-n", "job", "SizesByAccount", "PrintJobCount", "Start=now-1hour", "End=now", &both]);
+    let text = String::from_utf8_lossy(&real.output().expect("sreport").stdout).into_owned();
+    assert_eq!(text.split('|').nth(2), Some("2"), "sreport outside the jail counts both: {text}");
+}
+
 /// A jail for a Slurm test under the Landlock backend (the host has user namespaces: forced).
 fn landlock_slurm_jail(name: &str) -> Option<Jail> {
     Some(slurm_jail(name)?.arg("--backend").arg("landlock"))

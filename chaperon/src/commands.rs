@@ -13,6 +13,7 @@ pub mod sdiag;
 pub mod sinfo;
 pub mod sprio;
 pub mod squeue;
+pub mod sreport;
 pub mod srun;
 pub mod sshare;
 pub mod sstat;
@@ -116,7 +117,15 @@ pub const COMMANDS: &[Command] = &[
     handled("sprio", sprio::handle, Lasts::Query, "your project's jobs"),
     handled("sshare", sshare::handle, Lasts::Query, "your own associations"),
     handled("sdiag", sdiag::handle, Lasts::Query, "as on the login node"),
-    refused("sreport", "sreport is not mediated by this version of agent-sandbox; use sacct for your project's jobs"),
+    handled(
+        "sreport",
+        sreport::handle,
+        Lasts::Query,
+        "`cluster Utilization` and `reservation Utilization` as they are; usage per user (`cluster \
+         AccountUtilizationByUser`, `UserUtilizationByAccount`, `UserUtilizationByWckey`, \
+         `WCKeyUtilizationByUser`, `user TopUsage`) for your own user; `job SizesBy...` over your project's \
+         jobs; reports and conditions spelled in full",
+    ),
     refused("salloc", "interactive allocations start a shell outside the jail; use `srun --pty` or sbatch"),
     refused("sattach", "attaching to a step's I/O is not mediated; read the job's output file instead"),
     refused("sbcast", "broadcasting files to nodes is not mediated; jobs read the project directly"),

@@ -73,6 +73,11 @@ impl OptSpec {
         OptSpec { rebuilt: Some(why), ..self }
     }
 
+    /// This option, spelled only as its short form.
+    pub(crate) const fn short_only(self) -> OptSpec {
+        OptSpec { short_only: true, ..self }
+    }
+
     /// How the caller's option is written for a real command: `--long[=value]`, or `-c[value]`
     /// for one spelled only short.
     pub(crate) fn spelled(&self, value: Option<&str>) -> String {
@@ -213,7 +218,10 @@ pub fn parse(
             for (at, c) in cluster.char_indices() {
                 let spec =
                     find_short(table, c).ok_or_else(|| GrammarError::Unknown(format!("-{}", c.escape_debug())))?;
-                let shown = format!("-{c} (--{})", spec.long);
+                let shown = match spec.short_only {
+                    true => format!("-{c}"),
+                    false => format!("-{c} (--{})", spec.long),
+                };
                 admit(spec, &shown)?;
                 let rest = &cluster[at + c.len_utf8()..];
                 match spec.arity {
@@ -523,7 +531,8 @@ pub(crate) mod testkit {
 
             let Some(c) = s.short else { continue };
             if let Class::Denied(reason) = s.class {
-                let want = Err(GrammarError::Denied { opt: format!("-{c} (--{})", s.long), reason });
+                let shown = if s.short_only { format!("-{c}") } else { format!("-{c} (--{})", s.long) };
+                let want = Err(GrammarError::Denied { opt: shown, reason });
                 assert_eq!(pairs(table, &[format!("-{c}{v}")]), want);
                 assert_eq!(pairs(table, &[format!("-{flag}{flag}{c}"), v.to_string()]), want, "clustered after flags");
                 continue;
@@ -895,7 +904,7 @@ mod tests {
             opt("name", Some('J'), Value, Class::Allowed, ValueKind::JobName),
             opt("out", Some('o'), Value, Class::Allowed, ValueKind::Path).rebuilt("opened inside the jail"),
             opt("dir", Some('D'), Value, Class::Rebuilt("cwd comes from the request"), ValueKind::Path),
-            OptSpec { short_only: true, ..opt("time-format", Some('t'), Value, Class::Allowed, ValueKind::Text) },
+            opt("time-format", Some('t'), Value, Class::Allowed, ValueKind::Text).short_only(),
         ];
         let p = parse(W, &argv(&["-vJx", "-o", "f", "-D/tmp", "-thours", "--name=y"]), true).unwrap();
         let options: Vec<_> = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
