@@ -1,5 +1,5 @@
-//! Which jobs a session may see and act on. Every job the chaperon submits is recorded here,
-//! with its session and project; the views (squeue, scancel, scontrol, sacct...) and
+//! Which jobs a session may see and act on. Every batch job the chaperon submits is recorded
+//! here, with its session and project; the views (squeue, scancel, scontrol, sacct...) and
 //! `--dependency` are limited to the records of the caller's scope. The record lives in the
 //! user's state directory (no jail sees it), so a jail cannot add a foreign job to its scope,
 //! and the user's own `--comment` stays theirs.

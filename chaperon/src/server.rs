@@ -6,7 +6,8 @@
 //! own stdio, so output streams straight to the caller. Connections are served
 //! concurrently, a thread each; the peer must be the session's own user (SO_PEERCRED).
 //! Under the Landlock backend the connections arrive instead as descriptors on a channel
-//! the jail inherited (`serve_channel`): one stub's end of a stream socket pair each.
+//! the jail inherited (`serve_channel`): one stub's end of a stream socket pair each. The
+//! server is the transport only: `commands::dispatch` decides and carries out each call.
 
 use crate::call::Stdio;
 use crate::session::{Audit, Config};
@@ -115,7 +116,7 @@ fn receive(channel: RawFd, uid: u32, session_root: i32) -> Received {
     let Some(fd) = fds.pop() else { return Received::Refused("no descriptor".into()) };
     let stream = matches!(getsockopt(&fd, sockopt::SockType), Ok(nix::sys::socket::SockType::Stream));
     let listening = getsockopt(&fd, sockopt::AcceptConn).unwrap_or(true);
-    if !stream || listening || socket_domain(&fd) != Some(libc::AF_UNIX) {
+    if !stream || listening || !is_unix(&fd) {
         return Received::Refused("the descriptor is no connected unix stream socket".into());
     }
     match getsockopt(&fd, PeerCredentials) {
@@ -132,21 +133,10 @@ fn receive(channel: RawFd, uid: u32, session_root: i32) -> Received {
     Received::Conn(UnixStream::from(fd))
 }
 
-/// `SO_DOMAIN` of a socket (nix has no wrapper for it).
-fn socket_domain(fd: &OwnedFd) -> Option<i32> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `v`, an int it owns.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_DOMAIN,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(v)
+/// Whether a socket is a unix one (its own address's family: nix has no `SO_DOMAIN`).
+fn is_unix(fd: &OwnedFd) -> bool {
+    use nix::sys::socket::{getsockname, AddressFamily, SockaddrLike, SockaddrStorage};
+    getsockname::<SockaddrStorage>(fd.as_raw_fd()).is_ok_and(|a| a.family() == Some(AddressFamily::Unix))
 }
 
 /// Whether `root` is `pid` or one of its ancestors (from /proc; a pid that is gone is not).

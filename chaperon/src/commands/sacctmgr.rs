@@ -1,8 +1,9 @@
 //! sacctmgr: its option table and command grammar (Slurm 22.05 spellings), `parse_sacctmgr`,
-//! which turns a call into a `SacctmgrRequest` (pure), and `handle`, which runs the listing. Only `show`/`list` of users, associations,
-//! QOS, TRES, clusters and the configuration are allowed (plus `help` and `version`); every
-//! verb that changes the accounting database, and every other entity, is refused with a reason.
-//! The users a user or association listing names are recorded for the chaperon's caller check.
+//! which turns a call into a `SacctmgrRequest` (pure), and `handle`, which runs the listing, a
+//! user or association listing for the caller's own user. Only `show`/`list` of users,
+//! associations, QOS, TRES, clusters and the configuration are allowed (plus `help` and
+//! `version`); every verb that changes the accounting database, and every other entity, is
+//! refused with a reason.
 
 use crate::call::{Call, Stdio};
 use crate::checks::only_caller;

@@ -1,10 +1,10 @@
 //! scontrol: its option table and command grammar (Slurm 22.05 spellings), `parse_scontrol`,
 //! which turns a call into a `ScontrolRequest`: one typed command (pure), and `handle`, which
-//! lets the job commands act on jobs in scope only. Allowed: `show` of jobs,
-//! steps, nodes, partitions, reservations, licenses, topology, config, federation and the
-//! hostlist helpers; `hold`/`uhold`/`release`/`requeue`/`requeuehold` of job ids; `update
-//! JobId=...` of the keys in `UPDATE_KEYS`; `ping`, `version`, `help`, `errnumstr`. Every other
-//! command, entity and key is refused with a reason.
+//! lets the job commands act on jobs in scope only. Allowed: `show` of jobs, steps, nodes,
+//! partitions, reservations, licenses, topology, config, federation and the hostlist helpers;
+//! `hold`/`uhold`/`release`/`requeue`/`requeuehold` of job ids; `update JobId=...` of the keys in
+//! `UPDATE_KEYS`; `ping`, `version`, `help`, `errnumstr`. Every other command, entity and key is
+//! refused with a reason.
 
 use crate::bounded::{MAX_CAPTURE, QUERY_TIMEOUT};
 use crate::call::{Call, Stdio};

@@ -1,6 +1,6 @@
 //! sdiag: its option table (Slurm 22.05 spellings, each option allowed or denied with a
-//! reason), `parse_sdiag` (pure) and `handle`, which runs it for the local cluster. sdiag reads the controller's statistics; resetting them is an
-//! administrator's act and refused.
+//! reason), `parse_sdiag` (pure) and `handle`, which runs it for the local cluster. sdiag reads
+//! the controller's statistics; resetting them is an administrator's act and refused.
 
 use crate::call::{Call, Stdio};
 use crate::checks::local_cluster_only;

@@ -1,6 +1,7 @@
 //! sinfo: its option table (Slurm 22.05 spellings, each option allowed or denied with a
-//! reason), `parse_sinfo` (pure) and `handle`, which runs it for the local cluster. sinfo shows partitions and nodes, no job, so every view is allowed; only
-//! what would never exit or reach another cluster is refused.
+//! reason), `parse_sinfo` (pure) and `handle`, which runs it for the local cluster. sinfo shows
+//! partitions and nodes, no job, so every view is allowed; only what would never exit or reach
+//! another cluster is refused.
 
 use crate::call::{Call, Stdio};
 use crate::checks::local_cluster_only;

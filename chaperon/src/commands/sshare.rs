@@ -1,7 +1,7 @@
 //! sshare: its option table (Slurm 22.05 spellings, each option allowed or denied with a
 //! reason), `parse_sshare`, which turns a call into an `SshareRequest` (pure), and `handle`,
-//! which refuses any user but the caller and runs it for the local cluster. sshare shows the caller's
-//! own fair-share associations; listing every user's is refused.
+//! which refuses any user but the caller and runs it for the local cluster. sshare shows the
+//! caller's own fair-share associations; listing every user's is refused.
 
 use crate::call::{Call, Stdio};
 use crate::checks::{local_cluster_only, only_caller};
