@@ -25,6 +25,12 @@ fn queue_ids_in(dir: Option<&Path>) -> Vec<u32> {
         .collect()
 }
 
+/// The job id a script in the jail printed after `key` (`echo mine=$id`).
+fn printed_job_id(out: &Out, key: &str) -> u32 {
+    let id = out.stdout.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().parse().ok());
+    id.unwrap_or_else(|| panic!("no job id: {out}"))
+}
+
 fn wait_for_file(p: &Path, needle: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -118,12 +124,7 @@ fn jobs_outside_the_jail_are_invisible_and_untouchable() {
          scancel {outside}; echo cancel=$?; sbatch --dependency=afterok:{outside} --wrap true; echo dep=$?; \
          scancel $id; echo own=$?"
     ));
-    let mine: u32 = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("mine="))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no job id: {out}"));
+    let mine = printed_job_id(&out, "mine=");
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert!(lines.contains(&mine.to_string().as_str()), "own job visible: {out}");
     assert!(!lines.contains(&outside.to_string().as_str()), "outside job invisible: {out}");
@@ -682,12 +683,7 @@ fn sreport_counts_the_projects_jobs_and_only_the_callers_usage() {
          sreport -M elsewhere cluster Utilization; echo elsewhere=$?; \
          sreport </dev/null; echo interactive=$?"
     ));
-    let mine: u32 = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("mine="))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no job id: {out}"));
+    let mine = printed_job_id(&out, "mine=");
     assert!(out.stdout.contains("count=1\n"), "job sizes count the project's one job, not the outside one: {out}");
     assert!(out.stdout.contains("foreign=1"), "{out}");
     assert!(out.stderr.contains(&format!("job {outside} is not one of this project's jobs")), "{out}");

@@ -6,6 +6,7 @@
 use crate::refusal::Refusal;
 use crate::scope::Scope;
 use crate::session::Config;
+use crate::table::{as_written, OptSpec};
 use crate::wire::Request;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -93,6 +94,20 @@ pub fn local_cluster_only(
         (true, Some(name)) => Some(format!("--{long}={name}")),
         _ => None,
     })
+}
+
+/// The real arguments of a read-only view that shows no job (sinfo, sdiag, sshare): the
+/// caller's options its table passes as written, and the local cluster (`local`) in place of
+/// `--clusters`, when one was asked for.
+pub fn cluster_view(
+    table: &'static [OptSpec],
+    options: &[(&'static str, Option<String>)],
+    local: Option<&str>,
+) -> Result<Vec<String>, Refusal> {
+    let cluster = local_cluster_only(options, "clusters", local)?;
+    let mut args = as_written(table, options);
+    args.extend(cluster);
+    Ok(args)
 }
 
 /// Every cluster a value names (`by` says where) must be the local one or `all`.

@@ -3,11 +3,11 @@
 //! the controller's statistics; resetting them is an administrator's act and refused.
 
 use crate::call::{Call, Stdio};
-use crate::checks::local_cluster_only;
+use crate::checks::cluster_view;
 use crate::grammar::ValueKind;
 use crate::refusal::Refusal;
 use crate::table::{
-    allow, as_written, deny, last, parse, Arity, GrammarError, OptSpec, Options, ADMIN, CLUSTER_SPELLING, LOCAL_CLUSTER,
+    allow, deny, last, parse, Arity, GrammarError, OptSpec, Options, ADMIN, CLUSTER_SPELLING, LOCAL_CLUSTER,
 };
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -50,21 +50,10 @@ pub fn parse_sdiag(args: &[String]) -> Result<SdiagRequest, GrammarError> {
     Ok(SdiagRequest { options: p.options.into_iter().map(|(s, v)| (s.long, v)).collect() })
 }
 
-impl SdiagRequest {
-    /// The real sdiag's arguments: the caller's options the table passes as written and, in
-    /// place of `--clusters`, the local cluster (when asked for).
-    fn real_args(&self, cluster: Option<String>) -> Vec<String> {
-        let mut args = as_written(SDIAG, &self.options);
-        args.extend(cluster);
-        args
-    }
-}
-
 /// sdiag as the caller wrote it, for the local cluster.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let parsed = parse_sdiag(&call.req.argv)?;
-    let cluster = local_cluster_only(&parsed.options, "clusters", call.cfg.cluster_name())?;
-    call.run_with(parsed.real_args(cluster), stdio)
+    call.run_with(cluster_view(SDIAG, &parsed.options, call.cfg.cluster_name())?, stdio)
 }
 
 #[cfg(test)]
@@ -137,9 +126,7 @@ mod tests {
     fn the_table_decides_what_is_rebuilt() {
         crate::table::testkit::rebuilds_are_the_tables(SDIAG, &[], &[], &[], |a| {
             let p = parse_sdiag(a).map_err(|e| e.to_string())?;
-            let cluster =
-                crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;
-            Ok((p.real_args(cluster), String::new()))
+            Ok((cluster_view(SDIAG, &p.options, Some("tc")).map_err(|e| e.to_string())?, String::new()))
         });
     }
 }

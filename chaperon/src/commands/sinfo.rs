@@ -4,12 +4,12 @@
 //! another cluster is refused.
 
 use crate::call::{Call, Stdio};
-use crate::checks::local_cluster_only;
+use crate::checks::cluster_view;
 use crate::grammar::ValueKind;
 use crate::refusal::Refusal;
 use crate::table::{
-    allow, as_written, deny, last, output, parse, Arity, GrammarError, OptSpec, Options, Output, CLUSTER_SPELLING,
-    ITERATE, LOCAL_CLUSTER,
+    allow, deny, last, output, parse, Arity, GrammarError, OptSpec, Options, Output, CLUSTER_SPELLING, ITERATE,
+    LOCAL_CLUSTER,
 };
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -74,21 +74,10 @@ pub fn parse_sinfo(args: &[String]) -> Result<SinfoRequest, GrammarError> {
     Ok(SinfoRequest { options, output })
 }
 
-impl SinfoRequest {
-    /// The real sinfo's arguments: the caller's options the table passes as written and, in
-    /// place of `--clusters`, the local cluster (when asked for).
-    fn real_args(&self, cluster: Option<String>) -> Vec<String> {
-        let mut args = as_written(SINFO, &self.options);
-        args.extend(cluster);
-        args
-    }
-}
-
 /// sinfo as the caller wrote it, for the local cluster.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let parsed = parse_sinfo(&call.req.argv)?;
-    let cluster = local_cluster_only(&parsed.options, "clusters", call.cfg.cluster_name())?;
-    call.run_with(parsed.real_args(cluster), stdio)
+    call.run_with(cluster_view(SINFO, &parsed.options, call.cfg.cluster_name())?, stdio)
 }
 
 #[cfg(test)]
@@ -200,9 +189,7 @@ mod tests {
     fn the_table_decides_what_is_rebuilt() {
         crate::table::testkit::rebuilds_are_the_tables(SINFO, &[], &[], &[], |a| {
             let p = parse_sinfo(a).map_err(|e| e.to_string())?;
-            let cluster =
-                crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;
-            Ok((p.real_args(cluster), String::new()))
+            Ok((cluster_view(SINFO, &p.options, Some("tc")).map_err(|e| e.to_string())?, String::new()))
         });
     }
 }

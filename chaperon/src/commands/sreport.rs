@@ -11,8 +11,8 @@ use crate::grammar::{validate, ValueKind};
 use crate::jobid::{parse_job_ref, STEPS};
 use crate::refusal::Refusal;
 use crate::table::{
-    allow, any_of, as_written, bad_value, deny, last, lookup, no, parse, user_list, word, words, Arity, Class,
-    GrammarError, OptSpec, Options, LOCAL_CLUSTER, WORD as A,
+    allow, any_of, as_written, bad_value, deny, lookup, no, parse, user_list, word, words, Arity, Class, GrammarError,
+    OptSpec, Options, LOCAL_CLUSTER, WORD as A,
 };
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -210,13 +210,6 @@ pub struct SreportRequest {
     pub options: Options,
     /// None only for a call made of --help, --usage or --version.
     pub command: Option<SreportCommand>,
-}
-
-impl SreportRequest {
-    /// The value the last occurrence of `long` carries: None if absent, Some(None) for a flag.
-    pub fn last(&self, long: &str) -> Option<Option<&str>> {
-        last(&self.options, long)
-    }
 }
 
 /// `Jobs=` as sreport 22.05 splits it (job_reports.c): an item counts only when a comma ends

@@ -4,12 +4,11 @@
 //! caller's own fair-share associations; listing every user's is refused.
 
 use crate::call::{Call, Stdio};
-use crate::checks::{local_cluster_only, only_caller};
+use crate::checks::{cluster_view, only_caller};
 use crate::grammar::ValueKind;
 use crate::refusal::Refusal;
 use crate::table::{
-    allow, as_written, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, CLUSTER_SPELLING,
-    LOCAL_CLUSTER,
+    allow, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, CLUSTER_SPELLING, LOCAL_CLUSTER,
 };
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -68,22 +67,12 @@ pub fn parse_sshare(args: &[String]) -> Result<SshareRequest, GrammarError> {
     Ok(SshareRequest { options: p.options.into_iter().map(|(s, v)| (s.long, v)).collect(), users })
 }
 
-impl SshareRequest {
-    /// The real sshare's arguments: the caller's options the table passes as written and, in
-    /// place of `--clusters`, the local cluster (when asked for).
-    fn real_args(&self, cluster: Option<String>) -> Vec<String> {
-        let mut args = as_written(SSHARE, &self.options);
-        args.extend(cluster);
-        args
-    }
-}
-
 /// sshare of the caller's own associations, for the local cluster.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let parsed = parse_sshare(&call.req.argv)?;
-    let cluster = local_cluster_only(&parsed.options, "clusters", call.cfg.cluster_name())?;
+    let args = cluster_view(SSHARE, &parsed.options, call.cfg.cluster_name())?;
     only_caller(&parsed.users, call.cfg)?;
-    call.run_with(parsed.real_args(cluster), stdio)
+    call.run_with(args, stdio)
 }
 
 #[cfg(test)]
@@ -177,9 +166,7 @@ mod tests {
     fn the_table_decides_what_is_rebuilt() {
         crate::table::testkit::rebuilds_are_the_tables(SSHARE, &[], &[], &[], |a| {
             let p = parse_sshare(a).map_err(|e| e.to_string())?;
-            let cluster =
-                crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;
-            Ok((p.real_args(cluster), String::new()))
+            Ok((cluster_view(SSHARE, &p.options, Some("tc")).map_err(|e| e.to_string())?, String::new()))
         });
     }
 }
