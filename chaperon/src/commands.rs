@@ -172,19 +172,20 @@ pub struct Handled {
 pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) -> Handled {
     let audit =
         Audit { command: req.command.clone(), argv: req.argv.clone(), cwd: req.cwd.clone(), ..Default::default() };
-    let (handle, lasts) = match find(&req.command).map(|c| &c.handling) {
-        Some(Handling::Handled { handle, lasts, .. }) => (Some(*handle), *lasts),
-        Some(Handling::Refused(_)) | None => (None, Lasts::Query),
-    };
+    let handling = find(&req.command).map(|c| &c.handling);
     // Queries and updates end by themselves; a call that lasts as long as its work ends with
     // the stub's connection instead, like every call.
+    let lasts = match handling {
+        Some(Handling::Handled { lasts, .. }) => *lasts,
+        _ => Lasts::Query,
+    };
     let bound = (lasts == Lasts::Query).then_some(crate::bounded::QUERY_TIMEOUT);
     let mut call = Call { req, cfg, conn, bound, audit };
-    let result = match (handle, refusal(&req.command)) {
-        (Some(handle), _) => handle(&mut call, stdio),
+    let result = match handling {
+        Some(Handling::Handled { handle, .. }) => handle(&mut call, stdio),
         // The stub refuses these itself; a request for one (from elsewhere) is refused here too.
-        (None, Some(reason)) => Err(Refusal::CommandRefused { command: req.command.clone(), reason }),
-        (None, None) => Err(Refusal::UnknownCommand(req.command.clone())),
+        Some(Handling::Refused(reason)) => Err(Refusal::CommandRefused { command: req.command.clone(), reason }),
+        None => Err(Refusal::UnknownCommand(req.command.clone())),
     };
     let mut audit = call.audit;
     let response = match result {
