@@ -670,11 +670,19 @@ fn sreport_counts_the_projects_jobs_and_only_the_callers_usage() {
     // counted in job sizes): real sreport counts it, the jail's must not.
     let outside = j.as_user("sbatch").args(["--parsable", "--wait", "--wrap", "sleep 1"]).output().expect("sbatch");
     let outside: u32 = String::from_utf8_lossy(&outside.stdout).trim().parse().expect("outside job id");
-    // This session's jobs: the project's scope also holds what earlier runs of the test submitted.
-    let sizes = "SLURM_SCOPE=session sreport -P -n job SizesByAccount PrintJobCount Start=now-1hour End=now";
+    let outside_hour = job_start_hour(&j, outside);
+    // sreport rounds a report's window to whole hours, the end to the nearest one (so a job
+    // of this hour may fall after it); a window of one hour, `Start=HOUR End=HOUR`, holds
+    // every job that started in it. This session's jobs only: the project's scope also holds
+    // what earlier runs of the test submitted.
+    let sizes = "SLURM_SCOPE=session sreport -P -n job SizesByAccount PrintJobCount";
     let out = j.run(&format!(
         "id=$(sbatch --parsable --wait --wrap 'sleep 1'); echo mine=$id; \
-         for i in $(seq 100); do n=$({sizes} | cut -d'|' -f3); [ \"$n\" = 1 ] && break; sleep 0.3; done; echo count=$n; \
+         for i in $(seq 50); do h=$(sacct -j $id -X -n -P -o Start | cut -c1-13); [ ${{#h}} = 13 ] && break; sleep 0.2; done; \
+         echo hour=$h; \
+         for i in $(seq 100); do n=$({sizes} Start=$h:00:00 End=$h:00:00 | cut -d'|' -f3); [ \"$n\" = 1 ] && break; sleep 0.3; done; \
+         echo count=$n; \
+         echo outside-hour=$({sizes} Start={outside_hour}:00:00 End={outside_hour}:00:00 | cut -d'|' -f3); \
          {sizes} Jobs={outside},; echo foreign=$?; \
          sreport -P -n user TopUsage Start=2020-01-01 End=now | sed 's/^/top:/'; echo top=$?; \
          sreport -n -t hours cluster Utilization Start=2020-01-01 End=now | sed 's/^/util:/'; echo util=$?; \
@@ -683,8 +691,13 @@ fn sreport_counts_the_projects_jobs_and_only_the_callers_usage() {
          sreport -M elsewhere cluster Utilization; echo elsewhere=$?; \
          sreport </dev/null; echo interactive=$?"
     ));
-    let mine = printed_job_id(&out, "mine=");
-    assert!(out.stdout.contains("count=1\n"), "job sizes count the project's one job, not the outside one: {out}");
+    printed_job_id(&out, "mine=");
+    let hour = out.stdout.lines().find_map(|l| l.strip_prefix("hour=")).unwrap_or_default();
+    assert!(out.stdout.contains("count=1\n"), "job sizes count the project's one job: {out}");
+    // In the outside job's hour the jail counts its own job (if it ran then too) and never the
+    // outside one, which the real sreport counts there (below).
+    let in_that_hour = if hour == outside_hour { "1" } else { "" };
+    assert!(out.stdout.contains(&format!("outside-hour={in_that_hour}\n")), "the outside job is not counted: {out}");
     assert!(out.stdout.contains("foreign=1"), "{out}");
     assert!(out.stderr.contains(&format!("job {outside} is not one of this project's jobs")), "{out}");
     for line in out.stdout.lines().filter_map(|l| l.strip_prefix("top:")) {
@@ -699,12 +712,26 @@ fn sreport_counts_the_projects_jobs_and_only_the_callers_usage() {
         out.stderr.contains("interactive sreport is not mediated") && out.stdout.contains("interactive=1"),
         "{out}"
     );
-    // The real sreport, outside the jail, counts both jobs: the jail's one is the scope's doing.
-    let both = format!("Jobs={mine},{outside},");
+    // The real sreport, outside the jail, counts the outside job in its hour.
+    let window =
+        [format!("Start={outside_hour}:00:00"), format!("End={outside_hour}:00:00"), format!("Jobs={outside},")];
     let mut real = j.as_user("sreport");
-    real.args(["-P", "-n", "job", "SizesByAccount", "PrintJobCount", "Start=now-1hour", "End=now", &both]);
+    real.args(["-P", "-n", "job", "SizesByAccount", "PrintJobCount"]).args(&window);
     let text = String::from_utf8_lossy(&real.output().expect("sreport").stdout).into_owned();
-    assert_eq!(text.split('|').nth(2), Some("2"), "sreport outside the jail counts both: {text}");
+    assert_eq!(text.split('|').nth(2), Some("1"), "sreport outside the jail counts the outside job: {text}");
+}
+
+/// The hour a job started in, as sacct (outside the jail) prints it: `2026-11-26T04`.
+fn job_start_hour(j: &Jail, job: u32) -> String {
+    for _ in 0..50 {
+        let out = j.as_user("sacct").args(["-j", &job.to_string(), "-X", "-n", "-P", "-o", "Start"]).output();
+        let start = String::from_utf8_lossy(&out.expect("sacct").stdout).trim().to_string();
+        if start.len() >= 13 && start.as_bytes()[10] == b'T' {
+            return start[..13].to_string();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("job {job} has no start time in sacct")
 }
 
 /// A jail for a Slurm test under the Landlock backend (the host has user namespaces: forced).

@@ -18,16 +18,18 @@ use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
 const OWN_CLUSTER: &str = "a sandboxed session sees its own cluster only, which sreport reports on by default";
-const INTERACTIVE: &str = "an interactive-mode command; use the matching option (-n, -p, -P, -Q, -v, -t) instead";
+const INTERACTIVE: &str =
+    "an interactive-mode command; use the matching option (-n, -p, -P, -Q, -v, -t, --local) instead";
 
 /// Every option sreport 22.05 knows (its getopt table, and `-t`, which has no long form).
 /// Anything else is an unrecognized option.
 pub static SREPORT: &[OptSpec] = &[
-    allow("federation", None, Flag, Any),
     allow("help", Some('h'), Flag, Any),
     // sreport 22.05 takes it and then fails ("getopt error"): harmless, and as Slurm has it.
     allow("immediate", None, Flag, Any),
-    allow("local", None, Flag, Any),
+    // Without a cluster option sreport reports on the whole federation where the site has
+    // `fed_display`: the chaperon asks for the local cluster (`--local`, or `-M` as below).
+    allow("local", None, Flag, Any).rebuilt("the chaperon always asks sreport for the local cluster alone"),
     allow("noheader", Some('n'), Flag, Any),
     allow("parsable", Some('p'), Flag, Any),
     allow("parsable2", Some('P'), Flag, Any),
@@ -41,6 +43,7 @@ pub static SREPORT: &[OptSpec] = &[
     // sreport's `-M` is `--cluster` (there is no `--clusters`).
     allow("cluster", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
     deny("all_clusters", Some('a'), Flag, OWN_CLUSTER),
+    deny("federation", None, Flag, OWN_CLUSTER),
     // `--sort` takes no value in sreport 22.05, `-s` does: one spelling could not mean both.
     deny("sort", Some('s'), Flag, "sreport reads --sort and -s differently; sort the report's output instead"),
 ];
@@ -62,6 +65,7 @@ static TYPES: &[(&str, Class)] = &[
     word("parsable", no(INTERACTIVE)),
     word("parsable2", no(INTERACTIVE)),
     word("quiet", no(INTERACTIVE)),
+    word("local", no(INTERACTIVE)),
     word("verbose", no(INTERACTIVE)),
     word("sort", no(INTERACTIVE)),
     word("time", no(INTERACTIVE)),
@@ -317,12 +321,12 @@ const NO_JOB: u32 = 0x7FFF_FFFF;
 
 impl SreportRequest {
     /// The real sreport's arguments: the caller's options the table passes as written, the
-    /// local cluster in place of `-M`, then the report and its conditions, the caller's as
+    /// local cluster (in place of `-M`, else `--local`), then the report and its conditions, the caller's as
     /// written but for those the chaperon gives itself: the local cluster for `Clusters=`, the
     /// caller (`user`) for a report per user, the jobs of `scope` for a report on job sizes.
     fn real_args(&self, user: &str, scope: &[u32], cluster: Option<String>, local: Option<&str>) -> Vec<String> {
         let mut args = as_written(SREPORT, &self.options);
-        args.extend(cluster);
+        args.push(cluster.unwrap_or_else(|| "--local".into()));
         let mut command = vec![];
         match &self.command {
             None => {}
@@ -461,11 +465,15 @@ mod tests {
     fn cluster_and_reservation_utilization_go_as_they_are() {
         assert_eq!(
             real(&["-t", "hours", "-P", "cluster", "utilization", "Start=2026-01-01", "end=now"]),
-            ["-thours", "--parsable2", "cluster", "utilization", "Start=2026-01-01", "end=now"]
+            ["-thours", "--parsable2", "--local", "cluster", "utilization", "Start=2026-01-01", "end=now"]
         );
-        assert_eq!(real(&["resv", "Utilization", "Names=maint"]), ["resv", "Utilization", "Names=maint"]);
+        assert_eq!(real(&["resv", "Utilization", "Names=maint"]), ["--local", "resv", "Utilization", "Names=maint"]);
         assert_eq!(real(&["-M", "all", "cluster", "Utilization"]), ["--cluster=tc", "cluster", "Utilization"]);
-        assert_eq!(real(&["cluster", "Utilization", "Clusters=TC"]), ["cluster", "Utilization", "Clusters=tc"]);
+        assert_eq!(real(&["--local", "cluster", "Utilization"]), ["--local", "cluster", "Utilization"]);
+        assert_eq!(
+            real(&["cluster", "Utilization", "Clusters=TC"]),
+            ["--local", "cluster", "Utilization", "Clusters=tc"]
+        );
     }
 
     #[test]
@@ -474,12 +482,18 @@ mod tests {
         // caller: the handler refuses others, see `only_caller`).
         assert_eq!(
             real(&["cluster", "AccountUtilizationByUser", "Users=me", "Tree"]),
-            ["cluster", "AccountUtilizationByUser", "Tree", "Users=me"]
+            ["--local", "cluster", "AccountUtilizationByUser", "Tree", "Users=me"]
         );
-        assert_eq!(real(&["user", "TopUsage", "TopCount=3"]), ["user", "TopUsage", "TopCount=3", "Users=me"]);
+        assert_eq!(
+            real(&["user", "TopUsage", "TopCount=3"]),
+            ["--local", "user", "TopUsage", "TopCount=3", "Users=me"]
+        );
         // The wckey reports' key is `User=`: sreport would take `Users=` as an unknown condition
         // and report on everyone.
-        assert_eq!(real(&["cluster", "UserUtilizationByWckey"]), ["cluster", "UserUtilizationByWckey", "User=me"]);
+        assert_eq!(
+            real(&["cluster", "UserUtilizationByWckey"]),
+            ["--local", "cluster", "UserUtilizationByWckey", "User=me"]
+        );
         assert!(sr(&["cluster", "WCKeyUtilizationByUser", "Users=me"]).is_err());
         assert_eq!(report(&["user", "TopUsage", "Users=me,bob", "users=1000"]).users, ["me", "bob", "1000"]);
     }
@@ -488,15 +502,19 @@ mod tests {
     fn job_sizes_count_the_scopes_jobs_only() {
         assert_eq!(
             real(&["job", "SizesByAccount", "PrintJobCount"]),
-            ["job", "SizesByAccount", "PrintJobCount", "Jobs=3,4,"]
+            ["--local", "job", "SizesByAccount", "PrintJobCount", "Jobs=3,4,"]
         );
-        assert_eq!(real(&["job", "sizesbywckey", "Jobs=4,"]), ["job", "sizesbywckey", "Jobs=4,"]);
+        assert_eq!(real(&["job", "sizesbywckey", "Jobs=4,"]), ["--local", "job", "sizesbywckey", "Jobs=4,"]);
         // `Jobs=4` ends in no comma: sreport reads no job from it, so every job (in scope).
         assert_eq!(report(&["job", "SizesByAccount", "Jobs=4"]).jobs, Some(vec![]));
-        assert_eq!(real(&["job", "SizesByAccount", "Jobs=4"]), ["job", "SizesByAccount", "Jobs=3,4,"]);
+        assert_eq!(real(&["job", "SizesByAccount", "Jobs=4"]), ["--local", "job", "SizesByAccount", "Jobs=3,4,"]);
         assert_eq!(report(&["job", "SizesByAccount", "Jobs=5.0,6,7"]).jobs, Some(vec![5, 6]));
         let p = sr(&["job", "SizesByAccountAndWckey"]).unwrap();
-        assert_eq!(p.real_args("me", &[], None, Some("tc"))[2], "Jobs=2147483647,", "nothing in scope: no job");
+        assert_eq!(
+            p.real_args("me", &[], None, Some("tc")).last().unwrap(),
+            "Jobs=2147483647,",
+            "nothing in scope: no job"
+        );
         assert!(sr(&["job", "SizesByAccount", "Jobs=x,"]).is_err());
     }
 
