@@ -148,7 +148,7 @@ pub fn chaperon_main() -> i32 {
     let door = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(0) };
     let (channel, launcher) = (s.channel, s.launcher);
     let log = AuditLog::for_session(&s.state_dir, &s.session);
-    let cfg = chaperon::server::Config {
+    let cfg = chaperon::session::Config {
         uid: s.uid,
         user: s.user,
         home: s.home,
@@ -181,7 +181,7 @@ fn slurm_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/usr/bin"))
 }
 
-fn write_audit(log: &AuditLog, a: &chaperon::server::Audit) {
+fn write_audit(log: &AuditLog, a: &chaperon::session::Audit) {
     let mut r = log.record("slurm");
     r.program = Some(a.command.clone());
     r.argv = redact(&a.argv);

@@ -26,6 +26,12 @@ fn queue_ids_in(dir: Option<&Path>) -> Vec<u32> {
         .collect()
 }
 
+/// The job id a script in the jail printed after `key` (`echo mine=$id`).
+fn printed_job_id(out: &Out, key: &str) -> u32 {
+    let id = out.stdout.lines().find_map(|l| l.strip_prefix(key)).and_then(|v| v.trim().parse().ok());
+    id.unwrap_or_else(|| panic!("no job id: {out}"))
+}
+
 fn wait_for_file(p: &Path, needle: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -119,12 +125,7 @@ fn jobs_outside_the_jail_are_invisible_and_untouchable() {
          scancel {outside}; echo cancel=$?; sbatch --dependency=afterok:{outside} --wrap true; echo dep=$?; \
          scancel $id; echo own=$?"
     ));
-    let mine: u32 = out
-        .stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("mine="))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no job id: {out}"));
+    let mine = printed_job_id(&out, "mine=");
     let lines: Vec<&str> = out.stdout.lines().collect();
     assert!(lines.contains(&mine.to_string().as_str()), "own job visible: {out}");
     assert!(!lines.contains(&outside.to_string().as_str()), "outside job invisible: {out}");
@@ -661,6 +662,77 @@ fn read_only_views_take_the_local_cluster_or_all_and_nothing_else() {
     assert!(out.stdout.contains(&format!("CLUSTER: {local}")) && out.stdout.contains("local=0"), "{out}");
     assert!(out.stdout.contains("sinfo=0"), "{out}");
     assert!(out.stdout.contains("other=1") && out.stderr.contains("`elsewhere` is not this cluster"), "{out}");
+}
+
+#[test]
+fn sreport_counts_the_projects_jobs_and_only_the_callers_usage() {
+    let Some(j) = slurm_jail("slurm-sreport") else { return };
+    // A job of the same user outside any jail that ran (a job that ran no second is not
+    // counted in job sizes): real sreport counts it, the jail's must not.
+    let outside = j.as_user("sbatch").args(["--parsable", "--wait", "--wrap", "sleep 1"]).output().expect("sbatch");
+    let outside: u32 = String::from_utf8_lossy(&outside.stdout).trim().parse().expect("outside job id");
+    let outside_hour = job_start_hour(&j, outside);
+    // sreport rounds a report's window to whole hours, the end to the nearest one (so a job
+    // of this hour may fall after it); a window of one hour, `Start=HOUR End=HOUR`, holds
+    // every job that started in it. This session's jobs only: the project's scope also holds
+    // what earlier runs of the test submitted.
+    let sizes = "SLURM_SCOPE=session sreport -P -n job SizesByAccount PrintJobCount";
+    let out = j.run(&format!(
+        "id=$(sbatch --parsable --wait --wrap 'sleep 1'); echo mine=$id; \
+         for i in $(seq 50); do h=$(sacct -j $id -X -n -P -o Start | cut -c1-13); [ ${{#h}} = 13 ] && break; sleep 0.2; done; \
+         echo hour=$h; \
+         for i in $(seq 100); do n=$({sizes} Start=$h:00:00 End=$h:00:00 | cut -d'|' -f3); [ \"$n\" = 1 ] && break; sleep 0.3; done; \
+         echo count=$n; \
+         echo outside-hour=$({sizes} Start={outside_hour}:00:00 End={outside_hour}:00:00 | cut -d'|' -f3); \
+         {sizes} Jobs={outside},; echo foreign=$?; \
+         sreport -P -n user TopUsage Start=2020-01-01 End=now | sed 's/^/top:/'; echo top=$?; \
+         sreport -n -t hours cluster Utilization Start=2020-01-01 End=now | sed 's/^/util:/'; echo util=$?; \
+         sreport cluster AccountUtilizationByUser Users=root; echo other-user=$?; \
+         sreport -a cluster Utilization; echo all=$?; \
+         sreport -M elsewhere cluster Utilization; echo elsewhere=$?; \
+         sreport </dev/null; echo interactive=$?"
+    ));
+    printed_job_id(&out, "mine=");
+    let hour = out.stdout.lines().find_map(|l| l.strip_prefix("hour=")).unwrap_or_default();
+    assert!(out.stdout.contains("count=1\n"), "job sizes count the project's one job: {out}");
+    // In the outside job's hour the jail counts its own job (if it ran then too) and never the
+    // outside one, which the real sreport counts there (below).
+    let in_that_hour = if hour == outside_hour { "1" } else { "" };
+    assert!(out.stdout.contains(&format!("outside-hour={in_that_hour}\n")), "the outside job is not counted: {out}");
+    assert!(out.stdout.contains("foreign=1"), "{out}");
+    assert!(out.stderr.contains(&format!("job {outside} is not one of this project's jobs")), "{out}");
+    for line in out.stdout.lines().filter_map(|l| l.strip_prefix("top:")) {
+        assert!(line.split('|').nth(1) == Some(USER), "TopUsage shows the caller alone: {out}");
+    }
+    assert!(out.stdout.contains("top=0") && out.stdout.contains("util=0"), "{out}");
+    assert!(out.stdout.lines().any(|l| l.starts_with("util:")), "cluster utilization as it is: {out}");
+    assert!(out.stderr.contains("not user root's") && out.stdout.contains("other-user=1"), "{out}");
+    assert!(out.stderr.contains("sees its own cluster only") && out.stdout.contains("all=1"), "{out}");
+    assert!(out.stderr.contains("`elsewhere` is not this cluster") && out.stdout.contains("elsewhere=1"), "{out}");
+    assert!(
+        out.stderr.contains("interactive sreport is not mediated") && out.stdout.contains("interactive=1"),
+        "{out}"
+    );
+    // The real sreport, outside the jail, counts the outside job in its hour.
+    let window =
+        [format!("Start={outside_hour}:00:00"), format!("End={outside_hour}:00:00"), format!("Jobs={outside},")];
+    let mut real = j.as_user("sreport");
+    real.args(["-P", "-n", "job", "SizesByAccount", "PrintJobCount"]).args(&window);
+    let text = String::from_utf8_lossy(&real.output().expect("sreport").stdout).into_owned();
+    assert_eq!(text.split('|').nth(2), Some("1"), "sreport outside the jail counts the outside job: {text}");
+}
+
+/// The hour a job started in, as sacct (outside the jail) prints it: `2026-11-26T04`.
+fn job_start_hour(j: &Jail, job: u32) -> String {
+    for _ in 0..50 {
+        let out = j.as_user("sacct").args(["-j", &job.to_string(), "-X", "-n", "-P", "-o", "Start"]).output();
+        let start = String::from_utf8_lossy(&out.expect("sacct").stdout).trim().to_string();
+        if start.len() >= 13 && start.as_bytes()[10] == b'T' {
+            return start[..13].to_string();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("job {job} has no start time in sacct")
 }
 
 /// A jail for a Slurm test under the Landlock backend (the host has user namespaces: forced).

@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 /// own client timeouts are far below this; it only catches a call that never ends.
 pub const QUERY_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Largest output of a real command the chaperon reads to filter (`squeue --json`...).
+pub const MAX_CAPTURE: usize = 256 << 20;
+
 /// How long the chaperon waits for a batch script on the caller's stdin. Overridable on the
 /// host side (never from the jail) with `AGENT_SANDBOX_SLURM_STDIN_TIMEOUT` in seconds.
 pub fn stdin_timeout() -> Duration {

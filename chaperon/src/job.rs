@@ -1,18 +1,27 @@
-//! The job directory: what the chaperon writes at submission and `agent-sandbox exec --job`
-//! reads on the compute node. It lives in the user's state directory, which no jail can see
-//! or write, so nothing the jail does after submission changes what the job runs.
+//! The job directory: its format (`JobSpec`), how the chaperon writes one for each submission
+//! (`write_job_dir`), how `agent-sandbox exec --job` opens it on the compute node (`open_job`),
+//! and the command line `exec` runs inside the jail there (`job_command`, `expand_pattern`).
+//! It lives in the user's state directory, which no jail can see or write, so nothing the jail
+//! does after submission changes what the job runs.
 //!
 //! ```text
-//! <state>/jobs/<session>-<n>/
+//! <state>/jobs/<session>-<chaperon pid>-<n>/
 //!   job.json      JobSpec: the frozen policy, project, cwd, export, output paths
-//!   script        the original batch script, byte for byte
+//!   script        the original batch script, byte for byte (empty for an srun step)
 //!   wrapper.sh    the script Slurm runs: `exec agent-sandbox exec --job <dir>`
 //!   wrapper.out   what the wrapper itself prints (errors starting the jail)
 //! ```
 
+use crate::session::Config;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+
+/// Largest batch script accepted (from a file or stdin), and largest file a job names that the
+/// chaperon reads itself (an `--export-file`).
+pub const MAX_SCRIPT: usize = 4 << 20;
 
 pub const SPEC: &str = "job.json";
 pub const SCRIPT: &str = "script";
@@ -66,6 +75,60 @@ impl JobSpec {
         }
         Ok(spec)
     }
+
+    /// What every job directory of this session holds: the frozen policy, project and the
+    /// job's working directory, and the environment `--export` resolved to.
+    pub fn for_session(cfg: &Config, cwd: &Path, export: Option<BTreeMap<String, String>>) -> JobSpec {
+        JobSpec {
+            version: VERSION,
+            session: cfg.session.clone(),
+            project: cfg.project.clone(),
+            cwd: cwd.to_path_buf(),
+            policy: cfg.policy.clone(),
+            export,
+            output: String::new(),
+            error: None,
+            input: None,
+            append: false,
+            slurm_export_env: None,
+            job_name: String::new(),
+            script_args: vec![],
+            command: None,
+        }
+    }
+}
+
+/// Writes a job directory under the state directory's `jobs/`; returns it and the wrapper
+/// script Slurm is to run. Every file is created new, without following a symlink, and the
+/// spec and script are read-only: nothing here is changed after submission.
+pub fn write_job_dir(cfg: &Config, spec: &JobSpec, script: &str) -> Result<(PathBuf, String), String> {
+    let jobs = cfg.state_dir.join("jobs");
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&jobs).map_err(|e| e.to_string())?;
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = jobs.join(format!("{}-{}-{n}", cfg.session, std::process::id()));
+    std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let write = |name: &str, data: &[u8], mode: u32| -> Result<(), String> {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(dir.join(name))
+            .map_err(|e| format!("{name}: {e}"))?;
+        f.write_all(data).map_err(|e| format!("{name}: {e}"))
+    };
+    write(SPEC, serde_json::to_string(spec).map_err(|e| e.to_string())?.as_bytes(), 0o400)?;
+    write(SCRIPT, script.as_bytes(), 0o500)?;
+    let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
+    let wrapper = format!(
+        "#!/bin/sh\n# agent-sandbox job wrapper: the job runs inside the session's jail, rebuilt from the\n\
+         # frozen policy in this directory.\nexec {} exec --job {}\n",
+        q(&cfg.exe),
+        q(&dir)
+    );
+    write(WRAPPER, wrapper.as_bytes(), 0o500)?;
+    Ok((dir, wrapper))
 }
 
 /// A job directory as `exec --job` opens it on the compute node: found under the node's own
@@ -115,7 +178,7 @@ pub fn open_job(jobs: &Path, arg: &Path) -> Result<OpenedJob, String> {
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(format!("{}/{SCRIPT}: not a regular file", arg.display()));
     }
-    let script = crate::bounded::read_file(std::fs::File::from(script_fd), crate::dispatch::MAX_SCRIPT)
+    let script = crate::bounded::read_file(std::fs::File::from(script_fd), MAX_SCRIPT)
         .map_err(|e| format!("{}/{SCRIPT}: {e}", arg.display()))?;
     let script = String::from_utf8(script).map_err(|_| format!("{}/{SCRIPT}: not UTF-8", arg.display()))?;
     Ok(OpenedJob { dir: jobs_canon.join(name), spec, script })

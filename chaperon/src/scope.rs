@@ -1,5 +1,5 @@
-//! Which jobs a session may see and act on. Every job the chaperon submits is recorded here,
-//! with its session and project; the views (squeue, scancel, scontrol, sacct...) and
+//! Which jobs a session may see and act on. Every batch job the chaperon submits is recorded
+//! here, with its session and project; the views (squeue, scancel, scontrol, sacct...) and
 //! `--dependency` are limited to the records of the caller's scope. The record lives in the
 //! user's state directory (no jail sees it), so a jail cannot add a foreign job to its scope,
 //! and the user's own `--comment` stays theirs.
@@ -19,16 +19,19 @@ pub enum Scope {
     Project,
 }
 
+/// A `SLURM_SCOPE` no session may have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("SLURM_SCOPE={0} is not available in agent-sandbox: use `session` or `project` (the default)")]
+pub struct UnknownScope(pub String);
+
 impl Scope {
     /// `SLURM_SCOPE` as the jail set it: `session`, `project` (default). `user` would show
-    /// jobs submitted outside any jail: it is refused (falls back to project, with a note).
-    pub fn from_env(v: Option<&str>) -> Result<Scope, String> {
+    /// jobs submitted outside any jail: it is refused, as is any other word.
+    pub fn from_env(v: Option<&str>) -> Result<Scope, UnknownScope> {
         match v.map(str::trim) {
             None | Some("") | Some("project") => Ok(Scope::Project),
             Some("session") => Ok(Scope::Session),
-            Some(other) => Err(format!(
-                "SLURM_SCOPE={other} is not available in agent-sandbox: use `session` or `project` (the default)"
-            )),
+            Some(other) => Err(UnknownScope(other.to_string())),
         }
     }
 }

@@ -6,15 +6,16 @@
 //! own stdio, so output streams straight to the caller. Connections are served
 //! concurrently, a thread each; the peer must be the session's own user (SO_PEERCRED).
 //! Under the Landlock backend the connections arrive instead as descriptors on a channel
-//! the jail inherited (`serve_channel`): one stub's end of a stream socket pair each.
+//! the jail inherited (`serve_channel`): one stub's end of a stream socket pair each. The
+//! server is the transport only: `commands::dispatch` decides and carries out each call.
 
-use crate::scope::{Registry, Scope};
+use crate::call::Stdio;
+use crate::session::{Audit, Config};
 use crate::wire::{self, Request, Response};
 use nix::sys::socket::{getsockopt, recvmsg, sockopt::PeerCredentials, ControlMessageOwned, MsgFlags};
 use std::io::IoSliceMut;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,82 +23,6 @@ use std::time::Duration;
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections served at once; more wait in the listen queue.
 pub const MAX_CONCURRENT: usize = 256;
-
-/// One audit event: the chaperon's decisions, for the launcher's audit log.
-#[derive(Debug, Clone, Default, serde::Serialize)]
-pub struct Audit {
-    pub command: String,
-    pub argv: Vec<String>,
-    pub cwd: String,
-    pub decision: String,
-    pub reason: Option<String>,
-    pub job: Option<u32>,
-    pub script_bytes: Option<usize>,
-    pub script_hash: Option<String>,
-}
-
-pub struct Config {
-    pub uid: u32,
-    pub user: String,
-    pub home: PathBuf,
-    pub session: String,
-    pub project: PathBuf,
-    /// The user's agent-sandbox state directory (jobs/, scope/); hidden in every jail.
-    pub state_dir: PathBuf,
-    /// The agent-sandbox binary the job wrapper runs on the compute node.
-    pub exe: PathBuf,
-    /// The session's merged policy as JSON, frozen into every job.
-    pub policy: String,
-    /// Where the real Slurm commands are (`/usr/bin`).
-    pub slurm_bin: PathBuf,
-    pub audit: Box<dyn Fn(&Audit) + Send + Sync>,
-    /// The local cluster's name, learned on first use (`cluster_name`).
-    pub cluster: std::sync::OnceLock<Option<String>>,
-}
-
-impl Config {
-    /// The local cluster's name (lower case, as Slurm keeps it): slurm.conf's `ClusterName`,
-    /// else what `scontrol show config` reports (configless sites have no local slurm.conf).
-    pub fn cluster_name(&self) -> Option<&str> {
-        self.cluster
-            .get_or_init(|| {
-                let conf = std::env::var("SLURM_CONF").unwrap_or_else(|_| "/etc/slurm/slurm.conf".into());
-                let from_conf = std::fs::read_to_string(conf).ok().and_then(|t| cluster_name_in(&t, '='));
-                from_conf.or_else(|| {
-                    let mut cmd = std::process::Command::new(self.real("scontrol"));
-                    crate::dispatch::clean(&mut cmd, self);
-                    cmd.args(["show", "config"]).stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-                    let (out, _) = crate::bounded::capture(cmd, 4 << 20, Duration::from_secs(20)).ok()?;
-                    cluster_name_in(&String::from_utf8_lossy(&out), '=')
-                })
-            })
-            .as_deref()
-    }
-    pub fn registry(&self) -> Registry {
-        Registry::new(&self.state_dir)
-    }
-
-    /// The real program, by absolute path: never looked up on a PATH.
-    pub fn real(&self, name: &str) -> PathBuf {
-        self.slurm_bin.join(name)
-    }
-}
-
-/// `ClusterName` from slurm.conf text or `scontrol show config` output (`Key = value`).
-pub fn cluster_name_in(text: &str, sep: char) -> Option<String> {
-    text.lines().find_map(|l| {
-        let l = l.split('#').next()?.trim();
-        let (k, v) = l.split_once(sep)?;
-        let v = v.split_whitespace().next()?;
-        k.trim().eq_ignore_ascii_case("ClusterName").then(|| v.to_ascii_lowercase())
-    })
-}
-
-/// What handling one request produced: the response, and the audit record.
-pub struct Handled {
-    pub response: Response,
-    pub audit: Audit,
-}
 
 /// Serves until the listener fails. Never returns early on a bad client.
 pub fn serve(listener: UnixListener, cfg: Arc<Config>) {
@@ -191,7 +116,7 @@ fn receive(channel: RawFd, uid: u32, session_root: i32) -> Received {
     let Some(fd) = fds.pop() else { return Received::Refused("no descriptor".into()) };
     let stream = matches!(getsockopt(&fd, sockopt::SockType), Ok(nix::sys::socket::SockType::Stream));
     let listening = getsockopt(&fd, sockopt::AcceptConn).unwrap_or(true);
-    if !stream || listening || socket_domain(&fd) != Some(libc::AF_UNIX) {
+    if !stream || listening || !is_unix(&fd) {
         return Received::Refused("the descriptor is no connected unix stream socket".into());
     }
     match getsockopt(&fd, PeerCredentials) {
@@ -208,21 +133,10 @@ fn receive(channel: RawFd, uid: u32, session_root: i32) -> Received {
     Received::Conn(UnixStream::from(fd))
 }
 
-/// `SO_DOMAIN` of a socket (nix has no wrapper for it).
-fn socket_domain(fd: &OwnedFd) -> Option<i32> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `v`, an int it owns.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_DOMAIN,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    (r == 0).then_some(v)
+/// Whether a socket is a unix one (its own address's family: nix has no `SO_DOMAIN`).
+fn is_unix(fd: &OwnedFd) -> bool {
+    use nix::sys::socket::{getsockname, AddressFamily, SockaddrLike, SockaddrStorage};
+    getsockname::<SockaddrStorage>(fd.as_raw_fd()).is_ok_and(|a| a.family() == Some(AddressFamily::Unix))
 }
 
 /// Whether `root` is `pid` or one of its ancestors (from /proc; a pid that is gone is not).
@@ -285,16 +199,9 @@ fn handle(mut conn: UnixStream, cfg: &Config) {
         }
     };
     let _ = conn.set_read_timeout(None);
-    let handled = crate::dispatch::dispatch(&req, stdio, cfg, &crate::dispatch::Link { conn: &conn });
+    let handled = crate::commands::dispatch(&req, stdio, cfg, &conn);
     (cfg.audit)(&handled.audit);
     let _ = wire::write_frame(&mut conn, &handled.response);
-}
-
-/// The stub's stdin, stdout, stderr.
-pub struct Stdio {
-    pub stdin: OwnedFd,
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
 }
 
 fn recv_stdio(sock: RawFd) -> Option<Stdio> {
@@ -305,28 +212,6 @@ fn recv_stdio(sock: RawFd) -> Option<Stdio> {
     }
     let mut it = fds.into_iter();
     Some(Stdio { stdin: it.next()?, stdout: it.next()?, stderr: it.next()? })
-}
-
-/// A path from the jail, resolved against `cwd`, must be inside the project (no `..`
-/// escapes; symlinks resolved on the host). Returns the canonical path.
-pub fn under_project(project: &Path, cwd: &Path, p: &str) -> Result<PathBuf, String> {
-    let joined = if Path::new(p).is_absolute() { PathBuf::from(p) } else { cwd.join(p) };
-    let canon = std::fs::canonicalize(&joined).map_err(|e| format!("{p}: {e}"))?;
-    if canon.starts_with(project) {
-        Ok(canon)
-    } else {
-        Err(format!("{p} is outside the project {}", project.display()))
-    }
-}
-
-/// The scope a request asks for.
-pub fn scope_of(req: &Request) -> Result<Scope, String> {
-    Scope::from_env(req.env.get("SLURM_SCOPE").map(String::as_str))
-}
-
-/// The job ids in the request's scope (an unknown `SLURM_SCOPE` is an error).
-pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, String> {
-    Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project))
 }
 
 #[cfg(test)]

@@ -1,8 +1,258 @@
-//! What the commands' option tables share: the const constructors they are written with,
-//! the denial reasons several commands give, and small readers over parsed options. Knows no
-//! single command; `jobid` holds job ids.
+//! The option tables' machinery: an entry (`OptSpec`: spelling, short form, arity, class, what
+//! reaches Slurm, value grammar), the getopt_long-compatible parser every command's table is read
+//! with, the const constructors the tables are written with, the denial reasons several commands
+//! give, small readers over parsed options, and `as_written`, the only way a caller's option
+//! reaches a real command: the table decides which do. Knows no single command (`commands/`
+//! keeps the tables); the value grammars are `grammar`'s. Pure; any input gives a value or an
+//! error, never a panic.
 
-use crate::grammar::{clip, Arity, Class, GrammarError, OptSpec, ValueKind};
+use crate::grammar::{clip, validate, ValueKind};
+
+/// Most arguments one command line may carry (the stub's whole argv, or all `#SBATCH` words).
+pub const MAX_ARGS: usize = 4096;
+/// Most bytes all arguments together may carry.
+pub const MAX_ARG_BYTES: usize = 1 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arity {
+    /// `--x` / `-x`; `--x=v` is an error.
+    Flag,
+    /// `--x=v`, `--x v`, `-xv`, `-x v`.
+    Value,
+    /// Only `--x=v` (or `-xv`) carries a value; `--x v` is the flag then a positional, as getopt's `x::`.
+    OptionalValue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// On the command's allow-list (see `OptSpec::rebuilt` for what reaches Slurm).
+    Allowed,
+    /// Refused with this reason: one line an agent can act on.
+    Denied(&'static str),
+    /// Not on the allow-list as such, but taken: parsed and handed to the chaperon, which
+    /// computes what Slurm sees itself (the user's value is an input to that, never passed
+    /// through). The text says why.
+    Rebuilt(&'static str),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptSpec {
+    pub long: &'static str,
+    pub short: Option<char>,
+    pub arity: Arity,
+    pub class: Class,
+    pub value: ValueKind,
+    /// An allowed option the chaperon rebuilds all the same: what Slurm sees for it is the
+    /// chaperon's (applied inside the jail, checked and replaced), never what the caller wrote.
+    /// The text says why. None: the caller's option reaches Slurm as written.
+    pub rebuilt: Option<&'static str>,
+    /// Spelled only as its short form (`-t` of sreport): `--long` is unknown, and `long` only
+    /// names it in messages and in parsed options.
+    pub short_only: bool,
+}
+
+impl OptSpec {
+    /// Why the chaperon gives Slurm its own value for this option, if it does: a `Rebuilt`
+    /// option always, an allowed one when the table says so. The one place that decides
+    /// which of the caller's options reach a real command as written (`as_written`).
+    pub fn rebuilt_why(&self) -> Option<&'static str> {
+        match self.class {
+            Class::Rebuilt(why) => Some(why),
+            Class::Allowed => self.rebuilt,
+            Class::Denied(_) => None,
+        }
+    }
+
+    /// True if the caller's option is given to the real command as written.
+    pub fn passes_as_written(&self) -> bool {
+        self.class == Class::Allowed && self.rebuilt.is_none()
+    }
+
+    /// This allowed option, rebuilt by the chaperon for the reason given.
+    pub(crate) const fn rebuilt(self, why: &'static str) -> OptSpec {
+        OptSpec { rebuilt: Some(why), ..self }
+    }
+
+    /// This option, spelled only as its short form.
+    pub(crate) const fn short_only(self) -> OptSpec {
+        OptSpec { short_only: true, ..self }
+    }
+
+    /// How the caller's option is written for a real command: `--long[=value]`, or `-c[value]`
+    /// for one spelled only short.
+    pub(crate) fn spelled(&self, value: Option<&str>) -> String {
+        match (self.short_only, self.short, value) {
+            (true, Some(c), v) => format!("-{c}{}", v.unwrap_or_default()),
+            (_, _, Some(v)) => format!("--{}={v}", self.long),
+            (_, _, None) => format!("--{}", self.long),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Parsed {
+    /// In command-line order; a later occurrence overrides an earlier one, as in Slurm.
+    pub options: Vec<(&'static OptSpec, Option<String>)>,
+    pub positionals: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrammarError {
+    #[error("unrecognized option '{0}'{hint}", hint = if .0.starts_with("--") { " (options must be spelled out in full)" } else { "" })]
+    Unknown(String),
+    #[error("option {opt} is not allowed in agent-sandbox: {reason}")]
+    Denied { opt: String, reason: &'static str },
+    #[error("option {0} requires an argument")]
+    MissingValue(String),
+    #[error("option {0} doesn't allow an argument")]
+    UnexpectedValue(String),
+    #[error("invalid value {value:?} for {opt}: {why}")]
+    BadValue { opt: String, value: String, why: &'static str },
+    #[error("too many arguments: {count} (at most {max})")]
+    TooManyArgs { count: usize, max: usize },
+    #[error("arguments too long: {bytes} bytes (at most {max})")]
+    TooLarge { bytes: usize, max: usize },
+    /// A `#SBATCH` line sbatch itself would reject (unmatched quote, stray `:`).
+    #[error("batch script line {line}: {why}")]
+    Directive { line: usize, why: String },
+    /// A `#SBATCH` word that is not an option (sbatch exits with this).
+    #[error("Invalid directive found in batch script: {0}")]
+    InvalidDirective(String),
+    /// The batch script as a whole is one sbatch refuses (no `#!`, NUL, DOS line breaks...).
+    #[error("{0}")]
+    Script(&'static str),
+    /// A Slurm feature agent-sandbox does not mediate (heterogeneous jobs).
+    #[error("{0}")]
+    Unsupported(&'static str),
+    /// A combination sbatch refuses (`--wrap` with script arguments).
+    #[error("{0}")]
+    Usage(&'static str),
+}
+
+/// An option name as typed, cut and with control characters escaped, so an error stays one line.
+fn escaped(s: &str) -> String {
+    clip(s).escape_debug().to_string()
+}
+
+fn find_long(table: &'static [OptSpec], name: &str) -> Option<&'static OptSpec> {
+    // Exact names only. getopt_long would also take any unambiguous prefix (`--acc` for
+    // `--account`); an allow-list must not depend on that, because the set of names a prefix
+    // resolves to changes whenever Slurm (or our table) gains an option, and a prefix the real
+    // sbatch resolves differently from us is a way to smuggle an option past the list.
+    table.iter().find(|s| s.long == name && !s.short_only)
+}
+
+fn find_short(table: &'static [OptSpec], c: char) -> Option<&'static OptSpec> {
+    table.iter().find(|s| s.short == Some(c))
+}
+
+fn admit(spec: &'static OptSpec, shown: &str) -> Result<(), GrammarError> {
+    match spec.class {
+        Class::Denied(reason) => Err(GrammarError::Denied { opt: shown.to_string(), reason }),
+        Class::Allowed | Class::Rebuilt(_) => Ok(()),
+    }
+}
+
+fn checked(spec: &'static OptSpec, shown: &str, value: Option<&str>) -> Result<Option<String>, GrammarError> {
+    match value {
+        None => Ok(None),
+        Some(v) => match validate(spec.value, v) {
+            Ok(()) => Ok(Some(v.to_string())),
+            Err(why) => Err(GrammarError::BadValue { opt: shown.to_string(), value: clip(v), why }),
+        },
+    }
+}
+
+/// Parses `args` (without the program name) against `table` the way getopt_long does, minus
+/// prefix matching. With `stop_at_first_positional` (getopt's leading `+`, what Slurm uses) the
+/// first non-option and everything after it are positionals; otherwise options and positionals
+/// may mix (GNU permutation). `--` ends options; `-` and an empty argument are positionals. A denied option is
+/// an error as soon as it is seen, before its value is looked at.
+pub fn parse(
+    table: &'static [OptSpec],
+    args: &[String],
+    stop_at_first_positional: bool,
+) -> Result<Parsed, GrammarError> {
+    if args.len() > MAX_ARGS {
+        return Err(GrammarError::TooManyArgs { count: args.len(), max: MAX_ARGS });
+    }
+    let bytes = args.iter().fold(0usize, |n, a| n.saturating_add(a.len()));
+    if bytes > MAX_ARG_BYTES {
+        return Err(GrammarError::TooLarge { bytes, max: MAX_ARG_BYTES });
+    }
+
+    let mut out = Parsed { options: Vec::new(), positionals: Vec::new() };
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].as_str();
+        i += 1;
+        if arg == "--" {
+            out.positionals.extend(args[i..].iter().cloned());
+            break;
+        }
+        if let Some(body) = arg.strip_prefix("--") {
+            let (name, inline) = match body.split_once('=') {
+                Some((n, v)) => (n, Some(v)),
+                None => (body, None),
+            };
+            let shown = format!("--{}", escaped(name));
+            let spec = find_long(table, name).ok_or_else(|| GrammarError::Unknown(shown.clone()))?;
+            admit(spec, &shown)?;
+            let value = match spec.arity {
+                Arity::Flag if inline.is_some() => return Err(GrammarError::UnexpectedValue(shown)),
+                Arity::Flag => None,
+                Arity::OptionalValue => inline,
+                Arity::Value => match inline {
+                    Some(v) => Some(v),
+                    None => {
+                        let v = args.get(i).ok_or_else(|| GrammarError::MissingValue(shown.clone()))?;
+                        i += 1;
+                        Some(v.as_str())
+                    }
+                },
+            };
+            out.options.push((spec, checked(spec, &shown, value)?));
+        } else if arg.len() > 1 && arg.starts_with('-') {
+            // A cluster: flags, then at most one value-taking option that owns the rest.
+            let cluster = &arg[1..];
+            for (at, c) in cluster.char_indices() {
+                let spec =
+                    find_short(table, c).ok_or_else(|| GrammarError::Unknown(format!("-{}", c.escape_debug())))?;
+                let shown = match spec.short_only {
+                    true => format!("-{c}"),
+                    false => format!("-{c} (--{})", spec.long),
+                };
+                admit(spec, &shown)?;
+                let rest = &cluster[at + c.len_utf8()..];
+                match spec.arity {
+                    Arity::Flag => out.options.push((spec, None)),
+                    Arity::OptionalValue => {
+                        let value = (!rest.is_empty()).then_some(rest);
+                        out.options.push((spec, checked(spec, &shown, value)?));
+                        break;
+                    }
+                    Arity::Value => {
+                        let value = if !rest.is_empty() {
+                            rest
+                        } else {
+                            let v = args.get(i).ok_or_else(|| GrammarError::MissingValue(shown.clone()))?;
+                            i += 1;
+                            v.as_str()
+                        };
+                        out.options.push((spec, checked(spec, &shown, Some(value))?));
+                        break;
+                    }
+                }
+            }
+        } else if stop_at_first_positional {
+            out.positionals.extend(args[i - 1..].iter().cloned());
+            break;
+        } else {
+            out.positionals.push(arg.to_string());
+        }
+    }
+    Ok(out)
+}
 
 pub(crate) const fn opt(
     long: &'static str,
@@ -11,7 +261,7 @@ pub(crate) const fn opt(
     class: Class,
     value: ValueKind,
 ) -> OptSpec {
-    OptSpec { long, short, arity, class, value }
+    OptSpec { long, short, arity, class, value, rebuilt: None, short_only: false }
 }
 pub(crate) const fn allow(long: &'static str, short: Option<char>, arity: Arity, value: ValueKind) -> OptSpec {
     opt(long, short, arity, Class::Allowed, value)
@@ -29,6 +279,14 @@ pub(crate) const BURST_BUFFER: &str = "burst-buffer staging runs outside the jai
 pub(crate) const MAIL: &str = "jobs from a sandboxed session send no e-mail; poll with squeue or sacct instead";
 pub(crate) const ITERATE: &str = "it never exits; run the command again (e.g. in a loop with sleep) instead";
 pub(crate) const ADMIN: &str = "only a Slurm administrator may do this; ask your admin";
+/// Why sbatch's and srun's options for the job's files and environment are rebuilt
+/// (`OptSpec::rebuilt`): Slurm would apply them outside the jail.
+pub(crate) const OPENED_IN_JAIL: &str = "opened inside the jail on the node; Slurm writes only the job wrapper's log";
+pub(crate) const APPLIED_IN_JAIL: &str = "recorded in the job directory and applied inside the jail on the node";
+/// Why `--clusters` of the read-only views is rebuilt.
+pub(crate) const LOCAL_CLUSTER: &str =
+    "checked: the local cluster or all; Slurm is asked about the local cluster alone";
+pub(crate) const EXPORT: &str = "applied inside the jail on the node; the wrapper itself gets --export=NONE";
 
 /// The options of a parsed call, in command-line order: a later entry overrides an earlier one.
 pub type Options = Vec<(&'static str, Option<String>)>;
@@ -42,6 +300,50 @@ pub(crate) fn last<'a>(options: &'a [(&'static str, Option<String>)], long: &str
 /// they check that the call names what it acts on.
 pub(crate) fn any_of(options: &[(&'static str, Option<String>)], longs: &[&str]) -> bool {
     options.iter().any(|(l, _)| longs.contains(l))
+}
+
+/// The caller's options a real command is given, in order, as `--long[=value]`: those `table`
+/// passes as written, none it rebuilds (those the handler gives Slurm itself) and none it does
+/// not know (a name not in the table never reaches Slurm).
+pub(crate) fn as_written(table: &'static [OptSpec], options: &[(&'static str, Option<String>)]) -> Vec<String> {
+    options
+        .iter()
+        .filter_map(|(long, value)| {
+            let spec = table.iter().find(|s| s.long == *long)?;
+            spec.passes_as_written().then(|| spec.spelled(value.as_deref()))
+        })
+        .collect()
+}
+
+/// The words after a real command's options (scontrol's command, sstat's job list...), after
+/// `--` when one of them starts with `-`, so the real command reads them as words too.
+pub(crate) fn words(words: &[String]) -> Vec<String> {
+    let dash = words.iter().any(|w| w.starts_with('-')).then(|| "--".to_string());
+    dash.into_iter().chain(words.iter().cloned()).collect()
+}
+
+/// An entry of a word table (scontrol's and sacctmgr's commands, the entities they show): a
+/// word allowed, or denied with a reason.
+pub(crate) const fn word(name: &'static str, class: Class) -> (&'static str, Class) {
+    (name, class)
+}
+pub(crate) const WORD: Class = Class::Allowed;
+pub(crate) const fn no(reason: &'static str) -> Class {
+    Class::Denied(reason)
+}
+
+/// Looks `w` up in a word table without regard to case, spelled in full (for the reason
+/// `find_long` gives); a denied word is refused with its reason, shown as `{shown}{name}`.
+pub(crate) fn lookup(
+    table: &'static [(&'static str, Class)],
+    w: &str,
+    shown: &str,
+) -> Result<Option<&'static str>, GrammarError> {
+    match table.iter().find(|(name, _)| name.eq_ignore_ascii_case(w)) {
+        Some((name, Class::Denied(reason))) => Err(GrammarError::Denied { opt: format!("{shown}{name}"), reason }),
+        Some((name, _)) => Ok(Some(name)),
+        None => Ok(None),
+    }
 }
 
 /// How the output is to be written, which decides how the chaperon filters it.
@@ -80,7 +382,8 @@ pub(crate) fn user_list(opt: &str, v: &str) -> Result<Vec<String>, GrammarError>
 pub(crate) mod testkit {
     //! Checks every command's table gets (sbatch.rs has its own copies of these), and the
     //! random-argument run each grammar must survive.
-    use crate::grammar::{parse, validate, Arity, Class, GrammarError, OptSpec, ValueKind, MAX_ARG_BYTES};
+    use crate::grammar::{validate, ValueKind};
+    use crate::table::{parse, Arity, Class, GrammarError, OptSpec, MAX_ARG_BYTES};
     use std::collections::HashSet;
 
     pub fn argv(a: &[&str]) -> Vec<String> {
@@ -175,49 +478,61 @@ pub(crate) mod testkit {
                 assert!(!r.chars().any(char::is_control), "--{} reason is not one line", s.long);
                 assert!(r.len() <= 100, "--{} reason is too long for one line", s.long);
             }
+            if let Some(r) = s.rebuilt {
+                assert_eq!(s.class, Class::Allowed, "--{}: only an allowed option is rebuilt besides", s.long);
+                assert!(!r.trim().is_empty() && !r.chars().any(char::is_control), "--{}: {r:?}", s.long);
+                assert!(r.len() <= 100, "--{} rebuilt reason is too long for one line", s.long);
+            }
+            assert!(!s.short_only || s.short.is_some(), "--{} is spelled by no form", s.long);
         }
 
         for s in table {
             let long = format!("--{}", s.long);
             let v = sample(s.value);
-            let with_eq = format!("{long}={v}");
-            if let Class::Denied(reason) = s.class {
-                for a in [vec![long.clone()], vec![with_eq.clone()], vec![long.clone(), v.to_string()]] {
-                    let want = GrammarError::Denied { opt: long.clone(), reason };
-                    assert_eq!(parse(table, &a, false), Err(want), "{a:?}");
-                }
+            if s.short_only {
+                // Only its short form (checked below): the long name is no option.
+                assert_eq!(parse(table, std::slice::from_ref(&long), false), Err(GrammarError::Unknown(long)));
             } else {
-                let one = |a: Vec<String>| pairs(table, &a).unwrap_or_else(|e| panic!("{a:?}: {e}"));
-                let val = Some(v.to_string());
-                match s.arity {
-                    Arity::Flag => {
-                        assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
-                        assert_eq!(pairs(table, &[with_eq]), Err(GrammarError::UnexpectedValue(long)));
+                let with_eq = format!("{long}={v}");
+                if let Class::Denied(reason) = s.class {
+                    for a in [vec![long.clone()], vec![with_eq.clone()], vec![long.clone(), v.to_string()]] {
+                        let want = GrammarError::Denied { opt: long.clone(), reason };
+                        assert_eq!(parse(table, &a, false), Err(want), "{a:?}");
                     }
-                    Arity::Value => {
-                        assert_eq!(one(vec![with_eq]), [(s.long, val.clone())]);
-                        assert_eq!(one(vec![long.clone(), v.to_string()]), [(s.long, val)]);
-                        let missing = pairs(table, std::slice::from_ref(&long));
-                        assert_eq!(missing, Err(GrammarError::MissingValue(long)));
+                } else {
+                    let one = |a: Vec<String>| pairs(table, &a).unwrap_or_else(|e| panic!("{a:?}: {e}"));
+                    let val = Some(v.to_string());
+                    match s.arity {
+                        Arity::Flag => {
+                            assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
+                            assert_eq!(pairs(table, &[with_eq]), Err(GrammarError::UnexpectedValue(long)));
+                        }
+                        Arity::Value => {
+                            assert_eq!(one(vec![with_eq]), [(s.long, val.clone())]);
+                            assert_eq!(one(vec![long.clone(), v.to_string()]), [(s.long, val)]);
+                            let missing = pairs(table, std::slice::from_ref(&long));
+                            assert_eq!(missing, Err(GrammarError::MissingValue(long)));
+                        }
+                        Arity::OptionalValue => {
+                            assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
+                            assert_eq!(one(vec![with_eq]), [(s.long, val)]);
+                        }
                     }
-                    Arity::OptionalValue => {
-                        assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
-                        assert_eq!(one(vec![with_eq]), [(s.long, val)]);
-                    }
-                }
-                if s.arity != Arity::Flag {
-                    for bad in ["\n", "\0", "\r", "\u{1b}[2J"] {
-                        let v = format!("{v}{bad}x");
-                        let a = [format!("--{}={v}", s.long)];
-                        assert!(matches!(parse(table, &a, false), Err(GrammarError::BadValue { .. })), "{a:?}");
-                        assert!(validate(s.value, &v).is_err());
+                    if s.arity != Arity::Flag {
+                        for bad in ["\n", "\0", "\r", "\u{1b}[2J"] {
+                            let v = format!("{v}{bad}x");
+                            let a = [format!("--{}={v}", s.long)];
+                            assert!(matches!(parse(table, &a, false), Err(GrammarError::BadValue { .. })), "{a:?}");
+                            assert!(validate(s.value, &v).is_err());
+                        }
                     }
                 }
             }
 
             let Some(c) = s.short else { continue };
             if let Class::Denied(reason) = s.class {
-                let want = Err(GrammarError::Denied { opt: format!("-{c} (--{})", s.long), reason });
+                let shown = if s.short_only { format!("-{c}") } else { format!("-{c} (--{})", s.long) };
+                let want = Err(GrammarError::Denied { opt: shown, reason });
                 assert_eq!(pairs(table, &[format!("-{c}{v}")]), want);
                 assert_eq!(pairs(table, &[format!("-{flag}{flag}{c}"), v.to_string()]), want, "clustered after flags");
                 continue;
@@ -238,6 +553,46 @@ pub(crate) mod testkit {
                     }
                 }
             }
+        }
+    }
+
+    /// The table decides what the chaperon rebuilds: `plan` is what a command's handler makes of
+    /// a call before it touches anything (the real command's arguments, and what it takes from
+    /// the call for itself, such as sbatch's job record, as Debug text). Every option the caller
+    /// may give, with a sample value (from `values` where the sample does not fit), is put before
+    /// `base` (a call without options), and:
+    /// - an option the table passes as written reaches the real command as written, and changes
+    ///   nothing else the handler does (`informs` names those it reads to decide something and
+    ///   still passes on, such as sbatch's `--array` for the default output name);
+    /// - so an option the handler reads for itself, or gives Slurm itself, must be one the table
+    ///   rebuilds: else the caller's value would reach Slurm beside the chaperon's, or be applied
+    ///   outside the jail as well as inside it.
+    pub fn rebuilds_are_the_tables(
+        table: &'static [OptSpec],
+        base: &[&str],
+        values: &[(&str, &str)],
+        informs: &[&str],
+        plan: impl Fn(&[String]) -> Result<(Vec<String>, String), String>,
+    ) {
+        let (base_args, base_taken) = plan(&argv(base)).unwrap_or_else(|e| panic!("{base:?}: {e}"));
+        for s in table.iter().filter(|s| !matches!(s.class, Class::Denied(_))) {
+            let v = values.iter().find(|(l, _)| *l == s.long).map(|(_, v)| *v).unwrap_or(sample(s.value));
+            let value = (s.arity != Arity::Flag).then_some(v);
+            let spelled = s.spelled(value);
+            let mut call = vec![spelled.clone()];
+            call.extend(argv(base));
+            let (mut args, taken) = plan(&call).unwrap_or_else(|e| panic!("{call:?}: {e} (give the option a value)"));
+            if !s.passes_as_written() {
+                continue;
+            }
+            let at = args.iter().position(|a| *a == spelled);
+            let at = at.unwrap_or_else(|| panic!("--{} passes as written but is not in {args:?}", s.long));
+            args.remove(at);
+            if informs.contains(&s.long) {
+                continue;
+            }
+            assert_eq!(args, base_args, "--{} changes what the chaperon gives Slurm: rebuild it in the table", s.long);
+            assert_eq!(taken, base_taken, "--{} changes what the chaperon takes for itself: rebuild it", s.long);
         }
     }
 
@@ -368,5 +723,195 @@ pub(crate) mod testkit {
             let _ = parse(table, &args, true);
         }
         assert!(outcomes[0] > 500 && outcomes[1] > 500, "{outcomes:?}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Arity::*;
+
+    static T: &[OptSpec] = &[
+        opt("verbose", Some('v'), Flag, Class::Allowed, ValueKind::Any),
+        opt("hold", Some('H'), Flag, Class::Allowed, ValueKind::Any),
+        opt("name", Some('J'), Value, Class::Allowed, ValueKind::JobName),
+        opt("time", Some('t'), Value, Class::Allowed, ValueKind::Time),
+        opt("excl", None, OptionalValue, Class::Allowed, ValueKind::Choice(&["user", "mcs"])),
+        opt("level", Some('k'), OptionalValue, Class::Allowed, ValueKind::Int),
+        opt("secret", Some('S'), Value, Class::Denied("secrets stay home"), ValueKind::Any),
+        opt("dir", Some('D'), Value, Class::Rebuilt("cwd comes from the request"), ValueKind::Path),
+    ];
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    type Options = Vec<(&'static str, Option<String>)>;
+
+    /// (long, value) pairs and positionals, for compact asserts.
+    fn run(a: &[&str], stop: bool) -> Result<(Options, Vec<String>), GrammarError> {
+        let p = parse(T, &argv(a), stop)?;
+        Ok((p.options.into_iter().map(|(s, v)| (s.long, v)).collect(), p.positionals))
+    }
+
+    fn opts(a: &[&str]) -> Options {
+        run(a, true).unwrap().0
+    }
+
+    fn some(s: &str) -> Option<String> {
+        Some(s.to_string())
+    }
+
+    #[test]
+    fn long_options_take_values_after_equals_or_as_the_next_argument() {
+        assert_eq!(opts(&["--name=x"]), [("name", some("x"))]);
+        assert_eq!(opts(&["--name", "x"]), [("name", some("x"))]);
+        assert_eq!(opts(&["--name=a=b"]), [("name", some("a=b"))]);
+        assert_eq!(opts(&["--verbose", "--time=5"]), [("verbose", None), ("time", some("5"))]);
+    }
+
+    #[test]
+    fn short_options_take_attached_or_separate_values() {
+        assert_eq!(opts(&["-Jx"]), [("name", some("x"))]);
+        assert_eq!(opts(&["-J", "x"]), [("name", some("x"))]);
+        assert_eq!(opts(&["-J=x"]), [("name", some("=x"))], "getopt keeps the '=' of -J=x");
+    }
+
+    #[test]
+    fn clustered_flags_end_in_at_most_one_value_option() {
+        assert_eq!(opts(&["-vvH"]), [("verbose", None), ("verbose", None), ("hold", None)]);
+        assert_eq!(opts(&["-vHJjob"]), [("verbose", None), ("hold", None), ("name", some("job"))]);
+        assert_eq!(opts(&["-vHJ", "job"]), [("verbose", None), ("hold", None), ("name", some("job"))]);
+        // Once a value option is met, the rest of the cluster is its value, never more options.
+        assert_eq!(opts(&["-JvS"]), [("name", some("vS"))]);
+        assert_eq!(run(&["-vz"], true), Err(GrammarError::Unknown("-z".into())));
+        assert_eq!(run(&["-vt"], true), Err(GrammarError::MissingValue("-t (--time)".into())));
+    }
+
+    #[test]
+    fn a_value_may_look_like_an_option_as_getopt_takes_it() {
+        assert_eq!(opts(&["--name", "--secret"]), [("name", some("--secret"))]);
+        assert_eq!(opts(&["-J", "-S"]), [("name", some("-S"))]);
+    }
+
+    #[test]
+    fn double_dash_ends_options() {
+        assert_eq!(run(&["-v", "--", "-J", "x"], true).unwrap(), (vec![("verbose", None)], argv(&["-J", "x"])));
+        assert_eq!(run(&["-v", "--", "-J", "x"], false).unwrap(), (vec![("verbose", None)], argv(&["-J", "x"])));
+        assert_eq!(run(&["--"], true).unwrap(), (vec![], vec![]));
+        // After the first positional (sbatch: the script) a "--" belongs to the script's arguments.
+        assert_eq!(run(&["job.sh", "--", "-v"], true).unwrap(), (vec![], argv(&["job.sh", "--", "-v"])));
+    }
+
+    #[test]
+    fn lone_dash_and_empty_string_are_positionals() {
+        assert_eq!(run(&["-", "-v"], true).unwrap(), (vec![], argv(&["-", "-v"])));
+        assert_eq!(run(&["-v", ""], true).unwrap(), (vec![("verbose", None)], argv(&[""])));
+        assert_eq!(run(&["-", "-v"], false).unwrap(), (vec![("verbose", None)], argv(&["-"])));
+    }
+
+    #[test]
+    fn options_after_the_first_positional_are_arguments_when_stopping() {
+        let (o, p) = run(&["-v", "job.sh", "-J", "x", "--secret=1"], true).unwrap();
+        assert_eq!((o, p), (vec![("verbose", None)], argv(&["job.sh", "-J", "x", "--secret=1"])));
+        // Without stopping (GNU permutation), options anywhere are options.
+        let (o, p) = run(&["-v", "job.sh", "-J", "x", "arg"], false).unwrap();
+        assert_eq!((o, p), (vec![("verbose", None), ("name", some("x"))], argv(&["job.sh", "arg"])));
+        assert!(matches!(run(&["a", "--secret=1"], false), Err(GrammarError::Denied { .. })));
+    }
+
+    #[test]
+    fn unknown_options_and_prefixes_are_errors_naming_the_option() {
+        assert_eq!(run(&["--verb"], true), Err(GrammarError::Unknown("--verb".into())));
+        assert_eq!(run(&["--nam=x"], true), Err(GrammarError::Unknown("--nam".into())));
+        assert_eq!(run(&["--Verbose"], true), Err(GrammarError::Unknown("--Verbose".into())));
+        assert_eq!(run(&["--=x"], true), Err(GrammarError::Unknown("--".into())));
+        let e = run(&["--verb"], true).unwrap_err().to_string();
+        assert!(e.contains("'--verb'"), "{e}");
+        // A name with a newline in it is echoed escaped: the error stays one line.
+        let e = run(&["--a\nb"], true).unwrap_err().to_string();
+        assert!(!e.contains('\n') && e.contains("--a\\nb"), "{e}");
+        let e = run(&["-\u{1b}"], true).unwrap_err().to_string();
+        assert!(!e.contains('\u{1b}'), "{e}");
+    }
+
+    #[test]
+    fn missing_and_unexpected_values() {
+        assert_eq!(run(&["--name"], true), Err(GrammarError::MissingValue("--name".into())));
+        assert_eq!(run(&["-J"], true), Err(GrammarError::MissingValue("-J (--name)".into())));
+        assert_eq!(run(&["--verbose=1"], true), Err(GrammarError::UnexpectedValue("--verbose".into())));
+        assert_eq!(run(&["--verbose="], true), Err(GrammarError::UnexpectedValue("--verbose".into())));
+    }
+
+    #[test]
+    fn optional_values_only_attach() {
+        assert_eq!(opts(&["--excl"]), [("excl", None)]);
+        assert_eq!(opts(&["--excl=user"]), [("excl", some("user"))]);
+        assert_eq!(opts(&["--excl=MCS"]), [("excl", some("MCS"))]);
+        assert_eq!(run(&["--excl", "user"], true).unwrap(), (vec![("excl", None)], argv(&["user"])));
+        assert_eq!(opts(&["-k5"]), [("level", some("5"))]);
+        assert_eq!(opts(&["-vk"]), [("verbose", None), ("level", None)]);
+        assert_eq!(run(&["-k", "5"], true).unwrap(), (vec![("level", None)], argv(&["5"])));
+        assert!(matches!(run(&["--excl=other"], true), Err(GrammarError::BadValue { .. })));
+        assert!(matches!(run(&["--excl="], true), Err(GrammarError::BadValue { .. })));
+    }
+
+    #[test]
+    fn denied_options_are_refused_with_their_reason_in_every_spelling() {
+        let denied = |opt: &str| Err(GrammarError::Denied { opt: opt.into(), reason: "secrets stay home" });
+        assert_eq!(run(&["--secret=x"], true), denied("--secret"));
+        assert_eq!(run(&["--secret", "x"], true), denied("--secret"));
+        assert_eq!(run(&["--secret"], true), denied("--secret"), "denied before its missing value");
+        assert_eq!(run(&["-Sx"], true), denied("-S (--secret)"));
+        assert_eq!(run(&["-vvS", "x"], true), denied("-S (--secret)"), "smuggled in a cluster");
+        let e = run(&["-vS"], true).unwrap_err().to_string();
+        assert_eq!(e, "option -S (--secret) is not allowed in agent-sandbox: secrets stay home");
+    }
+
+    #[test]
+    fn rebuilt_options_are_returned_for_the_chaperon() {
+        let p = parse(T, &argv(&["-D", "/tmp"]), true).unwrap();
+        assert_eq!(p.options[0].0.class, Class::Rebuilt("cwd comes from the request"));
+        assert_eq!(p.options[0].1.as_deref(), Some("/tmp"));
+    }
+
+    #[test]
+    fn bad_values_name_the_option_and_the_fix() {
+        let e = run(&["-t", "soon"], true).unwrap_err();
+        let GrammarError::BadValue { opt, value, why } = &e else { panic!("{e:?}") };
+        assert_eq!((opt.as_str(), value.as_str()), ("-t (--time)", "soon"));
+        assert!(why.contains("HH:MM:SS"));
+        let e = run(&[&format!("--name={}\n", "x".repeat(5000))], true).unwrap_err().to_string();
+        assert!(e.len() < 300 && !e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn argument_count_and_size_are_capped() {
+        let many = vec!["-v".to_string(); MAX_ARGS];
+        assert_eq!(parse(T, &many, true).unwrap().options.len(), MAX_ARGS);
+        let too_many = vec!["-v".to_string(); MAX_ARGS + 1];
+        assert_eq!(parse(T, &too_many, true), Err(GrammarError::TooManyArgs { count: 4097, max: 4096 }));
+        let huge = vec![format!("--name={}", "x".repeat(2 << 20))];
+        assert!(matches!(parse(T, &huge, true), Err(GrammarError::TooLarge { .. })));
+        let spread = vec!["y".repeat(600 << 10), "y".repeat(600 << 10)];
+        assert!(matches!(parse(T, &spread, true), Err(GrammarError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn only_what_the_table_passes_as_written_reaches_the_real_command() {
+        static W: &[OptSpec] = &[
+            opt("verbose", Some('v'), Flag, Class::Allowed, ValueKind::Any),
+            opt("name", Some('J'), Value, Class::Allowed, ValueKind::JobName),
+            opt("out", Some('o'), Value, Class::Allowed, ValueKind::Path).rebuilt("opened inside the jail"),
+            opt("dir", Some('D'), Value, Class::Rebuilt("cwd comes from the request"), ValueKind::Path),
+            opt("time-format", Some('t'), Value, Class::Allowed, ValueKind::Text).short_only(),
+        ];
+        let p = parse(W, &argv(&["-vJx", "-o", "f", "-D/tmp", "-thours", "--name=y"]), true).unwrap();
+        let options: Vec<_> = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
+        assert_eq!(as_written(W, &options), ["--verbose", "--name=x", "-thours", "--name=y"]);
+        assert_eq!(as_written(W, &[("not-in-the-table", None)]), Vec::<String>::new(), "unknown: never passed");
+        assert_eq!(parse(W, &argv(&["--time-format=x"]), true), Err(GrammarError::Unknown("--time-format".into())));
+        assert_eq!(words(&argv(&["show", "job"])), ["show", "job"]);
+        assert_eq!(words(&argv(&["-5"])), ["--", "-5"], "a word that looks like an option stays a word");
     }
 }

@@ -1,7 +1,7 @@
 //! sacct arguments come from inside the jail: any argv gives a request or an error naming the
 //! problem, never a panic.
 #![no_main]
-use chaperon::sacct::parse_sacct;
+use chaperon::commands::sacct::parse_sacct;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

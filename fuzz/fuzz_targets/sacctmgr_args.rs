@@ -1,7 +1,7 @@
 //! sacctmgr arguments come from inside the jail: any argv gives a read-only request or an
 //! error naming the problem, never a panic.
 #![no_main]
-use chaperon::sacctmgr::parse_sacctmgr;
+use chaperon::commands::sacctmgr::parse_sacctmgr;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,7 +2,7 @@
 //! give a request or an error naming the problem, never a panic; `#SBATCH` lines go through
 //! the same grammar as the command line.
 #![no_main]
-use chaperon::sbatch::{parse_directives, parse_sbatch};
+use chaperon::commands::sbatch::{parse_directives, parse_sbatch};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! scancel arguments come from inside the jail: any argv gives a request or an error naming
 //! the problem, never a panic; job ids (`123_[1-3]`, `123.0`) parse into typed ids or are refused.
 #![no_main]
-use chaperon::scancel::parse_scancel;
+use chaperon::commands::scancel::parse_scancel;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! scontrol arguments come from inside the jail: any argv gives one typed command or an
 //! error naming the problem, never a panic; `update` keys are allow-listed.
 #![no_main]
-use chaperon::scontrol::parse_scontrol;
+use chaperon::commands::scontrol::parse_scontrol;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! sdiag arguments come from inside the jail: any argv gives a request or an error naming the
 //! problem, never a panic.
 #![no_main]
-use chaperon::sdiag::parse_sdiag;
+use chaperon::commands::sdiag::parse_sdiag;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! sinfo arguments come from inside the jail: any argv gives a request or an error naming the
 //! problem, never a panic.
 #![no_main]
-use chaperon::sinfo::parse_sinfo;
+use chaperon::commands::sinfo::parse_sinfo;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

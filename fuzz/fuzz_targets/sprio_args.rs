@@ -1,7 +1,7 @@
 //! sprio arguments come from inside the jail: any argv gives a request or an error naming the
 //! problem, never a panic.
 #![no_main]
-use chaperon::sprio::parse_sprio;
+use chaperon::commands::sprio::parse_sprio;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! squeue arguments come from inside the jail: any argv gives a request or an error naming
 //! the problem, never a panic; job and step lists parse into typed ids or are refused.
 #![no_main]
-use chaperon::squeue::parse_squeue;
+use chaperon::commands::squeue::parse_squeue;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! srun arguments come from inside the jail: any argv gives a request or an error naming the
 //! problem, never a panic; options after the command are the command's, never srun's.
 #![no_main]
-use chaperon::srun::parse_srun;
+use chaperon::commands::srun::parse_srun;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! sshare arguments come from inside the jail: any argv gives a request or an error naming the
 //! problem, never a panic.
 #![no_main]
-use chaperon::sshare::parse_sshare;
+use chaperon::commands::sshare::parse_sshare;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! sstat arguments come from inside the jail: any argv gives a request or an error naming the
 //! problem, never a panic.
 #![no_main]
-use chaperon::sstat::parse_sstat;
+use chaperon::commands::sstat::parse_sstat;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -10,11 +10,9 @@ use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 
-/// Every Slurm command name the jail sees as a stub (the last six are refused outright).
-pub const SLURM_STUBS: &[&str] = &[
-    "sbatch", "srun", "squeue", "scancel", "scontrol", "sacct", "sacctmgr", "sinfo", "sstat", "sprio", "sshare",
-    "sdiag", "sreport", "salloc", "sattach", "sbcast", "scrontab", "scrun", "strigger",
-];
+/// Every Slurm command name the jail sees as a stub: the chaperon's command table, handled
+/// and refused alike.
+pub const SLURM_STUBS: &[&str] = &chaperon::commands::NAMES;
 
 /// Where the chaperon's socket is inside the jail.
 /// The descriptor the Landlock backend's command inherits the chaperon's channel at: high,
@@ -55,7 +53,7 @@ fn forward_signals(conn: &UnixStream) {
 }
 
 pub fn run(name: &str) -> i32 {
-    if let Some((_, why)) = chaperon::dispatch::REFUSED.iter().find(|(n, _)| *n == name) {
+    if let Some(why) = chaperon::commands::refusal(name) {
         eprintln!("{name}: error: {why} (refused by agent-sandbox)");
         return 1;
     }
@@ -85,7 +83,7 @@ fn script_file(name: &str, argv: &[String]) -> Result<Option<String>, String> {
     if name != "sbatch" {
         return Ok(None);
     }
-    let Some(path) = chaperon::sbatch::parse_sbatch(argv, None).ok().and_then(|r| r.script_path) else {
+    let Some(path) = chaperon::commands::sbatch::parse_sbatch(argv, None).ok().and_then(|r| r.script_path) else {
         return Ok(None);
     };
     let unable = |e: std::io::Error| format!("Unable to open file {path}: {e}");
@@ -93,7 +91,7 @@ fn script_file(name: &str, argv: &[String]) -> Result<Option<String>, String> {
     if !file.metadata().map_err(unable)?.is_file() {
         return Ok(None);
     }
-    let max = chaperon::dispatch::MAX_SCRIPT;
+    let max = chaperon::job::MAX_SCRIPT;
     let mut buf = Vec::new();
     file.take(max as u64 + 1).read_to_end(&mut buf).map_err(unable)?;
     if buf.len() > max {

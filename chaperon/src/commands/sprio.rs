@@ -1,10 +1,16 @@
-//! sprio's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sprio`, which turns a call into an `SprioRequest`: the job ids and users it names,
-//! for the chaperon to check against the session's scope.
+//! sprio: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_sprio`, which turns a call into an `SprioRequest` (the job ids and users it
+//! names; pure), and `handle`, which shows the priorities of the scope's jobs only.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::call::{Call, Stdio};
+use crate::checks::{in_scope, jobs_in_scope, local_cluster_only, only_caller};
+use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, PLAIN};
-use crate::table::{allow, bad_value, deny, last, user_list, Options, CLUSTER_SPELLING};
+use crate::refusal::Refusal;
+use crate::table::{
+    allow, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options,
+    CLUSTER_SPELLING, LOCAL_CLUSTER,
+};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -12,7 +18,7 @@ use ValueKind::*;
 pub static SPRIO: &[OptSpec] = &[
     allow("noheader", Some('h'), Flag, Any),
     // Checked as job ids by `parse_sprio`; the value may also come from the next argument.
-    allow("jobs", Some('j'), Opt, Text),
+    allow("jobs", Some('j'), Opt, Text).rebuilt("sprio is given the scope's jobs (those you name, if you do) instead"),
     allow("long", Some('l'), Flag, Any),
     allow("norm", Some('n'), Flag, Any),
     allow("format", Some('o'), Val, Text),
@@ -31,7 +37,7 @@ pub static SPRIO: &[OptSpec] = &[
     allow("sibling", None, Flag, Any),
     allow("usage", None, Flag, Any),
     // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters),
+    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
     deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
@@ -82,6 +88,39 @@ pub fn parse_sprio(args: &[String]) -> Result<SprioRequest, GrammarError> {
         return Err(GrammarError::Usage("sprio takes one job list; separate job ids with commas"));
     }
     Ok(req)
+}
+
+impl SprioRequest {
+    /// The real sprio's arguments: the caller's options the table passes as written, the jobs
+    /// (those asked for, else the scope's `ids`) and the local cluster (when asked for). None:
+    /// nothing to show (no job asked for, none in scope).
+    fn real_args(&self, ids: &[u32], cluster: Option<String>) -> Option<Vec<String>> {
+        // A bare `-j` names no job: sprio would show every user's, so it gets the scope's.
+        let jobs: Vec<String> = match self.jobs.as_ref().filter(|asked| !asked.is_empty()) {
+            Some(asked) => asked.iter().map(JobRef::to_string).collect(),
+            None if ids.is_empty() => return None,
+            None => ids.iter().map(u32::to_string).collect(),
+        };
+        let mut args = as_written(SPRIO, &self.options);
+        args.push(format!("--jobs={}", jobs.join(",")));
+        args.extend(cluster);
+        Some(args)
+    }
+}
+
+/// sprio of the scope's jobs: those asked for must be in scope; without a job list, the
+/// scope's (nothing to show when it is empty).
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_sprio(&req.argv)?;
+    let cluster = local_cluster_only(&parsed.options, "clusters", cfg.cluster_name())?;
+    only_caller(&parsed.users, cfg)?;
+    let ids = jobs_in_scope(req, cfg)?;
+    in_scope(&ids, parsed.jobs.iter().flatten().map(|r| r.job))?;
+    match parsed.real_args(&ids, cluster) {
+        Some(args) => call.run_with(args, stdio),
+        None => Ok(0),
+    }
 }
 
 #[cfg(test)]
@@ -164,12 +203,32 @@ mod tests {
         assert_eq!(e, format!("option --cluster is not allowed in agent-sandbox: {CLUSTER_SPELLING}"));
         assert_eq!(sp(&["--job=1"]), Err(GrammarError::Unknown("--job".into())));
         assert_eq!(sp(&["-j", "--", "5"]).unwrap().jobs.map(|j| j.len()), Some(1));
-        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sprio(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SPRIO, &["12", "1_2"], 0x5eed_0000_5b10_0001, parse_sprio);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SPRIO, &[], &[("jobs", "1")], &[], |a| {
+            let p = parse_sprio(a).map_err(|e| e.to_string())?;
+            let cluster =
+                crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;
+            Ok((p.real_args(&[1, 2], cluster).unwrap_or_default(), String::new()))
+        });
+    }
+
+    #[test]
+    fn a_bare_jobs_flag_shows_the_scopes_jobs_not_everyones() {
+        let args = |a: &[&str], scope: &[u32]| sp(a).unwrap().real_args(scope, None);
+        // sprio reads a bare -j as "all jobs": it gets the scope's list instead.
+        assert_eq!(args(&["-j"], &[3, 4]), Some(argv(&["--jobs=3,4"])));
+        assert_eq!(args(&["-l"], &[3]), Some(argv(&["--long", "--jobs=3"])));
+        assert_eq!(args(&["-j", "3"], &[3, 4]), Some(argv(&["--jobs=3"])));
+        assert_eq!(args(&["-j"], &[]), None, "nothing in scope: nothing to show");
     }
 }

@@ -1,10 +1,22 @@
-//! sbatch's option table (Slurm 22.05 spellings, short forms and arities, each option allowed,
-//! denied with a reason, or rebuilt by the chaperon), the `#SBATCH` directive reader, and
-//! `parse_sbatch`, which combines both into an `SbatchRequest`. Resolves no path and checks no
-//! job scope: that is the chaperon's work on the request this returns.
+//! sbatch: its option table (Slurm 22.05 spellings, short forms and arities, each option allowed,
+//! denied with a reason, or rebuilt by the chaperon), the `#SBATCH` directive reader,
+//! `parse_sbatch`, which combines both into an `SbatchRequest` (pure), and `handle`, which checks
+//! that request against the project and the scope, writes the job directory and submits the
+//! chaperon's wrapper in place of the script.
 
-use crate::grammar::{clip, parse, Arity, Class, GrammarError, OptSpec, ValueKind, MAX_ARGS, MAX_ARG_BYTES};
-use crate::table::{allow, deny, opt, CLUSTERS, MAIL};
+use crate::call::{Call, Stdio};
+use crate::checks::{cwd_of, dependencies_in_scope, open_in_project, read_capped, scope_of, under_project};
+use crate::export::{export_env, export_request};
+use crate::grammar::{clip, ValueKind};
+use crate::job::{self, write_job_dir, JobSpec, MAX_SCRIPT};
+use crate::refusal::Refusal;
+use crate::scope::Entry;
+use crate::table::{
+    allow, as_written, deny, opt, parse, Arity, Class, GrammarError, OptSpec, APPLIED_IN_JAIL, CLUSTERS, EXPORT, MAIL,
+    MAX_ARGS, MAX_ARG_BYTES, OPENED_IN_JAIL,
+};
+use std::io::Write;
+use std::path::Path;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -42,12 +54,12 @@ pub static SBATCH: &[OptSpec] = &[
     allow("exclude", Some('x'), Val, NodeList),
     allow("array", Some('a'), Val, Text),
     allow("dependency", Some('d'), Val, Dependency),
-    allow("job-name", Some('J'), Val, JobName),
-    allow("output", Some('o'), Val, Path),
-    allow("error", Some('e'), Val, Path),
-    allow("input", Some('i'), Val, Path),
+    allow("job-name", Some('J'), Val, JobName).rebuilt("the chaperon names the job: yours, else its script's name"),
+    allow("output", Some('o'), Val, Path).rebuilt(OPENED_IN_JAIL),
+    allow("error", Some('e'), Val, Path).rebuilt(OPENED_IN_JAIL),
+    allow("input", Some('i'), Val, Path).rebuilt(OPENED_IN_JAIL),
     // arg_set_open_mode reads only the first letter.
-    allow("open-mode", None, Val, Initial(&["append", "truncate"])),
+    allow("open-mode", None, Val, Initial(&["append", "truncate"])).rebuilt(APPLIED_IN_JAIL),
     allow("comment", None, Val, Text),
     allow("begin", Some('b'), Val, DateTime),
     allow("deadline", None, Val, DateTime),
@@ -69,7 +81,8 @@ pub static SBATCH: &[OptSpec] = &[
     allow("tmp", None, Val, Memory),
     allow("wckey", None, Val, Text),
     allow("kill-on-invalid-dep", None, Val, Choice(&["yes", "no"])),
-    allow("parsable", None, Flag, Any),
+    allow("parsable", None, Flag, Any)
+        .rebuilt("the chaperon always asks for the job id alone and shows it as you asked"),
     allow("test-only", None, Flag, Any),
     allow("wait", Some('W'), Flag, Any),
     allow("verbose", Some('v'), Flag, Any),
@@ -78,9 +91,9 @@ pub static SBATCH: &[OptSpec] = &[
     allow("usage", None, Flag, Any),
     allow("version", Some('V'), Flag, Any),
     // Recorded in the job dir and applied by `exec --job` inside the jail, never to the wrapper.
-    allow("export", None, Val, ExportSpec),
+    allow("export", None, Val, ExportSpec).rebuilt(EXPORT),
     // A file or an fd number in Slurm; the chaperon reads it (resolved under the project) itself.
-    allow("export-file", None, Val, Path),
+    allow("export-file", None, Val, Path).rebuilt(APPLIED_IN_JAIL),
     // Rebuilt: the chaperon sets what Slurm sees.
     opt("wrap", None, Val, Class::Rebuilt("the chaperon writes the submitted batch script itself"), Any),
     opt("chdir", Some('D'), Val, Class::Rebuilt("the working directory comes from the checked request"), Path),
@@ -328,10 +341,199 @@ pub fn parse_sbatch(args: &[String], script: Option<&str>) -> Result<SbatchReque
     Ok(SbatchRequest { options, script_path: positionals.next(), script_args: positionals.collect() })
 }
 
+/// What the caller asks of the job through the options the chaperon rebuilds: read here, from
+/// the options alone (pure); the handler resolves the paths and the environment they name, and
+/// nothing of it reaches the real sbatch as written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Asked<'a> {
+    wrap: Option<&'a str>,
+    chdir: Option<&'a str>,
+    export: Option<&'a str>,
+    export_file: Option<&'a str>,
+    output: String,
+    error: Option<&'a str>,
+    input: Option<&'a str>,
+    append: bool,
+    job_name: String,
+    parsable: bool,
+}
+
+impl SbatchRequest {
+    /// What the job asks for; `default_name` names it without `--job-name` (after its script,
+    /// as sbatch does).
+    fn asked(&self, default_name: String) -> Asked<'_> {
+        let value = |long| self.last(long).flatten();
+        Asked {
+            wrap: value("wrap"),
+            chdir: value("chdir"),
+            export: value("export"),
+            export_file: value("export-file"),
+            // Slurm's defaults; an array's tasks each get their own.
+            output: value("output").map(str::to_owned).unwrap_or_else(|| {
+                if self.last("array").is_some() {
+                    "slurm-%A_%a.out".into()
+                } else {
+                    "slurm-%j.out".into()
+                }
+            }),
+            error: value("error"),
+            input: value("input"),
+            append: value("open-mode").is_some_and(|m| m.eq_ignore_ascii_case("append")),
+            job_name: value("job-name").map(str::to_owned).unwrap_or(default_name),
+            parsable: self.last("parsable").is_some(),
+        }
+    }
+
+    /// What the real sbatch is given: the rebuilt pieces (the job's checked directory and name,
+    /// the wrapper's own log, no environment) and the caller's options the table passes as
+    /// written; the wrapper comes on its stdin.
+    fn real_args(&self, job_name: &str, job_cwd: &Path, wrapper_out: &Path) -> Vec<String> {
+        let out = wrapper_out.display();
+        let mut args = vec![
+            "--parsable".to_string(),
+            "--export=NONE".into(),
+            format!("--chdir={}", job_cwd.display()),
+            format!("--job-name={job_name}"),
+            format!("--output={out}"),
+            format!("--error={out}"),
+        ];
+        args.extend(as_written(SBATCH, &self.options));
+        args
+    }
+}
+
+/// sbatch: the script (the file the stub read inside the jail, the caller's stdin, or `--wrap`)
+/// parsed with its directives, checked against the project and the scope, recorded in a job
+/// directory with what the job needs inside the jail, and submitted as the chaperon's wrapper,
+/// which re-enters the jail on the node. The job id is recorded in scope at submission.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let (req, cfg) = (call.req, call.cfg);
+    let first = parse_sbatch(&req.argv, None)?;
+    let cwd = cwd_of(req, cfg)?;
+    // sbatch opens its script argument with open(2): `/dev/stdin` (Snakemake's
+    // --slurm-pass-command-as-script) is the caller's stdin, named after the file.
+    let on_stdin = |p: &String| ["/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"].contains(&p.as_str());
+    let (script, default_name) = match (first.last("wrap").flatten(), &first.script_path) {
+        (Some(cmd), _) => {
+            (format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n"), "wrap".to_string())
+        }
+        (None, Some(p)) if on_stdin(p) => (read_stdin_script(&stdio)?, "stdin".into()),
+        // Read by the stub inside the jail: wherever the jail keeps it (dask-jobqueue writes
+        // its job scripts to $TMPDIR), it is the file the jail sees.
+        (None, Some(p)) if req.script.is_some() => {
+            let text = req.script.clone().unwrap_or_default();
+            if text.len() > MAX_SCRIPT {
+                return Err(Refusal::TooLarge { what: "the batch script", max: MAX_SCRIPT });
+            }
+            let name = Path::new(p).file_name().map(|n| n.to_string_lossy().into_owned());
+            (text, name.unwrap_or_else(|| "sbatch".into()))
+        }
+        (None, Some(p)) => {
+            let path = under_project(&cfg.project, &cwd, p)?;
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sbatch".into());
+            let file =
+                open_in_project(&cfg.project, &path).map_err(|source| Refusal::File { named: p.clone(), source })?;
+            (script_text(read_capped(file, "the batch script")?)?, name)
+        }
+        (None, None) => (read_stdin_script(&stdio)?, "sbatch".into()),
+    };
+    call.audit.script_bytes = Some(script.len());
+    call.audit.script_hash = Some(fingerprint(script.as_bytes()));
+    let parsed = if first.last("wrap").is_some() { first } else { parse_sbatch(&req.argv, Some(&script))? };
+    let asked = parsed.asked(default_name);
+
+    // Where the job runs: --chdir (rebuilt: checked against the project) or the caller's cwd.
+    let job_cwd = match asked.chdir {
+        Some(d) => under_project(&cfg.project, &cwd, d)?,
+        None => cwd.clone(),
+    };
+    // An unknown SLURM_SCOPE is refused for every command, sbatch included.
+    scope_of(req)?;
+    dependencies_in_scope(&parsed.options, "--dependency", req, cfg)?;
+    let export = export_env(asked.export, asked.export_file, req, &job_cwd, cfg)?;
+    let spec = JobSpec {
+        output: asked.output.clone(),
+        error: asked.error.map(str::to_owned),
+        input: asked.input.map(str::to_owned),
+        append: asked.append,
+        slurm_export_env: export_request(asked.export, req).filter(|e| !e.eq_ignore_ascii_case("ALL")),
+        job_name: asked.job_name.clone(),
+        script_args: parsed.script_args.clone(),
+        ..JobSpec::for_session(cfg, &job_cwd, export)
+    };
+    let (dir, wrapper) = write_job_dir(cfg, &spec, &script).map_err(Refusal::Failed)?;
+
+    // The real sbatch sees only what the table allows, the rebuilt pieces and our wrapper.
+    let mut cmd = cfg.command("sbatch");
+    cmd.current_dir(&dir);
+    cmd.args(parsed.real_args(&spec.job_name, &job_cwd, &dir.join(job::WRAPPER_OUT)));
+    // The wrapper reaches sbatch on a pipe the chaperon writes, not by a path: nothing that
+    // could be swapped between our write and sbatch's read.
+    cmd.stdin(std::process::Stdio::piped()).stderr(stdio.stderr).stdout(std::process::Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run sbatch: {e}")))?;
+    // `sbatch --wait` lasts as long as the job: it ends with the caller, like every call.
+    let _watch = call.watch(&child, call.bound);
+    if let Some(mut script_in) = child.stdin.take() {
+        let _ = script_in.write_all(wrapper.as_bytes());
+    }
+    let mut stdout = std::fs::File::from(stdio.stdout);
+    // The job id comes first, at submission: record it in scope and show it then, also with
+    // --wait (which exits only when the job ends, with the job's status).
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(
+        child.stdout.take().ok_or(Refusal::Failed("sbatch: no stdout".into()))?,
+    ));
+    let first_line = lines.next().and_then(Result::ok).unwrap_or_default();
+    let first_line = first_line.trim();
+    let id: Option<u32> = first_line.split(';').next().and_then(|s| s.parse().ok());
+    match id {
+        Some(job) if parsed.last("test-only").is_none() => {
+            call.audit.job = Some(job);
+            let recorded =
+                cfg.registry().add(&Entry { job, session: cfg.session.clone(), project: cfg.project.clone() });
+            if let Err(e) = recorded {
+                let _ = writeln!(std::io::stderr(), "job {job} submitted but not recorded in scope: {e}");
+            }
+            let shown = match asked.parsable {
+                true => format!("{first_line}\n"),
+                false => format!("Submitted batch job {job}\n"),
+            };
+            let _ = stdout.write_all(shown.as_bytes());
+        }
+        _ if !first_line.is_empty() => {
+            let _ = writeln!(stdout, "{first_line}");
+        }
+        _ => {}
+    }
+    for line in lines.map_while(Result::ok) {
+        let _ = writeln!(stdout, "{line}");
+    }
+    let status = child.wait().map_err(|e| Refusal::Failed(format!("waiting for sbatch: {e}")))?;
+    Ok(status.code().unwrap_or(1))
+}
+
+/// The batch script on the caller's stdin: bounded in size and in time (a terminal that never
+/// sends end-of-file must not hold the chaperon).
+fn read_stdin_script(stdio: &Stdio) -> Result<String, Refusal> {
+    use std::os::fd::AsFd;
+    let bytes = crate::bounded::read_to_end(stdio.stdin.as_fd(), MAX_SCRIPT, crate::bounded::stdin_timeout())
+        .map_err(Refusal::Stdin)?;
+    script_text(bytes)
+}
+
+fn script_text(bytes: Vec<u8>) -> Result<String, Refusal> {
+    String::from_utf8(bytes).map_err(|_| Refusal::NotUtf8 { what: "the batch script" })
+}
+
+/// SHA-256 of the script, hex: the audit log says which script ran without holding its text.
+fn fingerprint(data: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, data).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grammar::{validate, Parsed};
+    use crate::grammar::validate;
+    use crate::table::Parsed;
     use std::collections::HashSet;
 
     fn argv(a: &[&str]) -> Vec<String> {
@@ -420,6 +622,11 @@ mod tests {
         "export",
         "export-file",
     ];
+
+    #[test]
+    fn script_fingerprint_is_sha256() {
+        assert_eq!(super::fingerprint(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
 
     #[test]
     fn the_allow_list_is_exactly_features_section_c() {
@@ -869,5 +1076,15 @@ mod tests {
         }
         // The generator must reach both sides, or it tests nothing.
         assert!(outcomes[0] > 1000 && outcomes[1] > 1000, "{outcomes:?}");
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SBATCH, &[], &[], &["array"], |a| {
+            let p = parse_sbatch(a, None).map_err(|e| e.to_string())?;
+            let asked = p.asked("sbatch".into());
+            let args = p.real_args(&asked.job_name, Path::new("/p"), Path::new("/p/.jobs/wrapper.out"));
+            Ok((args, format!("{asked:?}")))
+        });
     }
 }

@@ -1,15 +1,22 @@
-//! sacct's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sacct`, which turns a call into a `SacctRequest`. sacct is scoped to the caller's
-//! own jobs: options that widen it to other users, or read outside Slurm's accounting view of
-//! the job, are refused; the jobs and users it names are recorded for the chaperon to check.
+//! sacct: its option table (Slurm 22.05 spellings, each option allowed or denied with a reason),
+//! `parse_sacct`, which turns a call into a `SacctRequest` (pure), and `handle`, which shows the
+//! session's scope's jobs only. Options that widen sacct to other users, or read outside
+//! Slurm's accounting view of the job, are refused; the jobs and users a call names are checked.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::call::{Call, Stdio};
+use crate::checks::{in_scope, jobs_in_scope, local_cluster_only, only_caller};
+use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
-use crate::table::{allow, bad_value, deny, last, output, user_list, Options, Output, CLUSTERS, CLUSTER_SPELLING};
+use crate::refusal::Refusal;
+use crate::table::{
+    allow, as_written, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output,
+    CLUSTERS, CLUSTER_SPELLING, LOCAL_CLUSTER,
+};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
 const NOT_LISTED: &str = "not on agent-sandbox's sacct allow-list; ask your admin if you need it";
+const YOU: &str = "checked to be you; sacct is given the scope's job list instead";
 const WRAPPED: &str = "Slurm stored the chaperon's job wrapper, not your job; read your script in the project";
 
 /// Every option sacct 22.05 knows. Anything else is an unrecognized option.
@@ -34,7 +41,7 @@ pub static SACCT: &[OptSpec] = &[
     allow("nnodes", Some('i'), Val, Text),
     allow("ncpus", Some('I'), Val, Text),
     // Checked as `job[.step]` lists by `parse_sacct`.
-    allow("jobs", Some('j'), Val, Text),
+    allow("jobs", Some('j'), Val, Text).rebuilt("sacct is given the scope's jobs (those you name, if you do) instead"),
     allow("timelimit-min", Some('k'), Val, Time),
     allow("timelimit-max", Some('K'), Val, Time),
     allow("long", Some('l'), Flag, Any),
@@ -54,8 +61,8 @@ pub static SACCT: &[OptSpec] = &[
     allow("starttime", Some('S'), Val, DateTimeOrBlank),
     allow("truncate", Some('T'), Flag, Any),
     // Recorded in `users`: the chaperon refuses any user but the caller.
-    allow("user", Some('u'), Val, Text),
-    allow("uid", None, Val, Text),
+    allow("user", Some('u'), Val, Text).rebuilt(YOU),
+    allow("uid", None, Val, Text).rebuilt(YOU),
     allow("usage", Some('U'), Flag, Any),
     allow("verbose", Some('v'), Flag, Any),
     allow("version", Some('V'), Flag, Any),
@@ -71,7 +78,7 @@ pub static SACCT: &[OptSpec] = &[
     deny("file", Some('f'), Val, "it reads a file on the login node outside the jail"),
     deny("allclusters", Some('L'), Flag, CLUSTERS),
     // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters),
+    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
     deny("cluster", None, Val, CLUSTER_SPELLING),
     deny("use-local-uid", None, Flag, NOT_LISTED),
 ];
@@ -116,6 +123,43 @@ pub fn parse_sacct(args: &[String]) -> Result<SacctRequest, GrammarError> {
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     let output = output(&options);
     Ok(SacctRequest { options, jobs, users, output })
+}
+
+impl SacctRequest {
+    /// The jobs the call may see: those in `scope`, narrowed to those asked for (each of
+    /// which must be in it).
+    fn in_view(&self, mut scope: Vec<u32>) -> Result<Vec<u32>, Refusal> {
+        if let Some(asked) = self.jobs.as_ref().filter(|a| !a.is_empty()) {
+            in_scope(&scope, asked.iter().map(|r| r.job))?;
+            scope.retain(|id| asked.iter().any(|r| r.job == *id));
+        }
+        Ok(scope)
+    }
+
+    /// The real sacct's arguments: the caller's options the table passes as written and, in
+    /// place of the rest, the local cluster (when asked for) and the job ids `ids` (the
+    /// scope's, narrowed to those asked for), or a filter that matches nothing.
+    fn real_args(&self, ids: &[u32], cluster: Option<String>) -> Vec<String> {
+        let mut args = as_written(SACCT, &self.options);
+        args.extend(cluster);
+        if ids.is_empty() {
+            args.push("--name=agent-sandbox-no-job-in-scope".into());
+        } else {
+            args.push(format!("--jobs={}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")));
+        }
+        args
+    }
+}
+
+/// sacct of the scope's jobs only: the jobs asked for must be in scope, and sacct is given the
+/// scope's job list (or a filter matching nothing), never another user.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_sacct(&req.argv)?;
+    only_caller(&parsed.users, cfg)?;
+    let ids = parsed.in_view(jobs_in_scope(req, cfg)?)?;
+    let cluster = local_cluster_only(&parsed.options, "clusters", cfg.cluster_name())?;
+    call.run_with(parsed.real_args(&ids, cluster), stdio)
 }
 
 #[cfg(test)]
@@ -302,12 +346,22 @@ mod tests {
         assert_eq!(sa(&["--job=5"]), Err(GrammarError::Unknown("--job".into())));
         assert_eq!(sa(&["-R", "x"]), Err(GrammarError::Unknown("-R".into())));
         assert_eq!(sa(&["-t"]), Err(GrammarError::Unknown("-t".into())));
-        let many = vec!["-n".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-n".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sacct(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SACCT, &[], 0x5eed_0000_5acc_0001, parse_sacct);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SACCT, &[], &[("jobs", "1")], &[], |a| {
+            let p = parse_sacct(a).map_err(|e| e.to_string())?;
+            let cluster =
+                crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;
+            Ok((p.real_args(&p.in_view(vec![1, 2]).map_err(|e| e.to_string())?, cluster), String::new()))
+        });
     }
 }

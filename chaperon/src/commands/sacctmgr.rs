@@ -1,11 +1,18 @@
-//! sacctmgr's option table and command grammar (Slurm 22.05 spellings) and `parse_sacctmgr`,
-//! which turns a call into a `SacctmgrRequest`. Only `show`/`list` of users, associations,
-//! QOS, TRES, clusters and the configuration are allowed (plus `help` and `version`); every
-//! verb that changes the accounting database, and every other entity, is refused with a reason.
-//! The users a user or association listing names are recorded for the chaperon's caller check.
+//! sacctmgr: its option table and command grammar (Slurm 22.05 spellings), `parse_sacctmgr`,
+//! which turns a call into a `SacctmgrRequest` (pure), and `handle`, which runs the listing, a
+//! user or association listing for the caller's own user. Only `show`/`list` of users,
+//! associations, QOS, TRES, clusters and the configuration are allowed (plus `help` and
+//! `version`); every verb that changes the accounting database, and every other entity, is
+//! refused with a reason.
 
-use crate::grammar::{parse, validate, Arity, Class, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, any_of, bad_value, last, user_list, Options, ADMIN, CLUSTERS};
+use crate::call::{Call, Stdio};
+use crate::checks::only_caller;
+use crate::grammar::{validate, ValueKind};
+use crate::refusal::Refusal;
+use crate::table::{
+    allow, any_of, as_written, bad_value, last, lookup, no, parse, user_list, word, Arity, Class, GrammarError,
+    OptSpec, Options, ADMIN, CLUSTERS, WORD as A,
+};
 use Arity::Flag;
 use ValueKind::*;
 
@@ -30,14 +37,6 @@ pub static SACCTMGR: &[OptSpec] = &[
     allow("verbose", Some('v'), Flag, Any),
     allow("version", Some('V'), Flag, Any),
 ];
-
-const fn word(name: &'static str, class: Class) -> (&'static str, Class) {
-    (name, class)
-}
-const A: Class = Class::Allowed;
-const fn no(reason: &'static str) -> Class {
-    Class::Denied(reason)
-}
 
 /// sacctmgr's commands (matched without regard to case, spelled in full).
 pub static COMMANDS: &[(&str, Class)] = &[
@@ -157,6 +156,8 @@ pub struct SacctmgrRequest {
     pub options: Options,
     /// None only for a call made of --help, --usage or --version.
     pub command: Option<SacctmgrCommand>,
+    /// The command and its words, as written.
+    pub words: Vec<String>,
 }
 
 impl SacctmgrRequest {
@@ -166,21 +167,11 @@ impl SacctmgrRequest {
     }
 }
 
-fn lookup(table: &'static [(&'static str, Class)], w: &str, what: &str) -> Result<Option<&'static str>, GrammarError> {
-    match table.iter().find(|(name, _)| name.eq_ignore_ascii_case(w)) {
-        Some((name, Class::Denied(reason))) => {
-            Err(GrammarError::Denied { opt: format!("sacctmgr {what}{name}"), reason })
-        }
-        Some((name, _)) => Ok(Some(name)),
-        None => Ok(None),
-    }
-}
-
 fn parse_show(verb: &str, words: &[String]) -> Result<SacctmgrCommand, GrammarError> {
     let first = words.first().ok_or(GrammarError::Usage(
         "sacctmgr show needs what to show: user, association, qos, tres, cluster or configuration",
     ))?;
-    let name = lookup(ENTITIES, first, &format!("{verb} "))?.ok_or_else(|| {
+    let name = lookup(ENTITIES, first, &format!("sacctmgr {verb} "))?.ok_or_else(|| {
         bad_value("sacctmgr show", first, "not something sacctmgr shows here (user, assoc, qos, tres, cluster)")
     })?;
     let entity = match name {
@@ -231,14 +222,14 @@ pub fn parse_sacctmgr(args: &[String]) -> Result<SacctmgrRequest, GrammarError> 
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     let Some((first, rest)) = p.positionals.split_first() else {
         if any_of(&options, &["help", "usage", "version"]) {
-            return Ok(SacctmgrRequest { options, command: None });
+            return Ok(SacctmgrRequest { options, command: None, words: vec![] });
         }
         return Err(GrammarError::Unsupported(
             "interactive sacctmgr is not mediated by agent-sandbox; give the command as arguments, e.g. sacctmgr \
              show user $USER",
         ));
     };
-    let verb = lookup(COMMANDS, first, "")?.ok_or_else(|| {
+    let verb = lookup(COMMANDS, first, "sacctmgr ")?.ok_or_else(|| {
         bad_value("sacctmgr", first, "not a sacctmgr command (spell it in full: show, list, help, version)")
     })?;
     let command = match verb {
@@ -247,7 +238,33 @@ pub fn parse_sacctmgr(args: &[String]) -> Result<SacctmgrRequest, GrammarError> 
         "help" => SacctmgrCommand::Help,
         _ => SacctmgrCommand::Version,
     };
-    Ok(SacctmgrRequest { options, command: Some(command) })
+    Ok(SacctmgrRequest { options, command: Some(command), words: p.positionals })
+}
+
+impl SacctmgrRequest {
+    /// The real sacctmgr's arguments: the caller's options and words as written, and for a
+    /// user or association listing that names no user, the caller (`user`).
+    fn real_args(&self, user: &str) -> Vec<String> {
+        let mut args = as_written(SACCTMGR, &self.options);
+        let mut words = self.words.clone();
+        if let Some(SacctmgrCommand::Show { entity: Entity::User | Entity::Association, users, .. }) = &self.command {
+            if users.is_empty() {
+                words.push(format!("user={user}"));
+            }
+        }
+        args.extend(crate::table::words(&words));
+        args
+    }
+}
+
+/// sacctmgr show/list: a user or association listing of the caller's own user only (named
+/// by the chaperon when the caller names none).
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let parsed = parse_sacctmgr(&call.req.argv)?;
+    if let Some(SacctmgrCommand::Show { users, .. }) = &parsed.command {
+        only_caller(users, call.cfg)?;
+    }
+    call.run_with(parsed.real_args(&call.cfg.user), stdio)
 }
 
 #[cfg(test)]
@@ -395,7 +412,7 @@ mod tests {
         assert_eq!(sm(&["--parsable3"]), Err(GrammarError::Unknown("--parsable3".into())));
         assert_eq!(sm(&["-M", "x"]), Err(GrammarError::Unknown("-M".into())));
         assert_eq!(show(&["--", "show", "tres"]).0, Entity::Tres);
-        let many = vec!["-n".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-n".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sacctmgr(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
@@ -432,5 +449,13 @@ mod tests {
             parse_sacctmgr(&a)
         };
         never_panics(SACCTMGR, &words, 0x5eed_0000_5acc_7001, fuzz);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SACCTMGR, &["show", "qos"], &[], &[], |a| {
+            let p = parse_sacctmgr(a).map_err(|e| e.to_string())?;
+            Ok((p.real_args("me"), String::new()))
+        });
     }
 }

@@ -1,9 +1,14 @@
-//! sdiag's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sdiag`. sdiag reads the controller's statistics; resetting them is an
-//! administrator's act and refused.
+//! sdiag: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_sdiag` (pure) and `handle`, which runs it for the local cluster. sdiag reads
+//! the controller's statistics; resetting them is an administrator's act and refused.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, deny, last, Options, ADMIN, CLUSTER_SPELLING};
+use crate::call::{Call, Stdio};
+use crate::checks::cluster_view;
+use crate::grammar::ValueKind;
+use crate::refusal::Refusal;
+use crate::table::{
+    allow, deny, last, parse, Arity, GrammarError, OptSpec, Options, ADMIN, CLUSTER_SPELLING, LOCAL_CLUSTER,
+};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -18,7 +23,7 @@ pub static SDIAG: &[OptSpec] = &[
     allow("version", Some('V'), Flag, Any),
     deny("reset", Some('r'), Flag, ADMIN),
     // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters),
+    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
     deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
@@ -43,6 +48,12 @@ pub fn parse_sdiag(args: &[String]) -> Result<SdiagRequest, GrammarError> {
         return Err(GrammarError::Usage("sdiag takes no arguments besides options"));
     }
     Ok(SdiagRequest { options: p.options.into_iter().map(|(s, v)| (s.long, v)).collect() })
+}
+
+/// sdiag as the caller wrote it, for the local cluster.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let parsed = parse_sdiag(&call.req.argv)?;
+    call.run_with(cluster_view(SDIAG, &parsed.options, call.cfg.cluster_name())?, stdio)
 }
 
 #[cfg(test)]
@@ -102,12 +113,20 @@ mod tests {
         assert!(matches!(sd(&["x"]), Err(GrammarError::Usage(_))));
         assert!(matches!(sd(&["--", "-a"]), Err(GrammarError::Usage(_))));
         assert_eq!(sd(&["--sort-by"]), Err(GrammarError::Unknown("--sort-by".into())));
-        let many = vec!["-a".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-a".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sdiag(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SDIAG, &[], 0x5eed_0000_5d1a_0001, parse_sdiag);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SDIAG, &[], &[], &[], |a| {
+            let p = parse_sdiag(a).map_err(|e| e.to_string())?;
+            Ok((cluster_view(SDIAG, &p.options, Some("tc")).map_err(|e| e.to_string())?, String::new()))
+        });
     }
 }

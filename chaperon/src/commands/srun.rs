@@ -1,15 +1,26 @@
-//! srun's option table (Slurm 22.05 spellings, short forms and arities, each option allowed,
-//! denied with a reason, or rebuilt by the chaperon) and `parse_srun`, which turns a call into
-//! an `SrunRequest`: options, the step's command and its arguments. Whether the call makes an
-//! allocation or a step inside one, and whether that job is in scope, is the chaperon's call.
+//! srun: its option table (Slurm 22.05 spellings, short forms and arities, each option allowed,
+//! denied with a reason, or rebuilt by the chaperon), `parse_srun`, which turns a call into an
+//! `SrunRequest` (options, the step's command and its arguments; pure), and `handle`, which
+//! checks the job a step joins is in scope, records the command in a job directory and runs
+//! srun so that every task starts `agent-sandbox exec --job` inside the jail on its node.
 
-use crate::grammar::{parse, Arity, Class, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, any_of, bad_value, deny, last, opt, Options, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE};
+use crate::call::{Call, Stdio};
+use crate::checks::{cwd_of, dependencies_in_scope, jobs_in_scope, under_project};
+use crate::export::export_env;
+use crate::grammar::ValueKind;
+use crate::job::{self, write_job_dir, JobSpec};
+use crate::refusal::Refusal;
+use crate::table::{
+    allow, any_of, as_written, bad_value, deny, last, opt, parse, Arity, Class, GrammarError, OptSpec, Options,
+    APPLIED_IN_JAIL, BURST_BUFFER, CLUSTERS, EXPORT, MAIL, RUNS_OUTSIDE,
+};
+use std::path::Path;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
 const NOT_LISTED: &str = "not on agent-sandbox's srun allow-list; ask your admin if a step needs it";
 const BCAST: &str = "it copies files to nodes outside the jail; copy them from within the job";
+const STEP_IO: &str = "a file is opened by each task inside the jail; all, none and task ids go to srun as given";
 const HETJOB: &str = "heterogeneous jobs are not supported in agent-sandbox; run the components as separate steps";
 
 /// Every option srun 22.05 knows. Anything else is an unrecognized option.
@@ -41,13 +52,13 @@ pub static SRUN: &[OptSpec] = &[
     allow("nodelist", Some('w'), Val, NodeList),
     allow("exclude", Some('x'), Val, NodeList),
     allow("dependency", Some('d'), Val, Dependency),
-    allow("job-name", Some('J'), Val, JobName),
-    // srun also takes `none`, `all` or a task number here; the chaperon resolves paths.
-    allow("output", Some('o'), Val, Path),
-    allow("error", Some('e'), Val, Path),
-    allow("input", Some('i'), Val, Path),
+    allow("job-name", Some('J'), Val, JobName).rebuilt("the chaperon names the step: yours, else its command's name"),
+    // srun also takes `none`, `all` or a task number here, which name no file.
+    allow("output", Some('o'), Val, Path).rebuilt(STEP_IO),
+    allow("error", Some('e'), Val, Path).rebuilt(STEP_IO),
+    allow("input", Some('i'), Val, Path).rebuilt(STEP_IO),
     // arg_set_open_mode reads only the first letter.
-    allow("open-mode", None, Val, Initial(&["append", "truncate"])),
+    allow("open-mode", None, Val, Initial(&["append", "truncate"])).rebuilt(APPLIED_IN_JAIL),
     allow("comment", None, Val, Text),
     allow("begin", Some('b'), Val, DateTime),
     allow("deadline", None, Val, DateTime),
@@ -73,7 +84,7 @@ pub static SRUN: &[OptSpec] = &[
     allow("usage", None, Flag, Any),
     allow("version", Some('V'), Flag, Any),
     // As for sbatch: recorded and applied by the step wrapper inside the jail, never outside.
-    allow("export", None, Val, ExportSpec),
+    allow("export", None, Val, ExportSpec).rebuilt(EXPORT),
     // Step options. The job a step joins (--jobid or the caller's SLURM_JOB_ID) must be in
     // scope, and a --pty step only in the session's own jobs: the chaperon checks both.
     allow("jobid", None, Val, Text),
@@ -217,6 +228,133 @@ pub fn parse_srun(args: &[String]) -> Result<SrunRequest, GrammarError> {
         return Err(GrammarError::Usage("No command given to execute."));
     }
     Ok(SrunRequest { options, jobid, pty, command, args: rest.collect() })
+}
+
+/// What the caller asks of the step through the options the chaperon rebuilds: read here, from
+/// the options alone (pure); the handler resolves the paths and the environment they name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Asked<'a> {
+    chdir: Option<&'a str>,
+    export: Option<&'a str>,
+    /// `--input/--output/--error` that name a file: each task opens it inside its jail.
+    input: Option<&'a str>,
+    output: Option<&'a str>,
+    error: Option<&'a str>,
+    /// Those that name no file (`all`, `none`, a task id), for srun as they are.
+    io_as_given: Vec<String>,
+    append: bool,
+    job_name: Option<&'a str>,
+}
+
+impl SrunRequest {
+    /// What the step asks for. `tasks`: the step's task count without an explicit `-n` (the
+    /// allocation's), which decides whether a number is a task id or a file name.
+    fn asked(&self, tasks: u64) -> Asked<'_> {
+        let value = |long| self.last(long).flatten();
+        // Files a step's tasks read and write are opened by each task inside its jail (see
+        // `job::job_command`), never by srun here or slurmstepd on the node: both run outside
+        // any jail and would follow the jail's symlinks, or read `~/.aws` on the caller's
+        // behalf. A number is a task id only below the step's task count (srun's fname.c);
+        // above it, a file name.
+        let tasks = value("ntasks").and_then(|n| n.trim().parse::<u64>().ok()).unwrap_or(tasks);
+        let file = |long| value(long).filter(|v| !job::names_no_file(v, tasks));
+        let io_as_given = ["input", "output", "error"]
+            .into_iter()
+            .filter_map(|long| value(long).filter(|v| job::names_no_file(v, tasks)).map(|v| format!("--{long}={v}")))
+            .collect();
+        Asked {
+            chdir: value("chdir"),
+            export: value("export"),
+            input: file("input"),
+            output: file("output"),
+            error: file("error"),
+            io_as_given,
+            append: value("open-mode").is_some_and(|m| m.eq_ignore_ascii_case("append")),
+            job_name: value("job-name"),
+        }
+    }
+
+    /// The options the real srun is given: for a step (in its job directory `dir`), the rebuilt
+    /// pieces and the caller's options the table passes as written (the handler adds the
+    /// command, `agent-sandbox exec --job DIR`); without a command (`--help`...), the caller's
+    /// options alone. `named_by_env`: the step takes its name from `SLURM_JOB_NAME`.
+    fn real_args(&self, asked: &Asked<'_>, dir: Option<&Path>, named_by_env: bool) -> Vec<String> {
+        let Some(dir) = dir else {
+            return as_written(SRUN, &self.options).into_iter().chain(asked.io_as_given.iter().cloned()).collect();
+        };
+        // The tasks start in the job directory (ours, not the jail's); `exec --job` puts them
+        // in their working directory inside the jail.
+        let mut args = vec!["--export=NONE".to_string(), format!("--chdir={}", dir.display())];
+        if asked.input.is_some() {
+            args.push("--input=none".into());
+        }
+        args.extend(as_written(SRUN, &self.options));
+        args.extend(asked.io_as_given.iter().cloned());
+        // srun names a step (and a job it allocates) after its command, unless told otherwise
+        // (--job-name, or SLURM_JOB_NAME inside a job): ours is the launcher, not the user's.
+        let base = self.command.as_deref().map(|p| p.rsplit('/').next().unwrap_or(p));
+        let base = base.filter(|b| !b.is_empty() && !b.chars().any(char::is_control));
+        match asked.job_name {
+            Some(name) => args.push(format!("--job-name={name}")),
+            None if !named_by_env => args.push(format!("--job-name={}", base.unwrap_or("srun"))),
+            None => {}
+        }
+        args
+    }
+}
+
+/// srun: a step whose every task starts inside the jail. The command is recorded in a job
+/// directory like a batch script; each task runs `agent-sandbox exec --job DIR`, which
+/// rebuilds the jail on its node and runs the command there with the task's own stdio (so
+/// output streams and `--pty` works). Inside a batch job (this chaperon runs in one) the step
+/// joins that job's allocation; elsewhere srun makes its own allocation.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_srun(&req.argv)?;
+    let mut cmd = cfg.command("srun");
+    // The allocation a step joins: this chaperon's own job (from slurmstepd, not the jail).
+    for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("SLURM_") && k != "SLURM_CONF") {
+        cmd.env(k, v);
+    }
+    dependencies_in_scope(&parsed.options, "--dependency", req, cfg)?;
+    let tasks = std::env::var("SLURM_NTASKS").ok().and_then(|n| n.parse().ok()).unwrap_or(1);
+    let asked = parsed.asked(tasks);
+    let named_by_env = std::env::var_os("SLURM_JOB_NAME").is_some();
+    let Some(program) = parsed.command.clone() else {
+        cmd.args(parsed.real_args(&asked, None, named_by_env));
+        return call.run(cmd, stdio);
+    };
+    if let Some(job) = parsed.jobid {
+        let mine = jobs_in_scope(req, cfg)?;
+        let own_job = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse::<u32>().ok());
+        if !mine.contains(&job) && own_job != Some(job) {
+            return Err(Refusal::NotInScope { job, by: Some("--jobid".into()) });
+        }
+    }
+    let cwd = cwd_of(req, cfg)?;
+    let job_cwd = match asked.chdir {
+        Some(d) => under_project(&cfg.project, &cwd, d)?,
+        None => cwd,
+    };
+    let mut argv = vec![program];
+    argv.extend(parsed.args.iter().cloned());
+    let export = export_env(asked.export, None, req, &job_cwd, cfg)?;
+    let spec = JobSpec {
+        job_name: asked.job_name.unwrap_or("srun").to_owned(),
+        command: Some(argv),
+        output: asked.output.unwrap_or_default().to_owned(),
+        error: asked.error.map(str::to_owned),
+        input: asked.input.map(str::to_owned),
+        append: asked.append,
+        ..JobSpec::for_session(cfg, &job_cwd, export)
+    };
+    let (dir, _) = write_job_dir(cfg, &spec, "").map_err(Refusal::Failed)?;
+    call.audit.script_bytes = None;
+    // srun itself runs in the job directory too.
+    cmd.current_dir(&dir);
+    cmd.args(parsed.real_args(&asked, Some(&dir), named_by_env));
+    cmd.arg(&cfg.exe).arg("exec").arg("--job").arg(&dir);
+    call.run(cmd, stdio)
 }
 
 #[cfg(test)]
@@ -467,7 +605,7 @@ mod tests {
 
     #[test]
     fn every_sbatch_allowed_option_srun_has_is_allowed_here_too() {
-        use crate::sbatch::SBATCH;
+        use crate::commands::sbatch::SBATCH;
         for s in SBATCH.iter().filter(|s| s.class == Class::Allowed) {
             if let Some(r) = SRUN.iter().find(|r| r.long == s.long) {
                 assert_eq!(r.class, Class::Allowed, "--{} is allowed in sbatch", s.long);
@@ -567,12 +705,21 @@ mod tests {
     fn unknown_options_and_caps() {
         assert_eq!(srun(&["--ntask=2", "x"]), Err(GrammarError::Unknown("--ntask".into())));
         assert_eq!(srun(&["--get-user-env", "x"]), Err(GrammarError::Unknown("--get-user-env".into())));
-        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_srun(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SRUN, &["hostname", "true", ":", "bash"], 0x5eed_0000_5a01_0001, parse_srun);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SRUN, &["true"], &[("jobid", "5")], &[], |a| {
+            let p = parse_srun(a).map_err(|e| e.to_string())?;
+            let asked = p.asked(1);
+            Ok((p.real_args(&asked, Some(Path::new("/j")), false), format!("{asked:?}")))
+        });
     }
 }

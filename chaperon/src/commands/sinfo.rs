@@ -1,9 +1,16 @@
-//! sinfo's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sinfo`. sinfo shows partitions and nodes, no job, so every view is allowed; only
-//! what would never exit or reach another cluster is refused.
+//! sinfo: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_sinfo` (pure) and `handle`, which runs it for the local cluster. sinfo shows
+//! partitions and nodes, no job, so every view is allowed; only what would never exit or reach
+//! another cluster is refused.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, deny, last, output, Options, Output, CLUSTER_SPELLING, ITERATE};
+use crate::call::{Call, Stdio};
+use crate::checks::cluster_view;
+use crate::grammar::ValueKind;
+use crate::refusal::Refusal;
+use crate::table::{
+    allow, deny, last, output, parse, Arity, GrammarError, OptSpec, Options, Output, CLUSTER_SPELLING, ITERATE,
+    LOCAL_CLUSTER,
+};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -37,7 +44,7 @@ pub static SINFO: &[OptSpec] = &[
     allow("yaml", None, Flag, Any),
     deny("iterate", Some('i'), Val, ITERATE),
     // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters),
+    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
     deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
@@ -65,6 +72,12 @@ pub fn parse_sinfo(args: &[String]) -> Result<SinfoRequest, GrammarError> {
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     let output = output(&options);
     Ok(SinfoRequest { options, output })
+}
+
+/// sinfo as the caller wrote it, for the local cluster.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let parsed = parse_sinfo(&call.req.argv)?;
+    call.run_with(cluster_view(SINFO, &parsed.options, call.cfg.cluster_name())?, stdio)
 }
 
 #[cfg(test)]
@@ -163,12 +176,20 @@ mod tests {
         assert_eq!(si(&["--node"]), Err(GrammarError::Unknown("--node".into())));
         assert!(matches!(si(&["gpu"]), Err(GrammarError::Usage(_))));
         assert!(matches!(si(&["--", "-l"]), Err(GrammarError::Usage(_))));
-        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sinfo(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SINFO, &[], 0x5eed_0000_5140_0001, parse_sinfo);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SINFO, &[], &[], &[], |a| {
+            let p = parse_sinfo(a).map_err(|e| e.to_string())?;
+            Ok((cluster_view(SINFO, &p.options, Some("tc")).map_err(|e| e.to_string())?, String::new()))
+        });
     }
 }

@@ -1,10 +1,13 @@
-//! sstat's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sstat`, which turns a call into an `SstatRequest` naming the jobs and steps to
-//! stat, for the chaperon to check each is in the session's scope.
+//! sstat: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_sstat`, which turns a call into an `SstatRequest` naming the jobs and steps to
+//! stat (pure), and `handle`, which runs it only when each of them is in the session's scope.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::call::{Call, Stdio};
+use crate::checks::{in_scope, jobs_in_scope};
+use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
-use crate::table::{allow, any_of, bad_value, last, Options};
+use crate::refusal::Refusal;
+use crate::table::{allow, any_of, as_written, bad_value, last, parse, words, Arity, GrammarError, OptSpec, Options};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -33,6 +36,8 @@ pub struct SstatRequest {
     pub options: Options,
     /// Every job or step named, by `--jobs` or the argument; empty only with --help and the like.
     pub jobs: Vec<JobRef>,
+    /// The arguments that are not options (the job list, if given so), as written.
+    pub words: Vec<String>,
 }
 
 impl SstatRequest {
@@ -67,7 +72,23 @@ pub fn parse_sstat(args: &[String]) -> Result<SstatRequest, GrammarError> {
     if list.is_empty() && !any_of(&options, &["help", "helpformat", "usage", "version"]) {
         return Err(GrammarError::Usage("You didn't give me any jobs to stat."));
     }
-    Ok(SstatRequest { options, jobs: list })
+    Ok(SstatRequest { options, jobs: list, words: p.positionals })
+}
+
+impl SstatRequest {
+    /// The real sstat's arguments: the caller's, as written (every job they name is checked).
+    fn real_args(&self) -> Vec<String> {
+        let mut args = as_written(SSTAT, &self.options);
+        args.extend(words(&self.words));
+        args
+    }
+}
+
+/// sstat of jobs and steps in scope only.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let parsed = parse_sstat(&call.req.argv)?;
+    in_scope(&jobs_in_scope(call.req, call.cfg)?, parsed.jobs.iter().map(|r| r.job))?;
+    call.run_with(parsed.real_args(), stdio)
 }
 
 #[cfg(test)]
@@ -147,12 +168,20 @@ mod tests {
     fn unknowns_and_caps() {
         assert_eq!(st(&["--job=5"]), Err(GrammarError::Unknown("--job".into())));
         assert_eq!(st(&["-M", "x", "5"]), Err(GrammarError::Unknown("-M".into())));
-        let many = vec!["-a".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-a".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sstat(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SSTAT, &["12", "3.0", "4.batch"], 0x5eed_0000_5574_0001, parse_sstat);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SSTAT, &["5"], &[("jobs", "5")], &[], |a| {
+            let p = parse_sstat(a).map_err(|e| e.to_string())?;
+            Ok((p.real_args(), String::new()))
+        });
     }
 }

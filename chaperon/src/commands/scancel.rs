@@ -1,10 +1,17 @@
-//! scancel's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_scancel`, which turns a call into a `ScancelRequest`: the job ids as typed
-//! `JobRef`s and the filters, for the chaperon to cancel only jobs in the session's scope.
+//! scancel: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_scancel`, which turns a call into a `ScancelRequest` (the job ids as typed
+//! `JobRef`s and the filters; pure), and `handle`, which cancels only jobs in the session's
+//! scope: those named, or with filters alone every job in scope the filters match.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::call::{Call, Stdio};
+use crate::checks::{jobs_in_scope, only_caller};
+use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_ref, JobRef, RANGES_AND_STEPS};
-use crate::table::{allow, any_of, bad_value, deny, last, user_list, Options, BURST_BUFFER, CLUSTERS};
+use crate::refusal::Refusal;
+use crate::table::{
+    allow, any_of, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options,
+    BURST_BUFFER, CLUSTERS,
+};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -17,7 +24,7 @@ pub static SCANCEL: &[OptSpec] = &[
     allow("ctld", None, Flag, Any),
     allow("full", Some('f'), Flag, Any),
     allow("help", None, Flag, Any),
-    allow("me", None, Flag, Any),
+    allow("me", None, Flag, Any).rebuilt("scancel is given the scope's job ids instead"),
     allow("name", Some('n'), Val, Text),
     allow("jobname", None, Val, Text),
     allow("nodelist", Some('w'), Val, NodeList),
@@ -30,7 +37,7 @@ pub static SCANCEL: &[OptSpec] = &[
     allow("state", Some('t'), Val, Choice(&["PENDING", "PD", "RUNNING", "R", "SUSPENDED", "S"])),
     allow("usage", None, Flag, Any),
     // Recorded in `users`: the chaperon refuses any user but the caller.
-    allow("user", Some('u'), Val, Text),
+    allow("user", Some('u'), Val, Text).rebuilt("checked to be you; scancel is given the scope's job ids instead"),
     allow("verbose", Some('v'), Flag, Any),
     allow("version", Some('V'), Flag, Any),
     allow("wckey", None, Val, Text),
@@ -88,6 +95,36 @@ pub fn parse_scancel(args: &[String]) -> Result<ScancelRequest, GrammarError> {
         return Err(GrammarError::Usage("No job identification provided"));
     }
     Ok(ScancelRequest { options, jobs, users })
+}
+
+impl ScancelRequest {
+    /// The real scancel's arguments: the caller's options the table passes as written, then
+    /// the jobs to cancel (`targets`: those named, or with filters alone the scope's).
+    fn real_args(&self, targets: Vec<String>) -> Vec<String> {
+        let mut args = as_written(SCANCEL, &self.options);
+        args.extend(targets);
+        args
+    }
+}
+
+/// scancel of jobs in scope only; filters (`--name`, `--state`...) apply within the scope.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_scancel(&req.argv)?;
+    only_caller(&parsed.users, cfg)?;
+    let ids = jobs_in_scope(req, cfg)?;
+    if let Some(foreign) = parsed.jobs.iter().find(|r| !ids.contains(&r.job)) {
+        return Err(Refusal::NotInScope { job: foreign.job, by: None });
+    }
+    let targets: Vec<String> = if parsed.jobs.is_empty() {
+        ids.iter().map(u32::to_string).collect()
+    } else {
+        parsed.jobs.iter().map(|r| r.to_string()).collect()
+    };
+    if targets.is_empty() {
+        return Ok(0);
+    }
+    call.run_with(parsed.real_args(targets), stdio)
 }
 
 #[cfg(test)]
@@ -232,12 +269,21 @@ mod tests {
     fn unknown_options_and_caps() {
         assert_eq!(sc(&["--signa=9", "1"]), Err(GrammarError::Unknown("--signa".into())));
         assert_eq!(sc(&["-x", "1"]), Err(GrammarError::Unknown("-x".into())));
-        let many = vec!["1".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["1".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_scancel(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SCANCEL, &["12", "1_[2-3]", "3.0", "4_5.batch"], 0x5eed_0000_5ca1_0001, parse_scancel);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SCANCEL, &["5"], &[], &[], |a| {
+            let p = parse_scancel(a).map_err(|e| e.to_string())?;
+            let targets = p.jobs.iter().map(|r| r.to_string()).collect();
+            Ok((p.real_args(targets), String::new()))
+        });
     }
 }

@@ -1,15 +1,22 @@
-//! scontrol's option table and command grammar (Slurm 22.05 spellings) and `parse_scontrol`,
-//! which turns a call into a `ScontrolRequest`: one typed command. Allowed: `show` of jobs,
-//! steps, nodes, partitions, reservations, licenses, topology, config, federation and the
-//! hostlist helpers; `hold`/`uhold`/`release`/`requeue`/`requeuehold` of job ids; `update
-//! JobId=...` of the keys in `UPDATE_KEYS`; `ping`, `version`, `help`, `errnumstr`. Every other
-//! command, entity and key is refused with a reason. Which jobs are in scope is the chaperon's.
+//! scontrol: its option table and command grammar (Slurm 22.05 spellings), `parse_scontrol`,
+//! which turns a call into a `ScontrolRequest`: one typed command (pure), and `handle`, which
+//! lets the job commands act on jobs in scope only. Allowed: `show` of jobs, steps, nodes,
+//! partitions, reservations, licenses, topology, config, federation and the hostlist helpers;
+//! `hold`/`uhold`/`release`/`requeue`/`requeuehold` of job ids; `update JobId=...` of the keys in
+//! `UPDATE_KEYS`; `ping`, `version`, `help`, `errnumstr`. Every other command, entity and key is
+//! refused with a reason.
 
-use crate::grammar::{parse, validate, Arity, Class, GrammarError, OptSpec, ValueKind};
+use crate::bounded::{MAX_CAPTURE, QUERY_TIMEOUT};
+use crate::call::{Call, Stdio};
+use crate::checks::{dependencies_in_scope, in_scope, jobs_in_scope};
+use crate::grammar::{validate, ValueKind};
 use crate::jobid::{parse_job_list, parse_job_ref, JobRef, PLAIN, RANGES, STEPS};
+use crate::refusal::Refusal;
 use crate::table::{
-    allow, any_of, bad_value, deny, last, opt, Options, ADMIN, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE,
+    allow, any_of, as_written, bad_value, deny, last, lookup, no, opt, parse, word, words, Arity, Class, GrammarError,
+    OptSpec, Options, ADMIN, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE, WORD as A,
 };
+use std::os::fd::AsFd;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -38,16 +45,8 @@ pub static SCONTROL: &[OptSpec] = &[
     deny("cluster", None, Val, CLUSTERS),
 ];
 
-const fn word(name: &'static str, class: Class) -> (&'static str, Class) {
-    (name, class)
-}
-const A: Class = Class::Allowed;
-const fn no(reason: &'static str) -> Class {
-    Class::Denied(reason)
-}
-
 /// scontrol's commands (matched without regard to case, spelled in full: scontrol's own
-/// abbreviations are not taken, for the reason `grammar::find_long` gives).
+/// abbreviations are not taken, for the reason `table::find_long` gives).
 pub static COMMANDS: &[(&str, Class)] = &[
     word("show", A),
     word("hold", A),
@@ -306,23 +305,14 @@ pub struct ScontrolRequest {
     pub options: Options,
     /// None only for a call made of --help, --usage or --version.
     pub command: Option<ScontrolCommand>,
+    /// The command and its words, as written.
+    pub words: Vec<String>,
 }
 
 impl ScontrolRequest {
     /// The value the last occurrence of `long` carries: None if absent, Some(None) for a flag.
     pub fn last(&self, long: &str) -> Option<Option<&str>> {
         last(&self.options, long)
-    }
-}
-
-/// Looks `w` up in a word table, refusing a denied word with its reason.
-fn lookup(table: &'static [(&'static str, Class)], w: &str, what: &str) -> Result<Option<&'static str>, GrammarError> {
-    match table.iter().find(|(name, _)| name.eq_ignore_ascii_case(w)) {
-        Some((name, Class::Denied(reason))) => {
-            Err(GrammarError::Denied { opt: format!("scontrol {what}{name}"), reason })
-        }
-        Some((name, _)) => Ok(Some(name)),
-        None => Ok(None),
     }
 }
 
@@ -357,7 +347,7 @@ fn parse_show(words: &[String]) -> Result<Show, GrammarError> {
         Some((e, id)) => (e, Some(id.to_string())),
         None => (first.as_str(), None),
     };
-    let entity = lookup(SHOW_ENTITIES, entity, "show ")?
+    let entity = lookup(SHOW_ENTITIES, entity, "scontrol show ")?
         .ok_or_else(|| bad_value("scontrol show", entity, "not something scontrol shows (spell it out in full)"))?;
     let mut rest = words[1..].to_vec();
     let id = match inline {
@@ -509,14 +499,14 @@ pub fn parse_scontrol(args: &[String]) -> Result<ScontrolRequest, GrammarError> 
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     let Some((first, rest)) = p.positionals.split_first() else {
         if any_of(&options, &["help", "usage", "version"]) {
-            return Ok(ScontrolRequest { options, command: None });
+            return Ok(ScontrolRequest { options, command: None, words: vec![] });
         }
         return Err(GrammarError::Unsupported(
             "interactive scontrol is not mediated by agent-sandbox; give the command as arguments, e.g. scontrol \
              show job 123",
         ));
     };
-    let cmd = lookup(COMMANDS, first, "")?.ok_or_else(|| {
+    let cmd = lookup(COMMANDS, first, "scontrol ")?.ok_or_else(|| {
         bad_value("scontrol", first, "not a scontrol command (spell it in full: show, hold, release, update...)")
     })?;
     let command = match cmd {
@@ -539,7 +529,72 @@ pub fn parse_scontrol(args: &[String]) -> Result<ScontrolRequest, GrammarError> 
             }
         }
     };
-    Ok(ScontrolRequest { options, command: Some(command) })
+    Ok(ScontrolRequest { options, command: Some(command), words: p.positionals })
+}
+
+impl ScontrolRequest {
+    /// The real scontrol's arguments: the caller's, as written (every job they name is checked).
+    fn real_args(&self) -> Vec<String> {
+        let mut args = as_written(SCONTROL, &self.options);
+        args.extend(words(&self.words));
+        args
+    }
+}
+
+/// scontrol: `show job/step` and the job commands for jobs in scope only (a bare `show job`
+/// is one real call per job in scope); node, partition and config views as they are.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_scontrol(&req.argv)?;
+    let ids = jobs_in_scope(req, cfg)?;
+    match &parsed.command {
+        Some(ScontrolCommand::Show(Show::Job(None))) | Some(ScontrolCommand::Show(Show::Step(None))) => {
+            // Every job in scope, one real call each (a bare `show job` would list everyone's).
+            let step = matches!(parsed.command, Some(ScontrolCommand::Show(Show::Step(None))));
+            let write = |text: &[u8]| {
+                crate::bounded::write_all(stdio.stdout.as_fd(), text, QUERY_TIMEOUT)
+                    .map_err(|e| Refusal::Failed(format!("writing scontrol's answer: {e}")))
+            };
+            if ids.is_empty() {
+                write(if step { b"No job steps in the system\n" } else { b"No jobs in the system\n" })?;
+                return Ok(0);
+            }
+            for id in ids {
+                let mut cmd = cfg.command("scontrol");
+                cmd.args(as_written(SCONTROL, &parsed.options));
+                cmd.args(["show", if step { "step" } else { "job" }, &id.to_string()]);
+                cmd.stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                let (out, _) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
+                write(&out)?;
+            }
+            return Ok(0);
+        }
+        Some(ScontrolCommand::Show(Show::Job(Some(r)))) | Some(ScontrolCommand::Show(Show::Step(Some(r)))) => {
+            in_scope(&ids, [r.job])?
+        }
+        Some(ScontrolCommand::Hold { targets, .. }) | Some(ScontrolCommand::Release(targets)) => {
+            for t in targets {
+                match t {
+                    JobTarget::Id(r) => in_scope(&ids, [r.job])?,
+                    JobTarget::Name(_) => {
+                        return Err(Refusal::Unmediated("naming jobs by jobname= is not mediated; give job ids"))
+                    }
+                }
+            }
+        }
+        Some(ScontrolCommand::Requeue { jobs, .. }) => in_scope(&ids, jobs.iter().map(|r| r.job))?,
+        Some(ScontrolCommand::Update { jobs, changes }) => {
+            in_scope(&ids, jobs.iter().map(|r| r.job))?;
+            let deps: Vec<(&'static str, Option<String>)> = changes
+                .iter()
+                .filter(|c| c.key.eq_ignore_ascii_case("Dependency"))
+                .map(|c| (c.key, c.value.clone()))
+                .collect();
+            dependencies_in_scope(&deps, "Dependency", req, cfg)?;
+        }
+        _ => {}
+    }
+    call.run_with(parsed.real_args(), stdio)
 }
 
 #[cfg(test)]
@@ -792,7 +847,7 @@ mod tests {
         assert!(matches!(e, GrammarError::BadValue { ref opt, .. } if opt == "scontrol"), "{e:?}");
         assert_eq!(sc(&["--detail"]), Err(GrammarError::Unknown("--detail".into())));
         assert_eq!(sc(&["--", "show", "job"]).unwrap().command, Some(ScontrolCommand::Show(Show::Job(None))));
-        let many = vec!["-o".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-o".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_scontrol(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
@@ -840,5 +895,13 @@ mod tests {
             parse_scontrol(&a)
         };
         never_panics(SCONTROL, &words, 0x5eed_0000_5c07_0001, fuzz);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SCONTROL, &["ping"], &[], &[], |a| {
+            let p = parse_scontrol(a).map_err(|e| e.to_string())?;
+            Ok((p.real_args(), String::new()))
+        });
     }
 }

@@ -1,9 +1,15 @@
-//! sshare's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_sshare`, which turns a call into an `SshareRequest`. sshare shows the caller's
-//! own fair-share associations; listing every user's is refused.
+//! sshare: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_sshare`, which turns a call into an `SshareRequest` (pure), and `handle`,
+//! which refuses any user but the caller and runs it for the local cluster. sshare shows the
+//! caller's own fair-share associations; listing every user's is refused.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
-use crate::table::{allow, deny, last, user_list, Options, CLUSTER_SPELLING};
+use crate::call::{Call, Stdio};
+use crate::checks::{cluster_view, only_caller};
+use crate::grammar::ValueKind;
+use crate::refusal::Refusal;
+use crate::table::{
+    allow, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options, CLUSTER_SPELLING, LOCAL_CLUSTER,
+};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -26,7 +32,7 @@ pub static SSHARE: &[OptSpec] = &[
     allow("usage", None, Flag, Any),
     deny("all", Some('a'), Flag, "it lists every user's usage; sshare shows your own associations without it"),
     // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters),
+    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
     deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
@@ -59,6 +65,14 @@ pub fn parse_sshare(args: &[String]) -> Result<SshareRequest, GrammarError> {
         }
     }
     Ok(SshareRequest { options: p.options.into_iter().map(|(s, v)| (s.long, v)).collect(), users })
+}
+
+/// sshare of the caller's own associations, for the local cluster.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let parsed = parse_sshare(&call.req.argv)?;
+    let args = cluster_view(SSHARE, &parsed.options, call.cfg.cluster_name())?;
+    only_caller(&parsed.users, call.cfg)?;
+    call.run_with(args, stdio)
 }
 
 #[cfg(test)]
@@ -139,12 +153,20 @@ mod tests {
         assert_eq!(ss(&["-q"]), Err(GrammarError::Unknown("-q".into())));
         assert_eq!(ss(&["--user=me"]), Err(GrammarError::Unknown("--user".into())));
         assert!(ss(&["-u", "a b"]).is_err());
-        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sshare(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SSHARE, &[], 0x5eed_0000_55a4_0001, parse_sshare);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(SSHARE, &[], &[], &[], |a| {
+            let p = parse_sshare(a).map_err(|e| e.to_string())?;
+            Ok((cluster_view(SSHARE, &p.options, Some("tc")).map_err(|e| e.to_string())?, String::new()))
+        });
     }
 }

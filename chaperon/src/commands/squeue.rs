@@ -1,12 +1,24 @@
-//! squeue's option table (Slurm 22.05 spellings, each option allowed or denied with a reason)
-//! and `parse_squeue`, which turns a call into a `SqueueRequest`. squeue only reads, so nearly
-//! everything is allowed; which jobs the output may show is the chaperon's scope filter.
+//! squeue: its option table (Slurm 22.05 spellings, each option allowed or denied with a
+//! reason), `parse_squeue`, which turns a call into a `SqueueRequest` (pure), and `handle`,
+//! which shows only the scope's jobs: in the table by the job list it gives squeue, in
+//! `--json`/`--yaml` by filtering the document itself. squeue only reads, so nearly every
+//! option is allowed.
 
-use crate::grammar::{parse, Arity, GrammarError, OptSpec, ValueKind};
+use crate::bounded::{MAX_CAPTURE, QUERY_TIMEOUT};
+use crate::call::{Call, Stdio};
+use crate::checks::{jobs_in_scope, local_cluster_only, only_caller};
+use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, Syntax, PLAIN, STEPS};
-use crate::table::{allow, bad_value, deny, last, output, user_list, Options, Output, CLUSTER_SPELLING, ITERATE};
+use crate::refusal::Refusal;
+use crate::table::{
+    allow, as_written, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output,
+    CLUSTER_SPELLING, ITERATE, LOCAL_CLUSTER,
+};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
+
+const SCOPE_JOBS: &str = "squeue is given the scope's job list (those you name, if you do) instead";
+const YOU: &str = "checked to be you; squeue is given the scope's job list instead";
 
 /// Every option squeue 22.05 knows. Anything else is an unrecognized option.
 pub static SQUEUE: &[OptSpec] = &[
@@ -20,7 +32,7 @@ pub static SQUEUE: &[OptSpec] = &[
     allow("help", None, Flag, Any),
     allow("hide", None, Flag, Any),
     // Checked as job ids by `parse_squeue`; the value may also come from the next argument.
-    allow("jobs", Some('j'), Opt, Text),
+    allow("jobs", Some('j'), Opt, Text).rebuilt(SCOPE_JOBS),
     allow("local", None, Flag, Any),
     allow("long", Some('l'), Flag, Any),
     allow("licenses", Some('L'), Val, Text),
@@ -39,20 +51,20 @@ pub static SQUEUE: &[OptSpec] = &[
     allow("sibling", None, Flag, Any),
     allow("sort", Some('S'), Val, Text),
     allow("start", None, Flag, Any),
-    allow("steps", Some('s'), Opt, Text),
+    allow("steps", Some('s'), Opt, Text).rebuilt(SCOPE_JOBS),
     allow("states", Some('t'), Val, Text),
     allow("usage", None, Flag, Any),
     // Recorded in `users`: the chaperon refuses any user but the caller.
-    allow("user", Some('u'), Val, Text),
-    allow("users", None, Val, Text),
+    allow("user", Some('u'), Val, Text).rebuilt(YOU),
+    allow("users", None, Val, Text).rebuilt(YOU),
     allow("verbose", Some('v'), Flag, Any),
     allow("version", Some('V'), Flag, Any),
     // The chaperon filters the JSON/YAML document itself, so these work without external tools.
     allow("json", None, Flag, Any),
-    allow("yaml", None, Flag, Any),
+    allow("yaml", None, Flag, Any).rebuilt("the chaperon asks squeue for JSON, filters it and writes it as YAML"),
     deny("iterate", Some('i'), Val, ITERATE),
     // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters),
+    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
     deny("cluster", None, Val, CLUSTER_SPELLING),
 ];
 
@@ -115,6 +127,66 @@ pub fn parse_squeue(args: &[String]) -> Result<SqueueRequest, GrammarError> {
     }
     req.output = output(&req.options);
     Ok(req)
+}
+
+impl SqueueRequest {
+    /// The jobs the call may see: those in `scope`, narrowed to those asked for.
+    fn in_view(&self, mut scope: Vec<u32>) -> Vec<u32> {
+        if let Some(asked) = self.jobs.as_ref().filter(|a| !a.is_empty()) {
+            scope.retain(|id| asked.iter().any(|r| r.job == *id));
+        }
+        scope
+    }
+
+    /// The real squeue's arguments: the caller's options the table passes as written and, in
+    /// place of the rest, the local cluster (when asked for) and the job ids `ids` (the scope's,
+    /// narrowed to those asked for); `--json` for a YAML answer, which the chaperon writes.
+    fn real_args(&self, ids: &[u32], cluster: Option<String>) -> Vec<String> {
+        let mut args: Vec<String> = cluster.into_iter().collect();
+        args.extend(as_written(SQUEUE, &self.options));
+        match self.output {
+            // squeue --json/--yaml ignore the filters: the chaperon filters the document.
+            Output::Yaml => args.push("--json".into()),
+            Output::Json => {}
+            // Nothing in scope: a filter that matches nothing, so the header still looks real.
+            Output::Table if ids.is_empty() => args.push("--name=agent-sandbox-no-job-in-scope".into()),
+            Output::Table => {
+                args.push(format!("--jobs={}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")))
+            }
+        }
+        args
+    }
+}
+
+/// squeue limited to the scope's jobs; `--json`/`--yaml` output is filtered here.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let (req, cfg) = (call.req, call.cfg);
+    let parsed = parse_squeue(&req.argv)?;
+    only_caller(&parsed.users, cfg)?;
+    let ids = parsed.in_view(jobs_in_scope(req, cfg)?);
+    let cluster = local_cluster_only(&parsed.options, "clusters", cfg.cluster_name())?;
+    let mut cmd = cfg.command("squeue");
+    cmd.args(parsed.real_args(&ids, cluster));
+    if parsed.output == Output::Table {
+        return call.run(cmd, stdio);
+    }
+    // The chaperon asked for JSON: it narrows the document to the scope and writes it as
+    // asked (YAML from the same document).
+    cmd.stdin(std::process::Stdio::null()).stderr(stdio.stderr);
+    let (out, status) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&out).map_err(|e| Refusal::Failed(format!("squeue --json: {e}")))?;
+    if let Some(jobs) = v.get_mut("jobs").and_then(|j| j.as_array_mut()) {
+        jobs.retain(|j| j.get("job_id").and_then(|i| i.as_u64()).is_some_and(|i| ids.contains(&(i as u32))));
+    }
+    let text = match parsed.output {
+        Output::Yaml => format!("---\n{}", crate::yaml::to_yaml(&v)),
+        _ => format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),
+    };
+    use std::os::fd::AsFd;
+    crate::bounded::write_all(stdio.stdout.as_fd(), text.as_bytes(), QUERY_TIMEOUT)
+        .map_err(|e| Refusal::Failed(format!("writing squeue's answer: {e}")))?;
+    Ok(status.code().unwrap_or(1))
 }
 
 #[cfg(test)]
@@ -280,14 +352,30 @@ mod tests {
 
     #[test]
     fn caps_hold() {
-        let many = vec!["-l".to_string(); crate::grammar::MAX_ARGS + 1];
+        let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_squeue(&many), Err(GrammarError::TooManyArgs { .. })));
-        let huge = vec![format!("--name={}", "x".repeat(crate::grammar::MAX_ARG_BYTES))];
+        let huge = vec![format!("--name={}", "x".repeat(crate::table::MAX_ARG_BYTES))];
         assert!(matches!(parse_squeue(&huge), Err(GrammarError::TooLarge { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SQUEUE, &["12", "1_2", "3.0"], 0x5eed_0000_5175_0001, parse_squeue);
+    }
+
+    #[test]
+    fn the_table_decides_what_is_rebuilt() {
+        crate::table::testkit::rebuilds_are_the_tables(
+            SQUEUE,
+            &[],
+            &[("jobs", "1"), ("steps", "1.0")],
+            &["json"],
+            |a| {
+                let p = parse_squeue(a).map_err(|e| e.to_string())?;
+                let cluster =
+                    crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;
+                Ok((p.real_args(&p.in_view(vec![1, 2]), cluster), String::new()))
+            },
+        );
     }
 }

@@ -1,0 +1,279 @@
+//! The Slurm commands: `COMMANDS`, the one table of every Slurm client command the jail sees
+//! (handled here, by its module below, or refused outright with the reason the stub prints),
+//! which the stubs, the dispatcher and docs/slurm.md all read; one module per handled command
+//! (its option table, its parser, its handler); and `dispatch`, which hands a call to its
+//! command's handler and turns the outcome into the answer and the audit record.
+
+pub mod sacct;
+pub mod sacctmgr;
+pub mod sbatch;
+pub mod scancel;
+pub mod scontrol;
+pub mod sdiag;
+pub mod sinfo;
+pub mod sprio;
+pub mod squeue;
+pub mod sreport;
+pub mod srun;
+pub mod sshare;
+pub mod sstat;
+
+use crate::call::{Call, Stdio};
+use crate::refusal::Refusal;
+use crate::session::{Audit, Config};
+use crate::wire::{Request, Response};
+use std::os::unix::net::UnixStream;
+
+/// One Slurm client command as the jail sees it.
+pub struct Command {
+    pub name: &'static str,
+    pub handling: Handling,
+}
+
+pub enum Handling {
+    /// The chaperon carries it out, in the module of the same name under `commands/`.
+    Handled {
+        handle: Handler,
+        lasts: Lasts,
+        /// What a sandboxed session gets, one line for docs/slurm.md.
+        gives: &'static str,
+    },
+    /// The stub refuses it without asking the chaperon: each would give the jail a way around
+    /// it. The reason is the one line the stub prints.
+    Refused(&'static str),
+}
+
+/// A command's handler: carries out one call, with the caller's stdio.
+pub type Handler = fn(&mut Call<'_>, Stdio) -> Result<i32, Refusal>;
+
+/// How long a command's real call may run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lasts {
+    /// It answers and ends: it is killed after `bounded::QUERY_TIMEOUT`, so a call that never
+    /// ends cannot hold a chaperon thread.
+    Query,
+    /// As long as its work (srun's tasks, `sbatch --wait`'s job): it ends with its caller.
+    Work,
+}
+
+const fn handled(name: &'static str, handle: Handler, lasts: Lasts, gives: &'static str) -> Command {
+    Command { name, handling: Handling::Handled { handle, lasts, gives } }
+}
+
+const fn refused(name: &'static str, reason: &'static str) -> Command {
+    Command { name, handling: Handling::Refused(reason) }
+}
+
+/// Every Slurm 22.05 client command (and `scrun`, which later versions add), in the order the
+/// stubs are listed. A name not here is not a stub: the jail runs no such Slurm command.
+pub const COMMANDS: &[Command] = &[
+    handled(
+        "sbatch",
+        sbatch::handle,
+        Lasts::Work,
+        "a script file (inside the project), a script on stdin (`sbatch < job.sh`), or `--wrap`; `#SBATCH` \
+         directives are read exactly as Slurm 22.05 reads them and checked like command-line options; arrays \
+         (`-a`), dependencies on your project's jobs, `--wait`, `--parsable`, `--test-only`, `--export` (applied \
+         inside the jail)",
+    ),
+    handled(
+        "srun",
+        srun::handle,
+        Lasts::Work,
+        "outside a job: a new allocation; inside a batch job: a step of that job. Every task starts inside the \
+         jail on its node; output streams live; Ctrl-C goes to srun (twice within a second cancels the step, as \
+         usual); `--pty` gives an interactive shell in the jail",
+    ),
+    handled(
+        "squeue",
+        squeue::handle,
+        Lasts::Query,
+        "your project's jobs (`--json` and `--yaml` are filtered too: the chaperon narrows Slurm's JSON and \
+         writes YAML from it itself)",
+    ),
+    handled(
+        "scancel",
+        scancel::handle,
+        Lasts::Query,
+        "your project's jobs, by id or by filter (`--name`, `--state`...) within them; a bare `scancel` fails \
+         like the real one",
+    ),
+    handled(
+        "scontrol",
+        scontrol::handle,
+        Lasts::Query,
+        "`show job/step` of your project's jobs; `show partition/node/config/...` as they are; `hold`, \
+         `release`, `requeue`, `update JobId=...` of your project's jobs with safe keys only",
+    ),
+    handled("sacct", sacct::handle, Lasts::Query, "your project's jobs"),
+    handled(
+        "sacctmgr",
+        sacctmgr::handle,
+        Lasts::Query,
+        "`show user/assoc/qos/tres/cluster/config`, users and associations for your own user",
+    ),
+    handled("sinfo", sinfo::handle, Lasts::Query, "as on the login node"),
+    handled("sstat", sstat::handle, Lasts::Query, "your project's jobs and steps"),
+    handled("sprio", sprio::handle, Lasts::Query, "your project's jobs"),
+    handled("sshare", sshare::handle, Lasts::Query, "your own associations"),
+    handled("sdiag", sdiag::handle, Lasts::Query, "as on the login node"),
+    handled(
+        "sreport",
+        sreport::handle,
+        Lasts::Query,
+        "`cluster Utilization` and `reservation Utilization` as they are; usage per user (`cluster \
+         AccountUtilizationByUser`, `UserUtilizationByAccount`, `UserUtilizationByWckey`, \
+         `WCKeyUtilizationByUser`, `user TopUsage`) for your own user; `job SizesBy...` over your project's \
+         jobs; reports and conditions spelled in full",
+    ),
+    refused("salloc", "interactive allocations start a shell outside the jail; use `srun --pty` or sbatch"),
+    refused("sattach", "attaching to a step's I/O is not mediated; read the job's output file instead"),
+    refused("sbcast", "broadcasting files to nodes is not mediated; jobs read the project directly"),
+    refused("scrontab", "cron jobs would run outside any session's scope; use sbatch --begin"),
+    refused("scrun", "OCI containers are not mediated by agent-sandbox"),
+    refused("strigger", "triggers run programs outside the jail"),
+];
+
+/// The stubs: every command's name, in the table's order.
+pub const NAMES: [&str; COMMANDS.len()] = names();
+
+const fn names() -> [&'static str; COMMANDS.len()] {
+    let mut out = [""; COMMANDS.len()];
+    let mut i = 0;
+    while i < COMMANDS.len() {
+        out[i] = COMMANDS[i].name;
+        i += 1;
+    }
+    out
+}
+
+/// The command of this name, if the jail has it as a stub.
+pub fn find(name: &str) -> Option<&'static Command> {
+    COMMANDS.iter().find(|c| c.name == name)
+}
+
+/// Why the stub refuses `name` outright, if it does.
+pub fn refusal(name: &str) -> Option<&'static str> {
+    match find(name)?.handling {
+        Handling::Refused(why) => Some(why),
+        Handling::Handled { .. } => None,
+    }
+}
+
+/// What handling one request produced: the response, and the audit record.
+pub struct Handled {
+    pub response: Response,
+    pub audit: Audit,
+}
+
+/// Decides and carries out one request: its command's handler parses the arguments (a
+/// refusal names the option and why), checks the scope and runs the real Slurm command with
+/// a clean environment and the caller's stdio.
+pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) -> Handled {
+    let audit =
+        Audit { command: req.command.clone(), argv: req.argv.clone(), cwd: req.cwd.clone(), ..Default::default() };
+    let handling = find(&req.command).map(|c| &c.handling);
+    // Queries and updates end by themselves; a call that lasts as long as its work ends with
+    // the stub's connection instead, like every call.
+    let lasts = match handling {
+        Some(Handling::Handled { lasts, .. }) => *lasts,
+        _ => Lasts::Query,
+    };
+    let bound = (lasts == Lasts::Query).then_some(crate::bounded::QUERY_TIMEOUT);
+    let mut call = Call { req, cfg, conn, bound, audit };
+    let result = match handling {
+        Some(Handling::Handled { handle, .. }) => handle(&mut call, stdio),
+        // The stub refuses these itself; a request for one (from elsewhere) is refused here too.
+        Some(Handling::Refused(reason)) => Err(Refusal::CommandRefused { command: req.command.clone(), reason }),
+        None => Err(Refusal::UnknownCommand(req.command.clone())),
+    };
+    let mut audit = call.audit;
+    let response = match result {
+        Ok(code) => {
+            audit.decision = "allowed".into();
+            Response::Exited { code }
+        }
+        Err(refusal) => {
+            let reason = refusal.to_string();
+            audit.decision = "denied".into();
+            audit.reason = Some(reason.clone());
+            Response::Denied { reason }
+        }
+    };
+    Handled { response, audit }
+}
+
+/// The table as docs/slurm.md shows it, between `<!-- commands -->` and `<!-- /commands -->`.
+pub fn docs_table() -> String {
+    let mut out = String::from("| command | what you get |\n|---|---|\n");
+    for c in COMMANDS {
+        if let Handling::Handled { gives, .. } = c.handling {
+            out.push_str(&format!("| `{}` | {gives} |\n", c.name));
+        }
+    }
+    out.push_str("\nRefused outright, each with the reason the stub prints:\n\n| command | why |\n|---|---|\n");
+    for c in COMMANDS {
+        if let Handling::Refused(why) = c.handling {
+            out.push_str(&format!("| `{}` | {why} |\n", c.name));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_command_is_listed_once_with_a_one_line_reason_or_summary() {
+        let mut seen = std::collections::HashSet::new();
+        for c in COMMANDS {
+            assert!(seen.insert(c.name), "{} twice", c.name);
+            assert!(c.name.starts_with('s') && c.name.bytes().all(|b| b.is_ascii_lowercase()), "{}", c.name);
+            let text = match c.handling {
+                Handling::Handled { gives, .. } => gives,
+                Handling::Refused(why) => why,
+            };
+            assert!(!text.trim().is_empty() && !text.chars().any(char::is_control), "{}: {text:?}", c.name);
+        }
+        assert_eq!(NAMES.len(), COMMANDS.len());
+        assert!(NAMES.iter().zip(COMMANDS).all(|(n, c)| *n == c.name));
+    }
+
+    #[test]
+    fn every_handled_command_has_its_module_under_commands() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/commands");
+        for c in COMMANDS.iter().filter(|c| matches!(c.handling, Handling::Handled { .. })) {
+            assert!(dir.join(format!("{}.rs", c.name)).is_file(), "commands/{}.rs", c.name);
+        }
+        for f in std::fs::read_dir(&dir).unwrap().flatten() {
+            let name = f.file_name().to_string_lossy().trim_end_matches(".rs").to_string();
+            let handled = find(&name).is_some_and(|c| matches!(c.handling, Handling::Handled { .. }));
+            assert!(handled, "commands/{name}.rs is no handled command of the table");
+        }
+    }
+
+    #[test]
+    fn only_srun_and_sbatch_outlast_the_query_bound() {
+        let work: Vec<&str> = COMMANDS
+            .iter()
+            .filter(|c| matches!(c.handling, Handling::Handled { lasts: Lasts::Work, .. }))
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(work, ["sbatch", "srun"]);
+    }
+
+    #[test]
+    fn docs_slurm_md_shows_the_table() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/slurm.md");
+        let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let start = text.find("<!-- commands -->\n").map(|i| i + "<!-- commands -->\n".len());
+        let end = text.find("<!-- /commands -->");
+        let (Some(start), Some(end)) = (start, end) else { panic!("{path} has no <!-- commands --> block") };
+        let table = docs_table();
+        assert!(
+            text[start..end] == table,
+            "docs/slurm.md's command table is not chaperon::commands::COMMANDS; the block should read:\n{table}"
+        );
+    }
+}

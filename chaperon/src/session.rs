@@ -1,0 +1,115 @@
+//! The session one chaperon serves: whose it is and where (`Config`: user, project, state
+//! directory, the frozen policy, where the real Slurm commands are), the record each call
+//! leaves for the audit log (`Audit`), and the clean environment every real Slurm command runs
+//! with (`Config::command`). Reads no request and decides nothing: `commands` does.
+
+use crate::scope::Registry;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+/// One audit event: the chaperon's decision on one call, for the launcher's audit log.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Audit {
+    pub command: String,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub decision: String,
+    pub reason: Option<String>,
+    pub job: Option<u32>,
+    pub script_bytes: Option<usize>,
+    pub script_hash: Option<String>,
+}
+
+pub struct Config {
+    pub uid: u32,
+    pub user: String,
+    pub home: PathBuf,
+    pub session: String,
+    pub project: PathBuf,
+    /// The user's agent-sandbox state directory (jobs/, scope/); hidden in every jail.
+    pub state_dir: PathBuf,
+    /// The agent-sandbox binary the job wrapper runs on the compute node.
+    pub exe: PathBuf,
+    /// The session's merged policy as JSON, frozen into every job.
+    pub policy: String,
+    /// Where the real Slurm commands are (`/usr/bin`).
+    pub slurm_bin: PathBuf,
+    pub audit: Box<dyn Fn(&Audit) + Send + Sync>,
+    /// The local cluster's name, learned on first use (`cluster_name`).
+    pub cluster: std::sync::OnceLock<Option<String>>,
+}
+
+impl Config {
+    /// The local cluster's name (lower case, as Slurm keeps it): slurm.conf's `ClusterName`,
+    /// else what `scontrol show config` reports (configless sites have no local slurm.conf).
+    pub fn cluster_name(&self) -> Option<&str> {
+        self.cluster
+            .get_or_init(|| {
+                let conf = std::env::var("SLURM_CONF").unwrap_or_else(|_| "/etc/slurm/slurm.conf".into());
+                let from_conf = std::fs::read_to_string(conf).ok().and_then(|t| cluster_name_in(&t, '='));
+                from_conf.or_else(|| {
+                    let mut cmd = self.command("scontrol");
+                    cmd.args(["show", "config"]).stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                    let (out, _) = crate::bounded::capture(cmd, 4 << 20, Duration::from_secs(20)).ok()?;
+                    cluster_name_in(&String::from_utf8_lossy(&out), '=')
+                })
+            })
+            .as_deref()
+    }
+
+    pub fn registry(&self) -> Registry {
+        Registry::new(&self.state_dir)
+    }
+
+    /// The real program, by absolute path: never looked up on a PATH.
+    pub fn real(&self, name: &str) -> PathBuf {
+        self.slurm_bin.join(name)
+    }
+
+    /// The real Slurm command `name`, ready to be given arguments: by absolute path, with the
+    /// environment every real command runs with (nothing from the jail, nothing from the
+    /// launcher beyond what locates Slurm: sbatch reads `SBATCH_*`, srun `SLURM_*`, and a jail
+    /// must not be able to set options that way), `/` as its working directory (never the
+    /// project: a relative name a Slurm command opens on the host side must not land where the
+    /// jail plants symlinks), and dying with the chaperon.
+    pub fn command(&self, name: &str) -> Command {
+        let mut cmd = Command::new(self.real(name));
+        dies_with_chaperon(&mut cmd);
+        cmd.current_dir("/");
+        cmd.env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .env("HOME", &self.home)
+            .env("USER", &self.user)
+            .env("LOGNAME", &self.user)
+            .env("LANG", "C.UTF-8");
+        if let Ok(conf) = std::env::var("SLURM_CONF") {
+            cmd.env("SLURM_CONF", conf);
+        }
+        cmd
+    }
+}
+
+/// A Slurm command must not outlive the chaperon (killed, or ended with its session): an
+/// orphaned `srun` would keep running and hold the jail's output open.
+fn dies_with_chaperon(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs between fork and exec: it makes one prctl call (through nix,
+    // async-signal-safe), allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+            Ok(())
+        });
+    }
+}
+
+/// `ClusterName` from slurm.conf text or `scontrol show config` output (`Key = value`).
+pub fn cluster_name_in(text: &str, sep: char) -> Option<String> {
+    text.lines().find_map(|l| {
+        let l = l.split('#').next()?.trim();
+        let (k, v) = l.split_once(sep)?;
+        let v = v.split_whitespace().next()?;
+        k.trim().eq_ignore_ascii_case("ClusterName").then(|| v.to_ascii_lowercase())
+    })
+}
