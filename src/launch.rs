@@ -206,7 +206,7 @@ impl Launch {
         // job's environment and the patterns in its file names.
         let node: Vec<(String, String)> = facts.env.clone();
         let var = |k: &str| node.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
-        let env = slurm::job_environment(&spec, &node);
+        let env = spec.environment(&node);
         let expand = |p: &str| expand_pattern(p, &var, &facts.user, &spec.job_name);
         let script_inside = format!("{}/job-script", stub::STUB_DIR);
         let tasks = var("SLURM_STEP_NUM_TASKS").or_else(|| var("SLURM_NTASKS"));
@@ -346,7 +346,8 @@ impl Launch {
 }
 
 /// Runs the jail with its network supervisor; the chaperon starts when the first Slurm
-/// command connects, freezing the policy then if the session had none frozen yet.
+/// command connects (and again if it ends), freezing the policy then if the session had none
+/// frozen yet.
 fn run_jail(
     plan: &Plan,
     banner: &dyn Fn(),
@@ -356,21 +357,21 @@ fn run_jail(
     policy: &policy::Policy,
     log: &AuditLog,
 ) -> Result<jail::Outcome, jail::JailError> {
-    let mut start = || {
+    let mut start = |fd: std::os::fd::BorrowedFd<'_>| {
         if session.frozen.is_none() {
             match policy::Frozen::freeze(policy) {
                 Ok(f) => session.frozen = Some(f),
                 Err(e) => {
                     eprintln!("agent-sandbox: warning: {e}; Slurm is unavailable in this session");
-                    return;
+                    return None;
                 }
             }
         }
-        door.spawn(&session);
+        door.spawn(fd, &session)
     };
-    let lazy = jail::relay::Lazy { fd: door.fd(), start: &mut start, inherit: door.take_jail_end() };
+    let lazy = door.take_door().map(|fd| jail::door::Lazy::new(fd, &mut start, door.take_jail_end()));
     let mut net_start = |fds| crate::net::start(&plan.net, fds, Some(log.clone()));
-    jail::run(plan, banner, lock, &mut net_start, Some(lazy), log)
+    jail::run(plan, banner, lock, &mut net_start, lazy, log)
 }
 
 /// The session's door to its chaperon: a socket the plan binds into the userns jail, or a

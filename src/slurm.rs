@@ -5,7 +5,7 @@
 //! backend: nothing can be bound into that jail, and it may not create unix sockets).
 
 use crate::audit::AuditLog;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 pub struct Chaperon {
     /// The bound socket's path (userns backend).
     pub socket: Option<PathBuf>,
-    /// What the chaperon serves: the listening socket, or the launcher's end of the channel.
-    door: OwnedFd,
+    /// What the chaperon serves: the listening socket, or the launcher's end of the channel;
+    /// the launcher's wait loop owns it once the jail runs (`take_door`).
+    door: std::cell::Cell<Option<OwnedFd>>,
     /// The jail's end of the channel (Landlock backend), until the command inherits it.
     jail_end: std::cell::Cell<Option<OwnedFd>>,
 }
@@ -30,7 +31,7 @@ pub fn bind(state_dir: &Path, session: &str) -> std::io::Result<Chaperon> {
     let listener = UnixListener::bind(&socket)?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
-    Ok(Chaperon { socket: Some(socket), door: listener.into(), jail_end: None.into() })
+    Ok(Chaperon { socket: Some(socket), door: Some(OwnedFd::from(listener)).into(), jail_end: None.into() })
 }
 
 /// A seqpacket socket pair: the command inherits one end, and each Slurm stub sends the
@@ -40,7 +41,7 @@ pub fn bind(state_dir: &Path, session: &str) -> std::io::Result<Chaperon> {
 pub fn channel() -> std::io::Result<Chaperon> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     let (door, jail) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?;
-    Ok(Chaperon { socket: None, door, jail_end: Some(jail).into() })
+    Ok(Chaperon { socket: None, door: Some(door).into(), jail_end: Some(jail).into() })
 }
 
 /// What the chaperon process needs from the launcher, handed over in the environment of
@@ -90,9 +91,9 @@ impl Session {
 }
 
 impl Chaperon {
-    /// The descriptor whose first readiness starts the chaperon.
-    pub fn fd(&self) -> std::os::fd::RawFd {
-        self.door.as_raw_fd()
+    /// The door, for the wait loop that starts the chaperon on it (once).
+    pub fn take_door(&self) -> Option<OwnedFd> {
+        self.door.take()
     }
 
     /// The jail's end of the channel, for the command to inherit (once).
@@ -103,22 +104,27 @@ impl Chaperon {
     /// Starts the chaperon: this binary again (`agent-sandbox chaperon`), the door as its
     /// stdin. Called when the first Slurm command knocks: sessions that never use Slurm never
     /// pay for it. Works with the supervisor's threads running (spawn is exec, not a bare fork).
-    pub fn spawn(&self, s: &Session) {
-        let started = (|| -> std::io::Result<()> {
-            let door = self.door.try_clone()?;
+    /// Its pid, or None (with a warning) if it could not be started.
+    pub fn spawn(&self, door: BorrowedFd<'_>, s: &Session) -> Option<nix::unistd::Pid> {
+        let started = (|| -> std::io::Result<u32> {
+            let door = door.try_clone_to_owned()?;
             let mut cfg = serde_json::to_value(s).map_err(std::io::Error::other)?;
             cfg["channel"] = serde_json::Value::Bool(self.socket.is_none());
-            std::process::Command::new(&s.exe)
+            let child = std::process::Command::new(&s.exe)
                 .arg("chaperon")
                 .env(CONFIG_VAR, cfg.to_string())
                 .stdin(std::process::Stdio::from(door))
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
                 .spawn()?;
-            Ok(())
+            Ok(child.id())
         })();
-        if let Err(e) = started {
-            eprintln!("agent-sandbox: warning: cannot start the Slurm chaperon ({e}); Slurm is unavailable");
+        match started {
+            Ok(pid) => Some(nix::unistd::Pid::from_raw(pid as i32)),
+            Err(e) => {
+                eprintln!("agent-sandbox: warning: cannot start the Slurm chaperon ({e}); Slurm is unavailable");
+                None
+            }
         }
     }
 }
@@ -211,27 +217,6 @@ fn redact(argv: &[String]) -> Vec<String> {
         }
     }
     out
-}
-
-/// A job's environment on the compute node: what `--export` asked for at submission, plus
-/// what Slurm tells the job on this node (`SLURM_JOB_ID`, the node list...), nothing else of
-/// the node's. The node's `SLURM_EXPORT_ENV` is the wrapper's own `--export=NONE`: the job
-/// gets what sbatch would have set for the caller's `--export` instead, so its srun steps
-/// inherit `ALL`.
-pub fn job_environment(spec: &chaperon::job::JobSpec, node: &[(String, String)]) -> Vec<(String, String)> {
-    let mut env: Vec<(String, String)> = spec.export.clone().unwrap_or_default().into_iter().collect();
-    for (k, v) in node {
-        if (k.starts_with("SLURM_") || k.starts_with("SLURMD_")) && k != "SLURM_EXPORT_ENV" {
-            env.retain(|(n, _)| n != k);
-            env.push((k.clone(), v.clone()));
-        }
-    }
-    if let Some(e) = &spec.slurm_export_env {
-        if !env.iter().any(|(k, _)| k == "SLURM_EXPORT_ENV") {
-            env.push(("SLURM_EXPORT_ENV".into(), e.clone()));
-        }
-    }
-    env
 }
 
 #[cfg(test)]

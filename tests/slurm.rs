@@ -157,6 +157,25 @@ fn the_jails_environment_never_reaches_the_nodes_unsandboxed_side() {
     assert!(!canary.exists(), "BASH_ENV ran outside the jail (host home written)");
 }
 
+/// `sbatch --export=NONE` makes slurmd load the user's login environment on the node (as if
+/// `--get-user-env` were given): the user's login shell would run there outside the jail, its
+/// output would become the wrapper's environment, and a slow or failing profile would fail the
+/// job. The wrapper is submitted with the chaperon's own clean environment instead.
+#[test]
+fn no_login_shell_runs_outside_the_jail_on_the_node() {
+    let Some(j) = slurm_jail("slurm-login-shell") else { return };
+    let marker = j.rig.home.join("LOGIN-SHELL-RAN");
+    let profile = j.rig.home.join(".bash_profile");
+    let _ = std::fs::remove_file(&marker);
+    std::fs::write(&profile, format!("echo ran >> {}\n", marker.display())).unwrap();
+    std::os::unix::fs::chown(&profile, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let out = j.run("sbatch --wait -o login.out --wrap 'echo done'; echo rc=$?");
+    let _ = std::fs::remove_file(&profile);
+    assert!(out.stdout.contains("rc=0"), "{out}");
+    assert!(wait_for_file(&j.project.join("login.out"), "done").contains("done"), "{out}");
+    assert!(!marker.exists(), "the user's login shell ran on the node outside the jail");
+}
+
 #[test]
 fn a_script_swapped_after_submission_does_not_change_what_runs() {
     let Some(j) = slurm_jail("slurm-swap") else { return };
@@ -283,17 +302,38 @@ fn an_output_path_through_a_planted_symlink_stays_inside_the_jail() {
 }
 
 #[test]
-fn a_chaperon_killed_mid_request_gives_the_stub_a_clear_error() {
+fn a_chaperon_killed_mid_request_gives_the_stub_a_clear_error_and_the_next_call_a_new_one() {
     let Some(j) = slurm_jail("slurm-kill") else { return };
-    let mut c = j.command(&["-q", "run", "--", "sh", "-c", "echo go; srun sleep 30; echo rc=$?"]);
+    kill_the_chaperon_mid_request(j);
+}
+
+/// Kills the session's chaperon while `srun` waits on it: the stub fails at once with a line
+/// that says so, and the next Slurm call of the session starts a new chaperon and works.
+fn kill_the_chaperon_mid_request(j: Jail) {
+    let mut c = j.command(&[
+        "-q",
+        "run",
+        "--",
+        "sh",
+        "-c",
+        "echo go; srun sleep 30; echo rc=$?; timeout -s KILL 20 squeue -h -o %i; echo again=$?",
+    ]);
     let mut child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
     // The session's chaperon: the child of this launcher named asb-chaperon.
-    let kids = Command::new("pgrep").args(["-P", &child.id().to_string(), "-x", "asb-chaperon"]).output().unwrap();
-    let pid: i32 = String::from_utf8_lossy(&kids.stdout).trim().parse().expect("the session's chaperon");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pid: i32 = loop {
+        let kids = Command::new("pgrep").args(["-P", &child.id().to_string(), "-x", "asb-chaperon"]).output().unwrap();
+        if let Ok(pid) = String::from_utf8_lossy(&kids.stdout).trim().parse() {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no chaperon started for srun");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // srun is waiting on it once its step runs.
+    std::thread::sleep(Duration::from_millis(1500));
     let killed = Instant::now();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     let mut rest = String::new();
@@ -301,9 +341,10 @@ fn a_chaperon_killed_mid_request_gives_the_stub_a_clear_error() {
     let mut err = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     let _ = child.wait();
-    assert!(killed.elapsed() < Duration::from_secs(10), "the stub hung after the chaperon died");
+    assert!(killed.elapsed() < Duration::from_secs(15), "the stub hung after the chaperon died");
     assert!(rest.contains("rc=1"), "{rest} {err}");
     assert!(err.contains("lost contact with agent-sandbox's Slurm chaperon"), "{err}");
+    assert!(rest.contains("again=0"), "the next call after the chaperon died got a new one: {rest} {err}");
 }
 
 #[test]
@@ -738,6 +779,12 @@ fn job_start_hour(j: &Jail, job: u32) -> String {
 /// A jail for a Slurm test under the Landlock backend (the host has user namespaces: forced).
 fn landlock_slurm_jail(name: &str) -> Option<Jail> {
     Some(slurm_jail(name)?.arg("--backend").arg("landlock"))
+}
+
+#[test]
+fn landlock_a_chaperon_killed_mid_request_gives_the_stub_a_clear_error_and_the_next_call_a_new_one() {
+    let Some(j) = landlock_slurm_jail("ll-slurm-kill") else { return };
+    kill_the_chaperon_mid_request(j);
 }
 
 #[test]

@@ -50,7 +50,7 @@ pub struct JobSpec {
     pub append: bool,
     /// What sbatch itself sets `SLURM_EXPORT_ENV` to in the job: the caller's `--export`
     /// unless it is `ALL` (Slurm's sbatch/opt.c does the same). The node's value is the
-    /// wrapper's `--export=NONE`, which must not leak to the job's own `srun` steps.
+    /// wrapper's, which must not leak to the job's own `srun` steps.
     #[serde(default)]
     pub slurm_export_env: Option<String>,
     pub job_name: String,
@@ -95,6 +95,27 @@ impl JobSpec {
             script_args: vec![],
             command: None,
         }
+    }
+
+    /// The job's environment on the compute node: what `--export` asked for at submission,
+    /// plus what Slurm tells the job on this node (`SLURM_JOB_ID`, the node list...), nothing
+    /// else of the node's. The node's `SLURM_EXPORT_ENV` is the wrapper's own: the job gets
+    /// what sbatch would have set for the caller's `--export` instead, so its srun steps
+    /// inherit `ALL`.
+    pub fn environment(&self, node: &[(String, String)]) -> Vec<(String, String)> {
+        let mut env: Vec<(String, String)> = self.export.clone().unwrap_or_default().into_iter().collect();
+        for (k, v) in node {
+            if (k.starts_with("SLURM_") || k.starts_with("SLURMD_")) && k != "SLURM_EXPORT_ENV" {
+                env.retain(|(n, _)| n != k);
+                env.push((k.clone(), v.clone()));
+            }
+        }
+        if let Some(e) = &self.slurm_export_env {
+            if !env.iter().any(|(k, _)| k == "SLURM_EXPORT_ENV") {
+                env.push(("SLURM_EXPORT_ENV".into(), e.clone()));
+            }
+        }
+        env
     }
 }
 
@@ -300,6 +321,26 @@ pub fn expand_pattern(pattern: &str, vars: &dyn Fn(&str) -> Option<String>, user
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_jobs_environment_takes_only_slurms_variables_from_the_node() {
+        let mut spec = JobSpec::parse(
+            br#"{"version":2,"session":"s","project":"/p","cwd":"/p","policy":"{}","export":{"A":"1","SLURM_JOB_ID":"x"},
+                "output":"o","error":null,"input":null,"append":false,"slurm_export_env":"NONE","job_name":"j","script_args":[]}"#,
+        )
+        .unwrap();
+        let node: Vec<(String, String)> =
+            [("PATH", "/node"), ("SLURM_JOB_ID", "7"), ("SLURM_EXPORT_ENV", "ALL"), ("SLURMD_NODENAME", "n")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let mut env = spec.environment(&node);
+        env.sort();
+        let want = [("A", "1"), ("SLURMD_NODENAME", "n"), ("SLURM_EXPORT_ENV", "NONE"), ("SLURM_JOB_ID", "7")];
+        assert_eq!(env, want.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>());
+        spec.slurm_export_env = None;
+        assert!(!spec.environment(&node).iter().any(|(k, _)| k == "SLURM_EXPORT_ENV" || k == "PATH"));
+    }
 
     #[test]
     fn patterns_expand_like_slurmstepd() {

@@ -286,7 +286,8 @@ pub(crate) const APPLIED_IN_JAIL: &str = "recorded in the job directory and appl
 /// Why `--clusters` of the read-only views is rebuilt.
 pub(crate) const LOCAL_CLUSTER: &str =
     "checked: the local cluster or all; Slurm is asked about the local cluster alone";
-pub(crate) const EXPORT: &str = "applied inside the jail on the node; the wrapper itself gets --export=NONE";
+pub(crate) const EXPORT: &str =
+    "applied inside the jail on the node; the wrapper itself gets only the chaperon's clean environment";
 
 /// The options of a parsed call, in command-line order: a later entry overrides an earlier one.
 pub type Options = Vec<(&'static str, Option<String>)>;

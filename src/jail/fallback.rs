@@ -4,7 +4,7 @@
 //! the plan's session directory, the inherited Slurm channel and the sweeper. Decides nothing:
 //! every path, descriptor and way of ending is in `plan.landlock`.
 
-use super::relay::Lazy;
+use super::door::Lazy;
 use super::Outcome;
 use super::{caps, landlock, seccomp, stdio_ttys, JailError};
 use crate::plan::{LandlockPlan, Plan, SessionDir, Sweep};
@@ -152,14 +152,18 @@ fn wait_forwarding(
                 Ok(WaitStatus::Exited(pid, code)) if pid == child => return Outcome::Exited(code),
                 Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => return Outcome::Signaled(sig as i32),
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, ..)) => {
+                    if let Some(l) = lazy.as_mut() {
+                        l.ended(pid);
+                    }
+                }
                 Ok(_) => {}
             }
         }
         let lazy_ready = {
             let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-            if let Some(l) = lazy.as_ref() {
-                // SAFETY: the caller keeps the descriptor open for the whole session.
-                fds.push(PollFd::new(unsafe { std::os::fd::BorrowedFd::borrow_raw(l.fd) }, PollFlags::POLLIN));
+            if let Some(door) = lazy.as_ref().and_then(|l| l.watched()) {
+                fds.push(PollFd::new(door, PollFlags::POLLIN));
             }
             if let Err(e) = poll(&mut fds, PollTimeout::NONE) {
                 if e != nix::Error::EINTR {
@@ -167,12 +171,10 @@ fn wait_forwarding(
                     std::thread::sleep(Duration::from_millis(10));
                 }
             }
-            fds.get(1).and_then(PollFd::revents).is_some_and(|r| !r.is_empty())
+            fds.get(1).and_then(PollFd::revents).filter(|r| !r.is_empty())
         };
-        if lazy_ready {
-            if let Some(l) = lazy.take() {
-                (l.start)();
-            }
+        if let (Some(revents), Some(l)) = (lazy_ready, lazy.as_mut()) {
+            l.ready(revents);
         }
         while let Ok(Some(info)) = sfd.read_signal() {
             let Ok(sig) = Signal::try_from(info.ssi_signo as i32) else { continue };

@@ -4,6 +4,7 @@
 //! plan is missing a field.
 
 pub mod caps;
+pub mod door;
 mod fallback;
 pub mod guard;
 pub mod init;
@@ -89,7 +90,7 @@ pub fn run(
     banner: &dyn Fn(),
     mut lock: placeholders::ProjectLock,
     net_start: NetStart<'_>,
-    lazy: Option<relay::Lazy<'_>>,
+    lazy: Option<door::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
     if let Err(e) = lock.create(&plan.placeholders) {

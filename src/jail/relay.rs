@@ -97,22 +97,12 @@ fn read_some(fd: RawFd, buf: &mut [u8]) -> Option<usize> {
     nix::unistd::read(b, buf).ok().filter(|n| *n > 0)
 }
 
-/// Something to start the first time a descriptor becomes readable: the session's chaperon,
-/// started when the first Slurm command connects to its socket (most sessions never do).
-pub struct Lazy<'a> {
-    pub fd: RawFd,
-    pub start: &'a mut dyn FnMut(),
-    /// The Landlock backend's command inherits this descriptor (its end of the chaperon's
-    /// channel) at the plan's `slurm_fd`; the launcher closes its own copy once it has forked.
-    pub inherit: Option<OwnedFd>,
-}
-
 pub fn run(
     pid: Pid,
     sock: RawFd,
     master: Option<OwnedFd>,
     mask: &SigSet,
-    mut lazy: Option<Lazy<'_>>,
+    mut lazy: Option<super::door::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
     let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
@@ -144,10 +134,9 @@ pub fn run(
             fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
         }
         let mut i_lazy = None;
-        if let Some(l) = &lazy {
+        if let Some(door) = lazy.as_ref().and_then(|l| l.watched()) {
             i_lazy = Some(fds.len());
-            // SAFETY: the caller keeps the descriptor open for the whole session.
-            fds.push(PollFd::new(unsafe { BorrowedFd::borrow_raw(l.fd) }, PollFlags::POLLIN));
+            fds.push(PollFd::new(door, PollFlags::POLLIN));
         }
         match poll(&mut fds, PollTimeout::NONE) {
             Ok(_) | Err(nix::Error::EINTR) => {}
@@ -158,12 +147,10 @@ pub fn run(
         let sock_ready = fds[1].revents().is_some_and(|r| !r.is_empty());
         let stdin_ready = ready(i_stdin, &fds);
         let master_ready = ready(i_master, &fds);
-        let lazy_ready = ready(i_lazy, &fds);
+        let lazy_ready = i_lazy.and_then(|i| fds[i].revents()).filter(|r| !r.is_empty());
         drop(fds);
-        if lazy_ready {
-            if let Some(l) = lazy.take() {
-                (l.start)();
-            }
+        if let (Some(revents), Some(l)) = (lazy_ready, lazy.as_mut()) {
+            l.ready(revents);
         }
         if sock_ready {
             match msg::recv(sock) {
@@ -211,6 +198,15 @@ pub fn run(
             while let Ok(Some(info)) = sfd.read_signal() {
                 let signo = info.ssi_signo as i32;
                 if signo == libc::SIGCHLD {
+                    if let Some(l) = lazy.as_mut() {
+                        if let Some(server) = l.running() {
+                            if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
+                                waitpid(server, Some(WaitPidFlag::WNOHANG))
+                            {
+                                l.ended(server);
+                            }
+                        }
+                    }
                     match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
                         Ok(WaitStatus::Exited(_, c)) => {
                             crate::timing::mark("exited");

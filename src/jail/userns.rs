@@ -27,7 +27,7 @@ pub fn run(
     banner: &dyn Fn(),
     idle: &mut dyn FnMut(),
     net_start: super::NetStart<'_>,
-    lazy: Option<relay::Lazy<'_>>,
+    lazy: Option<super::door::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
     let use_pty = tty.0[0] && (tty.0[1] || tty.0[2]);

@@ -385,13 +385,15 @@ impl SbatchRequest {
     }
 
     /// What the real sbatch is given: the rebuilt pieces (the job's checked directory and name,
-    /// the wrapper's own log, no environment) and the caller's options the table passes as
-    /// written; the wrapper comes on its stdin.
+    /// the wrapper's own log) and the caller's options the table passes as written; the wrapper
+    /// comes on its stdin. The wrapper's environment is the chaperon's own clean one
+    /// (`--export=ALL` of it): `--export=NONE` would make slurmd run the user's login shell on
+    /// the node, outside the jail, to fill it (sbatch's implied `--get-user-env`).
     fn real_args(&self, job_name: &str, job_cwd: &Path, wrapper_out: &Path) -> Vec<String> {
         let out = wrapper_out.display();
         let mut args = vec![
             "--parsable".to_string(),
-            "--export=NONE".into(),
+            "--export=ALL".into(),
             format!("--chdir={}", job_cwd.display()),
             format!("--job-name={job_name}"),
             format!("--output={out}"),
