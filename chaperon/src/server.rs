@@ -190,6 +190,8 @@ fn handle(mut conn: UnixStream, cfg: &Config) {
         _ => return,
     }
     let _ = conn.set_read_timeout(Some(REQUEST_TIMEOUT));
+    // A caller that never reads its answer must not hold one of the slots for good.
+    let _ = conn.set_write_timeout(Some(REQUEST_TIMEOUT));
     let Some(stdio) = recv_stdio(conn.as_raw_fd()) else { return };
     let req: Request = match wire::read_frame(&mut conn) {
         Ok(r) => r,
