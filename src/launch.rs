@@ -259,10 +259,15 @@ impl Launch {
                 stub::ensure_links(&facts.state_dir()).map_err(|e| {
                     LaunchError::setup(format!("cannot prepare the stub links in {}: {e}", facts.state_dir().display()))
                 })?;
-                Some(
-                    jail::placeholders::ProjectLock::acquire(&facts.state_dir(), &project_dir)
-                        .map_err(|e| LaunchError::setup(e.to_string()))?,
-                )
+                let mut lock = jail::placeholders::ProjectLock::acquire(&facts.state_dir(), &project_dir)
+                    .map_err(|e| LaunchError::setup(e.to_string()))?;
+                // An agent's instruction file may need a placeholder in the home.
+                if policy.agent.as_ref().is_some_and(|a| a.value.instructions.is_some()) {
+                    lock = lock
+                        .with_home(&facts.state_dir(), &facts.home_canonical)
+                        .map_err(|e| LaunchError::setup(e.to_string()))?;
+                }
+                Some(lock)
             }
         };
         let req = RunRequest {

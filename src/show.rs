@@ -81,6 +81,12 @@ pub fn plan(p: &Plan) -> String {
             let _ = writeln!(s, "    {}{}", ph.path.display(), if ph.dir { "/" } else { "" });
         }
     }
+    if !p.home_dirs.is_empty() {
+        let _ = writeln!(s, "  the agent's directories, made in your home before the session (they stay):");
+        for d in &p.home_dirs {
+            let _ = writeln!(s, "    {}/", tilde(d, &p.home));
+        }
+    }
     let _ = writeln!(
         s,
         "  hidden ({}): {}",
@@ -186,6 +192,9 @@ fn mounts(s: &mut String, p: &Plan) {
             }
             MountSpec::File { target, .. } => {
                 format!("file     {} (synthesized)", target.display())
+            }
+            MountSpec::Instructions { target, .. } => {
+                format!("notice   {} (the agent's own text + the sandbox notice, read-only)", target.display())
             }
             MountSpec::Copy { target, .. } => {
                 format!("copy     {} (writable session copy)", target.display())

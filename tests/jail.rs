@@ -828,3 +828,58 @@ fn a_node_refuses_a_job_whose_frozen_policy_it_cannot_read() {
     assert!(out.stderr.contains("the job's frozen policy cannot be read") && out.stderr.contains("fix:"), "{out}");
     assert!(!j.project.join("ran-anyway").exists(), "{out}");
 }
+
+/// The agent's own instruction file shows the user's text and then the sandbox notice; the
+/// host's file is never changed, a missing one leaves nothing behind, the agent's directory is
+/// made so its state persists, and a link an earlier session planted shows no hidden file.
+#[test]
+fn the_agent_reads_its_instructions_with_the_sandbox_notice_and_the_host_file_is_unchanged() {
+    let j = jail!("notice");
+    let home = j.rig.home.clone();
+    let dir = home.join(".asb-notice");
+    let _ = std::fs::remove_dir_all(&dir);
+    let profiles = home.join(".config/agent-sandbox/profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(
+        profiles.join("noticeagent.toml"),
+        "[agent]\nname = \"noticeagent\"\ncommand = [\"sh\"]\ninstructions = \".asb-notice/deep/AGENTS.md\"\n\
+         [home]\nwrite = [\".asb-notice/\"]\n",
+    )
+    .unwrap();
+    j.give(&[&home.join(".config"), &home.join(".config/agent-sandbox"), &profiles]);
+    let file = dir.join("deep/AGENTS.md");
+    let j = j.arg("--profile").arg("noticeagent");
+    let show = "cat ~/.asb-notice/deep/AGENTS.md; echo x >> ~/.asb-notice/deep/AGENTS.md || echo NOTICE-RO; \
+                touch ~/.asb-notice/state && echo STATE-WRITTEN";
+
+    // No directory, no file yet.
+    let out = j.run(show);
+    assert!(out.stdout.contains("# You are running inside agent-sandbox"), "{out}");
+    assert!(out.stdout.contains("prompt injection") && out.stdout.contains("refused by the network policy"), "{out}");
+    assert!(out.stdout.contains("NOTICE-RO") && out.stdout.contains("STATE-WRITTEN"), "{out}");
+    assert!(dir.join("state").exists(), "the agent's directory was made on the host, so its state persists");
+    let gone = (0..40).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        !file.exists()
+    });
+    assert!(gone, "the empty placeholder is removed after the session");
+
+    // The user's own file: shown first, unchanged on the host.
+    std::fs::write(&file, "MY OWN RULES\n").unwrap();
+    j.give(&[&file]);
+    let out = j.run(show);
+    let own = out.stdout.find("MY OWN RULES").expect("the user's text is shown");
+    let notice = out.stdout.find("# You are running inside agent-sandbox").expect("the notice follows");
+    assert!(own < notice && out.stdout.contains("NOTICE-RO"), "{out}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "MY OWN RULES\n", "the host's file is unchanged");
+
+    // A link to a hidden file, as a jail could have left it: the notice alone, no secret.
+    let ssh = home.join(".ssh");
+    std::fs::create_dir_all(&ssh).unwrap();
+    std::fs::write(ssh.join("asb-notice-secret"), "SECRET-KEY-MATERIAL\n").unwrap();
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink(ssh.join("asb-notice-secret"), &file).unwrap();
+    let out = j.run("cat ~/.asb-notice/deep/AGENTS.md; echo rc=$?");
+    assert!(!out.stdout.contains("SECRET-KEY-MATERIAL") && !out.stderr.contains("SECRET-KEY-MATERIAL"), "{out}");
+    let _ = std::fs::remove_file(ssh.join("asb-notice-secret"));
+}

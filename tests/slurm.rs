@@ -167,13 +167,22 @@ fn no_login_shell_runs_outside_the_jail_on_the_node() {
     let marker = j.rig.home.join("LOGIN-SHELL-RAN");
     let profile = j.rig.home.join(".bash_profile");
     let _ = std::fs::remove_file(&marker);
-    std::fs::write(&profile, format!("echo ran >> {}\n", marker.display())).unwrap();
+    // What ran it, if anything does: the job, the process and its parent, to tell which path.
+    std::fs::write(
+        &profile,
+        format!(
+            "echo \"job=$SLURM_JOB_ID pid=$$ parent=$(tr '\\0' ' ' < /proc/$PPID/cmdline)\" >> {}\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
     std::os::unix::fs::chown(&profile, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
     let out = j.run("sbatch --wait -o login.out --wrap 'echo done'; echo rc=$?");
     let _ = std::fs::remove_file(&profile);
     assert!(out.stdout.contains("rc=0"), "{out}");
     assert!(wait_for_file(&j.project.join("login.out"), "done").contains("done"), "{out}");
-    assert!(!marker.exists(), "the user's login shell ran on the node outside the jail");
+    let ran = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert!(ran.is_empty(), "a login shell of the user ran outside the jail: {ran}");
 }
 
 #[test]

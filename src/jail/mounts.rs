@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 pub const OLD: &str = "/oldroot";
 pub const NEW: &str = "/newroot";
+/// The most of an agent's own instruction file shown with the notice.
+const MAX_INSTRUCTIONS: u64 = 1 << 20;
 
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
@@ -40,6 +42,11 @@ pub trait Sys {
     /// symlink (the jail could swap one in between the plan and this mount), on either side.
     /// The target is created if missing (a file unless `dir`).
     fn bind_beneath(&mut self, src: (&Path, &Path), dst: (&Path, &Path), dir: bool, attr: u64) -> io::Result<()>;
+    /// Up to `max` bytes of the regular file `path` as seen from inside `root` (absolute
+    /// symlinks resolve inside it, never to the host); None if there is none.
+    fn read_in_root(&self, root: &Path, path: &Path, max: u64) -> io::Result<Option<Vec<u8>>>;
+    /// Binds `src` over `path` as seen from inside `root`, with `attr` set.
+    fn bind_in_root(&mut self, src: &Path, root: &Path, path: &Path, attr: u64) -> io::Result<()>;
 }
 
 pub struct RealSys;
@@ -116,46 +123,102 @@ impl Sys for RealSys {
         Ok(buf)
     }
     fn bind_beneath(&mut self, src: (&Path, &Path), dst: (&Path, &Path), dir: bool, attr: u64) -> io::Result<()> {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
         let source = open_beneath(src.0, src.1)?;
         let target = target_beneath(dst.0, dst.1, dir)?;
-        // SAFETY: open_tree on a descriptor we own with an empty path; the kernel returns a
-        // new descriptor of a detached copy of that mount tree, which we take ownership of.
-        let tree = unsafe {
-            libc::syscall(
-                libc::SYS_open_tree,
-                source.as_raw_fd(),
-                c"".as_ptr(),
-                OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
-            )
-        };
-        if tree < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the descriptor was just returned by the kernel and nothing else owns it.
-        let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
-        set_attr_fd(&tree, attr)?;
-        // SAFETY: move_mount between two descriptors we own, both with empty paths.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_move_mount,
-                tree.as_raw_fd(),
-                c"".as_ptr(),
-                target.as_raw_fd(),
-                c"".as_ptr(),
-                MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        attach(&source, &target, attr)
     }
+
+    fn read_in_root(&self, root: &Path, path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
+        use nix::fcntl::{openat2, OFlag, OpenHow};
+        use std::io::Read;
+        let root_fd = nix::fcntl::open(
+            root,
+            OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC,
+            nix::sys::stat::Mode::empty(),
+        )
+        .map_err(errno)?;
+        // O_NONBLOCK: a FIFO planted at the path must not block the jail's start.
+        let how = OpenHow::new()
+            .flags(OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC)
+            .resolve(in_root());
+        let fd = match openat2(&root_fd, path, how) {
+            Ok(fd) => fd,
+            Err(nix::Error::ENOENT) => return Ok(None),
+            Err(e) => return Err(errno(e)),
+        };
+        let st = nix::sys::stat::fstat(&fd).map_err(errno)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Ok(None);
+        }
+        let mut data = vec![];
+        std::fs::File::from(fd).take(max).read_to_end(&mut data)?;
+        Ok(Some(data))
+    }
+
+    fn bind_in_root(&mut self, src: &Path, root: &Path, path: &Path, attr: u64) -> io::Result<()> {
+        use nix::fcntl::{open, openat2, OFlag, OpenHow};
+        let mode = nix::sys::stat::Mode::empty();
+        let source = open(src, OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW, mode).map_err(errno)?;
+        let root_fd = open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, mode).map_err(errno)?;
+        let target = openat2(&root_fd, path, OpenHow::new().flags(OFlag::O_PATH | OFlag::O_CLOEXEC).resolve(in_root()))
+            .map_err(errno)?;
+        attach(&source, &target, attr)
+    }
+}
+
+/// The agent's own text as it would see it without us, then the notice, bound over the file.
+fn instructions(sys: &mut dyn Sys, target: &Path, notice: &str, stage: &Path) -> io::Result<()> {
+    let mut text = sys.read_in_root(Path::new(NEW), target, MAX_INSTRUCTIONS)?.unwrap_or_default();
+    text.extend_from_slice(notice.as_bytes());
+    sys.write_file(stage, &text, 0o444)?;
+    sys.bind_in_root(stage, Path::new(NEW), target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+}
+
+/// Attaches a detached copy of the mount tree at `source` on `target`, with `attr` set.
+fn attach(source: &std::os::fd::OwnedFd, target: &std::os::fd::OwnedFd, attr: u64) -> io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // SAFETY: open_tree on a descriptor we own with an empty path; the kernel returns a
+    // new descriptor of a detached copy of that mount tree, which we take ownership of.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            source.as_raw_fd(),
+            c"".as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+        )
+    };
+    if tree < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the descriptor was just returned by the kernel and nothing else owns it.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
+    set_attr_fd(&tree, attr)?;
+    // SAFETY: move_mount between two descriptors we own, both with empty paths.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            target.as_raw_fd(),
+            c"".as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+
+/// Resolution as from inside the jail's root: symlinks are followed, but `/` and `..` stop
+/// at the root, and no magic link (`/proc/self/fd/N`) leads out.
+fn in_root() -> nix::fcntl::ResolveFlag {
+    nix::fcntl::ResolveFlag::RESOLVE_IN_ROOT | nix::fcntl::ResolveFlag::RESOLVE_NO_MAGICLINKS
+}
 
 /// Resolution below a root the jail can write: no symlink (not even a magic link), never
 /// above the root.
@@ -458,6 +521,14 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
                 sys.set_attr(&target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
                     .map_err(fail("set attributes on"))?;
             }
+            MountSpec::Instructions { notice, target: t } => {
+                staged += 1;
+                // Advice to the agent, not a boundary: a file the jail cannot show (a link to
+                // a hidden path, planted by an earlier session) costs the notice, not the session.
+                if let Err(e) = instructions(sys, t, notice, &staging.join(staged.to_string())) {
+                    eprintln!("agent-sandbox: warning: no sandbox notice in {}: {e}", t.display());
+                }
+            }
             MountSpec::Copy { source, .. } => {
                 let data = sys.read_small(&under(OLD, source), 1 << 20).map_err(fail("read seed for"))?;
                 sys.write_file(&target, &data, 0o600).map_err(fail("seed"))?;
@@ -565,6 +636,19 @@ mod tests {
         fn read_small(&self, _p: &Path, _max: u64) -> io::Result<Vec<u8>> {
             Ok(b"seed".to_vec())
         }
+        fn read_in_root(&self, _root: &Path, _p: &Path, _max: u64) -> io::Result<Option<Vec<u8>>> {
+            Ok(Some(b"own".to_vec()))
+        }
+        fn bind_in_root(&mut self, src: &Path, root: &Path, p: &Path, attr: u64) -> io::Result<()> {
+            self.ops.push(format!(
+                "bind-in-root {} {}//{} ro={}",
+                src.display(),
+                root.display(),
+                p.display(),
+                attr & MOUNT_ATTR_RDONLY != 0
+            ));
+            Ok(())
+        }
         fn whiteout(&mut self, p: &Path) -> io::Result<()> {
             self.ops.push(format!("whiteout {}", p.display()));
             Ok(())
@@ -641,6 +725,15 @@ mod tests {
         apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
         assert_eq!(r.ops[0], "write /stage/1");
         assert!(r.ops.iter().any(|o| o == "attr /newroot/etc/passwd ro=true"));
+    }
+
+    #[test]
+    fn instructions_are_the_files_own_text_then_the_notice_bound_read_only_inside_the_root() {
+        let mounts =
+            vec![MountSpec::Instructions { target: "/home/u/.codex/AGENTS.md".into(), notice: "NOTICE".into() }];
+        let mut r = Recorder::default();
+        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        assert_eq!(r.ops, ["write /stage/1", "bind-in-root /stage/1 /newroot///home/u/.codex/AGENTS.md ro=true"]);
     }
 
     #[test]

@@ -21,6 +21,30 @@ pub enum PlaceholderError {
     Create { path: PathBuf, err: std::io::Error },
 }
 
+/// Makes the agent's missing directories in the home (`~/.codex`, `~/.pi/agent`): 0700, each
+/// level made and opened below the one before without following a symlink (the jail of an
+/// earlier session could write the levels that exist). They stay: they are the agent's own.
+pub fn make_home_dirs(home: &Path, dirs: &[PathBuf]) -> Result<(), PlaceholderError> {
+    use nix::fcntl::{open, openat2, OFlag, OpenHow, ResolveFlag};
+    use nix::sys::stat::{mkdirat, Mode};
+    for dir in dirs {
+        let err = |e: nix::Error| PlaceholderError::Create { path: dir.clone(), err: std::io::Error::from(e) };
+        let Ok(rel) = dir.strip_prefix(home) else { continue };
+        let mut at = open(home, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()).map_err(err)?;
+        for c in rel.components() {
+            match mkdirat(&at, c.as_os_str(), Mode::from_bits_truncate(0o700)) {
+                Ok(()) | Err(nix::Error::EEXIST) => {}
+                Err(e) => return Err(err(e)),
+            }
+            let how = OpenHow::new()
+                .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+                .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
+            at = openat2(&at, c.as_os_str(), how).map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
 /// A shared hold on the project's placeholder registry, from before planning to the end.
 pub struct ProjectLock {
     file: File,
@@ -30,6 +54,10 @@ pub struct ProjectLock {
     /// A file of the session to remove once the launcher is gone, however it ended (the
     /// chaperon's socket: a killed launcher would leave it behind).
     remove_after: Option<PathBuf>,
+    /// The home's own lock, for placeholders outside the project (an agent's instruction
+    /// file): shared by every session of the user, whatever its project, so one ending never
+    /// removes a file another session still shows its notice on.
+    home: Option<Box<ProjectLock>>,
 }
 
 fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
@@ -104,7 +132,8 @@ impl ProjectLock {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(err)?;
-        let mut lock = ProjectLock { file, project: project.to_path_buf(), waiter: None, remove_after: None };
+        let mut lock =
+            ProjectLock { file, project: project.to_path_buf(), waiter: None, remove_after: None, home: None };
         // Alone? Then first remove what an earlier session left behind (it ended while
         // another held the lock, or it was killed), so this plan sees the project as it is.
         if flock(&lock.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
@@ -114,8 +143,24 @@ impl ProjectLock {
         Ok(lock)
     }
 
-    /// Creates the missing placeholders and records the ones this session made.
+    /// Also holds the home's lock (taken, like this one, before the plan is made), for the
+    /// placeholders a plan puts in the home outside the project.
+    pub fn with_home(mut self, state_dir: &Path, home: &Path) -> Result<ProjectLock, PlaceholderError> {
+        if home != self.project {
+            self.home = Some(Box::new(ProjectLock::acquire(state_dir, home)?));
+        }
+        Ok(self)
+    }
+
+    /// Creates the missing placeholders and records the ones this session made (those outside
+    /// the project in the home's record).
     pub fn create(&mut self, list: &[Placeholder]) -> Result<(), PlaceholderError> {
+        let (mine, theirs): (Vec<Placeholder>, Vec<Placeholder>) =
+            list.iter().cloned().partition(|ph| ph.path.starts_with(&self.project) || self.home.is_none());
+        if let Some(home) = self.home.as_mut() {
+            home.create(&theirs)?;
+        }
+        let list = &mine;
         let mut lines = String::new();
         let mut result = Ok(());
         for ph in list {
@@ -155,6 +200,9 @@ impl ProjectLock {
     /// the launcher to exit (its pipe closes, however the launcher ends) and then releases:
     /// the launcher's own exit then costs neither a fork nor the removals.
     pub fn spawn_waiter(&mut self) {
+        if let Some(home) = self.home.as_mut() {
+            home.spawn_waiter();
+        }
         let Ok((r, w)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else { return };
         // SAFETY: the launcher is single-threaded; the child keeps two descriptors, blocks on
         // a read, removes files and _exits.
@@ -179,6 +227,9 @@ impl ProjectLock {
     /// Ends the session's hold: a waiter, if one runs, releases after we exit; otherwise a
     /// forked child does, so the launcher does not wait for the removals.
     pub fn finish(mut self) {
+        if let Some(home) = self.home.take() {
+            home.finish();
+        }
         if self.waiter.is_some() {
             // Our descriptors close when we exit; the waiter sees its pipe close.
             std::mem::forget(self);
@@ -201,6 +252,9 @@ impl ProjectLock {
     /// If no other session holds the lock, removes the recorded placeholders; if one does,
     /// leaves them: it, or the next session to start alone, will.
     pub fn release_now(&mut self) {
+        if let Some(home) = self.home.as_mut() {
+            home.release_now();
+        }
         if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
             self.remove_recorded();
         }

@@ -92,7 +92,12 @@ pub fn build(launcher_env: &[(String, String)], policy: &Policy, j: &JailVars<'_
             removed.push(k.clone());
             continue;
         }
-        set(k, v.value.clone());
+        // `~/x` names a file in the user's home (a profile cannot know where that is).
+        let value = match v.value.strip_prefix("~/") {
+            Some(rest) => j.home.join(rest).display().to_string(),
+            None => v.value.clone(),
+        };
+        set(k, value);
     }
     vars.sort();
     removed.sort();

@@ -52,6 +52,13 @@ pub enum MountSpec {
         contents: String,
         mode: u32,
     },
+    /// The agent's instruction file as the jail sees it (read once every other mount is in
+    /// place, symlinks resolved inside the jail's root) with `notice` appended, bound
+    /// read-only over it: the host's file is never changed.
+    Instructions {
+        target: PathBuf,
+        notice: String,
+    },
     /// A writable per-session copy of a host file (seeded home entries).
     Copy {
         source: PathBuf,
@@ -101,6 +108,7 @@ impl MountSpec {
             | MountSpec::Device { target, .. }
             | MountSpec::Symlink { target, .. }
             | MountSpec::File { target, .. }
+            | MountSpec::Instructions { target, .. }
             | MountSpec::Copy { target, .. }
             | MountSpec::Proc { target }
             | MountSpec::Devpts { target }
@@ -148,11 +156,27 @@ pub struct Builder<'a> {
     pub mounts: Vec<MountSpec>,
     /// Files the plan writes instead of binding (passwd, group...), by host path.
     pub overrides: Vec<MountSpec>,
+    /// Missing directories of the agent's own in the home, made by the launcher.
+    pub home_dirs: Vec<PathBuf>,
 }
 
 impl<'a> Builder<'a> {
     pub fn new(fs: &'a dyn HostFs, hidden: &'a Hidden) -> Self {
-        Builder { fs, hidden, overlay: false, mountpoints: &[], mounts: vec![], overrides: vec![] }
+        Builder { fs, hidden, overlay: false, mountpoints: &[], mounts: vec![], overrides: vec![], home_dirs: vec![] }
+    }
+
+    /// A profile's home entry written as a directory (`.codex/`) that does not exist yet: the
+    /// launcher makes it, so what the agent writes there persists (the agent would make it on
+    /// its first run, in the session's throwaway home). Recorded; true if it will exist.
+    pub fn agent_dir(&mut self, e: &crate::policy::merge::Sourced<String>, p: &Path) -> bool {
+        let profile = matches!(e.source, crate::policy::merge::Source::Profile(_));
+        if !(profile && e.value.ends_with('/')) {
+            return false;
+        }
+        if !self.home_dirs.iter().any(|d| d == p) {
+            self.home_dirs.push(p.to_path_buf());
+        }
+        true
     }
 
     /// Whether a host mount lies below `src`. Such a tree cannot be an overlay's lower layer

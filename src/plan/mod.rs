@@ -5,6 +5,7 @@
 mod backend;
 pub mod env;
 pub mod fs;
+pub mod instructions;
 mod landlock;
 mod mounts;
 mod net;
@@ -219,6 +220,9 @@ pub struct Plan {
     pub hostname: String,
     pub mounts: Vec<MountSpec>,
     pub placeholders: Vec<Placeholder>,
+    /// Directories of the agent's own the launcher makes in the home before the session
+    /// (its writable entries that do not exist yet, so what it writes there persists).
+    pub home_dirs: Vec<PathBuf>,
     pub hidden: Vec<PathBuf>,
     pub env: Vec<(String, String)>,
     pub env_removed: Vec<String>,
@@ -316,7 +320,24 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let trees = writable_trees(&mut b, policy, facts, fs, &base, &mut warnings)?;
     masks(&mut b, policy, fs, &base, &trees);
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
-    let placeholders = protected(&mut b, policy, facts, fs, &base, &trees)?;
+    let mut placeholders = protected(&mut b, policy, facts, fs, &base, &trees)?;
+    // 7. The agent's instruction file with the jail's notice, over every other mount.
+    let mut home_dirs = std::mem::take(&mut b.home_dirs);
+    if let Some(placed) = instructions::place(policy, fs, &base.home, base.backend)? {
+        let slurm = req.chaperon_socket.is_some() || req.chaperon_channel;
+        let facts =
+            instructions::NoticeFacts { project: &base.project, writable: &trees.writable, net: &base.net, slurm };
+        instructions::push(&mut b, &placed, instructions::notice(&facts));
+        home_dirs.extend(placed.home_dirs.iter().filter(|d| !home_dirs.contains(d)).cloned().collect::<Vec<_>>());
+        placeholders.extend(placed.placeholder);
+    } else if base.backend == BackendKind::Landlock
+        && policy.agent.as_ref().is_some_and(|a| a.value.instructions.is_some())
+    {
+        warnings.push(
+            "the Landlock backend cannot show the agent the sandbox notice in its instruction file (no mounts there)"
+                .into(),
+        );
+    }
     if policy.home_access.value == HomeAccess::Restricted {
         b.push(MountSpec::ReadOnly { target: base.home.clone() });
     }
@@ -324,7 +345,9 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let mounts = b.mounts;
     let git_guard = git_guard(policy, facts, base.backend, trees.guarded)?;
     base.warnings = warnings;
-    finish(policy, facts, req, base, mounts, placeholders, git_guard, mail_block)
+    let mut plan = finish(policy, facts, req, base, mounts, placeholders, git_guard, mail_block)?;
+    plan.home_dirs = home_dirs;
+    Ok(plan)
 }
 
 /// What every later stage rests on: the backend, the project and cwd, the network, the
@@ -575,6 +598,7 @@ fn finish(
         hostname: policy.hostname.value.clone(),
         mounts,
         placeholders,
+        home_dirs: vec![],
         hidden: hidden.paths,
         env: envp.vars,
         env_removed: envp.removed,

@@ -55,7 +55,8 @@ pub(super) fn home_entry(raw: &str) -> Option<PathBuf> {
     let rel = raw.strip_prefix("~/").unwrap_or(raw);
     let p = PathBuf::from(rel);
     let ok = !rel.is_empty() && p.is_relative() && p.components().all(|c| matches!(c, std::path::Component::Normal(_)));
-    ok.then_some(p)
+    // Rebuilt from its components: `.codex/` (a directory entry) names `.codex`.
+    ok.then(|| p.components().collect())
 }
 
 pub(super) fn home_mounts(
@@ -96,8 +97,8 @@ pub(super) fn home_trees(
                 for e in &policy.home_write {
                     let Some(rel) = home_entry(&e.value) else { continue };
                     let p = home.join(rel);
-                    if !b.hidden.covers(&p) && b.fs.kind(&p).is_some() {
-                        let dir = b.fs.kind(&p) == Some(Kind::Dir);
+                    if !b.hidden.covers(&p) && (b.fs.kind(&p).is_some() || b.agent_dir(e, &p)) {
+                        let dir = b.fs.kind(&p).is_none_or(|k| k == Kind::Dir);
                         b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
                         writable.push(p);
                     }
@@ -117,11 +118,11 @@ pub(super) fn home_trees(
                         warnings.push(format!("{key}: `{}` is hidden by policy; not bound", e.value));
                         continue;
                     }
-                    if b.fs.kind(&p).is_none() {
+                    if b.fs.kind(&p).is_none() && !(rw && b.agent_dir(e, &p)) {
                         continue;
                     }
                     if rw {
-                        let dir = b.fs.kind(&p) == Some(Kind::Dir);
+                        let dir = b.fs.kind(&p).is_none_or(|k| k == Kind::Dir);
                         b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
                         writable.push(p);
                     } else {

@@ -38,6 +38,10 @@ pub(super) async fn serve(conn: TcpStream, ctx: Arc<Ctx>, slot: Slot) {
         .max_header_size(MAX_HEAD)
         .max_headers(128)
         .max_buf_size(2 * MAX_HEAD)
+        // A client may send its request and shut its write side while it waits for the
+        // answer (curl's and python's one-shot clients do): without this hyper sees the EOF
+        // while the answer is being made and drops the connection unanswered.
+        .half_close(true)
         .serve_connection(io, service)
         .with_upgrades()
         .await;
