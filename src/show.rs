@@ -81,10 +81,13 @@ pub fn plan(p: &Plan) -> String {
             let _ = writeln!(s, "    {}{}", ph.path.display(), if ph.dir { "/" } else { "" });
         }
     }
-    if !p.home_dirs.is_empty() {
-        let _ = writeln!(s, "  the agent's directories, made in your home before the session (they stay):");
+    if !p.home_dirs.is_empty() || !p.home_files.is_empty() {
+        let _ = writeln!(s, "  the agent's own entries, made in your home before the session (they stay):");
         for d in &p.home_dirs {
             let _ = writeln!(s, "    {}/", tilde(d, &p.home));
+        }
+        for f in &p.home_files {
+            let _ = writeln!(s, "    {} (holding {{}})", tilde(f, &p.home));
         }
     }
     let _ = writeln!(

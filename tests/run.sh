@@ -18,6 +18,9 @@ if [ "$(id -u)" = 0 ]; then
   command -v dnsmasq >/dev/null 2>&1 || need+=(dnsmasq-base)
   command -v ip >/dev/null 2>&1 || need+=(iproute2)
   command -v python3 >/dev/null 2>&1 || need+=(python3)
+  # Agents bring their own sandboxes (Claude Code's is bubblewrap): tests/agents.rs turns them
+  # on and checks that the profiles keep every tool call working.
+  command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "tests/run.sh: installing ${need[*]}"
     apt-get update -qq
@@ -47,6 +50,14 @@ if [ "$(id -u)" = 0 ]; then
     [ -x "$wf_venv/bin/python" ] || /usr/bin/python3 -m venv "$wf_venv"
     (umask 022 && "$wf_venv/bin/python" -m pip install -q --disable-pip-version-check "${wf_pins[@]}")
     chmod -R a+rX /opt/agent-sandbox-test
+  fi
+  # The real agent CLIs for tests/agents.rs, at pinned versions from the npm registry and
+  # PyPI (Node.js 20 from the machine; skipped when present).
+  if command -v npm >/dev/null 2>&1; then
+    tests/agents/install-openai-clients.sh
+    tests/agents/install-claude-gemini.sh
+  else
+    echo "tests/run.sh: no npm here: the agent CLI tests will fail (they need Node.js >= 20 and npm)" >&2
   fi
   # The Slurm test cluster (tests/cluster): installed from Debian's packages if missing,
   # started (or left running if it already is) for tests/slurm.rs.

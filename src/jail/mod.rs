@@ -93,8 +93,8 @@ pub fn run(
     lazy: Option<door::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
-    if let Err(e) =
-        placeholders::make_home_dirs(&plan.home, &plan.home_dirs).and_then(|()| lock.create(&plan.placeholders))
+    if let Err(e) = placeholders::make_home_entries(&plan.home, &plan.home_dirs, &plan.home_files)
+        .and_then(|()| lock.create(&plan.placeholders))
     {
         lock.release_now();
         return Err(e.into());

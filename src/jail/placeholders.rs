@@ -21,25 +21,50 @@ pub enum PlaceholderError {
     Create { path: PathBuf, err: std::io::Error },
 }
 
-/// Makes the agent's missing directories in the home (`~/.codex`, `~/.pi/agent`): 0700, each
-/// level made and opened below the one before without following a symlink (the jail of an
-/// earlier session could write the levels that exist). They stay: they are the agent's own.
-pub fn make_home_dirs(home: &Path, dirs: &[PathBuf]) -> Result<(), PlaceholderError> {
-    use nix::fcntl::{open, openat2, OFlag, OpenHow, ResolveFlag};
+/// Makes the agent's missing directories in the home (`~/.codex`, `~/.pi/agent`; 0700) and
+/// its missing JSON files (`~/.claude.json`, holding `{}`; 0600): each level made and opened
+/// below the one before without following a symlink (the jail of an earlier session could
+/// write the levels that exist). They stay: they are the agent's own.
+pub fn make_home_entries(home: &Path, dirs: &[PathBuf], files: &[PathBuf]) -> Result<(), PlaceholderError> {
+    use nix::fcntl::{open, openat, openat2, OFlag, OpenHow, ResolveFlag};
     use nix::sys::stat::{mkdirat, Mode};
-    for dir in dirs {
-        let err = |e: nix::Error| PlaceholderError::Create { path: dir.clone(), err: std::io::Error::from(e) };
-        let Ok(rel) = dir.strip_prefix(home) else { continue };
-        let mut at = open(home, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty()).map_err(err)?;
+    let how = || {
+        OpenHow::new()
+            .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+            .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH)
+    };
+    let dir_of = |path: &Path, make: bool| -> nix::Result<Option<std::os::fd::OwnedFd>> {
+        let Ok(rel) = path.strip_prefix(home) else { return Ok(None) };
+        let mut at = open(home, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
         for c in rel.components() {
-            match mkdirat(&at, c.as_os_str(), Mode::from_bits_truncate(0o700)) {
-                Ok(()) | Err(nix::Error::EEXIST) => {}
-                Err(e) => return Err(err(e)),
+            if make {
+                match mkdirat(&at, c.as_os_str(), Mode::from_bits_truncate(0o700)) {
+                    Ok(()) | Err(nix::Error::EEXIST) => {}
+                    Err(e) => return Err(e),
+                }
             }
-            let how = OpenHow::new()
-                .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
-                .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-            at = openat2(&at, c.as_os_str(), how).map_err(err)?;
+            at = openat2(&at, c.as_os_str(), how())?;
+        }
+        Ok(Some(at))
+    };
+    fn err(path: &Path) -> impl Fn(nix::Error) -> PlaceholderError + '_ {
+        move |e| PlaceholderError::Create { path: path.to_path_buf(), err: e.into() }
+    }
+    for dir in dirs {
+        dir_of(dir, true).map_err(err(dir))?;
+    }
+    for file in files {
+        let (Some(parent), Some(name)) = (file.parent(), file.file_name()) else { continue };
+        let Some(at) = dir_of(parent, false).map_err(err(file))? else { continue };
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        match openat(&at, name, flags, Mode::from_bits_truncate(0o600)) {
+            Ok(fd) => {
+                std::fs::File::from(fd)
+                    .write_all(b"{}\n")
+                    .map_err(|e| PlaceholderError::Create { path: file.clone(), err: e })?;
+            }
+            Err(nix::Error::EEXIST) => {}
+            Err(e) => return Err(err(file)(e)),
         }
     }
     Ok(())

@@ -156,27 +156,44 @@ pub struct Builder<'a> {
     pub mounts: Vec<MountSpec>,
     /// Files the plan writes instead of binding (passwd, group...), by host path.
     pub overrides: Vec<MountSpec>,
-    /// Missing directories of the agent's own in the home, made by the launcher.
+    /// Missing directories and JSON files of the agent's own in the home, made by the launcher.
     pub home_dirs: Vec<PathBuf>,
+    pub home_files: Vec<PathBuf>,
 }
 
 impl<'a> Builder<'a> {
     pub fn new(fs: &'a dyn HostFs, hidden: &'a Hidden) -> Self {
-        Builder { fs, hidden, overlay: false, mountpoints: &[], mounts: vec![], overrides: vec![], home_dirs: vec![] }
+        Builder {
+            fs,
+            hidden,
+            overlay: false,
+            mountpoints: &[],
+            mounts: vec![],
+            overrides: vec![],
+            home_dirs: vec![],
+            home_files: vec![],
+        }
     }
 
-    /// A profile's home entry written as a directory (`.codex/`) that does not exist yet: the
-    /// launcher makes it, so what the agent writes there persists (the agent would make it on
-    /// its first run, in the session's throwaway home). Recorded; true if it will exist.
-    pub fn agent_dir(&mut self, e: &crate::policy::merge::Sourced<String>, p: &Path) -> bool {
-        let profile = matches!(e.source, crate::policy::merge::Source::Profile(_));
-        if !(profile && e.value.ends_with('/')) {
-            return false;
+    /// A profile's home entry that does not exist yet and that the launcher makes, so what
+    /// the agent writes there persists (the agent would make it on its first run, in the
+    /// session's throwaway home): a directory when written so (`.codex/`), a JSON file holding
+    /// `{}` (`.claude.json`, which its agent reads before it writes). Recorded; its kind.
+    pub fn agent_entry(&mut self, e: &crate::policy::merge::Sourced<String>, p: &Path) -> Option<Kind> {
+        if !matches!(e.source, crate::policy::merge::Source::Profile(_)) {
+            return None;
         }
-        if !self.home_dirs.iter().any(|d| d == p) {
-            self.home_dirs.push(p.to_path_buf());
+        let (list, kind) = if e.value.ends_with('/') {
+            (&mut self.home_dirs, Kind::Dir)
+        } else if e.value.ends_with(".json") {
+            (&mut self.home_files, Kind::File)
+        } else {
+            return None;
+        };
+        if !list.iter().any(|d| d == p) {
+            list.push(p.to_path_buf());
         }
-        true
+        Some(kind)
     }
 
     /// Whether a host mount lies below `src`. Such a tree cannot be an overlay's lower layer

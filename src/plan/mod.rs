@@ -223,6 +223,8 @@ pub struct Plan {
     /// Directories of the agent's own the launcher makes in the home before the session
     /// (its writable entries that do not exist yet, so what it writes there persists).
     pub home_dirs: Vec<PathBuf>,
+    /// Files of the agent's own made in the home holding `{}` (`~/.claude.json`).
+    pub home_files: Vec<PathBuf>,
     pub hidden: Vec<PathBuf>,
     pub env: Vec<(String, String)>,
     pub env_removed: Vec<String>,
@@ -323,6 +325,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let mut placeholders = protected(&mut b, policy, facts, fs, &base, &trees)?;
     // 7. The agent's instruction file with the jail's notice, over every other mount.
     let mut home_dirs = std::mem::take(&mut b.home_dirs);
+    let home_files = std::mem::take(&mut b.home_files);
     if let Some(placed) = instructions::place(policy, fs, &base.home, base.backend)? {
         let slurm = req.chaperon_socket.is_some() || req.chaperon_channel;
         let facts =
@@ -346,7 +349,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let git_guard = git_guard(policy, facts, base.backend, trees.guarded)?;
     base.warnings = warnings;
     let mut plan = finish(policy, facts, req, base, mounts, placeholders, git_guard, mail_block)?;
-    plan.home_dirs = home_dirs;
+    (plan.home_dirs, plan.home_files) = (home_dirs, home_files);
     Ok(plan)
 }
 
@@ -599,6 +602,7 @@ fn finish(
         mounts,
         placeholders,
         home_dirs: vec![],
+        home_files: vec![],
         hidden: hidden.paths,
         env: envp.vars,
         env_removed: envp.removed,

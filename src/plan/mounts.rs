@@ -97,8 +97,11 @@ pub(super) fn home_trees(
                 for e in &policy.home_write {
                     let Some(rel) = home_entry(&e.value) else { continue };
                     let p = home.join(rel);
-                    if !b.hidden.covers(&p) && (b.fs.kind(&p).is_some() || b.agent_dir(e, &p)) {
-                        let dir = b.fs.kind(&p).is_none_or(|k| k == Kind::Dir);
+                    if b.hidden.covers(&p) {
+                        continue;
+                    }
+                    if let Some(kind) = b.fs.kind(&p).or_else(|| b.agent_entry(e, &p)) {
+                        let dir = kind == Kind::Dir;
                         b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
                         writable.push(p);
                     }
@@ -118,11 +121,16 @@ pub(super) fn home_trees(
                         warnings.push(format!("{key}: `{}` is hidden by policy; not bound", e.value));
                         continue;
                     }
-                    if b.fs.kind(&p).is_none() && !(rw && b.agent_dir(e, &p)) {
-                        continue;
-                    }
+                    let kind = match b.fs.kind(&p) {
+                        Some(k) => k,
+                        None if rw => match b.agent_entry(e, &p) {
+                            Some(k) => k,
+                            None => continue,
+                        },
+                        None => continue,
+                    };
                     if rw {
-                        let dir = b.fs.kind(&p).is_none_or(|k| k == Kind::Dir);
+                        let dir = kind == Kind::Dir;
                         b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
                         writable.push(p);
                     } else {

@@ -12,6 +12,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+pub mod nethost;
+
 pub const USER: &str = "asbtest";
 pub const OTHER: &str = "asbother";
 pub const SSH_CANARY: &str = "CANARY-SSH-KEY-4f1e";

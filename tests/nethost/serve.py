@@ -40,7 +40,10 @@ BANNER_PORTS = (25, 587, 2525, 853)
 BANNER = b"220 asb-test ready\r\n"
 ECHO_PORT = 7777
 UDP_ECHO_PORTS = (9999, 514)
-TLS_NAMES = ("allowed.test", "other.test", "blocked.test")
+# model.test is the agents' fake model provider (tests/agents/fakemodel.py), started by the
+# agent tests on its own address.
+MODEL_V4 = "198.51.100.3"
+TLS_NAMES = ("allowed.test", "other.test", "blocked.test", "model.test")
 
 # name -> (IPv4 addresses, IPv6 addresses). A name with no address of one family answers
 # that type with NOERROR and no records (NODATA); names not listed answer NXDOMAIN.
@@ -52,6 +55,7 @@ NAMES = {
     "hostself.test": (["198.51.100.1"], []),
     "meta.test": (["169.254.169.254"], []),
     "v6only.test": ([], [V6]),
+    "model.test": ([MODEL_V4], []),
 }
 
 VERBOSE = os.environ.get("ASB_NETHOST_VERBOSE") == "1"
@@ -102,7 +106,7 @@ def make_repo(www):
 def make_cert(workdir):
     """Self-signed P-256 certificate (fast to make) for the test names and the server IPs."""
     cert, key = os.path.join(workdir, "cert.pem"), os.path.join(workdir, "key.pem")
-    san = ",".join([f"DNS:{n}" for n in TLS_NAMES] + [f"IP:{V4}", f"IP:{V6}"])
+    san = ",".join([f"DNS:{n}" for n in TLS_NAMES] + [f"IP:{V4}", f"IP:{V6}", f"IP:{MODEL_V4}"])
     subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                     "-nodes", "-keyout", key, "-out", cert, "-days", "3650", "-subj", "/CN=allowed.test",
                     "-addext", f"subjectAltName={san}"],

@@ -61,6 +61,8 @@ up() {
   ip netns exec "$NS" sh -c "echo 0 >/proc/sys/net/ipv6/conf/$NS_IF/accept_dad"
   "${nsip[@]}" addr add 198.51.100.2/24 dev "$NS_IF"
   "${nsip[@]}" addr add 198.51.100.53/24 dev "$NS_IF"
+  # model.test: the agents' fake model provider (tests/agents), on an address of its own.
+  "${nsip[@]}" addr add 198.51.100.3/24 dev "$NS_IF"
   "${nsip[@]}" -6 addr add 2001:db8:51::2/64 dev "$NS_IF" nodad
   "${nsip[@]}" -6 addr add 2001:db8:51::53/64 dev "$NS_IF" nodad
   "${nsip[@]}" link set "$NS_IF" up

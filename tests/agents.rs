@@ -1,0 +1,354 @@
+//! The real agent CLIs, unchanged and at pinned versions (tests/agents/install-*.sh), started
+//! non-interactively through their profiles inside the jail, against our fake model provider
+//! (tests/agents/fakemodel.py) on `model.test`: a test host in a network namespace, reached by
+//! name through `filtered` networking. The fake model asks for one shell command; each test
+//! asserts from the project, the home and the audit log that it ran inside the jail (it wrote
+//! the project, could not read ~/.ssh, a blocked host was refused), that the agent exited 0,
+//! that its state persisted in its home entry, and that it was shown the sandbox notice.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
+
+mod common;
+use common::nethost::{hosts, net_jail};
+use common::*;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, SystemTime};
+
+const AGENTS: &str = "/opt/agent-sandbox-test/agents/node_modules/.bin";
+const AGENTS_B: &str = "/opt/agent-sandbox-test/agents-b/node_modules/.bin";
+const AIDER: &str = "/opt/agent-sandbox-test/aider-venv/bin";
+const MODEL_URL: &str = "http://model.test";
+/// The key the jail passes to the agent; the fake model logs what reached it.
+const KEY: &str = "sk-test-agent-key-5e3c";
+
+/// What the fake model asks each agent to run: a file in the project, a read of the SSH key
+/// the rig planted, a request to a blocked host.
+const PROBE: &str = "echo hi > proof.txt; cat ~/.ssh/id_ed25519 > ssh.txt 2>&1; \
+                     curl -sS -m 5 http://blocked.test/hello > blocked.txt 2>&1; echo probed";
+
+/// The fake model on model.test (198.51.100.3, port 80), started once per test binary after
+/// the test hosts; it exits when this process does (its stdin is a pipe we hold).
+struct Model {
+    log: PathBuf,
+    _server: Mutex<Child>,
+}
+
+static MODEL: OnceLock<Result<Model, String>> = OnceLock::new();
+
+fn start_model() -> Result<Model, String> {
+    let h = hosts();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let log = h.workdir.join("model.jsonl");
+    let _ = std::fs::remove_file(&log);
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", "asbnet", "python3"])
+        .arg(root.join("tests/agents/fakemodel.py"))
+        .args(["--bind", "198.51.100.3", "--port", "80", "--until-stdin-eof", "--log"])
+        .arg(&log)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot start fakemodel.py: {e}"))?;
+    let out = child.stdout.take().ok_or("no stdout")?;
+    let mut line = String::new();
+    BufReader::new(out).read_line(&mut line).map_err(|e| e.to_string())?;
+    if line.trim() != "ready" {
+        return Err(format!("fakemodel.py did not come up: {line:?}"));
+    }
+    Ok(Model { log, _server: Mutex::new(child) })
+}
+
+fn model() -> &'static Model {
+    match MODEL.get_or_init(start_model) {
+        Ok(m) => m,
+        Err(e) => panic!("fake model: {e}"),
+    }
+}
+
+/// The model log's requests, as JSON.
+fn requests() -> Vec<serde_json::Value> {
+    std::fs::read_to_string(&model().log)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+/// The agent's program, or None (with the reason) where it is not installed: in CI that fails
+/// the test, as every skip does.
+fn installed(dir: &str, name: &str) -> bool {
+    let p = Path::new(dir).join(name);
+    if p.exists() {
+        return true;
+    }
+    let why = format!("{} is not installed (tests/agents/install-*.sh, run by tests/run.sh as root)", p.display());
+    assert!(std::env::var_os("CI").is_none(), "{why}");
+    eprintln!("skipped: {why}");
+    false
+}
+
+/// A filtered-mode jail whose resolver is the test DNS server, `blocked.test` blocked, the
+/// agents on PATH, and the key in the launcher's environment.
+fn agent_jail(name: &str) -> Option<Jail> {
+    let j = net_jail(name, "block = [\"blocked.test\"]\n")?;
+    model();
+    let path = format!("{AGENTS}:{AGENTS_B}:{AIDER}:/usr/local/bin:/usr/bin:/bin");
+    Some(j.env("PATH", &path))
+}
+
+/// Writes `contents` to a file of the test user's home (made as root, given to the user).
+fn home_file(j: &Jail, rel: &str, contents: &str) {
+    let p = j.rig.home.join(rel);
+    let mut made = vec![];
+    let mut dir = p.parent();
+    while let Some(d) = dir.filter(|d| !d.exists()) {
+        made.push(d.to_path_buf());
+        dir = d.parent();
+    }
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, contents).unwrap();
+    let mut all: Vec<&Path> = made.iter().map(PathBuf::as_path).collect();
+    all.push(&p);
+    j.give(&all);
+}
+
+/// Files below `dir` changed since `since` whose name ends with `suffix`.
+fn newer_files(dir: &Path, since: SystemTime, suffix: &str) -> Vec<PathBuf> {
+    let mut found = vec![];
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
+            if m.is_dir() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with(suffix) && m.modified().is_ok_and(|t| t >= since) {
+                found.push(p);
+            }
+        }
+    }
+    found
+}
+
+/// What every agent's run must show: the command ran in the jail, the agent exited 0, the
+/// model saw the sandbox notice and the key the agent was given.
+fn assert_ran_in_the_jail(j: &Jail, agent: &str, out: &Out, started: SystemTime) {
+    assert_eq!(out.code, 0, "{agent} exits 0: {out}");
+    let read = |f: &str| std::fs::read_to_string(j.project.join(f)).unwrap_or_default();
+    assert_eq!(read("proof.txt"), "hi\n", "{agent}'s command wrote the project: {out}");
+    let ssh = read("ssh.txt");
+    assert!(!ssh.contains(SSH_CANARY) && ssh.contains("No such file"), "{agent} cannot read ~/.ssh: {ssh}");
+    let blocked = read("blocked.txt");
+    assert!(!blocked.contains("hello blocked.test"), "{agent}: the blocked host was reached: {blocked}");
+    let denied = denials_in_project(j);
+    assert!(
+        denied.iter().any(|d| d["name"] == "blocked.test"),
+        "{agent}: the refusal of blocked.test is in the audit log: {denied:?}"
+    );
+    let _ = started;
+}
+
+/// The network refusals of the sessions started in this test's project.
+fn denials_in_project(j: &Jail) -> Vec<serde_json::Value> {
+    let log = j.rig.home.join(".local/state/agent-sandbox/audit.jsonl");
+    let all: Vec<serde_json::Value> =
+        std::fs::read_to_string(log).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let project = j.project.display().to_string();
+    let sessions: Vec<&serde_json::Value> = all
+        .iter()
+        .filter(|r| r["event"] == "session_start" && r["project"] == project.as_str())
+        .map(|r| &r["session"])
+        .collect();
+    all.iter().filter(|r| r["event"] == "net_denied" && sessions.contains(&&r["session"])).cloned().collect()
+}
+
+/// The requests the agent made to the model since the test started, joined as text: the
+/// notice must be in what the agent sent (its instructions reach the model).
+fn model_saw(marker: &str, since: usize) -> bool {
+    requests().iter().skip(since).any(|r| r["body"].to_string().contains(marker))
+}
+
+#[test]
+fn codex_runs_its_tool_calls_in_the_jail() {
+    if !installed(AGENTS, "codex") {
+        return;
+    }
+    let Some(j) = agent_jail("agent-codex") else { return };
+    let before = requests().len();
+    let started = SystemTime::now();
+    let provider = format!(
+        "model_providers.fake={{name=\"fake\",base_url=\"{MODEL_URL}/v1\",env_key=\"OPENAI_API_KEY\",wire_api=\"responses\"}}"
+    );
+    let prompt = format!("RUN: {PROBE}");
+    let j = j.env("OPENAI_API_KEY", KEY);
+    let mut c = j.command(&[
+        "-q",
+        "codex",
+        "exec",
+        // The user asks for codex's own sandbox (bubblewrap, which cannot start in the jail):
+        // the profile's choice must still win, or every command fails while codex exits 0.
+        "--sandbox",
+        "workspace-write",
+        "--skip-git-repo-check",
+        "-c",
+        "model_provider=fake",
+        "-c",
+        &provider,
+        "-m",
+        "fake-model",
+        &prompt,
+    ]);
+    let out = j.output_within(&mut c, Duration::from_secs(120));
+    assert_ran_in_the_jail(&j, "codex", &out, started);
+    assert!(out.stdout.contains("DONE: probed"), "codex reported the command's output: {out}");
+    let sessions = newer_files(&j.rig.home.join(".codex/sessions"), started, ".jsonl");
+    assert!(!sessions.is_empty(), "codex's transcript persisted in ~/.codex/sessions: {out}");
+    assert!(model_saw("You are running inside agent-sandbox", before), "the notice reached codex's model");
+}
+
+#[test]
+fn claude_code_runs_its_tool_calls_in_the_jail() {
+    if !installed(AGENTS_B, "claude") {
+        return;
+    }
+    let Some(j) = agent_jail("agent-claude") else { return };
+    // The user's settings turn Claude Code's own sandbox on (bubblewrap is installed): the
+    // profile's flag settings must turn it off, or every Bash call fails while claude exits 0.
+    home_file(&j, ".claude/settings.json", r#"{"sandbox":{"enabled":true}}"#);
+    let before = requests().len();
+    let started = SystemTime::now();
+    let prompt = format!("RUN: {PROBE}");
+    let j = j.env("ANTHROPIC_API_KEY", KEY).env("ANTHROPIC_BASE_URL", MODEL_URL);
+    let mut c = j.command(&["-q", "claude", "-p", &prompt, "--allowedTools", "Bash"]);
+    let out = j.output_within(&mut c, Duration::from_secs(120));
+    assert_ran_in_the_jail(&j, "claude", &out, started);
+    assert!(out.stdout.contains("DONE: probed"), "{out}");
+    let transcripts = newer_files(&j.rig.home.join(".claude/projects"), started, ".jsonl");
+    assert!(!transcripts.is_empty(), "claude's transcript persisted in ~/.claude/projects: {out}");
+    let state = std::fs::read_to_string(j.rig.home.join(".claude.json")).unwrap_or_default();
+    assert!(state.contains("firstStartTime") || state.contains("userID"), "~/.claude.json persisted: {state}");
+    assert!(model_saw("You are running inside agent-sandbox", before), "the notice reached claude's model");
+}
+
+#[test]
+fn gemini_cli_runs_its_tool_calls_in_the_jail() {
+    if !installed(AGENTS_B, "gemini") {
+        return;
+    }
+    let Some(j) = agent_jail("agent-gemini") else { return };
+    // A custom endpoint needs the API-key auth chosen in the user's settings (gemini-cli 0.61).
+    home_file(
+        &j,
+        ".gemini/settings.json",
+        r#"{"security":{"auth":{"selectedType":"gemini-api-key"}},"privacy":{"usageStatisticsEnabled":false}}"#,
+    );
+    let before = requests().len();
+    let started = SystemTime::now();
+    let prompt = format!("RUN: {PROBE}");
+    let j = j.env("GEMINI_API_KEY", KEY).env("GOOGLE_GEMINI_BASE_URL", MODEL_URL);
+    // `--sandbox` asks for gemini's own container sandbox (docker or podman), which cannot
+    // start here: the profile's SANDBOX variable must keep gemini running its tools directly.
+    let mut c = j.command(&["-q", "gemini", "--sandbox", "-p", &prompt, "--yolo", "--skip-trust"]);
+    let out = j.output_within(&mut c, Duration::from_secs(120));
+    assert_ran_in_the_jail(&j, "gemini", &out, started);
+    assert!(out.stdout.contains("DONE:") && out.stdout.contains("probed"), "{out}");
+    let chats = newer_files(&j.rig.home.join(".gemini/tmp"), started, ".jsonl");
+    assert!(!chats.is_empty(), "gemini's chat persisted in ~/.gemini/tmp: {out}");
+    assert!(model_saw("You are running inside agent-sandbox", before), "the notice reached gemini's model");
+}
+
+#[test]
+fn opencode_runs_its_tool_calls_in_the_jail() {
+    if !installed(AGENTS, "opencode") {
+        return;
+    }
+    let Some(j) = agent_jail("agent-opencode") else { return };
+    let before = requests().len();
+    let started = SystemTime::now();
+    // opencode's own permission rules would stop the read of ~/.ssh before the jail does.
+    let config = format!(
+        r#"{{"model":"fake/fake-model","permission":{{"external_directory":"allow"}},"autoupdate":false,"share":"disabled","provider":{{"fake":{{"npm":"@ai-sdk/openai-compatible","name":"Fake","options":{{"baseURL":"{MODEL_URL}/v1","apiKey":"{{env:OPENAI_API_KEY}}"}},"models":{{"fake-model":{{"name":"Fake model","tool_call":true}}}}}}}}}}"#
+    );
+    let prompt = format!("RUN: {PROBE}");
+    let j =
+        j.env("OPENAI_API_KEY", KEY).env("OPENCODE_CONFIG_CONTENT", &config).env("OPENCODE_DISABLE_MODELS_FETCH", "1");
+    let mut c = j.command(&["-q", "opencode", "run", &prompt]);
+    let out = j.output_within(&mut c, Duration::from_secs(120));
+    assert_ran_in_the_jail(&j, "opencode", &out, started);
+    let db = j.rig.home.join(".local/share/opencode");
+    assert!(!newer_files(&db, started, "").is_empty(), "opencode's state persisted in {}: {out}", db.display());
+    assert!(model_saw("You are running inside agent-sandbox", before), "the notice reached opencode's model");
+}
+
+#[test]
+fn pi_runs_its_tool_calls_in_the_jail() {
+    if !installed(AGENTS, "pi") {
+        return;
+    }
+    let Some(j) = agent_jail("agent-pi") else { return };
+    home_file(
+        &j,
+        ".pi/agent/models.json",
+        &format!(
+            r#"{{"providers":{{"fake":{{"baseUrl":"{MODEL_URL}/v1","api":"openai-completions","apiKey":"OPENAI_API_KEY","compat":{{"supportsDeveloperRole":false,"supportsReasoningEffort":false}},"models":[{{"id":"fake-model"}}]}}}}}}"#
+        ),
+    );
+    let before = requests().len();
+    let started = SystemTime::now();
+    let prompt = format!("RUN: {PROBE}");
+    let j = j.env("OPENAI_API_KEY", KEY);
+    let mut c = j.command(&["-q", "pi", "-p", "--provider", "fake", "--model", "fake-model", &prompt]);
+    let out = j.output_within(&mut c, Duration::from_secs(120));
+    assert_ran_in_the_jail(&j, "pi", &out, started);
+    let sessions = newer_files(&j.rig.home.join(".pi/agent/sessions"), started, ".jsonl");
+    assert!(!sessions.is_empty(), "pi's session persisted in ~/.pi/agent/sessions: {out}");
+    assert!(model_saw("You are running inside agent-sandbox", before), "the notice reached pi's model");
+}
+
+/// Aider sends no tools: the model's shell blocks are never run under `--yes-always` (aider
+/// asks for an explicit yes), so the model's change comes as an edit block, and the checks
+/// of the jail run as aider's own `/run` commands, inside the same session.
+#[test]
+fn aider_edits_and_runs_in_the_jail() {
+    if !installed(AIDER, "aider") {
+        return;
+    }
+    let Some(j) = agent_jail("agent-aider") else { return };
+    let before = requests().len();
+    let started = SystemTime::now();
+    let j = j.env("OPENAI_API_KEY", KEY).env("LITELLM_LOCAL_MODEL_COST_MAP", "True");
+    let base = format!("{MODEL_URL}/v1");
+    let common_args = [
+        "--openai-api-base",
+        base.as_str(),
+        "--model",
+        "openai/fake-model",
+        "--edit-format",
+        "diff",
+        "--yes-always",
+        "--no-git",
+        "--no-show-release-notes",
+        "--no-show-model-warnings",
+        "--no-pretty",
+        "--no-stream",
+    ];
+    let mut args: Vec<&str> = vec!["-q", "aider"];
+    args.extend(common_args);
+    args.extend(["--message", "RUN: echo hi > proof.txt"]);
+    let out = j.output_within(&mut j.command(&args), Duration::from_secs(120));
+    assert_eq!(out.code, 0, "{out}");
+    let run = format!("/run {}", PROBE.replace("echo hi > proof.txt; ", ""));
+    let mut args: Vec<&str> = vec!["-q", "aider"];
+    args.extend(common_args);
+    args.extend(["--message", &run]);
+    let out2 = j.output_within(&mut j.command(&args), Duration::from_secs(120));
+    let both = Out { code: out.code.max(out2.code), stdout: out.stdout + &out2.stdout, ..out2 };
+    assert_ran_in_the_jail(&j, "aider", &both, started);
+    let history = j.project.join(".aider.chat.history.md");
+    assert!(history.exists(), "aider's chat history is in the project");
+    assert!(model_saw("You are running inside agent-sandbox", before), "the notice reached aider's model");
+}
