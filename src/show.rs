@@ -56,6 +56,21 @@ pub fn plan(p: &Plan) -> String {
             let _ = writeln!(s, "  network   {}", p.net.effective);
         }
     }
+    for r in &p.net.credentials {
+        let _ = writeln!(
+            s,
+            "  key       {} stays outside: the supervisor adds it to requests for https://{}:{}{} only \
+             (inside: a stand-in, and {}=http://{}:{}{})",
+            r.env,
+            r.host,
+            r.port,
+            r.path,
+            r.base_url_env,
+            crate::netrules::addr::GATEWAY_V4,
+            r.jail_port,
+            r.path
+        );
+    }
     let _ = writeln!(
         s,
         "  seccomp   deny set + foreign ABIs; nested user namespaces {}",

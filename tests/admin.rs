@@ -250,7 +250,9 @@ fn the_nodes_admin_file_bounds_a_job_frozen_before_it() {
     assert!(out.stdout.contains("Submitted batch job") && out.stdout.contains("rc=0"), "{out}");
     guard.write("admin.toml", "[env]\nscrub = [\"NODE_ADMIN_*\"]\n", 0o644);
     let path = j.project.join("node.out");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // A job held by --begin waits for the scheduler's periodic pass (sched_interval, 60 s by
+    // default): give it two.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(150);
     let mut text = String::new();
     while !text.contains("v=") && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(200));

@@ -48,6 +48,29 @@ where
 /// Starts what serves the jail's network, as the plan says, on the descriptors the jail's
 /// init handed out (tun0 for `filtered`, the two listeners for `proxied`). The jail calls it
 /// through the callback it is handed; it knows nothing of this module.
+/// The credential endpoints of the plan, with their keys from the launcher's own
+/// environment (the plan holds none). Without a TLS trust store they are left out, loudly:
+/// the agent's requests to the endpoint are then refused, never sent without the key.
+fn credential_endpoints(net: &crate::plan::NetPlan) -> Vec<std::sync::Arc<supervisor::inject::Endpoint>> {
+    if net.credentials.is_empty() {
+        return vec![];
+    }
+    let tls = match supervisor::inject::tls_client() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("agent-sandbox: warning: no API key can be added to the agent's requests: {e}");
+            return vec![];
+        }
+    };
+    net.credentials
+        .iter()
+        .filter_map(|route| {
+            let key = std::env::var(&route.env).ok().filter(|k| !k.is_empty())?;
+            Some(std::sync::Arc::new(supervisor::inject::Endpoint { route: route.clone(), key, tls: tls.clone() }))
+        })
+        .collect()
+}
+
 pub fn start(
     net: &crate::plan::NetPlan,
     mut fds: Vec<std::os::fd::OwnedFd>,
@@ -71,6 +94,7 @@ pub fn start(
         publish: net.publish.clone(),
         audit,
         mode: net.effective.as_str(),
+        credentials: credential_endpoints(net),
     };
     match (net.jail, fds.len()) {
         (JailNet::Tun, 1) => supervisor::spawn(fds.remove(0), cfg),

@@ -129,6 +129,7 @@ mod tests {
             host_ports: vec![],
             publish: vec![],
             deny_private: false,
+            credentials: vec![],
         }
     }
 

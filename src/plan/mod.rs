@@ -3,6 +3,7 @@
 //! the system; `--dry-run` and `policy show` print this value, and the jail only executes it.
 
 mod backend;
+pub mod credentials;
 pub mod env;
 pub mod fs;
 pub mod instructions;
@@ -68,6 +69,8 @@ pub struct NetPlan {
     pub publish: Vec<u16>,
     /// RFC 1918 / CGNAT / ULA floored.
     pub deny_private: bool,
+    /// API keys kept outside the jail, added by the supervisor (`credentials.rs`).
+    pub credentials: Vec<credentials::CredentialRoute>,
 }
 
 /// The jail's side of a network mode: what its init makes and hands out.
@@ -556,6 +559,10 @@ fn finish(
             session: &req.session,
         },
     );
+    let creds = policy.agent.as_ref().and_then(|a| a.value.credentials.clone()).unwrap_or_default();
+    let mut net = net;
+    net.credentials = credentials::routes(&creds, &net, &envp.vars, &facts.env)?;
+    credentials::apply(&mut envp.vars, &net.credentials);
     let landlock = (backend == BackendKind::Landlock).then(|| {
         landlock_plan(&mounts, &net, landlock_session(facts, req, mail_block), facts, req, policy.host_terminals.value)
     });

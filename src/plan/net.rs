@@ -85,6 +85,7 @@ pub(super) fn choose_net(policy: &Policy, backend: BackendKind, facts: &HostFact
         host_ports: policy.net_host_ports.value.clone(),
         publish: policy.net_publish.value.clone(),
         deny_private: policy.net_deny_private.value || effective == NetMode::Proxied,
+        credentials: vec![],
     };
     let Err(why) = net_available(asked, backend, facts) else {
         return Ok(plan(asked, None));

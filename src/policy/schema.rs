@@ -133,6 +133,29 @@ pub struct AgentSection {
     /// The agent's instruction file, for the sandbox notice overlay.
     pub instructions: Option<String>,
     pub description: Option<String>,
+    /// API keys the supervisor adds to the agent's requests, so that the key itself stays
+    /// outside the jail (`filtered` mode).
+    pub credentials: Option<Vec<Credential>>,
+}
+
+/// An API key kept outside the jail: the agent talks plain HTTP to an endpoint of the
+/// supervisor, which sends each request on over TLS to the provider with the key added.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Credential {
+    /// The variable holding the key in your environment; inside the jail it holds a stand-in.
+    pub env: String,
+    /// The variable the agent reads its API endpoint from; inside the jail it names the
+    /// supervisor's endpoint.
+    pub base_url_env: String,
+    /// The provider's endpoint (`https://` only), unless `base_url_env` is set (to an
+    /// `https://` URL) in your environment.
+    pub upstream: String,
+    /// The request header that carries the key (`authorization`, `x-api-key`...).
+    pub header: String,
+    /// What comes before the key in that header (`"Bearer "`).
+    #[serde(default)]
+    pub prefix: String,
 }
 
 macro_rules! ordered_enum {

@@ -423,6 +423,17 @@ class Handler(BaseHTTPRequestHandler):
         self.dispatch("CONNECT")
 
 
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def server_bind(self):
+        # HTTPServer.server_bind calls getfqdn(), a reverse DNS lookup that can hang for
+        # seconds in a network namespace with no resolver for its own addresses.
+        import socketserver
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+
+
 def main():
     global LOG_FILE
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -440,8 +451,7 @@ def main():
     LOG_FILE = a.log
 
     def server(port, tls):
-        srv = ThreadingHTTPServer((a.bind, port), Handler)
-        srv.daemon_threads = True
+        srv = Server((a.bind, port), Handler)
         if tls:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             ctx.load_cert_chain(a.tls_cert, a.tls_key or None)

@@ -104,16 +104,27 @@ def make_repo(www):
 
 
 def make_cert(workdir):
-    """Self-signed P-256 certificate (fast to make) for the test names and the server IPs."""
+    """A test CA (ca.pem) and a server certificate it signed (cert.pem, key.pem; P-256, fast to
+    make) for the test names and the server IPs. Two certificates, not one self-signed: strict
+    verifiers (rustls, the supervisor's TLS client) refuse a CA certificate as a server's."""
     cert, key = os.path.join(workdir, "cert.pem"), os.path.join(workdir, "key.pem")
+    ca, ca_key = os.path.join(workdir, "ca.pem"), os.path.join(workdir, "ca-key.pem")
+    csr, ext = os.path.join(workdir, "cert.csr"), os.path.join(workdir, "cert.ext")
     san = ",".join([f"DNS:{n}" for n in TLS_NAMES] + [f"IP:{V4}", f"IP:{V6}", f"IP:{MODEL_V4}"])
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", key, "-out", cert, "-days", "3650", "-subj", "/CN=allowed.test",
-                    "-addext", f"subjectAltName={san}"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    shutil.copyfile(cert, os.path.join(workdir, "ca.pem"))
+    quiet = {"check": True, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    subprocess.run(["openssl", "req", "-x509", *ec, "-keyout", ca_key, "-out", ca, "-days", "3650",
+                    "-subj", "/CN=agent-sandbox test CA", "-addext", "basicConstraints=critical,CA:TRUE",
+                    "-addext", "keyUsage=critical,keyCertSign,cRLSign"], **quiet)
+    subprocess.run(["openssl", "req", "-new", *ec, "-keyout", key, "-out", csr, "-subj", "/CN=allowed.test"],
+                   **quiet)
+    with open(ext, "w") as f:
+        f.write(f"basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n"
+                f"subjectAltName={san}\n")
+    subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial",
+                    "-out", cert, "-days", "3650", "-extfile", ext], **quiet)
     # Clients run as other users (the jail's test user) read the CA.
-    os.chmod(os.path.join(workdir, "ca.pem"), 0o644)
+    os.chmod(ca, 0o644)
     os.chmod(workdir, 0o755)
     return cert, key
 

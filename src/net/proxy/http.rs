@@ -106,7 +106,7 @@ fn host_of_header(v: &HeaderValue) -> Option<&str> {
 /// upstream connection serves one request (`Connection: close`), while the client's may be
 /// kept alive: the two must not share `Connection`. `Upgrade` is dropped: a forwarded
 /// request is never switched to another protocol (tunnels are CONNECT's).
-fn strip_hop_by_hop(h: &mut HeaderMap) {
+pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
     let named: Vec<HeaderName> = h
         .get_all(CONNECTION)
         .iter()

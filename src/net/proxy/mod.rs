@@ -15,7 +15,7 @@
 //!   (`tunnel` below). Past that point a tunnel's bytes are relayed untouched, as `filtered`
 //!   relays a flow it decided.
 
-mod http;
+pub(crate) mod http;
 mod socks;
 
 use super::peek::{self, Peeked};

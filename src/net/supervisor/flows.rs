@@ -37,7 +37,7 @@ pub(super) struct TcpFlow {
     pub(super) key: Key,
     pub(super) handle: SocketHandle,
     pub(super) phase: Phase,
-    pub(super) host: Option<tokio::net::TcpStream>,
+    pub(super) host: Option<super::host::HostConn>,
     /// Bytes read from the jail while peeking, owed to the host before anything else; on a
     /// plain-HTTP flow, every byte from the jail waits here until the framer decided it.
     pub(super) pending: Vec<u8>,

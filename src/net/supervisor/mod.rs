@@ -10,7 +10,9 @@ mod audit;
 mod decide;
 mod dns;
 mod flows;
+mod host;
 mod icmp;
+pub mod inject;
 mod relay;
 mod tcp;
 mod teardown;
@@ -54,6 +56,8 @@ pub struct NetConfig {
     pub publish: Vec<u16>,
     pub audit: Option<AuditLog>,
     pub mode: &'static str,
+    /// The credential endpoints on the gateway (`inject.rs`).
+    pub credentials: Vec<Arc<inject::Endpoint>>,
 }
 
 /// Starts the supervisor thread. Its failure (or a panic in the stack) stops the jail's
@@ -67,7 +71,7 @@ pub fn spawn(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
 enum Event {
     Dialed {
         id: u64,
-        result: io::Result<TcpStream>,
+        result: io::Result<host::HostConn>,
     },
     PeekTimeout {
         id: u64,
@@ -97,6 +101,7 @@ struct Supervisor {
     dialer: Dialer,
     hostname_ports: Vec<u16>,
     host_ports: Vec<u16>,
+    credentials: Vec<Arc<inject::Endpoint>>,
     /// The loopback listener that answers DNS over TCP (`dns::serve_dns_tcp`).
     dns_tcp: SocketAddr,
     /// The gateway's port of the last connection into the jail (`--publish`; `tcp::gateway_end`).
@@ -131,6 +136,7 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
         dialer: Dialer::host(),
         hostname_ports: cfg.hostname_ports,
         host_ports: cfg.host_ports,
+        credentials: cfg.credentials,
         dns_tcp,
     };
     let mut sup = Supervisor::new(tun, parts);
@@ -162,12 +168,13 @@ struct Parts {
     dialer: Dialer,
     hostname_ports: Vec<u16>,
     host_ports: Vec<u16>,
+    credentials: Vec<Arc<inject::Endpoint>>,
     dns_tcp: SocketAddr,
 }
 
 impl Supervisor {
     fn new(tun: Arc<OwnedFd>, parts: Parts) -> Supervisor {
-        let Parts { shared, events, udp_events, dialer, hostname_ports, host_ports, dns_tcp } = parts;
+        let Parts { shared, events, udp_events, dialer, hostname_ports, host_ports, credentials, dns_tcp } = parts;
         Supervisor {
             shared,
             stack: Stack::new(tun),
@@ -178,6 +185,7 @@ impl Supervisor {
             dialer,
             hostname_ports,
             host_ports,
+            credentials,
             dns_tcp,
             last_gateway_port: 0,
         }

@@ -4,6 +4,7 @@
 //! is framed, so each request head is decided before a byte of it goes out. Which flows exist
 //! and when they end is `flows.rs`; how they start is `tcp.rs`.
 
+use super::host::HostConn;
 use super::Supervisor;
 use crate::net::http1::{self, Framer};
 use crate::net::peek;
@@ -12,7 +13,6 @@ use smoltcp::socket::tcp;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::task::{Context, Poll};
-use tokio::net::TcpStream;
 
 /// Plain-HTTP flows buffer at most this much from the jail while a head is read.
 const FRAMED_BUF: usize = 64 * 1024;
@@ -155,7 +155,7 @@ enum Stop {
 
 /// One round of jail → host for a flow decided on its first bytes: the peeked bytes, then the
 /// socket's receive buffer, written straight from smoltcp's buffer. Ok(progress).
-fn jail_to_host(pending: &mut Vec<u8>, sock: &mut tcp::Socket, host: &TcpStream, cx: &mut Context) -> io::Result<bool> {
+fn jail_to_host(pending: &mut Vec<u8>, sock: &mut tcp::Socket, host: &HostConn, cx: &mut Context) -> io::Result<bool> {
     if !pending.is_empty() {
         return match host.try_write(pending) {
             Ok(n) => {
@@ -182,7 +182,7 @@ fn jail_to_host(pending: &mut Vec<u8>, sock: &mut tcp::Socket, host: &TcpStream,
 
 /// After a write that would block: whether the host socket became writable meanwhile (try
 /// again now), else the flow's waker is registered for it.
-fn write_ready(host: &TcpStream, cx: &mut Context) -> bool {
+fn write_ready(host: &HostConn, cx: &mut Context) -> bool {
     matches!(host.poll_write_ready(cx), Poll::Ready(Ok(())))
 }
 
@@ -194,7 +194,7 @@ fn jail_to_host_framed(
     pending: &mut Vec<u8>,
     approved: &mut usize,
     sock: &mut tcp::Socket,
-    host: &TcpStream,
+    host: &HostConn,
     cx: &mut Context,
     decide: impl Fn(Option<&str>) -> Decision,
 ) -> Result<bool, Stop> {

@@ -8,6 +8,7 @@
 use super::decide::refusal;
 use super::dns::accept_surviving;
 use super::flows::{Key, Phase};
+use super::host::HostConn;
 use super::{Event, Supervisor};
 use crate::net::http1::Framer;
 use crate::net::peek::{self, Peeked};
@@ -97,6 +98,9 @@ impl Supervisor {
         let target = if port == 53 {
             self.dns_tcp
         } else if addr::is_gateway(dst.ip()) {
+            if let Some(ep) = self.credentials.iter().find(|e| e.route.jail_port == port).cloned() {
+                return self.serve_credential(src, dst, len, buffer, ep);
+            }
             if !self.host_ports.contains(&port) {
                 let d = refusal(&format!("the gateway serves DNS only; port {port} is not published with --host-port"));
                 return self.deny_packet(len, "tcp", dst, "connect", &d);
@@ -139,6 +143,24 @@ impl Supervisor {
         self.dial(id, target);
     }
 
+    /// A flow to a credential endpoint: served in-process over a socket pair, never dialled.
+    fn serve_credential(
+        &mut self,
+        src: SocketAddr,
+        dst: SocketAddr,
+        len: usize,
+        buffer: usize,
+        ep: Arc<super::inject::Endpoint>,
+    ) {
+        let Some(handle) = self.stack.accept(dst, len, true, buffer) else { return };
+        let id = self.flows.add((src, dst), handle, Phase::Dialing, buffer);
+        let result = tokio::net::UnixStream::pair().map(|(ours, theirs)| {
+            tokio::spawn(super::inject::serve(theirs, ep, self.shared.clone()));
+            HostConn::Local(ours)
+        });
+        let _ = self.events.send(Event::Dialed { id, result });
+    }
+
     fn dial(&self, id: u64, target: SocketAddr) {
         let events = self.events.clone();
         let connect = (self.dialer.connect)(target);
@@ -147,16 +169,18 @@ impl Supervisor {
                 Ok(r) => r,
                 Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "connect timed out")),
             };
-            let _ = events.send(Event::Dialed { id, result });
+            let _ = events.send(Event::Dialed { id, result: result.map(HostConn::Tcp) });
         });
     }
 
     /// The host side of a flow connected (relay from now on) or failed (RST to the jail).
-    pub(super) fn on_dialed(&mut self, id: u64, result: io::Result<TcpStream>) {
+    pub(super) fn on_dialed(&mut self, id: u64, result: io::Result<HostConn>) {
         let Some(flow) = self.flows.get_mut(id) else { return };
         match result {
             Ok(stream) => {
-                let _ = stream.set_nodelay(true);
+                if let HostConn::Tcp(s) = &stream {
+                    let _ = s.set_nodelay(true);
+                }
                 flow.host = Some(stream);
                 flow.phase = Phase::Relay;
                 self.stack.socket(flow.handle).pause_synack(false);
@@ -194,7 +218,7 @@ impl Supervisor {
         let key: Key = (remote, local);
         let id = self.flows.add(key, handle, Phase::Relay, buffer);
         if let Some(f) = self.flows.get_mut(id) {
-            f.host = Some(stream);
+            f.host = Some(HostConn::Tcp(stream));
         }
         self.flows.mark_dirty(id);
     }

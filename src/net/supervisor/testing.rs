@@ -109,6 +109,7 @@ impl Rig {
             dialer,
             hostname_ports: vec![80, 443],
             host_ports: vec![HOST_PORT],
+            credentials: vec![],
             // Never reached: the dialer sends every dial to `host`.
             dns_tcp: sa("127.0.0.1:53"),
         };

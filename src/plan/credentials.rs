@@ -1,0 +1,205 @@
+//! Credential injection: which API keys stay outside the jail. For each of the profile's
+//! credentials whose variable the policy would pass in, the jail gets a stand-in value and an
+//! endpoint of the supervisor's on the gateway instead of the provider's; the supervisor adds
+//! the key (read from the launcher's environment when it starts, never part of the plan) to
+//! the requests it sends on over TLS to that provider, and to no other. `filtered` mode only:
+//! the supervisor owns the jail's routes there.
+
+use super::{entry_err, JailNet, NetPlan, PlanError};
+use crate::policy::Credential;
+use serde::Serialize;
+
+/// What the jail's copy of a key variable holds: agents that refuse to start without a key
+/// start, and nothing the jail sends with it is worth anything.
+pub const STAND_IN: &str = "agent-sandbox-injects-the-key";
+
+/// The gateway's port of the first credential endpoint; the others follow.
+pub const FIRST_PORT: u16 = 3380;
+
+/// One key's route: the jail's endpoint and where the supervisor sends it on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CredentialRoute {
+    /// The variable with the key in the launcher's environment.
+    pub env: String,
+    /// The variable naming the endpoint, inside the jail `http://GATEWAY:jail_port/path`.
+    pub base_url_env: String,
+    pub header: String,
+    pub prefix: String,
+    /// The provider, reached over TLS.
+    pub host: String,
+    pub port: u16,
+    /// The path the provider's API lives under ("" or "/v1"), no trailing slash.
+    pub path: String,
+    pub jail_port: u16,
+}
+
+/// `https://host[:port][/path]` -> (host, port, path). Only TLS: the key never travels in
+/// the clear.
+pub fn parse_https(url: &str) -> Option<(String, u16, String)> {
+    let rest = url.strip_prefix("https://")?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+        None => (rest, ""),
+    };
+    if authority.is_empty() || authority.contains('@') || path.contains(['?', '#', ' ']) {
+        return None;
+    }
+    let (host, port) = match authority.strip_prefix('[') {
+        Some(v6) => {
+            let (h, after) = v6.split_once(']')?;
+            let port = match after.strip_prefix(':') {
+                Some(p) => p.parse().ok()?,
+                None if after.is_empty() => 443,
+                None => return None,
+            };
+            (h.to_string(), port)
+        }
+        None => match authority.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), p.parse().ok()?),
+            None => (authority.to_string(), 443),
+        },
+    };
+    let host_ok = !host.is_empty() && host.chars().all(|c| c.is_ascii_alphanumeric() || ".-:".contains(c));
+    (host_ok && port != 0).then(|| (host.to_ascii_lowercase(), port, path.to_string()))
+}
+
+/// The routes of the credentials whose variables the jail's environment (`vars`, already
+/// scrubbed by policy) holds with a real value. `launcher` is where the endpoint may be
+/// overridden (`OPENAI_BASE_URL=https://...` in the user's environment).
+pub fn routes(
+    creds: &[Credential],
+    net: &NetPlan,
+    vars: &[(String, String)],
+    launcher: &[(String, String)],
+) -> Result<Vec<CredentialRoute>, PlanError> {
+    if net.jail != JailNet::Tun {
+        return Ok(vec![]);
+    }
+    let get = |list: &[(String, String)], k: &str| list.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    let mut out: Vec<CredentialRoute> = vec![];
+    for c in creds {
+        let passed = get(vars, &c.env).is_some_and(|v| !v.is_empty() && v != STAND_IN);
+        if !passed || out.iter().any(|r| r.env == c.env) {
+            continue;
+        }
+        // The user's own endpoint wins if it is TLS; a plain one (a local model server) is
+        // the user's choice of where the key goes: no injection then.
+        let upstream = match get(launcher, &c.base_url_env).filter(|u| !u.is_empty()) {
+            Some(u) if u.starts_with("https://") => u,
+            Some(_) => continue,
+            None => c.upstream.clone(),
+        };
+        let Some((host, port, path)) = parse_https(&upstream) else {
+            return Err(entry_err(
+                "agent.credentials.upstream",
+                &upstream,
+                "must be an https:// URL (host, port, path)",
+            ));
+        };
+        let header = c.header.to_ascii_lowercase();
+        if header.is_empty() || !header.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+            return Err(entry_err("agent.credentials.header", &c.header, "must be a header name"));
+        }
+        let jail_port = FIRST_PORT + out.len() as u16;
+        out.push(CredentialRoute {
+            env: c.env.clone(),
+            base_url_env: c.base_url_env.clone(),
+            header,
+            prefix: c.prefix.clone(),
+            host,
+            port,
+            path,
+            jail_port,
+        });
+    }
+    Ok(out)
+}
+
+/// The jail's environment with the stand-in for each key and the supervisor's endpoints.
+pub fn apply(vars: &mut Vec<(String, String)>, routes: &[CredentialRoute]) {
+    let gateway = crate::netrules::addr::GATEWAY_V4;
+    for r in routes {
+        let endpoint = format!("http://{gateway}:{}{}", r.jail_port, r.path);
+        for (k, v) in [(&r.env, STAND_IN.to_string()), (&r.base_url_env, endpoint)] {
+            vars.retain(|(n, _)| n != k);
+            vars.push((k.clone(), v));
+        }
+    }
+    vars.sort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::NetMode;
+
+    fn net(mode: NetMode) -> NetPlan {
+        NetPlan {
+            requested: mode,
+            effective: mode,
+            jail: JailNet::of(mode),
+            rules: vec![],
+            matcher: None,
+            fallback: None,
+            upstreams: vec![],
+            hostname_ports: vec![],
+            host_ports: vec![],
+            publish: vec![],
+            deny_private: false,
+            credentials: vec![],
+        }
+    }
+
+    fn openai() -> Credential {
+        Credential {
+            env: "OPENAI_API_KEY".into(),
+            base_url_env: "OPENAI_BASE_URL".into(),
+            upstream: "https://api.openai.com/v1".into(),
+            header: "Authorization".into(),
+            prefix: "Bearer ".into(),
+        }
+    }
+
+    fn kv(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn https_urls_only_with_their_parts() {
+        assert_eq!(parse_https("https://api.openai.com/v1/"), Some(("api.openai.com".into(), 443, "/v1".into())));
+        assert_eq!(parse_https("https://Model.Test:8443"), Some(("model.test".into(), 8443, "".into())));
+        assert_eq!(parse_https("https://[2001:db8::1]/x"), Some(("2001:db8::1".into(), 443, "/x".into())));
+        for bad in ["http://api.openai.com", "https://", "https://u@h/", "https://h:0", "https://h/a?b", "https://h:x"]
+        {
+            assert_eq!(parse_https(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_passed_key_gets_a_stand_in_and_the_supervisors_endpoint() {
+        let vars = kv(&[("OPENAI_API_KEY", "sk-real"), ("PATH", "/bin")]);
+        let r = routes(&[openai()], &net(NetMode::Filtered), &vars, &vars).unwrap();
+        assert_eq!((r[0].host.as_str(), r[0].port, r[0].path.as_str()), ("api.openai.com", 443, "/v1"));
+        assert_eq!(r[0].header, "authorization");
+        let mut jail = vars.clone();
+        apply(&mut jail, &r);
+        assert!(jail.contains(&("OPENAI_API_KEY".into(), STAND_IN.into())));
+        assert!(jail.contains(&("OPENAI_BASE_URL".into(), "http://169.254.77.1:3380/v1".into())));
+        assert!(!jail.iter().any(|(_, v)| v.contains("sk-real")), "{jail:?}");
+    }
+
+    #[test]
+    fn no_route_without_a_key_outside_filtered_or_to_a_plain_endpoint() {
+        let key = kv(&[("OPENAI_API_KEY", "sk-real")]);
+        let c = [openai()];
+        assert!(routes(&c, &net(NetMode::Filtered), &kv(&[]), &key).unwrap().is_empty(), "not passed by policy");
+        assert!(routes(&c, &net(NetMode::Open), &key, &key).unwrap().is_empty(), "no supervisor");
+        let stand_in = kv(&[("OPENAI_API_KEY", STAND_IN)]);
+        assert!(routes(&c, &net(NetMode::Filtered), &stand_in, &stand_in).unwrap().is_empty(), "a job's stand-in");
+        let local = kv(&[("OPENAI_API_KEY", "sk-real"), ("OPENAI_BASE_URL", "http://127.0.0.1:11434/v1")]);
+        assert!(routes(&c, &net(NetMode::Filtered), &local, &local).unwrap().is_empty(), "a local model server");
+        let own = kv(&[("OPENAI_API_KEY", "sk-real"), ("OPENAI_BASE_URL", "https://proxy.example.org/openai")]);
+        let r = routes(&c, &net(NetMode::Filtered), &own, &own).unwrap();
+        assert_eq!((r[0].host.as_str(), r[0].path.as_str()), ("proxy.example.org", "/openai"));
+    }
+}
