@@ -38,6 +38,29 @@ fn read(p: &str) -> Option<String> {
     std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
 }
 
+/// Ubuntu 24.04+ (`kernel.apparmor_restrict_unprivileged_userns = 1`) lets only programs with
+/// an AppArmor profile that allows it create user namespaces.
+fn apparmor_check(restrict: Option<&str>, userns_works: impl Fn() -> bool) -> Check {
+    match restrict {
+        Some("1") if userns_works() => check(
+            "apparmor userns",
+            Status::Ok,
+            "kernel.apparmor_restrict_unprivileged_userns = 1, and a profile lets agent-sandbox create user namespaces",
+            None,
+        ),
+        Some("1") => check(
+            "apparmor userns",
+            Status::Fail,
+            "kernel.apparmor_restrict_unprivileged_userns = 1: AppArmor blocks user namespaces for unconfined programs",
+            Some("install the AppArmor profile from docs/admin/apparmor.md for the agent-sandbox binary"),
+        ),
+        Some(x) => {
+            check("apparmor userns", Status::Ok, format!("kernel.apparmor_restrict_unprivileged_userns = {x}"), None)
+        }
+        None => check("apparmor userns", Status::Ok, "no AppArmor user-namespace restriction on this kernel", None),
+    }
+}
+
 fn checks() -> Vec<Check> {
     let mut v = vec![];
     let uname = nix::sys::utsname::uname().ok();
@@ -56,29 +79,8 @@ fn checks() -> Vec<Check> {
             Some("ask the admin to set user.max_user_namespaces > 0 (and kernel.unprivileged_userns_clone = 1 where it exists), or install the AppArmor profile in docs/admin/apparmor.md; until then the Landlock backend runs, with the limits `doctor` lists under landlock"),
         )),
     }
-    match read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() {
-        Some("1") if host::probe_userns() => v.push(check(
-            "apparmor userns",
-            Status::Ok,
-            "kernel.apparmor_restrict_unprivileged_userns = 1, and a profile lets agent-sandbox create user namespaces",
-            None,
-        )),
-        Some("1") => v.push(check(
-            "apparmor userns",
-            Status::Fail,
-            "kernel.apparmor_restrict_unprivileged_userns = 1: AppArmor blocks user namespaces for unconfined programs",
-            Some("install the AppArmor profile from docs/admin/apparmor.md for the agent-sandbox binary"),
-        )),
-        Some(x) => v.push(check(
-            "apparmor userns",
-            Status::Ok,
-            format!("kernel.apparmor_restrict_unprivileged_userns = {x}"),
-            None,
-        )),
-        None => {
-            v.push(check("apparmor userns", Status::Ok, "no AppArmor user-namespace restriction on this kernel", None))
-        }
-    }
+    let restrict = read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
+    v.push(apparmor_check(restrict.as_deref(), || host::probe_userns()));
     let abi = host::landlock_abi();
     v.push(match abi {
         0 => check("landlock", Status::Warn, "Landlock is not available: no fallback backend if user namespaces are off", Some("boot with lsm=...,landlock (Linux 5.13+)")),
@@ -265,5 +267,21 @@ pub fn run(json: bool) -> i32 {
         0
     } else {
         1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apparmor_restricting_user_namespaces_is_named_with_its_fix() {
+        let blocked = apparmor_check(Some("1"), || false);
+        assert!(matches!(blocked.status, Status::Fail), "{}", blocked.detail);
+        assert!(blocked.fix.as_deref().is_some_and(|f| f.contains("docs/admin/apparmor.md")));
+        let profiled = apparmor_check(Some("1"), || true);
+        assert!(matches!(profiled.status, Status::Ok) && profiled.detail.contains("a profile lets"));
+        assert!(matches!(apparmor_check(Some("0"), || false).status, Status::Ok));
+        assert!(apparmor_check(None, || false).detail.contains("no AppArmor"));
     }
 }

@@ -152,6 +152,9 @@ pub struct HostFacts {
     pub etc_passwd: String,
     pub etc_group: String,
     pub etc_hosts: String,
+    /// The host's `/etc/tmux.conf` (empty if none), read only when the launcher runs inside a
+    /// tmux session (`TMUX` set): the jail's tmux then gets its own prefix.
+    pub etc_tmux_conf: Option<String>,
     pub userns: UsernsSupport,
     pub landlock_abi: u32,
     /// Overlayfs can be mounted inside a user namespace (Linux 5.11+).
@@ -244,8 +247,9 @@ impl HostFacts {
             .unwrap_or_else(|| gid.to_string());
         let home_canonical = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
         let exe = std::fs::read_link("/proc/self/exe").or_else(|_| std::env::current_exe()).map_err(HostError::Exe)?;
-        let env =
+        let env: Vec<(String, String)> =
             std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+        let etc_tmux_conf = env.iter().any(|(k, _)| k == "TMUX").then(|| read("/etc/tmux.conf"));
         Ok(HostFacts {
             uid: uid.as_raw(),
             gid: gid.as_raw(),
@@ -259,6 +263,7 @@ impl HostFacts {
             etc_passwd,
             etc_group,
             etc_hosts: read("/etc/hosts"),
+            etc_tmux_conf,
             resolv_conf: read("/etc/resolv.conf"),
             tun_unusable: tun_unusable(),
             userns: userns_support(),

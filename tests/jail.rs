@@ -883,3 +883,42 @@ fn the_agent_reads_its_instructions_with_the_sandbox_notice_and_the_host_file_is
     assert!(!out.stdout.contains("SECRET-KEY-MATERIAL") && !out.stderr.contains("SECRET-KEY-MATERIAL"), "{out}");
     let _ = std::fs::remove_file(ssh.join("asb-notice-secret"));
 }
+
+/// Started inside your tmux, the jail's tmux gets C-a as its prefix (so C-b still reaches
+/// yours), `TMUX` is not passed in, and the outer server's socket does not exist inside.
+#[test]
+fn tmux_inside_a_tmux_session_gets_its_own_prefix_and_never_sees_the_outer_server() {
+    let j = jail!("nested-tmux");
+    if std::process::Command::new("tmux").arg("-V").output().is_err() {
+        assert!(std::env::var_os("CI").is_none(), "tmux is missing in CI");
+        eprintln!("SKIPPED: tmux not installed");
+        return;
+    }
+    let j = j.project_file(
+        "probe.sh",
+        "echo tmux=${TMUX:-unset} > out.txt; ls /tmp/tmux-$(id -u) >> out.txt 2>&1; \
+         tmux -L inner new-session -d 'sleep 5' \\; show-options -g prefix >> out.txt 2>&1; \
+         tmux -L inner kill-server; echo done >> out.txt\n",
+    );
+    let sock = format!("asb-outer-{}", std::process::id());
+    let launcher = format!("{} -q run -- sh probe.sh; sleep 1", j.rig.bin.display());
+    let tmux = |args: &[&str]| {
+        let mut c = j.as_user("tmux");
+        c.arg("-L").arg(&sock).args(args).env("TERM", "xterm");
+        c.output().expect("tmux")
+    };
+    tmux(&["new-session", "-d", "-x", "100", "-y", "30", &launcher]);
+    let out = j.project.join("out.txt");
+    let mut text = String::new();
+    for _ in 0..100 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        text = std::fs::read_to_string(&out).unwrap_or_default();
+        if text.contains("done") {
+            break;
+        }
+    }
+    tmux(&["kill-server"]);
+    assert!(text.contains("tmux=unset"), "TMUX is not passed into the jail: {text}");
+    assert!(text.contains("No such file"), "the outer server's socket directory is not there: {text}");
+    assert!(text.contains("prefix C-a"), "the jail's tmux has its own prefix: {text}");
+}

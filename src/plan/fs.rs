@@ -120,6 +120,13 @@ impl MountSpec {
     }
 }
 
+/// Added to the jail's `/etc/tmux.conf` when the session starts inside tmux: a tmux in the
+/// jail (the agent's, or yours) gets C-a as its prefix, so C-b still reaches the outer one.
+/// Your own `~/.tmux.conf`, read after it, may choose otherwise.
+pub const NESTED_TMUX: &str =
+    "\n# agent-sandbox: this tmux runs inside your tmux session; C-a is its prefix, C-b the outer one's.\n\
+set -g prefix C-a\nunbind-key C-b\nbind-key C-a send-prefix\n";
+
 /// The set of paths that must not exist inside the jail.
 #[derive(Debug, Clone, Default)]
 pub struct Hidden {

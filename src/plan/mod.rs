@@ -424,6 +424,9 @@ fn synthesized_files<'a>(b: &mut Builder<'a>, policy: &Policy, facts: &'a HostFa
     if base.net.jail == JailNet::Tun {
         b.overrides.push(synth("/etc/resolv.conf", crate::netrules::resolv::jail_resolv_conf(&facts.resolv_conf)));
     }
+    if let Some(host_conf) = &facts.etc_tmux_conf {
+        b.overrides.push(synth("/etc/tmux.conf", format!("{host_conf}{}", fs::NESTED_TMUX)));
+    }
     b.overrides
         .push(synth("/etc/hosts", format!("{}\n127.0.1.1\t{}\n", facts.etc_hosts.trim_end(), policy.hostname.value)));
 }

@@ -25,6 +25,7 @@ fn facts() -> HostFacts {
             .into(),
         etc_group: "root:x:0:\nu:x:1001:\n".into(),
         etc_hosts: "127.0.0.1 localhost".into(),
+        etc_tmux_conf: None,
         userns: UsernsSupport { available: true, why_not: None },
         landlock_abi: 7,
         overlay_in_userns: false,
