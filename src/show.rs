@@ -270,6 +270,12 @@ pub fn policy(p: &Policy, paths: &PolicyPaths) -> String {
     scalar(&mut s, "sandbox.hide_with", &p.hide_with);
     scalar(&mut s, "net.mode", &p.net_mode);
     scalar(&mut s, "net.fallback", &p.net_fallback);
+    if let Some(preset) = &p.net_preset {
+        scalar(&mut s, "net.preset", preset);
+        if let Ok(found) = crate::policy::presets::find(&preset.value) {
+            let _ = writeln!(s, "    blocks `*` and allows {} hosts: {}", found.hosts.len(), found.hosts.join(" "));
+        }
+    }
     scalar(&mut s, "home.access", &p.home_access);
     scalar(&mut s, "mail.block", &p.mail_block);
     scalar(&mut s, "process.nested_userns", &p.nested_userns);

@@ -808,3 +808,16 @@ fn an_address_the_host_gains_during_the_session_is_in_the_floor_at_once() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("refused") && !stdout.contains("CONNECTED"), "{stdout}");
 }
+
+/// `net.preset = "agents"`: deny by default, the curated hosts allowed; `policy show` lists them.
+#[test]
+fn the_agents_preset_allows_its_hosts_and_nothing_else() {
+    let Some(j) = net_jail("net-preset", "preset = \"agents\"\n") else { return };
+    let out = j.run("curl -sS -m 10 http://pypi.org/hello; echo; curl -sS -m 10 http://allowed.test/hello; echo rc=$?");
+    assert!(out.stdout.contains("hello pypi.org"), "a host of the preset: {out}");
+    assert!(!out.stdout.contains("hello allowed.test") && out.stdout.contains("rc=6"), "any other name: {out}");
+    let policy = j.rig.home.join("t/net-preset-policy.toml");
+    let show = j.output(&mut j.command(&["--policy", policy.to_str().unwrap(), "policy", "show"]));
+    assert!(show.stdout.contains("net.preset") && show.stdout.contains("agents@2026.11"), "{show}");
+    assert!(show.stdout.contains("files.pythonhosted.org") && show.stdout.contains("blocks `*`"), "{show}");
+}

@@ -86,6 +86,8 @@ pub struct Policy {
     pub net_fallback: Sourced<Fallback>,
     pub net_allow: List,
     pub net_block: List,
+    /// The preset in force (`agents@2026.11`), whose hosts are in `net_allow`.
+    pub net_preset: Option<Sourced<String>>,
     pub net_dns: Sourced<Vec<std::net::IpAddr>>,
     pub net_host_ports: Sourced<Vec<u16>>,
     pub net_publish: Sourced<Vec<u16>>,
@@ -152,6 +154,7 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
         net_fallback: Sourced::new(Fallback::Stricter, &builtin),
         net_allow: vec![],
         net_block: vec![],
+        net_preset: None,
         net_dns: Sourced::new(vec![], &builtin),
         net_host_ports: Sourced::new(vec![], &builtin),
         net_publish: Sourced::new(vec![], &builtin),
@@ -219,6 +222,17 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     if let Some(n) = &l.net {
         set(&mut p.net_mode, &n.mode, src);
         set(&mut p.net_fallback, &n.fallback, src);
+        if let Some(spec) = &n.preset {
+            let preset = super::presets::find(spec).map_err(|message| PolicyError::Invalid {
+                origin: src.to_string(),
+                key: "net.preset".into(),
+                message,
+            })?;
+            let hosts = Some(preset.hosts.iter().map(|h| h.to_string()).collect());
+            extend(&mut p.net_allow, &hosts, src, Allow(Bound::Exact), "net.allow")?;
+            extend(&mut p.net_block, &Some(vec!["*".into()]), src, Defaults, "net.block")?;
+            p.net_preset = Some(Sourced::new(format!("{}@{}", preset.name, preset.version), src));
+        }
         extend(&mut p.net_allow, &n.allow, src, Allow(Bound::Exact), "net.allow")?;
         extend(&mut p.net_block, &n.block, src, Defaults, "net.block")?;
         if !p.net_dns.locked {

@@ -4,6 +4,7 @@
 
 pub mod frozen;
 pub mod merge;
+pub mod presets;
 pub mod schema;
 
 pub use frozen::{Frozen, FrozenError};

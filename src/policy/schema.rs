@@ -86,6 +86,8 @@ pub struct EnvSection {
 pub struct NetSection {
     pub mode: Option<NetMode>,
     pub fallback: Option<Fallback>,
+    /// A curated allow-list (`agents`, or `agents@VERSION`): `*` blocked, its hosts allowed.
+    pub preset: Option<String>,
     /// Destinations allowed (exceptions to `block`); used by the network modes.
     pub allow: Option<Vec<String>>,
     /// Destinations blocked. A floor.

@@ -56,6 +56,8 @@ NAMES = {
     "meta.test": (["169.254.169.254"], []),
     "v6only.test": ([], [V6]),
     "model.test": ([MODEL_V4], []),
+    # A host of the `agents` preset (net.preset), so its test can reach one.
+    "pypi.org": ([V4], []),
 }
 
 VERBOSE = os.environ.get("ASB_NETHOST_VERBOSE") == "1"
