@@ -92,6 +92,10 @@ impl FakeFs {
         self.add(p, Kind::File, None);
         self
     }
+    pub fn char_device(mut self, p: &str) -> Self {
+        self.add(p, Kind::Char, None);
+        self
+    }
     pub fn symlink(mut self, p: &str, to: &str) -> Self {
         self.add(p, Kind::Symlink, Some(PathBuf::from(to)));
         self

@@ -922,3 +922,47 @@ fn tmux_inside_a_tmux_session_gets_its_own_prefix_and_never_sees_the_outer_serve
     assert!(text.contains("No such file"), "the outer server's socket directory is not there: {text}");
     assert!(text.contains("prefix C-a"), "the jail's tmux has its own prefix: {text}");
 }
+
+/// GPU device nodes reach the jail as the plan says: made with mknod (the major/minor of
+/// /dev/null, so harmless) on a tmpfs mounted over /dev in a mount namespace of the launcher's
+/// own, as a GPU node's /dev would be: NVIDIA's by default, AMD's `/dev/kfd` and `/dev/dri/*`
+/// when the policy lists them, minus the deny list.
+#[test]
+fn gpu_device_nodes_made_with_mknod_reach_the_jail_as_the_policy_says() {
+    let j = jail!("gpu");
+    let nodes = [
+        ("null", 1, 3),
+        ("zero", 1, 5),
+        ("full", 1, 7),
+        ("random", 1, 8),
+        ("urandom", 1, 9),
+        ("tty", 5, 0),
+        ("nvidia0", 1, 3),
+        ("nvidia1", 1, 3),
+        ("nvidiactl", 1, 3),
+        ("nvidia-uvm", 1, 3),
+        ("kfd", 1, 3),
+        ("dri/renderD128", 1, 3),
+    ];
+    let mknods: Vec<String> =
+        nodes.iter().map(|(n, major, minor)| format!("mknod -m 666 /dev/{n} c {major} {minor}")).collect();
+    let policy = j.rig.home.join("t/gpu-policy.toml");
+    std::fs::write(
+        &policy,
+        "[filesystem]\ndevices = [\"/dev/kfd\", \"/dev/dri/*\"]\ndeny_devices = [\"/dev/nvidia1\"]\n",
+    )
+    .unwrap();
+    j.give(&[&policy]);
+    let setup =
+        format!("mount -t tmpfs -o mode=755 gpudev /dev && mkdir /dev/dri && {} && exec \"$@\"", mknods.join(" && "));
+    let wrapper = ["unshare", "-m", "--propagation", "private", "sh", "-c", &setup, "sh"];
+    let script = "for d in nvidia0 nvidiactl nvidia-uvm kfd dri/renderD128 nvidia1; do \
+                  if [ -c /dev/$d ]; then echo x > /dev/$d && echo \"$d=usable\"; else echo \"$d=absent\"; fi; done";
+    let args = ["-q", "--net", "isolated", "--policy", policy.to_str().unwrap(), "run", "--", "sh", "-c", script];
+    let out = j.output(&mut j.command_wrapped(&wrapper, &args));
+    assert_eq!(out.code, 0, "{out}");
+    for d in ["nvidia0", "nvidiactl", "nvidia-uvm", "kfd", "dri/renderD128"] {
+        assert!(out.stdout.contains(&format!("{d}=usable")), "{d}: {out}");
+    }
+    assert!(out.stdout.contains("nvidia1=absent"), "the deny list keeps it out: {out}");
+}

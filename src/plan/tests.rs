@@ -476,3 +476,46 @@ mod shapes {
         insta::assert_snapshot!(shape(facts(), fs, "", "/home/u/proj"));
     }
 }
+
+/// GPUs: the NVIDIA nodes by default, AMD's (`/dev/kfd`, `/dev/dri/*`) when the policy lists
+/// them, never what the admin denies, never a non-device or the host's `/dev/pts`.
+#[test]
+fn gpu_device_nodes_by_default_and_by_policy_minus_the_admins_deny_list() {
+    let fs = host()
+        .char_device("/dev/nvidia0")
+        .char_device("/dev/nvidia1")
+        .char_device("/dev/nvidiactl")
+        .char_device("/dev/nvidia-uvm")
+        .char_device("/dev/nvidia-caps/nvidia-cap1")
+        .file("/dev/nvidia-fake-file")
+        .char_device("/dev/kfd")
+        .char_device("/dev/dri/renderD128")
+        .char_device("/dev/dri/card0")
+        .char_device("/dev/pts/0");
+    let devices = |extra: &str| -> Vec<String> {
+        let plan = build(&policy(extra), &facts(), &fs, &request("/home/u/proj")).unwrap();
+        plan.mounts
+            .iter()
+            .filter_map(|m| match m {
+                MountSpec::Device { target, .. } => Some(target.display().to_string()),
+                _ => None,
+            })
+            .filter(|t| {
+                !["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"]
+                    .contains(&t.as_str())
+            })
+            .collect()
+    };
+    let nvidia = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia-uvm", "/dev/nvidiactl", "/dev/nvidia-caps/nvidia-cap1"];
+    let default = devices("");
+    for n in nvidia {
+        assert!(default.contains(&n.to_string()), "{n} by default: {default:?}");
+    }
+    assert!(!default.iter().any(|d| d.contains("kfd") || d.contains("dri") || d.contains("fake")), "{default:?}");
+    let amd = devices(
+        "[filesystem]\ndevices = [\"/dev/kfd\", \"/dev/dri/*\", \"/dev/pts/*\"]\ndeny_devices = [\"/dev/nvidia1\"]\n",
+    );
+    assert!(amd.contains(&"/dev/kfd".into()) && amd.contains(&"/dev/dri/renderD128".into()), "{amd:?}");
+    assert!(!amd.contains(&"/dev/nvidia1".into()), "the deny list wins: {amd:?}");
+    assert!(!amd.iter().any(|d| d.starts_with("/dev/pts")), "never the host's terminals: {amd:?}");
+}

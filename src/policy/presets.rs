@@ -4,6 +4,7 @@
 //! `agent-sandbox policy show` lists what a preset adds.
 
 /// A preset: its name, its version, and the hosts it allows.
+#[derive(Debug)]
 pub struct Preset {
     pub name: &'static str,
     pub version: &'static str,
