@@ -52,6 +52,21 @@ pub enum Command {
         #[arg(long, short = 'f')]
         follow: bool,
     },
+    /// From another terminal: widen a running session for a time (`host github.com`), or see
+    /// what a new path needs (`path ~/data:ro`). Nothing inside a jail can call it.
+    Allow {
+        /// The session (`agent-sandbox log` shows ids; AGENT_SANDBOX_SESSION inside); default:
+        /// the only one running.
+        #[arg(long)]
+        session: Option<String>,
+        /// How long: 90s, 10m, 2h (at most 24h).
+        #[arg(long = "for", value_name = "TIME", default_value = "10m")]
+        duration: String,
+        /// `host` (a rule as in net.allow: github.com, *.example.org, 10.1.2.3:443) or `path`.
+        #[arg(value_parser = ["host", "path"])]
+        what: String,
+        value: String,
+    },
     /// The session's Slurm chaperon (started by the launcher; not for direct use).
     #[command(hide = true)]
     Chaperon,

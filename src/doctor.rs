@@ -80,7 +80,7 @@ fn checks() -> Vec<Check> {
         )),
     }
     let restrict = read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
-    v.push(apparmor_check(restrict.as_deref(), || host::probe_userns()));
+    v.push(apparmor_check(restrict.as_deref(), host::probe_userns));
     let abi = host::landlock_abi();
     v.push(match abi {
         0 => check("landlock", Status::Warn, "Landlock is not available: no fallback backend if user namespaces are off", Some("boot with lsm=...,landlock (Linux 5.13+)")),

@@ -319,6 +319,12 @@ impl Launch {
         if let Some(socket) = door.socket.clone() {
             lock.remove_after_exit(socket);
         }
+        // `agent-sandbox allow` reaches a session with a supervisor through this socket.
+        let control =
+            plan.net.matcher.is_some().then(|| crate::net::control::socket_path(&facts.state_dir(), &log.session));
+        if let Some(c) = &control {
+            lock.remove_after_exit(c.clone());
+        }
         let quiet = !matches!(origin, Origin::Session { quiet: false, .. });
         let banner = || {
             if !quiet {
@@ -332,7 +338,7 @@ impl Launch {
             Origin::Session { .. } => None,
         };
         let session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
-        let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log);
+        let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log, control);
         if let Some(socket) = &door.socket {
             let _ = std::fs::remove_file(socket);
         }
@@ -352,7 +358,8 @@ impl Launch {
 
 /// Runs the jail with its network supervisor; the chaperon starts when the first Slurm
 /// command connects (and again if it ends), freezing the policy then if the session had none
-/// frozen yet.
+/// frozen yet. `control`: the session's socket for `agent-sandbox allow`.
+#[allow(clippy::too_many_arguments)]
 fn run_jail(
     plan: &Plan,
     banner: &dyn Fn(),
@@ -361,6 +368,7 @@ fn run_jail(
     mut session: slurm::Session,
     policy: &policy::Policy,
     log: &AuditLog,
+    control: Option<PathBuf>,
 ) -> Result<jail::Outcome, jail::JailError> {
     let mut start = |fd: std::os::fd::BorrowedFd<'_>| {
         if session.frozen.is_none() {
@@ -375,7 +383,7 @@ fn run_jail(
         door.spawn(fd, &session)
     };
     let lazy = door.take_door().map(|fd| jail::door::Lazy::new(fd, &mut start, door.take_jail_end()));
-    let mut net_start = |fds| crate::net::start(&plan.net, fds, Some(log.clone()));
+    let mut net_start = |fds| crate::net::start(&plan.net, fds, Some(log.clone()), control.clone());
     jail::run(plan, banner, lock, &mut net_start, lazy, log)
 }
 

@@ -1,6 +1,7 @@
 //! agent-sandbox as a library: the policy, the plan, the jail and its parts. The binary
 //! (`main.rs`) is the command line over it; tests and fuzz targets link the same code.
 
+pub mod allow;
 pub mod audit;
 pub mod cli;
 pub mod doctor;

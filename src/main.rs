@@ -77,6 +77,9 @@ fn real_main() -> Result<i32, Failure> {
         Some(cli::Command::Doctor { json }) => Ok(doctor::run(*json)),
         Some(cli::Command::Log { session, json, tail, follow }) => log_cmd(session.as_deref(), *json, *tail, *follow),
         Some(cli::Command::Policy { action }) => policy_cmd(&args.opts, action),
+        Some(cli::Command::Allow { session, duration, what, value }) => {
+            allow_cmd(session.as_deref(), duration, what, value)
+        }
         Some(cli::Command::Exec { job }) => Ok(launch::job(job)?),
         Some(cli::Command::Chaperon) => Ok(agent_sandbox::slurm::chaperon_main()),
         Some(cli::Command::Run { command }) => {
@@ -125,6 +128,24 @@ fn log_cmd(session: Option<&str>, json: bool, tail: Option<usize>, follow: bool)
     audit::print_log(&facts.state_dir(), session, json, tail, follow)
         .map_err(|e| Failure::new(format!("cannot read the audit log: {e}")))?;
     Ok(0)
+}
+
+fn allow_cmd(session: Option<&str>, duration: &str, what: &str, value: &str) -> Result<i32, Failure> {
+    use agent_sandbox::net::control::Request;
+    let request = match what {
+        "host" => {
+            let d = agent_sandbox::allow::parse_duration(duration).map_err(Failure::new)?;
+            Request::Host { rule: value.to_owned(), seconds: d.as_secs() }
+        }
+        _ => Request::Path { path: value.to_owned() },
+    };
+    let facts = host::HostFacts::gather()?;
+    let reply = agent_sandbox::allow::run(&facts.state_dir(), session, &request).map_err(Failure::new)?;
+    match reply.ok {
+        true => println!("agent-sandbox: {}", reply.message),
+        false => eprintln!("agent-sandbox: {}", reply.message),
+    }
+    Ok(if reply.ok { 0 } else { 1 })
 }
 
 fn policy_cmd(opts: &cli::RunOpts, action: &cli::PolicyAction) -> Result<i32, Failure> {

@@ -821,3 +821,53 @@ fn the_agents_preset_allows_its_hosts_and_nothing_else() {
     assert!(show.stdout.contains("net.preset") && show.stdout.contains("agents@2026.11"), "{show}");
     assert!(show.stdout.contains("files.pythonhosted.org") && show.stdout.contains("blocks `*`"), "{show}");
 }
+
+/// `agent-sandbox allow` from another terminal widens a running session at once, for its time
+/// only, and is logged; a path asks for a new session; nothing inside the jail can call it.
+#[test]
+fn allow_from_outside_widens_a_running_session_for_a_time_and_nothing_inside_can_call_it() {
+    let Some(j) = net_jail("net-allow", "block = [\"*\"]\nallow = [\"allowed.test\"]\n") else { return };
+    let script = "echo $AGENT_SANDBOX_SESSION > sid; \
+        curl -sS -m 5 http://other.test/hello; echo before=$?; \
+        /run/agent-sandbox/agent-sandbox allow --for 1h host other.test; echo inside-allow=$?; \
+        ls -d ~/.local/state/agent-sandbox 2>&1; \
+        while [ ! -e go ]; do sleep 0.05; done; \
+        curl -sS -m 5 http://other.test/hello; echo after=$?; \
+        sleep 3; curl -sS -m 5 http://other.test/hello; echo expired=$?";
+    let mut c = j.command(&["-q", "run", "--", "sh", "-c", script]);
+    c.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = c.spawn().unwrap();
+    let sid_file = j.project.join("sid");
+    let mut sid = String::new();
+    for _ in 0..200 {
+        sid = std::fs::read_to_string(&sid_file).unwrap_or_default().trim().to_owned();
+        if !sid.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!sid.is_empty(), "the session wrote its id");
+    let allow = |args: &[&str]| {
+        let mut c = j.as_user(&j.rig.bin);
+        c.arg("allow").arg("--session").arg(&sid).args(args);
+        j.output(&mut c)
+    };
+    let granted = allow(&["--for", "2s", "host", "other.test"]);
+    assert_eq!(granted.code, 0, "{granted}");
+    assert!(granted.stdout.contains("`other.test` is allowed in this session for 2 s"), "{granted}");
+    let path = allow(&["path", "~/data:ro"]);
+    assert!(path.code == 1 && path.stderr.contains("--ro ~/data"), "a path needs a new session: {path}");
+    std::fs::write(j.project.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("before=6"), "refused before the grant: {stdout}");
+    assert!(!stdout.contains("inside-allow=0"), "the jail cannot call it: {stdout}");
+    assert!(stdout.contains("No such file"), "the state directory does not exist inside: {stdout}");
+    assert!(stdout.contains("hello other.test") && stdout.contains("after=0"), "allowed at once: {stdout}");
+    assert!(stdout.contains("expired=6"), "refused again when the time ends: {stdout}");
+    let log = std::fs::read_to_string(j.rig.home.join(".local/state/agent-sandbox/audit.jsonl")).unwrap_or_default();
+    assert!(
+        log.lines().any(|l| l.contains(&sid) && l.contains("\"event\":\"allow\"") && l.contains("other.test")),
+        "the grant is in the session's audit log"
+    );
+}

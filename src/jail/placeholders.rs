@@ -78,7 +78,7 @@ pub struct ProjectLock {
     waiter: Option<OwnedFd>,
     /// A file of the session to remove once the launcher is gone, however it ended (the
     /// chaperon's socket: a killed launcher would leave it behind).
-    remove_after: Option<PathBuf>,
+    remove_after: Vec<PathBuf>,
     /// The home's own lock, for placeholders outside the project (an agent's instruction
     /// file): shared by every session of the user, whatever its project, so one ending never
     /// removes a file another session still shows its notice on.
@@ -158,7 +158,7 @@ impl ProjectLock {
             .open(&path)
             .map_err(err)?;
         let mut lock =
-            ProjectLock { file, project: project.to_path_buf(), waiter: None, remove_after: None, home: None };
+            ProjectLock { file, project: project.to_path_buf(), waiter: None, remove_after: vec![], home: None };
         // Alone? Then first remove what an earlier session left behind (it ended while
         // another held the lock, or it was killed), so this plan sees the project as it is.
         if flock(&lock.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
@@ -218,7 +218,7 @@ impl ProjectLock {
 
     /// Also removes `path` after the launcher exits (set before `spawn_waiter`).
     pub fn remove_after_exit(&mut self, path: PathBuf) {
-        self.remove_after = Some(path);
+        self.remove_after.push(path);
     }
 
     /// Forks, while the launcher waits for the jail to build itself, a child that waits for
@@ -237,7 +237,7 @@ impl ProjectLock {
                 close_all_but(&[self.file.as_raw_fd(), r.as_raw_fd()]);
                 let mut b = [0u8; 1];
                 while matches!(nix::unistd::read(&r, &mut b), Ok(n) if n > 0) {}
-                if let Some(p) = &self.remove_after {
+                for p in &self.remove_after {
                     let _ = std::fs::remove_file(p);
                 }
                 self.release_as_waiter();

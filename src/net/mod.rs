@@ -2,6 +2,7 @@
 //! (`proxied`), the jail's resolver, and the supervisor loop. What a flow may reach is
 //! decided with `netrules`; this module enforces it on the host side.
 
+pub mod control;
 pub mod dns;
 pub mod http1;
 pub mod packet;
@@ -75,6 +76,7 @@ pub fn start(
     net: &crate::plan::NetPlan,
     mut fds: Vec<std::os::fd::OwnedFd>,
     audit: Option<crate::audit::AuditLog>,
+    control: Option<std::path::PathBuf>,
 ) -> std::io::Result<()> {
     use crate::plan::JailNet;
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
@@ -95,6 +97,7 @@ pub fn start(
         audit,
         mode: net.effective.as_str(),
         credentials: credential_endpoints(net),
+        control,
     };
     match (net.jail, fds.len()) {
         (JailNet::Tun, 1) => supervisor::spawn(fds.remove(0), cfg),

@@ -770,6 +770,42 @@ pub struct RuleSet {
     floor_ports: HashMap<u16, String>,
     host_addrs: HostAddrs,
     deny_private: bool,
+    grants: Grants,
+}
+
+/// Rules the user granted from outside the jail while the session runs (`agent-sandbox allow`),
+/// each until its time. Shared by every clone of the set (the supervisor's, the proxies', the
+/// control socket's). They lift the user's own blocks, never an admin block or a floor.
+#[derive(Debug, Clone, Default)]
+struct Grants(std::sync::Arc<std::sync::Mutex<Vec<(Rule, String, std::time::Instant)>>>);
+
+impl Grants {
+    /// The text of a live grant matching `q`, after dropping the ones whose time ended.
+    fn find(&self, q: &Query<'_>) -> Option<String> {
+        let mut g = self.0.lock().ok()?;
+        if g.is_empty() {
+            return None;
+        }
+        let now = std::time::Instant::now();
+        g.retain(|(_, _, until)| *until > now);
+        g.iter().find(|(rule, _, _)| rule_matches(rule, q)).map(|(_, text, _)| text.clone())
+    }
+}
+
+/// Whether one rule matches a flow (the per-layer index does this for many rules at once).
+fn rule_matches(rule: &Rule, q: &Query<'_>) -> bool {
+    if !rule.port_matches(q.port) {
+        return false;
+    }
+    match (&rule.target, q.name, q.ip) {
+        (Target::All, _, _) => true,
+        (Target::Host(h), Some(n), _) => h == n,
+        (Target::Suffix(s), Some(n), _) => {
+            n.len() > s.len() && n.ends_with(s.as_str()) && n[..n.len() - s.len()].ends_with('.')
+        }
+        (Target::Net(net), _, Some(ip)) => net.contains(ip),
+        _ => false,
+    }
 }
 
 fn block(rule: impl Into<String>, layer: Layer, reason: String) -> Decision {
@@ -785,6 +821,7 @@ impl RuleSet {
             floor_ports: HashMap::new(),
             host_addrs: HostAddrs::new(&opts.host_addrs, opts.refresh_host_addrs),
             deny_private: opts.deny_private,
+            grants: Grants::default(),
         };
         for (port, class, why) in PORT_FLOOR {
             set.floor_ports.insert(*port, format!("{class}: {why}"));
@@ -807,6 +844,17 @@ impl RuleSet {
             }
         }
         Ok(set)
+    }
+
+    /// Allows `rule` (a rule as in `net.allow`) until `until`, for this set and every clone of
+    /// it: the user's grant from outside the jail. Floors and admin blocks still win.
+    pub fn grant(&self, rule: &str, until: std::time::Instant) -> Result<(), RuleError> {
+        let parsed: Rule = rule.parse()?;
+        let text = parsed.to_string();
+        if let Ok(mut g) = self.grants.0.lock() {
+            g.push((parsed, text, until));
+        }
+        Ok(())
     }
 
     /// Decide one flow. Never panics.
@@ -929,6 +977,13 @@ impl RuleSet {
         }
         let admin = self.admin.best(&q);
         let user = self.user.best(&q);
+        if !admin.is_some_and(|a| a.action == Action::Block) {
+            if let Some(text) = self.grants.find(&q) {
+                let reason =
+                    format!("allowed by `{text}`, granted from outside the jail for a time (agent-sandbox allow)");
+                return Decision { allowed: true, rule: text, layer: Layer::User, reason };
+            }
+        }
         match (admin, user) {
             (Some(a), u) if a.action == Action::Block => {
                 let mut reason = format!("blocked by the admin rule `{}`", a.text);
@@ -1006,6 +1061,29 @@ mod tests {
 
     fn rule(s: &str) -> Rule {
         s.parse().unwrap_or_else(|e| panic!("{s:?}: {e}"))
+    }
+
+    #[test]
+    fn grants_lift_user_blocks_for_their_time_never_admin_blocks_or_floors() {
+        let s = set(&[("*", Block, User), ("*.evil.test", Block, Admin)]);
+        let gh = dst(Some("github.com"), Some("140.82.112.3"), 443, Proto::Tcp);
+        assert!(!s.decide(&gh).allowed);
+        let clone = s.clone();
+        let later = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        s.grant("github.com", later).unwrap();
+        s.grant("*.evil.test", later).unwrap();
+        s.grant("127.0.0.1", later).unwrap();
+        let d = clone.decide(&gh);
+        assert!(d.allowed && d.reason.contains("agent-sandbox allow"), "a clone shares the grant: {d:?}");
+        assert!(clone.name_allowed("github.com").allowed, "and the name resolves");
+        assert!(!clone.decide(&dst(Some("api.github.com"), None, 443, Proto::Tcp)).allowed, "only what was granted");
+        assert!(!s.decide(&dst(Some("x.evil.test"), None, 443, Proto::Tcp)).allowed, "an admin block holds");
+        assert!(!s.decide(&dst(None, Some("127.0.0.1"), 80, Proto::Tcp)).allowed, "a floor holds");
+        assert!(s.grant("not a rule!", later).is_err());
+        let past = std::time::Instant::now();
+        let s2 = set(&[("*", Block, User)]);
+        s2.grant("github.com", past).unwrap();
+        assert!(!s2.decide(&gh).allowed, "a grant ends with its time");
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub fn spawn(listeners: Vec<OwnedFd>, cfg: NetConfig) -> io::Result<()> {
     let socks = std::net::TcpListener::from(socks);
     http.set_nonblocking(true)?;
     socks.set_nonblocking(true)?;
+    let control = cfg.control.clone().map(|path| (path, cfg.rules.clone(), cfg.audit.clone()));
     let ctx = Arc::new(Ctx {
         rules: cfg.rules,
         upstreams: cfg.upstreams,
@@ -77,6 +78,9 @@ pub fn spawn(listeners: Vec<OwnedFd>, cfg: NetConfig) -> io::Result<()> {
     super::spawn_service("proxy", "the jail's proxies", move || async move {
         let http = TcpListener::from_std(http)?;
         let socks = TcpListener::from_std(socks)?;
+        if let Some((path, rules, audit)) = control {
+            tokio::spawn(crate::net::control::serve(path, rules, audit));
+        }
         tokio::spawn(accept_loop(socks, ctx.clone(), Kind::Socks));
         accept_loop(http, ctx, Kind::Http).await;
         Ok(())

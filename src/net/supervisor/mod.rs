@@ -58,6 +58,8 @@ pub struct NetConfig {
     pub mode: &'static str,
     /// The credential endpoints on the gateway (`inject.rs`).
     pub credentials: Vec<Arc<inject::Endpoint>>,
+    /// The session's control socket (`net::control`), for `agent-sandbox allow`.
+    pub control: Option<std::path::PathBuf>,
 }
 
 /// Starts the supervisor thread. Its failure (or a panic in the stack) stops the jail's
@@ -113,6 +115,9 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
     // heap, so their pages are committed only when data moves through them.
     // SAFETY: mallopt only changes allocator tuning; called before the buffers exist.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) };
+    if let Some(path) = cfg.control.clone() {
+        tokio::spawn(crate::net::control::serve(path, cfg.rules.clone(), cfg.audit.clone()));
+    }
     let shared = Arc::new(Shared {
         rules: cfg.rules,
         names: Mutex::new(NameCache::default()),

@@ -1,0 +1,96 @@
+//! `agent-sandbox allow`: from another terminal, the user widens a running session for a time
+//! (`host github.com`), or learns what a new path needs (`path ~/data:ro`). It talks to the
+//! session's control socket in the state directory (`net::control`), which no jail sees: so
+//! nothing inside a jail can call it.
+
+use crate::net::control::{socket_path, Reply, Request, MAX_GRANT};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// `10m`, `90s`, `2h`, `1d` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a duration (e.g. 90s, 10m, 2h)"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" | "min" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        "d" => n.saturating_mul(86400),
+        _ => return Err(format!("`{s}`: the unit is s, m, h or d")),
+    };
+    match Duration::from_secs(secs) {
+        d if d.is_zero() => Err("the time must be more than zero".into()),
+        d if d > MAX_GRANT => Err(format!("at most {} h at a time", MAX_GRANT.as_secs() / 3600)),
+        d => Ok(d),
+    }
+}
+
+/// The control sockets of the user's running sessions, by session id.
+fn running(state_dir: &Path) -> Vec<(String, PathBuf)> {
+    let Ok(rd) = std::fs::read_dir(state_dir.join("sessions")) else { return vec![] };
+    let mut found: Vec<(String, PathBuf)> = rd
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let id = name.strip_suffix(".allow")?.to_owned();
+            Some((id, e.path()))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// Sends the request to the session (the only one running, if `session` is None) and returns
+/// its answer.
+pub fn run(state_dir: &Path, session: Option<&str>, request: &Request) -> Result<Reply, String> {
+    let path = match session {
+        Some(id) => {
+            if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+                return Err(format!("`{id}` is not a session id (see `agent-sandbox log`)"));
+            }
+            socket_path(state_dir, id)
+        }
+        None => {
+            let all = running(state_dir);
+            match all.as_slice() {
+                [(_, p)] => p.clone(),
+                [] => return Err("no running session with a network supervisor (filtered or proxied) was found".into()),
+                many => {
+                    let ids: Vec<&str> = many.iter().map(|(id, _)| id.as_str()).collect();
+                    return Err(format!("several sessions run; name one with --session: {}", ids.join(" ")));
+                }
+            }
+        }
+    };
+    let mut conn = std::os::unix::net::UnixStream::connect(&path).map_err(|e| {
+        format!(
+            "session {} is not reachable ({e}): it ended, or runs without a network supervisor",
+            session.unwrap_or("?")
+        )
+    })?;
+    let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut line = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+    line.push(b'\n');
+    conn.write_all(&line).map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    BufReader::new(conn).read_line(&mut answer).map_err(|e| format!("no answer from the session: {e}"))?;
+    serde_json::from_str(&answer).map_err(|e| format!("the session answered something unreadable: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_the_forms_people_type() {
+        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        for bad in ["", "0", "10x", "m", "-5m", "2d", "99999999999999999999"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+}
