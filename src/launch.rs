@@ -337,7 +337,8 @@ impl Launch {
             Origin::Job { frozen, .. } => Some(frozen),
             Origin::Session { .. } => None,
         };
-        let session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
+        let mut session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
+        session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
         let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log, control);
         if let Some(socket) = &door.socket {
             let _ = std::fs::remove_file(socket);

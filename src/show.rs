@@ -57,11 +57,12 @@ pub fn plan(p: &Plan) -> String {
         }
     }
     for r in &p.net.credentials {
+        let keys: Vec<&str> = r.keys.iter().map(|k| k.env.as_str()).collect();
         let _ = writeln!(
             s,
             "  key       {} stays outside: the supervisor adds it to requests for https://{}:{}{} only \
              (inside: a stand-in, and {}=http://{}:{}{})",
-            r.env,
+            keys.join(", "),
             r.host,
             r.port,
             r.path,

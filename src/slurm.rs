@@ -63,6 +63,10 @@ pub struct Session {
     /// What stdin is: the Landlock backend's channel (true) or a listening socket.
     #[serde(default)]
     pub channel: bool,
+    /// Variables of the launcher's environment the chaperon is not given: the API keys the
+    /// supervisor keeps outside the jail (the chaperon needs none).
+    #[serde(skip)]
+    pub withheld: Vec<String>,
 }
 
 pub const CONFIG_VAR: &str = "AGENT_SANDBOX_CHAPERON";
@@ -86,6 +90,7 @@ impl Session {
             frozen,
             launcher: std::process::id() as i32,
             channel: false,
+            withheld: vec![],
         }
     }
 }
@@ -110,7 +115,11 @@ impl Chaperon {
             let door = door.try_clone_to_owned()?;
             let mut cfg = serde_json::to_value(s).map_err(std::io::Error::other)?;
             cfg["channel"] = serde_json::Value::Bool(self.socket.is_none());
-            let child = std::process::Command::new(&s.exe)
+            let mut cmd = std::process::Command::new(&s.exe);
+            for k in &s.withheld {
+                cmd.env_remove(k);
+            }
+            let child = cmd
                 .arg("chaperon")
                 .env(CONFIG_VAR, cfg.to_string())
                 .stdin(std::process::Stdio::from(door))

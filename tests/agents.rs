@@ -22,6 +22,10 @@ const AIDER: &str = "/opt/agent-sandbox-test/aider-venv/bin";
 const MODEL_URL: &str = "http://model.test";
 /// The key the jail passes to the agent; the fake model logs what reached it.
 const KEY: &str = "sk-test-agent-key-5e3c";
+/// The keys of the injection tests: one each, so that tests running at once never see each
+/// other's key in the provider's log.
+const CLAUDE_KEY: &str = "sk-test-claude-injected-81d2";
+const CODEX_KEY: &str = "sk-test-codex-injected-3a7f";
 
 /// What the fake model asks each agent to run: a file in the project, a read of the SSH key
 /// the rig planted, a request to a blocked host.
@@ -97,7 +101,9 @@ fn installed(dir: &str, name: &str) -> bool {
 /// A filtered-mode jail whose resolver is the test DNS server, `blocked.test` blocked, the
 /// agents on PATH, and the key in the launcher's environment.
 fn agent_jail(name: &str) -> Option<Jail> {
-    let j = net_jail(name, "block = [\"blocked.test\"]\n")?;
+    // SSL_CERT_FILE is for the launcher (the supervisor's TLS to the provider): the jail has no
+    // such file, and codex fails to build its HTTP client over a CA file it cannot read.
+    let j = net_jail(name, "block = [\"blocked.test\"]\n[env]\nscrub = [\"SSL_CERT_FILE\"]\n")?;
     model();
     let path = format!("{AGENTS}:{AGENTS_B}:{AIDER}:/usr/local/bin:/usr/bin:/bin");
     Some(j.env("PATH", &path))
@@ -377,7 +383,7 @@ fn the_api_key_stays_outside_the_jail_and_reaches_only_the_provider() {
                  echo probed";
     let prompt = format!("RUN: {probe}");
     let j = j
-        .env("ANTHROPIC_API_KEY", KEY)
+        .env("ANTHROPIC_API_KEY", CLAUDE_KEY)
         .env("ANTHROPIC_BASE_URL", "https://model.test")
         .env("SSL_CERT_FILE", ca.to_str().unwrap());
     let mut c = j.command(&["-q", "claude", "-p", &prompt, "--allowedTools", "Bash"]);
@@ -388,21 +394,21 @@ fn the_api_key_stays_outside_the_jail_and_reaches_only_the_provider() {
     let env = read("env.txt");
     assert!(env.contains("ANTHROPIC_API_KEY=agent-sandbox-injects-the-key"), "a stand-in inside: {env}");
     assert!(env.contains("ANTHROPIC_BASE_URL=http://169.254.77.1:3380"), "the supervisor's endpoint: {env}");
-    assert!(!env.contains(KEY), "the key is in no variable inside");
+    assert!(!env.contains(CLAUDE_KEY), "the key is in no variable inside");
     let proc = read("proc.txt");
     assert!(
-        proc.contains("ANTHROPIC_API_KEY=") && !proc.contains(KEY),
+        proc.contains("ANTHROPIC_API_KEY=") && !proc.contains(CLAUDE_KEY),
         "nor in any process's environment or command line"
     );
     // Every file the session wrote: the project and the agent's own home entries.
     for dir in [j.project.clone(), j.rig.home.join(".claude")] {
         for f in newer_files(&dir, started, "") {
             let bytes = std::fs::read(&f).unwrap_or_default();
-            assert!(!String::from_utf8_lossy(&bytes).contains(KEY), "the key is in {}", f.display());
+            assert!(!String::from_utf8_lossy(&bytes).contains(CLAUDE_KEY), "the key is in {}", f.display());
         }
     }
     let state = std::fs::read_to_string(j.rig.home.join(".claude.json")).unwrap_or_default();
-    assert!(!state.contains(KEY), "nor in ~/.claude.json");
+    assert!(!state.contains(CLAUDE_KEY), "nor in ~/.claude.json");
     // What reached the model: the key on the agent's API requests, over the endpoint; the
     // stand-in (never the key) on the request the jail sent elsewhere itself.
     let seen: Vec<serde_json::Value> = requests().into_iter().skip(before).collect();
@@ -416,10 +422,58 @@ fn the_api_key_stays_outside_the_jail_and_reaches_only_the_provider() {
     let api: Vec<&serde_json::Value> =
         seen.iter().filter(|r| r["path"].as_str().is_some_and(|p| p.starts_with("/v1/messages"))).collect();
     assert!(!api.is_empty(), "the agent's requests reached the provider: {seen:?}");
-    assert!(api.iter().all(|r| key_of(r).as_deref() == Some(KEY)), "each with the real key: {api:?}");
+    assert!(api.iter().all(|r| key_of(r).as_deref() == Some(CLAUDE_KEY)), "each with the real key: {api:?}");
     let elsewhere: Vec<&serde_json::Value> =
         seen.iter().filter(|r| r["path"].as_str().is_some_and(|p| p.starts_with("/elsewhere"))).collect();
     assert_eq!(elsewhere.len(), 1, "{seen:?}");
     assert_eq!(key_of(elsewhere[0]).as_deref(), Some("agent-sandbox-injects-the-key"), "the jail's own request");
-    assert!(!seen.iter().any(|r| r.to_string().contains(KEY) && !api.contains(&r)), "the key went nowhere else");
+    assert!(!seen.iter().any(|r| r.to_string().contains(CLAUDE_KEY) && !api.contains(&r)), "the key went nowhere else");
+}
+
+/// The same for codex through its built-in OpenAI provider (`OPENAI_BASE_URL`, the Responses
+/// API, `authorization: Bearer`): the provider sees the real key, the jail a stand-in.
+#[test]
+fn codex_uses_the_injected_key_without_holding_it() {
+    if !installed(AGENTS, "codex") {
+        return;
+    }
+    let Some(j) = agent_jail("agent-codex-key") else { return };
+    let before = requests().len();
+    let ca = hosts().workdir.join("ca.pem");
+    // Besides the agent's own requests: what else the jail might ask the endpoint for.
+    let prompt = "RUN: echo hi > proof.txt; env > env.txt; \
+                  curl -s -X TRACE -o /dev/null -w '%{http_code}' http://169.254.77.1:3380/v1/x > trace.txt; \
+                  curl -s -o /dev/null -w '%{http_code}' http://169.254.77.1:3380/admin > outside.txt; \
+                  curl -s -o /dev/null -w '%{http_code}' 'http://169.254.77.1:3380/v1/%2e%2e/admin' > dots.txt";
+    let j = j
+        .env("OPENAI_API_KEY", CODEX_KEY)
+        .env("OPENAI_BASE_URL", "https://model.test/v1")
+        .env("SSL_CERT_FILE", ca.to_str().unwrap());
+    let mut c = j.command(&["-q", "codex", "exec", "--skip-git-repo-check", "-m", "fake-model", prompt]);
+    let out = j.output_within(&mut c, Duration::from_secs(120));
+    assert_eq!(out.code, 0, "{out}");
+    let read = |f: &str| std::fs::read_to_string(j.project.join(f)).unwrap_or_default();
+    assert_eq!(read("proof.txt"), "hi\n", "codex worked through the endpoint: {out}");
+    let env = read("env.txt");
+    assert!(env.contains("OPENAI_API_KEY=agent-sandbox-injects-the-key") && !env.contains(CODEX_KEY), "{env}");
+    assert!(env.contains("OPENAI_BASE_URL=http://169.254.77.1:3380/v1"), "{env}");
+    assert_eq!(read("trace.txt"), "405", "no TRACE (a server could echo the key back)");
+    assert_eq!(read("outside.txt"), "403", "nothing outside the provider's API path");
+    assert_eq!(read("dots.txt"), "403", "nor through encoded dots");
+    let seen: Vec<serde_json::Value> = requests().into_iter().skip(before).collect();
+    let api: Vec<&serde_json::Value> =
+        seen.iter().filter(|r| r["path"].as_str().is_some_and(|p| p.starts_with("/v1/responses"))).collect();
+    assert!(!api.is_empty(), "{seen:?}");
+    assert!(
+        !seen.iter().any(|r| r["method"] == "TRACE" || r["path"].as_str().is_some_and(|p| p.contains("admin"))),
+        "refused requests never reached the provider: {seen:?}"
+    );
+    let bearer = format!("Bearer {CODEX_KEY}");
+    for r in &api {
+        let auth = r["headers"]
+            .as_object()
+            .and_then(|h| h.iter().find(|(k, _)| k.eq_ignore_ascii_case("authorization")))
+            .and_then(|(_, v)| v.as_str());
+        assert_eq!(auth, Some(bearer.as_str()), "the provider got the real key: {r}");
+    }
 }

@@ -706,8 +706,12 @@ fn profile_option_applies_a_profiles_policy_to_any_command() {
     j.give(&[&claude]);
     let j = j.arg("--profile").arg("claude").env("ANTHROPIC_API_KEY", "sk-ant-test");
     let out = j.run("touch ~/.claude/from-jail && echo WROTE; echo key=$ANTHROPIC_API_KEY");
-    assert!(out.stdout.contains("WROTE") && out.stdout.contains("key=sk-ant-test"), "{out}");
+    // filtered (the default): the key stays outside, the jail holds a stand-in.
+    assert!(out.stdout.contains("WROTE") && out.stdout.contains("key=agent-sandbox-injects-the-key"), "{out}");
     assert!(claude.join("from-jail").exists(), "the profile's home entry must be writable and persist");
+    // Without a supervisor (open) the profile passes the key as env.keep says.
+    let out = j.run_with(&["--net", "open"], "echo key=$ANTHROPIC_API_KEY");
+    assert!(out.stdout.contains("key=sk-ant-test"), "{out}");
 }
 
 #[test]
@@ -965,4 +969,34 @@ fn gpu_device_nodes_made_with_mknod_reach_the_jail_as_the_policy_says() {
         assert!(out.stdout.contains(&format!("{d}=usable")), "{d}: {out}");
     }
     assert!(out.stdout.contains("nvidia1=absent"), "the deny list keeps it out: {out}");
+}
+
+/// A session with `--rw ~/.config` can plant `~/.config/AGENT -> ../.ssh/id_ed25519`; the next
+/// session of that agent must not bind the key (read-write) in place of its directory.
+#[test]
+fn a_link_planted_at_an_agents_home_entry_binds_nothing_in_the_next_session() {
+    let j = jail!("planted-entry");
+    let home = j.rig.home.clone();
+    let profiles = home.join(".config/agent-sandbox/profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(
+        profiles.join("plantagent.toml"),
+        "[agent]\nname = \"plantagent\"\ncommand = [\"sh\"]\n[home]\nwrite = [\".config/asb-plant/\"]\n",
+    )
+    .unwrap();
+    j.give(&[&home.join(".config"), &home.join(".config/agent-sandbox"), &profiles]);
+    let key_before = std::fs::read_to_string(home.join(".ssh/id_ed25519")).unwrap();
+    let plant = j.run_with(
+        &["--rw", "~/.config"],
+        "rm -rf ~/.config/asb-plant; ln -s ../.ssh/id_ed25519 ~/.config/asb-plant && echo PLANTED",
+    );
+    assert!(plant.stdout.contains("PLANTED"), "{plant}");
+    let out = j.run_with(
+        &["--profile", "plantagent"],
+        "cat ~/.config/asb-plant 2>&1; echo OWNED >> ~/.config/asb-plant 2>&1; echo done",
+    );
+    let _ = std::fs::remove_file(home.join(".config/asb-plant"));
+    assert!(!out.stdout.contains(SSH_CANARY), "the key was bound into the jail: {out}");
+    assert!(out.stderr.contains("~/.config/asb-plant is a symbolic link: not bound"), "said why: {out}");
+    assert_eq!(std::fs::read_to_string(home.join(".ssh/id_ed25519")).unwrap(), key_before, "the key is unchanged");
 }

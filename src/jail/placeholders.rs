@@ -70,6 +70,33 @@ pub fn make_home_entries(home: &Path, dirs: &[PathBuf], files: &[PathBuf]) -> Re
     Ok(())
 }
 
+/// Creates `ph` below `root` without following a symlink on the way: a jail of another
+/// session could have swapped a directory for a link since the plan was made.
+fn create_beneath(root: &Path, ph: &Placeholder) -> std::io::Result<()> {
+    use nix::fcntl::{open, openat, openat2, OFlag, OpenHow, ResolveFlag};
+    use nix::sys::stat::{mkdirat, Mode};
+    let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
+    let rel = ph.path.strip_prefix(root).map_err(|_| invalid())?;
+    let name = rel.file_name().ok_or_else(invalid)?;
+    let root_fd = open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
+    let dir = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
+        None => root_fd,
+        Some(parent) => {
+            let how = OpenHow::new()
+                .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
+                .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
+            openat2(&root_fd, parent, how)?
+        }
+    };
+    if ph.dir {
+        mkdirat(&dir, name, Mode::from_bits_truncate(0o755))?;
+    } else {
+        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        drop(openat(&dir, name, flags, Mode::from_bits_truncate(0o644))?);
+    }
+    Ok(())
+}
+
 /// A shared hold on the project's placeholder registry, from before planning to the end.
 pub struct ProjectLock {
     file: File,
@@ -189,17 +216,7 @@ impl ProjectLock {
         let mut lines = String::new();
         let mut result = Ok(());
         for ph in list {
-            let r = if ph.dir {
-                std::fs::DirBuilder::new().mode(0o755).create(&ph.path)
-            } else {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .mode(0o644)
-                    .open(&ph.path)
-                    .map(drop)
-            };
+            let r = create_beneath(&self.project, ph);
             match r {
                 Ok(()) => lines.push_str(&format!("{}\t{}\n", if ph.dir { "d" } else { "f" }, ph.path.display())),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

@@ -66,10 +66,32 @@ fn credential_endpoints(net: &crate::plan::NetPlan) -> Vec<std::sync::Arc<superv
     net.credentials
         .iter()
         .filter_map(|route| {
-            let key = std::env::var(&route.env).ok().filter(|k| !k.is_empty())?;
-            Some(std::sync::Arc::new(supervisor::inject::Endpoint { route: route.clone(), key, tls: tls.clone() }))
+            let keys: Vec<(String, String)> = route
+                .keys
+                .iter()
+                .filter_map(|k| {
+                    let key = std::env::var(&k.env).ok().filter(|v| !v.is_empty())?;
+                    Some((k.header.clone(), format!("{}{key}", k.prefix)))
+                })
+                .collect();
+            (!keys.is_empty()).then(|| {
+                std::sync::Arc::new(supervisor::inject::Endpoint { route: route.clone(), keys, tls: tls.clone() })
+            })
         })
         .collect()
+}
+
+/// Every flow of the jail holds a descriptor of the launcher (two for a credential endpoint):
+/// the soft limit goes up to the hard one, so that the jail's flows, not the 1024 of a login
+/// shell, bound the supervisor (the flow table's own limit is 4096). Called once the jail
+/// exists, so its processes keep the limit they were given.
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
 }
 
 pub fn start(
@@ -83,6 +105,7 @@ pub fn start(
     let Some(rules) = net.matcher.clone() else {
         return if fds.is_empty() { Ok(()) } else { Err(bad("the plan has no supervisor for these descriptors")) };
     };
+    raise_descriptor_limit();
     if net.upstreams.is_empty() && net.jail == JailNet::Tun {
         eprintln!(
             "agent-sandbox: warning: no DNS resolver found (resolv.conf, net.dns): names will not resolve in the jail"

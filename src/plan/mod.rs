@@ -577,6 +577,9 @@ fn finish(
         *v = format!("{}:{v}", stub_bin.display());
     }
     let mut command = req.command.clone();
+    let program =
+        policy.agent.as_ref().and_then(|a| a.value.command.as_ref()).and_then(|c| c.first()).map(String::as_str);
+    credentials::apply_args(&mut command, program, &net.credentials);
     if let Some(ll) = &landlock {
         let set = |vars: &mut Vec<(String, String)>, k: &str, v: String| {
             vars.retain(|(n, _)| n != k);

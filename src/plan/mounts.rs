@@ -79,6 +79,45 @@ pub(super) fn home_mounts(
     b.overlay = overlay;
 }
 
+/// What a home entry that exists binds: itself, or, for a symbolic link, what it leads to,
+/// checked here. The jail of an earlier session may have made the link (`--rw ~/.config`
+/// lets it write `~/.config/opencode`): a profile's entry, the agent's own, must be a real
+/// file or directory; any other link must not lead into a hidden path or to your home or one
+/// of its parents. The mount then binds the checked target, not the link.
+fn entry_source(
+    b: &Builder<'_>,
+    e: &crate::policy::merge::Sourced<String>,
+    p: &Path,
+    kind: Kind,
+    home: &Path,
+    warnings: &mut Vec<String>,
+) -> Option<(PathBuf, Kind)> {
+    if kind != Kind::Symlink {
+        return Some((p.to_path_buf(), kind));
+    }
+    let shown = format!("~/{}", p.strip_prefix(home).unwrap_or(p).display());
+    if matches!(e.source, crate::policy::merge::Source::Profile(_)) {
+        warnings.push(format!(
+            "{shown} is a symbolic link: not bound (an agent's own entry must be a real file or directory; \
+             a jail of an earlier session could have made the link)"
+        ));
+        return None;
+    }
+    let Some(target) = b.fs.canonicalize(p) else {
+        warnings.push(format!("{shown} is a symbolic link that leads nowhere: not bound"));
+        return None;
+    };
+    if b.hidden.covers(&target) || home.starts_with(&target) {
+        warnings.push(format!(
+            "{shown} is a symbolic link to {}, a hidden path or your home itself: not bound",
+            target.display()
+        ));
+        return None;
+    }
+    let kind = b.fs.kind(&target)?;
+    Some((target, kind))
+}
+
 pub(super) fn home_trees(
     b: &mut Builder<'_>,
     policy: &Policy,
@@ -100,9 +139,13 @@ pub(super) fn home_trees(
                     if b.hidden.covers(&p) {
                         continue;
                     }
-                    if let Some(kind) = b.fs.kind(&p).or_else(|| b.agent_entry(e, &p)) {
+                    let found = match b.fs.kind(&p) {
+                        None => b.agent_entry(e, &p).map(|k| (p.clone(), k)),
+                        Some(k) => entry_source(b, e, &p, k, home, warnings),
+                    };
+                    if let Some((source, kind)) = found {
                         let dir = kind == Kind::Dir;
-                        b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
+                        b.push(MountSpec::Bind { source, target: p.clone(), rw: true, dir });
                         writable.push(p);
                     }
                 }
@@ -121,17 +164,15 @@ pub(super) fn home_trees(
                         warnings.push(format!("{key}: `{}` is hidden by policy; not bound", e.value));
                         continue;
                     }
-                    let kind = match b.fs.kind(&p) {
-                        Some(k) => k,
-                        None if rw => match b.agent_entry(e, &p) {
-                            Some(k) => k,
-                            None => continue,
-                        },
-                        None => continue,
+                    let found = match b.fs.kind(&p) {
+                        Some(k) => entry_source(b, e, &p, k, home, warnings),
+                        None if rw => b.agent_entry(e, &p).map(|k| (p.clone(), k)),
+                        None => None,
                     };
+                    let Some((source, kind)) = found else { continue };
                     if rw {
                         let dir = kind == Kind::Dir;
-                        b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
+                        b.push(MountSpec::Bind { source, target: p.clone(), rw: true, dir });
                         writable.push(p);
                     } else {
                         b.bind_tree(&p, false);

@@ -519,3 +519,53 @@ fn gpu_device_nodes_by_default_and_by_policy_minus_the_admins_deny_list() {
     assert!(!amd.contains(&"/dev/nvidia1".into()), "the deny list wins: {amd:?}");
     assert!(!amd.iter().any(|d| d.starts_with("/dev/pts")), "never the host's terminals: {amd:?}");
 }
+
+/// A home entry that is a link: a profile's never binds (the jail of an earlier session could
+/// have made it, e.g. `~/.config/opencode -> ../.ssh/id_ed25519` through `--rw ~/.config`);
+/// another binds what it leads to, unless that is hidden or the home itself.
+#[test]
+fn home_entries_that_are_links_bind_only_checked_targets() {
+    let builtin = include_str!("../policy/builtin.toml");
+    let layer = |text: &str, source: Source, kind: FileKind| SourcedLayer {
+        layer: parse_layer(text, Path::new("l"), kind).unwrap(),
+        source,
+    };
+    let pol = merge(
+        &[
+            layer(builtin, Source::Builtin, FileKind::Site),
+            layer("[home]\nwrite = [\".config/opencode/\"]\n", Source::Profile("opencode".into()), FileKind::Profile),
+            layer(
+                "[home]\nwrite = [\".scratchlink\", \".sshlink\", \".homelink\"]\n",
+                Source::User("u".into()),
+                FileKind::User,
+            ),
+        ],
+        None,
+    )
+    .unwrap();
+    let fs = host()
+        .dir("/home/u/.config")
+        .symlink("/home/u/.config/opencode", "/home/u/.ssh/id_ed25519")
+        .dir("/scratch/u/cache")
+        .symlink("/home/u/.scratchlink", "/scratch/u/cache")
+        .symlink("/home/u/.sshlink", "/home/u/.ssh")
+        .symlink("/home/u/.homelink", "/home/u");
+    let plan = build(&pol, &facts(), &fs, &request("/home/u/proj")).unwrap();
+    let binds: Vec<(String, String)> = plan
+        .mounts
+        .iter()
+        .filter_map(|m| match m {
+            MountSpec::Bind { source, target, rw: true, .. } => {
+                Some((source.display().to_string(), target.display().to_string()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!binds.iter().any(|(_, t)| t.ends_with("opencode")), "a profile's link: {binds:?}");
+    assert!(binds.contains(&("/scratch/u/cache".into(), "/home/u/.scratchlink".into())), "{binds:?}");
+    assert!(!binds.iter().any(|(s, t)| t.ends_with("link") && s.starts_with("/home/u")), "{binds:?}");
+    let w = plan.warnings.join("\n");
+    assert!(w.contains("~/.config/opencode is a symbolic link: not bound"), "{w}");
+    assert!(w.contains("~/.sshlink is a symbolic link to /home/u/.ssh"), "{w}");
+    assert!(w.contains("~/.homelink is a symbolic link to /home/u,"), "{w}");
+}

@@ -158,6 +158,11 @@ pub struct Credential {
     /// What comes before the key in that header (`"Bearer "`).
     #[serde(default)]
     pub prefix: String,
+    /// Arguments put right after the agent's program when the key is injected, `{url}` being
+    /// the endpoint: for an agent that takes its endpoint from its config, not a variable
+    /// (codex: `["-c", "openai_base_url=\"{url}\""]`).
+    #[serde(default)]
+    pub args: Vec<String>,
 }
 
 macro_rules! ordered_enum {

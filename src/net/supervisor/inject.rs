@@ -25,19 +25,23 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 /// A request head from the jail, within this.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// One endpoint: its route, the key (from the launcher's environment) and the TLS client.
+/// One endpoint: its route, the headers with the keys (from the launcher's environment: the
+/// header's name and its whole value, prefix included) and the TLS client.
 pub struct Endpoint {
     pub route: CredentialRoute,
-    pub key: String,
+    pub keys: Vec<(String, String)>,
     pub tls: Arc<rustls::ClientConfig>,
 }
 
 impl std::fmt::Debug for Endpoint {
     // Never the key, in any log or panic message.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Endpoint({} -> {}:{})", self.route.env, self.route.host, self.route.port)
+        write!(f, "Endpoint({} -> {}:{})", self.route.base_url_env, self.route.host, self.route.port)
     }
 }
+
+/// Connections to the endpoints at once, at most: each costs the launcher descriptors.
+pub(super) const MAX_CONNECTIONS: usize = 64;
 
 /// The TLS client of the endpoints: the host's trust store (`SSL_CERT_FILE` and
 /// `SSL_CERT_DIR` honoured), as the user's own tools on the host would trust.
@@ -84,26 +88,40 @@ fn text(status: StatusCode, line: &str) -> Response<Body> {
 
 async fn forward(req: Request<Incoming>, ep: &Endpoint, shared: &Shared) -> Response<Body> {
     let r = &ep.route;
-    // An endpoint is the provider's API, not a proxy: no tunnel to anywhere else.
-    if req.method() == hyper::Method::CONNECT {
-        return text(StatusCode::METHOD_NOT_ALLOWED, "the credential endpoint is not a proxy");
+    // An API's methods only: not a proxy (CONNECT), nothing that echoes the request with its
+    // headers (TRACE, on a gateway of the user's), nothing to ask what else the server has.
+    use hyper::Method;
+    if ![Method::GET, Method::HEAD, Method::POST, Method::PUT, Method::PATCH, Method::DELETE].contains(req.method()) {
+        return text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            &format!("the credential endpoint takes no {} requests", req.method()),
+        );
     }
     let (mut parts, body) = req.into_parts();
     let path = parts.uri.path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_else(|| "/".into());
+    if !within(&path, &r.path) {
+        return text(StatusCode::FORBIDDEN, &format!("the credential endpoint serves {}/ only", r.path));
+    }
     let Ok(origin) = path.parse::<hyper::Uri>() else {
         return text(StatusCode::BAD_REQUEST, "the credential endpoint takes origin-form paths");
     };
     strip_hop_by_hop(&mut parts.headers);
-    let Ok(header) = HeaderName::from_bytes(r.header.as_bytes()) else {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, "the credential header is not a header name");
-    };
-    let Ok(value) = HeaderValue::from_str(&format!("{}{}", r.prefix, ep.key)) else {
-        return text(StatusCode::INTERNAL_SERVER_ERROR, &format!("{} does not fit in an HTTP header", r.env));
-    };
-    let mut value = value;
-    value.set_sensitive(true);
-    parts.headers.remove(&header);
-    parts.headers.insert(header, value);
+    // What a proxy says of the client is ours to say, and we say nothing.
+    for h in ["forwarded", "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-real-ip", "via"] {
+        parts.headers.remove(h);
+    }
+    for (name, value) in &ep.keys {
+        let (Ok(header), Ok(mut value)) = (HeaderName::from_bytes(name.as_bytes()), HeaderValue::from_str(value))
+        else {
+            return text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("a key of {} does not fit in an HTTP header", r.base_url_env),
+            );
+        };
+        value.set_sensitive(true);
+        parts.headers.remove(&header);
+        parts.headers.insert(header, value);
+    }
     let authority = match (r.host.contains(':'), r.port) {
         (true, p) => format!("[{}]:{p}", r.host),
         (false, 443) => r.host.clone(),
@@ -134,6 +152,25 @@ async fn forward(req: Request<Incoming>, ep: &Endpoint, shared: &Shared) -> Resp
         }
         Err(e) => text(StatusCode::BAD_GATEWAY, &format!("{} answered badly: {e}", r.host)),
     }
+}
+
+/// `path` (origin form) lies under `base` ("" or "/v1"): no `..` or `.` segment, no encoded
+/// slash or dot that a server could decode into one.
+fn within(path: &str, base: &str) -> bool {
+    let p = path.split(['?', '#']).next().unwrap_or("");
+    let lower = p.to_ascii_lowercase();
+    if !p.starts_with('/')
+        || lower.contains("%2f")
+        || lower.contains("%2e")
+        || lower.contains("%5c")
+        || p.contains('\\')
+    {
+        return false;
+    }
+    if p.split('/').any(|seg| seg == ".." || seg == ".") {
+        return false;
+    }
+    base.is_empty() || p == base || p.starts_with(&format!("{base}/"))
 }
 
 /// A TLS connection to the provider: its addresses through the session's resolvers, each
@@ -176,4 +213,19 @@ async fn connect(
         return tokio_rustls::TlsConnector::from(tls.clone()).connect(name, tcp).await.map_err(|e| e.to_string());
     }
     Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::within;
+
+    #[test]
+    fn only_paths_under_the_providers_api() {
+        assert!(within("/v1/messages?beta=true", "/v1"));
+        assert!(within("/v1", "/v1"));
+        assert!(within("/anything", ""));
+        for bad in ["/v2/x", "/v1x", "/v1/../admin", "/v1/./x", "/v1/%2e%2e/x", "/v1%2fx", "x", "/v1\\..\\x"] {
+            assert!(!within(bad, "/v1"), "{bad}");
+        }
+    }
 }

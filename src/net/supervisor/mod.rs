@@ -104,6 +104,8 @@ struct Supervisor {
     hostname_ports: Vec<u16>,
     host_ports: Vec<u16>,
     credentials: Vec<Arc<inject::Endpoint>>,
+    /// Connections to the credential endpoints being served, at most `inject::MAX_CONNECTIONS`.
+    credential_slots: Arc<tokio::sync::Semaphore>,
     /// The loopback listener that answers DNS over TCP (`dns::serve_dns_tcp`).
     dns_tcp: SocketAddr,
     /// The gateway's port of the last connection into the jail (`--publish`; `tcp::gateway_end`).
@@ -191,6 +193,7 @@ impl Supervisor {
             hostname_ports,
             host_ports,
             credentials,
+            credential_slots: Arc::new(tokio::sync::Semaphore::new(inject::MAX_CONNECTIONS)),
             dns_tcp,
             last_gateway_port: 0,
         }

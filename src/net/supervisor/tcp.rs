@@ -152,10 +152,21 @@ impl Supervisor {
         buffer: usize,
         ep: Arc<super::inject::Endpoint>,
     ) {
+        let Ok(slot) = self.credential_slots.clone().try_acquire_owned() else {
+            let d = refusal(&format!(
+                "{} connections to the credential endpoints at once are the most",
+                super::inject::MAX_CONNECTIONS
+            ));
+            return self.deny_packet(len, "tcp", dst, "limit", &d);
+        };
         let Some(handle) = self.stack.accept(dst, len, true, buffer) else { return };
         let id = self.flows.add((src, dst), handle, Phase::Dialing, buffer);
         let result = tokio::net::UnixStream::pair().map(|(ours, theirs)| {
-            tokio::spawn(super::inject::serve(theirs, ep, self.shared.clone()));
+            let shared = self.shared.clone();
+            tokio::spawn(async move {
+                let _slot = slot;
+                super::inject::serve(theirs, ep, shared).await;
+            });
             HostConn::Local(ours)
         });
         let _ = self.events.send(Event::Dialed { id, result });
