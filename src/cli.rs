@@ -161,6 +161,10 @@ pub struct RunOpts {
     /// Print the plan and run nothing.
     #[arg(long = "dry-run", global = true)]
     pub dry_run: bool,
+    /// Write one JSON line to this descriptor when the jail starts and one when it ends
+    /// (for orchestrators; the jailed command does not get the descriptor).
+    #[arg(long = "json-status", global = true, value_name = "FD")]
+    pub json_status: Option<i32>,
     /// Print the plan as JSON (with --dry-run).
     #[arg(long, global = true, hide = true)]
     pub json: bool,

@@ -155,6 +155,9 @@ fn recorded(
         r.reason = Some(e.to_string());
         log.write(&r);
     }
+    if let Err(e) = &result {
+        crate::status::refused(&log.session, 126, &e.to_string());
+    }
     result
 }
 
@@ -307,6 +310,8 @@ impl Launch {
             Origin::Session { .. } => ("session_start", "session_end", None),
             Origin::Job { job, .. } => ("job_start", "job_end", *job),
         };
+        // The audit log's length now: the session's denials are counted after it at the end.
+        let log_start = std::fs::metadata(log.path()).map(|m| m.len()).unwrap_or(0);
         let mut start = log.record(start_event);
         start.project = Some(plan.project.display().to_string());
         start.program = plan.command.first().map(|c| c.rsplit('/').next().unwrap_or(c).to_string());
@@ -315,6 +320,13 @@ impl Launch {
         start.warnings = plan.warnings.clone();
         start.job = job;
         log.write(&start);
+        crate::status::started(
+            &log.session,
+            &plan.project.display().to_string(),
+            plan.net.effective.as_str(),
+            plan.backend.as_str(),
+            "none",
+        );
         let began = std::time::Instant::now();
         if let Some(socket) = door.socket.clone() {
             lock.remove_after_exit(socket);
@@ -352,6 +364,8 @@ impl Launch {
         end.job = job;
         end.duration_ms = Some(began.elapsed().as_millis() as u64);
         log.write(&end);
+        let denials = crate::status::count_denials(log.path(), log_start, &log.session);
+        crate::status::ended(&log.session, end.exit, end.signal, denials, end.duration_ms.unwrap_or(0));
         crate::net::supervisor::defer_teardown();
         Ok(outcome.code())
     }

@@ -15,5 +15,6 @@ pub mod plan;
 pub mod policy;
 pub mod show;
 pub mod slurm;
+pub mod status;
 pub mod stub;
 pub mod timing;

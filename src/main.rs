@@ -96,6 +96,9 @@ fn real_main() -> Result<i32, Failure> {
 }
 
 fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32, Failure> {
+    if let Some(fd) = opts.json_status {
+        agent_sandbox::status::open(fd).map_err(Failure::new)?;
+    }
     Ok(launch::session(opts, profile, what)?)
 }
 

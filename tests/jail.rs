@@ -1000,3 +1000,48 @@ fn a_link_planted_at_an_agents_home_entry_binds_nothing_in_the_next_session() {
     assert!(out.stderr.contains("~/.config/asb-plant is a symbolic link: not bound"), "said why: {out}");
     assert_eq!(std::fs::read_to_string(home.join(".ssh/id_ed25519")).unwrap(), key_before, "the key is unchanged");
 }
+
+/// `--json-status FD`: a start line and an exit line (status, denials counted) for an
+/// orchestrator; the command never holds the descriptor; a refused start says why (126).
+#[test]
+fn json_status_reports_the_start_and_the_end_with_denials_counted() {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let j = jail!("json-status");
+    let status = |args: &[&str]| -> (Out, Vec<serde_json::Value>) {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let wfd = w.as_raw_fd();
+        let mut c = j.command(args);
+        // SAFETY: dup2 between descriptors of the child, before exec.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::dup2(wfd, 7) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = j.output(&mut c);
+        drop(w);
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut std::fs::File::from(r), &mut text).unwrap();
+        (out, text.lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect())
+    };
+    let script = "test -e /dev/fd/7 && echo LEAKED; curl -s -m 3 http://169.254.169.254/; exit 3";
+    let (out, lines) = status(&["-q", "--json-status", "7", "--net", "filtered", "run", "--", "sh", "-c", script]);
+    assert_eq!(out.code, 3, "{out}");
+    assert!(!out.stdout.contains("LEAKED"), "the command does not hold the status descriptor: {out}");
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let (start, end) = (&lines[0], &lines[1]);
+    assert_eq!(start["event"], "start");
+    assert_eq!((start["net"].as_str(), start["backend"].as_str()), (Some("filtered"), Some("userns")), "{start}");
+    assert_eq!(start["session"], end["session"]);
+    assert_eq!(end["event"], "exit");
+    assert_eq!(end["status"], 3, "{end}");
+    assert!(end["denials"].as_u64().is_some_and(|n| n >= 1), "the metadata address was refused: {end}");
+    let (out, lines) = status(&["-q", "--json-status", "7", "--project", "/nonexistent-asb", "run", "--", "true"]);
+    assert_eq!(out.code, 126, "{out}");
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["status"], 126);
+    assert!(lines[0]["reason"].as_str().is_some_and(|r| r.contains("nonexistent-asb")), "{:?}", lines[0]);
+}
