@@ -161,6 +161,18 @@ pub struct RunOpts {
     /// Print the plan and run nothing.
     #[arg(long = "dry-run", global = true)]
     pub dry_run: bool,
+    /// Memory limit of the session: 512M, 4G (limits.mem).
+    #[arg(long, global = true, value_name = "SIZE")]
+    pub mem: Option<String>,
+    /// CPUs the session runs on (limits.cpus).
+    #[arg(long, global = true, value_name = "N")]
+    pub cpus: Option<u32>,
+    /// Processes and threads at once (limits.pids).
+    #[arg(long, global = true, value_name = "N")]
+    pub pids: Option<u64>,
+    /// Wall-clock limit of the session: 90s, 30m, 8h (limits.timeout); exit status 124.
+    #[arg(long, global = true, value_name = "TIME")]
+    pub timeout: Option<String>,
     /// Write one JSON line to this descriptor when the jail starts and one when it ends
     /// (for orchestrators; the jailed command does not get the descriptor).
     #[arg(long = "json-status", global = true, value_name = "FD")]
@@ -215,6 +227,10 @@ pub fn cli_layer(o: &RunOpts, home: &std::path::Path) -> Result<Layer, String> {
         ..Default::default()
     });
     layer.sandbox = Some(SandboxSection { backend: o.backend, ..Default::default() });
+    if o.mem.is_some() || o.cpus.is_some() || o.pids.is_some() || o.timeout.is_some() {
+        layer.limits =
+            Some(LimitsSection { mem: o.mem.clone(), cpus: o.cpus, pids: o.pids, timeout: o.timeout.clone() });
+    }
     let mut keep = vec![];
     let mut set = BTreeMap::new();
     for e in &o.env {

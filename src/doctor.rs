@@ -79,6 +79,20 @@ fn checks() -> Vec<Check> {
             Some("ask the admin to set user.max_user_namespaces > 0 (and kernel.unprivileged_userns_clone = 1 where it exists), or install the AppArmor profile in docs/admin/apparmor.md; until then the Landlock backend runs, with the limits `doctor` lists under landlock"),
         )),
     }
+    // Which limits run: this version sets rlimits; a delegated cgroup v2 subtree (systemd
+    // user slice) would enforce memory and CPUs for the session as a whole.
+    let cgroup2 = std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|c| c.lines().any(|l| l.starts_with("0::")))
+        && std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
+    v.push(check(
+        "limits",
+        Status::Info,
+        if cgroup2 {
+            "rlimits (--mem per process, --pids in the jail's user namespace, --timeout); cgroup v2 is here but not used yet"
+        } else {
+            "rlimits (--mem per process, --pids in the jail's user namespace, --timeout): no cgroup v2 hierarchy here"
+        },
+        None,
+    ));
     let restrict = read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
     v.push(apparmor_check(restrict.as_deref(), host::probe_userns));
     let abi = host::landlock_abi();

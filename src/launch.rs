@@ -59,6 +59,9 @@ pub enum What {
 }
 
 /// Where this launch happens, and what differs there.
+/// The exit status of a session ended by its time limit (as timeout(1) uses).
+pub const EXIT_TIMEOUT: i32 = 124;
+
 pub enum Origin {
     /// A session the user started on the login node.
     Session { dry_run: bool, json: bool, quiet: bool },
@@ -361,13 +364,20 @@ impl Launch {
             jail::Outcome::Exited(c) => end.exit = Some(c),
             jail::Outcome::Signaled(s) => end.signal = Some(s),
         }
+        let timed_out = jail::limits::timed_out();
+        if timed_out {
+            let secs = plan.limits.timeout.unwrap_or(0);
+            eprintln!("agent-sandbox: the session reached its time limit ({secs} s, limits.timeout / --timeout) and was ended");
+            end.reason = Some(format!("time limit of {secs} s reached"));
+            (end.exit, end.signal) = (Some(EXIT_TIMEOUT), None);
+        }
         end.job = job;
         end.duration_ms = Some(began.elapsed().as_millis() as u64);
         log.write(&end);
         let denials = crate::status::count_denials(log.path(), log_start, &log.session);
         crate::status::ended(&log.session, end.exit, end.signal, denials, end.duration_ms.unwrap_or(0));
         crate::net::supervisor::defer_teardown();
-        Ok(outcome.code())
+        Ok(if timed_out { EXIT_TIMEOUT } else { outcome.code() })
     }
 }
 

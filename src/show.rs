@@ -35,7 +35,10 @@ pub fn banner(plan: &Plan) -> String {
         } else {
             String::new()
         }
-    )
+    ) + &match plan.limits.summary().as_str() {
+        "none" => String::new(),
+        l => format!(" · limits {l}"),
+    }
 }
 
 pub fn plan(p: &Plan) -> String {
@@ -56,6 +59,7 @@ pub fn plan(p: &Plan) -> String {
             let _ = writeln!(s, "  network   {}", p.net.effective);
         }
     }
+    let _ = writeln!(s, "  limits    {}", p.limits.summary());
     for r in &p.net.credentials {
         let keys: Vec<&str> = r.keys.iter().map(|k| k.env.as_str()).collect();
         let _ = writeln!(
@@ -283,6 +287,18 @@ pub fn policy(p: &Policy, paths: &PolicyPaths) -> String {
     scalar(&mut s, "process.unix_sockets", &p.unix_sockets);
     scalar(&mut s, "process.host_terminals", &p.host_terminals);
     scalar(&mut s, "filesystem.nested_git", &p.nested_git);
+    for (key, v) in [
+        ("limits.mem", p.limits.mem.as_ref().map(|l| (format!("{}M", l.value >> 20), l))),
+        ("limits.pids", p.limits.pids.as_ref().map(|l| (l.value.to_string(), l))),
+        ("limits.timeout", p.limits.timeout.as_ref().map(|l| (format!("{}s", l.value), l))),
+    ] {
+        if let Some((value, l)) = v {
+            scalar(&mut s, key, &Sourced { value, source: l.source.clone(), locked: l.locked });
+        }
+    }
+    if let Some(c) = &p.limits.cpus {
+        scalar(&mut s, "limits.cpus", c);
+    }
     if let Some(a) = &p.agent {
         let _ =
             writeln!(s, "  agent                    {:?} [{}]", a.value.command.clone().unwrap_or_default(), a.source);

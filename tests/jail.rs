@@ -1045,3 +1045,80 @@ fn json_status_reports_the_start_and_the_end_with_denials_counted() {
     assert_eq!(lines[0]["status"], 126);
     assert!(lines[0]["reason"].as_str().is_some_and(|r| r.contains("nonexistent-asb")), "{:?}", lines[0]);
 }
+
+/// Limits on the rlimit path (cgroup v1 here): a fork bomb is capped by `--pids` inside the
+/// jail's own user namespace and ended by `--timeout` (status 124, one line), while the host
+/// and the user's other sessions keep starting processes; a memory hog gets ENOMEM from
+/// `--mem`; no core files.
+#[test]
+fn a_fork_bomb_and_a_memory_hog_end_in_the_jail_alone() {
+    let j = jail!("limits");
+    // Bounded first: at most --pids processes at once, the rest refused (EAGAIN).
+    let out = j.run_with(
+        &["--pids", "48"],
+        "python3 -c \"
+import os, time
+kids, refused = 0, 0
+for i in range(300):
+    try:
+        pid = os.fork()
+    except OSError:
+        refused += 1
+        continue
+    if pid == 0:
+        time.sleep(5); os._exit(0)
+    kids += 1
+print('kids', kids, 'refused', refused)
+\"; ulimit -c",
+    );
+    let kids: u32 = out.stdout.split_whitespace().nth(1).and_then(|n| n.parse().ok()).unwrap_or(999);
+    assert!(kids < 48 && out.stdout.contains("refused"), "at most --pids processes: {out}");
+    assert!(out.stdout.trim_end().ends_with('0'), "no core files: {out}");
+    // The real thing, in the background, while the host and another session work.
+    let mut bomb = j.command(&[
+        "-q",
+        "--pids",
+        "64",
+        "--timeout",
+        "6s",
+        "run",
+        "--",
+        "python3",
+        "-c",
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n",
+    ]);
+    bomb.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let started = std::time::Instant::now();
+    let child = bomb.spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let mut worst = std::time::Duration::ZERO;
+    for _ in 0..20 {
+        let t = std::time::Instant::now();
+        let st = std::process::Command::new("/bin/true").status().unwrap();
+        assert!(st.success());
+        worst = worst.max(t.elapsed());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let other = j.run("echo other-session-works");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    eprintln!("host process start during the bomb: worst {worst:?}; the bomb ended after {:?}", started.elapsed());
+    assert_eq!(out.status.code(), Some(124), "ended by its time limit: {stderr}");
+    assert!(stderr.contains("reached its time limit"), "one line says why: {stderr}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(20), "ended near its limit");
+    assert!(worst < std::time::Duration::from_secs(1), "the host starts a process within 1 s: {worst:?}");
+    assert!(other.stdout.contains("other-session-works"), "the user's other session works: {other}");
+    // Memory: 1 GiB asked under a 256M limit.
+    let out = j.run_with(
+        &["--mem", "256M"],
+        "python3 -c \"
+try:
+    b = bytearray(1 << 30)
+    print('allocated')
+except MemoryError:
+    print('MemoryError')
+\"; python3 -c 'b = bytearray(64 << 20); print(\"small ok\")'",
+    );
+    assert!(out.stdout.contains("MemoryError") && !out.stdout.contains("allocated"), "{out}");
+    assert!(out.stdout.contains("small ok"), "what fits still works: {out}");
+}

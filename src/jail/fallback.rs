@@ -117,7 +117,10 @@ pub fn run(plan: &Plan, banner: &dyn Fn(), lazy: Option<Lazy<'_>>) -> Result<Out
             let text = String::from_utf8_lossy(text).into_owned();
             Err(if *tag == b'N' { JailError::CommandNotFound(text) } else { JailError::Sandbox(text) })
         }
-        None => Ok(wait_forwarding(child, &sfd, &forwarded, tty, &mut lazy)),
+        None => {
+            super::limits::arm_timeout(plan.limits.timeout, child);
+            Ok(wait_forwarding(child, &sfd, &forwarded, tty, &mut lazy))
+        }
     };
     if let Some((go, done)) = sweeper {
         drop(go);
@@ -675,6 +678,11 @@ fn exec_command(
     // SAFETY: resetting SIGPIPE (ignored by the Rust runtime) to its default installs no handler.
     let _ =
         unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
+    // Last, after the keeper and sweeper forks: without a user namespace, RLIMIT_NPROC counts
+    // every process of the user on the host.
+    if let Err(e) = super::limits::apply(&plan.limits) {
+        return JailError::Build(format!("cannot set the session's limits: {e}"));
+    }
     let name = &plan.command[0];
     let Some(path) = super::find_in_path(name, &env) else { return JailError::CommandNotFound(name.clone()) };
     let cstr = |s: &str| std::ffi::CString::new(s.as_bytes()).unwrap_or_default();

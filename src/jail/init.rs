@@ -224,6 +224,11 @@ fn exec_command(
     let argv: Vec<CString> = plan.command.iter().map(|a| cstr(a)).collect();
     let envp: Vec<CString> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
     let p = CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
+    if let Err(e) = super::limits::apply(&plan.limits) {
+        eprintln!("agent-sandbox: cannot set the session's limits: {e}");
+        // SAFETY: _exit is async-signal-safe and ends this child immediately.
+        unsafe { libc::_exit(126) };
+    }
     if let Some(g) = guard {
         // Last before exec: from here on, every name this process makes goes through PID 1.
         let handed = super::guard::notify::install_with_listener(g.prog)

@@ -9,6 +9,7 @@ mod fallback;
 pub mod guard;
 pub mod init;
 pub mod landlock;
+pub mod limits;
 pub mod mounts;
 mod msg;
 mod net;

@@ -209,6 +209,42 @@ pub struct Placeholder {
     pub dir: bool,
 }
 
+/// The session's limits, and what enforces them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct LimitsPlan {
+    /// Bytes of each process's data and heap.
+    pub mem: Option<u64>,
+    pub cpus: Option<u32>,
+    pub pids: Option<u64>,
+    /// Seconds of wall-clock time.
+    pub timeout: Option<u64>,
+    /// `rlimits` (what runs here: no delegated cgroup v2 is used yet).
+    pub by: &'static str,
+}
+
+impl LimitsPlan {
+    /// One line for the banner and `--json-status`: `none` or `mem 512M, pids 64 (rlimits)`.
+    pub fn summary(&self) -> String {
+        let mut parts = vec![];
+        if let Some(m) = self.mem {
+            parts.push(format!("mem {}M", m >> 20));
+        }
+        if let Some(c) = self.cpus {
+            parts.push(format!("cpus {c} (affinity)"));
+        }
+        if let Some(p) = self.pids {
+            parts.push(format!("pids {p}"));
+        }
+        if let Some(t) = self.timeout {
+            parts.push(format!("timeout {t}s"));
+        }
+        match parts.is_empty() {
+            true => "none".into(),
+            false => format!("{} ({})", parts.join(", "), self.by),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Plan {
     pub backend: BackendKind,
@@ -235,6 +271,7 @@ pub struct Plan {
     pub seccomp: SeccompPlan,
     pub landlock: Option<LandlockPlan>,
     pub git_guard: Option<GitGuardPlan>,
+    pub limits: LimitsPlan,
     pub warnings: Vec<String>,
 }
 
@@ -628,6 +665,13 @@ fn finish(
         },
         landlock,
         git_guard,
+        limits: LimitsPlan {
+            mem: policy.limits.mem.as_ref().map(|l| l.value),
+            cpus: policy.limits.cpus.as_ref().map(|l| l.value),
+            pids: policy.limits.pids.as_ref().map(|l| l.value),
+            timeout: policy.limits.timeout.as_ref().map(|l| l.value),
+            by: "rlimits",
+        },
         warnings,
     })
 }

@@ -100,6 +100,9 @@ pub struct Policy {
     pub nested_git: Sourced<bool>,
     pub mail_block: Sourced<MailBlock>,
     pub agent: Option<Sourced<AgentSection>>,
+    /// Per-session limits, parsed (bytes, CPUs, processes, seconds); the admin's are maxima.
+    #[serde(default)]
+    pub limits: Limits,
     /// Things the merge dropped or changed, said once at startup.
     pub warnings: Vec<String>,
 }
@@ -165,6 +168,7 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
         nested_git: Sourced::new(false, &builtin),
         mail_block: Sourced::new(MailBlock::Auto, &builtin),
         agent: None,
+        limits: Limits::default(),
         warnings: vec![],
     };
     for l in layers {
@@ -251,6 +255,21 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     }
     if let Some(m) = &l.mail {
         set(&mut p.mail_block, &m.block, src);
+    }
+    if let Some(lim) = &l.limits {
+        let parsed = Limits::parse(lim, src)?;
+        for (slot, v) in [
+            (&mut p.limits.mem, parsed.mem),
+            (&mut p.limits.pids, parsed.pids),
+            (&mut p.limits.timeout, parsed.timeout),
+        ] {
+            if v.is_some() && !slot.as_ref().is_some_and(|s| s.locked) {
+                *slot = v;
+            }
+        }
+        if parsed.cpus.is_some() && !p.limits.cpus.as_ref().is_some_and(|s| s.locked) {
+            p.limits.cpus = parsed.cpus;
+        }
     }
     if let Some(a) = &l.agent {
         p.agent = Some(Sourced::new(a.clone(), src));
@@ -464,12 +483,122 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
         slot.locked = true;
     }
     stricter(&mut p.mail_block, l.mail.as_ref().and_then(|m| m.block), src);
+    if let Some(lim) = &l.limits {
+        let max = Limits::parse(lim, src)?;
+        let mut cap = |key: &str, slot: &mut Option<Sourced<u64>>, max: Option<Sourced<u64>>| {
+            let Some(mut m) = max else { return };
+            if let Some(asked) = slot.as_ref().filter(|s| s.value > m.value) {
+                p_warn(
+                    &mut p.warnings,
+                    format!("limits.{key} {} lowered to the administrator's maximum {}", asked.value, m.value),
+                );
+            }
+            if slot.as_ref().is_none_or(|s| s.value > m.value) {
+                m.locked = true;
+                *slot = Some(m);
+            } else if let Some(s) = slot.as_mut() {
+                s.locked = true;
+            }
+        };
+        cap("mem", &mut p.limits.mem, max.mem);
+        cap("pids", &mut p.limits.pids, max.pids);
+        cap("timeout", &mut p.limits.timeout, max.timeout);
+        let cpus = max.cpus.map(|c| Sourced { value: u64::from(c.value), source: c.source, locked: c.locked });
+        let mut as_u64 =
+            p.limits.cpus.take().map(|c| Sourced { value: u64::from(c.value), source: c.source, locked: c.locked });
+        cap("cpus", &mut as_u64, cpus);
+        p.limits.cpus = as_u64.map(|c| Sourced {
+            value: u32::try_from(c.value).unwrap_or(u32::MAX),
+            source: c.source,
+            locked: c.locked,
+        });
+    }
     let process = l.process.as_ref();
     permit(&mut p.nested_userns, process.and_then(|pr| pr.nested_userns), src);
     permit(&mut p.unix_sockets, process.and_then(|pr| pr.unix_sockets), src);
     permit(&mut p.host_terminals, process.and_then(|pr| pr.host_terminals), src);
     permit(&mut p.nested_git, l.filesystem.as_ref().and_then(|f| f.nested_git), src);
     Ok(())
+}
+
+fn p_warn(w: &mut Vec<String>, s: String) {
+    w.push(s);
+}
+
+/// Per-session limits, each with the layer that set it.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct Limits {
+    pub mem: Option<Sourced<u64>>,
+    pub cpus: Option<Sourced<u32>>,
+    pub pids: Option<Sourced<u64>>,
+    pub timeout: Option<Sourced<u64>>,
+}
+
+impl Limits {
+    fn parse(l: &super::schema::LimitsSection, src: &Source) -> Result<Limits, PolicyError> {
+        let bad = |key: &str, message: String| PolicyError::Invalid {
+            origin: src.to_string(),
+            key: format!("limits.{key}"),
+            message,
+        };
+        let mem = match &l.mem {
+            Some(m) => Some(Sourced::new(parse_size(m).map_err(|e| bad("mem", e))?, src)),
+            None => None,
+        };
+        let timeout = match &l.timeout {
+            Some(t) => Some(Sourced::new(parse_seconds(t).map_err(|e| bad("timeout", e))?, src)),
+            None => None,
+        };
+        if l.cpus == Some(0) || l.pids == Some(0) {
+            return Err(bad("cpus/pids", "must be at least 1".into()));
+        }
+        Ok(Limits {
+            mem,
+            cpus: l.cpus.map(|c| Sourced::new(c, src)),
+            pids: l.pids.map(|p| Sourced::new(p, src)),
+            timeout,
+        })
+    }
+}
+
+/// `512M`, `4G`, `1024K`, `1T` or bytes; at least 16 MiB (a smaller limit only breaks the
+/// dynamic loader).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a size (e.g. 512M, 4G)"))?;
+    let mult: u64 = match unit.to_ascii_uppercase().trim_end_matches('B').trim_end_matches('I') {
+        "" => 1,
+        "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        "T" => 1 << 40,
+        _ => return Err(format!("`{s}`: the unit is K, M, G or T")),
+    };
+    let bytes = n.checked_mul(mult).ok_or_else(|| format!("`{s}` is too large"))?;
+    if bytes < 16 << 20 {
+        return Err(format!("`{s}` is below 16M: nothing would start"));
+    }
+    Ok(bytes)
+}
+
+/// `90s`, `30m`, `8h`, `2d` or seconds.
+pub fn parse_seconds(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num.parse().map_err(|_| format!("`{s}` is not a time (e.g. 90s, 30m, 8h)"))?;
+    let secs = match unit {
+        "" | "s" => Some(n),
+        "m" | "min" => n.checked_mul(60),
+        "h" => n.checked_mul(3600),
+        "d" => n.checked_mul(86400),
+        _ => return Err(format!("`{s}`: the unit is s, m, h or d")),
+    };
+    match secs {
+        Some(0) => Err("the time must be more than zero".into()),
+        Some(v) => Ok(v),
+        None => Err(format!("`{s}` is too long")),
+    }
 }
 
 /// A permission the admin sets (`nested_userns`, `unix_sockets`, ...): `true` permits what the
@@ -695,5 +824,27 @@ mod tests {
         )
         .unwrap();
         assert_eq!(values(&p.env_keep), ["OPENAI_API_KEY"]);
+    }
+
+    #[test]
+    fn limits_parse_and_the_admins_are_maxima() {
+        let p = merge(
+            &[user("[limits]\nmem = \"4G\"\npids = 100\ntimeout = \"30m\"")],
+            Some(&admin("[limits]\nmem = \"1G\"\npids = 500\ncpus = 4")),
+        )
+        .unwrap();
+        assert_eq!(p.limits.mem.as_ref().map(|l| l.value), Some(1 << 30), "lowered to the admin's maximum");
+        assert!(p.warnings.iter().any(|w| w.contains("limits.mem")), "{:?}", p.warnings);
+        assert_eq!(p.limits.pids.as_ref().map(|l| l.value), Some(100), "below the maximum: the user's");
+        assert_eq!(p.limits.timeout.as_ref().map(|l| l.value), Some(1800));
+        assert_eq!(p.limits.cpus.as_ref().map(|l| l.value), Some(4), "the admin's applies when the user set none");
+        for bad in
+            ["[limits]\nmem = \"1K\"", "[limits]\nmem = \"lots\"", "[limits]\ntimeout = \"0s\"", "[limits]\npids = 0"]
+        {
+            assert!(merge(&[user(bad)], None).is_err(), "{bad}");
+        }
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_seconds("8h"), Ok(28800));
     }
 }

@@ -17,6 +17,7 @@ pub struct Layer {
     pub net: Option<NetSection>,
     pub process: Option<ProcessSection>,
     pub mail: Option<MailSection>,
+    pub limits: Option<LimitsSection>,
     /// Per-project tables of the user config, keyed by project path (`~` allowed).
     pub projects: Option<BTreeMap<String, Layer>>,
     /// Only in profiles: what the agent is.
@@ -118,6 +119,20 @@ pub struct ProcessSection {
     /// terminals (tmux, script, node-pty), and with it the user's other terminals (off by
     /// default).
     pub host_terminals: Option<bool>,
+}
+
+/// Per-session limits. In the admin file, maxima: a user may ask for less, never more.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Memory: `512M`, `4G` (with rlimits: each process's data segment and heap).
+    pub mem: Option<String>,
+    /// CPUs the session's processes run on (with rlimits: their affinity, not enforced).
+    pub cpus: Option<u32>,
+    /// Processes and threads at once.
+    pub pids: Option<u64>,
+    /// Wall-clock time of the session: `90s`, `30m`, `8h`.
+    pub timeout: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]
