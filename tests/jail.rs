@@ -1122,3 +1122,63 @@ except MemoryError:
     assert!(out.stdout.contains("MemoryError") && !out.stdout.contains("allocated"), "{out}");
     assert!(out.stdout.contains("small ok"), "what fits still works: {out}");
 }
+
+/// Ten sessions side by side in sibling projects: none sees or writes another's project or
+/// `/tmp`, sees its processes, or reaches its sockets (path or abstract).
+#[test]
+fn ten_sessions_side_by_side_are_isolated_from_each_other() {
+    let Some(jails) = (0..10).map(|i| Jail::new(&format!("many-{i}"))).collect::<Option<Vec<Jail>>>() else { return };
+    let script = |i: usize| {
+        format!(
+            "python3 - <<'PY'
+import os, socket, subprocess, time
+me = {i}
+open('/tmp/mine', 'w').write('session-%d' % me)
+held = []
+for name in ('\\0asb-many-%d' % me, '/tmp/asb-many.sock'):
+    s = socket.socket(socket.AF_UNIX); s.bind(name); s.listen(); held.append(s)
+open('ready', 'w').write('1')
+time.sleep(2.5)
+out = []
+for k in range(10):
+    if k == me: continue
+    other = os.path.expanduser('~/t/many-%d' % k)
+    out.append('project-%d=%s' % (k, os.path.exists(other)))
+    try:
+        open(other + '/x', 'w'); out.append('wrote-%d' % k)
+    except OSError:
+        pass
+    c = socket.socket(socket.AF_UNIX)
+    try:
+        c.connect('\\0asb-many-%d' % k); out.append('abstract-%d=reached' % k)
+    except OSError:
+        out.append('abstract-%d=refused' % k)
+out.append('tmp=' + open('/tmp/mine').read())
+procs = [p for p in os.listdir('/proc') if p.isdigit()]
+out.append('procs=%d' % len(procs))
+open('result', 'w').write('\\n'.join(out) + '\\n')
+PY"
+        )
+    };
+    let children: Vec<std::process::Child> = jails
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            let mut c = j.command(&["-q", "run", "--", "sh", "-c", &script(i)]);
+            c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    for c in children {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    for (i, j) in jails.iter().enumerate() {
+        let result = std::fs::read_to_string(j.project.join("result")).unwrap_or_default();
+        assert!(result.contains(&format!("tmp=session-{i}")), "its own /tmp: {result}");
+        assert!(!result.contains("=True") && !result.contains("wrote-"), "no other project: {result}");
+        assert!(!result.contains("=reached"), "no other session's abstract socket: {result}");
+        let procs: usize = result.lines().find_map(|l| l.strip_prefix("procs=")?.parse().ok()).unwrap_or(99);
+        assert!(procs <= 4, "only its own processes (init, sh, python, ...): {result}");
+    }
+}
