@@ -3,7 +3,7 @@
 //! session's control socket in the state directory (`net::control`), which no jail sees: so
 //! nothing inside a jail can call it.
 
-use crate::net::control::{socket_path, Reply, Request, MAX_GRANT};
+use crate::net::control::{socket_path, token_path, Envelope, Reply, Request, MAX_GRANT};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -27,7 +27,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// The control sockets of the user's running sessions, by session id.
+/// The control sockets of the user's running sessions, by session id. A socket nobody
+/// listens on is a session that was killed with its launcher: it and its token are removed.
 fn running(state_dir: &Path) -> Vec<(String, PathBuf)> {
     let Ok(rd) = std::fs::read_dir(state_dir.join("sessions")) else { return vec![] };
     let mut found: Vec<(String, PathBuf)> = rd
@@ -37,9 +38,31 @@ fn running(state_dir: &Path) -> Vec<(String, PathBuf)> {
             let id = name.strip_suffix(".allow")?.to_owned();
             Some((id, e.path()))
         })
+        .filter(|(_, p)| match std::os::unix::net::UnixStream::connect(p) {
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+                let _ = std::fs::remove_file(p);
+                let _ = std::fs::remove_file(token_path(p));
+                false
+            }
+            _ => true,
+        })
         .collect();
     found.sort();
     found
+}
+
+/// The session's token, from beside its socket (a file, never through a link).
+fn read_token(socket: &Path) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut t = String::new();
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(token_path(socket))
+        .and_then(|f| f.take(256).read_to_string(&mut t))
+        .map_err(|e| format!("cannot read the session's token: {e}"))?;
+    Ok(t.trim().to_owned())
 }
 
 /// Sends the request to the session (the only one running, if `session` is None) and returns
@@ -64,6 +87,7 @@ pub fn run(state_dir: &Path, session: Option<&str>, request: &Request) -> Result
             }
         }
     };
+    let token = read_token(&path)?;
     let mut conn = std::os::unix::net::UnixStream::connect(&path).map_err(|e| {
         format!(
             "session {} is not reachable ({e}): it ended, or runs without a network supervisor",
@@ -71,7 +95,8 @@ pub fn run(state_dir: &Path, session: Option<&str>, request: &Request) -> Result
         )
     })?;
     let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut line = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+    let envelope = Envelope { token, request: request.clone() };
+    let mut line = serde_json::to_vec(&envelope).map_err(|e| e.to_string())?;
     line.push(b'\n');
     conn.write_all(&line).map_err(|e| e.to_string())?;
     let mut answer = String::new();

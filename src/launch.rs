@@ -339,6 +339,7 @@ impl Launch {
             plan.net.matcher.is_some().then(|| crate::net::control::socket_path(&facts.state_dir(), &log.session));
         if let Some(c) = &control {
             lock.remove_after_exit(c.clone());
+            lock.remove_after_exit(crate::net::control::token_path(c));
         }
         let quiet = !matches!(origin, Origin::Session { quiet: false, .. });
         let banner = || {

@@ -13,15 +13,27 @@ static STATUS: Mutex<Option<std::fs::File>> = Mutex::new(None);
 
 /// Takes `fd` for the status lines. An fd that is not open is an error the caller reports.
 pub fn open(fd: i32) -> Result<(), String> {
-    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag, OFlag};
     // SAFETY: fcntl on a descriptor number the caller named; F_GETFD reads its flags only.
     let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     let flags = fcntl(borrowed, FcntlArg::F_GETFD).map_err(|e| format!("--json-status {fd}: {e}"))?;
     if fd <= 2 {
         return Err(format!("--json-status {fd}: use a descriptor of its own (3 or more), not stdin/stdout/stderr"));
     }
+    let status_flags = fcntl(borrowed, FcntlArg::F_GETFL).map_err(|e| format!("--json-status {fd}: {e}"))?;
+    let access = OFlag::from_bits_truncate(status_flags) & OFlag::O_ACCMODE;
+    if access != OFlag::O_WRONLY && access != OFlag::O_RDWR {
+        return Err(format!("--json-status {fd}: the descriptor is not open for writing"));
+    }
+    let st = nix::sys::stat::fstat(borrowed).map_err(|e| format!("--json-status {fd}: {e}"))?;
+    if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+        return Err(format!("--json-status {fd}: a directory, not a file or pipe"));
+    }
     let cloexec = FdFlag::from_bits_truncate(flags) | FdFlag::FD_CLOEXEC;
     fcntl(borrowed, FcntlArg::F_SETFD(cloexec)).map_err(|e| format!("--json-status {fd}: {e}"))?;
+    // A caller that never reads must not stop the session: a full pipe drops the line.
+    let nonblock = OFlag::from_bits_truncate(status_flags) | OFlag::O_NONBLOCK;
+    fcntl(borrowed, FcntlArg::F_SETFL(nonblock)).map_err(|e| format!("--json-status {fd}: {e}"))?;
     // SAFETY: the caller gave this process the descriptor for the status lines; from here on
     // this File owns it, and nothing else in the launcher uses that number.
     let file = unsafe { std::fs::File::from_raw_fd(fd) };

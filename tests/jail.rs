@@ -1039,6 +1039,22 @@ fn json_status_reports_the_start_and_the_end_with_denials_counted() {
     assert_eq!(end["event"], "exit");
     assert_eq!(end["status"], 3, "{end}");
     assert!(end["denials"].as_u64().is_some_and(|n| n >= 1), "the metadata address was refused: {end}");
+    // A descriptor not open for writing is refused before anything runs.
+    let mut c = j.command(&["-q", "--json-status", "7", "run", "--", "touch", "ran"]);
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let nfd = null.as_raw_fd();
+    // SAFETY: dup2 between descriptors of the child, before exec.
+    unsafe {
+        c.pre_exec(move || {
+            if libc::dup2(nfd, 7) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let ro = j.output(&mut c);
+    assert!(ro.code == 126 && ro.stderr.contains("not open for writing"), "{ro}");
+    assert!(!j.project.join("ran").exists());
     let (out, lines) = status(&["-q", "--json-status", "7", "--project", "/nonexistent-asb", "run", "--", "true"]);
     assert_eq!(out.code, 126, "{out}");
     assert_eq!(lines.len(), 1, "{lines:?}");
@@ -1181,4 +1197,21 @@ PY"
         let procs: usize = result.lines().find_map(|l| l.strip_prefix("procs=")?.parse().ok()).unwrap_or(99);
         assert!(procs <= 4, "only its own processes (init, sh, python, ...): {result}");
     }
+}
+
+/// With a parent of the state directory writable (`--rw ~/.local`), the jail cannot move the
+/// directories above its mask away to make a state directory of its own (audit log, control
+/// sockets, locks, jobs) for the user's later sessions.
+#[test]
+fn the_directories_above_a_hidden_path_in_a_writable_tree_cannot_be_moved() {
+    let j = jail!("state-move");
+    let out = j.run_with(
+        &["--rw", "~/.local"],
+        "mv ~/.local/state ~/.local/state.moved 2>&1 && echo MOVED; ls -A ~/.local/state/agent-sandbox | wc -l; \
+         mkdir -p ~/.local/state/agent-sandbox/sessions 2>&1 || echo NO-PLANT",
+    );
+    let _ = std::fs::rename(j.rig.home.join(".local/state.moved"), j.rig.home.join(".local/state"));
+    assert!(!out.stdout.contains("MOVED"), "the state directory's parent was moved: {out}");
+    assert!(out.stdout.contains("NO-PLANT"), "nothing can be made in the hidden state directory: {out}");
+    assert!(j.rig.home.join(".local/state/agent-sandbox/audit.jsonl").exists(), "the real state directory is in place");
 }

@@ -852,6 +852,19 @@ fn allow_from_outside_widens_a_running_session_for_a_time_and_nothing_inside_can
         c.arg("allow").arg("--session").arg(&sid).args(args);
         j.output(&mut c)
     };
+    // The socket's path is not secret: a request without the session's token (what a Landlock
+    // jail allowed unix sockets could send) changes nothing.
+    let socket = j.rig.home.join(format!(".local/state/agent-sandbox/sessions/{sid}.allow"));
+    let forged = format!(
+        "import socket; s = socket.socket(socket.AF_UNIX); s.connect('{}'); \
+         s.sendall(b'{{\"token\":\"0000\",\"what\":\"host\",\"rule\":\"other.test\",\"seconds\":600}}\\n'); \
+         print(s.recv(4096).decode())",
+        socket.display()
+    );
+    let forged = j.output(j.as_user("python3").arg("-c").arg(&forged));
+    assert!(forged.stdout.contains("\"ok\":false") && forged.stdout.contains("token"), "{forged}");
+    let useless = allow(&["host", "localhost"]);
+    assert!(useless.code == 1 && useless.stderr.contains("cannot be allowed"), "a floor is not granted: {useless}");
     let granted = allow(&["--for", "2s", "host", "other.test"]);
     assert_eq!(granted.code, 0, "{granted}");
     assert!(granted.stdout.contains("`other.test` is allowed in this session for 2 s"), "{granted}");

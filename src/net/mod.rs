@@ -121,6 +121,7 @@ pub fn start(
         mode: net.effective.as_str(),
         credentials: credential_endpoints(net),
         control,
+        grant_bound: net.grant_bound.clone(),
     };
     match (net.jail, fds.len()) {
         (JailNet::Tun, 1) => supervisor::spawn(fds.remove(0), cfg),

@@ -281,6 +281,14 @@ impl Net {
         matches!(*self, Net::V4 { len: 32, .. } | Net::V6 { len: 128, .. })
     }
 
+    /// The prefix's first address (a probe for a grant of the whole prefix).
+    fn first(&self) -> IpAddr {
+        match *self {
+            Net::V4 { addr, .. } => IpAddr::V4(Ipv4Addr::from(addr)),
+            Net::V6 { addr, .. } => IpAddr::V6(std::net::Ipv6Addr::from(addr)),
+        }
+    }
+
     /// The prefix length as an IPv6 prefix (an IPv4 /n is the mapped /(n+96)).
     fn len6(&self) -> u8 {
         match *self {
@@ -847,14 +855,32 @@ impl RuleSet {
     }
 
     /// Allows `rule` (a rule as in `net.allow`) until `until`, for this set and every clone of
-    /// it: the user's grant from outside the jail. Floors and admin blocks still win.
-    pub fn grant(&self, rule: &str, until: std::time::Instant) -> Result<(), RuleError> {
-        let parsed: Rule = rule.parse()?;
+    /// it: the user's grant from outside the jail. Floors and admin blocks still win, and a
+    /// grant they would make useless is refused with their reason (rather than reported as
+    /// granted). Returns the rule as normalized.
+    pub fn grant(&self, rule: &str, until: std::time::Instant) -> Result<String, String> {
+        let parsed: Rule = rule.parse().map_err(|e: RuleError| e.to_string())?;
         let text = parsed.to_string();
-        if let Ok(mut g) = self.grants.0.lock() {
-            g.push((parsed, text, until));
+        let (name, ip): (Option<String>, Option<IpAddr>) = match &parsed.target {
+            Target::Host(h) => (Some(h.clone()), None),
+            Target::Suffix(s) => (Some(format!("a.{s}")), None),
+            Target::Net(n) => (None, Some(n.first())),
+            Target::All => (None, None),
+        };
+        let port = parsed.port.unwrap_or(443);
+        let Ok(mut g) = self.grants.0.lock() else { return Err("the grants are unavailable".into()) };
+        g.push((parsed, text.clone(), until));
+        drop(g);
+        if name.is_some() || ip.is_some() {
+            let d = self.evaluate(name.as_deref(), ip.map(canonical_ip), ip, port, true);
+            if !d.allowed {
+                if let Ok(mut g) = self.grants.0.lock() {
+                    g.pop();
+                }
+                return Err(d.reason);
+            }
         }
-        Ok(())
+        Ok(text)
     }
 
     /// Decide one flow. Never panics.
@@ -1071,8 +1097,8 @@ mod tests {
         let clone = s.clone();
         let later = std::time::Instant::now() + std::time::Duration::from_secs(60);
         s.grant("github.com", later).unwrap();
-        s.grant("*.evil.test", later).unwrap();
-        s.grant("127.0.0.1", later).unwrap();
+        assert!(s.grant("*.evil.test", later).is_err(), "the admin blocks it: refused, not granted");
+        assert!(s.grant("127.0.0.1", later).is_err(), "a floor: refused, not granted");
         let d = clone.decide(&gh);
         assert!(d.allowed && d.reason.contains("agent-sandbox allow"), "a clone shares the grant: {d:?}");
         assert!(clone.name_allowed("github.com").allowed, "and the name resolves");
@@ -1080,9 +1106,13 @@ mod tests {
         assert!(!s.decide(&dst(Some("x.evil.test"), None, 443, Proto::Tcp)).allowed, "an admin block holds");
         assert!(!s.decide(&dst(None, Some("127.0.0.1"), 80, Proto::Tcp)).allowed, "a floor holds");
         assert!(s.grant("not a rule!", later).is_err());
-        let past = std::time::Instant::now();
+        assert!(s.grant("localhost", later).is_err_and(|e| e.contains("floor")), "a useless grant is refused");
+        assert!(s.grant("allowed.test:25", later).is_err(), "a floor port");
+        let soon = std::time::Instant::now() + std::time::Duration::from_millis(50);
         let s2 = set(&[("*", Block, User)]);
-        s2.grant("github.com", past).unwrap();
+        s2.grant("github.com", soon).unwrap();
+        assert!(s2.decide(&gh).allowed);
+        std::thread::sleep(std::time::Duration::from_millis(80));
         assert!(!s2.decide(&gh).allowed, "a grant ends with its time");
     }
 

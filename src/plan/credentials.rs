@@ -187,6 +187,7 @@ mod tests {
             publish: vec![],
             deny_private: false,
             credentials: vec![],
+            grant_bound: None,
         }
     }
 
@@ -271,6 +272,7 @@ mod more_tests {
             publish: vec![],
             deny_private: false,
             credentials: vec![],
+            grant_bound: None,
         };
         let cred = |env: &str, header: &str, prefix: &str| Credential {
             env: env.into(),

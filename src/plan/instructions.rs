@@ -130,6 +130,7 @@ mod tests {
             publish: vec![],
             deny_private: false,
             credentials: vec![],
+            grant_bound: None,
         }
     }
 

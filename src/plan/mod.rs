@@ -71,6 +71,9 @@ pub struct NetPlan {
     pub deny_private: bool,
     /// API keys kept outside the jail, added by the supervisor (`credentials.rs`).
     pub credentials: Vec<credentials::CredentialRoute>,
+    /// The administrator's net.allow (None if the admin set none): what `agent-sandbox allow`
+    /// may grant is bounded by it as the user's own net.allow is.
+    pub grant_bound: Option<Vec<String>>,
 }
 
 /// The jail's side of a network mode: what its init makes and hands out.
@@ -522,8 +525,12 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
         // A home bound as a whole (read/write modes) was rebuilt without its hidden paths.
         let rebuilt =
             |w: &PathBuf| w == &base.home && matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Write);
-        if trees.writable.iter().any(|w| h.starts_with(w) && &h != w && !rebuilt(w)) {
+        if let Some(w) = trees.writable.iter().find(|w| h.starts_with(w) && &h != *w && !rebuilt(w)) {
             if let Some(k) = fs.kind(&h) {
+                // The directories between the tree and the mask are pinned: renaming one
+                // (`mv ~/.local/state x` under `--rw ~/.local`) would carry the mask away and
+                // leave the name free for a copy the jail makes (the state directory above all).
+                pin_ancestors(b, w, &h);
                 b.push(MountSpec::Mask { target: h, dir: k == Kind::Dir });
             }
         }
@@ -532,6 +539,9 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
         let p = expand_tilde(&f.value, &base.home);
         for p in fs::expand_glob(fs, &p) {
             if let Some(k) = fs.kind(&p) {
+                if let Some(w) = trees.writable.iter().find(|w| p.starts_with(w) && &p != *w) {
+                    pin_ancestors(b, w, &p);
+                }
                 b.push(MountSpec::Mask { target: p, dir: k == Kind::Dir });
             }
         }
@@ -602,6 +612,9 @@ fn finish(
     let creds = policy.agent.as_ref().and_then(|a| a.value.credentials.clone()).unwrap_or_default();
     let mut net = net;
     net.credentials = credentials::routes(&creds, &net, &envp.vars, &facts.env)?;
+    let admin_allow: Vec<String> =
+        policy.net_allow.iter().filter(|e| e.source.is_admin()).map(|e| normalized_rule(&e.value)).collect();
+    net.grant_bound = (!admin_allow.is_empty()).then_some(admin_allow);
     credentials::apply(&mut envp.vars, &net.credentials);
     let landlock = (backend == BackendKind::Landlock).then(|| {
         landlock_plan(&mounts, &net, landlock_session(facts, req, mail_block), facts, req, policy.host_terminals.value)
@@ -674,6 +687,11 @@ fn finish(
         },
         warnings,
     })
+}
+
+/// A rule as the matcher prints it (`GitHub.com.` -> `github.com`), or as written.
+fn normalized_rule(r: &str) -> String {
+    r.parse::<crate::netrules::matcher::Rule>().map(|r| r.to_string()).unwrap_or_else(|_| r.to_string())
 }
 
 fn entry_err(key: &str, entry: &str, why: &str) -> PlanError {

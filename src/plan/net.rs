@@ -86,6 +86,7 @@ pub(super) fn choose_net(policy: &Policy, backend: BackendKind, facts: &HostFact
         publish: policy.net_publish.value.clone(),
         deny_private: policy.net_deny_private.value || effective == NetMode::Proxied,
         credentials: vec![],
+        grant_bound: None,
     };
     let Err(why) = net_available(asked, backend, facts) else {
         return Ok(plan(asked, None));

@@ -67,7 +67,7 @@ pub fn spawn(listeners: Vec<OwnedFd>, cfg: NetConfig) -> io::Result<()> {
     let socks = std::net::TcpListener::from(socks);
     http.set_nonblocking(true)?;
     socks.set_nonblocking(true)?;
-    let control = cfg.control.clone().map(|path| (path, cfg.rules.clone(), cfg.audit.clone()));
+    let control = cfg.control.clone().map(|path| (path, cfg.rules.clone(), cfg.audit.clone(), cfg.grant_bound.clone()));
     let ctx = Arc::new(Ctx {
         rules: cfg.rules,
         upstreams: cfg.upstreams,
@@ -78,8 +78,8 @@ pub fn spawn(listeners: Vec<OwnedFd>, cfg: NetConfig) -> io::Result<()> {
     super::spawn_service("proxy", "the jail's proxies", move || async move {
         let http = TcpListener::from_std(http)?;
         let socks = TcpListener::from_std(socks)?;
-        if let Some((path, rules, audit)) = control {
-            tokio::spawn(crate::net::control::serve(path, rules, audit));
+        if let Some((path, rules, audit, bound)) = control {
+            tokio::spawn(crate::net::control::serve(path, rules, audit, bound));
         }
         tokio::spawn(accept_loop(socks, ctx.clone(), Kind::Socks));
         accept_loop(http, ctx, Kind::Http).await;

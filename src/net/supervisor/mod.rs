@@ -60,6 +60,8 @@ pub struct NetConfig {
     pub credentials: Vec<Arc<inject::Endpoint>>,
     /// The session's control socket (`net::control`), for `agent-sandbox allow`.
     pub control: Option<std::path::PathBuf>,
+    /// The administrator's net.allow, which bounds a grant too (None: no such list).
+    pub grant_bound: Option<Vec<String>>,
 }
 
 /// Starts the supervisor thread. Its failure (or a panic in the stack) stops the jail's
@@ -118,7 +120,7 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
     // SAFETY: mallopt only changes allocator tuning; called before the buffers exist.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) };
     if let Some(path) = cfg.control.clone() {
-        tokio::spawn(crate::net::control::serve(path, cfg.rules.clone(), cfg.audit.clone()));
+        tokio::spawn(crate::net::control::serve(path, cfg.rules.clone(), cfg.audit.clone(), cfg.grant_bound.clone()));
     }
     let shared = Arc::new(Shared {
         rules: cfg.rules,
