@@ -1215,3 +1215,16 @@ fn the_directories_above_a_hidden_path_in_a_writable_tree_cannot_be_moved() {
     assert!(out.stdout.contains("NO-PLANT"), "nothing can be made in the hidden state directory: {out}");
     assert!(j.rig.home.join(".local/state/agent-sandbox/audit.jsonl").exists(), "the real state directory is in place");
 }
+
+/// The bell: an agent's notification hook (Claude Code's `Notification` hook, codex's
+/// `notify`) rings the user's terminal with BEL, through the jail's own terminal, so tmux or
+/// the terminal marks the window that needs attention.
+#[test]
+fn the_terminal_bell_reaches_the_users_terminal() {
+    let j = jail!("bell");
+    let launcher = format!("{} -q run -- sh -c \"printf 'ding\\a'\"", j.rig.bin.display());
+    let mut cmd = j.as_user("script");
+    cmd.args(["-qec", &launcher, "/dev/null"]).env("TERM", "xterm");
+    let out = j.output(&mut cmd);
+    assert!(out.stdout.contains("ding\u{7}"), "BEL passes through: {out:?}");
+}
