@@ -174,21 +174,7 @@ mod tests {
     use crate::policy::NetMode;
 
     fn net(mode: NetMode) -> NetPlan {
-        NetPlan {
-            requested: mode,
-            effective: mode,
-            jail: JailNet::of(mode),
-            rules: vec![],
-            matcher: None,
-            fallback: None,
-            upstreams: vec![],
-            hostname_ports: vec![],
-            host_ports: vec![],
-            publish: vec![],
-            deny_private: false,
-            credentials: vec![],
-            grant_bound: None,
-        }
+        NetPlan::bare(mode)
     }
 
     fn openai() -> Credential {
@@ -259,21 +245,7 @@ mod more_tests {
 
     #[test]
     fn keys_of_one_provider_share_its_endpoint() {
-        let net = NetPlan {
-            requested: NetMode::Filtered,
-            effective: NetMode::Filtered,
-            jail: JailNet::Tun,
-            rules: vec![],
-            matcher: None,
-            fallback: None,
-            upstreams: vec![],
-            hostname_ports: vec![],
-            host_ports: vec![],
-            publish: vec![],
-            deny_private: false,
-            credentials: vec![],
-            grant_bound: None,
-        };
+        let net = NetPlan::bare(NetMode::Filtered);
         let cred = |env: &str, header: &str, prefix: &str| Credential {
             env: env.into(),
             base_url_env: "ANTHROPIC_BASE_URL".into(),

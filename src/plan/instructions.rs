@@ -117,21 +117,7 @@ mod tests {
     use super::*;
 
     fn net(mode: NetMode) -> NetPlan {
-        NetPlan {
-            requested: mode,
-            effective: mode,
-            jail: super::super::JailNet::of(mode),
-            rules: vec![],
-            matcher: None,
-            fallback: None,
-            upstreams: vec![],
-            hostname_ports: vec![],
-            host_ports: vec![],
-            publish: vec![],
-            deny_private: false,
-            credentials: vec![],
-            grant_bound: None,
-        }
+        NetPlan::bare(mode)
     }
 
     #[test]

@@ -76,6 +76,28 @@ pub struct NetPlan {
     pub grant_bound: Option<Vec<String>>,
 }
 
+impl NetPlan {
+    /// A plan of `mode` with nothing else in it, for unit tests of the parts that read one.
+    #[cfg(test)]
+    pub fn bare(mode: NetMode) -> NetPlan {
+        NetPlan {
+            requested: mode,
+            effective: mode,
+            jail: JailNet::of(mode),
+            rules: vec![],
+            matcher: None,
+            fallback: None,
+            upstreams: vec![],
+            hostname_ports: vec![],
+            host_ports: vec![],
+            publish: vec![],
+            deny_private: false,
+            credentials: vec![],
+            grant_bound: None,
+        }
+    }
+}
+
 /// The jail's side of a network mode: what its init makes and hands out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum JailNet {

@@ -314,6 +314,19 @@ def handle_chat(h, body):
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+
+    def finish(self):
+        # Streamed answers end when the connection closes. Over TLS that end must be a
+        # close_notify (what real providers send): a bare TCP close is a truncation to a strict
+        # client (rustls, the supervisor's credential endpoint), which then fails the answer.
+        try:
+            super().finish()
+        finally:
+            if isinstance(self.connection, ssl.SSLSocket):
+                try:
+                    self.connection.unwrap()
+                except (OSError, ValueError):
+                    pass
     server_version = "fakemodel/1"
 
     def log_message(self, fmt, *args):  # quiet: the JSON log is the record

@@ -135,7 +135,10 @@ async fn forward(req: Request<Incoming>, ep: &Endpoint, shared: &Shared) -> Resp
     parts.version = Version::HTTP_11;
     let tls = match connect(r, &ep.tls, shared).await {
         Ok(s) => s,
-        Err(why) => return text(StatusCode::BAD_GATEWAY, &format!("{}: {why}", r.host)),
+        Err(why) => {
+            tracing::warn!(host = %r.host, "credential endpoint: {why}");
+            return text(StatusCode::BAD_GATEWAY, &format!("{}: {why}", r.host));
+        }
     };
     let (mut sender, conn) = match hyper::client::conn::http1::handshake(TokioIo::new(tls)).await {
         Ok(x) => x,
