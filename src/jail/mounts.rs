@@ -229,7 +229,7 @@ fn beneath() -> nix::fcntl::ResolveFlag {
 
 /// An `O_PATH` descriptor of `root/rel` (the root itself may be reached through symlinks: the
 /// jail cannot change what leads to it).
-fn open_beneath(root: &Path, rel: &Path) -> io::Result<std::os::fd::OwnedFd> {
+pub(super) fn open_beneath(root: &Path, rel: &Path) -> io::Result<std::os::fd::OwnedFd> {
     use nix::fcntl::{open, openat2, OFlag, OpenHow};
     let root_fd = open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
         .map_err(errno)?;

@@ -26,73 +26,56 @@ pub enum PlaceholderError {
 /// below the one before without following a symlink (the jail of an earlier session could
 /// write the levels that exist). They stay: they are the agent's own.
 pub fn make_home_entries(home: &Path, dirs: &[PathBuf], files: &[PathBuf]) -> Result<(), PlaceholderError> {
-    use nix::fcntl::{open, openat, openat2, OFlag, OpenHow, ResolveFlag};
-    use nix::sys::stat::{mkdirat, Mode};
-    let how = || {
-        OpenHow::new()
-            .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
-            .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH)
+    let err = |path: &Path| {
+        let path = path.to_path_buf();
+        move |err| PlaceholderError::Create { path, err }
     };
-    let dir_of = |path: &Path, make: bool| -> nix::Result<Option<std::os::fd::OwnedFd>> {
-        let Ok(rel) = path.strip_prefix(home) else { return Ok(None) };
-        let mut at = open(home, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
-        for c in rel.components() {
-            if make {
-                match mkdirat(&at, c.as_os_str(), Mode::from_bits_truncate(0o700)) {
-                    Ok(()) | Err(nix::Error::EEXIST) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            at = openat2(&at, c.as_os_str(), how())?;
-        }
-        Ok(Some(at))
-    };
-    fn err(path: &Path) -> impl Fn(nix::Error) -> PlaceholderError + '_ {
-        move |e| PlaceholderError::Create { path: path.to_path_buf(), err: e.into() }
-    }
     for dir in dirs {
-        dir_of(dir, true).map_err(err(dir))?;
+        let Ok(rel) = dir.strip_prefix(home) else { continue };
+        let mut level = home.to_path_buf();
+        for c in rel.components() {
+            level.push(c);
+            match create_beneath(home, &level, Made::Dir(0o700)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(err(dir)(e)),
+            }
+        }
+        // The last level must be a directory reached without a link, made now or before.
+        super::mounts::open_beneath(home, rel).map_err(err(dir))?;
     }
     for file in files {
-        let (Some(parent), Some(name)) = (file.parent(), file.file_name()) else { continue };
-        let Some(at) = dir_of(parent, false).map_err(err(file))? else { continue };
-        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        match openat(&at, name, flags, Mode::from_bits_truncate(0o600)) {
-            Ok(fd) => {
-                std::fs::File::from(fd)
-                    .write_all(b"{}\n")
-                    .map_err(|e| PlaceholderError::Create { path: file.clone(), err: e })?;
-            }
-            Err(nix::Error::EEXIST) => {}
+        match create_beneath(home, file, Made::File(0o600, b"{}\n")) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(err(file)(e)),
         }
     }
     Ok(())
 }
 
-/// Creates `ph` below `root` without following a symlink on the way: a jail of another
-/// session could have swapped a directory for a link since the plan was made.
-fn create_beneath(root: &Path, ph: &Placeholder) -> std::io::Result<()> {
-    use nix::fcntl::{open, openat, openat2, OFlag, OpenHow, ResolveFlag};
+/// What `create_beneath` makes: a directory, or a new file with its contents.
+enum Made<'a> {
+    Dir(u32),
+    File(u32, &'a [u8]),
+}
+
+/// Makes `path` below `root` without following a symlink on the way (a jail of another
+/// session could have swapped a directory for a link since the plan was made), and never
+/// over something that exists (AlreadyExists).
+fn create_beneath(root: &Path, path: &Path, made: Made<'_>) -> std::io::Result<()> {
+    use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::{mkdirat, Mode};
     let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
-    let rel = ph.path.strip_prefix(root).map_err(|_| invalid())?;
+    let rel = path.strip_prefix(root).map_err(|_| invalid())?;
     let name = rel.file_name().ok_or_else(invalid)?;
-    let root_fd = open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
-    let dir = match rel.parent().filter(|p| !p.as_os_str().is_empty()) {
-        None => root_fd,
-        Some(parent) => {
-            let how = OpenHow::new()
-                .flags(OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC)
-                .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
-            openat2(&root_fd, parent, how)?
+    let dir = super::mounts::open_beneath(root, rel.parent().unwrap_or(Path::new("")))?;
+    match made {
+        Made::Dir(mode) => mkdirat(&dir, name, Mode::from_bits_truncate(mode))?,
+        Made::File(mode, contents) => {
+            let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            File::from(openat(&dir, name, flags, Mode::from_bits_truncate(mode))?).write_all(contents)?;
         }
-    };
-    if ph.dir {
-        mkdirat(&dir, name, Mode::from_bits_truncate(0o755))?;
-    } else {
-        let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-        drop(openat(&dir, name, flags, Mode::from_bits_truncate(0o644))?);
     }
     Ok(())
 }
@@ -216,7 +199,8 @@ impl ProjectLock {
         let mut lines = String::new();
         let mut result = Ok(());
         for ph in list {
-            let r = create_beneath(&self.project, ph);
+            let made = if ph.dir { Made::Dir(0o755) } else { Made::File(0o644, b"") };
+            let r = create_beneath(&self.project, &ph.path, made);
             match r {
                 Ok(()) => lines.push_str(&format!("{}\t{}\n", if ph.dir { "d" } else { "f" }, ph.path.display())),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

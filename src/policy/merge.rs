@@ -257,19 +257,13 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         set(&mut p.mail_block, &m.block, src);
     }
     if let Some(lim) = &l.limits {
+        // A later layer's value replaces an earlier one (the admin's, applied last, bounds them).
         let parsed = Limits::parse(lim, src)?;
-        for (slot, v) in [
-            (&mut p.limits.mem, parsed.mem),
-            (&mut p.limits.pids, parsed.pids),
-            (&mut p.limits.timeout, parsed.timeout),
-        ] {
-            if v.is_some() && !slot.as_ref().is_some_and(|s| s.locked) {
-                *slot = v;
-            }
-        }
-        if parsed.cpus.is_some() && !p.limits.cpus.as_ref().is_some_and(|s| s.locked) {
-            p.limits.cpus = parsed.cpus;
-        }
+        let lim = &mut p.limits;
+        lim.mem = parsed.mem.or(lim.mem.take());
+        lim.pids = parsed.pids.or(lim.pids.take());
+        lim.timeout = parsed.timeout.or(lim.timeout.take());
+        lim.cpus = parsed.cpus.or(lim.cpus.take());
     }
     if let Some(a) = &l.agent {
         p.agent = Some(Sourced::new(a.clone(), src));
@@ -485,33 +479,10 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
     stricter(&mut p.mail_block, l.mail.as_ref().and_then(|m| m.block), src);
     if let Some(lim) = &l.limits {
         let max = Limits::parse(lim, src)?;
-        let mut cap = |key: &str, slot: &mut Option<Sourced<u64>>, max: Option<Sourced<u64>>| {
-            let Some(mut m) = max else { return };
-            if let Some(asked) = slot.as_ref().filter(|s| s.value > m.value) {
-                p_warn(
-                    &mut p.warnings,
-                    format!("limits.{key} {} lowered to the administrator's maximum {}", asked.value, m.value),
-                );
-            }
-            if slot.as_ref().is_none_or(|s| s.value > m.value) {
-                m.locked = true;
-                *slot = Some(m);
-            } else if let Some(s) = slot.as_mut() {
-                s.locked = true;
-            }
-        };
-        cap("mem", &mut p.limits.mem, max.mem);
-        cap("pids", &mut p.limits.pids, max.pids);
-        cap("timeout", &mut p.limits.timeout, max.timeout);
-        let cpus = max.cpus.map(|c| Sourced { value: u64::from(c.value), source: c.source, locked: c.locked });
-        let mut as_u64 =
-            p.limits.cpus.take().map(|c| Sourced { value: u64::from(c.value), source: c.source, locked: c.locked });
-        cap("cpus", &mut as_u64, cpus);
-        p.limits.cpus = as_u64.map(|c| Sourced {
-            value: u32::try_from(c.value).unwrap_or(u32::MAX),
-            source: c.source,
-            locked: c.locked,
-        });
+        cap(&mut p.warnings, "mem", &mut p.limits.mem, max.mem);
+        cap(&mut p.warnings, "pids", &mut p.limits.pids, max.pids);
+        cap(&mut p.warnings, "timeout", &mut p.limits.timeout, max.timeout);
+        cap(&mut p.warnings, "cpus", &mut p.limits.cpus, max.cpus);
     }
     let process = l.process.as_ref();
     permit(&mut p.nested_userns, process.and_then(|pr| pr.nested_userns), src);
@@ -521,8 +492,26 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
     Ok(())
 }
 
-fn p_warn(w: &mut Vec<String>, s: String) {
-    w.push(s);
+/// An administrator's limit is a maximum: a higher value (said in a warning) or none becomes
+/// the maximum; a lower one stays. Locked either way.
+fn cap<T: PartialOrd + fmt::Display>(
+    warnings: &mut Vec<String>,
+    key: &str,
+    slot: &mut Option<Sourced<T>>,
+    max: Option<Sourced<T>>,
+) {
+    let Some(mut m) = max else { return };
+    match slot {
+        Some(s) if s.value <= m.value => s.locked = true,
+        _ => {
+            if let Some(asked) = slot.as_ref() {
+                warnings
+                    .push(format!("limits.{key} {} lowered to the administrator's maximum {}", asked.value, m.value));
+            }
+            m.locked = true;
+            *slot = Some(m);
+        }
+    }
 }
 
 /// Per-session limits, each with the layer that set it.
