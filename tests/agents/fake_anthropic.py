@@ -112,27 +112,16 @@ def _usage(out_tokens=5):
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
 
+def _request_id():
+    return {"request-id": "req_fake_" + uuid.uuid4().hex[:16]}
+
+
 def _send_json(h, code, obj):
-    data = json.dumps(obj).encode()
-    h.send_response(code)
-    h.send_header("Content-Type", "application/json")
-    h.send_header("Content-Length", str(len(data)))
-    h.send_header("request-id", "req_fake_" + uuid.uuid4().hex[:16])
-    h.end_headers()
-    h.wfile.write(data)
+    h.send_json(code, obj, headers=_request_id())
 
 
 def _send_sse(h, events):
-    h.send_response(200)
-    h.send_header("Content-Type", "text/event-stream")
-    h.send_header("Cache-Control", "no-cache")
-    h.send_header("Connection", "close")
-    h.send_header("request-id", "req_fake_" + uuid.uuid4().hex[:16])
-    h.end_headers()
-    h.close_connection = True
-    for name, obj in events:
-        h.wfile.write(("event: %s\ndata: %s\n\n" % (name, json.dumps(obj))).encode())
-        h.wfile.flush()
+    h.send_sse(events, headers=_request_id())
 
 
 def _stream_events(msg_id, model, blocks, stop_reason):

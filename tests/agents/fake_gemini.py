@@ -141,28 +141,11 @@ def _response(model, parts):
 
 
 def _send_json(h, code, obj):
-    data = json.dumps(obj).encode()
-    h.send_response(code)
-    h.send_header("Content-Type", "application/json; charset=UTF-8")
-    h.send_header("Content-Length", str(len(data)))
-    h.end_headers()
-    h.wfile.write(data)
+    h.send_json(code, obj, content_type="application/json; charset=UTF-8")
 
 
 def _send_sse(h, objs):
-    h.send_response(200)
-    h.send_header("Content-Type", "text/event-stream")
-    h.send_header("Cache-Control", "no-cache")
-    h.send_header("Connection", "close")
-    h.end_headers()
-    h.close_connection = True
-    for obj in objs:
-        h.wfile.write(("data: %s\r\n\r\n" % json.dumps(obj)).encode())
-        h.wfile.flush()
-
-
-MODELS = ["gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite",
-          "gemini-3-pro-preview", "gemini-3-flash-preview"]
+    h.send_sse([(None, o) for o in objs], eol="\r\n")
 
 
 def handle(h, method, path, body_bytes):

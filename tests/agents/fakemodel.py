@@ -355,26 +355,32 @@ class Handler(BaseHTTPRequestHandler):
             pass  # leave it as sent; it will be logged and answered 400
         return data
 
-    def send_json(self, code, obj):
+    def send_json(self, code, obj, content_type="application/json", headers=None):
+        """One JSON answer; `headers` are the provider's own extras (a request id)."""
         data = json.dumps(obj).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.end_headers()
         self.wfile.write(data)
 
-    def send_sse(self, events):
+    def send_sse(self, events, headers=None, eol="\n"):
         """events: [(event_name or None, obj or str)]. The stream ends by closing
-        the connection: no Content-Length, Connection: close."""
+        the connection: no Content-Length, Connection: close. `eol` ends each line
+        (Google's API uses CRLF)."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
         self.end_headers()
         self.close_connection = True
         for name, obj in events:
             data = obj if isinstance(obj, str) else json.dumps(obj)
-            frame = ("event: %s\n" % name if name else "") + "data: %s\n\n" % data
+            frame = ("event: %s%s" % (name, eol) if name else "") + "data: %s%s%s" % (data, eol, eol)
             self.wfile.write(frame.encode())
             self.wfile.flush()
 
