@@ -314,7 +314,7 @@ impl Launch {
             Origin::Job { job, .. } => ("job_start", "job_end", *job),
         };
         // The audit log's length now: the session's denials are counted after it at the end.
-        let log_start = std::fs::metadata(log.path()).map(|m| m.len()).unwrap_or(0);
+        let log_start = crate::status::enabled().then(|| std::fs::metadata(log.path()).map(|m| m.len()).unwrap_or(0));
         let mut start = log.record(start_event);
         start.project = Some(plan.project.display().to_string());
         start.program = plan.command.first().map(|c| c.rsplit('/').next().unwrap_or(c).to_string());
@@ -375,8 +375,10 @@ impl Launch {
         end.job = job;
         end.duration_ms = Some(began.elapsed().as_millis() as u64);
         log.write(&end);
-        let denials = crate::status::count_denials(log.path(), log_start, &log.session);
-        crate::status::ended(&log.session, end.exit, end.signal, denials, end.duration_ms.unwrap_or(0));
+        if let Some(from) = log_start {
+            let denials = crate::status::count_denials(log.path(), from, &log.session);
+            crate::status::ended(&log.session, end.exit, end.signal, denials, end.duration_ms.unwrap_or(0));
+        }
         crate::net::supervisor::defer_teardown();
         Ok(if timed_out { EXIT_TIMEOUT } else { outcome.code() })
     }

@@ -43,6 +43,11 @@ pub fn open(fd: i32) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether a caller asked for status lines (what they need is gathered only then).
+pub fn enabled() -> bool {
+    STATUS.lock().is_ok_and(|s| s.is_some())
+}
+
 fn write(v: serde_json::Value) {
     let Ok(mut s) = STATUS.lock() else { return };
     if let Some(f) = s.as_mut() {
