@@ -323,6 +323,12 @@ impl Launch {
         start.warnings = plan.warnings.clone();
         start.job = job;
         log.write(&start);
+        // A job's task starting and ending on a node: the governors of the project's sessions
+        // reuse no answer from before (through the shared state directory, where there is one).
+        let events = job.map(|_| chaperon::scope::Registry::new(&facts.state_dir()).events(&plan.project));
+        if let Some(e) = &events {
+            chaperon::governor::mark(e);
+        }
         crate::status::started(
             &log.session,
             &plan.project.display().to_string(),
@@ -354,6 +360,7 @@ impl Launch {
             Origin::Session { .. } => None,
         };
         let mut session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
+        session.governor = plan.slurm;
         session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
         let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log, control);
         if let Some(socket) = &door.socket {
@@ -373,6 +380,9 @@ impl Launch {
             (end.exit, end.signal) = (Some(EXIT_TIMEOUT), None);
         }
         end.job = job;
+        if let Some(e) = &events {
+            chaperon::governor::mark(e);
+        }
         end.duration_ms = Some(began.elapsed().as_millis() as u64);
         log.write(&end);
         if let Some(from) = log_start {

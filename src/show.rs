@@ -60,6 +60,7 @@ pub fn plan(p: &Plan) -> String {
         }
     }
     let _ = writeln!(s, "  limits    {}", p.limits.summary());
+    let _ = writeln!(s, "  slurm     {}", p.slurm.summary());
     for r in &p.net.credentials {
         let keys: Vec<&str> = r.keys.iter().map(|k| k.env.as_str()).collect();
         let _ = writeln!(
@@ -299,6 +300,11 @@ pub fn policy(p: &Policy, paths: &PolicyPaths) -> String {
     if let Some(c) = &p.limits.cpus {
         scalar(&mut s, "limits.cpus", c);
     }
+    let interval = &p.slurm.query_interval;
+    let interval =
+        Sourced { value: format!("{}s", interval.value), source: interval.source.clone(), locked: interval.locked };
+    scalar(&mut s, "slurm.query_interval", &interval);
+    scalar(&mut s, "slurm.queries_per_minute", &p.slurm.queries_per_minute);
     if let Some(a) = &p.agent {
         let _ =
             writeln!(s, "  agent                    {:?} [{}]", a.value.command.clone().unwrap_or_default(), a.source);

@@ -63,6 +63,9 @@ pub struct Session {
     /// What stdin is: the Landlock backend's channel (true) or a listening socket.
     #[serde(default)]
     pub channel: bool,
+    /// How the chaperon spares the scheduler (the plan's, from `[slurm]`).
+    #[serde(default)]
+    pub governor: chaperon::governor::Settings,
     /// Variables of the launcher's environment the chaperon is not given: the API keys the
     /// supervisor keeps outside the jail (the chaperon needs none).
     #[serde(skip)]
@@ -90,6 +93,7 @@ impl Session {
             frozen,
             launcher: std::process::id() as i32,
             channel: false,
+            governor: chaperon::governor::Settings::default(),
             withheld: vec![],
         }
     }
@@ -163,6 +167,8 @@ pub fn chaperon_main() -> i32 {
     let door = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(0) };
     let (channel, launcher) = (s.channel, s.launcher);
     let log = AuditLog::for_session(&s.state_dir, &s.session);
+    let events = chaperon::scope::Registry::new(&s.state_dir).events(&s.project);
+    let governor = chaperon::governor::Governor::new(s.governor, Some(events));
     let cfg = chaperon::session::Config {
         uid: s.uid,
         user: s.user,
@@ -175,6 +181,7 @@ pub fn chaperon_main() -> i32 {
         slurm_bin: slurm_bin(),
         audit: Box::new(move |a| write_audit(&log, a)),
         cluster: std::sync::OnceLock::new(),
+        governor,
     };
     let cfg = std::sync::Arc::new(cfg);
     if channel {

@@ -75,4 +75,7 @@ fi
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The release build: what the memory test measures (tests/jail.rs, fifty sessions).
+cargo build --release --bin agent-sandbox
+chmod o+rx target/release 2>/dev/null || true
 cargo test --workspace

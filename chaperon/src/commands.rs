@@ -19,6 +19,7 @@ pub mod sshare;
 pub mod sstat;
 
 use crate::call::{Call, Stdio};
+use crate::governor::{Answer, Source, Ticket};
 use crate::refusal::Refusal;
 use crate::session::{Audit, Config};
 use crate::wire::{Request, Response};
@@ -35,6 +36,8 @@ pub enum Handling {
     Handled {
         handle: Handler,
         lasts: Lasts,
+        /// Which of its calls only read, so the governor may answer them from an identical call's.
+        reads: Reads,
         /// What a sandboxed session gets, one line for docs/slurm.md.
         gives: &'static str,
     },
@@ -56,8 +59,31 @@ pub enum Lasts {
     Work,
 }
 
-const fn handled(name: &'static str, handle: Handler, lasts: Lasts, gives: &'static str) -> Command {
-    Command { name, handling: Handling::Handled { handle, lasts, gives } }
+/// Which calls of a command only read what Slurm knows and change nothing: the governor
+/// (`crate::governor`) may answer those from an identical call's answer; every other call
+/// makes the answers it kept stale.
+#[derive(Clone, Copy)]
+pub enum Reads {
+    /// Every call only reads, from there.
+    Always(Source),
+    Never,
+    /// The calls whose arguments this accepts (it is given them without the program name).
+    When(fn(&[String]) -> bool, Source),
+}
+
+impl Reads {
+    /// Where the call's answer comes from, if it only reads.
+    pub fn only(self, argv: &[String]) -> Option<Source> {
+        match self {
+            Reads::Always(from) => Some(from),
+            Reads::Never => None,
+            Reads::When(f, from) => f(argv).then_some(from),
+        }
+    }
+}
+
+const fn handled(name: &'static str, handle: Handler, lasts: Lasts, reads: Reads, gives: &'static str) -> Command {
+    Command { name, handling: Handling::Handled { handle, lasts, reads, gives } }
 }
 
 const fn refused(name: &'static str, reason: &'static str) -> Command {
@@ -71,6 +97,7 @@ pub const COMMANDS: &[Command] = &[
         "sbatch",
         sbatch::handle,
         Lasts::Work,
+        Reads::Never,
         "a script file (inside the project), a script on stdin (`sbatch < job.sh`), or `--wrap`; `#SBATCH` \
          directives are read exactly as Slurm 22.05 reads them and checked like command-line options; arrays \
          (`-a`), dependencies on your project's jobs, `--wait`, `--parsable`, `--test-only`, `--export` (applied \
@@ -80,6 +107,7 @@ pub const COMMANDS: &[Command] = &[
         "srun",
         srun::handle,
         Lasts::Work,
+        Reads::Never,
         "outside a job: a new allocation; inside a batch job: a step of that job. Every task starts inside the \
          jail on its node; output streams live; Ctrl-C goes to srun (twice within a second cancels the step, as \
          usual); `--pty` gives an interactive shell in the jail",
@@ -88,6 +116,7 @@ pub const COMMANDS: &[Command] = &[
         "squeue",
         squeue::handle,
         Lasts::Query,
+        Reads::Always(Source::Controller),
         "your project's jobs (`--json` and `--yaml` are filtered too: the chaperon narrows Slurm's JSON and \
          writes YAML from it itself)",
     ),
@@ -95,6 +124,7 @@ pub const COMMANDS: &[Command] = &[
         "scancel",
         scancel::handle,
         Lasts::Query,
+        Reads::Never,
         "your project's jobs, by id or by filter (`--name`, `--state`...) within them; a bare `scancel` fails \
          like the real one",
     ),
@@ -102,25 +132,28 @@ pub const COMMANDS: &[Command] = &[
         "scontrol",
         scontrol::handle,
         Lasts::Query,
+        Reads::When(scontrol::reads_only, Source::Controller),
         "`show job/step` of your project's jobs; `show partition/node/config/...` as they are; `hold`, \
          `release`, `requeue`, `update JobId=...` of your project's jobs with safe keys only",
     ),
-    handled("sacct", sacct::handle, Lasts::Query, "your project's jobs"),
+    handled("sacct", sacct::handle, Lasts::Query, Reads::Always(Source::Accounting), "your project's jobs"),
     handled(
         "sacctmgr",
         sacctmgr::handle,
         Lasts::Query,
+        Reads::Always(Source::Accounting),
         "`show user/assoc/qos/tres/cluster/config`, users and associations for your own user",
     ),
-    handled("sinfo", sinfo::handle, Lasts::Query, "as on the login node"),
-    handled("sstat", sstat::handle, Lasts::Query, "your project's jobs and steps"),
-    handled("sprio", sprio::handle, Lasts::Query, "your project's jobs"),
-    handled("sshare", sshare::handle, Lasts::Query, "your own associations"),
-    handled("sdiag", sdiag::handle, Lasts::Query, "as on the login node"),
+    handled("sinfo", sinfo::handle, Lasts::Query, Reads::Always(Source::Controller), "as on the login node"),
+    handled("sstat", sstat::handle, Lasts::Query, Reads::Always(Source::Controller), "your project's jobs and steps"),
+    handled("sprio", sprio::handle, Lasts::Query, Reads::Always(Source::Controller), "your project's jobs"),
+    handled("sshare", sshare::handle, Lasts::Query, Reads::Always(Source::Accounting), "your own associations"),
+    handled("sdiag", sdiag::handle, Lasts::Query, Reads::Always(Source::Controller), "as on the login node"),
     handled(
         "sreport",
         sreport::handle,
         Lasts::Query,
+        Reads::Always(Source::Accounting),
         "`cluster Utilization` and `reservation Utilization` as they are; usage per user (`cluster \
          AccountUtilizationByUser`, `UserUtilizationByAccount`, `UserUtilizationByWckey`, \
          `WCKeyUtilizationByUser`, `user TopUsage`) for your own user; `job SizesBy...` over your project's \
@@ -182,7 +215,17 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) ->
     let bound = (lasts == Lasts::Query).then_some(crate::bounded::QUERY_TIMEOUT);
     let mut call = Call { req, cfg, conn, bound, audit };
     let result = match handling {
-        Some(Handling::Handled { handle, .. }) => handle(&mut call, stdio),
+        Some(Handling::Handled { handle, reads, .. }) => match reads.only(&req.argv) {
+            Some(source) => governed(*handle, source, &mut call, stdio),
+            None => {
+                // A call that may change a job: what was kept before it is stale, and so is
+                // what a call running meanwhile brings back.
+                cfg.governor.note_change();
+                let result = handle(&mut call, stdio);
+                cfg.governor.note_change();
+                result
+            }
+        },
         // The stub refuses these itself; a request for one (from elsewhere) is refused here too.
         Some(Handling::Refused(reason)) => Err(Refusal::CommandRefused { command: req.command.clone(), reason }),
         None => Err(Refusal::UnknownCommand(req.command.clone())),
@@ -201,6 +244,57 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) ->
         }
     };
     Handled { response, audit }
+}
+
+/// A read-only call through the governor: answered from an identical call's answer if one is
+/// fresh (or running), else carried out with its output passed on and a copy kept. The key is
+/// everything the answer depends on: the call as written, where it was made, the scope asked
+/// for and the jobs in it now (a new job of the scope is a new key).
+fn governed(handle: Handler, source: Source, call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let (req, cfg) = (call.req, call.cfg);
+    let Ok(scope) = crate::checks::jobs_in_scope(req, cfg) else {
+        // An unknown scope: the handler refuses it, and a refusal asks nothing of Slurm.
+        return handle(call, stdio);
+    };
+    let key = serde_json::json!([req.command, req.argv, req.cwd, req.env.get("SLURM_SCOPE"), scope]).to_string();
+    let fill = match cfg.governor.query(key, source) {
+        Ticket::Answered { answer, age, folded } => {
+            use std::os::fd::AsFd;
+            let timeout = crate::bounded::QUERY_TIMEOUT;
+            crate::bounded::write_all(stdio.stdout.as_fd(), &answer.stdout, timeout)
+                .and_then(|()| crate::bounded::write_all(stdio.stderr.as_fd(), &answer.stderr, timeout))
+                .map_err(|e| Refusal::Failed(format!("writing the answer: {e}")))?;
+            call.audit.reason = Some(match folded {
+                true => "answered by an identical call running at the same time".into(),
+                false => {
+                    format!("answered from the same call {:.1} s earlier (slurm.query_interval)", age.as_secs_f64())
+                }
+            });
+            return Ok(answer.code);
+        }
+        Ticket::Fill(fill) => fill,
+    };
+    if fill.waited >= std::time::Duration::from_millis(500) {
+        use std::os::fd::AsFd;
+        let line = format!(
+            "agent-sandbox: Slurm queries are limited to {} a minute on this system (slurm.queries_per_minute); \
+             this one waited {:.0} s. Poll less often: the answer of the same query is reused for {} s anyway.\n",
+            cfg.governor.settings().queries_per_minute,
+            fill.waited.as_secs_f64(),
+            cfg.governor.settings().query_interval,
+        );
+        let _ = crate::bounded::write_all(stdio.stderr.as_fd(), line.as_bytes(), crate::bounded::QUERY_TIMEOUT);
+    }
+    let Stdio { stdin, stdout, stderr } = stdio;
+    let (tee, stdout, stderr) = crate::governor::Tee::new(stdout, stderr, crate::bounded::QUERY_TIMEOUT)
+        .map_err(|e| Refusal::Failed(format!("cannot pass the answer on: {e}")))?;
+    let result = handle(call, Stdio { stdin, stdout, stderr });
+    let copies = tee.finish();
+    match (&result, copies) {
+        (Ok(code), Some((stdout, stderr))) => fill.done(Some(Answer { code: *code, stdout, stderr })),
+        _ => fill.done(None),
+    }
+    result
 }
 
 /// The table as docs/slurm.md shows it, between `<!-- commands -->` and `<!-- /commands -->`.

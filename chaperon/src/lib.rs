@@ -6,6 +6,7 @@
 //! commands    COMMANDS (every Slurm command: handled here or refused) and dispatch; under it one
 //!             module per command: sbatch srun squeue scancel scontrol sacct sacctmgr sinfo sstat
 //!             sprio sshare sdiag sreport (option table, parser, handler)
+//! governor    spares the scheduler: repeated read-only calls answered from one, a cap per minute
 //! call        one call being carried out: its stdio, its signals, a real command run for it
 //! checks      shared checks: paths in the project, jobs in scope, own user, the local cluster
 //! export      what --export gives a job or step inside the jail
@@ -30,6 +31,7 @@ pub mod call;
 pub mod checks;
 pub mod commands;
 pub mod export;
+pub mod governor;
 pub mod grammar;
 pub mod job;
 pub mod jobid;

@@ -62,6 +62,13 @@ impl Registry {
         self.dir.join(format!("{h:016x}.jsonl"))
     }
 
+    /// The project's events file: marked (its modification time set) when a job of the project
+    /// starts or ends on a node, or a session changes one; the governor of every session of the
+    /// project reads it, to reuse no answer from before.
+    pub fn events(&self, project: &Path) -> PathBuf {
+        self.file(project).with_extension("events")
+    }
+
     /// Appends one job. One `write` of one line with O_APPEND: concurrent submissions from
     /// many sessions never interleave.
     pub fn add(&self, e: &Entry) -> std::io::Result<()> {

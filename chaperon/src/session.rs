@@ -3,6 +3,7 @@
 //! leaves for the audit log (`Audit`), and the clean environment every real Slurm command runs
 //! with (`Config::command`). Reads no request and decides nothing: `commands` does.
 
+use crate::governor::Governor;
 use crate::scope::Registry;
 use std::path::PathBuf;
 use std::process::Command;
@@ -38,6 +39,8 @@ pub struct Config {
     pub audit: Box<dyn Fn(&Audit) + Send + Sync>,
     /// The local cluster's name, learned on first use (`cluster_name`).
     pub cluster: std::sync::OnceLock<Option<String>>,
+    /// The scheduler-load governor of the session's read-only calls.
+    pub governor: Governor,
 }
 
 impl Config {

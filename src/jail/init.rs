@@ -392,6 +392,7 @@ fn supervise(
         }
     }
     crate::timing::mark("child-forked");
+    super::trim_heap();
     let mut passing = SignalPassing::default();
     let mut launcher_open = true;
     loop {

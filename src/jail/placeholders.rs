@@ -236,6 +236,7 @@ impl ProjectLock {
             Ok(nix::unistd::ForkResult::Child) => {
                 drop(w);
                 close_all_but(&[self.file.as_raw_fd(), r.as_raw_fd()]);
+                super::trim_heap();
                 let mut b = [0u8; 1];
                 while matches!(nix::unistd::read(&r, &mut b), Ok(n) if n > 0) {}
                 for p in &self.remove_after {

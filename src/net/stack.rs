@@ -7,6 +7,7 @@
 //! aborts the socket, which answers the jail with RST. A SYN that gets no socket at all is
 //! answered with RST by smoltcp itself.
 
+use crate::net::pages::Pages;
 use crate::netrules::addr;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
@@ -38,14 +39,16 @@ pub fn buffer_for(given: usize) -> Option<usize> {
 /// and decides before smoltcp sees it), output written to the fd at once.
 pub struct TunDevice {
     fd: Arc<OwnedFd>,
-    rx: Vec<u8>,
+    /// A packet as long as the MTU fits each; their pages are mapped (`Pages`), so an idle
+    /// session keeps only what its few small packets touched.
+    rx: Pages,
     rx_len: Option<usize>,
-    tx: Vec<u8>,
+    tx: Pages,
 }
 
 impl TunDevice {
-    fn new(fd: Arc<OwnedFd>) -> TunDevice {
-        TunDevice { fd, rx: vec![0; addr::MTU + 64], rx_len: None, tx: vec![0; addr::MTU + 64] }
+    fn new(fd: Arc<OwnedFd>) -> std::io::Result<TunDevice> {
+        Ok(TunDevice { fd, rx: Pages::zeroed(addr::MTU + 64)?, rx_len: None, tx: Pages::zeroed(addr::MTU + 64)? })
     }
 }
 
@@ -126,8 +129,8 @@ fn endpoint(a: SocketAddr) -> IpListenEndpoint {
 
 impl Stack {
     /// A stack over the tun device `tun` (shared with whatever waits for it to be readable).
-    pub fn new(tun: Arc<OwnedFd>) -> Stack {
-        let mut device = TunDevice::new(tun);
+    pub fn new(tun: Arc<OwnedFd>) -> std::io::Result<Stack> {
+        let mut device = TunDevice::new(tun)?;
         let mut config = Config::new(HardwareAddress::Ip);
         config.random_seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -140,7 +143,7 @@ impl Stack {
             let _ = a.push(IpCidr::new(addr::GATEWAY_V4.into(), addr::PREFIX_V4));
             let _ = a.push(IpCidr::new(addr::GATEWAY_V6.into(), addr::PREFIX_V6));
         });
-        Stack { device, iface, sockets: SocketSet::new(vec![]), epoch: std::time::Instant::now() }
+        Ok(Stack { device, iface, sockets: SocketSet::new(vec![]), epoch: std::time::Instant::now() })
     }
 
     fn now(&self) -> SmolInstant {

@@ -297,6 +297,8 @@ pub struct Plan {
     pub landlock: Option<LandlockPlan>,
     pub git_guard: Option<GitGuardPlan>,
     pub limits: LimitsPlan,
+    /// How the chaperon spares the scheduler (`[slurm]`).
+    pub slurm: chaperon::governor::Settings,
     pub warnings: Vec<String>,
 }
 
@@ -706,6 +708,10 @@ fn finish(
             pids: policy.limits.pids.as_ref().map(|l| l.value),
             timeout: policy.limits.timeout.as_ref().map(|l| l.value),
             by: "rlimits",
+        },
+        slurm: chaperon::governor::Settings {
+            query_interval: policy.slurm.query_interval.value,
+            queries_per_minute: policy.slurm.queries_per_minute.value,
         },
         warnings,
     })

@@ -103,6 +103,9 @@ pub struct Policy {
     /// Per-session limits, parsed (bytes, CPUs, processes, seconds); the admin's are maxima.
     #[serde(default)]
     pub limits: Limits,
+    /// The scheduler-load governor's settings (`[slurm]`).
+    #[serde(default)]
+    pub slurm: SlurmQueries,
     /// Things the merge dropped or changed, said once at startup.
     pub warnings: Vec<String>,
 }
@@ -169,6 +172,7 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
         mail_block: Sourced::new(MailBlock::Auto, &builtin),
         agent: None,
         limits: Limits::default(),
+        slurm: SlurmQueries::default(),
         warnings: vec![],
     };
     for l in layers {
@@ -264,6 +268,11 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         lim.pids = parsed.pids.or(lim.pids.take());
         lim.timeout = parsed.timeout.or(lim.timeout.take());
         lim.cpus = parsed.cpus.or(lim.cpus.take());
+    }
+    if let Some(sl) = &l.slurm {
+        let parsed = SlurmQueries::parse(sl, src)?;
+        p.slurm.query_interval = parsed.query_interval.unwrap_or(p.slurm.query_interval.clone());
+        p.slurm.queries_per_minute = parsed.queries_per_minute.unwrap_or(p.slurm.queries_per_minute.clone());
     }
     if let Some(a) = &l.agent {
         p.agent = Some(Sourced::new(a.clone(), src));
@@ -484,6 +493,11 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
         cap(&mut p.warnings, "timeout", &mut p.limits.timeout, max.timeout);
         cap(&mut p.warnings, "cpus", &mut p.limits.cpus, max.cpus);
     }
+    if let Some(sl) = &l.slurm {
+        let admin = SlurmQueries::parse(sl, src)?;
+        stricter(&mut p.slurm.query_interval, admin.query_interval.map(|s| s.value), src);
+        gentler(&mut p.slurm.queries_per_minute, admin.queries_per_minute.map(|s| s.value), src);
+    }
     let process = l.process.as_ref();
     permit(&mut p.nested_userns, process.and_then(|pr| pr.nested_userns), src);
     permit(&mut p.unix_sockets, process.and_then(|pr| pr.unix_sockets), src);
@@ -550,6 +564,58 @@ impl Limits {
     }
 }
 
+/// How the chaperon spares the scheduler (`[slurm]`), each value with the layer that set it.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct SlurmQueries {
+    /// Seconds a read-only query's answer is reused; 0: never.
+    pub query_interval: Sourced<u64>,
+    /// Real read-only calls per minute, at most (at least 1).
+    pub queries_per_minute: Sourced<u32>,
+}
+
+impl Default for SlurmQueries {
+    /// The built-in values, for a policy frozen before `[slurm]` existed (builtin.toml says
+    /// the same).
+    fn default() -> Self {
+        SlurmQueries {
+            query_interval: Sourced::new(10, &Source::Builtin),
+            queries_per_minute: Sourced::new(30, &Source::Builtin),
+        }
+    }
+}
+
+/// One layer's `[slurm]`, parsed; None where it says nothing.
+struct SlurmLayer {
+    query_interval: Option<Sourced<u64>>,
+    queries_per_minute: Option<Sourced<u32>>,
+}
+
+impl SlurmQueries {
+    fn parse(l: &super::schema::SlurmSection, src: &Source) -> Result<SlurmLayer, PolicyError> {
+        let bad = |key: &str, message: String| PolicyError::Invalid {
+            origin: src.to_string(),
+            key: format!("slurm.{key}"),
+            message,
+        };
+        let query_interval = match l.query_interval.as_deref().map(str::trim) {
+            None => None,
+            // Zero turns the cache off (concurrent identical calls are still one call).
+            Some("0" | "0s") => Some(0),
+            Some(t) => Some(parse_seconds(t).map_err(|e| bad("query_interval", e))?),
+        };
+        if query_interval.is_some_and(|s| s > 3600) {
+            return Err(bad("query_interval", "at most 1h: an older answer is no answer".into()));
+        }
+        if l.queries_per_minute == Some(0) {
+            return Err(bad("queries_per_minute", "must be at least 1 (0 would stop every query)".into()));
+        }
+        Ok(SlurmLayer {
+            query_interval: query_interval.map(|v| Sourced::new(v, src)),
+            queries_per_minute: l.queries_per_minute.map(|v| Sourced::new(v, src)),
+        })
+    }
+}
+
 /// `512M`, `4G`, `1024K`, `1T` or bytes; at least 16 MiB (a smaller limit only breaks the
 /// dynamic loader).
 pub fn parse_size(s: &str) -> Result<u64, String> {
@@ -603,6 +669,16 @@ fn permit(slot: &mut Sourced<bool>, admin: Option<bool>, src: &Source) {
 fn stricter<T: Ord + Copy>(slot: &mut Sourced<T>, admin: Option<T>, src: &Source) {
     if let Some(a) = admin {
         if a > slot.value {
+            *slot = Sourced::new(a, src);
+        }
+        slot.locked = true;
+    }
+}
+
+/// Ordered scalar: the admin's value is a maximum; the result is locked either way.
+fn gentler<T: Ord + Copy>(slot: &mut Sourced<T>, admin: Option<T>, src: &Source) {
+    if let Some(a) = admin {
+        if a < slot.value {
             *slot = Sourced::new(a, src);
         }
         slot.locked = true;
@@ -835,5 +911,27 @@ mod tests {
         assert_eq!(parse_size("512M"), Ok(512 << 20));
         assert_eq!(parse_size("2GiB"), Ok(2 << 30));
         assert_eq!(parse_seconds("8h"), Ok(28800));
+    }
+
+    #[test]
+    fn the_admins_query_interval_is_a_minimum_and_rate_a_maximum() {
+        let p = merge(&[], None).unwrap();
+        assert_eq!((p.slurm.query_interval.value, p.slurm.queries_per_minute.value), (10, 30));
+        let gentle = "[slurm]\nquery_interval = \"15s\"\nqueries_per_minute = 12";
+        for (asked, interval, rate) in [
+            ("[slurm]\nquery_interval = \"0\"\nqueries_per_minute = 600", 15, 12),
+            ("[slurm]\nquery_interval = \"1m\"\nqueries_per_minute = 4", 60, 4),
+        ] {
+            let p = merge(&[user(asked)], Some(&admin(gentle))).unwrap();
+            assert_eq!((p.slurm.query_interval.value, p.slurm.queries_per_minute.value), (interval, rate), "{asked}");
+            assert!(p.slurm.query_interval.locked && p.slurm.queries_per_minute.locked);
+        }
+        let p = merge(&[user("[slurm]\nquery_interval = \"0s\"")], None).unwrap();
+        assert_eq!(p.slurm.query_interval.value, 0, "a user may turn the cache off where no admin says otherwise");
+        for bad in
+            ["[slurm]\nqueries_per_minute = 0", "[slurm]\nquery_interval = \"2h\"", "[slurm]\nquery_interval = \"x\""]
+        {
+            assert!(merge(&[user(bad)], None).is_err(), "{bad}");
+        }
     }
 }

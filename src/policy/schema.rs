@@ -18,6 +18,7 @@ pub struct Layer {
     pub process: Option<ProcessSection>,
     pub mail: Option<MailSection>,
     pub limits: Option<LimitsSection>,
+    pub slurm: Option<SlurmSection>,
     /// Per-project tables of the user config, keyed by project path (`~` allowed).
     pub projects: Option<BTreeMap<String, Layer>>,
     /// Only in profiles: what the agent is.
@@ -133,6 +134,17 @@ pub struct LimitsSection {
     pub pids: Option<u64>,
     /// Wall-clock time of the session: `90s`, `30m`, `8h`.
     pub timeout: Option<String>,
+}
+
+/// How the chaperon spares the scheduler. In the admin file, the interval is a minimum and
+/// the rate a maximum: a user may ask for a gentler client, never a harder one.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmSection {
+    /// How long a read-only query's answer is reused for the same call: `15s`, `1m`, `0`.
+    pub query_interval: Option<String>,
+    /// Real read-only calls to Slurm per minute, at most.
+    pub queries_per_minute: Option<u32>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -494,6 +494,19 @@ fn parse_update(words: &[String]) -> Result<ScontrolCommand, GrammarError> {
 
 /// Parses an scontrol call (arguments without the program name). scontrol's getopt permutes,
 /// so options may come anywhere; the other arguments are one command and its words.
+/// Whether a call only reads (`show`, `ping`, `version`...): hold, release, requeue and update
+/// change jobs. A call that does not parse is refused anyway.
+pub fn reads_only(args: &[String]) -> bool {
+    let parsed = parse_scontrol(args);
+    parsed.is_ok_and(|p| {
+        !matches!(
+            p.command,
+            Some(ScontrolCommand::Hold { .. } | ScontrolCommand::Release(_))
+                | Some(ScontrolCommand::Requeue { .. } | ScontrolCommand::Update { .. })
+        )
+    })
+}
+
 pub fn parse_scontrol(args: &[String]) -> Result<ScontrolRequest, GrammarError> {
     let p = parse(SCONTROL, args, false)?;
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();

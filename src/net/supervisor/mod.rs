@@ -148,7 +148,7 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
         credentials: cfg.credentials,
         dns_tcp,
     };
-    let mut sup = Supervisor::new(tun, parts);
+    let mut sup = Supervisor::new(tun, parts)?;
     loop {
         sup.turn();
         let delay = sup.stack.delay().unwrap_or(Duration::from_secs(3600));
@@ -182,11 +182,11 @@ struct Parts {
 }
 
 impl Supervisor {
-    fn new(tun: Arc<OwnedFd>, parts: Parts) -> Supervisor {
+    fn new(tun: Arc<OwnedFd>, parts: Parts) -> std::io::Result<Supervisor> {
         let Parts { shared, events, udp_events, dialer, hostname_ports, host_ports, credentials, dns_tcp } = parts;
-        Supervisor {
+        Ok(Supervisor {
             shared,
-            stack: Stack::new(tun),
+            stack: Stack::new(tun)?,
             flows: FlowTable::new(),
             events,
             udp: host_udp::Flows::default(),
@@ -198,7 +198,7 @@ impl Supervisor {
             credential_slots: Arc::new(tokio::sync::Semaphore::new(inject::MAX_CONNECTIONS)),
             dns_tcp,
             last_gateway_port: 0,
-        }
+        })
     }
 
     /// The work of one turn of the loop, before it waits: the flows with work, what the

@@ -113,7 +113,7 @@ impl Rig {
             // Never reached: the dialer sends every dial to `host`.
             dns_tcp: sa("127.0.0.1:53"),
         };
-        let sup = Supervisor::new(Arc::new(tun), parts);
+        let sup = Supervisor::new(Arc::new(tun), parts).expect("the supervisor's buffers");
         drop(_in);
         Rig { sup, jail, events: events_rx, _udp_events: udp_rx, host, dialled, audit_dir, rt }
     }

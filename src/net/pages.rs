@@ -1,0 +1,65 @@
+//! A buffer of anonymous pages mapped for it alone: a page costs memory only once something
+//! was written to it. The tun device's packet buffers are 64 KiB each (the MTU), most packets
+//! are far smaller, and a node runs hundreds of sessions: allocated from the heap and zeroed,
+//! every byte of both buffers would be resident in each session's supervisor.
+
+use nix::sys::mman::{mmap_anonymous, munmap, MapFlags, ProtFlags};
+use std::num::NonZeroUsize;
+use std::ptr::NonNull;
+
+pub struct Pages {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is owned by this value alone, like a Vec's buffer.
+unsafe impl Send for Pages {}
+
+impl Pages {
+    /// `len` zero bytes (at least one). Fails only if the kernel has no address space left.
+    pub fn zeroed(len: usize) -> std::io::Result<Pages> {
+        let size = NonZeroUsize::new(len.max(1)).ok_or_else(|| std::io::Error::other("empty buffer"))?;
+        // SAFETY: a new private anonymous mapping, at an address the kernel picks: it aliases
+        // nothing.
+        let ptr =
+            unsafe { mmap_anonymous(None, size, ProtFlags::PROT_READ | ProtFlags::PROT_WRITE, MapFlags::MAP_PRIVATE) }?;
+        Ok(Pages { ptr: ptr.cast(), len: size.get() })
+    }
+}
+
+impl std::ops::Deref for Pages {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `len` readable bytes are mapped at `ptr` for as long as self lives.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Pages {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` makes this the only reference.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Pages {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was made by `zeroed` with this length and is not used after.
+        let _ = unsafe { munmap(self.ptr.cast(), self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_read_as_zero_and_hold_what_is_written() {
+        let mut p = Pages::zeroed(70_000).unwrap();
+        assert_eq!(p.len(), 70_000);
+        assert!(p.iter().all(|b| *b == 0));
+        p[69_999] = 7;
+        p[..3].copy_from_slice(b"abc");
+        assert_eq!((&p[..3], p[69_999]), (&b"abc"[..], 7));
+    }
+}
