@@ -61,6 +61,35 @@ fn apparmor_check(restrict: Option<&str>, userns_works: impl Fn() -> bool) -> Ch
     }
 }
 
+/// Whether this cluster's Slurm takes `--agent-sandbox` (the SPANK plugin of slurm-plugins/).
+fn spank_check(sbatch: &Path) -> Check {
+    let help = std::process::Command::new(sbatch)
+        .arg("--help")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    match chaperon::session::spank_option_listed(&help) {
+        true => check(
+            "slurm spank",
+            Status::Ok,
+            "the agent-sandbox SPANK plugin is in plugstack.conf: a task of a sandboxed job that does not \
+             enter the jail is refused on the node",
+            None,
+        ),
+        false => check(
+            "slurm spank",
+            Status::Info,
+            "no agent-sandbox SPANK plugin in plugstack.conf: jobs enter the jail through their wrapper alone",
+            Some(
+                "as root on every node and login node: make -C slurm-plugins install, then add the line \
+                  `make -C slurm-plugins plugstack-line` prints to /etc/slurm/plugstack.conf (docs/slurm.md)",
+            ),
+        ),
+    }
+}
+
 fn checks() -> Vec<Check> {
     let mut v = vec![];
     let uname = nix::sys::utsname::uname().ok();
@@ -159,18 +188,16 @@ fn checks() -> Vec<Check> {
         None => check("ping_group_range", Status::Info, "unknown", None),
     });
     let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
-    v.push(if v2 {
-        check("cgroups", Status::Info, "cgroup v2 (per-session resource limits are not built in this version)", None)
-    } else {
-        check(
-            "cgroups",
-            Status::Info,
-            "cgroup v1, no delegation (per-session resource limits are not built in this version)",
-            None,
-        )
-    });
+    let limits = "per-session limits (--mem, --pids, --timeout, [limits]) are rlimits in the jail's user \
+                  namespace and a wall-clock timer; this version does not use a cgroup";
+    v.push(check(
+        "cgroups",
+        Status::Info,
+        format!("{}; {limits}", if v2 { "cgroup v2" } else { "cgroup v1, no delegation" }),
+        None,
+    ));
     let sbatch = crate::jail::find_in_path("sbatch", &[("PATH".into(), std::env::var("PATH").unwrap_or_default())]);
-    v.push(match sbatch {
+    v.push(match &sbatch {
         Some(p) => check(
             "slurm",
             Status::Info,
@@ -187,6 +214,10 @@ fn checks() -> Vec<Check> {
         ),
         None => check("slurm", Status::Info, "no sbatch on PATH: Slurm mediation not needed here", None),
     });
+    if let Some(p) = &sbatch {
+        v.push(spank_check(p));
+    }
+    v.push(groups_check());
     v.push(if Path::new("/run/munge/munge.socket.2").exists() {
         check("munge", Status::Info, "munge socket present on the host (hidden inside the jail)", None)
     } else {
@@ -194,6 +225,34 @@ fn checks() -> Vec<Check> {
     });
     policy_checks(&mut v);
     v
+}
+
+/// The user's supplementary groups inside the userns jail: mapped by newgidmap, or nogroup.
+fn groups_check() -> Check {
+    let Ok(facts) = host::HostFacts::gather() else {
+        return check("groups", Status::Warn, "cannot read this host's facts", None);
+    };
+    let g = crate::plan::groups::plan(
+        &facts.groups,
+        facts.gid,
+        &facts.etc_group,
+        &facts.etc_subgid,
+        &facts.user,
+        facts.uid,
+        facts.newgidmap.clone(),
+    );
+    let fix = "as root: install uidmap (a setuid newgidmap) and give each user /etc/subgid ranges covering their \
+               groups, e.g. `USER:GID:1` per group (docs/admin/groups.md)";
+    match (g.summary(), g.why.is_some()) {
+        (None, _) => check("groups", Status::Info, "you have no supplementary group: nothing to map", None),
+        (Some(s), false) => check("groups", Status::Ok, format!("inside the jail: {s}"), None),
+        (Some(s), true) => check(
+            "groups",
+            Status::Info,
+            format!("inside the jail: {s}; access still works, but names, chgrp and group-owned new files do not"),
+            Some(fix),
+        ),
+    }
 }
 
 /// Which network modes run here, asked of the planner itself (the same rule the launcher's

@@ -184,6 +184,12 @@ pub struct HostFacts {
     /// The terminals (under /dev/pts) the launcher's stdin, stdout or stderr are: the session's
     /// own, the only ones the Landlock backend opens to the command.
     pub terminals: Vec<PathBuf>,
+    /// The user's supplementary groups (the primary included if the kernel lists it).
+    pub groups: Vec<u32>,
+    /// `/etc/subgid` and the setuid `newgidmap`, read only when the user has a supplementary
+    /// group (what maps them into the jail: `plan::groups`).
+    pub etc_subgid: String,
+    pub newgidmap: Option<PathBuf>,
     /// Every address of the host's interfaces (a floor), read when a plan first needs it
     /// (only the modes with a supervisor do).
     pub host_addrs: std::cell::OnceCell<Vec<std::net::IpAddr>>,
@@ -254,6 +260,12 @@ impl HostFacts {
         let env: Vec<(String, String)> =
             std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
         let etc_tmux_conf = env.iter().any(|(k, _)| k == "TMUX").then(|| read("/etc/tmux.conf"));
+        let groups: Vec<u32> = nix::unistd::getgroups().unwrap_or_default().into_iter().map(|g| g.as_raw()).collect();
+        let others = groups.iter().any(|g| *g != gid.as_raw());
+        let (etc_subgid, newgidmap) = match others {
+            true => (read("/etc/subgid"), crate::plan::groups::find_newgidmap()),
+            false => (String::new(), None),
+        };
         Ok(HostFacts {
             uid: uid.as_raw(),
             gid: gid.as_raw(),
@@ -281,6 +293,9 @@ impl HostFacts {
             runtime_dir: private_runtime_dir(uid.as_raw()),
             host_id: host_id(),
             terminals: own_terminals(),
+            groups,
+            etc_subgid,
+            newgidmap,
         })
     }
 

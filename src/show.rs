@@ -38,7 +38,7 @@ pub fn banner(plan: &Plan) -> String {
     ) + &match plan.limits.summary().as_str() {
         "none" => String::new(),
         l => format!(" · limits {l}"),
-    }
+    } + &plan.groups.summary().map(|g| format!(" · {g}")).unwrap_or_default()
 }
 
 pub fn plan(p: &Plan) -> String {
@@ -61,6 +61,9 @@ pub fn plan(p: &Plan) -> String {
     }
     let _ = writeln!(s, "  limits    {}", p.limits.summary());
     let _ = writeln!(s, "  slurm     {}", p.slurm.summary());
+    if let Some(g) = p.groups.summary() {
+        let _ = writeln!(s, "  groups    {g}");
+    }
     for r in &p.net.credentials {
         let keys: Vec<&str> = r.keys.iter().map(|k| k.env.as_str()).collect();
         let _ = writeln!(

@@ -182,6 +182,7 @@ pub fn chaperon_main() -> i32 {
         audit: Box::new(move |a| write_audit(&log, a)),
         cluster: std::sync::OnceLock::new(),
         governor,
+        spank: std::sync::OnceLock::new(),
     };
     let cfg = std::sync::Arc::new(cfg);
     if channel {

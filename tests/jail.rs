@@ -1306,3 +1306,81 @@ fn fifty_idle_sessions_cost_at_most_one_mib_each() {
     // the run-to-run noise of a few KiB a session, and fails on any real growth.
     assert!(each <= 1.05, "{each:.2} MiB per session");
 }
+
+/// Puts back a file as it was when dropped (the test changes /etc/subgid).
+struct Restore(std::path::PathBuf, Option<Vec<u8>>);
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        match &self.1 {
+            Some(b) => drop(std::fs::write(&self.0, b)),
+            None => drop(std::fs::remove_file(&self.0)),
+        }
+    }
+}
+
+#[test]
+fn supplementary_groups_are_mapped_where_subgid_covers_them_and_said_where_not() {
+    // A group-shared, setgid project directory, as HPC projects have.
+    let Some(j) = Jail::new("groups") else { return };
+    let sh = |c: &str| assert!(std::process::Command::new("sh").args(["-c", c]).status().unwrap().success(), "{c}");
+    sh("getent group asbproj >/dev/null || groupadd asbproj");
+    sh(&format!("usermod -aG asbproj {USER}"));
+    let gid: u32 =
+        String::from_utf8(std::process::Command::new("getent").args(["group", "asbproj"]).output().unwrap().stdout)
+            .unwrap()
+            .split(':')
+            .nth(2)
+            .and_then(|g| g.parse().ok())
+            .expect("asbproj's gid");
+    std::os::unix::fs::chown(&j.project, None, Some(gid)).unwrap();
+    std::fs::set_permissions(&j.project, std::os::unix::fs::PermissionsExt::from_mode(0o2775)).unwrap();
+    assert!(std::path::Path::new("/usr/bin/newgidmap").exists(), "uidmap is not installed (tests/run.sh installs it)");
+    let _restore = Restore("/etc/subgid".into(), std::fs::read("/etc/subgid").ok());
+    let probe = "id -Gn; touch made; stat -c group=%G made; touch mine; chgrp asbproj mine && echo chgrp=ok; \
+                 stat -c mine=%G mine; echo named=$(grep -c '^asbproj:' /etc/group)";
+    let run = || j.output(&mut j.command_with_groups(&["run", "--", "sh", "-c", probe]));
+    // Doctor's `groups` line and the fix line under it, if any.
+    let doctor = || {
+        let out = j.output(&mut j.command_with_groups(&["doctor"]));
+        let lines: Vec<&str> = out.stdout.lines().collect();
+        let at = lines.iter().position(|l| l.get(5..).is_some_and(|r| r.starts_with("groups "))).unwrap_or(lines.len());
+        lines[at.min(lines.len())..].iter().take(2).copied().collect::<Vec<&str>>().join("\n")
+    };
+    // No /etc/subgid range covers the group: access works (the file is the group's, by the
+    // setgid bit) but the name is nogroup, chgrp fails, and the banner and doctor say so.
+    let subgid = std::fs::read_to_string("/etc/subgid").unwrap_or_default();
+    std::fs::write(
+        "/etc/subgid",
+        subgid
+            .lines()
+            .filter(|l| !l.starts_with(&format!("{USER}:{gid}:")))
+            .map(|l| format!("{l}\n"))
+            .collect::<String>(),
+    )
+    .unwrap();
+    let out = run();
+    assert_eq!(out.code, 0, "{out}");
+    assert!(
+        out.stdout.contains("nogroup") && !out.stdout.contains("asbproj\n") && out.stdout.contains("group=nogroup"),
+        "{out}"
+    );
+    assert!(!out.stdout.contains("chgrp=ok") && out.stdout.contains("named=0"), "{out}");
+    assert!(out.stderr.contains("show as nogroup") && out.stderr.contains("/etc/subgid"), "the banner says: {out}");
+    let said = doctor();
+    assert!(said.contains("nogroup") && said.contains("newgidmap"), "doctor: {said}");
+    // With a range covering it, newgidmap maps it one to one: its name, chgrp to it, and
+    // new files in the setgid directory show as the group's.
+    std::fs::write("/etc/subgid", format!("{subgid}{USER}:{gid}:1\n")).unwrap();
+    let out = run();
+    assert_eq!(out.code, 0, "{out}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert!(lines.first().is_some_and(|l| l.split(' ').any(|g| g == "asbproj")), "id -Gn: {out}");
+    for want in ["group=asbproj", "chgrp=ok", "mine=asbproj", "named=1"] {
+        assert!(out.stdout.contains(want), "{want}: {out}");
+    }
+    assert!(out.stderr.contains("groups asbproj (newgidmap)"), "the banner says: {out}");
+    assert!(doctor().contains("asbproj"), "doctor names the mapped group");
+    let meta = std::fs::metadata(j.project.join("mine")).unwrap();
+    assert_eq!(std::os::unix::fs::MetadataExt::gid(&meta), gid, "the host sees the group");
+}

@@ -21,6 +21,10 @@ if [ "$(id -u)" = 0 ]; then
   # Agents bring their own sandboxes (Claude Code's is bubblewrap): tests/agents.rs turns them
   # on and checks that the profiles keep every tool call working.
   command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
+  # slurm/spank.h, for the SPANK plugin (slurm-plugins/).
+  [ -f /usr/include/slurm/spank.h ] || need+=(libslurm-dev make)
+  # newgidmap, which maps the user's supplementary groups into the jail (tests/jail.rs).
+  command -v newgidmap >/dev/null 2>&1 || need+=(uidmap)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "tests/run.sh: installing ${need[*]}"
     apt-get update -qq
@@ -63,6 +67,12 @@ if [ "$(id -u)" = 0 ]; then
   # started (or left running if it already is) for tests/slurm.rs.
   tests/cluster/install.sh
   tests/cluster/start.sh --user asbtest --two-nodes --no-selftest
+  # The SPANK plugin on the test cluster's nodes (one machine): every task of a job the
+  # chaperon tagged must enter the jail with the test build of agent-sandbox. slurmstepd
+  # and sbatch read plugstack.conf at each use: no restart.
+  make -s -C slurm-plugins
+  echo "required $(pwd)/slurm-plugins/agent_sandbox.so exe=$(pwd)/target/debug/agent-sandbox" \
+    > /etc/slurm/plugstack.conf
   # Distributions ship /dev/net/tun as 0666; some hosts (this CI's) have 0600, which makes
   # the filtered network mode fall back. `agent-sandbox doctor` names this too.
   chmod 0666 /dev/net/tun 2>/dev/null || true

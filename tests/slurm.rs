@@ -942,3 +942,78 @@ print('scancel', run('scancel', jid).returncode)
         assert!(out.stdout.contains(want), "{want}: {out}");
     }
 }
+
+/// Every slurmd log of the test cluster (both nodes), as one text.
+fn slurmd_logs() -> String {
+    let dir = Path::new("/var/log/agent-sandbox-testcluster");
+    let mut text = String::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("slurmd") && name.ends_with(".log") {
+            text.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+        }
+    }
+    text
+}
+
+/// A job's state in accounting once it ended (polled: slurmdbd learns of the end later).
+fn final_state(id: u32) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = Command::new("sacct").args(["-X", "-n", "-P", "-o", "State", "-j", &id.to_string()]).output();
+        let state = out.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string()).unwrap_or_default();
+        let done = ["COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"];
+        if done.iter().any(|d| state.starts_with(d)) || Instant::now() > deadline {
+            return state;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+#[test]
+fn the_spank_belt_refuses_a_tagged_task_that_does_not_enter_the_jail() {
+    let Some(j) = slurm_jail("slurm-spank") else { return };
+    let help = Command::new("sbatch").arg("--help").output().expect("sbatch --help");
+    assert!(
+        String::from_utf8_lossy(&help.stdout).contains("--agent-sandbox="),
+        "the SPANK plugin is not in the test cluster's plugstack.conf (tests/run.sh puts it there)"
+    );
+    let submit = |args: &[&str]| -> u32 {
+        let out = j.as_user("sbatch").arg("--parsable").args(args).output().expect("sbatch");
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        text.parse().unwrap_or_else(|_| panic!("sbatch {args:?}: {text} {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    let fake_dir = j.project.join("not-a-job-dir");
+    let tag = format!("--agent-sandbox={}", fake_dir.display());
+    // On the host, outside any jail: a job tagged as sandboxed whose script runs a command
+    // directly fails closed; the same job untagged runs.
+    let tagged = submit(&[&tag, "-o", "tagged.out", "--wrap", "echo RAN > tagged-ran"]);
+    let plain = submit(&["-o", "plain.out", "--wrap", "echo RAN > plain-ran"]);
+    assert_eq!(final_state(tagged), "FAILED", "the tagged job");
+    assert_eq!(final_state(plain), "COMPLETED", "the untagged job");
+    assert!(!j.project.join("tagged-ran").exists(), "the tagged job's command ran");
+    assert!(j.project.join("plain-ran").exists(), "the untagged job's command did not run");
+    let said = std::fs::read_to_string(j.project.join("tagged.out")).unwrap_or_default();
+    assert!(said.contains("agent-sandbox (SPANK)") && said.contains("refused"), "the job's stderr: {said}");
+    assert!(slurmd_logs().contains(&format!("(--agent-sandbox={})", fake_dir.display())), "slurmd's log says it");
+    // A step, likewise: tagged, it is refused; untagged it runs.
+    let step = j.as_user("srun").args([tag.as_str(), "-n1", "true"]).output().expect("srun");
+    assert!(!step.status.success(), "a tagged step ran: {}", String::from_utf8_lossy(&step.stderr));
+    let step = j.as_user("srun").args(["-n1", "true"]).output().expect("srun");
+    assert!(step.status.success(), "an untagged step failed: {}", String::from_utf8_lossy(&step.stderr));
+    // From the jail: the chaperon tags every job and step, the tasks enter the jail and run;
+    // the jail can neither give the option itself nor drop it (its environment never reaches
+    // the real sbatch).
+    let out = j.run(
+        "id=$(SLURM_SPANK__SLURM_SPANK_OPTION_agent_sandbox_agent_sandbox= sbatch --parsable --wait -o in.out \
+           --wrap 'srun -n1 sh -c \"echo step-in-jail=$(hostname)\"; echo batch-in-jail=$(hostname)'); echo id=$id; \
+         sbatch --agent-sandbox=/tmp --wrap true; echo own-tag=$?; srun --agent-sandbox=/tmp true; echo own-step-tag=$?",
+    );
+    let id = printed_job_id(&out, "id=");
+    assert!(out.stdout.contains("own-tag=1") && out.stdout.contains("own-step-tag=1"), "{out}");
+    let text = wait_for_file(&j.project.join("in.out"), "batch-in-jail");
+    assert!(text.contains("step-in-jail=agent-sandbox") && text.contains("batch-in-jail=agent-sandbox"), "{text}");
+    assert_eq!(final_state(id), "COMPLETED", "{out}");
+    let logs = slurmd_logs();
+    assert!(logs.contains(&format!("job {id}: the task enters the jail")), "the belt saw the sandboxed job's tasks");
+}

@@ -41,6 +41,9 @@ pub struct Config {
     pub cluster: std::sync::OnceLock<Option<String>>,
     /// The scheduler-load governor of the session's read-only calls.
     pub governor: Governor,
+    /// Whether Slurm here knows `--agent-sandbox` (the SPANK plugin is installed), learned on
+    /// first use (`belt`).
+    pub spank: std::sync::OnceLock<bool>,
 }
 
 impl Config {
@@ -59,6 +62,20 @@ impl Config {
                 })
             })
             .as_deref()
+    }
+
+    /// `--agent-sandbox=DIR` for a job or step entering the jail with the job directory `dir`,
+    /// where the cluster's SPANK plugin (slurm-plugins/) takes it: on the nodes it then refuses
+    /// any task of the job that does not enter the jail. None where Slurm does not know the
+    /// option (no plugin in plugstack.conf): the job runs as before.
+    pub fn belt(&self, dir: &std::path::Path) -> Option<String> {
+        let known = *self.spank.get_or_init(|| {
+            let mut cmd = self.command("sbatch");
+            cmd.arg("--help").stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+            crate::bounded::capture(cmd, 1 << 20, Duration::from_secs(20))
+                .is_ok_and(|(out, _)| spank_option_listed(&String::from_utf8_lossy(&out)))
+        });
+        known.then(|| format!("--{SPANK_OPTION}={}", dir.display()))
     }
 
     pub fn registry(&self) -> Registry {
@@ -105,6 +122,14 @@ fn dies_with_chaperon(cmd: &mut Command) {
             Ok(())
         });
     }
+}
+
+/// The option the SPANK plugin registers (slurm-plugins/agent_sandbox.c).
+pub const SPANK_OPTION: &str = "agent-sandbox";
+
+/// Whether `sbatch --help` lists the plugin's option (under "Options provided by plugins").
+pub fn spank_option_listed(help: &str) -> bool {
+    help.lines().any(|l| l.trim_start().starts_with(&format!("--{SPANK_OPTION}=")))
 }
 
 /// `ClusterName` from slurm.conf text or `scontrol show config` output (`Key = value`).

@@ -44,7 +44,7 @@ pub fn run(
         let _ = waitpid(launched.pid, None);
         e
     };
-    write_id_maps(launched.pid, plan.uid, plan.gid).map_err(fail)?;
+    write_id_maps(launched.pid, plan.uid, plan.gid, &plan.groups).map_err(fail)?;
     msg::send(sock, &Msg::Go).map_err(|e| fail(JailError::Channel(e.to_string())))?;
     // Compiled here while the jail builds its filesystem in parallel, then handed over.
     let prog = super::seccomp::build_program(&super::seccomp::SeccompOptions {
@@ -117,14 +117,38 @@ fn clone_jail(plan: &Plan, pty: Option<TtyFds>, new_net: bool) -> Result<Launche
 }
 
 /// Maps the user's own uid and gid to themselves inside: the jail runs as the same user,
-/// with no other id to become. `setgroups` is denied first, as the kernel requires.
-fn write_id_maps(pid: Pid, uid: u32, gid: u32) -> Result<(), JailError> {
+/// with no other id to become. `setgroups` is denied first (the kernel requires it of an
+/// unprivileged map, and it stays denied with `newgidmap` too: no process inside can drop a
+/// group to pass a permission that denies it). With supplementary groups to map
+/// (`groups`), the setuid `newgidmap` writes the gid map: the user's gid and each of those
+/// groups, one to one. If it fails, the session goes on with the user's gid alone, and says so.
+fn write_id_maps(pid: Pid, uid: u32, gid: u32, groups: &crate::plan::groups::GroupsPlan) -> Result<(), JailError> {
     let base = format!("/proc/{pid}");
     let w = |file: &str, data: String| {
         std::fs::write(format!("{base}/{file}"), data).map_err(|e| JailError::IdMap { file: file.to_string(), err: e })
     };
     w("setgroups", "deny".into())?;
     w("uid_map", format!("{uid} {uid} 1\n"))?;
+    if let (Some(helper), false) = (&groups.newgidmap, groups.mapped.is_empty()) {
+        let mut cmd = std::process::Command::new(helper);
+        cmd.arg(pid.as_raw().to_string()).args([gid.to_string(), gid.to_string(), "1".into()]);
+        for (g, _) in &groups.mapped {
+            cmd.args([g.to_string(), g.to_string(), "1".into()]);
+        }
+        cmd.env_clear().stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null());
+        match cmd.output() {
+            Ok(out) if out.status.success() => return Ok(()),
+            Ok(out) => eprintln!(
+                "agent-sandbox: warning: {} failed ({}): your supplementary groups show as nogroup in this session",
+                helper.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ),
+            Err(e) => eprintln!(
+                "agent-sandbox: warning: cannot run {} ({e}): your supplementary groups show as nogroup in this session",
+                helper.display()
+            ),
+        }
+    }
     w("gid_map", format!("{gid} {gid} 1\n"))?;
     Ok(())
 }

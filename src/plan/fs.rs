@@ -346,8 +346,9 @@ pub fn synth_passwd(host: &str, uid: u32, user_line: &str) -> String {
     out
 }
 
-/// `/etc/group` inside: system groups with member lists reduced to the user, plus the user's group.
-pub fn synth_group(host: &str, user: &str, gid: u32, group_name: &str) -> String {
+/// `/etc/group` inside: system groups with member lists reduced to the user, the user's group,
+/// and the supplementary groups the jail maps (`mapped`, with the user as their member).
+pub fn synth_group(host: &str, user: &str, gid: u32, group_name: &str, mapped: &[(u32, String)]) -> String {
     let mut out = String::new();
     let mut have_own = false;
     for line in host.lines() {
@@ -368,6 +369,9 @@ pub fn synth_group(host: &str, user: &str, gid: u32, group_name: &str) -> String
     }
     if !have_own {
         out.push_str(&format!("{group_name}:x:{gid}:\n"));
+    }
+    for (id, name) in mapped.iter().filter(|(id, _)| *id >= 1000 && *id != 65534 && *id != gid) {
+        out.push_str(&format!("{name}:x:{id}:{user}\n"));
     }
     out
 }
@@ -497,7 +501,7 @@ mod tests {
     #[test]
     fn group_strips_other_members() {
         let host = "sudo:x:27:alice,bob\nalice:x:1000:\nbob:x:1001:\n";
-        let out = synth_group(host, "bob", 1001, "bob");
+        let out = synth_group(host, "bob", 1001, "bob", &[]);
         assert!(out.contains("sudo:x:27:bob\n"), "{out}");
         assert!(!out.contains("alice"), "{out}");
         assert!(out.contains("bob:x:1001:"));

@@ -6,6 +6,7 @@ mod backend;
 pub mod credentials;
 pub mod env;
 pub mod fs;
+pub mod groups;
 pub mod instructions;
 mod landlock;
 mod mounts;
@@ -297,6 +298,9 @@ pub struct Plan {
     pub landlock: Option<LandlockPlan>,
     pub git_guard: Option<GitGuardPlan>,
     pub limits: LimitsPlan,
+    /// The user's supplementary groups in the userns jail (the Landlock backend's processes
+    /// keep the host's view of them).
+    pub groups: groups::GroupsPlan,
     /// How the chaperon spares the scheduler (`[slurm]`).
     pub slurm: chaperon::governor::Settings,
     pub warnings: Vec<String>,
@@ -482,7 +486,9 @@ fn synthesized_files<'a>(b: &mut Builder<'a>, policy: &Policy, facts: &'a HostFa
         format!("{}:x:{}:{}::{}:{}", facts.user, facts.uid, facts.gid, facts.home.display(), facts.shell.display());
     let synth = |target: &str, contents: String| MountSpec::File { target: target.into(), contents, mode: 0o644 };
     b.overrides.push(synth("/etc/passwd", fs::synth_passwd(&facts.etc_passwd, facts.uid, &user_line)));
-    b.overrides.push(synth("/etc/group", fs::synth_group(&facts.etc_group, &facts.user, facts.gid, &facts.group)));
+    let mapped = groups_of(facts).mapped;
+    b.overrides
+        .push(synth("/etc/group", fs::synth_group(&facts.etc_group, &facts.user, facts.gid, &facts.group, &mapped)));
     b.overrides.push(synth("/etc/nsswitch.conf", fs::NSSWITCH.into()));
     b.overrides.push(synth("/etc/hostname", format!("{}\n", policy.hostname.value)));
     if base.net.jail == JailNet::Tun {
@@ -709,12 +715,29 @@ fn finish(
             timeout: policy.limits.timeout.as_ref().map(|l| l.value),
             by: "rlimits",
         },
+        groups: match backend {
+            BackendKind::Landlock => groups::GroupsPlan::default(),
+            _ => groups_of(facts),
+        },
         slurm: chaperon::governor::Settings {
             query_interval: policy.slurm.query_interval.value,
             queries_per_minute: policy.slurm.queries_per_minute.value,
         },
         warnings,
     })
+}
+
+/// The user's supplementary groups as the userns jail maps them (`groups::plan`).
+fn groups_of(facts: &HostFacts) -> groups::GroupsPlan {
+    groups::plan(
+        &facts.groups,
+        facts.gid,
+        &facts.etc_group,
+        &facts.etc_subgid,
+        &facts.user,
+        facts.uid,
+        facts.newgidmap.clone(),
+    )
 }
 
 /// A rule as the matcher prints it (`GitHub.com.` -> `github.com`), or as written.

@@ -39,6 +39,9 @@ fn facts() -> HostFacts {
         host_addrs: std::cell::OnceCell::from(vec!["192.0.2.7".parse().expect("address")]),
         host_id: "node1-4026531836".into(),
         terminals: vec!["/dev/pts/3".into()],
+        groups: vec![1001],
+        etc_subgid: String::new(),
+        newgidmap: None,
     }
 }
 

@@ -220,6 +220,20 @@ impl Jail {
         c
     }
 
+    /// The launcher as the test user with the user's supplementary groups (`setpriv
+    /// --init-groups`): every other launch has none, as `Command::uid` clears them.
+    pub fn command_with_groups(&self, jail_args: &[&str]) -> Command {
+        let mut c = self.with_user_env("setpriv");
+        c.args([
+            format!("--reuid={}", self.rig.uid),
+            format!("--regid={}", self.rig.gid),
+            "--init-groups".into(),
+            "--".into(),
+        ]);
+        c.arg(&self.rig.bin).args(self.launcher_args(jail_args));
+        c
+    }
+
     /// `program` as the test user in the project, with a clean environment plus the test's
     /// variables: the base of every launch, also through `script`, tmux or a copied binary.
     pub fn as_user(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {

@@ -469,6 +469,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     let mut cmd = cfg.command("sbatch");
     cmd.current_dir(&dir);
     cmd.args(parsed.real_args(&spec.job_name, &job_cwd, &dir.join(job::WRAPPER_OUT)));
+    cmd.args(cfg.belt(&dir));
     // The wrapper reaches sbatch on a pipe the chaperon writes, not by a path: nothing that
     // could be swapped between our write and sbatch's read.
     cmd.stdin(std::process::Stdio::piped()).stderr(stdio.stderr).stdout(std::process::Stdio::piped());

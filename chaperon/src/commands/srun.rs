@@ -353,6 +353,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     // srun itself runs in the job directory too.
     cmd.current_dir(&dir);
     cmd.args(parsed.real_args(&asked, Some(&dir), named_by_env));
+    cmd.args(cfg.belt(&dir));
     cmd.arg(&cfg.exe).arg("exec").arg("--job").arg(&dir);
     call.run(cmd, stdio)
 }
