@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,11 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 		if (strncmp(av[i], "exe=", 4) == 0 && strlen(av[i] + 4) < sizeof(exe))
 			strcpy(exe, av[i] + 4);
 	}
+	/* The chaperon names the binary by its real path (/proc/self/exe): so must we, or a
+	 * symlinked install (/usr/local/bin/agent-sandbox -> /opt/...) would refuse every job. */
+	char real[PATH_MAX];
+	if (exe[0] && realpath(exe, real) && strlen(real) < sizeof(exe))
+		strcpy(exe, real);
 	return spank_option_register(sp, &agent_sandbox_option) == ESPANK_SUCCESS ? 0 : -1;
 }
 

@@ -241,8 +241,27 @@ fn groups_check() -> Check {
         facts.uid,
         facts.newgidmap.clone(),
     );
-    let fix = "as root: install uidmap (a setuid newgidmap) and give each user /etc/subgid ranges covering their \
-               groups, e.g. `USER:GID:1` per group (docs/admin/groups.md)";
+    let fix = "as root: install uidmap (a setuid newgidmap) and give each user one /etc/subgid line per group \
+               they are in, `USER:GID:1`, after reading what that grants (docs/admin/groups.md)";
+    let beyond = crate::plan::groups::granted_beyond_membership(
+        &std::fs::read_to_string("/etc/subgid").unwrap_or_default(),
+        &facts.user,
+        facts.uid,
+        &facts.groups,
+        &facts.etc_group,
+    );
+    if !beyond.is_empty() {
+        return check(
+            "groups",
+            Status::Warn,
+            format!(
+                "your /etc/subgid ranges cover groups you are not in ({}): newgidmap lets you take them in a user \
+                 namespace of your own, outside any jail",
+                beyond.join(", ")
+            ),
+            Some("as root: replace ranges over real gids by one `USER:GID:1` line per group the user is in"),
+        );
+    }
     match (g.summary(), g.why.is_some()) {
         (None, _) => check("groups", Status::Info, "you have no supplementary group: nothing to map", None),
         (Some(s), false) => check("groups", Status::Ok, format!("inside the jail: {s}"), None),

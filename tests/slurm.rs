@@ -1017,3 +1017,50 @@ fn the_spank_belt_refuses_a_tagged_task_that_does_not_enter_the_jail() {
     let logs = slurmd_logs();
     assert!(logs.contains(&format!("job {id}: the task enters the jail")), "the belt saw the sandboxed job's tasks");
 }
+
+#[test]
+fn ten_sessions_in_sibling_projects_see_and_touch_only_their_own_jobs() {
+    // Each session submits a held job, then lists what it sees and tries to cancel the job of
+    // the next session (whose id it is given through a file the test relays: the jails cannot
+    // read each other's projects).
+    let Some(jails) = (0..10).map(|i| slurm_jail(&format!("slurm-ten-{i}"))).collect::<Option<Vec<Jail>>>() else {
+        return;
+    };
+    let submit: Vec<std::process::Child> = jails
+        .iter()
+        .map(|j| {
+            let mut c = j.command(&["-q", "run", "--", "sh", "-c", "sbatch --parsable --hold -J ten --wrap true > id"]);
+            c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    for c in submit {
+        let out = c.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let ids: Vec<u32> = jails
+        .iter()
+        .map(|j| std::fs::read_to_string(j.project.join("id")).unwrap().trim().parse().expect("a job id"))
+        .collect();
+    let look: Vec<std::process::Child> = jails
+        .iter()
+        .enumerate()
+        .map(|(i, j)| {
+            let other = ids[(i + 1) % ids.len()];
+            let script = format!("squeue -h -o %i | sort; scancel {other}; echo cancel-other=$?");
+            let mut c = j.command(&["-q", "run", "--", "sh", "-c", &script]);
+            c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+            c.spawn().unwrap()
+        })
+        .collect();
+    for (i, c) in look.into_iter().enumerate() {
+        let out = c.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let seen: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        assert_eq!(seen, [ids[i]], "session {i} sees its own job only: {text}");
+        assert!(text.contains("cancel-other=1"), "session {i} cancelled another project's job: {text}");
+    }
+    let queue = queue_ids();
+    assert!(ids.iter().all(|id| queue.contains(id)), "every job survived the others' cancels");
+    let _ = Command::new("scancel").args(ids.iter().map(u32::to_string)).status();
+}

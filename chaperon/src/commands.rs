@@ -222,7 +222,9 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) ->
                 // what a call running meanwhile brings back.
                 cfg.governor.note_change();
                 let result = handle(&mut call, stdio);
-                cfg.governor.note_change();
+                if result.is_ok() {
+                    cfg.governor.note_changed();
+                }
                 result
             }
         },
@@ -256,7 +258,7 @@ fn governed(handle: Handler, source: Source, call: &mut Call<'_>, stdio: Stdio) 
         // An unknown scope: the handler refuses it, and a refusal asks nothing of Slurm.
         return handle(call, stdio);
     };
-    let key = serde_json::json!([req.command, req.argv, req.cwd, req.env.get("SLURM_SCOPE"), scope]).to_string();
+    let key = call_key(req, &scope);
     let fill = match cfg.governor.query(key, source) {
         Ticket::Answered { answer, age, folded } => {
             use std::os::fd::AsFd;
@@ -273,6 +275,15 @@ fn governed(handle: Handler, source: Source, call: &mut Call<'_>, stdio: Stdio) 
             return Ok(answer.code);
         }
         Ticket::Fill(fill) => fill,
+        Ticket::Busy => {
+            let s = cfg.governor.settings();
+            return Err(Refusal::Failed(format!(
+                "too many Slurm queries at once: this system allows {} a minute (slurm.queries_per_minute) and this \
+                 one waited {} s for its turn; poll less often",
+                s.queries_per_minute,
+                crate::governor::MAX_WAIT.as_secs()
+            )));
+        }
     };
     if fill.waited >= std::time::Duration::from_millis(500) {
         use std::os::fd::AsFd;
@@ -295,6 +306,28 @@ fn governed(handle: Handler, source: Source, call: &mut Call<'_>, stdio: Stdio) 
         _ => fill.done(None),
     }
     result
+}
+
+/// What makes two read-only calls the same: the call as written, where it was made, the
+/// scope asked for and the jobs in it. A digest (SHA-256 over length-prefixed parts): the key
+/// is kept for as long as the answer, and an argument may be large.
+fn call_key(req: &Request, scope: &[u32]) -> String {
+    let mut d = ring::digest::Context::new(&ring::digest::SHA256);
+    let mut part = |bytes: &[u8]| {
+        d.update(&(bytes.len() as u64).to_le_bytes());
+        d.update(bytes);
+    };
+    part(req.command.as_bytes());
+    part(&(req.argv.len() as u64).to_le_bytes());
+    for a in &req.argv {
+        part(a.as_bytes());
+    }
+    part(req.cwd.as_bytes());
+    part(req.env.get("SLURM_SCOPE").map(String::as_bytes).unwrap_or(b"\0unset"));
+    for id in scope {
+        part(&id.to_le_bytes());
+    }
+    d.finish().as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The table as docs/slurm.md shows it, between `<!-- commands -->` and `<!-- /commands -->`.

@@ -73,9 +73,9 @@ pub const MAX_ANSWER: usize = 1 << 20;
 /// What all stored answers of a session may take together, and how many there may be.
 const BUDGET: usize = 8 << 20;
 const MAX_ENTRIES: usize = 64;
-/// Calls over the cap wait at most this long for their turn; then they go ahead (the cap
-/// spares the scheduler, it must not starve a session that asks rarely but all at once).
-const MAX_WAIT: Duration = Duration::from_secs(60);
+/// Calls over the cap wait at most this long for their turn; then they are refused (with
+/// the reason): however many calls a session makes at once, the cap holds.
+pub const MAX_WAIT: Duration = Duration::from_secs(60);
 
 /// What a real call gave its caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +137,8 @@ pub struct Governor {
     events: Option<PathBuf>,
     state: Mutex<State>,
     done: Condvar,
+    /// How long a call over the cap waits for its turn (`MAX_WAIT`).
+    max_wait: Duration,
 }
 
 /// What a read-only call is to do.
@@ -145,6 +147,8 @@ pub enum Ticket<'a> {
     Answered { answer: Arc<Answer>, age: Duration, folded: bool },
     /// Make the real call and give its answer to `Fill::done`.
     Fill(Fill<'a>),
+    /// The cap held this call for `MAX_WAIT` and it is still over: refuse it.
+    Busy,
 }
 
 /// The right and the duty to make one real call for a key: until `done` (or drop), identical
@@ -176,6 +180,7 @@ impl Governor {
                 stats: Stats::default(),
             }),
             done: Condvar::new(),
+            max_wait: MAX_WAIT,
         }
     }
 
@@ -200,15 +205,20 @@ impl Governor {
         std::fs::symlink_metadata(path).ok()?.modified().ok()
     }
 
-    /// A call that may change a job went through (or is about to): nothing answered before it
-    /// is reused, here or (through the events file) in the project's other sessions.
+    /// A call that may change a job is about to be made: nothing answered before it is reused
+    /// in this session (what a call running meanwhile brings back included).
     pub fn note_change(&self) {
-        {
-            let mut st = self.lock();
-            st.generation += 1;
-            st.changed_at = Some(SystemTime::now());
-            st.slots.retain(|_, s| matches!(s, Slot::Filling { .. }));
-        }
+        let mut st = self.lock();
+        st.generation += 1;
+        st.changed_at = Some(SystemTime::now());
+        st.slots.retain(|_, s| matches!(s, Slot::Filling { .. }));
+    }
+
+    /// A call that may have changed a job went through: as `note_change`, and the project's
+    /// other sessions are told through the events file. Not for a refused call: it changed
+    /// nothing, and a loop of them must not make every session of the project ask again.
+    pub fn note_changed(&self) {
+        self.note_change();
         if let Some(path) = &self.events {
             mark(path);
         }
@@ -258,13 +268,20 @@ impl Governor {
             let elapsed = now.duration_since(st.refilled).as_secs_f64();
             st.tokens = (st.tokens + elapsed * per_sec).min(burst(self.settings.queries_per_minute));
             st.refilled = now;
-            if st.tokens >= 1.0 || asked.elapsed() >= MAX_WAIT {
+            if st.tokens >= 1.0 {
                 st.tokens -= 1.0;
                 break;
             }
-            let need = Duration::from_secs_f64(((1.0 - st.tokens) / per_sec).min(MAX_WAIT.as_secs_f64()));
+            if asked.elapsed() >= self.max_wait {
+                // Its slot goes to the next caller of the same key, if one waits.
+                st.slots.remove(&key);
+                drop(st);
+                self.done.notify_all();
+                return Ticket::Busy;
+            }
+            let need = Duration::from_secs_f64(((1.0 - st.tokens) / per_sec).min(self.max_wait.as_secs_f64()));
             drop(st);
-            std::thread::sleep(need.min(MAX_WAIT.saturating_sub(asked.elapsed())).max(Duration::from_millis(1)));
+            std::thread::sleep(need.min(self.max_wait.saturating_sub(asked.elapsed())).max(Duration::from_millis(1)));
             st = self.lock();
         }
         st.stats.real += 1;
@@ -312,7 +329,9 @@ impl Fill<'_> {
         let mut st = self.gov.lock();
         // Only this fill's own slot: a change may have cleared it, or a later fill taken it.
         if matches!(st.slots.get(&key), Some(Slot::Filling { fill }) if *fill == self.fill) {
-            match answer.filter(|a| a.size() <= MAX_ANSWER) {
+            // A command killed by a signal (the caller went away, the bound ran out) gave a
+            // partial answer: never kept.
+            match answer.filter(|a| a.size() <= MAX_ANSWER && (0..128).contains(&a.code)) {
                 Some(a) => {
                     let ready = Slot::Ready {
                         answer: Arc::new(a),
@@ -477,7 +496,7 @@ mod tests {
     fn fill(g: &Governor, key: &str, text: &str) {
         match g.query(key.into(), CTLD) {
             Ticket::Fill(f) => f.done(Some(answer(text))),
-            Ticket::Answered { .. } => panic!("{key}: answered, not filled"),
+            Ticket::Answered { .. } | Ticket::Busy => panic!("{key}: not filled"),
         }
     }
 
@@ -488,6 +507,7 @@ mod tests {
                 f.done(None);
                 None
             }
+            Ticket::Busy => None,
         }
     }
 
@@ -564,7 +584,7 @@ mod tests {
         let g = Arc::new(governor(0, 600, None));
         let first = match g.query("q".into(), CTLD) {
             Ticket::Fill(f) => f,
-            Ticket::Answered { .. } => panic!("answered"),
+            Ticket::Answered { .. } | Ticket::Busy => panic!("not a fill"),
         };
         let waiters: Vec<_> = (0..8)
             .map(|_| {
@@ -585,7 +605,7 @@ mod tests {
         let g = Arc::new(governor(60, 600, None));
         let first = match g.query("q".into(), CTLD) {
             Ticket::Fill(f) => f,
-            Ticket::Answered { .. } => panic!("answered"),
+            Ticket::Answered { .. } | Ticket::Busy => panic!("not a fill"),
         };
         let g2 = g.clone();
         let waiter = std::thread::spawn(move || matches!(g2.query("q".into(), CTLD), Ticket::Fill(_)));
@@ -606,6 +626,40 @@ mod tests {
         }
         let took = t.elapsed();
         assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(3), "{took:?}");
+    }
+
+    #[test]
+    fn calls_at_once_cannot_get_past_the_cap() {
+        // 60 a minute, a burst of 10; 40 callers at once, each waiting at most 300 ms: about
+        // 10 go through, the rest are refused, and the bucket never goes below empty.
+        let mut g = governor(0, 60, None);
+        g.max_wait = Duration::from_millis(300);
+        let g = Arc::new(g);
+        let callers: Vec<_> = (0..40)
+            .map(|i| {
+                let g = g.clone();
+                std::thread::spawn(move || match g.query(format!("q{i}"), CTLD) {
+                    Ticket::Fill(f) => {
+                        f.done(None);
+                        true
+                    }
+                    _ => false,
+                })
+            })
+            .collect();
+        let through = callers.into_iter().map(|c| c.join().unwrap_or(false)).filter(|t| *t).count();
+        assert!((10..=11).contains(&through), "{through} of 40 went through a cap of a burst of 10 then 1/s");
+        assert!(g.lock().tokens > -0.001, "the bucket went below empty");
+    }
+
+    #[test]
+    fn a_partial_answer_is_never_kept() {
+        let g = governor(60, 600, None);
+        match g.query("q".into(), CTLD) {
+            Ticket::Fill(f) => f.done(Some(Answer { code: 137, stdout: b"JOBID\n".to_vec(), stderr: vec![] })),
+            _ => panic!("not a fill"),
+        }
+        assert_eq!(reused(&g, "q"), None, "killed by SIGKILL: asked again");
     }
 
     #[test]

@@ -42,7 +42,7 @@ pub struct Config {
     /// The scheduler-load governor of the session's read-only calls.
     pub governor: Governor,
     /// Whether Slurm here knows `--agent-sandbox` (the SPANK plugin is installed), learned on
-    /// first use (`belt`).
+    /// first use (`belt`), once `sbatch --help` answered.
     pub spank: std::sync::OnceLock<bool>,
 }
 
@@ -69,12 +69,20 @@ impl Config {
     /// any task of the job that does not enter the jail. None where Slurm does not know the
     /// option (no plugin in plugstack.conf): the job runs as before.
     pub fn belt(&self, dir: &std::path::Path) -> Option<String> {
-        let known = *self.spank.get_or_init(|| {
-            let mut cmd = self.command("sbatch");
-            cmd.arg("--help").stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-            crate::bounded::capture(cmd, 1 << 20, Duration::from_secs(20))
-                .is_ok_and(|(out, _)| spank_option_listed(&String::from_utf8_lossy(&out)))
-        });
+        // Asked again at the next job while sbatch gives no answer (a failure is no "no").
+        let known = match self.spank.get() {
+            Some(k) => *k,
+            None => {
+                let mut cmd = self.command("sbatch");
+                cmd.arg("--help").stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                match crate::bounded::capture(cmd, 1 << 20, Duration::from_secs(20)) {
+                    Ok((out, status)) if status.success() => {
+                        *self.spank.get_or_init(|| spank_option_listed(&String::from_utf8_lossy(&out)))
+                    }
+                    _ => false,
+                }
+            }
+        };
         known.then(|| format!("--{SPANK_OPTION}={}", dir.display()))
     }
 

@@ -311,9 +311,14 @@ impl ProjectLock {
         if self.file.rewind().and_then(|_| self.file.read_to_string(&mut text)).is_err() || text.is_empty() {
             return;
         }
-        for line in text.lines().rev() {
-            let Some((kind, path)) = line.split_once('\t') else { continue };
-            let path = Path::new(path);
+        // Deepest first, whatever order the sessions recorded them in: one session may have made
+        // `.git` and another `.git/hooks` in it, their lines in either order, and a directory
+        // goes only once it is empty.
+        let mut lines: Vec<(&str, &Path)> =
+            text.lines().filter_map(|l| l.split_once('\t')).map(|(k, p)| (k, Path::new(p))).collect();
+        lines.sort_by_key(|(_, p)| std::cmp::Reverse(p.components().count()));
+        lines.dedup();
+        for (kind, path) in lines {
             // The registry is the user's file, but never act on a line outside this project:
             // `starts_with` compares components, so `/p/../home/x` would pass it; a line with
             // anything but plain names is refused before the prefix is looked at.
@@ -348,6 +353,21 @@ mod tests {
         assert!(!plain_inside(Path::new("/etc/passwd"), &project));
         assert!(!plain_inside(Path::new("sub/x"), Path::new("sub")), "relative");
         assert!(!plain_inside(&project.join("link/p/x"), &project), "through a symlinked directory");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn placeholders_recorded_by_two_sessions_go_deepest_first() {
+        // Session B recorded `.git/hooks` before session A recorded the `.git` it sits in.
+        let dir = std::env::temp_dir().join(format!("asb-ph-order-{}", std::process::id()));
+        let (state, project) = (dir.join("state"), dir.join("p"));
+        std::fs::create_dir_all(project.join(".git/hooks")).unwrap();
+        std::fs::create_dir_all(&state).unwrap();
+        let mut lock = super::ProjectLock::acquire(&state, &project).unwrap();
+        let record = format!("d\t{}\nd\t{}\n", project.join(".git/hooks").display(), project.join(".git").display());
+        std::io::Write::write_all(&mut lock.file, record.as_bytes()).unwrap();
+        lock.remove_recorded();
+        assert!(!project.join(".git").exists(), "the outer placeholder stayed behind its inner one");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -113,6 +113,22 @@ pub fn find_newgidmap() -> Option<PathBuf> {
     })
 }
 
+/// The groups of `etc_group` that a range of `user` in `/etc/subgid` covers although the user
+/// is not in them: `newgidmap` checks the ranges, not membership, so the user can take these
+/// groups in a user namespace of their own (outside any jail). For `doctor` to warn of.
+pub fn granted_beyond_membership(subgid: &str, user: &str, uid: u32, groups: &[u32], etc_group: &str) -> Vec<String> {
+    let ranges = subgid_ranges(subgid, user, uid);
+    etc_group
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            let gid: u32 = f.get(2)?.parse().ok()?;
+            let covered = ranges.iter().any(|(s, c)| gid >= *s && u64::from(gid) < u64::from(*s) + u64::from(*c));
+            (covered && !groups.contains(&gid)).then(|| f[0].to_string())
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +139,7 @@ mod tests {
     fn covered_groups_are_mapped_with_their_names_and_the_rest_said() {
         let helper = Some(PathBuf::from("/usr/bin/newgidmap"));
         let p = plan(&[1001, 2345, 2400], 1001, GROUP, "bob:100000:65536\nbob:2345:1\n", "bob", 1001, helper.clone());
+        // (A range over several real gids is what doctor warns of: granted_beyond_membership.)
         assert_eq!(p.mapped, [(2345, "proj".to_string())]);
         assert_eq!(p.unmapped, [2400]);
         assert!(p.why.as_deref().is_some_and(|w| w.contains("/etc/subgid")));
@@ -144,6 +161,13 @@ mod tests {
         );
         assert_eq!(plan(&[1001], 1001, GROUP, "", "bob", 1001, None), GroupsPlan::default(), "the primary only");
         assert_eq!(GroupsPlan::default().summary(), None);
+    }
+
+    #[test]
+    fn a_range_over_groups_the_user_is_not_in_is_found() {
+        let beyond = granted_beyond_membership("bob:2300:200\n", "bob", 1001, &[1001, 2345], GROUP);
+        assert_eq!(beyond, ["lab"], "2400 is in bob's range but bob is not in lab");
+        assert!(granted_beyond_membership("bob:2345:1\n", "bob", 1001, &[2345], GROUP).is_empty());
     }
 
     #[test]
