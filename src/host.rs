@@ -152,6 +152,10 @@ pub struct HostFacts {
     pub home_canonical: PathBuf,
     pub shell: PathBuf,
     pub exe: PathBuf,
+    /// What the jail runs under Slurm's and the mailers' names: `agent-sandbox-stub` next to
+    /// the launcher where it is installed (a small binary: each Slurm call starts it), else
+    /// the launcher itself, which dispatches by name the same way.
+    pub stub_exe: PathBuf,
     pub env: Vec<(String, String)>,
     pub etc_passwd: String,
     pub etc_group: String,
@@ -257,6 +261,8 @@ impl HostFacts {
             .unwrap_or_else(|| gid.to_string());
         let home_canonical = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
         let exe = std::fs::read_link("/proc/self/exe").or_else(|_| std::env::current_exe()).map_err(HostError::Exe)?;
+        let stub_exe =
+            Some(exe.with_file_name("agent-sandbox-stub")).filter(|s| s.is_file()).unwrap_or_else(|| exe.clone());
         let env: Vec<(String, String)> =
             std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
         let etc_tmux_conf = env.iter().any(|(k, _)| k == "TMUX").then(|| read("/etc/tmux.conf"));
@@ -275,6 +281,7 @@ impl HostFacts {
             home_canonical,
             shell,
             exe,
+            stub_exe,
             env,
             etc_passwd,
             etc_group,

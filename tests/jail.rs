@@ -1306,3 +1306,18 @@ fn supplementary_groups_are_mapped_where_subgid_covers_them_and_said_where_not()
     let meta = std::fs::metadata(j.project.join("mine")).unwrap();
     assert_eq!(std::os::unix::fs::MetadataExt::gid(&meta), gid, "the host sees the group");
 }
+
+#[test]
+fn the_stubs_are_the_small_stub_binary_not_the_launcher() {
+    // Every Slurm call in the jail starts a stub: it is agent-sandbox-stub (next to the
+    // launcher). Its size against the launcher's is a release figure (788 KB against 9.8 MB,
+    // docs/performance.md); a debug build keeps everything.
+    let j = jail!("small-stub");
+    let stub = j.rig.bin.with_file_name("agent-sandbox-stub");
+    let size = std::fs::metadata(&stub).expect("cargo builds agent-sandbox-stub next to agent-sandbox").len();
+    let out = j.run("stat -L -c %s /run/agent-sandbox/agent-sandbox \"$(command -v squeue)\"; salloc; echo rc=$?");
+    let sizes: Vec<u64> = out.stdout.lines().filter_map(|l| l.trim().parse().ok()).collect();
+    assert_eq!(sizes, [size, size], "{out}");
+    assert_ne!(size, std::fs::metadata(&j.rig.bin).unwrap().len(), "the launcher is bound, not the stub");
+    assert!(out.stdout.contains("rc=1") && out.stderr.contains("salloc: error:"), "the stub answers as before: {out}");
+}

@@ -185,12 +185,25 @@ pub fn find(name: &str) -> Option<&'static Command> {
     COMMANDS.iter().find(|c| c.name == name)
 }
 
+/// Why the stub refuses each command outright (None: handled), in the table's order. Made at
+/// compile time: a stub binary that reads it links none of the handlers.
+pub const REFUSALS: [Option<&str>; COMMANDS.len()] = refusals();
+
+const fn refusals() -> [Option<&'static str>; COMMANDS.len()] {
+    let mut out = [None; COMMANDS.len()];
+    let mut i = 0;
+    while i < COMMANDS.len() {
+        if let Handling::Refused(why) = COMMANDS[i].handling {
+            out[i] = Some(why);
+        }
+        i += 1;
+    }
+    out
+}
+
 /// Why the stub refuses `name` outright, if it does.
 pub fn refusal(name: &str) -> Option<&'static str> {
-    match find(name)?.handling {
-        Handling::Refused(why) => Some(why),
-        Handling::Handled { .. } => None,
-    }
+    NAMES.iter().position(|n| *n == name).and_then(|i| REFUSALS[i])
 }
 
 /// What handling one request produced: the response, and the audit record.
@@ -365,6 +378,18 @@ mod tests {
         }
         assert_eq!(NAMES.len(), COMMANDS.len());
         assert!(NAMES.iter().zip(COMMANDS).all(|(n, c)| *n == c.name));
+    }
+
+    #[test]
+    fn the_compile_time_refusals_are_the_tables() {
+        for c in COMMANDS {
+            let want = match c.handling {
+                Handling::Refused(why) => Some(why),
+                Handling::Handled { .. } => None,
+            };
+            assert_eq!(refusal(c.name), want, "{}", c.name);
+        }
+        assert_eq!(refusal("sh"), None);
     }
 
     #[test]

@@ -41,8 +41,8 @@ pub(super) fn landlock_plan(
             _ => {}
         }
     }
-    // The stubs are links to the binary: it must be readable where it is.
-    ro.push(facts.exe.clone());
+    // The stubs are links to the stub binary: it must be readable where it is.
+    ro.push(facts.stub_exe.clone());
     ro.push(session.bin.clone());
     if !session.files.is_empty() {
         ro.push(session.path.join("run"));
@@ -89,7 +89,7 @@ pub(super) fn landlock_session(facts: &HostFacts, req: &RunRequest, mail_block: 
     SessionDir {
         tmp: path.join("tmp"),
         bin: path.join("bin"),
-        exe: facts.exe.clone(),
+        exe: facts.stub_exe.clone(),
         stubs: mail.iter().chain(crate::stub::slurm::SLURM_STUBS).map(|s| s.to_string()).collect(),
         files,
         base,

@@ -270,7 +270,7 @@ pub(super) fn protect(
 pub(super) fn stub_dir(b: &mut Builder<'_>, facts: &HostFacts, mail_block: bool, req: &RunRequest) {
     use crate::stub::{STUB_BIN_DIR, STUB_DIR, STUB_EXE};
     b.push(MountSpec::Tmpfs { target: STUB_DIR.into(), mode: 0o755 });
-    b.push(MountSpec::Bind { source: facts.exe.clone(), target: STUB_EXE.into(), rw: false, dir: false });
+    b.push(MountSpec::Bind { source: facts.stub_exe.clone(), target: STUB_EXE.into(), rw: false, dir: false });
     // One bind of a directory of links the launcher keeps in the state dir, instead of one
     // symlink call per name at every start (`stub::ensure_links`).
     b.push(MountSpec::Bind {
@@ -325,7 +325,7 @@ pub(super) fn cover_stubbed(
             continue;
         }
         if fs.kind(&real) == Some(Kind::File) {
-            b.push(MountSpec::Bind { source: facts.exe.clone(), target: real.clone(), rw: false, dir: false });
+            b.push(MountSpec::Bind { source: facts.stub_exe.clone(), target: real.clone(), rw: false, dir: false });
             covered.push(real);
         }
     }

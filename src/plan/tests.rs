@@ -14,6 +14,7 @@ fn facts() -> HostFacts {
         home_canonical: "/home/u".into(),
         shell: "/bin/bash".into(),
         exe: "/usr/bin/agent-sandbox".into(),
+        stub_exe: "/usr/bin/agent-sandbox".into(),
         env: vec![
             ("PATH".into(), "/usr/bin:/bin".into()),
             ("GH_TOKEN".into(), "secret".into()),

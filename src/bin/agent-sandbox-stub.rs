@@ -1,0 +1,12 @@
+//! The stubs the jail runs under Slurm's and the mailers' names, as a binary of their own:
+//! the launcher is a 10 MB program with ten thousand relocations, and every `squeue` an
+//! agent runs would pay for its start. This one links only the stubs (no CLI parser, no
+//! async runtime, no network stack, none of the chaperon's handlers). The launcher binds it
+//! into the jail when it is installed next to it, else itself (which dispatches the same way).
+fn main() {
+    let code = std::env::args_os().next().and_then(|a0| agent_sandbox::stub::dispatch(&a0)).unwrap_or_else(|| {
+        eprintln!("agent-sandbox-stub: run it under a Slurm command's or a mailer's name (the jail does)");
+        2
+    });
+    std::process::exit(code);
+}
