@@ -28,10 +28,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include <slurm/slurm.h>
 #include <slurm/spank.h>
 
 SPANK_PLUGIN(agent-sandbox, 1);
+
+/* Where the job prolog (root) marks, per job, that a job is sandboxed: a step of that job
+ * without the tag is then refused too. Root-owned; world-readable, since the check runs in
+ * the task as the user. */
+#define MARK_DIR "/run/agent-sandbox-spank"
 
 /* The wrapper is a few hundred bytes; anything near this is not it. */
 #define MAX_WRAPPER 8192
@@ -168,13 +175,93 @@ static int admit(spank_t sp, const char *dir)
 	return 0;
 }
 
+/* The marker of `job` (MARK_DIR/<job>), as a path. */
+static void mark_path(char *out, size_t cap, uint32_t job)
+{
+	snprintf(out, cap, "%s/%u", MARK_DIR, job);
+}
+
+/* Whether the prolog marked `job` as sandboxed (a root-owned regular file, never a link);
+ * its job directory in `dir`. */
+static int marked(uint32_t job, char *dir, size_t cap)
+{
+	char path[128];
+	struct stat st;
+	mark_path(path, sizeof(path), job);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return 0;
+	int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0;
+	ssize_t n = ok ? read(fd, dir, cap - 1) : -1;
+	close(fd);
+	dir[n > 0 ? n : 0] = 0;
+	char *nl = strchr(dir, '\n');
+	if (nl)
+		*nl = 0;
+	return ok;
+}
+
+/* On each node of a tagged job, before its first step (root): the job's marker. A failure is
+ * logged, never returned: a failed prolog drains the node, and the tagged steps are checked
+ * without it. */
+int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	char *dir = NULL;
+	uint32_t job = 0;
+	if (spank_option_getopt(sp, &agent_sandbox_option, &dir) != ESPANK_SUCCESS || !dir)
+		return 0;
+	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
+		return 0;
+	struct stat st;
+	if (mkdir(MARK_DIR, 0755) < 0 && errno != EEXIST) {
+		slurm_error("agent-sandbox (SPANK): cannot make %s: %m", MARK_DIR);
+		return 0;
+	}
+	if (lstat(MARK_DIR, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 || (st.st_mode & 022)) {
+		slurm_error("agent-sandbox (SPANK): %s is not a root-owned directory others cannot write", MARK_DIR);
+		return 0;
+	}
+	char path[128];
+	mark_path(path, sizeof(path), job);
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0) {
+		slurm_error("agent-sandbox (SPANK): cannot mark job %u in %s: %m", job, MARK_DIR);
+		return 0;
+	}
+	dprintf(fd, "%s\n", dir);
+	close(fd);
+	return 0;
+}
+
+/* After the job on the node (root): its marker goes. */
+int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
+{
+	(void)ac;
+	(void)av;
+	uint32_t job = 0;
+	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
+		return 0;
+	char path[128];
+	mark_path(path, sizeof(path), job);
+	unlink(path);
+	return 0;
+}
+
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
 {
 	(void)ac;
 	(void)av;
 	char *dir = NULL;
-	if (spank_option_getopt(sp, &agent_sandbox_option, &dir) != ESPANK_SUCCESS || !dir)
+	if (spank_option_getopt(sp, &agent_sandbox_option, &dir) != ESPANK_SUCCESS || !dir) {
+		/* An untagged step of a job the prolog marked as sandboxed: refused too. */
+		uint32_t job = 0;
+		char job_dir[1024];
+		if (spank_get_item(sp, S_JOB_ID, &job) == ESPANK_SUCCESS && marked(job, job_dir, sizeof(job_dir)))
+			return refuse("is a step without the tag (started outside agent-sandbox's chaperon)", job_dir);
 		return 0; /* not a sandboxed job: untouched */
+	}
 	if (!exe[0] || exe[0] != '/')
 		return refuse("cannot be checked (the plugin has no absolute exe= in plugstack.conf)", dir);
 	if (dir[0] != '/' || strchr(dir, '\n'))

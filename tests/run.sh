@@ -66,13 +66,18 @@ if [ "$(id -u)" = 0 ]; then
   # The Slurm test cluster (tests/cluster): installed from Debian's packages if missing,
   # started (or left running if it already is) for tests/slurm.rs.
   tests/cluster/install.sh
-  tests/cluster/start.sh --user asbtest --two-nodes --no-selftest
   # The SPANK plugin on the test cluster's nodes (one machine): every task of a job the
-  # chaperon tagged must enter the jail with the test build of agent-sandbox. slurmstepd
-  # and sbatch read plugstack.conf at each use: no restart.
+  # chaperon tagged must enter the jail with the test build of agent-sandbox. slurmstepd and
+  # sbatch read plugstack.conf at each use, but slurmd learns at its start whether a plugin
+  # has a job prolog (the plugin's marks sandboxed jobs): a changed file restarts the cluster.
   make -s -C slurm-plugins
-  echo "required $(pwd)/slurm-plugins/agent_sandbox.so exe=$(pwd)/target/debug/agent-sandbox" \
-    > /etc/slurm/plugstack.conf
+  mkdir -p /etc/slurm
+  plugstack="required $(pwd)/slurm-plugins/agent_sandbox.so exe=$(pwd)/target/debug/agent-sandbox"
+  if [ "$(cat /etc/slurm/plugstack.conf 2>/dev/null)" != "$plugstack" ]; then
+    echo "$plugstack" > /etc/slurm/plugstack.conf
+    tests/cluster/stop.sh >/dev/null 2>&1 || true
+  fi
+  tests/cluster/start.sh --user asbtest --two-nodes --no-selftest
   # Distributions ship /dev/net/tun as 0666; some hosts (this CI's) have 0600, which makes
   # the filtered network mode fall back. `agent-sandbox doctor` names this too.
   chmod 0666 /dev/net/tun 2>/dev/null || true

@@ -1016,6 +1016,24 @@ fn the_spank_belt_refuses_a_tagged_task_that_does_not_enter_the_jail() {
     assert_eq!(final_state(id), "COMPLETED", "{out}");
     let logs = slurmd_logs();
     assert!(logs.contains(&format!("job {id}: the task enters the jail")), "the belt saw the sandboxed job's tasks");
+    // A step started in a running sandboxed job from outside the jail, without the tag:
+    // refused too (the job's prolog marked it on the node).
+    let out = j.run("sbatch --parsable -o long.out --wrap 'sleep 60'");
+    let long: u32 = out.stdout.trim().parse().unwrap_or_else(|_| panic!("{out}"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !Command::new("squeue")
+        .args(["-h", "-t", "R", "-o", "%i", "-j", &long.to_string()])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == long.to_string())
+    {
+        assert!(Instant::now() < deadline, "the sandboxed job never ran");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let step = j.as_user("srun").args([&format!("--jobid={long}"), "--overlap", "-n1", "true"]).output().expect("srun");
+    let said = String::from_utf8_lossy(&step.stderr).into_owned();
+    let _ = Command::new("scancel").arg(long.to_string()).status();
+    assert!(!step.status.success(), "an untagged step ran in a sandboxed job: {said}");
+    assert!(said.contains("without the tag"), "the step's stderr says why: {said}");
 }
 
 #[test]
