@@ -11,6 +11,7 @@ pub mod jail;
 pub mod launch;
 pub mod net;
 pub mod netrules;
+pub mod pages;
 pub mod plan;
 pub mod policy;
 pub mod show;

@@ -54,7 +54,8 @@ fn fifty_idle_sessions_cost_at_most_one_mib_each() {
         assert!(std::time::Instant::now() < deadline, "50 sessions did not all start within 30 s");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The long-lived processes trim their heaps once a session has run 2 s (jail::TRIM_AFTER).
+    std::thread::sleep(std::time::Duration::from_millis(3000));
     let (mut sandbox, mut command, mut processes) = (0u64, 0u64, 0usize);
     for s in &sessions {
         for p in process_tree(s.id()) {

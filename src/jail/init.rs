@@ -392,11 +392,12 @@ fn supervise(
         }
     }
     crate::timing::mark("child-forked");
-    super::trim_heap();
+    let mut trim = super::TrimLater::new();
     let mut passing = SignalPassing::default();
     let mut launcher_open = true;
     loop {
         let now = std::time::Instant::now();
+        trim.run_if_due(now);
         for sig in passing.due(now) {
             forward(child, sig);
         }
@@ -411,7 +412,11 @@ fn supervise(
                 nix::poll::PollFd::new(sfd.as_fd(), nix::poll::PollFlags::POLLIN),
                 nix::poll::PollFd::new(sock_fd, sock_flags),
             ];
-            let timeout = match passing.wait(now) {
+            let wait = match (passing.wait(now), trim.wait(now)) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let timeout = match wait {
                 Some(w) => nix::poll::PollTimeout::from(u16::try_from(w.as_millis().max(1)).unwrap_or(u16::MAX)),
                 None => nix::poll::PollTimeout::NONE,
             };

@@ -130,3 +130,35 @@ pub fn trim_heap() {
         libc::malloc_trim(0);
     }
 }
+
+/// How long a session runs before its long-lived processes trim their heaps: `malloc_trim`
+/// walks the whole heap (about a millisecond), which a short command must not wait for.
+pub const TRIM_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A heap trim due `TRIM_AFTER` from now, for a process's wait loop.
+pub struct TrimLater(Option<std::time::Instant>);
+
+impl TrimLater {
+    pub fn new() -> TrimLater {
+        TrimLater(Some(std::time::Instant::now() + TRIM_AFTER))
+    }
+
+    /// How long the loop may wait before the trim is due (None: it was done).
+    pub fn wait(&self, now: std::time::Instant) -> Option<std::time::Duration> {
+        self.0.map(|due| due.saturating_duration_since(now))
+    }
+
+    /// Trims once, when due.
+    pub fn run_if_due(&mut self, now: std::time::Instant) {
+        if self.0.is_some_and(|due| now >= due) {
+            trim_heap();
+            self.0 = None;
+        }
+    }
+}
+
+impl Default for TrimLater {
+    fn default() -> Self {
+        TrimLater::new()
+    }
+}

@@ -9,7 +9,7 @@
 use crate::plan::Placeholder;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -236,7 +236,13 @@ impl ProjectLock {
             Ok(nix::unistd::ForkResult::Child) => {
                 drop(w);
                 close_all_but(&[self.file.as_raw_fd(), r.as_raw_fd()]);
-                super::trim_heap();
+                // A session that lasts gets its waiter's heap trimmed; a short one never waits
+                // for the trim (it would take a core from the jail being built).
+                let mut p = [nix::poll::PollFd::new(r.as_fd(), nix::poll::PollFlags::POLLIN)];
+                let millis = u16::try_from(super::TRIM_AFTER.as_millis()).unwrap_or(u16::MAX);
+                if matches!(nix::poll::poll(&mut p, nix::poll::PollTimeout::from(millis)), Ok(0)) {
+                    super::trim_heap();
+                }
                 let mut b = [0u8; 1];
                 while matches!(nix::unistd::read(&r, &mut b), Ok(n) if n > 0) {}
                 for p in &self.remove_after {

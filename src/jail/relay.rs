@@ -116,8 +116,13 @@ pub fn run(
     let mut stdin_open = master.is_some();
     let mut master_open = master.is_some();
     let mut sock_open = true;
-    let mut buf = vec![0u8; 64 * 1024];
+    // Mapped pages: resident only as far as terminal output reached (a session without a
+    // terminal never touches it), and never memory a later heap trim would have to keep.
+    let mut buf =
+        crate::pages::Pages::zeroed(64 * 1024).map_err(|e| JailError::Channel(format!("relay buffer: {e}")))?;
+    let mut trim = super::TrimLater::new();
     loop {
+        trim.run_if_due(std::time::Instant::now());
         let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
         // SAFETY: the raw fds below stay open for the whole iteration.
         let sock_fd = unsafe { BorrowedFd::borrow_raw(sock) };
@@ -138,7 +143,11 @@ pub fn run(
             i_lazy = Some(fds.len());
             fds.push(PollFd::new(door, PollFlags::POLLIN));
         }
-        match poll(&mut fds, PollTimeout::NONE) {
+        let timeout = match trim.wait(std::time::Instant::now()) {
+            Some(w) => PollTimeout::from(u16::try_from(w.as_millis().max(1)).unwrap_or(u16::MAX)),
+            None => PollTimeout::NONE,
+        };
+        match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::Error::EINTR) => {}
             Err(e) => return Err(JailError::Channel(format!("poll: {e}"))),
         }

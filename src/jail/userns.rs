@@ -75,7 +75,6 @@ pub fn run(
     banner();
     msg::send(sock, &Msg::Start { seal: prog, guard }).map_err(|e| fail(JailError::Channel(e.to_string())))?;
     super::limits::arm_timeout(plan.limits.timeout, launched.pid);
-    super::trim_heap();
     let outcome = relay::run(launched.pid, sock, master, &mask, lazy, audit)?;
     Ok(outcome)
 }

@@ -6,7 +6,6 @@ pub mod control;
 pub mod dns;
 pub mod http1;
 pub mod packet;
-pub mod pages;
 pub mod peek;
 pub mod proxy;
 pub mod stack;

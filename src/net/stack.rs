@@ -7,8 +7,8 @@
 //! aborts the socket, which answers the jail with RST. A SYN that gets no socket at all is
 //! answered with RST by smoltcp itself.
 
-use crate::net::pages::Pages;
 use crate::netrules::addr;
+use crate::pages::Pages;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;

@@ -1,7 +1,8 @@
 //! A buffer of anonymous pages mapped for it alone: a page costs memory only once something
-//! was written to it. The tun device's packet buffers are 64 KiB each (the MTU), most packets
-//! are far smaller, and a node runs hundreds of sessions: allocated from the heap and zeroed,
-//! every byte of both buffers would be resident in each session's supervisor.
+//! was written to it. For the large buffers a session keeps for its whole life and mostly
+//! does not fill (the tun device's two 64 KiB packet buffers, the launcher's terminal relay
+//! buffer): allocated from the heap and zeroed, every byte would be resident in each of the
+//! hundreds of sessions a node runs.
 
 use nix::sys::mman::{mmap_anonymous, munmap, MapFlags, ProtFlags};
 use std::num::NonZeroUsize;
