@@ -45,6 +45,7 @@ fn job_info_calls(before: &BTreeMap<String, u64>) -> u64 {
 /// 200 `squeue` calls, one every 50 ms, each printed as `TIME id:STATE...`; a job that sleeps
 /// 4 s (writing when it started and ended) and a held one cancelled half-way.
 const LOOP: &str = r#"
+echo "session $AGENT_SANDBOX_SESSION"
 run=$(sbatch --parsable -o job.out --wrap 'date +%s.%N > started; sleep 4; date +%s.%N > ended')
 held=$(sbatch --parsable --hold -J held --wrap true)
 echo "ids $run $held"
@@ -136,6 +137,22 @@ fn a_squeue_loop_reaches_slurmctld_a_handful_of_times_and_every_answer_stays_rig
     assert!(answers.iter().any(|a| a.at > started + settle && a.at < ended - 0.2), "the loop saw it run: {out}");
     eprintln!("200 squeue calls, {reached} job-information RPCs at slurmctld");
     assert!(reached <= 12, "{reached} of 200 squeue calls reached slurmctld: {out}");
+    // Every call's audit record says how it was answered.
+    let session = out.stdout.lines().find_map(|l| l.strip_prefix("session ")).expect("the session id").trim();
+    let log = j.output(&mut j.command(&["log", "--session", session, "--json"]));
+    let squeues: Vec<serde_json::Value> = log
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["event"] == "slurm" && r["program"] == "squeue")
+        .collect();
+    assert_eq!(squeues.len(), 200, "one record a call: {log}");
+    let reused = squeues
+        .iter()
+        .filter(|r| r["reason"].as_str().is_some_and(|w| w.starts_with("answered from the same call")))
+        .count();
+    assert!(reused >= 200 - 12, "{reused} of 200 records say the answer was reused");
+    assert!(squeues.iter().all(|r| r["decision"] == "allowed"), "{log}");
 }
 
 #[test]
