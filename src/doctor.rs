@@ -232,15 +232,7 @@ fn groups_check() -> Check {
     let Ok(facts) = host::HostFacts::gather() else {
         return check("groups", Status::Warn, "cannot read this host's facts", None);
     };
-    let g = crate::plan::groups::plan(
-        &facts.groups,
-        facts.gid,
-        &facts.etc_group,
-        &facts.etc_subgid,
-        &facts.user,
-        facts.uid,
-        facts.newgidmap.clone(),
-    );
+    let g = crate::plan::groups::of_host(&facts);
     let fix = "as root: install uidmap (a setuid newgidmap) and give each user one /etc/subgid line per group \
                they are in, `USER:GID:1`, after reading what that grants (docs/admin/groups.md)";
     let beyond = crate::plan::groups::granted_beyond_membership(

@@ -39,6 +39,12 @@ impl GroupsPlan {
     }
 }
 
+/// This host's user's supplementary groups as the userns jail maps them (`plan`, from the
+/// facts): for the plan and for `doctor`.
+pub fn of_host(facts: &crate::host::HostFacts) -> GroupsPlan {
+    plan(&facts.groups, facts.gid, &facts.etc_group, &facts.etc_subgid, &facts.user, facts.uid, facts.newgidmap.clone())
+}
+
 /// The ranges `/etc/subgid` grants `user` (by name or uid): (first, count).
 pub fn subgid_ranges(subgid: &str, user: &str, uid: u32) -> Vec<(u32, u32)> {
     let uid = uid.to_string();

@@ -486,7 +486,7 @@ fn synthesized_files<'a>(b: &mut Builder<'a>, policy: &Policy, facts: &'a HostFa
         format!("{}:x:{}:{}::{}:{}", facts.user, facts.uid, facts.gid, facts.home.display(), facts.shell.display());
     let synth = |target: &str, contents: String| MountSpec::File { target: target.into(), contents, mode: 0o644 };
     b.overrides.push(synth("/etc/passwd", fs::synth_passwd(&facts.etc_passwd, facts.uid, &user_line)));
-    let mapped = groups_of(facts).mapped;
+    let mapped = groups::of_host(facts).mapped;
     b.overrides
         .push(synth("/etc/group", fs::synth_group(&facts.etc_group, &facts.user, facts.gid, &facts.group, &mapped)));
     b.overrides.push(synth("/etc/nsswitch.conf", fs::NSSWITCH.into()));
@@ -717,7 +717,7 @@ fn finish(
         },
         groups: match backend {
             BackendKind::Landlock => groups::GroupsPlan::default(),
-            _ => groups_of(facts),
+            _ => groups::of_host(facts),
         },
         slurm: chaperon::governor::Settings {
             query_interval: policy.slurm.query_interval.value,
@@ -725,19 +725,6 @@ fn finish(
         },
         warnings,
     })
-}
-
-/// The user's supplementary groups as the userns jail maps them (`groups::plan`).
-fn groups_of(facts: &HostFacts) -> groups::GroupsPlan {
-    groups::plan(
-        &facts.groups,
-        facts.gid,
-        &facts.etc_group,
-        &facts.etc_subgid,
-        &facts.user,
-        facts.uid,
-        facts.newgidmap.clone(),
-    )
 }
 
 /// A rule as the matcher prints it (`GitHub.com.` -> `github.com`), or as written.
