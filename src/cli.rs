@@ -131,6 +131,12 @@ pub struct RunOpts {
     /// (filtered mode; repeatable).
     #[arg(long, global = true, value_name = "PORT")]
     pub publish: Vec<u16>,
+    /// Let the project's own Slurm jobs reach this jail port, e.g. a Dask scheduler: 8786.
+    /// The supervisor listens on the login node's cluster address (port in
+    /// AGENT_SANDBOX_JOB_PORT_8786) and admits only nodes running the project's jobs
+    /// (filtered mode; repeatable).
+    #[arg(long = "job-port", global = true, value_name = "PORT")]
+    pub job_port: Vec<u16>,
     /// Use this profile's policy (with `run`, without running its agent).
     #[arg(long, global = true, value_name = "NAME")]
     pub profile: Option<String>,
@@ -224,6 +230,7 @@ pub fn cli_layer(o: &RunOpts, home: &std::path::Path) -> Result<Layer, String> {
         mode: o.net,
         host_ports: (!o.host_port.is_empty()).then(|| o.host_port.clone()),
         publish: (!o.publish.is_empty()).then(|| o.publish.clone()),
+        job_ports: (!o.job_port.is_empty()).then(|| o.job_port.clone()),
         ..Default::default()
     });
     layer.sandbox = Some(SandboxSection { backend: o.backend, ..Default::default() });

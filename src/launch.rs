@@ -207,7 +207,10 @@ impl Launch {
         let spec = job.spec.clone();
         let frozen = policy::Frozen::from_text(&spec.policy);
         let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from);
-        let policy = policy::bound_by_admin(frozen.thaw()?, &policy::PolicyPaths::new(&facts.home, xdg.as_deref()))?;
+        let mut policy =
+            policy::bound_by_admin(frozen.thaw()?, &policy::PolicyPaths::new(&facts.home, xdg.as_deref()))?;
+        // A job reaches its session's job ports (frozen with the policy); it serves none.
+        policy.net_job_ports.value.clear();
         // What Slurm tells the job on this node (SLURM_JOB_ID, the node list...), for the
         // job's environment and the patterns in its file names.
         let node: Vec<(String, String)> = facts.env.clone();
@@ -276,7 +279,27 @@ impl Launch {
                 Some(lock)
             }
         };
+        // The session's job ports are bound before the plan, whose environment names them; a
+        // dry run shows where they would go.
+        let mut jobs = match (&origin, policy.net_job_ports.value.is_empty()) {
+            (Origin::Session { dry_run: false, .. }, false) => {
+                Some(bind_job_ports(&policy, &facts, &session, &project_dir)?)
+            }
+            _ => None,
+        };
+        let job_endpoints = match &jobs {
+            Some(j) => j.endpoints(),
+            None => {
+                policy.net_job_ports.value.iter().map(|p| (*p, (std::net::Ipv4Addr::UNSPECIFIED, 0).into())).collect()
+            }
+        };
+        let job_services = match &origin {
+            Origin::Job { frozen, .. } => frozen.job_services(),
+            Origin::Session { .. } => vec![],
+        };
         let req = RunRequest {
+            job_endpoints,
+            job_services,
             command,
             project,
             cwd,
@@ -289,6 +312,9 @@ impl Launch {
         timing::mark("policy");
         let plan = plan::build(&policy, &facts, &host::RealFs::default(), &req)?;
         timing::mark("plan");
+        if let Some(j) = &mut jobs {
+            j.admission.set_project(&plan.project);
+        }
         tracing::info!(
             backend = plan.backend.as_str(),
             net = plan.net.effective.as_str(),
@@ -362,7 +388,7 @@ impl Launch {
         let mut session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
         session.governor = plan.slurm;
         session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
-        let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log, control);
+        let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log, control, jobs);
         if let Some(socket) = &door.socket {
             let _ = std::fs::remove_file(socket);
         }
@@ -407,10 +433,13 @@ fn run_jail(
     policy: &policy::Policy,
     log: &AuditLog,
     control: Option<PathBuf>,
+    jobs: Option<crate::net::jobs::JobServices>,
 ) -> Result<jail::Outcome, jail::JailError> {
+    // The session's jobs may reach its job ports: their addresses travel with the policy.
+    let services: Vec<std::net::SocketAddr> = plan.net.job_endpoints.iter().map(|(_, a)| *a).collect();
     let mut start = |fd: std::os::fd::BorrowedFd<'_>| {
         if session.frozen.is_none() {
-            match policy::Frozen::freeze(policy) {
+            match policy::Frozen::freeze_with(policy, &services) {
                 Ok(f) => session.frozen = Some(f),
                 Err(e) => {
                     eprintln!("agent-sandbox: warning: {e}; Slurm is unavailable in this session");
@@ -421,8 +450,22 @@ fn run_jail(
         door.spawn(fd, &session)
     };
     let lazy = door.take_door().map(|fd| jail::door::Lazy::new(fd, &mut start, door.take_jail_end()));
-    let mut net_start = |fds| crate::net::start(&plan.net, fds, Some(log.clone()), control.clone());
+    let mut jobs = jobs;
+    let mut net_start = |fds| crate::net::start(&plan.net, fds, Some(log.clone()), control.clone(), jobs.take());
     jail::run(plan, banner, lock, &mut net_start, lazy, log)
+}
+
+/// Binds the session's job ports (`--job-port`, `net::jobs`) on the cluster-facing address.
+fn bind_job_ports(
+    policy: &policy::Policy,
+    facts: &host::HostFacts,
+    session: &str,
+    project: &Path,
+) -> Result<crate::net::jobs::JobServices, LaunchError> {
+    use crate::net::jobs;
+    let asker = chaperon::nodes::Asker { bin: slurm::slurm_bin(), home: facts.home.clone(), user: facts.user.clone() };
+    let admission = jobs::Admission::new(asker, &facts.state_dir(), session, project);
+    jobs::bind(&policy.net_job_ports.value, &policy.net_job_address.value, admission).map_err(LaunchError::setup)
 }
 
 /// The session's door to its chaperon: a socket the plan binds into the userns jail, or a

@@ -39,6 +39,24 @@ pub fn banner(plan: &Plan) -> String {
         "none" => String::new(),
         l => format!(" · limits {l}"),
     } + &plan.groups.summary().map(|g| format!(" · {g}")).unwrap_or_default()
+        + &job_ports(plan).map(|j| format!(" · {j}")).unwrap_or_default()
+}
+
+/// `job ports 8786→203.0.113.1:40123`: where the project's jobs reach the jail's servers.
+fn job_ports(plan: &Plan) -> Option<String> {
+    if plan.net.job_endpoints.is_empty() {
+        return None;
+    }
+    let each: Vec<String> = plan
+        .net
+        .job_endpoints
+        .iter()
+        .map(|(p, a)| match a.port() {
+            0 => format!("{p}→(bound at start)"),
+            _ => format!("{p}→{a}"),
+        })
+        .collect();
+    Some(format!("job ports {} (nodes running the project's jobs only)", each.join(" ")))
 }
 
 pub fn plan(p: &Plan) -> String {
@@ -63,6 +81,9 @@ pub fn plan(p: &Plan) -> String {
     let _ = writeln!(s, "  slurm     {}", p.slurm.summary());
     if let Some(g) = p.groups.summary() {
         let _ = writeln!(s, "  groups    {g}");
+    }
+    if let Some(j) = job_ports(p) {
+        let _ = writeln!(s, "  jobs      {j}");
     }
     for r in &p.net.credentials {
         let keys: Vec<&str> = r.keys.iter().map(|k| k.env.as_str()).collect();

@@ -195,7 +195,7 @@ pub fn chaperon_main() -> i32 {
 
 /// Where the real Slurm commands are: the directory of the first `sbatch` on the launcher's
 /// PATH, else /usr/bin.
-fn slurm_bin() -> PathBuf {
+pub fn slurm_bin() -> PathBuf {
     let path = std::env::var("PATH").unwrap_or_default();
     path.split(':')
         .filter(|d| d.starts_with('/'))

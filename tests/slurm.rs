@@ -1082,3 +1082,94 @@ fn ten_sessions_in_sibling_projects_see_and_touch_only_their_own_jobs() {
     assert!(ids.iter().all(|id| queue.contains(id)), "every job survived the others' cancels");
     let _ = Command::new("scancel").args(ids.iter().map(u32::to_string)).status();
 }
+
+/// `--job-port`: a server in the jail on the login node, which the project's jobs reach from
+/// both nodes of the test cluster at the address the jail was given. A connection from a node
+/// that runs no job of the project (n2's network with nothing of ours running there, the
+/// login node itself, a job of the user's outside the project) is refused and audited; the
+/// listener closes with the session.
+#[test]
+fn job_ports_admit_only_nodes_running_the_projects_jobs() {
+    let Some(j) = slurm_jail("slurm-job-port") else { return };
+    let j = j
+        .project_file("echo_server.py", include_str!("slurm/echo_server.py"))
+        .project_file("echo_client.py", include_str!("slurm/echo_client.py"));
+    let n2_net = "/run/netns/asbtc-n2";
+    assert!(Path::new(n2_net).exists(), "the test cluster has no second node: tests/cluster/start.sh --two-nodes");
+    let host = String::from_utf8_lossy(&Command::new("hostname").arg("-s").output().expect("hostname").stdout)
+        .trim()
+        .to_string();
+    // The session serves, says where, waits for the test's probes, then runs a job on each node
+    // that connects to the address it was given.
+    let script = format!(
+        "echo $AGENT_SANDBOX_SESSION > session; python3 echo_server.py 8786 & \
+         echo $AGENT_SANDBOX_JOB_PORT_8786 > addr.tmp && mv addr.tmp addr; \
+         n=0; while [ ! -e go ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; \
+         for node in n2 {host}; do sbatch --wait -w $node -o job-$node.out --wrap \"python3 echo_client.py $(cat addr)\"; done; \
+         kill %1"
+    );
+    let addr_file = j.project.join("addr");
+    std::thread::scope(|s| {
+        let session = s.spawn(|| {
+            let mut c = j.command(&["-q", "--job-port", "8786", "run", "--", "sh", "-c", &script]);
+            j.output_within(&mut c, Duration::from_secs(120))
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !addr_file.exists() {
+            assert!(Instant::now() < deadline && !session.is_finished(), "the session never said its address");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let addr = std::fs::read_to_string(&addr_file).expect("addr").trim().to_string();
+        assert!(addr.starts_with("203.0.113.1:"), "the job port listens on the cluster address: {addr}");
+        let client = j.project.join("echo_client.py");
+        let from_n2 = Command::new("nsenter")
+            .args([&format!("--net={n2_net}"), "python3"])
+            .arg(&client)
+            .arg(&addr)
+            .output()
+            .expect("nsenter");
+        let from_login = Command::new("python3").arg(&client).arg(&addr).output().expect("python3");
+        let foreign = j
+            .as_user("sbatch")
+            .args(["--wait", "-w", "n2", "-o", "foreign.out", "--wrap"])
+            .arg(format!("python3 {} {addr}", client.display()))
+            .output()
+            .expect("sbatch");
+        assert!(foreign.status.success(), "{}", String::from_utf8_lossy(&foreign.stderr));
+        for (who, out) in [("n2 without a job", from_n2.stdout), ("the login node", from_login.stdout)] {
+            let out = String::from_utf8_lossy(&out).into_owned();
+            assert!(out.starts_with("error=") || out.trim() == "reply=", "{who} got through: {out}");
+        }
+        let foreign = std::fs::read_to_string(j.project.join("foreign.out")).unwrap_or_default();
+        assert!(!foreign.contains("echo:"), "a job outside the project got through: {foreign}");
+        std::fs::write(j.project.join("go"), "").expect("go");
+        let out = session.join().expect("session thread");
+        for node in ["n2", host.as_str()] {
+            let said = std::fs::read_to_string(j.project.join(format!("job-{node}.out"))).unwrap_or_default();
+            assert!(said.contains("reply=echo:ping"), "the project's job on {node}: {said}\n{out}");
+        }
+        // Closed with the session.
+        let after = Command::new("nsenter")
+            .args([&format!("--net={n2_net}"), "python3"])
+            .arg(&client)
+            .arg(&addr)
+            .output()
+            .expect("nsenter");
+        assert_eq!(String::from_utf8_lossy(&after.stdout).trim(), "error=ConnectionRefusedError");
+        // Each refusal is one audit record that says who and why.
+        let session_id = std::fs::read_to_string(j.project.join("session")).unwrap_or_default();
+        let log = j.as_user(&j.rig.bin).args(["log", "--json", "--session", session_id.trim()]).output().expect("log");
+        let refusals: Vec<String> = String::from_utf8_lossy(&log.stdout)
+            .lines()
+            .filter(|l| l.contains("\"check\":\"job_port\""))
+            .map(str::to_owned)
+            .collect();
+        for from in ["from 203.0.113.2:", "from 203.0.113.1:"] {
+            assert!(
+                refusals.iter().any(|r| r.contains(from) && r.contains("is not a node running a job of this project")),
+                "no refusal {from}: {refusals:#?}"
+            );
+        }
+        assert!(refusals.len() >= 3, "n2, the login node and the foreign job: {refusals:#?}");
+    });
+}

@@ -35,6 +35,7 @@ pub mod governor;
 pub mod grammar;
 pub mod job;
 pub mod jobid;
+pub mod nodes;
 pub mod refusal;
 pub mod scope;
 pub mod server;

@@ -5,7 +5,7 @@
 
 use crate::governor::Governor;
 use crate::scope::Registry;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -102,20 +102,26 @@ impl Config {
     /// project: a relative name a Slurm command opens on the host side must not land where the
     /// jail plants symlinks), and dying with the chaperon.
     pub fn command(&self, name: &str) -> Command {
-        let mut cmd = Command::new(self.real(name));
-        dies_with_chaperon(&mut cmd);
-        cmd.current_dir("/");
-        cmd.env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("HOME", &self.home)
-            .env("USER", &self.user)
-            .env("LOGNAME", &self.user)
-            .env("LANG", "C.UTF-8");
-        if let Ok(conf) = std::env::var("SLURM_CONF") {
-            cmd.env("SLURM_CONF", conf);
-        }
-        cmd
+        real_command(&self.slurm_bin, &self.home, &self.user, name)
     }
+}
+
+/// The real Slurm command `bin/name` with the environment every real command runs with (see
+/// `Config::command`), for the chaperon and for the supervisor's own questions to Slurm.
+pub fn real_command(bin: &Path, home: &Path, user: &str, name: &str) -> Command {
+    let mut cmd = Command::new(bin.join(name));
+    dies_with_chaperon(&mut cmd);
+    cmd.current_dir("/");
+    cmd.env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home)
+        .env("USER", user)
+        .env("LOGNAME", user)
+        .env("LANG", "C.UTF-8");
+    if let Ok(conf) = std::env::var("SLURM_CONF") {
+        cmd.env("SLURM_CONF", conf);
+    }
+    cmd
 }
 
 /// A Slurm command must not outlive the chaperon (killed, or ended with its session): an

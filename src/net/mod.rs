@@ -5,6 +5,7 @@
 pub mod control;
 pub mod dns;
 pub mod http1;
+pub mod jobs;
 pub mod packet;
 pub mod peek;
 pub mod proxy;
@@ -99,6 +100,7 @@ pub fn start(
     mut fds: Vec<std::os::fd::OwnedFd>,
     audit: Option<crate::audit::AuditLog>,
     control: Option<std::path::PathBuf>,
+    jobs: Option<jobs::JobServices>,
 ) -> std::io::Result<()> {
     use crate::plan::JailNet;
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
@@ -122,6 +124,8 @@ pub fn start(
         credentials: credential_endpoints(net),
         control,
         grant_bound: net.grant_bound.clone(),
+        jobs,
+        job_services: net.job_services.clone(),
     };
     match (net.jail, fds.len()) {
         (JailNet::Tun, 1) => supervisor::spawn(fds.remove(0), cfg),

@@ -22,6 +22,8 @@ pub struct JailVars<'a> {
     pub proxies: bool,
     pub backend: &'a str,
     pub session: &'a str,
+    /// The session's job services (`--job-port`): jail port, outside address.
+    pub job_endpoints: &'a [(u16, std::net::SocketAddr)],
 }
 
 /// Variables the launcher always drops: they point at host things that do not exist inside
@@ -71,6 +73,11 @@ pub fn build(launcher_env: &[(String, String)], policy: &Policy, j: &JailVars<'_
     set("AGENT_SANDBOX_BACKEND", j.backend.to_string());
     if !j.session.is_empty() {
         set("AGENT_SANDBOX_SESSION", j.session.to_string());
+    }
+    // What a server in the jail advertises to the project's jobs (a Dask scheduler's
+    // contact address): the login node's listener that forwards to its port.
+    for (port, outside) in j.job_endpoints {
+        set(&format!("AGENT_SANDBOX_JOB_PORT_{port}"), outside.to_string());
     }
     if j.proxies {
         // Both spellings: curl and Go read the lower case, most others the upper; socks5h

@@ -68,6 +68,10 @@ pub struct NetPlan {
     pub host_ports: Vec<u16>,
     /// Jail ports published on host loopback.
     pub publish: Vec<u16>,
+    /// Jail ports served to the project's jobs, with the listening address (`--job-port`).
+    pub job_endpoints: Vec<(u16, std::net::SocketAddr)>,
+    /// The login node's job services a job's network may reach (compute node).
+    pub job_services: Vec<std::net::SocketAddr>,
     /// RFC 1918 / CGNAT / ULA floored.
     pub deny_private: bool,
     /// API keys kept outside the jail, added by the supervisor (`credentials.rs`).
@@ -92,6 +96,8 @@ impl NetPlan {
             hostname_ports: vec![],
             host_ports: vec![],
             publish: vec![],
+            job_endpoints: vec![],
+            job_services: vec![],
             deny_private: false,
             credentials: vec![],
             grant_bound: None,
@@ -326,6 +332,12 @@ pub struct RunRequest {
     /// launcher's own; a job's `--export` set on a compute node. Only the jail reads these:
     /// every host-side path still comes from the launcher's environment (`HostFacts`).
     pub env: Option<Vec<(String, String)>>,
+    /// The session's job services: each jail port (`--job-port`) and the address the launcher
+    /// bound for it on the cluster-facing side; the jail learns them as AGENT_SANDBOX_JOB_PORT_N.
+    pub job_endpoints: Vec<(u16, std::net::SocketAddr)>,
+    /// A job's on a compute node: the login node's listeners of its session, which its network
+    /// may reach whatever the floors say of their address.
+    pub job_services: Vec<std::net::SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -445,6 +457,7 @@ impl Base {
         let mut warnings = policy.warnings.clone();
         let mut net = choose_net(policy, backend, facts)?;
         (net.rules, net.matcher) = net_rules(policy, facts, &net)?;
+        net::job_services(&mut net, req)?;
         if let Some(f) = &net.fallback {
             warnings.push(f.clone());
         }
@@ -637,6 +650,7 @@ fn finish(
             proxies: net.jail == JailNet::Proxies,
             backend: backend.as_str(),
             session: &req.session,
+            job_endpoints: &req.job_endpoints,
         },
     );
     let creds = policy.agent.as_ref().and_then(|a| a.value.credentials.clone()).unwrap_or_default();

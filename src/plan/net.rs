@@ -66,6 +66,28 @@ pub fn net_available(mode: NetMode, backend: BackendKind, facts: &HostFacts) -> 
     }
 }
 
+/// The session's job services into the plan: they need the userspace stack, which alone
+/// brings a connection into the jail's own network namespace (fails closed elsewhere).
+pub(super) fn job_services(net: &mut NetPlan, req: &super::RunRequest) -> Result<(), PlanError> {
+    if !req.job_endpoints.is_empty() && net.jail != JailNet::Tun {
+        let ports: Vec<String> = req.job_endpoints.iter().map(|(p, _)| p.to_string()).collect();
+        return Err(PlanError::Entry {
+            key: "net.job_ports".into(),
+            entry: ports.join(","),
+            why: format!(
+                "job ports need the `filtered` network with the user-namespace backend (this session's is `{}`); \
+                 use --net filtered, or drop --job-port",
+                net.effective
+            ),
+        });
+    }
+    net.job_endpoints = req.job_endpoints.clone();
+    if net.jail == JailNet::Tun {
+        net.job_services = req.job_services.clone();
+    }
+    Ok(())
+}
+
 pub(super) fn choose_net(policy: &Policy, backend: BackendKind, facts: &HostFacts) -> Result<NetPlan, PlanError> {
     let asked = policy.net_mode.value;
     let mut upstreams: Vec<std::net::SocketAddr> =
@@ -84,6 +106,8 @@ pub(super) fn choose_net(policy: &Policy, backend: BackendKind, facts: &HostFact
         hostname_ports: HOSTNAME_PORTS.to_vec(),
         host_ports: policy.net_host_ports.value.clone(),
         publish: policy.net_publish.value.clone(),
+        job_endpoints: vec![],
+        job_services: vec![],
         deny_private: policy.net_deny_private.value || effective == NetMode::Proxied,
         credentials: vec![],
         grant_bound: None,

@@ -95,6 +95,8 @@ fn request(project: &str) -> RunRequest {
         chaperon_channel: false,
         extra_files: vec![],
         env: None,
+        job_endpoints: vec![],
+        job_services: vec![],
     }
 }
 
@@ -216,6 +218,25 @@ fn unavailable_net_mode_falls_back_stricter_with_a_warning() {
     assert!(e.to_string().contains("cannot run here") && e.to_string().contains("0600"), "{e}");
     let p = plan_with(no_tun(), "[net]\nmode = \"filtered\"\nfallback = \"open\"", "/home/u/proj").unwrap();
     assert_eq!(p.net.effective, NetMode::Open);
+}
+
+#[test]
+fn job_ports_are_named_in_the_environment_and_need_the_filtered_network() {
+    let at: std::net::SocketAddr = "203.0.113.1:40123".parse().unwrap();
+    let req = RunRequest { job_endpoints: vec![(8786, at)], ..request("/home/u/proj") };
+    let p = build(&policy("[net]\nmode = \"filtered\""), &facts(), &host(), &req).unwrap();
+    assert!(p.env.iter().any(|(k, v)| k == "AGENT_SANDBOX_JOB_PORT_8786" && v == "203.0.113.1:40123"), "{:?}", p.env);
+    assert_eq!(p.net.job_endpoints, vec![(8786, at)]);
+    for mode in ["isolated", "proxied", "open"] {
+        let e = build(&policy(&format!("[net]\nmode = \"{mode}\"")), &facts(), &host(), &req).unwrap_err();
+        assert!(e.to_string().contains("net.job_ports") && e.to_string().contains("filtered"), "{mode}: {e}");
+    }
+    // A job's listeners of its session: reachable in filtered mode, nothing to reach otherwise.
+    let req = RunRequest { job_services: vec![at], ..request("/home/u/proj") };
+    let p = build(&policy("[net]\nmode = \"filtered\""), &facts(), &host(), &req).unwrap();
+    assert_eq!(p.net.job_services, vec![at]);
+    let p = build(&policy("[net]\nmode = \"isolated\""), &facts(), &host(), &req).unwrap();
+    assert!(p.net.job_services.is_empty());
 }
 
 #[test]

@@ -3,6 +3,7 @@
 //! job directory hold it as opaque text; a node that cannot read it refuses the job.
 
 use super::Policy;
+use std::net::SocketAddr;
 
 /// The version of the frozen form this build writes and reads.
 pub const VERSION: u32 = 1;
@@ -16,12 +17,18 @@ pub struct Frozen(String);
 struct Out<'a> {
     agent_sandbox_frozen_policy: u32,
     policy: &'a Policy,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    job_services: &'a [SocketAddr],
 }
 
 #[derive(serde::Deserialize)]
 struct In {
     agent_sandbox_frozen_policy: u32,
     policy: serde_json::Value,
+    /// The session's listeners for its own jobs (`--job-port`), which a job's network may
+    /// reach: the launcher bound them, so they are facts of the session, not policy.
+    #[serde(default)]
+    job_services: Vec<SocketAddr>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +58,12 @@ impl FrozenError {
 
 impl Frozen {
     pub fn freeze(p: &Policy) -> Result<Frozen, FrozenError> {
-        serde_json::to_string(&Out { agent_sandbox_frozen_policy: VERSION, policy: p })
+        Frozen::freeze_with(p, &[])
+    }
+
+    /// The policy and the session's job services (`--job-port` listeners on the login node).
+    pub fn freeze_with(p: &Policy, job_services: &[SocketAddr]) -> Result<Frozen, FrozenError> {
+        serde_json::to_string(&Out { agent_sandbox_frozen_policy: VERSION, policy: p, job_services })
             .map(Frozen)
             .map_err(|e| FrozenError::Freeze(e.to_string()))
     }
@@ -63,6 +75,11 @@ impl Frozen {
 
     pub fn text(&self) -> &str {
         &self.0
+    }
+
+    /// The session's job services frozen with the policy (none where unreadable: `thaw` says why).
+    pub fn job_services(&self) -> Vec<SocketAddr> {
+        serde_json::from_str::<In>(&self.0).map(|i| i.job_services).unwrap_or_default()
     }
 
     pub fn thaw(&self) -> Result<Policy, FrozenError> {
@@ -92,5 +109,15 @@ mod tests {
         let newer = f.text().replacen("\"agent_sandbox_frozen_policy\":1", "\"agent_sandbox_frozen_policy\":2", 1);
         let e = Frozen::from_text(&newer).thaw().expect_err("newer form");
         assert!(matches!(e, FrozenError::Newer { found: 2 }) && e.fix().is_some(), "{e}");
+    }
+
+    #[test]
+    fn job_services_travel_with_the_policy_and_are_none_by_default() {
+        let p = crate::policy::merge(&[], None).expect("built-in policy");
+        assert!(Frozen::freeze(&p).expect("freeze").job_services().is_empty());
+        let at: Vec<SocketAddr> = vec!["203.0.113.1:40123".parse().unwrap(), "[fd00::1]:40124".parse().unwrap()];
+        let f = Frozen::freeze_with(&p, &at).expect("freeze");
+        assert_eq!(f.job_services(), at);
+        assert!(f.thaw().is_ok());
     }
 }

@@ -91,6 +91,12 @@ pub struct Policy {
     pub net_dns: Sourced<Vec<std::net::IpAddr>>,
     pub net_host_ports: Sourced<Vec<u16>>,
     pub net_publish: Sourced<Vec<u16>>,
+    /// Jail ports served to the project's own jobs (`--job-port`).
+    #[serde(default = "no_job_ports")]
+    pub net_job_ports: Sourced<Vec<u16>>,
+    /// Where those ports listen; empty: the address routed toward the controller.
+    #[serde(default = "no_job_address")]
+    pub net_job_address: Sourced<String>,
     pub net_deny_private: Sourced<bool>,
     pub nested_userns: Sourced<bool>,
     pub unix_sockets: Sourced<bool>,
@@ -164,6 +170,8 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
         net_dns: Sourced::new(vec![], &builtin),
         net_host_ports: Sourced::new(vec![], &builtin),
         net_publish: Sourced::new(vec![], &builtin),
+        net_job_ports: no_job_ports(),
+        net_job_address: no_job_address(),
         net_deny_private: Sourced::new(false, &builtin),
         nested_userns: Sourced::new(false, &builtin),
         unix_sockets: Sourced::new(false, &builtin),
@@ -182,6 +190,15 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
         apply_admin(&mut p, &a.layer, &a.source)?;
     }
     Ok(p)
+}
+
+/// The built-in `net.job_ports`, also for a policy frozen before the setting existed.
+fn no_job_ports() -> Sourced<Vec<u16>> {
+    Sourced::new(vec![], &Source::Builtin)
+}
+
+fn no_job_address() -> Sourced<String> {
+    Sourced::new(String::new(), &Source::Builtin)
 }
 
 fn set<T: Clone>(slot: &mut Sourced<T>, v: &Option<T>, src: &Source) {
@@ -248,6 +265,10 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         }
         set(&mut p.net_host_ports, &n.host_ports, src);
         set(&mut p.net_publish, &n.publish, src);
+        set(&mut p.net_job_ports, &n.job_ports, src);
+        if !p.net_job_address.locked {
+            set(&mut p.net_job_address, &n.job_address, src);
+        }
         if !p.net_deny_private.locked {
             set(&mut p.net_deny_private, &n.deny_private, src);
         }
@@ -473,9 +494,14 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
         p.net_dns = Sourced::new(dns, src);
         p.net_dns.locked = true;
     }
+    if let Some(addr) = n.and_then(|n| n.job_address.clone()) {
+        p.net_job_address = Sourced::new(addr, src);
+        p.net_job_address.locked = true;
+    }
     for (key, slot, bound) in [
         ("net.host_ports", &mut p.net_host_ports, n.and_then(|n| n.host_ports.clone())),
         ("net.publish", &mut p.net_publish, n.and_then(|n| n.publish.clone())),
+        ("net.job_ports", &mut p.net_job_ports, n.and_then(|n| n.job_ports.clone())),
     ] {
         let Some(bound) = bound else { continue };
         let (kept, dropped): (Vec<u16>, Vec<u16>) = slot.value.iter().partition(|port| bound.contains(port));
@@ -737,6 +763,22 @@ mod tests {
         assert_eq!(p.net_mode.value, NetMode::Proxied);
         assert!(p.net_mode.locked);
         assert!(p.net_mode.source.is_admin());
+    }
+
+    #[test]
+    fn admin_job_ports_bound_the_users_and_the_admins_address_is_final() {
+        let asked = user("[net]\njob_ports = [8786, 8787]\njob_address = \"10.9.9.9\"");
+        let p = merge(std::slice::from_ref(&asked), None).unwrap();
+        assert_eq!((p.net_job_ports.value.clone(), p.net_job_address.value.as_str()), (vec![8786, 8787], "10.9.9.9"));
+        let site = admin("[net]\njob_ports = [8786]\njob_address = \"10.1.0.5\"");
+        let p = merge(&[asked], Some(&site)).unwrap();
+        assert_eq!((p.net_job_ports.value, p.net_job_address.value.as_str()), (vec![8786], "10.1.0.5"));
+        assert!(p.warnings.iter().any(|w| w.contains("net.job_ports") && w.contains("8787")), "{:?}", p.warnings);
+        // A policy frozen before the setting existed thaws with none.
+        let mut v = serde_json::to_value(merge(&[], None).unwrap()).unwrap();
+        v.as_object_mut().unwrap().retain(|k, _| !k.starts_with("net_job"));
+        let old: Policy = serde_json::from_value(v).unwrap();
+        assert!(old.net_job_ports.value.is_empty() && old.net_job_address.value.is_empty());
     }
 
     #[test]

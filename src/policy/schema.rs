@@ -103,6 +103,13 @@ pub struct NetSection {
     /// Jail ports published on host loopback (`--publish`), filtered mode. An admin list
     /// bounds what users may publish.
     pub publish: Option<Vec<u16>>,
+    /// Jail ports the session's own Slurm jobs reach from the compute nodes (`--job-port`):
+    /// the supervisor listens on the login node's cluster-facing address, on a port it picks,
+    /// and admits only nodes that run a job of the project. An admin list bounds them.
+    pub job_ports: Option<Vec<u16>>,
+    /// The address those listeners use (default: the one routed toward the Slurm controller).
+    /// An admin setting is final.
+    pub job_address: Option<String>,
     /// Floor RFC 1918, CGNAT and ULA destinations in `filtered` mode too (`proxied` always
     /// does). An admin `true` is final.
     pub deny_private: Option<bool>,

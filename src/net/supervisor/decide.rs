@@ -20,6 +20,9 @@ pub(super) struct Shared {
     pub(super) audit: Auditor,
     /// UDP queries being resolved at once, at most `MAX_RESOLVING`.
     pub(super) resolving: Arc<tokio::sync::Semaphore>,
+    /// A job's: its session's listeners on the login node (`--job-port`), reachable whatever
+    /// the rules and floors say of their address (an internal one, often).
+    pub(super) job_services: Vec<SocketAddr>,
 }
 
 /// UDP queries from the jail resolved at once, at most.
@@ -28,6 +31,14 @@ pub(super) const MAX_RESOLVING: usize = 256;
 impl Shared {
     /// Decides a flow to `dst`. `shown`: the name the flow itself carries (SNI or Host).
     pub(super) fn decide(&self, dst: SocketAddr, proto: Proto, shown: Option<&str>) -> Decision {
+        if proto == Proto::Tcp && self.job_services.contains(&dst) {
+            return Decision {
+                allowed: true,
+                rule: dst.to_string(),
+                layer: Layer::Admin,
+                reason: "the job's session serves its jobs there (--job-port)".into(),
+            };
+        }
         let ip = dst.ip();
         let port = dst.port();
         let known = self.names.lock().map(|n| n.names_for(ip, Instant::now())).unwrap_or_default();
@@ -82,6 +93,18 @@ mod tests {
 
     fn resolved(s: &Shared, name: &str, dst: SocketAddr) {
         s.names.lock().unwrap().learn(name, dst.ip(), 60, Instant::now());
+    }
+
+    #[test]
+    fn a_jobs_session_listener_is_reached_past_every_rule_and_nothing_next_to_it() {
+        let mut s = shared(rules(&[("*", Block), ("10.0.0.0/8", Block)]), None);
+        s.job_services = vec![sa("10.1.2.3:40123")];
+        assert!(s.decide(sa("10.1.2.3:40123"), Proto::Tcp, None).allowed, "the session's job port");
+        for (dst, proto) in
+            [("10.1.2.3:40124", Proto::Tcp), ("10.1.2.3:22", Proto::Tcp), ("10.1.2.3:40123", Proto::Udp)]
+        {
+            assert!(!s.decide(sa(dst), proto, None).allowed, "{dst} {proto:?}");
+        }
     }
 
     #[test]

@@ -14,6 +14,7 @@ mod host;
 mod icmp;
 pub mod inject;
 mod relay;
+mod services;
 mod tcp;
 mod teardown;
 #[cfg(test)]
@@ -62,6 +63,10 @@ pub struct NetConfig {
     pub control: Option<std::path::PathBuf>,
     /// The administrator's net.allow, which bounds a grant too (None: no such list).
     pub grant_bound: Option<Vec<String>>,
+    /// The session's listeners for its own jobs (`--job-port`), served here.
+    pub jobs: Option<crate::net::jobs::JobServices>,
+    /// A job's: its session's listeners, which it may reach (`--job-port`).
+    pub job_services: Vec<SocketAddr>,
 }
 
 /// Starts the supervisor thread. Its failure (or a panic in the stack) stops the jail's
@@ -128,10 +133,14 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
         upstreams: cfg.upstreams,
         audit: Auditor::new(cfg.audit, cfg.mode),
         resolving: Arc::new(tokio::sync::Semaphore::new(decide::MAX_RESOLVING)),
+        job_services: cfg.job_services,
     });
     let dns_tcp = dns::serve_dns_tcp(shared.clone()).await?;
     let (events, mut events_rx) = unbounded_channel();
     tcp::listen_published(&cfg.publish, &events).await;
+    if let Some(jobs) = cfg.jobs {
+        services::serve(jobs, &events, shared.clone());
+    }
     let (udp_events, mut udp_rx) = unbounded_channel();
     let tun = Arc::new(tun);
     // SAFETY: the AsyncFd holds a reference to the OwnedFd (as does the stack), so the

@@ -58,6 +58,7 @@ pub(super) fn shared(rules: RuleSet, audit: Option<AuditLog>) -> Shared {
         upstreams: vec![],
         audit: Auditor::new(audit, "filtered"),
         resolving: Arc::new(tokio::sync::Semaphore::new(super::decide::MAX_RESOLVING)),
+        job_services: vec![],
     }
 }
 

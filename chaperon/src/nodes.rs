@@ -1,0 +1,151 @@
+//! Where the session's jobs run now, for the session's job services (`--job-port`): the
+//! supervisor admits a connection from a compute node only while a job of the project runs
+//! there. Also where the controller is, whose route gives the login node's cluster-facing
+//! address. The answers come from Slurm (squeue, sinfo, scontrol), never from anything a jail
+//! could write.
+
+use crate::session::real_command;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// Who asks Slurm: the real commands' directory, and the user they run as.
+#[derive(Debug, Clone)]
+pub struct Asker {
+    pub bin: PathBuf,
+    pub home: PathBuf,
+    pub user: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodesError {
+    #[error("{command} failed: {why}")]
+    Command { command: &'static str, why: String },
+}
+
+/// The nodes that run one of `jobs` now: every address they have, with the node's name.
+pub type Running = BTreeMap<IpAddr, String>;
+
+impl Asker {
+    fn run(&self, name: &'static str, args: &[&str]) -> Result<String, NodesError> {
+        let mut cmd: Command = real_command(&self.bin, &self.home, &self.user, name);
+        let out = cmd
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| NodesError::Command { command: name, why: e.to_string() })?;
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr).trim().chars().take(300).collect();
+            return Err(NodesError::Command { command: name, why });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The nodes where one of `jobs` is running (state R) now, with their addresses
+    /// (`NodeAddr`, resolved where it is a name).
+    pub fn running(&self, jobs: &[u32]) -> Result<Running, NodesError> {
+        if jobs.is_empty() {
+            return Ok(Running::default());
+        }
+        let ids: Vec<String> = jobs.iter().map(u32::to_string).collect();
+        let lists = self.run("squeue", &["-h", "-t", "R", "-j", &ids.join(","), "-o", "%N"])?;
+        let lists: Vec<&str> = lists.lines().map(str::trim).filter(|l| valid_hostlist(l)).collect();
+        if lists.is_empty() {
+            return Ok(Running::default());
+        }
+        let nodes = self.run("sinfo", &["-h", "-N", "-n", &lists.join(","), "-o", "%N %o"])?;
+        Ok(running_from(&nodes, resolve))
+    }
+
+    /// The first `SlurmctldHost`'s address (`scontrol show config`).
+    pub fn controller(&self) -> Result<IpAddr, NodesError> {
+        let text = self.run("scontrol", &["show", "config"])?;
+        let host = controller_in(&text).ok_or(NodesError::Command {
+            command: "scontrol",
+            why: "`scontrol show config` names no SlurmctldHost".into(),
+        })?;
+        resolve(&host).into_iter().next().ok_or(NodesError::Command {
+            command: "scontrol",
+            why: format!("the controller's host name `{host}` does not resolve"),
+        })
+    }
+}
+
+/// A hostlist as squeue prints it (`n[1-3,7],gpu01`): anything else is not passed on.
+fn valid_hostlist(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 4096
+        && !s.starts_with('-')
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.,[]".contains(c))
+}
+
+/// `sinfo -N -o "%N %o"` lines (a node once per partition) into names and addresses.
+fn running_from(sinfo: &str, resolve: impl Fn(&str) -> Vec<IpAddr>) -> Running {
+    let mut r = Running::new();
+    let mut seen = BTreeSet::new();
+    for line in sinfo.lines() {
+        let mut words = line.split_whitespace();
+        let (Some(name), Some(addr)) = (words.next(), words.next()) else { continue };
+        if seen.insert(name) {
+            for ip in resolve(addr) {
+                r.entry(ip).or_insert_with(|| name.to_string());
+            }
+        }
+    }
+    r
+}
+
+/// `SlurmctldHost[0] = tc(203.0.113.1)` or `SlurmctldHost[0] = ctl1` from `scontrol show config`:
+/// the address in parentheses, else the name.
+fn controller_in(config: &str) -> Option<String> {
+    let line = config.lines().find(|l| l.trim_start().starts_with("SlurmctldHost"))?;
+    let value = line.split_once('=')?.1.trim();
+    let host = match value.split_once('(') {
+        Some((_, rest)) => rest.trim_end_matches(')').trim(),
+        None => value,
+    };
+    (!host.is_empty()).then(|| host.to_string())
+}
+
+/// An address, or every address a name resolves to (none if it does not).
+pub fn resolve(host: &str) -> Vec<IpAddr> {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return vec![ip];
+    }
+    (host, 0).to_socket_addrs().map(|a| a.map(|s| s.ip()).collect()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sinfo_lines_give_each_node_once_with_its_addresses() {
+        let sinfo = "n2 203.0.113.2\ntc 203.0.113.1\nn2 203.0.113.2\ngpu1 gpu1.cluster\n\nbroken\n";
+        let r = running_from(sinfo, |h| match h {
+            "gpu1.cluster" => vec!["10.1.0.7".parse().unwrap(), "fd00::7".parse().unwrap()],
+            other => resolve(other),
+        });
+        let got: Vec<String> = r.iter().map(|(ip, n)| format!("{ip}={n}")).collect();
+        assert_eq!(got, ["10.1.0.7=gpu1", "203.0.113.1=tc", "203.0.113.2=n2", "fd00::7=gpu1"]);
+    }
+
+    #[test]
+    fn the_controller_is_its_address_in_parentheses_else_its_name() {
+        let conf = "AccountingStorageHost = x\nSlurmctldHost[0]        = tc(203.0.113.1)\nSlurmctldHost[1] = b\n";
+        assert_eq!(controller_in(conf).as_deref(), Some("203.0.113.1"));
+        assert_eq!(controller_in("SlurmctldHost[0] = ctl1\n").as_deref(), Some("ctl1"));
+        assert_eq!(controller_in("ClusterName = tc\n"), None);
+    }
+
+    #[test]
+    fn only_hostlists_reach_sinfo() {
+        for ok in ["n2", "n[1-3,7],gpu01", "node-1.cluster"] {
+            assert!(valid_hostlist(ok), "{ok}");
+        }
+        for bad in ["", "-n", "(null)", "n1 n2", "a;b"] {
+            assert!(!valid_hostlist(bad), "{bad}");
+        }
+    }
+}
