@@ -23,6 +23,8 @@ if [ "$(id -u)" = 0 ]; then
   command -v bwrap >/dev/null 2>&1 || need+=(bubblewrap)
   # slurm/spank.h, for the SPANK plugin (slurm-plugins/).
   [ -f /usr/include/slurm/spank.h ] || need+=(libslurm-dev make)
+  # The PMIx library Slurm's mpi/pmix plugin loads (tests/slurm.rs launches with --mpi=pmix).
+  [ -e /usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so ] || need+=(libpmix-dev)
   # newgidmap, which maps the user's supplementary groups into the jail (tests/jail.rs).
   command -v newgidmap >/dev/null 2>&1 || need+=(uidmap)
   if [ "${#need[@]}" -gt 0 ]; then

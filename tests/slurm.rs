@@ -1173,3 +1173,35 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
         assert!(refusals.len() >= 3, "n2, the login node and the foreign job: {refusals:#?}");
     });
 }
+
+/// An MPI-style launch from the jail (`srun --mpi=pmi2` and `--mpi=pmix`, the plugins of
+/// Debian's Slurm): every rank, on both nodes of the test cluster, starts inside the jail
+/// (the jail's hostname, no `~/.ssh`, the project as its directory), with its own rank.
+#[test]
+fn every_rank_of_an_mpi_launch_starts_in_the_jail_on_both_nodes() {
+    let Some(j) = slurm_jail("slurm-mpi") else { return };
+    assert!(Path::new("/run/netns/asbtc-n2").exists(), "the test cluster has no second node: start.sh --two-nodes");
+    for mpi in ["pmi2", "pmix"] {
+        let out = j.run(&format!(
+            "srun --mpi={mpi} -N2 -n4 --ntasks-per-node=2 sh -c \
+             'echo rank=$SLURM_PROCID/$SLURM_NTASKS node=$SLURMD_NODENAME host=$(hostname) \
+              ssh=$(test -e ~/.ssh && echo yes || echo no) pwd=$(pwd)'; echo rc=$?"
+        ));
+        assert!(out.stdout.contains("rc=0"), "srun --mpi={mpi}: {out}");
+        let ranks: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("rank=")).collect();
+        assert_eq!(ranks.len(), 4, "four ranks with --mpi={mpi}: {out}");
+        for r in 0..4 {
+            assert!(ranks.iter().any(|l| l.starts_with(&format!("rank={r}/4 "))), "rank {r} with --mpi={mpi}: {out}");
+        }
+        for line in &ranks {
+            assert!(
+                line.contains(" host=agent-sandbox ") && line.contains(" ssh=no "),
+                "a rank outside the jail: {line}"
+            );
+            assert!(line.ends_with(&format!("pwd={}", j.project.display())), "{line}");
+        }
+        let nodes: std::collections::BTreeSet<&str> =
+            ranks.iter().filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("node="))).collect();
+        assert_eq!(nodes.len(), 2, "ranks on both nodes with --mpi={mpi}: {out}");
+    }
+}
