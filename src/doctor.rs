@@ -216,6 +216,7 @@ fn checks() -> Vec<Check> {
     });
     if let Some(p) = &sbatch {
         v.push(spank_check(p));
+        v.push(job_ports_check(p));
     }
     v.push(groups_check());
     v.push(if Path::new("/run/munge/munge.socket.2").exists() {
@@ -225,6 +226,31 @@ fn checks() -> Vec<Check> {
     });
     policy_checks(&mut v);
     v
+}
+
+/// Where `--job-port` would listen without `net.job_address`: the local address of the route
+/// toward the Slurm controller.
+fn job_ports_check(sbatch: &Path) -> Check {
+    let Some(home) = std::env::var_os("HOME") else {
+        return check("job ports", Status::Info, "no HOME: not checked", None);
+    };
+    let asker = chaperon::nodes::Asker {
+        bin: sbatch.parent().map(Path::to_path_buf).unwrap_or_default(),
+        home: home.into(),
+        user: std::env::var("USER").unwrap_or_default(),
+    };
+    match crate::net::jobs::cluster_address("", &asker) {
+        Ok(ip) => check(
+            "job ports",
+            Status::Info,
+            format!(
+                "--job-port listens on {ip} (the route toward the Slurm controller; net.job_address \
+                 chooses another) and admits only nodes running the project's jobs"
+            ),
+            None,
+        ),
+        Err(e) => check("job ports", Status::Warn, format!("--job-port cannot run here: {e}"), None),
+    }
 }
 
 /// The user's supplementary groups inside the userns jail: mapped by newgidmap, or nogroup.

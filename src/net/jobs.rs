@@ -64,7 +64,7 @@ pub fn bind(ports: &[u16], address: &str, admission: Admission) -> Result<JobSer
 
 /// `net.job_address` (an address or a name), else the local address of the route toward the
 /// controller: on a login node, the interface the compute nodes share with it.
-fn cluster_address(address: &str, asker: &Asker) -> Result<IpAddr, String> {
+pub fn cluster_address(address: &str, asker: &Asker) -> Result<IpAddr, String> {
     let fix = "set net.job_address in the site's admin.toml to the login node's address on the cluster network";
     if !address.trim().is_empty() {
         return chaperon::nodes::resolve(address.trim())
