@@ -96,7 +96,8 @@ fn denied_options_and_smuggled_directives_submit_nothing() {
         "sbatch /etc/hostname",
         "sbatch link.sh",
         "sbatch --dependency=afterok:1 --wrap true",
-        "salloc",
+        "salloc --no-shell",
+        "salloc --uid=0 sh",
         "sbcast x y",
     ];
     let script: Vec<String> = cases.iter().map(|c| format!("{c} 2>&1; echo \"rc=$?\"")).collect();
@@ -1204,4 +1205,28 @@ fn every_rank_of_an_mpi_launch_starts_in_the_jail_on_both_nodes() {
             ranks.iter().filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("node="))).collect();
         assert_eq!(nodes.len(), 2, "ranks on both nodes with --mpi={mpi}: {out}");
     }
+}
+
+/// `salloc` in the jail: the allocation's command runs inside the jail (not on the login node
+/// outside it), `srun` there joins the allocation with every task in the jail on both nodes,
+/// the allocation ends with the command (relinquished, not left running), its exit status is
+/// salloc's, and an allocation without a command is refused.
+#[test]
+fn salloc_runs_its_command_in_the_jail_and_srun_joins_the_allocation() {
+    let Some(j) = slurm_jail("slurm-salloc") else { return };
+    let out = j.run(
+        "salloc -N2 -t 5 sh -c 'echo job=$SLURM_JOB_ID; echo host=$(hostname) ssh=$(test -e ~/.ssh && echo yes || echo no); \
+           srun -N2 -n2 sh -c \"echo step=\\$(hostname)/\\$SLURMD_NODENAME\"; squeue -h -o %i'; echo rc=$?; \
+         salloc -N1 -t 5 sh -c 'exit 3'; echo rc=$?; salloc --no-shell; echo no-shell=$?",
+    );
+    let id = printed_job_id(&out, "job=");
+    assert!(out.stdout.contains("host=agent-sandbox ssh=no"), "the allocation's command ran outside the jail: {out}");
+    let steps: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("step=")).collect();
+    assert_eq!(steps.len(), 2, "{out}");
+    assert!(steps.iter().all(|s| s.starts_with("step=agent-sandbox/")), "a step outside the jail: {out}");
+    assert!(out.stdout.lines().any(|l| l.trim() == id.to_string()), "squeue in the allocation shows it: {out}");
+    assert!(out.stdout.contains("rc=0") && out.stdout.contains("rc=3"), "salloc's status is its command's: {out}");
+    assert!(out.stdout.contains("no-shell=1") && out.stderr.contains("--no-shell is not allowed"), "{out}");
+    assert!(out.stderr.contains(&format!("Relinquishing job allocation {id}")), "{out}");
+    assert_eq!(final_state(id), "COMPLETED", "the allocation ended with its command: {out}");
 }

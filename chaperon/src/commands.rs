@@ -6,6 +6,7 @@
 
 pub mod sacct;
 pub mod sacctmgr;
+pub mod salloc;
 pub mod sbatch;
 pub mod scancel;
 pub mod scontrol;
@@ -159,7 +160,14 @@ pub const COMMANDS: &[Command] = &[
          `WCKeyUtilizationByUser`, `user TopUsage`) for your own user; `job SizesBy...` over your project's \
          jobs; reports and conditions spelled in full",
     ),
-    refused("salloc", "interactive allocations start a shell outside the jail; use `srun --pty` or sbatch"),
+    handled(
+        "salloc",
+        salloc::handle,
+        Lasts::Work,
+        Reads::Never,
+        "an allocation whose command (your shell by default) runs inside the jail, where `srun` joins it; \
+         the allocation ends with the command",
+    ),
     refused("sattach", "attaching to a step's I/O is not mediated; read the job's output file instead"),
     refused("sbcast", "broadcasting files to nodes is not mediated; jobs read the project directly"),
     refused("scrontab", "cron jobs would run outside any session's scope; use sbatch --begin"),
@@ -406,13 +414,13 @@ mod tests {
     }
 
     #[test]
-    fn only_srun_and_sbatch_outlast_the_query_bound() {
+    fn only_sbatch_srun_and_salloc_outlast_the_query_bound() {
         let work: Vec<&str> = COMMANDS
             .iter()
             .filter(|c| matches!(c.handling, Handling::Handled { lasts: Lasts::Work, .. }))
             .map(|c| c.name)
             .collect();
-        assert_eq!(work, ["sbatch", "srun"]);
+        assert_eq!(work, ["sbatch", "srun", "salloc"]);
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub enum Response {
     Denied { reason: String },
     /// The chaperon failed (Slurm unreachable, internal error).
     Error { message: String },
+    /// salloc: the allocation is granted. The stub runs `command` (empty: the caller's shell)
+    /// in the jail with `env` added, and ends the connection when it ends, which relinquishes
+    /// the allocation.
+    Allocated { job: u32, env: BTreeMap<String, String>, command: Vec<String> },
 }
 
 /// Stub -> chaperon, after the request, while the command runs.

@@ -58,12 +58,13 @@ pub fn run(name: &str) -> i32 {
         return 1;
     }
     match request(name) {
-        Ok(Response::Exited { code }) => code,
-        Ok(Response::Denied { reason }) => {
+        Ok((Response::Allocated { job, env, command }, conn)) => run_in_allocation(name, job, &env, &command, conn),
+        Ok((Response::Exited { code }, _)) => code,
+        Ok((Response::Denied { reason }, _)) => {
             eprintln!("{name}: error: {reason}");
             1
         }
-        Ok(Response::Error { message }) => {
+        Ok((Response::Error { message }, _)) => {
             eprintln!("{name}: error: agent-sandbox chaperon: {message}");
             1
         }
@@ -100,7 +101,35 @@ fn script_file(name: &str, argv: &[String]) -> Result<Option<String>, String> {
     String::from_utf8(buf).map(Some).map_err(|_| format!("the batch script {path} is not valid UTF-8"))
 }
 
-fn request(name: &str) -> Result<Response, String> {
+/// salloc's command (the shell by default) in the jail, with the allocation's variables; the
+/// connection stays open until it ends, which relinquishes the allocation.
+fn run_in_allocation(
+    name: &str,
+    job: u32,
+    env: &BTreeMap<String, String>,
+    command: &[String],
+    conn: UnixStream,
+) -> i32 {
+    let shell = std::env::var("SHELL").ok().filter(|s| s.starts_with('/')).unwrap_or_else(|| "/bin/sh".into());
+    let (program, args) = match command.split_first() {
+        Some((p, a)) => (p.clone(), a.to_vec()),
+        None => (shell, vec![]),
+    };
+    let status = std::process::Command::new(&program).args(&args).envs(env).status();
+    drop(conn);
+    match status {
+        Ok(s) => {
+            use std::os::unix::process::ExitStatusExt;
+            s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+        }
+        Err(e) => {
+            eprintln!("{name}: error: {program}: {e} (allocation {job} relinquished)");
+            1
+        }
+    }
+}
+
+fn request(name: &str) -> Result<(Response, UnixStream), String> {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let script = script_file(name, &argv)?;
     let mut conn = connect()?;
@@ -117,13 +146,18 @@ fn request(name: &str) -> Result<Response, String> {
         env: std::env::vars().collect::<BTreeMap<_, _>>(),
     };
     wire::write_frame(&mut conn, &req).map_err(|e| format!("cannot send the request to the chaperon: {e}"))?;
-    forward_signals(&conn);
-    wire::read_frame(&mut conn).map_err(|e| match e {
+    // An allocation's command gets the terminal's signals itself; Ctrl-C while salloc waits
+    // for it ends the stub, and so the request.
+    if name != "salloc" {
+        forward_signals(&conn);
+    }
+    let answer = wire::read_frame(&mut conn).map_err(|e| match e {
         wire::WireError::Io(_) => "lost contact with agent-sandbox's Slurm chaperon before it answered; \
                                    whether the command took effect is unknown (check with squeue)"
             .to_string(),
         other => format!("bad answer from the chaperon: {other}"),
-    })
+    })?;
+    Ok((answer, conn))
 }
 
 /// The connection to the session's chaperon. Under Landlock, `AGENT_SANDBOX_SLURM_FD` names the
