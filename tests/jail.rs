@@ -1315,9 +1315,9 @@ fn the_stubs_are_the_small_stub_binary_not_the_launcher() {
     let j = jail!("small-stub");
     let stub = j.rig.bin.with_file_name("agent-sandbox-stub");
     let size = std::fs::metadata(&stub).expect("cargo builds agent-sandbox-stub next to agent-sandbox").len();
-    let out = j.run("stat -L -c %s /run/agent-sandbox/agent-sandbox \"$(command -v squeue)\"; sattach 1.0; echo rc=$?");
+    let out = j.run("stat -L -c %s /run/agent-sandbox/agent-sandbox \"$(command -v squeue)\"; sbcast x y; echo rc=$?");
     let sizes: Vec<u64> = out.stdout.lines().filter_map(|l| l.trim().parse().ok()).collect();
     assert_eq!(sizes, [size, size], "{out}");
     assert_ne!(size, std::fs::metadata(&j.rig.bin).unwrap().len(), "the launcher is bound, not the stub");
-    assert!(out.stdout.contains("rc=1") && out.stderr.contains("sattach: error:"), "the stub answers as before: {out}");
+    assert!(out.stdout.contains("rc=1") && out.stderr.contains("sbcast: error:"), "the stub answers as before: {out}");
 }

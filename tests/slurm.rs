@@ -1230,3 +1230,29 @@ fn salloc_runs_its_command_in_the_jail_and_srun_joins_the_allocation() {
     assert!(out.stderr.contains(&format!("Relinquishing job allocation {id}")), "{out}");
     assert_eq!(final_state(id), "COMPLETED", "the allocation ended with its command: {out}");
 }
+
+/// `sattach` from the jail to a running step of the project's job: its output streams to the
+/// caller; a step of a job outside the project is refused.
+#[test]
+fn sattach_attaches_to_a_step_in_scope_only() {
+    let Some(j) = slurm_jail("slurm-sattach") else { return };
+    let outside =
+        j.as_user("sbatch").args(["--parsable", "--wrap", "srun sleep 60"]).output().expect("sbatch outside the jail");
+    let outside: u32 = String::from_utf8_lossy(&outside.stdout).trim().parse().expect("outside job id");
+    let j = j.project_file("ticks.sh", "i=0; while [ $i -lt 40 ]; do i=$((i+1)); echo tick=$i; sleep 0.5; done\n");
+    let out = j.run(
+        "id=$(sbatch --parsable -o ticks.out --wrap 'srun sh ticks.sh'); echo id=$id; \
+         n=0; until squeue -h -s -j $id -o %i | grep -q \"^$id.0$\" || [ $n -gt 300 ]; do sleep 0.1; n=$((n+1)); done; \
+         timeout 4 sattach $id.0; echo attached=$?; scancel $id",
+    );
+    let own = printed_job_id(&out, "id=");
+    let _ = own;
+    assert!(
+        out.stdout.lines().filter(|l| l.starts_with("tick=")).count() >= 2,
+        "sattach showed the step's output: {out}"
+    );
+    let refused = j.run(&format!("sattach {outside}.0; echo rc=$?"));
+    let _ = Command::new("scancel").arg(outside.to_string()).status();
+    assert!(refused.stdout.contains("rc=1") && refused.stderr.contains("sattach: error:"), "{refused}");
+    assert!(!refused.stdout.contains("tick="), "{refused}");
+}

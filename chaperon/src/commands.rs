@@ -7,6 +7,7 @@
 pub mod sacct;
 pub mod sacctmgr;
 pub mod salloc;
+pub mod sattach;
 pub mod sbatch;
 pub mod scancel;
 pub mod scontrol;
@@ -168,7 +169,13 @@ pub const COMMANDS: &[Command] = &[
         "an allocation whose command (your shell by default) runs inside the jail, where `srun` joins it; \
          the allocation ends with the command",
     ),
-    refused("sattach", "attaching to a step's I/O is not mediated; read the job's output file instead"),
+    handled(
+        "sattach",
+        sattach::handle,
+        Lasts::Work,
+        Reads::Never,
+        "the I/O of a running step of your project's jobs (its tasks run in the jail already)",
+    ),
     refused("sbcast", "broadcasting files to nodes is not mediated; jobs read the project directly"),
     refused("scrontab", "cron jobs would run outside any session's scope; use sbatch --begin"),
     refused("scrun", "OCI containers are not mediated by agent-sandbox"),
@@ -414,13 +421,13 @@ mod tests {
     }
 
     #[test]
-    fn only_sbatch_srun_and_salloc_outlast_the_query_bound() {
+    fn only_the_commands_that_run_work_outlast_the_query_bound() {
         let work: Vec<&str> = COMMANDS
             .iter()
             .filter(|c| matches!(c.handling, Handling::Handled { lasts: Lasts::Work, .. }))
             .map(|c| c.name)
             .collect();
-        assert_eq!(work, ["sbatch", "srun", "salloc"]);
+        assert_eq!(work, ["sbatch", "srun", "salloc", "sattach"]);
     }
 
     #[test]

@@ -150,9 +150,24 @@ impl SqueueRequest {
             Output::Json => {}
             // Nothing in scope: a filter that matches nothing, so the header still looks real.
             Output::Table if ids.is_empty() => args.push("--name=agent-sandbox-no-job-in-scope".into()),
-            Output::Table => {
-                args.push(format!("--jobs={}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")))
-            }
+            Output::Table => match &self.steps {
+                // Steps asked for by id: those of jobs in scope (none: the empty filter).
+                Some(asked) if !asked.is_empty() => {
+                    let mine: Vec<String> =
+                        asked.iter().filter(|r| ids.contains(&r.job)).map(|r| r.to_string()).collect();
+                    match mine.is_empty() {
+                        true => args.push("--name=agent-sandbox-no-job-in-scope".into()),
+                        false => args.push(format!("--steps={}", mine.join(","))),
+                    }
+                }
+                steps => {
+                    // `-s` alone lists steps instead of jobs: of the jobs in scope.
+                    if steps.is_some() {
+                        args.push("--steps".into());
+                    }
+                    args.push(format!("--jobs={}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")))
+                }
+            },
         }
         args
     }
@@ -361,6 +376,18 @@ mod tests {
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SQUEUE, &["12", "1_2", "3.0"], 0x5eed_0000_5175_0001, parse_squeue);
+    }
+
+    #[test]
+    fn steps_stay_steps_of_jobs_in_scope() {
+        let args = |a: &[&str]| {
+            let p = sq(a).unwrap();
+            p.real_args(&p.in_view(vec![1, 2]), None)
+        };
+        assert_eq!(args(&["-s"]), ["--steps", "--jobs=1,2"]);
+        assert_eq!(args(&["-s", "-j", "2"]), ["--steps", "--jobs=2"]);
+        assert_eq!(args(&["--steps=1.0,3.0,2.batch"]), ["--steps=1.0,2.batch"]);
+        assert_eq!(args(&["-s", "3.0"]), ["--name=agent-sandbox-no-job-in-scope"], "a step of a job out of scope");
     }
 
     #[test]

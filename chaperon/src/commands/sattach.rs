@@ -1,0 +1,104 @@
+//! sattach: attaching to the I/O of a running step of a job in scope. The step's tasks already
+//! run inside the jail (every step the chaperon starts does); sattach only carries their
+//! stdin, stdout and stderr, with the caller's stdio, so the check is the job's scope.
+
+use crate::call::{Call, Stdio};
+use crate::checks::{in_scope, jobs_in_scope};
+use crate::grammar::ValueKind;
+use crate::jobid::{parse_job_list, JobRef, STEPS};
+use crate::refusal::Refusal;
+use crate::table::{allow, any_of, as_written, deny, parse, words, Arity, GrammarError, OptSpec, Options};
+use Arity::{Flag, Value as Val};
+use ValueKind::*;
+
+/// Every option sattach 22.05 knows. Anything else is unrecognized.
+pub static SATTACH: &[OptSpec] = &[
+    allow("input-filter", None, Val, Int),
+    allow("output-filter", None, Val, Int),
+    allow("error-filter", None, Val, Int),
+    allow("label", Some('l'), Flag, Any),
+    allow("layout", None, Flag, Any),
+    allow("quiet", Some('Q'), Flag, Any),
+    allow("verbose", Some('v'), Flag, Any),
+    allow("version", Some('V'), Flag, Any),
+    allow("help", Some('h'), Flag, Any),
+    allow("usage", Some('u'), Flag, Any),
+    allow("pty", None, Flag, Any),
+    deny("debugger-test", None, Flag, "a test option of Slurm's own"),
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SattachRequest {
+    pub options: Options,
+    /// The step attached to; None only with --help and the like.
+    pub step: Option<JobRef>,
+    pub words: Vec<String>,
+}
+
+pub fn parse_sattach(args: &[String]) -> Result<SattachRequest, GrammarError> {
+    let p = parse(SATTACH, args, false)?;
+    let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
+    let mut step = None;
+    match p.positionals.as_slice() {
+        [] if any_of(&options, &["help", "usage", "version"]) => {}
+        [one] => {
+            let refs = parse_job_list(one, STEPS).map_err(|why| crate::table::bad_value("job", one, why))?;
+            match refs.as_slice() {
+                [r] if r.step.is_some() => step = Some(r.clone()),
+                _ => return Err(GrammarError::Usage("sattach takes one step: <jobid.stepid>")),
+            }
+        }
+        _ => return Err(GrammarError::Usage("sattach takes one step: <jobid.stepid>")),
+    }
+    Ok(SattachRequest { options, step, words: p.positionals })
+}
+
+/// sattach to a step of a job in scope, with the caller's stdio.
+pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
+    let parsed = parse_sattach(&call.req.argv)?;
+    in_scope(&jobs_in_scope(call.req, call.cfg)?, parsed.step.iter().map(|r| r.job))?;
+    let mut args = as_written(SATTACH, &parsed.options);
+    args.extend(words(&parsed.words));
+    call.run_with(args, stdio)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::table::testkit::*;
+
+    /// sattach 22.05.8's options, from `sattach --help` and the installed binary.
+    const SLURM: &[&str] = &[
+        "input-filter",
+        "output-filter",
+        "error-filter",
+        "label",
+        "layout",
+        "quiet",
+        "verbose",
+        "version",
+        "help",
+        "usage",
+        "pty",
+        "debugger-test",
+    ];
+
+    #[test]
+    fn the_table_is_sattach_22_05() {
+        names_are_slurm_22_05(SATTACH, SLURM, &[]);
+        table_is_sound(SATTACH, 'l');
+        prefixes_are_unknown(SATTACH);
+    }
+
+    #[test]
+    fn one_step_is_named_and_nothing_else() {
+        let r = parse_sattach(&argv(&["-l", "123.0"])).unwrap();
+        assert_eq!((r.step.map(|s| s.job), r.options.len()), (Some(123), 1));
+        for bad in
+            [&["123"][..], &["123.0", "124.0"], &[], &["--debugger-test", "1.0"], &["1.0,2.0"], &["--bogus", "1.0"]]
+        {
+            assert!(parse_sattach(&argv(bad)).is_err(), "{bad:?}");
+        }
+        assert!(parse_sattach(&argv(&["--help"])).unwrap().step.is_none());
+    }
+}
