@@ -216,7 +216,7 @@ fn checks() -> Vec<Check> {
     });
     if let Some(p) = &sbatch {
         v.push(spank_check(p));
-        v.push(job_ports_check(p));
+        v.push(job_ports_check());
     }
     v.push(groups_check());
     v.push(if Path::new("/run/munge/munge.socket.2").exists() {
@@ -230,12 +230,12 @@ fn checks() -> Vec<Check> {
 
 /// Where `--job-port` would listen without `net.job_address`: the local address of the route
 /// toward the Slurm controller.
-fn job_ports_check(sbatch: &Path) -> Check {
+fn job_ports_check() -> Check {
     let Some(home) = std::env::var_os("HOME") else {
         return check("job ports", Status::Info, "no HOME: not checked", None);
     };
     let asker = chaperon::nodes::Asker {
-        bin: sbatch.parent().map(Path::to_path_buf).unwrap_or_default(),
+        bin: crate::slurm::slurm_bin(),
         home: home.into(),
         user: std::env::var("USER").unwrap_or_default(),
     };

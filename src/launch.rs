@@ -293,13 +293,14 @@ impl Launch {
                 policy.net_job_ports.value.iter().map(|p| (*p, (std::net::Ipv4Addr::UNSPECIFIED, 0).into())).collect()
             }
         };
-        let job_services = match &origin {
-            Origin::Job { frozen, .. } => frozen.job_services(),
-            Origin::Session { .. } => vec![],
+        let (job_services, job_secret) = match &origin {
+            Origin::Job { frozen, .. } => (frozen.job_services(), frozen.job_secret()),
+            Origin::Session { .. } => (vec![], None),
         };
         let req = RunRequest {
             job_endpoints,
             job_services,
+            job_secret,
             command,
             project,
             cwd,
@@ -435,11 +436,13 @@ fn run_jail(
     control: Option<PathBuf>,
     jobs: Option<crate::net::jobs::JobServices>,
 ) -> Result<jail::Outcome, jail::JailError> {
-    // The session's jobs may reach its job ports: their addresses travel with the policy.
+    // The session's jobs may reach its job ports: their addresses and the secret the jobs
+    // prove travel with the policy.
     let services: Vec<std::net::SocketAddr> = plan.net.job_endpoints.iter().map(|(_, a)| *a).collect();
+    let secret = jobs.as_ref().map(|j| j.secret.hex());
     let mut start = |fd: std::os::fd::BorrowedFd<'_>| {
         if session.frozen.is_none() {
-            match policy::Frozen::freeze_with(policy, &services) {
+            match policy::Frozen::freeze_with(policy, &services, secret.as_deref()) {
                 Ok(f) => session.frozen = Some(f),
                 Err(e) => {
                     eprintln!("agent-sandbox: warning: {e}; Slurm is unavailable in this session");

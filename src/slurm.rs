@@ -194,14 +194,26 @@ pub fn chaperon_main() -> i32 {
 }
 
 /// Where the real Slurm commands are: the directory of the first `sbatch` on the launcher's
-/// PATH, else /usr/bin.
+/// PATH that only root can change (root-owned, not group- or world-writable, and so is the
+/// `sbatch` in it), else /usr/bin. A directory the user can write (a project's `.venv/bin`,
+/// `~/bin`) is skipped: the jail may have written programs there, and the chaperon and the
+/// supervisor run these outside the jail.
 pub fn slurm_bin() -> PathBuf {
-    let path = std::env::var("PATH").unwrap_or_default();
+    slurm_bin_in(&std::env::var("PATH").unwrap_or_default())
+}
+
+fn slurm_bin_in(path: &str) -> PathBuf {
     path.split(':')
         .filter(|d| d.starts_with('/'))
         .map(PathBuf::from)
-        .find(|d| d.join("sbatch").is_file())
+        .find(|d| only_root_changes(d) && only_root_changes(&d.join("sbatch")) && d.join("sbatch").is_file())
         .unwrap_or_else(|| PathBuf::from("/usr/bin"))
+}
+
+/// Owned by root and writable by no one else (following symlinks, as exec does).
+fn only_root_changes(p: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).is_ok_and(|m| m.uid() == 0 && m.mode() & 0o022 == 0)
 }
 
 fn write_audit(log: &AuditLog, a: &chaperon::session::Audit) {
@@ -238,6 +250,28 @@ fn redact(argv: &[String]) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn a_slurm_directory_others_can_write_is_never_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = dir.path().join("bin");
+        std::fs::create_dir(&fake).unwrap();
+        std::fs::write(fake.join("sbatch"), "#!/bin/sh\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let path = format!("{}:/usr/bin", fake.display());
+        assert_eq!(slurm_bin_in(&path), PathBuf::from("/usr/bin"), "a world-writable directory");
+        std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // Owned by whoever runs the test: taken only when that is root.
+        let root = nix::unistd::geteuid().is_root();
+        assert_eq!(slurm_bin_in(&path) == fake, root, "a 0755 directory of the test's user");
+        if root {
+            std::os::unix::fs::chown(&fake, Some(65534), None).unwrap();
+            assert_eq!(slurm_bin_in(&path), PathBuf::from("/usr/bin"), "a directory another user owns");
+        }
+    }
+
     #[test]
     fn export_values_are_redacted() {
         let a: Vec<String> =

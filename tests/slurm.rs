@@ -1107,6 +1107,7 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
          echo $AGENT_SANDBOX_JOB_PORT_8786 > addr.tmp && mv addr.tmp addr; \
          n=0; while [ ! -e go ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; \
          for node in n2 {host}; do sbatch --wait -w $node -o job-$node.out --wrap \"python3 echo_client.py $(cat addr)\"; done; \
+         sbatch -w n2 -o late.out --wrap \"while [ ! -e late-go ]; do sleep 0.2; done; python3 echo_client.py $(cat addr)\"; \
          kill %1"
     );
     let addr_file = j.project.join("addr");
@@ -1157,6 +1158,22 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
             .output()
             .expect("nsenter");
         assert_eq!(String::from_utf8_lossy(&after.stdout).trim(), "error=ConnectionRefusedError");
+        // Another user takes the address and port once the session is gone: the session's job
+        // still running reaches it, and its supervisor refuses what answers (no proof).
+        let impostor = std::net::TcpListener::bind(&addr).expect("the impostor binds the session's old port");
+        let serve = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            if let Ok((mut c, _)) = impostor.accept() {
+                // More than a proof's length: what a job takes for one must not pass.
+                let _ = c.write_all(&b"evil-scheduler ".repeat(5));
+                let mut buf = [0u8; 64];
+                let _ = c.read(&mut buf);
+            }
+        });
+        std::fs::write(j.project.join("late-go"), "").expect("late-go");
+        let late = wait_for_file(&j.project.join("late.out"), "=");
+        let _ = serve.join();
+        assert!(!late.contains("evil") && late.contains("error="), "a job reached an impostor: {late}");
         // Each refusal is one audit record that says who and why.
         let session_id = std::fs::read_to_string(j.project.join("session")).unwrap_or_default();
         let log = j.as_user(&j.rig.bin).args(["log", "--json", "--session", session_id.trim()]).output().expect("log");
@@ -1167,7 +1184,7 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
             .collect();
         for from in ["from 203.0.113.2:", "from 203.0.113.1:"] {
             assert!(
-                refusals.iter().any(|r| r.contains(from) && r.contains("is not a node running a job of this project")),
+                refusals.iter().any(|r| r.contains(from) && r.contains("proof")),
                 "no refusal {from}: {refusals:#?}"
             );
         }

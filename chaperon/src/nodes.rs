@@ -10,6 +10,11 @@ use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+/// Largest answer read from squeue or sinfo.
+const MAX_ANSWER: usize = 4 << 20;
+/// How long a question to Slurm may take.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Who asks Slurm: the real commands' directory, and the user they run as.
 #[derive(Debug, Clone)]
 pub struct Asker {
@@ -28,18 +33,17 @@ pub enum NodesError {
 pub type Running = BTreeMap<IpAddr, String>;
 
 impl Asker {
+    /// A real command's output, bounded in size and time: a controller that does not answer
+    /// refuses the connection waiting on it, it does not hold it.
     fn run(&self, name: &'static str, args: &[&str]) -> Result<String, NodesError> {
         let mut cmd: Command = real_command(&self.bin, &self.home, &self.user, name);
-        let out = cmd
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| NodesError::Command { command: name, why: e.to_string() })?;
-        if !out.status.success() {
-            let why = String::from_utf8_lossy(&out.stderr).trim().chars().take(300).collect();
-            return Err(NodesError::Command { command: name, why });
+        cmd.args(args).stdin(Stdio::null()).stderr(Stdio::null());
+        let (out, status) = crate::bounded::capture(cmd, MAX_ANSWER, ASK_TIMEOUT)
+            .map_err(|why| NodesError::Command { command: name, why })?;
+        if !status.success() {
+            return Err(NodesError::Command { command: name, why: format!("exited with {status}") });
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(String::from_utf8_lossy(&out).into_owned())
     }
 
     /// The nodes where one of `jobs` is running (state R) now, with their addresses
@@ -48,9 +52,19 @@ impl Asker {
         if jobs.is_empty() {
             return Ok(Running::default());
         }
-        let ids: Vec<String> = jobs.iter().map(u32::to_string).collect();
-        let lists = self.run("squeue", &["-h", "-t", "R", "-j", &ids.join(","), "-o", "%N"])?;
-        let lists: Vec<&str> = lists.lines().map(str::trim).filter(|l| valid_hostlist(l)).collect();
+        // The user's own running jobs (never a -j list: a project's records only grow), those
+        // of the scope kept here; an array task counts by its array's id too.
+        let running = self.run("squeue", &["-h", "--me", "-t", "R", "-o", "%A|%F|%N"])?;
+        let lists: Vec<&str> = running
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.trim().split('|');
+                let (id, array, nodes) = (f.next()?, f.next()?, f.next()?);
+                let ours = [id, array].iter().any(|x| x.parse::<u32>().is_ok_and(|x| jobs.contains(&x)));
+                ours.then_some(nodes)
+            })
+            .filter(|l| valid_hostlist(l))
+            .collect();
         if lists.is_empty() {
             return Ok(Running::default());
         }

@@ -27,6 +27,108 @@ const CLOCK_SLACK: Duration = Duration::from_millis(50);
 pub struct JobServices {
     pub listeners: Vec<(u16, TcpListener)>,
     pub admission: Admission,
+    /// The session's secret: the jobs' supervisors prove they hold it (it travels in the job
+    /// directory, which only the user reads), and the listener proves it back.
+    pub secret: Secret,
+}
+
+/// Bytes of the secret and of each proof.
+const PROOF_LEN: usize = 32;
+/// How long a job waits for the listener's proof (the listener asks Slurm first, which may
+/// take its 5 s).
+const PROOF_WAIT: Duration = Duration::from_secs(10);
+/// How long the listener waits for a job's proof: a job sends it as it connects.
+const JOB_PROOF_WAIT: Duration = Duration::from_secs(3);
+
+/// A session's job-port secret: 32 random bytes, shown as hex only in the job directory.
+#[derive(Clone)]
+pub struct Secret([u8; PROOF_LEN]);
+
+/// Who proves: each side sends a different proof, so that one side's cannot be replayed as
+/// the other's.
+#[derive(Clone, Copy)]
+enum Side {
+    Job,
+    Listener,
+}
+
+impl Secret {
+    pub fn new() -> Result<Secret, String> {
+        use ring::rand::SecureRandom;
+        let mut b = [0u8; PROOF_LEN];
+        ring::rand::SystemRandom::new()
+            .fill(&mut b)
+            .map_err(|_| "no randomness for the job ports' secret".to_string())?;
+        Ok(Secret(b))
+    }
+
+    pub fn from_hex(h: &str) -> Option<Secret> {
+        let h = h.trim();
+        if h.len() != 2 * PROOF_LEN || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let mut b = [0u8; PROOF_LEN];
+        for (i, out) in b.iter_mut().enumerate() {
+            *out = u8::from_str_radix(&h[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(Secret(b))
+    }
+
+    pub fn hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    fn proof(&self, side: Side) -> [u8; PROOF_LEN] {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0);
+        let what: &[u8] = match side {
+            Side::Job => b"agent-sandbox job port: job",
+            Side::Listener => b"agent-sandbox job port: listener",
+        };
+        let mut out = [0u8; PROOF_LEN];
+        out.copy_from_slice(ring::hmac::sign(&key, what).as_ref());
+        out
+    }
+
+    fn verify(&self, side: Side, got: &[u8]) -> bool {
+        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0);
+        let what: &[u8] = match side {
+            Side::Job => b"agent-sandbox job port: job",
+            Side::Listener => b"agent-sandbox job port: listener",
+        };
+        ring::hmac::verify(&key, what, got).is_ok()
+    }
+}
+
+/// The job's side, on the compute node, before the jail's flow is relayed: its proof, then the
+/// listener's, or the flow fails (a port some other process took after the session ended).
+pub async fn prove_job(stream: &mut tokio::net::TcpStream, secret: &Secret) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream.write_all(&secret.proof(Side::Job)).await?;
+    let mut got = [0u8; PROOF_LEN];
+    tokio::time::timeout(PROOF_WAIT, stream.read_exact(&mut got))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "the job port did not prove itself"))??;
+    match secret.verify(Side::Listener, &got) {
+        true => Ok(()),
+        false => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "not the session's job port")),
+    }
+}
+
+/// The listener's side: the job's proof, read before anything else is asked.
+pub async fn check_job(stream: &mut tokio::net::TcpStream, secret: &Secret) -> Result<(), String> {
+    use tokio::io::AsyncReadExt;
+    let mut got = [0u8; PROOF_LEN];
+    match tokio::time::timeout(JOB_PROOF_WAIT, stream.read_exact(&mut got)).await {
+        Ok(Ok(_)) if secret.verify(Side::Job, &got) => Ok(()),
+        Ok(Ok(_)) => Err("it is no job of this session (its first bytes are not the session's proof)".into()),
+        Ok(Err(_)) | Err(_) => Err("it sent no proof of being a job of this session".into()),
+    }
+}
+
+/// The listener's proof, once the job is admitted.
+pub async fn prove_listener(stream: &mut tokio::net::TcpStream, secret: &Secret) -> std::io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    stream.write_all(&secret.proof(Side::Listener)).await
 }
 
 /// Which peers may connect: the nodes of the project's running jobs.
@@ -53,13 +155,19 @@ impl JobServices {
 /// Slurm controller). The error says what to set.
 pub fn bind(ports: &[u16], address: &str, admission: Admission) -> Result<JobServices, String> {
     let ip = cluster_address(address, &admission.asker)?;
+    if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() {
+        return Err(format!(
+            "net.job_address {ip} is no address compute nodes reach; set it to the login node's address on the \
+             cluster network"
+        ));
+    }
     let mut listeners = vec![];
     for port in ports {
         let l = TcpListener::bind((ip, 0)).map_err(|e| format!("cannot listen on {ip} for job port {port}: {e}"))?;
         l.set_nonblocking(true).map_err(|e| format!("job port {port}: {e}"))?;
         listeners.push((*port, l));
     }
-    Ok(JobServices { listeners, admission })
+    Ok(JobServices { listeners, admission, secret: Secret::new()? })
 }
 
 /// `net.job_address` (an address or a name), else the local address of the route toward the
@@ -151,6 +259,19 @@ fn canonical(ip: IpAddr) -> IpAddr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_side_proves_the_secret_and_one_proof_is_not_the_other() {
+        let s = Secret::new().unwrap();
+        let back = Secret::from_hex(&s.hex()).unwrap();
+        assert!(back.verify(Side::Job, &s.proof(Side::Job)) && back.verify(Side::Listener, &s.proof(Side::Listener)));
+        assert!(!s.verify(Side::Listener, &s.proof(Side::Job)), "a job's proof replayed as the listener's");
+        let other = Secret::new().unwrap();
+        assert!(!other.verify(Side::Job, &s.proof(Side::Job)), "another session's secret");
+        for bad in ["", "00", &"zz".repeat(32), &"00".repeat(33)] {
+            assert!(Secret::from_hex(bad).is_none(), "{bad}");
+        }
+    }
 
     #[test]
     fn the_route_toward_a_local_address_starts_from_it() {

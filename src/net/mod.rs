@@ -126,6 +126,7 @@ pub fn start(
         grant_bound: net.grant_bound.clone(),
         jobs,
         job_services: net.job_services.clone(),
+        job_secret: net.job_secret.as_deref().and_then(jobs::Secret::from_hex),
     };
     match (net.jail, fds.len()) {
         (JailNet::Tun, 1) => supervisor::spawn(fds.remove(0), cfg),

@@ -72,6 +72,9 @@ pub struct NetPlan {
     pub job_endpoints: Vec<(u16, std::net::SocketAddr)>,
     /// The login node's job services a job's network may reach (compute node).
     pub job_services: Vec<std::net::SocketAddr>,
+    /// The secret the job proves to them; never printed.
+    #[serde(skip)]
+    pub job_secret: Option<String>,
     /// RFC 1918 / CGNAT / ULA floored.
     pub deny_private: bool,
     /// API keys kept outside the jail, added by the supervisor (`credentials.rs`).
@@ -98,6 +101,7 @@ impl NetPlan {
             publish: vec![],
             job_endpoints: vec![],
             job_services: vec![],
+            job_secret: None,
             deny_private: false,
             credentials: vec![],
             grant_bound: None,
@@ -338,6 +342,8 @@ pub struct RunRequest {
     /// A job's on a compute node: the login node's listeners of its session, which its network
     /// may reach whatever the floors say of their address.
     pub job_services: Vec<std::net::SocketAddr>,
+    /// The secret a job proves to them (hex), from its session.
+    pub job_secret: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -84,6 +84,7 @@ pub(super) fn job_services(net: &mut NetPlan, req: &super::RunRequest) -> Result
     net.job_endpoints = req.job_endpoints.clone();
     if net.jail == JailNet::Tun {
         net.job_services = req.job_services.clone();
+        net.job_secret = req.job_secret.clone();
     }
     Ok(())
 }
@@ -108,6 +109,7 @@ pub(super) fn choose_net(policy: &Policy, backend: BackendKind, facts: &HostFact
         publish: policy.net_publish.value.clone(),
         job_endpoints: vec![],
         job_services: vec![],
+        job_secret: None,
         deny_private: policy.net_deny_private.value || effective == NetMode::Proxied,
         credentials: vec![],
         grant_bound: None,

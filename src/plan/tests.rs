@@ -97,6 +97,7 @@ fn request(project: &str) -> RunRequest {
         env: None,
         job_endpoints: vec![],
         job_services: vec![],
+        job_secret: None,
     }
 }
 

@@ -19,6 +19,8 @@ struct Out<'a> {
     policy: &'a Policy,
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     job_services: &'a [SocketAddr],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job_secret: Option<&'a str>,
 }
 
 #[derive(serde::Deserialize)]
@@ -29,6 +31,9 @@ struct In {
     /// reach: the launcher bound them, so they are facts of the session, not policy.
     #[serde(default)]
     job_services: Vec<SocketAddr>,
+    /// The secret the jobs prove to those listeners (hex; `net::jobs::Secret`).
+    #[serde(default)]
+    job_secret: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -58,14 +63,18 @@ impl FrozenError {
 
 impl Frozen {
     pub fn freeze(p: &Policy) -> Result<Frozen, FrozenError> {
-        Frozen::freeze_with(p, &[])
+        Frozen::freeze_with(p, &[], None)
     }
 
-    /// The policy and the session's job services (`--job-port` listeners on the login node).
-    pub fn freeze_with(p: &Policy, job_services: &[SocketAddr]) -> Result<Frozen, FrozenError> {
-        serde_json::to_string(&Out { agent_sandbox_frozen_policy: VERSION, policy: p, job_services })
-            .map(Frozen)
-            .map_err(|e| FrozenError::Freeze(e.to_string()))
+    /// The policy and the session's job services (`--job-port` listeners on the login node) with
+    /// the secret its jobs prove to them.
+    pub fn freeze_with(
+        p: &Policy,
+        job_services: &[SocketAddr],
+        job_secret: Option<&str>,
+    ) -> Result<Frozen, FrozenError> {
+        let out = Out { agent_sandbox_frozen_policy: VERSION, policy: p, job_services, job_secret };
+        serde_json::to_string(&out).map(Frozen).map_err(|e| FrozenError::Freeze(e.to_string()))
     }
 
     /// The text a job directory holds, to be thawed.
@@ -80,6 +89,11 @@ impl Frozen {
     /// The session's job services frozen with the policy (none where unreadable: `thaw` says why).
     pub fn job_services(&self) -> Vec<SocketAddr> {
         serde_json::from_str::<In>(&self.0).map(|i| i.job_services).unwrap_or_default()
+    }
+
+    /// The secret the session's jobs prove to its job ports (hex), if it has any.
+    pub fn job_secret(&self) -> Option<String> {
+        serde_json::from_str::<In>(&self.0).ok().and_then(|i| i.job_secret)
     }
 
     pub fn thaw(&self) -> Result<Policy, FrozenError> {
@@ -116,8 +130,8 @@ mod tests {
         let p = crate::policy::merge(&[], None).expect("built-in policy");
         assert!(Frozen::freeze(&p).expect("freeze").job_services().is_empty());
         let at: Vec<SocketAddr> = vec!["203.0.113.1:40123".parse().unwrap(), "[fd00::1]:40124".parse().unwrap()];
-        let f = Frozen::freeze_with(&p, &at).expect("freeze");
-        assert_eq!(f.job_services(), at);
+        let f = Frozen::freeze_with(&p, &at, Some("ab12")).expect("freeze");
+        assert_eq!((f.job_services(), f.job_secret().as_deref()), (at, Some("ab12")));
         assert!(f.thaw().is_ok());
     }
 }

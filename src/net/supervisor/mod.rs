@@ -67,6 +67,8 @@ pub struct NetConfig {
     pub jobs: Option<crate::net::jobs::JobServices>,
     /// A job's: its session's listeners, which it may reach (`--job-port`).
     pub job_services: Vec<SocketAddr>,
+    /// The secret a job's flows to them prove (`net::jobs::prove_job`).
+    pub job_secret: Option<crate::net::jobs::Secret>,
 }
 
 /// Starts the supervisor thread. Its failure (or a panic in the stack) stops the jail's
@@ -133,7 +135,7 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
         upstreams: cfg.upstreams,
         audit: Auditor::new(cfg.audit, cfg.mode),
         resolving: Arc::new(tokio::sync::Semaphore::new(decide::MAX_RESOLVING)),
-        job_services: cfg.job_services,
+        job_services: cfg.job_services.clone(),
     });
     let dns_tcp = dns::serve_dns_tcp(shared.clone()).await?;
     let (events, mut events_rx) = unbounded_channel();
@@ -151,7 +153,7 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
         shared,
         events,
         udp_events,
-        dialer: Dialer::host(),
+        dialer: Dialer::proving(cfg.job_services, cfg.job_secret),
         hostname_ports: cfg.hostname_ports,
         host_ports: cfg.host_ports,
         credentials: cfg.credentials,

@@ -6,7 +6,7 @@
 use super::decide::{refusal, Shared};
 use super::dns::accept_surviving;
 use super::Event;
-use crate::net::jobs::JobServices;
+use crate::net::jobs::{check_job, prove_listener, JobServices};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::Semaphore;
@@ -16,6 +16,7 @@ const MAX_PENDING: usize = 64;
 
 pub(super) fn serve(jobs: JobServices, events: &UnboundedSender<Event>, shared: Arc<Shared>) {
     let admission = Arc::new(jobs.admission);
+    let secret = Arc::new(jobs.secret);
     let pending = Arc::new(Semaphore::new(MAX_PENDING));
     for (port, listener) in jobs.listeners {
         let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -25,22 +26,32 @@ pub(super) fn serve(jobs: JobServices, events: &UnboundedSender<Event>, shared: 
                 continue;
             }
         };
-        let (events, shared, admission, pending) = (events.clone(), shared.clone(), admission.clone(), pending.clone());
+        let (events, shared, admission, pending, secret) =
+            (events.clone(), shared.clone(), admission.clone(), pending.clone(), secret.clone());
         tokio::spawn(async move {
             let here = listener.local_addr().ok();
             loop {
-                let Some(stream) = accept_surviving(&listener).await else { continue };
+                let Some(mut stream) = accept_surviving(&listener).await else { continue };
                 let Ok(permit) = pending.clone().try_acquire_owned() else { continue };
                 let Ok(peer) = stream.peer_addr() else { continue };
-                let (events, shared, admission) = (events.clone(), shared.clone(), admission.clone());
+                let (events, shared, admission, secret) =
+                    (events.clone(), shared.clone(), admission.clone(), secret.clone());
                 tokio::spawn(async move {
-                    let verdict = tokio::task::spawn_blocking(move || admission.admit(peer.ip()))
-                        .await
-                        .unwrap_or_else(|e| Err(format!("the admission check failed: {e}")));
+                    // The session's proof first: Slurm is asked only for a peer that has it.
+                    let verdict = match check_job(&mut stream, &secret).await {
+                        Ok(()) => tokio::task::spawn_blocking(move || admission.admit(peer.ip()))
+                            .await
+                            .unwrap_or_else(|e| Err(format!("the admission check failed: {e}"))),
+                        Err(why) => Err(why),
+                    };
                     drop(permit);
+                    let verdict = match verdict {
+                        Ok(node) => prove_listener(&mut stream, &secret).await.map(|_| node).map_err(|e| e.to_string()),
+                        Err(why) => Err(why),
+                    };
                     match verdict {
                         Ok(node) => {
-                            tracing::info!(%peer, node, port, "job port: a connection from a node of the project's jobs");
+                            tracing::info!(%peer, node, port, "job port: a connection from a job of the session");
                             let _ = events.send(Event::Published { stream, port });
                         }
                         Err(why) => {

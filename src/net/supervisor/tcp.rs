@@ -48,6 +48,31 @@ impl Dialer {
     pub(super) fn host() -> Dialer {
         Dialer { connect: Arc::new(|target| Box::pin(TcpStream::connect(target))), routable }
     }
+
+    /// The host's, where a flow to one of the session's job ports (a job's, `--job-port`)
+    /// proves the session's secret and checks the listener's before it is relayed. Without
+    /// the secret such a flow cannot be made (a job frozen before there was one).
+    pub(super) fn proving(services: Vec<SocketAddr>, secret: Option<crate::net::jobs::Secret>) -> Dialer {
+        if services.is_empty() {
+            return Dialer::host();
+        }
+        let services = Arc::new(services);
+        let connect = move |target: SocketAddr| -> Connecting {
+            let secret = secret.clone();
+            let job_port = services.contains(&target);
+            Box::pin(async move {
+                let mut stream = TcpStream::connect(target).await?;
+                if job_port {
+                    let Some(secret) = secret else {
+                        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "the job has no job-port secret"));
+                    };
+                    crate::net::jobs::prove_job(&mut stream, &secret).await?;
+                }
+                Ok(stream)
+            })
+        };
+        Dialer { connect: Arc::new(connect), routable }
+    }
 }
 
 /// Whether the host has a route to `dst`: connecting a UDP socket sends nothing and fails at
