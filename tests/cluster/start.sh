@@ -244,11 +244,10 @@ done
 ensure slurmctld "sc scontrol ping | grep -q 'is UP'" 30 /usr/sbin/slurmctld -D -i
 ensure slurmd "node_ready $TC_HOST" 30 /usr/sbin/slurmd -D -N "$TC_HOST"
 if ((two_nodes)); then
-    # nsenter, not `ip netns exec`: that remounts /sys, and slurmd needs /sys/fs/cgroup. Its
-    # own /tmp, as a real node has: Slurm's PMIx plugin makes per-step directories there under
-    # names that would collide with the first node's.
+    # nsenter, not `ip netns exec`: that remounts /sys, and slurmd needs /sys/fs/cgroup. The
+    # node shares this host's /tmp (a checkout there must be seen by both nodes), so a PMIx
+    # step across both nodes collides in /tmp/spmix_appdir_*: tests/slurm.rs runs PMIx on one.
     ensure slurmd-n2 "node_ready $TC_N2" 30 \
-        unshare -m --propagation slave sh -c 'mount -t tmpfs -o mode=1777 n2-tmp /tmp && exec "$@"' sh \
         nsenter --net="/run/netns/$TC_NETNS" /usr/sbin/slurmd -D -N "$TC_N2"
 fi
 t_up=$(now_us)
