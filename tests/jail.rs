@@ -1321,3 +1321,32 @@ fn the_stubs_are_the_small_stub_binary_not_the_launcher() {
     assert_ne!(size, std::fs::metadata(&j.rig.bin).unwrap().len(), "the launcher is bound, not the stub");
     assert!(out.stdout.contains("rc=1") && out.stderr.contains("sbcast: error:"), "the stub answers as before: {out}");
 }
+
+/// The launcher leaves tun0's teardown to a child that shares its memory and ends once the
+/// launcher has exited and the device is gone: after five sessions, no launcher process of
+/// theirs is left (found by its binary and its working directory, this test's project).
+#[test]
+fn the_network_teardown_holder_ends_after_the_launcher() {
+    let j = jail!("teardown-holder");
+    for _ in 0..5 {
+        let out = j.run("true");
+        assert_eq!(out.code, 0, "{out}");
+    }
+    let project = j.project.display().to_string();
+    let left = || -> Vec<String> {
+        let mut v = vec![];
+        for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let cwd = std::fs::read_link(e.path().join("cwd")).map(|p| p.display().to_string()).unwrap_or_default();
+            let exe = std::fs::read_link(e.path().join("exe")).unwrap_or_default();
+            if cwd == project && exe == j.rig.bin {
+                v.push(format!("pid {}", e.file_name().to_string_lossy()));
+            }
+        }
+        v
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !left().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(left(), Vec::<String>::new(), "processes of ended sessions are left");
+}

@@ -15,36 +15,67 @@ pub(super) fn remember_tun(fd: RawFd) {
 
 /// Called by the launcher just before it exits. Closing the last reference to tun0 makes the
 /// kernel unregister the device and wait for an RCU grace period: ~25 ms the user would wait
-/// for at every exit. A forked child keeps a reference to the device (and nothing else: not
-/// the caller's stdout) until the launcher is gone, and pays that cost after it.
+/// for at every exit. A child keeps a reference to the device (and nothing else: not the
+/// caller's stdout) until the launcher is gone, and pays that cost after it.
+///
+/// The child shares the launcher's memory (`CLONE_VM`) instead of copying it: no page tables
+/// are copied, and the launcher's own exit no longer unmaps its address space either (the
+/// child holds it until it ends, after the user got the status). It only makes system calls
+/// on its own stack and never returns into Rust code.
 pub fn defer_teardown() {
     let tun = TUN_FD.load(Ordering::Relaxed);
     if tun < 0 {
         return;
     }
     let Ok((r, w)) = nix::unistd::pipe() else { return };
-    let (raw_r, w) = (r.as_raw_fd(), std::mem::ManuallyDrop::new(w));
-    // SAFETY: the child only calls async-signal-safe functions (close_range, close, read,
-    // _exit), as a fork of a multi-threaded process must.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Child) => {
-            let (lo, hi) = (tun.min(raw_r), tun.max(raw_r));
-            let ranges = [(0, lo - 1), (lo + 1, hi - 1), (hi + 1, i32::MAX)];
-            for (a, b) in ranges {
-                if a <= b {
-                    // SAFETY: closes descriptors of this child only (nix has no close_range).
-                    unsafe { libc::syscall(libc::SYS_close_range, a as u32, b as u32, 0u32) };
-                }
-            }
-            // Returns at EOF, when the launcher (holding the write end) has exited.
-            let _ = nix::unistd::read(&r, &mut [0u8; 1]);
-            // SAFETY: _exit ends this child without running the parent's exit handlers (nix
-            // has no wrapper for it).
-            unsafe { libc::_exit(0) }
-        }
-        // The write end stays open in the launcher until it exits (ManuallyDrop).
-        Ok(nix::unistd::ForkResult::Parent { .. }) | Err(_) => {
-            let _ = w;
+    // The child reads its two descriptor numbers from the start of its stack mapping.
+    const STACK: usize = 64 * 1024;
+    // SAFETY: an anonymous private mapping; the result is checked before use.
+    let stack = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            STACK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if stack == libc::MAP_FAILED {
+        return;
+    }
+    let fds = stack.cast::<[RawFd; 2]>();
+    // SAFETY: `stack` is a fresh writable mapping of STACK bytes, aligned for i32.
+    unsafe { fds.write([tun, r.as_raw_fd()]) };
+    // SAFETY: clone with CLONE_VM runs `hold` on the new stack (its top, 16-byte aligned) in
+    // a process that shares this memory; `hold` only makes system calls and _exits, so it
+    // touches no allocator, lock or Rust state the launcher's threads use.
+    let pid =
+        unsafe { libc::clone(hold, stack.cast::<u8>().add(STACK).cast(), libc::CLONE_VM | libc::SIGCHLD, fds.cast()) };
+    if pid > 0 {
+        // The write end stays open in the launcher until it exits; the child sees EOF then.
+        std::mem::forget(w);
+    }
+    drop(r);
+}
+
+/// The teardown holder: keeps the tun descriptor and the pipe's read end, closes the rest,
+/// waits for the launcher to exit (EOF), then ends.
+extern "C" fn hold(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` points at the two descriptor numbers `defer_teardown` wrote; the mapping
+    // is never unmapped.
+    let [tun, r] = unsafe { *arg.cast::<[RawFd; 2]>() };
+    let (lo, hi) = (tun.min(r), tun.max(r));
+    for (a, b) in [(0, lo - 1), (lo + 1, hi - 1), (hi + 1, i32::MAX)] {
+        if a <= b {
+            // SAFETY: closes descriptors of this child's own table (a copy: no CLONE_FILES).
+            unsafe { libc::syscall(libc::SYS_close_range, a as u32, b as u32, 0u32) };
         }
     }
+    let mut b = 0u8;
+    // SAFETY: reads one byte into a local; returns at EOF, when the launcher has exited.
+    unsafe { libc::syscall(libc::SYS_read, r, (&mut b as *mut u8).cast::<libc::c_void>(), 1usize) };
+    // SAFETY: ends this child at once, without any exit handler.
+    unsafe { libc::syscall(libc::SYS_exit, 0) };
+    0
 }
