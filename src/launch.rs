@@ -367,6 +367,12 @@ impl Launch {
         if let Some(socket) = door.socket.clone() {
             lock.remove_after_exit(socket);
         }
+        // An allocation whose salloc the chaperon could not end (it died with us while the
+        // request was pending) is cancelled once we are gone.
+        let (state, launcher) = (facts.state_dir(), std::process::id() as i32);
+        lock.run_after_exit(Box::new(move || {
+            chaperon::commands::salloc::cancel_left(&state, &slurm::slurm_bin().join("scancel"), launcher)
+        }));
         // `agent-sandbox allow` reaches a session with a supervisor through this socket.
         let control =
             plan.net.matcher.is_some().then(|| crate::net::control::socket_path(&facts.state_dir(), &log.session));

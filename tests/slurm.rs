@@ -1248,6 +1248,32 @@ fn salloc_runs_its_command_in_the_jail_and_srun_joins_the_allocation() {
     assert!(out.stdout.contains("no-shell=1") && out.stderr.contains("--no-shell is not allowed"), "{out}");
     assert!(out.stderr.contains(&format!("Relinquishing job allocation {id}")), "{out}");
     assert_eq!(final_state(id), "COMPLETED", "the allocation ended with its command: {out}");
+    // A request still pending when its stub is killed is withdrawn, and an allocation held
+    // when the session ends is relinquished: neither outlives the session.
+    let out = j.run(
+        "salloc --begin=now+300 -N1 -t 5 true 2> pending.err & sleep 3; kill -9 $!; \
+         salloc -N1 -t 5 sh -c 'echo held=$SLURM_JOB_ID; sleep 100' & sleep 4; echo done",
+    );
+    let pending = std::fs::read_to_string(j.project.join("pending.err")).unwrap_or_default();
+    let pending_id: u32 = pending
+        .lines()
+        .find_map(|l| l.strip_prefix("salloc: Pending job allocation "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pending allocation: {pending}\n{out}"));
+    let held = printed_job_id(&out, "held=");
+    // A request still pending when the session ends (its chaperon killed with the launcher):
+    // the session's cleanup cancels it.
+    let out = j.run("salloc --begin=now+300 -N1 -t 5 true 2> left.err & sleep 3; echo done");
+    let left = std::fs::read_to_string(j.project.join("left.err")).unwrap_or_default();
+    let left_id: u32 = left
+        .lines()
+        .find_map(|l| l.strip_prefix("salloc: Pending job allocation "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pending allocation: {left}\n{out}"));
+    for job in [pending_id, held, left_id] {
+        let state = final_state(job);
+        assert!(state.starts_with("CANCELLED") || state == "COMPLETED", "job {job} outlived its caller: {state}");
+    }
 }
 
 /// `sattach` from the jail to a running step of the project's job: its output streams to the

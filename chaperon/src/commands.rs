@@ -174,7 +174,7 @@ pub const COMMANDS: &[Command] = &[
         sattach::handle,
         Lasts::Work,
         Reads::Never,
-        "the I/O of a running step of your project's jobs (its tasks run in the jail already)",
+        "the I/O of a running step of this session's own jobs (its tasks run in the jail already)",
     ),
     refused("sbcast", "broadcasting files to nodes is not mediated; jobs read the project directly"),
     refused("scrontab", "cron jobs would run outside any session's scope; use sbatch --begin"),

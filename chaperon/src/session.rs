@@ -109,8 +109,15 @@ impl Config {
 /// The real Slurm command `bin/name` with the environment every real command runs with (see
 /// `Config::command`), for the chaperon and for the supervisor's own questions to Slurm.
 pub fn real_command(bin: &Path, home: &Path, user: &str, name: &str) -> Command {
-    let mut cmd = Command::new(bin.join(name));
+    let mut cmd = real_command_outliving(bin, home, user, name);
     dies_with_chaperon(&mut cmd);
+    cmd
+}
+
+/// `real_command` without the death signal: for salloc, which must end by relinquishing its
+/// allocation (its holding command's stdin closes with the chaperon), never by SIGKILL.
+pub fn real_command_outliving(bin: &Path, home: &Path, user: &str, name: &str) -> Command {
+    let mut cmd = Command::new(bin.join(name));
     cmd.current_dir("/");
     cmd.env_clear()
         .env("PATH", "/usr/bin:/bin")

@@ -89,6 +89,9 @@ pub struct ProjectLock {
     /// A file of the session to remove once the launcher is gone, however it ended (the
     /// chaperon's socket: a killed launcher would leave it behind).
     remove_after: Vec<PathBuf>,
+    /// Work the waiter does once the launcher is gone (cancelling what the session's
+    /// chaperon could not end itself).
+    after_exit: Vec<Box<dyn FnOnce()>>,
     /// The home's own lock, for placeholders outside the project (an agent's instruction
     /// file): shared by every session of the user, whatever its project, so one ending never
     /// removes a file another session still shows its notice on.
@@ -167,8 +170,14 @@ impl ProjectLock {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(err)?;
-        let mut lock =
-            ProjectLock { file, project: project.to_path_buf(), waiter: None, remove_after: vec![], home: None };
+        let mut lock = ProjectLock {
+            file,
+            project: project.to_path_buf(),
+            waiter: None,
+            remove_after: vec![],
+            after_exit: vec![],
+            home: None,
+        };
         // Alone? Then first remove what an earlier session left behind (it ended while
         // another held the lock, or it was killed), so this plan sees the project as it is.
         if flock(&lock.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
@@ -222,6 +231,11 @@ impl ProjectLock {
         self.remove_after.push(path);
     }
 
+    /// Also runs `work` after the launcher exits, in the waiter (set before `spawn_waiter`).
+    pub fn run_after_exit(&mut self, work: Box<dyn FnOnce()>) {
+        self.after_exit.push(work);
+    }
+
     /// Forks, while the launcher waits for the jail to build itself, a child that waits for
     /// the launcher to exit (its pipe closes, however the launcher ends) and then releases:
     /// the launcher's own exit then costs neither a fork nor the removals.
@@ -248,6 +262,9 @@ impl ProjectLock {
                 for p in &self.remove_after {
                     let _ = std::fs::remove_file(p);
                 }
+                for work in std::mem::take(&mut self.after_exit) {
+                    work();
+                }
                 self.release_as_waiter();
                 // SAFETY: ends the waiter without running the launcher's exit path.
                 unsafe { libc::_exit(0) }
@@ -273,6 +290,9 @@ impl ProjectLock {
         match unsafe { nix::unistd::fork() } {
             Ok(nix::unistd::ForkResult::Child) => {
                 close_all_but(&[self.file.as_raw_fd()]);
+                for work in std::mem::take(&mut self.after_exit) {
+                    work();
+                }
                 self.release_now();
                 // SAFETY: ends the cleanup child without running the launcher's exit path.
                 unsafe { libc::_exit(0) }

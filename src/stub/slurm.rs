@@ -58,7 +58,13 @@ pub fn run(name: &str) -> i32 {
         return 1;
     }
     match request(name) {
-        Ok((Response::Allocated { job, env, command }, conn)) => run_in_allocation(name, job, &env, &command, conn),
+        Ok((Response::Allocated { job, env, command }, conn)) if name == "salloc" => {
+            run_in_allocation(name, job, &env, &command, conn)
+        }
+        Ok((Response::Allocated { .. }, _)) => {
+            eprintln!("{name}: error: agent-sandbox chaperon: an allocation answered a call that is not salloc");
+            1
+        }
         Ok((Response::Exited { code }, _)) => code,
         Ok((Response::Denied { reason }, _)) => {
             eprintln!("{name}: error: {reason}");
@@ -115,7 +121,30 @@ fn run_in_allocation(
         Some((p, a)) => (p.clone(), a.to_vec()),
         None => (shell, vec![]),
     };
-    let status = std::process::Command::new(&program).args(&args).envs(env).status();
+    // Only Slurm's variables, and the directory salloc was called from (the chaperon ran
+    // salloc from /).
+    let mut vars: Vec<(&String, String)> =
+        env.iter().filter(|(k, _)| k.starts_with("SLURM_")).map(|(k, v)| (k, v.clone())).collect();
+    let submit = "SLURM_SUBMIT_DIR".to_string();
+    if let Ok(cwd) = std::env::current_dir() {
+        vars.retain(|(k, _)| **k != submit);
+        vars.push((&submit, cwd.display().to_string()));
+    }
+    let status = std::process::Command::new(&program).args(&args).envs(vars).spawn().and_then(|mut child| {
+        // As salloc: Ctrl-C is the command's, it does not end the allocation under it.
+        let mut set = nix::sys::signal::SigSet::empty();
+        set.add(nix::sys::signal::Signal::SIGINT);
+        set.add(nix::sys::signal::Signal::SIGQUIT);
+        let _ = set.thread_block();
+        child.wait()
+    });
+    // The command is done: the chaperon hears it (our end of the connection closes for
+    // writing) and relinquishes the allocation; we wait for that, as salloc does, so its
+    // messages come before our exit and the allocation is gone when we return.
+    let mut conn = conn;
+    let _ = conn.shutdown(std::net::Shutdown::Write);
+    let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(30)));
+    let _ = wire::read_frame::<Response>(&mut conn);
     drop(conn);
     match status {
         Ok(s) => {

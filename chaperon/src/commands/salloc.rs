@@ -20,6 +20,57 @@ use Arity::{Flag, OptionalValue as Opt, Value as Val};
 const NOT_LISTED: &str = "not on agent-sandbox's salloc allow-list; ask your admin if an allocation needs it";
 /// What the holding command prints after the environment (NUL-separated records).
 const MARK: &str = "AGENT_SANDBOX_ALLOCATED=1";
+/// Where the session's live allocations are noted, one empty file each, named
+/// `HOST-LAUNCHERPID-JOB`: if the chaperon is killed (its launcher ended) while salloc still
+/// waits for its allocation, the launcher's cleanup waiter cancels them.
+pub const RECORD_DIR: &str = "salloc";
+
+fn record_path(cfg: &crate::session::Config, job: u32) -> std::path::PathBuf {
+    cfg.state_dir.join(RECORD_DIR).join(format!("{}{job}", record_prefix(nix::unistd::getppid().as_raw())))
+}
+
+/// The names of one launcher's records on this host begin with this.
+pub fn record_prefix(launcher: i32) -> String {
+    let host = nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default();
+    format!("{host}-{launcher}-")
+}
+
+fn note(cfg: &crate::session::Config, job: u32) {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let path = record_path(cfg, job);
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
+    }
+    let _ = std::fs::OpenOptions::new().write(true).create(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(path);
+}
+
+fn unnote(cfg: &crate::session::Config, job: u32) {
+    let _ = std::fs::remove_file(record_path(cfg, job));
+}
+
+/// After launcher `launcher` is gone: cancels the allocations its chaperon left noted (it
+/// was killed before they ended) with `scancel`, and removes the notes.
+pub fn cancel_left(state_dir: &std::path::Path, scancel: &std::path::Path, launcher: i32) {
+    let dir = state_dir.join(RECORD_DIR);
+    let prefix = record_prefix(launcher);
+    let mut jobs = vec![];
+    for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(job) = name.strip_prefix(&prefix).and_then(|j| j.parse::<u32>().ok()) {
+            jobs.push(job.to_string());
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    if !jobs.is_empty() {
+        let _ = std::process::Command::new(scancel)
+            .args(&jobs)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// How long salloc has to relinquish the allocation once the caller has gone.
 const RELINQUISH: Duration = Duration::from_secs(10);
 
@@ -136,81 +187,176 @@ fn allocation_env(out: &[u8]) -> Option<BTreeMap<String, String>> {
     None
 }
 
+/// The job id in one of salloc's own lines: `salloc: Pending job allocation 123`,
+/// `salloc: Granted job allocation 123`.
+fn job_in_line(line: &str) -> Option<u32> {
+    let rest = line.strip_prefix("salloc: ")?;
+    let id = rest.strip_prefix("Pending job allocation ").or_else(|| rest.strip_prefix("Granted job allocation "))?;
+    id.trim().parse().ok()
+}
+
+/// salloc's stderr, read here: each line passed on to the caller (bounded: a caller that
+/// does not read loses the rest, it never stalls salloc), and the job id, as soon as salloc
+/// names it, recorded in the scope so that it is the session's to see and cancel whatever
+/// happens next.
+fn pass_stderr(
+    from: std::process::ChildStderr,
+    to: std::os::fd::OwnedFd,
+    cfg: &crate::session::Config,
+    job: &std::sync::Mutex<Option<u32>>,
+) {
+    use std::io::BufRead;
+    use std::os::fd::AsFd;
+    let mut passing = true;
+    let mut lines = std::io::BufReader::new(from.take(1 << 20));
+    let mut line = String::new();
+    while matches!(lines.read_line(&mut line), Ok(n) if n > 0) {
+        if let Some(id) = job_in_line(line.trim_end()) {
+            let mut known = job.lock().unwrap_or_else(|p| p.into_inner());
+            if known.is_none() {
+                *known = Some(id);
+                note(cfg, id);
+                let _ =
+                    cfg.registry().add(&Entry { job: id, session: cfg.session.clone(), project: cfg.project.clone() });
+            }
+        }
+        if passing {
+            passing = crate::bounded::write_all(to.as_fd(), line.as_bytes(), Duration::from_secs(1)).is_ok();
+        }
+        line.clear();
+    }
+}
+
+/// Ends a salloc whose caller went away: SIGTERM (a pending request is withdrawn, a granted
+/// allocation relinquished), then after RELINQUISH SIGKILL and scancel of the job if salloc
+/// named one.
+fn end_salloc(child: &mut std::process::Child, cfg: &crate::session::Config, job: Option<u32>) {
+    use nix::sys::signal::{kill, Signal};
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = kill(pid, Signal::SIGTERM);
+    let deadline = std::time::Instant::now() + RELINQUISH;
+    while std::time::Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    if let Some(job) = job {
+        let _ = cfg.command("scancel").arg(job.to_string()).status();
+    }
+}
+
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
     let parsed = parse_salloc(&req.argv)?;
     if any_of(&parsed.options, &["help", "usage", "version"]) {
         return call.run_with(written(&parsed.options), stdio);
     }
-    let mut cmd = cfg.command("salloc");
+    // Not `cfg.command`: salloc must not die with the chaperon (a killed salloc leaves its
+    // allocation running). If the chaperon goes, the holding command's stdin closes and
+    // salloc relinquishes, as it does when the caller goes.
+    let mut cmd = crate::session::real_command_outliving(&cfg.slurm_bin, &cfg.home, &cfg.user, "salloc");
     cmd.args(written(&parsed.options));
     // The holding command, on the login node: says the allocation's environment, then waits
     // for the pipe the chaperon holds to close.
     cmd.args(["/bin/sh", "-c", &format!("env -0; printf '{MARK}\\0'; exec cat >/dev/null")]);
-    cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(stdio.stderr);
+    cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
     let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run Slurm: {e}")))?;
     let hold = child.stdin.take();
     let mut out = child.stdout.take().ok_or_else(|| Refusal::Failed("salloc's output is missing".into()))?;
-    // Until the allocation is granted (it may queue): the caller going away, or Ctrl-C, ends
-    // the request as it would end salloc.
-    let watch = call.watch(&child, None);
-    let mut got = Vec::new();
-    let env = loop {
-        let mut buf = [0u8; 4096];
-        match out.read(&mut buf) {
-            Ok(0) | Err(_) => break None,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
+    let err = child.stderr.take().ok_or_else(|| Refusal::Failed("salloc's messages are missing".into()))?;
+    let job = std::sync::Arc::new(std::sync::Mutex::new(None::<u32>));
+    let stderr_to = stdio.stderr;
+    std::thread::scope(|scope| {
+        let job_seen = job.clone();
+        let passer = scope.spawn(move || pass_stderr(err, stderr_to, cfg, &job_seen));
+        // Until the allocation is granted (it may queue), the caller going away (Ctrl-C kills
+        // the stub) ends the request. salloc ignores SIGTERM and SIGINT while it waits, so it
+        // is killed, and its pending job cancelled below.
+        let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let pending = std::sync::Arc::new(std::sync::Mutex::new(true));
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        if let Ok(mut conn) = call.conn.try_clone() {
+            let (gone, pending) = (gone.clone(), pending.clone());
+            std::thread::spawn(move || {
+                let mut sink = [0u8; 256];
+                while matches!(std::io::Read::read(&mut conn, &mut sink), Ok(n) if n > 0) {}
+                // Held while salloc is not yet reaped: the pid is still salloc's.
+                let still = pending.lock().unwrap_or_else(|p| p.into_inner());
+                gone.store(true, std::sync::atomic::Ordering::Release);
+                if *still {
+                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+                }
+            });
         }
-        if got.len() > 1 << 20 {
-            break None;
+        let mut got = Vec::new();
+        let env = loop {
+            let mut buf = [0u8; 4096];
+            match out.read(&mut buf) {
+                Ok(0) | Err(_) => break None,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+            if got.len() > 1 << 20 {
+                break None;
+            }
+            if let Some(env) = allocation_env(&got) {
+                break Some(env);
+            }
+        };
+        *pending.lock().unwrap_or_else(|p| p.into_inner()) = false;
+        let known = |j: &std::sync::Mutex<Option<u32>>| *j.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(env) = env else {
+            drop(hold);
+            let status = child.wait().map_err(|e| Refusal::Failed(format!("waiting for Slurm: {e}")))?;
+            let _ = passer.join();
+            // Killed while its request was pending: the job salloc named is cancelled.
+            if let Some(id) = known(&job) {
+                if gone.load(std::sync::atomic::Ordering::Acquire) {
+                    let _ = cfg.command("scancel").arg(id.to_string()).status();
+                }
+                unnote(cfg, id);
+            }
+            use std::os::unix::process::ExitStatusExt;
+            return Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
+        };
+        let Some(id) = env.get("SLURM_JOB_ID").and_then(|j| j.parse::<u32>().ok()) else {
+            drop(hold);
+            end_salloc(&mut child, cfg, known(&job));
+            return Err(Refusal::Failed("salloc granted an allocation without a job id".into()));
+        };
+        if known(&job).is_none() {
+            *job.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
+            note(cfg, id);
+            let _ = cfg.registry().add(&Entry { job: id, session: cfg.session.clone(), project: cfg.project.clone() });
         }
-        if let Some(env) = allocation_env(&got) {
-            break Some(env);
+        call.audit.job = Some(id);
+        let mut conn = call.conn;
+        let answer = Response::Allocated { job: id, env, command: parsed.command.clone() };
+        if !gone.load(std::sync::atomic::Ordering::Acquire) && wire::write_frame(&mut conn, &answer).is_ok() {
+            // The stub runs the command; its connection ends when the command does.
+            while !gone.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
-    };
-    let Some(env) = env else {
+        // The holding command's stdin closes: salloc relinquishes the allocation.
         drop(hold);
-        let status = child.wait().map_err(|e| Refusal::Failed(format!("waiting for Slurm: {e}")))?;
-        drop(watch);
-        use std::os::unix::process::ExitStatusExt;
-        return Ok(status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)));
-    };
-    let job: Option<u32> = env.get("SLURM_JOB_ID").and_then(|j| j.parse().ok());
-    let Some(job) = job else {
-        drop(hold);
-        let _ = child.wait();
-        return Err(Refusal::Failed("salloc granted an allocation without a job id".into()));
-    };
-    // From here the caller's going away ends the command, not salloc (`watch` would kill it,
-    // and a killed salloc leaves its allocation running).
-    drop(watch);
-    call.audit.job = Some(job);
-    let _ = cfg.registry().add(&Entry { job, session: cfg.session.clone(), project: cfg.project.clone() });
-    let mut conn = call.conn;
-    let answer = Response::Allocated { job, env, command: parsed.command.clone() };
-    if wire::write_frame(&mut conn, &answer).is_ok() {
-        // The stub runs the command; its connection ends when the command does. Nothing else
-        // comes on it (the command's own signals stay in the jail).
-        let mut sink = [0u8; 256];
-        while matches!(std::io::Read::read(&mut conn, &mut sink), Ok(n) if n > 0) {}
-    }
-    drop(hold);
-    // salloc relinquishes the allocation once its command ends; if it does not within
-    // RELINQUISH, the job is cancelled.
-    let deadline = std::time::Instant::now() + RELINQUISH;
-    loop {
-        if let Ok(Some(_)) = child.try_wait() {
-            break;
+        let deadline = std::time::Instant::now() + RELINQUISH;
+        loop {
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            if std::time::Instant::now() >= deadline {
+                end_salloc(&mut child, cfg, Some(id));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        if std::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = cfg.command("scancel").arg(job.to_string()).status();
-            let _ = child.wait();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(0)
+        let _ = passer.join();
+        unnote(cfg, id);
+        Ok(0)
+    })
 }
 
 #[cfg(test)]
@@ -239,5 +385,18 @@ mod tests {
         let env = allocation_env(out).unwrap();
         assert_eq!(env.keys().map(String::as_str).collect::<Vec<_>>(), ["SLURM_JOB_ID", "SLURM_NODELIST"]);
         assert_eq!(allocation_env(b"SLURM_JOB_ID=42\0"), None, "no mark: salloc never ran the command");
+    }
+
+    #[test]
+    fn the_job_id_is_read_from_salloc_s_own_lines_only() {
+        assert_eq!(job_in_line("salloc: Pending job allocation 123"), Some(123));
+        assert_eq!(job_in_line("salloc: Granted job allocation 7"), Some(7));
+        for other in [
+            "Granted job allocation 7",
+            "salloc: job 7 queued and waiting for resources",
+            "salloc: Granted job allocation x",
+        ] {
+            assert_eq!(job_in_line(other), None, "{other}");
+        }
     }
 }

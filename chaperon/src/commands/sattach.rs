@@ -1,12 +1,13 @@
-//! sattach: attaching to the I/O of a running step of a job in scope. The step's tasks already
+//! sattach: attaching to the I/O of a running step of one of the session's own jobs. The step's tasks already
 //! run inside the jail (every step the chaperon starts does); sattach only carries their
 //! stdin, stdout and stderr, with the caller's stdio, so the check is the job's scope.
 
 use crate::call::{Call, Stdio};
-use crate::checks::{in_scope, jobs_in_scope};
+use crate::checks::in_scope;
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
 use crate::refusal::Refusal;
+use crate::scope::Scope;
 use crate::table::{allow, any_of, as_written, deny, parse, words, Arity, GrammarError, OptSpec, Options};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -53,10 +54,14 @@ pub fn parse_sattach(args: &[String]) -> Result<SattachRequest, GrammarError> {
     Ok(SattachRequest { options, step, words: p.positionals })
 }
 
-/// sattach to a step of a job in scope, with the caller's stdio.
+/// sattach to a step of one of this session's own jobs, with the caller's stdio. Not the
+/// project's: another session's steps run under that session's policy, and input sent to
+/// them would run there.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let parsed = parse_sattach(&call.req.argv)?;
-    in_scope(&jobs_in_scope(call.req, call.cfg)?, parsed.step.iter().map(|r| r.job))?;
+    let cfg = call.cfg;
+    let own = cfg.registry().jobs(Scope::Session, &cfg.session, &cfg.project);
+    in_scope(&own, parsed.step.iter().map(|r| r.job))?;
     let mut args = as_written(SATTACH, &parsed.options);
     args.extend(words(&parsed.words));
     call.run_with(args, stdio)

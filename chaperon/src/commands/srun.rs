@@ -331,11 +331,12 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
             return Err(Refusal::NotInScope { job, by: Some("--jobid".into()) });
         }
     }
-    // In an salloc allocation's command (the jail's SLURM_JOB_ID, outside any batch job of
-    // this chaperon's): the step joins that allocation, as with --jobid, if it is in scope;
-    // any other value is ignored, as before (srun makes its own allocation).
-    if parsed.jobid.is_none() && std::env::var_os("SLURM_JOB_ID").is_none() {
-        let job = req.env.get("SLURM_JOB_ID").and_then(|j| j.trim().parse::<u32>().ok());
+    // In an salloc allocation's command (the jail's SLURM_JOB_ID names another job than
+    // this chaperon's own, if it has one): the step joins that allocation, as with --jobid,
+    // if it is in scope; any other value is ignored, as before.
+    if parsed.jobid.is_none() {
+        let own = std::env::var("SLURM_JOB_ID").ok().and_then(|j| j.parse::<u32>().ok());
+        let job = req.env.get("SLURM_JOB_ID").and_then(|j| j.trim().parse::<u32>().ok()).filter(|j| Some(*j) != own);
         if let Some(job) = job.filter(|j| jobs_in_scope(req, cfg).is_ok_and(|mine| mine.contains(j))) {
             cmd.arg(format!("--jobid={job}"));
         }
