@@ -294,7 +294,7 @@ impl Launch {
             }
         };
         let (job_services, job_secret) = match &origin {
-            Origin::Job { frozen, .. } => (frozen.job_services(), frozen.job_secret()),
+            Origin::Job { frozen, .. } => frozen.job_link(),
             Origin::Session { .. } => (vec![], None),
         };
         let req = RunRequest {

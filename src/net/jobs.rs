@@ -78,23 +78,24 @@ impl Secret {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    fn proof(&self, side: Side) -> [u8; PROOF_LEN] {
-        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0);
-        let what: &[u8] = match side {
+    /// The HMAC key and the message a side's proof signs.
+    fn signing(&self, side: Side) -> (ring::hmac::Key, &'static [u8]) {
+        let what: &'static [u8] = match side {
             Side::Job => b"agent-sandbox job port: job",
             Side::Listener => b"agent-sandbox job port: listener",
         };
+        (ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0), what)
+    }
+
+    fn proof(&self, side: Side) -> [u8; PROOF_LEN] {
+        let (key, what) = self.signing(side);
         let mut out = [0u8; PROOF_LEN];
         out.copy_from_slice(ring::hmac::sign(&key, what).as_ref());
         out
     }
 
     fn verify(&self, side: Side, got: &[u8]) -> bool {
-        let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0);
-        let what: &[u8] = match side {
-            Side::Job => b"agent-sandbox job port: job",
-            Side::Listener => b"agent-sandbox job port: listener",
-        };
+        let (key, what) = self.signing(side);
         ring::hmac::verify(&key, what, got).is_ok()
     }
 }

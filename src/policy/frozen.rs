@@ -86,14 +86,10 @@ impl Frozen {
         &self.0
     }
 
-    /// The session's job services frozen with the policy (none where unreadable: `thaw` says why).
-    pub fn job_services(&self) -> Vec<SocketAddr> {
-        serde_json::from_str::<In>(&self.0).map(|i| i.job_services).unwrap_or_default()
-    }
-
-    /// The secret the session's jobs prove to its job ports (hex), if it has any.
-    pub fn job_secret(&self) -> Option<String> {
-        serde_json::from_str::<In>(&self.0).ok().and_then(|i| i.job_secret)
+    /// The session's job services frozen with the policy and the secret its jobs prove to
+    /// them (hex), read in one pass (none where unreadable: `thaw` says why).
+    pub fn job_link(&self) -> (Vec<SocketAddr>, Option<String>) {
+        serde_json::from_str::<In>(&self.0).map(|i| (i.job_services, i.job_secret)).unwrap_or_default()
     }
 
     pub fn thaw(&self) -> Result<Policy, FrozenError> {
@@ -128,10 +124,10 @@ mod tests {
     #[test]
     fn job_services_travel_with_the_policy_and_are_none_by_default() {
         let p = crate::policy::merge(&[], None).expect("built-in policy");
-        assert!(Frozen::freeze(&p).expect("freeze").job_services().is_empty());
+        assert_eq!(Frozen::freeze(&p).expect("freeze").job_link(), (vec![], None));
         let at: Vec<SocketAddr> = vec!["203.0.113.1:40123".parse().unwrap(), "[fd00::1]:40124".parse().unwrap()];
         let f = Frozen::freeze_with(&p, &at, Some("ab12")).expect("freeze");
-        assert_eq!((f.job_services(), f.job_secret().as_deref()), (at, Some("ab12")));
+        assert_eq!(f.job_link(), (at, Some("ab12".to_string())));
         assert!(f.thaw().is_ok());
     }
 }

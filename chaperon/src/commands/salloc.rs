@@ -44,6 +44,12 @@ fn note(cfg: &crate::session::Config, job: u32) {
     let _ = std::fs::OpenOptions::new().write(true).create(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(path);
 }
 
+/// Makes `job` the session's: in its scope (to see and cancel), and noted for the cleanup.
+fn adopt(cfg: &crate::session::Config, job: u32) {
+    note(cfg, job);
+    let _ = cfg.registry().add(&Entry { job, session: cfg.session.clone(), project: cfg.project.clone() });
+}
+
 fn unnote(cfg: &crate::session::Config, job: u32) {
     let _ = std::fs::remove_file(record_path(cfg, job));
 }
@@ -215,9 +221,7 @@ fn pass_stderr(
             let mut known = job.lock().unwrap_or_else(|p| p.into_inner());
             if known.is_none() {
                 *known = Some(id);
-                note(cfg, id);
-                let _ =
-                    cfg.registry().add(&Entry { job: id, session: cfg.session.clone(), project: cfg.project.clone() });
+                adopt(cfg, id);
             }
         }
         if passing {
@@ -227,9 +231,9 @@ fn pass_stderr(
     }
 }
 
-/// Ends a salloc whose caller went away: SIGTERM (a pending request is withdrawn, a granted
-/// allocation relinquished), then after RELINQUISH SIGKILL and scancel of the job if salloc
-/// named one.
+/// Ends a granted salloc that did not relinquish by itself: SIGTERM, then after RELINQUISH
+/// SIGKILL and scancel of the job if salloc named one. (A pending salloc ignores SIGTERM: the
+/// caller's watch kills it and its job is cancelled where `handle` sees it end.)
 fn end_salloc(child: &mut std::process::Child, cfg: &crate::session::Config, job: Option<u32>) {
     use nix::sys::signal::{kill, Signal};
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
@@ -328,8 +332,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         };
         if known(&job).is_none() {
             *job.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
-            note(cfg, id);
-            let _ = cfg.registry().add(&Entry { job: id, session: cfg.session.clone(), project: cfg.project.clone() });
+            adopt(cfg, id);
         }
         call.audit.job = Some(id);
         let mut conn = call.conn;
