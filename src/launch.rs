@@ -279,11 +279,28 @@ impl Launch {
                 Some(lock)
             }
         };
+        // The session's secret, which its jobs prove to its job ports and every jail of the
+        // session to the others: a session makes one, a job has its session's.
+        let (job_services, mut job_secret) = match &origin {
+            Origin::Job { frozen, .. } => frozen.job_link(),
+            Origin::Session { .. } => (vec![], None),
+        };
+        // This jail's address on the session network, claimed before the plan configures
+        // tun0 with it.
+        let peer_claim = match dry_run {
+            true => None,
+            false => claim_peer_address(&policy, &facts, &origin, &session, &mut job_secret),
+        };
         // The session's job ports are bound before the plan, whose environment names them; a
         // dry run shows where they would go.
         let mut jobs = match (&origin, policy.net_job_ports.value.is_empty()) {
             (Origin::Session { dry_run: false, .. }, false) => {
-                Some(bind_job_ports(&policy, &facts, &session, &project_dir)?)
+                let secret = match job_secret.as_deref().and_then(crate::net::jobs::Secret::from_hex) {
+                    Some(s) => s,
+                    None => crate::net::jobs::Secret::new().map_err(LaunchError::setup)?,
+                };
+                job_secret = Some(secret.hex());
+                Some(bind_job_ports(&policy, &facts, &session, &project_dir, secret)?)
             }
             _ => None,
         };
@@ -293,14 +310,14 @@ impl Launch {
                 policy.net_job_ports.value.iter().map(|p| (*p, (std::net::Ipv4Addr::UNSPECIFIED, 0).into())).collect()
             }
         };
-        let (job_services, job_secret) = match &origin {
-            Origin::Job { frozen, .. } => frozen.job_link(),
-            Origin::Session { .. } => (vec![], None),
-        };
         let req = RunRequest {
             job_endpoints,
             job_services,
-            job_secret,
+            job_secret: job_secret.clone(),
+            peer: peer_claim
+                .as_ref()
+                .and_then(|p| p.0.as_ref())
+                .map(|(c, r)| plan::PeerPlan { address: c.address, registry: r.clone() }),
             command,
             project,
             cwd,
@@ -313,6 +330,8 @@ impl Launch {
         timing::mark("policy");
         let plan = plan::build(&policy, &facts, &host::RealFs::default(), &req)?;
         timing::mark("plan");
+        // A claim the plan has no use for (no tun0 after a fallback) is given back now.
+        let peer_claim = peer_claim.and_then(|c| if plan.net.peer.is_some() { c.keep() } else { None });
         if let Some(j) = &mut jobs {
             j.admission.set_project(&plan.project);
         }
@@ -373,6 +392,27 @@ impl Launch {
         lock.run_after_exit(Box::new(move || {
             chaperon::commands::salloc::cancel_left(&state, &slurm::slurm_bin().join("scancel"), launcher)
         }));
+        // The jail's address on the session network is given back when it ends; the
+        // session's registry goes too once no job of the session holds an address in it.
+        if let Some((claim, registry)) = &peer_claim {
+            lock.remove_after_exit(claim.path.clone());
+            if matches!(origin, Origin::Session { .. }) {
+                lock.remove_after_exit(crate::net::peers::login_path(registry));
+                lock.remove_after_exit(registry.clone());
+            }
+        }
+        let peers = peer_claim.and_then(|(claim, registry)| {
+            let secret = plan.net.job_secret.as_deref().and_then(crate::net::jobs::Secret::from_hex)?;
+            let asker =
+                chaperon::nodes::Asker { bin: slurm::slurm_bin(), home: facts.home.clone(), user: facts.user.clone() };
+            let locate = match origin {
+                Origin::Session { .. } => {
+                    crate::net::peers::Locate::Login { job_address: policy.net_job_address.value.clone(), asker }
+                }
+                Origin::Job { .. } => crate::net::peers::Locate::Job { asker },
+            };
+            Some(crate::net::peers::PeerNet { claim, registry, secret, locate })
+        });
         // `agent-sandbox allow` reaches a session with a supervisor through this socket.
         let control =
             plan.net.matcher.is_some().then(|| crate::net::control::socket_path(&facts.state_dir(), &log.session));
@@ -395,7 +435,7 @@ impl Launch {
         let mut session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
         session.governor = plan.slurm;
         session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
-        let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log, control, jobs);
+        let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log, control, jobs, peers);
         if let Some(socket) = &door.socket {
             let _ = std::fs::remove_file(socket);
         }
@@ -441,11 +481,12 @@ fn run_jail(
     log: &AuditLog,
     control: Option<PathBuf>,
     jobs: Option<crate::net::jobs::JobServices>,
+    peers: Option<crate::net::peers::PeerNet>,
 ) -> Result<jail::Outcome, jail::JailError> {
-    // The session's jobs may reach its job ports: their addresses and the secret the jobs
-    // prove travel with the policy.
+    // The session's jobs may reach its job ports and its jail: their addresses and the
+    // secret the jobs prove travel with the policy.
     let services: Vec<std::net::SocketAddr> = plan.net.job_endpoints.iter().map(|(_, a)| *a).collect();
-    let secret = jobs.as_ref().map(|j| j.secret.hex());
+    let secret = plan.net.job_secret.clone();
     let mut start = |fd: std::os::fd::BorrowedFd<'_>| {
         if session.frozen.is_none() {
             match policy::Frozen::freeze_with(policy, &services, secret.as_deref()) {
@@ -459,8 +500,9 @@ fn run_jail(
         door.spawn(fd, &session)
     };
     let lazy = door.take_door().map(|fd| jail::door::Lazy::new(fd, &mut start, door.take_jail_end()));
-    let mut jobs = jobs;
-    let mut net_start = |fds| crate::net::start(&plan.net, fds, Some(log.clone()), control.clone(), jobs.take());
+    let (mut jobs, mut peers) = (jobs, peers);
+    let mut net_start =
+        |fds| crate::net::start(&plan.net, fds, Some(log.clone()), control.clone(), jobs.take(), peers.take());
     jail::run(plan, banner, lock, &mut net_start, lazy, log)
 }
 
@@ -470,11 +512,78 @@ fn bind_job_ports(
     facts: &host::HostFacts,
     session: &str,
     project: &Path,
+    secret: crate::net::jobs::Secret,
 ) -> Result<crate::net::jobs::JobServices, LaunchError> {
     use crate::net::jobs;
     let asker = chaperon::nodes::Asker { bin: slurm::slurm_bin(), home: facts.home.clone(), user: facts.user.clone() };
     let admission = jobs::Admission::new(asker, &facts.state_dir(), session, project);
-    jobs::bind(&policy.net_job_ports.value, &policy.net_job_address.value, admission).map_err(LaunchError::setup)
+    jobs::bind(&policy.net_job_ports.value, &policy.net_job_address.value, admission, secret)
+        .map_err(LaunchError::setup)
+}
+
+/// An address claimed on the session network, given back unless the launch keeps it (a
+/// launch that fails before its jail exists leaves no claim behind).
+struct PendingClaim(Option<(crate::net::peers::Claim, PathBuf)>);
+
+impl PendingClaim {
+    fn keep(mut self) -> Option<(crate::net::peers::Claim, PathBuf)> {
+        self.0.take()
+    }
+}
+
+impl Drop for PendingClaim {
+    fn drop(&mut self) {
+        if let Some((claim, _)) = self.0.take() {
+            let _ = std::fs::remove_file(&claim.path);
+        }
+    }
+}
+
+/// Claims this jail's address on its session's network (`net::peers`) where there is one:
+/// the `filtered` mode's tun0 with `net.session_network` on, for a session on a host with
+/// Slurm (it makes the session's secret here) or a job whose session had a secret. Failing to
+/// claim costs only the network between the session's jails: a warning, not a refusal.
+fn claim_peer_address(
+    policy: &policy::Policy,
+    facts: &host::HostFacts,
+    origin: &Origin,
+    session: &str,
+    secret: &mut Option<String>,
+) -> Option<PendingClaim> {
+    use crate::net::{jobs::Secret, peers};
+    if !policy.net_session_network.value || policy.net_mode.value != policy::NetMode::Filtered {
+        return None;
+    }
+    let wanted = match origin {
+        Origin::Session { .. } => slurm::slurm_bin().join("sbatch").is_file(),
+        Origin::Job { .. } => secret.is_some(),
+    };
+    let plain = !session.is_empty()
+        && !session.starts_with('.')
+        && session.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    if !wanted || !plain {
+        return None;
+    }
+    let registry = peers::registry(&facts.state_dir(), session);
+    let claim = match peers::claim(&registry) {
+        Ok(c) => PendingClaim(Some((c, registry))),
+        Err(e) => {
+            eprintln!(
+                "agent-sandbox: warning: no address on the session network ({e}); the session's other jails cannot reach this one"
+            );
+            return None;
+        }
+    };
+    if secret.is_none() {
+        match Secret::new() {
+            Ok(s) => *secret = Some(s.hex()),
+            Err(e) => {
+                eprintln!("agent-sandbox: warning: the session network is off: {e}");
+                return None;
+            }
+        }
+    }
+    Some(claim)
 }
 
 /// The session's door to its chaperon: a socket the plan binds into the userns jail, or a

@@ -25,6 +25,9 @@ if [ "$(id -u)" = 0 ]; then
   [ -f /usr/include/slurm/spank.h ] || need+=(libslurm-dev make)
   # The PMIx library Slurm's mpi/pmix plugin loads (tests/slurm.rs launches with --mpi=pmix).
   [ -e /usr/lib/x86_64-linux-gnu/pmix2/lib/libpmix.so ] || need+=(libpmix-dev)
+  # Open MPI's mpirun and mpi4py: tests/slurm.rs runs an MPI program across both nodes over
+  # the session network.
+  [ -e /usr/lib/python3/dist-packages/mpi4py ] || need+=(python3-mpi4py openmpi-bin)
   # newgidmap, which maps the user's supplementary groups into the jail (tests/jail.rs).
   command -v newgidmap >/dev/null 2>&1 || need+=(uidmap)
   if [ "${#need[@]}" -gt 0 ]; then

@@ -1192,6 +1192,129 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
     });
 }
 
+/// The session network: the jails of one session, on the login node and in its jobs on both
+/// nodes, reach one another's ports and see one another's addresses, and nothing else reaches
+/// them. `mpirun` (Open MPI) inside `salloc -N2` starts its daemons through the srun stub; they
+/// call back to mpirun in the session's jail, and an MPI program's ranks on the two nodes
+/// exchange 4 MiB each and reduce. A job's server answers the session (as a Dask scheduler
+/// calls its workers) and another job, each seen from its own jail address; another session
+/// of the same user, and a connection from the host without the session's proof, are refused
+/// and audited; a job's address is given back when it ends.
+#[test]
+fn the_session_network_joins_one_sessions_jails_and_nothing_else() {
+    let Some(j) = slurm_jail("slurm-peers") else { return };
+    for tool in ["/usr/bin/mpirun", "/usr/lib/python3/dist-packages/mpi4py"] {
+        assert!(Path::new(tool).exists(), "{tool} is missing: tests/run.sh installs openmpi-bin and python3-mpi4py");
+    }
+    let host = String::from_utf8_lossy(&Command::new("hostname").arg("-s").output().expect("hostname").stdout)
+        .trim()
+        .to_string();
+    let j = j
+        .project_file("peer_server.py", include_str!("slurm/peer_server.py"))
+        .project_file("echo_client.py", include_str!("slurm/echo_client.py"))
+        .project_file("mpi_ring.py", include_str!("slurm/mpi_ring.py"));
+    let script = format!(
+        "echo $AGENT_SANDBOX_SESSION > session; hostname -I > session-ip; \
+         salloc -N2 -n4 mpirun -np 4 python3 mpi_ring.py > ring.out 2>&1; echo mpirun_rc=$? >> ring.out; \
+         sbatch --wait -N2 -n4 -o ring-batch.out --wrap 'mpirun -np 4 python3 mpi_ring.py'; \
+         sbatch -w n2 -o server.out --wrap 'python3 peer_server.py 7000 served' | tr -dc 0-9 > server-job; \
+         n=0; while [ ! -s served ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; \
+         python3 echo_client.py $(cat served) > from-session.out; \
+         sbatch --wait -w {host} -o from-job.out --wrap \"python3 echo_client.py $(cat served)\"; \
+         touch calls-done; n=0; while [ ! -e test-done ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done"
+    );
+    let p = |f: &str| j.project.join(f);
+    std::thread::scope(|s| {
+        let session = s.spawn(|| {
+            let mut c = j.command(&["-q", "run", "--", "sh", "-c", &script]);
+            j.output_within(&mut c, Duration::from_secs(150))
+        });
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !p("calls-done").exists() {
+            assert!(Instant::now() < deadline && !session.is_finished(), "the session never finished its calls");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let session_id = std::fs::read_to_string(p("session")).unwrap_or_default().trim().to_string();
+        let served = std::fs::read_to_string(p("served")).unwrap_or_default().trim().to_string();
+        let (job_ip, _) = served.rsplit_once(':').unwrap_or_else(|| panic!("the job said no address: {served:?}"));
+        // Another session of the same user in the same project: not on this session's network.
+        let other = j.run(&format!("python3 echo_client.py {served}"));
+        // The host, straight to the job's listener, without the session's proof.
+        let registry = j.rig.home.join(".local/state/agent-sandbox/net").join(&session_id);
+        let entry = std::fs::read_to_string(registry.join(job_ip)).unwrap_or_default();
+        let listener: std::net::SocketAddr =
+            entry.trim().parse().unwrap_or_else(|_| panic!("no registry entry for {job_ip}: {entry:?}"));
+        assert_eq!(listener.ip().to_string(), "203.0.113.2", "the job on n2 listens on n2's address");
+        let raw = {
+            use std::io::{Read, Write};
+            let mut c = std::net::TcpStream::connect(listener).expect("the job's listener");
+            c.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+            let _ = c.write_all(&[0x55; 200]);
+            let mut got = vec![];
+            let _ = c.read_to_end(&mut got);
+            String::from_utf8_lossy(&got).into_owned()
+        };
+        std::fs::write(p("stop"), "").expect("stop");
+        std::fs::write(p("test-done"), "").expect("test-done");
+        let out = session.join().expect("session thread");
+        let ring = std::fs::read_to_string(p("ring.out")).unwrap_or_default();
+        assert!(ring.contains("mpirun_rc=0"), "mpirun in salloc -N2: {ring}\n{out}");
+        let batch = std::fs::read_to_string(p("ring-batch.out")).unwrap_or_default();
+        for (how, ring) in [("salloc", &ring), ("a batch job", &batch)] {
+            let ranks: Vec<&str> = ring.lines().filter(|l| l.starts_with("rank=")).collect();
+            assert_eq!(ranks.len(), 4, "mpirun in {how}: {ring}");
+            for r in 0..4 {
+                let from = (r + 3) % 4;
+                let want = format!("from={from} len=4194304 sum=6");
+                assert!(
+                    ranks.iter().any(|l| l.starts_with(&format!("rank={r}/4 ")) && l.contains(&want)),
+                    "mpirun in {how}: rank {r} got 4 MiB from rank {from} and the sum: {ring}"
+                );
+            }
+            for node in ["n2", host.as_str()] {
+                assert!(ranks.iter().any(|l| l.contains(&format!("node={node} "))), "{how}: no rank on {node}: {ring}");
+            }
+        }
+        let session_ip = std::fs::read_to_string(p("session-ip")).unwrap_or_default();
+        let session_ip = session_ip.split_whitespace().next().unwrap_or("").to_string();
+        assert!(session_ip.starts_with("169.254.") && job_ip.starts_with("169.254."), "{session_ip} {job_ip}");
+        assert_ne!(session_ip, job_ip);
+        let from_session = std::fs::read_to_string(p("from-session.out")).unwrap_or_default();
+        assert_eq!(
+            from_session.trim(),
+            format!("reply=echo:ping from={session_ip}"),
+            "the session called the job\n{out}"
+        );
+        let from_job = std::fs::read_to_string(p("from-job.out")).unwrap_or_default();
+        assert!(from_job.starts_with("reply=echo:ping from=169.254."), "a job called another: {from_job}");
+        assert!(!from_job.contains(&session_ip) && !from_job.contains(&format!("from={job_ip}")), "{from_job}");
+        assert!(other.stdout.trim().starts_with("error="), "another session reached the job: {other}");
+        assert!(!raw.contains("echo:"), "the host reached the job without the proof: {raw:?}");
+        // Refusals, audited: the other session's call, the host's connection.
+        let log = j.as_user(&j.rig.bin).args(["log", "--json"]).output().expect("log");
+        let refusals: Vec<String> = String::from_utf8_lossy(&log.stdout)
+            .lines()
+            .filter(|l| l.contains("\"check\":\"session_net\""))
+            .map(str::to_owned)
+            .collect();
+        assert!(
+            refusals.iter().any(|r| r.contains(&format!("{job_ip}:7000")) && r.contains("no jail of this session")),
+            "the other session's call: {refusals:#?}"
+        );
+        assert!(
+            refusals.iter().any(|r| r.contains("from 203.0.113.1:") && r.contains("proof")),
+            "the host's connection: {refusals:#?}"
+        );
+        // The job's address goes when it does.
+        let job = std::fs::read_to_string(p("server-job")).unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while registry.join(job_ip).exists() {
+            assert!(Instant::now() < deadline, "job {job}'s address stayed claimed after it ended");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+}
+
 /// An MPI-style launch from the jail (`srun --mpi=pmi2` and `--mpi=pmix`, the plugins of
 /// Debian's Slurm): every rank starts inside the jail (the jail's hostname, no `~/.ssh`, the
 /// project as its directory), with its own rank; with pmi2 on both nodes of the test cluster.

@@ -65,9 +65,10 @@ fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result
     nix::unistd::sethostname(&plan.hostname).map_err(|e| format!("cannot set the hostname: {e}"))?;
     // Before the root is replaced: /dev/net/tun is the host's device node.
     let tun = match plan.net.jail {
-        crate::plan::JailNet::Tun => {
-            Some(net::create_tun().map_err(|e| format!("cannot create tun0 for the filtered network mode: {e}"))?)
-        }
+        crate::plan::JailNet::Tun => Some(
+            net::create_tun(plan.net.jail_address())
+                .map_err(|e| format!("cannot create tun0 for the filtered network mode: {e}"))?,
+        ),
         _ => None,
     };
     build_root(plan)?;

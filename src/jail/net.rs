@@ -127,7 +127,7 @@ impl TunSetup {
 /// Creates `tun0` in the current (the jail's) network namespace and starts configuring it;
 /// `finish` returns the device fd for the supervisor. Must run before the jail's root
 /// replaces /dev and /proc: every path is opened here, the thread only does ioctls.
-pub fn create_tun() -> io::Result<TunSetup> {
+pub fn create_tun(address: std::net::Ipv4Addr) -> io::Result<TunSetup> {
     let path = c"/dev/net/tun";
     // SAFETY: open with a NUL-terminated path; the result is checked.
     let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK) };
@@ -154,12 +154,12 @@ pub fn create_tun() -> io::Result<TunSetup> {
         req.ifr_ifru.ifru_flags = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
         ioctl_ptr(fd, libc::TUNSETIFF as libc::c_ulong, &mut req)
             .map_err(|e| io::Error::new(e.kind(), format!("TUNSETIFF: {e}")))?;
-        configure(addr::TUN_NAME)
+        configure(addr::TUN_NAME, address)
     })?;
     Ok(TunSetup { thread, tun })
 }
 
-fn configure(name: &str) -> io::Result<()> {
+fn configure(name: &str, address: std::net::Ipv4Addr) -> io::Result<()> {
     use nix::sys::socket::AddressFamily;
     let v4 = dgram(AddressFamily::Inet)?;
     let s = v4.as_raw_fd();
@@ -167,7 +167,7 @@ fn configure(name: &str) -> io::Result<()> {
     req.ifr_ifru.ifru_mtu = addr::MTU as libc::c_int;
     ioctl_ptr(s, libc::SIOCSIFMTU, &mut req)?;
     let mut req = ifreq(name);
-    req.ifr_ifru.ifru_addr = sockaddr_v4(addr::JAIL_V4);
+    req.ifr_ifru.ifru_addr = sockaddr_v4(address);
     ioctl_ptr(s, libc::SIOCSIFADDR, &mut req)?;
     let mut req = ifreq(name);
     let mask = u32::MAX << (32 - addr::PREFIX_V4);

@@ -259,8 +259,10 @@ impl ProjectLock {
                 }
                 let mut b = [0u8; 1];
                 while matches!(nix::unistd::read(&r, &mut b), Ok(n) if n > 0) {}
+                // A directory goes only once empty (the session network's registry, while
+                // jobs of the session still run elsewhere, stays).
                 for p in &self.remove_after {
-                    let _ = std::fs::remove_file(p);
+                    let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir(p));
                 }
                 for work in std::mem::take(&mut self.after_exit) {
                     work();

@@ -78,13 +78,18 @@ impl Secret {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The session's HMAC key (the session network signs its own messages with it).
+    pub(crate) fn key(&self) -> ring::hmac::Key {
+        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0)
+    }
+
     /// The HMAC key and the message a side's proof signs.
     fn signing(&self, side: Side) -> (ring::hmac::Key, &'static [u8]) {
         let what: &'static [u8] = match side {
             Side::Job => b"agent-sandbox job port: job",
             Side::Listener => b"agent-sandbox job port: listener",
         };
-        (ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0), what)
+        (self.key(), what)
     }
 
     fn proof(&self, side: Side) -> [u8; PROOF_LEN] {
@@ -154,7 +159,7 @@ impl JobServices {
 
 /// Binds a listener for each of `ports` on `address` (empty: the address routed toward the
 /// Slurm controller). The error says what to set.
-pub fn bind(ports: &[u16], address: &str, admission: Admission) -> Result<JobServices, String> {
+pub fn bind(ports: &[u16], address: &str, admission: Admission, secret: Secret) -> Result<JobServices, String> {
     let ip = cluster_address(address, &admission.asker)?;
     if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() {
         return Err(format!(
@@ -168,7 +173,7 @@ pub fn bind(ports: &[u16], address: &str, admission: Admission) -> Result<JobSer
         l.set_nonblocking(true).map_err(|e| format!("job port {port}: {e}"))?;
         listeners.push((*port, l));
     }
-    Ok(JobServices { listeners, admission, secret: Secret::new()? })
+    Ok(JobServices { listeners, admission, secret })
 }
 
 /// `net.job_address` (an address or a name), else the local address of the route toward the
@@ -186,7 +191,7 @@ pub fn cluster_address(address: &str, asker: &Asker) -> Result<IpAddr, String> {
 }
 
 /// The source address the host would use to reach `to` (a UDP connect sends nothing).
-fn local_address_toward(to: IpAddr) -> std::io::Result<IpAddr> {
+pub(crate) fn local_address_toward(to: IpAddr) -> std::io::Result<IpAddr> {
     let any: SocketAddr = if to.is_ipv4() { ([0, 0, 0, 0], 0).into() } else { ([0u16; 8], 0).into() };
     let s = UdpSocket::bind(any)?;
     s.connect((to, 9))?;

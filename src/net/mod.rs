@@ -8,6 +8,7 @@ pub mod http1;
 pub mod jobs;
 pub mod packet;
 pub mod peek;
+pub mod peers;
 pub mod proxy;
 pub mod stack;
 pub mod supervisor;
@@ -101,6 +102,7 @@ pub fn start(
     audit: Option<crate::audit::AuditLog>,
     control: Option<std::path::PathBuf>,
     jobs: Option<jobs::JobServices>,
+    peers: Option<peers::PeerNet>,
 ) -> std::io::Result<()> {
     use crate::plan::JailNet;
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
@@ -127,6 +129,7 @@ pub fn start(
         jobs,
         job_services: net.job_services.clone(),
         job_secret: net.job_secret.as_deref().and_then(jobs::Secret::from_hex),
+        peers,
     };
     match (net.jail, fds.len()) {
         (JailNet::Tun, 1) => supervisor::spawn(fds.remove(0), cfg),

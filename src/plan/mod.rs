@@ -72,9 +72,12 @@ pub struct NetPlan {
     pub job_endpoints: Vec<(u16, std::net::SocketAddr)>,
     /// The login node's job services a job's network may reach (compute node).
     pub job_services: Vec<std::net::SocketAddr>,
-    /// The secret the job proves to them; never printed.
+    /// The secret the job proves to them, and every jail of the session to the others;
+    /// never printed.
     #[serde(skip)]
     pub job_secret: Option<String>,
+    /// This jail's place on its session's network (`net::peers`), when it is on one.
+    pub peer: Option<PeerPlan>,
     /// RFC 1918 / CGNAT / ULA floored.
     pub deny_private: bool,
     /// API keys kept outside the jail, added by the supervisor (`credentials.rs`).
@@ -85,6 +88,11 @@ pub struct NetPlan {
 }
 
 impl NetPlan {
+    /// The jail's IPv4 address on tun0: its own on the session network, else the fixed one.
+    pub fn jail_address(&self) -> std::net::Ipv4Addr {
+        self.peer.as_ref().map(|p| p.address).unwrap_or(crate::netrules::addr::JAIL_V4)
+    }
+
     /// A plan of `mode` with nothing else in it, for unit tests of the parts that read one.
     #[cfg(test)]
     pub fn bare(mode: NetMode) -> NetPlan {
@@ -102,6 +110,7 @@ impl NetPlan {
             job_endpoints: vec![],
             job_services: vec![],
             job_secret: None,
+            peer: None,
             deny_private: false,
             credentials: vec![],
             grant_bound: None,
@@ -344,6 +353,16 @@ pub struct RunRequest {
     pub job_services: Vec<std::net::SocketAddr>,
     /// The secret a job proves to them (hex), from its session.
     pub job_secret: Option<String>,
+    /// The address this jail claimed on its session's network, and the session's registry.
+    pub peer: Option<PeerPlan>,
+}
+
+/// A jail's address on its session's network and where the session's jails are registered
+/// (`net::peers`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PeerPlan {
+    pub address: std::net::Ipv4Addr,
+    pub registry: PathBuf,
 }
 
 #[derive(Debug, thiserror::Error)]

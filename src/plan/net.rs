@@ -85,6 +85,7 @@ pub(super) fn job_services(net: &mut NetPlan, req: &super::RunRequest) -> Result
     if net.jail == JailNet::Tun {
         net.job_services = req.job_services.clone();
         net.job_secret = req.job_secret.clone();
+        net.peer = req.peer.clone();
     }
     Ok(())
 }
@@ -110,6 +111,7 @@ pub(super) fn choose_net(policy: &Policy, backend: BackendKind, facts: &HostFact
         job_endpoints: vec![],
         job_services: vec![],
         job_secret: None,
+        peer: None,
         deny_private: policy.net_deny_private.value || effective == NetMode::Proxied,
         credentials: vec![],
         grant_bound: None,

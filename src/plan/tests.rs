@@ -98,6 +98,7 @@ fn request(project: &str) -> RunRequest {
         job_endpoints: vec![],
         job_services: vec![],
         job_secret: None,
+        peer: None,
     }
 }
 

@@ -98,6 +98,9 @@ pub struct Policy {
     #[serde(default = "no_job_address")]
     pub net_job_address: Sourced<String>,
     pub net_deny_private: Sourced<bool>,
+    /// The session network: the jails of one session reach each other (`net::peers`).
+    #[serde(default = "session_network_on")]
+    pub net_session_network: Sourced<bool>,
     pub nested_userns: Sourced<bool>,
     pub unix_sockets: Sourced<bool>,
     /// `process.host_terminals` (Landlock backend): the host's /dev/pts opened to the jail.
@@ -173,6 +176,7 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
         net_job_ports: no_job_ports(),
         net_job_address: no_job_address(),
         net_deny_private: Sourced::new(false, &builtin),
+        net_session_network: session_network_on(),
         nested_userns: Sourced::new(false, &builtin),
         unix_sockets: Sourced::new(false, &builtin),
         host_terminals: Sourced::new(false, &builtin),
@@ -195,6 +199,10 @@ pub fn merge(layers: &[SourcedLayer], admin: Option<&SourcedLayer>) -> Result<Po
 /// The built-in `net.job_ports`, also for a policy frozen before the setting existed.
 fn no_job_ports() -> Sourced<Vec<u16>> {
     Sourced::new(vec![], &Source::Builtin)
+}
+
+fn session_network_on() -> Sourced<bool> {
+    Sourced::new(true, &Source::Builtin)
 }
 
 fn no_job_address() -> Sourced<String> {
@@ -271,6 +279,9 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         }
         if !p.net_deny_private.locked {
             set(&mut p.net_deny_private, &n.deny_private, src);
+        }
+        if !p.net_session_network.locked {
+            set(&mut p.net_session_network, &n.session_network, src);
         }
     }
     if let Some(pr) = &l.process {
@@ -490,6 +501,7 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
     stricter(&mut p.net_mode, n.and_then(|n| n.mode), src);
     stricter(&mut p.net_fallback, n.and_then(|n| n.fallback), src);
     stricter(&mut p.net_deny_private, n.and_then(|n| n.deny_private), src);
+    gentler(&mut p.net_session_network, n.and_then(|n| n.session_network), src);
     if let Some(dns) = n.and_then(|n| n.dns.clone()) {
         p.net_dns = Sourced::new(dns, src);
         p.net_dns.locked = true;

@@ -113,6 +113,9 @@ pub struct NetSection {
     /// Floor RFC 1918, CGNAT and ULA destinations in `filtered` mode too (`proxied` always
     /// does). An admin `true` is final.
     pub deny_private: Option<bool>,
+    /// The session network: the jails of one session (its own and its jobs') reach one
+    /// another's ports, and nothing else reaches them (on by default). An admin `false` is final.
+    pub session_network: Option<bool>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize)]

@@ -15,6 +15,7 @@ mod icmp;
 pub mod inject;
 mod relay;
 mod services;
+mod session_net;
 mod tcp;
 mod teardown;
 #[cfg(test)]
@@ -67,8 +68,11 @@ pub struct NetConfig {
     pub jobs: Option<crate::net::jobs::JobServices>,
     /// A job's: its session's listeners, which it may reach (`--job-port`).
     pub job_services: Vec<SocketAddr>,
-    /// The secret a job's flows to them prove (`net::jobs::prove_job`).
+    /// The secret a job's flows to them prove (`net::jobs::prove_job`), and every jail of
+    /// the session proves to the others (`net::peers`).
     pub job_secret: Option<crate::net::jobs::Secret>,
+    /// The session network (`net::peers`): this jail's claimed address and listener.
+    pub peers: Option<crate::net::peers::PeerNet>,
 }
 
 /// Starts the supervisor thread. Its failure (or a panic in the stack) stops the jail's
@@ -98,6 +102,13 @@ enum Event {
         stream: TcpStream,
         port: u16,
     },
+    /// A call of another jail of the session (`net::peers`), admitted: connect into the
+    /// jail's `port` from `from`.
+    Peer {
+        stream: TcpStream,
+        from: std::net::Ipv4Addr,
+        port: u16,
+    },
 }
 
 /// The loop's state: the stack over the tun fd, the flows, and what the parts need to reach
@@ -119,6 +130,9 @@ struct Supervisor {
     dns_tcp: SocketAddr,
     /// The gateway's port of the last connection into the jail (`--publish`; `tcp::gateway_end`).
     last_gateway_port: u16,
+    /// This jail's address on the session network, when it is on one (`net::peers`): flows
+    /// to the others' go to the dialer.
+    own_address: Option<std::net::Ipv4Addr>,
 }
 
 async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
@@ -143,6 +157,10 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
     if let Some(jobs) = cfg.jobs {
         services::serve(jobs, &events, shared.clone());
     }
+    let peer = cfg.peers.as_ref().map(|p| (p.claim.address, p.registry.clone()));
+    if let Some(p) = cfg.peers {
+        session_net::serve(p, &events, shared.clone());
+    }
     let (udp_events, mut udp_rx) = unbounded_channel();
     let tun = Arc::new(tun);
     // SAFETY: the AsyncFd holds a reference to the OwnedFd (as does the stack), so the
@@ -153,7 +171,8 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
         shared,
         events,
         udp_events,
-        dialer: Dialer::proving(cfg.job_services, cfg.job_secret),
+        own_address: peer.as_ref().map(|p| p.0),
+        dialer: Dialer::proving(cfg.job_services, cfg.job_secret, peer),
         hostname_ports: cfg.hostname_ports,
         host_ports: cfg.host_ports,
         credentials: cfg.credentials,
@@ -186,6 +205,7 @@ struct Parts {
     events: UnboundedSender<Event>,
     udp_events: UnboundedSender<host_udp::Event>,
     dialer: Dialer,
+    own_address: Option<std::net::Ipv4Addr>,
     hostname_ports: Vec<u16>,
     host_ports: Vec<u16>,
     credentials: Vec<Arc<inject::Endpoint>>,
@@ -194,7 +214,8 @@ struct Parts {
 
 impl Supervisor {
     fn new(tun: Arc<OwnedFd>, parts: Parts) -> std::io::Result<Supervisor> {
-        let Parts { shared, events, udp_events, dialer, hostname_ports, host_ports, credentials, dns_tcp } = parts;
+        let Parts { shared, events, udp_events, dialer, own_address, hostname_ports, host_ports, credentials, dns_tcp } =
+            parts;
         Ok(Supervisor {
             shared,
             stack: Stack::new(tun)?,
@@ -209,6 +230,7 @@ impl Supervisor {
             credential_slots: Arc::new(tokio::sync::Semaphore::new(inject::MAX_CONNECTIONS)),
             dns_tcp,
             last_gateway_port: 0,
+            own_address,
         })
     }
 
@@ -266,6 +288,10 @@ impl Supervisor {
             Event::Dialed { id, result } => self.on_dialed(id, result),
             Event::PeekTimeout { id } => self.on_peek_timeout(id),
             Event::Published { stream, port } => self.connect_in(stream, port),
+            Event::Peer { stream, from, port } => match self.own_address {
+                Some(own) => self.connect_in_from(stream, SocketAddr::new(own.into(), port), from),
+                None => drop(stream),
+            },
             Event::DnsReply { from, to, data } => self.write_udp(from, to, &data),
         }
     }

@@ -50,22 +50,42 @@ impl Dialer {
     }
 
     /// The host's, where a flow to one of the session's job ports (a job's, `--job-port`)
-    /// proves the session's secret and checks the listener's before it is relayed. Without
-    /// the secret such a flow cannot be made (a job frozen before there was one).
-    pub(super) fn proving(services: Vec<SocketAddr>, secret: Option<crate::net::jobs::Secret>) -> Dialer {
-        if services.is_empty() {
+    /// proves the session's secret and checks the listener's before it is relayed, and a flow
+    /// to another jail of the session (`peer`: this jail's address and the session's
+    /// registry, `net::peers`) is dialled to that jail's listener with the same proof. Without
+    /// the secret neither can be made (a job frozen before there was one).
+    pub(super) fn proving(
+        services: Vec<SocketAddr>,
+        secret: Option<crate::net::jobs::Secret>,
+        peer: Option<(Ipv4Addr, std::path::PathBuf)>,
+    ) -> Dialer {
+        if services.is_empty() && peer.is_none() {
             return Dialer::host();
         }
         let services = Arc::new(services);
+        let peer = Arc::new(peer);
         let connect = move |target: SocketAddr| -> Connecting {
             let secret = secret.clone();
+            let no_secret = || io::Error::new(io::ErrorKind::PermissionDenied, "the jail has no session secret");
+            if let (Some((own, registry)), IpAddr::V4(ip)) = (peer.as_ref(), target.ip()) {
+                if crate::net::peers::is_peer(target.ip()) {
+                    let (own, registry) = (*own, registry.clone());
+                    return Box::pin(async move {
+                        let secret = secret.ok_or_else(no_secret)?;
+                        let at = tokio::task::spawn_blocking(move || crate::net::peers::locate(&registry, ip))
+                            .await
+                            .map_err(io::Error::other)??;
+                        let mut stream = TcpStream::connect(at).await?;
+                        crate::net::peers::call(&mut stream, &secret, own, target.port()).await?;
+                        Ok(stream)
+                    });
+                }
+            }
             let job_port = services.contains(&target);
             Box::pin(async move {
                 let mut stream = TcpStream::connect(target).await?;
                 if job_port {
-                    let Some(secret) = secret else {
-                        return Err(io::Error::new(io::ErrorKind::PermissionDenied, "the job has no job-port secret"));
-                    };
+                    let secret = secret.ok_or_else(no_secret)?;
                     crate::net::jobs::prove_job(&mut stream, &secret).await?;
                 }
                 Ok(stream)
@@ -132,6 +152,9 @@ impl Supervisor {
             }
             let lo = if dst.is_ipv4() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { IpAddr::V6(Ipv6Addr::LOCALHOST) };
             SocketAddr::new(lo, port)
+        } else if self.own_address.is_some() && crate::net::peers::is_peer(dst.ip()) {
+            // Another jail of the session: the dialer finds it in the registry, or fails.
+            dst
         } else if self.hostname_ports.contains(&port) {
             // Decided on the name its first bytes show: complete the handshake, then read.
             let floor =
@@ -222,8 +245,16 @@ impl Supervisor {
                 self.stack.socket(flow.handle).pause_synack(false);
             }
             Err(e) => {
-                tracing::debug!(dst = %flow.key.1, "dial failed: {e}");
+                let dst = flow.key.1;
+                tracing::debug!(%dst, "dial failed: {e}");
                 self.stack.socket(flow.handle).abort();
+                // A call to another jail of the session fails for a reason of ours (no such
+                // jail, a listener without the proof): the jail's program is told by a RST,
+                // the user by the audit log.
+                if self.own_address.is_some() && crate::net::peers::is_peer(dst.ip()) {
+                    let d = refusal(&format!("session network: {dst}: {e}"));
+                    self.shared.audit.deny("tcp", Some(dst), None, "session_net", &d);
+                }
             }
         }
         self.flows.mark_dirty(id);
@@ -244,11 +275,17 @@ impl Supervisor {
     /// A published port: the gateway connects to the jail's port, and the host connection
     /// is relayed to it once established (a refused connect closes it).
     pub(super) fn connect_in(&mut self, stream: TcpStream, port: u16) {
-        let Ok(buffer) = self.flows.admit() else { return };
         // The jail's loopback (tun0 routes it, see route_localnet): reaches servers bound to
         // localhost as well as to every address.
         let remote = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
-        let Some(local) = self.gateway_end(remote) else { return };
+        self.connect_in_from(stream, remote, addr::GATEWAY_V4);
+    }
+
+    /// A connection into the jail's `remote` from the address `from` (the gateway's, or
+    /// another jail's on the session network, whose programs check who calls them).
+    pub(super) fn connect_in_from(&mut self, stream: TcpStream, remote: SocketAddr, from: Ipv4Addr) {
+        let Ok(buffer) = self.flows.admit() else { return };
+        let Some(local) = self.gateway_end(remote, from) else { return };
         let Some(handle) = self.stack.connect(remote, local, buffer) else { return };
         let _ = stream.set_nodelay(true);
         let key: Key = (remote, local);
@@ -262,13 +299,13 @@ impl Supervisor {
     /// The gateway's end of a new connection into the jail's `remote`: the next port from
     /// `FIRST_GATEWAY_PORT` up, wrapping after 65535, that no open flow to `remote` uses
     /// (two flows under one key would corrupt the flow table). None: every port is in use.
-    fn gateway_end(&mut self, remote: SocketAddr) -> Option<SocketAddr> {
+    fn gateway_end(&mut self, remote: SocketAddr, from: Ipv4Addr) -> Option<SocketAddr> {
         for _ in FIRST_GATEWAY_PORT..=u16::MAX {
             self.last_gateway_port = match self.last_gateway_port {
                 p if p < FIRST_GATEWAY_PORT || p == u16::MAX => FIRST_GATEWAY_PORT,
                 p => p + 1,
             };
-            let local = SocketAddr::new(IpAddr::V4(addr::GATEWAY_V4), self.last_gateway_port);
+            let local = SocketAddr::new(IpAddr::V4(from), self.last_gateway_port);
             if self.flows.id_of(&(remote, local)).is_none() {
                 return Some(local);
             }

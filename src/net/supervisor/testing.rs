@@ -108,6 +108,7 @@ impl Rig {
             events,
             udp_events,
             dialer,
+            own_address: None,
             hostname_ports: vec![80, 443],
             host_ports: vec![HOST_PORT],
             credentials: vec![],

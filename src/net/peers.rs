@@ -1,0 +1,418 @@
+//! The session network: the jails of one session (its own on the login node and each job's
+//! on the compute nodes) reach one another's listening ports, as an MPI launch (`mpirun`'s
+//! daemons call back to it, ranks call each other) or a Dask cluster (the scheduler calls its
+//! workers) needs. Nothing else reaches them: a jail has no address any other host routes.
+//!
+//! Each jail claims an address of its own in `169.254.0.0/16` (link-local: no destination a
+//! user could want is shadowed, and floors refuse it to everything else) as a file in the
+//! session's registry, `<state>/net/<session>/`, which only the user's processes outside a
+//! jail can write (the state directory is shared with the compute nodes, as the job
+//! directories are). Its supervisor listens on the host and writes where into that file. A
+//! flow of one jail to another's address is dialled to that listener by the caller's
+//! supervisor, which proves the session's secret in a challenge-response that the listener
+//! answers with its own proof; only then does the listener bring the connection into its jail,
+//! from the caller's jail address, so that the program there sees the peer it knows.
+
+use crate::net::jobs::Secret;
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The third octet of the gateway's addresses (`addr::GATEWAY_V4`): no jail claims them.
+const GATEWAY_OCTET: u8 = 77;
+/// How many random addresses a claim tries before it gives up (the space holds 64 000).
+const CLAIM_TRIES: usize = 64;
+/// Largest registry entry read.
+const MAX_ENTRY: u64 = 128;
+/// The name of the entry where the session writes its own host address (the jobs route
+/// toward it to find theirs).
+const LOGIN: &str = "login";
+/// How long a caller waits for a claimed address to get its listener (a jail that has just
+/// started, whose supervisor is still asking where it is).
+const PUBLISH_WAIT: Duration = Duration::from_secs(5);
+/// How long the listener waits for the caller's proof, and the caller for the listener's.
+#[cfg(not(test))]
+const PROOF_WAIT: Duration = Duration::from_secs(5);
+#[cfg(test)]
+const PROOF_WAIT: Duration = Duration::from_millis(300);
+const NONCE: usize = 16;
+const MAC: usize = 32;
+/// The caller's half: its nonce, its jail address, the port it calls, its MAC.
+const DIAL_LEN: usize = NONCE + 4 + 2 + MAC;
+
+/// Whether `ip` can be a jail's address on the session network.
+pub fn is_peer(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => {
+            let [a, b, c, d] = v4.octets();
+            a == 169 && b == 254 && !matches!(c, 0 | GATEWAY_OCTET | 255) && !matches!(d, 0 | 255)
+        }
+        IpAddr::V6(_) => false,
+    }
+}
+
+/// The session's registry of jail addresses.
+pub fn registry(state_dir: &Path, session: &str) -> PathBuf {
+    state_dir.join("net").join(session)
+}
+
+/// A jail's address, claimed in the registry: the file it names exists (empty until the
+/// supervisor knows where it listens) for as long as the jail; `path` is removed after.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    pub address: Ipv4Addr,
+    pub path: PathBuf,
+}
+
+/// Claims an unused address in `registry` (created, private to the user, if missing).
+pub fn claim(registry: &Path) -> io::Result<Claim> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(registry)?;
+    let rng = ring::rand::SystemRandom::new();
+    for _ in 0..CLAIM_TRIES {
+        let mut b = [0u8; 2];
+        ring::rand::SecureRandom::fill(&rng, &mut b).map_err(|_| io::Error::other("no randomness"))?;
+        let address = Ipv4Addr::new(169, 254, b[0], b[1]);
+        if !is_peer(address.into()) {
+            continue;
+        }
+        let path = registry.join(address.to_string());
+        match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&path) {
+            Ok(_) => return Ok(Claim { address, path }),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other(format!("no free address in {} after {CLAIM_TRIES} tries", registry.display())))
+}
+
+impl Claim {
+    /// Says where the jail's listener is: written beside and renamed over the claim, so that a
+    /// reader sees the whole line or the empty claim.
+    pub fn publish(&self, at: SocketAddr) -> io::Result<()> {
+        write_atomic(&self.path, &format!("{at}\n"))
+    }
+}
+
+/// The entry of the session's own host address.
+pub fn login_path(registry: &Path) -> PathBuf {
+    registry.join(LOGIN)
+}
+
+/// Records the session's own host address, which its jobs route toward (`own_address`).
+pub fn publish_login(registry: &Path, at: IpAddr) -> io::Result<()> {
+    write_atomic(&registry.join(LOGIN), &format!("{at}\n"))
+}
+
+fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".new-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let tmp = PathBuf::from(name);
+    let _ = std::fs::remove_file(&tmp);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .and_then(|_| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+fn read_entry(path: &Path) -> io::Result<String> {
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
+    let mut text = String::new();
+    f.take(MAX_ENTRY).read_to_string(&mut text)?;
+    Ok(text)
+}
+
+/// The session's own host address, as it recorded it (None: not recorded, or unreadable).
+pub fn login_address(registry: &Path) -> Option<IpAddr> {
+    read_entry(&registry.join(LOGIN)).ok()?.trim().parse().ok()
+}
+
+/// What the registry says of an address.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Entry {
+    /// No jail of the session has it.
+    Missing,
+    /// Claimed; its supervisor has not said where it listens yet.
+    Pending,
+    At(SocketAddr),
+}
+
+pub fn lookup(registry: &Path, ip: Ipv4Addr) -> Entry {
+    if !is_peer(ip.into()) {
+        return Entry::Missing;
+    }
+    match read_entry(&registry.join(ip.to_string())) {
+        Err(_) => Entry::Missing,
+        Ok(t) if t.trim().is_empty() => Entry::Pending,
+        Ok(t) => t.trim().parse().map(Entry::At).unwrap_or(Entry::Missing),
+    }
+}
+
+/// Where `ip`'s listener is, waiting a little for a jail that is starting.
+pub fn locate(registry: &Path, ip: Ipv4Addr) -> io::Result<SocketAddr> {
+    let until = std::time::Instant::now() + PUBLISH_WAIT;
+    loop {
+        match lookup(registry, ip) {
+            Entry::At(at) => return Ok(at),
+            Entry::Missing => {
+                return Err(io::Error::new(
+                    io::ErrorKind::ConnectionRefused,
+                    format!("no jail of this session is {ip}"),
+                ))
+            }
+            Entry::Pending if std::time::Instant::now() >= until => {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the jail at {ip} never started listening"),
+                ))
+            }
+            Entry::Pending => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
+fn mac(secret: &Secret, what: &[u8], listener: &[u8], dial: &[u8]) -> ring::hmac::Tag {
+    let key = secret.key();
+    let mut ctx = ring::hmac::Context::with_key(&key);
+    for part in [what, listener, dial] {
+        ctx.update(part);
+    }
+    ctx.sign()
+}
+
+const DIAL_LABEL: &[u8] = b"agent-sandbox session network: call";
+const ANSWER_LABEL: &[u8] = b"agent-sandbox session network: answer";
+
+fn nonce() -> io::Result<[u8; NONCE]> {
+    let mut n = [0u8; NONCE];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut n)
+        .map_err(|_| io::Error::other("no randomness"))?;
+    Ok(n)
+}
+
+fn denied(why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, why.to_string())
+}
+
+/// The caller's side, before any of the jail's bytes go: answers the listener's challenge
+/// with the session's proof (naming its own jail address and the port it calls), and checks
+/// the listener's proof in return.
+pub async fn call(stream: &mut TcpStream, secret: &Secret, from: Ipv4Addr, port: u16) -> io::Result<()> {
+    let timed_out = |_| io::Error::new(io::ErrorKind::TimedOut, "the session network's listener did not answer");
+    let mut challenge = [0u8; NONCE];
+    tokio::time::timeout(PROOF_WAIT, stream.read_exact(&mut challenge)).await.map_err(timed_out)??;
+    let mut dial = Vec::with_capacity(DIAL_LEN);
+    dial.extend_from_slice(&nonce()?);
+    dial.extend_from_slice(&from.octets());
+    dial.extend_from_slice(&port.to_be_bytes());
+    let tag = mac(secret, DIAL_LABEL, &challenge, &dial);
+    dial.extend_from_slice(tag.as_ref());
+    stream.write_all(&dial).await?;
+    let mut answer = [0u8; MAC];
+    tokio::time::timeout(PROOF_WAIT, stream.read_exact(&mut answer)).await.map_err(timed_out)??;
+    let key = secret.key();
+    let mut signed = Vec::with_capacity(ANSWER_LABEL.len() + NONCE + DIAL_LEN);
+    signed.extend_from_slice(ANSWER_LABEL);
+    signed.extend_from_slice(&challenge);
+    signed.extend_from_slice(&dial);
+    ring::hmac::verify(&key, &signed, &answer).map_err(|_| denied("not a jail of this session"))
+}
+
+/// A call the listener admitted: from which jail address, to which port of its own jail.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Admitted {
+    pub from: Ipv4Addr,
+    pub port: u16,
+}
+
+/// The listener's side: its challenge, the caller's proof checked, its own proof sent.
+pub async fn answer(stream: &mut TcpStream, secret: &Secret) -> Result<Admitted, String> {
+    let challenge = nonce().map_err(|e| e.to_string())?;
+    stream.write_all(&challenge).await.map_err(|e| e.to_string())?;
+    let mut dial = [0u8; DIAL_LEN];
+    match tokio::time::timeout(PROOF_WAIT, stream.read_exact(&mut dial)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(_)) | Err(_) => return Err("it sent no proof of being a jail of this session".into()),
+    }
+    let (signed, tag) = dial.split_at(DIAL_LEN - MAC);
+    let key = secret.key();
+    let mut msg = Vec::with_capacity(DIAL_LABEL.len() + NONCE + signed.len());
+    msg.extend_from_slice(DIAL_LABEL);
+    msg.extend_from_slice(&challenge);
+    msg.extend_from_slice(signed);
+    if ring::hmac::verify(&key, &msg, tag).is_err() {
+        return Err("it is no jail of this session (its proof is not the session's)".into());
+    }
+    let from = Ipv4Addr::new(signed[NONCE], signed[NONCE + 1], signed[NONCE + 2], signed[NONCE + 3]);
+    let port = u16::from_be_bytes([signed[NONCE + 4], signed[NONCE + 5]]);
+    if !is_peer(from.into()) || port == 0 {
+        return Err(format!("its jail address {from} or port {port} is not one of the session network"));
+    }
+    let reply = mac(secret, ANSWER_LABEL, &challenge, &dial);
+    stream.write_all(reply.as_ref()).await.map_err(|e| e.to_string())?;
+    Ok(Admitted { from, port })
+}
+
+/// What a jail's supervisor serves the session network with.
+pub struct PeerNet {
+    pub claim: Claim,
+    pub registry: PathBuf,
+    pub secret: Secret,
+    pub locate: Locate,
+}
+
+/// Where this host's jail listens for the session network, as its peers reach it: on the
+/// login node the session's cluster-facing address (`jobs::cluster_address`); on a compute
+/// node the address routed toward the login node's, or toward the controller when the session
+/// recorded none.
+pub enum Locate {
+    Login { job_address: String, asker: chaperon::nodes::Asker },
+    Job { asker: chaperon::nodes::Asker },
+}
+
+impl Locate {
+    pub fn own_address(&self, registry: &Path) -> Result<IpAddr, String> {
+        match self {
+            Locate::Login { job_address, asker } => crate::net::jobs::cluster_address(job_address, asker),
+            Locate::Job { asker } => match login_address(registry) {
+                Some(login) => crate::net::jobs::local_address_toward(login).map_err(|e| e.to_string()),
+                None => crate::net::jobs::cluster_address("", asker),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_addresses_are_link_local_outside_the_gateways_and_the_edges() {
+        assert!(is_peer("169.254.1.1".parse().unwrap()));
+        assert!(is_peer("169.254.200.254".parse().unwrap()));
+        for not in ["169.254.77.1", "169.254.77.2", "169.254.0.5", "169.254.255.5", "169.254.3.0", "169.254.3.255"] {
+            assert!(!is_peer(not.parse().unwrap()), "{not}");
+        }
+        for not in ["10.1.2.3", "127.0.0.1", "fe80::1", "169.253.1.1"] {
+            assert!(!is_peer(not.parse().unwrap()), "{not}");
+        }
+    }
+
+    #[test]
+    fn claims_are_distinct_private_and_found_once_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path(), "s1");
+        let a = claim(&reg).unwrap();
+        let b = claim(&reg).unwrap();
+        assert_ne!(a.address, b.address);
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&reg).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(lookup(&reg, a.address), Entry::Pending);
+        let at: SocketAddr = "192.0.2.5:40123".parse().unwrap();
+        a.publish(at).unwrap();
+        assert_eq!(lookup(&reg, a.address), Entry::At(at));
+        assert_eq!(locate(&reg, a.address).unwrap(), at);
+        assert_eq!(lookup(&reg, Ipv4Addr::new(169, 254, 9, 9)), Entry::Missing);
+        assert_eq!(locate(&reg, Ipv4Addr::new(169, 254, 9, 9)).unwrap_err().kind(), io::ErrorKind::ConnectionRefused);
+        // Garbage in an entry is no address.
+        std::fs::write(&b.path, "not an address\n").unwrap();
+        assert_eq!(lookup(&reg, b.address), Entry::Missing);
+        publish_login(&reg, "192.0.2.1".parse().unwrap()).unwrap();
+        assert_eq!(login_address(&reg), Some("192.0.2.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_symlinked_entry_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path(), "s1");
+        std::fs::create_dir_all(&reg).unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "192.0.2.7:1\n").unwrap();
+        std::os::unix::fs::symlink(&target, reg.join("169.254.9.9")).unwrap();
+        assert_eq!(lookup(&reg, Ipv4Addr::new(169, 254, 9, 9)), Entry::Missing);
+    }
+
+    async fn pair() -> (TcpStream, TcpStream) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s)
+    }
+
+    #[tokio::test]
+    async fn both_sides_prove_the_session_and_the_call_names_its_jail_and_port() {
+        let secret = Secret::new().unwrap();
+        let (mut c, mut s) = pair().await;
+        let from = Ipv4Addr::new(169, 254, 3, 4);
+        let sec = secret.clone();
+        let caller = tokio::spawn(async move { call(&mut c, &sec, from, 8786).await });
+        assert_eq!(answer(&mut s, &secret).await.unwrap(), Admitted { from, port: 8786 });
+        caller.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn another_sessions_secret_is_refused_both_ways() {
+        let (mut c, mut s) = pair().await;
+        let caller =
+            tokio::spawn(async move { call(&mut c, &Secret::new().unwrap(), Ipv4Addr::new(169, 254, 3, 4), 80).await });
+        let got = answer(&mut s, &Secret::new().unwrap()).await.unwrap_err();
+        assert!(got.contains("no jail of this session"), "{got}");
+        drop(s);
+        assert!(caller.await.unwrap().is_err());
+        // A listener with another secret: the caller refuses its answer.
+        let (mut c, mut s) = pair().await;
+        let mine = Secret::new().unwrap();
+        let listener = tokio::spawn(async move {
+            let mut dial = [0u8; DIAL_LEN];
+            s.write_all(&[7u8; NONCE]).await.unwrap();
+            s.read_exact(&mut dial).await.unwrap();
+            s.write_all(&[0u8; MAC]).await.unwrap();
+            s
+        });
+        let got = call(&mut c, &mine, Ipv4Addr::new(169, 254, 3, 4), 80).await.unwrap_err();
+        assert_eq!(got.kind(), io::ErrorKind::PermissionDenied);
+        drop(listener.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_replayed_call_does_not_pass_a_new_challenge() {
+        let secret = Secret::new().unwrap();
+        // Record one genuine call.
+        let (mut c, mut s) = pair().await;
+        let sec = secret.clone();
+        let caller = tokio::spawn(async move { call(&mut c, &sec, Ipv4Addr::new(169, 254, 3, 4), 22).await });
+        let challenge = nonce().unwrap();
+        s.write_all(&challenge).await.unwrap();
+        let mut recorded = [0u8; DIAL_LEN];
+        s.read_exact(&mut recorded).await.unwrap();
+        drop(s);
+        let _ = caller.await.unwrap();
+        // Replayed against the listener: its challenge is new, so the proof fails.
+        let (mut c, mut s) = pair().await;
+        let replay = tokio::spawn(async move {
+            let mut ch = [0u8; NONCE];
+            c.read_exact(&mut ch).await.unwrap();
+            c.write_all(&recorded).await.unwrap();
+            c
+        });
+        assert!(answer(&mut s, &secret).await.is_err());
+        drop(replay.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn silence_is_refused_in_bounded_time() {
+        let (_c, mut s) = pair().await;
+        let got = answer(&mut s, &Secret::new().unwrap()).await.unwrap_err();
+        assert!(got.contains("no proof"), "{got}");
+    }
+}
