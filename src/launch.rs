@@ -398,21 +398,11 @@ impl Launch {
             lock.remove_after_exit(claim.path.clone());
             if matches!(origin, Origin::Session { .. }) {
                 lock.remove_after_exit(crate::net::peers::login_path(registry));
-                lock.remove_after_exit(registry.clone());
             }
+            // Last, and only once empty: a job that outlived its session empties it too.
+            lock.remove_after_exit(registry.clone());
         }
-        let peers = peer_claim.and_then(|(claim, registry)| {
-            let secret = plan.net.job_secret.as_deref().and_then(crate::net::jobs::Secret::from_hex)?;
-            let asker =
-                chaperon::nodes::Asker { bin: slurm::slurm_bin(), home: facts.home.clone(), user: facts.user.clone() };
-            let locate = match origin {
-                Origin::Session { .. } => {
-                    crate::net::peers::Locate::Login { job_address: policy.net_job_address.value.clone(), asker }
-                }
-                Origin::Job { .. } => crate::net::peers::Locate::Job { asker },
-            };
-            Some(crate::net::peers::PeerNet { claim, registry, secret, locate })
-        });
+        let (peers, announce) = session_network(peer_claim, &plan, &policy, &facts, &origin);
         // `agent-sandbox allow` reaches a session with a supervisor through this socket.
         let control =
             plan.net.matcher.is_some().then(|| crate::net::control::socket_path(&facts.state_dir(), &log.session));
@@ -435,7 +425,7 @@ impl Launch {
         let mut session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
         session.governor = plan.slurm;
         session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
-        let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log, control, jobs, peers);
+        let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log, control, jobs, peers, announce);
         if let Some(socket) = &door.socket {
             let _ = std::fs::remove_file(socket);
         }
@@ -482,12 +472,23 @@ fn run_jail(
     control: Option<PathBuf>,
     jobs: Option<crate::net::jobs::JobServices>,
     peers: Option<crate::net::peers::PeerNet>,
+    announce: Option<crate::net::peers::Announce>,
 ) -> Result<jail::Outcome, jail::JailError> {
     // The session's jobs may reach its job ports and its jail: their addresses and the
     // secret the jobs prove travel with the policy.
     let services: Vec<std::net::SocketAddr> = plan.net.job_endpoints.iter().map(|(_, a)| *a).collect();
     let secret = plan.net.job_secret.clone();
+    let mut announce = announce;
     let mut start = |fd: std::os::fd::BorrowedFd<'_>| {
+        // The session's jail says where its jobs reach it, now that it may have some.
+        if let Some(a) = announce.take() {
+            if let Err(why) = a.run() {
+                eprintln!(
+                    "agent-sandbox: warning: the session network does not know this host's address ({why}); \
+                     the session's jobs cannot reach its jail"
+                );
+            }
+        }
         if session.frozen.is_none() {
             match policy::Frozen::freeze_with(policy, &services, secret.as_deref()) {
                 Ok(f) => session.frozen = Some(f),
@@ -504,6 +505,45 @@ fn run_jail(
     let mut net_start =
         |fds| crate::net::start(&plan.net, fds, Some(log.clone()), control.clone(), jobs.take(), peers.take());
     jail::run(plan, banner, lock, &mut net_start, lazy, log)
+}
+
+/// The session network's part of this launch (`net::peers`): what the supervisor serves, and
+/// for the session's own jail the announcement made at its first Slurm call. None where the
+/// jail has no address on it, or no secret.
+fn session_network(
+    claim: Option<(crate::net::peers::Claim, PathBuf)>,
+    plan: &Plan,
+    policy: &policy::Policy,
+    facts: &host::HostFacts,
+    origin: &Origin,
+) -> (Option<crate::net::peers::PeerNet>, Option<crate::net::peers::Announce>) {
+    use crate::net::peers::{Announce, PeerNet, Role};
+    let Some((claim, registry)) = claim else { return (None, None) };
+    let Some(secret) = plan.net.job_secret.as_deref().and_then(crate::net::jobs::Secret::from_hex) else {
+        return (None, None);
+    };
+    let asker = chaperon::nodes::Asker { bin: slurm::slurm_bin(), home: facts.home.clone(), user: facts.user.clone() };
+    match origin {
+        Origin::Job { .. } => (Some(PeerNet { claim, registry, secret, role: Role::Job { asker } }), None),
+        Origin::Session { .. } => {
+            let listener = match std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, 0)) {
+                Ok(l) => l,
+                Err(e) => {
+                    eprintln!("agent-sandbox: warning: the session network cannot listen: {e}; its jobs cannot reach this jail");
+                    return (None, None);
+                }
+            };
+            let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+            let announce = Announce {
+                claim: claim.clone(),
+                registry: registry.clone(),
+                port,
+                job_address: policy.net_job_address.value.clone(),
+                asker,
+            };
+            (Some(PeerNet { claim, registry, secret, role: Role::Login { listener } }), Some(announce))
+        }
+    }
 }
 
 /// Binds the session's job ports (`--job-port`, `net::jobs`) on the cluster-facing address.

@@ -36,7 +36,11 @@ where
 {
     std::thread::Builder::new().name(thread.into()).spawn(move || {
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            // A blocking task's thread (a question to Slurm) goes soon after its work.
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .thread_keep_alive(std::time::Duration::from_millis(500))
+                .build()?;
             rt.block_on(serve())
         }));
         match result {
@@ -110,6 +114,11 @@ pub fn start(
         return if fds.is_empty() { Ok(()) } else { Err(bad("the plan has no supervisor for these descriptors")) };
     };
     raise_descriptor_limit();
+    // One malloc arena for the launcher's threads: the supervisor's and the short-lived
+    // threads that ask Slurm (`spawn_blocking`) would each keep an arena of their own for
+    // the session's life, where the launcher's main thread only waits.
+    // SAFETY: mallopt only changes allocator tuning; called before the service threads exist.
+    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
     if net.upstreams.is_empty() && net.jail == JailNet::Tun {
         eprintln!(
             "agent-sandbox: warning: no DNS resolver found (resolv.conf, net.dns): names will not resolve in the jail"

@@ -15,7 +15,7 @@
 
 use crate::net::jobs::Secret;
 use std::io::{self, Read, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,6 +24,9 @@ use tokio::net::TcpStream;
 
 /// The third octet of the gateway's addresses (`addr::GATEWAY_V4`): no jail claims them.
 const GATEWAY_OCTET: u8 = 77;
+/// Cloud metadata services (`169.254.169.254`, `169.254.170.2`): never a jail's, so a flow
+/// to them stays floored and no jail receives another's metadata requests.
+const METADATA_OCTETS: [u8; 2] = [169, 170];
 /// How many random addresses a claim tries before it gives up (the space holds 64 000).
 const CLAIM_TRIES: usize = 64;
 /// Largest registry entry read.
@@ -34,22 +37,30 @@ const LOGIN: &str = "login";
 /// How long a caller waits for a claimed address to get its listener (a jail that has just
 /// started, whose supervisor is still asking where it is).
 const PUBLISH_WAIT: Duration = Duration::from_secs(5);
-/// How long the listener waits for the caller's proof, and the caller for the listener's.
+/// How long the listener waits for the caller's proof (a caller sends it at once), and the
+/// caller for the listener's.
 #[cfg(not(test))]
-const PROOF_WAIT: Duration = Duration::from_secs(5);
+const PROOF_WAIT: Duration = Duration::from_secs(2);
 #[cfg(test)]
 const PROOF_WAIT: Duration = Duration::from_millis(300);
 const NONCE: usize = 16;
 const MAC: usize = 32;
-/// The caller's half: its nonce, its jail address, the port it calls, its MAC.
-const DIAL_LEN: usize = NONCE + 4 + 2 + MAC;
+/// The caller's half: its nonce, its jail address, the jail address and port it calls, its
+/// MAC. Naming the jail called binds the proof to that jail's listener: a listener the
+/// registry no longer names rightly (a stale entry, a port another user took) cannot pass a
+/// call on to a live jail of the session.
+const DIAL_LEN: usize = NONCE + 4 + 4 + 2 + MAC;
 
 /// Whether `ip` can be a jail's address on the session network.
 pub fn is_peer(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
             let [a, b, c, d] = v4.octets();
-            a == 169 && b == 254 && !matches!(c, 0 | GATEWAY_OCTET | 255) && !matches!(d, 0 | 255)
+            a == 169
+                && b == 254
+                && !matches!(c, 0 | GATEWAY_OCTET | 255)
+                && !METADATA_OCTETS.contains(&c)
+                && !matches!(d, 0 | 255)
         }
         IpAddr::V6(_) => false,
     }
@@ -207,14 +218,15 @@ fn denied(why: &str) -> io::Error {
 /// The caller's side, before any of the jail's bytes go: answers the listener's challenge
 /// with the session's proof (naming its own jail address and the port it calls), and checks
 /// the listener's proof in return.
-pub async fn call(stream: &mut TcpStream, secret: &Secret, from: Ipv4Addr, port: u16) -> io::Result<()> {
+pub async fn call(stream: &mut TcpStream, secret: &Secret, from: Ipv4Addr, to: SocketAddrV4) -> io::Result<()> {
     let timed_out = |_| io::Error::new(io::ErrorKind::TimedOut, "the session network's listener did not answer");
     let mut challenge = [0u8; NONCE];
     tokio::time::timeout(PROOF_WAIT, stream.read_exact(&mut challenge)).await.map_err(timed_out)??;
     let mut dial = Vec::with_capacity(DIAL_LEN);
     dial.extend_from_slice(&nonce()?);
     dial.extend_from_slice(&from.octets());
-    dial.extend_from_slice(&port.to_be_bytes());
+    dial.extend_from_slice(&to.ip().octets());
+    dial.extend_from_slice(&to.port().to_be_bytes());
     let tag = mac(secret, DIAL_LABEL, &challenge, &dial);
     dial.extend_from_slice(tag.as_ref());
     stream.write_all(&dial).await?;
@@ -235,8 +247,9 @@ pub struct Admitted {
     pub port: u16,
 }
 
-/// The listener's side: its challenge, the caller's proof checked, its own proof sent.
-pub async fn answer(stream: &mut TcpStream, secret: &Secret) -> Result<Admitted, String> {
+/// The listener's side (of the jail at `own`): its challenge, the caller's proof checked (and
+/// that it calls this jail), its own proof sent.
+pub async fn answer(stream: &mut TcpStream, secret: &Secret, own: Ipv4Addr) -> Result<Admitted, String> {
     let challenge = nonce().map_err(|e| e.to_string())?;
     stream.write_all(&challenge).await.map_err(|e| e.to_string())?;
     let mut dial = [0u8; DIAL_LEN];
@@ -254,7 +267,11 @@ pub async fn answer(stream: &mut TcpStream, secret: &Secret) -> Result<Admitted,
         return Err("it is no jail of this session (its proof is not the session's)".into());
     }
     let from = Ipv4Addr::new(signed[NONCE], signed[NONCE + 1], signed[NONCE + 2], signed[NONCE + 3]);
-    let port = u16::from_be_bytes([signed[NONCE + 4], signed[NONCE + 5]]);
+    let to = Ipv4Addr::new(signed[NONCE + 4], signed[NONCE + 5], signed[NONCE + 6], signed[NONCE + 7]);
+    let port = u16::from_be_bytes([signed[NONCE + 8], signed[NONCE + 9]]);
+    if to != own {
+        return Err(format!("it calls the jail at {to}, not this one ({own}): a stale or taken entry passed on"));
+    }
     if !is_peer(from.into()) || port == 0 {
         return Err(format!("its jail address {from} or port {port} is not one of the session network"));
     }
@@ -268,27 +285,60 @@ pub struct PeerNet {
     pub claim: Claim,
     pub registry: PathBuf,
     pub secret: Secret,
-    pub locate: Locate,
+    pub role: Role,
 }
 
-/// Where this host's jail listens for the session network, as its peers reach it: on the
-/// login node the session's cluster-facing address (`jobs::cluster_address`); on a compute
-/// node the address routed toward the login node's, or toward the controller when the session
-/// recorded none.
-pub enum Locate {
-    Login { job_address: String, asker: chaperon::nodes::Asker },
+/// Where a jail's listener is and who says so.
+pub enum Role {
+    /// The session's own jail on the login node: the launcher bound the listener, and says
+    /// where it is when the session first uses Slurm (`Announce`): no job can call it sooner,
+    /// and a session that never submits asks Slurm nothing.
+    Login { listener: std::net::TcpListener },
+    /// A job's jail: its supervisor listens on the address routed toward the login node's
+    /// (as the session recorded it), or toward the controller where it recorded none.
     Job { asker: chaperon::nodes::Asker },
 }
 
-impl Locate {
-    pub fn own_address(&self, registry: &Path) -> Result<IpAddr, String> {
-        match self {
-            Locate::Login { job_address, asker } => crate::net::jobs::cluster_address(job_address, asker),
-            Locate::Job { asker } => match login_address(registry) {
-                Some(login) => crate::net::jobs::local_address_toward(login).map_err(|e| e.to_string()),
-                None => crate::net::jobs::cluster_address("", asker),
-            },
-        }
+/// The session's own jail's announcement, made once, by the launcher, at the first Slurm call.
+pub struct Announce {
+    pub claim: Claim,
+    pub registry: PathBuf,
+    pub port: u16,
+    pub job_address: String,
+    pub asker: chaperon::nodes::Asker,
+}
+
+impl Announce {
+    pub fn run(self) -> Result<SocketAddr, String> {
+        let ip = usable(crate::net::jobs::cluster_address(&self.job_address, &self.asker)?)?;
+        publish_login(&self.registry, ip).map_err(|e| e.to_string())?;
+        let at = SocketAddr::new(ip, self.port);
+        self.claim.publish(at).map_err(|e| e.to_string())?;
+        Ok(at)
+    }
+}
+
+/// A job's jail's address on its host, toward its peers.
+pub fn job_address(registry: &Path, asker: &chaperon::nodes::Asker) -> Result<IpAddr, String> {
+    let ip = match login_address(registry) {
+        Some(login) => crate::net::jobs::local_address_toward(login).map_err(|e| e.to_string())?,
+        None => crate::net::jobs::cluster_address("", asker)?,
+    };
+    usable(ip)
+}
+
+/// The session's login address from the registry, without asking Slurm (None: not recorded).
+pub fn job_address_quick(registry: &Path) -> Option<IpAddr> {
+    let login = login_address(registry)?;
+    crate::net::jobs::local_address_toward(login).ok().and_then(|ip| usable(ip).ok())
+}
+
+/// An address other hosts can call: never loopback, unspecified or multicast (a caller on
+/// another node would dial its own host there).
+fn usable(ip: IpAddr) -> Result<IpAddr, String> {
+    match ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() {
+        true => Err(format!("{ip} cannot be reached from the other nodes")),
+        false => Ok(ip),
     }
 }
 
@@ -300,7 +350,16 @@ mod tests {
     fn peer_addresses_are_link_local_outside_the_gateways_and_the_edges() {
         assert!(is_peer("169.254.1.1".parse().unwrap()));
         assert!(is_peer("169.254.200.254".parse().unwrap()));
-        for not in ["169.254.77.1", "169.254.77.2", "169.254.0.5", "169.254.255.5", "169.254.3.0", "169.254.3.255"] {
+        for not in [
+            "169.254.77.1",
+            "169.254.77.2",
+            "169.254.0.5",
+            "169.254.255.5",
+            "169.254.3.0",
+            "169.254.3.255",
+            "169.254.169.254",
+            "169.254.170.2",
+        ] {
             assert!(!is_peer(not.parse().unwrap()), "{not}");
         }
         for not in ["10.1.2.3", "127.0.0.1", "fe80::1", "169.253.1.1"] {
@@ -342,6 +401,22 @@ mod tests {
         assert_eq!(lookup(&reg, Ipv4Addr::new(169, 254, 9, 9)), Entry::Missing);
     }
 
+    const TO: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::new(169, 254, 5, 6), 80);
+
+    #[tokio::test]
+    async fn a_call_passed_on_to_another_jails_listener_is_refused() {
+        // A stale entry's port, taken by someone who relays the handshake to a live jail of
+        // the session: the call names the jail it meant, and the live one is another.
+        let secret = Secret::new().unwrap();
+        let (mut c, mut s) = pair().await;
+        let sec = secret.clone();
+        let caller = tokio::spawn(async move { call(&mut c, &sec, Ipv4Addr::new(169, 254, 3, 4), TO).await });
+        let got = answer(&mut s, &secret, Ipv4Addr::new(169, 254, 9, 9)).await.unwrap_err();
+        assert!(got.contains("not this one"), "{got}");
+        drop(s);
+        assert!(caller.await.unwrap().is_err());
+    }
+
     async fn pair() -> (TcpStream, TcpStream) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
@@ -355,8 +430,9 @@ mod tests {
         let (mut c, mut s) = pair().await;
         let from = Ipv4Addr::new(169, 254, 3, 4);
         let sec = secret.clone();
-        let caller = tokio::spawn(async move { call(&mut c, &sec, from, 8786).await });
-        assert_eq!(answer(&mut s, &secret).await.unwrap(), Admitted { from, port: 8786 });
+        let to = SocketAddrV4::new(Ipv4Addr::new(169, 254, 5, 6), 8786);
+        let caller = tokio::spawn(async move { call(&mut c, &sec, from, to).await });
+        assert_eq!(answer(&mut s, &secret, *to.ip()).await.unwrap(), Admitted { from, port: 8786 });
         caller.await.unwrap().unwrap();
     }
 
@@ -364,8 +440,8 @@ mod tests {
     async fn another_sessions_secret_is_refused_both_ways() {
         let (mut c, mut s) = pair().await;
         let caller =
-            tokio::spawn(async move { call(&mut c, &Secret::new().unwrap(), Ipv4Addr::new(169, 254, 3, 4), 80).await });
-        let got = answer(&mut s, &Secret::new().unwrap()).await.unwrap_err();
+            tokio::spawn(async move { call(&mut c, &Secret::new().unwrap(), Ipv4Addr::new(169, 254, 3, 4), TO).await });
+        let got = answer(&mut s, &Secret::new().unwrap(), *TO.ip()).await.unwrap_err();
         assert!(got.contains("no jail of this session"), "{got}");
         drop(s);
         assert!(caller.await.unwrap().is_err());
@@ -379,7 +455,7 @@ mod tests {
             s.write_all(&[0u8; MAC]).await.unwrap();
             s
         });
-        let got = call(&mut c, &mine, Ipv4Addr::new(169, 254, 3, 4), 80).await.unwrap_err();
+        let got = call(&mut c, &mine, Ipv4Addr::new(169, 254, 3, 4), TO).await.unwrap_err();
         assert_eq!(got.kind(), io::ErrorKind::PermissionDenied);
         drop(listener.await.unwrap());
     }
@@ -390,7 +466,7 @@ mod tests {
         // Record one genuine call.
         let (mut c, mut s) = pair().await;
         let sec = secret.clone();
-        let caller = tokio::spawn(async move { call(&mut c, &sec, Ipv4Addr::new(169, 254, 3, 4), 22).await });
+        let caller = tokio::spawn(async move { call(&mut c, &sec, Ipv4Addr::new(169, 254, 3, 4), TO).await });
         let challenge = nonce().unwrap();
         s.write_all(&challenge).await.unwrap();
         let mut recorded = [0u8; DIAL_LEN];
@@ -405,14 +481,14 @@ mod tests {
             c.write_all(&recorded).await.unwrap();
             c
         });
-        assert!(answer(&mut s, &secret).await.is_err());
+        assert!(answer(&mut s, &secret, *TO.ip()).await.is_err());
         drop(replay.await.unwrap());
     }
 
     #[tokio::test]
     async fn silence_is_refused_in_bounded_time() {
         let (_c, mut s) = pair().await;
-        let got = answer(&mut s, &Secret::new().unwrap()).await.unwrap_err();
+        let got = answer(&mut s, &Secret::new().unwrap(), *TO.ip()).await.unwrap_err();
         assert!(got.contains("no proof"), "{got}");
     }
 }

@@ -1,79 +1,134 @@
-//! The session network's listener (`net::peers`): bound on the host before the loop runs,
-//! announced in the session's registry once the host's address toward its peers is known
-//! (asking Slurm may take a while, so off the loop), and each connection's proof checked off
-//! the loop; an admitted one is brought into the jail at the port it called, from the
-//! caller's jail address (`Event::Peer`). A refusal closes the connection and leaves one
+//! The session network's listener (`net::peers`). The session's own jail's was bound by the
+//! launcher, which announces it at the first Slurm call; a job's jail's is bound here, on the
+//! address routed toward the session's, and announced at once. Each connection's proof is
+//! checked off the loop; an admitted one is brought into the jail at the port it called, from
+//! the caller's jail address (`Event::Peer`). A refusal closes the connection and leaves one
 //! audit record.
 
 use super::decide::{refusal, Shared};
 use super::dns::accept_surviving;
 use super::Event;
-use crate::net::peers::{self, PeerNet};
-use std::net::{Ipv4Addr, SocketAddr};
-use std::sync::Arc;
+use crate::net::peers::{self, PeerNet, Role};
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio::sync::Semaphore;
 
 /// Calls waiting for their proof at once, at most: more are closed unread.
 const MAX_PENDING: usize = 64;
+/// Of them, from one address at most: one host's flood leaves room for the others.
+const MAX_PENDING_PER_SOURCE: usize = 8;
 
 pub(super) fn serve(net: PeerNet, events: &UnboundedSender<Event>, shared: Arc<Shared>) {
-    let listener = match std::net::TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
-        .and_then(|l| l.set_nonblocking(true).map(|_| l))
-        .and_then(tokio::net::TcpListener::from_std)
-    {
+    let PeerNet { claim, registry, secret, role } = net;
+    let own = claim.address;
+    let (events, secret) = (events.clone(), Arc::new(secret));
+    tokio::spawn(async move {
+        let listener = match role {
+            Role::Login { listener } => listener,
+            Role::Job { asker } => {
+                // The session's record answers at once; without it, Slurm is asked (off the loop).
+                let ip = match peers::job_address_quick(&registry) {
+                    Some(ip) => Ok(ip),
+                    None => {
+                        let registry = registry.clone();
+                        tokio::task::spawn_blocking(move || peers::job_address(&registry, &asker))
+                            .await
+                            .unwrap_or_else(|e| Err(e.to_string()))
+                    }
+                };
+                match ip.and_then(|ip| bind_and_publish(&claim, ip)) {
+                    Ok(l) => l,
+                    Err(why) => {
+                        eprintln!(
+                            "agent-sandbox: warning: the session network cannot listen ({why}); \
+                             the session's other jails cannot reach this one"
+                        );
+                        return;
+                    }
+                }
+            }
+        };
+        accept_calls(listener, own, secret, events, shared).await;
+    });
+}
+
+fn bind_and_publish(claim: &peers::Claim, ip: IpAddr) -> Result<std::net::TcpListener, String> {
+    let l = std::net::TcpListener::bind((ip, 0)).map_err(|e| format!("cannot listen on {ip}: {e}"))?;
+    let at = l.local_addr().map_err(|e| e.to_string())?;
+    claim.publish(at).map_err(|e| e.to_string())?;
+    tracing::info!(%at, "session network: listening");
+    Ok(l)
+}
+
+async fn accept_calls(
+    listener: std::net::TcpListener,
+    own: Ipv4Addr,
+    secret: Arc<crate::net::jobs::Secret>,
+    events: UnboundedSender<Event>,
+    shared: Arc<Shared>,
+) {
+    let listener = match listener.set_nonblocking(true).and_then(|_| tokio::net::TcpListener::from_std(listener)) {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("agent-sandbox: warning: the session network cannot listen: {e}; other jails of the session cannot reach this one");
+            eprintln!("agent-sandbox: warning: the session network cannot listen: {e}");
             return;
         }
     };
-    let Ok(port) = listener.local_addr().map(|a| a.port()) else { return };
-    let PeerNet { claim, registry, secret, locate } = net;
-    let login = matches!(locate, peers::Locate::Login { .. });
-    tokio::spawn(async move {
-        let announced = tokio::task::spawn_blocking(move || {
-            let ip = locate.own_address(&registry)?;
-            if login {
-                peers::publish_login(&registry, ip).map_err(|e| e.to_string())?;
-            }
-            claim.publish(SocketAddr::new(ip, port)).map_err(|e| e.to_string())?;
-            Ok::<_, String>(SocketAddr::new(ip, port))
-        })
-        .await;
-        match announced {
-            Ok(Ok(at)) => tracing::info!(%at, "session network: listening"),
-            Ok(Err(why)) => eprintln!(
-                "agent-sandbox: warning: the session network does not know this host's address ({why}); \
-                 other jails of the session cannot reach this one"
-            ),
-            Err(e) => eprintln!("agent-sandbox: warning: the session network failed to start: {e}"),
-        }
-    });
-    let secret = Arc::new(secret);
+    let here = listener.local_addr().ok();
     let pending = Arc::new(Semaphore::new(MAX_PENDING));
-    let events = events.clone();
-    tokio::spawn(async move {
-        let here = listener.local_addr().ok();
-        loop {
-            let Some(mut stream) = accept_surviving(&listener).await else { continue };
-            let Ok(permit) = pending.clone().try_acquire_owned() else { continue };
-            let Ok(peer) = stream.peer_addr() else { continue };
-            let (events, shared, secret) = (events.clone(), shared.clone(), secret.clone());
-            tokio::spawn(async move {
-                let verdict = peers::answer(&mut stream, &secret).await;
-                drop(permit);
-                match verdict {
-                    Ok(call) => {
-                        tracing::debug!(%peer, from = %call.from, port = call.port, "session network: a call from a jail of the session");
-                        let _ = events.send(Event::Peer { stream, from: call.from, port: call.port });
-                    }
-                    Err(why) => {
-                        let d = refusal(&format!("session network: a connection from {peer} refused: {why}"));
-                        shared.audit.deny("tcp", here, None, "session_net", &d);
-                    }
+    let per_source: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
+    loop {
+        let Some(mut stream) = accept_surviving(&listener).await else { continue };
+        let Ok(peer) = stream.peer_addr() else { continue };
+        let Ok(permit) = pending.clone().try_acquire_owned() else { continue };
+        let Some(slot) = SourceSlot::take(&per_source, peer.ip()) else { continue };
+        let (events, shared, secret) = (events.clone(), shared.clone(), secret.clone());
+        tokio::spawn(async move {
+            let verdict = peers::answer(&mut stream, &secret, own).await;
+            drop((permit, slot));
+            match verdict {
+                Ok(call) => {
+                    tracing::debug!(%peer, from = %call.from, port = call.port, "session network: a call from a jail of the session");
+                    let _ = events.send(Event::Peer { stream, from: call.from, port: call.port });
                 }
-            });
+                Err(why) => {
+                    let d = refusal(&format!("session network: a connection from {peer} refused: {why}"));
+                    shared.audit.deny("tcp", here, None, "session_net", &d);
+                }
+            }
+        });
+    }
+}
+
+/// One of a source address's `MAX_PENDING_PER_SOURCE` calls awaiting their proof.
+struct SourceSlot {
+    table: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl SourceSlot {
+    fn take(table: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<SourceSlot> {
+        let mut t = table.lock().ok()?;
+        let n = t.entry(ip).or_insert(0);
+        if *n >= MAX_PENDING_PER_SOURCE {
+            return None;
         }
-    });
+        *n += 1;
+        Some(SourceSlot { table: table.clone(), ip })
+    }
+}
+
+impl Drop for SourceSlot {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.table.lock() {
+            if let Some(n) = t.get_mut(&self.ip) {
+                *n -= 1;
+                if *n == 0 {
+                    t.remove(&self.ip);
+                }
+            }
+        }
+    }
 }

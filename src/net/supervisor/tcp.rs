@@ -76,7 +76,8 @@ impl Dialer {
                             .await
                             .map_err(io::Error::other)??;
                         let mut stream = TcpStream::connect(at).await?;
-                        crate::net::peers::call(&mut stream, &secret, own, target.port()).await?;
+                        let to = std::net::SocketAddrV4::new(ip, target.port());
+                        crate::net::peers::call(&mut stream, &secret, own, to).await?;
                         Ok(stream)
                     });
                 }
