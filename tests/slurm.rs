@@ -1140,7 +1140,8 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
         assert!(foreign.status.success(), "{}", String::from_utf8_lossy(&foreign.stderr));
         for (who, out) in [("n2 without a job", from_n2.stdout), ("the login node", from_login.stdout)] {
             let out = String::from_utf8_lossy(&out).into_owned();
-            assert!(out.starts_with("error=") || out.trim() == "reply=", "{who} got through: {out}");
+            // At most the listener's challenge (random bytes), never the jail's server.
+            assert!(!out.contains("echo:"), "{who} got through: {out}");
         }
         let foreign = std::fs::read_to_string(j.project.join("foreign.out")).unwrap_or_default();
         assert!(!foreign.contains("echo:"), "a job outside the project got through: {foreign}");

@@ -218,6 +218,34 @@ fn snakemake_slurm_executor_runs_a_three_rule_workflow_in_the_jail() {
     assert_eq!(denied, Vec::<String>::new(), "every other call the plugin made was allowed");
 }
 
+/// Dask as researchers run it on Slurm, computing: the scheduler in the jail on the login
+/// node, two dask-jobqueue worker jobs in the jail on the nodes, and every connection between
+/// them (worker to scheduler, the scheduler gathering from the workers, one worker fetching a
+/// result from the other) over the session network, with no port asked for.
+#[test]
+fn dask_computes_on_two_worker_jobs_over_the_session_network() {
+    let Some(j) = tool_jail("wf-dask-compute") else { return };
+    let j = j.project_file("dask_compute.py", include_str!("workflow/dask_compute.py"));
+    let run = run_tool(&j, "python3 dask_compute.py 2>&1");
+    cancel_leftovers(&j);
+    let out = &run.out;
+    let field = |k: &str| out.stdout.lines().find_map(|l| l.strip_prefix(k)).map(str::to_owned).unwrap_or_default();
+    assert!(out.stdout.contains("all-done") && out.stdout.contains("rc=0"), "{}", report(&j, &run));
+    assert!(field("scheduler=").starts_with("tcp://169.254."), "the scheduler's jail address: {}", report(&j, &run));
+    // 0² + 1² + ... + 19²
+    assert_eq!(field("sum="), "2470", "{}", report(&j, &run));
+    assert_eq!(field("hosts="), "agent-sandbox", "every task ran in the jail: {}", report(&j, &run));
+    assert_eq!(field("jobs="), "2", "tasks ran on both worker jobs: {}", report(&j, &run));
+    let workers: Vec<String> = field("workers=").split(',').map(str::to_owned).collect();
+    assert!(
+        workers.len() == 2 && workers.iter().all(|w| w.starts_with("tcp://169.254.")) && workers[0] != workers[1],
+        "two workers, each at its own jail's address: {}",
+        report(&j, &run)
+    );
+    assert_eq!(field("moved="), "1048576", "one worker fetched 1 MiB from the other: {}", report(&j, &run));
+    assert_eq!(denied_calls(&j, &run.session), Vec::<String>::new(), "every Slurm call was allowed");
+}
+
 #[test]
 fn dask_jobqueue_submits_two_worker_jobs_and_close_cancels_them() {
     let Some(j) = tool_jail("wf-dask") else { return };

@@ -44,14 +44,6 @@ const JOB_PROOF_WAIT: Duration = Duration::from_secs(3);
 #[derive(Clone)]
 pub struct Secret([u8; PROOF_LEN]);
 
-/// Who proves: each side sends a different proof, so that one side's cannot be replayed as
-/// the other's.
-#[derive(Clone, Copy)]
-enum Side {
-    Job,
-    Listener,
-}
-
 impl Secret {
     pub fn new() -> Result<Secret, String> {
         use ring::rand::SecureRandom;
@@ -82,59 +74,104 @@ impl Secret {
     pub(crate) fn key(&self) -> ring::hmac::Key {
         ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0)
     }
+}
 
-    /// The HMAC key and the message a side's proof signs.
-    fn signing(&self, side: Side) -> (ring::hmac::Key, &'static [u8]) {
-        let what: &'static [u8] = match side {
-            Side::Job => b"agent-sandbox job port: job",
-            Side::Listener => b"agent-sandbox job port: listener",
-        };
-        (self.key(), what)
+/// Bytes of each side's nonce.
+const NONCE: usize = 16;
+const JOB_LABEL: &[u8] = b"agent-sandbox job port: job";
+const LISTENER_LABEL: &[u8] = b"agent-sandbox job port: listener";
+
+/// What both proofs of one connection cover: the listener's challenge, the job's nonce, and
+/// the listener's address as the job dialled it (a proof made for one listener, or one
+/// connection, proves nothing for another).
+#[derive(Debug)]
+pub struct Transcript {
+    challenge: [u8; NONCE],
+    nonce: [u8; NONCE],
+    listener: SocketAddr,
+}
+
+impl Transcript {
+    fn tag(&self, secret: &Secret, label: &[u8]) -> ring::hmac::Tag {
+        let mut ctx = ring::hmac::Context::with_key(&secret.key());
+        for part in [label, &self.challenge, &self.nonce, self.listener.to_string().as_bytes()] {
+            ctx.update(part);
+        }
+        ctx.sign()
     }
 
-    fn proof(&self, side: Side) -> [u8; PROOF_LEN] {
-        let (key, what) = self.signing(side);
-        let mut out = [0u8; PROOF_LEN];
-        out.copy_from_slice(ring::hmac::sign(&key, what).as_ref());
-        out
-    }
-
-    fn verify(&self, side: Side, got: &[u8]) -> bool {
-        let (key, what) = self.signing(side);
-        ring::hmac::verify(&key, what, got).is_ok()
+    fn verify(&self, secret: &Secret, label: &[u8], got: &[u8]) -> bool {
+        let mut msg = label.to_vec();
+        msg.extend_from_slice(&self.challenge);
+        msg.extend_from_slice(&self.nonce);
+        msg.extend_from_slice(self.listener.to_string().as_bytes());
+        ring::hmac::verify(&secret.key(), &msg, got).is_ok()
     }
 }
 
-/// The job's side, on the compute node, before the jail's flow is relayed: its proof, then the
-/// listener's, or the flow fails (a port some other process took after the session ended).
-pub async fn prove_job(stream: &mut tokio::net::TcpStream, secret: &Secret) -> std::io::Result<()> {
+fn random_nonce() -> std::io::Result<[u8; NONCE]> {
+    let mut n = [0u8; NONCE];
+    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut n)
+        .map_err(|_| std::io::Error::other("no randomness"))?;
+    Ok(n)
+}
+
+/// The job's side, on the compute node, before the jail's flow is relayed: the listener's
+/// challenge answered with the session's proof, then the listener's proof checked, or the flow
+/// fails (a port some other process took after the session ended).
+pub async fn prove_job(
+    stream: &mut tokio::net::TcpStream,
+    secret: &Secret,
+    listener: SocketAddr,
+) -> std::io::Result<()> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    stream.write_all(&secret.proof(Side::Job)).await?;
+    let silent = |_| std::io::Error::new(std::io::ErrorKind::TimedOut, "the job port did not prove itself");
+    let mut challenge = [0u8; NONCE];
+    tokio::time::timeout(PROOF_WAIT, stream.read_exact(&mut challenge)).await.map_err(silent)??;
+    let t = Transcript { challenge, nonce: random_nonce()?, listener };
+    let mut out = t.nonce.to_vec();
+    out.extend_from_slice(t.tag(secret, JOB_LABEL).as_ref());
+    stream.write_all(&out).await?;
     let mut got = [0u8; PROOF_LEN];
-    tokio::time::timeout(PROOF_WAIT, stream.read_exact(&mut got))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "the job port did not prove itself"))??;
-    match secret.verify(Side::Listener, &got) {
+    tokio::time::timeout(PROOF_WAIT, stream.read_exact(&mut got)).await.map_err(silent)??;
+    match t.verify(secret, LISTENER_LABEL, &got) {
         true => Ok(()),
         false => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "not the session's job port")),
     }
 }
 
-/// The listener's side: the job's proof, read before anything else is asked.
-pub async fn check_job(stream: &mut tokio::net::TcpStream, secret: &Secret) -> Result<(), String> {
-    use tokio::io::AsyncReadExt;
-    let mut got = [0u8; PROOF_LEN];
+/// The listener's side (at `here`): its challenge, then the job's proof, read before anything
+/// else is asked.
+pub async fn check_job(
+    stream: &mut tokio::net::TcpStream,
+    secret: &Secret,
+    here: SocketAddr,
+) -> Result<Transcript, String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let challenge = random_nonce().map_err(|e| e.to_string())?;
+    stream.write_all(&challenge).await.map_err(|e| format!("it left before the challenge: {e}"))?;
+    let mut got = [0u8; NONCE + PROOF_LEN];
     match tokio::time::timeout(JOB_PROOF_WAIT, stream.read_exact(&mut got)).await {
-        Ok(Ok(_)) if secret.verify(Side::Job, &got) => Ok(()),
-        Ok(Ok(_)) => Err("it is no job of this session (its first bytes are not the session's proof)".into()),
-        Ok(Err(_)) | Err(_) => Err("it sent no proof of being a job of this session".into()),
+        Ok(Ok(_)) => {}
+        Ok(Err(_)) | Err(_) => return Err("it sent no proof of being a job of this session".into()),
+    }
+    let (nonce, tag) = got.split_at(NONCE);
+    let mut t = Transcript { challenge, nonce: [0u8; NONCE], listener: here };
+    t.nonce.copy_from_slice(nonce);
+    match t.verify(secret, JOB_LABEL, tag) {
+        true => Ok(t),
+        false => Err("it is no job of this session (its answer is not the session's proof)".into()),
     }
 }
 
 /// The listener's proof, once the job is admitted.
-pub async fn prove_listener(stream: &mut tokio::net::TcpStream, secret: &Secret) -> std::io::Result<()> {
+pub async fn prove_listener(
+    stream: &mut tokio::net::TcpStream,
+    secret: &Secret,
+    t: &Transcript,
+) -> std::io::Result<()> {
     use tokio::io::AsyncWriteExt;
-    stream.write_all(&secret.proof(Side::Listener)).await
+    stream.write_all(t.tag(secret, LISTENER_LABEL).as_ref()).await
 }
 
 /// Which peers may connect: the nodes of the project's running jobs.
@@ -267,16 +304,69 @@ mod tests {
     use super::*;
 
     #[test]
-    fn each_side_proves_the_secret_and_one_proof_is_not_the_other() {
+    fn a_secret_reads_back_from_its_hex_only() {
         let s = Secret::new().unwrap();
-        let back = Secret::from_hex(&s.hex()).unwrap();
-        assert!(back.verify(Side::Job, &s.proof(Side::Job)) && back.verify(Side::Listener, &s.proof(Side::Listener)));
-        assert!(!s.verify(Side::Listener, &s.proof(Side::Job)), "a job's proof replayed as the listener's");
-        let other = Secret::new().unwrap();
-        assert!(!other.verify(Side::Job, &s.proof(Side::Job)), "another session's secret");
+        assert_eq!(Secret::from_hex(&s.hex()).unwrap().hex(), s.hex());
         for bad in ["", "00", &"zz".repeat(32), &"00".repeat(33)] {
             assert!(Secret::from_hex(bad).is_none(), "{bad}");
         }
+    }
+
+    async fn pair() -> (tokio::net::TcpStream, tokio::net::TcpStream, SocketAddr) {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = l.local_addr().unwrap();
+        let c = tokio::net::TcpStream::connect(at).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        (c, s, at)
+    }
+
+    #[tokio::test]
+    async fn each_side_proves_the_secret_over_a_fresh_challenge() {
+        let secret = Secret::new().unwrap();
+        let (mut c, mut s, at) = pair().await;
+        let sec = secret.clone();
+        let job = tokio::spawn(async move { prove_job(&mut c, &sec, at).await });
+        let t = check_job(&mut s, &secret, at).await.unwrap();
+        prove_listener(&mut s, &secret, &t).await.unwrap();
+        job.await.unwrap().unwrap();
+        // Another session's secret: refused by the listener, and the job refuses its answer.
+        let (mut c, mut s, at) = pair().await;
+        let job = tokio::spawn(async move { prove_job(&mut c, &Secret::new().unwrap(), at).await });
+        assert!(check_job(&mut s, &secret, at).await.unwrap_err().contains("no job of this session"));
+        drop(s);
+        assert!(job.await.unwrap().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_recorded_proof_does_not_pass_a_new_challenge_or_another_listener() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let secret = Secret::new().unwrap();
+        let (mut c, mut s, at) = pair().await;
+        let sec = secret.clone();
+        let job = tokio::spawn(async move { prove_job(&mut c, &sec, at).await });
+        s.write_all(&[1u8; NONCE]).await.unwrap();
+        let mut recorded = [0u8; NONCE + PROOF_LEN];
+        s.read_exact(&mut recorded).await.unwrap();
+        drop(s);
+        let _ = job.await.unwrap();
+        // Replayed: the listener's challenge is new.
+        let (mut c, mut s, at) = pair().await;
+        let replay = tokio::spawn(async move {
+            let mut ch = [0u8; NONCE];
+            c.read_exact(&mut ch).await.unwrap();
+            c.write_all(&recorded).await.unwrap();
+            c
+        });
+        assert!(check_job(&mut s, &secret, at).await.is_err());
+        drop(replay.await.unwrap());
+        // A proof made for one listener's address, checked by another.
+        let (mut c, mut s, at) = pair().await;
+        let sec = secret.clone();
+        let job = tokio::spawn(async move { prove_job(&mut c, &sec, at).await });
+        let elsewhere: SocketAddr = "203.0.113.1:40123".parse().unwrap();
+        assert!(check_job(&mut s, &secret, elsewhere).await.is_err());
+        drop(s);
+        assert!(job.await.unwrap().is_err());
     }
 
     #[test]

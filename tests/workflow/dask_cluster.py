@@ -1,6 +1,5 @@
 """What a researcher writes to get Dask workers from Slurm with dask-jobqueue: a SLURMCluster,
-two worker jobs, then the cluster closed. Only the submission side: the workers cannot reach
-a scheduler inside the jail yet, so nothing is computed. Prints the job script, the job ids
+two worker jobs, then the cluster closed. The submission side only (dask_compute.py computes). Prints the job script, the job ids
 (`submitted=`), the ids squeue showed (`queued=`) and what was left after close (`left=`)."""
 
 import subprocess

@@ -38,15 +38,18 @@ pub(super) fn serve(jobs: JobServices, events: &UnboundedSender<Event>, shared: 
                     (events.clone(), shared.clone(), admission.clone(), secret.clone());
                 tokio::spawn(async move {
                     // The session's proof first: Slurm is asked only for a peer that has it.
-                    let verdict = match check_job(&mut stream, &secret).await {
-                        Ok(()) => tokio::task::spawn_blocking(move || admission.admit(peer.ip()))
+                    let Some(at) = here else { return };
+                    let verdict = match check_job(&mut stream, &secret, at).await {
+                        Ok(t) => tokio::task::spawn_blocking(move || admission.admit(peer.ip()).map(|node| (node, t)))
                             .await
                             .unwrap_or_else(|e| Err(format!("the admission check failed: {e}"))),
                         Err(why) => Err(why),
                     };
                     drop(permit);
                     let verdict = match verdict {
-                        Ok(node) => prove_listener(&mut stream, &secret).await.map(|_| node).map_err(|e| e.to_string()),
+                        Ok((node, t)) => {
+                            prove_listener(&mut stream, &secret, &t).await.map(|_| node).map_err(|e| e.to_string())
+                        }
                         Err(why) => Err(why),
                     };
                     match verdict {

@@ -87,7 +87,7 @@ impl Dialer {
                 let mut stream = TcpStream::connect(target).await?;
                 if job_port {
                     let secret = secret.ok_or_else(no_secret)?;
-                    crate::net::jobs::prove_job(&mut stream, &secret).await?;
+                    crate::net::jobs::prove_job(&mut stream, &secret, target).await?;
                 }
                 Ok(stream)
             })
