@@ -526,20 +526,13 @@ fn session_network(
     match origin {
         Origin::Job { .. } => (Some(PeerNet { claim, registry, secret, role: Role::Job { asker } }), None),
         Origin::Session { .. } => {
-            let listener = match std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, 0)) {
-                Ok(l) => l,
-                Err(e) => {
-                    eprintln!("agent-sandbox: warning: the session network cannot listen: {e}; its jobs cannot reach this jail");
-                    return (None, None);
-                }
-            };
-            let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
+            let (to, listener) = crate::net::peers::login_handover();
             let announce = Announce {
                 claim: claim.clone(),
                 registry: registry.clone(),
-                port,
                 job_address: policy.net_job_address.value.clone(),
                 asker,
+                to,
             };
             (Some(PeerNet { claim, registry, secret, role: Role::Login { listener } }), Some(announce))
         }

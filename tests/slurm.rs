@@ -1246,6 +1246,11 @@ fn the_session_network_joins_one_sessions_jails_and_nothing_else() {
         let listener: std::net::SocketAddr =
             entry.trim().parse().unwrap_or_else(|_| panic!("no registry entry for {job_ip}: {entry:?}"));
         assert_eq!(listener.ip().to_string(), "203.0.113.2", "the job on n2 listens on n2's address");
+        // The session's own jail listens on the login node's cluster address, said once it used Slurm.
+        let own = std::fs::read_to_string(p("session-ip")).unwrap_or_default();
+        let own = own.split_whitespace().next().unwrap_or("").to_string();
+        let entry = std::fs::read_to_string(registry.join(&own)).unwrap_or_default();
+        assert!(entry.starts_with("203.0.113.1:"), "the session's entry for {own}: {entry:?}");
         let raw = {
             use std::io::{Read, Write};
             let mut c = std::net::TcpStream::connect(listener).expect("the job's listener");

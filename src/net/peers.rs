@@ -290,10 +290,11 @@ pub struct PeerNet {
 
 /// Where a jail's listener is and who says so.
 pub enum Role {
-    /// The session's own jail on the login node: the launcher bound the listener, and says
-    /// where it is when the session first uses Slurm (`Announce`): no job can call it sooner,
-    /// and a session that never submits asks Slurm nothing.
-    Login { listener: std::net::TcpListener },
+    /// The session's own jail on the login node: the launcher binds its listener on the
+    /// session's cluster-facing address and says where it is when the session first uses Slurm
+    /// (`Announce`), and hands it over here: no job can call it sooner, and a session that
+    /// never submits asks Slurm nothing and listens nowhere.
+    Login { listener: tokio::sync::oneshot::Receiver<std::net::TcpListener> },
     /// A job's jail: its supervisor listens on the address routed toward the login node's
     /// (as the session recorded it), or toward the controller where it recorded none.
     Job { asker: chaperon::nodes::Asker },
@@ -303,19 +304,28 @@ pub enum Role {
 pub struct Announce {
     pub claim: Claim,
     pub registry: PathBuf,
-    pub port: u16,
     pub job_address: String,
     pub asker: chaperon::nodes::Asker,
+    /// Where the listener goes once bound (the session's supervisor).
+    pub to: tokio::sync::oneshot::Sender<std::net::TcpListener>,
 }
 
 impl Announce {
     pub fn run(self) -> Result<SocketAddr, String> {
         let ip = usable(crate::net::jobs::cluster_address(&self.job_address, &self.asker)?)?;
+        let listener = std::net::TcpListener::bind((ip, 0)).map_err(|e| format!("cannot listen on {ip}: {e}"))?;
+        let at = listener.local_addr().map_err(|e| e.to_string())?;
+        self.to.send(listener).map_err(|_| "the jail's network supervisor is gone".to_string())?;
         publish_login(&self.registry, ip).map_err(|e| e.to_string())?;
-        let at = SocketAddr::new(ip, self.port);
         self.claim.publish(at).map_err(|e| e.to_string())?;
         Ok(at)
     }
+}
+
+/// The pair an `Announce` and its `Role::Login` share.
+pub fn login_handover(
+) -> (tokio::sync::oneshot::Sender<std::net::TcpListener>, tokio::sync::oneshot::Receiver<std::net::TcpListener>) {
+    tokio::sync::oneshot::channel()
 }
 
 /// A job's jail's address on its host, toward its peers.

@@ -1,6 +1,6 @@
-//! The session network's listener (`net::peers`). The session's own jail's was bound by the
-//! launcher, which announces it at the first Slurm call; a job's jail's is bound here, on the
-//! address routed toward the session's, and announced at once. Each connection's proof is
+//! The session network's listener (`net::peers`). The session's own jail's is bound by the
+//! launcher, which announces it at the first Slurm call and hands it over; a job's jail's is
+//! bound here, on the address routed toward the session's, and announced at once. Each connection's proof is
 //! checked off the loop; an admitted one is brought into the jail at the port it called, from
 //! the caller's jail address (`Event::Peer`). A refusal closes the connection and leaves one
 //! audit record.
@@ -26,7 +26,11 @@ pub(super) fn serve(net: PeerNet, events: &UnboundedSender<Event>, shared: Arc<S
     let (events, secret) = (events.clone(), Arc::new(secret));
     tokio::spawn(async move {
         let listener = match role {
-            Role::Login { listener } => listener,
+            // Nothing to serve until the session first uses Slurm (or ever).
+            Role::Login { listener } => match listener.await {
+                Ok(l) => l,
+                Err(_) => return,
+            },
             Role::Job { asker } => {
                 // The session's record answers at once; without it, Slurm is asked (off the loop).
                 let ip = match peers::job_address_quick(&registry) {
