@@ -234,18 +234,15 @@ fn job_ports_check() -> Check {
     let Some(home) = std::env::var_os("HOME") else {
         return check("job ports", Status::Info, "no HOME: not checked", None);
     };
-    let asker = chaperon::nodes::Asker {
-        bin: crate::slurm::slurm_bin(),
-        home: home.into(),
-        user: std::env::var("USER").unwrap_or_default(),
-    };
+    let asker = crate::slurm::asker(std::path::Path::new(&home), &std::env::var("USER").unwrap_or_default());
     match crate::net::jobs::cluster_address("", &asker) {
         Ok(ip) => check(
             "job ports",
             Status::Info,
             format!(
                 "--job-port listens on {ip} (the route toward the Slurm controller; net.job_address \
-                 chooses another) and admits only nodes running the project's jobs"
+                 chooses another) and admits only nodes running the project's jobs; the session \
+                 network's listener goes there too, from a session's first Slurm call"
             ),
             None,
         ),

@@ -522,7 +522,7 @@ fn session_network(
     let Some(secret) = plan.net.job_secret.as_deref().and_then(crate::net::jobs::Secret::from_hex) else {
         return (None, None);
     };
-    let asker = chaperon::nodes::Asker { bin: slurm::slurm_bin(), home: facts.home.clone(), user: facts.user.clone() };
+    let asker = slurm::asker(&facts.home, &facts.user);
     match origin {
         Origin::Job { .. } => (Some(PeerNet { claim, registry, secret, role: Role::Job { asker } }), None),
         Origin::Session { .. } => {
@@ -548,7 +548,7 @@ fn bind_job_ports(
     secret: crate::net::jobs::Secret,
 ) -> Result<crate::net::jobs::JobServices, LaunchError> {
     use crate::net::jobs;
-    let asker = chaperon::nodes::Asker { bin: slurm::slurm_bin(), home: facts.home.clone(), user: facts.user.clone() };
+    let asker = slurm::asker(&facts.home, &facts.user);
     let admission = jobs::Admission::new(asker, &facts.state_dir(), session, project);
     jobs::bind(&policy.net_job_ports.value, &policy.net_job_address.value, admission, secret)
         .map_err(LaunchError::setup)

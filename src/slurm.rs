@@ -193,6 +193,11 @@ pub fn chaperon_main() -> i32 {
     0
 }
 
+/// What asks Slurm the supervisor's and doctor's own questions (`chaperon::nodes`), as `user`.
+pub fn asker(home: &Path, user: &str) -> chaperon::nodes::Asker {
+    chaperon::nodes::Asker { bin: slurm_bin(), home: home.to_path_buf(), user: user.to_string() }
+}
+
 /// Where the real Slurm commands are: the directory of the first `sbatch` on the launcher's
 /// PATH that only root can change (root-owned, not group- or world-writable, and so is the
 /// `sbatch` in it), else /usr/bin. A directory the user can write (a project's `.venv/bin`,
