@@ -1220,31 +1220,49 @@ fn the_session_network_joins_one_sessions_jails_and_nothing_else() {
          sbatch --wait -N2 -n4 -o ring-batch.out --wrap 'mpirun -np 4 python3 mpi_ring.py'; \
          sbatch -w n2 -o server.out --wrap 'python3 peer_server.py 7000 served' | tr -dc 0-9 > server-job; \
          n=0; while [ ! -s served ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; \
+         n=0; while [ ! -e flood-on ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; \
          python3 echo_client.py $(cat served) > from-session.out; \
          sbatch --wait -w {host} -o from-job.out --wrap \"python3 echo_client.py $(cat served)\"; \
          touch calls-done; n=0; while [ ! -e test-done ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done"
     );
     let p = |f: &str| j.project.join(f);
+    let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         let session = s.spawn(|| {
             let mut c = j.command(&["-q", "run", "--", "sh", "-c", &script]);
             j.output_within(&mut c, Duration::from_secs(150))
         });
         let deadline = Instant::now() + Duration::from_secs(120);
-        while !p("calls-done").exists() {
-            assert!(Instant::now() < deadline && !session.is_finished(), "the session never finished its calls");
+        while !p("served").exists() {
+            assert!(Instant::now() < deadline && !session.is_finished(), "the job never served");
             std::thread::sleep(Duration::from_millis(100));
         }
         let session_id = std::fs::read_to_string(p("session")).unwrap_or_default().trim().to_string();
         let served = std::fs::read_to_string(p("served")).unwrap_or_default().trim().to_string();
         let (job_ip, _) = served.rsplit_once(':').unwrap_or_else(|| panic!("the job said no address: {served:?}"));
+        let registry = j.rig.home.join(".local/state/agent-sandbox/net").join(&session_id);
+        let job_listener: std::net::SocketAddr = std::fs::read_to_string(registry.join(job_ip))
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("no registry entry for {job_ip}"));
+        // Both calls to the job are made under a flood of silent connections to its listener:
+        // from the login node's address (the one the session's and the other job's calls come
+        // from) and from eight loopback addresses (another user on the node).
+        let stop = &stop;
+        let flood = s.spawn(move || silent_flood(job_listener, stop));
+        std::fs::write(p("flood-on"), "").expect("flood-on");
+        while !p("calls-done").exists() {
+            assert!(Instant::now() < deadline && !session.is_finished(), "the session never finished its calls");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let flooded = flood.join().expect("flood");
+        assert!(flooded > 64, "the flood held its connections: {flooded} opened");
         // Another session of the same user in the same project: not on this session's network.
         let other = j.run(&format!("python3 echo_client.py {served}"));
         // The host, straight to the job's listener, without the session's proof.
-        let registry = j.rig.home.join(".local/state/agent-sandbox/net").join(&session_id);
-        let entry = std::fs::read_to_string(registry.join(job_ip)).unwrap_or_default();
-        let listener: std::net::SocketAddr =
-            entry.trim().parse().unwrap_or_else(|_| panic!("no registry entry for {job_ip}: {entry:?}"));
+        let listener = job_listener;
         assert_eq!(listener.ip().to_string(), "203.0.113.2", "the job on n2 listens on n2's address");
         // The session's own jail listens on the login node's cluster address, said once it used Slurm.
         let own = std::fs::read_to_string(p("session-ip")).unwrap_or_default();
@@ -1319,6 +1337,56 @@ fn the_session_network_joins_one_sessions_jails_and_nothing_else() {
             std::thread::sleep(Duration::from_millis(200));
         }
     });
+}
+
+/// Holds silent connections open to `to` until `stop`: 16 from the host's address toward it,
+/// and 8 from each of 127.0.0.2-9, each opened again as soon as the listener closes it.
+/// Returns how many it opened.
+fn silent_flood(to: std::net::SocketAddr, stop: &std::sync::atomic::AtomicBool) -> usize {
+    use std::io::Read;
+    let sources: Vec<Option<std::net::IpAddr>> = std::iter::repeat_n(None, 16)
+        .chain((2..=9).flat_map(|i| std::iter::repeat_n(Some(std::net::IpAddr::from([127, 0, 0, i])), 8)))
+        .collect();
+    let mut held: Vec<(Option<std::net::IpAddr>, Option<std::net::TcpStream>)> =
+        sources.iter().map(|f| (*f, None)).collect();
+    let mut opened = 0;
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        for (from, conn) in held.iter_mut() {
+            let closed = match conn {
+                None => true,
+                Some(c) => {
+                    let mut b = [0u8; 64];
+                    match c.read(&mut b) {
+                        Ok(0) => true,
+                        Ok(_) => false,
+                        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                    }
+                }
+            };
+            if closed {
+                *conn = connect_from(*from, to);
+                if let Some(c) = conn {
+                    let _ = c.set_nonblocking(true);
+                    opened += 1;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    opened
+}
+
+/// A TCP connection to `to`, from the source address `from` when given (bound first).
+fn connect_from(from: Option<std::net::IpAddr>, to: std::net::SocketAddr) -> Option<std::net::TcpStream> {
+    use nix::sys::socket::{bind, connect, socket, AddressFamily, SockFlag, SockType, SockaddrIn};
+    let Some(std::net::IpAddr::V4(ip)) = from else {
+        return std::net::TcpStream::connect_timeout(&to, Duration::from_secs(1)).ok();
+    };
+    let std::net::SocketAddr::V4(to) = to else { return None };
+    let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).ok()?;
+    bind(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(std::net::SocketAddrV4::new(ip, 0))).ok()?;
+    connect(std::os::fd::AsRawFd::as_raw_fd(&fd), &SockaddrIn::from(to)).ok()?;
+    Some(std::net::TcpStream::from(fd))
 }
 
 /// An MPI-style launch from the jail (`srun --mpi=pmi2` and `--mpi=pmix`, the plugins of

@@ -37,8 +37,9 @@ const PROOF_LEN: usize = 32;
 /// How long a job waits for the listener's proof (the listener asks Slurm first, which may
 /// take its 5 s).
 const PROOF_WAIT: Duration = Duration::from_secs(10);
-/// How long the listener waits for a job's proof: a job sends it as it connects.
-const JOB_PROOF_WAIT: Duration = Duration::from_secs(3);
+/// How long the listener waits for a job's proof: a job sends it one round trip after it
+/// connects.
+const JOB_PROOF_WAIT: Duration = Duration::from_secs(1);
 
 /// A session's job-port secret: 32 random bytes, shown as hex only in the job directory.
 #[derive(Clone)]
@@ -292,7 +293,7 @@ impl Admission {
 }
 
 /// An IPv4 peer on a dual-stack listener shows as `::ffff:a.b.c.d`.
-fn canonical(ip: IpAddr) -> IpAddr {
+pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
         v4 => v4,

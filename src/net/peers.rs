@@ -37,10 +37,10 @@ const LOGIN: &str = "login";
 /// How long a caller waits for a claimed address to get its listener (a jail that has just
 /// started, whose supervisor is still asking where it is).
 const PUBLISH_WAIT: Duration = Duration::from_secs(5);
-/// How long the listener waits for the caller's proof (a caller sends it at once), and the
-/// caller for the listener's.
+/// How long the listener waits for the caller's proof (a caller sends it one round trip after
+/// it connects), and the caller for the listener's.
 #[cfg(not(test))]
-const PROOF_WAIT: Duration = Duration::from_secs(2);
+const PROOF_WAIT: Duration = Duration::from_secs(1);
 #[cfg(test)]
 const PROOF_WAIT: Duration = Duration::from_millis(300);
 const NONCE: usize = 16;
@@ -169,11 +169,14 @@ pub fn lookup(registry: &Path, ip: Ipv4Addr) -> Entry {
     }
 }
 
-/// Where `ip`'s listener is, waiting a little for a jail that is starting.
-pub fn locate(registry: &Path, ip: Ipv4Addr) -> io::Result<SocketAddr> {
-    let until = std::time::Instant::now() + PUBLISH_WAIT;
+/// Where `ip`'s listener is, waiting a little for a jail that is starting (asynchronously: a
+/// jail calling addresses that never get a listener holds no thread).
+pub async fn locate(registry: &Path, ip: Ipv4Addr) -> io::Result<SocketAddr> {
+    let until = tokio::time::Instant::now() + PUBLISH_WAIT;
     loop {
-        match lookup(registry, ip) {
+        let reg = registry.to_path_buf();
+        let entry = tokio::task::spawn_blocking(move || lookup(&reg, ip)).await.map_err(io::Error::other)?;
+        match entry {
             Entry::At(at) => return Ok(at),
             Entry::Missing => {
                 return Err(io::Error::new(
@@ -181,13 +184,13 @@ pub fn locate(registry: &Path, ip: Ipv4Addr) -> io::Result<SocketAddr> {
                     format!("no jail of this session is {ip}"),
                 ))
             }
-            Entry::Pending if std::time::Instant::now() >= until => {
+            Entry::Pending if tokio::time::Instant::now() >= until => {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!("the jail at {ip} never started listening"),
                 ))
             }
-            Entry::Pending => std::thread::sleep(Duration::from_millis(50)),
+            Entry::Pending => tokio::time::sleep(Duration::from_millis(50)).await,
         }
     }
 }
@@ -390,9 +393,11 @@ mod tests {
         let at: SocketAddr = "192.0.2.5:40123".parse().unwrap();
         a.publish(at).unwrap();
         assert_eq!(lookup(&reg, a.address), Entry::At(at));
-        assert_eq!(locate(&reg, a.address).unwrap(), at);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        assert_eq!(rt.block_on(locate(&reg, a.address)).unwrap(), at);
         assert_eq!(lookup(&reg, Ipv4Addr::new(169, 254, 9, 9)), Entry::Missing);
-        assert_eq!(locate(&reg, Ipv4Addr::new(169, 254, 9, 9)).unwrap_err().kind(), io::ErrorKind::ConnectionRefused);
+        let missing = rt.block_on(locate(&reg, Ipv4Addr::new(169, 254, 9, 9))).unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::ConnectionRefused);
         // Garbage in an entry is no address.
         std::fs::write(&b.path, "not an address\n").unwrap();
         assert_eq!(lookup(&reg, b.address), Entry::Missing);

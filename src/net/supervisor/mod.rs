@@ -13,6 +13,7 @@ mod flows;
 mod host;
 mod icmp;
 pub mod inject;
+mod pending;
 mod relay;
 mod services;
 mod session_net;

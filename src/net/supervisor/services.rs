@@ -1,23 +1,24 @@
 //! The session's job ports (`--job-port`, `net::jobs`): each listener's connections are
 //! admitted or refused off the loop (asking Slurm blocks), and an admitted one is brought into
 //! the jail like a published port (`Event::Published`). A refusal closes the connection and
-//! leaves one audit record.
+//! is audited (`pending::Refusals`: at most once a second per source).
 
-use super::decide::{refusal, Shared};
+use super::decide::Shared;
 use super::dns::accept_surviving;
+use super::pending::{Pending, Refusals};
 use super::Event;
 use crate::net::jobs::{check_job, prove_listener, JobServices};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::Semaphore;
 
-/// Connections waiting for their admission at once, at most: more are closed unread.
+/// Connections waiting for their proof at once, at most, and from one address (`pending`).
 const MAX_PENDING: usize = 64;
+const MAX_PENDING_PER_SOURCE: usize = 8;
 
 pub(super) fn serve(jobs: JobServices, events: &UnboundedSender<Event>, shared: Arc<Shared>) {
     let admission = Arc::new(jobs.admission);
     let secret = Arc::new(jobs.secret);
-    let pending = Arc::new(Semaphore::new(MAX_PENDING));
+    let pending = Pending::new(MAX_PENDING, MAX_PENDING_PER_SOURCE);
     for (port, listener) in jobs.listeners {
         let listener = match tokio::net::TcpListener::from_std(listener) {
             Ok(l) => l,
@@ -30,22 +31,28 @@ pub(super) fn serve(jobs: JobServices, events: &UnboundedSender<Event>, shared: 
             (events.clone(), shared.clone(), admission.clone(), pending.clone(), secret.clone());
         tokio::spawn(async move {
             let here = listener.local_addr().ok();
+            let refusals = Arc::new(Refusals::new("job_port", here));
             loop {
                 let Some(mut stream) = accept_surviving(&listener).await else { continue };
-                let Ok(permit) = pending.clone().try_acquire_owned() else { continue };
                 let Ok(peer) = stream.peer_addr() else { continue };
-                let (events, shared, admission, secret) =
-                    (events.clone(), shared.clone(), admission.clone(), secret.clone());
+                let Some((place, evicted)) = pending.admit(peer.ip()) else { continue };
+                let (events, shared, admission, secret, refusals) =
+                    (events.clone(), shared.clone(), admission.clone(), secret.clone(), refusals.clone());
                 tokio::spawn(async move {
-                    // The session's proof first: Slurm is asked only for a peer that has it.
                     let Some(at) = here else { return };
-                    let verdict = match check_job(&mut stream, &secret, at).await {
+                    // The session's proof first (in the place a waiting connection holds):
+                    // Slurm is asked only for a peer that has it.
+                    let proved = tokio::select! {
+                        v = check_job(&mut stream, &secret, at) => v,
+                        _ = evicted => return,
+                    };
+                    drop(place);
+                    let verdict = match proved {
                         Ok(t) => tokio::task::spawn_blocking(move || admission.admit(peer.ip()).map(|node| (node, t)))
                             .await
                             .unwrap_or_else(|e| Err(format!("the admission check failed: {e}"))),
                         Err(why) => Err(why),
                     };
-                    drop(permit);
                     let verdict = match verdict {
                         Ok((node, t)) => {
                             prove_listener(&mut stream, &secret, &t).await.map(|_| node).map_err(|e| e.to_string())
@@ -57,10 +64,11 @@ pub(super) fn serve(jobs: JobServices, events: &UnboundedSender<Event>, shared: 
                             tracing::info!(%peer, node, port, "job port: a connection from a job of the session");
                             let _ = events.send(Event::Published { stream, port });
                         }
-                        Err(why) => {
-                            let d = refusal(&format!("job port {port}: a connection from {peer} refused: {why}"));
-                            shared.audit.deny("tcp", here, None, "job_port", &d);
-                        }
+                        Err(why) => refusals.refuse(
+                            &shared,
+                            peer.ip(),
+                            &format!("job port {port}: a connection from {peer} refused: {why}"),
+                        ),
                     }
                 });
             }

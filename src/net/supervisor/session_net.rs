@@ -5,19 +5,17 @@
 //! the caller's jail address (`Event::Peer`). A refusal closes the connection and leaves one
 //! audit record.
 
-use super::decide::{refusal, Shared};
+use super::decide::Shared;
 use super::dns::accept_surviving;
+use super::pending::{Pending, Refusals};
 use super::Event;
 use crate::net::peers::{self, PeerNet, Role};
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
-use tokio::sync::Semaphore;
 
-/// Calls waiting for their proof at once, at most: more are closed unread.
+/// Calls waiting for their proof at once, at most, and from one address (`pending`).
 const MAX_PENDING: usize = 64;
-/// Of them, from one address at most: one host's flood leaves room for the others.
 const MAX_PENDING_PER_SOURCE: usize = 8;
 
 pub(super) fn serve(net: PeerNet, events: &UnboundedSender<Event>, shared: Arc<Shared>) {
@@ -80,59 +78,30 @@ async fn accept_calls(
             return;
         }
     };
-    let here = listener.local_addr().ok();
-    let pending = Arc::new(Semaphore::new(MAX_PENDING));
-    let per_source: Arc<Mutex<HashMap<IpAddr, usize>>> = Arc::default();
+    let pending = Pending::new(MAX_PENDING, MAX_PENDING_PER_SOURCE);
+    let refusals = Arc::new(Refusals::new("session_net", listener.local_addr().ok()));
     loop {
         let Some(mut stream) = accept_surviving(&listener).await else { continue };
         let Ok(peer) = stream.peer_addr() else { continue };
-        let Ok(permit) = pending.clone().try_acquire_owned() else { continue };
-        let Some(slot) = SourceSlot::take(&per_source, peer.ip()) else { continue };
-        let (events, shared, secret) = (events.clone(), shared.clone(), secret.clone());
+        let Some((place, evicted)) = pending.admit(peer.ip()) else { continue };
+        let (events, shared, secret, refusals) = (events.clone(), shared.clone(), secret.clone(), refusals.clone());
         tokio::spawn(async move {
-            let verdict = peers::answer(&mut stream, &secret, own).await;
-            drop((permit, slot));
+            let verdict = tokio::select! {
+                v = peers::answer(&mut stream, &secret, own) => v,
+                _ = evicted => return,
+            };
+            drop(place);
             match verdict {
                 Ok(call) => {
                     tracing::debug!(%peer, from = %call.from, port = call.port, "session network: a call from a jail of the session");
                     let _ = events.send(Event::Peer { stream, from: call.from, port: call.port });
                 }
-                Err(why) => {
-                    let d = refusal(&format!("session network: a connection from {peer} refused: {why}"));
-                    shared.audit.deny("tcp", here, None, "session_net", &d);
-                }
+                Err(why) => refusals.refuse(
+                    &shared,
+                    peer.ip(),
+                    &format!("session network: a connection from {peer} refused: {why}"),
+                ),
             }
         });
-    }
-}
-
-/// One of a source address's `MAX_PENDING_PER_SOURCE` calls awaiting their proof.
-struct SourceSlot {
-    table: Arc<Mutex<HashMap<IpAddr, usize>>>,
-    ip: IpAddr,
-}
-
-impl SourceSlot {
-    fn take(table: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr) -> Option<SourceSlot> {
-        let mut t = table.lock().ok()?;
-        let n = t.entry(ip).or_insert(0);
-        if *n >= MAX_PENDING_PER_SOURCE {
-            return None;
-        }
-        *n += 1;
-        Some(SourceSlot { table: table.clone(), ip })
-    }
-}
-
-impl Drop for SourceSlot {
-    fn drop(&mut self) {
-        if let Ok(mut t) = self.table.lock() {
-            if let Some(n) = t.get_mut(&self.ip) {
-                *n -= 1;
-                if *n == 0 {
-                    t.remove(&self.ip);
-                }
-            }
-        }
     }
 }

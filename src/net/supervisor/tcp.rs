@@ -72,9 +72,7 @@ impl Dialer {
                     let (own, registry) = (*own, registry.clone());
                     return Box::pin(async move {
                         let secret = secret.ok_or_else(no_secret)?;
-                        let at = tokio::task::spawn_blocking(move || crate::net::peers::locate(&registry, ip))
-                            .await
-                            .map_err(io::Error::other)??;
+                        let at = crate::net::peers::locate(&registry, ip).await?;
                         let mut stream = TcpStream::connect(at).await?;
                         let to = std::net::SocketAddrV4::new(ip, target.port());
                         crate::net::peers::call(&mut stream, &secret, own, to).await?;
