@@ -1223,6 +1223,7 @@ fn the_session_network_joins_one_sessions_jails_and_nothing_else() {
          n=0; while [ ! -e flood-on ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done; \
          python3 echo_client.py $(cat served) > from-session.out; \
          sbatch --wait -w {host} -o from-job.out --wrap \"python3 echo_client.py $(cat served)\"; \
+         python3 echo_client.py 169.254.200.200:80 > stale.out; \
          touch calls-done; n=0; while [ ! -e test-done ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done"
     );
     let p = |f: &str| j.project.join(f);
@@ -1251,6 +1252,10 @@ fn the_session_network_joins_one_sessions_jails_and_nothing_else() {
         // from) and from eight loopback addresses (another user on the node).
         let stop = &stop;
         let flood = s.spawn(move || silent_flood(job_listener, stop));
+        // An entry whose jail died with its cleanup (SIGKILL to its process group): nothing
+        // listens where it says. The session's call to it fails and forgets it.
+        let stale = registry.join("169.254.200.200");
+        std::fs::write(&stale, "203.0.113.2:1\n").expect("a stale entry");
         std::fs::write(p("flood-on"), "").expect("flood-on");
         while !p("calls-done").exists() {
             assert!(Instant::now() < deadline && !session.is_finished(), "the session never finished its calls");
@@ -1259,6 +1264,9 @@ fn the_session_network_joins_one_sessions_jails_and_nothing_else() {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         let flooded = flood.join().expect("flood");
         assert!(flooded > 64, "the flood held its connections: {flooded} opened");
+        let stale_call = std::fs::read_to_string(p("stale.out")).unwrap_or_default();
+        assert!(stale_call.starts_with("error="), "a call to a dead jail's address: {stale_call}");
+        assert!(!stale.exists(), "the dead jail's entry is forgotten");
         // Another session of the same user in the same project: not on this session's network.
         let other = j.run(&format!("python3 echo_client.py {served}"));
         // The host, straight to the job's listener, without the session's proof.

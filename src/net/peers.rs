@@ -169,6 +169,16 @@ pub fn lookup(registry: &Path, ip: Ipv4Addr) -> Entry {
     }
 }
 
+/// Removes `ip`'s entry if it still names `at`, where nothing listened (a jail killed with
+/// its cleanup, by SIGKILL to its process group or a node's crash): the address is free again
+/// and the registry can go with its session. A jail that claimed the address since has
+/// written another listener, and keeps its entry.
+pub fn forget_stale(registry: &Path, ip: Ipv4Addr, at: SocketAddr) {
+    if lookup(registry, ip) == Entry::At(at) {
+        let _ = std::fs::remove_file(registry.join(ip.to_string()));
+    }
+}
+
 /// Where `ip`'s listener is, waiting a little for a jail that is starting (asynchronously: a
 /// jail calling addresses that never get a listener holds no thread).
 pub async fn locate(registry: &Path, ip: Ipv4Addr) -> io::Result<SocketAddr> {
@@ -403,6 +413,20 @@ mod tests {
         assert_eq!(lookup(&reg, b.address), Entry::Missing);
         publish_login(&reg, "192.0.2.1".parse().unwrap()).unwrap();
         assert_eq!(login_address(&reg), Some("192.0.2.1".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_stale_entry_is_forgotten_only_while_it_names_the_dead_listener() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = registry(dir.path(), "s1");
+        let c = claim(&reg).unwrap();
+        let dead: SocketAddr = "192.0.2.5:40123".parse().unwrap();
+        c.publish("192.0.2.5:40999".parse().unwrap()).unwrap();
+        forget_stale(&reg, c.address, dead);
+        assert!(c.path.exists(), "an entry naming another listener stays");
+        c.publish(dead).unwrap();
+        forget_stale(&reg, c.address, dead);
+        assert!(!c.path.exists());
     }
 
     #[test]

@@ -73,7 +73,19 @@ impl Dialer {
                     return Box::pin(async move {
                         let secret = secret.ok_or_else(no_secret)?;
                         let at = crate::net::peers::locate(&registry, ip).await?;
-                        let mut stream = TcpStream::connect(at).await?;
+                        let mut stream = match TcpStream::connect(at).await {
+                            Ok(s) => s,
+                            Err(e) => {
+                                if e.kind() == io::ErrorKind::ConnectionRefused {
+                                    // Nothing listens there: a jail killed with its cleanup.
+                                    let _ = tokio::task::spawn_blocking(move || {
+                                        crate::net::peers::forget_stale(&registry, ip, at)
+                                    })
+                                    .await;
+                                }
+                                return Err(e);
+                            }
+                        };
                         let to = std::net::SocketAddrV4::new(ip, target.port());
                         crate::net::peers::call(&mut stream, &secret, own, to).await?;
                         Ok(stream)
