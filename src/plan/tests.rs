@@ -242,6 +242,22 @@ fn job_ports_are_named_in_the_environment_and_need_the_filtered_network() {
 }
 
 #[test]
+fn a_jail_has_its_session_network_address_on_tun0_only() {
+    let peer = PeerPlan { address: "169.254.12.34".parse().unwrap(), registry: "/home/u/.local/state/x".into() };
+    let req = RunRequest { peer: Some(peer.clone()), ..request("/home/u/proj") };
+    let p = build(&policy("[net]\nmode = \"filtered\""), &facts(), &host(), &req).unwrap();
+    assert_eq!(p.net.peer, Some(peer));
+    assert_eq!(p.net.jail_address(), "169.254.12.34".parse::<std::net::Ipv4Addr>().unwrap());
+    // No tun0, no address on the session network: the jail keeps none.
+    for mode in ["isolated", "proxied", "open"] {
+        let p = build(&policy(&format!("[net]\nmode = \"{mode}\"")), &facts(), &host(), &req).unwrap();
+        assert_eq!(p.net.peer, None, "{mode}");
+    }
+    let p = build(&policy("[net]\nmode = \"filtered\""), &facts(), &host(), &request("/home/u/proj")).unwrap();
+    assert_eq!(p.net.jail_address(), crate::netrules::addr::JAIL_V4);
+}
+
+#[test]
 fn filtered_mode_gets_our_resolver_and_the_hosts_upstreams() {
     let p = plan_for("[net]\nmode = \"filtered\"", "/home/u/proj").unwrap();
     assert_eq!(p.net.effective, NetMode::Filtered);

@@ -813,6 +813,19 @@ mod tests {
     }
 
     #[test]
+    fn the_session_network_is_on_by_default_and_an_admin_off_is_final() {
+        assert!(merge(&[], None).unwrap().net_session_network.value);
+        let off = merge(&[user("[net]\nsession_network = false")], None).unwrap();
+        assert!(!off.net_session_network.value, "a user may turn it off");
+        let p =
+            merge(&[user("[net]\nsession_network = true")], Some(&admin("[net]\nsession_network = false"))).unwrap();
+        assert!(!p.net_session_network.value && p.net_session_network.locked, "the admin's off is final");
+        let p =
+            merge(&[user("[net]\nsession_network = false")], Some(&admin("[net]\nsession_network = true"))).unwrap();
+        assert!(!p.net_session_network.value, "an admin's on does not turn a user's off on");
+    }
+
+    #[test]
     fn admin_minimum_keeps_a_stricter_user_value() {
         let p = merge(&[user("[net]\nmode = \"isolated\"")], Some(&admin("[net]\nmode = \"proxied\""))).unwrap();
         assert_eq!(p.net_mode.value, NetMode::Isolated);
