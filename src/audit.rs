@@ -8,8 +8,15 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub const FILE: &str = "audit.jsonl";
-/// Size at which the log is rotated once (to `audit.jsonl.1`).
+/// Size at which the log is rotated (to `audit.jsonl.1`, the older ones to `.2` and `.3`).
 pub const MAX_BYTES: u64 = 16 << 20;
+/// Rotated files kept: with the live one, up to 64 MiB of history, so that a flood of
+/// refusals (the supervisor writes one a second per source) takes hours to push it out.
+const ROTATED: u32 = 3;
+
+fn rotated(path: &Path, n: u32) -> PathBuf {
+    path.with_extension(format!("jsonl.{n}"))
+}
 
 /// One record. `event` says which of the optional fields are set.
 #[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
@@ -115,9 +122,13 @@ impl AuditLog {
         // One write of a whole line with O_APPEND: concurrent sessions do not interleave.
         let written = opened.and_then(|mut f| {
             f.write_all(&line)?;
-            // Bounded: past MAX_BYTES the log moves to `audit.jsonl.1` (replacing the older one).
+            // Bounded: past MAX_BYTES the log moves to `audit.jsonl.1`, and the older ones one
+            // place on (the oldest is dropped). Two sessions rotating at once may drop one more.
             if f.metadata()?.len() > MAX_BYTES {
-                std::fs::rename(&self.path, self.path.with_extension("jsonl.1"))?;
+                for n in (1..ROTATED).rev() {
+                    let _ = std::fs::rename(rotated(&self.path, n), rotated(&self.path, n + 1));
+                }
+                std::fs::rename(&self.path, rotated(&self.path, 1))?;
             }
             Ok(())
         });
@@ -152,18 +163,24 @@ fn format_rfc3339(secs: i64, millis: u32) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{millis:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
-/// Reads the log, keeping the records of one session if asked; unreadable lines are skipped.
+/// Reads the log, its rotated files first (oldest first), keeping the records of one session
+/// if asked; unreadable lines are skipped.
 pub fn read(state_dir: &Path, session: Option<&str>) -> std::io::Result<Vec<Record>> {
-    let text = match std::fs::read_to_string(state_dir.join(FILE)) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e),
-    };
-    Ok(text
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Record>(l).ok())
-        .filter(|r| session.is_none_or(|s| r.session == s))
-        .collect())
+    let live = state_dir.join(FILE);
+    let mut records = vec![];
+    for path in (1..=ROTATED).rev().map(|n| rotated(&live, n)).chain([live.clone()]) {
+        let text = match std::fs::read_to_string(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        records.extend(
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+                .filter(|r| session.is_none_or(|s| r.session == s)),
+        );
+    }
+    Ok(records)
 }
 
 /// Prints the last `tail` records, then every record appended after them, forever (polls
@@ -310,5 +327,33 @@ mod tests {
         assert_eq!(mine.len(), 1);
         assert_eq!(mine[0].program.as_deref(), Some("codex"));
         assert!(render(&mine[0]).contains("session_start"));
+    }
+
+    #[test]
+    fn rotated_files_are_kept_and_read_oldest_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = AuditLog::new(dir.path());
+        for (n, body) in [(3, "oldest"), (2, "older"), (1, "old")] {
+            let mut r = a.record("session_start");
+            r.program = Some(body.into());
+            let line = serde_json::to_string(&r).unwrap() + "\n";
+            std::fs::write(rotated(a.path(), n), line).unwrap();
+        }
+        let mut r = a.record("session_start");
+        r.program = Some("live".into());
+        a.write(&r);
+        let got: Vec<String> = read(dir.path(), None).unwrap().into_iter().filter_map(|r| r.program).collect();
+        assert_eq!(got, ["oldest", "older", "old", "live"]);
+        // Past the size, the live file becomes .1 and each older one moves on; the oldest goes.
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(a.path())
+            .unwrap()
+            .write_all(&vec![b'\n'; MAX_BYTES as usize])
+            .unwrap();
+        a.write(&a.record("session_end"));
+        assert!(!a.path().exists());
+        let got: Vec<String> = read(dir.path(), None).unwrap().into_iter().filter_map(|r| r.program).collect();
+        assert_eq!(got, ["older", "old", "live"]);
     }
 }
