@@ -7,11 +7,12 @@
 //! user could want is shadowed, and floors refuse it to everything else) as a file in the
 //! session's registry, `<state>/net/<session>/`, which only the user's processes outside a
 //! jail can write (the state directory is shared with the compute nodes, as the job
-//! directories are). Its supervisor listens on the host and writes where into that file. A
+//! directories are). Its supervisor listens on the host, and the file says where (`Role`). A
 //! flow of one jail to another's address is dialled to that listener by the caller's
-//! supervisor, which proves the session's secret in a challenge-response that the listener
-//! answers with its own proof; only then does the listener bring the connection into its jail,
-//! from the caller's jail address, so that the program there sees the peer it knows.
+//! supervisor, which proves the session's secret, and names the jail it calls, in a
+//! challenge-response that the listener answers with its own proof; only then does the
+//! listener bring the connection into its jail, from the caller's jail address, so that the
+//! program there sees the peer it knows.
 
 use crate::net::jobs::Secret;
 use std::io::{self, Read, Write};

@@ -1,9 +1,9 @@
 //! The session network's listener (`net::peers`). The session's own jail's is bound by the
 //! launcher, which announces it at the first Slurm call and hands it over; a job's jail's is
-//! bound here, on the address routed toward the session's, and announced at once. Each connection's proof is
-//! checked off the loop; an admitted one is brought into the jail at the port it called, from
-//! the caller's jail address (`Event::Peer`). A refusal closes the connection and leaves one
-//! audit record.
+//! bound here, on the address routed toward the session's, and announced at once. Each
+//! connection's proof is checked off the loop, in a bounded place (`pending`); an admitted one
+//! is brought into the jail at the port it called, from the caller's jail address
+//! (`Event::Peer`). A refusal closes the connection and is audited (`pending::Refusals`).
 
 use super::decide::Shared;
 use super::dns::accept_surviving;
