@@ -71,14 +71,24 @@ impl Secret {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
-    /// The session's HMAC key (the session network signs its own messages with it).
-    pub(crate) fn key(&self) -> ring::hmac::Key {
-        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0)
+    /// The HMAC-SHA256 of `parts`, one after the other, under the secret: every proof of the
+    /// job ports and of the session network (`net::peers`).
+    pub(crate) fn sign(&self, parts: &[&[u8]]) -> ring::hmac::Tag {
+        let mut ctx = ring::hmac::Context::with_key(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0));
+        for part in parts {
+            ctx.update(part);
+        }
+        ctx.sign()
+    }
+
+    /// Whether `tag` is `sign(parts)` (compared in constant time).
+    pub(crate) fn verifies(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
+        ring::hmac::verify(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0), &parts.concat(), tag).is_ok()
     }
 }
 
 /// Bytes of each side's nonce.
-const NONCE: usize = 16;
+pub(crate) const NONCE: usize = 16;
 const JOB_LABEL: &[u8] = b"agent-sandbox job port: job";
 const LISTENER_LABEL: &[u8] = b"agent-sandbox job port: listener";
 
@@ -94,23 +104,15 @@ pub struct Transcript {
 
 impl Transcript {
     fn tag(&self, secret: &Secret, label: &[u8]) -> ring::hmac::Tag {
-        let mut ctx = ring::hmac::Context::with_key(&secret.key());
-        for part in [label, &self.challenge, &self.nonce, self.listener.to_string().as_bytes()] {
-            ctx.update(part);
-        }
-        ctx.sign()
+        secret.sign(&[label, &self.challenge, &self.nonce, self.listener.to_string().as_bytes()])
     }
 
     fn verify(&self, secret: &Secret, label: &[u8], got: &[u8]) -> bool {
-        let mut msg = label.to_vec();
-        msg.extend_from_slice(&self.challenge);
-        msg.extend_from_slice(&self.nonce);
-        msg.extend_from_slice(self.listener.to_string().as_bytes());
-        ring::hmac::verify(&secret.key(), &msg, got).is_ok()
+        secret.verifies(&[label, &self.challenge, &self.nonce, self.listener.to_string().as_bytes()], got)
     }
 }
 
-fn random_nonce() -> std::io::Result<[u8; NONCE]> {
+pub(crate) fn random_nonce() -> std::io::Result<[u8; NONCE]> {
     let mut n = [0u8; NONCE];
     ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut n)
         .map_err(|_| std::io::Error::other("no randomness"))?;
@@ -199,7 +201,7 @@ impl JobServices {
 /// Slurm controller). The error says what to set.
 pub fn bind(ports: &[u16], address: &str, admission: Admission, secret: Secret) -> Result<JobServices, String> {
     let ip = cluster_address(address, &admission.asker)?;
-    if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() {
+    if !reachable_from_nodes(ip) {
         return Err(format!(
             "net.job_address {ip} is no address compute nodes reach; set it to the login node's address on the \
              cluster network"
@@ -226,6 +228,12 @@ pub fn cluster_address(address: &str, asker: &Asker) -> Result<IpAddr, String> {
     }
     let controller = asker.controller().map_err(|e| format!("cannot find the cluster's address: {e}; {fix}"))?;
     local_address_toward(controller).map_err(|e| format!("no route to the controller {controller}: {e}; {fix}"))
+}
+
+/// Whether other hosts can call `ip`: never loopback, unspecified or multicast (a caller on
+/// another node would dial its own host there).
+pub(crate) fn reachable_from_nodes(ip: IpAddr) -> bool {
+    !(ip.is_loopback() || ip.is_unspecified() || ip.is_multicast())
 }
 
 /// The source address the host would use to reach `to` (a UDP connect sends nothing).

@@ -14,7 +14,7 @@
 //! listener bring the connection into its jail, from the caller's jail address, so that the
 //! program there sees the peer it knows.
 
-use crate::net::jobs::Secret;
+use crate::net::jobs::{random_nonce, Secret, NONCE};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -44,7 +44,6 @@ const PUBLISH_WAIT: Duration = Duration::from_secs(5);
 const PROOF_WAIT: Duration = Duration::from_secs(1);
 #[cfg(test)]
 const PROOF_WAIT: Duration = Duration::from_millis(300);
-const NONCE: usize = 16;
 const MAC: usize = 32;
 /// The caller's half: its nonce, its jail address, the jail address and port it calls, its
 /// MAC. Naming the jail called binds the proof to that jail's listener: a listener the
@@ -206,24 +205,8 @@ pub async fn locate(registry: &Path, ip: Ipv4Addr) -> io::Result<SocketAddr> {
     }
 }
 
-fn mac(secret: &Secret, what: &[u8], listener: &[u8], dial: &[u8]) -> ring::hmac::Tag {
-    let key = secret.key();
-    let mut ctx = ring::hmac::Context::with_key(&key);
-    for part in [what, listener, dial] {
-        ctx.update(part);
-    }
-    ctx.sign()
-}
-
 const DIAL_LABEL: &[u8] = b"agent-sandbox session network: call";
 const ANSWER_LABEL: &[u8] = b"agent-sandbox session network: answer";
-
-fn nonce() -> io::Result<[u8; NONCE]> {
-    let mut n = [0u8; NONCE];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut n)
-        .map_err(|_| io::Error::other("no randomness"))?;
-    Ok(n)
-}
 
 fn denied(why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::PermissionDenied, why.to_string())
@@ -237,21 +220,19 @@ pub async fn call(stream: &mut TcpStream, secret: &Secret, from: Ipv4Addr, to: S
     let mut challenge = [0u8; NONCE];
     tokio::time::timeout(PROOF_WAIT, stream.read_exact(&mut challenge)).await.map_err(timed_out)??;
     let mut dial = Vec::with_capacity(DIAL_LEN);
-    dial.extend_from_slice(&nonce()?);
+    dial.extend_from_slice(&random_nonce()?);
     dial.extend_from_slice(&from.octets());
     dial.extend_from_slice(&to.ip().octets());
     dial.extend_from_slice(&to.port().to_be_bytes());
-    let tag = mac(secret, DIAL_LABEL, &challenge, &dial);
+    let tag = secret.sign(&[DIAL_LABEL, &challenge, &dial]);
     dial.extend_from_slice(tag.as_ref());
     stream.write_all(&dial).await?;
     let mut answer = [0u8; MAC];
     tokio::time::timeout(PROOF_WAIT, stream.read_exact(&mut answer)).await.map_err(timed_out)??;
-    let key = secret.key();
-    let mut signed = Vec::with_capacity(ANSWER_LABEL.len() + NONCE + DIAL_LEN);
-    signed.extend_from_slice(ANSWER_LABEL);
-    signed.extend_from_slice(&challenge);
-    signed.extend_from_slice(&dial);
-    ring::hmac::verify(&key, &signed, &answer).map_err(|_| denied("not a jail of this session"))
+    match secret.verifies(&[ANSWER_LABEL, &challenge, &dial], &answer) {
+        true => Ok(()),
+        false => Err(denied("not a jail of this session")),
+    }
 }
 
 /// A call the listener admitted: from which jail address, to which port of its own jail.
@@ -264,7 +245,7 @@ pub struct Admitted {
 /// The listener's side (of the jail at `own`): its challenge, the caller's proof checked (and
 /// that it calls this jail), its own proof sent.
 pub async fn answer(stream: &mut TcpStream, secret: &Secret, own: Ipv4Addr) -> Result<Admitted, String> {
-    let challenge = nonce().map_err(|e| e.to_string())?;
+    let challenge = random_nonce().map_err(|e| e.to_string())?;
     stream.write_all(&challenge).await.map_err(|e| e.to_string())?;
     let mut dial = [0u8; DIAL_LEN];
     match tokio::time::timeout(PROOF_WAIT, stream.read_exact(&mut dial)).await {
@@ -272,12 +253,7 @@ pub async fn answer(stream: &mut TcpStream, secret: &Secret, own: Ipv4Addr) -> R
         Ok(Err(_)) | Err(_) => return Err("it sent no proof of being a jail of this session".into()),
     }
     let (signed, tag) = dial.split_at(DIAL_LEN - MAC);
-    let key = secret.key();
-    let mut msg = Vec::with_capacity(DIAL_LABEL.len() + NONCE + signed.len());
-    msg.extend_from_slice(DIAL_LABEL);
-    msg.extend_from_slice(&challenge);
-    msg.extend_from_slice(signed);
-    if ring::hmac::verify(&key, &msg, tag).is_err() {
+    if !secret.verifies(&[DIAL_LABEL, &challenge, signed], tag) {
         return Err("it is no jail of this session (its proof is not the session's)".into());
     }
     let from = Ipv4Addr::new(signed[NONCE], signed[NONCE + 1], signed[NONCE + 2], signed[NONCE + 3]);
@@ -289,7 +265,7 @@ pub async fn answer(stream: &mut TcpStream, secret: &Secret, own: Ipv4Addr) -> R
     if !is_peer(from.into()) || port == 0 {
         return Err(format!("its jail address {from} or port {port} is not one of the session network"));
     }
-    let reply = mac(secret, ANSWER_LABEL, &challenge, &dial);
+    let reply = secret.sign(&[ANSWER_LABEL, &challenge, &dial]);
     stream.write_all(reply.as_ref()).await.map_err(|e| e.to_string())?;
     Ok(Admitted { from, port })
 }
@@ -357,12 +333,11 @@ pub fn job_address_quick(registry: &Path) -> Option<IpAddr> {
     crate::net::jobs::local_address_toward(login).ok().and_then(|ip| usable(ip).ok())
 }
 
-/// An address other hosts can call: never loopback, unspecified or multicast (a caller on
-/// another node would dial its own host there).
+/// `ip`, if other hosts can call it (`jobs::reachable_from_nodes`).
 fn usable(ip: IpAddr) -> Result<IpAddr, String> {
-    match ip.is_loopback() || ip.is_unspecified() || ip.is_multicast() {
-        true => Err(format!("{ip} cannot be reached from the other nodes")),
-        false => Ok(ip),
+    match crate::net::jobs::reachable_from_nodes(ip) {
+        true => Ok(ip),
+        false => Err(format!("{ip} cannot be reached from the other nodes")),
     }
 }
 
@@ -507,7 +482,7 @@ mod tests {
         let (mut c, mut s) = pair().await;
         let sec = secret.clone();
         let caller = tokio::spawn(async move { call(&mut c, &sec, Ipv4Addr::new(169, 254, 3, 4), TO).await });
-        let challenge = nonce().unwrap();
+        let challenge = random_nonce().unwrap();
         s.write_all(&challenge).await.unwrap();
         let mut recorded = [0u8; DIAL_LEN];
         s.read_exact(&mut recorded).await.unwrap();
