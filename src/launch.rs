@@ -388,10 +388,7 @@ impl Launch {
         }
         // An allocation whose salloc the chaperon could not end (it died with us while the
         // request was pending) is cancelled once we are gone.
-        let (state, launcher) = (facts.state_dir(), std::process::id() as i32);
-        lock.run_after_exit(Box::new(move || {
-            chaperon::commands::salloc::cancel_left(&state, &slurm::slurm_bin().join("scancel"), launcher)
-        }));
+        lock.cancel_left_after_exit(facts.state_dir());
         // The jail's address on the session network is given back when it ends; the
         // session's registry goes too once no job of the session holds an address in it.
         if let Some((claim, registry)) = &peer_claim {

@@ -71,6 +71,9 @@ fn main() {
 
 fn real_main() -> Result<i32, Failure> {
     timing::mark("start");
+    if may_start_a_session() {
+        agent_sandbox::jail::waiter::start();
+    }
     let args = cli::Cli::parse();
     init_tracing(args.opts.verbose);
     match &args.command {
@@ -93,6 +96,14 @@ fn real_main() -> Result<i32, Failure> {
         }
         None => session(&args.opts, args.opts.profile.as_deref(), What::Shell),
     }
+}
+
+/// False for the commands that never start a session; a wrong guess either way costs only a
+/// fork (a waiter that exits with the launcher, or one forked later, when a lock is handed).
+fn may_start_a_session() -> bool {
+    const OTHERS: &[&str] =
+        &["doctor", "log", "policy", "allow", "chaperon", "help", "--help", "-h", "--version", "-V"];
+    std::env::args_os().nth(1).is_none_or(|a| !OTHERS.iter().any(|o| a == *o))
 }
 
 fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32, Failure> {

@@ -80,6 +80,7 @@ pub fn run(plan: &Plan, banner: &dyn Fn(), lazy: Option<Lazy<'_>>) -> Result<Out
     // no other thread here (no network supervisor runs in this backend).
     let child = match unsafe { fork() } {
         Ok(ForkResult::Child) => {
+            super::waiter::forget();
             drop(err_r);
             let ends = sweeper.map(|((go_r, go_w), (done_r, done_w))| {
                 drop((go_w, done_r));

@@ -27,6 +27,7 @@ impl TtyFds {
 
 /// Entry point of the cloned child. Never returns to the launcher's code: exits instead.
 pub fn child_main(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> isize {
+    super::waiter::forget();
     // SAFETY: PR_SET_PDEATHSIG takes a signal number; no pointers.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
     match msg::recv(sock) {

@@ -17,6 +17,7 @@ pub mod placeholders;
 pub mod relay;
 pub mod seccomp;
 pub mod userns;
+pub mod waiter;
 
 use crate::plan::{BackendKind, Plan};
 use init::TtyFds;
@@ -102,7 +103,7 @@ pub fn run(
     }
     let result = match plan.backend {
         BackendKind::Userns => {
-            userns::run(plan, stdio_ttys(), banner, &mut || lock.spawn_waiter(), net_start, lazy, audit)
+            userns::run(plan, stdio_ttys(), banner, &mut || lock.hand_to_waiter(), net_start, lazy, audit)
         }
         BackendKind::Landlock => fallback::run(plan, banner, lazy),
     };

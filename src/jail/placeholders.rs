@@ -9,7 +9,7 @@
 use crate::plan::Placeholder;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
@@ -84,14 +84,14 @@ fn create_beneath(root: &Path, path: &Path, made: Made<'_>) -> std::io::Result<(
 pub struct ProjectLock {
     file: File,
     project: PathBuf,
-    /// Write end of the pipe a cleanup waiter reads: it releases once we have exited.
-    waiter: Option<OwnedFd>,
-    /// A file of the session to remove once the launcher is gone, however it ended (the
+    /// The cleanup waiter has its orders (and a copy of this lock): it releases once we exited.
+    handed: bool,
+    /// Files of the session to remove once the launcher is gone, however it ended (the
     /// chaperon's socket: a killed launcher would leave it behind).
     remove_after: Vec<PathBuf>,
-    /// Work the waiter does once the launcher is gone (cancelling what the session's
-    /// chaperon could not end itself).
-    after_exit: Vec<Box<dyn FnOnce()>>,
+    /// Allocations the session's chaperon could not end itself, cancelled once the launcher is
+    /// gone: the state directory and the launcher's pid their notes are filed under.
+    cancel_left: Option<(PathBuf, i32)>,
     /// The home's own lock, for placeholders outside the project (an agent's instruction
     /// file): shared by every session of the user, whatever its project, so one ending never
     /// removes a file another session still shows its notice on.
@@ -117,7 +117,7 @@ fn fnv(bytes: &[u8]) -> u64 {
 }
 
 /// Closes every descriptor of this process but `keep` (stdio becomes /dev/null).
-fn close_all_but(keep: &[i32]) {
+pub(super) fn close_all_but(keep: &[i32]) {
     if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
         for fd in 0..3 {
             // SAFETY: dup2 onto this process's own stdio descriptors.
@@ -170,14 +170,7 @@ impl ProjectLock {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(err)?;
-        let mut lock = ProjectLock {
-            file,
-            project: project.to_path_buf(),
-            waiter: None,
-            remove_after: vec![],
-            after_exit: vec![],
-            home: None,
-        };
+        let mut lock = ProjectLock::held(file, project.to_path_buf());
         // Alone? Then first remove what an earlier session left behind (it ended while
         // another held the lock, or it was killed), so this plan sees the project as it is.
         if flock(&lock.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
@@ -226,81 +219,48 @@ impl ProjectLock {
         result
     }
 
-    /// Also removes `path` after the launcher exits (set before `spawn_waiter`).
+    /// A lock whose file is open (and locked) already: the waiter's copy.
+    pub(super) fn held(file: File, project: PathBuf) -> ProjectLock {
+        ProjectLock { file, project, handed: false, remove_after: vec![], cancel_left: None, home: None }
+    }
+
+    /// Also removes `path` after the launcher exits (set before `hand_to_waiter`).
     pub fn remove_after_exit(&mut self, path: PathBuf) {
         self.remove_after.push(path);
     }
 
-    /// Also runs `work` after the launcher exits, in the waiter (set before `spawn_waiter`).
-    pub fn run_after_exit(&mut self, work: Box<dyn FnOnce()>) {
-        self.after_exit.push(work);
+    /// Also cancels, after the launcher exits, the allocations its chaperon left noted under
+    /// `state_dir` (set before `hand_to_waiter`).
+    pub fn cancel_left_after_exit(&mut self, state_dir: PathBuf) {
+        self.cancel_left = Some((state_dir, std::process::id() as i32));
     }
 
-    /// Forks, while the launcher waits for the jail to build itself, a child that waits for
-    /// the launcher to exit (its pipe closes, however the launcher ends) and then releases:
-    /// the launcher's own exit then costs neither a fork nor the removals.
-    pub fn spawn_waiter(&mut self) {
-        if let Some(home) = self.home.as_mut() {
-            home.spawn_waiter();
-        }
-        let Ok((r, w)) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) else { return };
-        // SAFETY: the launcher is single-threaded; the child keeps two descriptors, blocks on
-        // a read, removes files and _exits.
-        match unsafe { nix::unistd::fork() } {
-            Ok(nix::unistd::ForkResult::Child) => {
-                drop(w);
-                close_all_but(&[self.file.as_raw_fd(), r.as_raw_fd()]);
-                // A session that lasts gets its waiter's heap trimmed; a short one never waits
-                // for the trim (it would take a core from the jail being built).
-                let mut p = [nix::poll::PollFd::new(r.as_fd(), nix::poll::PollFlags::POLLIN)];
-                let millis = u16::try_from(super::TRIM_AFTER.as_millis()).unwrap_or(u16::MAX);
-                if matches!(nix::poll::poll(&mut p, nix::poll::PollTimeout::from(millis)), Ok(0)) {
-                    super::trim_heap();
-                }
-                let mut b = [0u8; 1];
-                while matches!(nix::unistd::read(&r, &mut b), Ok(n) if n > 0) {}
-                // A directory goes only once empty (the session network's registry, while
-                // jobs of the session still run elsewhere, stays).
-                for p in &self.remove_after {
-                    let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir(p));
-                }
-                for work in std::mem::take(&mut self.after_exit) {
-                    work();
-                }
-                self.release_as_waiter();
-                // SAFETY: ends the waiter without running the launcher's exit path.
-                unsafe { libc::_exit(0) }
-            }
-            Ok(nix::unistd::ForkResult::Parent { .. }) => self.waiter = Some(w),
-            Err(_) => {}
-        }
-    }
-
-    /// Ends the session's hold: a waiter, if one runs, releases after we exit; otherwise a
-    /// forked child does, so the launcher does not wait for the removals.
-    pub fn finish(mut self) {
-        if let Some(home) = self.home.take() {
-            home.finish();
-        }
-        if self.waiter.is_some() {
-            // Our descriptors close when we exit; the waiter sees its pipe close.
-            std::mem::forget(self);
+    /// Gives the cleanup waiter (`waiter`, forked when the launcher started) what to do once
+    /// the launcher is gone: the removals, and this lock and the home's to release. Called
+    /// while the launcher waits for the jail to build itself, so its exit costs nothing.
+    pub fn hand_to_waiter(&mut self) {
+        if self.handed {
             return;
         }
-        // SAFETY: the launcher is single-threaded; the child closes its stdio (so nobody
-        // waits for its output), removes files, and _exits.
-        match unsafe { nix::unistd::fork() } {
-            Ok(nix::unistd::ForkResult::Child) => {
-                close_all_but(&[self.file.as_raw_fd()]);
-                for work in std::mem::take(&mut self.after_exit) {
-                    work();
-                }
-                self.release_now();
-                // SAFETY: ends the cleanup child without running the launcher's exit path.
-                unsafe { libc::_exit(0) }
-            }
-            Ok(nix::unistd::ForkResult::Parent { .. }) => {}
-            Err(_) => self.release_now(),
+        let mut locks = vec![self.file.as_raw_fd()];
+        let mut orders = super::waiter::Orders {
+            remove: self.remove_after.iter().map(|p| super::waiter::bytes(p)).collect(),
+            cancel_left: self.cancel_left.as_ref().map(|(s, pid)| (super::waiter::bytes(s), *pid)),
+            locks: vec![super::waiter::bytes(&self.project)],
+        };
+        if let Some(home) = &self.home {
+            locks.push(home.file.as_raw_fd());
+            orders.locks.push(super::waiter::bytes(&home.project));
+        }
+        self.handed = super::waiter::hand(&orders, &locks);
+    }
+
+    /// Ends the session's hold: the waiter releases after we exit (given its orders now if it
+    /// has none yet); without a waiter, we release what we can now.
+    pub fn finish(mut self) {
+        self.hand_to_waiter();
+        if !self.handed {
+            self.release_now();
         }
     }
 
@@ -320,7 +280,7 @@ impl ProjectLock {
     /// others hold theirs. So a waiter that fails lets go of its own lock and tries again a
     /// few times, a little later each: the last of them gets the exclusive lock and cleans.
     /// A session still running keeps its lock; its own waiter cleans after it.
-    fn release_as_waiter(&mut self) {
+    pub(super) fn release_as_waiter(&mut self) {
         for attempt in 0..40u64 {
             if flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok() {
                 self.remove_recorded();
