@@ -107,6 +107,26 @@ fn missing_git_cannot_be_created_with_writable_hooks_and_placeholder_is_removed(
 }
 
 #[test]
+fn a_session_ended_by_a_signal_to_its_process_group_is_cleaned_up_after() {
+    // A hangup or `kill -- -PGID` reaches every process of the launcher's group: the cleanup
+    // waiter has left it, so the placeholders still go. (The Landlock backend makes none.)
+    let j = jail!("pgkill");
+    let mut c = j.command(&["-q", "run", "--", "sleep", "30"]);
+    std::os::unix::process::CommandExt::process_group(&mut c, 0);
+    let mut child = c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !j.project.join(".git").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(j.project.join(".git").exists(), "the session made no placeholder");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
+    nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let _ = child.wait();
+    assert!(gone_soon(&j.project.join(".git")), "the placeholder stayed after a SIGTERM to the launcher's group");
+}
+
+#[test]
 fn proc_shows_only_jail_processes() {
     let j = jail!("proc");
     let host_pid = std::process::id();

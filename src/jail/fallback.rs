@@ -413,12 +413,14 @@ fn proc_entries() -> Vec<ProcEntry> {
 /// Every living process below this one, from `/proc` (no PID namespace to tear down).
 fn descendants() -> Vec<i32> {
     let me = std::process::id() as i32;
+    // The cleanup waiter is ours, not the command's: it must outlive us.
+    let waiter = super::waiter::pid();
     let all = proc_entries();
     let mut found = vec![me];
     let mut i = 0;
     while i < found.len() {
         let p = found[i];
-        found.extend(all.iter().filter(|e| e.ppid == p).map(|e| e.pid));
+        found.extend(all.iter().filter(|e| e.ppid == p && Some(e.pid) != waiter).map(|e| e.pid));
         i += 1;
     }
     found.retain(|p| *p != me && !all.iter().any(|e| e.pid == *p && e.zombie));

@@ -101,10 +101,10 @@ pub fn run(
         lock.release_now();
         return Err(e.into());
     }
+    // Before anything of the jail runs: a launcher killed from here on is cleaned up after.
+    lock.hand_to_waiter();
     let result = match plan.backend {
-        BackendKind::Userns => {
-            userns::run(plan, stdio_ttys(), banner, &mut || lock.hand_to_waiter(), net_start, lazy, audit)
-        }
+        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner, net_start, lazy, audit),
         BackendKind::Landlock => fallback::run(plan, banner, lazy),
     };
     lock.finish();

@@ -237,17 +237,13 @@ impl ProjectLock {
 
     /// Gives the cleanup waiter (`waiter`, forked when the launcher started) what to do once
     /// the launcher is gone: the removals, and this lock and the home's to release. Called
-    /// while the launcher waits for the jail to build itself, so its exit costs nothing.
+    /// before anything of the jail runs, so a launcher killed later is still cleaned up after.
     pub fn hand_to_waiter(&mut self) {
         if self.handed {
             return;
         }
         let mut locks = vec![self.file.as_raw_fd()];
-        let mut orders = super::waiter::Orders {
-            remove: self.remove_after.iter().map(|p| super::waiter::bytes(p)).collect(),
-            cancel_left: self.cancel_left.as_ref().map(|(s, pid)| (super::waiter::bytes(s), *pid)),
-            locks: vec![super::waiter::bytes(&self.project)],
-        };
+        let mut orders = self.orders();
         if let Some(home) = &self.home {
             locks.push(home.file.as_raw_fd());
             orders.locks.push(super::waiter::bytes(&home.project));
@@ -255,11 +251,20 @@ impl ProjectLock {
         self.handed = super::waiter::hand(&orders, &locks);
     }
 
-    /// Ends the session's hold: the waiter releases after we exit (given its orders now if it
-    /// has none yet); without a waiter, we release what we can now.
+    fn orders(&self) -> super::waiter::Orders {
+        super::waiter::Orders {
+            remove: self.remove_after.iter().map(|p| super::waiter::bytes(p)).collect(),
+            cancel_left: self.cancel_left.as_ref().map(|(s, pid)| (super::waiter::bytes(s), *pid)),
+            locks: vec![super::waiter::bytes(&self.project)],
+        }
+    }
+
+    /// Ends the session's hold: the waiter releases after we exit; if no waiter took the
+    /// orders (none could be started, or it is gone), we do its work now.
     pub fn finish(mut self) {
         self.hand_to_waiter();
         if !self.handed {
+            super::waiter::remove_and_cancel(&self.orders());
             self.release_now();
         }
     }

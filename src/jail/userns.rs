@@ -18,14 +18,12 @@ pub struct Launched {
     pub sock: OwnedFd,
 }
 
-/// `idle`: work for the launcher while the jail builds itself (it runs on the other core).
 /// `net_start`: starts what serves the descriptors the jail hands out for its network
 /// (`plan.net.jail` says how many), once the jail has built them.
 pub fn run(
     plan: &Plan,
     tty: TtyFds,
     banner: &dyn Fn(),
-    idle: &mut dyn FnMut(),
     net_start: super::NetStart<'_>,
     lazy: Option<super::door::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
@@ -56,7 +54,6 @@ pub fn run(
         Some(_) => super::seccomp::build_guard_program().map_err(|e| fail(JailError::Seal(e.into())))?,
         None => vec![],
     };
-    idle();
     let master = match msg::recv(sock) {
         Ok(Some(Msg::Ready { pty, net: fds })) => {
             if fds.len() != plan.net.jail.handed_out() {

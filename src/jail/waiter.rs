@@ -5,16 +5,20 @@
 //!
 //! It is forked first thing, before the command line is parsed, while the heap is a few
 //! pages: it lives as long as the session, and a fork taken later would keep a copy of every
-//! heap page the launcher has since changed or freed (about 140 KiB a session, measured with
-//! 50 idle sessions). The launcher tells it what to do once it knows (`hand`): one message on
-//! a socket pair, the lock files' descriptors riding along. The launcher's exit closes the
-//! pair, and the waiter does the work.
+//! heap page the launcher has since changed or freed (about 60 KiB a session, measured with
+//! 50 idle sessions). The launcher tells it what to do once it knows (`hand`, before anything
+//! of the jail runs): one message on a socket pair, the lock files' descriptors riding along.
 //!
-//! The waiter acts only on what its own launcher sent: each message's sender is checked by
-//! the kernel's credentials (`SO_PASSCRED`), so a process that came to hold the launcher's end
-//! (a child forked before it was closed) cannot order removals. The jail's processes never
-//! hold it: the jail's init closes it first thing (`forget`), and everything else the
-//! launcher runs gets it closed at exec.
+//! The launcher's end is in no process of the jail (the jail's init closes its copy first
+//! thing, `forget`; everything else the launcher runs gets it closed at exec), and still the
+//! waiter trusts nothing that comes on it but its launcher's orders:
+//! - the launcher's exit is learnt from a pidfd of it, never from the socket (a message of no
+//!   bytes reads like the end of the stream);
+//! - a message counts only if the kernel's credentials (`SO_PASSCRED`) name the launcher's
+//!   pid while the pidfd shows the launcher alive (so the pid is not yet anyone else's).
+//!
+//! It leaves the launcher's session and process group and ignores the terminal's and a job
+//! control's signals: a hangup or `kill -- -PGID` that ends the session must not end it.
 
 use serde::{Deserialize, Serialize};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -23,6 +27,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The launcher's end of the pair (-1: no waiter runs).
 static LINK: AtomicI32 = AtomicI32::new(-1);
+/// The waiter's pid (0: none), which the launcher must not count among the command's.
+static WAITER: AtomicI32 = AtomicI32::new(0);
 
 /// The largest orders taken (a few paths); a message that does not fit is dropped whole.
 const MAX_ORDERS: usize = 1 << 20;
@@ -52,7 +58,7 @@ pub fn bytes(p: &std::path::Path) -> Vec<u8> {
 }
 
 /// Forks the waiter, unless one runs. Only a single-threaded process may call it (the
-/// launcher before its threads start): the child goes on in Rust code that allocates.
+/// launcher before it parsed its command line): the child goes on in Rust code that allocates.
 pub fn start() {
     if LINK.load(Ordering::Relaxed) >= 0 {
         return;
@@ -73,17 +79,22 @@ pub fn start() {
             drop(ours);
             serve(theirs, launcher)
         }
-        Ok(nix::unistd::ForkResult::Parent { .. }) => {
+        Ok(nix::unistd::ForkResult::Parent { child }) => {
             drop(theirs);
+            WAITER.store(child.as_raw(), Ordering::Relaxed);
             LINK.store(std::os::fd::IntoRawFd::into_raw_fd(ours), Ordering::Relaxed);
         }
         Err(_) => {}
     }
 }
 
-/// In a child of the launcher that stays (the jail's init): closes its copy of the
-/// launcher's end, so the waiter hears of the launcher's exit, and nothing in the child can
-/// write to it.
+/// The waiter's pid, if one was started.
+pub fn pid() -> Option<i32> {
+    Some(WAITER.load(Ordering::Relaxed)).filter(|p| *p > 0)
+}
+
+/// In a child of the launcher that stays (the jail's init, the Landlock command): closes its
+/// copy of the launcher's end, so that nothing in the jail can write to it.
 pub fn forget() {
     let fd = LINK.swap(-1, Ordering::Relaxed);
     if fd >= 0 {
@@ -92,10 +103,9 @@ pub fn forget() {
     }
 }
 
-/// Gives the waiter its orders (starting one now if none runs), with the session locks'
-/// descriptors in `orders.locks`' order. False if no waiter took them.
+/// Gives the waiter its orders, with the session locks' descriptors in `orders.locks`' order.
+/// False if no waiter took them (none runs, or it is gone): the caller then does the work.
 pub fn hand(orders: &Orders, locks: &[RawFd]) -> bool {
-    start();
     let fd = LINK.load(Ordering::Relaxed);
     if fd < 0 || locks.len() != orders.locks.len() || locks.len() > MAX_LOCKS {
         return false;
@@ -113,67 +123,171 @@ pub fn hand(orders: &Orders, locks: &[RawFd]) -> bool {
     }
 }
 
-/// The waiter's life: orders until the launcher is gone, then the work.
+/// A pidfd of our parent, if it is still `launcher` (checked after the pidfd exists, so the
+/// pid was not reused in between).
+fn pidfd_of(launcher: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags; it returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, launcher, 0) };
+    let fd = i32::try_from(fd).ok().filter(|f| *f >= 0)?;
+    // SAFETY: the kernel just made this descriptor for us.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    (nix::unistd::getppid().as_raw() == launcher).then_some(fd)
+}
+
+/// Whether `fd` (a pidfd) is readable within `timeout`: its process has ended.
+fn ended(fd: &OwnedFd, timeout: nix::poll::PollTimeout) -> bool {
+    use std::os::fd::AsFd;
+    let mut p = [nix::poll::PollFd::new(fd.as_fd(), nix::poll::PollFlags::POLLIN)];
+    loop {
+        match nix::poll::poll(&mut p, timeout) {
+            Ok(n) => return n > 0,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return true,
+        }
+    }
+}
+
+/// Leaves the launcher's session (so its process group's and terminal's signals miss us),
+/// and ignores the signals a job control or a batch system sends to end a session.
+fn shelter() {
+    let _ = nix::unistd::setsid();
+    use nix::sys::signal::{signal, SigHandler};
+    for s in SHELTERED {
+        // SAFETY: SIG_IGN installs no handler.
+        let _ = unsafe { signal(s, SigHandler::SigIgn) };
+    }
+}
+
+/// What `shelter` ignores, given back before the waiter runs `scancel`.
+const SHELTERED: [nix::sys::signal::Signal; 9] = {
+    use nix::sys::signal::Signal::*;
+    [SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2]
+};
+
+/// The waiter's life: its launcher's orders until the launcher is gone, then the work.
 fn serve(sock: OwnedFd, launcher: i32) -> ! {
     super::placeholders::close_all_but(&[sock.as_raw_fd()]);
+    shelter();
+    let Some(alive) = pidfd_of(launcher) else {
+        // SAFETY: the launcher is already gone and gave no orders: nothing to do.
+        unsafe { libc::_exit(0) }
+    };
     let mut orders = Orders::default();
     let mut lock_files: Vec<OwnedFd> = vec![];
+    let mut open = true;
     loop {
-        use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
-        // Each message's own size: a buffer made for the largest would be written whole (it
-        // is zeroed), and the waiter lives as long as the session.
-        let size =
-            match nix::sys::socket::recv(sock.as_raw_fd(), &mut [0u8; 0], MsgFlags::MSG_PEEK | MsgFlags::MSG_TRUNC) {
-                Ok(n) => n.min(MAX_ORDERS),
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(_) => break,
-            };
-        let mut buf = vec![0u8; size];
-        let mut cmsg = nix::cmsg_space!([RawFd; MAX_LOCKS], libc::ucred);
-        let mut iov = [std::io::IoSliceMut::new(&mut buf)];
-        let (n, fds, sender, cut) =
-            match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
-                Ok(m) => {
-                    let mut fds = vec![];
-                    let mut sender = None;
-                    for c in m.cmsgs().into_iter().flatten() {
-                        match c {
-                            ControlMessageOwned::ScmRights(v) => fds.extend(v.into_iter().map(|f| {
-                                // SAFETY: the kernel just installed these descriptors in this
-                                // process; nothing else owns them.
-                                unsafe { OwnedFd::from_raw_fd(f) }
-                            })),
-                            ControlMessageOwned::ScmCredentials(c) => sender = Some(c.pid()),
-                            _ => {}
-                        }
-                    }
-                    let cut = m.flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC);
-                    (m.bytes, fds, sender, cut)
+        use nix::poll::{PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
+        let mut fds = [
+            PollFd::new(alive.as_fd(), PollFlags::POLLIN),
+            PollFd::new(sock.as_fd(), if open { PollFlags::POLLIN } else { PollFlags::empty() }),
+        ];
+        match nix::poll::poll(&mut fds, PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+        if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+            break; // the launcher has ended
+        }
+        if fds[1].revents().is_none_or(|r| r.is_empty()) {
+            continue;
+        }
+        match receive(&sock) {
+            Received::Message { body, fds, sender } => {
+                // From the launcher, while it still lives: its pid is not anyone else's yet.
+                let from_launcher = sender == Some(launcher) && !ended(&alive, PollTimeout::ZERO);
+                let Some(more) = from_launcher.then(|| serde_json::from_slice::<Orders>(&body).ok()).flatten() else {
+                    continue;
+                };
+                if more.locks.len() != fds.len() {
+                    continue;
                 }
-                Err(nix::errno::Errno::EINTR) => continue,
-                Err(_) => break,
-            };
-        if n == 0 {
-            break; // the launcher is gone (every copy of its end closed)
+                orders.remove.extend(more.remove);
+                orders.cancel_left = more.cancel_left.or(orders.cancel_left.take());
+                orders.locks.extend(more.locks);
+                lock_files.extend(fds);
+            }
+            Received::Nothing => {}
+            // No more orders can come; the launcher's end is learnt from the pidfd.
+            Received::Closed => open = false,
         }
-        if sender != Some(launcher) || cut {
-            continue;
-        }
-        let Ok(more) = serde_json::from_slice::<Orders>(&buf[..n]) else { continue };
-        if more.locks.len() != fds.len() {
-            continue;
-        }
-        orders.remove.extend(more.remove);
-        orders.cancel_left = more.cancel_left.or(orders.cancel_left.take());
-        orders.locks.extend(more.locks);
-        lock_files.extend(fds);
+    }
+    for s in SHELTERED {
+        // SAFETY: SIG_DFL installs no handler; scancel inherits the default dispositions.
+        let _ = unsafe { nix::sys::signal::signal(s, nix::sys::signal::SigHandler::SigDfl) };
     }
     carry_out(orders, lock_files);
     // SAFETY: ends the waiter without running the launcher's exit path.
     unsafe { libc::_exit(0) }
 }
 
+enum Received {
+    /// A whole message with bytes, its descriptors and the sender's pid.
+    Message { body: Vec<u8>, fds: Vec<OwnedFd>, sender: Option<i32> },
+    /// A message to drop (empty, cut short, or garbled).
+    Nothing,
+    /// Every copy of the launcher's end is closed, or the socket failed.
+    Closed,
+}
+
+fn receive(sock: &OwnedFd) -> Received {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    // The message's own size: a buffer made for the largest would be written whole (it is
+    // zeroed), and the waiter lives as long as the session.
+    let size = loop {
+        match nix::sys::socket::recv(sock.as_raw_fd(), &mut [0u8; 0], MsgFlags::MSG_PEEK | MsgFlags::MSG_TRUNC) {
+            Ok(n) => break n.min(MAX_ORDERS),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return Received::Closed,
+        }
+    };
+    let mut buf = vec![0u8; size.max(1)];
+    let mut cmsg = nix::cmsg_space!([RawFd; MAX_LOCKS], libc::ucred);
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let m = loop {
+        match recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut cmsg), MsgFlags::MSG_CMSG_CLOEXEC) {
+            Ok(m) => break m,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return Received::Closed,
+        }
+    };
+    let mut fds = vec![];
+    let mut sender = None;
+    for c in m.cmsgs().into_iter().flatten() {
+        match c {
+            ControlMessageOwned::ScmRights(v) => fds.extend(v.into_iter().map(|f| {
+                // SAFETY: the kernel just installed these descriptors in this process; nothing
+                // else owns them.
+                unsafe { OwnedFd::from_raw_fd(f) }
+            })),
+            ControlMessageOwned::ScmCredentials(c) => sender = Some(c.pid()),
+            _ => {}
+        }
+    }
+    let (n, cut) = (m.bytes, m.flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC));
+    match (n, sender) {
+        // No bytes and no credentials: the end of the stream (a message always has both).
+        (0, None) => Received::Closed,
+        (0, Some(_)) => Received::Nothing,
+        _ if cut => Received::Nothing,
+        _ => {
+            buf.truncate(n);
+            Received::Message { body: buf, fds, sender }
+        }
+    }
+}
+
 fn carry_out(orders: Orders, lock_files: Vec<OwnedFd>) {
+    remove_and_cancel(&orders);
+    for (file, project) in lock_files.into_iter().zip(&orders.locks) {
+        super::placeholders::ProjectLock::held(std::fs::File::from(file), path(project)).release_as_waiter();
+    }
+}
+
+/// The orders' removals and cancellations (the waiter's work but the locks; the launcher's
+/// own last act when no waiter took them).
+pub(super) fn remove_and_cancel(orders: &Orders) {
     // A directory goes only once empty (the session network's registry, while jobs of the
     // session still run elsewhere, stays).
     for p in orders.remove.iter().map(|p| path(p)) {
@@ -183,14 +297,24 @@ fn carry_out(orders: Orders, lock_files: Vec<OwnedFd>) {
         let scancel = crate::slurm::slurm_bin().join("scancel");
         chaperon::commands::salloc::cancel_left(&path(state), &scancel, *launcher);
     }
-    for (file, project) in lock_files.into_iter().zip(&orders.locks) {
-        super::placeholders::ProjectLock::held(std::fs::File::from(file), path(project)).release_as_waiter();
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::Orders;
+
+    /// Forks, runs `f` in the child and returns its exit status.
+    fn in_child(f: impl FnOnce() -> i32) -> nix::sys::wait::WaitStatus {
+        // SAFETY: the child runs `f` (system calls, small allocations) and _exits.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => {
+                let code = f();
+                // SAFETY: ends the child at once.
+                unsafe { libc::_exit(code) }
+            }
+            nix::unistd::ForkResult::Parent { child } => nix::sys::wait::waitpid(child, None).unwrap(),
+        }
+    }
 
     #[test]
     fn the_waiter_works_after_its_launcher_and_takes_orders_from_it_alone() {
@@ -200,30 +324,40 @@ mod tests {
         std::fs::write(&ours, "").unwrap();
         std::fs::write(&theirs, "").unwrap();
         let order = |p: &std::path::Path| Orders { remove: vec![super::bytes(p)], ..Orders::default() };
-        super::start();
-        // Another process holding the launcher's end (a child forked before it closed it)
-        // orders a removal: ignored.
-        // SAFETY: the child only sends one message and _exits.
-        match unsafe { nix::unistd::fork() }.unwrap() {
-            nix::unistd::ForkResult::Child => {
+        // A launcher (a child here, so that it can end), its waiter below it.
+        let launcher = in_child(|| {
+            super::start();
+            // Another process holding the launcher's end (a child forked before it closed
+            // it) sends a message of no bytes (which reads like the end of the stream), then
+            // orders a removal: both ignored.
+            let impostor = in_child(|| {
+                let fd = super::LINK.load(std::sync::atomic::Ordering::Relaxed);
+                let empty = nix::sys::socket::send(fd, &[], nix::sys::socket::MsgFlags::empty());
                 let sent = super::hand(&order(&theirs), &[]);
-                // SAFETY: ends the child at once.
-                unsafe { libc::_exit(if sent { 0 } else { 1 }) }
+                if empty == Ok(0) && sent {
+                    0
+                } else {
+                    1
+                }
+            });
+            if impostor != nix::sys::wait::WaitStatus::Exited(impostor.pid().unwrap(), 0) {
+                return 2;
             }
-            nix::unistd::ForkResult::Parent { child } => {
-                let status = nix::sys::wait::waitpid(child, None).unwrap();
-                assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0), "the impostor's message was sent");
+            if !super::hand(&order(&ours), &[]) {
+                return 3;
             }
-        }
-        assert!(super::hand(&order(&ours), &[]));
-        std::thread::sleep(std::time::Duration::from_millis(200));
-        assert!(ours.exists(), "the waiter worked before its launcher was gone");
-        super::forget(); // as the launcher's exit would
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            if !ours.exists() || !theirs.exists() {
+                return 4; // the waiter worked while its launcher lived
+            }
+            0
+        });
+        assert_eq!(launcher, nix::sys::wait::WaitStatus::Exited(launcher.pid().unwrap(), 0));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while ours.exists() && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
-        assert!(!ours.exists(), "the launcher's order was not carried out");
+        assert!(!ours.exists(), "the launcher's order was not carried out after it ended");
         assert!(theirs.exists(), "another process's order was carried out");
         std::fs::remove_dir_all(&dir).unwrap();
     }
