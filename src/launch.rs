@@ -389,6 +389,9 @@ impl Launch {
         // An allocation whose salloc the chaperon could not end (it died with us while the
         // request was pending) is cancelled once we are gone.
         lock.cancel_left_after_exit(facts.state_dir());
+        if matches!(origin, Origin::Job { .. }) {
+            lock.finish_here();
+        }
         // The jail's address on the session network is given back when it ends; the
         // session's registry goes too once no job of the session holds an address in it.
         if let Some((claim, registry)) = &peer_claim {

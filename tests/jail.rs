@@ -127,6 +127,38 @@ fn a_session_ended_by_a_signal_to_its_process_group_is_cleaned_up_after() {
 }
 
 #[test]
+fn a_launcher_that_is_the_first_process_of_a_pid_namespace_cleans_up_itself() {
+    // A container's entry point: the launcher is PID 1, and its exit kills every process of
+    // its PID namespace, the cleanup waiter too. The launcher then cleans up itself.
+    let j = jail!("pidns1");
+    assert!(nix::unistd::getuid().is_root(), "the test harness runs as root (it drops to the test user)");
+    let home = j.rig.home.display().to_string();
+    let mut c = std::process::Command::new("unshare");
+    c.args(["-pf", "--mount-proc", "setpriv"])
+        .arg(format!("--reuid={}", j.rig.uid))
+        .arg(format!("--regid={}", j.rig.gid))
+        .args(["--clear-groups", "env", "-i", &format!("HOME={home}"), "PATH=/usr/bin:/bin"])
+        .arg(&j.rig.bin)
+        .args(j.launcher_args(&[
+            "-q",
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "test -e .git && echo PLACEHOLDER",
+        ]))
+        .current_dir(&j.project);
+    let out = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("PLACEHOLDER"),
+        "the session made no placeholder: {stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(gone_soon(&j.project.join(".git")), "the placeholder stayed after a launcher that was PID 1");
+}
+
+#[test]
 fn proc_shows_only_jail_processes() {
     let j = jail!("proc");
     let host_pid = std::process::id();

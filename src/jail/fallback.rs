@@ -157,6 +157,7 @@ fn wait_forwarding(
                 Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => return Outcome::Signaled(sig as i32),
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
                 Ok(WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, ..)) => {
+                    super::waiter::reaped(pid.as_raw());
                     if let Some(l) = lazy.as_mut() {
                         l.ended(pid);
                     }
@@ -432,6 +433,9 @@ fn reap_all() {
     while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
         if st == WaitStatus::StillAlive {
             break;
+        }
+        if let Some(pid) = st.pid() {
+            super::waiter::reaped(pid.as_raw());
         }
     }
 }

@@ -98,7 +98,7 @@ pub fn run(
     if let Err(e) = placeholders::make_home_entries(&plan.home, &plan.home_dirs, &plan.home_files)
         .and_then(|()| lock.create(&plan.placeholders))
     {
-        lock.release_now();
+        lock.abandon();
         return Err(e.into());
     }
     // Before anything of the jail runs: a launcher killed from here on is cleaned up after.

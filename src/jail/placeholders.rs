@@ -86,6 +86,8 @@ pub struct ProjectLock {
     project: PathBuf,
     /// The cleanup waiter has its orders (and a copy of this lock): it releases once we exited.
     handed: bool,
+    /// Clean up at `finish` even so (see `finish_here`).
+    here: bool,
     /// Files of the session to remove once the launcher is gone, however it ended (the
     /// chaperon's socket: a killed launcher would leave it behind).
     remove_after: Vec<PathBuf>,
@@ -221,7 +223,7 @@ impl ProjectLock {
 
     /// A lock whose file is open (and locked) already: the waiter's copy.
     pub(super) fn held(file: File, project: PathBuf) -> ProjectLock {
-        ProjectLock { file, project, handed: false, remove_after: vec![], cancel_left: None, home: None }
+        ProjectLock { file, project, handed: false, here: false, remove_after: vec![], cancel_left: None, home: None }
     }
 
     /// Also removes `path` after the launcher exits (set before `hand_to_waiter`).
@@ -260,13 +262,26 @@ impl ProjectLock {
     }
 
     /// Ends the session's hold: the waiter releases after we exit; if no waiter took the
-    /// orders (none could be started, or it is gone), we do its work now.
+    /// orders (none could be started, or it is gone), or a waiter may not outlive us (`here`),
+    /// we do its work now (twice does no harm: the waiter then finds nothing left to do).
     pub fn finish(mut self) {
         self.hand_to_waiter();
-        if !self.handed {
-            super::waiter::remove_and_cancel(&self.orders());
-            self.release_now();
+        if !self.handed || self.here {
+            self.abandon();
         }
+    }
+
+    /// Does the waiter's work now: the session ends here (it failed to start, or `finish`).
+    pub fn abandon(&mut self) {
+        super::waiter::remove_and_cancel(&self.orders());
+        self.release_now();
+    }
+
+    /// The session's end is its launcher's too: do the cleanup in the launcher at the normal
+    /// end, the waiter being only the backstop for a killed one. For a job's task, whose
+    /// every process (the waiter too) slurmstepd kills as the task ends.
+    pub fn finish_here(&mut self) {
+        self.here = true;
     }
 
     /// If no other session holds the lock, removes the recorded placeholders; if one does,

@@ -60,7 +60,9 @@ pub fn bytes(p: &std::path::Path) -> Vec<u8> {
 /// Forks the waiter, unless one runs. Only a single-threaded process may call it (the
 /// launcher before it parsed its command line): the child goes on in Rust code that allocates.
 pub fn start() {
-    if LINK.load(Ordering::Relaxed) >= 0 {
+    // As the first process of a PID namespace, our exit would take the waiter with it: the
+    // launcher then does the work itself (`ProjectLock::finish`).
+    if LINK.load(Ordering::Relaxed) >= 0 || std::process::id() == 1 {
         return;
     }
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
@@ -88,9 +90,15 @@ pub fn start() {
     }
 }
 
-/// The waiter's pid, if one was started.
+/// The waiter's pid, while it is ours (started, and not reaped).
 pub fn pid() -> Option<i32> {
     Some(WAITER.load(Ordering::Relaxed)).filter(|p| *p > 0)
+}
+
+/// The launcher reaped `pid`: if it was the waiter, its pid may now be anyone's (a process
+/// of the jail that took it must not pass for the waiter).
+pub fn reaped(pid: i32) {
+    let _ = WAITER.compare_exchange(pid, 0, Ordering::Relaxed, Ordering::Relaxed);
 }
 
 /// In a child of the launcher that stays (the jail's init, the Landlock command): closes its
@@ -178,19 +186,24 @@ fn serve(sock: OwnedFd, launcher: i32) -> ! {
     loop {
         use nix::poll::{PollFd, PollFlags, PollTimeout};
         use std::os::fd::AsFd;
-        let mut fds = [
-            PollFd::new(alive.as_fd(), PollFlags::POLLIN),
-            PollFd::new(sock.as_fd(), if open { PollFlags::POLLIN } else { PollFlags::empty() }),
-        ];
+        // Once no more orders can come, the socket is left out (a closed one polls as ready).
+        let mut fds = vec![PollFd::new(alive.as_fd(), PollFlags::POLLIN)];
+        if open {
+            fds.push(PollFd::new(sock.as_fd(), PollFlags::POLLIN));
+        }
         match nix::poll::poll(&mut fds, PollTimeout::NONE) {
             Ok(_) => {}
             Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => break,
+            // Only the pidfd says the launcher has ended; anything else is waited out.
+            Err(_) => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                continue;
+            }
         }
         if fds[0].revents().is_some_and(|r| !r.is_empty()) {
             break; // the launcher has ended
         }
-        if fds[1].revents().is_none_or(|r| r.is_empty()) {
+        if fds.get(1).and_then(|f| f.revents()).is_none_or(|r| r.is_empty()) {
             continue;
         }
         match receive(&sock) {
