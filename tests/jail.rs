@@ -139,14 +139,7 @@ fn a_launcher_that_is_the_first_process_of_a_pid_namespace_cleans_up_itself() {
         .arg(format!("--regid={}", j.rig.gid))
         .args(["--clear-groups", "env", "-i", &format!("HOME={home}"), "PATH=/usr/bin:/bin"])
         .arg(&j.rig.bin)
-        .args(j.launcher_args(&[
-            "-q",
-            "run",
-            "--",
-            "sh",
-            "-c",
-            "test -e .git && echo PLACEHOLDER",
-        ]))
+        .args(j.launcher_args(&["-q", "run", "--", "sh", "-c", "test -e .git && echo PLACEHOLDER"]))
         .current_dir(&j.project);
     let out = c.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
