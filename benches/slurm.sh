@@ -20,6 +20,11 @@ fi
 id "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user"
 tests/cluster/install.sh >/dev/null
 tests/cluster/start.sh --user "$user" --two-nodes --no-selftest >/dev/null  # the shape the tests use: no restart between them
+# The stub as sites install it (docs/user-guide.md), next to the default BIN.
+if [ "$BIN" = "$repo/target/release/agent-sandbox" ]; then
+  cargo build --release --quiet --bin agent-sandbox
+  cargo rustc --release --quiet --bin agent-sandbox-stub -- -C target-feature=+crt-static
+fi
 chmod o+rx . target target/release 2>/dev/null || true
 work=$(mktemp -d /tmp/asb-slurmbench.XXXXXX)
 chown "$user" "$work"

@@ -11,7 +11,7 @@ if [ "$(id -u)" = 0 ]; then
   command -v bwrap >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap
   id "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user"
 fi
-cargo build --release --quiet
+cargo build --release --quiet --bin agent-sandbox
 bin="$(pwd)/target/release/agent-sandbox"
 chmod o+rx . target target/release 2>/dev/null || true
 echo "agent-sandbox $("$bin" --version | cut -d' ' -f2), $(bwrap --version), kernel $(uname -r), $(nproc) cores"

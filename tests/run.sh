@@ -95,7 +95,9 @@ fi
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
-# The release build: what the memory test measures (tests/jail.rs, fifty sessions).
+# The release build: what the memory test measures (tests/many.rs, fifty sessions), and the
+# Slurm stub as sites install it, linked statically (tests/slurm.rs checks it).
 cargo build --release --bin agent-sandbox
+cargo rustc --release --bin agent-sandbox-stub -- -C target-feature=+crt-static
 chmod o+rx target/release 2>/dev/null || true
 cargo test --workspace

@@ -49,6 +49,28 @@ const PROBE: &str = "echo host=$(hostname); echo pwd=$(pwd); test -e ~/.ssh/id_e
                      echo job=$SLURM_JOB_ID; echo done";
 
 #[test]
+fn the_installed_stub_is_static_and_serves_slurm_calls_in_the_jail() {
+    // As sites install it (tests/run.sh builds it so): the release launcher with the static
+    // stub next to it, which the jail runs as every Slurm command.
+    let Some(j) = slurm_jail("slurm-static-stub") else { return };
+    let release = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release");
+    let stub = release.join("agent-sandbox-stub");
+    let headers = std::process::Command::new("readelf").arg("-lW").arg(&stub).output().unwrap();
+    let headers = String::from_utf8_lossy(&headers.stdout);
+    assert!(headers.contains("LOAD"), "{} is missing or no ELF (tests/run.sh builds it)", stub.display());
+    assert!(!headers.contains("INTERP"), "the stub asks for a dynamic loader: {headers}");
+    assert!(headers.contains("DYN"), "the stub is not position-independent (no ASLR): {headers}");
+    let mut c = j.as_user(release.join("agent-sandbox"));
+    let script = "echo size=$(stat -L -c %s \"$(command -v squeue)\"); squeue -h; echo rc=$?";
+    c.args(j.launcher_args(&["-q", "run", "--", "sh", "-c", script]));
+    let out = c.output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("rc=0"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let size = std::fs::metadata(&stub).unwrap().len();
+    assert!(stdout.contains(&format!("size={size}\n")), "squeue in the jail is not the stub ({size} bytes): {stdout}");
+}
+
+#[test]
 fn sbatch_wrap_file_and_stdin_jobs_run_inside_the_jail_on_the_node() {
     let Some(j) = slurm_jail("slurm-submit") else { return };
     let script = format!("#!/bin/sh\n#SBATCH --job-name=probe-file\n#SBATCH -o file-%j.out\n{PROBE}\n");
