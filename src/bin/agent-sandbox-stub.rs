@@ -7,8 +7,10 @@
 //! Its entry point is C's `main`, not Rust's: Rust's runtime start reads the main thread's
 //! stack bounds from `/proc/self/maps` (for a stack-overflow message), a tenth of a call
 //! answered by the chaperon.
-#![no_main]
+// The test harness brings its own main.
+#![cfg_attr(not(test), no_main)]
 
+#[cfg(not(test))]
 #[no_mangle]
 extern "C" fn main(_argc: i32, _argv: *const *const u8) -> i32 {
     // As Rust's runtime would: a broken pipe is an error to report, not a signal to die of
