@@ -204,7 +204,10 @@ pub fn asker(home: &Path, user: &str) -> chaperon::nodes::Asker {
 /// `~/bin`) is skipped: the jail may have written programs there, and the chaperon and the
 /// supervisor run these outside the jail.
 pub fn slurm_bin() -> PathBuf {
-    slurm_bin_in(&std::env::var("PATH").unwrap_or_default())
+    // Asked several times while a session starts (each lookup stats the PATH's directories);
+    // the launcher's PATH does not change meanwhile.
+    static FOUND: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    FOUND.get_or_init(|| slurm_bin_in(&std::env::var("PATH").unwrap_or_default())).clone()
 }
 
 fn slurm_bin_in(path: &str) -> PathBuf {

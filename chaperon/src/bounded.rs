@@ -3,10 +3,11 @@
 //! not be able to hold one of its chaperon's threads forever (a script "read" from a
 //! terminal that never sends EOF, a caller that never reads the answer, a hung command).
 
+use crate::spawn::{Io, RealCommand};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use std::io::Read;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 /// How long a read-only Slurm call (a query, a view) may run before it is killed. Slurm's
@@ -100,9 +101,9 @@ pub fn write_all(fd: BorrowedFd<'_>, data: &[u8], timeout: Duration) -> Result<(
 
 /// Runs `cmd` with stdout captured (at most `max` bytes) and kills it if it runs longer than
 /// `timeout`. Stdin and stderr are whatever the caller set on `cmd`.
-pub fn capture(mut cmd: Command, max: usize, timeout: Duration) -> Result<(Vec<u8>, ExitStatus), String> {
+pub fn capture(mut cmd: RealCommand, max: usize, timeout: Duration) -> Result<(Vec<u8>, ExitStatus), String> {
     let name = cmd.get_program().to_string_lossy().rsplit('/').next().unwrap_or("command").to_string();
-    cmd.stdout(Stdio::piped());
+    cmd.stdout(Io::piped());
     let mut child = cmd.spawn().map_err(|e| format!("cannot run {name}: {e}"))?;
     // The pipe is dropped (closed) at the end of this statement, before the wait below.
     let read = match child.stdout.take() {
@@ -183,13 +184,13 @@ mod tests {
 
     #[test]
     fn a_command_that_hangs_is_killed() {
-        let mut cmd = Command::new("/bin/sh");
+        let mut cmd = RealCommand::new("/bin/sh");
         cmd.args(["-c", "echo partial; exec sleep 30"]);
         let t = Instant::now();
         let e = capture(cmd, 1 << 20, Duration::from_millis(300)).unwrap_err();
         assert!(e.contains("did not finish"), "{e}");
         assert!(t.elapsed() < Duration::from_secs(5));
-        let mut cmd = Command::new("/bin/sh");
+        let mut cmd = RealCommand::new("/bin/sh");
         cmd.args(["-c", "echo ok; exit 3"]);
         let (out, status) = capture(cmd, 1 << 20, Duration::from_secs(10)).unwrap();
         assert_eq!((out.as_slice(), status.code()), (&b"ok\n"[..], Some(3)));

@@ -5,13 +5,13 @@
 
 use crate::refusal::Refusal;
 use crate::session::{Audit, Config};
+use crate::spawn::RealCommand;
 use crate::wire::{self, Control, Request};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
-use std::process::{Child, Command};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The stub's stdin, stdout, stderr.
 pub struct Stdio {
@@ -36,10 +36,10 @@ impl Call<'_> {
     /// Runs a real Slurm command with the caller's stdio; signals the stub sends meanwhile go to
     /// it, and if the stub goes away (its jail ended, it was killed) the command is terminated,
     /// as it is when it outlives the call's bound.
-    pub fn run(&self, mut cmd: Command, stdio: Stdio) -> Result<i32, Refusal> {
+    pub fn run(&self, mut cmd: RealCommand, stdio: Stdio) -> Result<i32, Refusal> {
         cmd.stdin(stdio.stdin).stdout(stdio.stdout).stderr(stdio.stderr);
         let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run Slurm: {e}")))?;
-        let watch = self.watch(&child, self.bound);
+        let watch = self.watch(child.id(), self.bound);
         let status = child.wait().map_err(|e| Refusal::Failed(format!("waiting for Slurm: {e}")))?;
         drop(watch);
         use std::os::unix::process::ExitStatusExt;
@@ -55,45 +55,133 @@ impl Call<'_> {
 
     /// While a real command runs for this call: the signals the stub sends go to it, it is
     /// killed if the stub goes away (its jail ended, it was killed), and, with a `bound`, if it
-    /// runs longer than that. Dropping the watch (after the command was reaped) ends both.
-    pub fn watch(&self, child: &Child, bound: Option<Duration>) -> Watch {
-        use nix::sys::signal::{kill, Signal};
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        let done = Arc::new(AtomicBool::new(false));
-        if let Ok(mut conn) = self.conn.try_clone() {
-            let done = done.clone();
-            std::thread::spawn(move || loop {
-                match wire::read_frame::<Control>(&mut conn) {
+    /// runs longer than that. One thread does all three, in one `poll` of the connection and
+    /// a pidfd of the command, and ends with the command. Dropping the watch (after the command
+    /// was reaped) ends its signals.
+    pub fn watch(&self, child: u32, bound: Option<Duration>) -> Watch {
+        watch_command(self.conn, child, bound)
+    }
+}
+
+/// `Call::watch` for the command `child` and the stub's connection `conn`.
+fn watch_command(conn: &UnixStream, child: u32, bound: Option<Duration>) -> Watch {
+    let done = Arc::new(AtomicBool::new(false));
+    let target = Target { pid: nix::unistd::Pid::from_raw(child as i32), pidfd: pidfd_open(child), done: done.clone() };
+    let conn = conn.try_clone().ok();
+    if let Some(c) = &conn {
+        // A stub that stops in the middle of a frame must not keep the watch from the
+        // command's end or its bound.
+        let _ = c.set_read_timeout(Some(FRAME_TIMEOUT));
+    }
+    let deadline = bound.map(|b| Instant::now() + b);
+    let _ = std::thread::Builder::new().stack_size(64 << 10).spawn(move || watch_until_exit(target, conn, deadline));
+    Watch { done }
+}
+
+/// How long a control frame the stub began may take to arrive whole.
+const FRAME_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// A running real command, as its watch reaches it.
+struct Target {
+    pid: nix::unistd::Pid,
+    /// Readable once the command has ended; signals sent through it reach that process only,
+    /// never one that reused its pid.
+    pidfd: Option<OwnedFd>,
+    /// Set once the call reaped the command (its pid may then be anyone's).
+    done: Arc<AtomicBool>,
+}
+
+impl Target {
+    fn signal(&self, sig: nix::sys::signal::Signal) {
+        match &self.pidfd {
+            Some(fd) => {
+                // SAFETY: pidfd_send_signal with a pidfd we own, no siginfo, no flags.
+                let _ = unsafe {
+                    libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig as libc::c_int, 0usize, 0u32)
+                };
+            }
+            None if !self.done.load(Ordering::Acquire) => {
+                let _ = nix::sys::signal::kill(self.pid, sig);
+            }
+            None => {}
+        }
+    }
+
+    fn ended(&self) -> bool {
+        self.done.load(Ordering::Acquire)
+    }
+}
+
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1. The pid is
+    // our unreaped child's, so it cannot name another process yet.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    // SAFETY: a new descriptor that nothing else owns.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+fn watch_until_exit(target: Target, mut conn: Option<UnixStream>, mut deadline: Option<Instant>) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::signal::Signal;
+    // Without a pidfd (before Linux 5.3) the command's end is learnt from `done`, a few times
+    // a second.
+    let recheck = Duration::from_millis(200);
+    loop {
+        if target.ended() {
+            return;
+        }
+        let mut wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if target.pidfd.is_none() {
+            wait = Some(wait.map_or(recheck, |w| w.min(recheck)));
+        }
+        let timeout = wait.map_or(PollTimeout::NONE, |w| {
+            PollTimeout::try_from(w.as_millis().min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+        });
+        let mut fds = vec![];
+        if let Some(p) = &target.pidfd {
+            fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+        }
+        if let Some(c) = &conn {
+            fds.push(PollFd::new(c.as_fd(), PollFlags::POLLIN));
+        }
+        match poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return,
+        }
+        let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+        let exited = target.pidfd.is_some() && ready(&fds[0]);
+        let from_stub = conn.is_some() && ready(&fds[fds.len() - 1]);
+        drop(fds);
+        if exited {
+            return;
+        }
+        if from_stub {
+            if let Some(c) = conn.as_mut() {
+                match wire::read_frame::<Control>(c) {
                     Ok(Control::Signal { signal }) => {
-                        let sig = Signal::try_from(signal).ok().filter(|s| passable(*s));
-                        if let (Some(sig), false) = (sig, done.load(Ordering::Acquire)) {
-                            let _ = kill(pid, sig);
+                        if let Some(sig) = Signal::try_from(signal).ok().filter(|s| passable(*s)) {
+                            target.signal(sig);
                         }
                     }
                     Err(wire::WireError::Io(_)) => {
                         // The caller is gone: nothing may keep running on its behalf (some
                         // Slurm commands block SIGTERM while they wait).
-                        if !done.load(Ordering::Acquire) {
-                            let _ = kill(pid, Signal::SIGKILL);
-                        }
-                        return;
+                        target.signal(Signal::SIGKILL);
+                        conn = None;
                     }
                     Err(_) => {}
                 }
-            });
+            }
         }
-        let (finish, finished) = std::sync::mpsc::channel::<()>();
-        if let Some(limit) = bound {
-            let done = done.clone();
-            std::thread::spawn(move || {
-                if finished.recv_timeout(limit) == Err(std::sync::mpsc::RecvTimeoutError::Timeout)
-                    && !done.load(Ordering::Acquire)
-                {
-                    let _ = kill(pid, Signal::SIGKILL);
-                }
-            });
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            target.signal(Signal::SIGKILL);
+            deadline = None;
         }
-        Watch { done, _finish: finish }
+        if conn.is_none() && deadline.is_none() && target.pidfd.is_none() {
+            // Nothing left to watch for: the command was killed or the caller is gone.
+            return;
+        }
     }
 }
 
@@ -106,11 +194,65 @@ fn passable(s: nix::sys::signal::Signal) -> bool {
 /// A real command being watched for its call (`Call::watch`).
 pub struct Watch {
     done: Arc<AtomicBool>,
-    _finish: std::sync::mpsc::Sender<()>,
 }
 
 impl Drop for Watch {
     fn drop(&mut self) {
         self.done.store(true, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::spawn::RealCommand;
+    use std::os::unix::process::ExitStatusExt;
+
+    fn sleeper() -> crate::spawn::RealChild {
+        RealCommand::new("/bin/sleep").arg("30").spawn().unwrap()
+    }
+
+    #[test]
+    fn a_signal_from_the_stub_reaches_the_command() {
+        let (ours, stub) = UnixStream::pair().unwrap();
+        let mut child = sleeper();
+        let watch = watch_command(&ours, child.id(), None);
+        wire::write_frame(&mut &stub, &Control::Signal { signal: libc::SIGTERM }).unwrap();
+        let status = child.wait().unwrap();
+        drop(watch);
+        assert_eq!(status.signal(), Some(libc::SIGTERM));
+    }
+
+    #[test]
+    fn the_command_is_killed_when_the_stub_goes_away() {
+        let (ours, stub) = UnixStream::pair().unwrap();
+        let mut child = sleeper();
+        let _watch = watch_command(&ours, child.id(), None);
+        drop(stub);
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn the_command_is_killed_at_its_bound_and_sigkill_is_not_passed_on() {
+        let (ours, stub) = UnixStream::pair().unwrap();
+        let mut child = sleeper();
+        let t = Instant::now();
+        let _watch = watch_command(&ours, child.id(), Some(Duration::from_millis(300)));
+        wire::write_frame(&mut &stub, &Control::Signal { signal: libc::SIGSTOP }).unwrap();
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+        assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        drop(stub);
+    }
+
+    #[test]
+    fn a_stub_that_stops_mid_frame_is_taken_as_gone() {
+        let (ours, stub) = UnixStream::pair().unwrap();
+        let mut child = sleeper();
+        let t = Instant::now();
+        let _watch = watch_command(&ours, child.id(), Some(Duration::from_millis(1500)));
+        std::io::Write::write_all(&mut &stub, &[b'A']).unwrap();
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+        assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        drop(stub);
     }
 }

@@ -20,6 +20,7 @@
 //! wire        the framed stub <-> chaperon protocol
 //! bounded     reads, writes and captured calls with a size and a time bound
 //! yaml        JSON written as YAML (squeue --yaml)
+//! spawn       real commands started without a copy of the chaperon, dying with it
 //! ```
 //!
 //! Imports go down this list and never back up (`tests::modules_import_no_circle` checks it):
@@ -40,6 +41,7 @@ pub mod refusal;
 pub mod scope;
 pub mod server;
 pub mod session;
+pub mod spawn;
 pub mod table;
 pub mod wire;
 pub mod yaml;

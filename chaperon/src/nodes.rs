@@ -5,10 +5,10 @@
 //! could write.
 
 use crate::session::real_command;
+use crate::spawn::{Io, RealCommand};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, ToSocketAddrs};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 /// Largest answer read from squeue or sinfo.
 const MAX_ANSWER: usize = 4 << 20;
@@ -36,8 +36,8 @@ impl Asker {
     /// A real command's output, bounded in size and time: a controller that does not answer
     /// refuses the connection waiting on it, it does not hold it.
     fn run(&self, name: &'static str, args: &[&str]) -> Result<String, NodesError> {
-        let mut cmd: Command = real_command(&self.bin, &self.home, &self.user, name);
-        cmd.args(args).stdin(Stdio::null()).stderr(Stdio::null());
+        let mut cmd: RealCommand = real_command(&self.bin, &self.home, &self.user, name);
+        cmd.args(args).stdin(Io::null()).stderr(Io::null());
         let (out, status) = crate::bounded::capture(cmd, MAX_ANSWER, ASK_TIMEOUT)
             .map_err(|why| NodesError::Command { command: name, why })?;
         if !status.success() {

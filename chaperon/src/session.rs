@@ -5,8 +5,8 @@
 
 use crate::governor::Governor;
 use crate::scope::Registry;
+use crate::spawn::{Io, RealCommand};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 /// One audit event: the chaperon's decision on one call, for the launcher's audit log.
@@ -56,7 +56,7 @@ impl Config {
                 let from_conf = std::fs::read_to_string(conf).ok().and_then(|t| cluster_name_in(&t, '='));
                 from_conf.or_else(|| {
                     let mut cmd = self.command("scontrol");
-                    cmd.args(["show", "config"]).stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                    cmd.args(["show", "config"]).stdin(Io::null()).stderr(Io::null());
                     let (out, _) = crate::bounded::capture(cmd, 4 << 20, Duration::from_secs(20)).ok()?;
                     cluster_name_in(&String::from_utf8_lossy(&out), '=')
                 })
@@ -74,7 +74,7 @@ impl Config {
             Some(k) => *k,
             None => {
                 let mut cmd = self.command("sbatch");
-                cmd.arg("--help").stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                cmd.arg("--help").stdin(Io::null()).stderr(Io::null());
                 match crate::bounded::capture(cmd, 1 << 20, Duration::from_secs(20)) {
                     Ok((out, status)) if status.success() => {
                         *self.spank.get_or_init(|| spank_option_listed(&String::from_utf8_lossy(&out)))
@@ -101,48 +101,31 @@ impl Config {
     /// must not be able to set options that way), `/` as its working directory (never the
     /// project: a relative name a Slurm command opens on the host side must not land where the
     /// jail plants symlinks), and dying with the chaperon.
-    pub fn command(&self, name: &str) -> Command {
+    pub fn command(&self, name: &str) -> RealCommand {
         real_command(&self.slurm_bin, &self.home, &self.user, name)
     }
 }
 
 /// The real Slurm command `bin/name` with the environment every real command runs with (see
-/// `Config::command`), for the chaperon and for the supervisor's own questions to Slurm.
-pub fn real_command(bin: &Path, home: &Path, user: &str, name: &str) -> Command {
-    let mut cmd = real_command_outliving(bin, home, user, name);
-    dies_with_chaperon(&mut cmd);
-    cmd
-}
-
-/// `real_command` without the death signal: for salloc, which must end by relinquishing its
-/// allocation (its holding command's stdin closes with the chaperon), never by SIGKILL.
-pub fn real_command_outliving(bin: &Path, home: &Path, user: &str, name: &str) -> Command {
-    let mut cmd = Command::new(bin.join(name));
+/// `Config::command`), for the chaperon and for the supervisor's own questions to Slurm. It
+/// dies with the chaperon: an orphaned `srun` would keep running and hold the jail's output
+/// open.
+pub fn real_command(bin: &Path, home: &Path, user: &str, name: &str) -> RealCommand {
+    let mut cmd = RealCommand::new(bin.join(name));
     cmd.current_dir("/");
-    cmd.env_clear()
-        .env("PATH", "/usr/bin:/bin")
-        .env("HOME", home)
-        .env("USER", user)
-        .env("LOGNAME", user)
-        .env("LANG", "C.UTF-8");
+    cmd.env("PATH", "/usr/bin:/bin").env("HOME", home).env("USER", user).env("LOGNAME", user).env("LANG", "C.UTF-8");
     if let Ok(conf) = std::env::var("SLURM_CONF") {
         cmd.env("SLURM_CONF", conf);
     }
     cmd
 }
 
-/// A Slurm command must not outlive the chaperon (killed, or ended with its session): an
-/// orphaned `srun` would keep running and hold the jail's output open.
-fn dies_with_chaperon(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: the closure runs between fork and exec: it makes one prctl call (through nix,
-    // async-signal-safe), allocates nothing and takes no lock.
-    unsafe {
-        cmd.pre_exec(|| {
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-            Ok(())
-        });
-    }
+/// `real_command` without the death signal: for salloc, which must end by relinquishing its
+/// allocation (its holding command's stdin closes with the chaperon), never by SIGKILL.
+pub fn real_command_outliving(bin: &Path, home: &Path, user: &str, name: &str) -> RealCommand {
+    let mut cmd = real_command(bin, home, user, name);
+    cmd.outliving();
+    cmd
 }
 
 /// The option the SPANK plugin registers (slurm-plugins/agent_sandbox.c).

@@ -10,6 +10,7 @@ use crate::call::{Call, Stdio};
 use crate::grammar::ValueKind::*;
 use crate::refusal::Refusal;
 use crate::scope::Entry;
+use crate::spawn::Io;
 use crate::table::{allow, any_of, deny, parse, Arity, GrammarError, OptSpec, Options};
 use crate::wire::{self, Response};
 use std::collections::BTreeMap;
@@ -206,7 +207,7 @@ fn job_in_line(line: &str) -> Option<u32> {
 /// names it, recorded in the scope so that it is the session's to see and cancel whatever
 /// happens next.
 fn pass_stderr(
-    from: std::process::ChildStderr,
+    from: std::fs::File,
     to: std::os::fd::OwnedFd,
     cfg: &crate::session::Config,
     job: &std::sync::Mutex<Option<u32>>,
@@ -234,7 +235,7 @@ fn pass_stderr(
 /// Ends a granted salloc that did not relinquish by itself: SIGTERM, then after RELINQUISH
 /// SIGKILL and scancel of the job if salloc named one. (A pending salloc ignores SIGTERM: the
 /// caller's watch kills it and its job is cancelled where `handle` sees it end.)
-fn end_salloc(child: &mut std::process::Child, cfg: &crate::session::Config, job: Option<u32>) {
+fn end_salloc(child: &mut crate::spawn::RealChild, cfg: &crate::session::Config, job: Option<u32>) {
     use nix::sys::signal::{kill, Signal};
     let pid = nix::unistd::Pid::from_raw(child.id() as i32);
     let _ = kill(pid, Signal::SIGTERM);
@@ -266,7 +267,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     // The holding command, on the login node: says the allocation's environment, then waits
     // for the pipe the chaperon holds to close.
     cmd.args(["/bin/sh", "-c", &format!("env -0; printf '{MARK}\\0'; exec cat >/dev/null")]);
-    cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    cmd.stdin(Io::piped()).stdout(Io::piped()).stderr(Io::piped());
     let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run Slurm: {e}")))?;
     let hold = child.stdin.take();
     let mut out = child.stdout.take().ok_or_else(|| Refusal::Failed("salloc's output is missing".into()))?;

@@ -11,6 +11,7 @@ use crate::grammar::{clip, ValueKind};
 use crate::job::{self, write_job_dir, JobSpec, MAX_SCRIPT};
 use crate::refusal::Refusal;
 use crate::scope::Entry;
+use crate::spawn::Io;
 use crate::table::{
     allow, as_written, deny, opt, parse, Arity, Class, GrammarError, OptSpec, APPLIED_IN_JAIL, CLUSTERS, EXPORT, MAIL,
     MAX_ARGS, MAX_ARG_BYTES, OPENED_IN_JAIL,
@@ -472,10 +473,10 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     cmd.args(cfg.belt(&dir));
     // The wrapper reaches sbatch on a pipe the chaperon writes, not by a path: nothing that
     // could be swapped between our write and sbatch's read.
-    cmd.stdin(std::process::Stdio::piped()).stderr(stdio.stderr).stdout(std::process::Stdio::piped());
+    cmd.stdin(Io::piped()).stderr(stdio.stderr).stdout(Io::piped());
     let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run sbatch: {e}")))?;
     // `sbatch --wait` lasts as long as the job: it ends with the caller, like every call.
-    let _watch = call.watch(&child, call.bound);
+    let _watch = call.watch(child.id(), call.bound);
     if let Some(mut script_in) = child.stdin.take() {
         let _ = script_in.write_all(wrapper.as_bytes());
     }

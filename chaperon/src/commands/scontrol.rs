@@ -12,6 +12,7 @@ use crate::checks::{dependencies_in_scope, in_scope, jobs_in_scope};
 use crate::grammar::{validate, ValueKind};
 use crate::jobid::{parse_job_list, parse_job_ref, JobRef, PLAIN, RANGES, STEPS};
 use crate::refusal::Refusal;
+use crate::spawn::Io;
 use crate::table::{
     allow, any_of, as_written, bad_value, deny, last, lookup, no, opt, parse, word, words, Arity, Class, GrammarError,
     OptSpec, Options, ADMIN, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE, WORD as A,
@@ -576,7 +577,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
                 let mut cmd = cfg.command("scontrol");
                 cmd.args(as_written(SCONTROL, &parsed.options));
                 cmd.args(["show", if step { "step" } else { "job" }, &id.to_string()]);
-                cmd.stdin(std::process::Stdio::null()).stderr(std::process::Stdio::null());
+                cmd.stdin(Io::null()).stderr(Io::null());
                 let (out, _) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
                 write(&out)?;
             }

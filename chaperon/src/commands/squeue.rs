@@ -10,6 +10,7 @@ use crate::checks::{jobs_in_scope, local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, Syntax, PLAIN, STEPS};
 use crate::refusal::Refusal;
+use crate::spawn::Io;
 use crate::table::{
     allow, as_written, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output,
     CLUSTER_SPELLING, ITERATE, LOCAL_CLUSTER,
@@ -187,7 +188,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     }
     // The chaperon asked for JSON: it narrows the document to the scope and writes it as
     // asked (YAML from the same document).
-    cmd.stdin(std::process::Stdio::null()).stderr(stdio.stderr);
+    cmd.stdin(Io::null()).stderr(stdio.stderr);
     let (out, status) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
     let mut v: serde_json::Value =
         serde_json::from_slice(&out).map_err(|e| Refusal::Failed(format!("squeue --json: {e}")))?;
