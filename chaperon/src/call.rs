@@ -250,7 +250,7 @@ mod tests {
         let mut child = sleeper();
         let t = Instant::now();
         let _watch = watch_command(&ours, child.id(), Some(Duration::from_millis(1500)));
-        std::io::Write::write_all(&mut &stub, &[b'A']).unwrap();
+        std::io::Write::write_all(&mut &stub, b"A").unwrap();
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
         drop(stub);
