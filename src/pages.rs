@@ -28,6 +28,22 @@ impl Pages {
     }
 }
 
+impl Pages {
+    /// Gives the pages past the first `keep` bytes back to the kernel (they read as zero
+    /// again and cost nothing until written). False if the kernel refused, and the caller
+    /// should not keep the buffer.
+    pub fn forget_beyond(&self, keep: usize) -> bool {
+        let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE).ok().flatten().unwrap_or(4096) as usize;
+        let start = keep.div_ceil(page) * page;
+        if start >= self.len {
+            return true;
+        }
+        // SAFETY: the range lies inside this mapping, which is private and anonymous;
+        // MADV_DONTNEED only drops its pages' contents, it does not unmap.
+        unsafe { libc::madvise(self.ptr.as_ptr().add(start).cast(), self.len - start, libc::MADV_DONTNEED) == 0 }
+    }
+}
+
 impl std::ops::Deref for Pages {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -53,6 +69,16 @@ impl Drop for Pages {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pages_past_what_is_kept_read_as_zero_again() {
+        let mut p = Pages::zeroed(1 << 20).unwrap();
+        p[..].fill(9);
+        assert!(p.forget_beyond(64 << 10));
+        assert!(p[..64 << 10].iter().all(|b| *b == 9), "the kept part keeps its bytes");
+        assert!(p[64 << 10..].iter().all(|b| *b == 0), "the rest is zero again");
+        assert!(p.forget_beyond(2 << 20), "nothing past the end to give back");
+    }
 
     #[test]
     fn pages_read_as_zero_and_hold_what_is_written() {

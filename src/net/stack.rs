@@ -14,6 +14,7 @@ use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Mediu
 use smoltcp::socket::tcp;
 use smoltcp::time::Instant as SmolInstant;
 use smoltcp::wire::{HardwareAddress, IpCidr, IpListenEndpoint};
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
@@ -109,18 +110,69 @@ impl Device for TunDevice {
 pub struct Stack {
     device: TunDevice,
     iface: Interface,
-    pub sockets: SocketSet<'static>,
+    // Declared before `pool`, so dropped before it: a socket may borrow the pool's pages.
+    sockets: SocketSet<'static>,
+    pool: BufferPool,
     epoch: std::time::Instant,
 }
 
+/// Full-size socket buffers (`SOCKET_BUFFER`), kept for the next flows when their flow ends.
+/// A flow's two buffers were mapped when it started and unmapped when it ended, each first
+/// touch of a page a fault: per connection 2 `mmap`, 2 `munmap` and their faults, in a
+/// process whose threads then take the TLB shootdown. Smaller buffers come from the heap.
+struct BufferPool {
+    free: Vec<Pages>,
+    /// The pages each full-size socket borrows (its receive and send buffer), by socket.
+    lent: HashMap<SocketHandle, [Pages; 2]>,
+}
+
+/// Free full-size buffers kept: the connections a client opens one after another, or a few
+/// at once, reuse them; more are unmapped.
+const POOL_KEEP: usize = 8;
+
+/// How much of a kept buffer stays resident: the rest is given back (`MADV_DONTNEED`) when
+/// it returns, so a pool filled by bulk transfers holds 8 × 64 KiB, not 8 MiB, while idle.
+const POOL_RESIDENT: usize = 64 << 10;
+
+impl BufferPool {
+    fn take(&mut self) -> std::io::Result<Pages> {
+        match self.free.pop() {
+            Some(p) => Ok(p),
+            None => Pages::zeroed(SOCKET_BUFFER),
+        }
+    }
+
+    fn give_back(&mut self, pages: Pages) {
+        if self.free.len() < POOL_KEEP && pages.forget_beyond(POOL_RESIDENT) {
+            self.free.push(pages);
+        }
+    }
+}
+
 /// A flow's socket: `buffer` bytes each way (`buffer_for`), no Nagle (we relay what the other
-/// side sent, as it sent it).
-fn new_socket(buffer: usize) -> tcp::Socket<'static> {
-    let rx = tcp::SocketBuffer::new(vec![0u8; buffer]);
-    let tx = tcp::SocketBuffer::new(vec![0u8; buffer]);
-    let mut sock = tcp::Socket::new(rx, tx);
+/// side sent, as it sent it). Full-size buffers are the pool's pages (`lent`, to be recorded
+/// under the socket's handle); smaller ones are owned by the socket.
+fn new_socket(buffer: usize, pool: &mut BufferPool) -> Option<(tcp::Socket<'static>, Option<[Pages; 2]>)> {
+    let (mut sock, lent) = if buffer == SOCKET_BUFFER {
+        let (mut rx, mut tx) = (pool.take().ok()?, pool.take().ok()?);
+        // SAFETY: each slice covers pages that stay mapped until the socket is gone:
+        // `Stack::remove` drops the socket before it gives the pages back, and `Stack` drops
+        // its sockets before its pool. The pages are moved (not copied) into `lent`, which
+        // does not move the mapping, and nothing else reads or writes them meanwhile.
+        let (rx_buf, tx_buf): (&'static mut [u8], &'static mut [u8]) = unsafe {
+            (
+                std::slice::from_raw_parts_mut(rx.as_mut_ptr(), rx.len()),
+                std::slice::from_raw_parts_mut(tx.as_mut_ptr(), tx.len()),
+            )
+        };
+        (tcp::Socket::new(tcp::SocketBuffer::new(rx_buf), tcp::SocketBuffer::new(tx_buf)), Some([rx, tx]))
+    } else {
+        let rx = tcp::SocketBuffer::new(vec![0u8; buffer]);
+        let tx = tcp::SocketBuffer::new(vec![0u8; buffer]);
+        (tcp::Socket::new(rx, tx), None)
+    };
     sock.set_nagle_enabled(false);
-    sock
+    Some((sock, lent))
 }
 
 fn endpoint(a: SocketAddr) -> IpListenEndpoint {
@@ -143,7 +195,13 @@ impl Stack {
             let _ = a.push(IpCidr::new(addr::GATEWAY_V4.into(), addr::PREFIX_V4));
             let _ = a.push(IpCidr::new(addr::GATEWAY_V6.into(), addr::PREFIX_V6));
         });
-        Ok(Stack { device, iface, sockets: SocketSet::new(vec![]), epoch: std::time::Instant::now() })
+        Ok(Stack {
+            device,
+            iface,
+            sockets: SocketSet::new(vec![]),
+            pool: BufferPool { free: vec![], lent: HashMap::new() },
+            epoch: std::time::Instant::now(),
+        })
     }
 
     fn now(&self) -> SmolInstant {
@@ -188,15 +246,18 @@ impl Stack {
     /// A socket for the flow `jail → dst`, listening on `dst` with its SYN-ACK held back
     /// while `paused`; the SYN (already read) is then handed to it.
     pub fn accept(&mut self, dst: SocketAddr, len: usize, paused: bool, buffer: usize) -> Option<SocketHandle> {
-        let mut sock = new_socket(buffer);
+        let (mut sock, lent) = new_socket(buffer, &mut self.pool)?;
         sock.pause_synack(paused);
-        sock.listen(endpoint(dst)).ok()?;
-        let handle = self.sockets.add(sock);
+        if sock.listen(endpoint(dst)).is_err() {
+            self.give_back(sock, lent);
+            return None;
+        }
+        let handle = self.add(sock, lent);
         self.ingest(len);
         // A SYN smoltcp did not take leaves the socket listening: it must not linger and
         // catch another flow's SYN.
         if self.sockets.get::<tcp::Socket>(handle).state() == tcp::State::Listen {
-            self.sockets.remove(handle);
+            self.remove(handle);
             return None;
         }
         Some(handle)
@@ -204,9 +265,33 @@ impl Stack {
 
     /// A socket connecting from `local` (a gateway address) to `remote` in the jail.
     pub fn connect(&mut self, remote: SocketAddr, local: SocketAddr, buffer: usize) -> Option<SocketHandle> {
-        let mut sock = new_socket(buffer);
-        sock.connect(self.iface.context(), remote, local).ok()?;
-        Some(self.sockets.add(sock))
+        let (mut sock, lent) = new_socket(buffer, &mut self.pool)?;
+        if sock.connect(self.iface.context(), remote, local).is_err() {
+            self.give_back(sock, lent);
+            return None;
+        }
+        Some(self.add(sock, lent))
+    }
+
+    fn add(&mut self, sock: tcp::Socket<'static>, lent: Option<[Pages; 2]>) -> SocketHandle {
+        let handle = self.sockets.add(sock);
+        if let Some(pages) = lent {
+            self.pool.lent.insert(handle, pages);
+        }
+        handle
+    }
+
+    /// A socket that never joined the set: dropped first, then its pages are free.
+    fn give_back<S>(&mut self, sock: S, lent: Option<[Pages; 2]>) {
+        drop(sock);
+        for pages in lent.into_iter().flatten() {
+            self.pool.give_back(pages);
+        }
+    }
+
+    /// Whether no socket is left (all flows reaped).
+    pub fn has_no_sockets(&self) -> bool {
+        self.sockets.iter().next().is_none()
     }
 
     pub fn socket(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
@@ -214,7 +299,9 @@ impl Stack {
     }
 
     pub fn remove(&mut self, h: SocketHandle) {
-        self.sockets.remove(h);
+        let sock = self.sockets.remove(h);
+        let lent = self.pool.lent.remove(&h);
+        self.give_back(sock, lent);
     }
 
     pub fn write(&self, packet: &[u8]) {
@@ -225,6 +312,50 @@ impl Stack {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn stack() -> Stack {
+        let (a, _b) = std::os::unix::net::UnixDatagram::pair().unwrap();
+        Stack::new(Arc::new(OwnedFd::from(a))).unwrap()
+    }
+
+    fn connect(s: &mut Stack, port: u16, buffer: usize) -> SocketHandle {
+        let remote: SocketAddr = "10.0.2.15:8080".parse().unwrap();
+        let local = SocketAddr::new(addr::GATEWAY_V4.into(), port);
+        s.connect(remote, local, buffer).unwrap()
+    }
+
+    fn lent_at(s: &Stack, h: SocketHandle) -> [usize; 2] {
+        let p = &s.pool.lent[&h];
+        [p[0].as_ptr() as usize, p[1].as_ptr() as usize]
+    }
+
+    #[test]
+    fn a_flows_full_size_buffers_serve_the_next_flow_and_the_pool_stays_bounded() {
+        let mut s = stack();
+        let first = connect(&mut s, 40000, SOCKET_BUFFER);
+        let pages = lent_at(&s, first);
+        s.remove(first);
+        assert_eq!(s.pool.free.len(), 2);
+        let second = connect(&mut s, 40001, SOCKET_BUFFER);
+        let mut again = lent_at(&s, second);
+        again.sort();
+        let mut pages = pages;
+        pages.sort();
+        assert_eq!(again, pages, "the same mappings, not new ones");
+        assert!(s.pool.free.is_empty());
+        let many: Vec<_> = (0..10).map(|i| connect(&mut s, 40100 + i, SOCKET_BUFFER)).collect();
+        for h in many.into_iter().chain([second]) {
+            s.remove(h);
+        }
+        assert_eq!(s.pool.free.len(), POOL_KEEP, "at most POOL_KEEP kept, the rest unmapped");
+        assert!(s.pool.lent.is_empty());
+        // Smaller buffers are the socket's own.
+        let small = connect(&mut s, 40200, 64 << 10);
+        assert!(!s.pool.lent.contains_key(&small));
+        assert_eq!(s.pool.free.len(), POOL_KEEP);
+        s.remove(small);
+        assert!(s.has_no_sockets());
+    }
 
     #[test]
     fn flows_get_smaller_buffers_as_the_session_holds_more_and_none_past_the_budget() {

@@ -276,7 +276,7 @@ mod tests {
         rig.deliver(Event::Dialed { id, result: Err(refused) });
         assert!(rig.sup.flows.get(id).is_none());
         assert_eq!(rig.sup.flows.buffered, 0, "the budget is whole again");
-        assert!(rig.sup.flows.by_key.is_empty() && rig.sup.stack.sockets.iter().next().is_none());
+        assert!(rig.sup.flows.by_key.is_empty() && rig.sup.stack.has_no_sockets());
     }
 
     #[test]
