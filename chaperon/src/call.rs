@@ -39,7 +39,20 @@ impl Call<'_> {
     pub fn run(&self, mut cmd: RealCommand, stdio: Stdio) -> Result<i32, Refusal> {
         cmd.stdin(stdio.stdin).stdout(stdio.stdout).stderr(stdio.stderr);
         let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run Slurm: {e}")))?;
-        let watch = self.watch(child.id(), self.bound);
+        // This thread has nothing else to do meanwhile: it watches the command itself, until
+        // the pidfd says it ended (without a pidfd, a thread watches while this one waits).
+        let watch = match pidfd_open(child.id()) {
+            Some(pidfd) => {
+                let target = Target {
+                    pid: nix::unistd::Pid::from_raw(child.id() as i32),
+                    pidfd: Some(pidfd),
+                    done: Arc::new(AtomicBool::new(false)),
+                };
+                watch_until_exit(target, watching(self.conn), self.bound.map(|b| Instant::now() + b));
+                None
+            }
+            None => Some(self.watch(child.id(), self.bound)),
+        };
         let status = child.wait().map_err(|e| Refusal::Failed(format!("waiting for Slurm: {e}")))?;
         drop(watch);
         use std::os::unix::process::ExitStatusExt;
@@ -67,15 +80,19 @@ impl Call<'_> {
 fn watch_command(conn: &UnixStream, child: u32, bound: Option<Duration>) -> Watch {
     let done = Arc::new(AtomicBool::new(false));
     let target = Target { pid: nix::unistd::Pid::from_raw(child as i32), pidfd: pidfd_open(child), done: done.clone() };
-    let conn = conn.try_clone().ok();
-    if let Some(c) = &conn {
-        // A stub that stops in the middle of a frame must not keep the watch from the
-        // command's end or its bound.
-        let _ = c.set_read_timeout(Some(FRAME_TIMEOUT));
-    }
+    let conn = watching(conn);
     let deadline = bound.map(|b| Instant::now() + b);
     let _ = std::thread::Builder::new().stack_size(64 << 10).spawn(move || watch_until_exit(target, conn, deadline));
     Watch { done }
+}
+
+/// The stub's connection as a watch reads it.
+fn watching(conn: &UnixStream) -> Option<UnixStream> {
+    let conn = conn.try_clone().ok()?;
+    // A stub that stops in the middle of a frame must not keep the watch from the command's
+    // end or its bound.
+    let _ = conn.set_read_timeout(Some(FRAME_TIMEOUT));
+    Some(conn)
 }
 
 /// How long a control frame the stub began may take to arrive whole.
