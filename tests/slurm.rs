@@ -232,6 +232,24 @@ fn two_hundred_concurrent_sbatch_calls_all_get_a_job() {
 }
 
 #[test]
+fn scancel_by_filter_passes_over_the_scopes_ended_jobs_as_a_direct_call_does() {
+    // Given a job of the scope that has ended, the real scancel with a filter reports
+    // "Invalid job id specified" and fails; a direct `scancel --name=X` says nothing.
+    let Some(j) = slurm_jail("slurm-scancel-filter") else { return };
+    let out = j.run(
+        "ended=$(sbatch --parsable -o ended.out --wrap true); i=0; \
+         while [ $i -lt 150 ] && squeue -h -j $ended 2>/dev/null | grep -q .; do sleep 0.2; i=$((i+1)); done; \
+         keep=$(sbatch --parsable --hold -J keep --wrap true); \
+         scancel --name=nosuch; echo none=$?; \
+         scancel --me --state=PENDING --name=keep; echo keep=$?; \
+         sleep 1; echo pending=$(squeue -h -n keep -t PD -o %i | grep -c .)",
+    );
+    assert!(out.stdout.contains("none=0") && out.stdout.contains("keep=0"), "{out}");
+    assert!(out.stdout.contains("pending=0"), "the held job was cancelled: {out}");
+    assert!(!out.stderr.contains("Invalid job id"), "{out}");
+}
+
+#[test]
 fn srun_allocation_and_steps_inside_a_batch_job_run_in_the_jail() {
     let Some(j) = slurm_jail("slurm-srun") else { return };
     let out = j.run(

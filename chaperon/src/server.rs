@@ -4,7 +4,8 @@
 //! passed descriptors (one byte with SCM_RIGHTS), then one `Request` frame; the server
 //! answers with one `Response` frame after the command ran with those descriptors as its
 //! own stdio, so output streams straight to the caller. Connections are served
-//! concurrently, a thread each; the peer must be the session's own user (SO_PEERCRED).
+//! concurrently, a thread each (kept a while for the next call); the peer must be the
+//! session's own user (SO_PEERCRED).
 //! Under the Landlock backend the connections arrive instead as descriptors on a channel
 //! the jail inherited (`serve_channel`): one stub's end of a stream socket pair each. The
 //! server is the transport only: `commands::dispatch` decides and carries out each call.

@@ -3,11 +3,13 @@
 //! `JobRef`s and the filters; pure), and `handle`, which cancels only jobs in the session's
 //! scope: those named, or with filters alone every job in scope the filters match.
 
+use crate::bounded::QUERY_TIMEOUT;
 use crate::call::{Call, Stdio};
 use crate::checks::{jobs_in_scope, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_ref, JobRef, RANGES_AND_STEPS};
 use crate::refusal::Refusal;
+use crate::spawn::Io;
 use crate::table::{
     allow, any_of, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options,
     BURST_BUFFER, CLUSTERS,
@@ -117,7 +119,11 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         return Err(Refusal::NotInScope { job: foreign.job, by: None });
     }
     let targets: Vec<String> = if parsed.jobs.is_empty() {
-        ids.iter().map(u32::to_string).collect()
+        // Filters alone pick among the scope's jobs that slurmctld still knows: given one that
+        // has ended, scancel with a filter reports "Invalid job id" and fails, where a direct
+        // `scancel --name=X` (or `-u me`) says nothing.
+        let live = live_jobs(cfg);
+        ids.iter().filter(|j| live.as_ref().is_none_or(|l| l.contains(j))).map(u32::to_string).collect()
     } else {
         parsed.jobs.iter().map(|r| r.to_string()).collect()
     };
@@ -125,6 +131,20 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         return Ok(0);
     }
     call.run_with(parsed.real_args(targets), stdio)
+}
+
+/// The caller's jobs slurmctld knows now (an array by its base id, as sbatch gave it); None if
+/// it did not answer, and then every job in scope is given, as before.
+fn live_jobs(cfg: &crate::session::Config) -> Option<std::collections::BTreeSet<u32>> {
+    let mut cmd = cfg.command("squeue");
+    cmd.args(["-h", "--me", "-o", "%F"]).stdin(Io::null()).stderr(Io::null());
+    let (out, status) = crate::bounded::capture(cmd, 16 << 20, QUERY_TIMEOUT).ok()?;
+    status.success().then(|| live_ids(&String::from_utf8_lossy(&out)))
+}
+
+/// Job ids of `squeue -h -o %F` output.
+fn live_ids(text: &str) -> std::collections::BTreeSet<u32> {
+    text.lines().filter_map(|l| l.trim().parse().ok()).collect()
 }
 
 #[cfg(test)]
@@ -164,6 +184,12 @@ mod tests {
 
     fn sc(a: &[&str]) -> Result<ScancelRequest, GrammarError> {
         parse_scancel(&argv(a))
+    }
+
+    #[test]
+    fn live_ids_are_read_one_a_line_and_nothing_else() {
+        let ids = live_ids("17\n  23\n\nN/A\n4294967295\n4294967296\n");
+        assert_eq!(ids.into_iter().collect::<Vec<_>>(), [17, 23, u32::MAX]);
     }
 
     #[test]
