@@ -884,3 +884,50 @@ fn allow_from_outside_widens_a_running_session_for_a_time_and_nothing_inside_can
         "the grant is in the session's audit log"
     );
 }
+
+#[test]
+fn a_thousand_held_connections_cost_the_supervisor_at_most_32_mib() {
+    // The supervisor is a thread of the launcher: the launcher's resident memory is its.
+    let Some(j) = net_jail("net-held", "") else { return };
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = vec![];
+        for mut c in l.incoming().flatten() {
+            let mut b = [0u8; 1];
+            if std::io::Read::read_exact(&mut c, &mut b).is_ok() {
+                let _ = std::io::Write::write_all(&mut c, &b);
+            }
+            held.push(c);
+        }
+    });
+    let client = r#"
+import resource, socket, sys, time
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1200), hard))
+held = []
+for _ in range(1000):
+    s = socket.create_connection(("169.254.77.1", int(sys.argv[1])), timeout=10)
+    s.sendall(b"x")
+    assert s.recv(1) == b"x"
+    held.append(s)
+print("held", len(held), flush=True)
+time.sleep(60)
+"#;
+    let j = j.arg("--host-port").arg(&port.to_string());
+    let mut c = j.command(&["-q", "run", "--", "python3", "-c", client, &port.to_string()]);
+    let mut child = c.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut line = String::new();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let _ = std::io::BufRead::read_line(&mut out, &mut line);
+    let rss_kib = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()))
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(line.trim(), "held 1000", "the jail held its connections");
+    eprintln!("launcher with 1000 held connections: {:.1} MiB", rss_kib as f64 / 1024.0);
+    assert!(rss_kib <= 32 << 10, "{rss_kib} KiB with 1000 connections held (the bound is 32 MiB)");
+}

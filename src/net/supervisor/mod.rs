@@ -137,8 +137,9 @@ struct Supervisor {
 }
 
 async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
-    // Socket buffers are large and mostly idle: a fixed mmap threshold keeps them out of the
-    // heap, so their pages are committed only when data moves through them.
+    // Large allocations (the socket buffers are mapped pages of their own, `net::stack`) stay
+    // out of the heap: a fixed threshold keeps glibc from raising it after the first free of
+    // one, which would leave the next ones in the heap, zeroed whole and resident.
     // SAFETY: mallopt only changes allocator tuning; called before the buffers exist.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) };
     if let Some(path) = cfg.control.clone() {
