@@ -127,8 +127,8 @@ pub const COMMANDS: &[Command] = &[
         scancel::handle,
         Lasts::Query,
         Reads::Never,
-        "your project's jobs, by id or by filter (`--name`, `--state`...) within them; a bare `scancel` fails \
-         like the real one",
+        "your project's jobs, by id or by filter (`--name`, `--state`...) within the ones slurmctld still \
+         knows (an ended job is passed over, as a direct call does); a bare `scancel` fails like the real one",
     ),
     handled(
         "scontrol",
