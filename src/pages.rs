@@ -29,6 +29,16 @@ impl Pages {
 }
 
 impl Pages {
+    /// Where the mapping starts, without a reference to its bytes (which a socket may hold).
+    pub fn addr(&self) -> usize {
+        self.ptr.as_ptr() as usize
+    }
+
+    /// Its length, without a reference to its bytes.
+    pub fn size(&self) -> usize {
+        self.len
+    }
+
     /// Gives the pages past the first `keep` bytes back to the kernel (they read as zero
     /// again and cost nothing until written). False if the kernel refused, and the caller
     /// should not keep the buffer.

@@ -40,18 +40,20 @@ impl Call<'_> {
         cmd.stdin(stdio.stdin).stdout(stdio.stdout).stderr(stdio.stderr);
         let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run Slurm: {e}")))?;
         // This thread has nothing else to do meanwhile: it watches the command itself, until
-        // the pidfd says it ended (without a pidfd, a thread watches while this one waits).
-        let watch = match pidfd_open(child.id()) {
-            Some(pidfd) => {
-                let target = Target {
-                    pid: nix::unistd::Pid::from_raw(child.id() as i32),
-                    pidfd: Some(pidfd),
-                    done: Arc::new(AtomicBool::new(false)),
-                };
-                watch_until_exit(target, watching(self.conn), self.bound.map(|b| Instant::now() + b));
-                None
+        // the pidfd says it ended (without pidfds, a thread watches while this one waits).
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let watched = match (pidfd_open(child.id()), self.conn.try_clone()) {
+            (Ok(Some(pidfd)), Ok(conn)) => {
+                let target = Target { pid, pidfd: Some(pidfd), done: Arc::new(AtomicBool::new(false)) };
+                watch_until_exit(target, Some(conn), self.bound.map(|b| Instant::now() + b));
+                Ok(None)
             }
-            None => Some(self.watch(child.id(), self.bound)),
+            (Ok(None), _) => self.watch(child.id(), self.bound).map(Some),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+        let watch = match watched {
+            Ok(w) => w,
+            Err(e) => return Err(unwatched(child, e)),
         };
         let status = child.wait().map_err(|e| Refusal::Failed(format!("waiting for Slurm: {e}")))?;
         drop(watch);
@@ -70,29 +72,30 @@ impl Call<'_> {
     /// killed if the stub goes away (its jail ended, it was killed), and, with a `bound`, if it
     /// runs longer than that. One thread does all three, in one `poll` of the connection and
     /// a pidfd of the command, and ends with the command. Dropping the watch (after the command
-    /// was reaped) ends its signals.
-    pub fn watch(&self, child: u32, bound: Option<Duration>) -> Watch {
+    /// was reaped) ends its signals. An error (no descriptor, no thread): the command must not
+    /// run unwatched (`unwatched`).
+    pub fn watch(&self, child: u32, bound: Option<Duration>) -> std::io::Result<Watch> {
         watch_command(self.conn, child, bound)
     }
 }
 
-/// `Call::watch` for the command `child` and the stub's connection `conn`.
-fn watch_command(conn: &UnixStream, child: u32, bound: Option<Duration>) -> Watch {
-    let done = Arc::new(AtomicBool::new(false));
-    let target = Target { pid: nix::unistd::Pid::from_raw(child as i32), pidfd: pidfd_open(child), done: done.clone() };
-    let conn = watching(conn);
-    let deadline = bound.map(|b| Instant::now() + b);
-    let _ = std::thread::Builder::new().stack_size(64 << 10).spawn(move || watch_until_exit(target, conn, deadline));
-    Watch { done }
+/// A command that could not be watched is not left running: killed, reaped, and the call
+/// refused.
+pub fn unwatched(mut child: crate::spawn::RealChild, why: std::io::Error) -> Refusal {
+    let _ = child.kill();
+    let _ = child.wait();
+    Refusal::Failed(format!("cannot watch the Slurm command: {why}"))
 }
 
-/// The stub's connection as a watch reads it.
-fn watching(conn: &UnixStream) -> Option<UnixStream> {
-    let conn = conn.try_clone().ok()?;
-    // A stub that stops in the middle of a frame must not keep the watch from the command's
-    // end or its bound.
-    let _ = conn.set_read_timeout(Some(FRAME_TIMEOUT));
-    Some(conn)
+/// `Call::watch` for the command `child` and the stub's connection `conn`.
+fn watch_command(conn: &UnixStream, child: u32, bound: Option<Duration>) -> std::io::Result<Watch> {
+    let done = Arc::new(AtomicBool::new(false));
+    let target =
+        Target { pid: nix::unistd::Pid::from_raw(child as i32), pidfd: pidfd_open(child)?, done: done.clone() };
+    let conn = conn.try_clone()?;
+    let deadline = bound.map(|b| Instant::now() + b);
+    std::thread::Builder::new().stack_size(64 << 10).spawn(move || watch_until_exit(target, Some(conn), deadline))?;
+    Ok(Watch { done })
 }
 
 /// How long a control frame the stub began may take to arrive whole.
@@ -129,12 +132,20 @@ impl Target {
     }
 }
 
-fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+/// A pidfd of our unreaped child `pid`; None where the kernel has no pidfds (before 5.3).
+fn pidfd_open(pid: u32) -> std::io::Result<Option<OwnedFd>> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1. The pid is
     // our unreaped child's, so it cannot name another process yet.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOSYS) => Ok(None),
+            _ => Err(e),
+        };
+    }
     // SAFETY: a new descriptor that nothing else owns.
-    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
 }
 
 fn watch_until_exit(target: Target, mut conn: Option<UnixStream>, mut deadline: Option<Instant>) {
@@ -143,11 +154,17 @@ fn watch_until_exit(target: Target, mut conn: Option<UnixStream>, mut deadline: 
     // Without a pidfd (before Linux 5.3) the command's end is learnt from `done`, a few times
     // a second.
     let recheck = Duration::from_millis(200);
+    // The stub's bytes so far, read as they come (the socket is non-blocking): a frame is
+    // taken whole, small, and within FRAME_TIMEOUT of its first byte, or the stub counts as
+    // gone. A stub trickling a frame must not keep the watch from the command's end or bound.
+    let mut pending: Vec<u8> = Vec::new();
+    let mut frame_by: Option<Instant> = None;
     loop {
         if target.ended() {
             return;
         }
-        let mut wait = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        let now = Instant::now();
+        let mut wait = [deadline, frame_by].into_iter().flatten().min().map(|d| d.saturating_duration_since(now));
         if target.pidfd.is_none() {
             wait = Some(wait.map_or(recheck, |w| w.min(recheck)));
         }
@@ -174,24 +191,53 @@ fn watch_until_exit(target: Target, mut conn: Option<UnixStream>, mut deadline: 
             return;
         }
         if from_stub {
+            let mut gone = false;
             if let Some(c) = conn.as_mut() {
-                match wire::read_frame::<Control>(c) {
-                    Ok(Control::Signal { signal }) => {
+                let mut chunk = [0u8; MAX_CONTROL as usize];
+                // Without waiting, and without making the shared socket non-blocking: the call
+                // writes its answer on it afterwards.
+                match nix::sys::socket::recv(c.as_raw_fd(), &mut chunk, nix::sys::socket::MsgFlags::MSG_DONTWAIT) {
+                    Ok(0) => gone = true,
+                    Ok(n) => pending.extend_from_slice(&chunk[..n]),
+                    Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {}
+                    Err(_) => gone = true,
+                }
+            }
+            loop {
+                match wire::take_frame::<Control>(&mut pending, MAX_CONTROL) {
+                    Ok(Some(Control::Signal { signal })) => {
                         if let Some(sig) = Signal::try_from(signal).ok().filter(|s| passable(*s)) {
                             target.signal(sig);
                         }
                     }
-                    Err(wire::WireError::Io(_)) => {
-                        // The caller is gone: nothing may keep running on its behalf (some
-                        // Slurm commands block SIGTERM while they wait).
-                        target.signal(Signal::SIGKILL);
-                        conn = None;
+                    Ok(None) => break,
+                    // A frame that is not one: the stream cannot be followed any more.
+                    Err(_) => {
+                        gone = true;
+                        break;
                     }
-                    Err(_) => {}
                 }
             }
+            frame_by = match pending.is_empty() {
+                true => None,
+                false => frame_by.or(Some(Instant::now() + FRAME_TIMEOUT)),
+            };
+            if gone {
+                // The caller is gone: nothing may keep running on its behalf (some Slurm
+                // commands block SIGTERM while they wait).
+                target.signal(Signal::SIGKILL);
+                conn = None;
+                frame_by = None;
+            }
         }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
+        let now = Instant::now();
+        if frame_by.is_some_and(|d| now >= d) {
+            // A frame begun and not finished in time: taken as the stub gone.
+            target.signal(Signal::SIGKILL);
+            conn = None;
+            frame_by = None;
+        }
+        if deadline.is_some_and(|d| now >= d) {
             target.signal(Signal::SIGKILL);
             deadline = None;
         }
@@ -201,6 +247,9 @@ fn watch_until_exit(target: Target, mut conn: Option<UnixStream>, mut deadline: 
         }
     }
 }
+
+/// The longest control frame a stub sends (a signal number in JSON is some 40 bytes).
+const MAX_CONTROL: u32 = 256;
 
 /// Signals the stub may pass on: what a terminal or a job manager sends; never SIGKILL/SIGSTOP.
 fn passable(s: nix::sys::signal::Signal) -> bool {
@@ -233,7 +282,7 @@ mod tests {
     fn a_signal_from_the_stub_reaches_the_command() {
         let (ours, stub) = UnixStream::pair().unwrap();
         let mut child = sleeper();
-        let watch = watch_command(&ours, child.id(), None);
+        let watch = watch_command(&ours, child.id(), None).unwrap();
         wire::write_frame(&mut &stub, &Control::Signal { signal: libc::SIGTERM }).unwrap();
         let status = child.wait().unwrap();
         drop(watch);
@@ -244,7 +293,7 @@ mod tests {
     fn the_command_is_killed_when_the_stub_goes_away() {
         let (ours, stub) = UnixStream::pair().unwrap();
         let mut child = sleeper();
-        let _watch = watch_command(&ours, child.id(), None);
+        let _watch = watch_command(&ours, child.id(), None).unwrap();
         drop(stub);
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
     }
@@ -254,10 +303,45 @@ mod tests {
         let (ours, stub) = UnixStream::pair().unwrap();
         let mut child = sleeper();
         let t = Instant::now();
-        let _watch = watch_command(&ours, child.id(), Some(Duration::from_millis(300)));
+        let _watch = watch_command(&ours, child.id(), Some(Duration::from_millis(300))).unwrap();
         wire::write_frame(&mut &stub, &Control::Signal { signal: libc::SIGSTOP }).unwrap();
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+        drop(stub);
+    }
+
+    #[test]
+    fn a_stub_trickling_a_frame_does_not_hold_off_the_bound_or_the_watch() {
+        let (ours, stub) = UnixStream::pair().unwrap();
+        let mut child = sleeper();
+        let t = Instant::now();
+        let _watch = watch_command(&ours, child.id(), Some(Duration::from_millis(300))).unwrap();
+        // A header announcing 200 bytes, then a byte every 0.2 s: each read succeeds.
+        let mut head = wire::encode(&Control::Signal { signal: 2 }).unwrap()[..4].to_vec();
+        head.extend_from_slice(&200u32.to_le_bytes());
+        std::io::Write::write_all(&mut &stub, &head).unwrap();
+        let trickle = std::thread::spawn(move || {
+            for _ in 0..40 {
+                std::thread::sleep(Duration::from_millis(200));
+                if std::io::Write::write_all(&mut &stub, b" ").is_err() {
+                    return;
+                }
+            }
+        });
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        let _ = trickle.join();
+    }
+
+    #[test]
+    fn a_control_frame_larger_than_a_signal_is_taken_as_the_stub_gone() {
+        let (ours, stub) = UnixStream::pair().unwrap();
+        let mut child = sleeper();
+        let _watch = watch_command(&ours, child.id(), None).unwrap();
+        let mut head = wire::encode(&Control::Signal { signal: 2 }).unwrap()[..4].to_vec();
+        head.extend_from_slice(&(1u32 << 20).to_le_bytes());
+        std::io::Write::write_all(&mut &stub, &head).unwrap();
+        assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         drop(stub);
     }
 
@@ -266,7 +350,7 @@ mod tests {
         let (ours, stub) = UnixStream::pair().unwrap();
         let mut child = sleeper();
         let t = Instant::now();
-        let _watch = watch_command(&ours, child.id(), Some(Duration::from_millis(1500)));
+        let _watch = watch_command(&ours, child.id(), Some(Duration::from_millis(1500))).unwrap();
         std::io::Write::write_all(&mut &stub, b"A").unwrap();
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());

@@ -234,7 +234,9 @@ fn work(
     let (lock, wake) = state;
     let mut next = Some(first);
     while let Some(conn) = next.take() {
-        serve(conn);
+        // A call that panics must not take its worker's place with it: the pool would shrink
+        // for good.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(conn)));
         let mut crew = lock.lock().unwrap_or_else(|p| p.into_inner());
         crew.idle += 1;
         let deadline = std::time::Instant::now() + IDLE_WORKER;

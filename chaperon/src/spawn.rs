@@ -22,9 +22,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 /// What one of the child's standard descriptors is.
 pub enum Io {
-    /// The chaperon's own.
+    /// The chaperon's own (the default for stdout and stderr).
     Inherit,
-    /// `/dev/null`.
+    /// `/dev/null` (the default for stdin).
     Null,
     /// A pipe whose other end the chaperon gets (`RealChild::stdin` / `stdout` / `stderr`).
     Piped,
@@ -65,7 +65,8 @@ impl RealCommand {
             args: vec![],
             env: BTreeMap::new(),
             cwd: None,
-            stdio: [Io::Inherit, Io::Inherit, Io::Inherit],
+            // Not the chaperon's stdin (which may be its listening socket): nothing, unless set.
+            stdio: [Io::Null, Io::Inherit, Io::Inherit],
             dies_with_chaperon: true,
         }
     }
@@ -322,7 +323,7 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         };
         // Handlers are the chaperon's: back to default. SIGPIPE, which the Rust runtime
         // ignores, too (as std does for its children); other ignored signals stay ignored.
-        for sig in 1..libc::SIGRTMAX() {
+        for sig in 1..=libc::SIGRTMAX() {
             if sig == libc::SIGKILL || sig == libc::SIGSTOP {
                 continue;
             }

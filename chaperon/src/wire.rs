@@ -83,6 +83,31 @@ pub fn write_frame<T: Serialize>(w: &mut impl Write, msg: &T) -> Result<(), Wire
     Ok(())
 }
 
+/// Takes one whole frame from the front of `buf` (bytes read so far): None while it is
+/// incomplete. A frame longer than `max` is an error at once, before its body arrives.
+pub fn take_frame<T: for<'de> Deserialize<'de>>(buf: &mut Vec<u8>, max: u32) -> Result<Option<T>, WireError> {
+    if buf.len() >= 3 && buf[..3] != MAGIC {
+        return Err(WireError::BadMagic);
+    }
+    if buf.len() < 8 {
+        return Ok(None);
+    }
+    if buf[3] != VERSION {
+        return Err(WireError::Version(buf[3]));
+    }
+    let len = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]);
+    if len > max.min(MAX_FRAME) {
+        return Err(WireError::TooLarge(len));
+    }
+    let end = 8 + len as usize;
+    if buf.len() < end {
+        return Ok(None);
+    }
+    let msg = serde_json::from_slice(&buf[8..end]);
+    buf.drain(..end);
+    Ok(Some(msg?))
+}
+
 /// Reads one frame. The length is checked before any body byte is buffered.
 pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> Result<T, WireError> {
     let mut head = [0u8; 8];

@@ -119,7 +119,8 @@ pub struct Stack {
 /// Full-size socket buffers (`SOCKET_BUFFER`), kept for the next flows when their flow ends.
 /// A flow's two buffers were mapped when it started and unmapped when it ended, each first
 /// touch of a page a fault: per connection 2 `mmap`, 2 `munmap` and their faults, in a
-/// process whose threads then take the TLB shootdown. Smaller buffers come from the heap.
+/// process whose threads then take the TLB shootdown. Smaller buffers are mapped for their
+/// flow alone.
 struct BufferPool {
     free: Vec<Pages>,
     /// The pages each full-size socket borrows (its receive and send buffer), by socket.
@@ -144,7 +145,7 @@ impl BufferPool {
     }
 
     fn give_back(&mut self, pages: Pages) {
-        if pages.len() == SOCKET_BUFFER && self.free.len() < POOL_KEEP && pages.forget_beyond(POOL_RESIDENT) {
+        if pages.size() == SOCKET_BUFFER && self.free.len() < POOL_KEEP && pages.forget_beyond(POOL_RESIDENT) {
             self.free.push(pages);
         }
     }
@@ -291,6 +292,8 @@ impl Stack {
         self.sockets.iter().next().is_none()
     }
 
+    /// The socket `h`, to use in place. It may borrow the pool's pages: never move it out
+    /// (`mem::replace`/`swap`), which would let it outlive `remove`.
     pub fn socket(&mut self, h: SocketHandle) -> &mut tcp::Socket<'static> {
         self.sockets.get_mut::<tcp::Socket>(h)
     }
@@ -323,7 +326,7 @@ mod tests {
 
     fn lent_at(s: &Stack, h: SocketHandle) -> [usize; 2] {
         let p = &s.pool.lent[&h];
-        [p[0].as_ptr() as usize, p[1].as_ptr() as usize]
+        [p[0].addr(), p[1].addr()]
     }
 
     #[test]
@@ -348,7 +351,7 @@ mod tests {
         assert!(s.pool.lent.is_empty());
         // Smaller buffers are mapped for their flow and unmapped after it, never kept.
         let small = connect(&mut s, 40200, 64 << 10);
-        assert_eq!(s.pool.lent[&small].each_ref().map(|p| p.len()), [64 << 10; 2]);
+        assert_eq!(s.pool.lent[&small].each_ref().map(|p| p.size()), [64 << 10; 2]);
         assert_eq!(s.pool.free.len(), POOL_KEEP, "the kept full-size buffers are not cut up");
         s.remove(small);
         assert_eq!(s.pool.free.len(), POOL_KEEP);

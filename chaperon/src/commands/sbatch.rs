@@ -476,7 +476,10 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     cmd.stdin(Io::piped()).stderr(stdio.stderr).stdout(Io::piped());
     let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run sbatch: {e}")))?;
     // `sbatch --wait` lasts as long as the job: it ends with the caller, like every call.
-    let _watch = call.watch(child.id(), call.bound);
+    let _watch = match call.watch(child.id(), call.bound) {
+        Ok(w) => w,
+        Err(e) => return Err(crate::call::unwatched(child, e)),
+    };
     if let Some(mut script_in) = child.stdin.take() {
         let _ = script_in.write_all(wrapper.as_bytes());
     }
