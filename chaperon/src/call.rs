@@ -7,7 +7,7 @@ use crate::refusal::Refusal;
 use crate::session::{Audit, Config};
 use crate::spawn::RealCommand;
 use crate::wire::{self, Control, Request};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -133,19 +133,13 @@ impl Target {
 }
 
 /// A pidfd of our unreaped child `pid`; None where the kernel has no pidfds (before 5.3).
+/// The pid is our unreaped child's, so it cannot name another process yet.
 fn pidfd_open(pid: u32) -> std::io::Result<Option<OwnedFd>> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1. The pid is
-    // our unreaped child's, so it cannot name another process yet.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        let e = std::io::Error::last_os_error();
-        return match e.raw_os_error() {
-            Some(libc::ENOSYS) => Ok(None),
-            _ => Err(e),
-        };
+    match crate::spawn::pidfd_open(pid as libc::pid_t) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Ok(None),
+        Err(e) => Err(e),
     }
-    // SAFETY: a new descriptor that nothing else owns.
-    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
 }
 
 fn watch_until_exit(target: Target, mut conn: Option<UnixStream>, mut deadline: Option<Instant>) {
@@ -274,6 +268,13 @@ mod tests {
     use crate::spawn::RealCommand;
     use std::os::unix::process::ExitStatusExt;
 
+    /// A frame's header (magic, version) announcing a body of `len` bytes.
+    fn head_of(len: u32) -> Vec<u8> {
+        let mut head = wire::encode(&Control::Signal { signal: 2 }).unwrap()[..4].to_vec();
+        head.extend_from_slice(&len.to_le_bytes());
+        head
+    }
+
     fn sleeper() -> crate::spawn::RealChild {
         RealCommand::new("/bin/sleep").arg("30").spawn().unwrap()
     }
@@ -317,9 +318,7 @@ mod tests {
         let t = Instant::now();
         let _watch = watch_command(&ours, child.id(), Some(Duration::from_millis(300))).unwrap();
         // A header announcing 200 bytes, then a byte every 0.2 s: each read succeeds.
-        let mut head = wire::encode(&Control::Signal { signal: 2 }).unwrap()[..4].to_vec();
-        head.extend_from_slice(&200u32.to_le_bytes());
-        std::io::Write::write_all(&mut &stub, &head).unwrap();
+        std::io::Write::write_all(&mut &stub, &head_of(200)).unwrap();
         let trickle = std::thread::spawn(move || {
             for _ in 0..40 {
                 std::thread::sleep(Duration::from_millis(200));
@@ -338,9 +337,7 @@ mod tests {
         let (ours, stub) = UnixStream::pair().unwrap();
         let mut child = sleeper();
         let _watch = watch_command(&ours, child.id(), None).unwrap();
-        let mut head = wire::encode(&Control::Signal { signal: 2 }).unwrap()[..4].to_vec();
-        head.extend_from_slice(&(1u32 << 20).to_le_bytes());
-        std::io::Write::write_all(&mut &stub, &head).unwrap();
+        std::io::Write::write_all(&mut &stub, &head_of(1 << 20)).unwrap();
         assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
         drop(stub);
     }

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -258,6 +258,30 @@ impl RealChild {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGKILL)
             .map_err(io::Error::from)
     }
+}
+
+/// A pidfd of process `pid` (Linux 5.3): it stays that process's even once the pid is reused.
+/// The one wrapper of the system call for the chaperon, the launcher and the stubs.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just made this descriptor for us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// A copy of descriptor `fd` of the process behind `pidfd` (Linux 5.6), close-on-exec.
+pub fn pidfd_getfd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags and returns a new
+    // descriptor or -1; it reads no memory of ours.
+    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if copy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above, a descriptor the kernel just installed for us.
+    Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
 }
 
 /// The child's stack until its exec: it makes system calls only.

@@ -134,11 +134,7 @@ pub fn hand(orders: &Orders, locks: &[RawFd]) -> bool {
 /// A pidfd of our parent, if it is still `launcher` (checked after the pidfd exists, so the
 /// pid was not reused in between).
 fn pidfd_of(launcher: i32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags; it returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, launcher, 0) };
-    let fd = i32::try_from(fd).ok().filter(|f| *f >= 0)?;
-    // SAFETY: the kernel just made this descriptor for us.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let fd = chaperon::spawn::pidfd_open(launcher).ok()?;
     (nix::unistd::getppid().as_raw() == launcher).then_some(fd)
 }
 

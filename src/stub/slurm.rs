@@ -242,7 +242,6 @@ fn is_channel(fd: i32) -> bool {
 /// A parent closed the inherited channel (Python's subprocess does, daemons do): a copy of
 /// the keeper's, with `pidfd_getfd` (it works only on a process this one may trace).
 fn from_keeper(fd: i32) -> Result<std::os::fd::OwnedFd, String> {
-    use std::os::fd::FromRawFd;
     let closed = |why: String| {
         format!(
             "agent-sandbox's Slurm channel (descriptor {fd}) is not open in this process (a parent closed it) \
@@ -254,21 +253,9 @@ fn from_keeper(fd: i32) -> Result<std::os::fd::OwnedFd, String> {
         .and_then(|v| v.parse::<i32>().ok())
         .filter(|p| *p > 1)
         .ok_or_else(|| closed(format!("{} is not set", SLURM_KEEPER_VAR)))?;
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if pidfd < 0 {
-        return Err(closed(format!("pid {pid}: {}", std::io::Error::last_os_error())));
-    }
-    // SAFETY: the kernel just returned this descriptor; nothing else owns it.
-    let pidfd = unsafe { std::os::fd::OwnedFd::from_raw_fd(pidfd as i32) };
-    // SAFETY: pidfd_getfd copies descriptor `fd` of the process behind `pidfd` into this one
-    // (close-on-exec) or returns -1; it reads no memory of ours.
-    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
-    if copy < 0 {
-        return Err(closed(format!("pid {pid}: {}", std::io::Error::last_os_error())));
-    }
-    // SAFETY: as above, a descriptor the kernel just installed for us.
-    let copy = unsafe { std::os::fd::OwnedFd::from_raw_fd(copy as i32) };
+    let copy = chaperon::spawn::pidfd_open(pid)
+        .and_then(|pidfd| chaperon::spawn::pidfd_getfd(&pidfd, fd))
+        .map_err(|e| closed(format!("pid {pid}: {e}")))?;
     if !is_channel(copy.as_raw_fd()) {
         return Err(closed(format!("descriptor {fd} of pid {pid} is no unix seqpacket socket")));
     }

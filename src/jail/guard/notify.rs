@@ -215,20 +215,8 @@ impl Caller {
             .find_map(|l| l.strip_prefix("Tgid:"))
             .and_then(|v| v.trim().parse().ok())
             .ok_or(libc::EIO)?;
-        // SAFETY: pidfd_open takes a pid and flags; the result is a new descriptor or -1.
-        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, tgid, 0) };
-        if pidfd < 0 {
-            return Err(errno(&io::Error::last_os_error()));
-        }
-        // SAFETY: a new descriptor nothing else owns.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as i32) };
-        // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags.
-        let dup = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
-        if dup < 0 {
-            return Err(errno(&io::Error::last_os_error()));
-        }
-        // SAFETY: a new descriptor (close-on-exec, as pidfd_getfd makes them) nothing else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(dup as i32) })
+        let pidfd = chaperon::spawn::pidfd_open(tgid).map_err(|e| errno(&e))?;
+        chaperon::spawn::pidfd_getfd(&pidfd, fd).map_err(|e| errno(&e))
     }
 
     /// `len` bytes of the caller's memory at `addr` (a socket address).
