@@ -45,8 +45,9 @@ struct Shared {
 /// Serves the guard's listener on threads of the calling process (the jail's PID 1, after it
 /// forked the command: it must not fork again once these exist). `report` is called for
 /// every refusal. One thread starts now; another joins whenever a call finds none waiting,
-/// up to `WORKERS`, so a short command pays for one.
-pub fn serve(listener: OwnedFd, guarded: rules::Guarded, report: Box<Report>) {
+/// up to `WORKERS`, so a short command pays for one. The threads end once no process is
+/// left under the filter.
+pub fn serve(listener: OwnedFd, guarded: rules::Guarded, report: Box<Report>) -> Serving {
     let shared = Arc::new(Shared {
         listener,
         guarded,
@@ -58,6 +59,16 @@ pub fn serve(listener: OwnedFd, guarded: rules::Guarded, report: Box<Report>) {
         waiting: Arc::new(AtomicUsize::new(0)),
     });
     spawn_worker(&shared);
+    Serving(shared)
+}
+
+/// The guard being served: lets its caller see how many threads serve it.
+pub struct Serving(Arc<Shared>);
+
+impl Serving {
+    pub fn threads(&self) -> usize {
+        self.0.threads.load(Ordering::SeqCst)
+    }
 }
 
 fn spawn_worker(shared: &Arc<Shared>) {
@@ -86,15 +97,20 @@ fn worker(shared: &Arc<Shared>) {
     loop {
         shared.idle.fetch_add(1, Ordering::SeqCst);
         let got = notify::recv(listener);
-        if shared.idle.fetch_sub(1, Ordering::SeqCst) == 1 {
-            // This was the last thread waiting: the next call should not wait for this one.
-            spawn_worker(shared);
-        }
+        let was_last = shared.idle.fetch_sub(1, Ordering::SeqCst) == 1;
         let n = match got {
             Ok(n) => n,
+            // Once the command's processes are all gone the kernel answers ENOENT at once,
+            // for good: without this check the threads would spin on both cores until PID 1
+            // exits, delaying the session's end by milliseconds.
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && notify::orphaned(listener) => return,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
             Err(_) => return,
         };
+        if was_last {
+            // This was the last thread waiting: the next call should not wait for this one.
+            spawn_worker(shared);
+        }
         let caller = match notify::Caller::open(listener, &n) {
             Ok(c) => c,
             Err(e) => {
@@ -219,4 +235,56 @@ pub fn take_over(sock: RawFd) -> nix::Result<OwnedFd> {
         }
     }
     Err(nix::Error::EPROTO)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Installs the guard's filter on a thread of its own (a filter without TSYNC is the
+    /// calling thread's alone), hands the listener out, and ends that thread when told.
+    fn filtered_thread() -> (OwnedFd, std::sync::mpsc::Sender<()>, std::thread::JoinHandle<()>) {
+        let (give, take) = std::sync::mpsc::channel();
+        let (end, ended) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: PR_SET_NO_NEW_PRIVS takes integer arguments and affects this thread only.
+            assert_eq!(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }, 0);
+            let prog = crate::jail::seccomp::build_guard_program().expect("the guard's program compiles");
+            give.send(notify::install_with_listener(&prog).expect("the filter installs")).expect("send");
+            let _ = ended.recv();
+        });
+        let listener = take.recv().expect("the thread hands its listener over");
+        (listener, end, t)
+    }
+
+    fn wait_for_no_threads(serving: &Serving) -> usize {
+        let t0 = Instant::now();
+        while serving.threads() > 0 && t0.elapsed() < Duration::from_secs(3) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        serving.threads()
+    }
+
+    #[test]
+    fn the_guards_threads_end_when_no_process_is_left_under_its_filter() {
+        let (listener, end, t) = filtered_thread();
+        let serving = serve(listener, rules::Guarded { roots: vec![] }, Box::new(|_, _| {}));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(serving.threads(), 1, "one thread waits while the filtered thread lives");
+        end.send(()).expect("tell the thread to end");
+        t.join().expect("the filtered thread ends");
+        // The kernel answers ENOENT at once from here on: a thread that took that for a lost
+        // caller would spin (and start others) until the process exits.
+        assert_eq!(wait_for_no_threads(&serving), 0, "the guard's threads still run with no process to serve");
+    }
+
+    #[test]
+    fn a_guard_served_after_its_last_process_ended_starts_no_thread_that_stays() {
+        let (listener, end, t) = filtered_thread();
+        end.send(()).expect("tell the thread to end");
+        t.join().expect("the filtered thread ends");
+        let serving = serve(listener, rules::Guarded { roots: vec![] }, Box::new(|_, _| {}));
+        assert_eq!(wait_for_no_threads(&serving), 0);
+    }
 }

@@ -64,13 +64,24 @@ fn ioctl(listener: BorrowedFd, request: libc::Ioctl, arg: *mut libc::c_void) -> 
     }
 }
 
-/// Waits for the next trapped syscall. Err(ENOENT): the caller went away before it was read
-/// (try again); other errors end the listener (every process under the filter is gone).
+/// Waits for the next trapped syscall. Err(ENOENT): the caller went away before it was read,
+/// or no process is under the filter any more (`orphaned` tells which); other errors end the
+/// listener.
 pub fn recv(listener: BorrowedFd) -> io::Result<Notification> {
     // SAFETY: seccomp_notif is plain data; the kernel wants it zeroed.
     let mut n: libc::seccomp_notif = unsafe { std::mem::zeroed() };
     ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_RECV, (&mut n as *mut libc::seccomp_notif).cast())?;
     Ok(Notification { id: n.id, tid: n.pid as i32, nr: i64::from(n.data.nr), args: n.data.args })
+}
+
+/// Whether every process under the filter is gone. The kernel then answers every receive
+/// with ENOENT at once, without waiting, so a receive loop must stop on this or spin; the
+/// listener polls as hung up from then on, for good (no process can join a filter it left).
+pub fn orphaned(listener: BorrowedFd) -> bool {
+    let mut fds = [libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+    // SAFETY: poll reads and writes one pollfd of ours, live for the call; timeout 0.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) };
+    n > 0 && fds[0].revents & (libc::POLLHUP | libc::POLLNVAL | libc::POLLERR) != 0
 }
 
 /// Whether the notification is still pending: its caller has not died and been replaced by
