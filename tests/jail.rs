@@ -255,6 +255,35 @@ fn exit_codes_and_signals_propagate() {
     assert!(out.stderr.contains("command not found"), "{out}");
 }
 
+/// The command's process is cloned sharing PID 1's memory until its exec (`jail::command`),
+/// and must still start as a forked one did: no signal blocked, the ones a shell or the
+/// launcher may have ignored back at their defaults, a session of its own, its directory, and
+/// its name found on the PATH, a relative entry counted from that directory.
+#[test]
+fn the_command_starts_unblocked_in_its_own_session_found_from_its_directory() {
+    let j = jail!("cmd-start").project_file("tools/where-am-i", "#!/bin/sh\necho HERE=$(pwd)\n");
+    assert_eq!(j.run("chmod +x tools/where-am-i").code, 0);
+    let out = j.run(
+        "read -r _ _ _ _ _ sid _ < /proc/$$/stat; echo \"pid=$$ sid=$sid\"; grep -E '^Sig(Blk|Ign)' /proc/$$/status",
+    );
+    assert_eq!(out.code, 0, "{out}");
+    let field = |name: &str| -> u64 {
+        let line = out.stdout.lines().find(|l| l.starts_with(name)).unwrap_or_else(|| panic!("no {name}: {out}"));
+        u64::from_str_radix(line.split_whitespace().nth(1).unwrap_or(""), 16).unwrap_or_else(|_| panic!("{out}"))
+    };
+    assert_eq!(field("SigBlk:"), 0, "the command starts with signals blocked: {out}");
+    let reset = [libc::SIGPIPE, libc::SIGINT, libc::SIGQUIT, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU];
+    let mask: u64 = reset.iter().map(|s| 1u64 << (s - 1)).sum();
+    assert_eq!(field("SigIgn:") & mask, 0, "a reset signal is still ignored: {out}");
+    let ids = out.stdout.lines().find(|l| l.starts_with("pid=")).unwrap_or_else(|| panic!("{out}"));
+    let (pid, sid) = ids.split_once(' ').unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(pid.trim_start_matches("pid="), sid.trim_start_matches("sid="), "not a session leader: {out}");
+
+    let found = j.output(&mut j.command(&["-q", "--env", "PATH=tools:/usr/bin:/bin", "run", "--", "where-am-i"]));
+    assert_eq!(found.code, 0, "{found}");
+    assert!(found.stdout.contains(&format!("HERE={}", j.project.display())), "{found}");
+}
+
 /// Sends `sig` to the launcher once the command is ready; the command's trap must see it.
 fn signal_reaches_command(j: &Jail, sig: nix::sys::signal::Signal, trap: &str) {
     signal_reaches_command_despite(j, sig, trap, "");

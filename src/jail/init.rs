@@ -10,8 +10,7 @@ use nix::mount::{MntFlags, MsFlags};
 use nix::sys::signal::{kill, SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
-use nix::unistd::{ForkResult, Pid};
-use std::ffi::CString;
+use nix::unistd::Pid;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
@@ -64,22 +63,22 @@ fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     crate::timing::mark("child-env");
     nix::unistd::sethostname(&plan.hostname).map_err(|e| format!("cannot set the hostname: {e}"))?;
-    // Before the root is replaced: /dev/net/tun is the host's device node.
-    let tun = match plan.net.jail {
-        crate::plan::JailNet::Tun => Some(
-            net::create_tun(plan.net.jail_address())
-                .map_err(|e| format!("cannot create tun0 for the filtered network mode: {e}"))?,
-        ),
-        _ => None,
+    // Before the root is replaced: the thread opens /dev/net/tun and /proc/sys in the host's.
+    let net = if new_net {
+        let tun = (plan.net.jail == crate::plan::JailNet::Tun).then(|| plan.net.jail_address());
+        Some(net::start(tun).map_err(|e| format!("cannot build the jail's network: {e}"))?)
+    } else {
+        None
     };
     build_root(plan)?;
-    let mut net_fds = vec![];
-    if let Some(t) = tun {
-        net_fds.push(t.finish().map_err(|e| format!("cannot create tun0 for the filtered network mode: {e}"))?);
-    }
     crate::timing::mark("child-root");
-    if new_net {
-        net::loopback_up().map_err(|e| format!("cannot bring up lo in the jail's network namespace: {e}"))?;
+    let mut net_fds = vec![];
+    if let Some(n) = net {
+        // Fails closed: PID 1 (and the command it starts) never runs in the host's namespace
+        // once the plan asked for one of its own.
+        let built = n.finish().map_err(|e| format!("cannot build the jail's network: {e}"))?;
+        net::enter(&built.netns).map_err(|e| format!("cannot enter the jail's network namespace: {e}"))?;
+        net_fds.extend(built.tun);
     }
     if plan.net.jail == crate::plan::JailNet::Proxies {
         net_fds = net::proxy_listeners().map_err(|e| format!("cannot open the proxy listeners: {e}"))?;
@@ -177,76 +176,6 @@ fn scrub_own_environ() {
         // single-threaded child reads the environment after this point.
         unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
     }
-}
-
-/// The git guard's program and the socket its listener goes to PID 1 on, for the command.
-struct GuardStart<'a> {
-    prog: &'a [seccompiler::sock_filter],
-    sock: RawFd,
-}
-
-/// Runs in the forked command child: restores signals, takes the terminal, execs.
-fn exec_command(
-    plan: &Plan,
-    _sealed: &Sealed,
-    slave: Option<&OwnedFd>,
-    pty: Option<TtyFds>,
-    guard: Option<GuardStart>,
-) -> ! {
-    let _ = nix::sys::signal::sigprocmask(nix::sys::signal::SigmaskHow::SIG_SETMASK, Some(&SigSet::empty()), None);
-    for sig in [Signal::SIGPIPE, Signal::SIGINT, Signal::SIGQUIT, Signal::SIGTSTP, Signal::SIGTTIN, Signal::SIGTTOU] {
-        // SAFETY: resetting a disposition to SIG_DFL installs no handler code.
-        let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) };
-    }
-    let _ = nix::unistd::setsid();
-    if let (Some(slave), Some(tty)) = (slave, pty) {
-        // SAFETY: TIOCSCTTY takes an int argument; `slave` is a valid open terminal fd.
-        unsafe { libc::ioctl(slave.as_raw_fd(), libc::TIOCSCTTY, 0) };
-        for (fd, is_tty) in tty.0.iter().enumerate() {
-            if *is_tty {
-                // SAFETY: dup2 onto 0..2 of this process; both fds are valid.
-                unsafe { libc::dup2(slave.as_raw_fd(), fd as i32) };
-            }
-        }
-    }
-    // Every inherited descriptor above stderr closes at exec (the launcher's own files, the
-    // init socket, signalfd...): the jail never holds a host fd it was not given.
-    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on our own descriptors.
-    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
-    if nix::unistd::chdir(&plan.cwd).is_err() {
-        let _ = nix::unistd::chdir("/");
-    }
-    let name = &plan.command[0];
-    let Some(path) = super::find_in_path(name, &plan.env) else {
-        eprintln!("agent-sandbox: {name}: command not found inside the jail");
-        // SAFETY: _exit is async-signal-safe and ends this child immediately.
-        unsafe { libc::_exit(127) };
-    };
-    let cstr = |s: &str| CString::new(s.as_bytes()).unwrap_or_default();
-    let argv: Vec<CString> = plan.command.iter().map(|a| cstr(a)).collect();
-    let envp: Vec<CString> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
-    let p = CString::new(path.as_os_str().as_encoded_bytes()).unwrap_or_default();
-    if let Err(e) = super::limits::apply(&plan.limits) {
-        eprintln!("agent-sandbox: cannot set the session's limits: {e}");
-        // SAFETY: _exit is async-signal-safe and ends this child immediately.
-        unsafe { libc::_exit(126) };
-    }
-    if let Some(g) = guard {
-        // Last before exec: from here on, every name this process makes goes through PID 1.
-        let handed = super::guard::notify::install_with_listener(g.prog)
-            .map_err(|e| e.to_string())
-            .and_then(|l| super::guard::hand_over(g.sock, &l).map_err(|e| e.to_string()));
-        if let Err(e) = handed {
-            eprintln!("agent-sandbox: cannot start the git guard: {e}");
-            // SAFETY: _exit is async-signal-safe and ends this child immediately.
-            unsafe { libc::_exit(126) };
-        }
-    }
-    let err = nix::unistd::execve(&p, &argv, &envp).err();
-    let code = if err == Some(nix::Error::ENOENT) { 127 } else { 126 };
-    eprintln!("agent-sandbox: cannot run {name}: {}", err.map(|e| e.desc()).unwrap_or("unknown error"));
-    // SAFETY: as above.
-    unsafe { libc::_exit(code) }
 }
 
 /// The command is done: kill and reap everything else in the jail before telling the
@@ -368,16 +297,11 @@ fn supervise(
         (None, _) => None,
     };
     crate::timing::mark("child-sealed");
-    // SAFETY: the process is single-threaded (the guard's threads start after this fork);
-    // the child only execs or _exits.
-    let child = match unsafe { nix::unistd::fork() } {
-        Ok(ForkResult::Child) => {
-            let guard = guard_pair.as_ref().map(|(_, c)| GuardStart { prog: guard_prog, sock: c.as_raw_fd() });
-            exec_command(plan, &sealed, slave.as_ref(), pty, guard)
-        }
-        Ok(ForkResult::Parent { child }) => child,
+    let guard = guard_pair.as_ref().map(|(_, c)| super::command::GuardStart { prog: guard_prog, sock: c.as_raw_fd() });
+    let child = match super::command::spawn(plan, &sealed, slave.as_ref(), pty, guard) {
+        Ok(child) => child,
         Err(e) => {
-            let _ = msg::send(sock, &Msg::Error(format!("cannot fork the command: {e}")));
+            let _ = msg::send(sock, &Msg::Error(format!("cannot start the command: {e}")));
             return 126;
         }
     };

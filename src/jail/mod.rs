@@ -4,6 +4,7 @@
 //! plan is missing a field.
 
 pub mod caps;
+mod command;
 pub mod door;
 mod fallback;
 pub mod guard;

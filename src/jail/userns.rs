@@ -91,15 +91,14 @@ fn child_death_reason(pid: Pid) -> String {
 fn clone_jail(plan: &Plan, pty: Option<TtyFds>, new_net: bool) -> Result<Launched, JailError> {
     let (parent, child) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
         .map_err(|e| JailError::Channel(e.to_string()))?;
-    let mut flags = CloneFlags::CLONE_NEWUSER
+    // The network namespace is made by a thread of the jail's init (`net::start`), so that
+    // its cost overlaps the mounts; everything else is made here.
+    let flags = CloneFlags::CLONE_NEWUSER
         | CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWIPC
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWCGROUP;
-    if new_net {
-        flags |= CloneFlags::CLONE_NEWNET;
-    }
     let mut stack = vec![0u8; 2 << 20];
     let child_fd = child.as_raw_fd();
     let cb = Box::new(|| init::child_main(plan, child_fd, pty, new_net));

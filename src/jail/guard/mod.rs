@@ -210,12 +210,38 @@ fn tell(caller: &notify::Caller, path: &str, reason: &str, shared: &Shared) {
     });
 }
 
-/// Sends the listener from the command (which installed the filter) to PID 1.
-pub fn hand_over(sock: RawFd, listener: &OwnedFd) -> nix::Result<()> {
-    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
-    let fds = [listener.as_raw_fd()];
-    let iov = [std::io::IoSlice::new(b"L")];
-    sendmsg::<()>(sock, &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::MSG_NOSIGNAL, None).map(drop)
+/// Sends the listener from the command (which installed the filter) to PID 1. Allocates
+/// nothing: it runs in the command's process between its clone and its exec, on PID 1's
+/// memory (see `jail::command`).
+pub fn hand_over(sock: RawFd, listener: &OwnedFd) -> std::io::Result<()> {
+    // Room for one descriptor's control message, aligned for cmsghdr.
+    let mut space = [0u64; 4];
+    let mut byte = *b"L";
+    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+    // SAFETY: msghdr is plain data; every field used is set below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = space.as_mut_ptr().cast();
+    // SAFETY: CMSG_SPACE/CMSG_LEN compute sizes; CMSG_FIRSTHDR and CMSG_DATA point into
+    // `space`, which holds CMSG_SPACE(4) bytes (24 of its 32), aligned for cmsghdr.
+    unsafe {
+        msg.msg_controllen = libc::CMSG_SPACE(4) as usize;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        if c.is_null() {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(4) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), listener.as_raw_fd());
+    }
+    // SAFETY: `msg` points at `iov`, `byte` and `space`, all live for the call.
+    if unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) } == 1 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Receives the listener in PID 1.

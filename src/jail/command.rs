@@ -1,0 +1,209 @@
+//! Starts the jail's command from PID 1. Everything the command's process needs (its path,
+//! arguments, environment, directory) is made first, in PID 1; the process is then cloned
+//! sharing PID 1's memory (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does) and makes only
+//! system calls until its exec. A plain fork copied PID 1's page tables (a clone of the
+//! launcher's) only for the exec to throw them away: about half a millisecond of every
+//! session's start.
+
+use super::caps::Sealed;
+use super::init::TtyFds;
+use crate::plan::Plan;
+use nix::sched::CloneFlags;
+use nix::sys::signal::{SigSet, SigmaskHow};
+use nix::unistd::Pid;
+use std::ffi::{c_char, CString};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+
+/// The git guard's program and the socket its listener goes to PID 1 on.
+pub struct GuardStart<'a> {
+    pub prog: &'a [seccompiler::sock_filter],
+    pub sock: RawFd,
+}
+
+/// The child's stack until its exec. Its own frames measured under 2 KiB; a failure report
+/// formats a message. The lowest page is left unmapped, so an overflow faults instead of
+/// writing over PID 1's memory.
+const STACK: usize = 256 << 10;
+const PAGE: usize = 4096;
+
+/// The command's exec, made before the clone.
+struct Prepared {
+    name: String,
+    /// None: not found on the jail's PATH (the child reports it and exits 127, as a shell).
+    path: Option<CString>,
+    cwd: CString,
+    _argv: Vec<CString>,
+    _envp: Vec<CString>,
+    argv_ptrs: Vec<*const c_char>,
+    envp_ptrs: Vec<*const c_char>,
+    /// Signals PID 1 has a handler for: the child puts them back to default before it
+    /// unblocks anything, so no handler of PID 1 runs on the child's stack.
+    handled: Vec<libc::c_int>,
+}
+
+impl Prepared {
+    fn new(plan: &Plan) -> Prepared {
+        let cstr = |s: &str| CString::new(s.as_bytes()).unwrap_or_default();
+        let argv: Vec<CString> = plan.command.iter().map(|a| cstr(a)).collect();
+        let envp: Vec<CString> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
+        let nul = |v: &[CString]| v.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        // The child resolves the name from its working directory (a relative PATH entry
+        // counts from there), or from / when that directory cannot be entered.
+        let dir_ok = nix::unistd::access(plan.cwd.as_path(), nix::unistd::AccessFlags::X_OK).is_ok();
+        let base: &Path = if dir_ok { &plan.cwd } else { Path::new("/") };
+        let name = plan.command.first().cloned().unwrap_or_default();
+        let path = find_from(&name, &plan.env, base)
+            .map(|p| CString::new(p.into_os_string().into_encoded_bytes()).unwrap_or_default());
+        Prepared {
+            path,
+            cwd: CString::new(base.as_os_str().as_encoded_bytes()).unwrap_or_default(),
+            argv_ptrs: nul(&argv),
+            envp_ptrs: nul(&envp),
+            _argv: argv,
+            _envp: envp,
+            handled: handled_signals(),
+            name,
+        }
+    }
+}
+
+/// `super::find_in_path`, with a relative PATH entry taken from `base` (the command's
+/// working directory) rather than PID 1's.
+fn find_from(name: &str, env: &[(String, String)], base: &Path) -> Option<PathBuf> {
+    if name.contains('/') {
+        return Some(name.into());
+    }
+    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
+    path.split(':')
+        .filter(|d| !d.is_empty())
+        .map(|d| base.join(d).join(name))
+        .find(|p| p.is_file() && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::X_OK).is_ok())
+}
+
+fn handled_signals() -> Vec<libc::c_int> {
+    (1..=libc::SIGRTMAX())
+        .filter(|sig| {
+            // SAFETY: sigaction is plain data; all zero is a valid value, overwritten below.
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: sigaction with a null new action only reads the disposition into `old`.
+            let got = unsafe { libc::sigaction(*sig, std::ptr::null(), &mut old) } == 0;
+            got && old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN
+        })
+        .collect()
+}
+
+/// Starts the command; returns once it has exec'd (or failed and exited).
+pub fn spawn(
+    plan: &Plan,
+    sealed: &Sealed,
+    slave: Option<&OwnedFd>,
+    pty: Option<TtyFds>,
+    guard: Option<GuardStart>,
+) -> nix::Result<Pid> {
+    let prepared = Prepared::new(plan);
+    let mut stack = crate::pages::Pages::zeroed(STACK)
+        .map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::ENOMEM)))?;
+    // SAFETY: the first page of our own fresh mapping becomes inaccessible; nothing uses it.
+    if unsafe { libc::mprotect(stack.addr() as *mut libc::c_void, PAGE, libc::PROT_NONE) } != 0 {
+        return Err(nix::Error::last());
+    }
+    let usable = &mut stack[PAGE..];
+    // Every signal blocked for the clone: none may be handled in the child before it has put
+    // the handlers back to default (it unblocks them itself).
+    let mut old = SigSet::empty();
+    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old))?;
+    let slave_fd = slave.map(|s| s.as_raw_fd());
+    let limits = &plan.limits;
+    let cb = Box::new(|| -> isize { child(&prepared, limits, sealed, slave_fd, pty, guard.as_ref()) });
+    // SAFETY: the child shares our memory (CLONE_VM) and runs on `usable`, which outlives the
+    // call: with CLONE_VFORK the clone returns only once the child has exec'd or exited. PID 1
+    // is single-threaded here (the guard's threads start after), and the child makes only
+    // system calls on data made above, except on the paths that end it (a report of why),
+    // where the allocator is free: its only other user waits for this clone.
+    let pid =
+        unsafe { nix::sched::clone(cb, usable, CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK, Some(libc::SIGCHLD)) };
+    let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    pid
+}
+
+/// Writes the parts of one line to stderr, allocating nothing.
+fn say(parts: &[&[u8]]) {
+    for p in parts {
+        // SAFETY: writes from a live buffer to descriptor 2.
+        let _ = unsafe { libc::write(2, p.as_ptr().cast(), p.len()) };
+    }
+}
+
+/// Ends the child at once, running nothing of PID 1's.
+fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit ends this process immediately; it touches no shared memory.
+    unsafe { libc::_exit(code) }
+}
+
+/// The command's process: restores signals, takes the terminal, applies the limits, hands the
+/// guard's listener to PID 1, execs.
+fn child(
+    p: &Prepared,
+    limits: &crate::plan::LimitsPlan,
+    _sealed: &Sealed,
+    slave: Option<RawFd>,
+    pty: Option<TtyFds>,
+    guard: Option<&GuardStart>,
+) -> ! {
+    // SAFETY: each call is a system call on this process alone, with pointers into data
+    // PID 1 made before the clone and keeps until the exec.
+    unsafe {
+        for sig in p.handled.iter().copied().chain([
+            libc::SIGPIPE,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGTSTP,
+            libc::SIGTTIN,
+            libc::SIGTTOU,
+        ]) {
+            libc::signal(sig, libc::SIG_DFL);
+        }
+        let empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+        libc::setsid();
+        if let (Some(slave), Some(tty)) = (slave, pty) {
+            libc::ioctl(slave, libc::TIOCSCTTY, 0);
+            for (fd, is_tty) in tty.0.iter().enumerate() {
+                if *is_tty {
+                    libc::dup2(slave, fd as i32);
+                }
+            }
+        }
+        // Every inherited descriptor above stderr closes at exec (the launcher's own files,
+        // the init socket, signalfd...): the jail never holds a host fd it was not given.
+        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+        if libc::chdir(p.cwd.as_ptr()) != 0 {
+            libc::chdir(c"/".as_ptr());
+        }
+    }
+    let Some(path) = &p.path else {
+        say(&[b"agent-sandbox: ", p.name.as_bytes(), b": command not found inside the jail\n"]);
+        exit_now(127);
+    };
+    // Allocates only to describe a failure.
+    if let Err(e) = super::limits::apply(limits) {
+        say(&[b"agent-sandbox: cannot set the session's limits: ", e.as_bytes(), b"\n"]);
+        exit_now(126);
+    }
+    if let Some(g) = guard {
+        // Last before exec: from here on, every name this process makes goes through PID 1.
+        let handed =
+            super::guard::notify::install_with_listener(g.prog).and_then(|l| super::guard::hand_over(g.sock, &l));
+        if let Err(e) = handed {
+            say(&[b"agent-sandbox: cannot start the git guard: ", e.to_string().as_bytes(), b"\n"]);
+            exit_now(126);
+        }
+    }
+    // SAFETY: both arrays are null-terminated pointers to live C strings.
+    unsafe { libc::execve(path.as_ptr(), p.argv_ptrs.as_ptr(), p.envp_ptrs.as_ptr()) };
+    let err = nix::Error::last();
+    let code = if err == nix::Error::ENOENT { 127 } else { 126 };
+    say(&[b"agent-sandbox: cannot run ", p.name.as_bytes(), b": ", err.desc().as_bytes(), b"\n"]);
+    exit_now(code)
+}
