@@ -80,6 +80,7 @@ fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result
         net::enter(&built.netns).map_err(|e| format!("cannot enter the jail's network namespace: {e}"))?;
         net_fds.extend(built.tun);
     }
+    crate::timing::mark("child-net-joined");
     if plan.net.jail == crate::plan::JailNet::Proxies {
         net_fds = net::proxy_listeners().map_err(|e| format!("cannot open the proxy listeners: {e}"))?;
     }

@@ -164,11 +164,13 @@ pub fn start(tun: Option<std::net::Ipv4Addr>) -> io::Result<NetSetup> {
         None => None,
     };
     let thread = std::thread::Builder::new().name("jail-net".into()).spawn(move || {
+        crate::timing::mark("net-thread");
         // SAFETY: unshare(CLONE_NEWNET) moves only this thread into a new network namespace.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
             let e = io::Error::last_os_error();
             return Err(io::Error::new(e.kind(), format!("cannot make the jail's network namespace: {e}")));
         }
+        crate::timing::mark("net-unshared");
         let sock = dgram(nix::sys::socket::AddressFamily::Inet)?;
         link_up(sock.as_raw_fd(), "lo").map_err(|e| io::Error::new(e.kind(), format!("cannot bring up lo: {e}")))?;
         let tun = match (tun, dirs) {
@@ -188,6 +190,7 @@ pub fn start(tun: Option<std::net::Ipv4Addr>) -> io::Result<NetSetup> {
         }
         // SAFETY: the kernel just made this descriptor for us.
         let netns = unsafe { OwnedFd::from_raw_fd(ns) };
+        crate::timing::mark("net-done");
         Ok(NetBuilt { netns, tun })
     })?;
     Ok(NetSetup { thread })
