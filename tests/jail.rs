@@ -279,9 +279,13 @@ fn the_command_starts_unblocked_in_its_own_session_found_from_its_directory() {
     let (pid, sid) = ids.split_once(' ').unwrap_or_else(|| panic!("{out}"));
     assert_eq!(pid.trim_start_matches("pid="), sid.trim_start_matches("sid="), "not a session leader: {out}");
 
-    let found = j.output(&mut j.command(&["-q", "--env", "PATH=tools:/usr/bin:/bin", "run", "--", "where-am-i"]));
-    assert_eq!(found.code, 0, "{found}");
-    assert!(found.stdout.contains(&format!("HERE={}", j.project.display())), "{found}");
+    // Checked by the command's own process: /proc/self is the command, its cwd the project.
+    assert_eq!(j.run("ln -s /proc/self/cwd/tools/where-am-i tools/via-cwd").code, 0);
+    for name in ["where-am-i", "via-cwd"] {
+        let found = j.output(&mut j.command(&["-q", "--env", "PATH=tools:/usr/bin:/bin", "run", "--", name]));
+        assert_eq!(found.code, 0, "{name}: {found}");
+        assert!(found.stdout.contains(&format!("HERE={}", j.project.display())), "{name}: {found}");
+    }
 }
 
 /// Sends `sig` to the launcher once the command is ready; the command's trap must see it.

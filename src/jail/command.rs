@@ -30,8 +30,9 @@ const PAGE: usize = 4096;
 /// The command's exec, made before the clone.
 struct Prepared {
     name: String,
-    /// None: not found on the jail's PATH (the child reports it and exits 127, as a shell).
-    path: Option<CString>,
+    /// Where to look for it, in order, as the child sees them (a relative PATH entry counts
+    /// from its working directory): the first regular file it may execute is run.
+    candidates: Vec<CString>,
     cwd: CString,
     _argv: Vec<CString>,
     _envp: Vec<CString>,
@@ -48,16 +49,12 @@ impl Prepared {
         let argv: Vec<CString> = plan.command.iter().map(|a| cstr(a)).collect();
         let envp: Vec<CString> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
         let nul = |v: &[CString]| v.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-        // The child resolves the name from its working directory (a relative PATH entry
-        // counts from there), or from / when that directory cannot be entered.
-        let dir_ok = nix::unistd::access(plan.cwd.as_path(), nix::unistd::AccessFlags::X_OK).is_ok();
-        let base: &Path = if dir_ok { &plan.cwd } else { Path::new("/") };
         let name = plan.command.first().cloned().unwrap_or_default();
-        let path = find_from(&name, &plan.env, base)
-            .map(|p| CString::new(p.into_os_string().into_encoded_bytes()).unwrap_or_default());
+        let cpath = |p: PathBuf| CString::new(p.into_os_string().into_encoded_bytes()).unwrap_or_default();
+        let candidates = candidates(&name, &plan.env).into_iter().map(cpath).collect();
         Prepared {
-            path,
-            cwd: CString::new(base.as_os_str().as_encoded_bytes()).unwrap_or_default(),
+            candidates,
+            cwd: CString::new(plan.cwd.as_os_str().as_encoded_bytes()).unwrap_or_default(),
             argv_ptrs: nul(&argv),
             envp_ptrs: nul(&envp),
             _argv: argv,
@@ -68,17 +65,32 @@ impl Prepared {
     }
 }
 
-/// `super::find_in_path`, with a relative PATH entry taken from `base` (the command's
-/// working directory) rather than PID 1's.
-fn find_from(name: &str, env: &[(String, String)], base: &Path) -> Option<PathBuf> {
+/// The paths `super::find_in_path` tries, in its order; the child checks them, from its own
+/// working directory and with its own view of `/proc/self`, as a forked one did.
+fn candidates(name: &str, env: &[(String, String)]) -> Vec<PathBuf> {
     if name.contains('/') {
-        return Some(name.into());
+        return vec![name.into()];
     }
     let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
-    path.split(':')
-        .filter(|d| !d.is_empty())
-        .map(|d| base.join(d).join(name))
-        .find(|p| p.is_file() && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::X_OK).is_ok())
+    path.split(':').filter(|d| !d.is_empty()).map(|d| Path::new(d).join(name)).collect()
+}
+
+/// The first candidate that is a regular file the child may execute; a name with a slash
+/// is run as it is (execve then says why it cannot run).
+fn pick(p: &Prepared) -> Option<&CString> {
+    if p.name.contains('/') {
+        return p.candidates.first();
+    }
+    p.candidates.iter().find(|c| {
+        // SAFETY: stat is plain data; all zero is a valid value, overwritten by the call.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: stat and access read a NUL-terminated path and write one stat of ours.
+        unsafe {
+            libc::stat(c.as_ptr(), &mut st) == 0
+                && st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && libc::access(c.as_ptr(), libc::X_OK) == 0
+        }
+    })
 }
 
 fn handled_signals() -> Vec<libc::c_int> {
@@ -182,7 +194,7 @@ fn child(
             libc::chdir(c"/".as_ptr());
         }
     }
-    let Some(path) = &p.path else {
+    let Some(path) = pick(p) else {
         say(&[b"agent-sandbox: ", p.name.as_bytes(), b": command not found inside the jail\n"]);
         exit_now(127);
     };

@@ -81,7 +81,10 @@ pub fn orphaned(listener: BorrowedFd) -> bool {
     let mut fds = [libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
     // SAFETY: poll reads and writes one pollfd of ours, live for the call; timeout 0.
     let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, 0) };
-    n > 0 && fds[0].revents & (libc::POLLHUP | libc::POLLNVAL | libc::POLLERR) != 0
+    // POLLHUP alone: the kernel also answers POLLERR when a signal interrupts its wait for
+    // the listener's lock, which a process of the jail can cause (PID 1's threads take
+    // glibc's signal 33), while processes remain under the filter.
+    n > 0 && fds[0].revents & libc::POLLHUP != 0
 }
 
 /// Whether the notification is still pending: its caller has not died and been replaced by
