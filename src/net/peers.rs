@@ -235,6 +235,27 @@ pub async fn call(stream: &mut TcpStream, secret: &Secret, from: Ipv4Addr, to: S
     }
 }
 
+/// Tries at a call: a listener at its cap of calls waiting from one address makes room for a
+/// new one by closing the oldest (`supervisor::pending`), so a flood of silent connections
+/// from the caller's address (another user's, on a shared login node) can close a call before
+/// its proof is through. The call is then made again on a fresh connection.
+const CALL_TRIES: usize = 4;
+
+/// Connects to the listener at `at` and makes the call (see `call`), again when the
+/// listener closed it before answering; the stream is the jail's, ready to relay.
+pub async fn dial(at: SocketAddr, secret: &Secret, from: Ipv4Addr, to: SocketAddrV4) -> io::Result<TcpStream> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let mut stream = TcpStream::connect(at).await?;
+        match call(&mut stream, secret, from, to).await {
+            Ok(()) => return Ok(stream),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof && tries < CALL_TRIES => continue,
+            Err(e) => return Err(e),
+        }
+    }
+}
+
 /// A call the listener admitted: from which jail address, to which port of its own jail.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Admitted {
@@ -437,6 +458,41 @@ mod tests {
         let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
         (c, s)
+    }
+
+    #[tokio::test]
+    async fn a_call_closed_before_its_answer_is_made_again_and_gets_through() {
+        // The listener closes the first two connections as a flood would make it (at its cap
+        // for the caller's address), then answers.
+        let secret = Secret::new().unwrap();
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = l.local_addr().unwrap();
+        let sec = secret.clone();
+        let listener = tokio::spawn(async move {
+            for _ in 0..2 {
+                let (s, _) = l.accept().await.unwrap();
+                drop(s);
+            }
+            let (mut s, _) = l.accept().await.unwrap();
+            answer(&mut s, &sec, *TO.ip()).await
+        });
+        let from = Ipv4Addr::new(169, 254, 3, 4);
+        dial(at, &secret, from, TO).await.expect("the third try gets through");
+        assert_eq!(listener.await.unwrap().unwrap(), Admitted { from, port: TO.port() });
+        // Closed every time: the caller gives up after its tries, with the reason.
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = l.local_addr().unwrap();
+        let closer = tokio::spawn(async move {
+            let mut n = 0;
+            while let Ok(Ok((s, _))) = tokio::time::timeout(Duration::from_secs(2), l.accept()).await {
+                drop(s);
+                n += 1;
+            }
+            n
+        });
+        let e = dial(at, &secret, from, TO).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "{e}");
+        assert_eq!(closer.await.unwrap(), CALL_TRIES);
     }
 
     #[tokio::test]

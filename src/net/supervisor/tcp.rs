@@ -73,22 +73,18 @@ impl Dialer {
                     return Box::pin(async move {
                         let secret = secret.ok_or_else(no_secret)?;
                         let at = crate::net::peers::locate(&registry, ip).await?;
-                        let mut stream = match TcpStream::connect(at).await {
-                            Ok(s) => s,
-                            Err(e) => {
-                                if e.kind() == io::ErrorKind::ConnectionRefused {
-                                    // Nothing listens there: a jail killed with its cleanup.
-                                    let _ = tokio::task::spawn_blocking(move || {
-                                        crate::net::peers::forget_stale(&registry, ip, at)
-                                    })
-                                    .await;
-                                }
-                                return Err(e);
-                            }
-                        };
                         let to = std::net::SocketAddrV4::new(ip, target.port());
-                        crate::net::peers::call(&mut stream, &secret, own, to).await?;
-                        Ok(stream)
+                        match crate::net::peers::dial(at, &secret, own, to).await {
+                            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                                // Nothing listens there: a jail killed with its cleanup.
+                                let _ = tokio::task::spawn_blocking(move || {
+                                    crate::net::peers::forget_stale(&registry, ip, at)
+                                })
+                                .await;
+                                Err(e)
+                            }
+                            r => r,
+                        }
                     });
                 }
             }
