@@ -1,6 +1,8 @@
 //! The command line (clap): `run`, `<profile>`, bare `agent-sandbox`, `doctor`, `policy`.
 //! Flags become one more policy layer (`cli_layer`); nothing here decides policy.
 
+mod fast;
+
 use crate::policy::schema::*;
 use clap::{Args, Parser, Subcommand};
 use std::collections::BTreeMap;
@@ -24,6 +26,15 @@ pub struct Cli {
     pub opts: RunOpts,
     #[command(subcommand)]
     pub command: Option<Command>,
+}
+
+impl Cli {
+    /// This process's command line: the common forms read directly (`fast`), the rest by
+    /// clap, which also gives every help text and error.
+    pub fn from_args() -> Cli {
+        let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+        fast::parse(&args).unwrap_or_else(Cli::parse)
+    }
 }
 
 #[derive(Subcommand, Debug)]

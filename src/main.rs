@@ -4,8 +4,6 @@
 use agent_sandbox::launch::{self, Context, LaunchError, What};
 use agent_sandbox::{audit, cli, doctor, host, plan, policy, show, stub, timing};
 
-use clap::Parser;
-
 /// Exit status when the jail could not be started (the command never ran).
 const EXIT_CANNOT_START: i32 = 126;
 
@@ -74,7 +72,7 @@ fn real_main() -> Result<i32, Failure> {
     if may_start_a_session() {
         agent_sandbox::jail::waiter::start();
     }
-    let args = cli::Cli::parse();
+    let args = cli::Cli::from_args();
     init_tracing(args.opts.verbose);
     match &args.command {
         Some(cli::Command::Doctor { json }) => Ok(doctor::run(*json)),
