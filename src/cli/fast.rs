@@ -15,14 +15,6 @@ const SUBCOMMANDS: &[&str] = &["run", "doctor", "log", "allow", "chaperon", "exe
 /// `args`: the command line without the program's name. None: clap decides.
 pub fn parse(args: &[OsString]) -> Option<Cli> {
     let mut opts = RunOpts::default();
-    let mut given: Vec<&str> = vec![];
-    let mut once = |name: &'static str| -> Option<()> {
-        if given.contains(&name) {
-            return None;
-        }
-        given.push(name);
-        Some(())
-    };
     let mut in_run = false;
     let mut i = 0;
     while let Some(arg) = args.get(i) {
@@ -50,15 +42,10 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
             None => (s, None),
         };
         match (name, inline) {
-            ("-q" | "--quiet", None) => {
-                once("quiet")?;
-                opts.quiet = true;
-            }
+            // A flag given twice is clap's error to give (the guard fails, and so does the match).
+            ("-q" | "--quiet", None) if !opts.quiet => opts.quiet = true,
             ("-v" | "--verbose", None) => opts.verbose = opts.verbose.checked_add(1)?,
-            ("--dry-run", None) => {
-                once("dry-run")?;
-                opts.dry_run = true;
-            }
+            ("--dry-run", None) if !opts.dry_run => opts.dry_run = true,
             (
                 "--project" | "--profile" | "--mem" | "--timeout" | "--ro" | "--rw" | "--hide" | "--device" | "--env"
                 | "--policy",
@@ -75,22 +62,10 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
                     return None;
                 }
                 match name {
-                    "--project" => {
-                        once("project")?;
-                        opts.project = Some(value.into());
-                    }
-                    "--profile" => {
-                        once("profile")?;
-                        opts.profile = Some(value.into());
-                    }
-                    "--mem" => {
-                        once("mem")?;
-                        opts.mem = Some(value.into());
-                    }
-                    "--timeout" => {
-                        once("timeout")?;
-                        opts.timeout = Some(value.into());
-                    }
+                    "--project" => once(&mut opts.project, value.into())?,
+                    "--profile" => once(&mut opts.profile, value.into())?,
+                    "--mem" => once(&mut opts.mem, value.into())?,
+                    "--timeout" => once(&mut opts.timeout, value.into())?,
                     "--ro" => opts.ro.push(value.into()),
                     "--rw" => opts.rw.push(value.into()),
                     "--hide" => opts.hide.push(value.into()),
@@ -105,6 +80,15 @@ pub fn parse(args: &[OsString]) -> Option<Cli> {
     }
     // `run` without a command is clap's error to give.
     (!in_run).then_some(Cli { opts, command: None })
+}
+
+/// Sets an option clap takes once; None if it was given already (clap's error to give).
+fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+    if slot.is_some() {
+        return None;
+    }
+    *slot = Some(value);
+    Some(())
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::unistd::Pid;
 use std::ffi::{c_char, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The git guard's program and the socket its listener goes to PID 1 on.
 pub struct GuardStart<'a> {
@@ -51,7 +51,9 @@ impl Prepared {
         let nul = |v: &[CString]| v.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
         let name = plan.command.first().cloned().unwrap_or_default();
         let cpath = |p: PathBuf| CString::new(p.into_os_string().into_encoded_bytes()).unwrap_or_default();
-        let candidates = candidates(&name, &plan.env).into_iter().map(cpath).collect();
+        // Checked by the child, from its own working directory and with its own view of
+        // `/proc/self`, as a forked one did (`pick`).
+        let candidates = super::path_candidates(&name, &plan.env).into_iter().map(cpath).collect();
         Prepared {
             candidates,
             cwd: CString::new(plan.cwd.as_os_str().as_encoded_bytes()).unwrap_or_default(),
@@ -63,16 +65,6 @@ impl Prepared {
             name,
         }
     }
-}
-
-/// The paths `super::find_in_path` tries, in its order; the child checks them, from its own
-/// working directory and with its own view of `/proc/self`, as a forked one did.
-fn candidates(name: &str, env: &[(String, String)]) -> Vec<PathBuf> {
-    if name.contains('/') {
-        return vec![name.into()];
-    }
-    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
-    path.split(':').filter(|d| !d.is_empty()).map(|d| Path::new(d).join(name)).collect()
 }
 
 /// The first candidate that is a regular file the child may execute; a name with a slash

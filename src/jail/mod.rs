@@ -116,11 +116,18 @@ pub fn find_in_path(cmd: &str, env: &[(String, String)]) -> Option<std::path::Pa
     if cmd.contains('/') {
         return Some(cmd.into());
     }
-    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
-    path.split(':')
-        .filter(|d| !d.is_empty())
-        .map(|d| std::path::Path::new(d).join(cmd))
+    path_candidates(cmd, env)
+        .into_iter()
         .find(|p| p.is_file() && nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::X_OK).is_ok())
+}
+
+/// The paths `find_in_path` tries for `cmd`, in its order (`cmd` itself when it has a slash).
+pub fn path_candidates(cmd: &str, env: &[(String, String)]) -> Vec<std::path::PathBuf> {
+    if cmd.contains('/') {
+        return vec![cmd.into()];
+    }
+    let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
+    path.split(':').filter(|d| !d.is_empty()).map(|d| std::path::Path::new(d).join(cmd)).collect()
 }
 
 /// Gives the free pages of the heap back to the kernel: the launcher, the jail's init and the
