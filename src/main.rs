@@ -1,5 +1,13 @@
 //! agent-sandbox: one binary, dispatched on argv[0] and the subcommand. Errors from every
 //! layer arrive here and are reported once: one sentence, the cause, and the fix.
+//!
+//! Its entry point is C's `main`, not Rust's (`start`): every session pays for the launcher's
+//! start, and Rust's runtime start reads the main thread's stack bounds from
+//! `/proc/self/maps` and maps an alternate signal stack, for a stack-overflow message. What
+//! else that start does and the launcher needs, `start` does itself.
+// The test harness brings its own main, and so leaves every function here unused.
+#![cfg_attr(not(test), no_main)]
+#![cfg_attr(test, allow(dead_code))]
 
 use agent_sandbox::launch::{self, Context, LaunchError, What};
 use agent_sandbox::{audit, cli, doctor, host, plan, policy, show, stub, timing};
@@ -44,7 +52,42 @@ impl From<LaunchError> for Failure {
     }
 }
 
-fn main() {
+/// The process's entry point (see the file's head).
+#[cfg(not(test))]
+#[no_mangle]
+extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    start();
+    // A panic that escaped: reported by the panic hook already; Rust's runtime exits 101.
+    match std::panic::catch_unwind(run) {
+        Ok(never) => match never {},
+        Err(_) => std::process::exit(101),
+    }
+}
+
+/// What Rust's runtime start does that the launcher relies on: descriptors 0-2 open (so that
+/// no file the launcher opens becomes stdout or stderr by accident), and a broken pipe an
+/// error to report rather than a signal to die of.
+fn start() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd { fd, events: 0, revents: 0 });
+    // SAFETY: poll reads and writes the three pollfd entries of a local array.
+    let polled = unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) };
+    for p in fds {
+        let closed = match polled {
+            // SAFETY: fcntl(F_GETFD) only asks whether the descriptor is open.
+            n if n < 0 => (unsafe { libc::fcntl(p.fd, libc::F_GETFD) }) == -1,
+            _ => p.revents & libc::POLLNVAL != 0,
+        };
+        // SAFETY: opens /dev/null at the lowest free number: this one, the lower ones being
+        // open by now. Without it, as in Rust's runtime start, the process cannot go on.
+        if closed && unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) } == -1 {
+            std::process::abort();
+        }
+    }
+    // SAFETY: SIG_IGN installs no handler.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+fn run() -> std::convert::Infallible {
     // Called under a stub's name (a mailer inside the jail): that stub, nothing else.
     if let Some(code) = std::env::args_os().next().and_then(|a0| stub::dispatch(&a0)) {
         std::process::exit(code);
@@ -64,7 +107,7 @@ fn main() {
         }
     };
     timing::mark("exit");
-    std::process::exit(code);
+    std::process::exit(code)
 }
 
 fn real_main() -> Result<i32, Failure> {

@@ -234,6 +234,7 @@ fn mounts(s: &mut String, p: &Plan) {
                 target.display(),
                 if *rw { "" } else { "read-only, " }
             ),
+            MountSpec::Stub { target } => format!("stub     {} (the chaperon's client, read-only)", target.display()),
             MountSpec::Device { target, .. } => format!("device   {}", target.display()),
             MountSpec::Symlink { target, link } => {
                 format!("symlink  {} -> {}", target.display(), link.display())

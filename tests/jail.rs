@@ -288,6 +288,56 @@ fn the_command_starts_unblocked_in_its_own_session_found_from_its_directory() {
     }
 }
 
+/// The stub bound over each real Slurm command carries the stub's own mount attributes
+/// (it is bound from the stub's read-only mount, with no call of its own to set them): it can
+/// be neither written nor made setuid through.
+#[test]
+fn the_stubs_over_the_real_slurm_commands_are_read_only_nosuid_nodev() {
+    let j = jail!("stub-attrs");
+    let real: Vec<&str> = ["sbatch", "squeue", "scancel"]
+        .into_iter()
+        .filter(|c| std::path::Path::new("/usr/bin").join(c).is_file())
+        .collect();
+    assert!(!real.is_empty(), "the test setup installs Slurm: no /usr/bin/sbatch on this host");
+    let out = j.run("cat /proc/self/mountinfo; echo x > /usr/bin/sbatch");
+    assert_ne!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("Read-only file system"), "{out}");
+    for c in real {
+        let point = format!("/usr/bin/{c}");
+        let line = out.stdout.lines().find(|l| l.split(' ').nth(4) == Some(point.as_str()));
+        let line = line.unwrap_or_else(|| panic!("nothing mounted over {point}: {out}"));
+        let opts: Vec<&str> = line.split(' ').nth(5).unwrap_or("").split(',').collect();
+        for want in ["ro", "nosuid", "nodev"] {
+            assert!(opts.contains(&want), "{point} is not {want}: {line}");
+        }
+        assert!(line.split(' ').nth(3).is_some_and(|root| root.contains("agent-sandbox")), "not the stub: {line}");
+    }
+}
+
+/// A launcher started with its standard input and output closed opens `/dev/null` in their
+/// place before anything else: otherwise the first file it opened (a socket to its helper,
+/// the audit log) would take descriptor 0 or 1 and be handed to the command as such.
+#[test]
+fn a_launcher_started_with_its_standard_descriptors_closed_gives_the_command_dev_null() {
+    use std::os::unix::process::CommandExt;
+    let j = jail!("closed-stdio");
+    // Read in a subshell: sh runs its last command in its own process, redirections and all.
+    let script = "a=$(readlink /proc/$$/fd/0); b=$(readlink /proc/$$/fd/1); echo \"$a\" >&2; echo \"$b\" >&2";
+    let mut c = j.command(&["-q", "run", "--", "sh", "-c", script]);
+    // SAFETY: close(2) of two descriptors between fork and exec, no allocation.
+    unsafe {
+        c.pre_exec(|| {
+            libc::close(0);
+            libc::close(1);
+            Ok(())
+        })
+    };
+    let out = j.output(&mut c);
+    assert_eq!(out.code, 0, "{out}");
+    let fds: Vec<&str> = out.stderr.lines().collect();
+    assert_eq!(fds, ["/dev/null", "/dev/null"], "{out}");
+}
+
 /// Sends `sig` to the launcher once the command is ready; the command's trap must see it.
 fn signal_reaches_command(j: &Jail, sig: nix::sys::signal::Signal, trap: &str) {
     signal_reaches_command_despite(j, sig, trap, "");

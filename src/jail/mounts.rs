@@ -502,6 +502,24 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
                 let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
                 sys.set_attr(&target, attr).map_err(fail("seal"))?;
             }
+            MountSpec::Stub { target: t } => {
+                let attr = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+                let (dir, stub) = (Path::new(crate::stub::STUB_DIR), Path::new(crate::stub::STUB_EXE));
+                match inside(&writable, t) {
+                    Some((tr, trel)) => {
+                        let name = stub.strip_prefix(dir).unwrap_or(stub);
+                        sys.bind_beneath((&under(NEW, dir), name), (&under(NEW, tr), trel), false, attr)
+                            .map_err(fail("bind the stub (no symlinks followed inside the writable tree) over"))?;
+                    }
+                    // The host's file is there to mount on, and the stub's mount is read-only,
+                    // nosuid and nodev already: a bind copies its source mount's attributes. One
+                    // call instead of four (a touch that fails on the read-only tree, a stat,
+                    // the bind, the attributes) for each of the 17 Slurm commands.
+                    None => sys
+                        .mount(Some(&under(NEW, stub)), &target, None, MsFlags::MS_BIND, None)
+                        .map_err(fail("bind the stub over"))?,
+                }
+            }
             MountSpec::Device { source, .. } => {
                 let src = under(OLD, source);
                 sys.touch(&target).map_err(fail("create device node target"))?;
@@ -690,6 +708,27 @@ mod tests {
                 // of another session (or the one whose job this is) could swap `.git` for one.
                 "bind-beneath /newroot/home/u/p//.git /newroot/home/u/p//.git ro=false",
                 "bind-beneath /oldroot/home/u/p//.git/config /newroot/home/u/p//.git/config ro=true",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_stub_is_one_bind_from_the_stubs_own_mount_and_beneath_a_writable_tree_follows_no_symlink() {
+        let mounts = vec![
+            MountSpec::Stub { target: "/usr/bin/sbatch".into() },
+            MountSpec::Bind { source: "/work/p".into(), target: "/work/p".into(), rw: true, dir: true },
+            MountSpec::Stub { target: "/work/p/bin/sbatch".into() },
+        ];
+        let mut r = Recorder::default();
+        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        assert_eq!(
+            r.ops,
+            vec![
+                "mount /newroot/run/agent-sandbox/agent-sandbox /newroot/usr/bin/sbatch - bind=true",
+                "mkdir /newroot/work/p",
+                "mount /oldroot/work/p /newroot/work/p - bind=true",
+                "attr /newroot/work/p ro=false",
+                "bind-beneath /newroot/run/agent-sandbox//agent-sandbox /newroot/work/p//bin/sbatch ro=true",
             ]
         );
     }

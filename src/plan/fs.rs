@@ -37,6 +37,11 @@ pub enum MountSpec {
         target: PathBuf,
         dir: bool,
     },
+    /// The stub (bound read-only at `stub::STUB_EXE` earlier in the list) bound again over a
+    /// real Slurm command or mailer of the host, which stays there as a file.
+    Stub {
+        target: PathBuf,
+    },
     /// A bind of a host device node.
     Device {
         source: PathBuf,
@@ -105,6 +110,7 @@ impl MountSpec {
             | MountSpec::Bind { target, .. }
             | MountSpec::TreeBind { target, .. }
             | MountSpec::Overlay { target, .. }
+            | MountSpec::Stub { target }
             | MountSpec::Device { target, .. }
             | MountSpec::Symlink { target, .. }
             | MountSpec::File { target, .. }

@@ -325,7 +325,7 @@ pub(super) fn cover_stubbed(
             continue;
         }
         if fs.kind(&real) == Some(Kind::File) {
-            b.push(MountSpec::Bind { source: facts.stub_exe.clone(), target: real.clone(), rw: false, dir: false });
+            b.push(MountSpec::Stub { target: real.clone() });
             covered.push(real);
         }
     }

@@ -437,12 +437,14 @@ fn mailers_are_covered_by_the_stub_through_symlinks_and_on_path() {
         vec!["/usr/sbin/sendmail".into(), "/usr/sbin/exim4".into(), "/usr/bin/mailx".into(), "/usr/bin/sbatch".into()];
     let facts = || f.clone();
     let p = build(&policy(""), &facts(), &fs, &req).unwrap();
-    let stub = |t: &str| {
-        has(
-            &p,
-            |m| matches!(m, MountSpec::Bind { source, target, rw: false, .. } if source == Path::new("/usr/bin/agent-sandbox") && target == Path::new(t)),
-        )
-    };
+    // Each is bound from the stub's own read-only mount, which must come first.
+    let at = |pred: &dyn Fn(&MountSpec) -> bool| p.mounts.iter().position(pred);
+    let own = at(&|m| {
+        matches!(m, MountSpec::Bind { source, target, rw: false, .. } if source == Path::new("/usr/bin/agent-sandbox") && target == Path::new("/run/agent-sandbox/agent-sandbox"))
+    })
+    .unwrap();
+    let stub =
+        |t: &str| at(&|m| matches!(m, MountSpec::Stub { target } if target == Path::new(t))).is_some_and(|i| i > own);
     assert!(stub("/usr/sbin/exim4") && stub("/usr/bin/mailx") && stub("/usr/bin/sbatch"));
     assert!(has(
         &p,

@@ -21,7 +21,11 @@ pub const ETC_DIR: &str = match option_env!("AGENT_SANDBOX_ETC_DIR") {
     None => "/etc/agent-sandbox",
 };
 
+/// The source of the built-in layer; launches read `BUILTIN_JSON`, made from it.
+#[cfg(test)]
 const BUILTIN: &str = include_str!("builtin.toml");
+/// `BUILTIN` as JSON, made by build.rs: what every launch reads (see there why).
+const BUILTIN_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/builtin.json"));
 
 /// Profiles shipped in the binary (`profiles/*.toml`).
 pub const BUILTIN_PROFILES: &[(&str, &str)] = &[
@@ -107,6 +111,17 @@ pub fn parse_layer(text: &str, path: &Path, kind: FileKind) -> Result<Layer, Pol
     Ok(layer)
 }
 
+/// The built-in layer, from its JSON form.
+fn builtin_layer() -> Result<Layer, PolicyError> {
+    serde_json::from_str(BUILTIN_JSON).map_err(|e| PolicyError::Parse {
+        path: "<built-in>".into(),
+        line: e.line(),
+        col: e.column(),
+        key: String::new(),
+        message: e.to_string(),
+    })
+}
+
 fn line_col(text: &str, offset: usize) -> (usize, usize) {
     let before = &text[..offset];
     let line = before.matches('\n').count() + 1;
@@ -183,10 +198,7 @@ pub struct LoadRequest<'a> {
 /// Reads every layer and merges. A file that exists but cannot be read or trusted is an
 /// error: a sandbox never starts on a policy it could not read.
 pub fn load(req: LoadRequest<'_>) -> Result<Policy, PolicyError> {
-    let mut layers = vec![SourcedLayer {
-        layer: parse_layer(BUILTIN, Path::new("<built-in>"), FileKind::Site)?,
-        source: Source::Builtin,
-    }];
+    let mut layers = vec![SourcedLayer { layer: builtin_layer()?, source: Source::Builtin }];
     let site = req.paths.site_config();
     if let Some(text) = read_trusted_root_file(&site)? {
         layers.push(SourcedLayer {
@@ -412,8 +424,7 @@ fn same_path(a: &Path, b: &Path) -> bool {
 pub fn check_file(file: &Path, kind: FileKind) -> Result<Vec<String>, PolicyError> {
     let text = std::fs::read_to_string(file).map_err(|e| PolicyError::Read { path: file.to_path_buf(), err: e })?;
     let layer = parse_layer(&text, file, kind)?;
-    let builtin =
-        SourcedLayer { layer: parse_layer(BUILTIN, Path::new("<built-in>"), FileKind::Site)?, source: Source::Builtin };
+    let builtin = SourcedLayer { layer: builtin_layer()?, source: Source::Builtin };
     let admin = kind == FileKind::Admin;
     let this = SourcedLayer {
         layer,
@@ -434,6 +445,15 @@ mod tests {
         for must in ["~/.ssh", "~/.gnupg", "~/.aws", "/etc/munge", "/run/munge", "/etc/slurm", "/root"] {
             assert!(hide.iter().any(|h| h == must), "{must} missing from the hide floor");
         }
+    }
+
+    /// What build.rs made of builtin.toml is what parsing builtin.toml gives.
+    #[test]
+    fn the_built_in_layer_read_from_json_is_the_one_parsed_from_toml() {
+        let toml = parse_layer(BUILTIN, Path::new("b"), FileKind::Site).unwrap();
+        let json = builtin_layer().unwrap();
+        assert_eq!(format!("{toml:?}"), format!("{json:?}"));
+        assert!(format!("{json:?}").contains("api.mailgun.net"), "{json:?}");
     }
 
     #[test]
