@@ -378,11 +378,13 @@ fn supervise(
                     Ok(WaitStatus::Exited(pid, code)) if pid == child => {
                         end_session();
                         let _ = msg::send(sock, &Msg::Exited(code));
+                        super::last_in_line();
                         return code as isize;
                     }
                     Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
                         end_session();
                         let _ = msg::send(sock, &Msg::Signaled(sig as i32));
+                        super::last_in_line();
                         return 128 + sig as isize;
                     }
                     Ok(WaitStatus::StillAlive) | Err(_) => break,
