@@ -348,6 +348,16 @@ fn signal_reaches_command_despite(j: &Jail, sig: nix::sys::signal::Signal, trap:
     let script = format!("trap 'echo got-{trap}; exit 3' {trap}; {noise} echo ready; sleep 30 & wait $!");
     let mut c = j.command(&["-q", "run", "--", "sh", "-c", &script]);
     c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).stdin(std::process::Stdio::null());
+    // A signal ignored by whoever runs the tests (`nohup` ignores SIGHUP) stays ignored across
+    // exec, and the kernel discards an ignored signal, blocked or not: the launcher would never
+    // see it, as `nohup agent-sandbox ...` means. The launcher under test starts with the default.
+    // SAFETY: signal(2) between fork and exec, no allocation.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut c, move || {
+            libc::signal(sig as i32, libc::SIG_DFL);
+            Ok(())
+        })
+    };
     let mut child = c.spawn().expect("spawn");
     let mut stdout = child.stdout.take().expect("stdout");
     let mut first = [0u8; 6];
