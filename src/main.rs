@@ -66,7 +66,7 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
 
 /// What Rust's runtime start does that the launcher relies on: descriptors 0-2 open (so that
 /// no file the launcher opens becomes stdout or stderr by accident), and a broken pipe an
-/// error to report rather than a signal to die of.
+/// error to report rather than a signal to die of; and SIGCHLD at its default.
 fn start() {
     let mut fds = [0, 1, 2].map(|fd| libc::pollfd { fd, events: 0, revents: 0 });
     // SAFETY: poll reads and writes the three pollfd entries of a local array.
@@ -85,6 +85,12 @@ fn start() {
     }
     // SAFETY: SIG_IGN installs no handler.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // A caller that ignores SIGCHLD (some daemons and scripts do) leaves it ignored across
+    // exec, and then the kernel discards it and reaps children itself: the launcher, which
+    // learns of the jail's end from it, would wait for ever. Other ignored signals stay
+    // ignored (`nohup agent-sandbox ...` means SIGHUP does not end the session).
+    // SAFETY: SIG_DFL installs no handler.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
 }
 
 fn run() -> std::convert::Infallible {

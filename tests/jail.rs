@@ -314,6 +314,25 @@ fn the_stubs_over_the_real_slurm_commands_are_read_only_nosuid_nodev() {
     }
 }
 
+/// A caller that ignores SIGCHLD (the disposition survives exec) still gets the command's
+/// status back: the launcher learns of the jail's end through SIGCHLD, which the kernel
+/// would otherwise discard.
+#[test]
+fn a_launcher_whose_caller_ignores_sigchld_returns_the_commands_status() {
+    use std::os::unix::process::CommandExt;
+    let j = jail!("ignored-sigchld");
+    let mut c = j.command(&["-q", "run", "--", "sh", "-c", "exit 7"]);
+    // SAFETY: signal(2) between fork and exec, no allocation.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+            Ok(())
+        })
+    };
+    let out = j.output_within(&mut c, std::time::Duration::from_secs(20));
+    assert_eq!(out.code, 7, "{out}");
+}
+
 /// A launcher started with its standard input and output closed opens `/dev/null` in their
 /// place before anything else: otherwise the first file it opened (a socket to its helper,
 /// the audit log) would take descriptor 0 or 1 and be handed to the command as such.

@@ -65,8 +65,6 @@ extern "C" fn hold(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` points at the two descriptor numbers `defer_teardown` wrote; the mapping
     // is never unmapped.
     let [tun, r] = unsafe { *arg.cast::<[RawFd; 2]>() };
-    // Its exit (tun0's teardown, the address space) yields the CPU to the user's shell.
-    crate::jail::last_in_line();
     let (lo, hi) = (tun.min(r), tun.max(r));
     for (a, b) in [(0, lo - 1), (lo + 1, hi - 1), (hi + 1, i32::MAX)] {
         if a <= b {
@@ -74,6 +72,10 @@ extern "C" fn hold(arg: *mut libc::c_void) -> libc::c_int {
             unsafe { libc::syscall(libc::SYS_close_range, a as u32, b as u32, 0u32) };
         }
     }
+    // Its exit (tun0's teardown, the address space) yields the CPU to the user's shell; only
+    // now, once the caller's descriptors are closed (the end of `$(agent-sandbox ...)` waits
+    // for them, and a task at nice 19 may wait long for a core).
+    crate::jail::last_in_line();
     let mut b = 0u8;
     // SAFETY: reads one byte into a local; returns at EOF, when the launcher has exited.
     unsafe { libc::syscall(libc::SYS_read, r, (&mut b as *mut u8).cast::<libc::c_void>(), 1usize) };
