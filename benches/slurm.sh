@@ -20,10 +20,10 @@ fi
 id "$user" >/dev/null 2>&1 || useradd -m -s /bin/bash "$user"
 tests/cluster/install.sh >/dev/null
 tests/cluster/start.sh --user "$user" --two-nodes --no-selftest >/dev/null  # the shape the tests use: no restart between them
-# The stub as sites install it (docs/user-guide.md), next to the default BIN.
+# The stub as sites install it (docs/admin/install.md: static, musl), next to the default BIN.
 if [ "$BIN" = "$repo/target/release/agent-sandbox" ]; then
   cargo build --release --quiet --bin agent-sandbox
-  cargo rustc --release --quiet --bin agent-sandbox-stub -- -C target-feature=+crt-static
+  stub/release.sh >/dev/null
 fi
 chmod o+rx . target target/release 2>/dev/null || true
 work=$(mktemp -d /tmp/asb-slurmbench.XXXXXX)
@@ -74,3 +74,29 @@ printf '%-22s %10s %10s %8s\n' command direct jail ratio
 printf '%-22s %10s %10s %8s\n' "sbatch --wrap true" "$ds" "$js" "$(awk -v a="$js" -v b="$ds" 'BEGIN {printf "%.2f", a/b}')"
 printf '%-22s %10s %10s %8s\n' "squeue" "$dq" "$jq" "$(awk -v a="$jq" -v b="$dq" 'BEGIN {printf "%.2f", a/b}')"
 echo "rounds: direct sbatch ${d_sb[*]} | jail sbatch ${j_sb[*]} | direct squeue ${d_sq[*]} | jail squeue ${j_sq[*]}"
+
+# The stub's round trip alone, without slurmctld's time and its drift between rounds: a call
+# the chaperon answers from the governor's store (the same `squeue -h` again, in a project of
+# its own with no job) against starting `/bin/true`, in the same jail, CALLS each.
+CALLS="${CALLS:-300}"
+mkdir "$work/empty"
+chown "$user" "$work/empty"
+cat >"$work/empty/trip.sh" <<'SH'
+#!/bin/sh
+# usage: trip.sh N -> prints "true_us squeue_us", the mean of N calls each
+n=$1
+per() { s=$(date +%s%N); i=0; while [ "$i" -lt "$n" ]; do "$@" >/dev/null; i=$((i + 1)); done; e=$(date +%s%N); echo $(( (e - s) / n / 1000 )); }
+squeue -h >/dev/null
+echo "$(per /bin/true) $(per squeue -h)"
+SH
+chmod 755 "$work/empty/trip.sh"
+declare -a t_true t_sq
+for round in 1 2 3; do
+  read -r t q < <(cd "$work/empty" && setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups env -i \
+    HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/bin:/bin \
+    "$BIN" -q --policy "$policy" run -- sh ./trip.sh "$CALLS")
+  t_true+=("$t"); t_sq+=("$q")
+done
+tt=$(med3 "${t_true[@]}"); tq=$(med3 "${t_sq[@]}")
+printf "%-22s %10s %10s %+8d\n" "a stored answer" "/bin/true" "squeue -h" "$((tq - tt))"
+echo "rounds: /bin/true ${t_true[*]} | squeue -h from the store ${t_sq[*]}"

@@ -95,7 +95,7 @@ fn start() {
 
 fn run() -> std::convert::Infallible {
     // Called under a stub's name (a mailer inside the jail): that stub, nothing else.
-    if let Some(code) = std::env::args_os().next().and_then(|a0| stub::dispatch(&a0)) {
+    if let Some(code) = stub::dispatch(&std::env::args_os().collect::<Vec<_>>()) {
         std::process::exit(code);
     }
     let code = match real_main() {

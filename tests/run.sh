@@ -30,6 +30,8 @@ if [ "$(id -u)" = 0 ]; then
   [ -e /usr/lib/python3/dist-packages/mpi4py ] || need+=(python3-mpi4py openmpi-bin)
   # newgidmap, which maps the user's supplementary groups into the jail (tests/jail.rs).
   command -v newgidmap >/dev/null 2>&1 || need+=(uidmap)
+  # musl's C compiler: the release stub is linked statically against musl (stub/release.sh).
+  command -v musl-gcc >/dev/null 2>&1 || need+=(musl-tools)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "tests/run.sh: installing ${need[*]}"
     apt-get update -qq
@@ -96,8 +98,10 @@ fi
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 # The release build: what the memory test measures (tests/many.rs, fifty sessions), and the
-# Slurm stub as sites install it, linked statically (tests/slurm.rs checks it).
+# Slurm stub as sites install it, static and linked against musl (tests/slurm.rs checks it).
 cargo build --release --bin agent-sandbox
-cargo rustc --release --bin agent-sandbox-stub -- -C target-feature=+crt-static
+stub/release.sh
 chmod o+rx target/release 2>/dev/null || true
 cargo test --workspace
+# The stub's own tests again, against the release stub (built for another target and libc).
+AGENT_SANDBOX_STUB_UNDER_TEST="$(pwd)/target/release/agent-sandbox-stub" cargo test -p agent-sandbox-stub --test stub

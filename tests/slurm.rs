@@ -61,11 +61,18 @@ fn the_installed_stub_is_static_and_serves_slurm_calls_in_the_jail() {
     assert!(!headers.contains("INTERP"), "the stub asks for a dynamic loader: {headers}");
     assert!(headers.contains("DYN"), "the stub is not position-independent (no ASLR): {headers}");
     let mut c = j.as_user(release.join("agent-sandbox"));
-    let script = "echo size=$(stat -L -c %s \"$(command -v squeue)\"); squeue -h; echo rc=$?";
+    // Its arguments reach the chaperon (`-o` shapes the answer), and one that is no text is
+    // refused by the stub itself: its entry point reads them (under musl, std never does).
+    let script = "echo size=$(stat -L -c %s \"$(command -v squeue)\"); squeue -o 'asked=%i'; echo rc=$?; \
+                  squeue \"$(printf 'x\\377')\"; echo bad=$?";
     c.args(j.launcher_args(&["-q", "run", "--", "sh", "-c", script]));
     let out = c.output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("rc=0"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("asked=JOBID\nrc=0\n"), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("bad=1") && stderr.contains("squeue: error: argument 1 is not valid UTF-8"),
+        "{stdout}{stderr}"
+    );
     let size = std::fs::metadata(&stub).unwrap().len();
     assert!(stdout.contains(&format!("size={size}\n")), "squeue in the jail is not the stub ({size} bytes): {stdout}");
 }

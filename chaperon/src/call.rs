@@ -94,7 +94,9 @@ fn watch_command(conn: &UnixStream, child: u32, bound: Option<Duration>) -> std:
         Target { pid: nix::unistd::Pid::from_raw(child as i32), pidfd: pidfd_open(child)?, done: done.clone() };
     let conn = conn.try_clone()?;
     let deadline = bound.map(|b| Instant::now() + b);
-    std::thread::Builder::new().stack_size(64 << 10).spawn(move || watch_until_exit(target, Some(conn), deadline))?;
+    // A kept thread of the task pool: starting one for each sbatch cost it a thread's start.
+    crate::pool::spawn(Box::new(move || watch_until_exit(target, Some(conn), deadline)))
+        .map_err(|_| std::io::Error::other("no thread to watch the command"))?;
     Ok(Watch { done })
 }
 

@@ -37,6 +37,7 @@ pub mod grammar;
 pub mod job;
 pub mod jobid;
 pub mod nodes;
+pub mod pool;
 pub mod refusal;
 pub mod scope;
 pub mod server;

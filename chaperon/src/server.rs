@@ -23,7 +23,7 @@ use std::time::Duration;
 /// A client gets this long to send its descriptors and request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Connections served at once; more wait in the listen queue.
-pub const MAX_CONCURRENT: usize = 256;
+pub const MAX_CONCURRENT: usize = crate::pool::CALLS_AT_ONCE;
 
 /// Serves until the listener fails. Never returns early on a bad client.
 pub fn serve(listener: UnixListener, cfg: Arc<Config>) {
@@ -166,94 +166,13 @@ fn descends_from(pid: i32, root: i32) -> bool {
 /// starting a thread (its stack mapped, its guard page, its teardown) was a tenth of the
 /// chaperon's work for a call.
 fn serve_connections(conns: impl Iterator<Item = UnixStream>, cfg: Arc<Config>) {
-    let workers = Workers::new(MAX_CONCURRENT, move |conn| handle(conn, &cfg));
+    let workers = crate::pool::Pool::new(MAX_CONCURRENT, move |conn| handle(conn, &cfg));
     for conn in conns {
         if let Err(mut c) = workers.hand(conn) {
             let _ = wire::write_frame(
                 &mut c,
                 &Response::Error { message: "the chaperon is busy (too many commands at once); retry".into() },
             );
-        }
-    }
-}
-
-/// How long a thread without a call waits for the next before it ends.
-const IDLE_WORKER: Duration = Duration::from_secs(10);
-
-/// The threads serving connections: busy ones, and idle ones waiting for `queue`.
-struct Workers {
-    serve: Arc<dyn Fn(UnixStream) + Send + Sync>,
-    /// Connections served at once, at most.
-    max: usize,
-    state: Arc<(std::sync::Mutex<Crew>, std::sync::Condvar)>,
-}
-
-#[derive(Default)]
-struct Crew {
-    queue: std::collections::VecDeque<UnixStream>,
-    threads: usize,
-    idle: usize,
-}
-
-impl Workers {
-    fn new(max: usize, serve: impl Fn(UnixStream) + Send + Sync + 'static) -> Workers {
-        Workers { serve: Arc::new(serve), max, state: Arc::new(Default::default()) }
-    }
-
-    /// Gives `conn` to an idle thread or a new one; gives it back if `max` calls are being
-    /// served.
-    fn hand(&self, conn: UnixStream) -> Result<(), UnixStream> {
-        let (lock, wake) = &*self.state;
-        let mut crew = lock.lock().unwrap_or_else(|p| p.into_inner());
-        if crew.idle > crew.queue.len() {
-            crew.queue.push_back(conn);
-            wake.notify_one();
-            return Ok(());
-        }
-        if crew.threads - crew.idle >= self.max {
-            return Err(conn);
-        }
-        crew.threads += 1;
-        drop(crew);
-        let (serve, state) = (self.serve.clone(), self.state.clone());
-        let spawned = std::thread::Builder::new().stack_size(256 << 10).spawn(move || work(conn, &*serve, &state));
-        if spawned.is_err() {
-            lock.lock().unwrap_or_else(|p| p.into_inner()).threads -= 1;
-        }
-        Ok(())
-    }
-}
-
-/// A worker: serves `first`, then the connections queued for it, until none comes for
-/// `IDLE_WORKER`.
-fn work(
-    first: UnixStream,
-    serve: &(dyn Fn(UnixStream) + Send + Sync),
-    state: &(std::sync::Mutex<Crew>, std::sync::Condvar),
-) {
-    let (lock, wake) = state;
-    let mut next = Some(first);
-    while let Some(conn) = next.take() {
-        // A call that panics must not take its worker's place with it: the pool would shrink
-        // for good.
-        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| serve(conn)));
-        let mut crew = lock.lock().unwrap_or_else(|p| p.into_inner());
-        crew.idle += 1;
-        let deadline = std::time::Instant::now() + IDLE_WORKER;
-        loop {
-            if let Some(c) = crew.queue.pop_front() {
-                next = Some(c);
-                break;
-            }
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            crew = wake.wait_timeout(crew, left).unwrap_or_else(|p| p.into_inner()).0;
-        }
-        crew.idle -= 1;
-        if next.is_none() {
-            crew.threads -= 1;
         }
     }
 }
@@ -294,51 +213,6 @@ fn recv_stdio(sock: RawFd) -> Option<Stdio> {
 mod tests {
     use super::*;
     use nix::sys::socket::{sendmsg, socketpair, AddressFamily, ControlMessage, SockFlag, SockType};
-
-    #[test]
-    fn a_worker_serves_the_next_call_and_calls_at_once_get_threads_of_their_own_up_to_the_most() {
-        use std::sync::mpsc;
-        let (seen_tx, seen) = mpsc::channel::<std::thread::ThreadId>();
-        let (release_tx, release) = mpsc::channel::<()>();
-        let release = Arc::new(std::sync::Mutex::new(release));
-        let workers = Workers::new(2, move |mut conn: UnixStream| {
-            let _ = seen_tx.send(std::thread::current().id());
-            let mut byte = [0u8; 1];
-            // A connection that sends a byte holds its worker until released.
-            if matches!(std::io::Read::read(&mut conn, &mut byte), Ok(1)) {
-                let _ = release.lock().unwrap().recv();
-            }
-        });
-        let call = |hold: bool| {
-            let (ours, theirs) = UnixStream::pair().unwrap();
-            if hold {
-                std::io::Write::write_all(&mut &theirs, b"h").unwrap();
-            }
-            (ours, theirs)
-        };
-        let wait = Duration::from_secs(5);
-        // One after the other: the same thread.
-        let (a, a_end) = call(false);
-        assert!(workers.hand(a).is_ok());
-        drop(a_end);
-        let first = seen.recv_timeout(wait).unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-        let (b, b_end) = call(false);
-        assert!(workers.hand(b).is_ok());
-        drop(b_end);
-        assert_eq!(seen.recv_timeout(wait).unwrap(), first, "the idle thread took the next call");
-        std::thread::sleep(Duration::from_millis(100));
-        // Two held at once: two threads; a third is refused while they are busy.
-        let (c, _c_end) = call(true);
-        let (d, _d_end) = call(true);
-        assert!(workers.hand(c).is_ok() && workers.hand(d).is_ok());
-        let (t1, t2) = (seen.recv_timeout(wait).unwrap(), seen.recv_timeout(wait).unwrap());
-        assert_ne!(t1, t2, "calls at once run on threads of their own");
-        let (e, _e_end) = call(false);
-        assert!(workers.hand(e).is_err(), "a third call while two are served is handed back");
-        release_tx.send(()).unwrap();
-        release_tx.send(()).unwrap();
-    }
 
     fn channel() -> (OwnedFd, OwnedFd) {
         socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC).expect("socketpair")

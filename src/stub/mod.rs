@@ -1,26 +1,14 @@
-//! What runs inside the jail under another program's name: the mail-block stub and the
-//! Slurm stubs (clients of the session's chaperon).
+//! The launcher's side of the stubs (the crate `agent-sandbox-stub`, in `stub/`): where they
+//! live inside the jail and the directory of links to them. The launcher runs as a stub itself
+//! when the stub binary is not installed next to it.
 
-pub mod mail;
-pub mod slurm;
+pub use agent_sandbox_stub::{dispatch, mail, slurm};
 
 /// Where the stubs live inside the jail: a read-only tmpfs holding the agent-sandbox binary
 /// and a directory of links to it that comes first on PATH.
 pub const STUB_DIR: &str = "/run/agent-sandbox";
 pub const STUB_BIN_DIR: &str = "/run/agent-sandbox/bin";
 pub const STUB_EXE: &str = "/run/agent-sandbox/agent-sandbox";
-
-/// If this process was started under a stub's name, runs that stub and returns its exit code.
-pub fn dispatch(argv0: &std::ffi::OsStr) -> Option<i32> {
-    let name = std::path::Path::new(argv0).file_name()?.to_str()?;
-    if mail::MAILERS.contains(&name) {
-        return Some(mail::run(name));
-    }
-    if slurm::SLURM_STUBS.contains(&name) {
-        return Some(slurm::run(name));
-    }
-    None
-}
 
 /// The host directory of links (one per stub name, each to `STUB_EXE`) bound read-only at
 /// `STUB_BIN_DIR`: the Slurm stubs, and the mailers too when mail is blocked. Versioned by

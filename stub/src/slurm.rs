@@ -65,12 +65,12 @@ fn answer_forwarding_signals(conn: &mut UnixStream) -> Result<Response, wire::Wi
     }
 }
 
-pub fn run(name: &str) -> i32 {
+pub fn run(name: &str, args: &[std::ffi::OsString]) -> i32 {
     if let Some(why) = chaperon::commands::refusal(name) {
         eprintln!("{name}: error: {why} (refused by agent-sandbox)");
         return 1;
     }
-    match request(name) {
+    match text_args(args).and_then(|argv| request(name, argv)) {
         Ok((Response::Allocated { job, env, command }, conn)) if name == "salloc" => {
             run_in_allocation(name, job, &env, &command, conn)
         }
@@ -171,8 +171,16 @@ fn run_in_allocation(
     }
 }
 
-fn request(name: &str) -> Result<(Response, UnixStream), String> {
-    let argv: Vec<String> = std::env::args().skip(1).collect();
+/// The arguments as text, as the chaperon's grammars read them (Slurm's own are text); an
+/// argument that is not UTF-8 is refused here, by its position.
+fn text_args(args: &[std::ffi::OsString]) -> Result<Vec<String>, String> {
+    args.iter()
+        .enumerate()
+        .map(|(i, a)| a.to_str().map(str::to_string).ok_or_else(|| format!("argument {} is not valid UTF-8", i + 1)))
+        .collect()
+}
+
+fn request(name: &str, argv: Vec<String>) -> Result<(Response, UnixStream), String> {
     let script = script_file(name, &argv)?;
     let mut conn = connect()?;
     let fds = [0, 1, 2];
