@@ -78,6 +78,28 @@ fn the_installed_stub_is_static_and_serves_slurm_calls_in_the_jail() {
 }
 
 #[test]
+fn a_job_the_controller_forgot_leaves_squeue_answering_as_without_it() {
+    // A project's record keeps its jobs after slurmctld forgot them (MinJobAge after their
+    // end). Given one job id, squeue asks for that job alone and fails once it is forgotten
+    // ("Invalid job id specified"); the jail's squeue, whose scope is that one job, answers
+    // as squeue without -j does: nothing, status 0. (67000000: within Slurm's range, never
+    // reached by the test cluster.)
+    let Some(j) = slurm_jail("slurm-forgotten-job") else { return };
+    let out = j.run("true");
+    assert_eq!(out.code, 0, "{out}");
+    let state = j.rig.home.join(".local/state/agent-sandbox");
+    let entry = chaperon::scope::Entry { job: 67_000_000, session: "gone".into(), project: j.project.clone() };
+    chaperon::scope::Registry::new(&state).add(&entry).expect("record the job");
+    let scope = state.join(chaperon::scope::DIR);
+    for f in std::iter::once(scope.clone()).chain(std::fs::read_dir(&scope).unwrap().flatten().map(|e| e.path())) {
+        std::os::unix::fs::chown(&f, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    }
+    let out = j.run("squeue -h; echo rc=$?; squeue -j 67000000 >/dev/null 2>&1; echo named=$?");
+    assert!(out.stdout.starts_with("rc=0\n") && !out.stderr.contains("Invalid job id"), "{out}");
+    assert!(out.stdout.contains("named=1"), "named, the job is answered as squeue -j answers it: {out}");
+}
+
+#[test]
 fn sbatch_wrap_file_and_stdin_jobs_run_inside_the_jail_on_the_node() {
     let Some(j) = slurm_jail("slurm-submit") else { return };
     let script = format!("#!/bin/sh\n#SBATCH --job-name=probe-file\n#SBATCH -o file-%j.out\n{PROBE}\n");
@@ -803,7 +825,16 @@ fn sreport_counts_the_projects_jobs_and_only_the_callers_usage() {
         assert!(line.split('|').nth(1) == Some(USER), "TopUsage shows the caller alone: {out}");
     }
     assert!(out.stdout.contains("top=0") && out.stdout.contains("util=0"), "{out}");
-    assert!(out.stdout.lines().any(|l| l.starts_with("util:")), "cluster utilization as it is: {out}");
+    // The cluster's utilization is the cluster's, as sreport outside the jail gives it (no line
+    // at all until slurmdbd's first hourly roll-up of a new cluster).
+    let util = j
+        .as_user("sreport")
+        .args(["-n", "-t", "hours", "cluster", "Utilization", "Start=2020-01-01", "End=now"])
+        .output()
+        .expect("sreport");
+    let util = String::from_utf8_lossy(&util.stdout).into_owned();
+    let jailed: Vec<&str> = out.stdout.lines().filter_map(|l| l.strip_prefix("util:")).collect();
+    assert_eq!(jailed, util.lines().collect::<Vec<_>>(), "cluster utilization as it is: {out}");
     assert!(out.stderr.contains("not user root's") && out.stdout.contains("other-user=1"), "{out}");
     assert!(out.stderr.contains("sees its own cluster only") && out.stdout.contains("all=1"), "{out}");
     assert!(out.stderr.contains("`elsewhere` is not this cluster") && out.stdout.contains("elsewhere=1"), "{out}");

@@ -166,7 +166,17 @@ impl SqueueRequest {
                     if steps.is_some() {
                         args.push("--steps".into());
                     }
-                    args.push(format!("--jobs={}", ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")))
+                    let mut list: Vec<String> = ids.iter().map(u32::to_string).collect();
+                    // Given one job id, squeue asks the controller for that job alone, which
+                    // fails ("Invalid job id specified", status 1) once the controller forgot
+                    // it (MinJobAge after its end). A scope of one job the caller did not name
+                    // lists it twice: squeue then loads the jobs and picks, and prints nothing
+                    // for a forgotten one, as squeue without -j does.
+                    let asked = self.jobs.as_ref().is_some_and(|a| !a.is_empty());
+                    if list.len() == 1 && !asked && steps.is_none() {
+                        list.push(list[0].clone());
+                    }
+                    args.push(format!("--jobs={}", list.join(",")))
                 }
             },
         }
@@ -377,6 +387,18 @@ mod tests {
     #[test]
     fn random_arguments_never_panic() {
         never_panics(SQUEUE, &["12", "1_2", "3.0"], 0x5eed_0000_5175_0001, parse_squeue);
+    }
+
+    #[test]
+    fn a_scope_of_one_job_is_listed_twice_unless_the_caller_named_it() {
+        let args = |a: &[&str], scope: Vec<u32>| {
+            let p = sq(a).unwrap();
+            p.real_args(&p.in_view(scope), None)
+        };
+        assert_eq!(args(&["-h"], vec![7]), ["--noheader", "--jobs=7,7"], "a forgotten job must not fail the call");
+        assert_eq!(args(&["-h"], vec![7, 9]), ["--noheader", "--jobs=7,9"]);
+        assert_eq!(args(&["-j", "7"], vec![7, 9]), ["--jobs=7"], "named: as squeue -j 7 answers it");
+        assert_eq!(args(&["-s"], vec![7]), ["--steps", "--jobs=7"]);
     }
 
     #[test]
