@@ -34,19 +34,28 @@ const FIRST_GATEWAY_PORT: u16 = 40000;
 /// A connection being made to the host side.
 pub(super) type Connecting = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send>>;
 
+/// A dial as it stands when `connect(2)` returned.
+pub(super) enum Dial {
+    /// Connected or refused already: a server on this host or behind a veth answers within the
+    /// call itself, and the SYN-ACK (or the RST) goes to the jail in the same turn.
+    Done(io::Result<TcpStream>),
+    /// On its way; the loop hears of it as an event.
+    Pending(Connecting),
+}
+
 /// How decided flows reach the host's network. The real one asks the kernel; the unit tests
 /// send every dial to a loopback listener, so that the routing and flow logic run without a
 /// network.
 pub(super) struct Dialer {
     /// Connects to the address the flow was decided for.
-    pub(super) connect: Arc<dyn Fn(SocketAddr) -> Connecting + Send + Sync>,
+    pub(super) connect: Arc<dyn Fn(SocketAddr) -> Dial + Send + Sync>,
     /// Whether the host has a route to an address (asked before a hostname port's handshake).
     pub(super) routable: fn(SocketAddr) -> bool,
 }
 
 impl Dialer {
     pub(super) fn host() -> Dialer {
-        Dialer { connect: Arc::new(|target| Box::pin(TcpStream::connect(target))), routable }
+        Dialer { connect: Arc::new(connect_at_once), routable }
     }
 
     /// The host's, where a flow to one of the session's job ports (a job's, `--job-port`)
@@ -64,13 +73,13 @@ impl Dialer {
         }
         let services = Arc::new(services);
         let peer = Arc::new(peer);
-        let connect = move |target: SocketAddr| -> Connecting {
+        let connect = move |target: SocketAddr| -> Dial {
             let secret = secret.clone();
             let no_secret = || io::Error::new(io::ErrorKind::PermissionDenied, "the jail has no session secret");
             if let (Some((own, registry)), IpAddr::V4(ip)) = (peer.as_ref(), target.ip()) {
                 if crate::net::peers::is_peer(target.ip()) {
                     let (own, registry) = (*own, registry.clone());
-                    return Box::pin(async move {
+                    return Dial::Pending(Box::pin(async move {
                         let secret = secret.ok_or_else(no_secret)?;
                         let at = crate::net::peers::locate(&registry, ip).await?;
                         let to = std::net::SocketAddrV4::new(ip, target.port());
@@ -85,20 +94,66 @@ impl Dialer {
                             }
                             r => r,
                         }
-                    });
+                    }));
                 }
             }
-            let job_port = services.contains(&target);
-            Box::pin(async move {
+            if !services.contains(&target) {
+                return connect_at_once(target);
+            }
+            Dial::Pending(Box::pin(async move {
                 let mut stream = TcpStream::connect(target).await?;
-                if job_port {
-                    let secret = secret.ok_or_else(no_secret)?;
-                    crate::net::jobs::prove_job(&mut stream, &secret, target).await?;
-                }
+                let secret = secret.ok_or_else(no_secret)?;
+                crate::net::jobs::prove_job(&mut stream, &secret, target).await?;
                 Ok(stream)
-            })
+            }))
         };
         Dialer { connect: Arc::new(connect), routable }
+    }
+}
+
+/// Connects to `target` without waiting, and looks once whether that already happened: on
+/// loopback or a veth the handshake runs inside `connect(2)` itself, and the flow's SYN-ACK then
+/// needs no task, no event and no second turn of the loop (a tenth of a connection's time when
+/// the server is near). Otherwise the rest of the dial is awaited.
+pub(super) fn connect_at_once(target: SocketAddr) -> Dial {
+    use nix::sys::socket::{self as sock, AddressFamily, SockFlag, SockType, SockaddrIn, SockaddrIn6};
+    use std::os::fd::{AsFd, AsRawFd};
+    let family = if target.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 };
+    let fd = match sock::socket(family, SockType::Stream, SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC, None) {
+        Ok(fd) => fd,
+        Err(e) => return Dial::Done(Err(e.into())),
+    };
+    let started = match target {
+        SocketAddr::V4(a) => sock::connect(fd.as_raw_fd(), &SockaddrIn::from(a)),
+        SocketAddr::V6(a) => sock::connect(fd.as_raw_fd(), &SockaddrIn6::from(a)),
+    };
+    let connected = match started {
+        Ok(()) => true,
+        Err(nix::errno::Errno::EINPROGRESS) => {
+            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+            let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLOUT)];
+            matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1))
+        }
+        Err(e) => return Dial::Done(Err(e.into())),
+    };
+    let std = std::net::TcpStream::from(fd);
+    if connected {
+        // Writable: connected, or refused (the error is the socket's).
+        return Dial::Done(match std.take_error() {
+            Ok(None) => TcpStream::from_std(std),
+            Ok(Some(e)) | Err(e) => Err(e),
+        });
+    }
+    match TcpStream::from_std(std) {
+        Ok(stream) => Dial::Pending(Box::pin(async move {
+            // As tokio's own connect: writable once the handshake ended, either way.
+            stream.writable().await?;
+            match stream.take_error()? {
+                Some(e) => Err(e),
+                None => Ok(stream),
+            }
+        })),
+        Err(e) => Dial::Done(Err(e)),
     }
 }
 
@@ -227,9 +282,12 @@ impl Supervisor {
         let _ = self.events.send(Event::Dialed { id, result });
     }
 
-    fn dial(&self, id: u64, target: SocketAddr) {
+    fn dial(&mut self, id: u64, target: SocketAddr) {
+        let connect = match (self.dialer.connect)(target) {
+            Dial::Done(result) => return self.on_dialed(id, result.map(HostConn::Tcp)),
+            Dial::Pending(connect) => connect,
+        };
         let events = self.events.clone();
-        let connect = (self.dialer.connect)(target);
         tokio::spawn(async move {
             let result = match tokio::time::timeout(DIAL_TIMEOUT, connect).await {
                 Ok(r) => r,
@@ -397,8 +455,10 @@ mod tests {
     use super::super::flows::Phase;
     use super::super::testing::*;
     use super::super::Event;
+    use super::{connect_at_once, Dial};
     use crate::netrules::matcher::Action;
     use smoltcp::wire::TcpControl;
+    use std::io;
     use std::io::Write;
 
     const SNI_HELLO: &[u8] = include_bytes!("../../../tests/fixtures/clienthello-sni.bin");
@@ -450,6 +510,33 @@ mod tests {
         assert_eq!(phase(&rig, from, to), Some(&Phase::Relay));
         let segs = rig.segments();
         assert!(segs.len() == 1 && segs[0].syn && segs[0].ack_flag && segs[0].ack == JAIL_ISN + 1, "{segs:?}");
+    }
+
+    #[test]
+    fn a_dial_done_at_once_answers_the_syn_in_the_same_turn() {
+        let mut rig = Rig::at_once(&[]);
+        let ((from, to), _) = rig.open_to_host();
+        assert_eq!(phase(&rig, from, to), Some(&Phase::Relay), "no event to wait for");
+        let segs = rig.segments();
+        assert!(segs.len() == 1 && segs[0].syn && segs[0].ack_flag && segs[0].ack == JAIL_ISN + 1, "{segs:?}");
+    }
+
+    #[test]
+    fn connecting_at_once_to_a_local_server_is_done_or_awaited_and_a_refusal_is_an_error() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let to = listener.local_addr().unwrap();
+        let settle = |d: Dial| match d {
+            Dial::Done(r) => r,
+            Dial::Pending(p) => rt.block_on(p),
+        };
+        let stream = settle(rt.block_on(async { connect_at_once(to) })).expect("connected");
+        let (accepted, peer) = listener.accept().unwrap();
+        assert_eq!(stream.local_addr().unwrap(), peer, "the listener's connection is this one");
+        drop(accepted);
+        drop(listener);
+        let refused = settle(rt.block_on(async { connect_at_once(to) }));
+        assert_eq!(refused.map(|_| ()).unwrap_err().kind(), io::ErrorKind::ConnectionRefused);
     }
 
     #[test]

@@ -80,6 +80,16 @@ impl Rig {
     /// A supervisor under `rules` (user layer), hostname ports 80 and 443, `HOST_PORT`
     /// published with `--host-port`.
     pub(super) fn new(list: &[(&str, Action)]) -> Rig {
+        Rig::build(list, false)
+    }
+
+    /// As `new`, with a dialer whose dials are done when it returns (`Dial::Done`), as the
+    /// host's are to a server on loopback or behind a veth.
+    pub(super) fn at_once(list: &[(&str, Action)]) -> Rig {
+        Rig::build(list, true)
+    }
+
+    fn build(list: &[(&str, Action)], at_once: bool) -> Rig {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let _in = rt.enter();
         let (tun, jail) = nix::sys::socket::socketpair(
@@ -97,7 +107,13 @@ impl Rig {
         let dialer = Dialer {
             connect: Arc::new(move |target| {
                 asked.lock().expect("dialled").push(target);
-                Box::pin(tokio::net::TcpStream::connect(to))
+                match at_once {
+                    true => super::tcp::Dial::Done(std::net::TcpStream::connect(to).and_then(|s| {
+                        s.set_nonblocking(true)?;
+                        tokio::net::TcpStream::from_std(s)
+                    })),
+                    false => super::tcp::Dial::Pending(Box::pin(tokio::net::TcpStream::connect(to))),
+                }
             }),
             routable: |_| true,
         };
