@@ -68,21 +68,7 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
 /// no file the launcher opens becomes stdout or stderr by accident), and a broken pipe an
 /// error to report rather than a signal to die of; and SIGCHLD at its default.
 fn start() {
-    let mut fds = [0, 1, 2].map(|fd| libc::pollfd { fd, events: 0, revents: 0 });
-    // SAFETY: poll reads and writes the three pollfd entries of a local array.
-    let polled = unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) };
-    for p in fds {
-        let closed = match polled {
-            // SAFETY: fcntl(F_GETFD) only asks whether the descriptor is open.
-            n if n < 0 => (unsafe { libc::fcntl(p.fd, libc::F_GETFD) }) == -1,
-            _ => p.revents & libc::POLLNVAL != 0,
-        };
-        // SAFETY: opens /dev/null at the lowest free number: this one, the lower ones being
-        // open by now. Without it, as in Rust's runtime start, the process cannot go on.
-        if closed && unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) } == -1 {
-            std::process::abort();
-        }
-    }
+    agent_sandbox_stub::open_standard_descriptors();
     // SAFETY: SIG_IGN installs no handler.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     // A caller that ignores SIGCHLD (some daemons and scripts do) leaves it ignored across

@@ -78,6 +78,49 @@ fn the_installed_stub_is_static_and_serves_slurm_calls_in_the_jail() {
 }
 
 #[test]
+fn a_stub_started_with_its_standard_descriptors_closed_keeps_its_connection_apart() {
+    // The stub's entry point is C's `main`: unless it opens /dev/null on a closed 0-2 itself,
+    // its connection to the chaperon takes that number and is handed over as the command's
+    // stdin, stdout or stderr. Then a refusal written to a closed stderr aborted the stub
+    // (status 134), a call with stdout and stderr closed could not pass them (status 1, no
+    // job), and a killed caller whose stdin was closed left its command running: the command
+    // held the connection open.
+    let Some(j) = slurm_jail("slurm-closed-stdio") else { return };
+    let out = j.run(
+        "squeue --bogus 2>&-; echo bogus=$?; \
+         (sbatch --parsable --hold -J closed-stdio --wrap true >&- 2>&-); echo sb=$?; \
+         squeue -h -o 'job=%j' -n closed-stdio; scancel -n closed-stdio",
+    );
+    assert!(out.stdout.contains("bogus=1\n"), "a refusal to a closed stderr is status 1: {out}");
+    assert!(out.stdout.contains("sb=0\n") && out.stdout.contains("job=closed-stdio"), "submitted: {out}");
+    // A caller with its stdin closed, killed while its `sbatch --wait` waits: the real sbatch
+    // must end with it, long before the session does (which would end it anyway). Looked for
+    // on the host while the session still runs; the job's name is put together inside the
+    // jail, so that only the real sbatch's arguments hold it whole.
+    let script = "n=closed; sbatch --wait --hold -J \"$n-wait\" --wrap true <&- & p=$!; sleep 2; kill -9 $p; \
+                  wait $p; echo killed=$?; sleep 4; scancel -n \"$n-wait\"";
+    let mut session = j.command(&["-q", "run", "--", "sh", "-c", script]);
+    let session = session.stdout(std::process::Stdio::piped()).spawn().expect("the session");
+    let running = |pattern: &str| {
+        let o = Command::new("pgrep").args(["-f", pattern]).output().expect("pgrep");
+        !String::from_utf8_lossy(&o.stdout).trim().is_empty()
+    };
+    let started = Instant::now();
+    let mut seen = false;
+    while started.elapsed() < Duration::from_secs(2) && !seen {
+        seen = running("closed-wait");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(seen, "the real sbatch --wait never ran");
+    std::thread::sleep(Duration::from_millis(3500));
+    let left = running("closed-wait");
+    let out = session.wait_with_output().expect("the session ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("killed=137"), "{stdout}");
+    assert!(!left, "the killed caller's sbatch --wait outlived it by 1.5 s: {stdout}");
+}
+
+#[test]
 fn a_job_the_controller_forgot_leaves_squeue_answering_as_without_it() {
     // A project's record keeps its jobs after slurmctld forgot them (MinJobAge after their
     // end). Given one job id, squeue asks for that job alone and fails once it is forgotten

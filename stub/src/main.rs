@@ -15,8 +15,10 @@
 #[no_mangle]
 extern "C" fn main(argc: i32, argv: *const *const libc::c_char) -> i32 {
     use std::os::unix::ffi::OsStrExt;
-    // As Rust's runtime would: a broken pipe is an error to report, not a signal to die of
+    // As Rust's runtime would: 0-2 open (else the chaperon's connection could become one of
+    // them), and a broken pipe is an error to report, not a signal to die of
     // (the stub says so when the chaperon is gone mid-call).
+    agent_sandbox_stub::open_standard_descriptors();
     // SAFETY: SIG_IGN installs no handler.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let args: Vec<std::ffi::OsString> = (0..usize::try_from(argc).unwrap_or(0))

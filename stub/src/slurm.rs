@@ -186,8 +186,19 @@ fn request(name: &str, argv: Vec<String>) -> Result<(Response, UnixStream), Stri
     let fds = [0, 1, 2];
     let iov = [std::io::IoSlice::new(b"F")];
     let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
-    nix::sys::socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsg, nix::sys::socket::MsgFlags::empty(), None)
-        .map_err(|e| format!("cannot pass the terminal to the chaperon: {e}"))?;
+    if let Err(e) =
+        nix::sys::socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsg, nix::sys::socket::MsgFlags::empty(), None)
+    {
+        // A chaperon serving as many calls as it may answers at once and closes: its reason,
+        // not the broken pipe, is what the caller should read.
+        if matches!(e, nix::errno::Errno::EPIPE | nix::errno::Errno::ECONNRESET) {
+            let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(1)));
+            if let Ok(Response::Error { message }) = wire::read_frame(&mut conn) {
+                return Err(format!("agent-sandbox chaperon: {message}"));
+            }
+        }
+        return Err(format!("cannot pass the terminal to the chaperon: {e}"));
+    }
     let req = Request {
         command: name.to_string(),
         script,
