@@ -189,15 +189,7 @@ fn request(name: &str, argv: Vec<String>) -> Result<(Response, UnixStream), Stri
     if let Err(e) =
         nix::sys::socket::sendmsg::<()>(conn.as_raw_fd(), &iov, &cmsg, nix::sys::socket::MsgFlags::empty(), None)
     {
-        // A chaperon serving as many calls as it may answers at once and closes: its reason,
-        // not the broken pipe, is what the caller should read.
-        if matches!(e, nix::errno::Errno::EPIPE | nix::errno::Errno::ECONNRESET) {
-            let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(1)));
-            if let Ok(Response::Error { message }) = wire::read_frame(&mut conn) {
-                return Err(format!("agent-sandbox chaperon: {message}"));
-            }
-        }
-        return Err(format!("cannot pass the terminal to the chaperon: {e}"));
+        return Err(turned_away(&mut conn, std::io::Error::from(e), "cannot pass the terminal to the chaperon"));
     }
     let req = Request {
         command: name.to_string(),
@@ -206,7 +198,12 @@ fn request(name: &str, argv: Vec<String>) -> Result<(Response, UnixStream), Stri
         cwd: std::env::current_dir().map(|p| p.display().to_string()).unwrap_or_default(),
         env: std::env::vars().collect::<BTreeMap<_, _>>(),
     };
-    wire::write_frame(&mut conn, &req).map_err(|e| format!("cannot send the request to the chaperon: {e}"))?;
+    if let Err(e) = wire::write_frame(&mut conn, &req) {
+        return Err(match e {
+            wire::WireError::Io(e) => turned_away(&mut conn, e, "cannot send the request to the chaperon"),
+            other => format!("cannot send the request to the chaperon: {other}"),
+        });
+    }
     // An allocation's command gets the terminal's signals itself; Ctrl-C while salloc waits
     // for it ends the stub, and so the request.
     let answer = match name {
@@ -220,6 +217,19 @@ fn request(name: &str, argv: Vec<String>) -> Result<(Response, UnixStream), Stri
         other => format!("bad answer from the chaperon: {other}"),
     })?;
     Ok((answer, conn))
+}
+
+/// What to say when the chaperon's end closed before the request was sent: a chaperon serving
+/// as many calls as it may answers at once with its reason and closes, and that reason, not the
+/// broken pipe, is what the caller should read.
+fn turned_away(conn: &mut UnixStream, e: std::io::Error, doing: &str) -> String {
+    if matches!(e.kind(), std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset) {
+        let _ = conn.set_read_timeout(Some(std::time::Duration::from_secs(1)));
+        if let Ok(Response::Error { message }) = wire::read_frame(conn) {
+            return format!("agent-sandbox chaperon: {message}");
+        }
+    }
+    format!("{doing}: {e}")
 }
 
 /// The connection to the session's chaperon. Under Landlock, `AGENT_SANDBOX_SLURM_FD` names the

@@ -72,3 +72,84 @@ fn without_a_chaperon_a_slurm_command_says_slurm_is_not_available() {
     assert_eq!(o.status.code(), Some(1), "{o:?}");
     assert!(stderr(&o).contains("AGENT_SANDBOX_SLURM_FD is \"/tmp/sock\", not agent-sandbox's Slurm channel"), "{o:?}");
 }
+
+/// The descriptors of one message on `sock`, and its bytes.
+fn receive(sock: &std::os::fd::OwnedFd) -> (Vec<u8>, Vec<std::os::fd::OwnedFd>) {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let mut buf = [0u8; 16];
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 4]);
+    let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC).unwrap();
+    let mut fds = vec![];
+    for c in msg.cmsgs().unwrap() {
+        if let ControlMessageOwned::ScmRights(v) = c {
+            // SAFETY: the kernel just installed these descriptors for this test.
+            fds.extend(v.into_iter().map(|fd| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) }));
+        }
+    }
+    let n = msg.bytes;
+    (buf[..n].to_vec(), fds)
+}
+
+/// The stub as the Landlock backend runs it: its chaperon is reached over a seqpacket channel
+/// it inherited, named by AGENT_SANDBOX_SLURM_FD (a descriptor number). The test is that
+/// chaperon: it takes the stub's end of a stream pair, then (unless `turn_away` answers at
+/// once and closes, as a chaperon serving all the calls it may does) the stub's stdin, stdout
+/// and stderr and its request, which `answer` answers.
+fn through_channel(
+    args: &[&str],
+    turn_away: Option<&str>,
+    answer: impl FnOnce(&chaperon::wire::Request, usize) -> chaperon::wire::Response + Send + 'static,
+) -> Output {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    use std::os::fd::AsRawFd;
+    let (ours, theirs) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::empty()).unwrap();
+    nix::fcntl::fcntl(&ours, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC)).unwrap();
+    let bin = std::env::var_os("AGENT_SANDBOX_STUB_UNDER_TEST")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_agent-sandbox-stub").into());
+    let mut c = Command::new(bin);
+    c.arg0("squeue").args(args).env_clear().env("PATH", "/usr/bin:/bin");
+    c.env("AGENT_SANDBOX_SLURM_FD", theirs.as_raw_fd().to_string());
+    c.stdin(std::process::Stdio::null());
+    let child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
+    drop(theirs);
+    let turn_away = turn_away.map(str::to_string);
+    let chaperon = std::thread::spawn(move || {
+        let (bytes, mut fds) = receive(&ours);
+        assert_eq!((bytes.as_slice(), fds.len()), (&b"C"[..], 1), "one stream end on the channel");
+        let mut conn = std::os::unix::net::UnixStream::from(fds.remove(0));
+        if let Some(message) = turn_away {
+            chaperon::wire::write_frame(&mut conn, &chaperon::wire::Response::Error { message }).unwrap();
+            return;
+        }
+        let (bytes, stdio) = receive(&conn.try_clone().unwrap().into());
+        assert_eq!(bytes, b"F");
+        let req: chaperon::wire::Request = chaperon::wire::read_frame(&mut conn).unwrap();
+        let response = answer(&req, stdio.len());
+        chaperon::wire::write_frame(&mut conn, &response).unwrap();
+    });
+    let out = child.wait_with_output().unwrap();
+    chaperon.join().expect("the test's chaperon");
+    out
+}
+
+#[test]
+fn over_the_landlock_channel_the_call_goes_out_whole_and_its_status_comes_back() {
+    let out = through_channel(&["-h", "--me"], None, |req, passed| {
+        assert_eq!(
+            (req.command.as_str(), req.argv.as_slice(), passed),
+            ("squeue", &["-h".to_string(), "--me".into()][..], 3)
+        );
+        chaperon::wire::Response::Exited { code: 42 }
+    });
+    assert_eq!(out.status.code(), Some(42), "{out:?}");
+}
+
+#[test]
+fn a_chaperon_that_turns_the_call_away_is_quoted_not_a_broken_pipe() {
+    let busy = "the chaperon is busy (too many commands at once); retry";
+    let out = through_channel(&["-h"], Some(busy), |_, _| unreachable!("turned away"));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(stderr(&out), format!("squeue: error: agent-sandbox chaperon: {busy}\n"));
+}
