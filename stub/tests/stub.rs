@@ -100,7 +100,9 @@ fn receive(sock: &std::os::fd::OwnedFd) -> (Vec<u8>, Vec<std::os::fd::OwnedFd>) 
 fn through_channel(
     args: &[&str],
     turn_away: Option<&str>,
-    answer: impl FnOnce(&chaperon::wire::Request, usize) -> chaperon::wire::Response + Send + 'static,
+    answer: impl FnOnce(&chaperon::wire::Request, usize, &mut std::os::unix::net::UnixStream, u32) -> chaperon::wire::Response
+        + Send
+        + 'static,
 ) -> Output {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     use std::os::fd::AsRawFd;
@@ -114,6 +116,7 @@ fn through_channel(
     c.stdin(std::process::Stdio::null());
     let child = c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped()).spawn().unwrap();
     drop(theirs);
+    let pid = child.id();
     let turn_away = turn_away.map(str::to_string);
     let chaperon = std::thread::spawn(move || {
         let (bytes, mut fds) = receive(&ours);
@@ -126,7 +129,7 @@ fn through_channel(
         let (bytes, stdio) = receive(&conn.try_clone().unwrap().into());
         assert_eq!(bytes, b"F");
         let req: chaperon::wire::Request = chaperon::wire::read_frame(&mut conn).unwrap();
-        let response = answer(&req, stdio.len());
+        let response = answer(&req, stdio.len(), &mut conn, pid);
         chaperon::wire::write_frame(&mut conn, &response).unwrap();
     });
     let out = child.wait_with_output().unwrap();
@@ -136,7 +139,7 @@ fn through_channel(
 
 #[test]
 fn over_the_landlock_channel_the_call_goes_out_whole_and_its_status_comes_back() {
-    let out = through_channel(&["-h", "--me"], None, |req, passed| {
+    let out = through_channel(&["-h", "--me"], None, |req, passed, _, _| {
         assert_eq!(
             (req.command.as_str(), req.argv.as_slice(), passed),
             ("squeue", &["-h".to_string(), "--me".into()][..], 3)
@@ -149,7 +152,24 @@ fn over_the_landlock_channel_the_call_goes_out_whole_and_its_status_comes_back()
 #[test]
 fn a_chaperon_that_turns_the_call_away_is_quoted_not_a_broken_pipe() {
     let busy = "the chaperon is busy (too many commands at once); retry";
-    let out = through_channel(&["-h"], Some(busy), |_, _| unreachable!("turned away"));
+    let out = through_channel(&["-h"], Some(busy), |_, _, _, _| unreachable!("turned away"));
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     assert_eq!(stderr(&out), format!("squeue: error: agent-sandbox chaperon: {busy}\n"));
+}
+
+#[test]
+fn ctrl_c_while_the_command_runs_is_passed_to_the_chaperon() {
+    // The stub waits for the answer in one poll of the connection and a signalfd; SIGINT goes
+    // to the chaperon as a control frame, which signals the real command (here: answers 130).
+    let out = through_channel(&["-h"], None, |_, _, conn, pid| {
+        // The stub blocks the signals right after sending the request; this waits past that.
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let stub = nix::unistd::Pid::from_raw(pid as i32);
+        nix::sys::signal::kill(stub, nix::sys::signal::Signal::SIGINT).unwrap();
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(10))).unwrap();
+        let control: chaperon::wire::Control = chaperon::wire::read_frame(conn).unwrap();
+        assert_eq!(control, chaperon::wire::Control::Signal { signal: libc::SIGINT });
+        chaperon::wire::Response::Exited { code: 130 }
+    });
+    assert_eq!(out.status.code(), Some(130), "the stub lived on and reported the command's status: {out:?}");
 }
