@@ -1,5 +1,6 @@
-//! Threads kept for the next piece of work: the chaperon's calls (one connection each) and
-//! the copies of a query's output the governor keeps. An agent's calls come in bursts, and
+//! Threads kept for the next piece of work: the chaperon's calls (one connection each), and
+//! its tasks (`spawn`: the copies of a query's output the governor keeps, the watch of an
+//! sbatch). An agent's calls come in bursts, and
 //! starting a thread for each (its stack mapped, its guard page, its teardown) was a tenth of
 //! the chaperon's work for a call; a thread that finished waits a while for the next instead.
 
@@ -53,8 +54,8 @@ impl<T: Send + 'static> Pool<T> {
         crew.threads += 1;
         drop(crew);
         let (serve, state) = (self.serve.clone(), self.state.clone());
-        // The work goes to the thread through the queue's lock, not its closure: a thread that
-        // could not be started gives it back.
+        // The work goes to the new thread through a slot of its own, not moved into its
+        // closure: when the thread cannot be started, the work is still here to give back.
         let slot = Arc::new(Mutex::new(Some(work)));
         let theirs = slot.clone();
         let spawned = std::thread::Builder::new().stack_size(STACK).spawn(move || {
