@@ -100,7 +100,8 @@ fn a_stub_started_with_its_standard_descriptors_closed_keeps_its_connection_apar
     let script = "n=closed; sbatch --wait --hold -J \"$n-wait\" --wrap true <&- & p=$!; sleep 2; kill -9 $p; \
                   wait $p; echo killed=$?; sleep 4; scancel -n \"$n-wait\"";
     let mut session = j.command(&["-q", "run", "--", "sh", "-c", script]);
-    let session = session.stdout(std::process::Stdio::piped()).spawn().expect("the session");
+    let session = session.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let session = session.spawn().expect("the session");
     let running = |pattern: &str| {
         let o = Command::new("pgrep").args(["-f", pattern]).output().expect("pgrep");
         !String::from_utf8_lossy(&o.stdout).trim().is_empty()
@@ -115,9 +116,9 @@ fn a_stub_started_with_its_standard_descriptors_closed_keeps_its_connection_apar
     std::thread::sleep(Duration::from_millis(3500));
     let left = running("closed-wait");
     let out = session.wait_with_output().expect("the session ends");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(stdout.contains("killed=137"), "{stdout}");
-    assert!(!left, "the killed caller's sbatch --wait outlived it by 1.5 s: {stdout}");
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(all.contains("killed=137"), "{all}");
+    assert!(!left, "the killed caller's sbatch --wait outlived it by 1.5 s: {all}");
 }
 
 #[test]
