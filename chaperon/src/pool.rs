@@ -1,15 +1,15 @@
 //! Threads kept for the next piece of work: the chaperon's calls (one connection each), and
 //! its tasks (`spawn`: the copies of a query's output the governor keeps, the watch of an
-//! sbatch). An agent's calls come in bursts, and
-//! starting a thread for each (its stack mapped, its guard page, its teardown) was a tenth of
-//! the chaperon's work for a call; a thread that finished waits a while for the next instead.
+//! sbatch). An agent's calls come in bursts, and starting a thread for each (its stack mapped,
+//! its guard page, its teardown) was a tenth of the chaperon's work for a call; a thread that
+//! finished waits a while for the next instead.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-/// The chaperon's calls served at once (more wait in the listen queue); each may have a
-/// query's two output copies at work too.
+/// The chaperon's calls served at once (any more are told the chaperon is busy); each may have
+/// a query's two output copies or an sbatch's watch at work too (`spawn`).
 pub const CALLS_AT_ONCE: usize = 256;
 
 /// How long a thread without work waits for the next before it ends.

@@ -22,8 +22,6 @@ use std::time::Duration;
 
 /// A client gets this long to send its descriptors and request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-/// Connections served at once; more wait in the listen queue.
-pub const MAX_CONCURRENT: usize = crate::pool::CALLS_AT_ONCE;
 
 /// Serves until the listener fails. Never returns early on a bad client.
 pub fn serve(listener: UnixListener, cfg: Arc<Config>) {
@@ -161,12 +159,10 @@ fn descends_from(pid: i32, root: i32) -> bool {
     false
 }
 
-/// Serves each connection on a thread of its own, at most `MAX_CONCURRENT` at once. A thread
-/// that finished its call waits a while for the next one: an agent's calls come in bursts, and
-/// starting a thread (its stack mapped, its guard page, its teardown) was a tenth of the
-/// chaperon's work for a call.
+/// Serves each connection on a kept thread of its own (`pool`), at most
+/// `pool::CALLS_AT_ONCE` at once; the rest are told the chaperon is busy.
 fn serve_connections(conns: impl Iterator<Item = UnixStream>, cfg: Arc<Config>) {
-    let workers = crate::pool::Pool::new(MAX_CONCURRENT, move |conn| handle(conn, &cfg));
+    let workers = crate::pool::Pool::new(crate::pool::CALLS_AT_ONCE, move |conn| handle(conn, &cfg));
     for conn in conns {
         if let Err(mut c) = workers.hand(conn) {
             let _ = wire::write_frame(

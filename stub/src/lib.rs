@@ -2,7 +2,7 @@
 //! Slurm stubs (clients of the session's chaperon).
 //!
 //! A crate of its own so that its binary can be built alone, for a target of its own: every
-//! Slurm call in the jail starts it, and it is linked statically against musl (`stub/build.sh`),
+//! Slurm call in the jail starts it, and it is linked statically against musl (`stub/release.sh`),
 //! whose start does not ask the processor what it is. glibc's start does, with `cpuid`
 //! some seventy times (its string functions and cache sizes), and in a virtual machine each
 //! `cpuid` is a trap to the hypervisor: 4 µs apiece on the test VM, 0.3 ms of every call.

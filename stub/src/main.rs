@@ -3,7 +3,7 @@
 //! agent runs would pay for its start. This one links only the stubs (no CLI parser, no
 //! async runtime, no network stack, none of the chaperon's handlers). The launcher binds it
 //! into the jail when it is installed next to it, else itself (which dispatches the same way).
-//! `stub/build.sh` links it statically against musl (see the crate's documentation for why).
+//! `stub/release.sh` links it statically against musl (see the crate's documentation for why).
 //!
 //! Its entry point is C's `main`, not Rust's: Rust's runtime start reads the main thread's
 //! stack bounds from `/proc/self/maps` (for a stack-overflow message), a tenth of a call
