@@ -328,6 +328,16 @@ impl Launch {
             env,
         };
         timing::mark("policy");
+        // The jail's PID 1 makes its namespaces, network and staging root while the plan is
+        // made (`jail::userns::Early`). A clone that fails here is tried again once the plan
+        // exists, which then reports what is wrong in its own words first.
+        let early = match (dry_run, plan::jail_shape(&policy, &facts, &req)) {
+            (false, Some((net, tun, groups))) => {
+                let shape = jail::init::Shape { pty: jail::userns::pty_of(jail::stdio_ttys()), net, tun };
+                jail::userns::Early::clone(shape, facts.uid, facts.gid, groups).ok()
+            }
+            _ => None,
+        };
         let plan = plan::build(&policy, &facts, &host::RealFs::default(), &req)?;
         timing::mark("plan");
         // A claim the plan has no use for (no tun0 after a fallback) is given back now.
@@ -425,7 +435,8 @@ impl Launch {
         let mut session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
         session.governor = plan.slurm;
         session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
-        let outcome = run_jail(&plan, &banner, lock, &door, session, &policy, log, control, jobs, peers, announce);
+        let outcome =
+            run_jail(&plan, early, &banner, lock, &door, session, &policy, log, control, jobs, peers, announce);
         if let Some(socket) = &door.socket {
             let _ = std::fs::remove_file(socket);
         }
@@ -463,6 +474,7 @@ impl Launch {
 #[allow(clippy::too_many_arguments)]
 fn run_jail(
     plan: &Plan,
+    early: Option<jail::userns::Early>,
     banner: &dyn Fn(),
     lock: jail::placeholders::ProjectLock,
     door: &slurm::Chaperon,
@@ -504,7 +516,7 @@ fn run_jail(
     let (mut jobs, mut peers) = (jobs, peers);
     let mut net_start =
         |fds| crate::net::start(&plan.net, fds, Some(log.clone()), control.clone(), jobs.take(), peers.take());
-    jail::run(plan, banner, lock, &mut net_start, lazy, log)
+    jail::run(plan, early, banner, lock, &mut net_start, lazy, log)
 }
 
 /// The session network's part of this launch (`net::peers`): what the supervisor serves, and

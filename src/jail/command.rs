@@ -5,9 +5,9 @@
 //! launcher's) only for the exec to throw them away: about half a millisecond of every
 //! session's start.
 
+use super::blueprint::Blueprint;
 use super::caps::Sealed;
 use super::init::TtyFds;
-use crate::plan::Plan;
 use nix::sched::CloneFlags;
 use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::unistd::Pid;
@@ -44,7 +44,7 @@ struct Prepared {
 }
 
 impl Prepared {
-    fn new(plan: &Plan) -> Prepared {
+    fn new(plan: &Blueprint) -> Prepared {
         let cstr = |s: &str| CString::new(s.as_bytes()).unwrap_or_default();
         let argv: Vec<CString> = plan.command.iter().map(|a| cstr(a)).collect();
         let envp: Vec<CString> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
@@ -99,7 +99,7 @@ fn handled_signals() -> Vec<libc::c_int> {
 
 /// Starts the command; returns once it has exec'd (or failed and exited).
 pub fn spawn(
-    plan: &Plan,
+    plan: &Blueprint,
     sealed: &Sealed,
     slave: Option<&OwnedFd>,
     pty: Option<TtyFds>,

@@ -2,10 +2,11 @@
 //! (capabilities, no_new_privs, seccomp), starts the command, reaps every orphan, forwards
 //! signals, and reports the command's status to the launcher.
 
+use super::blueprint::Blueprint;
 use super::caps::{self, Sealed};
 use super::msg::{self, Msg};
 use super::{mounts, net};
-use crate::plan::Plan;
+use crate::plan::JailNet;
 use nix::mount::{MntFlags, MsFlags};
 use nix::sys::signal::{kill, SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
@@ -15,7 +16,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 /// Which of stdin/stdout/stderr the launcher found to be terminals (pty mode replaces those).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TtyFds(pub [bool; 3]);
 
 impl TtyFds {
@@ -24,8 +25,20 @@ impl TtyFds {
     }
 }
 
+/// What PID 1 is told at its clone, before any plan exists: enough to make the parts of the
+/// jail that need none (the network namespace and its devices, the staging root) while the
+/// launcher plans.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Which of stdin/stdout/stderr become the jail's own terminal (None: no pty).
+    pub pty: Option<TtyFds>,
+    pub net: JailNet,
+    /// tun0's address (`JailNet::Tun` only).
+    pub tun: Option<std::net::Ipv4Addr>,
+}
+
 /// Entry point of the cloned child. Never returns to the launcher's code: exits instead.
-pub fn child_main(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> isize {
+pub fn child_main(shape: &Shape, sock: RawFd) -> isize {
     super::waiter::forget();
     // SAFETY: PR_SET_PDEATHSIG takes a signal number; no pointers.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
@@ -33,12 +46,25 @@ pub fn child_main(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) 
         Ok(Some(Msg::Go)) => {}
         _ => return 126,
     }
-    let slave = match build(plan, sock, pty, new_net) {
+    let failed = |e: String| {
+        let _ = msg::send(sock, &Msg::Error(e));
+        126
+    };
+    let net = match prepare(shape) {
+        Ok(n) => n,
+        Err(e) => return failed(e),
+    };
+    let blueprint = match msg::recv(sock) {
+        Ok(Some(Msg::Plan(fd))) => match Blueprint::from_fd(fd) {
+            Ok(b) => b,
+            Err(e) => return failed(e),
+        },
+        _ => return 126,
+    };
+    crate::timing::mark("child-blueprint");
+    let slave = match build(&blueprint, shape, sock, net) {
         Ok(s) => s,
-        Err(e) => {
-            let _ = msg::send(sock, &Msg::Error(e));
-            return 126;
-        }
+        Err(e) => return failed(e),
     };
     let (prog, guard) = match msg::recv(sock) {
         Ok(Some(Msg::Start { seal, guard })) => (seal, guard),
@@ -47,30 +73,32 @@ pub fn child_main(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) 
     crate::timing::mark("child-start");
     let sealed = match caps::seal(&prog) {
         Ok(s) => s,
-        Err(e) => {
-            let _ = msg::send(sock, &Msg::Error(format!("cannot seal the jail: {e}")));
-            return 126;
-        }
+        Err(e) => return failed(format!("cannot seal the jail: {e}")),
     };
-    supervise(plan, sock, slave, pty, sealed, &guard)
+    supervise(&blueprint, sock, slave, shape.pty, sealed, &guard)
 }
 
-fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result<Option<OwnedFd>, String> {
+/// What needs no plan: the environment block scrubbed, the network namespace started (in a
+/// thread, `net::start`), the staging root in place of the host's.
+fn prepare(shape: &Shape) -> Result<Option<net::NetSetup>, String> {
     crate::timing::mark("child-go");
     scrub_own_environ();
     // Non-dumpable: the jailed command (same uid) cannot ptrace PID 1 or read its /proc files.
     // SAFETY: PR_SET_DUMPABLE takes an integer.
     unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
     crate::timing::mark("child-env");
-    nix::unistd::sethostname(&plan.hostname).map_err(|e| format!("cannot set the hostname: {e}"))?;
     // Before the root is replaced: the thread opens /dev/net/tun and /proc/sys in the host's.
-    let net = if new_net {
-        let tun = (plan.net.jail == crate::plan::JailNet::Tun).then(|| plan.net.jail_address());
-        Some(net::start(tun).map_err(|e| format!("cannot build the jail's network: {e}"))?)
-    } else {
-        None
+    let net = match shape.net.new_namespace() {
+        true => Some(net::start(shape.tun).map_err(|e| format!("cannot build the jail's network: {e}"))?),
+        false => None,
     };
-    build_root(plan)?;
+    stage()?;
+    Ok(net)
+}
+
+fn build(bp: &Blueprint, shape: &Shape, sock: RawFd, net: Option<net::NetSetup>) -> Result<Option<OwnedFd>, String> {
+    nix::unistd::sethostname(&bp.hostname).map_err(|e| format!("cannot set the hostname: {e}"))?;
+    build_root(bp)?;
     crate::timing::mark("child-root");
     let mut net_fds = vec![];
     if let Some(n) = net {
@@ -81,13 +109,13 @@ fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result
         net_fds.extend(built.tun);
     }
     crate::timing::mark("child-net-joined");
-    if plan.net.jail == crate::plan::JailNet::Proxies {
+    if shape.net == JailNet::Proxies {
         net_fds = net::proxy_listeners().map_err(|e| format!("cannot open the proxy listeners: {e}"))?;
     }
     crate::timing::mark("child-lo");
     let mut master = None;
     let mut slave = None;
-    if pty.is_some() {
+    if shape.pty.is_some() {
         let (m, s) = open_pty().map_err(|e| format!("cannot open a terminal inside the jail: {e}"))?;
         master = Some(m);
         slave = Some(s);
@@ -98,14 +126,14 @@ fn build(plan: &Plan, sock: RawFd, pty: Option<TtyFds>, new_net: bool) -> Result
     Ok(slave)
 }
 
-fn build_root(plan: &Plan) -> Result<(), String> {
+/// The staging root, before any plan: a tmpfs over /tmp (private to this namespace) made the
+/// root, with the host tree reachable at /oldroot while /newroot is filled.
+fn stage() -> Result<(), String> {
     let m = |r: nix::Result<()>, what: &str| r.map_err(|e| format!("{what}: {e}"));
     m(
         nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>),
         "make / private",
     )?;
-    // Stage on a tmpfs over /tmp (private to this namespace), then pivot so the host tree is
-    // reachable at /oldroot while /newroot is filled.
     m(
         nix::mount::mount(
             Some("tmpfs"),
@@ -132,7 +160,14 @@ fn build_root(plan: &Plan) -> Result<(), String> {
         "mount root tmpfs",
     )?;
     crate::timing::mark("child-staged");
-    mounts::apply_all(&mut mounts::RealSys, &plan.mounts, Path::new("/files"))
+    Ok(())
+}
+
+/// The plan's mounts on the staging root's /newroot, which then becomes the root; the host
+/// tree is detached.
+fn build_root(bp: &Blueprint) -> Result<(), String> {
+    let m = |r: nix::Result<()>, what: &str| r.map_err(|e| format!("{what}: {e}"));
+    mounts::apply_all(&mut mounts::RealSys, &bp.mounts, Path::new("/files"))
         .map_err(|e| format!("cannot build the jail's filesystem: {e}"))?;
     m(nix::unistd::chdir(mounts::NEW), "chdir /newroot")?;
     m(nix::unistd::pivot_root(".", "."), "pivot into the jail root")?;
@@ -158,7 +193,7 @@ fn open_pty() -> nix::Result<(OwnedFd, OwnedFd)> {
 /// Zeroes this process's initial environment block, which /proc/1/environ shows: PID 1 was
 /// cloned from the launcher and still carries the user's unscrubbed variables there.
 fn scrub_own_environ() {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+    let Ok(stat) = crate::host::read_proc("/proc/self/stat") else {
         return;
     };
     let Some(after) = stat.rsplit_once(')').map(|(_, a)| a) else {
@@ -262,7 +297,7 @@ pub const FORWARDED: &[Signal] = &[
 ];
 
 fn supervise(
-    plan: &Plan,
+    plan: &Blueprint,
     sock: RawFd,
     slave: Option<OwnedFd>,
     pty: Option<TtyFds>,

@@ -3,6 +3,7 @@
 //! `fallback.rs` and `landlock.rs`). Nothing here decides policy; if a value is missing, the
 //! plan is missing a field.
 
+pub mod blueprint;
 pub mod caps;
 mod command;
 pub mod door;
@@ -87,9 +88,11 @@ pub fn stdio_ttys() -> TtyFds {
 }
 
 /// Runs the plan's command in the jail and returns how it ended.
+/// `early`: the jail's PID 1 if cloned before the plan was made (`userns::Early`).
 /// `lock`: the project's session lock, taken before the plan was made (see `placeholders`).
 pub fn run(
     plan: &Plan,
+    early: Option<userns::Early>,
     banner: &dyn Fn(),
     mut lock: placeholders::ProjectLock,
     net_start: NetStart<'_>,
@@ -105,7 +108,7 @@ pub fn run(
     // Before anything of the jail runs: a launcher killed from here on is cleaned up after.
     lock.hand_to_waiter();
     let result = match plan.backend {
-        BackendKind::Userns => userns::run(plan, stdio_ttys(), banner, net_start, lazy, audit),
+        BackendKind::Userns => userns::run(plan, early, banner, net_start, lazy, audit),
         BackendKind::Landlock => fallback::run(plan, banner, lazy),
     };
     lock.finish();

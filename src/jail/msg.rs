@@ -7,8 +7,12 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 #[derive(Debug)]
 pub enum Msg {
-    /// Launcher -> init: the id maps are written, build the jail.
+    /// Launcher -> init: the id maps are written; make the namespaces' parts that need no
+    /// plan (the network, the staging root) while the plan is made.
     Go,
+    /// Launcher -> init: the plan's part for the jail (`blueprint::Blueprint`, in a sealed
+    /// memfd): build the jail.
+    Plan(OwnedFd),
     /// Init -> launcher: the jail is built; the pty master (if the launcher asked for one)
     /// and what the network supervisor serves: tun0 (`filtered`) or the proxies' listening
     /// sockets (`proxied`).
@@ -62,6 +66,10 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
     let mut fds: Vec<RawFd> = vec![];
     match m {
         Msg::Go => buf.push(b'G'),
+        Msg::Plan(fd) => {
+            buf.push(b'P');
+            fds.push(fd.as_raw_fd());
+        }
         Msg::Start { seal, guard } => {
             buf.push(b'S');
             buf.extend_from_slice(&(seal.len() as u32).to_le_bytes());
@@ -131,6 +139,10 @@ pub fn recv(sock: RawFd) -> nix::Result<Option<Msg>> {
     let int = || body.get(..4).and_then(|b| b.try_into().ok()).map(i32::from_le_bytes).unwrap_or(126);
     Ok(Some(match buf[0] {
         b'G' => Msg::Go,
+        b'P' => match fds.into_iter().next() {
+            Some(fd) => Msg::Plan(fd),
+            None => Msg::Error("the jail's blueprint came without its descriptor".into()),
+        },
         b'S' => {
             let seal_len = body.get(..4).and_then(|b| b.try_into().ok()).map(u32::from_le_bytes).unwrap_or(0);
             let split = (seal_len as usize).saturating_mul(8).saturating_add(4).min(body.len());

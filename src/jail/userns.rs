@@ -1,13 +1,17 @@
 //! The launcher side of the namespace backend: clones the jail's PID 1 into new user, mount,
-//! pid, ipc, uts, cgroup (and net) namespaces, writes its id maps, waits for the jail to be
-//! built, then relays the terminal and signals until the command ends.
+//! pid, ipc, uts, cgroup (and net) namespaces and writes its id maps, before the plan is made
+//! where it can (`Early`), hands it the plan, waits for the jail to be built, then relays the
+//! terminal and signals until the command ends.
 
+use super::blueprint::Blueprint;
 use super::init::{self, TtyFds};
 use super::msg::{self, Msg};
 use super::relay;
 use super::{JailError, Outcome};
-use crate::plan::Plan;
+use crate::plan::groups::GroupsPlan;
+use crate::plan::{JailNet, Plan};
 use nix::sched::CloneFlags;
+use nix::sys::signal::SigSet;
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
@@ -18,32 +22,115 @@ pub struct Launched {
     pub sock: OwnedFd,
 }
 
+/// The jail's PID 1, cloned before the plan is made (`plan::jail_shape`): its id maps are
+/// written and it has gone on to make the network namespace and the staging root while the
+/// launcher plans (about a millisecond of work here, off the launch's critical path). Dropped
+/// unused (a plan that fails, or one of another shape), it is killed and reaped.
+pub struct Early {
+    launched: Option<Launched>,
+    shape: init::Shape,
+    ids: (u32, u32, GroupsPlan),
+    mask: SigSet,
+}
+
+impl Early {
+    /// Clones PID 1 with `shape` and the user's own ids (and `groups`) mapped.
+    pub fn clone(shape: init::Shape, uid: u32, gid: u32, groups: GroupsPlan) -> Result<Early, JailError> {
+        let mask = relay::block_signals();
+        crate::timing::mark("pre-clone");
+        let launched = clone_jail(&shape)?;
+        crate::timing::mark("cloned");
+        tracing::debug!(init = launched.pid.as_raw(), "jail init cloned");
+        let early = Early { launched: Some(launched), shape, ids: (uid, gid, groups), mask };
+        let pid = early.pid();
+        write_id_maps(pid, uid, gid, &early.ids.2)?;
+        msg::send(early.sock(), &Msg::Go).map_err(|e| JailError::Channel(e.to_string()))?;
+        Ok(early)
+    }
+
+    /// PID 1 for `plan`, cloned now (where none was cloned before the plan).
+    fn for_plan(plan: &Plan) -> Result<Early, JailError> {
+        Early::clone(shape_of(plan), plan.uid, plan.gid, plan.groups.clone())
+    }
+
+    /// Whether this PID 1 was cloned as `plan` needs it.
+    fn fits(&self, plan: &Plan) -> bool {
+        self.shape == shape_of(plan) && self.ids == (plan.uid, plan.gid, plan.groups.clone())
+    }
+
+    fn pid(&self) -> Pid {
+        self.launched.as_ref().map_or(Pid::from_raw(0), |l| l.pid)
+    }
+
+    fn sock(&self) -> std::os::fd::RawFd {
+        self.launched.as_ref().map_or(-1, |l| l.sock.as_raw_fd())
+    }
+
+    /// PID 1 from here on belongs to the caller.
+    fn take(mut self) -> Result<(Launched, SigSet), JailError> {
+        let launched = self.launched.take().ok_or_else(|| JailError::Channel("the jail's init is gone".into()))?;
+        Ok((launched, self.mask))
+    }
+}
+
+impl Drop for Early {
+    fn drop(&mut self) {
+        if let Some(l) = self.launched.take() {
+            let _ = nix::sys::signal::kill(l.pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = waitpid(l.pid, None);
+        }
+    }
+}
+
+/// The shape of PID 1 a plan needs: its terminal, network and tun0 address.
+pub fn shape_of(plan: &Plan) -> init::Shape {
+    init::Shape {
+        pty: pty_of(super::stdio_ttys()),
+        net: plan.net.jail,
+        tun: (plan.net.jail == JailNet::Tun).then(|| plan.net.jail_address()),
+    }
+}
+
+/// The launcher's terminals the jail gets a pty for: stdin a terminal, and stdout or stderr.
+pub fn pty_of(tty: TtyFds) -> Option<TtyFds> {
+    (tty.0[0] && (tty.0[1] || tty.0[2])).then_some(tty)
+}
+
 /// `net_start`: starts what serves the descriptors the jail hands out for its network
-/// (`plan.net.jail` says how many), once the jail has built them.
+/// (`plan.net.jail` says how many), once the jail has built them. `early`: PID 1 if cloned
+/// before the plan was made (cloned now if not, or if it does not fit the plan).
 pub fn run(
     plan: &Plan,
-    tty: TtyFds,
+    early: Option<Early>,
     banner: &dyn Fn(),
     net_start: super::NetStart<'_>,
     lazy: Option<super::door::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
-    let use_pty = tty.0[0] && (tty.0[1] || tty.0[2]);
-    let pty = use_pty.then_some(tty);
-    let new_net = plan.net.jail.new_namespace();
-    let mask = relay::block_signals();
-    crate::timing::mark("pre-clone");
-    let launched = clone_jail(plan, pty, new_net)?;
-    crate::timing::mark("cloned");
-    tracing::debug!(init = launched.pid.as_raw(), "jail init cloned");
+    let early = match early {
+        Some(e) if e.fits(plan) => e,
+        other => {
+            drop(other);
+            Early::for_plan(plan)?
+        }
+    };
+    let (launched, mask) = early.take()?;
     let sock = launched.sock.as_raw_fd();
     let fail = |e: JailError| -> JailError {
         let _ = nix::sys::signal::kill(launched.pid, nix::sys::signal::Signal::SIGKILL);
         let _ = waitpid(launched.pid, None);
         e
     };
-    write_id_maps(launched.pid, plan.uid, plan.gid, &plan.groups).map_err(fail)?;
-    msg::send(sock, &Msg::Go).map_err(|e| fail(JailError::Channel(e.to_string())))?;
+    let blueprint = Blueprint::of(plan)
+        .to_fd()
+        .map_err(|e| fail(JailError::Build(format!("cannot hand the plan to the jail: {e}"))))?;
+    if msg::send(sock, &Msg::Plan(blueprint)).is_err() {
+        // PID 1 ended before the plan came: it said why first, if it could.
+        return Err(fail(match msg::recv(sock) {
+            Ok(Some(Msg::Error(e))) => JailError::Build(e),
+            _ => JailError::Build(child_death_reason(launched.pid)),
+        }));
+    }
     // Compiled here while the jail builds its filesystem in parallel, then handed over.
     let prog = super::seccomp::build_program(&super::seccomp::SeccompOptions {
         allow_nested_userns: plan.seccomp.nested_userns,
@@ -88,7 +175,7 @@ fn child_death_reason(pid: Pid) -> String {
     }
 }
 
-fn clone_jail(plan: &Plan, pty: Option<TtyFds>, new_net: bool) -> Result<Launched, JailError> {
+fn clone_jail(shape: &init::Shape) -> Result<Launched, JailError> {
     let (parent, child) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
         .map_err(|e| JailError::Channel(e.to_string()))?;
     // The network namespace is made by a thread of the jail's init (`net::start`), so that
@@ -101,7 +188,7 @@ fn clone_jail(plan: &Plan, pty: Option<TtyFds>, new_net: bool) -> Result<Launche
         | CloneFlags::CLONE_NEWCGROUP;
     let mut stack = vec![0u8; 2 << 20];
     let child_fd = child.as_raw_fd();
-    let cb = Box::new(|| init::child_main(plan, child_fd, pty, new_net));
+    let cb = Box::new(|| init::child_main(shape, child_fd));
     // SAFETY: the launcher is single-threaded here (no runtime threads exist before the jail
     // is cloned), so the child may allocate and use any state; without CLONE_VM it runs on a
     // copy of the address space with its own stack.
@@ -117,7 +204,7 @@ fn clone_jail(plan: &Plan, pty: Option<TtyFds>, new_net: bool) -> Result<Launche
 /// group to pass a permission that denies it). With supplementary groups to map
 /// (`groups`), the setuid `newgidmap` writes the gid map: the user's gid and each of those
 /// groups, one to one. If it fails, the session goes on with the user's gid alone, and says so.
-fn write_id_maps(pid: Pid, uid: u32, gid: u32, groups: &crate::plan::groups::GroupsPlan) -> Result<(), JailError> {
+fn write_id_maps(pid: Pid, uid: u32, gid: u32, groups: &GroupsPlan) -> Result<(), JailError> {
     let base = format!("/proc/{pid}");
     let w = |file: &str, data: String| {
         std::fs::write(format!("{base}/{file}"), data).map_err(|e| JailError::IdMap { file: file.to_string(), err: e })

@@ -120,30 +120,37 @@ pub struct MatcherOptions {
     pub extra_floor_ports: Vec<u16>,
     /// Where to re-read the host's own addresses (at most once a second) instead of keeping
     /// `host_addrs`: they change during a session (DHCP, a VPN coming up, a new interface),
-    /// and a new one is the host's services as much as the old ones. Given by the caller
-    /// (`host::own_addresses`), so the rules read nothing of the host themselves.
+    /// and a new one is the host's services as much as the old ones. With `host_addrs` empty,
+    /// the first read is at the first decision. Given by the caller (`host::own_addresses`),
+    /// so the rules read nothing of the host themselves.
     pub refresh_host_addrs: Option<fn() -> Vec<IpAddr>>,
 }
 
-/// The host's own addresses, as given, or re-read when they may have changed.
+/// The host's own addresses, as given, or re-read when they may have changed. Given none
+/// and a way to read them, they are read at the first decision: a launch then does not wait
+/// for the interface dump (0.16 ms here, more on a node with many interfaces) before its
+/// jail exists, and the first flow it decides sees the addresses of that moment.
 #[derive(Debug, Clone)]
 struct HostAddrs {
     refresh: Option<fn() -> Vec<IpAddr>>,
-    state: std::sync::Arc<std::sync::Mutex<(std::time::Instant, HashSet<IpAddr>)>>,
+    /// When the set was last read (None: not yet), and the set.
+    state: std::sync::Arc<std::sync::Mutex<(Option<std::time::Instant>, HashSet<IpAddr>)>>,
 }
 
 impl HostAddrs {
     const REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
     fn new(given: &[IpAddr], refresh: Option<fn() -> Vec<IpAddr>>) -> HostAddrs {
-        let set = given.iter().copied().map(canonical_ip).collect();
-        HostAddrs { refresh, state: std::sync::Arc::new(std::sync::Mutex::new((std::time::Instant::now(), set))) }
+        let set: HashSet<IpAddr> = given.iter().copied().map(canonical_ip).collect();
+        let read = if set.is_empty() && refresh.is_some() { None } else { Some(std::time::Instant::now()) };
+        HostAddrs { refresh, state: std::sync::Arc::new(std::sync::Mutex::new((read, set))) }
     }
 
     fn contains(&self, ip: &IpAddr) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(read) = self.refresh.filter(|_| state.0.elapsed() >= Self::REFRESH) {
-            *state = (std::time::Instant::now(), read().into_iter().map(canonical_ip).collect());
+        let due = state.0.is_none_or(|at| at.elapsed() >= Self::REFRESH);
+        if let Some(read) = self.refresh.filter(|_| due) {
+            *state = (Some(std::time::Instant::now()), read().into_iter().map(canonical_ip).collect());
         }
         state.1.contains(ip)
     }
@@ -1515,6 +1522,22 @@ mod tests {
                 assert!(s.decide(&dst(None, Some(addr), 22, proto)).allowed, "{addr}");
             }
         }
+    }
+
+    #[test]
+    fn host_addrs_not_given_are_read_at_the_first_decision_and_floored() {
+        static READS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        fn read() -> Vec<IpAddr> {
+            READS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            vec!["192.0.2.20".parse().unwrap()]
+        }
+        let opts = MatcherOptions { refresh_host_addrs: Some(read), ..Default::default() };
+        let s = set_opts(&[("*", Allow, Admin)], opts);
+        assert_eq!(READS.load(std::sync::atomic::Ordering::SeqCst), 0, "nothing read before a decision");
+        let d = s.decide(&dst(None, Some("192.0.2.20"), 443, Proto::Tcp));
+        assert!(!d.allowed && d.layer == Floor, "read at the first decision and floored: {d:?}");
+        assert!(s.decide(&dst(None, Some("192.0.2.21"), 443, Proto::Tcp)).allowed);
+        assert_eq!(READS.load(std::sync::atomic::Ordering::SeqCst), 1, "read once within the second");
     }
 
     struct Case {

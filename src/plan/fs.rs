@@ -4,11 +4,11 @@
 //! show an empty directory). Executing the list is `jail::mounts`'s job.
 
 use crate::host::{HostFs, Kind};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// One step of building the jail's root. Targets are paths inside the jail; sources are host paths.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum MountSpec {
     /// A fresh tmpfs (a rebuilt directory, `$HOME`, `/tmp`, `/dev`...).
@@ -96,7 +96,7 @@ pub enum MountSpec {
 }
 
 /// A file placed in an overlay's top layer (absolute path inside the jail).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OverlayFile {
     pub path: PathBuf,
     pub contents: String,

@@ -174,7 +174,7 @@ pub struct SeccompPlan {
 /// The git guard (`jail::guard`): the trees in which no git repository may be made and the
 /// config and hooks of those there stay read-only. None: off (`filesystem.nested_git`, or
 /// the Landlock backend, which cannot protect paths inside the project at all).
-#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct GitGuardPlan {
     /// The project first, then the extra writable paths (`filesystem.write`, `--rw`).
     pub roots: Vec<PathBuf>,
@@ -255,7 +255,7 @@ pub struct Placeholder {
 }
 
 /// The session's limits, and what enforces them.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct LimitsPlan {
     /// Bytes of each process's data and heap.
     pub mem: Option<u64>,
@@ -263,7 +263,9 @@ pub struct LimitsPlan {
     pub pids: Option<u64>,
     /// Seconds of wall-clock time.
     pub timeout: Option<u64>,
-    /// `rlimits` (what runs here: no delegated cgroup v2 is used yet).
+    /// `rlimits` (what runs here: no delegated cgroup v2 is used yet). Not in the jail's
+    /// blueprint: PID 1 applies the limits, whatever their name.
+    #[serde(skip_deserializing)]
     pub by: &'static str,
 }
 
@@ -461,6 +463,23 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     Ok(plan)
 }
 
+/// What the jail's PID 1 is cloned with, known before the plan is made (`jail::userns::Early`,
+/// which makes the namespaces while the plan is built): the jail's network, tun0's address,
+/// the groups to map. None where the plan would have no PID 1 of ours (the Landlock
+/// backend) or will fail; the plan then decides as it would have. The jail checks the plan
+/// against it (`Early::fits`) and clones anew on any difference.
+pub fn jail_shape(
+    policy: &Policy,
+    facts: &HostFacts,
+    req: &RunRequest,
+) -> Option<(JailNet, Option<std::net::Ipv4Addr>, groups::GroupsPlan)> {
+    let backend = choose_backend(policy, facts).ok().filter(|b| *b == BackendKind::Userns)?;
+    let jail = choose_net(policy, backend, facts).ok()?.jail;
+    let tun =
+        (jail == JailNet::Tun).then(|| req.peer.as_ref().map(|p| p.address).unwrap_or(crate::netrules::addr::JAIL_V4));
+    Some((jail, tun, groups::of_host(facts)))
+}
+
 /// What every later stage rests on: the backend, the project and cwd, the network, the
 /// hidden paths, the warnings so far.
 struct Base {
@@ -481,7 +500,7 @@ impl Base {
         let cwd = fs.canonicalize(&req.cwd).filter(|c| c.starts_with(&project)).unwrap_or_else(|| project.clone());
         let mut warnings = policy.warnings.clone();
         let mut net = choose_net(policy, backend, facts)?;
-        (net.rules, net.matcher) = net_rules(policy, facts, &net)?;
+        (net.rules, net.matcher) = net_rules(policy, &net)?;
         net::job_services(&mut net, req)?;
         if let Some(f) = &net.fallback {
             warnings.push(f.clone());

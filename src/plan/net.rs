@@ -5,11 +5,10 @@ use super::*;
 
 /// The destination rules, parsed once now so a bad rule stops the launch with its key: into
 /// the matcher the supervisor enforces, for the modes that have one (with the host's
-/// addresses as a floor); only checked for the others.
+/// addresses as a floor, read by the supervisor); only checked for the others.
 #[allow(clippy::type_complexity)]
 pub(super) fn net_rules(
     policy: &Policy,
-    facts: &HostFacts,
     net: &NetPlan,
 ) -> Result<
     (
@@ -39,7 +38,8 @@ pub(super) fn net_rules(
         return Ok((rules, None));
     }
     let opts = MatcherOptions {
-        host_addrs: facts.host_addrs().to_vec(),
+        // Read by the supervisor at its first decision, not before the jail is built.
+        host_addrs: vec![],
         deny_private: net.deny_private,
         extra_floor_ports: vec![],
         refresh_host_addrs: Some(crate::host::own_addresses),

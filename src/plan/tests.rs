@@ -37,7 +37,6 @@ fn facts() -> HostFacts {
         tun_unusable: None,
         pid: 4242,
         runtime_dir: Some("/run/user/1001".into()),
-        host_addrs: std::cell::OnceCell::from(vec!["192.0.2.7".parse().expect("address")]),
         host_id: "node1-4026531836".into(),
         terminals: vec!["/dev/pts/3".into()],
         groups: vec![1001],
@@ -613,4 +612,35 @@ fn home_entries_that_are_links_bind_only_checked_targets() {
     assert!(w.contains("~/.config/opencode is a symbolic link: not bound"), "{w}");
     assert!(w.contains("~/.sshlink is a symbolic link to /home/u/.ssh"), "{w}");
     assert!(w.contains("~/.homelink is a symbolic link to /home/u,"), "{w}");
+}
+
+/// The jail's PID 1 is cloned before the plan is made, from `jail_shape`: it must agree with
+/// the plan in every network mode, on the Landlock backend (none), with a session-network
+/// address and with a mode that falls back (where the plan decides what runs).
+#[test]
+fn the_shape_pid_1_is_cloned_with_before_the_plan_is_the_plans() {
+    let peer = PeerPlan { address: "169.254.9.7".parse().unwrap(), registry: "/home/u/.local/state/reg".into() };
+    let tun_off = HostFacts { tun_unusable: Some("mode 0600".into()), ..facts() };
+    let cases: Vec<(&str, HostFacts, Option<PeerPlan>)> = vec![
+        ("", facts(), None),
+        ("", facts(), Some(peer.clone())),
+        ("[net]\nmode = \"isolated\"\n", facts(), None),
+        ("[net]\nmode = \"open\"\n", facts(), None),
+        ("[net]\nmode = \"proxied\"\n", facts(), Some(peer)),
+        ("[net]\nfallback = \"stricter\"\n", tun_off, None),
+        ("[sandbox]\nbackend = \"landlock\"\n", facts(), None),
+    ];
+    for (extra, facts, peer) in cases {
+        let req = RunRequest { peer, ..request("/home/u/proj") };
+        let pol = policy(extra);
+        let plan = build(&pol, &facts, &host(), &req).unwrap();
+        let shape = jail_shape(&pol, &facts, &req);
+        match plan.backend {
+            BackendKind::Landlock => assert_eq!(shape, None, "{extra}"),
+            BackendKind::Userns => {
+                let tun = (plan.net.jail == JailNet::Tun).then(|| plan.net.jail_address());
+                assert_eq!(shape, Some((plan.net.jail, tun, plan.groups.clone())), "{extra}");
+            }
+        }
+    }
 }
