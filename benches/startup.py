@@ -14,6 +14,11 @@ import time
 
 ASB = sys.argv[1]
 RUNS = int(os.environ.get("RUNS", "200"))
+# Milliseconds of idle between launches (default none: back to back). A researcher's launch
+# on a login node starts on an idle machine: with a gap, what the last launch left (the
+# kernel's namespace teardown, the cleanup waiter) is done, and the cores sleep in between,
+# so each hand-over between processes wakes one.
+GAP_MS = float(os.environ.get("GAP_MS", "0"))
 CONCURRENT = int(os.environ.get("CONCURRENT", "50"))
 
 CANDIDATES = {
@@ -43,6 +48,8 @@ def startup():
             run_once(argv)
     for _ in range(RUNS):
         for name, argv in CANDIDATES.items():
+            if GAP_MS:
+                time.sleep(GAP_MS / 1e3)
             times[name].append(run_once(argv))
     return times
 
@@ -136,7 +143,8 @@ def main():
             print(f"{concurrent_start()*1e3:.0f} ms")
         return
     times = startup()
-    print(f"startup, {RUNS} interleaved runs each (wall time per launch)")
+    gap = f", {GAP_MS:g} ms idle before each" if GAP_MS else ""
+    print(f"startup, {RUNS} interleaved runs each (wall time per launch{gap})")
     print(f"  {'command':48} {'median':>9} {'p10':>9} {'p90':>9}")
     for name, xs in times.items():
         print(f"  {name:48} {statistics.median(xs)*1e3:7.2f}ms {pct(xs,.1)*1e3:7.2f}ms {pct(xs,.9)*1e3:7.2f}ms")

@@ -20,7 +20,7 @@ if [ "$(id -u)" = 0 ]; then
   proj="$home/bench-project"
   install -d -o "$user" -g "$(id -gn "$user")" "$proj"
   cd "$proj"
-  exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups env -i HOME="$home" USER="$user" PATH=/usr/bin:/bin RUNS="${RUNS:-200}" \
+  exec setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups env -i HOME="$home" USER="$user" PATH=/usr/bin:/bin RUNS="${RUNS:-200}" GAP_MS="${GAP_MS:-0}" \
     python3 "$OLDPWD/benches/startup.py" "$bin"
 else
   exec python3 benches/startup.py "$bin"

@@ -197,9 +197,10 @@ pub struct HostFacts {
 }
 
 /// Every address of every interface of the host (a floor: the jail must not reach the
-/// host's own services through them).
-pub fn own_addresses() -> Vec<std::net::IpAddr> {
-    let Ok(addrs) = nix::ifaddrs::getifaddrs() else { return vec![] };
+/// host's own services through them). None when they cannot be read (no descriptor left):
+/// the floor then keeps what it knew, or refuses every address if it knew nothing.
+pub fn own_addresses() -> Option<Vec<std::net::IpAddr>> {
+    let addrs = nix::ifaddrs::getifaddrs().ok()?;
     let mut out: Vec<std::net::IpAddr> = addrs
         .filter_map(|a| a.address)
         .filter_map(|s| {
@@ -212,7 +213,8 @@ pub fn own_addresses() -> Vec<std::net::IpAddr> {
         .collect();
     out.sort_unstable();
     out.dedup();
-    out
+    // Loopback at least, on any host: none read is a failure too.
+    (!out.is_empty()).then_some(out)
 }
 
 /// Can this user open /dev/net/tun for reading and writing? (The jail's init opens it with

@@ -258,6 +258,8 @@ impl Launch {
                     .map_err(|e| LaunchError::setup(format!("cannot create the session's Slurm socket: {e}")))?,
             ),
         };
+        // The session's socket goes with the launch however it ends, a plan refused included.
+        let _door_file = RemovedAtEnd(door.as_ref().and_then(|d| d.socket.clone()));
         // Mailers and Slurm commands alike (cached): Slurm's are covered in every session.
         facts.find_mailers();
         // Held from before planning so that no other session of this project removes a
@@ -437,9 +439,6 @@ impl Launch {
         session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
         let outcome =
             run_jail(&plan, early, &banner, lock, &door, session, &policy, log, control, jobs, peers, announce);
-        if let Some(socket) = &door.socket {
-            let _ = std::fs::remove_file(socket);
-        }
         let outcome = outcome?;
         let mut end = log.record(end_event);
         match outcome {
@@ -564,6 +563,17 @@ fn bind_job_ports(
     let admission = jobs::Admission::new(asker, &facts.state_dir(), session, project);
     jobs::bind(&policy.net_job_ports.value, &policy.net_job_address.value, admission, secret)
         .map_err(LaunchError::setup)
+}
+
+/// A file the launch made that goes when the launch returns, however it returns.
+struct RemovedAtEnd(Option<PathBuf>);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        if let Some(p) = self.0.take() {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// An address claimed on the session network, given back unless the launch keeps it (a

@@ -1507,3 +1507,41 @@ fn the_network_teardown_holder_ends_after_the_launcher() {
     }
     assert_eq!(left(), Vec::<String>::new(), "processes of ended sessions are left");
 }
+
+/// A project and a working directory named in bytes that are not UTF-8 (a Linux path is
+/// bytes) run as any other: the plan crosses into the jail with its paths whole. And a plan
+/// refused after the session's Slurm socket was made takes the socket with it.
+#[test]
+fn a_project_named_in_non_utf8_bytes_runs_and_a_refused_plan_leaves_no_socket() {
+    use std::os::unix::ffi::OsStrExt;
+    let j = jail!("bytes");
+    let odd = j.project.join(std::ffi::OsStr::from_bytes(b"proj-\xff"));
+    let sub = odd.join(std::ffi::OsStr::from_bytes(b"d\xfe"));
+    std::fs::create_dir_all(&sub).unwrap();
+    j.give(&[&odd, &sub]);
+    let mut c = j.command(&["-q", "--project"]);
+    c.arg(&odd).args(["run", "--", "sh", "-c", "pwd; echo ran"]).current_dir(&sub);
+    let out = j.output(&mut c);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.stdout, format!("{}\nran\n", String::from_utf8_lossy(sub.as_os_str().as_bytes())), "{out}");
+
+    // Outside the project: a policy file the jail could write is refused before any socket.
+    let rule = format!("bad rule {}", std::process::id());
+    let policy = j.project.with_file_name("bytes-bad-rule.toml");
+    std::fs::write(&policy, format!("[net]\nallow = [\"{rule}\"]\n")).unwrap();
+    j.give(&[&policy]);
+    let out = j.output(&mut j.command(&["-q", "--policy", policy.to_str().unwrap(), "run", "--", "true"]));
+    assert_eq!(out.code, 126, "{out}");
+    let log = j.output(&mut j.command(&["log", "--json", "--tail", "1000"]));
+    let refused: serde_json::Value = log
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .find(|r: &serde_json::Value| {
+            r["event"] == "refused" && r["reason"].as_str().is_some_and(|s| s.contains(&rule))
+        })
+        .unwrap_or_else(|| panic!("no refusal logged: {log}"));
+    let session = refused["session"].as_str().expect("the refusal's session");
+    let sock = j.rig.home.join(format!(".local/state/agent-sandbox/sessions/{session}.sock"));
+    assert!(!sock.exists(), "the refused session's socket is left: {}", sock.display());
+}

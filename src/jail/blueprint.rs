@@ -15,6 +15,7 @@ pub struct Blueprint {
     pub mounts: Vec<MountSpec>,
     pub command: Vec<String>,
     pub env: Vec<(String, String)>,
+    #[serde(with = "crate::plan::os_path")]
     pub cwd: PathBuf,
     pub limits: LimitsPlan,
     pub git_guard: Option<GitGuardPlan>,
@@ -58,21 +59,24 @@ impl Blueprint {
 mod tests {
     use super::*;
 
-    /// Every kind of mount, a script-sized file and the guard cross whole, and the memfd
-    /// cannot be changed once made.
+    /// Every kind of mount, a script-sized file, paths that are not UTF-8 and the guard cross
+    /// whole, and the memfd cannot be changed once made.
     #[test]
     fn a_blueprint_crosses_whole_in_a_sealed_memfd() {
+        use std::os::unix::ffi::OsStrExt;
+        let odd = PathBuf::from(std::ffi::OsStr::from_bytes(b"/home/u/proj-\xff"));
         let big = "x".repeat(3 << 20);
         let bp = Blueprint {
             hostname: "agent-sandbox".into(),
             mounts: vec![
                 MountSpec::Proc { target: "/proc".into() },
                 MountSpec::Bind { source: "/usr".into(), target: "/usr".into(), rw: false, dir: true },
+                MountSpec::Bind { source: odd.clone(), target: odd.clone(), rw: true, dir: true },
                 MountSpec::File { target: "/run/agent-sandbox/job-script".into(), contents: big, mode: 0o444 },
                 MountSpec::Overlay {
                     target: "/etc".into(),
                     source: "/etc".into(),
-                    whiteouts: vec!["/etc/shadow".into()],
+                    whiteouts: vec!["/etc/shadow".into(), odd.join("x")],
                     files: vec![crate::plan::fs::OverlayFile {
                         path: "/etc/passwd".into(),
                         contents: "u:x:1:1::/h:/bin/sh\n".into(),
@@ -82,9 +86,9 @@ mod tests {
             ],
             command: vec!["sh".into(), "-c".into(), "echo \u{e9}".into()],
             env: vec![("PATH".into(), "/usr/bin".into())],
-            cwd: "/home/u/p".into(),
+            cwd: odd.join("d\u{e9}"),
             limits: LimitsPlan { mem: Some(1 << 30), pids: Some(64), ..Default::default() },
-            git_guard: Some(GitGuardPlan { roots: vec!["/home/u/p".into()] }),
+            git_guard: Some(GitGuardPlan { roots: vec![odd.clone(), "/scratch".into()] }),
         };
         let fd = bp.to_fd().unwrap();
         let mut file = std::fs::File::from(fd.try_clone().unwrap());

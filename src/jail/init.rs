@@ -38,10 +38,16 @@ pub struct Shape {
 }
 
 /// Entry point of the cloned child. Never returns to the launcher's code: exits instead.
-pub fn child_main(shape: &Shape, sock: RawFd) -> isize {
+/// `launcher_end`: this process's copy of the launcher's end of the channel.
+pub fn child_main(shape: &Shape, sock: RawFd, launcher_end: RawFd) -> isize {
     super::waiter::forget();
     // SAFETY: PR_SET_PDEATHSIG takes a signal number; no pointers.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    // A launcher gone before the line above sends no SIGKILL (and getppid says 0 here either
+    // way: the parent is outside this PID namespace); with its copy of the launcher's end
+    // closed, the launcher's exit reads as the end of the channel instead.
+    let _ = nix::unistd::close(launcher_end);
+    leave_the_terminal();
     match msg::recv(sock) {
         Ok(Some(Msg::Go)) => {}
         _ => return 126,
@@ -76,6 +82,19 @@ pub fn child_main(shape: &Shape, sock: RawFd) -> isize {
         Err(e) => return failed(format!("cannot seal the jail: {e}")),
     };
     supervise(&blueprint, sock, slave, shape.pty, sealed, &guard)
+}
+
+/// Out of the launcher's session and process group, first thing: the terminal's signals
+/// (Ctrl-C, Ctrl-Z, a hangup) reach the launcher alone, which ends the launch or, once the
+/// command runs, relays them. Any that reached this process before are dropped: it was cloned
+/// with them blocked, and would otherwise read them from its signalfd and pass them on.
+fn leave_the_terminal() {
+    let _ = nix::unistd::setsid();
+    let served = super::relay::served_signals();
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: sigtimedwait reads the set and the zero timeout, and writes no siginfo (null);
+    // with a zero timeout it returns at once, -1 once none of the set is pending.
+    while unsafe { libc::sigtimedwait(served.as_ref(), std::ptr::null_mut(), &zero) } > 0 {}
 }
 
 /// What needs no plan: the environment block scrubbed, the network namespace started (in a
@@ -120,7 +139,6 @@ fn build(bp: &Blueprint, shape: &Shape, sock: RawFd, net: Option<net::NetSetup>)
         master = Some(m);
         slave = Some(s);
     }
-    nix::unistd::setsid().map_err(|e| format!("setsid: {e}"))?;
     msg::send(sock, &Msg::Ready { pty: master, net: net_fds })
         .map_err(|e| format!("cannot reach the launcher: {e}"))?;
     Ok(slave)

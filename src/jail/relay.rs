@@ -14,14 +14,20 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-/// Blocks the signals the launcher handles through a signalfd. Done before cloning, so the
-/// jail's PID 1 inherits the same mask and no signal is lost in between.
-pub fn block_signals() -> SigSet {
+/// The signals the launcher and the jail's PID 1 handle through a signalfd.
+pub fn served_signals() -> SigSet {
     let mut mask = SigSet::empty();
     mask.add(Signal::SIGCHLD);
     for s in FORWARDED {
         mask.add(*s);
     }
+    mask
+}
+
+/// Blocks the signals the launcher handles through a signalfd, once the jail is about to run
+/// the plan: from here on they are relayed, not acted on (before, Ctrl-C ends the launch).
+pub fn block_signals() -> SigSet {
+    let mask = served_signals();
     let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), None);
     mask
 }

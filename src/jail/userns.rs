@@ -11,7 +11,7 @@ use super::{JailError, Outcome};
 use crate::plan::groups::GroupsPlan;
 use crate::plan::{JailNet, Plan};
 use nix::sched::CloneFlags;
-use nix::sys::signal::SigSet;
+use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
 use nix::sys::wait::{waitpid, WaitStatus};
 use nix::unistd::Pid;
@@ -30,18 +30,16 @@ pub struct Early {
     launched: Option<Launched>,
     shape: init::Shape,
     ids: (u32, u32, GroupsPlan),
-    mask: SigSet,
 }
 
 impl Early {
     /// Clones PID 1 with `shape` and the user's own ids (and `groups`) mapped.
     pub fn clone(shape: init::Shape, uid: u32, gid: u32, groups: GroupsPlan) -> Result<Early, JailError> {
-        let mask = relay::block_signals();
         crate::timing::mark("pre-clone");
         let launched = clone_jail(&shape)?;
         crate::timing::mark("cloned");
         tracing::debug!(init = launched.pid.as_raw(), "jail init cloned");
-        let early = Early { launched: Some(launched), shape, ids: (uid, gid, groups), mask };
+        let early = Early { launched: Some(launched), shape, ids: (uid, gid, groups) };
         let pid = early.pid();
         write_id_maps(pid, uid, gid, &early.ids.2)?;
         msg::send(early.sock(), &Msg::Go).map_err(|e| JailError::Channel(e.to_string()))?;
@@ -67,9 +65,8 @@ impl Early {
     }
 
     /// PID 1 from here on belongs to the caller.
-    fn take(mut self) -> Result<(Launched, SigSet), JailError> {
-        let launched = self.launched.take().ok_or_else(|| JailError::Channel("the jail's init is gone".into()))?;
-        Ok((launched, self.mask))
+    fn take(mut self) -> Result<Launched, JailError> {
+        self.launched.take().ok_or_else(|| JailError::Channel("the jail's init is gone".into()))
     }
 }
 
@@ -114,7 +111,8 @@ pub fn run(
             Early::for_plan(plan)?
         }
     };
-    let (launched, mask) = early.take()?;
+    let launched = early.take()?;
+    let mask = relay::block_signals();
     let sock = launched.sock.as_raw_fd();
     let fail = |e: JailError| -> JailError {
         let _ = nix::sys::signal::kill(launched.pid, nix::sys::signal::Signal::SIGKILL);
@@ -188,12 +186,20 @@ fn clone_jail(shape: &init::Shape) -> Result<Launched, JailError> {
         | CloneFlags::CLONE_NEWCGROUP;
     let mut stack = vec![0u8; 2 << 20];
     let child_fd = child.as_raw_fd();
-    let cb = Box::new(|| init::child_main(shape, child_fd));
+    let launcher_end = parent.as_raw_fd();
+    let cb = Box::new(|| init::child_main(shape, child_fd, launcher_end));
+    // PID 1 starts with the signals it serves through its signalfd blocked, so none is lost
+    // before it has one; the launcher blocks them itself only once the plan exists (`run`):
+    // until then a Ctrl-C ends the launch, PID 1 with it.
+    let mut old = SigSet::empty();
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&relay::served_signals()), Some(&mut old));
     // SAFETY: the launcher is single-threaded here (no runtime threads exist before the jail
     // is cloned), so the child may allocate and use any state; without CLONE_VM it runs on a
     // copy of the address space with its own stack.
     let pid = unsafe { nix::sched::clone(cb, &mut stack, flags, Some(libc::SIGCHLD)) }
-        .map_err(|e| JailError::Clone { errno: e, flags: format!("{flags:?}") })?;
+        .map_err(|e| JailError::Clone { errno: e, flags: format!("{flags:?}") });
+    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
+    let pid = pid?;
     drop(child);
     Ok(Launched { pid, sock: parent })
 }

@@ -123,36 +123,49 @@ pub struct MatcherOptions {
     /// and a new one is the host's services as much as the old ones. With `host_addrs` empty,
     /// the first read is at the first decision. Given by the caller (`host::own_addresses`),
     /// so the rules read nothing of the host themselves.
-    pub refresh_host_addrs: Option<fn() -> Vec<IpAddr>>,
+    pub refresh_host_addrs: Option<fn() -> Option<Vec<IpAddr>>>,
 }
 
 /// The host's own addresses, as given, or re-read when they may have changed. Given none
 /// and a way to read them, they are read at the first decision: a launch then does not wait
 /// for the interface dump (0.16 ms here, more on a node with many interfaces) before its
-/// jail exists, and the first flow it decides sees the addresses of that moment.
+/// jail exists, and the first flow it decides sees the addresses of that moment. A read that
+/// fails keeps the last set (and is tried again at the next decision); with none read yet,
+/// every address counts as the host's: the floor fails closed.
 #[derive(Debug, Clone)]
 struct HostAddrs {
-    refresh: Option<fn() -> Vec<IpAddr>>,
-    /// When the set was last read (None: not yet), and the set.
-    state: std::sync::Arc<std::sync::Mutex<(Option<std::time::Instant>, HashSet<IpAddr>)>>,
+    refresh: Option<fn() -> Option<Vec<IpAddr>>>,
+    state: std::sync::Arc<std::sync::Mutex<HostAddrState>>,
 }
+
+/// When the set was last read (None: not yet, or the last read failed), and the set (None:
+/// never read).
+type HostAddrState = (Option<std::time::Instant>, Option<HashSet<IpAddr>>);
 
 impl HostAddrs {
     const REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
-    fn new(given: &[IpAddr], refresh: Option<fn() -> Vec<IpAddr>>) -> HostAddrs {
+    fn new(given: &[IpAddr], refresh: Option<fn() -> Option<Vec<IpAddr>>>) -> HostAddrs {
         let set: HashSet<IpAddr> = given.iter().copied().map(canonical_ip).collect();
-        let read = if set.is_empty() && refresh.is_some() { None } else { Some(std::time::Instant::now()) };
-        HostAddrs { refresh, state: std::sync::Arc::new(std::sync::Mutex::new((read, set))) }
+        let state = match (set.is_empty(), refresh) {
+            (true, Some(_)) => (None, None),
+            _ => (Some(std::time::Instant::now()), Some(set)),
+        };
+        HostAddrs { refresh, state: std::sync::Arc::new(std::sync::Mutex::new(state)) }
     }
 
     fn contains(&self, ip: &IpAddr) -> bool {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let due = state.0.is_none_or(|at| at.elapsed() >= Self::REFRESH);
         if let Some(read) = self.refresh.filter(|_| due) {
-            *state = (Some(std::time::Instant::now()), read().into_iter().map(canonical_ip).collect());
+            match read() {
+                Some(now) => {
+                    *state = (Some(std::time::Instant::now()), Some(now.into_iter().map(canonical_ip).collect()))
+                }
+                None => state.0 = None,
+            }
         }
-        state.1.contains(ip)
+        state.1.as_ref().is_none_or(|set| set.contains(ip))
     }
 }
 
@@ -828,6 +841,11 @@ fn block(rule: impl Into<String>, layer: Layer, reason: String) -> Decision {
 }
 
 impl RuleSet {
+    #[cfg(test)]
+    fn host_addrs_for_tests(&self) -> &std::sync::Mutex<HostAddrState> {
+        &self.host_addrs.state
+    }
+
     pub fn new(rules: &[(String, Action, Layer)], opts: MatcherOptions) -> Result<RuleSet, RuleError> {
         let mut set = RuleSet {
             floor: LayerRules::default(),
@@ -1527,9 +1545,9 @@ mod tests {
     #[test]
     fn host_addrs_not_given_are_read_at_the_first_decision_and_floored() {
         static READS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        fn read() -> Vec<IpAddr> {
+        fn read() -> Option<Vec<IpAddr>> {
             READS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            vec!["192.0.2.20".parse().unwrap()]
+            Some(vec!["192.0.2.20".parse().unwrap()])
         }
         let opts = MatcherOptions { refresh_host_addrs: Some(read), ..Default::default() };
         let s = set_opts(&[("*", Allow, Admin)], opts);
@@ -1538,6 +1556,28 @@ mod tests {
         assert!(!d.allowed && d.layer == Floor, "read at the first decision and floored: {d:?}");
         assert!(s.decide(&dst(None, Some("192.0.2.21"), 443, Proto::Tcp)).allowed);
         assert_eq!(READS.load(std::sync::atomic::Ordering::SeqCst), 1, "read once within the second");
+    }
+
+    /// A read of the host's addresses that fails (no descriptor left) never empties the floor:
+    /// the last set stays, and with none read yet every address is floored.
+    #[test]
+    fn a_failed_read_of_the_host_addrs_keeps_the_floor_closed() {
+        static FAIL: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+        fn read() -> Option<Vec<IpAddr>> {
+            (!FAIL.load(std::sync::atomic::Ordering::SeqCst)).then(|| vec!["192.0.2.30".parse().unwrap()])
+        }
+        let s =
+            set_opts(&[("*", Allow, Admin)], MatcherOptions { refresh_host_addrs: Some(read), ..Default::default() });
+        let d = s.decide(&dst(None, Some("192.0.2.31"), 443, Proto::Tcp));
+        assert!(!d.allowed && d.layer == Floor, "nothing read yet: every address is floored: {d:?}");
+        FAIL.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert!(s.decide(&dst(None, Some("192.0.2.31"), 443, Proto::Tcp)).allowed, "read at the next decision");
+        assert!(!s.decide(&dst(None, Some("192.0.2.30"), 443, Proto::Tcp)).allowed);
+        // A failed re-read (forced due: the state's time cleared) keeps the set it had.
+        FAIL.store(true, std::sync::atomic::Ordering::SeqCst);
+        s.host_addrs_for_tests().lock().unwrap().0 = None;
+        assert!(!s.decide(&dst(None, Some("192.0.2.30"), 443, Proto::Tcp)).allowed, "kept after a failed read");
+        assert!(s.decide(&dst(None, Some("192.0.2.31"), 443, Proto::Tcp)).allowed);
     }
 
     struct Case {

@@ -13,12 +13,15 @@ use std::path::{Path, PathBuf};
 pub enum MountSpec {
     /// A fresh tmpfs (a rebuilt directory, `$HOME`, `/tmp`, `/dev`...).
     Tmpfs {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
         mode: u32,
     },
     /// A recursive bind of a host file or directory; read-only unless `rw`.
     Bind {
+        #[serde(with = "super::os_path")]
         source: PathBuf,
+        #[serde(with = "super::os_path")]
         target: PathBuf,
         rw: bool,
         dir: bool,
@@ -26,33 +29,44 @@ pub enum MountSpec {
     /// A read-only overlay of a host tree with hidden paths removed (whiteouts) and
     /// synthesized files added: one mount instead of one bind per entry of the tree.
     Overlay {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
+        #[serde(with = "super::os_path")]
         source: PathBuf,
+        #[serde(with = "super::os_path::vec")]
         whiteouts: Vec<PathBuf>,
         files: Vec<OverlayFile>,
     },
     /// A bind inside a rebuilt tree; its attributes come from the tree's `SealTree`.
     TreeBind {
+        #[serde(with = "super::os_path")]
         source: PathBuf,
+        #[serde(with = "super::os_path")]
         target: PathBuf,
         dir: bool,
     },
     /// The stub (bound read-only at `stub::STUB_EXE` earlier in the list) bound again over a
     /// real Slurm command or mailer of the host, which stays there as a file.
     Stub {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
     },
     /// A bind of a host device node.
     Device {
+        #[serde(with = "super::os_path")]
         source: PathBuf,
+        #[serde(with = "super::os_path")]
         target: PathBuf,
     },
     Symlink {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
+        #[serde(with = "super::os_path")]
         link: PathBuf,
     },
     /// A file whose contents the plan synthesizes (passwd, group, nsswitch.conf...).
     File {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
         contents: String,
         mode: u32,
@@ -61,35 +75,44 @@ pub enum MountSpec {
     /// place, symlinks resolved inside the jail's root) with `notice` appended, bound
     /// read-only over it: the host's file is never changed.
     Instructions {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
         notice: String,
     },
     /// A writable per-session copy of a host file (seeded home entries).
     Copy {
+        #[serde(with = "super::os_path")]
         source: PathBuf,
+        #[serde(with = "super::os_path")]
         target: PathBuf,
     },
     Proc {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
     },
     Devpts {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
     },
     /// Covers an existing path inside a writable tree with an empty read-only dir or file.
     Mask {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
         dir: bool,
     },
     /// Binds a directory onto itself so it cannot be renamed or removed during the session.
     Pin {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
     },
     /// Makes one tmpfs read-only once it has been filled (that mount only).
     ReadOnly {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
     },
     /// Sets nosuid, nodev (and read-only unless `rw`) on a rebuilt tree and every mount in it.
     SealTree {
+        #[serde(with = "super::os_path")]
         target: PathBuf,
         rw: bool,
     },
@@ -98,6 +121,7 @@ pub enum MountSpec {
 /// A file placed in an overlay's top layer (absolute path inside the jail).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OverlayFile {
+    #[serde(with = "super::os_path")]
     pub path: PathBuf,
     pub contents: String,
     pub mode: u32,

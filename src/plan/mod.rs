@@ -11,6 +11,7 @@ pub mod instructions;
 mod landlock;
 mod mounts;
 mod net;
+pub mod os_path;
 mod project;
 
 pub use fs::MountSpec;
@@ -177,6 +178,7 @@ pub struct SeccompPlan {
 #[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct GitGuardPlan {
     /// The project first, then the extra writable paths (`filesystem.write`, `--rw`).
+    #[serde(with = "os_path::vec")]
     pub roots: Vec<PathBuf>,
 }
 
