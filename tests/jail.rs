@@ -1545,3 +1545,22 @@ fn a_project_named_in_non_utf8_bytes_runs_and_a_refused_plan_leaves_no_socket() 
     let sock = j.rig.home.join(format!(".local/state/agent-sandbox/sessions/{session}.sock"));
     assert!(!sock.exists(), "the refused session's socket is left: {}", sock.display());
 }
+
+/// A host whose mounts are shared (systemd's default; this CI host's root is private) gives
+/// the jail slave copies of them: the jail still pivots into its own root, and once it is
+/// built no mount event of the host's reaches it (none of its mounts has a master or peers).
+#[test]
+fn a_host_with_shared_mounts_runs_the_jail_and_no_mount_of_the_host_propagates_in() {
+    let j = jail!("shared-root");
+    let wrapper = ["unshare", "-m", "--propagation", "shared"];
+    for mode in ["isolated", "filtered"] {
+        let mut c = j.command_wrapped(&wrapper, &["-q", "--net", mode, "run", "--", "cat", "/proc/self/mountinfo"]);
+        let out = j.output(&mut c);
+        assert_eq!(out.code, 0, "{mode}: {out}");
+        assert!(out.stdout.lines().count() > 10, "{mode}: {out}");
+        assert!(
+            !out.stdout.contains("master:") && !out.stdout.contains("shared:"),
+            "{mode}: a mount of the jail takes the host's events: {out}"
+        );
+    }
+}

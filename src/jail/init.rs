@@ -144,14 +144,13 @@ fn build(bp: &Blueprint, shape: &Shape, sock: RawFd, net: Option<net::NetSetup>)
     Ok(slave)
 }
 
-/// The staging root, before any plan: a tmpfs over /tmp (private to this namespace) made the
-/// root, with the host tree reachable at /oldroot while /newroot is filled.
+/// The staging root, before any plan: a tmpfs over /tmp (this namespace's own) made the
+/// root, with the host tree reachable at /oldroot while /newroot is filled. The host tree
+/// keeps receiving the host's mount events until the plan comes (`build_root`): what the plan
+/// looks at can be mounted by looking (autofs: /cvmfs, /sw, homes), and the jail must see the
+/// tree the plan saw, as it did when it was cloned after the plan.
 fn stage() -> Result<(), String> {
     let m = |r: nix::Result<()>, what: &str| r.map_err(|e| format!("{what}: {e}"));
-    m(
-        nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>),
-        "make / private",
-    )?;
     m(
         nix::mount::mount(
             Some("tmpfs"),
@@ -185,6 +184,10 @@ fn stage() -> Result<(), String> {
 /// tree is detached.
 fn build_root(bp: &Blueprint) -> Result<(), String> {
     let m = |r: nix::Result<()>, what: &str| r.map_err(|e| format!("{what}: {e}"));
+    m(
+        nix::mount::mount(None::<&str>, mounts::OLD, None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>),
+        "make the host tree private",
+    )?;
     mounts::apply_all(&mut mounts::RealSys, &bp.mounts, Path::new("/files"))
         .map_err(|e| format!("cannot build the jail's filesystem: {e}"))?;
     m(nix::unistd::chdir(mounts::NEW), "chdir /newroot")?;
