@@ -258,7 +258,10 @@ impl Launch {
                     .map_err(|e| LaunchError::setup(format!("cannot create the session's Slurm socket: {e}")))?,
             ),
         };
-        // The session's socket goes with the launch however it ends, a plan refused included.
+        // The session's socket goes with the launch however it returns, a plan refused
+        // included. A launcher killed before its waiter has the orders (a Ctrl-C while it
+        // plans) leaves it behind, and its network claim: the waiter is told only once the
+        // plan exists (`jail::run`).
         let _door_file = RemovedAtEnd(door.as_ref().and_then(|d| d.socket.clone()));
         // Mailers and Slurm commands alike (cached): Slurm's are covered in every session.
         facts.find_mailers();
