@@ -259,10 +259,13 @@ impl Launch {
             ),
         };
         // The session's socket goes with the launch however it returns, a plan refused
-        // included. A launcher killed before its waiter has the orders (a Ctrl-C while it
-        // plans) leaves it behind, and its network claim: the waiter is told only once the
-        // plan exists (`jail::run`).
-        let _door_file = RemovedAtEnd(door.as_ref().and_then(|d| d.socket.clone()));
+        // included; with a launcher killed before that (a Ctrl-C while it plans), with its
+        // waiter.
+        let door_file = door.as_ref().and_then(|d| d.socket.clone());
+        if let Some(f) = &door_file {
+            jail::waiter::remove_after_exit(&[f]);
+        }
+        let _door_file = RemovedAtEnd(door_file);
         // Mailers and Slurm commands alike (cached): Slurm's are covered in every session.
         facts.find_mailers();
         // Held from before planning so that no other session of this project removes a
@@ -296,6 +299,11 @@ impl Launch {
             true => None,
             false => claim_peer_address(&policy, &facts, &origin, &session, &mut job_secret),
         };
+        // The claim, and the registry once empty, go with a launcher killed before the plan
+        // exists too (its waiter); one that returns gives the claim back itself (`PendingClaim`).
+        if let Some(PendingClaim(Some((claim, registry)))) = &peer_claim {
+            jail::waiter::remove_after_exit(&[&claim.path, registry]);
+        }
         // The session's job ports are bound before the plan, whose environment names them; a
         // dry run shows where they would go.
         let mut jobs = match (&origin, policy.net_job_ports.value.is_empty()) {
@@ -591,8 +599,10 @@ impl PendingClaim {
 
 impl Drop for PendingClaim {
     fn drop(&mut self) {
-        if let Some((claim, _)) = self.0.take() {
+        if let Some((claim, registry)) = self.0.take() {
             let _ = std::fs::remove_file(&claim.path);
+            // A session's registry holds nothing else yet (a job's has the others' claims).
+            let _ = std::fs::remove_dir(registry);
         }
     }
 }

@@ -1510,7 +1510,7 @@ fn the_network_teardown_holder_ends_after_the_launcher() {
 
 /// A project and a working directory named in bytes that are not UTF-8 (a Linux path is
 /// bytes) run as any other: the plan crosses into the jail with its paths whole. And a plan
-/// refused after the session's Slurm socket was made takes the socket with it.
+/// refused after the session's Slurm socket and network claim were made takes them with it.
 #[test]
 fn a_project_named_in_non_utf8_bytes_runs_and_a_refused_plan_leaves_no_socket() {
     use std::os::unix::ffi::OsStrExt;
@@ -1544,6 +1544,10 @@ fn a_project_named_in_non_utf8_bytes_runs_and_a_refused_plan_leaves_no_socket() 
     let session = refused["session"].as_str().expect("the refusal's session");
     let sock = j.rig.home.join(format!(".local/state/agent-sandbox/sessions/{session}.sock"));
     assert!(!sock.exists(), "the refused session's socket is left: {}", sock.display());
+    // Its address claim on the session network (made before the plan where Slurm is) goes
+    // with its registry.
+    let registry = j.rig.home.join(format!(".local/state/agent-sandbox/net/{session}"));
+    assert!(gone_soon(&registry), "the refused session's registry is left: {}", registry.display());
 }
 
 /// A host whose mounts are shared (systemd's default; this CI host's root is private) gives

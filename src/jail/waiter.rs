@@ -131,6 +131,15 @@ pub fn hand(orders: &Orders, locks: &[RawFd]) -> bool {
     }
 }
 
+/// Removals for the waiter, given as soon as the files exist: the session's socket and its
+/// network claim are made before the plan, and a launcher killed while it plans (a Ctrl-C)
+/// never reaches the orders of `ProjectLock::hand_to_waiter`. Merged with those (a path named
+/// twice is gone at the second try, which does nothing). False where no waiter runs.
+pub fn remove_after_exit(paths: &[&std::path::Path]) -> bool {
+    let orders = Orders { remove: paths.iter().map(|p| bytes(p)).collect(), ..Orders::default() };
+    hand(&orders, &[])
+}
+
 /// A pidfd of our parent, if it is still `launcher` (checked after the pidfd exists, so the
 /// pid was not reused in between).
 fn pidfd_of(launcher: i32) -> Option<OwnedFd> {
