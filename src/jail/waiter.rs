@@ -6,8 +6,10 @@
 //! It is forked first thing, before the command line is parsed, while the heap is a few
 //! pages: it lives as long as the session, and a fork taken later would keep a copy of every
 //! heap page the launcher has since changed or freed (about 60 KiB a session, measured with
-//! 50 idle sessions). The launcher tells it what to do once it knows (`hand`, before anything
-//! of the jail runs): one message on a socket pair, the lock files' descriptors riding along.
+//! 50 idle sessions). The launcher tells it what to do as it learns it (`hand`): the session's
+//! socket and network claim as soon as they exist (`remove_after_exit`), the rest before
+//! anything of the jail runs; messages on a socket pair, the lock files' descriptors riding
+//! along, merged by the waiter.
 //!
 //! The launcher's end is in no process of the jail (the jail's init closes its copy first
 //! thing, `forget`; everything else the launcher runs gets it closed at exec), and still the
