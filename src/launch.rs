@@ -346,8 +346,7 @@ impl Launch {
         // exists, which then reports what is wrong in its own words first.
         let early = match (dry_run, plan::jail_shape(&policy, &facts, &req)) {
             (false, Some((net, tun, groups))) => {
-                let shape = jail::init::Shape { pty: jail::userns::pty_of(jail::stdio_ttys()), net, tun };
-                jail::userns::Early::clone(shape, facts.uid, facts.gid, groups).ok()
+                jail::userns::Early::clone(jail::userns::shape(net, tun), facts.uid, facts.gid, groups).ok()
             }
             _ => None,
         };

@@ -397,7 +397,7 @@ fn proc_entries() -> Vec<ProcEntry> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Ok(stat) = crate::host::read_proc(&format!("/proc/{pid}/stat")) else { continue };
         // "pid (comm) S ppid ...": comm may hold spaces and parentheses, so split after the last ')'.
         let mut rest = stat.rsplit_once(')').map_or("", |(_, r)| r).split_whitespace();
         let (Some(state), Some(ppid)) = (rest.next(), rest.next().and_then(|p| p.parse::<i32>().ok())) else {

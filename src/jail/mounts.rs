@@ -335,7 +335,7 @@ fn set_attr_recursive(target: &Path, attr: u64) -> io::Result<()> {
 }
 
 fn remount_tree_legacy(target: &Path, attr: u64) -> io::Result<()> {
-    let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let info = crate::host::read_proc("/proc/self/mountinfo")?;
     let mut points: Vec<PathBuf> = info
         .lines()
         .filter_map(|l| l.split(' ').nth(4))

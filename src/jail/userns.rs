@@ -4,7 +4,7 @@
 //! terminal and signals until the command ends.
 
 use super::blueprint::Blueprint;
-use super::init::{self, TtyFds};
+use super::init;
 use super::msg::{self, Msg};
 use super::relay;
 use super::{JailError, Outcome};
@@ -80,17 +80,15 @@ impl Drop for Early {
 }
 
 /// The shape of PID 1 a plan needs: its terminal, network and tun0 address.
-pub fn shape_of(plan: &Plan) -> init::Shape {
-    init::Shape {
-        pty: pty_of(super::stdio_ttys()),
-        net: plan.net.jail,
-        tun: (plan.net.jail == JailNet::Tun).then(|| plan.net.jail_address()),
-    }
+fn shape_of(plan: &Plan) -> init::Shape {
+    shape(plan.net.jail, plan.net.tun_address())
 }
 
-/// The launcher's terminals the jail gets a pty for: stdin a terminal, and stdout or stderr.
-pub fn pty_of(tty: TtyFds) -> Option<TtyFds> {
-    (tty.0[0] && (tty.0[1] || tty.0[2])).then_some(tty)
+/// PID 1's shape for this launcher's terminals: a pty where stdin is a terminal, and stdout
+/// or stderr.
+pub fn shape(net: JailNet, tun: Option<std::net::Ipv4Addr>) -> init::Shape {
+    let tty = super::stdio_ttys();
+    init::Shape { pty: (tty.0[0] && (tty.0[1] || tty.0[2])).then_some(tty), net, tun }
 }
 
 /// `net_start`: starts what serves the descriptors the jail hands out for its network
@@ -111,58 +109,56 @@ pub fn run(
             Early::for_plan(plan)?
         }
     };
-    let launched = early.take()?;
+    // Until the command is started, an error returns with `early`, whose drop kills and
+    // reaps PID 1.
     let mask = relay::block_signals();
-    let sock = launched.sock.as_raw_fd();
-    let fail = |e: JailError| -> JailError {
-        let _ = nix::sys::signal::kill(launched.pid, nix::sys::signal::Signal::SIGKILL);
-        let _ = waitpid(launched.pid, None);
-        e
-    };
-    let blueprint = Blueprint::of(plan)
-        .to_fd()
-        .map_err(|e| fail(JailError::Build(format!("cannot hand the plan to the jail: {e}"))))?;
+    let (pid, sock) = (early.pid(), early.sock());
+    let blueprint =
+        Blueprint::of(plan).to_fd().map_err(|e| JailError::Build(format!("cannot hand the plan to the jail: {e}")))?;
     if msg::send(sock, &Msg::Plan(blueprint)).is_err() {
         // PID 1 ended before the plan came: it said why first, if it could.
-        return Err(fail(match msg::recv(sock) {
+        return Err(match msg::recv(sock) {
             Ok(Some(Msg::Error(e))) => JailError::Build(e),
-            _ => JailError::Build(child_death_reason(launched.pid)),
-        }));
+            _ => JailError::Build(child_death_reason(pid)),
+        });
     }
     // Compiled here while the jail builds its filesystem in parallel, then handed over.
     let prog = super::seccomp::build_program(&super::seccomp::SeccompOptions {
         allow_nested_userns: plan.seccomp.nested_userns,
         ..Default::default()
     })
-    .map_err(|e| fail(JailError::Seal(e.into())))?;
+    .map_err(|e| JailError::Seal(e.into()))?;
     let guard = match plan.git_guard {
-        Some(_) => super::seccomp::build_guard_program().map_err(|e| fail(JailError::Seal(e.into())))?,
+        Some(_) => super::seccomp::build_guard_program().map_err(|e| JailError::Seal(e.into()))?,
         None => vec![],
     };
     let master = match msg::recv(sock) {
         Ok(Some(Msg::Ready { pty, net: fds })) => {
             if fds.len() != plan.net.jail.handed_out() {
-                return Err(fail(JailError::Build("the jail's network and its plan disagree".into())));
+                return Err(JailError::Build("the jail's network and its plan disagree".into()));
             }
             if !fds.is_empty() {
-                net_start(fds)
-                    .map_err(|e| fail(JailError::Build(format!("cannot start the network supervisor: {e}"))))?;
+                net_start(fds).map_err(|e| JailError::Build(format!("cannot start the network supervisor: {e}")))?;
             }
             pty
         }
-        Ok(Some(Msg::Error(e))) => return Err(fail(JailError::Build(e))),
-        Ok(_) | Err(_) => return Err(fail(JailError::Build(child_death_reason(launched.pid)))),
+        Ok(Some(Msg::Error(e))) => return Err(JailError::Build(e)),
+        Ok(_) | Err(_) => return Err(JailError::Build(child_death_reason(pid))),
     };
     crate::timing::mark("ready");
     banner();
-    msg::send(sock, &Msg::Start { seal: prog, guard }).map_err(|e| fail(JailError::Channel(e.to_string())))?;
+    msg::send(sock, &Msg::Start { seal: prog, guard }).map_err(|e| JailError::Channel(e.to_string()))?;
+    let launched = early.take()?;
     super::limits::arm_timeout(plan.limits.timeout, launched.pid);
     let outcome = relay::run(launched.pid, sock, master, &mask, lazy, audit)?;
     Ok(outcome)
 }
 
+/// How PID 1 ended, read without reaping it: the caller's `Early` reaps it, and a pid not
+/// yet reaped cannot be another process's by then.
 fn child_death_reason(pid: Pid) -> String {
-    match waitpid(pid, None) {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag};
+    match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
         Ok(WaitStatus::Exited(_, c)) => {
             format!("the jail's init exited with status {c} while building")
         }

@@ -94,6 +94,11 @@ impl NetPlan {
         self.peer.as_ref().map(|p| p.address).unwrap_or(crate::netrules::addr::JAIL_V4)
     }
 
+    /// tun0's address, where the jail has a tun0.
+    pub fn tun_address(&self) -> Option<std::net::Ipv4Addr> {
+        (self.jail == JailNet::Tun).then(|| self.jail_address())
+    }
+
     /// A plan of `mode` with nothing else in it, for unit tests of the parts that read one.
     #[cfg(test)]
     pub fn bare(mode: NetMode) -> NetPlan {
@@ -476,10 +481,9 @@ pub fn jail_shape(
     req: &RunRequest,
 ) -> Option<(JailNet, Option<std::net::Ipv4Addr>, groups::GroupsPlan)> {
     let backend = choose_backend(policy, facts).ok().filter(|b| *b == BackendKind::Userns)?;
-    let jail = choose_net(policy, backend, facts).ok()?.jail;
-    let tun =
-        (jail == JailNet::Tun).then(|| req.peer.as_ref().map(|p| p.address).unwrap_or(crate::netrules::addr::JAIL_V4));
-    Some((jail, tun, groups::of_host(facts)))
+    let mut net = choose_net(policy, backend, facts).ok()?;
+    net.peer = req.peer.clone();
+    Some((net.jail, net.tun_address(), groups::of_host(facts)))
 }
 
 /// What every later stage rests on: the backend, the project and cwd, the network, the

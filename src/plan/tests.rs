@@ -638,8 +638,7 @@ fn the_shape_pid_1_is_cloned_with_before_the_plan_is_the_plans() {
         match plan.backend {
             BackendKind::Landlock => assert_eq!(shape, None, "{extra}"),
             BackendKind::Userns => {
-                let tun = (plan.net.jail == JailNet::Tun).then(|| plan.net.jail_address());
-                assert_eq!(shape, Some((plan.net.jail, tun, plan.groups.clone())), "{extra}");
+                assert_eq!(shape, Some((plan.net.jail, plan.net.tun_address(), plan.groups.clone())), "{extra}");
             }
         }
     }
