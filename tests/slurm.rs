@@ -44,7 +44,7 @@ fn wait_for_file(p: &Path, needle: &str) -> String {
 }
 
 /// What every job prints about where it runs.
-const PROBE: &str = "echo host=$(hostname); echo pwd=$(pwd); test -e ~/.ssh/id_ed25519 && echo SSH-VISIBLE; \
+const PROBE: &str = "echo host=$(hostname); echo pwd=$(pwd); echo submit=$SLURM_SUBMIT_DIR; test -e ~/.ssh/id_ed25519 && echo SSH-VISIBLE; \
                      test -e /etc/munge && echo MUNGE-VISIBLE; test -S /run/munge/munge.socket.2 && echo MUNGE-SOCKET; \
                      echo job=$SLURM_JOB_ID; echo done";
 
@@ -165,6 +165,9 @@ fn sbatch_wrap_file_and_stdin_jobs_run_inside_the_jail_on_the_node() {
         let text = wait_for_file(&entry.path(), "done");
         assert!(text.contains("host=agent-sandbox"), "{name} did not run in the jail: {text}");
         assert!(text.contains(&format!("pwd={}", j.project.display())), "{name}: {text}");
+        // Where sbatch was called, as Slurm tells a job: not the job directory the real
+        // sbatch runs in, which the job's jail does not show.
+        assert!(text.contains(&format!("submit={}\n", j.project.display())), "{name}: {text}");
         assert!(!text.contains("SSH-VISIBLE") && !text.contains("MUNGE"), "{name}: {text}");
         assert!(text.contains("job=") && !text.contains("job=\n"), "{name} sees its job id: {text}");
     }
@@ -1532,7 +1535,7 @@ fn every_rank_of_an_mpi_launch_starts_in_the_jail_on_both_nodes() {
         let out = j.run(&format!(
             "srun --mpi={mpi} -N{nodes} -n4 sh -c \
              'echo rank=$SLURM_PROCID/$SLURM_NTASKS node=$SLURMD_NODENAME host=$(hostname) \
-              ssh=$(test -e ~/.ssh && echo yes || echo no) pwd=$(pwd)'; echo rc=$?"
+              ssh=$(test -e ~/.ssh && echo yes || echo no) submit=$SLURM_SUBMIT_DIR pwd=$(pwd)'; echo rc=$?"
         ));
         assert!(out.stdout.contains("rc=0"), "srun --mpi={mpi}: {out}");
         let ranks: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("rank=")).collect();
@@ -1545,7 +1548,7 @@ fn every_rank_of_an_mpi_launch_starts_in_the_jail_on_both_nodes() {
                 line.contains(" host=agent-sandbox ") && line.contains(" ssh=no "),
                 "a rank outside the jail: {line}"
             );
-            assert!(line.ends_with(&format!("pwd={}", j.project.display())), "{line}");
+            assert!(line.ends_with(&format!("submit={0} pwd={0}", j.project.display())), "{line}");
         }
         let seen: std::collections::BTreeSet<&str> =
             ranks.iter().filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("node="))).collect();

@@ -59,6 +59,12 @@ pub struct JobSpec {
     /// instead of the batch script with its output files.
     #[serde(default)]
     pub command: Option<Vec<String>>,
+    /// Where the caller ran sbatch or srun (inside the project): the job's
+    /// `SLURM_SUBMIT_DIR`. The real command runs in the job directory, which is what it
+    /// would report, and which the job's jail does not show. None in directories written
+    /// before this field: the node's value stands.
+    #[serde(default)]
+    pub submit_dir: Option<PathBuf>,
 }
 
 pub const VERSION: u32 = 2;
@@ -94,6 +100,7 @@ impl JobSpec {
             job_name: String::new(),
             script_args: vec![],
             command: None,
+            submit_dir: None,
         }
     }
 
@@ -109,6 +116,10 @@ impl JobSpec {
                 env.retain(|(n, _)| n != k);
                 env.push((k.clone(), v.clone()));
             }
+        }
+        if let Some(d) = self.submit_dir.as_deref().and_then(Path::to_str) {
+            env.retain(|(n, _)| n != "SLURM_SUBMIT_DIR");
+            env.push(("SLURM_SUBMIT_DIR".into(), d.to_string()));
         }
         if let Some(e) = &self.slurm_export_env {
             if !env.iter().any(|(k, _)| k == "SLURM_EXPORT_ENV") {
@@ -343,6 +354,28 @@ mod tests {
     }
 
     #[test]
+    fn a_job_is_told_where_the_caller_submitted_it_not_the_job_directory() {
+        // A directory written before the field: no submit_dir, the node's value stands.
+        let mut spec = JobSpec::parse(
+            br#"{"version":2,"session":"s","project":"/p","cwd":"/p","policy":"{}","export":null,
+                "output":"o","error":null,"input":null,"append":false,"job_name":"j","script_args":[]}"#,
+        )
+        .unwrap();
+        let node = vec![("SLURM_SUBMIT_DIR".to_string(), "/home/u/.local/state/agent-sandbox/jobs/x".to_string())];
+        let submit = |spec: &JobSpec| {
+            let env = spec.environment(&node);
+            let found: Vec<&str> =
+                env.iter().filter(|(k, _)| k == "SLURM_SUBMIT_DIR").map(|(_, v)| v.as_str()).collect();
+            found.join(",")
+        };
+        assert_eq!(submit(&spec), "/home/u/.local/state/agent-sandbox/jobs/x");
+        spec.submit_dir = Some("/p/sub".into());
+        assert_eq!(submit(&spec), "/p/sub");
+        let back = JobSpec::parse(serde_json::to_string(&spec).unwrap().as_bytes()).unwrap();
+        assert_eq!(back.submit_dir.as_deref(), Some(Path::new("/p/sub")));
+    }
+
+    #[test]
     fn patterns_expand_like_slurmstepd() {
         let env = |k: &str| match k {
             "SLURM_JOB_ID" => Some("42".to_string()),
@@ -374,6 +407,7 @@ mod tests {
             job_name: "j".into(),
             script_args: vec![],
             command: None,
+            submit_dir: None,
         }
     }
 

@@ -462,6 +462,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         slurm_export_env: export_request(asked.export, req).filter(|e| !e.eq_ignore_ascii_case("ALL")),
         job_name: asked.job_name.clone(),
         script_args: parsed.script_args.clone(),
+        submit_dir: Some(cwd.clone()),
         ..JobSpec::for_session(cfg, &job_cwd, export)
     };
     let (dir, wrapper) = write_job_dir(cfg, &spec, &script).map_err(Refusal::Failed)?;

@@ -344,7 +344,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     let cwd = cwd_of(req, cfg)?;
     let job_cwd = match asked.chdir {
         Some(d) => under_project(&cfg.project, &cwd, d)?,
-        None => cwd,
+        None => cwd.clone(),
     };
     let mut argv = vec![program];
     argv.extend(parsed.args.iter().cloned());
@@ -356,6 +356,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         error: asked.error.map(str::to_owned),
         input: asked.input.map(str::to_owned),
         append: asked.append,
+        submit_dir: Some(cwd.clone()),
         ..JobSpec::for_session(cfg, &job_cwd, export)
     };
     let (dir, _) = write_job_dir(cfg, &spec, "").map_err(Refusal::Failed)?;

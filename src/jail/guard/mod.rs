@@ -306,6 +306,17 @@ mod tests {
     }
 
     #[test]
+    fn the_listener_takes_the_same_cpu_wake_ups_where_the_kernel_has_them() {
+        let (listener, end, t) = filtered_thread();
+        let release = nix::sys::utsname::uname().expect("uname").release().to_string_lossy().into_owned();
+        let mut v = release.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse::<u32>().ok());
+        let has_it = (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (6, 6);
+        assert_eq!(notify::wake_up_on_the_same_cpu(listener.as_fd()), has_it, "kernel {release}");
+        end.send(()).expect("tell the thread to end");
+        t.join().expect("the filtered thread ends");
+    }
+
+    #[test]
     fn a_guard_served_after_its_last_process_ended_starts_no_thread_that_stays() {
         let (listener, end, t) = filtered_thread();
         end.send(()).expect("tell the thread to end");
