@@ -176,6 +176,72 @@ fn sbatch_wrap_file_and_stdin_jobs_run_inside_the_jail_on_the_node() {
 }
 
 #[test]
+fn a_job_directory_that_cannot_be_written_submits_nothing() {
+    // The real sbatch starts while the chaperon writes the job's directory, and gets its
+    // script only once the directory is whole: one that cannot be made leaves no job.
+    use std::os::unix::fs::PermissionsExt;
+    let Some(j) = slurm_jail("slurm-no-job-dir") else { return };
+    let state = j.project.with_file_name("slurm-no-job-dir-state");
+    let jobs = state.join("agent-sandbox/jobs");
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&jobs).unwrap();
+    j.give(&[&state, &state.join("agent-sandbox"), &jobs]);
+    std::fs::set_permissions(state.join("agent-sandbox"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&jobs, std::fs::Permissions::from_mode(0o500)).unwrap();
+    let name = format!("no-job-dir-{}", std::process::id());
+    let script = format!("sbatch --parsable -J {name} --wrap true; echo rc=$?");
+    let mut c = j.command(&["-q", "run", "--", "sh", "-c", &script]);
+    let out = j.output(c.env("XDG_STATE_HOME", &state));
+    std::fs::set_permissions(&jobs, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let listed = Command::new("squeue").args(["-h", "-t", "all", "-o", "%i", "-n", &name]).output().unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let _ = Command::new("scancel").args(["-n", &name]).status();
+    let _ = std::fs::remove_dir_all(&state);
+    assert!(out.stdout.contains("rc=1") && out.stderr.contains("Permission denied"), "{out}");
+    assert!(listed.trim().is_empty(), "a job was submitted without its directory: {listed}");
+}
+
+#[test]
+fn jobs_the_controller_forgot_leave_squeues_list_and_held_ones_stay() {
+    // A project's record keeps every job it submitted; squeue is given those the controller
+    // may still hold. Once the list is long, the chaperon asks the controller which it holds
+    // and marks the rest gone (here: ids that never existed, as a job MinJobAge after its end).
+    let Some(j) = slurm_jail("slurm-forgotten") else { return };
+    let name = format!("forgotten-{}", std::process::id());
+    let out = j.run(&format!("sbatch --hold --parsable -J {name} --wrap true"));
+    let held: u32 = out.stdout.trim().parse().unwrap_or_else(|_| panic!("no job id: {out}"));
+    let scope_dir = j.rig.home.join(".local/state/agent-sandbox/scope");
+    let needle = format!("\"project\":{}", serde_json::to_string(&j.project).unwrap());
+    let record = std::fs::read_dir(&scope_dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| std::fs::read_to_string(p).is_ok_and(|t| t.contains(&needle)))
+        .expect("the project's scope record");
+    // The record of an earlier run of this test (same project path) is not this one's.
+    let text = std::fs::read_to_string(&record).unwrap();
+    let mut lines: String =
+        text.lines().filter(|l| l.contains(&format!("\"job\":{held},"))).map(|l| format!("{l}\n")).collect();
+    let forged: Vec<u32> = (0..70).map(|i| 60_000_000 + i).collect();
+    for id in &forged {
+        lines.push_str(&format!("{{\"job\":{id},\"session\":\"old\",{needle}}}\n"));
+    }
+    std::fs::write(&record, lines).unwrap();
+    // The first call finds 71 ids and asks after its answer; the session lives on meanwhile.
+    let out = j.run("squeue -h -o 'first=%i'; sleep 3; squeue -h -o 'then=%i'; echo rc=$?");
+    let _ = Command::new("scancel").arg(held.to_string()).status();
+    assert!(
+        out.stdout.contains(&format!("first={held}\n")) && out.stdout.contains(&format!("then={held}\nrc=0")),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&record).unwrap();
+    for id in &forged {
+        assert!(text.contains(&format!("{{\"gone\":{id}}}")), "{id} is not marked gone: {text}");
+    }
+    assert!(!text.contains(&format!("{{\"gone\":{held}}}")), "a held job was marked gone: {text}");
+}
+
+#[test]
 fn denied_options_and_smuggled_directives_submit_nothing() {
     let Some(j) = slurm_jail("slurm-denied") else { return };
     let j = j

@@ -59,6 +59,12 @@ pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
     Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project))
 }
 
+/// The jobs in scope the controller may still hold (`scope::Registry::live_jobs`): what a
+/// view of the controller's jobs (squeue) is limited to.
+pub fn live_jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
+    Ok(cfg.registry().live_jobs(scope_of(req)?, &cfg.session, &cfg.project))
+}
+
 /// Every job of `jobs` must be one of `ids` (the scope's).
 pub fn in_scope(ids: &[u32], jobs: impl IntoIterator<Item = u32>) -> Result<(), Refusal> {
     match jobs.into_iter().find(|j| !ids.contains(j)) {

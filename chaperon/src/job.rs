@@ -130,37 +130,58 @@ impl JobSpec {
     }
 }
 
-/// Writes a job directory under the state directory's `jobs/`; returns it and the wrapper
-/// script Slurm is to run. Every file is created new, without following a symlink, and the
-/// spec and script are read-only: nothing here is changed after submission.
+/// A job directory named under the state directory's `jobs/` and not written yet, with the
+/// wrapper script Slurm is to run in it. sbatch can start before the directory is written:
+/// it gets the wrapper on a pipe and never opens the directory, and it cannot submit before
+/// it has read the wrapper, which the chaperon writes only once the directory is whole.
+pub struct JobDir {
+    pub path: PathBuf,
+    pub wrapper: String,
+}
+
+impl JobDir {
+    pub fn name(cfg: &Config) -> Result<JobDir, String> {
+        let jobs = cfg.state_dir.join("jobs");
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&jobs).map_err(|e| e.to_string())?;
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let path = jobs.join(format!("{}-{}-{n}", cfg.session, std::process::id()));
+        let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
+        let wrapper = format!(
+            "#!/bin/sh\n# agent-sandbox job wrapper: the job runs inside the session's jail, rebuilt from the\n\
+             # frozen policy in this directory.\nexec {} exec --job {}\n",
+            q(&cfg.exe),
+            q(&path)
+        );
+        Ok(JobDir { path, wrapper })
+    }
+
+    /// Writes the directory. Every file is created new, without following a symlink, and the
+    /// spec and script are read-only: nothing here is changed after submission.
+    pub fn write(&self, spec: &JobSpec, script: &str) -> Result<(), String> {
+        let dir = &self.path;
+        std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let write = |name: &str, data: &[u8], mode: u32| -> Result<(), String> {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(mode)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(dir.join(name))
+                .map_err(|e| format!("{name}: {e}"))?;
+            f.write_all(data).map_err(|e| format!("{name}: {e}"))
+        };
+        write(SPEC, serde_json::to_string(spec).map_err(|e| e.to_string())?.as_bytes(), 0o400)?;
+        write(SCRIPT, script.as_bytes(), 0o500)?;
+        write(WRAPPER, self.wrapper.as_bytes(), 0o500)
+    }
+}
+
+/// Names and writes a job directory at once; returns it and its wrapper.
 pub fn write_job_dir(cfg: &Config, spec: &JobSpec, script: &str) -> Result<(PathBuf, String), String> {
-    let jobs = cfg.state_dir.join("jobs");
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&jobs).map_err(|e| e.to_string())?;
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = jobs.join(format!("{}-{}-{n}", cfg.session, std::process::id()));
-    std::fs::DirBuilder::new().mode(0o700).create(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let write = |name: &str, data: &[u8], mode: u32| -> Result<(), String> {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(dir.join(name))
-            .map_err(|e| format!("{name}: {e}"))?;
-        f.write_all(data).map_err(|e| format!("{name}: {e}"))
-    };
-    write(SPEC, serde_json::to_string(spec).map_err(|e| e.to_string())?.as_bytes(), 0o400)?;
-    write(SCRIPT, script.as_bytes(), 0o500)?;
-    let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
-    let wrapper = format!(
-        "#!/bin/sh\n# agent-sandbox job wrapper: the job runs inside the session's jail, rebuilt from the\n\
-         # frozen policy in this directory.\nexec {} exec --job {}\n",
-        q(&cfg.exe),
-        q(&dir)
-    );
-    write(WRAPPER, wrapper.as_bytes(), 0o500)?;
-    Ok((dir, wrapper))
+    let d = JobDir::name(cfg)?;
+    d.write(spec, script)?;
+    Ok((d.path, d.wrapper))
 }
 
 /// A job directory as `exec --job` opens it on the compute node: found under the node's own

@@ -85,22 +85,68 @@ impl Registry {
         f.write_all(&line)
     }
 
-    /// The job ids in scope for this session and project, oldest first.
+    /// The job ids in scope for this session and project, oldest first: every one recorded
+    /// (sacct's view, which reaches back past what the controller holds).
     pub fn jobs(&self, scope: Scope, session: &str, project: &Path) -> Vec<u32> {
-        let text = std::fs::read_to_string(self.file(project)).unwrap_or_default();
-        let mut ids: Vec<u32> = text
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Entry>(l).ok())
-            .filter(|e| match scope {
-                Scope::Session => e.session == session && e.project == project,
-                Scope::Project => e.project == project,
-            })
-            .map(|e| e.job)
-            .collect();
-        ids.sort_unstable();
-        ids.dedup();
-        ids
+        self.read(scope, session, project).into_keys().collect()
     }
+
+    /// The job ids in scope that the controller may still hold: `jobs` less those marked gone
+    /// since they were recorded. squeue is given these: it compares each job it loads with
+    /// each id it is given, so a list that kept every job of a project's history would make
+    /// each call slower, and past 128 KiB of ids impossible.
+    pub fn live_jobs(&self, scope: Scope, session: &str, project: &Path) -> Vec<u32> {
+        self.read(scope, session, project).into_iter().filter(|(_, live)| *live).map(|(j, _)| j).collect()
+    }
+
+    /// Records that the controller no longer holds these jobs of `project` (it forgets a job
+    /// `MinJobAge` after its end). One `write` with O_APPEND, like `add`; a job recorded again
+    /// later (ids start over past `MaxJobId`) is live again.
+    pub fn mark_gone(&self, project: &Path, jobs: &[u32]) -> std::io::Result<()> {
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let mut lines = Vec::new();
+        for job in jobs {
+            serde_json::to_writer(&mut lines, &Gone { gone: *job }).map_err(std::io::Error::other)?;
+            lines.push(b'\n');
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(self.file(project))?;
+        f.write_all(&lines)
+    }
+
+    /// Each job of the scope, with whether it is live (not marked gone since its last record).
+    fn read(&self, scope: Scope, session: &str, project: &Path) -> std::collections::BTreeMap<u32, bool> {
+        let text = std::fs::read_to_string(self.file(project)).unwrap_or_default();
+        let mut jobs = std::collections::BTreeMap::new();
+        for line in text.lines() {
+            if let Ok(e) = serde_json::from_str::<Entry>(line) {
+                let mine = match scope {
+                    Scope::Session => e.session == session && e.project == project,
+                    Scope::Project => e.project == project,
+                };
+                if mine {
+                    jobs.insert(e.job, true);
+                }
+            } else if let Ok(g) = serde_json::from_str::<Gone>(line) {
+                if let Some(live) = jobs.get_mut(&g.gone) {
+                    *live = false;
+                }
+            }
+        }
+        jobs
+    }
+}
+
+/// A job the controller was found not to hold any more, in the project's record file.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Gone {
+    gone: u32,
 }
 
 #[cfg(test)]
@@ -121,6 +167,25 @@ mod tests {
         assert_eq!(r.jobs(Scope::Session, "a", &p), [1]);
         assert_eq!(r.jobs(Scope::Session, "a", &q), [3]);
         assert!(r.jobs(Scope::Project, "a", Path::new("/other")).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn jobs_marked_gone_leave_the_live_list_until_recorded_again() {
+        let dir = std::env::temp_dir().join(format!("chaperon-gone-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let r = Registry::new(&dir);
+        let p = PathBuf::from("/home/u/p");
+        for job in [5, 6, 7] {
+            r.add(&Entry { job, session: "a".into(), project: p.clone() }).unwrap();
+        }
+        r.mark_gone(&p, &[5, 7, 99]).unwrap();
+        std::fs::OpenOptions::new().append(true).open(r.file(&p)).unwrap().write_all(b"{\"gone\":\"6\"}\n").unwrap();
+        assert_eq!(r.live_jobs(Scope::Project, "a", &p), [6], "6's forged mark is no mark");
+        assert_eq!(r.jobs(Scope::Project, "a", &p), [5, 6, 7], "sacct still sees every job");
+        r.add(&Entry { job: 5, session: "b".into(), project: p.clone() }).unwrap();
+        assert_eq!(r.live_jobs(Scope::Project, "a", &p), [5, 6], "recorded again after its mark: live");
+        assert_eq!(r.live_jobs(Scope::Session, "a", &p), [6], "the session's own record of 5 stays gone");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -8,7 +8,7 @@ use crate::call::{Call, Stdio};
 use crate::checks::{cwd_of, dependencies_in_scope, open_in_project, read_capped, scope_of, under_project};
 use crate::export::{export_env, export_request};
 use crate::grammar::{clip, ValueKind};
-use crate::job::{self, write_job_dir, JobSpec, MAX_SCRIPT};
+use crate::job::{self, JobDir, JobSpec, MAX_SCRIPT};
 use crate::refusal::Refusal;
 use crate::scope::Entry;
 use crate::spawn::Io;
@@ -465,13 +465,16 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         submit_dir: Some(cwd.clone()),
         ..JobSpec::for_session(cfg, &job_cwd, export)
     };
-    let (dir, wrapper) = write_job_dir(cfg, &spec, &script).map_err(Refusal::Failed)?;
+    let job_dir = JobDir::name(cfg).map_err(Refusal::Failed)?;
+    let dir = &job_dir.path;
 
     // The real sbatch sees only what the table allows, the rebuilt pieces and our wrapper.
     let mut cmd = cfg.command("sbatch");
-    cmd.current_dir(&dir);
+    // Not in the job directory, which is written while sbatch starts (its own start is most
+    // of a millisecond): the job's SLURM_SUBMIT_DIR comes from the spec, not from here.
+    cmd.current_dir(dir.parent().unwrap_or(Path::new("/")));
     cmd.args(parsed.real_args(&spec.job_name, &job_cwd, &dir.join(job::WRAPPER_OUT)));
-    cmd.args(cfg.belt(&dir));
+    cmd.args(cfg.belt(dir));
     // The wrapper reaches sbatch on a pipe the chaperon writes, not by a path: nothing that
     // could be swapped between our write and sbatch's read.
     cmd.stdin(Io::piped()).stderr(stdio.stderr).stdout(Io::piped());
@@ -481,8 +484,18 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         Ok(w) => w,
         Err(e) => return Err(crate::call::unwatched(child, e)),
     };
-    if let Some(mut script_in) = child.stdin.take() {
-        let _ = script_in.write_all(wrapper.as_bytes());
+    // sbatch submits nothing before it has read its script, and gets it only once the job's
+    // directory is whole: a directory that cannot be written leaves it an empty script and
+    // the kill, never a job without its directory.
+    let script_in = child.stdin.take();
+    if let Err(e) = job_dir.write(&spec, &script) {
+        drop(script_in);
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(Refusal::Failed(e));
+    }
+    if let Some(mut script_in) = script_in {
+        let _ = script_in.write_all(job_dir.wrapper.as_bytes());
     }
     let mut stdout = std::fs::File::from(stdio.stdout);
     // The job id comes first, at submission: record it in scope and show it then, also with

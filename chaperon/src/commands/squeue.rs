@@ -6,7 +6,7 @@
 
 use crate::bounded::{MAX_CAPTURE, QUERY_TIMEOUT};
 use crate::call::{Call, Stdio};
-use crate::checks::{jobs_in_scope, local_cluster_only, only_caller};
+use crate::checks::{live_jobs_in_scope, local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, Syntax, PLAIN, STEPS};
 use crate::refusal::Refusal;
@@ -189,12 +189,16 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     let (req, cfg) = (call.req, call.cfg);
     let parsed = parse_squeue(&req.argv)?;
     only_caller(&parsed.users, cfg)?;
-    let ids = parsed.in_view(jobs_in_scope(req, cfg)?);
+    let live = live_jobs_in_scope(req, cfg)?;
+    let listed = live.len();
+    let ids = parsed.in_view(live);
     let cluster = local_cluster_only(&parsed.options, "clusters", cfg.cluster_name())?;
     let mut cmd = cfg.command("squeue");
     cmd.args(parsed.real_args(&ids, cluster));
     if parsed.output == Output::Table {
-        return call.run(cmd, stdio);
+        let answered = call.run(cmd, stdio);
+        crate::forgotten::probe_if_long(cfg, listed);
+        return answered;
     }
     // The chaperon asked for JSON: it narrows the document to the scope and writes it as
     // asked (YAML from the same document).
@@ -212,6 +216,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     use std::os::fd::AsFd;
     crate::bounded::write_all(stdio.stdout.as_fd(), text.as_bytes(), QUERY_TIMEOUT)
         .map_err(|e| Refusal::Failed(format!("writing squeue's answer: {e}")))?;
+    crate::forgotten::probe_if_long(cfg, listed);
     Ok(status.code().unwrap_or(1))
 }
 

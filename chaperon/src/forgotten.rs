@@ -1,0 +1,141 @@
+//! Which of a project's recorded jobs the controller has forgotten. squeue is given the scope
+//! as a job list and compares every job it loads with every id of it (`_filter_job`, about
+//! 20 ns a pair here): a project that kept each job of its history in that list would make
+//! every squeue slower with each submission (5,000 ids against 2,000 jobs in the controller:
+//! 0.2 s a call), and past 128 KiB of ids (`MAX_ARG_STRLEN`) squeue could not start at all.
+//! The controller forgets a job `MinJobAge` after its end and never shows it again, so once it
+//! is found gone its id leaves the list (`scope::Registry::live_jobs`); sacct keeps them all.
+//!
+//! Found by asking, not guessed: at most once a minute per project and session, once the list
+//! is long, a task thread asks the controller for every job of the user it holds (all states,
+//! hidden partitions included), after the call that found the list long has been answered.
+//! An id the answer lacks is marked gone; a failed or unreadable answer marks nothing.
+
+use crate::pool;
+use crate::scope::{Registry, Scope};
+use crate::session::Config;
+use crate::spawn::{Io, RealCommand};
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Lists up to this long are left alone: asking would cost the controller more than squeue
+/// loses to them.
+pub const PROBE_ABOVE: usize = 64;
+/// At most one question a minute for each project of the session.
+const PROBE_EVERY: Duration = Duration::from_secs(60);
+/// The answer lists every job of the user the controller holds (`MaxJobCount` is 10,000 by
+/// default): a line of two ids each.
+const MAX_ANSWER: usize = 16 << 20;
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// After a call whose scope listed `listed` live jobs: asks, on a task thread, which of the
+/// project's live jobs the controller still holds, if the list is long and the project was not
+/// asked about lately. Returns whether a question was started.
+pub fn probe_if_long(cfg: &Config, listed: usize) -> bool {
+    if listed <= PROBE_ABOVE || !due(&cfg.project, Instant::now()) {
+        return false;
+    }
+    let registry = cfg.registry();
+    let project = cfg.project.clone();
+    let mut cmd = cfg.command("squeue");
+    cmd.args(QUESTION).stdin(Io::null()).stderr(Io::null());
+    pool::spawn(Box::new(move || {
+        let _ = mark_forgotten(&registry, &project, cmd);
+    }))
+    .is_ok()
+}
+
+/// What the controller is asked: every job of the caller it holds, in every state and
+/// partition, as its job id and its array's job id (an array is recorded by the latter; a
+/// heterogeneous job by its first component's, which is its own job id).
+pub const QUESTION: &[&str] = &["--noheader", "--me", "--all", "--states=all", "--format=%A %F"];
+
+/// Whether `project` is due a question at `now`; if so, its time is taken.
+fn due(project: &Path, now: Instant) -> bool {
+    static ASKED: Mutex<Option<HashMap<PathBuf, Instant>>> = Mutex::new(None);
+    let mut asked = ASKED.lock().unwrap_or_else(|p| p.into_inner());
+    let asked = asked.get_or_insert_with(HashMap::new);
+    match asked.get(project) {
+        Some(last) if now.saturating_duration_since(*last) < PROBE_EVERY => false,
+        _ => {
+            asked.insert(project.to_path_buf(), now);
+            true
+        }
+    }
+}
+
+/// Asks (`cmd` is squeue with `QUESTION`) and marks the project's live jobs the answer lacks.
+/// The live list is read before the question: a job recorded after it was submitted before
+/// its record, so the controller held it when asked.
+pub fn mark_forgotten(registry: &Registry, project: &Path, cmd: RealCommand) -> Result<Vec<u32>, String> {
+    let live = registry.live_jobs(Scope::Project, "", project);
+    let (out, status) = crate::bounded::capture(cmd, MAX_ANSWER, TIMEOUT)?;
+    if !status.success() {
+        return Err(format!("squeue answered {status}"));
+    }
+    let held = held_ids(&out).ok_or("squeue's answer is not a list of job ids")?;
+    let gone: Vec<u32> = live.into_iter().filter(|j| !held.contains(j)).collect();
+    registry.mark_gone(project, &gone).map_err(|e| e.to_string())?;
+    Ok(gone)
+}
+
+/// Every id in squeue's answer to `QUESTION`, or None if any word is not a job id: an answer
+/// that cannot be read whole must not make a held job look forgotten.
+pub fn held_ids(out: &[u8]) -> Option<BTreeSet<u32>> {
+    let text = std::str::from_utf8(out).ok()?;
+    let mut ids = BTreeSet::new();
+    for word in text.split_ascii_whitespace() {
+        ids.insert(word.parse::<u32>().ok()?);
+    }
+    Some(ids)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_is_read_whole_or_not_at_all() {
+        assert_eq!(held_ids(b"12 12\n40 31\n41 31\n"), Some([12, 31, 40, 41].into()));
+        assert_eq!(held_ids(b""), Some(BTreeSet::new()), "no job held: every live one is gone");
+        assert_eq!(held_ids(b"12 12\n13_[1-3] 13\n"), None);
+        assert_eq!(held_ids(b"12 12\nslurm_load_jobs error\n"), None);
+        assert_eq!(held_ids(b"12 \xff\n"), None);
+    }
+
+    #[test]
+    fn a_project_is_asked_about_at_most_once_a_minute() {
+        let (p, q) = (Path::new("/home/u/due-p"), Path::new("/home/u/due-q"));
+        let t = Instant::now();
+        assert!(due(p, t));
+        assert!(!due(p, t + Duration::from_secs(59)));
+        assert!(due(q, t + Duration::from_secs(1)), "another project has its own minute");
+        assert!(due(p, t + Duration::from_secs(61)));
+    }
+
+    #[test]
+    fn jobs_the_answer_lacks_are_marked_gone_and_a_failed_answer_marks_none() {
+        let dir = std::env::temp_dir().join(format!("chaperon-forgotten-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let r = Registry::new(&dir);
+        let p = PathBuf::from("/home/u/p");
+        for job in [5, 6, 7, 31] {
+            r.add(&crate::scope::Entry { job, session: "s".into(), project: p.clone() }).unwrap();
+        }
+        let answer = |text: &str, code: i32| {
+            let mut c = RealCommand::new("/bin/sh");
+            c.args(["-c", &format!("printf '{text}'; exit {code}")]);
+            c
+        };
+        assert!(mark_forgotten(&r, &p, answer("6 6\\n", 1)).is_err());
+        assert!(mark_forgotten(&r, &p, answer("6 6\\nerror\\n", 0)).is_err());
+        assert_eq!(r.live_jobs(Scope::Project, "", &p), [5, 6, 7, 31], "nothing marked on a failed answer");
+        // 40 is a task of array 31: the array is held.
+        assert_eq!(mark_forgotten(&r, &p, answer("6 6\\n40 31\\n", 0)).unwrap(), [5, 7]);
+        assert_eq!(r.live_jobs(Scope::Project, "", &p), [6, 31]);
+        assert_eq!(r.jobs(Scope::Project, "", &p), [5, 6, 7, 31]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
