@@ -132,7 +132,8 @@ fn a_job_the_controller_forgot_leaves_squeue_answering_as_without_it() {
     let out = j.run("true");
     assert_eq!(out.code, 0, "{out}");
     let state = j.rig.home.join(".local/state/agent-sandbox");
-    let entry = chaperon::scope::Entry { job: 67_000_000, session: "gone".into(), project: j.project.clone() };
+    let entry =
+        chaperon::scope::Entry { job: 67_000_000, session: "gone".into(), project: j.project.clone(), cluster: None };
     chaperon::scope::Registry::new(&state).add(&entry).expect("record the job");
     let scope = state.join(chaperon::scope::DIR);
     for f in std::iter::once(scope.clone()).chain(std::fs::read_dir(&scope).unwrap().flatten().map(|e| e.path())) {
@@ -220,11 +221,13 @@ fn jobs_the_controller_forgot_leave_squeues_list_and_held_ones_stay() {
         .expect("the project's scope record");
     // The record of an earlier run of this test (same project path) is not this one's.
     let text = std::fs::read_to_string(&record).unwrap();
-    let mut lines: String =
-        text.lines().filter(|l| l.contains(&format!("\"job\":{held},"))).map(|l| format!("{l}\n")).collect();
+    let held_line = text.lines().find(|l| l.contains(&format!("\"job\":{held},"))).expect("the held job's record");
+    assert!(held_line.contains("\"cluster\":"), "a job is recorded with its cluster: {held_line}");
+    let mut lines = format!("{held_line}\n");
     let forged: Vec<u32> = (0..70).map(|i| 60_000_000 + i).collect();
     for id in &forged {
-        lines.push_str(&format!("{{\"job\":{id},\"session\":\"old\",{needle}}}\n"));
+        lines.push_str(&held_line.replace(&format!("\"job\":{held},"), &format!("\"job\":{id},")));
+        lines.push('\n');
     }
     std::fs::write(&record, lines).unwrap();
     // The first call finds 71 ids and asks after its answer; the session lives on meanwhile.
@@ -236,9 +239,12 @@ fn jobs_the_controller_forgot_leave_squeues_list_and_held_ones_stay() {
     );
     let text = std::fs::read_to_string(&record).unwrap();
     for id in &forged {
-        assert!(text.contains(&format!("{{\"gone\":{id}}}")), "{id} is not marked gone: {text}");
+        assert!(text.contains(&format!("{{\"gone\":{id},")), "{id} is not marked gone: {text}");
     }
-    assert!(!text.contains(&format!("{{\"gone\":{held}}}")), "a held job was marked gone: {text}");
+    assert!(!text.contains(&format!("{{\"gone\":{held},")), "a held job was marked gone: {text}");
+    // Named by id, a forgotten job is answered as squeue answers it: an error.
+    let out = j.run(&format!("squeue -h -j {}; echo named=$?", forged[0]));
+    assert!(out.stdout.contains("named=1"), "{out}");
 }
 
 #[test]

@@ -12,7 +12,7 @@
 //! An id the answer lacks is marked gone; a failed or unreadable answer marks nothing.
 
 use crate::pool;
-use crate::scope::{Registry, Scope};
+use crate::scope::Registry;
 use crate::session::Config;
 use crate::spawn::{Io, RealCommand};
 use std::collections::{BTreeSet, HashMap};
@@ -34,7 +34,12 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// project's live jobs the controller still holds, if the list is long and the project was not
 /// asked about lately. Returns whether a question was started.
 pub fn probe_if_long(cfg: &Config, listed: usize) -> bool {
-    if listed <= PROBE_ABOVE || !due(&cfg.project, Instant::now()) {
+    if listed <= PROBE_ABOVE {
+        return false;
+    }
+    // Only the local controller is asked, so only the jobs recorded on it can be marked.
+    let Some(cluster) = cfg.cluster_name().map(str::to_string) else { return false };
+    if !due(&cfg.project, Instant::now()) {
         return false;
     }
     let registry = cfg.registry();
@@ -42,15 +47,17 @@ pub fn probe_if_long(cfg: &Config, listed: usize) -> bool {
     let mut cmd = cfg.command("squeue");
     cmd.args(QUESTION).stdin(Io::null()).stderr(Io::null());
     pool::spawn(Box::new(move || {
-        let _ = mark_forgotten(&registry, &project, cmd);
+        let _ = mark_forgotten(&registry, &project, &cluster, cmd);
     }))
     .is_ok()
 }
 
 /// What the controller is asked: every job of the caller it holds, in every state and
 /// partition, as its job id and its array's job id (an array is recorded by the latter; a
-/// heterogeneous job by its first component's, which is its own job id).
-pub const QUESTION: &[&str] = &["--noheader", "--me", "--all", "--states=all", "--format=%A %F"];
+/// heterogeneous job by its first component's, which is its own job id). `--local`: in a
+/// federation squeue asks every cluster and leaves out, with status 0, one that does not
+/// answer; the local one must answer or nothing is marked.
+pub const QUESTION: &[&str] = &["--noheader", "--local", "--me", "--all", "--states=all", "--format=%A %F"];
 
 /// Whether `project` is due a question at `now`; if so, its time is taken.
 fn due(project: &Path, now: Instant) -> bool {
@@ -66,19 +73,27 @@ fn due(project: &Path, now: Instant) -> bool {
     }
 }
 
-/// Asks (`cmd` is squeue with `QUESTION`) and marks the project's live jobs the answer lacks.
-/// The live list is read before the question: a job recorded after it was submitted before
-/// its record, so the controller held it when asked.
-pub fn mark_forgotten(registry: &Registry, project: &Path, cmd: RealCommand) -> Result<Vec<u32>, String> {
-    let live = registry.live_jobs(Scope::Project, "", project);
+/// Asks `cluster`'s controller (`cmd` is squeue with `QUESTION`) and marks the project's live
+/// jobs recorded on it that the answer lacks. The live list is read before the question: a job
+/// recorded after it was submitted before its record, so the controller held it when asked;
+/// one recorded again meanwhile is not marked (`Registry::mark_gone`).
+pub fn mark_forgotten(
+    registry: &Registry,
+    project: &Path,
+    cluster: &str,
+    cmd: RealCommand,
+) -> Result<Vec<u32>, String> {
+    let (live, since) = registry.live_jobs_on(project, cluster);
+    if live.is_empty() {
+        return Ok(vec![]);
+    }
     let (out, status) = crate::bounded::capture(cmd, MAX_ANSWER, TIMEOUT)?;
     if !status.success() {
         return Err(format!("squeue answered {status}"));
     }
     let held = held_ids(&out).ok_or("squeue's answer is not a list of job ids")?;
     let gone: Vec<u32> = live.into_iter().filter(|j| !held.contains(j)).collect();
-    registry.mark_gone(project, &gone).map_err(|e| e.to_string())?;
-    Ok(gone)
+    registry.mark_gone(project, cluster, &gone, since).map_err(|e| e.to_string())
 }
 
 /// Every id in squeue's answer to `QUESTION`, or None if any word is not a job id: an answer
@@ -95,6 +110,7 @@ pub fn held_ids(out: &[u8]) -> Option<BTreeSet<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scope::Scope;
 
     #[test]
     fn an_answer_is_read_whole_or_not_at_all() {
@@ -122,18 +138,20 @@ mod tests {
         let r = Registry::new(&dir);
         let p = PathBuf::from("/home/u/p");
         for job in [5, 6, 7, 31] {
-            r.add(&crate::scope::Entry { job, session: "s".into(), project: p.clone() }).unwrap();
+            r.add(&crate::scope::Entry { job, session: "s".into(), project: p.clone(), cluster: Some("tc".into()) })
+                .unwrap();
         }
         let answer = |text: &str, code: i32| {
             let mut c = RealCommand::new("/bin/sh");
             c.args(["-c", &format!("printf '{text}'; exit {code}")]);
             c
         };
-        assert!(mark_forgotten(&r, &p, answer("6 6\\n", 1)).is_err());
-        assert!(mark_forgotten(&r, &p, answer("6 6\\nerror\\n", 0)).is_err());
+        assert!(mark_forgotten(&r, &p, "tc", answer("6 6\\n", 1)).is_err());
+        assert!(mark_forgotten(&r, &p, "tc", answer("6 6\\nerror\\n", 0)).is_err());
         assert_eq!(r.live_jobs(Scope::Project, "", &p), [5, 6, 7, 31], "nothing marked on a failed answer");
+        assert!(mark_forgotten(&r, &p, "other", answer("", 0)).unwrap().is_empty(), "no job recorded on it");
         // 40 is a task of array 31: the array is held.
-        assert_eq!(mark_forgotten(&r, &p, answer("6 6\\n40 31\\n", 0)).unwrap(), [5, 7]);
+        assert_eq!(mark_forgotten(&r, &p, "tc", answer("6 6\\n40 31\\n", 0)).unwrap(), [5, 7]);
         assert_eq!(r.live_jobs(Scope::Project, "", &p), [6, 31]);
         assert_eq!(r.jobs(Scope::Project, "", &p), [5, 6, 7, 31]);
         std::fs::remove_dir_all(&dir).unwrap();

@@ -59,11 +59,12 @@ pub struct JobSpec {
     /// instead of the batch script with its output files.
     #[serde(default)]
     pub command: Option<Vec<String>>,
-    /// Where the caller ran sbatch or srun (inside the project): the job's
-    /// `SLURM_SUBMIT_DIR`. The real command runs in the job directory, which is what it
-    /// would report, and which the job's jail does not show. None in directories written
-    /// before this field: the node's value stands.
-    #[serde(default)]
+    /// Where the caller ran sbatch or srun (inside the project), when it is not `cwd` (a
+    /// `--chdir`): the job's `SLURM_SUBMIT_DIR`, which is `cwd` otherwise. The real command
+    /// runs outside the project, which is what it would report, and which the job's jail does
+    /// not show. Written only when it differs, so that a node with an older reader
+    /// (`deny_unknown_fields`) still reads the usual directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submit_dir: Option<PathBuf>,
 }
 
@@ -117,7 +118,7 @@ impl JobSpec {
                 env.push((k.clone(), v.clone()));
             }
         }
-        if let Some(d) = self.submit_dir.as_deref().and_then(Path::to_str) {
+        if let Some(d) = self.submit_dir.as_deref().unwrap_or(&self.cwd).to_str() {
             env.retain(|(n, _)| n != "SLURM_SUBMIT_DIR");
             env.push(("SLURM_SUBMIT_DIR".into(), d.to_string()));
         }
@@ -368,7 +369,13 @@ mod tests {
                 .collect();
         let mut env = spec.environment(&node);
         env.sort();
-        let want = [("A", "1"), ("SLURMD_NODENAME", "n"), ("SLURM_EXPORT_ENV", "NONE"), ("SLURM_JOB_ID", "7")];
+        let want = [
+            ("A", "1"),
+            ("SLURMD_NODENAME", "n"),
+            ("SLURM_EXPORT_ENV", "NONE"),
+            ("SLURM_JOB_ID", "7"),
+            ("SLURM_SUBMIT_DIR", "/p"),
+        ];
         assert_eq!(env, want.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>());
         spec.slurm_export_env = None;
         assert!(!spec.environment(&node).iter().any(|(k, _)| k == "SLURM_EXPORT_ENV" || k == "PATH"));
@@ -376,7 +383,7 @@ mod tests {
 
     #[test]
     fn a_job_is_told_where_the_caller_submitted_it_not_the_job_directory() {
-        // A directory written before the field: no submit_dir, the node's value stands.
+        // No submit_dir (submitted from the job's own directory, or written before the field).
         let mut spec = JobSpec::parse(
             br#"{"version":2,"session":"s","project":"/p","cwd":"/p","policy":"{}","export":null,
                 "output":"o","error":null,"input":null,"append":false,"job_name":"j","script_args":[]}"#,
@@ -389,9 +396,11 @@ mod tests {
                 env.iter().filter(|(k, _)| k == "SLURM_SUBMIT_DIR").map(|(_, v)| v.as_str()).collect();
             found.join(",")
         };
-        assert_eq!(submit(&spec), "/home/u/.local/state/agent-sandbox/jobs/x");
+        assert_eq!(submit(&spec), "/p", "the job's directory when submitted from it");
+        assert!(!serde_json::to_string(&spec).unwrap().contains("submit_dir"), "an older reader reads it");
+        spec.cwd = "/p/run".into();
         spec.submit_dir = Some("/p/sub".into());
-        assert_eq!(submit(&spec), "/p/sub");
+        assert_eq!(submit(&spec), "/p/sub", "submitted from /p/sub with --chdir=/p/run");
         let back = JobSpec::parse(serde_json::to_string(&spec).unwrap().as_bytes()).unwrap();
         assert_eq!(back.submit_dir.as_deref(), Some(Path::new("/p/sub")));
     }

@@ -5,6 +5,7 @@
 //! and the user's own `--comment` stays theirs.
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -41,6 +42,11 @@ pub struct Entry {
     pub job: u32,
     pub session: String,
     pub project: PathBuf,
+    /// The cluster the job was submitted to, when known: a home shared by two clusters holds
+    /// one record per project for both, and only the local controller's answer may mark a job
+    /// gone. Records written before this field have none and are never marked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 pub struct Registry {
@@ -76,19 +82,19 @@ impl Registry {
         line.push(b'\n');
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir)?;
-        let mut f = std::fs::OpenOptions::new()
+        let f = std::fs::OpenOptions::new()
             .append(true)
             .create(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(self.file(&e.project))?;
-        f.write_all(&line)
+        append_locked(f, &line)
     }
 
     /// The job ids in scope for this session and project, oldest first: every one recorded
     /// (sacct's view, which reaches back past what the controller holds).
     pub fn jobs(&self, scope: Scope, session: &str, project: &Path) -> Vec<u32> {
-        self.read(scope, session, project).into_keys().collect()
+        self.read(&self.text(project), |e| in_scope(e, scope, session, project)).into_keys().collect()
     }
 
     /// The job ids in scope that the controller may still hold: `jobs` less those marked gone
@@ -96,49 +102,112 @@ impl Registry {
     /// each id it is given, so a list that kept every job of a project's history would make
     /// each call slower, and past 128 KiB of ids impossible.
     pub fn live_jobs(&self, scope: Scope, session: &str, project: &Path) -> Vec<u32> {
-        self.read(scope, session, project).into_iter().filter(|(_, live)| *live).map(|(j, _)| j).collect()
+        let jobs = self.read(&self.text(project), |e| in_scope(e, scope, session, project));
+        jobs.into_iter().filter(|(_, (live, _))| *live).map(|(j, _)| j).collect()
     }
 
-    /// Records that the controller no longer holds these jobs of `project` (it forgets a job
-    /// `MinJobAge` after its end). One `write` with O_APPEND, like `add`; a job recorded again
-    /// later (ids start over past `MaxJobId`) is live again.
-    pub fn mark_gone(&self, project: &Path, jobs: &[u32]) -> std::io::Result<()> {
+    /// The project's live jobs recorded on `cluster`, and the record's length when read: what
+    /// a question to that cluster's controller may mark gone (`mark_gone`).
+    pub fn live_jobs_on(&self, project: &Path, cluster: &str) -> (Vec<u32>, usize) {
+        let text = self.text(project);
+        let jobs = self.read(&text, |e| e.project == project && e.cluster.as_deref() == Some(cluster));
+        (jobs.into_iter().filter(|(_, (live, _))| *live).map(|(j, _)| j).collect(), text.len())
+    }
+
+    /// Records that `cluster`'s controller no longer holds these jobs of `project` (it forgets
+    /// a job `MinJobAge` after its end). `since` is the record's length when the jobs were
+    /// read: a job recorded again after it (job ids start over past `MaxJobId`) is a new one
+    /// and stays live, as does one recorded again later. Returns the ids marked.
+    pub fn mark_gone(&self, project: &Path, cluster: &str, jobs: &[u32], since: usize) -> std::io::Result<Vec<u32>> {
         if jobs.is_empty() {
-            return Ok(());
+            return Ok(vec![]);
         }
-        let mut lines = Vec::new();
-        for job in jobs {
-            serde_json::to_writer(&mut lines, &Gone { gone: *job }).map_err(std::io::Error::other)?;
-            lines.push(b'\n');
-        }
-        let mut f = std::fs::OpenOptions::new()
+        let f = std::fs::OpenOptions::new()
+            .read(true)
             .append(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(self.file(project))?;
-        f.write_all(&lines)
+        let _lock = Locked::new(&f)?;
+        let mut later = String::new();
+        use std::io::{Read, Seek};
+        (&f).seek(std::io::SeekFrom::Start(since as u64))?;
+        (&f).take(64 << 20).read_to_string(&mut later).map_err(std::io::Error::other)?;
+        let again = self.read(&later, |e| e.project == project);
+        let marked: Vec<u32> = jobs.iter().copied().filter(|j| !again.contains_key(j)).collect();
+        let mut lines = Vec::new();
+        for job in &marked {
+            serde_json::to_writer(&mut lines, &Gone { gone: *job, cluster: cluster.to_string() })
+                .map_err(std::io::Error::other)?;
+            lines.push(b'\n');
+        }
+        (&f).write_all(&lines)?;
+        Ok(marked)
     }
 
-    /// Each job of the scope, with whether it is live (not marked gone since its last record).
-    fn read(&self, scope: Scope, session: &str, project: &Path) -> std::collections::BTreeMap<u32, bool> {
-        let text = std::fs::read_to_string(self.file(project)).unwrap_or_default();
-        let mut jobs = std::collections::BTreeMap::new();
+    fn text(&self, project: &Path) -> String {
+        std::fs::read_to_string(self.file(project)).unwrap_or_default()
+    }
+
+    /// Each job of `text` that `mine` keeps, with whether it is live (not marked gone by its
+    /// cluster since its last record) and its cluster.
+    fn read(&self, text: &str, mine: impl Fn(&Entry) -> bool) -> BTreeMap<u32, (bool, Option<String>)> {
+        let mut jobs = BTreeMap::new();
         for line in text.lines() {
             if let Ok(e) = serde_json::from_str::<Entry>(line) {
-                let mine = match scope {
-                    Scope::Session => e.session == session && e.project == project,
-                    Scope::Project => e.project == project,
-                };
-                if mine {
-                    jobs.insert(e.job, true);
+                if mine(&e) {
+                    jobs.insert(e.job, (true, e.cluster));
                 }
             } else if let Ok(g) = serde_json::from_str::<Gone>(line) {
-                if let Some(live) = jobs.get_mut(&g.gone) {
-                    *live = false;
+                if let Some((live, cluster)) = jobs.get_mut(&g.gone) {
+                    if cluster.as_deref() == Some(g.cluster.as_str()) {
+                        *live = false;
+                    }
                 }
             }
         }
         jobs
+    }
+}
+
+fn in_scope(e: &Entry, scope: Scope, session: &str, project: &Path) -> bool {
+    match scope {
+        Scope::Session => e.session == session && e.project == project,
+        Scope::Project => e.project == project,
+    }
+}
+
+/// One append under an exclusive `flock`: on NFS, O_APPEND alone lets two hosts write at the
+/// same offset (each client appends at the size it knows), and taking the lock makes the
+/// client look again.
+fn append_locked(f: std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+    let _lock = Locked::new(&f)?;
+    (&f).write_all(bytes)
+}
+
+struct Locked<'a>(&'a std::fs::File);
+
+impl<'a> Locked<'a> {
+    fn new(f: &'a std::fs::File) -> std::io::Result<Locked<'a>> {
+        use std::os::fd::AsRawFd;
+        loop {
+            // SAFETY: flock on a descriptor this function borrows; no memory is passed.
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
+                return Ok(Locked(f));
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: as in `new`; the lock also ends with the descriptor.
+        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
     }
 }
 
@@ -147,6 +216,8 @@ impl Registry {
 #[serde(deny_unknown_fields)]
 struct Gone {
     gone: u32,
+    /// Whose controller said so: it marks only the jobs recorded on that cluster.
+    cluster: String,
 }
 
 #[cfg(test)]
@@ -160,7 +231,7 @@ mod tests {
         let r = Registry::new(&dir);
         let (p, q) = (PathBuf::from("/home/u/p"), PathBuf::from("/home/u/q"));
         for (job, s, proj) in [(1, "a", &p), (2, "b", &p), (3, "a", &q), (2, "b", &p)] {
-            r.add(&Entry { job, session: s.into(), project: proj.clone() }).unwrap();
+            r.add(&Entry { job, session: s.into(), project: proj.clone(), cluster: None }).unwrap();
         }
         std::fs::OpenOptions::new().append(true).open(r.file(&p)).unwrap().write_all(b"garbage\n").unwrap();
         assert_eq!(r.jobs(Scope::Project, "a", &p), [1, 2]);
@@ -176,16 +247,32 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let r = Registry::new(&dir);
         let p = PathBuf::from("/home/u/p");
+        let entry = |job: u32, session: &str, cluster: Option<&str>| Entry {
+            job,
+            session: session.into(),
+            project: p.clone(),
+            cluster: cluster.map(str::to_string),
+        };
         for job in [5, 6, 7] {
-            r.add(&Entry { job, session: "a".into(), project: p.clone() }).unwrap();
+            r.add(&entry(job, "a", Some("tc"))).unwrap();
         }
-        r.mark_gone(&p, &[5, 7, 99]).unwrap();
-        std::fs::OpenOptions::new().append(true).open(r.file(&p)).unwrap().write_all(b"{\"gone\":\"6\"}\n").unwrap();
-        assert_eq!(r.live_jobs(Scope::Project, "a", &p), [6], "6's forged mark is no mark");
-        assert_eq!(r.jobs(Scope::Project, "a", &p), [5, 6, 7], "sacct still sees every job");
-        r.add(&Entry { job: 5, session: "b".into(), project: p.clone() }).unwrap();
-        assert_eq!(r.live_jobs(Scope::Project, "a", &p), [5, 6], "recorded again after its mark: live");
-        assert_eq!(r.live_jobs(Scope::Session, "a", &p), [6], "the session's own record of 5 stays gone");
+        r.add(&entry(8, "a", Some("other"))).unwrap();
+        r.add(&entry(9, "a", None)).unwrap();
+        let (live, since) = r.live_jobs_on(&p, "tc");
+        assert_eq!(live, [5, 6, 7], "only the jobs recorded on the cluster asked");
+        // Recorded again between the question and its answer: a new job with that id.
+        r.add(&entry(7, "b", Some("tc"))).unwrap();
+        assert_eq!(r.mark_gone(&p, "tc", &[5, 7, 8, 9], since).unwrap(), [5, 8, 9]);
+        std::fs::OpenOptions::new().append(true).open(r.file(&p)).unwrap().write_all(b"{\"gone\":6}\n").unwrap();
+        assert_eq!(
+            r.live_jobs(Scope::Project, "a", &p),
+            [6, 7, 8, 9],
+            "6's mark names no cluster; 8 was recorded on another and 9 on none: no mark applies"
+        );
+        assert_eq!(r.jobs(Scope::Project, "a", &p), [5, 6, 7, 8, 9], "sacct still sees every job");
+        r.add(&entry(5, "b", Some("tc"))).unwrap();
+        assert_eq!(r.live_jobs(Scope::Project, "a", &p), [5, 6, 7, 8, 9], "recorded again after its mark: live");
+        assert_eq!(r.live_jobs(Scope::Session, "a", &p), [6, 7, 8, 9], "session a's own record of 5 stays gone");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

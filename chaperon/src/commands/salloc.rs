@@ -48,7 +48,12 @@ fn note(cfg: &crate::session::Config, job: u32) {
 /// Makes `job` the session's: in its scope (to see and cancel), and noted for the cleanup.
 fn adopt(cfg: &crate::session::Config, job: u32) {
     note(cfg, job);
-    let _ = cfg.registry().add(&Entry { job, session: cfg.session.clone(), project: cfg.project.clone() });
+    let _ = cfg.registry().add(&Entry {
+        job,
+        session: cfg.session.clone(),
+        project: cfg.project.clone(),
+        cluster: cfg.cluster_name().map(str::to_string),
+    });
 }
 
 fn unnote(cfg: &crate::session::Config, job: u32) {

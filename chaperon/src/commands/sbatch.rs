@@ -462,7 +462,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         slurm_export_env: export_request(asked.export, req).filter(|e| !e.eq_ignore_ascii_case("ALL")),
         job_name: asked.job_name.clone(),
         script_args: parsed.script_args.clone(),
-        submit_dir: Some(cwd.clone()),
+        submit_dir: (cwd != job_cwd).then(|| cwd.clone()),
         ..JobSpec::for_session(cfg, &job_cwd, export)
     };
     let job_dir = JobDir::name(cfg).map_err(Refusal::Failed)?;
@@ -489,9 +489,10 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     // the kill, never a job without its directory.
     let script_in = child.stdin.take();
     if let Err(e) = job_dir.write(&spec, &script) {
-        drop(script_in);
+        // Killed before its stdin closes, so that it prints nothing of an empty script.
         let _ = child.kill();
         let _ = child.wait();
+        drop(script_in);
         return Err(Refusal::Failed(e));
     }
     if let Some(mut script_in) = script_in {
@@ -509,8 +510,12 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     match id {
         Some(job) if parsed.last("test-only").is_none() => {
             call.audit.job = Some(job);
-            let recorded =
-                cfg.registry().add(&Entry { job, session: cfg.session.clone(), project: cfg.project.clone() });
+            let recorded = cfg.registry().add(&Entry {
+                job,
+                session: cfg.session.clone(),
+                project: cfg.project.clone(),
+                cluster: cfg.cluster_name().map(str::to_string),
+            });
             if let Err(e) = recorded {
                 let _ = writeln!(std::io::stderr(), "job {job} submitted but not recorded in scope: {e}");
             }

@@ -6,7 +6,7 @@
 
 use crate::bounded::{MAX_CAPTURE, QUERY_TIMEOUT};
 use crate::call::{Call, Stdio};
-use crate::checks::{live_jobs_in_scope, local_cluster_only, only_caller};
+use crate::checks::{jobs_in_scope, live_jobs_in_scope, local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, Syntax, PLAIN, STEPS};
 use crate::refusal::Refusal;
@@ -189,9 +189,16 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     let (req, cfg) = (call.req, call.cfg);
     let parsed = parse_squeue(&req.argv)?;
     only_caller(&parsed.users, cfg)?;
-    let live = live_jobs_in_scope(req, cfg)?;
-    let listed = live.len();
-    let ids = parsed.in_view(live);
+    // Jobs named by id are looked for among every job the scope recorded, so that one the
+    // controller forgot is answered as squeue answers it (an error for `-j` of one job, which
+    // tools take for "ended"); a listing of the scope gets the jobs the controller may hold.
+    let named = [&parsed.jobs, &parsed.steps].iter().any(|l| l.as_ref().is_some_and(|l| !l.is_empty()));
+    let scope = match named {
+        true => jobs_in_scope(req, cfg)?,
+        false => live_jobs_in_scope(req, cfg)?,
+    };
+    let listed = if named { 0 } else { scope.len() };
+    let ids = parsed.in_view(scope);
     let cluster = local_cluster_only(&parsed.options, "clusters", cfg.cluster_name())?;
     let mut cmd = cfg.command("squeue");
     cmd.args(parsed.real_args(&ids, cluster));

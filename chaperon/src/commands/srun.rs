@@ -356,7 +356,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         error: asked.error.map(str::to_owned),
         input: asked.input.map(str::to_owned),
         append: asked.append,
-        submit_dir: Some(cwd.clone()),
+        submit_dir: (cwd != job_cwd).then(|| cwd.clone()),
         ..JobSpec::for_session(cfg, &job_cwd, export)
     };
     let (dir, _) = write_job_dir(cfg, &spec, "").map_err(Refusal::Failed)?;

@@ -311,7 +311,9 @@ mod tests {
         let release = nix::sys::utsname::uname().expect("uname").release().to_string_lossy().into_owned();
         let mut v = release.split(|c: char| !c.is_ascii_digit()).filter_map(|n| n.parse::<u32>().ok());
         let has_it = (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (6, 6);
-        assert_eq!(notify::wake_up_on_the_same_cpu(listener.as_fd()), has_it, "kernel {release}");
+        // Older kernels refuse it (EINVAL) unless a distribution backported it.
+        let took = notify::wake_up_on_the_same_cpu(listener.as_fd());
+        assert!(took || !has_it, "kernel {release} has SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP but refused it");
         end.send(()).expect("tell the thread to end");
         t.join().expect("the filtered thread ends");
     }
