@@ -352,10 +352,6 @@ impl Launch {
         };
         let plan = plan::build(&policy, &facts, &host::RealFs::default(), &req)?;
         timing::mark("plan");
-        let mut early = early;
-        if let Some(e) = early.as_mut() {
-            e.hand_plan(&plan);
-        }
         // A claim the plan has no use for (no tun0 after a fallback) is given back now.
         let peer_claim = peer_claim.and_then(|c| if plan.net.peer.is_some() { c.keep() } else { None });
         if let Some(j) = &mut jobs {

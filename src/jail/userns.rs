@@ -30,8 +30,6 @@ pub struct Early {
     launched: Option<Launched>,
     shape: init::Shape,
     ids: (u32, u32, GroupsPlan),
-    /// The plan was handed over (`hand_plan`): PID 1 is building the jail.
-    handed: bool,
 }
 
 impl Early {
@@ -41,7 +39,7 @@ impl Early {
         let launched = clone_jail(&shape)?;
         crate::timing::mark("cloned");
         tracing::debug!(init = launched.pid.as_raw(), "jail init cloned");
-        let early = Early { launched: Some(launched), shape, ids: (uid, gid, groups), handed: false };
+        let early = Early { launched: Some(launched), shape, ids: (uid, gid, groups) };
         let pid = early.pid();
         write_id_maps(pid, uid, gid, &early.ids.2)?;
         msg::send(early.sock(), &Msg::Go).map_err(|e| JailError::Channel(e.to_string()))?;
@@ -51,19 +49,6 @@ impl Early {
     /// PID 1 for `plan`, cloned now (where none was cloned before the plan).
     fn for_plan(plan: &Plan) -> Result<Early, JailError> {
         Early::clone(shape_of(plan), plan.uid, plan.gid, plan.groups.clone())
-    }
-
-    /// Hands `plan` to PID 1 as soon as it exists, where PID 1 fits it: PID 1 builds the
-    /// jail's root (most of a millisecond of mounts) while the launcher writes its records
-    /// and readies the session. Nothing of the jail runs before `run` says so (`Msg::Start`).
-    /// A failed hand-over is left for `run` to try again and report.
-    pub fn hand_plan(&mut self, plan: &Plan) {
-        if self.handed || !self.fits(plan) {
-            return;
-        }
-        if let Ok(blueprint) = Blueprint::of(plan).to_fd() {
-            self.handed = msg::send(self.sock(), &Msg::Plan(blueprint)).is_ok();
-        }
     }
 
     /// Whether this PID 1 was cloned as `plan` needs it.
@@ -128,15 +113,9 @@ pub fn run(
     // reaps PID 1.
     let mask = relay::block_signals();
     let (pid, sock) = (early.pid(), early.sock());
-    let blueprint = match early.handed {
-        true => None,
-        false => Some(
-            Blueprint::of(plan)
-                .to_fd()
-                .map_err(|e| JailError::Build(format!("cannot hand the plan to the jail: {e}")))?,
-        ),
-    };
-    if blueprint.is_some_and(|b| msg::send(sock, &Msg::Plan(b)).is_err()) {
+    let blueprint =
+        Blueprint::of(plan).to_fd().map_err(|e| JailError::Build(format!("cannot hand the plan to the jail: {e}")))?;
+    if msg::send(sock, &Msg::Plan(blueprint)).is_err() {
         // PID 1 ended before the plan came: it said why first, if it could.
         return Err(match msg::recv(sock) {
             Ok(Some(Msg::Error(e))) => JailError::Build(e),
