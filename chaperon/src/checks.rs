@@ -56,13 +56,13 @@ pub fn scope_of(req: &Request) -> Result<Scope, Refusal> {
 
 /// The job ids in the request's scope (an unknown `SLURM_SCOPE` is refused).
 pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
-    Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project))
+    Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project, cfg.cluster_name()))
 }
 
 /// The jobs in scope the controller may still hold (`scope::Registry::live_jobs`): what a
 /// view of the controller's jobs (squeue) is limited to.
 pub fn live_jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
-    Ok(cfg.registry().live_jobs(scope_of(req)?, &cfg.session, &cfg.project))
+    Ok(cfg.registry().live_jobs(scope_of(req)?, &cfg.session, &cfg.project, cfg.cluster_name()))
 }
 
 /// Every job of `jobs` must be one of `ids` (the scope's).

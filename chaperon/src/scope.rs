@@ -92,17 +92,19 @@ impl Registry {
     }
 
     /// The job ids in scope for this session and project, oldest first: every one recorded
-    /// (sacct's view, which reaches back past what the controller holds).
-    pub fn jobs(&self, scope: Scope, session: &str, project: &Path) -> Vec<u32> {
-        self.read(&self.text(project), |e| in_scope(e, scope, session, project)).into_keys().collect()
+    /// (sacct's view, which reaches back past what the controller holds). `cluster`: the local
+    /// cluster, when known; a job recorded on another (a home shared by two clusters) is not
+    /// in scope here, where its id names another job.
+    pub fn jobs(&self, scope: Scope, session: &str, project: &Path, cluster: Option<&str>) -> Vec<u32> {
+        self.read(&self.text(project), |e| in_scope(e, scope, session, project, cluster)).into_keys().collect()
     }
 
     /// The job ids in scope that the controller may still hold: `jobs` less those marked gone
     /// since they were recorded. squeue is given these: it compares each job it loads with
     /// each id it is given, so a list that kept every job of a project's history would make
     /// each call slower, and past 128 KiB of ids impossible.
-    pub fn live_jobs(&self, scope: Scope, session: &str, project: &Path) -> Vec<u32> {
-        let jobs = self.read(&self.text(project), |e| in_scope(e, scope, session, project));
+    pub fn live_jobs(&self, scope: Scope, session: &str, project: &Path, cluster: Option<&str>) -> Vec<u32> {
+        let jobs = self.read(&self.text(project), |e| in_scope(e, scope, session, project, cluster));
         jobs.into_iter().filter(|(_, (live, _))| *live).map(|(j, _)| j).collect()
     }
 
@@ -170,8 +172,13 @@ impl Registry {
     }
 }
 
-fn in_scope(e: &Entry, scope: Scope, session: &str, project: &Path) -> bool {
-    match scope {
+fn in_scope(e: &Entry, scope: Scope, session: &str, project: &Path, cluster: Option<&str>) -> bool {
+    let here = match (cluster, e.cluster.as_deref()) {
+        (Some(local), Some(recorded)) => local == recorded,
+        // Recorded before entries named their cluster, or no cluster name known here.
+        _ => true,
+    };
+    here && match scope {
         Scope::Session => e.session == session && e.project == project,
         Scope::Project => e.project == project,
     }
@@ -234,10 +241,10 @@ mod tests {
             r.add(&Entry { job, session: s.into(), project: proj.clone(), cluster: None }).unwrap();
         }
         std::fs::OpenOptions::new().append(true).open(r.file(&p)).unwrap().write_all(b"garbage\n").unwrap();
-        assert_eq!(r.jobs(Scope::Project, "a", &p), [1, 2]);
-        assert_eq!(r.jobs(Scope::Session, "a", &p), [1]);
-        assert_eq!(r.jobs(Scope::Session, "a", &q), [3]);
-        assert!(r.jobs(Scope::Project, "a", Path::new("/other")).is_empty());
+        assert_eq!(r.jobs(Scope::Project, "a", &p, None), [1, 2]);
+        assert_eq!(r.jobs(Scope::Session, "a", &p, None), [1]);
+        assert_eq!(r.jobs(Scope::Session, "a", &q, None), [3]);
+        assert!(r.jobs(Scope::Project, "a", Path::new("/other"), None).is_empty());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -265,14 +272,30 @@ mod tests {
         assert_eq!(r.mark_gone(&p, "tc", &[5, 7, 8, 9], since).unwrap(), [5, 8, 9]);
         std::fs::OpenOptions::new().append(true).open(r.file(&p)).unwrap().write_all(b"{\"gone\":6}\n").unwrap();
         assert_eq!(
-            r.live_jobs(Scope::Project, "a", &p),
+            r.live_jobs(Scope::Project, "a", &p, None),
             [6, 7, 8, 9],
             "6's mark names no cluster; 8 was recorded on another and 9 on none: no mark applies"
         );
-        assert_eq!(r.jobs(Scope::Project, "a", &p), [5, 6, 7, 8, 9], "sacct still sees every job");
+        assert_eq!(r.jobs(Scope::Project, "a", &p, None), [5, 6, 7, 8, 9], "sacct still sees every job");
         r.add(&entry(5, "b", Some("tc"))).unwrap();
-        assert_eq!(r.live_jobs(Scope::Project, "a", &p), [5, 6, 7, 8, 9], "recorded again after its mark: live");
-        assert_eq!(r.live_jobs(Scope::Session, "a", &p), [6, 7, 8, 9], "session a's own record of 5 stays gone");
+        assert_eq!(r.live_jobs(Scope::Project, "a", &p, None), [5, 6, 7, 8, 9], "recorded again after its mark: live");
+        assert_eq!(r.live_jobs(Scope::Session, "a", &p, None), [6, 7, 8, 9], "session a's own record of 5 stays gone");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_job_recorded_on_another_cluster_is_not_in_scope_here() {
+        let dir = std::env::temp_dir().join(format!("chaperon-clusters-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let r = Registry::new(&dir);
+        let p = PathBuf::from("/home/u/shared");
+        for (job, cluster) in [(1, Some("a")), (2, Some("b")), (3, None)] {
+            r.add(&Entry { job, session: "s".into(), project: p.clone(), cluster: cluster.map(str::to_string) })
+                .unwrap();
+        }
+        assert_eq!(r.jobs(Scope::Project, "s", &p, Some("a")), [1, 3], "on a: its own and the unnamed");
+        assert_eq!(r.live_jobs(Scope::Session, "s", &p, Some("b")), [2, 3]);
+        assert_eq!(r.jobs(Scope::Project, "s", &p, None), [1, 2, 3], "no cluster name known: every job");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -275,7 +275,7 @@ impl Admission {
             }
         };
         if ask {
-            let jobs = self.registry.jobs(Scope::Project, &self.session, &self.project);
+            let jobs = self.registry.jobs(Scope::Project, &self.session, &self.project, None);
             let wall = SystemTime::now();
             *last = Some((Instant::now(), wall, self.asker.running(&jobs).map_err(|e| e.to_string())));
         }
