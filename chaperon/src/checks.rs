@@ -54,15 +54,18 @@ pub fn scope_of(req: &Request) -> Result<Scope, Refusal> {
     Ok(Scope::from_env(req.env.get("SLURM_SCOPE").map(String::as_str))?)
 }
 
-/// The job ids in the request's scope (an unknown `SLURM_SCOPE` is refused).
+/// The job ids in the request's scope that the controller may still hold
+/// (`scope::Registry::live_jobs`; an unknown `SLURM_SCOPE` is refused): what the views of the
+/// controller's jobs show and the actions reach. A job marked gone can never be acted on again;
+/// its id, once Slurm's ids start over past `MaxJobId`, names another job.
 pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
-    Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project, cfg.cluster_name()))
+    Ok(cfg.registry().live_jobs(scope_of(req)?, &cfg.session, &cfg.project, cfg.cluster_name()))
 }
 
-/// The jobs in scope the controller may still hold (`scope::Registry::live_jobs`): what a
-/// view of the controller's jobs (squeue) is limited to.
-pub fn live_jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
-    Ok(cfg.registry().live_jobs(scope_of(req)?, &cfg.session, &cfg.project, cfg.cluster_name()))
+/// Every job id the request's scope ever recorded: the accounting's view (sacct, sreport),
+/// which reaches back past what the controller holds.
+pub fn recorded_jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
+    Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project, cfg.cluster_name()))
 }
 
 /// Every job of `jobs` must be one of `ids` (the scope's).

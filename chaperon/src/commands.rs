@@ -282,7 +282,7 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) ->
 /// for and the jobs in it now (a new job of the scope is a new key).
 fn governed(handle: Handler, source: Source, call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
-    let Ok(scope) = crate::checks::jobs_in_scope(req, cfg) else {
+    let Ok(scope) = crate::checks::recorded_jobs_in_scope(req, cfg) else {
         // An unknown scope: the handler refuses it, and a refusal asks nothing of Slurm.
         return handle(call, stdio);
     };

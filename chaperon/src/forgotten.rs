@@ -148,12 +148,12 @@ mod tests {
         };
         assert!(mark_forgotten(&r, &p, "tc", answer("6 6\\n", 1)).is_err());
         assert!(mark_forgotten(&r, &p, "tc", answer("6 6\\nerror\\n", 0)).is_err());
-        assert_eq!(r.live_jobs(Scope::Project, "", &p, None), [5, 6, 7, 31], "nothing marked on a failed answer");
+        assert_eq!(r.live_jobs(Scope::Project, "", &p, Some("tc")), [5, 6, 7, 31], "nothing marked on a failed answer");
         assert!(mark_forgotten(&r, &p, "other", answer("", 0)).unwrap().is_empty(), "no job recorded on it");
         // 40 is a task of array 31: the array is held.
         assert_eq!(mark_forgotten(&r, &p, "tc", answer("6 6\\n40 31\\n", 0)).unwrap(), [5, 7]);
-        assert_eq!(r.live_jobs(Scope::Project, "", &p, None), [6, 31]);
-        assert_eq!(r.jobs(Scope::Project, "", &p, None), [5, 6, 7, 31]);
+        assert_eq!(r.live_jobs(Scope::Project, "", &p, Some("tc")), [6, 31]);
+        assert_eq!(r.jobs(Scope::Project, "", &p, Some("tc")), [5, 6, 7, 31]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

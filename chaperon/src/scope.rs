@@ -113,7 +113,9 @@ impl Registry {
     pub fn live_jobs_on(&self, project: &Path, cluster: &str) -> (Vec<u32>, usize) {
         let text = self.text(project);
         let jobs = self.read(&text, |e| e.project == project && e.cluster.as_deref() == Some(cluster));
-        (jobs.into_iter().filter(|(_, (live, _))| *live).map(|(j, _)| j).collect(), text.len())
+        // Up to the last whole line: a line being appended now is read again after.
+        let since = text.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        (jobs.into_iter().filter(|(_, (live, _))| *live).map(|(j, _)| j).collect(), since)
     }
 
     /// Records that `cluster`'s controller no longer holds these jobs of `project` (it forgets
@@ -130,11 +132,13 @@ impl Registry {
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(self.file(project))?;
-        let _lock = Locked::new(&f)?;
-        let mut later = String::new();
+        // Marks are an optimisation: without the lock (none to be had, or held too long by
+        // another host), none are written.
+        let Some(_lock) = Locked::new(&f) else { return Ok(vec![]) };
+        let mut later = Vec::new();
         use std::io::{Read, Seek};
         (&f).seek(std::io::SeekFrom::Start(since as u64))?;
-        (&f).take(64 << 20).read_to_string(&mut later).map_err(std::io::Error::other)?;
+        (&f).take(MAX_RECORD).read_to_end(&mut later)?;
         let again = self.read(&later, |e| e.project == project);
         let marked: Vec<u32> = jobs.iter().copied().filter(|j| !again.contains_key(j)).collect();
         let mut lines = Vec::new();
@@ -147,20 +151,27 @@ impl Registry {
         Ok(marked)
     }
 
-    fn text(&self, project: &Path) -> String {
-        std::fs::read_to_string(self.file(project)).unwrap_or_default()
+    /// The record's bytes (at most `MAX_RECORD`), nothing if it cannot be read. Lines are
+    /// parsed one by one: a torn or garbled line is skipped, never the whole record.
+    fn text(&self, project: &Path) -> Vec<u8> {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        if let Ok(f) = std::fs::File::open(self.file(project)) {
+            let _ = f.take(MAX_RECORD).read_to_end(&mut bytes);
+        }
+        bytes
     }
 
     /// Each job of `text` that `mine` keeps, with whether it is live (not marked gone by its
     /// cluster since its last record) and its cluster.
-    fn read(&self, text: &str, mine: impl Fn(&Entry) -> bool) -> BTreeMap<u32, (bool, Option<String>)> {
+    fn read(&self, text: &[u8], mine: impl Fn(&Entry) -> bool) -> BTreeMap<u32, (bool, Option<String>)> {
         let mut jobs = BTreeMap::new();
-        for line in text.lines() {
-            if let Ok(e) = serde_json::from_str::<Entry>(line) {
+        for line in text.split(|b| *b == b'\n') {
+            if let Ok(e) = serde_json::from_slice::<Entry>(line) {
                 if mine(&e) {
                     jobs.insert(e.job, (true, e.cluster));
                 }
-            } else if let Ok(g) = serde_json::from_str::<Gone>(line) {
+            } else if let Ok(g) = serde_json::from_slice::<Gone>(line) {
                 if let Some((live, cluster)) = jobs.get_mut(&g.gone) {
                     if cluster.as_deref() == Some(g.cluster.as_str()) {
                         *live = false;
@@ -175,8 +186,11 @@ impl Registry {
 fn in_scope(e: &Entry, scope: Scope, session: &str, project: &Path, cluster: Option<&str>) -> bool {
     let here = match (cluster, e.cluster.as_deref()) {
         (Some(local), Some(recorded)) => local == recorded,
-        // Recorded before entries named their cluster, or no cluster name known here.
-        _ => true,
+        // Recorded before entries named their cluster: in scope wherever it is read.
+        (_, None) => true,
+        // Where the local cluster's name is not known, no job recorded with one is in scope:
+        // it could be another cluster's.
+        (None, Some(_)) => false,
     };
     here && match scope {
         Scope::Session => e.session == session && e.project == project,
@@ -188,24 +202,33 @@ fn in_scope(e: &Entry, scope: Scope, session: &str, project: &Path, cluster: Opt
 /// same offset (each client appends at the size it knows), and taking the lock makes the
 /// client look again.
 fn append_locked(f: std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
-    let _lock = Locked::new(&f)?;
+    // A job is recorded with or without the lock (a mount without locks, a lock left by a
+    // host that crashed): unrecorded, it would be out of its own session's scope.
+    let _lock = Locked::new(&f);
     (&f).write_all(bytes)
 }
 
 struct Locked<'a>(&'a std::fs::File);
 
+/// The largest record read: a project's whole history, some 120 bytes a job.
+const MAX_RECORD: u64 = 256 << 20;
+
 impl<'a> Locked<'a> {
-    fn new(f: &'a std::fs::File) -> std::io::Result<Locked<'a>> {
+    /// An exclusive `flock`, waited for up to 5 s; None where there is none to be had.
+    fn new(f: &'a std::fs::File) -> Option<Locked<'a>> {
         use std::os::fd::AsRawFd;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
             // SAFETY: flock on a descriptor this function borrows; no memory is passed.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } == 0 {
-                return Ok(Locked(f));
+            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+                return Some(Locked(f));
             }
             let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
+            let busy = e.raw_os_error() == Some(libc::EWOULDBLOCK) || e.kind() == std::io::ErrorKind::Interrupted;
+            if !busy || std::time::Instant::now() >= deadline {
+                return None;
             }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
     }
 }
@@ -271,15 +294,17 @@ mod tests {
         r.add(&entry(7, "b", Some("tc"))).unwrap();
         assert_eq!(r.mark_gone(&p, "tc", &[5, 7, 8, 9], since).unwrap(), [5, 8, 9]);
         std::fs::OpenOptions::new().append(true).open(r.file(&p)).unwrap().write_all(b"{\"gone\":6}\n").unwrap();
+        let tc = Some("tc");
         assert_eq!(
-            r.live_jobs(Scope::Project, "a", &p, None),
-            [6, 7, 8, 9],
-            "6's mark names no cluster; 8 was recorded on another and 9 on none: no mark applies"
+            r.live_jobs(Scope::Project, "a", &p, tc),
+            [6, 7, 9],
+            "6's mark names no cluster; 9 was recorded on none"
         );
-        assert_eq!(r.jobs(Scope::Project, "a", &p, None), [5, 6, 7, 8, 9], "sacct still sees every job");
+        assert_eq!(r.live_jobs(Scope::Project, "a", &p, Some("other")), [8, 9], "tc's mark of 8 is not other's");
+        assert_eq!(r.jobs(Scope::Project, "a", &p, tc), [5, 6, 7, 9], "sacct still sees every job");
         r.add(&entry(5, "b", Some("tc"))).unwrap();
-        assert_eq!(r.live_jobs(Scope::Project, "a", &p, None), [5, 6, 7, 8, 9], "recorded again after its mark: live");
-        assert_eq!(r.live_jobs(Scope::Session, "a", &p, None), [6, 7, 8, 9], "session a's own record of 5 stays gone");
+        assert_eq!(r.live_jobs(Scope::Project, "a", &p, tc), [5, 6, 7, 9], "recorded again after its mark: live");
+        assert_eq!(r.live_jobs(Scope::Session, "a", &p, tc), [6, 7, 9], "session a's own record of 5 stays gone");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -295,7 +320,7 @@ mod tests {
         }
         assert_eq!(r.jobs(Scope::Project, "s", &p, Some("a")), [1, 3], "on a: its own and the unnamed");
         assert_eq!(r.live_jobs(Scope::Session, "s", &p, Some("b")), [2, 3]);
-        assert_eq!(r.jobs(Scope::Project, "s", &p, None), [1, 2, 3], "no cluster name known: every job");
+        assert_eq!(r.jobs(Scope::Project, "s", &p, None), [3], "no cluster name known: none recorded with one");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

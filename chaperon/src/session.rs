@@ -38,7 +38,7 @@ pub struct Config {
     pub slurm_bin: PathBuf,
     pub audit: Box<dyn Fn(&Audit) + Send + Sync>,
     /// The local cluster's name, learned on first use (`cluster_name`).
-    pub cluster: std::sync::OnceLock<Option<String>>,
+    pub cluster: std::sync::OnceLock<String>,
     /// The scheduler-load governor of the session's read-only calls.
     pub governor: Governor,
     /// Whether Slurm here knows `--agent-sandbox` (the SPANK plugin is installed), learned on
@@ -49,19 +49,26 @@ pub struct Config {
 impl Config {
     /// The local cluster's name (lower case, as Slurm keeps it): slurm.conf's `ClusterName`,
     /// else what `scontrol show config` reports (configless sites have no local slurm.conf).
+    /// Learnt once it is known; a lookup that fails is tried again at the next call.
     pub fn cluster_name(&self) -> Option<&str> {
-        self.cluster
-            .get_or_init(|| {
-                let conf = std::env::var("SLURM_CONF").unwrap_or_else(|_| "/etc/slurm/slurm.conf".into());
-                let from_conf = std::fs::read_to_string(conf).ok().and_then(|t| cluster_name_in(&t, '='));
-                from_conf.or_else(|| {
-                    let mut cmd = self.command("scontrol");
-                    cmd.args(["show", "config"]).stdin(Io::null()).stderr(Io::null());
-                    let (out, _) = crate::bounded::capture(cmd, 4 << 20, Duration::from_secs(20)).ok()?;
-                    cluster_name_in(&String::from_utf8_lossy(&out), '=')
-                })
-            })
-            .as_deref()
+        if self.cluster.get().is_none() {
+            if let Some(name) = local_cluster_name(&self.slurm_bin, &self.home, &self.user) {
+                let _ = self.cluster.set(name);
+            }
+        }
+        self.cluster.get().map(String::as_str)
+    }
+
+    /// The local cluster's name, or the refusal of a call that must record it with a job:
+    /// a job recorded without it could not be told from another cluster's job of that id.
+    pub fn cluster_to_record(&self) -> Result<String, crate::refusal::Refusal> {
+        self.cluster_name().map(str::to_string).ok_or_else(|| {
+            crate::refusal::Refusal::Failed(
+                "cannot learn this cluster's name (ClusterName in slurm.conf, or `scontrol show config`), \
+                 which the session records with each job: not submitted"
+                    .into(),
+            )
+        })
     }
 
     /// `--agent-sandbox=DIR` for a job or step entering the jail with the job directory `dir`,
@@ -134,6 +141,20 @@ pub const SPANK_OPTION: &str = "agent-sandbox";
 /// Whether `sbatch --help` lists the plugin's option (under "Options provided by plugins").
 pub fn spank_option_listed(help: &str) -> bool {
     help.lines().any(|l| l.trim_start().starts_with(&format!("--{SPANK_OPTION}=")))
+}
+
+/// The local cluster's name (lower case, as Slurm keeps it): slurm.conf's `ClusterName`, else
+/// what `scontrol show config` (the real one in `bin`) reports: configless sites have no local
+/// slurm.conf.
+pub fn local_cluster_name(bin: &Path, home: &Path, user: &str) -> Option<String> {
+    let conf = std::env::var("SLURM_CONF").unwrap_or_else(|_| "/etc/slurm/slurm.conf".into());
+    let from_conf = std::fs::read_to_string(conf).ok().and_then(|t| cluster_name_in(&t, '='));
+    from_conf.or_else(|| {
+        let mut cmd = real_command(bin, home, user, "scontrol");
+        cmd.args(["show", "config"]).stdin(Io::null()).stderr(Io::null());
+        let (out, _) = crate::bounded::capture(cmd, 4 << 20, Duration::from_secs(20)).ok()?;
+        cluster_name_in(&String::from_utf8_lossy(&out), '=')
+    })
 }
 
 /// `ClusterName` from slurm.conf text or `scontrol show config` output (`Key = value`).

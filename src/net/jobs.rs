@@ -184,6 +184,8 @@ pub struct Admission {
     session: String,
     project: PathBuf,
     last: Mutex<Option<Asked>>,
+    /// The local cluster's name, once learnt: only the project's jobs recorded on it count.
+    cluster: std::sync::OnceLock<String>,
 }
 
 /// Slurm's last answer of where the project's jobs run, and when it was asked (both clocks:
@@ -252,7 +254,20 @@ impl Admission {
             session: session.to_string(),
             project: project.to_path_buf(),
             last: Mutex::new(None),
+            cluster: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The local cluster's name (tried again while unknown). A job recorded on another
+    /// cluster (a home shared by two) has an id that names another job here.
+    fn cluster(&self) -> Option<&str> {
+        if self.cluster.get().is_none() {
+            let a = &self.asker;
+            if let Some(name) = chaperon::session::local_cluster_name(&a.bin, &a.home, &a.user) {
+                let _ = self.cluster.set(name);
+            }
+        }
+        self.cluster.get().map(String::as_str)
     }
 
     /// The project as the plan has it (canonical): the one the scope records name.
@@ -275,7 +290,7 @@ impl Admission {
             }
         };
         if ask {
-            let jobs = self.registry.jobs(Scope::Project, &self.session, &self.project, None);
+            let jobs = self.registry.jobs(Scope::Project, &self.session, &self.project, self.cluster());
             let wall = SystemTime::now();
             *last = Some((Instant::now(), wall, self.asker.running(&jobs).map_err(|e| e.to_string())));
         }

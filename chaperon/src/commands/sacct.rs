@@ -4,7 +4,7 @@
 //! Slurm's accounting view of the job, are refused; the jobs and users a call names are checked.
 
 use crate::call::{Call, Stdio};
-use crate::checks::{in_scope, jobs_in_scope, local_cluster_only, only_caller};
+use crate::checks::{in_scope, local_cluster_only, only_caller, recorded_jobs_in_scope};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
 use crate::refusal::Refusal;
@@ -157,7 +157,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     let (req, cfg) = (call.req, call.cfg);
     let parsed = parse_sacct(&req.argv)?;
     only_caller(&parsed.users, cfg)?;
-    let ids = parsed.in_view(jobs_in_scope(req, cfg)?)?;
+    let ids = parsed.in_view(recorded_jobs_in_scope(req, cfg)?)?;
     let cluster = local_cluster_only(&parsed.options, "clusters", cfg.cluster_name())?;
     call.run_with(parsed.real_args(&ids, cluster), stdio)
 }

@@ -264,6 +264,8 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     if any_of(&parsed.options, &["help", "usage", "version"]) {
         return call.run_with(written(&parsed.options), stdio);
     }
+    // Known before the allocation is asked for: the allocation is recorded with it.
+    cfg.cluster_to_record()?;
     // Not `cfg.command`: salloc must not die with the chaperon (a killed salloc leaves its
     // allocation running). If the chaperon goes, the holding command's stdin closes and
     // salloc relinquishes, as it does when the caller goes.

@@ -60,7 +60,7 @@ pub fn parse_sattach(args: &[String]) -> Result<SattachRequest, GrammarError> {
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let parsed = parse_sattach(&call.req.argv)?;
     let cfg = call.cfg;
-    let own = cfg.registry().jobs(Scope::Session, &cfg.session, &cfg.project, cfg.cluster_name());
+    let own = cfg.registry().live_jobs(Scope::Session, &cfg.session, &cfg.project, cfg.cluster_name());
     in_scope(&own, parsed.step.iter().map(|r| r.job))?;
     let mut args = as_written(SATTACH, &parsed.options);
     args.extend(words(&parsed.words));

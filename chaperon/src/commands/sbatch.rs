@@ -413,6 +413,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     let (req, cfg) = (call.req, call.cfg);
     let first = parse_sbatch(&req.argv, None)?;
     let cwd = cwd_of(req, cfg)?;
+    let cluster = cfg.cluster_to_record()?;
     // sbatch opens its script argument with open(2): `/dev/stdin` (Snakemake's
     // --slurm-pass-command-as-script) is the caller's stdin, named after the file.
     let on_stdin = |p: &String| ["/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"].contains(&p.as_str());
@@ -514,7 +515,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
                 job,
                 session: cfg.session.clone(),
                 project: cfg.project.clone(),
-                cluster: cfg.cluster_name().map(str::to_string),
+                cluster: Some(cluster),
             });
             if let Err(e) = recorded {
                 let _ = writeln!(std::io::stderr(), "job {job} submitted but not recorded in scope: {e}");

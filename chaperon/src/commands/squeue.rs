@@ -6,7 +6,7 @@
 
 use crate::bounded::{MAX_CAPTURE, QUERY_TIMEOUT};
 use crate::call::{Call, Stdio};
-use crate::checks::{jobs_in_scope, live_jobs_in_scope, local_cluster_only, only_caller};
+use crate::checks::{jobs_in_scope, local_cluster_only, only_caller, recorded_jobs_in_scope};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, Syntax, PLAIN, STEPS};
 use crate::refusal::Refusal;
@@ -189,16 +189,23 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     let (req, cfg) = (call.req, call.cfg);
     let parsed = parse_squeue(&req.argv)?;
     only_caller(&parsed.users, cfg)?;
-    // Jobs named by id are looked for among every job the scope recorded, so that one the
-    // controller forgot is answered as squeue answers it (an error for `-j` of one job, which
-    // tools take for "ended"); a listing of the scope gets the jobs the controller may hold.
     let named = [&parsed.jobs, &parsed.steps].iter().any(|l| l.as_ref().is_some_and(|l| !l.is_empty()));
-    let scope = match named {
-        true => jobs_in_scope(req, cfg)?,
-        false => live_jobs_in_scope(req, cfg)?,
-    };
+    let scope = jobs_in_scope(req, cfg)?;
     let listed = if named { 0 } else { scope.len() };
     let ids = parsed.in_view(scope);
+    // One job named, of the scope, that the controller has forgotten (marked gone): squeue's
+    // own answer for a job id it does not hold, which tools take for "ended".
+    if let (Output::Table, None, Some([one])) = (parsed.output, &parsed.steps, parsed.jobs.as_deref()) {
+        if ids.is_empty() && recorded_jobs_in_scope(req, cfg)?.contains(&one.job) {
+            use std::os::fd::AsFd;
+            let _ = crate::bounded::write_all(
+                stdio.stderr.as_fd(),
+                b"slurm_load_jobs error: Invalid job id specified\n",
+                QUERY_TIMEOUT,
+            );
+            return Ok(1);
+        }
+    }
     let cluster = local_cluster_only(&parsed.options, "clusters", cfg.cluster_name())?;
     let mut cmd = cfg.command("squeue");
     cmd.args(parsed.real_args(&ids, cluster));

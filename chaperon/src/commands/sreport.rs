@@ -6,7 +6,7 @@
 //! scope's jobs (like sacct). Another cluster, all clusters and interactive sreport are refused.
 
 use crate::call::{Call, Stdio};
-use crate::checks::{in_scope, jobs_in_scope, local_cluster_only, local_names_only, only_caller};
+use crate::checks::{in_scope, local_cluster_only, local_names_only, only_caller, recorded_jobs_in_scope};
 use crate::grammar::{validate, ValueKind};
 use crate::jobid::{parse_job_ref, STEPS};
 use crate::refusal::Refusal;
@@ -374,7 +374,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         }
         only_caller(&report.users, cfg)?;
         if report.report.reader() == Reader::Jobs {
-            scope = jobs_in_scope(req, cfg)?;
+            scope = recorded_jobs_in_scope(req, cfg)?;
             in_scope(&scope, report.jobs.iter().flatten().copied())?;
         }
     }
