@@ -132,8 +132,13 @@ fn a_job_the_controller_forgot_leaves_squeue_answering_as_without_it() {
     let out = j.run("true");
     assert_eq!(out.code, 0, "{out}");
     let state = j.rig.home.join(".local/state/agent-sandbox");
-    let entry =
-        chaperon::scope::Entry { job: 67_000_000, session: "gone".into(), project: j.project.clone(), cluster: None };
+    let entry = chaperon::scope::Entry {
+        job: 67_000_000,
+        session: "gone".into(),
+        project: j.project.clone(),
+        cluster: None,
+        dir: None,
+    };
     chaperon::scope::Registry::new(&state).add(&entry).expect("record the job");
     let scope = state.join(chaperon::scope::DIR);
     for f in std::iter::once(scope.clone()).chain(std::fs::read_dir(&scope).unwrap().flatten().map(|e| e.path())) {
@@ -223,10 +228,19 @@ fn jobs_the_controller_forgot_leave_squeues_list_and_held_ones_stay() {
     let text = std::fs::read_to_string(&record).unwrap();
     let held_line = text.lines().find(|l| l.contains(&format!("\"job\":{held},"))).expect("the held job's record");
     assert!(held_line.contains("\"cluster\":"), "a job is recorded with its cluster: {held_line}");
+    let entry: serde_json::Value = serde_json::from_str(held_line).unwrap();
+    let held_dir = entry["dir"].as_str().expect("a job is recorded with its directory").to_string();
+    let jobs = j.rig.home.join(".local/state/agent-sandbox/jobs");
+    assert!(jobs.join(&held_dir).is_dir(), "{held_dir}");
+    // Each forged job with a directory of its own, which goes once the job is found gone.
     let mut lines = format!("{held_line}\n");
     let forged: Vec<u32> = (0..70).map(|i| 60_000_000 + i).collect();
+    let forged_dir = |id: u32| format!("forged-{}-{id}", std::process::id());
     for id in &forged {
-        lines.push_str(&held_line.replace(&format!("\"job\":{held},"), &format!("\"job\":{id},")));
+        std::fs::create_dir(jobs.join(forged_dir(*id))).unwrap();
+        j.give(&[&jobs.join(forged_dir(*id))]);
+        let line = held_line.replace(&format!("\"job\":{held},"), &format!("\"job\":{id},"));
+        lines.push_str(&line.replace(&held_dir, &forged_dir(*id)));
         lines.push('\n');
     }
     std::fs::write(&record, lines).unwrap();
@@ -242,6 +256,9 @@ fn jobs_the_controller_forgot_leave_squeues_list_and_held_ones_stay() {
         assert!(text.contains(&format!("{{\"gone\":{id},")), "{id} is not marked gone: {text}");
     }
     assert!(!text.contains(&format!("{{\"gone\":{held},")), "a held job was marked gone: {text}");
+    let left = forged.iter().filter(|id| jobs.join(forged_dir(**id)).exists()).count();
+    assert_eq!(left, 0, "the forgotten jobs' directories are removed");
+    assert!(jobs.join(&held_dir).is_dir(), "the held job's directory stays");
     // Named by id, a forgotten job is answered as squeue answers it: an error.
     let out = j.run(&format!("squeue -h -j {}; echo named=$?", forged[0]));
     assert!(out.stdout.contains("named=1"), "{out}");
@@ -410,6 +427,26 @@ fn srun_allocation_and_steps_inside_a_batch_job_run_in_the_jail() {
     let text = wait_for_file(&j.project.join("steps.out"), "step=1");
     assert!(text.contains("step=0 agent-sandbox") && text.contains("step=1 agent-sandbox"), "{text}");
     assert!(!text.contains("MUNGE") && !text.contains("SSH"), "{text}");
+}
+
+#[test]
+fn srun_steps_leave_no_job_directory_behind() {
+    // A step's directory (its frozen policy) is read by its tasks as they start; once srun has
+    // returned, the step is over and its directory is removed, or they pile up in the state
+    // directory, one per step.
+    let Some(j) = slurm_jail("slurm-step-dirs") else { return };
+    let out = j.run("echo session=$AGENT_SANDBOX_SESSION; srun -N1 true; srun -N1 sh -c 'exit 3'; echo rc=$?");
+    assert!(out.stdout.contains("rc=3"), "{out}");
+    let session = out.stdout.lines().find_map(|l| l.strip_prefix("session=")).expect("the session's id").to_string();
+    assert!(!session.is_empty(), "{out}");
+    let jobs = j.rig.home.join(".local/state/agent-sandbox/jobs");
+    let left: Vec<String> = std::fs::read_dir(&jobs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&format!("{session}-")))
+        .collect();
+    assert!(left.is_empty(), "the steps' directories are left: {left:?}");
 }
 
 #[test]

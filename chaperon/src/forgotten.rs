@@ -20,34 +20,38 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// Lists up to this long are left alone: asking would cost the controller more than squeue
-/// loses to them.
+/// Lists longer than this are asked about every minute: squeue loses more to them than the
+/// question costs the controller.
 pub const PROBE_ABOVE: usize = 64;
 /// At most one question a minute for each project of the session.
 const PROBE_EVERY: Duration = Duration::from_secs(60);
+/// A shorter list is asked about every ten minutes: its forgotten jobs' directories go then.
+const PROBE_SHORT_EVERY: Duration = Duration::from_secs(600);
 /// The answer lists every job of the user the controller holds (`MaxJobCount` is 10,000 by
 /// default): a line of two ids each.
 const MAX_ANSWER: usize = 16 << 20;
 const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// After a call whose scope listed `listed` live jobs: asks, on a task thread, which of the
-/// project's live jobs the controller still holds, if the list is long and the project was not
-/// asked about lately. Returns whether a question was started.
-pub fn probe_if_long(cfg: &Config, listed: usize) -> bool {
-    if listed <= PROBE_ABOVE {
+/// project's live jobs the controller still holds, if the project was not asked about lately
+/// (a minute for a long list, ten for a short one). Returns whether a question was started.
+pub fn probe_if_due(cfg: &Config, listed: usize) -> bool {
+    if listed == 0 {
         return false;
     }
+    let every = if listed > PROBE_ABOVE { PROBE_EVERY } else { PROBE_SHORT_EVERY };
     // Only the local controller is asked, so only the jobs recorded on it can be marked.
     let Some(cluster) = cfg.cluster_name().map(str::to_string) else { return false };
-    if !due(&cfg.project, Instant::now()) {
+    if !due(&cfg.project, Instant::now(), every) {
         return false;
     }
     let registry = cfg.registry();
     let project = cfg.project.clone();
+    let jobs_dir = cfg.state_dir.join("jobs");
     let mut cmd = cfg.command("squeue");
     cmd.args(QUESTION).stdin(Io::null()).stderr(Io::null());
     pool::spawn(Box::new(move || {
-        let _ = mark_forgotten(&registry, &project, &cluster, cmd);
+        let _ = mark_forgotten(&registry, &project, &cluster, &jobs_dir, cmd);
     }))
     .is_ok()
 }
@@ -59,13 +63,14 @@ pub fn probe_if_long(cfg: &Config, listed: usize) -> bool {
 /// answer; the local one must answer or nothing is marked.
 pub const QUESTION: &[&str] = &["--noheader", "--local", "--me", "--all", "--states=all", "--format=%A %F"];
 
-/// Whether `project` is due a question at `now`; if so, its time is taken.
-fn due(project: &Path, now: Instant) -> bool {
+/// Whether `project` is due a question at `now`, `every` after the last; if so, its time is
+/// taken.
+fn due(project: &Path, now: Instant, every: Duration) -> bool {
     static ASKED: Mutex<Option<HashMap<PathBuf, Instant>>> = Mutex::new(None);
     let mut asked = ASKED.lock().unwrap_or_else(|p| p.into_inner());
     let asked = asked.get_or_insert_with(HashMap::new);
     match asked.get(project) {
-        Some(last) if now.saturating_duration_since(*last) < PROBE_EVERY => false,
+        Some(last) if now.saturating_duration_since(*last) < every => false,
         _ => {
             asked.insert(project.to_path_buf(), now);
             true
@@ -81,6 +86,7 @@ pub fn mark_forgotten(
     registry: &Registry,
     project: &Path,
     cluster: &str,
+    jobs_dir: &Path,
     cmd: RealCommand,
 ) -> Result<Vec<u32>, String> {
     let (live, since) = registry.live_jobs_on(project, cluster);
@@ -93,7 +99,19 @@ pub fn mark_forgotten(
     }
     let held = held_ids(&out).ok_or("squeue's answer is not a list of job ids")?;
     let gone: Vec<u32> = live.into_iter().filter(|j| !held.contains(j)).collect();
-    registry.mark_gone(project, cluster, &gone, since).map_err(|e| e.to_string())
+    let marked = registry.mark_gone(project, cluster, &gone, since).map_err(|e| e.to_string())?;
+    // Their directories: a forgotten job can no longer start, nor be requeued.
+    for name in registry.dirs_of(project, cluster, &marked) {
+        remove_job_dir(jobs_dir, &name);
+    }
+    Ok(marked)
+}
+
+/// Removes the job directory `name` below `jobs` (the state directory's): one plain name,
+/// never a path, and nothing followed through a symlink (`remove_dir_all` does not).
+pub fn remove_job_dir(jobs: &Path, name: &str) -> bool {
+    let plain = !name.is_empty() && name != "." && name != ".." && !name.contains('/');
+    plain && std::fs::remove_dir_all(jobs.join(name)).is_ok()
 }
 
 /// Every id in squeue's answer to `QUESTION`, or None if any word is not a job id: an answer
@@ -125,10 +143,12 @@ mod tests {
     fn a_project_is_asked_about_at_most_once_a_minute() {
         let (p, q) = (Path::new("/home/u/due-p"), Path::new("/home/u/due-q"));
         let t = Instant::now();
-        assert!(due(p, t));
-        assert!(!due(p, t + Duration::from_secs(59)));
-        assert!(due(q, t + Duration::from_secs(1)), "another project has its own minute");
-        assert!(due(p, t + Duration::from_secs(61)));
+        assert!(due(p, t, PROBE_EVERY));
+        assert!(!due(p, t + Duration::from_secs(59), PROBE_EVERY));
+        assert!(due(q, t + Duration::from_secs(1), PROBE_EVERY), "another project has its own minute");
+        assert!(due(p, t + Duration::from_secs(61), PROBE_EVERY));
+        assert!(!due(p, t + Duration::from_secs(200), PROBE_SHORT_EVERY), "a short list waits ten");
+        assert!(due(p, t + Duration::from_secs(700), PROBE_SHORT_EVERY));
     }
 
     #[test]
@@ -137,22 +157,32 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let r = Registry::new(&dir);
         let p = PathBuf::from("/home/u/p");
+        let jobs = dir.join("jobs");
         for job in [5, 6, 7, 31] {
-            r.add(&crate::scope::Entry { job, session: "s".into(), project: p.clone(), cluster: Some("tc".into()) })
-                .unwrap();
+            std::fs::create_dir_all(jobs.join(format!("d{job}"))).unwrap();
+            let (cluster, dir) = (Some("tc".into()), Some(format!("d{job}")));
+            r.add(&crate::scope::Entry { job, session: "s".into(), project: p.clone(), cluster, dir }).unwrap();
         }
+        // A record naming a path, not a name, is never followed.
+        let outside = dir.join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        let (cluster, bad) = (Some("tc".into()), Some("../outside".into()));
+        r.add(&crate::scope::Entry { job: 7, session: "s".into(), project: p.clone(), cluster, dir: bad }).unwrap();
         let answer = |text: &str, code: i32| {
             let mut c = RealCommand::new("/bin/sh");
             c.args(["-c", &format!("printf '{text}'; exit {code}")]);
             c
         };
-        assert!(mark_forgotten(&r, &p, "tc", answer("6 6\\n", 1)).is_err());
-        assert!(mark_forgotten(&r, &p, "tc", answer("6 6\\nerror\\n", 0)).is_err());
+        assert!(mark_forgotten(&r, &p, "tc", &jobs, answer("6 6\\n", 1)).is_err());
+        assert!(mark_forgotten(&r, &p, "tc", &jobs, answer("6 6\\nerror\\n", 0)).is_err());
         assert_eq!(r.live_jobs(Scope::Project, "", &p, Some("tc")), [5, 6, 7, 31], "nothing marked on a failed answer");
-        assert!(mark_forgotten(&r, &p, "other", answer("", 0)).unwrap().is_empty(), "no job recorded on it");
+        assert!(mark_forgotten(&r, &p, "other", &jobs, answer("", 0)).unwrap().is_empty(), "no job recorded on it");
         // 40 is a task of array 31: the array is held.
-        assert_eq!(mark_forgotten(&r, &p, "tc", answer("6 6\\n40 31\\n", 0)).unwrap(), [5, 7]);
+        assert_eq!(mark_forgotten(&r, &p, "tc", &jobs, answer("6 6\\n40 31\\n", 0)).unwrap(), [5, 7]);
         assert_eq!(r.live_jobs(Scope::Project, "", &p, Some("tc")), [6, 31]);
+        let left: Vec<bool> = [5, 6, 7, 31].iter().map(|j| jobs.join(format!("d{j}")).exists()).collect();
+        assert_eq!(left, [false, true, false, true], "the forgotten jobs' directories are gone");
+        assert!(outside.exists(), "a recorded path is not a job directory's name");
         assert_eq!(r.jobs(Scope::Project, "", &p, Some("tc")), [5, 6, 7, 31]);
         std::fs::remove_dir_all(&dir).unwrap();
     }

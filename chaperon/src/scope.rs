@@ -47,6 +47,10 @@ pub struct Entry {
     /// gone. Records written before this field have none and are never marked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cluster: Option<String>,
+    /// The job's directory under the state directory's `jobs/` (its name), removed once the
+    /// controller has forgotten the job: it can then never start, nor start again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<String>,
 }
 
 pub struct Registry {
@@ -106,6 +110,20 @@ impl Registry {
     pub fn live_jobs(&self, scope: Scope, session: &str, project: &Path, cluster: Option<&str>) -> Vec<u32> {
         let jobs = self.read(&self.text(project), |e| in_scope(e, scope, session, project, cluster));
         jobs.into_iter().filter(|(_, (live, _))| *live).map(|(j, _)| j).collect()
+    }
+
+    /// The directories recorded for these jobs of `project` on `cluster` (their names).
+    pub fn dirs_of(&self, project: &Path, cluster: &str, jobs: &[u32]) -> Vec<String> {
+        let text = self.text(project);
+        let mut dirs = Vec::new();
+        for line in text.split(|b| *b == b'\n') {
+            if let Ok(e) = serde_json::from_slice::<Entry>(line) {
+                if e.project == project && e.cluster.as_deref() == Some(cluster) && jobs.contains(&e.job) {
+                    dirs.extend(e.dir);
+                }
+            }
+        }
+        dirs
     }
 
     /// The project's live jobs recorded on `cluster`, and the record's length when read: what
@@ -261,7 +279,7 @@ mod tests {
         let r = Registry::new(&dir);
         let (p, q) = (PathBuf::from("/home/u/p"), PathBuf::from("/home/u/q"));
         for (job, s, proj) in [(1, "a", &p), (2, "b", &p), (3, "a", &q), (2, "b", &p)] {
-            r.add(&Entry { job, session: s.into(), project: proj.clone(), cluster: None }).unwrap();
+            r.add(&Entry { job, session: s.into(), project: proj.clone(), cluster: None, dir: None }).unwrap();
         }
         std::fs::OpenOptions::new().append(true).open(r.file(&p)).unwrap().write_all(b"garbage\n").unwrap();
         assert_eq!(r.jobs(Scope::Project, "a", &p, None), [1, 2]);
@@ -282,6 +300,7 @@ mod tests {
             session: session.into(),
             project: p.clone(),
             cluster: cluster.map(str::to_string),
+            dir: None,
         };
         for job in [5, 6, 7] {
             r.add(&entry(job, "a", Some("tc"))).unwrap();
@@ -315,8 +334,14 @@ mod tests {
         let r = Registry::new(&dir);
         let p = PathBuf::from("/home/u/shared");
         for (job, cluster) in [(1, Some("a")), (2, Some("b")), (3, None)] {
-            r.add(&Entry { job, session: "s".into(), project: p.clone(), cluster: cluster.map(str::to_string) })
-                .unwrap();
+            r.add(&Entry {
+                job,
+                session: "s".into(),
+                project: p.clone(),
+                cluster: cluster.map(str::to_string),
+                dir: None,
+            })
+            .unwrap();
         }
         assert_eq!(r.jobs(Scope::Project, "s", &p, Some("a")), [1, 3], "on a: its own and the unnamed");
         assert_eq!(r.live_jobs(Scope::Session, "s", &p, Some("b")), [2, 3]);

@@ -414,7 +414,13 @@ mod tests {
         let e = a.admit("203.0.113.2".parse().unwrap()).unwrap_err();
         assert!(e.contains("none runs now"), "{e}");
         Registry::new(dir.path())
-            .add(&chaperon::scope::Entry { job: 7, session: "s".into(), project: dir.path().into(), cluster: None })
+            .add(&chaperon::scope::Entry {
+                job: 7,
+                session: "s".into(),
+                project: dir.path().into(),
+                cluster: None,
+                dir: None,
+            })
             .unwrap();
         // Asked again at once: a job of the project started since (the events file's mark).
         chaperon::governor::mark(&Registry::new(dir.path()).events(dir.path()));

@@ -53,6 +53,7 @@ fn adopt(cfg: &crate::session::Config, job: u32) {
         session: cfg.session.clone(),
         project: cfg.project.clone(),
         cluster: cfg.cluster_name().map(str::to_string),
+        dir: None,
     });
 }
 

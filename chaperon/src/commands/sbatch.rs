@@ -516,6 +516,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
                 session: cfg.session.clone(),
                 project: cfg.project.clone(),
                 cluster: Some(cluster),
+                dir: dir.file_name().map(|n| n.to_string_lossy().into_owned()),
             });
             if let Err(e) = recorded {
                 let _ = writeln!(std::io::stderr(), "job {job} submitted but not recorded in scope: {e}");
@@ -535,6 +536,9 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         let _ = writeln!(stdout, "{line}");
     }
     let status = child.wait().map_err(|e| Refusal::Failed(format!("waiting for sbatch: {e}")))?;
+    // A project that submits and never lists its jobs is asked about too (every ten minutes
+    // at most), so that its forgotten jobs' directories go.
+    crate::forgotten::probe_if_due(cfg, 1);
     Ok(status.code().unwrap_or(1))
 }
 

@@ -211,7 +211,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     cmd.args(parsed.real_args(&ids, cluster));
     if parsed.output == Output::Table {
         let answered = call.run(cmd, stdio);
-        crate::forgotten::probe_if_long(cfg, listed);
+        crate::forgotten::probe_if_due(cfg, listed);
         return answered;
     }
     // The chaperon asked for JSON: it narrows the document to the scope and writes it as
@@ -230,7 +230,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     use std::os::fd::AsFd;
     crate::bounded::write_all(stdio.stdout.as_fd(), text.as_bytes(), QUERY_TIMEOUT)
         .map_err(|e| Refusal::Failed(format!("writing squeue's answer: {e}")))?;
-    crate::forgotten::probe_if_long(cfg, listed);
+    crate::forgotten::probe_if_due(cfg, listed);
     Ok(status.code().unwrap_or(1))
 }
 

@@ -366,7 +366,13 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     cmd.args(parsed.real_args(&asked, Some(&dir), named_by_env));
     cmd.args(cfg.belt(&dir));
     cmd.arg(&cfg.exe).arg("exec").arg("--job").arg(&dir);
-    call.run(cmd, stdio)
+    let ran = call.run(cmd, stdio);
+    // The step has ended with srun (its tasks are ended with it): nothing reads its directory
+    // again.
+    if let Some(name) = dir.file_name().and_then(|n| n.to_str()) {
+        crate::forgotten::remove_job_dir(&cfg.state_dir.join("jobs"), name);
+    }
+    ran
 }
 
 #[cfg(test)]
