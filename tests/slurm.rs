@@ -430,13 +430,19 @@ fn srun_allocation_and_steps_inside_a_batch_job_run_in_the_jail() {
 }
 
 #[test]
-fn srun_steps_leave_no_job_directory_behind() {
+fn steps_and_refused_submissions_leave_no_job_directory_behind() {
     // A step's directory (its frozen policy) is read by its tasks as they start; once srun has
     // returned, the step is over and its directory is removed, or they pile up in the state
-    // directory, one per step.
+    // directory, one per step. Likewise a submission Slurm refused, and --test-only.
     let Some(j) = slurm_jail("slurm-step-dirs") else { return };
-    let out = j.run("echo session=$AGENT_SANDBOX_SESSION; srun -N1 true; srun -N1 sh -c 'exit 3'; echo rc=$?");
-    assert!(out.stdout.contains("rc=3"), "{out}");
+    let out = j.run(
+        "echo session=$AGENT_SANDBOX_SESSION; srun -N1 true; srun -N1 sh -c 'exit 3'; echo rc=$?; \
+         sbatch -p no-such-partition --wrap true; echo refused=$?; sbatch --test-only --wrap true; echo tested=$?",
+    );
+    assert!(
+        out.stdout.contains("rc=3") && out.stdout.contains("refused=1") && out.stdout.contains("tested=0"),
+        "{out}"
+    );
     let session = out.stdout.lines().find_map(|l| l.strip_prefix("session=")).expect("the session's id").to_string();
     assert!(!session.is_empty(), "{out}");
     let jobs = j.rig.home.join(".local/state/agent-sandbox/jobs");
@@ -446,7 +452,7 @@ fn srun_steps_leave_no_job_directory_behind() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .filter(|n| n.starts_with(&format!("{session}-")))
         .collect();
-    assert!(left.is_empty(), "the steps' directories are left: {left:?}");
+    assert!(left.is_empty(), "job directories are left: {left:?}");
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //! hidden partitions included), after the call that found the list long has been answered.
 //! An id the answer lacks is marked gone; a failed or unreadable answer marks nothing.
 
+use crate::job;
 use crate::pool;
 use crate::scope::Registry;
 use crate::session::Config;
@@ -101,17 +102,30 @@ pub fn mark_forgotten(
     let gone: Vec<u32> = live.into_iter().filter(|j| !held.contains(j)).collect();
     let marked = registry.mark_gone(project, cluster, &gone, since).map_err(|e| e.to_string())?;
     // Their directories: a forgotten job can no longer start, nor be requeued.
-    for name in registry.dirs_of(project, cluster, &marked) {
+    for name in registry.dirs_of(project, cluster, &marked, since) {
         remove_job_dir(jobs_dir, &name);
     }
     Ok(marked)
 }
 
 /// Removes the job directory `name` below `jobs` (the state directory's): one plain name,
-/// never a path, and nothing followed through a symlink (`remove_dir_all` does not).
+/// never a path, and nothing followed through a symlink (`remove_dir_all` does not). What
+/// Slurm wrote into its `wrapper.out` (a time limit, an out-of-memory kill, a jail that could
+/// not start: the job's own files are opened inside the jail) is kept, with the directory;
+/// the rest goes.
 pub fn remove_job_dir(jobs: &Path, name: &str) -> bool {
-    let plain = !name.is_empty() && name != "." && name != ".." && !name.contains('/');
-    plain && std::fs::remove_dir_all(jobs.join(name)).is_ok()
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') {
+        return false;
+    }
+    let dir = jobs.join(name);
+    let said = std::fs::symlink_metadata(dir.join(job::WRAPPER_OUT)).is_ok_and(|m| m.is_file() && m.len() > 0);
+    if said {
+        for file in [job::SPEC, job::SCRIPT, job::WRAPPER] {
+            let _ = std::fs::remove_file(dir.join(file));
+        }
+        return true;
+    }
+    std::fs::remove_dir_all(dir).is_ok()
 }
 
 /// Every id in squeue's answer to `QUESTION`, or None if any word is not a job id: an answer
@@ -163,6 +177,9 @@ mod tests {
             let (cluster, dir) = (Some("tc".into()), Some(format!("d{job}")));
             r.add(&crate::scope::Entry { job, session: "s".into(), project: p.clone(), cluster, dir }).unwrap();
         }
+        // What Slurm said of job 7 stays; the rest of its directory goes.
+        std::fs::write(jobs.join("d7").join(job::WRAPPER_OUT), "*** JOB 7 CANCELLED DUE TO TIME LIMIT ***\n").unwrap();
+        std::fs::write(jobs.join("d7").join(job::SPEC), "{}").unwrap();
         // A record naming a path, not a name, is never followed.
         let outside = dir.join("outside");
         std::fs::create_dir_all(&outside).unwrap();
@@ -181,7 +198,8 @@ mod tests {
         assert_eq!(mark_forgotten(&r, &p, "tc", &jobs, answer("6 6\\n40 31\\n", 0)).unwrap(), [5, 7]);
         assert_eq!(r.live_jobs(Scope::Project, "", &p, Some("tc")), [6, 31]);
         let left: Vec<bool> = [5, 6, 7, 31].iter().map(|j| jobs.join(format!("d{j}")).exists()).collect();
-        assert_eq!(left, [false, true, false, true], "the forgotten jobs' directories are gone");
+        assert_eq!(left, [false, true, true, true], "the forgotten jobs' directories are gone, bar what Slurm said");
+        assert!(jobs.join("d7").join(job::WRAPPER_OUT).exists() && !jobs.join("d7").join(job::SPEC).exists());
         assert!(outside.exists(), "a recorded path is not a job directory's name");
         assert_eq!(r.jobs(Scope::Project, "", &p, Some("tc")), [5, 6, 7, 31]);
         std::fs::remove_dir_all(&dir).unwrap();

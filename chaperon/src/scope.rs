@@ -112,11 +112,13 @@ impl Registry {
         jobs.into_iter().filter(|(_, (live, _))| *live).map(|(j, _)| j).collect()
     }
 
-    /// The directories recorded for these jobs of `project` on `cluster` (their names).
-    pub fn dirs_of(&self, project: &Path, cluster: &str, jobs: &[u32]) -> Vec<String> {
+    /// The directories recorded for these jobs of `project` on `cluster` (their names), in the
+    /// record's first `until` bytes: those `live_jobs_on` read, not a later record of an id
+    /// that names a new job.
+    pub fn dirs_of(&self, project: &Path, cluster: &str, jobs: &[u32], until: usize) -> Vec<String> {
         let text = self.text(project);
         let mut dirs = Vec::new();
-        for line in text.split(|b| *b == b'\n') {
+        for line in text[..until.min(text.len())].split(|b| *b == b'\n') {
             if let Ok(e) = serde_json::from_slice::<Entry>(line) {
                 if e.project == project && e.cluster.as_deref() == Some(cluster) && jobs.contains(&e.job) {
                     dirs.extend(e.dir);

@@ -508,8 +508,10 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     let first_line = lines.next().and_then(Result::ok).unwrap_or_default();
     let first_line = first_line.trim();
     let id: Option<u32> = first_line.split(';').next().and_then(|s| s.parse().ok());
+    let mut submitted = false;
     match id {
         Some(job) if parsed.last("test-only").is_none() => {
+            submitted = true;
             call.audit.job = Some(job);
             let recorded = cfg.registry().add(&Entry {
                 job,
@@ -536,6 +538,12 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         let _ = writeln!(stdout, "{line}");
     }
     let status = child.wait().map_err(|e| Refusal::Failed(format!("waiting for sbatch: {e}")))?;
+    // No job to read it: a submission Slurm refused, or --test-only.
+    if !submitted && (parsed.last("test-only").is_some() || !status.success()) {
+        if let Some(name) = dir.file_name().and_then(|n| n.to_str()) {
+            crate::forgotten::remove_job_dir(&cfg.state_dir.join("jobs"), name);
+        }
+    }
     // A project that submits and never lists its jobs is asked about too (every ten minutes
     // at most), so that its forgotten jobs' directories go.
     crate::forgotten::probe_if_due(cfg, 1);
