@@ -4,12 +4,15 @@
 //! every squeue slower with each submission (5,000 ids against 2,000 jobs in the controller:
 //! 0.2 s a call), and past 128 KiB of ids (`MAX_ARG_STRLEN`) squeue could not start at all.
 //! The controller forgets a job `MinJobAge` after its end and never shows it again, so once it
-//! is found gone its id leaves the list (`scope::Registry::live_jobs`); sacct keeps them all.
+//! is found gone its id leaves the list (`scope::Registry::live_jobs`), and every other view
+//! and action (once Slurm's ids start over, the id names another job); sacct keeps them all.
+//! Its job directory goes then too: a forgotten job can no longer start, nor be requeued.
 //!
-//! Found by asking, not guessed: at most once a minute per project and session, once the list
-//! is long, a task thread asks the controller for every job of the user it holds (all states,
-//! hidden partitions included), after the call that found the list long has been answered.
-//! An id the answer lacks is marked gone; a failed or unreadable answer marks nothing.
+//! Found by asking, not guessed: a task thread asks the controller for every job of the user it
+//! holds (all states, hidden partitions included), after the call that was due a question has
+//! been answered: at most once a minute per project and session while the list is long, every
+//! ten minutes while it is short. An id the answer lacks is marked gone; a failed or unreadable
+//! answer marks nothing.
 
 use crate::job;
 use crate::pool;

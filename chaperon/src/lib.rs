@@ -10,7 +10,7 @@
 //! call        one call being carried out: its stdio, its signals, a real command run for it
 //! checks      shared checks: paths in the project, jobs in scope, own user, the local cluster
 //! export      what --export gives a job or step inside the jail
-//! forgotten   which recorded jobs the controller no longer holds: they leave squeue's list
+//! forgotten   which recorded jobs the controller no longer holds: out of the views and actions, dirs removed
 //! job         the job directory: its format, written here, opened by `exec --job` on the node
 //! session     the session served (Config), the audit record, real commands' clean environment
 //! refusal     why a call was refused, one line each
