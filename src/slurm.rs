@@ -180,7 +180,7 @@ pub fn chaperon_main() -> i32 {
         policy: s.frozen.map(|f| f.text().to_string()).unwrap_or_default(),
         slurm_bin: slurm_bin(),
         audit: Box::new(move |a| write_audit(&log, a)),
-        cluster: std::sync::OnceLock::new(),
+        cluster: Default::default(),
         governor,
         spank: std::sync::OnceLock::new(),
     };

@@ -102,11 +102,12 @@ pub fn mark_forgotten(
         return Err(format!("squeue answered {status}"));
     }
     let held = held_ids(&out).ok_or("squeue's answer is not a list of job ids")?;
-    let gone: Vec<u32> = live.into_iter().filter(|j| !held.contains(j)).collect();
+    let gone: Vec<u32> = live.keys().copied().filter(|j| !held.contains(j)).collect();
     let marked = registry.mark_gone(project, cluster, &gone, since).map_err(|e| e.to_string())?;
-    // Their directories: a forgotten job can no longer start, nor be requeued.
-    for name in registry.dirs_of(project, cluster, &marked, since) {
-        remove_job_dir(jobs_dir, &name);
+    // Their directories, as the same read of the record named them: a forgotten job can no
+    // longer start, nor be requeued.
+    for name in marked.iter().filter_map(|j| live.get(j)).flatten() {
+        remove_job_dir(jobs_dir, name);
     }
     Ok(marked)
 }

@@ -86,13 +86,19 @@ impl Registry {
         line.push(b'\n');
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir)?;
-        let f = std::fs::OpenOptions::new()
+        append_locked(self.open(&e.project, true)?, &line)
+    }
+
+    /// The project's record, to read and to append to (`create`d where missing), opened
+    /// without following a symlink.
+    fn open(&self, project: &Path, create: bool) -> std::io::Result<std::fs::File> {
+        std::fs::OpenOptions::new()
+            .read(true)
             .append(true)
-            .create(true)
+            .create(create)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(self.file(&e.project))?;
-        append_locked(f, &line)
+            .open(self.file(project))
     }
 
     /// The job ids in scope for this session and project, oldest first: every one recorded
@@ -109,33 +115,18 @@ impl Registry {
     /// each call slower, and past 128 KiB of ids impossible.
     pub fn live_jobs(&self, scope: Scope, session: &str, project: &Path, cluster: Option<&str>) -> Vec<u32> {
         let jobs = self.read(&self.text(project), |e| in_scope(e, scope, session, project, cluster));
-        jobs.into_iter().filter(|(_, (live, _))| *live).map(|(j, _)| j).collect()
+        jobs.into_iter().filter(|(_, r)| r.live).map(|(j, _)| j).collect()
     }
 
-    /// The directories recorded for these jobs of `project` on `cluster` (their names), in the
-    /// record's first `until` bytes: those `live_jobs_on` read, not a later record of an id
-    /// that names a new job.
-    pub fn dirs_of(&self, project: &Path, cluster: &str, jobs: &[u32], until: usize) -> Vec<String> {
-        let text = self.text(project);
-        let mut dirs = Vec::new();
-        for line in text[..until.min(text.len())].split(|b| *b == b'\n') {
-            if let Ok(e) = serde_json::from_slice::<Entry>(line) {
-                if e.project == project && e.cluster.as_deref() == Some(cluster) && jobs.contains(&e.job) {
-                    dirs.extend(e.dir);
-                }
-            }
-        }
-        dirs
-    }
-
-    /// The project's live jobs recorded on `cluster`, and the record's length when read: what
-    /// a question to that cluster's controller may mark gone (`mark_gone`).
-    pub fn live_jobs_on(&self, project: &Path, cluster: &str) -> (Vec<u32>, usize) {
+    /// The project's live jobs recorded on `cluster`, each with the directories recorded for
+    /// it, and the record's length when read: what a question to that cluster's controller may
+    /// mark gone (`mark_gone`), and what goes with them.
+    pub fn live_jobs_on(&self, project: &Path, cluster: &str) -> (BTreeMap<u32, Vec<String>>, usize) {
         let text = self.text(project);
         let jobs = self.read(&text, |e| e.project == project && e.cluster.as_deref() == Some(cluster));
         // Up to the last whole line: a line being appended now is read again after.
         let since = text.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
-        (jobs.into_iter().filter(|(_, (live, _))| *live).map(|(j, _)| j).collect(), since)
+        (jobs.into_iter().filter(|(_, r)| r.live).map(|(j, r)| (j, r.dirs)).collect(), since)
     }
 
     /// Records that `cluster`'s controller no longer holds these jobs of `project` (it forgets
@@ -146,12 +137,7 @@ impl Registry {
         if jobs.is_empty() {
             return Ok(vec![]);
         }
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(self.file(project))?;
+        let f = self.open(project, false)?;
         // Marks are an optimisation: without the lock (none to be had, or held too long by
         // another host), none are written.
         let Some(_lock) = Locked::new(&f) else { return Ok(vec![]) };
@@ -182,25 +168,35 @@ impl Registry {
         bytes
     }
 
-    /// Each job of `text` that `mine` keeps, with whether it is live (not marked gone by its
-    /// cluster since its last record) and its cluster.
-    fn read(&self, text: &[u8], mine: impl Fn(&Entry) -> bool) -> BTreeMap<u32, (bool, Option<String>)> {
-        let mut jobs = BTreeMap::new();
+    /// What `text` says of each job that `mine` keeps.
+    fn read(&self, text: &[u8], mine: impl Fn(&Entry) -> bool) -> BTreeMap<u32, Recorded> {
+        let mut jobs = BTreeMap::<u32, Recorded>::new();
         for line in text.split(|b| *b == b'\n') {
             if let Ok(e) = serde_json::from_slice::<Entry>(line) {
                 if mine(&e) {
-                    jobs.insert(e.job, (true, e.cluster));
+                    let r = jobs.entry(e.job).or_default();
+                    (r.live, r.cluster) = (true, e.cluster);
+                    r.dirs.extend(e.dir);
                 }
             } else if let Ok(g) = serde_json::from_slice::<Gone>(line) {
-                if let Some((live, cluster)) = jobs.get_mut(&g.gone) {
-                    if cluster.as_deref() == Some(g.cluster.as_str()) {
-                        *live = false;
+                if let Some(r) = jobs.get_mut(&g.gone) {
+                    if r.cluster.as_deref() == Some(g.cluster.as_str()) {
+                        r.live = false;
                     }
                 }
             }
         }
         jobs
     }
+}
+
+/// One job as its record says: live unless marked gone by its cluster since its last entry;
+/// that entry's cluster; the directories of all its entries.
+#[derive(Default)]
+struct Recorded {
+    live: bool,
+    cluster: Option<String>,
+    dirs: Vec<String>,
 }
 
 fn in_scope(e: &Entry, scope: Scope, session: &str, project: &Path, cluster: Option<&str>) -> bool {
@@ -310,7 +306,7 @@ mod tests {
         r.add(&entry(8, "a", Some("other"))).unwrap();
         r.add(&entry(9, "a", None)).unwrap();
         let (live, since) = r.live_jobs_on(&p, "tc");
-        assert_eq!(live, [5, 6, 7], "only the jobs recorded on the cluster asked");
+        assert_eq!(live.into_keys().collect::<Vec<_>>(), [5, 6, 7], "only the jobs recorded on the cluster asked");
         // Recorded again between the question and its answer: a new job with that id.
         r.add(&entry(7, "b", Some("tc"))).unwrap();
         assert_eq!(r.mark_gone(&p, "tc", &[5, 7, 8, 9], since).unwrap(), [5, 8, 9]);

@@ -38,7 +38,7 @@ pub struct Config {
     pub slurm_bin: PathBuf,
     pub audit: Box<dyn Fn(&Audit) + Send + Sync>,
     /// The local cluster's name, learned on first use (`cluster_name`).
-    pub cluster: std::sync::OnceLock<String>,
+    pub cluster: ClusterName,
     /// The scheduler-load governor of the session's read-only calls.
     pub governor: Governor,
     /// Whether Slurm here knows `--agent-sandbox` (the SPANK plugin is installed), learned on
@@ -49,14 +49,8 @@ pub struct Config {
 impl Config {
     /// The local cluster's name (lower case, as Slurm keeps it): slurm.conf's `ClusterName`,
     /// else what `scontrol show config` reports (configless sites have no local slurm.conf).
-    /// Learnt once it is known; a lookup that fails is tried again at the next call.
     pub fn cluster_name(&self) -> Option<&str> {
-        if self.cluster.get().is_none() {
-            if let Some(name) = local_cluster_name(&self.slurm_bin, &self.home, &self.user) {
-                let _ = self.cluster.set(name);
-            }
-        }
-        self.cluster.get().map(String::as_str)
+        self.cluster.get(&self.slurm_bin, &self.home, &self.user)
     }
 
     /// The local cluster's name, or the refusal of a call that must record it with a job:
@@ -143,10 +137,27 @@ pub fn spank_option_listed(help: &str) -> bool {
     help.lines().any(|l| l.trim_start().starts_with(&format!("--{SPANK_OPTION}=")))
 }
 
+/// The local cluster's name, kept once it is learnt (`local_cluster_name`); a lookup that
+/// fails is tried again at the next use.
+#[derive(Debug, Default)]
+pub struct ClusterName(std::sync::OnceLock<String>);
+
+impl ClusterName {
+    /// The name, learnt with the real commands in `bin` as `user` where not known yet.
+    pub fn get(&self, bin: &Path, home: &Path, user: &str) -> Option<&str> {
+        if self.0.get().is_none() {
+            if let Some(name) = local_cluster_name(bin, home, user) {
+                let _ = self.0.set(name);
+            }
+        }
+        self.0.get().map(String::as_str)
+    }
+}
+
 /// The local cluster's name (lower case, as Slurm keeps it): slurm.conf's `ClusterName`, else
 /// what `scontrol show config` (the real one in `bin`) reports: configless sites have no local
 /// slurm.conf.
-pub fn local_cluster_name(bin: &Path, home: &Path, user: &str) -> Option<String> {
+fn local_cluster_name(bin: &Path, home: &Path, user: &str) -> Option<String> {
     let conf = std::env::var("SLURM_CONF").unwrap_or_else(|_| "/etc/slurm/slurm.conf".into());
     let from_conf = std::fs::read_to_string(conf).ok().and_then(|t| cluster_name_in(&t, '='));
     from_conf.or_else(|| {

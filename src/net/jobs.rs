@@ -185,7 +185,7 @@ pub struct Admission {
     project: PathBuf,
     last: Mutex<Option<Asked>>,
     /// The local cluster's name, once learnt: only the project's jobs recorded on it count.
-    cluster: std::sync::OnceLock<String>,
+    cluster: chaperon::session::ClusterName,
 }
 
 /// Slurm's last answer of where the project's jobs run, and when it was asked (both clocks:
@@ -254,20 +254,15 @@ impl Admission {
             session: session.to_string(),
             project: project.to_path_buf(),
             last: Mutex::new(None),
-            cluster: std::sync::OnceLock::new(),
+            cluster: Default::default(),
         }
     }
 
     /// The local cluster's name (tried again while unknown). A job recorded on another
     /// cluster (a home shared by two) has an id that names another job here.
     fn cluster(&self) -> Option<&str> {
-        if self.cluster.get().is_none() {
-            let a = &self.asker;
-            if let Some(name) = chaperon::session::local_cluster_name(&a.bin, &a.home, &a.user) {
-                let _ = self.cluster.set(name);
-            }
-        }
-        self.cluster.get().map(String::as_str)
+        let a = &self.asker;
+        self.cluster.get(&a.bin, &a.home, &a.user)
     }
 
     /// The project as the plan has it (canonical): the one the scope records name.
