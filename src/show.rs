@@ -109,8 +109,11 @@ pub fn plan(p: &Plan) -> String {
     match &p.git_guard {
         Some(g) => {
             let roots: Vec<String> = g.roots.iter().map(|r| r.display().to_string()).collect();
-            let _ =
-                writeln!(s, "  git guard on: no repository made, no config or hooks changed, in {}", roots.join(", "));
+            let _ = writeln!(
+                s,
+                "  git guard on: repositories' config, hooks and links checked (nothing they name runs outside), in {}",
+                roots.join(", ")
+            );
         }
         None => {
             let _ = writeln!(s, "  git guard off (filesystem.nested_git, or the Landlock backend)");

@@ -24,10 +24,111 @@ fn git_outside(j: &Jail, dir: &Path, args: &[&str]) -> std::process::Output {
     c.args(args).output().expect("git")
 }
 
-/// What the agent tries, each attempt printing `<case> DONE`, `<case> REFUSED` (EPERM) or
-/// `<case> ERR <errno>`.
+/// Runs git as the test user in `dir`, outside the jail, and says whether it succeeded.
+fn git_ok(j: &Jail, dir: &Path, args: &[&str]) -> bool {
+    git_outside(j, dir, args).status.success()
+}
+
+/// What agents do every day with repositories inside the project: each step prints
+/// `<step>=<exit code>`.
+const EVERYDAY_SH: &str = r##"
+c() { git -c user.name=a -c user.email=a@example.org -c init.defaultBranch=main "$@"; }
+step() { name=$1; shift; "$@" >/dev/null 2>step.err; echo "$name=$?"; cat step.err >&2; }
+step init c init -q sub
+step commit sh -c 'cd sub && echo x > f && git add f && git -c user.name=a -c user.email=b commit -qm x'
+step clone c clone -q ./upstream clone
+step worktree c worktree add -q wt
+step worktree-of-clone c -C clone worktree add -q ../wt2
+step submodule c -c protocol.file.allow=always submodule update --init -q
+step npm-init sh -c 'mkdir pkg && cd pkg && npm init -y && git init -q && git add package.json && git -c user.name=a -c user.email=b commit -qm pkg'
+step bare c init -q --bare bare.git
+step clone-bare c clone -q bare.git frombare
+step remote-add c -C sub remote add origin https://example.org/x.git
+step branch-upstream c -C clone branch -q --set-upstream-to=origin/main main
+step fsmonitor c -C sub config core.fsmonitor "touch $MARK"
+step hookspath c -C clone config core.hooksPath .husky
+step hook sh -c 'printf "#!/bin/sh\ntouch $MARK\n" > sub/.git/hooks/pre-commit'
+"##;
+
+#[test]
+fn repositories_are_made_and_used_inside_the_project_and_the_user_uses_them_after() {
+    let marker = format!("/tmp/asb-everyday-git-{}", std::process::id());
+    let j = jail!("gitguard-everyday").project_file("upstream/README", "up\n").env("MARK", &marker);
+    // The user's project: a repository with one commit and a declared submodule that is not
+    // checked out, as after a fresh clone.
+    let up = j.project.join("upstream");
+    for args in [&["init", "-q"][..], &["add", "README"], &["commit", "-qm", "up"]] {
+        assert!(git_ok(&j, &up, args), "{args:?}");
+    }
+    for args in [
+        &["init", "-q"][..],
+        &["-c", "protocol.file.allow=always", "submodule", "add", "-q", "./upstream", "lib"],
+        &["commit", "-qm", "with lib"],
+        &["submodule", "deinit", "-q", "-f", "lib"],
+    ] {
+        assert!(git_ok(&j, &j.project, args), "{args:?}");
+    }
+    std::fs::remove_dir_all(j.project.join(".git/modules/lib")).expect("rm modules/lib");
+    let top_config = std::fs::read_to_string(j.project.join(".git/config")).expect("config");
+
+    let out = j.run(EVERYDAY_SH);
+    let rc =
+        |step: &str| out.stdout.lines().find_map(|l| l.strip_prefix(&format!("{step}="))).unwrap_or("").to_string();
+    for step in [
+        "init",
+        "commit",
+        "clone",
+        "worktree",
+        "worktree-of-clone",
+        "submodule",
+        "npm-init",
+        "bare",
+        "clone-bare",
+        "remote-add",
+        "branch-upstream",
+    ] {
+        assert_eq!(rc(step), "0", "{step} fails inside the jail: {out}");
+    }
+    for step in ["fsmonitor", "hookspath", "hook"] {
+        assert!(!rc(step).is_empty() && rc(step) != "0", "{step} must be refused: {out}");
+    }
+    assert!(out.stderr.contains("core.fsmonitor") && out.stderr.contains("agent-sandbox: "), "{out}");
+
+    // Outside, afterwards: every repository is the user's to use, and none runs anything.
+    let _ = std::fs::remove_file(&marker);
+    for dir in ["sub", "clone", "wt", "wt2", "lib", "pkg", "frombare", "."] {
+        let d = j.project.join(dir);
+        assert!(git_ok(&j, &d, &["status", "--short"]), "git status in {dir}");
+        std::fs::write(d.join("after.txt"), "after\n").expect("write");
+        assert!(git_ok(&j, &d, &["add", "after.txt"]), "git add in {dir}");
+        assert!(git_ok(&j, &d, &["commit", "-qm", "after"]), "git commit in {dir}");
+    }
+    assert!(!Path::new(&marker).exists(), "the user's git ran what the jail planted");
+    let log = git_outside(&j, &j.project.join("wt"), &["log", "--format=%s"]);
+    assert!(String::from_utf8_lossy(&log.stdout).contains("with lib"), "the worktree shares the project's history");
+    // The user's own config kept its bytes: the submodule's entries were added after them.
+    let now = std::fs::read_to_string(j.project.join(".git/config")).expect("config");
+    assert!(now.starts_with(&top_config) && now.contains("[submodule \"lib\"]"), "{now}");
+    let sub = std::fs::read_to_string(j.project.join("sub/.git/config")).expect("config");
+    assert!(sub.contains("https://example.org/x.git") && !sub.contains("fsmonitor"), "{sub}");
+}
+
+#[test]
+fn git_init_works_where_the_project_has_no_repository() {
+    let j = jail!("gitguard-init-top");
+    let out =
+        j.run("git init -q && git -c user.name=a -c user.email=b commit -q --allow-empty -m first && echo TOP-OK");
+    assert!(out.stdout.contains("TOP-OK"), "{out}");
+    assert!(git_ok(&j, &j.project, &["log", "-1"]), "the user has the repository after");
+}
+
+/// What an agent turned against the user tries: each attempt prints `<case> DONE`,
+/// `<case> REFUSED` (EPERM) or `<case> ERR <errno>`.
 const ATTACKS_PY: &str = r#"
-import errno, os, subprocess
+import errno, os, shutil, socket, subprocess
+
+MARK = os.environ['MARK']
+EVIL = '[core]\n\tfsmonitor = touch %s\n' % MARK
 
 def attempt(name, fn):
     try:
@@ -40,50 +141,94 @@ def w(path, data='x', mode='w'):
     with open(path, mode) as f:
         f.write(data)
 
-EVIL = '[core]\n\tfsmonitor = touch /tmp/asb-guard-pwned\n'
-os.makedirs('sub', exist_ok=True)
-os.makedirs('d', exist_ok=True)
-w('plain')
-attempt('mkdir-nested', lambda: os.mkdir('sub/.git'))
-attempt('mkdir-nested-case', lambda: os.mkdir('sub/.GIT'))
-attempt('gitfile', lambda: w('sub/.git', 'gitdir: ../elsewhere\n'))
-attempt('symlink-nested', lambda: os.symlink('../elsewhere', 'sub/.git'))
-attempt('rename-to-nested', lambda: os.rename('d', 'sub/.git'))
-attempt('link-to-nested', lambda: os.link('plain', 'sub/.git'))
-os.symlink('sub/.git', 'lnk')
-attempt('create-through-symlink', lambda: w('lnk'))
-# A bare repository built by hand: the mark that completes it is refused, whichever it is.
+def git(*args):
+    return subprocess.run(['git', '-c', 'user.name=a', '-c', 'user.email=b', *args], capture_output=True).returncode
+
+def sh(cmd):
+    return subprocess.run(cmd, shell=True, capture_output=True).returncode
+
+# A repository the jail made: its config changes only through the guard's check.
+git('init', '-q', 'sub')
+print('git-config-fsmonitor', git('-C', 'sub', 'config', 'core.fsmonitor', 'touch ' + MARK))
+print('git-config-hookspath', git('-C', 'sub', 'config', 'core.hooksPath', '../hooks'))
+print('git-config-alias', git('-C', 'sub', 'config', 'alias.st', '!touch ' + MARK))
+print('git-config-include', git('-C', 'sub', 'config', 'include.path', '../../inc'))
+attempt('config-append', lambda: w('sub/.git/config', EVIL, 'a'))
+attempt('config-trunc', lambda: w('sub/.git/config', EVIL, 'w'))
+attempt('config-rplus', lambda: w('sub/.git/config', EVIL, 'r+'))
+attempt('config-truncate', lambda: os.truncate('sub/.git/config', 10))
+w('evil.lock', open('sub/.git/config').read() + EVIL)
+attempt('config-rename', lambda: os.rename('evil.lock', 'sub/.git/config'))
+attempt('config-link-out', lambda: os.link('sub/.git/config', 'alias-config'))
+attempt('config-symlink', lambda: (os.rename('sub/.git/config', 'moved-config'), os.symlink('../../evil.lock', 'sub/.git/config')))
+attempt('config-worktree', lambda: w('sub/.git/config.worktree', EVIL))
+os.rename('moved-config', 'sub/.git/config') if os.path.exists('moved-config') else None
+# Hooks: git's samples only.
+attempt('hook-create', lambda: w('sub/.git/hooks/pre-commit', '#!/bin/sh\ntouch %s\n' % MARK))
+attempt('hook-rename', lambda: os.rename('sub/.git/hooks/pre-commit.sample', 'sub/.git/hooks/pre-commit'))
+attempt('hook-link', lambda: os.link('sub/.git/hooks/pre-commit.sample', 'sub/.git/hooks/post-checkout'))
+os.makedirs('myhooks')
+w('myhooks/pre-commit', '#!/bin/sh\ntouch %s\n' % MARK)
+os.rename('sub/.git/hooks', 'hooks-away')
+attempt('hooks-symlink', lambda: os.symlink('../../myhooks', 'sub/.git/hooks'))
+attempt('hooks-rename-in', lambda: os.rename('myhooks', 'sub/.git/hooks'))
+# A .git that is a symlink, or a directory prepared elsewhere and renamed in.
+os.makedirs('d')
+attempt('dotgit-symlink', lambda: os.symlink('../prepared', 'd/.git'))
+os.makedirs('prepared/objects')
+os.makedirs('prepared2')
+w('prepared2/config', EVIL)
+attempt('dotgit-rename-in', lambda: os.rename('prepared2', 'd/.git'))
+# A bare repository built by hand, its config first: the mark that completes it is refused.
 os.makedirs('bare/objects')
-os.makedirs('bare/refs')
 w('bare/config', EVIL)
-attempt('complete-bare', lambda: w('bare/HEAD', 'ref: refs/heads/main\n'))
-for args, case in [(['git', 'init', '-q', 'sub2'], 'git-init-nested'),
-                   (['git', 'init', '-q', '--bare', 'bare2.git'], 'git-init-bare'),
-                   (['git', '-C', 'vendor/clone', 'config', 'core.fsmonitor', 'touch /tmp/asb-guard-pwned'],
-                    'git-config-nested')]:
-    print(case, subprocess.run(args, capture_output=True).returncode)
-# Repositories that were there before: a nested clone, a submodule's, the project's own.
+w('bare/HEAD', 'ref: refs/heads/main\n')
+attempt('bare-last-mark', lambda: os.mkdir('bare/refs'))
+# A repository made by git, then stripped of its marks: its path stays a git directory's.
+git('init', '-q', '--bare', 'b2')
+sh('rm -rf b2/HEAD b2/objects b2/refs')
+attempt('unmarked-config', lambda: w('b2/config', EVIL, 'a'))
+sh('rm -rf b2')
+attempt('remade-config', lambda: (os.mkdir('b2'), w('b2/config', EVIL)))
+sh('rm -rf b2')
+os.makedirs('y')
+w('y/config', EVIL)
+attempt('swapped-in', lambda: os.rename('y', 'b2'))
+# A parent swapped: what arrives where a repository was is checked.
+os.makedirs('pp')
+git('init', '-q', '--bare', 'pp/b3')
+os.rename('pp', 'pp-old')
+os.makedirs('pq/b3')
+w('pq/b3/config', EVIL)
+attempt('parent-swapped', lambda: os.rename('pq', 'pp'))
+attempt('symlink-above', lambda: os.symlink('pq', 'pp'))
+# A worktree's commondir: only git's own, and it cannot be written again.
+git('init', '-q', 'base')
+git('-C', 'base', 'commit', '-q', '--allow-empty', '-m', 'x')
+git('-C', 'base', 'worktree', 'add', '-q', '../wt')
+attempt('commondir-write', lambda: w('base/.git/worktrees/wt/commondir', '../../../../b3'))
+attempt('commondir-elsewhere', lambda: w('base/.git/commondir', '../x'))
+# A repository in ~/.cache (guarded too), and a gitfile in the project pointing at it.
+cache = os.path.expanduser('~/.cache/evil-repo')
+os.makedirs(cache, exist_ok=True)
+w(cache + '/config', EVIL)
+os.makedirs(cache + '/objects', exist_ok=True)
+attempt('cache-last-mark', lambda: os.mkdir(cache + '/refs'))
+os.makedirs('g')
+attempt('gitfile', lambda: w('g/.git', 'gitdir: %s\n' % cache))
+# Repositories that were there before: the user's entries stay, nothing runs.
 for gitdir in ['vendor/clone/.git', '.git/modules/m', '.git']:
-    attempt('config-append ' + gitdir, lambda: w(gitdir + '/config', EVIL, 'a'))
-    attempt('config-rplus ' + gitdir, lambda: w(gitdir + '/config', EVIL, 'r+'))
-    attempt('config-worktree ' + gitdir, lambda: w(gitdir + '/config.worktree', EVIL))
-    attempt('hook ' + gitdir, lambda: w(gitdir + '/hooks/post-checkout', '#!/bin/sh\ntouch /tmp/asb-guard-pwned\n'))
-    w('newconfig', EVIL)
-    attempt('config-rename ' + gitdir, lambda: os.rename('newconfig', gitdir + '/config'))
-    attempt('config-link ' + gitdir, lambda: os.link(gitdir + '/config', 'alias-' + gitdir.replace('/', '-')))
-# A unix socket bound as `refs` passes git's test of `refs` (attack G1): the mark that would
-# complete the repository is refused however it is made; other sockets bind as usual.
-import socket
+    attempt('old-append ' + gitdir, lambda: w(gitdir + '/config', EVIL, 'a'))
+    attempt('old-hook ' + gitdir, lambda: w(gitdir + '/hooks/post-checkout', '#!/bin/sh\ntouch %s\n' % MARK))
+    w('newconfig', open(gitdir + '/config').read() + EVIL)
+    attempt('old-rename ' + gitdir, lambda: os.rename('newconfig', gitdir + '/config'))
+# A unix socket bound as a mark: checked like any mark (attack G1).
 os.makedirs('sock/objects')
-w('sock/HEAD', 'ref: refs/heads/main\n')
 w('sock/config', EVIL)
-attempt('bind-refs', lambda: socket.socket(socket.AF_UNIX).bind('sock/refs'))
+attempt('bind-mark', lambda: socket.socket(socket.AF_UNIX).bind('sock/refs'))
 attempt('bind-ordinary', lambda: socket.socket(socket.AF_UNIX).bind('ordinary.sock'))
-# Past PATH_MAX the kernel cannot spell a path (attack G2): a nested clone moved that deep
-# must not have its config written, nor linked out, for want of a path to check.
+# Past PATH_MAX the kernel cannot spell a path (attack G2).
 def too_deep():
-    # A chain just short of PATH_MAX, the clone moved into it (its path still fits), then the
-    # chain moved 250 bytes deeper: the clone's path is now past PATH_MAX.
     top = os.open('.', os.O_RDONLY)
     os.mkdir('deep')
     d = os.open('deep', os.O_RDONLY)
@@ -102,91 +247,98 @@ attempt('deep-config', deep_write)
 attempt('deep-link', lambda: os.link('v/clone/.git/config', 'deep-alias', src_dir_fd=deep, dst_dir_fd=top))
 os.rename('p' * 250 + '/deep', 'deep')
 os.rename('v', 'vendor', src_dir_fd=deep, dst_dir_fd=top)
-# Ordinary work in the nested clone goes on: its files, its index, its objects.
+# Work in the nested clone that was there goes on.
 w('vendor/clone/file.txt', 'changed\n')
-r = subprocess.run(['git', '-C', 'vendor/clone', '-c', 'user.name=a', '-c', 'user.email=a@b', 'commit', '-qam',
-                    'work-inside'], capture_output=True)
-print('git-commit-nested', r.returncode, r.stderr.decode().replace('\n', ' '))
-r = subprocess.run('git init -q /tmp/r && git -C /tmp/r -c user.name=a -c user.email=a@b commit -q --allow-empty '
-                   '-m x && git clone -q /tmp/r /tmp/c && echo cloned', shell=True, capture_output=True)
-print('git-in-tmp', r.returncode)
+print('git-commit-nested', git('-C', 'vendor/clone', 'commit', '-qam', 'work-inside'))
 "#;
 
 #[test]
-fn git_repositories_cannot_be_made_or_reconfigured_inside_the_project() {
-    let j = jail!("gitguard").project_file("guard.py", ATTACKS_PY).project_file("vendor/clone/file.txt", "v1\n");
+fn nothing_the_jail_writes_into_a_repository_runs_outside() {
+    let marker = format!("/tmp/asb-guard-pwned-{}", std::process::id());
+    let j = jail!("gitguard")
+        .project_file("guard.py", ATTACKS_PY)
+        .project_file("vendor/clone/file.txt", "v1\n")
+        .env("MARK", &marker);
     // The user's project: a repository with a submodule's git directory, and a nested clone.
     for args in [&["init", "-q"][..], &["init", "-q", "--bare", ".git/modules/m"]] {
-        assert!(git_outside(&j, &j.project, args).status.success());
+        assert!(git_ok(&j, &j.project, args));
     }
     let clone = j.project.join("vendor/clone");
     for args in [&["init", "-q"][..], &["add", "file.txt"], &["commit", "-qm", "v1"]] {
-        assert!(git_outside(&j, &clone, args).status.success(), "{args:?}");
+        assert!(git_ok(&j, &clone, args), "{args:?}");
     }
     let config = |p: &str| std::fs::read_to_string(j.project.join(p)).unwrap_or_default();
     let before = [config("vendor/clone/.git/config"), config(".git/modules/m/config"), config(".git/config")];
 
     let out = j.run("python3 guard.py");
     let line = |case: &str| out.stdout.lines().find(|l| l.starts_with(&format!("{case} "))).unwrap_or("").to_string();
-    for case in [
-        "bind-refs",
-        "deep-config",
-        "deep-link",
-        "mkdir-nested",
-        "mkdir-nested-case",
-        "gitfile",
-        "symlink-nested",
-        "rename-to-nested",
-        "link-to-nested",
-        "create-through-symlink",
-        "complete-bare",
-    ] {
-        let l = line(case);
-        // EPERM, or for the paths past PATH_MAX, ENAMETOOLONG: never done.
-        assert!(l.ends_with("REFUSED") || (case.starts_with("deep") && l.ends_with("ERR 36")), "{case}: {out}");
-    }
-    for case in ["git-init-nested", "git-init-bare", "git-config-nested"] {
+    for case in ["git-config-fsmonitor", "git-config-hookspath", "git-config-alias", "git-config-include"] {
         assert!(!line(case).ends_with(" 0") && !line(case).is_empty(), "{case} must fail: {out}");
     }
+    let mut refused = vec![
+        "config-append",
+        "config-trunc",
+        "config-rplus",
+        "config-truncate",
+        "config-rename",
+        "config-link-out",
+        "config-symlink",
+        "config-worktree",
+        "hook-create",
+        "hook-rename",
+        "hook-link",
+        "hooks-symlink",
+        "hooks-rename-in",
+        "dotgit-symlink",
+        "dotgit-rename-in",
+        "bare-last-mark",
+        "unmarked-config",
+        "remade-config",
+        "swapped-in",
+        "parent-swapped",
+        "symlink-above",
+        "commondir-write",
+        "commondir-elsewhere",
+        "cache-last-mark",
+        "bind-mark",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect::<Vec<_>>();
     for gitdir in ["vendor/clone/.git", ".git/modules/m", ".git"] {
-        for case in ["config-append", "config-rplus", "config-worktree", "hook", "config-rename", "config-link"] {
-            let l = line(&format!("{case} {gitdir}"));
-            assert!(!l.is_empty() && !l.ends_with("DONE"), "{case} {gitdir}: {out}");
-        }
+        refused.extend(["old-append", "old-hook", "old-rename"].map(|c| format!("{c} {gitdir}")));
     }
+    for case in &refused {
+        assert!(line(case).ends_with("REFUSED"), "{case}: {out}");
+    }
+    for case in ["deep-config", "deep-link"] {
+        // ENAMETOOLONG: the guard cannot tell where such a path is, so it refuses.
+        assert!(line(case).ends_with("ERR 36") || line(case).ends_with("REFUSED"), "{case}: {out}");
+    }
+    assert!(line("gitfile").ends_with("DONE"), "a gitfile is a pointer, not a repository: {out}");
     assert!(line("bind-ordinary").ends_with("DONE"), "{out}");
-    assert!(line("git-commit-nested").starts_with("git-commit-nested 0"), "work in a nested clone goes on: {out}");
-    assert!(line("git-in-tmp").ends_with(" 0"), "repositories outside the project are fine: {out}");
-    // The refusal is one line the agent can act on, and a record in the audit log.
-    assert!(out.stderr.contains("agent-sandbox: ") && out.stderr.contains("clone or init under /tmp"), "{out}");
+    assert!(line("git-commit-nested").ends_with(" 0"), "work in a nested clone goes on: {out}");
+    // One line the agent can act on (at most ten a second: the first of them).
+    assert!(out.stderr.contains("agent-sandbox: ") && out.stderr.contains("changes only through git"), "{out}");
 
-    // Outside, afterwards: nothing was made, nothing was changed, and the user's git runs nothing.
-    for p in ["sub/.git", "sub/.GIT", "sub2/.git", "bare/HEAD", "sub/.git/config"] {
-        assert!(std::fs::symlink_metadata(j.project.join(p)).is_err(), "{p} was made: {out}");
-    }
-    // `git init --bare` got as far as its first marks, never to a repository git would use.
-    let bare2 = j.project.join("bare2.git");
-    assert!(!["HEAD", "objects", "refs"].iter().all(|m| bare2.join(m).exists()), "{out}");
-    if bare2.exists() {
-        let found = git_outside(&j, &bare2, &["rev-parse", "--absolute-git-dir"]);
-        let found = String::from_utf8_lossy(&found.stdout).trim().to_string();
-        assert!(!found.ends_with("bare2.git"), "git takes bare2.git for a repository: {found}");
-    }
+    // Outside, afterwards: the user's repositories kept their config, and the user's git, in
+    // every directory the jail worked in, runs nothing.
     let after = [config("vendor/clone/.git/config"), config(".git/modules/m/config"), config(".git/config")];
     assert_eq!(before, after, "a repository's config changed: {out}");
-    for gitdir in ["vendor/clone/.git", ".git/modules/m", ".git"] {
-        assert!(!j.project.join(gitdir).join("hooks/post-checkout").exists(), "{gitdir} got a hook");
+    let _ = std::fs::remove_file(&marker);
+    for dir in
+        [".", "sub", "d", "bare", "b2", "pp", "pp/b3", "pq", "base", "wt", "g", "sock", "vendor/clone", "prepared"]
+    {
+        let d = j.project.join(dir);
+        if d.is_dir() {
+            let _ = git_outside(&j, &d, &["status"]);
+            let _ = git_outside(&j, &d, &["commit", "-q", "--allow-empty", "-m", "user"]);
+        }
     }
-    let log = git_outside(&j, &clone, &["log", "--format=%s"]);
-    assert!(String::from_utf8_lossy(&log.stdout).contains("work-inside"), "the commit inside landed");
-    let _ = std::fs::remove_file("/tmp/asb-guard-pwned");
-    for dir in [&j.project, &clone, &j.project.join("sub"), &j.project.join("bare"), &j.project.join("sock")] {
-        let _ = git_outside(&j, dir, &["status"]);
-    }
-    assert!(!Path::new("/tmp/asb-guard-pwned").exists(), "the user's git ran the jail's command");
+    assert!(!Path::new(&marker).exists(), "the user's git ran the jail's command: {out}");
     let audit = std::fs::read_to_string(j.rig.home.join(".local/state/agent-sandbox/audit.jsonl")).unwrap_or_default();
     assert!(
-        audit.lines().any(|l| l.contains("\"fs_denied\"") && l.contains("nested-git") && l.contains("gitguard/sub")),
+        audit.lines().any(|l| l.contains("\"fs_denied\"") && l.contains("git-config") && l.contains("gitguard/sub")),
         "no audit record"
     );
 }
@@ -227,13 +379,84 @@ fn the_issue_attack_core_fsmonitor_in_a_staged_nested_repository_never_runs_outs
     }
     // The attack is real: with the guard off, the user's own git status runs the command...
     assert!(attack("gitguard-fsmonitor-off", true), "the attack did not work even without the guard");
-    // ...and with it, it never does.
+    // ...and with it, it never does, though the repository is made and staged.
     assert!(!attack("gitguard-fsmonitor", false), "the user's git status ran the jail's fsmonitor");
+}
+
+/// The jail attacks in a loop while the user's git runs in the same directories in another
+/// terminal: a git that resolved a repository's path must never read a config the jail
+/// swapped in there meanwhile.
+const RACE_SH: &str = r#"
+end=$(( $(date +%s) + 4 ))
+evil="[core]
+	fsmonitor = touch $MARK"
+n=0
+while [ "$(date +%s)" -lt "$end" ]; do
+  n=$((n+1))
+  # swap a prepared directory in where the repository was
+  mkdir -p prep && printf '%s\n' "$evil" > prep/config 2>/dev/null
+  mv r/.git r/.git-old 2>/dev/null; mv prep r/.git 2>/dev/null; rm -rf r/.git-old prep
+  # unmark, rewrite, mark again
+  rm -f r/.git/HEAD; printf '%s\n' "$evil" >> r/.git/config 2>/dev/null
+  printf 'ref: refs/heads/main\n' > r/.git/HEAD 2>/dev/null
+  # remove and make again
+  rm -rf b && mkdir -p b/objects b/refs && printf '%s\n' "$evil" > b/config 2>/dev/null; printf 'ref: refs/heads/main\n' > b/HEAD 2>/dev/null
+  git init -q r >/dev/null 2>&1; git init -q --bare b >/dev/null 2>&1
+done
+echo "rounds=$n"
+"#;
+
+#[test]
+fn a_users_git_running_while_the_jail_swaps_repositories_never_runs_what_it_planted() {
+    // Returns (whether the user's git ran the plant, the jail's rounds, the user's runs).
+    let race = |name: &str, guard_off: bool| -> Option<(bool, String, usize)> {
+        let marker = format!("/tmp/asb-guard-race-{name}-{}", std::process::id());
+        let mut j = Jail::new(name)?.env("MARK", &marker);
+        if guard_off {
+            let policy = j.rig.home.join(format!("t/{name}-policy.toml"));
+            std::fs::write(&policy, "[filesystem]\nnested_git = true\n").expect("policy");
+            j.give(&[&policy]);
+            j = j.arg("--policy").arg(policy.to_str().expect("utf-8"));
+        }
+        for args in [&["init", "-q", "r"][..], &["init", "-q", "--bare", "b"]] {
+            assert!(git_ok(&j, &j.project, args));
+        }
+        let _ = std::fs::remove_file(&marker);
+        let session = j
+            .command(&["-q", "run", "--", "sh", "-c", RACE_SH])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("jail");
+        // The other terminal: the user's git, over and over, in both repositories (from the
+        // project, as the directories come and go).
+        let t0 = std::time::Instant::now();
+        let mut runs = 0;
+        while t0.elapsed() < std::time::Duration::from_secs(4) {
+            for d in ["r", "b"] {
+                let mut c = j.as_user("git");
+                c.current_dir(&j.project).args(["-C", d, "status", "--short"]);
+                if c.output().is_ok() {
+                    runs += 1;
+                }
+            }
+        }
+        let out = session.wait_with_output().expect("jail");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let ran = Path::new(&marker).exists();
+        let _ = std::fs::remove_file(&marker);
+        Some((ran, stdout, runs))
+    };
+    let Some((ran_off, _, _)) = race("gitguard-race-off", true) else { return };
+    assert!(ran_off, "the attack did not work even without the guard: the test shows nothing");
+    let (ran, stdout, runs) = race("gitguard-race", false).expect("the rig is up");
+    assert!(stdout.contains("rounds=") && runs > 20, "{stdout}, the user's git ran {runs} times");
+    assert!(!ran, "the user's git ran what the jail planted ({stdout}, {runs} runs)");
 }
 
 /// File work of every kind, as programs do it: each prints `<case> OK` or `<case> FAIL ...`.
 const ORDINARY_PY: &str = r#"
-import ctypes, errno, os, stat, subprocess, threading
+import ctypes, errno, os, shutil, stat, subprocess, threading
 
 def ok(name, fn):
     try:
@@ -340,6 +563,9 @@ ok('stdout-by-path', lambda: subprocess.run("sh -c 'echo piped > /dev/stdout; ec
                                             shell=True, capture_output=True).stdout == b'piped\nerr\n')
 ok('cp-and-tar', lambda: subprocess.run('cp -r many many2 && tar cf t.tar many && mkdir untar && tar xf t.tar -C untar '
                                         '&& ls untar/many | wc -l', shell=True, capture_output=True).stdout.strip() == b'400')
+ok('truncate', lambda: os.truncate('atomic-2', 3) or open('atomic').read() == 'New')
+ok('rmtree', lambda: shutil.rmtree('many2') or not os.path.exists('many2'))
+ok('rmdir-notempty', lambda: raises(lambda: os.rmdir('many'), errno.ENOTEMPTY) is True)
 ok('git-commit-top', lambda: subprocess.run('git add atomic && git -c user.name=a -c user.email=a@b commit -qm top',
                                             shell=True).returncode == 0)
 "#;
@@ -351,7 +577,7 @@ fn ordinary_file_work_is_unchanged_under_the_git_guard() {
     let out = j.run("python3 ordinary.py");
     let cases = out.stdout.lines().filter(|l| l.split(' ').nth(1) == Some("OK")).count();
     assert!(!out.stdout.contains(" FAIL"), "{out}");
-    assert_eq!(cases, 20, "every case ran: {out}");
+    assert_eq!(cases, 23, "every case ran: {out}");
     assert!(out.stderr.is_empty(), "no refusal line for ordinary work: {out}");
     // And through a terminal: /dev/tty is the caller's own.
     let launcher = format!("{} -q run -- sh -c 'echo to-the-tty > /dev/tty'", j.rig.bin.display());
@@ -424,9 +650,11 @@ int main(int argc, char **argv) {
             snprintf(dir, sizeof dir, "race/r%d", i);
             mkdir("race", 0755);
             mkdir(dir, 0755);
-            char head[96];
-            snprintf(head, sizeof head, "%s/HEAD", dir);
-            close(open(head, O_CREAT | O_WRONLY, 0644));
+            char cfg[96];
+            snprintf(cfg, sizeof cfg, "%s/config", dir);
+            int fd = open(cfg, O_CREAT | O_WRONLY, 0644);
+            dprintf(fd, "[core]\n\tfsmonitor = touch /tmp/race\n");
+            close(fd);
             pthread_t t[2];
             pthread_barrier_init(&bar, 0, 2);
             for (long k = 0; k < 2; k++) pthread_create(&t[k], 0, mark, (void *)k);
@@ -459,7 +687,7 @@ int main(int argc, char **argv) {
 "#;
 
 #[test]
-fn races_between_calls_cannot_complete_a_repository_or_open_a_config() {
+fn races_between_calls_cannot_complete_an_unchecked_repository_or_open_a_config() {
     let j = jail!("gitguard-races").project_file("races.c", RACES_C).project_file("decoy/clone/.git/config", "decoy\n");
     let clone = j.project.join("vendor/clone");
     std::fs::create_dir_all(&clone).expect("mkdir");
@@ -467,8 +695,11 @@ fn races_between_calls_cannot_complete_a_repository_or_open_a_config() {
     assert!(git_outside(&j, &clone, &["init", "-q"]).status.success());
     let before = std::fs::read_to_string(clone.join(".git/config")).expect("config");
     let out = j.run("cc -O1 -pthread -o races races.c && ./races complete && ./races swap");
+    // Two threads making the marks that complete a directory at once, its config written
+    // before: whichever comes second is checked and refused; neither can pass on the state
+    // before the other acted.
     let complete = out.stdout.lines().find(|l| l.starts_with("complete ")).unwrap_or_default().to_string();
-    assert_eq!(complete, "complete 0", "two threads completed a repository: {out}");
+    assert_eq!(complete, "complete 0", "two threads completed a repository past the check of its config: {out}");
     let swap = out.stdout.lines().find(|l| l.starts_with("tries ")).unwrap_or_default().to_string();
     assert!(swap.ends_with(" opened 0") && !swap.starts_with("tries 0 "), "{out}");
     // The swaps leave the two directories either way round: the real config is one of them,
@@ -486,23 +717,31 @@ fn races_between_calls_cannot_complete_a_repository_or_open_a_config() {
 #[test]
 fn the_projects_own_repository_cannot_get_a_commondir_even_with_its_marks_moved_away() {
     // Attack G5: with HEAD moved aside `.git` is no repository, so `commondir` was an ordinary
-    // name; with HEAD back, git followed it to a config the jail wrote.
+    // name; with HEAD back, git followed it to a config the jail wrote. A commondir is made
+    // only in a worktree's directory now; and a worktree's own cannot be rewritten.
     let j = jail!("gitguard-commondir");
     assert!(git_outside(&j, &j.project, &["init", "-q"]).status.success());
+    assert!(git_outside(&j, &j.project, &["commit", "-q", "--allow-empty", "-m", "x"]).status.success());
     let out = j.run(
         "mv .git/HEAD .git/H; echo ../evil > .git/commondir || echo COMMONDIR-REFUSED; \
-         mv .git/H .git/HEAD || echo HEAD-BACK-REFUSED; echo x > .git/config.worktree || echo WORKTREE-REFUSED",
+         mv .git/H .git/HEAD; echo x > .git/config.worktree || echo WORKTREE-REFUSED; \
+         git worktree add -q w && echo WORKTREE-ADDED; echo ../../../evil > .git/worktrees/w/commondir || echo REWRITE-REFUSED; \
+         mv .git/worktrees/w/HEAD .git/worktrees/w/H; echo ../../../evil > .git/worktrees/w/commondir || echo REMADE-REFUSED",
     );
-    for want in ["COMMONDIR-REFUSED", "WORKTREE-REFUSED"] {
+    for want in ["COMMONDIR-REFUSED", "WORKTREE-REFUSED", "WORKTREE-ADDED", "REWRITE-REFUSED", "REMADE-REFUSED"] {
         assert!(out.stdout.contains(want), "{want}: {out}");
     }
     assert!(!j.project.join(".git/commondir").exists() && !j.project.join(".git/config.worktree").exists());
+    let common = std::fs::read_to_string(j.project.join(".git/worktrees/w/commondir")).unwrap_or_default();
+    assert_eq!(common.trim(), "../..", "{out}");
 }
 
 #[test]
 fn extra_writable_trees_are_guarded_too_their_tops_included() {
-    // Attacks G6 and G7: a gitfile at the top of a `--rw` tree, and a `--rw` tree in the home.
+    // Attacks G6 and G7: a gitfile at the top of a `--rw` tree (a pointer: what it points at
+    // must be a repository the guard checked, or the user's), and a `--rw` tree in the home.
     let j = jail!("gitguard-rw");
+    let marker = format!("/tmp/asb-gitguard-rw-{}", std::process::id());
     let outside = std::path::PathBuf::from(format!("/srv/asb-gitguard-{}", std::process::id()));
     let in_home = j.rig.home.join("t/gitguard-rw-home");
     for d in [&outside, &in_home] {
@@ -514,15 +753,19 @@ fn extra_writable_trees_are_guarded_too_their_tops_included() {
     let before = std::fs::read_to_string(in_home.join(".git/config")).expect("config");
     let j = j.arg("--rw").arg(outside.to_str().expect("utf-8")).arg("--rw").arg(in_home.to_str().expect("utf-8"));
     let out = j.run(&format!(
-        "echo 'gitdir: /tmp/x' > {o}/.git || echo TOP-GITFILE-REFUSED; \
-         git -C {h} config core.fsmonitor 'touch /tmp/pwned' || echo HOME-CONFIG-REFUSED; echo ok > {o}/plain && echo PLAIN-OK",
+        "mkdir -p {o}/r/objects {o}/r/refs; printf '[core]\\n\\tfsmonitor = touch {m}\\n' > {o}/r/config || echo BARE-CONFIG-REFUSED; \
+         echo 'gitdir: {o}/r' > {o}/.git && echo TOP-GITFILE-MADE; \
+         git -C {h} config core.fsmonitor 'touch {m}' || echo HOME-CONFIG-REFUSED; echo ok > {o}/plain && echo PLAIN-OK",
+        m = marker,
         o = outside.display(),
         h = in_home.display()
     ));
-    for want in ["TOP-GITFILE-REFUSED", "HOME-CONFIG-REFUSED", "PLAIN-OK"] {
+    for want in ["BARE-CONFIG-REFUSED", "TOP-GITFILE-MADE", "HOME-CONFIG-REFUSED", "PLAIN-OK"] {
         assert!(out.stdout.contains(want), "{want}: {out}");
     }
-    assert!(!outside.join(".git").exists(), "{out}");
+    let _ = std::fs::remove_file(&marker);
+    let _ = git_outside(&j, &outside, &["status"]);
+    assert!(!Path::new(&marker).exists(), "the gitfile led the user's git to a config the jail wrote: {out}");
     assert_eq!(std::fs::read_to_string(in_home.join(".git/config")).expect("config"), before, "{out}");
     let _ = std::fs::remove_dir_all(&outside);
 }

@@ -371,7 +371,7 @@ fn supervise(
             let report = Box::new(move |check: &str, path: &str| {
                 let _ = msg::send(sock, &Msg::Refused { check: check.into(), path: path.into() });
             });
-            super::guard::serve(listener, super::guard::rules::Guarded { roots: g.roots.clone() }, report);
+            super::guard::serve(listener, super::guard::rules::Guarded::new(g.roots.clone()), report);
         }
     }
     crate::timing::mark("child-forked");

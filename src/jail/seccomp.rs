@@ -525,6 +525,11 @@ pub fn build_guard_program() -> Result<BpfProgram, SeccompError> {
         }
         rules.insert(sys_nr(*nr), alts);
     }
+    // unlinkat removing a directory (AT_REMOVEDIR): the guard keeps a removed git directory's
+    // path one (a plain unlink, far more frequent, is not trapped: it cannot free a
+    // directory's path).
+    let removedir = int_flag(libc::AT_REMOVEDIR);
+    rules.insert(sys_nr(libc::SYS_unlinkat), vec![rule(vec![cond(2, Dword, MaskedEq(removedir), removedir)?])?]);
     let rule_nrs: Vec<u32> = rules.keys().filter_map(|nr| u32::try_from(*nr).ok()).collect();
     let filter = SeccompFilter::new(rules, SeccompAction::Allow, SeccompAction::Trace(GUARD_MARK), native.target)
         .map_err(SeccompError::Compile)?;
@@ -563,6 +568,10 @@ const GUARD_ALWAYS: &[libc::c_long] = &[
     libc::SYS_rename,
     #[cfg(target_arch = "x86_64")]
     libc::SYS_creat,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_rmdir,
+    // By path it needs no descriptor opened for writing, which the guard would have seen.
+    libc::SYS_truncate,
 ];
 
 /// Syscalls that open a file, with the index of their flags argument.

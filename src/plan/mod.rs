@@ -582,17 +582,6 @@ fn writable_trees(
     let home = base.home.clone();
     let mut writable = vec![base.project.clone()];
     home_mounts(b, policy, facts, &home, &mut writable, warnings);
-    // Home entries made writable by a choice (`--rw ~/x`, a profile's, the user's) are guarded
-    // like `filesystem.write` paths; the built-in ones (`~/.cache`) hold tools' clones, which
-    // run later anyway (docs/security-model.md).
-    let mut guarded = vec![base.project.clone()];
-    for e in policy.home_write.iter().filter(|e| e.source != crate::policy::merge::Source::Builtin) {
-        let Some(rel) = home_entry(&e.value) else { continue };
-        let p = home.join(rel);
-        if writable.contains(&p) && fs.kind(&p) == Some(Kind::Dir) {
-            guarded.push(p);
-        }
-    }
     for w in &policy.fs_write {
         let p = check_extra_path("filesystem.write", &w.value, &home, fs)?;
         if base.hidden.covers(&p) {
@@ -601,12 +590,13 @@ fn writable_trees(
         if fs.kind(&p).is_some() {
             let dir = fs.kind(&p) == Some(Kind::Dir);
             b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: true, dir });
-            if dir {
-                guarded.push(p.clone());
-            }
             writable.push(p);
         }
     }
+    // Every tree the jail writes that outlives it is guarded, the built-in `~/.cache`
+    // included: a gitfile in the project may point at a repository anywhere the jail could
+    // write one, so every such repository's config is checked (docs/security-model.md).
+    let guarded = writable.clone();
     b.push(MountSpec::Bind { source: base.project.clone(), target: base.project.clone(), rw: true, dir: true });
     Ok(Trees { writable, guarded })
 }
@@ -652,7 +642,11 @@ fn protected(
     trees: &Trees,
 ) -> Result<Vec<Placeholder>, PlanError> {
     let mut placeholders = vec![];
-    protect(b, fs, policy, &base.project, &mut placeholders)?;
+    // With the git guard on, the project's `.git/config` and `.git/hooks` are the guard's to
+    // keep (checked changes: `git submodule init`, `git remote add`, `git init` where there
+    // was no repository), not read-only mounts or placeholders.
+    let guard_keeps_git = !policy.nested_git.value && base.backend == BackendKind::Userns;
+    protect(b, fs, policy, &base.project, guard_keeps_git, &mut placeholders)?;
     if base.backend == BackendKind::Landlock {
         // Landlock cannot make a path inside the writable project read-only: a placeholder
         // would protect nothing there (docs/security-model.md lists this limit).

@@ -207,14 +207,21 @@ pub(super) fn pin_ancestors(b: &mut Builder<'_>, root: &Path, p: &Path) {
     }
 }
 
+/// Protected entries the git guard keeps when it is on (`jail/guard/rules.rs`).
+const GUARD_KEEPS: [&str; 2] = [".git/config", ".git/hooks"];
+
 pub(super) fn protect(
     b: &mut Builder<'_>,
     fs: &dyn HostFs,
     policy: &Policy,
     project: &Path,
+    guard_keeps_git: bool,
     placeholders: &mut Vec<Placeholder>,
 ) -> Result<(), PlanError> {
     for entry in &policy.protected {
+        if guard_keeps_git && GUARD_KEEPS.contains(&entry.value.trim_end_matches('/')) {
+            continue;
+        }
         let want_dir = entry.value.ends_with('/');
         let Some(rel) = home_entry(entry.value.trim_end_matches('/')) else {
             return Err(entry_err(

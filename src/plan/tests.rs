@@ -126,7 +126,8 @@ fn default_plan_hides_ssh_and_munge_and_binds_project_rw() {
 
 #[test]
 fn protected_paths_are_read_only_after_the_project_and_their_parents_pinned() {
-    let p = plan_for("", "/home/u/proj").unwrap();
+    // With the git guard off; on, the guard keeps `.git/config` and `.git/hooks` (below).
+    let p = plan_for("[filesystem]\nnested_git = true", "/home/u/proj").unwrap();
     let project =
         pos(&p, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")));
     let hooks = pos(
@@ -143,7 +144,7 @@ fn protected_paths_are_read_only_after_the_project_and_their_parents_pinned() {
 
 #[test]
 fn missing_protected_paths_get_placeholders() {
-    let p = plan_for("", "/scratch/u/p").unwrap();
+    let p = plan_for("[filesystem]\nnested_git = true", "/scratch/u/p").unwrap();
     let paths: Vec<_> = p.placeholders.iter().map(|ph| (ph.path.display().to_string(), ph.dir)).collect();
     assert!(paths.contains(&("/scratch/u/p/.git".into(), true)), "{paths:?}");
     assert!(paths.contains(&("/scratch/u/p/.envrc".into(), false)), "{paths:?}");
@@ -151,6 +152,22 @@ fn missing_protected_paths_get_placeholders() {
         &p,
         |m| matches!(m, MountSpec::Bind { target, rw: false, .. } if target == Path::new("/scratch/u/p/.git"))
     ));
+}
+
+#[test]
+fn with_the_git_guard_on_the_projects_git_config_and_hooks_are_the_guards_and_every_writable_tree_is_guarded() {
+    // `git init` where there is no repository, `git submodule init` and `git remote add` where
+    // there is one: the guard checks what they write instead of a read-only mount refusing it.
+    for project in ["/scratch/u/p", "/home/u/proj"] {
+        let p = plan_for("", project).unwrap();
+        assert!(!p.placeholders.iter().any(|ph| ph.path.ends_with(".git")), "{:?}", p.placeholders);
+        assert!(!has(&p, |m| m.target().starts_with(Path::new(project).join(".git"))), "{project}");
+        assert!(p.placeholders.iter().any(|ph| ph.path.ends_with(".envrc")) || Path::new(project).starts_with("/home"));
+        let roots = &p.git_guard.as_ref().expect("the guard is on").roots;
+        assert_eq!(roots.first().map(PathBuf::as_path), Some(Path::new(project)));
+        // The built-in ~/.cache too: a gitfile in the project may point at a repository there.
+        assert!(roots.contains(&PathBuf::from("/home/u/.cache")), "{roots:?}");
+    }
 }
 
 #[test]

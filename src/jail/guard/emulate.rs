@@ -14,11 +14,12 @@
 //! `/proc/self` is not followed (ELOOP).
 
 use super::notify::{open_at, Caller, Notification};
-use super::rules::{Change, Dir, Guarded, Refusal};
+use super::repo;
+use super::rules::{self, Decision, Dir, Guarded, Kind, Op, Refusal};
 use std::ffi::{CString, OsStr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// What becomes of a trapped syscall.
 #[derive(Debug)]
@@ -84,12 +85,23 @@ impl Dir for OwnedFd {
         let up = openat2(self.as_fd(), b"..", libc::O_PATH | libc::O_DIRECTORY, 0, 0).ok()?;
         Some(Box::new(up))
     }
+    fn id(&self) -> Option<(u64, u64)> {
+        nix::sys::stat::fstat(self.as_fd()).ok().map(|st| (st.st_dev, st.st_ino))
+    }
 }
 
-fn check(g: &Guarded, dir: &OwnedFd, path: &Path, name: &[u8], change: Change) -> Step<()> {
-    let n = String::from_utf8_lossy(name);
-    g.check(dir, path, &n, change)
-        .map_err(|refusal| Done::Refused { refusal, path: path.join(OsStr::from_bytes(name)) })
+fn refused(refusal: Refusal, path: PathBuf) -> Done {
+    Done::Refused { refusal, path }
+}
+
+/// The kind of an entry, from its mode.
+fn kind_of(mode: u32) -> Kind {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => Kind::Dir,
+        libc::S_IFREG => Kind::File,
+        libc::S_IFLNK => Kind::Symlink,
+        _ => Kind::Special,
+    }
 }
 
 /// The directory an object the guard holds is in, and its name there: found by its path,
@@ -271,11 +283,49 @@ impl Entry {
         self.name == b"." || self.name == b".."
     }
 
-    fn check(&self, g: &Guarded, change: Change) -> Step<()> {
+    fn path(&self) -> PathBuf {
+        self.dir_path.join(OsStr::from_bytes(&self.name))
+    }
+
+    /// The rules' decision on `op` here (under the gate).
+    fn decide(&self, g: &Guarded, op: Op) -> Step<Decision> {
         if self.is_dot() {
-            return Ok(());
+            return Ok(Decision::Go);
         }
-        check(g, &self.dir, &self.dir_path, &self.name, change)
+        let n = String::from_utf8_lossy(&self.name);
+        g.decide(&self.dir, &self.dir_path, &n, op).map_err(|r| refused(r, self.path()))
+    }
+
+    /// What a decision asks for before the call: a directory becoming a git directory is
+    /// checked, a worktree's commondir too.
+    fn before(&self, g: &Guarded, d: Decision) -> Step<()> {
+        let root = g.root_of(&self.dir_path).unwrap_or(&self.dir_path).to_path_buf();
+        let done = match d {
+            Decision::FirstMark => repo::check_git_dir(self.dir.as_fd(), &self.dir_path, &root),
+            Decision::Commondir => repo::check_commondir(self.dir.as_fd(), &self.dir_path),
+            _ => Ok(()),
+        };
+        done.map_err(|r| refused(r, self.path()))
+    }
+
+    /// What a decision asks for after the call succeeded: the git directories it made.
+    fn after(&self, g: &Guarded, d: Decision) {
+        match d {
+            Decision::FirstMark => {
+                let _ = g.note(&self.dir_path, self.dir.id());
+            }
+            Decision::MadeGitDir => {
+                let id = nix::sys::stat::fstatat(
+                    self.dir.as_fd(),
+                    self.name.as_slice(),
+                    nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+                )
+                .ok()
+                .map(|st| (st.st_dev, st.st_ino));
+                let _ = g.note(&self.path(), id);
+            }
+            _ => {}
+        }
     }
 }
 
@@ -307,6 +357,10 @@ pub fn carry_out(c: &Caller, n: &Notification, g: &Guarded) -> Done {
         nr if nr == libc::SYS_linkat => link(c, g, (Base::Caller(int(0)), a[1]), (Base::Caller(int(2)), a[3]), int(4)),
         nr if nr == libc::SYS_bind => bind(c, g, int(0), a[1], a[2] as u32),
         nr if nr == libc::SYS_renameat => rename(c, g, (Base::Caller(int(0)), a[1]), (Base::Caller(int(2)), a[3]), 0),
+        nr if nr == libc::SYS_truncate => truncate(c, g, a[0], a[1] as i64),
+        nr if nr == libc::SYS_unlinkat && int(2) & libc::AT_REMOVEDIR != 0 => rmdir(c, g, Base::Caller(int(0)), a[1]),
+        #[cfg(target_arch = "x86_64")]
+        nr if nr == libc::SYS_rmdir => rmdir(c, g, Base::Caller(libc::AT_FDCWD), a[0]),
         nr if nr == libc::SYS_renameat2 => {
             rename(c, g, (Base::Caller(int(0)), a[1]), (Base::Caller(int(2)), a[3]), a[4] as u32)
         }
@@ -388,8 +442,13 @@ fn create(
             let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
             let made = {
                 let _gate = gate();
-                e.check(g, Change::Create)?;
-                openat2(e.dir.as_fd(), &e.name, flags, mode, resolve)
+                let d = e.decide(g, Op::Make(Kind::File))?;
+                e.before(g, d)?;
+                let made = openat2(e.dir.as_fd(), &e.name, flags, mode, resolve);
+                if made.is_ok() {
+                    e.after(g, d);
+                }
+                made
             };
             match made {
                 Ok(fd) => return Ok(Done::Fd { fd, cloexec }),
@@ -442,7 +501,7 @@ fn reopen(c: &Caller, g: &Guarded, obj: OwnedFd, flags: libc::c_int, cloexec: bo
     }
     let _gate = gate();
     if let Some(e) = located(obj.as_fd())? {
-        e.check(g, Change::Write)?;
+        e.decide(g, Op::Write)?;
     }
     if kind == libc::S_IFIFO {
         // Opening a FIFO changes no file, and it waits for the other end: outside the gate.
@@ -473,6 +532,7 @@ fn make_name(
     g: &Guarded,
     base: Base,
     path: u64,
+    kind: Kind,
     make: impl FnOnce(i32, &CString) -> libc::c_int,
 ) -> Step<Done> {
     let path = c.read_string(path).map_err(errno)?;
@@ -480,18 +540,28 @@ fn make_name(
     take_umask(c)?;
     let name = e.name_c()?;
     let _gate = gate();
-    e.check(g, Change::Create)?;
-    Ok(done_value(make(e.dir.as_raw_fd(), &name)))
+    let d = e.decide(g, Op::Make(kind))?;
+    e.before(g, d)?;
+    let rc = make(e.dir.as_raw_fd(), &name);
+    if rc == 0 {
+        e.after(g, d);
+    }
+    Ok(done_value(rc))
 }
 
 fn mkdir(c: &Caller, g: &Guarded, base: Base, path: u64, mode: u32) -> Step<Done> {
     // SAFETY: `name` lives for the call.
-    make_name(c, g, base, path, |dir, name| unsafe { libc::mkdirat(dir, name.as_ptr(), mode as libc::mode_t) })
+    make_name(c, g, base, path, Kind::Dir, |dir, name| unsafe {
+        libc::mkdirat(dir, name.as_ptr(), mode as libc::mode_t)
+    })
 }
 
 fn mknod(c: &Caller, g: &Guarded, base: Base, path: u64, mode: u32, dev: u64) -> Step<Done> {
     // SAFETY: `name` lives for the call.
-    make_name(c, g, base, path, |dir, name| unsafe {
+    let kind =
+        if mode & libc::S_IFMT == 0 || mode & libc::S_IFMT == libc::S_IFREG { Kind::File } else { Kind::Special };
+    // SAFETY: `name` lives for the call.
+    make_name(c, g, base, path, kind, |dir, name| unsafe {
         libc::mknodat(dir, name.as_ptr(), mode as libc::mode_t, dev as libc::dev_t)
     })
 }
@@ -502,7 +572,7 @@ fn symlink(c: &Caller, g: &Guarded, target: u64, base: Base, path: u64) -> Step<
     let e = entry(c, &base, &path)?;
     let name = e.name_c()?;
     let _gate = gate();
-    e.check(g, Change::Create)?;
+    e.decide(g, Op::Make(Kind::Symlink))?;
     // SAFETY: both strings live for the call.
     Ok(done_value(unsafe { libc::symlinkat(target.as_ptr(), e.dir.as_raw_fd(), name.as_ptr()) }))
 }
@@ -520,9 +590,14 @@ fn link(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: libc
     let _gate = gate();
     // A second name for a file the rules keep read-only would be a way to write it.
     if let Some(old) = located(obj.as_fd())? {
-        old.check(g, Change::Write)?;
+        old.decide(g, Op::Write)?;
     }
-    e.check(g, Change::Create)?;
+    let kind = nix::sys::stat::fstat(obj.as_fd()).map(|st| kind_of(st.st_mode)).map_err(|e| errno(e as i32))?;
+    match e.decide(g, Op::Make(kind))? {
+        Decision::Go => {}
+        // A mark or a git directory made by a second name: not how git makes them.
+        _ => return Err(refused(Refusal::Unchecked("a hard link as a git repository's mark".into()), e.path())),
+    }
     let own = cstr(format!("/proc/self/fd/{}", obj.as_raw_fd()).as_bytes())?;
     let name = e.name_c()?;
     // SAFETY: both strings live for the call.
@@ -562,7 +637,8 @@ fn bind(c: &Caller, g: &Guarded, sockfd: i32, addr: u64, len: u32) -> Step<Done>
     let un_len = std::mem::offset_of!(libc::sockaddr_un, sun_path) + e.name.len() + 1;
     take_umask(c)?;
     let _gate = gate();
-    e.check(g, Change::Create)?;
+    let d = e.decide(g, Op::Make(Kind::Special))?;
+    e.before(g, d)?;
     // bind takes a path, not a directory descriptor: the name, from inside that directory
     // (this thread's own working directory: its `fs` is unshared).
     // SAFETY: fchdir on a descriptor we hold.
@@ -572,11 +648,17 @@ fn bind(c: &Caller, g: &Guarded, sockfd: i32, addr: u64, len: u32) -> Step<Done>
     // SAFETY: `un` is a valid sockaddr_un of `un_len` bytes.
     let rc =
         unsafe { libc::bind(sock.as_raw_fd(), (&un as *const libc::sockaddr_un).cast(), un_len as libc::socklen_t) };
+    if rc == 0 {
+        e.after(g, d);
+    }
     let done = done_value(rc);
     // SAFETY: a constant path.
     unsafe { libc::chdir(c"/".as_ptr()) };
     Ok(done)
 }
+
+/// Sticky paths below a renamed directory's destination checked at most, per rename.
+const MAX_ARRIVING: usize = 256;
 
 fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u32) -> Step<Done> {
     let old_path = c.read_string(old.1).map_err(errno)?;
@@ -584,15 +666,128 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
     let from = entry(c, &old.0, &old_path)?;
     let to = entry(c, &new.0, &new_path)?;
     let _gate = gate();
-    to.check(g, Change::Create)?;
-    if flags & libc::RENAME_EXCHANGE != 0 {
-        from.check(g, Change::Create)?;
-    }
     let (a, b) = (from.name_c()?, to.name_c()?);
-    // SAFETY: both names live for the call.
-    Ok(done_value(unsafe {
-        libc::renameat2(from.dir.as_raw_fd(), a.as_ptr(), to.dir.as_raw_fd(), b.as_ptr(), flags as libc::c_uint)
-    }))
+    let carry_out = || {
+        // SAFETY: both names live for the call.
+        done_value(unsafe {
+            libc::renameat2(from.dir.as_raw_fd(), a.as_ptr(), to.dir.as_raw_fd(), b.as_ptr(), flags as libc::c_uint)
+        })
+    };
+    if from.is_dot() || to.is_dot() || g.root_of(&to.dir_path).is_none() && g.root_of(&from.dir_path).is_none() {
+        return Ok(carry_out());
+    }
+    let mode = |e: &Entry| {
+        nix::sys::stat::fstatat(e.dir.as_fd(), e.name.as_slice(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map(|st| st.st_mode)
+            .map_err(|e| errno(e as i32))
+    };
+    let kind = kind_of(mode(&from)?);
+    if flags & libc::RENAME_EXCHANGE != 0 {
+        // Both names are made anew; git never swaps entries of a repository, so anything the
+        // rules would have to check first is refused.
+        let other = kind_of(mode(&to)?);
+        for (e, k) in [(&to, kind), (&from, other)] {
+            if e.decide(g, Op::RenameOnto(k))? != Decision::Go
+                || (k == Kind::Dir && !g.sticky_below(&e.path()).is_empty())
+            {
+                let why = "an exchange of entries where git reads a repository".to_string();
+                return Err(refused(Refusal::Unchecked(why), e.path()));
+            }
+        }
+        return Ok(carry_out());
+    }
+    let d = to.decide(g, Op::RenameOnto(kind))?;
+    let root = g.root_of(&to.dir_path).unwrap_or(&to.dir_path).to_path_buf();
+    let (src, dst) = (from.path(), to.path());
+    // A mark or a git directory moved away leaves a git directory's path behind: it stays one.
+    let src_name = String::from_utf8_lossy(&from.name);
+    if rules::MARKS.iter().any(|m| src_name.eq_ignore_ascii_case(m)) && g.is_git_dir(&from.dir, &from.dir_path) {
+        let _ = g.note(&from.dir_path, None);
+    }
+    let incoming = if kind == Kind::Dir {
+        let obj = openat2(from.dir.as_fd(), &from.name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0, 0)?;
+        if g.is_git_dir(&obj, &src) {
+            let _ = g.note(&src, None);
+        }
+        Some(obj)
+    } else {
+        None
+    };
+    match d {
+        Decision::Config { made } => {
+            if flags & libc::RENAME_NOREPLACE != 0 && mode(&to).is_ok() {
+                return Err(errno(libc::EEXIST));
+            }
+            let place = crate::jail::guard::gitconfig::Place { gitdir: &to.dir_path, root: &root };
+            return match repo::rename_config(from.dir.as_fd(), &from.name, to.dir.as_fd(), &to.name, made, &place) {
+                Ok(Ok(())) => Ok(Done::Value(0)),
+                Ok(Err(e)) => Err(errno(e)),
+                Err(r) => Err(refused(r, dst)),
+            };
+        }
+        Decision::Arrives => {
+            if let Some(obj) = &incoming {
+                if !g.is_git_dir(obj, &src) {
+                    repo::check_git_dir(obj.as_fd(), &dst, &root).map_err(|r| refused(r, dst.clone()))?;
+                }
+            }
+        }
+        other => to.before(g, other)?,
+    }
+    // What the directory brings to paths that held git directories is checked as it arrives.
+    if let Some(obj) = &incoming {
+        let below = g.sticky_below(&dst);
+        if below.len() > MAX_ARRIVING {
+            let why = format!("a directory moved over more than {MAX_ARRIVING} git repositories' places");
+            return Err(refused(Refusal::Unchecked(why), dst));
+        }
+        for rel in below.iter().filter(|r| !r.as_os_str().is_empty()) {
+            let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH;
+            let Ok(sub) =
+                openat2(obj.as_fd(), rel.as_os_str().as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0, resolve)
+            else {
+                continue;
+            };
+            repo::check_git_dir(sub.as_fd(), &dst.join(rel), &root).map_err(|r| refused(r, dst.join(rel)))?;
+        }
+    }
+    let done = carry_out();
+    if matches!(done, Done::Value(0)) {
+        if incoming.is_some() {
+            g.moved(&src, &dst);
+        }
+        match d {
+            Decision::Arrives => {
+                let _ = g.note(&dst, incoming.as_ref().and_then(|o| o.id()));
+            }
+            other => to.after(g, other),
+        }
+    }
+    Ok(done)
+}
+
+/// `truncate` by path (symlinks followed, as the kernel does): a write to what it names.
+fn truncate(c: &Caller, g: &Guarded, path: u64, len: i64) -> Step<Done> {
+    let path = c.read_string(path).map_err(errno)?;
+    let obj = open_path(c, &Base::Caller(libc::AT_FDCWD), &path, 0)?;
+    let _gate = gate();
+    if let Some(e) = located(obj.as_fd())? {
+        e.decide(g, Op::Write)?;
+    }
+    let own = cstr(format!("/proc/self/fd/{}", obj.as_raw_fd()).as_bytes())?;
+    // SAFETY: `own` lives for the call.
+    Ok(done_value(unsafe { libc::truncate(own.as_ptr(), len) }))
+}
+
+/// `rmdir`: a git directory's path stays one's after it is gone (see `rules.rs`).
+fn rmdir(c: &Caller, g: &Guarded, base: Base, path: u64) -> Step<Done> {
+    let path = c.read_string(path).map_err(errno)?;
+    let e = entry(c, &base, &path)?;
+    let name = e.name_c()?;
+    let _gate = gate();
+    e.decide(g, Op::Remove)?;
+    // SAFETY: `name` lives for the call.
+    Ok(done_value(unsafe { libc::unlinkat(e.dir.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) }))
 }
 
 #[cfg(test)]

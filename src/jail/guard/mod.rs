@@ -1,13 +1,17 @@
-//! The git guard: keeps the jail from making or changing git repositories inside the
-//! project, whose config and hooks the user's own git would run outside the jail later
-//! (`rules.rs` says exactly what). The command runs under a second seccomp filter
-//! (`seccomp::build_guard_program`) that sends every syscall making a name or opening a
-//! file for writing to the jail's PID 1; threads of PID 1 decide each and carry it out for
-//! the caller (`emulate.rs`), or refuse it with EPERM, one line on the caller's stderr and
-//! an audit record through the launcher.
+//! The git guard: lets the jail make and use git repositories in the trees it writes while
+//! nothing it writes into them makes the user's own git, outside the jail, run a program the
+//! user did not put there (`rules.rs` says exactly what). The command runs under a second
+//! seccomp filter (`seccomp::build_guard_program`) that sends every syscall making or
+//! removing a directory entry (but `unlink`) or opening a file for writing to the jail's
+//! PID 1; threads of PID 1 decide each, check a repository's config, hooks and links where
+//! the rules say (`repo.rs`, `gitconfig.rs`) and carry the call out for the caller
+//! (`emulate.rs`), or refuse it with EPERM, one line on the caller's stderr and an audit
+//! record through the launcher.
 
 mod emulate;
+pub mod gitconfig;
 pub mod notify;
+mod repo;
 pub mod rules;
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
@@ -128,7 +132,7 @@ fn worker(shared: &Arc<Shared>) {
                     (shared.report)(refusal.check(), &shown);
                 }
                 if within(&shared.lines, LINES_PER_SECOND) {
-                    tell(&caller, &shown, refusal.reason(), shared);
+                    tell(&caller, &shown, &refusal.reason(), shared);
                 }
                 notify::answer(listener, n.id, Err(libc::EPERM));
             }
@@ -295,7 +299,7 @@ mod tests {
     #[test]
     fn the_guards_threads_end_when_no_process_is_left_under_its_filter() {
         let (listener, end, t) = filtered_thread();
-        let serving = serve(listener, rules::Guarded { roots: vec![] }, Box::new(|_, _| {}));
+        let serving = serve(listener, rules::Guarded::new(vec![]), Box::new(|_, _| {}));
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(serving.threads(), 1, "one thread waits while the filtered thread lives");
         end.send(()).expect("tell the thread to end");
@@ -323,7 +327,7 @@ mod tests {
         let (listener, end, t) = filtered_thread();
         end.send(()).expect("tell the thread to end");
         t.join().expect("the filtered thread ends");
-        let serving = serve(listener, rules::Guarded { roots: vec![] }, Box::new(|_, _| {}));
+        let serving = serve(listener, rules::Guarded::new(vec![]), Box::new(|_, _| {}));
         assert_eq!(wait_for_no_threads(&serving), 0);
     }
 }

@@ -1,153 +1,385 @@
-//! What the git guard refuses in the trees it guards (the project, extra writable trees): the
-//! entries through which a user's own git, run outside the jail later, would run code the
-//! jail wrote. Pure: the caller says where an entry is (its directory's path) and how to
-//! look into directories; the syscalls are `emulate.rs`'s.
+//! What the git guard allows, refuses or checks first in the trees it guards (every tree the
+//! jail writes that outlives it: the project, `filesystem.write` paths, the home's writable
+//! entries). Repositories may be made and used there (`git init`, `clone`, `worktree add`,
+//! submodules); what must hold, at any depth and at any time, is that nothing the jail
+//! writes into a repository makes the user's own git, run outside the jail later or in
+//! another terminal while the session runs, run a program the user did not put there.
 //!
-//! A git directory is what git itself takes for one (`HEAD` plus `objects` and `refs`, or
-//! `HEAD` plus `commondir` for a worktree's). In a guarded tree:
-//! 1. no entry named `.git` (directory, gitfile, symlink, any case) is made, written or
-//!    replaced, the top's own included: a nested work tree, or a gitfile pointing anywhere;
-//! 2. no directory becomes a git directory: the entry that would complete one (`HEAD`,
-//!    `objects`, `refs`, `commondir`) is refused, so no new repository appears, bare or not;
-//! 3. in a git directory that exists (the project's own `.git`, its `modules/*` and
-//!    `worktrees/*`, a nested clone that was there before), `config`, `config.worktree`,
-//!    `commondir` and `hooks` are not made, written or replaced, nor anything below `hooks`.
+//! A *git directory* here is a directory named `.git`; one git would take for a repository
+//! (`HEAD` with `objects` and `refs`, or with a `commondir`) or read a worktree's config from
+//! (`objects` and `refs`: a common directory); a worktree's (`<git dir>/worktrees/<name>`); or
+//! one at a path that held a git directory earlier in the session (paths are sticky: the user's
+//! git resolves a path once and reads through it again, so a directory swapped in there is
+//! treated as the one it replaced). In a guarded tree:
+//! 1. `config` and `config.worktree` of a git directory change only by a rename onto them
+//!    (how git, libgit2 and dulwich write them: `config.lock`, then a rename); the guard
+//!    carries the rename out with a file of its own after checking every new entry
+//!    (`gitconfig.rs`). Any other way to make or write them is refused.
+//! 2. `hooks` of a git directory is a directory of git's `*.sample` files only.
+//! 3. A directory that becomes a git directory (by the mark that completes it, in whatever
+//!    order the marks come; a rename onto `.git` or a sticky path) is checked first: its
+//!    config, hooks and worktrees as above.
+//! 4. A worktree's `commondir` must name the repository two levels up (git's `../..`): it is
+//!    made before the worktree's `HEAD`, and checked when `HEAD` appears.
+//! 5. `.git` may be a directory or a gitfile, never a symlink; no symlink is made where a git
+//!    directory is or was, or above one.
 //!
-//! The project's top-level `.git/config` and `.git/hooks` are read-only mounts besides, and a
-//! missing top-level `.git` a read-only placeholder.
+//! Every refusal is EPERM with one line on the caller's stderr. Pure: the caller says where an
+//! entry is and how to look into directories; the syscalls are `emulate.rs`'s and `repo.rs`'s.
 
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
-/// How the jail means to change an entry.
+/// What a call does to the entry it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Change {
-    /// A new name appears (create, mkdir, symlink, link, rename onto a free name).
-    Create,
-    /// An existing entry is opened for writing, truncated or replaced.
+pub enum Op {
+    /// A new name of this kind (open with O_CREAT, mkdir, symlink, link, mknod, bind).
+    Make(Kind),
+    /// An existing entry opened for writing or truncated.
     Write,
+    /// A rename onto the name of an entry of this kind.
+    RenameOnto(Kind),
+    /// rmdir.
+    Remove,
 }
 
-/// A directory the guard holds open: looked into through its descriptor, so that a rename
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink,
+    /// A FIFO, socket or device node.
+    Special,
+}
+
+/// A directory the guard holds, looked into through its descriptor, so that a rename
 /// elsewhere cannot make another directory answer in its place.
 pub trait Dir {
     /// Whether it holds an entry `name` (of any kind; a symlink is not followed).
     fn has(&self, name: &str) -> bool;
     /// Its parent directory (`..`); None if that cannot be opened.
     fn parent(&self) -> Option<Box<dyn Dir>>;
+    /// (device, inode), to know the git directories the jail made.
+    fn id(&self) -> Option<(u64, u64)>;
 }
 
-/// The trees the guard holds, as the jail sees them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Guarded {
-    /// Each tree's top; a `.git` directly in a top is the tree's own (planned as a protected
-    /// path or a placeholder), not a nested one.
-    pub roots: Vec<PathBuf>,
+/// What the caller does once a call is allowed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Carry it out as asked.
+    Go,
+    /// Carry it out; the new directory is a git directory (note it).
+    MadeGitDir,
+    /// A rename onto the config of a git directory: install a checked copy instead.
+    Config { made: bool },
+    /// The directory becomes a git directory with this call (the mark that completes it):
+    /// check it first.
+    FirstMark,
+    /// `HEAD` appears next to a `commondir`: check the commondir first.
+    Commondir,
+    /// A directory renamed to where git takes it for a git directory: check it first, unless
+    /// it is one already.
+    Arrives,
 }
 
 /// Why a change is refused: the line the jail's process gets on its stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
-    NestedRepository,
-    NewRepository,
-    RepositoryConfig,
+    /// A config or config.worktree written other than by a rename onto it.
+    ConfigInPlace,
+    /// A config whose entries are not allowed (the detail says which).
+    ConfigEntry(String),
+    /// A hook other than git's samples.
+    Hook,
+    /// A symlink where git would follow it to a repository.
+    Link,
+    /// A worktree's commondir that does not name the repository above it.
+    Commondir,
+    /// Something in the way of checking (a config that is not a file, too many entries).
+    Unchecked(String),
+    /// More git directories than the guard keeps track of.
+    TooMany,
 }
 
 impl Refusal {
-    pub fn reason(self) -> &'static str {
+    pub fn reason(&self) -> String {
+        let outside = "the user's git outside the jail would run what it names";
         match self {
-            Refusal::NestedRepository => {
-                "a git repository (`.git`) cannot be made or changed below the project's top: the user's \
-                 git outside would run what its config names; clone or init under /tmp or $TMPDIR instead"
+            Refusal::ConfigInPlace => format!(
+                "a git repository's config changes only through git (`git config`, which writes config.lock and \
+                 renames it), so that every entry is checked: {outside}"
+            ),
+            Refusal::ConfigEntry(d) => {
+                format!("{d}; git outside the jail reads this config (the settings kept: docs/security-model.md)")
             }
-            Refusal::NewRepository => {
-                "this would make a new git repository inside the project, whose config the user's git \
-                 outside would run; clone or init under /tmp or $TMPDIR instead"
+            Refusal::Hook => {
+                format!("only git's sample hooks (`*.sample`) can be made in a repository's hooks directory: {outside}")
             }
-            Refusal::RepositoryConfig => {
-                "the config and hooks of git repositories inside the project are read-only in the jail: \
-                 the user's git outside runs what they name"
+            Refusal::Link => {
+                "a symlink cannot stand where git would follow it to a repository (`.git`, or a path that held \
+                 one this session); use a gitfile (`gitdir: <path>`) or a directory"
+                    .into()
+            }
+            Refusal::Commondir => {
+                "a commondir is made only in a worktree's directory (`<git dir>/worktrees/<name>`), before its HEAD, \
+                 naming the repository two levels up (`../..`), as git makes it"
+                    .into()
+            }
+            Refusal::Unchecked(d) => format!("{d}: a repository here could not be checked, so it is not made"),
+            Refusal::TooMany => {
+                format!(
+                    "more than {MAX_TRACKED} git directories in one session: no more can be made inside the project"
+                )
             }
         }
     }
 
     /// Short name for the audit log.
-    pub fn check(self) -> &'static str {
+    pub fn check(&self) -> &'static str {
         match self {
-            Refusal::NestedRepository => "nested-git",
-            Refusal::NewRepository => "new-git-dir",
-            Refusal::RepositoryConfig => "git-config",
+            Refusal::ConfigInPlace | Refusal::ConfigEntry(_) => "git-config",
+            Refusal::Hook => "git-hook",
+            Refusal::Link => "git-link",
+            Refusal::Commondir => "git-commondir",
+            Refusal::Unchecked(_) => "git-unchecked",
+            Refusal::TooMany => "git-limit",
         }
     }
 }
 
-/// Entries of a git directory through which git runs commands it reads there.
-const CONFIG_NAMES: &[&str] = &["config", "config.worktree", "commondir", "hooks"];
+/// Git directories (and sticky paths) tracked at most; past it no new one is made.
+pub const MAX_TRACKED: usize = 65_536;
+/// git's marks of a git directory.
+pub const MARKS: [&str; 4] = ["HEAD", "objects", "refs", "commondir"];
 
 fn is(name: &str, what: &str) -> bool {
     name.eq_ignore_ascii_case(what)
 }
 
-/// Git's own test of a git directory, on names only (git also reads `HEAD`; a directory that
-/// has the names counts here, which is the stricter side).
-fn is_git_dir(dir: &dyn Dir, adding: Option<&str>) -> bool {
+fn is_mark(name: &str) -> bool {
+    MARKS.iter().any(|m| is(name, m))
+}
+
+fn is_config(name: &str) -> bool {
+    is(name, "config") || is(name, "config.worktree")
+}
+
+/// git's test of a repository on names (`HEAD` with `objects` and `refs`, or with a
+/// `commondir`), or a directory a worktree's commondir could name (`objects` and `refs`);
+/// `adding` counts as there. Stricter than git, which also reads `HEAD`: a directory with
+/// the names counts.
+fn git_shape(dir: &dyn Dir, adding: Option<&str>) -> bool {
     let has = |n: &str| adding.is_some_and(|a| is(a, n)) || dir.has(n);
-    has("HEAD") && ((has("objects") && has("refs")) || has("commondir"))
+    (has("objects") && has("refs")) || (has("HEAD") && has("commondir"))
+}
+
+fn file_name(p: &Path) -> &str {
+    p.file_name().and_then(|n| n.to_str()).unwrap_or("")
+}
+
+/// What the guard remembers through the session.
+#[derive(Debug, Default)]
+struct Memory {
+    /// Paths that held a git directory.
+    sticky: BTreeSet<PathBuf>,
+    /// The git directories the jail made (their config is all the jail's).
+    made: HashSet<(u64, u64)>,
+}
+
+/// The trees the guard holds, as the jail sees them, and what it learnt of them.
+#[derive(Debug)]
+pub struct Guarded {
+    /// Each tree's top (a mount point: nothing in it can be renamed out).
+    pub roots: Vec<PathBuf>,
+    memory: Mutex<Memory>,
 }
 
 impl Guarded {
-    /// The tree top `dir` is in, if any.
-    fn root_of(&self, dir: &Path) -> Option<&Path> {
-        self.roots.iter().map(PathBuf::as_path).find(|r| dir.starts_with(r))
+    pub fn new(roots: Vec<PathBuf>) -> Guarded {
+        Guarded { roots, memory: Mutex::default() }
     }
 
-    /// Decides a change to the entry `name` in the directory `dir`, whose path as the jail
-    /// sees it (symlinks resolved) is `path`.
-    ///
-    /// The path places `dir` in a guarded tree (the trees' tops are mount points: nothing in
-    /// them can be renamed out) and names its ancestors; what `dir` and its ancestors hold is
-    /// asked of the directories themselves. A stale path can only err on the strict side: a
-    /// directory cannot be renamed to `hooks` inside a git directory, nor a git directory be
-    /// completed, so an ancestor the path calls otherwise is not a `hooks` that matters.
-    pub fn check(&self, dir: &dyn Dir, path: &Path, name: &str, change: Change) -> Result<(), Refusal> {
-        let Some(root) = self.root_of(path) else { return Ok(()) };
-        // Any `.git`, the top's included: a gitfile at the top (a worktree's or submodule's
-        // checkout as the project) could be pointed at a repository the jail wrote elsewhere.
-        // A missing top `.git` is a read-only placeholder for the session besides.
-        if is(name, ".git") {
-            return Err(Refusal::NestedRepository);
+    fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
+        self.memory.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The tree top `path` is in, if any.
+    pub fn root_of(&self, path: &Path) -> Option<&Path> {
+        self.roots.iter().map(PathBuf::as_path).find(|r| path.starts_with(r))
+    }
+
+    /// Whether `dir` (at `path`) is a git directory.
+    pub fn is_git_dir(&self, dir: &dyn Dir, path: &Path) -> bool {
+        is(file_name(path), ".git")
+            || git_shape(dir, None)
+            || self.is_worktree_dir(dir, path)
+            || self.memory().sticky.contains(path)
+    }
+
+    /// `<git dir>/worktrees/<name>`.
+    fn is_worktree_dir(&self, dir: &dyn Dir, path: &Path) -> bool {
+        let Some(up) = path.parent() else { return false };
+        if !is(file_name(up), "worktrees") {
+            return false;
         }
-        // The last of git's marks to appear would turn `dir` into a repository: refused, in
-        // whatever order the others came.
-        if change == Change::Create
-            && ["HEAD", "objects", "refs", "commondir"].iter().any(|n| is(name, n))
-            && !is_git_dir(dir, None)
-            && is_git_dir(dir, Some(name))
+        let Some(gitdir) = up.parent() else { return false };
+        is(file_name(gitdir), ".git")
+            || self.memory().sticky.contains(gitdir)
+            || dir.parent().and_then(|w| w.parent()).is_some_and(|g| git_shape(g.as_ref(), None))
+    }
+
+    /// Whether a symlink at `path` could stand in the way of a git directory: one is there, was
+    /// there, or is below it.
+    fn sticky_at_or_below(&self, path: &Path) -> bool {
+        let m = self.memory();
+        m.sticky.range(path.to_path_buf()..).next().is_some_and(|s| s.starts_with(path))
+    }
+
+    /// Remembers `path` as a git directory's, and `id` as one the jail made.
+    pub fn note(&self, path: &Path, made: Option<(u64, u64)>) -> Result<(), Refusal> {
+        let mut m = self.memory();
+        if m.sticky.len() >= MAX_TRACKED && !m.sticky.contains(path) {
+            return Err(Refusal::TooMany);
+        }
+        m.sticky.insert(path.to_path_buf());
+        if let Some(id) = made {
+            if m.made.len() < MAX_TRACKED {
+                m.made.insert(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the jail made the git directory `id`.
+    pub fn made(&self, id: Option<(u64, u64)>) -> bool {
+        id.is_some_and(|id| self.memory().made.contains(&id))
+    }
+
+    /// A directory moved from `from` to `to`: the git directories it holds hold there too.
+    pub fn moved(&self, from: &Path, to: &Path) {
+        let mut m = self.memory();
+        let below: Vec<PathBuf> =
+            m.sticky.range(from.to_path_buf()..).take_while(|s| s.starts_with(from)).cloned().collect();
+        for s in below {
+            if m.sticky.len() >= MAX_TRACKED {
+                break;
+            }
+            if let Ok(rel) = s.strip_prefix(from) {
+                m.sticky.insert(to.join(rel));
+            }
+        }
+    }
+
+    /// The paths below (or at) `to` that held git directories, relative to `to`: a directory
+    /// renamed to `to` brings what it holds there, which must then be checked.
+    pub fn sticky_below(&self, to: &Path) -> Vec<PathBuf> {
+        let m = self.memory();
+        m.sticky
+            .range(to.to_path_buf()..)
+            .take_while(|s| s.starts_with(to))
+            .filter_map(|s| s.strip_prefix(to).ok().map(Path::to_path_buf))
+            .collect()
+    }
+
+    /// Decides `op` on the entry `name` in the directory `dir`, whose path as the jail sees it
+    /// (symlinks resolved) is `path`.
+    pub fn decide(&self, dir: &dyn Dir, path: &Path, name: &str, op: Op) -> Result<Decision, Refusal> {
+        let Some(root) = self.root_of(path) else { return Ok(Decision::Go) };
+        let entry = path.join(name);
+        if matches!(op, Op::Make(Kind::Symlink) | Op::RenameOnto(Kind::Symlink))
+            && (is(name, ".git") || self.sticky_at_or_below(&entry))
         {
-            return Err(Refusal::NewRepository);
+            return Err(Refusal::Link);
         }
-        // Made only by `git worktree add` and `extensions.worktreeConfig`: never new here.
-        if change == Change::Create && (is(name, "commondir") || is(name, "config.worktree")) {
-            return Err(Refusal::NewRepository);
+        if op == Op::Remove {
+            // An rmdir: what was a git directory stays one at its path; and a git directory
+            // losing `objects` or `refs` is still one.
+            if is(name, ".git") || self.memory().sticky.contains(&entry) {
+                let _ = self.note(&entry, None);
+            } else if (is(name, "objects") || is(name, "refs")) && self.is_git_dir(dir, path) {
+                let _ = self.note(path, None);
+            }
+            return Ok(Decision::Go);
         }
-        if CONFIG_NAMES.iter().any(|n| is(name, n)) && is_git_dir(dir, None) {
-            return Err(Refusal::RepositoryConfig);
+        // Below a git directory's `hooks`, at any depth: only git's samples, directly in it.
+        if let Some(d) = self.hooks_decision(dir, path, root, name, op) {
+            return d;
         }
-        // Below a `hooks` directory of a git directory, at any depth: for each ancestor the
-        // path calls `hooks` (rare: the walk up by descriptor happens only then).
-        for (k, a) in path.ancestors().take_while(|a| a.starts_with(root)).enumerate() {
-            if !a.file_name().and_then(|n| n.to_str()).is_some_and(|n| is(n, "hooks")) {
+        let git_dir = || self.is_git_dir(dir, path);
+        if is_config(name) && git_dir() {
+            return match op {
+                Op::RenameOnto(Kind::File) => Ok(Decision::Config { made: self.made(dir.id()) }),
+                _ => Err(Refusal::ConfigInPlace),
+            };
+        }
+        if is(name, "commondir") && op == Op::Write && git_dir() {
+            // Checked when HEAD appeared; written again it could name any repository.
+            return Err(Refusal::Commondir);
+        }
+        if is(name, "hooks")
+            && matches!(op, Op::RenameOnto(_) | Op::Make(Kind::File | Kind::Symlink | Kind::Special))
+            && git_dir()
+        {
+            return Err(Refusal::Hook);
+        }
+        if is_mark(name) && matches!(op, Op::Make(_) | Op::RenameOnto(_)) {
+            if is(name, "commondir") && (dir.has("HEAD") || !self.is_worktree_dir(dir, path)) {
+                // git writes a commondir only in a worktree's directory, before its HEAD, which
+                // is when it is checked.
+                return Err(Refusal::Commondir);
+            }
+            if !git_dir() {
+                return Ok(if git_shape(dir, Some(name)) { Decision::FirstMark } else { Decision::Go });
+            }
+            if is(name, "HEAD") && dir.has("commondir") {
+                return Ok(Decision::Commondir);
+            }
+            return Ok(Decision::Go);
+        }
+        if matches!(op, Op::Make(Kind::Dir) | Op::RenameOnto(Kind::Dir)) && self.becomes_git_dir(dir, path, &entry) {
+            return Ok(if op == Op::Make(Kind::Dir) { Decision::MadeGitDir } else { Decision::Arrives });
+        }
+        Ok(Decision::Go)
+    }
+
+    /// Whether a directory at `entry` (in `dir`, at `path`) is a git directory by where it is:
+    /// named `.git`, at a sticky path, or a worktree's.
+    fn becomes_git_dir(&self, dir: &dyn Dir, path: &Path, entry: &Path) -> bool {
+        if is(file_name(entry), ".git") || self.memory().sticky.contains(entry) {
+            return true;
+        }
+        let Some(gitdir_path) = path.parent().filter(|_| is(file_name(path), "worktrees")) else { return false };
+        dir.parent().is_some_and(|g| self.is_git_dir(g.as_ref(), gitdir_path))
+    }
+
+    /// For an entry below a `hooks` directory: None if there is no `hooks` on the way up.
+    fn hooks_decision(
+        &self,
+        dir: &dyn Dir,
+        path: &Path,
+        root: &Path,
+        name: &str,
+        op: Op,
+    ) -> Option<Result<Decision, Refusal>> {
+        for (k, a) in path.ancestors().take_while(|a| a.starts_with(root) && *a != root).enumerate() {
+            if !is(file_name(a), "hooks") {
                 continue;
             }
             let mut up = dir.parent();
             for _ in 0..k {
                 up = up.and_then(|d| d.parent());
             }
+            let Some(gitdir_path) = a.parent() else { continue };
             // An ancestor that cannot be opened is taken for a git directory.
-            if up.as_deref().is_none_or(|g| is_git_dir(g, None)) {
-                return Err(Refusal::RepositoryConfig);
+            if !up.as_deref().is_none_or(|g| self.is_git_dir(g, gitdir_path)) {
+                continue;
             }
+            let sample = name.ends_with(".sample") && name.len() > ".sample".len();
+            let ok = k == 0 && sample && matches!(op, Op::Make(Kind::File) | Op::Write | Op::RenameOnto(Kind::File));
+            return Some(if ok { Ok(Decision::Go) } else { Err(Refusal::Hook) });
         }
-        Ok(())
+        None
     }
 }
 
@@ -164,9 +396,9 @@ mod tests {
             Tree(paths.iter().map(PathBuf::from).collect())
         }
 
-        fn check(&self, g: &Guarded, dir: &str, name: &str, change: Change) -> Result<(), Refusal> {
+        fn decide(&self, g: &Guarded, dir: &str, name: &str, op: Op) -> Result<Decision, Refusal> {
             let d = At(std::rc::Rc::new(self.0.clone()), PathBuf::from(dir));
-            g.check(&d, Path::new(dir), name, change)
+            g.decide(&d, Path::new(dir), name, op)
         }
     }
 
@@ -180,115 +412,175 @@ mod tests {
         fn parent(&self) -> Option<Box<dyn Dir>> {
             Some(Box::new(At(self.0.clone(), self.1.parent()?.to_path_buf())))
         }
+        fn id(&self) -> Option<(u64, u64)> {
+            Some((1, self.1.as_os_str().len() as u64))
+        }
     }
 
     fn guarded() -> Guarded {
-        Guarded { roots: vec!["/p".into(), "/data".into()] }
+        Guarded::new(vec!["/p".into(), "/data".into()])
     }
 
     fn repo(at: &str) -> Vec<String> {
         ["HEAD", "objects", "refs", "config", "hooks", "hooks/pre-commit"].iter().map(|n| format!("{at}/{n}")).collect()
     }
 
+    const FILE: Op = Op::Make(Kind::File);
+    const DIR: Op = Op::Make(Kind::Dir);
+    const LINK: Op = Op::Make(Kind::Symlink);
+
     #[test]
-    fn a_dot_git_of_any_kind_or_case_is_refused_in_guarded_trees_only() {
+    fn repositories_can_be_made_a_dot_git_directory_is_one_from_birth() {
         let t = Tree::new(&[]);
         let g = guarded();
-        for (dir, name) in [("/p/sub", ".git"), ("/p/a/b/c", ".GIT"), ("/data/x", ".Git")] {
-            for change in [Change::Create, Change::Write] {
-                assert_eq!(t.check(&g, dir, name, change), Err(Refusal::NestedRepository), "{dir}/{name}");
-            }
-        }
-        // The top's own `.git` is no exception (a gitfile there could be repointed); trees
-        // not guarded are.
-        assert_eq!(t.check(&g, "/p", ".git", Change::Write), Err(Refusal::NestedRepository));
-        assert_eq!(t.check(&g, "/tmp/x", ".git", Change::Create), Ok(()));
-        assert_eq!(t.check(&g, "/pp", ".git", Change::Create), Ok(()), "a sibling with a common prefix");
-        assert_eq!(t.check(&g, "/p/sub", ".gitignore", Change::Create), Ok(()));
+        assert_eq!(t.decide(&g, "/p/sub", ".git", DIR), Ok(Decision::MadeGitDir));
+        assert_eq!(t.decide(&g, "/p/sub", ".git", FILE), Ok(Decision::Go), "a gitfile is a pointer");
+        assert_eq!(t.decide(&g, "/p/sub", ".GIT", LINK), Err(Refusal::Link));
+        // Its config, from birth: only by a rename onto it, checked.
+        assert_eq!(t.decide(&g, "/p/sub/.git", "config", FILE), Err(Refusal::ConfigInPlace));
+        assert_eq!(t.decide(&g, "/p/sub/.git", "config", Op::Write), Err(Refusal::ConfigInPlace));
+        assert_eq!(
+            t.decide(&g, "/p/sub/.git", "config", Op::RenameOnto(Kind::File)),
+            Ok(Decision::Config { made: false })
+        );
+        assert_eq!(t.decide(&g, "/p/sub/.git", "CONFIG.worktree", LINK), Err(Refusal::ConfigInPlace));
+        assert_eq!(t.decide(&g, "/p/sub/.git", "config.lock", FILE), Ok(Decision::Go));
+        assert_eq!(t.decide(&g, "/tmp/x", ".git", LINK), Ok(Decision::Go), "outside the guarded trees");
     }
 
     #[test]
-    fn the_entry_that_would_complete_a_git_directory_is_refused_in_any_order() {
+    fn the_mark_that_completes_a_directory_is_checked_in_any_order() {
         let g = guarded();
-        // The last of HEAD, objects, refs to appear, whichever it is.
-        for last in ["HEAD", "objects", "refs"] {
-            let others: Vec<String> = ["HEAD", "objects", "refs", "config"]
-                .iter()
-                .filter(|n| **n != last)
-                .map(|n| format!("/p/x/{n}"))
-                .collect();
-            let t = Tree(others.iter().map(PathBuf::from).collect());
-            assert_eq!(t.check(&g, "/p/x", last, Change::Create), Err(Refusal::NewRepository), "{last}");
+        for (there, last) in [("objects", "refs"), ("refs", "objects")] {
+            let t = Tree::new(&["/p/x/config", "/p/x/HEAD", &format!("/p/x/{there}")]);
+            assert_eq!(t.decide(&g, "/p/x", last, DIR), Ok(Decision::FirstMark), "{last}");
+            assert_eq!(t.decide(&g, "/p/x", last, Op::RenameOnto(Kind::Dir)), Ok(Decision::FirstMark), "{last}");
+            assert_eq!(
+                t.decide(&g, "/p/x", last, Op::Make(Kind::Special)),
+                Ok(Decision::FirstMark),
+                "a socket: {last}"
+            );
         }
-        // A worktree's git directory: HEAD plus commondir; a commondir is never new here.
-        let t = Tree::new(&["/p/w/HEAD"]);
-        assert_eq!(t.check(&g, "/p/w", "commondir", Change::Create), Err(Refusal::NewRepository));
-        let t = Tree::new(&[]);
-        assert_eq!(t.check(&g, "/p/w", "commondir", Change::Create), Err(Refusal::NewRepository));
-        assert_eq!(t.check(&g, "/p/w", "config.worktree", Change::Create), Err(Refusal::NewRepository));
-        // Part of the shape is fine: a file called HEAD in a plain directory.
-        let t = Tree::new(&["/p/notes/refs"]);
-        assert_eq!(t.check(&g, "/p/notes", "HEAD", Change::Create), Ok(()));
-        // Outside the guarded trees a repository can be made.
+        // Part of the shape is an ordinary directory (a cache with `refs/`, a package with `objects/`).
+        let t = Tree::new(&["/p/x/refs", "/p/x/HEAD"]);
+        assert_eq!(t.decide(&g, "/p/x", "config", FILE), Ok(Decision::Go));
+        assert_eq!(t.decide(&g, "/p/x", "blobs", DIR), Ok(Decision::Go));
+        // Once complete, its config is checked and other marks are made as they are.
+        let t = Tree::new(&["/p/x/objects", "/p/x/refs"]);
+        assert_eq!(t.decide(&g, "/p/x", "HEAD", FILE), Ok(Decision::Go));
+        assert_eq!(t.decide(&g, "/p/x", "config", Op::RenameOnto(Kind::File)), Ok(Decision::Config { made: false }));
+        assert_eq!(t.decide(&g, "/p/x", "config", FILE), Err(Refusal::ConfigInPlace));
+        // Outside the guarded trees nothing is checked.
         let t = Tree::new(&["/tmp/r/objects", "/tmp/r/refs"]);
-        assert_eq!(t.check(&g, "/tmp/r", "HEAD", Change::Create), Ok(()));
+        assert_eq!(t.decide(&g, "/tmp/r", "HEAD", FILE), Ok(Decision::Go));
     }
 
     #[test]
-    fn config_and_hooks_of_existing_git_directories_are_refused_the_rest_is_not() {
+    fn a_worktrees_commondir_comes_before_its_head_and_is_checked_then() {
+        let g = guarded();
+        let t = Tree::new(&["/p/.git/HEAD", "/p/.git/objects", "/p/.git/refs", "/p/.git/worktrees/w"]);
+        assert_eq!(t.decide(&g, "/p/.git/worktrees", "w", DIR), Ok(Decision::MadeGitDir));
+        // `w` is a git directory by where it is: its commondir is a mark in a git directory.
+        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "commondir", FILE), Ok(Decision::Go));
+        let t = Tree::new(&["/p/.git/HEAD", "/p/.git/worktrees/w/commondir"]);
+        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "HEAD", Op::RenameOnto(Kind::File)), Ok(Decision::Commondir));
+        let t = Tree::new(&["/p/.git/HEAD", "/p/.git/worktrees/w/HEAD"]);
+        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "commondir", FILE), Err(Refusal::Commondir));
+        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "commondir", Op::Write), Err(Refusal::Commondir));
+        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "config.worktree", FILE), Err(Refusal::ConfigInPlace));
+        // Nowhere else (attack G5: the project's own .git given a commondir with HEAD moved aside).
+        let t = Tree::new(&["/p/.git/objects", "/p/.git/refs"]);
+        assert_eq!(t.decide(&g, "/p/.git", "commondir", FILE), Err(Refusal::Commondir));
+        assert_eq!(t.decide(&g, "/p/x", "commondir", FILE), Err(Refusal::Commondir));
+    }
+
+    #[test]
+    fn hooks_hold_only_gits_samples() {
         let g = guarded();
         let mut all = repo("/p/.git");
-        all.extend(repo("/p/.git/modules/lib/foo"));
-        all.extend(repo("/p/vendor/clone/.git"));
-        all.extend(repo("/p/bare.git"));
+        all.extend(repo("/p/vendor/clone"));
         let t = Tree(all.iter().map(PathBuf::from).collect());
-        for gitdir in ["/p/.git", "/p/.git/modules/lib/foo", "/p/vendor/clone/.git", "/p/bare.git"] {
-            for name in ["config", "config.worktree", "commondir", "hooks", "CONFIG"] {
-                for change in [Change::Create, Change::Write] {
-                    assert!(t.check(&g, gitdir, name, change).is_err(), "{gitdir}/{name}");
-                }
-                assert_eq!(t.check(&g, gitdir, name, Change::Write), Err(Refusal::RepositoryConfig), "{gitdir}/{name}");
+        for gitdir in ["/p/.git", "/p/vendor/clone"] {
+            let hooks = format!("{gitdir}/hooks");
+            assert_eq!(t.decide(&g, &hooks, "pre-commit.sample", FILE), Ok(Decision::Go));
+            assert_eq!(t.decide(&g, &hooks, "pre-commit.sample", Op::Write), Ok(Decision::Go));
+            for (name, op) in [
+                ("pre-commit", FILE),
+                ("pre-commit", Op::Write),
+                ("post-checkout", Op::RenameOnto(Kind::File)),
+                ("x.sample", LINK),
+                ("x.sample", DIR),
+                (".sample", FILE),
+            ] {
+                assert_eq!(t.decide(&g, &hooks, name, op), Err(Refusal::Hook), "{gitdir} {name} {op:?}");
             }
-            assert_eq!(
-                t.check(&g, &format!("{gitdir}/hooks"), "pre-commit", Change::Write),
-                Err(Refusal::RepositoryConfig)
-            );
-            assert_eq!(
-                t.check(&g, &format!("{gitdir}/hooks/deep"), "x", Change::Create),
-                Err(Refusal::RepositoryConfig)
-            );
-            // What git writes in daily work stays writable: the index, objects, refs, logs.
-            for name in ["index", "index.lock", "config.lock", "COMMIT_EDITMSG", "FETCH_HEAD", "packed-refs"] {
-                assert_eq!(t.check(&g, gitdir, name, Change::Create), Ok(()), "{gitdir}/{name}");
-            }
-            assert_eq!(t.check(&g, &format!("{gitdir}/objects/ab"), "cdef", Change::Create), Ok(()));
-            assert_eq!(t.check(&g, &format!("{gitdir}/refs/heads"), "main", Change::Write), Ok(()));
+            assert_eq!(t.decide(&g, &format!("{hooks}/deep"), "x.sample", FILE), Err(Refusal::Hook));
+            assert_eq!(t.decide(&g, gitdir, "hooks", DIR), Ok(Decision::Go), "an empty hooks directory");
+            assert_eq!(t.decide(&g, gitdir, "hooks", LINK), Err(Refusal::Hook));
+            assert_eq!(t.decide(&g, gitdir, "hooks", Op::RenameOnto(Kind::Dir)), Err(Refusal::Hook));
         }
         // A directory named hooks that is not in a git directory is ordinary.
-        assert_eq!(t.check(&g, "/p/src/hooks", "useThing.ts", Change::Create), Ok(()));
-        // The work tree of a nested clone is ordinary too.
-        assert_eq!(t.check(&g, "/p/vendor/clone/src", "main.c", Change::Write), Ok(()));
+        assert_eq!(t.decide(&g, "/p/src/hooks", "useThing.ts", FILE), Ok(Decision::Go));
     }
 
     #[test]
-    fn a_git_directory_renamed_under_the_guard_still_answers_for_itself() {
-        // The guard read the path `/p/vendor/clone/.git`, then the jail renamed that directory
-        // to `t`: the checks ask the directory the guard holds, which is still a repository.
+    fn paths_stay_git_directories_for_the_session() {
         let g = guarded();
-        let tree = std::rc::Rc::new(repo("/p/vendor/clone/t").iter().map(PathBuf::from).collect::<BTreeSet<_>>());
-        let held = At(tree.clone(), PathBuf::from("/p/vendor/clone/t"));
-        let stale = Path::new("/p/vendor/clone/.git");
-        assert_eq!(g.check(&held, stale, "config", Change::Write), Err(Refusal::RepositoryConfig));
-        let hooks = At(tree, PathBuf::from("/p/vendor/clone/t/hooks"));
-        let stale = Path::new("/p/vendor/clone/.git/hooks");
-        assert_eq!(g.check(&hooks, stale, "post-checkout", Change::Create), Err(Refusal::RepositoryConfig));
+        let t = Tree::new(&[]);
+        g.note(Path::new("/p/a/repo"), None).expect("noted");
+        // Empty now (the jail removed it): whatever is made or moved there is checked.
+        assert_eq!(t.decide(&g, "/p/a", "repo", DIR), Ok(Decision::MadeGitDir));
+        assert_eq!(t.decide(&g, "/p/a", "repo", Op::RenameOnto(Kind::Dir)), Ok(Decision::Arrives));
+        assert_eq!(t.decide(&g, "/p/x", ".git", Op::RenameOnto(Kind::Dir)), Ok(Decision::Arrives));
+        assert_eq!(t.decide(&g, "/p/a/repo", "config", FILE), Err(Refusal::ConfigInPlace));
+        // No symlink there, nor above it.
+        assert_eq!(t.decide(&g, "/p/a", "repo", LINK), Err(Refusal::Link));
+        assert_eq!(t.decide(&g, "/p", "a", LINK), Err(Refusal::Link));
+        assert_eq!(t.decide(&g, "/p", "b", LINK), Ok(Decision::Go));
+        assert_eq!(t.decide(&g, "/p/a", "repository", LINK), Ok(Decision::Go), "a sibling with a common prefix");
+        // A rename carries them along, and says what a directory renamed over brings.
+        g.moved(Path::new("/p/a"), Path::new("/p/b"));
+        assert_eq!(t.decide(&g, "/p/b", "repo", LINK), Err(Refusal::Link));
+        assert_eq!(g.sticky_below(Path::new("/p/b")), vec![PathBuf::from("repo")]);
+        // An rmdir of a git directory's objects leaves it one.
+        let t = Tree::new(&["/p/c/HEAD", "/p/c/objects", "/p/c/refs"]);
+        assert_eq!(t.decide(&g, "/p/c", "objects", Op::Remove), Ok(Decision::Go));
+        let t = Tree::new(&[]);
+        assert_eq!(t.decide(&g, "/p/c", "config", Op::Write), Err(Refusal::ConfigInPlace));
+    }
+
+    #[test]
+    fn what_git_writes_in_daily_work_goes_as_it_is() {
+        let g = guarded();
+        let t = Tree(repo("/p/.git").iter().map(PathBuf::from).collect());
+        for name in ["index", "index.lock", "config.lock", "COMMIT_EDITMSG", "FETCH_HEAD", "packed-refs", "description"]
+        {
+            assert_eq!(t.decide(&g, "/p/.git", name, FILE), Ok(Decision::Go), "{name}");
+        }
+        assert_eq!(t.decide(&g, "/p/.git/objects/ab", "cdef", FILE), Ok(Decision::Go));
+        assert_eq!(t.decide(&g, "/p/.git/refs/heads", "main", Op::Write), Ok(Decision::Go));
+        assert_eq!(
+            t.decide(&g, "/p/.git/refs/heads", "config", Op::RenameOnto(Kind::File)),
+            Ok(Decision::Go),
+            "a branch named config"
+        );
+        assert_eq!(t.decide(&g, "/p/.git", "HEAD", Op::RenameOnto(Kind::File)), Ok(Decision::Go));
+        assert_eq!(t.decide(&g, "/p/src", "config", FILE), Ok(Decision::Go), "a project's own config file");
     }
 
     #[test]
     fn every_refusal_has_a_reason_and_an_audit_name() {
-        for r in [Refusal::NestedRepository, Refusal::NewRepository, Refusal::RepositoryConfig] {
-            assert!(r.reason().len() > 40 && !r.reason().contains('\n'));
-            assert!(!r.check().is_empty());
+        for r in [
+            Refusal::ConfigInPlace,
+            Refusal::ConfigEntry("`core.fsmonitor` cannot be set here".into()),
+            Refusal::Hook,
+            Refusal::Link,
+            Refusal::Commondir,
+            Refusal::Unchecked("x".into()),
+            Refusal::TooMany,
+        ] {
+            assert!(r.reason().len() > 40 && !r.reason().contains('\n'), "{r:?}");
+            assert!(r.check().starts_with("git-"));
         }
     }
 }

@@ -1,0 +1,1001 @@
+//! Git's config format, read as git's own reader reads it (config.c), and the entries a
+//! repository the jail made or changed may hold: those through which the user's git cannot
+//! run a program. The guard installs only bytes this module wrote, so a difference between
+//! this reader and git's can change what a value reads as, never smuggle in a key: a new
+//! repository's config is spelled again in one unambiguous form, and a repository that was
+//! there before keeps its own bytes with the new entries appended in that form. Pure.
+
+use std::path::{Component, Path, PathBuf};
+
+/// Larger configs are refused, not read (git writes a few hundred bytes).
+pub const MAX_CONFIG: usize = 1 << 20;
+
+/// One entry, `section.subsection.key = value`, as git names it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Entry {
+    /// Lower case.
+    pub section: String,
+    /// As written (git keeps its case); None for `[section]`.
+    pub subsection: Option<Vec<u8>>,
+    /// Lower case.
+    pub key: String,
+    /// None: the key alone on its line (boolean true).
+    pub value: Option<Vec<u8>>,
+}
+
+impl Entry {
+    /// `section.subsection.key`, for messages.
+    pub fn name(&self) -> String {
+        match &self.subsection {
+            Some(s) => format!("{}.{}.{}", self.section, String::from_utf8_lossy(s), self.key),
+            None => format!("{}.{}", self.section, self.key),
+        }
+    }
+}
+
+/// Why a config is not installed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// Not a config git would read (the line, from 1).
+    Syntax {
+        line: usize,
+    },
+    /// An entry this repository may not hold.
+    Key {
+        name: String,
+        why: &'static str,
+    },
+    /// An entry of a repository that was there before the session removed or changed.
+    Changed {
+        name: String,
+    },
+    TooLarge,
+}
+
+impl Rejection {
+    pub fn describe(&self) -> String {
+        match self {
+            Rejection::Syntax { line } => format!("line {line} of the new config is not git's config syntax"),
+            Rejection::Key { name, why } => format!("`{name}` cannot be set in a repository here: {why}"),
+            Rejection::Changed { name } => format!(
+                "`{name}` was in this repository's config before the session: entries can be added to it, not changed or removed"
+            ),
+            Rejection::TooLarge => format!("a config larger than {MAX_CONFIG} bytes"),
+        }
+    }
+}
+
+/// Where the config is: its git directory and the guarded tree it is in (paths as the jail
+/// sees them, which are the host's).
+pub struct Place<'a> {
+    pub gitdir: &'a Path,
+    pub root: &'a Path,
+}
+
+/// What the new config is checked against.
+pub enum Base<'a> {
+    /// A repository the jail made: every entry is checked; the file is written anew.
+    New,
+    /// A repository that was there (its config's bytes, empty if none): entries may only be
+    /// added, each checked; the file keeps these bytes and gets the new entries after them.
+    Existing(&'a [u8]),
+}
+
+/// The bytes to install in place of `new`, or why not.
+pub fn sanitise(new: &[u8], base: Base, place: &Place) -> Result<Vec<u8>, Rejection> {
+    if new.len() > MAX_CONFIG {
+        return Err(Rejection::TooLarge);
+    }
+    let entries = parse(new)?;
+    match base {
+        Base::New => {
+            for e in &entries {
+                check(e, place)?;
+            }
+            Ok(write(&entries))
+        }
+        Base::Existing(old) => {
+            let before = parse(old)?;
+            let mut left: Vec<Option<&Entry>> = before.iter().map(Some).collect();
+            let mut added = vec![];
+            for e in &entries {
+                match left.iter_mut().find(|l| l.is_some_and(|o| o == e)) {
+                    Some(slot) => *slot = None,
+                    None => added.push(e.clone()),
+                }
+            }
+            if let Some(gone) = left.into_iter().flatten().next() {
+                return Err(Rejection::Changed { name: gone.name() });
+            }
+            for e in &added {
+                check(e, place)?;
+            }
+            if added.is_empty() {
+                return Ok(old.to_vec());
+            }
+            // What follows the old bytes starts on a line of its own, never inside a value
+            // continued by a trailing backslash.
+            let mut out = old.to_vec();
+            if out.ends_with(b"\\") || out.ends_with(b"\\\r") {
+                return Err(Rejection::Syntax { line: old.split(|b| *b == b'\n').count() });
+            }
+            if !out.is_empty() && !out.ends_with(b"\n") {
+                out.push(b'\n');
+            }
+            out.extend(write(&added));
+            Ok(out)
+        }
+    }
+}
+
+// ---- Reading, as git's config.c does ------------------------------------------------
+
+struct Source<'a> {
+    b: &'a [u8],
+    i: usize,
+    eof: bool,
+    line: usize,
+}
+
+impl Source<'_> {
+    /// git's get_next_char: CR LF reads as LF; the end reads as a newline with `eof` set.
+    fn next(&mut self) -> u8 {
+        let Some(&c) = self.b.get(self.i) else {
+            self.eof = true;
+            return b'\n';
+        };
+        self.i += 1;
+        if c == b'\r' && self.b.get(self.i) == Some(&b'\n') {
+            self.i += 1;
+            self.line += 1;
+            return b'\n';
+        }
+        if c == b'\n' {
+            self.line += 1;
+        }
+        c
+    }
+
+    fn err<T>(&self) -> Result<T, Rejection> {
+        Err(Rejection::Syntax { line: self.line + 1 })
+    }
+}
+
+fn is_space(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\x0b' | b'\x0c' | b'\r')
+}
+
+fn is_key_char(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'-'
+}
+
+/// Every entry of a config file, in order; an error where git's reader stops with one. NUL
+/// bytes and a carriage return not before a newline are refused here (git takes them in
+/// values; nothing legitimate writes them).
+pub fn parse(b: &[u8]) -> Result<Vec<Entry>, Rejection> {
+    let mut s = Source { b, i: 0, eof: false, line: 0 };
+    if b.starts_with(b"\xef\xbb\xbf") {
+        s.i = 3;
+    }
+    if b.contains(&0) || b.windows(2).any(|w| w[0] == b'\r' && w[1] != b'\n') || b.ends_with(b"\r") {
+        return s.err();
+    }
+    let mut out = vec![];
+    let mut head: Option<(String, Option<Vec<u8>>)> = None;
+    let mut comment = false;
+    loop {
+        let c = s.next();
+        if c == b'\n' {
+            if s.eof {
+                return Ok(out);
+            }
+            comment = false;
+            continue;
+        }
+        if comment || is_space(c) {
+            continue;
+        }
+        if c == b'#' || c == b';' {
+            comment = true;
+            continue;
+        }
+        if c == b'[' {
+            head = Some(section_header(&mut s)?);
+            continue;
+        }
+        if !c.is_ascii_alphabetic() {
+            return s.err();
+        }
+        let Some((section, subsection)) = head.clone() else {
+            // A key before any section: git refuses the file.
+            return s.err();
+        };
+        let (key, value) = key_value(&mut s, c)?;
+        out.push(Entry { section, subsection, key, value });
+    }
+}
+
+/// After `[`: `name]`, `name "sub"]` or the old `name.sub]` (whose subsection git lowers).
+fn section_header(s: &mut Source) -> Result<(String, Option<Vec<u8>>), Rejection> {
+    let mut name = Vec::new();
+    loop {
+        let c = s.next();
+        if s.eof {
+            return s.err();
+        }
+        if c == b']' {
+            break;
+        }
+        if is_space(c) {
+            return extended_header(s, name, c);
+        }
+        if !is_key_char(c) && c != b'.' {
+            return s.err();
+        }
+        name.push(c.to_ascii_lowercase());
+    }
+    let name = String::from_utf8(name).or_else(|_| s.err())?;
+    match name.split_once('.') {
+        Some((sec, sub)) if !sec.is_empty() => Ok((sec.to_string(), Some(sub.as_bytes().to_vec()))),
+        None if !name.is_empty() => Ok((name, None)),
+        _ => s.err(),
+    }
+}
+
+/// `[name "sub"]`: whitespace, a quoted subsection (`\x` is `x`), then `]` at once.
+fn extended_header(s: &mut Source, name: Vec<u8>, mut c: u8) -> Result<(String, Option<Vec<u8>>), Rejection> {
+    loop {
+        if c == b'\n' {
+            return s.err();
+        }
+        c = s.next();
+        if !is_space(c) {
+            break;
+        }
+    }
+    if c != b'"' || name.is_empty() || name.contains(&b'.') {
+        return s.err();
+    }
+    let mut sub = Vec::new();
+    loop {
+        let mut c = s.next();
+        if c == b'\n' {
+            return s.err();
+        }
+        if c == b'"' {
+            break;
+        }
+        if c == b'\\' {
+            c = s.next();
+            if c == b'\n' {
+                return s.err();
+            }
+        }
+        sub.push(c);
+    }
+    if s.next() != b']' {
+        return s.err();
+    }
+    let name = String::from_utf8(name).or_else(|_| s.err())?;
+    Ok((name, Some(sub)))
+}
+
+/// A key starting with `first`, then ` = value` or the end of the line.
+fn key_value(s: &mut Source, first: u8) -> Result<(String, Option<Vec<u8>>), Rejection> {
+    let mut key = vec![first.to_ascii_lowercase()];
+    let mut c;
+    loop {
+        c = s.next();
+        if s.eof || !is_key_char(c) {
+            break;
+        }
+        key.push(c.to_ascii_lowercase());
+    }
+    while c == b' ' || c == b'\t' {
+        c = s.next();
+    }
+    let key = String::from_utf8(key).or_else(|_| s.err())?;
+    if c == b'\n' {
+        return Ok((key, None));
+    }
+    if c != b'=' {
+        return s.err();
+    }
+    Ok((key, Some(value(s)?)))
+}
+
+/// git's parse_value: quotes, the escapes `\n \t \b \\ \"`, a backslash at the end of a line
+/// continuing it, comments outside quotes, whitespace at the end trimmed.
+fn value(s: &mut Source) -> Result<Vec<u8>, Rejection> {
+    let mut v = Vec::new();
+    let (mut quote, mut comment) = (false, false);
+    let mut trim: Option<usize> = None;
+    loop {
+        let mut c = s.next();
+        if c == b'\n' {
+            if quote {
+                return s.err();
+            }
+            if let Some(t) = trim {
+                v.truncate(t);
+            }
+            return Ok(v);
+        }
+        if comment {
+            continue;
+        }
+        if is_space(c) && !quote {
+            if trim.is_none() {
+                trim = Some(v.len());
+            }
+            if !v.is_empty() {
+                v.push(c);
+            }
+            continue;
+        }
+        if !quote && (c == b';' || c == b'#') {
+            comment = true;
+            continue;
+        }
+        trim = None;
+        if c == b'\\' {
+            c = match s.next() {
+                b'\n' => continue,
+                b't' => b'\t',
+                b'b' => b'\x08',
+                b'n' => b'\n',
+                b'\\' => b'\\',
+                b'"' => b'"',
+                _ => return s.err(),
+            };
+            v.push(c);
+            continue;
+        }
+        if c == b'"' {
+            quote = !quote;
+            continue;
+        }
+        v.push(c);
+    }
+}
+
+// ---- Writing, in one form git reads one way ----------------------------------------
+
+fn escape(out: &mut Vec<u8>, v: &[u8], in_header: bool) {
+    for &c in v {
+        match c {
+            b'\\' => out.extend(b"\\\\"),
+            b'"' => out.extend(b"\\\""),
+            b'\n' if !in_header => out.extend(b"\\n"),
+            b'\t' if !in_header => out.extend(b"\\t"),
+            b'\x08' if !in_header => out.extend(b"\\b"),
+            c => out.push(c),
+        }
+    }
+}
+
+/// Whether a value reads back as itself without quotes: no whitespace at either end, none
+/// but spaces inside, nothing git reads as a quote, an escape or a comment. Other readers of
+/// configs (GitPython, libgit2, editors) take these as git does.
+fn plain(v: &[u8]) -> bool {
+    !v.is_empty()
+        && v.first() != Some(&b' ')
+        && v.last() != Some(&b' ')
+        && v.iter().all(|&c| (c == b' ' || c.is_ascii_graphic() || c >= 0x80) && !b"\"\\;#".contains(&c))
+}
+
+/// The entries as a config: a header whenever the section changes, a value quoted only
+/// where it must be.
+pub fn write(entries: &[Entry]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut current: Option<(&str, Option<&[u8]>)> = None;
+    for e in entries {
+        let this = (e.section.as_str(), e.subsection.as_deref());
+        if current != Some(this) {
+            out.push(b'[');
+            out.extend(e.section.as_bytes());
+            if let Some(sub) = &e.subsection {
+                out.extend(b" \"");
+                escape(&mut out, sub, true);
+                out.push(b'"');
+            }
+            out.extend(b"]\n");
+            current = Some(this);
+        }
+        out.push(b'\t');
+        out.extend(e.key.as_bytes());
+        if let Some(v) = &e.value {
+            out.extend(b" = ");
+            if plain(v) {
+                out.extend(v);
+            } else {
+                out.push(b'"');
+                escape(&mut out, v, false);
+                out.push(b'"');
+            }
+        }
+        out.push(b'\n');
+    }
+    out
+}
+
+// ---- What a repository's config may hold --------------------------------------------
+
+/// Whether an entry has a subsection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Sub {
+    No,
+    Yes,
+    Either,
+}
+
+/// A check of the value, beyond the name.
+#[derive(Clone, Copy)]
+enum Value {
+    Any,
+    /// A remote's address: not a transport helper's `name::` form (`ext::sh -c ...` runs a
+    /// command where the user's protocol policy allows it), nor an option.
+    Url,
+    /// `submodule.<name>.update`: a mode, never `!command`.
+    UpdateMode,
+    /// `core.worktree`: a relative path that stays inside the guarded tree.
+    InsideTree,
+}
+
+/// The entries a repository's config may hold: what git itself writes (`init`, `clone`,
+/// `worktree`, `submodule`, `remote`, `branch`) and settings that only choose among git's own
+/// behaviours. Absent on purpose, since the user's git runs what they name or reads a file
+/// they name: `core.fsmonitor`, `core.hooksPath`, `core.sshCommand`, `core.editor`,
+/// `core.pager`, `core.askPass`, `core.gitProxy`, `core.alternateRefsCommand`, `alias.*`,
+/// `include.*`, `includeIf.*`, `filter.*`, `diff.external` and `diff.<driver>.*`,
+/// `merge.<driver>.*`, `credential.*`, `gpg.*`, `sequence.editor`, `pager.*`, `sendemail.*`,
+/// `remote.*.uploadpack`/`receivepack`/`vcs`/`proxy`, `protocol.*.allow`, `init.templateDir`,
+/// `gc.recentObjectsHook`, `trace2.*`, `lfs.customtransfer.*`, `*.tool`/`difftool.*`/
+/// `mergetool.*`, `web.browser`, `trailer.*`, `uploadpack.packObjectsHook`.
+const ALLOWED: &[(&str, Sub, &[&str], Value)] = &[
+    (
+        "core",
+        Sub::No,
+        &[
+            "repositoryformatversion",
+            "filemode",
+            "bare",
+            "logallrefupdates",
+            "ignorecase",
+            "precomposeunicode",
+            "symlinks",
+            "autocrlf",
+            "safecrlf",
+            "eol",
+            "sharedrepository",
+            "quotepath",
+            "checkstat",
+            "trustctime",
+            "compression",
+            "loosecompression",
+            "bigfilethreshold",
+            "packedgitlimit",
+            "packedgitwindowsize",
+            "deltabasecachelimit",
+            "preloadindex",
+            "untrackedcache",
+            "splitindex",
+            "sparsecheckout",
+            "sparsecheckoutcone",
+            "abbrev",
+            "commentchar",
+            "commentstring",
+            "whitespace",
+            "protectntfs",
+            "protecthfs",
+            "multipackindex",
+            "commitgraph",
+            "fsync",
+            "fsyncmethod",
+            "fsyncobjectfiles",
+            "warnambiguousrefs",
+            "longpaths",
+            "filesreflocktimeout",
+            "packedrefstimeout",
+            "excludesfile",
+            "attributesfile",
+            "notesref",
+            "hidedotfiles",
+            "createobject",
+        ],
+        Value::Any,
+    ),
+    ("core", Sub::No, &["worktree"], Value::InsideTree),
+    // git refuses a repository with an extension it does not know: none can run anything.
+    ("extensions", Sub::No, &["*"], Value::Any),
+    ("remote", Sub::Yes, &["url", "pushurl"], Value::Url),
+    (
+        "remote",
+        Sub::Yes,
+        &[
+            "fetch",
+            "push",
+            "mirror",
+            "tagopt",
+            "prune",
+            "prunetags",
+            "promisor",
+            "partialclonefilter",
+            "skipdefaultupdate",
+            "skipfetchall",
+            "followremotehead",
+        ],
+        Value::Any,
+    ),
+    ("branch", Sub::Yes, &["remote", "merge", "rebase", "pushremote", "description"], Value::Any),
+    ("branch", Sub::No, &["autosetupmerge", "autosetuprebase", "sort"], Value::Any),
+    ("submodule", Sub::Yes, &["url"], Value::Url),
+    ("submodule", Sub::Yes, &["update"], Value::UpdateMode),
+    ("submodule", Sub::Yes, &["active", "branch", "fetchrecursesubmodules", "ignore", "shallow", "path"], Value::Any),
+    (
+        "submodule",
+        Sub::No,
+        &["active", "recurse", "fetchjobs", "alternatelocation", "alternateerrorstrategy", "propagatebranches"],
+        Value::Any,
+    ),
+    ("user", Sub::No, &["name", "email", "signingkey", "useconfigonly"], Value::Any),
+    ("author", Sub::No, &["name", "email"], Value::Any),
+    ("committer", Sub::No, &["name", "email"], Value::Any),
+    ("commit", Sub::No, &["gpgsign", "verbose", "cleanup", "status"], Value::Any),
+    ("tag", Sub::No, &["gpgsign", "sort", "forcesignannotated"], Value::Any),
+    ("init", Sub::No, &["defaultbranch"], Value::Any),
+    ("pull", Sub::No, &["rebase", "ff"], Value::Any),
+    (
+        "push",
+        Sub::No,
+        &["default", "autosetupremote", "followtags", "recursesubmodules", "gpgsign", "usebitmaps", "negotiate"],
+        Value::Any,
+    ),
+    (
+        "fetch",
+        Sub::No,
+        &[
+            "prune",
+            "prunetags",
+            "recursesubmodules",
+            "fsckobjects",
+            "writecommitgraph",
+            "parallel",
+            "negotiationalgorithm",
+            "showforcedupdates",
+            "output",
+            "unpacklimit",
+            "all",
+        ],
+        Value::Any,
+    ),
+    (
+        "gc",
+        Sub::No,
+        &[
+            "auto",
+            "autopacklimit",
+            "autodetach",
+            "pruneexpire",
+            "reflogexpire",
+            "reflogexpireunreachable",
+            "writecommitgraph",
+            "worktreepruneexpire",
+            "packrefs",
+            "aggressivedepth",
+            "aggressivewindow",
+            "bigpackthreshold",
+            "cruftpacks",
+            "logexpiry",
+            "rerereresolved",
+            "rerereunresolved",
+        ],
+        Value::Any,
+    ),
+    ("gc", Sub::Yes, &["reflogexpire", "reflogexpireunreachable"], Value::Any),
+    (
+        "pack",
+        Sub::No,
+        &[
+            "window",
+            "depth",
+            "windowmemory",
+            "compression",
+            "deltacachesize",
+            "deltacachelimit",
+            "threads",
+            "indexversion",
+            "packsizelimit",
+            "usebitmaps",
+            "usesparse",
+            "writebitmaps",
+            "writebitmaphashcache",
+            "writebitmaplookuptable",
+            "writereverseindex",
+            "allowpackreuse",
+        ],
+        Value::Any,
+    ),
+    (
+        "index",
+        Sub::No,
+        &["version", "threads", "recordendofindexentries", "recordoffsettable", "skiphash", "sparse"],
+        Value::Any,
+    ),
+    (
+        "status",
+        Sub::No,
+        &[
+            "showuntrackedfiles",
+            "submodulesummary",
+            "relativepaths",
+            "short",
+            "branch",
+            "aheadbehind",
+            "renames",
+            "renamelimit",
+            "showstash",
+            "displaycommentprefix",
+        ],
+        Value::Any,
+    ),
+    (
+        "diff",
+        Sub::No,
+        &[
+            "renames",
+            "renamelimit",
+            "algorithm",
+            "indentheuristic",
+            "mnemonicprefix",
+            "noprefix",
+            "relative",
+            "submodule",
+            "colormoved",
+            "colormovedws",
+            "ignoresubmodules",
+            "statgraphwidth",
+            "context",
+            "interhunkcontext",
+            "orderfile",
+            "suppressblankempty",
+            "wserrorhighlight",
+            "dirstat",
+        ],
+        Value::Any,
+    ),
+    (
+        "merge",
+        Sub::No,
+        &[
+            "conflictstyle",
+            "ff",
+            "renames",
+            "renamelimit",
+            "log",
+            "stat",
+            "autostash",
+            "verbosity",
+            "directoryrenames",
+            "renormalize",
+        ],
+        Value::Any,
+    ),
+    (
+        "rebase",
+        Sub::No,
+        &[
+            "autosquash",
+            "autostash",
+            "updaterefs",
+            "missingcommitscheck",
+            "abbreviatecommands",
+            "stat",
+            "instructionformat",
+            "backend",
+            "forkpoint",
+        ],
+        Value::Any,
+    ),
+    ("color", Sub::Either, &["*"], Value::Any),
+    ("advice", Sub::No, &["*"], Value::Any),
+    (
+        "log",
+        Sub::No,
+        &[
+            "date",
+            "decorate",
+            "follow",
+            "showroot",
+            "showsignature",
+            "abbrevcommit",
+            "mailmap",
+            "excludedecoration",
+            "initialdecorationset",
+        ],
+        Value::Any,
+    ),
+    ("rerere", Sub::No, &["enabled", "autoupdate"], Value::Any),
+    (
+        "lfs",
+        Sub::No,
+        &[
+            "repositoryformatversion",
+            "url",
+            "pushurl",
+            "fetchinclude",
+            "fetchexclude",
+            "locksverify",
+            "setlockablereadonly",
+        ],
+        Value::Any,
+    ),
+    (
+        "http",
+        Sub::Either,
+        &["sslverify", "postbuffer", "version", "lowspeedlimit", "lowspeedtime", "maxrequests", "extraheader"],
+        Value::Any,
+    ),
+    ("maintenance", Sub::No, &["auto", "strategy"], Value::Any),
+    ("maintenance", Sub::Yes, &["enabled", "schedule"], Value::Any),
+    ("feature", Sub::No, &["manyfiles", "experimental"], Value::Any),
+    ("checkout", Sub::No, &["defaultremote", "workers", "thresholdforparallelism", "guess"], Value::Any),
+    ("worktree", Sub::No, &["guessremote", "userelativepaths"], Value::Any),
+    ("protocol", Sub::No, &["version"], Value::Any),
+    ("transfer", Sub::No, &["fsckobjects", "unpacklimit"], Value::Any),
+    (
+        "receive",
+        Sub::No,
+        &["denycurrentbranch", "denydeletes", "denynonfastforwards", "fsckobjects", "unpacklimit"],
+        Value::Any,
+    ),
+    (
+        "uploadpack",
+        Sub::No,
+        &["allowfilter", "allowanysha1inwant", "allowtipsha1inwant", "allowreachablesha1inwant"],
+        Value::Any,
+    ),
+    ("fsck", Sub::No, &["*"], Value::Any),
+    ("versionsort", Sub::No, &["suffix"], Value::Any),
+    ("splitindex", Sub::No, &["maxpercentchange", "sharedindexexpire"], Value::Any),
+    ("sparse", Sub::No, &["expectfilesoutsideofpatterns"], Value::Any),
+];
+
+const NOT_LISTED: &str = "it is not among the settings that cannot make git run a program";
+
+/// Whether `e` may be in a repository's config at `place`.
+fn check(e: &Entry, place: &Place) -> Result<(), Rejection> {
+    let listed = ALLOWED.iter().find(|(section, sub, keys, _)| {
+        *section == e.section
+            && match sub {
+                Sub::No => e.subsection.is_none(),
+                Sub::Yes => e.subsection.is_some(),
+                Sub::Either => true,
+            }
+            && keys.iter().any(|k| *k == "*" || *k == e.key)
+    });
+    let Some((_, _, _, value)) = listed else {
+        return Err(Rejection::Key { name: e.name(), why: NOT_LISTED });
+    };
+    let v = e.value.as_deref().unwrap_or(b"");
+    let bad = |why| Err(Rejection::Key { name: e.name(), why });
+    match value {
+        Value::Any => Ok(()),
+        Value::Url => {
+            if v.first() == Some(&b'-') {
+                return bad("an address starting with `-` would reach the transport as an option");
+            }
+            // `<helper>::<address>` runs the program `git-remote-<helper>`.
+            let scheme_end = v.iter().position(|c| !(c.is_ascii_alphanumeric() || b"+.-_".contains(c)));
+            if scheme_end.is_some_and(|i| v[i..].starts_with(b"::")) {
+                return bad("a `<transport>::` address runs a remote helper program");
+            }
+            Ok(())
+        }
+        Value::UpdateMode => match v {
+            b"checkout" | b"rebase" | b"merge" | b"none" => Ok(()),
+            _ => bad("only checkout, rebase, merge or none (a `!command` runs it)"),
+        },
+        Value::InsideTree => {
+            let p = Path::new(std::ffi::OsStr::new(std::str::from_utf8(v).unwrap_or("/")));
+            if p.is_absolute() || v.first() == Some(&b'-') {
+                return bad("it must be a path relative to the repository, inside the project");
+            }
+            match lexical_join(place.gitdir, p) {
+                Some(j) if j.starts_with(place.root) => Ok(()),
+                _ => bad("it must be a path relative to the repository, inside the project"),
+            }
+        }
+    }
+}
+
+/// `base` joined with the relative `rel`, `..` taken lexically; None above `/`.
+pub fn lexical_join(base: &Path, rel: &Path) -> Option<PathBuf> {
+    let mut out = base.to_path_buf();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn place() -> Place<'static> {
+        Place { gitdir: Path::new("/p/sub/.git"), root: Path::new("/p") }
+    }
+
+    fn names(b: &[u8]) -> Vec<String> {
+        parse(b).unwrap_or_default().iter().map(Entry::name).collect()
+    }
+
+    #[test]
+    fn entries_read_as_git_reads_them() {
+        let cfg = b"\xef\xbb\xbf# comment\n[core]\n\tbare = false ; trailing\n\tFileMode\n[Remote \"Origin\"]\n\turl = \"a b\" c\\\n d \n[branch.Main]\n\tremote=origin\r\n[x] y = \"q\\\"\\\\\\n\"\n";
+        let e = parse(cfg).expect("parses");
+        let got: Vec<(String, Option<String>)> =
+            e.iter().map(|e| (e.name(), e.value.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()))).collect();
+        assert_eq!(
+            got,
+            vec![
+                ("core.bare".into(), Some("false".into())),
+                ("core.filemode".into(), None),
+                ("remote.Origin.url".into(), Some("a b c d".into())),
+                ("branch.main.remote".into(), Some("origin".into())),
+                ("x.y".into(), Some("q\"\\\n".into())),
+            ]
+        );
+    }
+
+    #[test]
+    fn what_git_refuses_is_refused_and_what_nothing_writes_too() {
+        for bad in [
+            &b"key = v\n"[..],       // before any section
+            b"[core\n",              // unterminated header
+            b"[core] x = \"open\n",  // unterminated quote
+            b"[core]\n\tx = \\q\n",  // unknown escape
+            b"[core]\n\tx ; c\n",    // a comment after a lone key
+            b"[a \"b\" ]\n",         // no space before ]
+            b"[]\n",                 // empty section
+            b"[core]\n\t1x = y\n",   // key not starting with a letter
+            b"[core]\n\tx = a\0b\n", // NUL
+            b"[core]\n\tx = a\rb\n", // a lone CR
+            b"[a.b \"c\"]\n",        // a dotted name with a subsection (git reads it; nothing writes it)
+        ] {
+            assert!(matches!(parse(bad), Err(Rejection::Syntax { .. })), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+
+    #[test]
+    fn written_configs_read_back_to_the_same_entries() {
+        let cfg: &[u8] = b"[core]\n\tbare\n\tx = \" lead and \\t tab\\n\"\n[remote \"we\\\"ird\\\\\"]\n\turl = \"a;b#c\"\n\tfetch = \n\tpush = a b  c\n\tmirror = \xc3\xa9t\xc3\xa9\n";
+        let e = parse(cfg).expect("parses");
+        let w = write(&e);
+        assert_eq!(parse(&w).expect("reparses"), e);
+        assert_eq!(write(&parse(&w).expect("reparses")), w, "writing is a fixed point");
+    }
+
+    #[test]
+    fn a_new_repository_keeps_what_git_writes_and_loses_nothing() {
+        let clone = b"[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n\tlogallrefupdates = true\n\
+[remote \"origin\"]\n\turl = https://example.org/r.git\n\tfetch = +refs/heads/*:refs/remotes/origin/*\n\
+[branch \"main\"]\n\tremote = origin\n\tmerge = refs/heads/main\n[submodule \"lib\"]\n\tactive = true\n\turl = ../lib.git\n";
+        let out = sanitise(clone, Base::New, &place()).expect("a clone's config is allowed");
+        assert_eq!(parse(&out).expect("parses"), parse(clone).expect("parses"));
+        let sub = b"[core]\n\tworktree = ../../../lib\n";
+        let p = Place { gitdir: Path::new("/p/.git/modules/lib"), root: Path::new("/p") };
+        assert!(sanitise(sub, Base::New, &p).is_ok(), "a submodule's core.worktree");
+    }
+
+    /// Each of these makes the user's git run a program or read a file the jail names.
+    #[test]
+    fn keys_that_run_programs_are_refused_however_they_are_spelled() {
+        for (cfg, key) in [
+            (&b"[core]\n\tfsmonitor = touch /tmp/x\n"[..], "core.fsmonitor"),
+            (b"[CORE]\n\tFsMonitor = x\n", "core.fsmonitor"),
+            (b"[core]\n\thooksPath = .husky\n", "core.hookspath"),
+            (b"[core]\n\tsshCommand = x\n", "core.sshcommand"),
+            (b"[core]\n\tpager = x\n", "core.pager"),
+            (b"[core]\n\teditor = x\n", "core.editor"),
+            (b"[core]\n\taskPass = x\n", "core.askpass"),
+            (b"[core]\n\talternateRefsCommand = x\n", "core.alternaterefscommand"),
+            (b"[alias]\n\tst = !x\n", "alias.st"),
+            (b"[include]\n\tpath = ../x\n", "include.path"),
+            (b"[includeIf \"gitdir:/\"]\n\tpath = x\n", "includeif.gitdir:/.path"),
+            (b"[filter \"f\"]\n\tclean = x\n", "filter.f.clean"),
+            (b"[diff]\n\texternal = x\n", "diff.external"),
+            (b"[diff \"d\"]\n\ttextconv = x\n", "diff.d.textconv"),
+            (b"[merge \"m\"]\n\tdriver = x\n", "merge.m.driver"),
+            (b"[credential]\n\thelper = x\n", "credential.helper"),
+            (b"[gpg]\n\tprogram = x\n", "gpg.program"),
+            (b"[sequence]\n\teditor = x\n", "sequence.editor"),
+            (b"[remote \"o\"]\n\tuploadpack = x\n", "remote.o.uploadpack"),
+            (b"[remote \"o\"]\n\treceivepack = x\n", "remote.o.receivepack"),
+            (b"[protocol \"ext\"]\n\tallow = always\n", "protocol.ext.allow"),
+            (b"[init]\n\ttemplateDir = x\n", "init.templatedir"),
+            (b"[gc]\n\trecentObjectsHook = x\n", "gc.recentobjectshook"),
+            (b"[trace2]\n\teventTarget = /home/u/.bashrc\n", "trace2.eventtarget"),
+            (b"[lfs \"customtransfer.x\"]\n\tpath = x\n", "lfs.customtransfer.x.path"),
+            (b"[pager]\n\tlog = x\n", "pager.log"),
+            (b"[core.x]\n\tfsmonitor = y\n", "core.x.fsmonitor"),
+        ] {
+            match sanitise(cfg, Base::New, &place()) {
+                Err(Rejection::Key { name, .. }) => assert_eq!(name, key),
+                other => panic!("{key}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn values_that_run_programs_are_refused() {
+        for cfg in [
+            &b"[remote \"o\"]\n\turl = ext::sh -c touch% /tmp/x\n"[..],
+            b"[remote \"o\"]\n\tpushurl = fd::3\n",
+            b"[remote \"o\"]\n\turl = evil::x\n",
+            b"[remote \"o\"]\n\turl = -oProxyCommand=x\n",
+            b"[submodule \"s\"]\n\tupdate = !touch /tmp/x\n",
+            b"[submodule \"s\"]\n\turl = ext::x\n",
+            b"[core]\n\tworktree = /home/u\n",
+            b"[core]\n\tworktree = ../../..\n",
+        ] {
+            assert!(
+                matches!(sanitise(cfg, Base::New, &place()), Err(Rejection::Key { .. })),
+                "{}",
+                String::from_utf8_lossy(cfg)
+            );
+        }
+        for ok in [
+            &b"[remote \"o\"]\n\turl = https://h/r.git\n"[..],
+            b"[remote \"o\"]\n\turl = git@github.com:a/b.git\n",
+            b"[remote \"o\"]\n\turl = ../local\n",
+            b"[remote \"o\"]\n\turl = C:/x\n",
+        ] {
+            assert!(sanitise(ok, Base::New, &place()).is_ok(), "{}", String::from_utf8_lossy(ok));
+        }
+    }
+
+    #[test]
+    fn a_repository_that_was_there_gets_entries_added_after_its_own_bytes() {
+        let old = b"# mine\n[core]\n\tbare = false\n\thooksPath = /home/u/hooks\n";
+        // git config submodule.x.url ...: git keeps the old bytes and adds a section.
+        let new =
+            b"# mine\n[core]\n\tbare = false\n\thooksPath = /home/u/hooks\n[submodule \"x\"]\n\turl = https://h/x\n";
+        let out = sanitise(new, Base::Existing(old), &place()).expect("an addition");
+        assert!(out.starts_with(old), "the user's own bytes, comments and keys stay");
+        assert_eq!(names(&out), vec!["core.bare", "core.hookspath", "submodule.x.url"]);
+        // The user's own hooksPath stays; a new one does not come in.
+        let evil = b"# mine\n[core]\n\tbare = false\n\thooksPath = /home/u/hooks\n\tfsmonitor = x\n";
+        assert!(matches!(sanitise(evil, Base::Existing(old), &place()), Err(Rejection::Key { .. })));
+        // Changing or removing the user's entries is refused.
+        let changed = b"[core]\n\tbare = true\n\thooksPath = /home/u/hooks\n";
+        assert!(matches!(sanitise(changed, Base::Existing(old), &place()), Err(Rejection::Changed { .. })));
+        // The same config again is installed as it was.
+        assert_eq!(sanitise(old, Base::Existing(old), &place()).expect("same"), old.to_vec());
+        // An old config ending in a continued value is not appended to.
+        let dangling = b"[core]\n\tx = a\\";
+        assert!(sanitise(b"[core]\n\tx = a\n[user]\n\tname = n\n", Base::Existing(dangling), &place()).is_err());
+    }
+
+    #[test]
+    fn every_allowed_section_is_lower_case_and_listed_once_per_shape() {
+        for (section, _, keys, _) in ALLOWED {
+            assert_eq!(*section, section.to_ascii_lowercase());
+            for k in *keys {
+                assert_eq!(*k, k.to_ascii_lowercase(), "{section}.{k}");
+            }
+        }
+        // No allowed key is a prefix-extension of a refused one that a truncation could cut
+        // back to: core.fsmonitor* is not allowed at all.
+        assert!(!ALLOWED.iter().any(|(s, _, keys, _)| *s == "core" && keys.iter().any(|k| k.starts_with("fsmonitor"))));
+    }
+}

@@ -1,0 +1,316 @@
+//! The guard's own file work on repositories (`rules.rs` says when): a config installed as a
+//! checked copy of the guard's, a directory checked as it becomes a git directory, a
+//! worktree's commondir. Runs under the guard's gate, as the jail's user, on directories it
+//! holds open; every file it installs is a new inode that no process of the jail has open,
+//! so nothing written through an older descriptor reaches what git reads.
+
+use super::gitconfig::{self, Base, Place};
+use super::rules::Refusal;
+use std::ffi::OsStr;
+use std::ffi::{CStr, CString};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Entries of a `hooks` or `worktrees` directory looked at, at most.
+const MAX_ENTRIES: usize = 1024;
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn c(name: &[u8]) -> Result<CString, Refusal> {
+    CString::new(name).map_err(|_| Refusal::Unchecked("a name with a NUL byte".into()))
+}
+
+fn open_at(dir: BorrowedFd, name: &CStr, flags: libc::c_int) -> Result<OwnedFd, i32> {
+    // SAFETY: `name` is a valid C string for the call.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn stat_at(dir: BorrowedFd, name: &CStr) -> Result<libc::stat, i32> {
+    // SAFETY: stat is plain data the kernel fills.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` and `st` live for the call.
+    if unsafe { libc::fstatat(dir.as_raw_fd(), name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        return Err(errno());
+    }
+    Ok(st)
+}
+
+fn kind(st: &libc::stat) -> u32 {
+    st.st_mode & libc::S_IFMT
+}
+
+/// A small regular file's bytes and permission bits; None if there is none of that name.
+/// Anything but a regular file (a symlink, a FIFO, a directory) is refused: git would follow
+/// or block on it.
+pub fn read_file(dir: BorrowedFd, name: &[u8], max: usize) -> Result<Option<(Vec<u8>, u32)>, Refusal> {
+    let shown = String::from_utf8_lossy(name).into_owned();
+    let name = c(name)?;
+    let fd = match open_at(dir, &name, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY) {
+        Ok(fd) => fd,
+        Err(libc::ENOENT) => return Ok(None),
+        Err(e) => {
+            return Err(Refusal::Unchecked(format!(
+                "`{shown}` cannot be read ({})",
+                std::io::Error::from_raw_os_error(e)
+            )))
+        }
+    };
+    let st = nix::sys::stat::fstat(&fd).map_err(|e| Refusal::Unchecked(format!("`{shown}`: {e}")))?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(Refusal::Unchecked(format!("`{shown}` is not a regular file")));
+    }
+    if st.st_size < 0 || st.st_size as u64 > max as u64 {
+        return Err(Refusal::Unchecked(format!("`{shown}` is larger than {max} bytes")));
+    }
+    let mut out = Vec::with_capacity(st.st_size as usize);
+    let mut f = std::fs::File::from(fd);
+    use std::io::Read;
+    (&mut f).take(max as u64 + 1).read_to_end(&mut out).map_err(|e| Refusal::Unchecked(format!("`{shown}`: {e}")))?;
+    if out.len() > max {
+        return Err(Refusal::Unchecked(format!("`{shown}` is larger than {max} bytes")));
+    }
+    Ok(Some((out, st.st_mode & 0o7777)))
+}
+
+/// Puts `bytes` at `name` in `dir` as a new file (written under a name of its own, then
+/// renamed over), with permission bits `mode`.
+pub fn install(dir: BorrowedFd, name: &[u8], bytes: &[u8], mode: u32) -> Result<(), i32> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let name = CString::new(name).map_err(|_| libc::EINVAL)?;
+    let tmp = format!(".agent-sandbox-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+    let tmp = CString::new(tmp).map_err(|_| libc::EINVAL)?;
+    let fd = open_at(dir, &tmp, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW)?;
+    let written = (|| {
+        // The umask of the thread is the caller's; the bits are the file's own.
+        nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(mode & 0o7777)).map_err(|e| e as i32)?;
+        let mut f = std::fs::File::from(fd);
+        use std::io::Write;
+        f.write_all(bytes).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+    })();
+    let moved = written.and_then(|()| {
+        // SAFETY: both names live for the call.
+        if unsafe { libc::renameat(dir.as_raw_fd(), tmp.as_ptr(), dir.as_raw_fd(), name.as_ptr()) } == 0 {
+            Ok(())
+        } else {
+            Err(errno())
+        }
+    });
+    if moved.is_err() {
+        // SAFETY: `tmp` lives for the call.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), tmp.as_ptr(), 0) };
+    }
+    moved
+}
+
+/// The config of a git directory, checked and installed in place as the guard's own file.
+fn check_config(dir: BorrowedFd, name: &[u8], place: &Place) -> Result<(), Refusal> {
+    let Some((bytes, mode)) = read_file(dir, name, gitconfig::MAX_CONFIG)? else { return Ok(()) };
+    let clean = gitconfig::sanitise(&bytes, Base::New, place).map_err(|r| Refusal::ConfigEntry(r.describe()))?;
+    install(dir, name, &clean, mode).map_err(|e| {
+        Refusal::Unchecked(format!("cannot write the checked config ({})", std::io::Error::from_raw_os_error(e)))
+    })
+}
+
+/// A directory held open and the names in it.
+type Listing = (OwnedFd, Vec<Vec<u8>>);
+
+/// The entries of the directory `name` in `dir` (None: there is none), at most MAX_ENTRIES.
+fn entries(dir: BorrowedFd, name: &[u8]) -> Result<Option<Listing>, Refusal> {
+    let shown = String::from_utf8_lossy(name).into_owned();
+    let cname = c(name)?;
+    match stat_at(dir, &cname) {
+        Err(libc::ENOENT) => return Ok(None),
+        Err(e) => return Err(Refusal::Unchecked(format!("`{shown}`: {}", std::io::Error::from_raw_os_error(e)))),
+        Ok(st) if kind(&st) != libc::S_IFDIR => {
+            return Err(Refusal::Unchecked(format!("`{shown}` is not a directory")))
+        }
+        Ok(_) => {}
+    }
+    let fd = open_at(dir, &cname, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .map_err(|e| Refusal::Unchecked(format!("`{shown}`: {}", std::io::Error::from_raw_os_error(e))))?;
+    let d = nix::dir::Dir::from_fd(fd.try_clone().map_err(|e| Refusal::Unchecked(e.to_string()))?)
+        .map_err(|e| Refusal::Unchecked(e.to_string()))?;
+    let mut names = vec![];
+    for e in d {
+        let e = e.map_err(|e| Refusal::Unchecked(e.to_string()))?;
+        let n = e.file_name().to_bytes();
+        if n == b"." || n == b".." {
+            continue;
+        }
+        if names.len() >= MAX_ENTRIES {
+            return Err(Refusal::Unchecked(format!("`{shown}` holds more than {MAX_ENTRIES} entries")));
+        }
+        names.push(n.to_vec());
+    }
+    Ok(Some((fd, names)))
+}
+
+/// A directory that is, or becomes with the caller's call, a git directory: its config and
+/// config.worktree checked and installed anew, its hooks git's samples only, its worktrees'
+/// config and commondir checked too. `path` is where it is, as the jail sees it.
+pub fn check_git_dir(dir: BorrowedFd, path: &Path, root: &Path) -> Result<(), Refusal> {
+    let place = Place { gitdir: path, root };
+    check_config(dir, b"config", &place)?;
+    check_config(dir, b"config.worktree", &place)?;
+    match stat_at(dir, c"hooks") {
+        Err(libc::ENOENT) => {}
+        Ok(st) if kind(&st) != libc::S_IFDIR => return Err(Refusal::Hook),
+        _ => {
+            if let Some((hooks, names)) = entries(dir, b"hooks")? {
+                for n in names {
+                    let regular = stat_at(hooks.as_fd(), &c(&n)?).is_ok_and(|st| kind(&st) == libc::S_IFREG);
+                    if !(n.ends_with(b".sample") && n.len() > 7 && regular) {
+                        return Err(Refusal::Hook);
+                    }
+                }
+            }
+        }
+    }
+    if stat_at(dir, c"HEAD").is_ok() && stat_at(dir, c"commondir").is_ok() {
+        check_commondir(dir, path)?;
+    }
+    if let Some((worktrees, names)) = entries(dir, b"worktrees")? {
+        for n in names {
+            let Ok(w) = open_at(worktrees.as_fd(), &c(&n)?, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW) else {
+                continue;
+            };
+            let wpath = path.join("worktrees").join(OsStr::from_bytes(&n));
+            let wplace = Place { gitdir: &wpath, root };
+            check_config(w.as_fd(), b"config.worktree", &wplace)?;
+            if stat_at(w.as_fd(), c"commondir").is_ok() {
+                check_commondir(w.as_fd(), &wpath)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A worktree's commondir (in `dir`, at `path`): git's `../..`, or the absolute path of the
+/// directory two levels up; then installed as the guard's own file.
+pub fn check_commondir(dir: BorrowedFd, path: &Path) -> Result<(), Refusal> {
+    let Some((bytes, mode)) = read_file(dir, b"commondir", 4096)? else { return Ok(()) };
+    let mut text: &[u8] = &bytes;
+    while let Some(rest) = text.strip_suffix(b"\n").or_else(|| text.strip_suffix(b"\r")) {
+        text = rest;
+    }
+    let up2 = path.parent().and_then(Path::parent);
+    let names_it = text == b"../.." || up2.is_some_and(|u| u.as_os_str().as_bytes() == text);
+    if !names_it {
+        return Err(Refusal::Commondir);
+    }
+    install(dir, b"commondir", &bytes, mode).map_err(|e| {
+        Refusal::Unchecked(format!("cannot write the checked commondir ({})", std::io::Error::from_raw_os_error(e)))
+    })
+}
+
+/// The rename of a complete config (`from_name` in `from`) onto a git directory's config:
+/// installs the checked bytes as the guard's own file and removes the source, as the rename
+/// would have. `made`: the jail made this repository (every entry is its own).
+pub fn rename_config(
+    from: BorrowedFd,
+    from_name: &[u8],
+    to: BorrowedFd,
+    to_name: &[u8],
+    made: bool,
+    place: &Place,
+) -> Result<Result<(), i32>, Refusal> {
+    let Some((new, mode)) = read_file(from, from_name, gitconfig::MAX_CONFIG)? else {
+        return Ok(Err(libc::ENOENT));
+    };
+    let old = if made { None } else { read_file(to, to_name, gitconfig::MAX_CONFIG)?.map(|(b, _)| b) };
+    let base = match &old {
+        Some(b) => Base::Existing(b),
+        None if made => Base::New,
+        None => Base::Existing(b""),
+    };
+    let clean = gitconfig::sanitise(&new, base, place).map_err(|r| Refusal::ConfigEntry(r.describe()))?;
+    if let Err(e) = install(to, to_name, &clean, mode) {
+        return Ok(Err(e));
+    }
+    let src = c(from_name)?;
+    // SAFETY: `src` lives for the call.
+    unsafe { libc::unlinkat(from.as_raw_fd(), src.as_ptr(), 0) };
+    Ok(Ok(()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir(p: &Path) -> OwnedFd {
+        OwnedFd::from(std::fs::File::open(p).expect("open dir"))
+    }
+
+    #[test]
+    fn a_directory_becoming_a_repository_gets_its_config_checked_and_replaced() {
+        let t = tempfile::tempdir().expect("tmp");
+        let g = t.path().join("r");
+        std::fs::create_dir_all(g.join("hooks")).expect("mkdir");
+        std::fs::write(g.join("config"), "[core]\n\tbare = true\n").expect("write");
+        std::fs::write(g.join("hooks/pre-commit.sample"), "#!/bin/sh\n").expect("write");
+        // A descriptor opened for writing before the check: what it writes goes nowhere git reads.
+        let mut held = std::fs::OpenOptions::new().append(true).open(g.join("config")).expect("open");
+        check_git_dir(dir(&g).as_fd(), &g, t.path()).expect("a clean repository passes");
+        use std::io::Write;
+        held.write_all(b"\tfsmonitor = touch /tmp/x\n").expect("write");
+        let now = std::fs::read_to_string(g.join("config")).expect("read");
+        assert!(!now.contains("fsmonitor") && now.contains("bare"), "{now}");
+
+        std::fs::write(g.join("hooks/post-checkout"), "#!/bin/sh\n").expect("write");
+        assert_eq!(check_git_dir(dir(&g).as_fd(), &g, t.path()), Err(Refusal::Hook));
+        std::fs::remove_file(g.join("hooks/post-checkout")).expect("rm");
+        std::fs::write(g.join("config"), "[core]\n\tfsmonitor = x\n").expect("write");
+        assert!(matches!(check_git_dir(dir(&g).as_fd(), &g, t.path()), Err(Refusal::ConfigEntry(_))));
+        std::fs::remove_file(g.join("config")).expect("rm");
+        std::os::unix::fs::symlink("/etc/passwd", g.join("config")).expect("ln");
+        assert!(matches!(check_git_dir(dir(&g).as_fd(), &g, t.path()), Err(Refusal::Unchecked(_))));
+    }
+
+    #[test]
+    fn worktrees_inside_are_checked_with_their_directory() {
+        let t = tempfile::tempdir().expect("tmp");
+        let g = t.path().join(".git");
+        let w = g.join("worktrees/w");
+        std::fs::create_dir_all(&w).expect("mkdir");
+        std::fs::write(w.join("HEAD"), "ref: refs/heads/w\n").expect("write");
+        std::fs::write(w.join("commondir"), "../..\n").expect("write");
+        check_git_dir(dir(&g).as_fd(), &g, t.path()).expect("git's own worktree");
+        std::fs::write(w.join("commondir"), "/tmp/elsewhere\n").expect("write");
+        assert_eq!(check_git_dir(dir(&g).as_fd(), &g, t.path()), Err(Refusal::Commondir));
+        std::fs::write(w.join("commondir"), format!("{}\n", g.display())).expect("write");
+        check_git_dir(dir(&g).as_fd(), &g, t.path()).expect("the absolute form");
+        std::fs::write(w.join("config.worktree"), "[core]\n\tpager = x\n").expect("write");
+        assert!(matches!(check_git_dir(dir(&g).as_fd(), &g, t.path()), Err(Refusal::ConfigEntry(_))));
+    }
+
+    #[test]
+    fn a_config_renamed_in_is_installed_checked_and_its_source_is_gone() {
+        let t = tempfile::tempdir().expect("tmp");
+        let g = t.path().join(".git");
+        std::fs::create_dir_all(&g).expect("mkdir");
+        let place = Place { gitdir: &g, root: t.path() };
+        std::fs::write(g.join("config"), "# mine\n[core]\n\tbare = false\n").expect("write");
+        std::fs::write(g.join("config.lock"), "# mine\n[core]\n\tbare = false\n[remote \"o\"]\n\turl = ../x\n")
+            .expect("write");
+        let d = dir(&g);
+        rename_config(d.as_fd(), b"config.lock", d.as_fd(), b"config", false, &place).expect("allowed").expect("done");
+        let now = std::fs::read_to_string(g.join("config")).expect("read");
+        assert!(now.starts_with("# mine\n") && now.contains("[remote \"o\"]"), "{now}");
+        assert!(!g.join("config.lock").exists());
+        std::fs::write(g.join("config.lock"), format!("{now}\tsshCommand = x\n")).expect("write");
+        assert!(matches!(
+            rename_config(d.as_fd(), b"config.lock", d.as_fd(), b"config", false, &place),
+            Err(Refusal::ConfigEntry(_))
+        ));
+        assert_eq!(std::fs::read_to_string(g.join("config")).expect("read"), now, "unchanged when refused");
+    }
+}
