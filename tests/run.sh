@@ -32,6 +32,14 @@ if [ "$(id -u)" = 0 ]; then
   command -v newgidmap >/dev/null 2>&1 || need+=(uidmap)
   # musl's C compiler: the release stub is linked statically against musl (stub/release.sh).
   command -v musl-gcc >/dev/null 2>&1 || need+=(musl-tools)
+  # The everyday-work corpus (tests/everyday): what agents run all day, inside and outside.
+  command -v make >/dev/null 2>&1 || need+=(make)
+  command -v rg >/dev/null 2>&1 || need+=(ripgrep)
+  command -v jq >/dev/null 2>&1 || need+=(jq)
+  command -v zip >/dev/null 2>&1 || need+=(zip)
+  command -v unzip >/dev/null 2>&1 || need+=(unzip)
+  /usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)
+  /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "tests/run.sh: installing ${need[*]}"
     apt-get update -qq

@@ -30,6 +30,23 @@ pub struct JailVars<'a> {
 /// (old cwd, the host's runtime dir) or would confuse the agent about where it runs.
 const ALWAYS_DROPPED: &[&str] = &["OLDPWD", "PWD", "XDG_RUNTIME_DIR", "AGENT_SANDBOX_LOG"];
 
+/// Tools that keep a cache (and logs) in the home and fail when they cannot write it: where
+/// the jail's home is not writable (the Landlock backend; `home.access` `read` or
+/// `restricted`), each is pointed at a directory of the session, unless the user set the
+/// variable. (npm refuses to install anything without a writable cache.)
+pub const SESSION_CACHES: &[(&str, &str)] = &[("npm_config_cache", ".npm")];
+
+/// Points the tools of `SESSION_CACHES` under `dir`, where the user has not pointed them.
+pub fn session_caches(vars: &mut Vec<(String, String)>, launcher_env: &[(String, String)], dir: &Path) {
+    for (var, sub) in SESSION_CACHES {
+        if !launcher_env.iter().any(|(k, _)| k == var) {
+            vars.retain(|(k, _)| k != var);
+            vars.push((var.to_string(), dir.join(sub).display().to_string()));
+        }
+    }
+    vars.sort();
+}
+
 pub fn build(launcher_env: &[(String, String)], policy: &Policy, j: &JailVars<'_>) -> EnvPlan {
     let keep_p: Vec<Pattern> = policy.env_keep.iter().map(|p| Pattern::new(&p.value, false)).collect();
     let scrub_p: Vec<Pattern> = policy.env_scrub.iter().map(|p| Pattern::new(&p.value, true)).collect();

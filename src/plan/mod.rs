@@ -714,6 +714,9 @@ fn finish(
     if let Some((_, v)) = envp.vars.iter_mut().find(|(k, _)| k == "PATH") {
         *v = format!("{}:{v}", stub_bin.display());
     }
+    if landlock.is_none() && matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Restricted) {
+        env::session_caches(&mut envp.vars, req.env.as_deref().unwrap_or(&facts.env), Path::new("/tmp"));
+    }
     let mut command = req.command.clone();
     let program =
         policy.agent.as_ref().and_then(|a| a.value.command.as_ref()).and_then(|c| c.first()).map(String::as_str);
@@ -726,6 +729,8 @@ fn finish(
         for k in ["TMPDIR", "TMP", "TEMP"] {
             set(&mut envp.vars, k, ll.session.tmp.display().to_string());
         }
+        // No home is writable here (no tmpfs): the tools' caches go to the session's.
+        env::session_caches(&mut envp.vars, req.env.as_deref().unwrap_or(&facts.env), &ll.session.tmp);
         if let Some(fd) = ll.slurm_fd {
             set(&mut envp.vars, SLURM_FD_VAR, fd.to_string());
         }

@@ -171,6 +171,21 @@ fn with_the_git_guard_on_the_projects_git_config_and_hooks_are_the_guards_and_ev
 }
 
 #[test]
+fn tool_caches_go_to_the_session_where_the_home_is_not_writable_and_a_users_own_choice_stays() {
+    let p = plan_for("", "/home/u/proj").unwrap();
+    assert_eq!(var(&p, "npm_config_cache"), None, "the tmpwrite home is writable: npm uses ~/.npm there");
+    assert!(!has(&p, |m| m.target() == Path::new("/home/u/.npm")), "~/.npm is not bound read-only");
+    for mode in ["read", "restricted"] {
+        let p = plan_for(&format!("[home]\naccess = \"{mode}\""), "/home/u/proj").unwrap();
+        assert_eq!(var(&p, "npm_config_cache"), Some("/tmp/.npm"), "{mode}");
+    }
+    let mut req = request("/home/u/proj");
+    req.env = Some(vec![("npm_config_cache".into(), "/scratch/u/npm".into())]);
+    let p = build(&policy("[home]\naccess = \"read\""), &facts(), &host(), &req).unwrap();
+    assert_eq!(var(&p, "npm_config_cache"), Some("/scratch/u/npm"), "the user's own setting");
+}
+
+#[test]
 fn hidden_path_inside_the_project_is_masked_after_the_project_bind() {
     let mut fs = host();
     fs = fs.file("/home/u/proj/secrets.env");
@@ -361,6 +376,9 @@ fn landlock_plan_says_the_shared_temp_trees_are_denied_and_names_the_private_one
     for k in ["TMPDIR", "TMP", "TEMP"] {
         assert_eq!(var(&p, k), Some(dir.join("tmp").to_str().unwrap()), "{k}");
     }
+    // No home is writable under Landlock: npm's cache is the session's (npm installs nothing
+    // without one).
+    assert_eq!(var(&p, "npm_config_cache"), Some(dir.join("tmp/.npm").to_str().unwrap()));
     let path = var(&p, "PATH").unwrap_or_default();
     assert!(path.starts_with(&format!("{}:", dir.join("bin").display())), "stubs first on PATH: {path}");
     assert!(ll.session.stubs.iter().any(|s| s == "sbatch") && ll.session.exe == Path::new("/usr/bin/agent-sandbox"));

@@ -7,6 +7,7 @@ On 198.51.100.2 and [2001:db8:51::2]:
   TCP 80, 8080   HTTP/1.1: GET /hello -> "hello <Host>\\n"; POST -> "posted <n> to <Host>\\n" (body
                  by Content-Length or chunked); else static files from WORKDIR/www,
                  which holds a bare git repo repo.git (branch main, one commit) served as dumb HTTP
+                 and a package index /simple/ (PEP 503) with one wheel, asbdemo 1.0
   TCP 443        the same over TLS; self-signed cert in WORKDIR (cert.pem, key.pem, ca.pem)
   TCP 25, 587, 2525, 853   write "220 asb-test ready\\r\\n" and close
   TCP 7777       echo until EOF, then close (so half-close works)
@@ -103,6 +104,35 @@ def make_repo(www):
     git("update-ref", "refs/heads/main", commit)
     # Dumb HTTP needs info/refs and objects/info/packs, which this writes.
     git("update-server-info")
+
+
+def make_pypi(www):
+    """A PEP 503 index with one pure-Python wheel, asbdemo 1.0 (`import asbdemo;
+    asbdemo.VALUE == 42`), for `pip install --index-url http://198.51.100.2/simple/`."""
+    import base64, hashlib, zipfile
+    name = "asbdemo-1.0-py3-none-any.whl"
+    files = {
+        "asbdemo/__init__.py": "VALUE = 42\n",
+        "asbdemo-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: asbdemo\nVersion: 1.0\n",
+        "asbdemo-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: serve.py\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append("asbdemo-1.0.dist-info/RECORD,,")
+    files["asbdemo-1.0.dist-info/RECORD"] = "\n".join(record) + "\n"
+    os.makedirs(os.path.join(www, "packages"), exist_ok=True)
+    wheel = os.path.join(www, "packages", name)
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, text in files.items():
+            z.writestr(zipfile.ZipInfo(path, (2024, 1, 1, 0, 0, 0)), text)
+    sha = hashlib.sha256(open(wheel, "rb").read()).hexdigest()
+    for d, body in [("simple", '<a href="asbdemo/">asbdemo</a>\n'),
+                    ("simple/asbdemo", f'<a href="../../packages/{name}#sha256={sha}">{name}</a>\n')]:
+        os.makedirs(os.path.join(www, d), exist_ok=True)
+        with open(os.path.join(www, d, "index.html"), "w") as f:
+            f.write(f"<!DOCTYPE html><html><body>{body}</body></html>\n")
 
 
 def make_cert(workdir):
@@ -366,6 +396,7 @@ def main():
     www = os.path.join(workdir, "www")
     os.makedirs(www, exist_ok=True)
     make_repo(www)
+    make_pypi(www)
     cert, key = make_cert(workdir)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
