@@ -313,3 +313,24 @@ fn a_workflow_tools_sacct_job_prefix_finds_its_job() {
     assert!(out.stderr.contains("sacct: option '--j' is ambiguous; possibilities: '--jobs' '--json'\n"), "{out}");
     assert!(out.stdout.contains("amb=1"), "{out}");
 }
+
+#[test]
+fn export_values_stay_out_of_the_audit_log_whatever_the_prefix() {
+    // srun's --exp and --expo are --export; sbatch's --exp is ambiguous (--export-file), refused
+    // but logged. None of the values reaches the audit log, nor do the refusals quote them.
+    let Some(j) = slurm_jail("getopt-audit") else { return };
+    let mark = format!("getopt-audit-{}", std::process::id());
+    let out = j.run(&format!(
+        "srun -J {mark} --exp=ALL,TOKEN=sekrit-one --prolog=x true; echo a=$?; \
+         srun -J {mark} --expo ALL,TOKEN=sekrit-two --prolog=x true; echo b=$?; \
+         sbatch -J {mark} --exp=ALL,TOKEN=sekrit-three --wrap true; echo c=$?"
+    ));
+    assert!(out.stdout.contains("a=1\nb=1\nc=255\n"), "all refused: {out}");
+    assert!(out.stderr.contains("sbatch: option '--exp=ALL,TOKEN=sekrit-three' is ambiguous"), "{out}");
+    let log = std::fs::read_to_string(j.rig.home.join(".local/state/agent-sandbox/audit.jsonl")).unwrap_or_default();
+    let ours: Vec<&str> = log.lines().filter(|l| l.contains(&mark)).collect();
+    assert_eq!(ours.len(), 3, "one record a call: {ours:?}");
+    assert!(ours.iter().all(|l| !l.contains("sekrit")), "{ours:?}");
+    assert!(ours[0].contains(r#""--exp=…""#) && ours[1].contains(r#""--expo","…""#), "{ours:?}");
+    assert!(ours[2].contains("option '--exp=…' is ambiguous"), "the reason hides it too: {ours:?}");
+}

@@ -25,7 +25,7 @@ use crate::getopt::LongOpt;
 use crate::governor::{Answer, Source, Ticket};
 use crate::refusal::Refusal;
 use crate::session::{Audit, Config};
-use crate::table::{parse_with, redacted, GrammarError, Table};
+use crate::table::{audit_reason, parse_with, redacted, GrammarError, Table};
 use crate::wire::{Request, Response};
 use std::os::unix::net::UnixStream;
 
@@ -349,7 +349,10 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) ->
         Err(refusal) => {
             let reason = refusal.to_string();
             audit.decision = "denied".into();
-            audit.reason = Some(reason.clone());
+            audit.reason = Some(match &refusal {
+                Refusal::Grammar(GrammarError::Getopt(e)) => audit_reason(e),
+                _ => reason.clone(),
+            });
             match (&refusal, options, &stderr) {
                 (Refusal::Grammar(GrammarError::Getopt(e)), Some((table, _)), Some(fd)) => {
                     answer_as_getopt(&req.command, table, e, fd).unwrap_or(Response::Denied { reason })

@@ -293,13 +293,30 @@ pub fn parse_with(table: &'static Table, plugins: &'static [LongOpt], args: &[St
     Ok(out)
 }
 
+/// getopt's error as the audit log keeps it: an ambiguous prefix that could have been an option
+/// in `SECRET_VALUES` is quoted without its value (the caller's stderr gets it whole, as from
+/// the real command).
+pub fn audit_reason(e: &GetoptError) -> String {
+    match e {
+        GetoptError::Ambiguous { typed, possibilities }
+            if typed.contains('=') && possibilities.iter().any(|p| SECRET_VALUES.contains(p)) =>
+        {
+            let name = typed.split('=').next().unwrap_or_default();
+            let hidden = GetoptError::Ambiguous { typed: format!("{name}=…"), possibilities: possibilities.clone() };
+            hidden.to_string()
+        }
+        _ => e.to_string(),
+    }
+}
+
 /// Long options whose values may carry secrets (`--export`'s variables): never written to the
 /// audit log, however they are spelled.
 const SECRET_VALUES: &[&str] = &["export"];
 
 /// The call's arguments for the audit log, each value of an option in `SECRET_VALUES` replaced
-/// by `…`, whatever prefix named it (srun's `--exp=TOKEN=x` is `--export`). Walks every
-/// argument, after a script or program name too: hiding a word too many costs nothing.
+/// by `…`, whatever prefix named it (srun's `--exp=TOKEN=x` is `--export`), or could have named
+/// it (sbatch's `--exp` is ambiguous, and refused, but logged). Walks every argument, after a
+/// script or program name too: hiding a word too many costs nothing.
 pub fn redacted(table: &'static Table, plugins: &'static [LongOpt], args: &[String]) -> Vec<String> {
     let mut out = Vec::with_capacity(args.len());
     let mut hide_next = false;
@@ -318,7 +335,9 @@ pub fn redacted(table: &'static Table, plugins: &'static [LongOpt], args: &[Stri
         };
         let secret = match table.resolve(plugins, name) {
             Match::Exact(l) | Match::Prefix(l) => SECRET_VALUES.contains(&l.name).then_some(l.arity),
-            _ => None,
+            // Refused as ambiguous, but logged: hidden if it could have meant one of them.
+            Match::Ambiguous(ls) => ls.iter().any(|l| SECRET_VALUES.contains(&l.name)).then_some(Arity::Value),
+            Match::Unknown => None,
         };
         match (secret, inline) {
             (Some(_), Some(_)) => out.push(format!("--{name}=…")),
@@ -1199,13 +1218,15 @@ mod tests {
 
     #[test]
     fn export_values_are_redacted_however_the_option_is_spelled() {
-        let a = argv(&["--export=ALL,TOKEN=x", "--exp", "A=b", "--expo=T=1", "-J", "n", "--ex=user", "--", "x"]);
-        assert_eq!(redacted(&T, &[], &a), ["--export=…", "--exp", "…", "--expo=…", "-J", "n", "--ex=user", "--", "x"]);
-        assert_eq!(
-            redacted(&T, &[], &argv(&["--e=x", "--zz=1"])),
-            ["--e=x", "--zz=1"],
-            "ambiguous or unknown: as typed"
-        );
+        let a = argv(&["--export=ALL,TOKEN=x", "--exp", "A=b", "--expo=T=1", "-J", "n", "--exc=user", "--", "x"]);
+        assert_eq!(redacted(&T, &[], &a), ["--export=…", "--exp", "…", "--expo=…", "-J", "n", "--exc=user", "--", "x"]);
+        // --e and --ex could be --excl or --export: refused as ambiguous, and hidden all the same.
+        let e = GetoptError::Ambiguous { typed: "ex=TOKEN=1".into(), possibilities: vec!["excl", "export"] };
+        assert_eq!(audit_reason(&e), "option '--ex=…' is ambiguous; possibilities: '--excl' '--export'");
+        let e = GetoptError::Ambiguous { typed: "ver=1".into(), possibilities: vec!["verbose", "version"] };
+        assert_eq!(audit_reason(&e), "option '--ver=1' is ambiguous; possibilities: '--verbose' '--version'");
+        let a = argv(&["--e=x", "--ex", "y", "--ver=1", "--zz=1"]);
+        assert_eq!(redacted(&T, &[], &a), ["--e=…", "--ex", "…", "--ver=1", "--zz=1"], "ambiguous or unknown");
     }
 
     #[test]
