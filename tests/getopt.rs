@@ -334,3 +334,16 @@ fn export_values_stay_out_of_the_audit_log_whatever_the_prefix() {
     assert!(ours[0].contains(r#""--exp=…""#) && ours[1].contains(r#""--expo","…""#), "{ours:?}");
     assert!(ours[2].contains("option '--exp=…' is ambiguous"), "the reason hides it too: {ours:?}");
 }
+
+#[test]
+fn mistyped_options_cost_no_slurm_query() {
+    // Refused by the command's table before the governor: 40 of them leave the cap of real
+    // queries (30 a minute, a burst of 10) untouched, and the next real query need not wait.
+    let Some(j) = slurm_jail("getopt-governor") else { return };
+    let out = j.run(
+        "for i in $(seq 40); do sacct --j 1 2>/dev/null; squeue --s 2>/dev/null; done; \
+         sacct -X -n --format=JobID >/dev/null; echo sacct=$?; squeue -h >/dev/null; echo squeue=$?",
+    );
+    assert!(out.stdout.contains("sacct=0\nsqueue=0\n"), "{out}");
+    assert!(!out.stderr.contains("Slurm queries are limited"), "a refused call took a query's turn: {out}");
+}

@@ -560,7 +560,7 @@ mod tests {
     }
 
     #[test]
-    fn a_call_the_table_refuses_costs_no_query_and_answers_as_the_real_command() {
+    fn getopts_errors_are_answered_in_the_real_commands_words_and_status() {
         // Exactly the text sacct 22.05 prints, and its status (checked against the real
         // commands in tests/getopt.rs).
         let sacct = &sacct::SACCT.getopt.reports;
