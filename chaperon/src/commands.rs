@@ -297,7 +297,8 @@ pub struct Handled {
 /// runs the real Slurm command with a clean environment and the caller's stdio.
 pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) -> Handled {
     let handling = find(&req.command).map(|c| &c.handling);
-    // The options of the site's plugins Slurm adds to this command, where the chaperon knows them.
+    // The command's table, and the options of the site's plugins Slurm adds to this command
+    // (where the chaperon knows them): what every spelling is read with.
     let options = match handling {
         Some(Handling::Handled { options, .. }) => {
             let plugins: &'static [LongOpt] = if options.getopt.plugins { cfg.plugin_options() } else { &[] };
@@ -322,6 +323,8 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) ->
     let mut call = Call { req, cfg, conn, bound, audit };
     let read = options.map(|(table, plugins)| parse_with(table, plugins, &req.argv));
     let result = match (handling, read) {
+        // Refused by the table: before the governor and the handler, so it asks nothing of
+        // Slurm and takes no query's turn.
         (_, Some(Err(refused))) => Err(refused.into()),
         (Some(Handling::Handled { handle, reads, .. }), _) => match reads.only(&req.argv) {
             Some(source) => governed(*handle, source, &mut call, stdio),
