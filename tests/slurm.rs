@@ -289,6 +289,11 @@ fn denied_options_and_smuggled_directives_submit_nothing() {
     ];
     let script: Vec<String> = cases.iter().map(|c| format!("{c} 2>&1; echo \"rc=$?\"")).collect();
     let out = j.run(&format!("ln -s /etc/hostname link.sh; {}", script.join("; ")));
+    // srun's --prolog is no sbatch option: sbatch's own words refuse it, with its status.
+    let unrecognized =
+        "sbatch: unrecognized option '--prolog=/tmp/x'\nTry \"sbatch --help\" for more information\nrc=255\n";
+    assert!(out.stdout.contains(unrecognized), "{out}");
+    let out = Out { stdout: out.stdout.replace(unrecognized, "rc=1\n"), ..out };
     assert_eq!(out.stdout.matches("rc=1").count(), cases.len(), "every case is refused: {out}");
     assert!(!out.stdout.contains("Submitted"), "{out}");
     for line in out.stdout.lines().filter(|l| !l.starts_with("rc=")) {

@@ -6,7 +6,7 @@
 use crate::refusal::Refusal;
 use crate::scope::Scope;
 use crate::session::Config;
-use crate::table::{as_written, OptSpec};
+use crate::table::{as_written, Table};
 use crate::wire::Request;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -109,7 +109,7 @@ pub fn local_cluster_only(
 /// caller's options its table passes as written, and the local cluster (`local`) in place of
 /// `--clusters`, when one was asked for.
 pub fn cluster_view(
-    table: &'static [OptSpec],
+    table: &'static Table,
     options: &[(&'static str, Option<String>)],
     local: Option<&str>,
 ) -> Result<Vec<String>, Refusal> {

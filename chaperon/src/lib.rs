@@ -15,6 +15,8 @@
 //! session     the session served (Config), the audit record, real commands' clean environment
 //! refusal     why a call was refused, one line each
 //! table       option tables: entries, the getopt-compatible parser, what reaches Slurm as written
+//! slurm_22_05 every Slurm 22.05 command's options as its getopt_long is handed them (data)
+//! getopt      glibc's getopt_long: a prefix resolved as it resolves one, its errors in its words
 //! grammar     value grammars, as Slurm 22.05 reads each value
 //! jobid       job id spellings
 //! scope       which jobs a session may see (the registry of submitted jobs)
@@ -34,6 +36,7 @@ pub mod checks;
 pub mod commands;
 pub mod export;
 pub mod forgotten;
+pub mod getopt;
 pub mod governor;
 pub mod grammar;
 pub mod job;
@@ -44,6 +47,7 @@ pub mod refusal;
 pub mod scope;
 pub mod server;
 pub mod session;
+pub mod slurm_22_05;
 pub mod spawn;
 pub mod table;
 pub mod wire;

@@ -42,7 +42,7 @@ pub struct Config {
     /// The scheduler-load governor of the session's read-only calls.
     pub governor: Governor,
     /// Whether Slurm here knows `--agent-sandbox` (the SPANK plugin is installed), learned on
-    /// first use (`belt`), once `sbatch --help` answered.
+    /// first use (`belt`, `plugin_options`), once `sbatch --help` answered.
     pub spank: std::sync::OnceLock<bool>,
 }
 
@@ -70,8 +70,24 @@ impl Config {
     /// any task of the job that does not enter the jail. None where Slurm does not know the
     /// option (no plugin in plugstack.conf): the job runs as before.
     pub fn belt(&self, dir: &std::path::Path) -> Option<String> {
-        // Asked again at the next job while sbatch gives no answer (a failure is no "no").
-        let known = match self.spank.get() {
+        self.belt_known().then(|| format!("--{SPANK_OPTION}={}", dir.display()))
+    }
+
+    /// The options of the site's SPANK plugins the chaperon knows of, which Slurm appends to
+    /// sbatch's, srun's and salloc's own: the belt's, where it is installed. A prefix of one
+    /// is that option there (or makes a prefix ambiguous), as for the real commands.
+    pub fn plugin_options(&self) -> &'static [crate::getopt::LongOpt] {
+        static BELT: [crate::getopt::LongOpt; 1] = [crate::getopt::BELT];
+        match self.belt_known() {
+            true => &BELT,
+            false => &[],
+        }
+    }
+
+    /// Whether Slurm here knows `--agent-sandbox`: `sbatch --help` lists it, asked once (and
+    /// again at the next call while sbatch gives no answer: a failure is no "no").
+    fn belt_known(&self) -> bool {
+        match self.spank.get() {
             Some(k) => *k,
             None => {
                 let mut cmd = self.command("sbatch");
@@ -83,8 +99,7 @@ impl Config {
                     _ => false,
                 }
             }
-        };
-        known.then(|| format!("--{SPANK_OPTION}={}", dir.display()))
+        }
     }
 
     pub fn registry(&self) -> Registry {
@@ -130,7 +145,7 @@ pub fn real_command_outliving(bin: &Path, home: &Path, user: &str, name: &str) -
 }
 
 /// The option the SPANK plugin registers (slurm-plugins/agent_sandbox.c).
-pub const SPANK_OPTION: &str = "agent-sandbox";
+pub const SPANK_OPTION: &str = crate::getopt::BELT.name;
 
 /// Whether `sbatch --help` lists the plugin's option (under "Options provided by plugins").
 pub fn spank_option_listed(help: &str) -> bool {

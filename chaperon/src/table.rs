@@ -1,27 +1,20 @@
 //! The option tables' machinery: an entry (`OptSpec`: spelling, short form, arity, class, what
-//! reaches Slurm, value grammar), the getopt_long-compatible parser every command's table is read
-//! with, the const constructors the tables are written with, the denial reasons several commands
-//! give, small readers over parsed options, and `as_written`, the only way a caller's option
-//! reaches a real command: the table decides which do. Knows no single command (`commands/`
-//! keeps the tables); the value grammars are `grammar`'s. Pure; any input gives a value or an
-//! error, never a panic.
+//! reaches Slurm, value grammar), a command's `Table` (the real command's getopt set, which every
+//! spelling is resolved with, and the chaperon's entry for each option), the getopt_long-compatible
+//! parser every table is read with, the const constructors the tables are written with, the
+//! denial reasons several commands give, small readers over parsed options, and `as_written`, the
+//! only way a caller's option reaches a real command: the table decides which do, spelled in
+//! full. Knows no single command (`commands/` keeps the tables); the value grammars are
+//! `grammar`'s, glibc's rules `getopt`'s. Pure; any input gives a value or an error, never a panic.
 
+pub use crate::getopt::Arity;
+use crate::getopt::{resolve, Getopt, GetoptError, LongOpt, Match};
 use crate::grammar::{clip, validate, ValueKind};
 
 /// Most arguments one command line may carry (the stub's whole argv, or all `#SBATCH` words).
 pub const MAX_ARGS: usize = 4096;
 /// Most bytes all arguments together may carry.
 pub const MAX_ARG_BYTES: usize = 1 << 20;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arity {
-    /// `--x` / `-x`; `--x=v` is an error.
-    Flag,
-    /// `--x=v`, `--x v`, `-xv`, `-x v`.
-    Value,
-    /// Only `--x=v` (or `-xv`) carries a value; `--x v` is the flag then a positional, as getopt's `x::`.
-    OptionalValue,
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Class {
@@ -89,6 +82,35 @@ impl OptSpec {
     }
 }
 
+/// One command's options: the real command's getopt set, which every spelling is resolved
+/// with exactly as its getopt_long resolves it, and the chaperon's entry (`OptSpec`) for each
+/// option, allowed or not. The getopt set is data a Slurm version selects (`slurm_22_05`).
+#[derive(Debug)]
+pub struct Table {
+    pub getopt: &'static Getopt,
+    /// One entry per long option of `getopt` (and per plugin option the chaperon knows), and
+    /// one for each short option without a long form (`OptSpec::short_only`).
+    pub specs: &'static [OptSpec],
+}
+
+impl Table {
+    /// The chaperon's entry for the long option named `long`.
+    pub fn spec(&self, long: &str) -> Option<&'static OptSpec> {
+        self.specs.iter().find(|s| s.long == long && !s.short_only)
+    }
+
+    /// The chaperon's entry for short option `c`.
+    pub fn short_spec(&self, c: char) -> Option<&'static OptSpec> {
+        self.specs.iter().find(|s| s.short == Some(c))
+    }
+
+    /// What the real command's getopt_long makes of `--name`: its long options, then those of
+    /// the site's plugins the caller knows of (`plugins`, which Slurm appends).
+    pub fn resolve(&self, plugins: &'static [LongOpt], name: &str) -> Match {
+        resolve(self.getopt.longs.iter().chain(plugins), name)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Parsed {
     /// In command-line order; a later occurrence overrides an earlier one, as in Slurm.
@@ -98,14 +120,16 @@ pub struct Parsed {
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GrammarError {
-    #[error("unrecognized option '{0}'{hint}", hint = if .0.starts_with("--") { " (options must be spelled out in full)" } else { "" })]
-    Unknown(String),
+    /// What the real command's getopt_long would report (an unknown option, an ambiguous
+    /// prefix, a missing or unexpected value), in its words: the chaperon answers it as the
+    /// real command does (`getopt::Reports`).
+    #[error(transparent)]
+    Getopt(#[from] GetoptError),
     #[error("option {opt} is not allowed in agent-sandbox: {reason}")]
     Denied { opt: String, reason: &'static str },
+    /// A key or word of a command's own grammar without its value (sreport's, scontrol's).
     #[error("option {0} requires an argument")]
     MissingValue(String),
-    #[error("option {0} doesn't allow an argument")]
-    UnexpectedValue(String),
     #[error("invalid value {value:?} for {opt}: {why}")]
     BadValue { opt: String, value: String, why: &'static str },
     #[error("too many arguments: {count} (at most {max})")]
@@ -129,21 +153,13 @@ pub enum GrammarError {
     Usage(&'static str),
 }
 
+/// Why a spelling the real command has is refused when the chaperon's table has no entry for
+/// it: the tables' tests make this unreachable for the commands' own options.
+const UNTABLED: &str = "agent-sandbox has no entry for this option; ask your admin";
+
 /// An option name as typed, cut and with control characters escaped, so an error stays one line.
 fn escaped(s: &str) -> String {
     clip(s).escape_debug().to_string()
-}
-
-fn find_long(table: &'static [OptSpec], name: &str) -> Option<&'static OptSpec> {
-    // Exact names only. getopt_long would also take any unambiguous prefix (`--acc` for
-    // `--account`); an allow-list must not depend on that, because the set of names a prefix
-    // resolves to changes whenever Slurm (or our table) gains an option, and a prefix the real
-    // sbatch resolves differently from us is a way to smuggle an option past the list.
-    table.iter().find(|s| s.long == name && !s.short_only)
-}
-
-fn find_short(table: &'static [OptSpec], c: char) -> Option<&'static OptSpec> {
-    table.iter().find(|s| s.short == Some(c))
 }
 
 fn admit(spec: &'static OptSpec, shown: &str) -> Result<(), GrammarError> {
@@ -163,16 +179,26 @@ fn checked(spec: &'static OptSpec, shown: &str, value: Option<&str>) -> Result<O
     }
 }
 
-/// Parses `args` (without the program name) against `table` the way getopt_long does, minus
-/// prefix matching. With `stop_at_first_positional` (getopt's leading `+`, what Slurm uses) the
-/// first non-option and everything after it are positionals; otherwise options and positionals
-/// may mix (GNU permutation). `--` ends options; `-` and an empty argument are positionals. A denied option is
-/// an error as soon as it is seen, before its value is looked at.
-pub fn parse(
-    table: &'static [OptSpec],
-    args: &[String],
-    stop_at_first_positional: bool,
-) -> Result<Parsed, GrammarError> {
+/// Parses `args` (without the program name) against `table` as the real command's getopt_long
+/// reads them; see `parse_with`.
+pub fn parse(table: &'static Table, args: &[String]) -> Result<Parsed, GrammarError> {
+    parse_with(table, &[], args)
+}
+
+/// Parses `args` (without the program name) as the real command's getopt_long reads them, with
+/// the options of the site's plugins the caller knows of (`plugins`) after the command's own:
+/// - a long option is its exact name, else any prefix of one that names one option only (glibc's
+///   rule, over the real command's whole set, allowed or not: `table::Table::resolve`); an
+///   ambiguous or unknown one is getopt's error, in its words. What reaches Slurm is always
+///   spelled in full (`as_written`), so Slurm never resolves a prefix itself;
+/// - `--x=v` and `--x v` for a value, `--x=v` only for an optional one; short options cluster
+///   (`-vvH`, `-Ne`), a value option taking the rest of its cluster or the next argument;
+/// - with a leading `+` in the optstring (sbatch, srun, salloc, sattach) the first non-option and
+///   everything after it are positionals; otherwise options and positionals may mix (GNU
+///   permutation). `--` ends options; `-` and an empty argument are positionals.
+///
+/// A denied option is an error as soon as it is seen, before its value is looked at.
+pub fn parse_with(table: &'static Table, plugins: &'static [LongOpt], args: &[String]) -> Result<Parsed, GrammarError> {
     if args.len() > MAX_ARGS {
         return Err(GrammarError::TooManyArgs { count: args.len(), max: MAX_ARGS });
     }
@@ -180,6 +206,7 @@ pub fn parse(
     if bytes > MAX_ARG_BYTES {
         return Err(GrammarError::TooLarge { bytes, max: MAX_ARG_BYTES });
     }
+    let stop_at_first_positional = table.getopt.stops_at_first_positional();
 
     let mut out = Parsed { options: Vec::new(), positionals: Vec::new() };
     let mut i = 0;
@@ -195,17 +222,29 @@ pub fn parse(
                 Some((n, v)) => (n, Some(v)),
                 None => (body, None),
             };
-            let shown = format!("--{}", escaped(name));
-            let spec = find_long(table, name).ok_or_else(|| GrammarError::Unknown(shown.clone()))?;
+            let long = match table.resolve(plugins, name) {
+                Match::Exact(l) | Match::Prefix(l) => l,
+                Match::Ambiguous(ls) => {
+                    let possibilities = ls.iter().map(|l| l.name).collect();
+                    return Err(GetoptError::Ambiguous { typed: body.to_string(), possibilities }.into());
+                }
+                Match::Unknown => return Err(GetoptError::Unrecognized(body.to_string()).into()),
+            };
+            // Named in full in messages, after what was typed when that was a prefix.
+            let shown = match name == long.name {
+                true => format!("--{}", long.name),
+                false => format!("--{} (--{})", escaped(name), long.name),
+            };
+            let spec = table.spec(long.name).ok_or(GrammarError::Denied { opt: shown.clone(), reason: UNTABLED })?;
             admit(spec, &shown)?;
-            let value = match spec.arity {
-                Arity::Flag if inline.is_some() => return Err(GrammarError::UnexpectedValue(shown)),
+            let value = match long.arity {
+                Arity::Flag if inline.is_some() => return Err(GetoptError::LongTakesNoValue(long.name).into()),
                 Arity::Flag => None,
                 Arity::OptionalValue => inline,
                 Arity::Value => match inline {
                     Some(v) => Some(v),
                     None => {
-                        let v = args.get(i).ok_or_else(|| GrammarError::MissingValue(shown.clone()))?;
+                        let v = args.get(i).ok_or(GetoptError::LongNeedsValue(long.name))?;
                         i += 1;
                         Some(v.as_str())
                     }
@@ -216,15 +255,15 @@ pub fn parse(
             // A cluster: flags, then at most one value-taking option that owns the rest.
             let cluster = &arg[1..];
             for (at, c) in cluster.char_indices() {
-                let spec =
-                    find_short(table, c).ok_or_else(|| GrammarError::Unknown(format!("-{}", c.escape_debug())))?;
-                let shown = match spec.short_only {
-                    true => format!("-{c}"),
-                    false => format!("-{c} (--{})", spec.long),
+                let arity = table.getopt.short(c).ok_or(GetoptError::InvalidShort(c))?;
+                let shown = match table.short_spec(c) {
+                    Some(s) if !s.short_only => format!("-{c} (--{})", s.long),
+                    _ => format!("-{c}"),
                 };
+                let spec = table.short_spec(c).ok_or(GrammarError::Denied { opt: shown.clone(), reason: UNTABLED })?;
                 admit(spec, &shown)?;
                 let rest = &cluster[at + c.len_utf8()..];
-                match spec.arity {
+                match arity {
                     Arity::Flag => out.options.push((spec, None)),
                     Arity::OptionalValue => {
                         let value = (!rest.is_empty()).then_some(rest);
@@ -235,7 +274,7 @@ pub fn parse(
                         let value = if !rest.is_empty() {
                             rest
                         } else {
-                            let v = args.get(i).ok_or_else(|| GrammarError::MissingValue(shown.clone()))?;
+                            let v = args.get(i).ok_or(GetoptError::ShortNeedsValue(c))?;
                             i += 1;
                             v.as_str()
                         };
@@ -252,6 +291,64 @@ pub fn parse(
         }
     }
     Ok(out)
+}
+
+/// getopt's error as the audit log keeps it: an ambiguous prefix that could have been an option
+/// in `SECRET_VALUES` is quoted without its value (the caller's stderr gets it whole, as from
+/// the real command).
+pub fn audit_reason(e: &GetoptError) -> String {
+    match e {
+        GetoptError::Ambiguous { typed, possibilities }
+            if typed.contains('=') && possibilities.iter().any(|p| SECRET_VALUES.contains(p)) =>
+        {
+            let name = typed.split('=').next().unwrap_or_default();
+            let hidden = GetoptError::Ambiguous { typed: format!("{name}=…"), possibilities: possibilities.clone() };
+            hidden.to_string()
+        }
+        _ => e.to_string(),
+    }
+}
+
+/// Long options whose values may carry secrets (`--export`'s variables): never written to the
+/// audit log, however they are spelled.
+const SECRET_VALUES: &[&str] = &["export"];
+
+/// The call's arguments for the audit log, each value of an option in `SECRET_VALUES` replaced
+/// by `…`, whatever prefix named it (srun's `--exp=TOKEN=x` is `--export`), or could have named
+/// it (sbatch's `--exp` is ambiguous, and refused, but logged). Walks every argument, after a
+/// script or program name too: hiding a word too many costs nothing.
+pub fn redacted(table: &'static Table, plugins: &'static [LongOpt], args: &[String]) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut hide_next = false;
+    for arg in args {
+        if std::mem::take(&mut hide_next) {
+            out.push("…".to_string());
+            continue;
+        }
+        let Some(body) = arg.strip_prefix("--").filter(|b| !b.is_empty()) else {
+            out.push(arg.clone());
+            continue;
+        };
+        let (name, inline) = match body.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (body, None),
+        };
+        let secret = match table.resolve(plugins, name) {
+            Match::Exact(l) | Match::Prefix(l) => SECRET_VALUES.contains(&l.name).then_some(l.arity),
+            // Refused as ambiguous, but logged: hidden if it could have meant one of them.
+            Match::Ambiguous(ls) => ls.iter().any(|l| SECRET_VALUES.contains(&l.name)).then_some(Arity::Value),
+            Match::Unknown => None,
+        };
+        match (secret, inline) {
+            (Some(_), Some(_)) => out.push(format!("--{name}=…")),
+            (Some(Arity::Value), None) => {
+                out.push(arg.clone());
+                hide_next = true;
+            }
+            _ => out.push(arg.clone()),
+        }
+    }
+    out
 }
 
 pub(crate) const fn opt(
@@ -277,6 +374,8 @@ pub(crate) const CLUSTER_SPELLING: &str = "spell it --clusters (or -M)";
 pub(crate) const RUNS_OUTSIDE: &str = "it would run a program outside the jail on the node; do that setup in the job";
 pub(crate) const BURST_BUFFER: &str = "burst-buffer staging runs outside the jail; stage data from within the job";
 pub(crate) const MAIL: &str = "jobs from a sandboxed session send no e-mail; poll with squeue or sacct instead";
+/// Why `--agent-sandbox` (the belt's option, where the site has it) is refused to the caller.
+pub(crate) const BELT_TAG: &str = "the chaperon tags every job and step for the node's belt itself";
 pub(crate) const ITERATE: &str = "it never exits; run the command again (e.g. in a loop with sleep) instead";
 pub(crate) const ADMIN: &str = "only a Slurm administrator may do this; ask your admin";
 /// Why sbatch's and srun's options for the job's files and environment are rebuilt
@@ -303,14 +402,16 @@ pub(crate) fn any_of(options: &[(&'static str, Option<String>)], longs: &[&str])
     options.iter().any(|(l, _)| longs.contains(l))
 }
 
-/// The caller's options a real command is given, in order, as `--long[=value]`: those `table`
-/// passes as written, none it rebuilds (those the handler gives Slurm itself) and none it does
-/// not know (a name not in the table never reaches Slurm).
-pub(crate) fn as_written(table: &'static [OptSpec], options: &[(&'static str, Option<String>)]) -> Vec<String> {
+/// The caller's options a real command is given, in order, as `--long[=value]` with the long
+/// name in full (however the caller abbreviated it: the real command then resolves nothing, so a
+/// prefix can never name another option there than here): those `table` passes as written, none
+/// it rebuilds (those the handler gives Slurm itself) and none it does not know (a name not in
+/// the table never reaches Slurm).
+pub(crate) fn as_written(table: &'static Table, options: &[(&'static str, Option<String>)]) -> Vec<String> {
     options
         .iter()
         .filter_map(|(long, value)| {
-            let spec = table.iter().find(|s| s.long == *long)?;
+            let spec = table.specs.iter().find(|s| s.long == *long)?;
             spec.passes_as_written().then(|| spec.spelled(value.as_deref()))
         })
         .collect()
@@ -333,8 +434,9 @@ pub(crate) const fn no(reason: &'static str) -> Class {
     Class::Denied(reason)
 }
 
-/// Looks `w` up in a word table without regard to case, spelled in full (for the reason
-/// `find_long` gives); a denied word is refused with its reason, shown as `{shown}{name}`.
+/// Looks `w` up in a word table without regard to case, spelled in full: the real commands
+/// also take abbreviations of their words (`scontrol sh job`), each by its own rules, which
+/// these tables do not model; a denied word is refused with its reason, shown as `{shown}{name}`.
 pub(crate) fn lookup(
     table: &'static [(&'static str, Class)],
     w: &str,
@@ -381,18 +483,19 @@ pub(crate) fn user_list(opt: &str, v: &str) -> Result<Vec<String>, GrammarError>
 
 #[cfg(test)]
 pub(crate) mod testkit {
-    //! Checks every command's table gets (sbatch.rs has its own copies of these), and the
-    //! random-argument run each grammar must survive.
+    //! Checks every command's table gets, among them the prefix test generated from the real
+    //! command's getopt set, and the random-argument run each grammar must survive.
+    use crate::getopt::{GetoptError, LongOpt};
     use crate::grammar::{validate, ValueKind};
-    use crate::table::{parse, Arity, Class, GrammarError, OptSpec, MAX_ARG_BYTES};
+    use crate::table::{parse, parse_with, Arity, Class, GrammarError, OptSpec, Table, MAX_ARG_BYTES};
     use std::collections::HashSet;
 
     pub fn argv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
     }
 
-    pub fn spec(table: &'static [OptSpec], long: &str) -> &'static OptSpec {
-        table.iter().find(|s| s.long == long).unwrap_or_else(|| panic!("--{long} not in the table"))
+    pub fn spec(table: &'static Table, long: &str) -> &'static OptSpec {
+        table.specs.iter().find(|s| s.long == long).unwrap_or_else(|| panic!("--{long} not in the table"))
     }
 
     /// A value each kind accepts, for round trips.
@@ -420,54 +523,193 @@ pub(crate) mod testkit {
 
     type Pairs = Vec<(&'static str, Option<String>)>;
 
-    fn pairs(table: &'static [OptSpec], a: &[String]) -> Result<Pairs, GrammarError> {
-        parse(table, a, false).map(|p| p.options.into_iter().map(|(s, v)| (s.long, v)).collect())
+    fn pairs_with(table: &'static Table, plugins: &'static [LongOpt], a: &[String]) -> Result<Pairs, GrammarError> {
+        parse_with(table, plugins, a).map(|p| p.options.into_iter().map(|(s, v)| (s.long, v)).collect())
     }
 
-    /// The set of long names is exactly Slurm 22.05's (dumped from the 22.05.8 binary's
-    /// getopt table) plus `extra`, options of other commands named so an agent gets a reason.
-    pub fn names_are_slurm_22_05(table: &'static [OptSpec], slurm: &[&str], extra: &[&str]) {
-        let have: HashSet<&str> = table.iter().map(|s| s.long).collect();
-        let want: HashSet<&str> = slurm.iter().chain(extra).copied().collect();
-        let missing: Vec<_> = want.difference(&have).collect();
-        let unknown: Vec<_> = have.difference(&want).collect();
-        assert!(missing.is_empty() && unknown.is_empty(), "missing {missing:?}, not in 22.05 {unknown:?}");
+    fn pairs(table: &'static Table, a: &[String]) -> Result<Pairs, GrammarError> {
+        pairs_with(table, &[], a)
     }
 
-    pub fn shorts_are(table: &'static [OptSpec], expected: &[(char, &str)]) {
-        let have: HashSet<(char, &str)> = table.iter().filter_map(|s| s.short.map(|c| (c, s.long))).collect();
+    fn getopt(e: GetoptError) -> GrammarError {
+        GrammarError::Getopt(e)
+    }
+
+    /// The table has an entry for every option of the real command's getopt set, with its
+    /// arity, and for nothing else but the plugin options `plugins` (the belt's, for sbatch,
+    /// srun and salloc): every long option, every short one, and a short form given to a long
+    /// entry only where that long option is the same option (it returns that letter).
+    pub fn entries_are_the_getopt_sets(table: &'static Table, plugins: &[LongOpt]) {
+        let longs: Vec<&LongOpt> = table.getopt.longs.iter().chain(plugins).collect();
+        for l in &longs {
+            let s = table.spec(l.name).unwrap_or_else(|| panic!("--{} has no entry", l.name));
+            assert_eq!(s.arity, l.arity, "--{}: the entry's arity is not the real command's", l.name);
+        }
+        for s in table.specs.iter().filter(|s| !s.short_only) {
+            assert!(longs.iter().any(|l| l.name == s.long), "--{} is no option of the real command", s.long);
+        }
+        let shorts: Vec<(char, Arity)> = table.getopt.shorts().collect();
+        for &(c, arity) in &shorts {
+            let s = table.short_spec(c).unwrap_or_else(|| panic!("-{c} has no entry"));
+            // sreport's -s takes a value and its --sort none: one entry, denied, serves both.
+            let denied = matches!(s.class, Class::Denied(_));
+            assert!(s.arity == arity || (!s.short_only && denied), "-{c}: the entry's arity is not the real command's");
+            if !s.short_only {
+                let l = longs.iter().find(|l| l.name == s.long).unwrap_or_else(|| panic!("--{}", s.long));
+                assert_eq!(l.returns, crate::getopt::Returns::Char(c), "-{c} is not --{} in the real command", s.long);
+            }
+        }
+        for s in table.specs.iter().filter_map(|s| s.short) {
+            assert!(shorts.iter().any(|(c, _)| *c == s), "-{s} is no option of the real command");
+        }
+    }
+
+    pub fn shorts_are(table: &'static Table, expected: &[(char, &str)]) {
+        let have: HashSet<(char, &str)> = table.specs.iter().filter_map(|s| s.short.map(|c| (c, s.long))).collect();
         assert_eq!(have, expected.iter().copied().collect());
     }
 
-    pub fn optional_values_are(table: &'static [OptSpec], expected: &[&str]) {
-        let have: HashSet<&str> = table.iter().filter(|s| s.arity == Arity::OptionalValue).map(|s| s.long).collect();
+    pub fn optional_values_are(table: &'static Table, expected: &[&str]) {
+        let have: HashSet<&str> =
+            table.specs.iter().filter(|s| s.arity == Arity::OptionalValue).map(|s| s.long).collect();
         assert_eq!(have, expected.iter().copied().collect());
     }
 
-    pub fn allowed_are(table: &'static [OptSpec], expected: &[&str]) {
-        let have: HashSet<&str> = table.iter().filter(|s| s.class == Class::Allowed).map(|s| s.long).collect();
+    pub fn allowed_are(table: &'static Table, expected: &[&str]) {
+        let have: HashSet<&str> = table.specs.iter().filter(|s| s.class == Class::Allowed).map(|s| s.long).collect();
         let want: HashSet<&str> = expected.iter().copied().collect();
         let extra: Vec<_> = have.difference(&want).collect();
         let missing: Vec<_> = want.difference(&have).collect();
         assert!(extra.is_empty() && missing.is_empty(), "allowed but not expected {extra:?}, expected {missing:?}");
     }
 
-    pub fn denied_with(table: &'static [OptSpec], long: &str, reason_part: &str) {
+    pub fn denied_with(table: &'static Table, long: &str, reason_part: &str) {
         match spec(table, long).class {
             Class::Denied(r) => assert!(r.contains(reason_part), "--{long}: {r}"),
             c => panic!("--{long} is {c:?}, not denied"),
         }
     }
 
+    /// What glibc's getopt_long makes of `--name`, found here by brute force over the whole
+    /// set, apart from `getopt::resolve`: the entry of that exact name; else, when every entry
+    /// `name` begins is the same option (arity and return value), the first of them; else the
+    /// ambiguity, listing the first and each later entry unlike it, in the array's order.
+    fn expected(longs: &[&'static LongOpt], name: &str) -> Result<&'static LongOpt, Vec<&'static str>> {
+        if let Some(l) = longs.iter().find(|l| l.name == name) {
+            return Ok(l);
+        }
+        let matching: Vec<&'static LongOpt> = longs.iter().copied().filter(|l| l.name.starts_with(name)).collect();
+        let first = *matching.first().unwrap_or_else(|| panic!("--{name} matches nothing"));
+        let same = |l: &LongOpt| l.arity == first.arity && l.returns == first.returns;
+        match matching.iter().all(|l| same(l)) {
+            true => Ok(first),
+            false => Err(matching.iter().filter(|l| std::ptr::eq(**l, first) || !same(l)).map(|l| l.name).collect()),
+        }
+    }
+
+    /// The prefix test, generated from the real command's getopt set (with the site's plugin
+    /// options `plugins`): every prefix of every long option, from one letter to the full name
+    /// (and the empty name of `--=x`), is read as glibc reads it:
+    /// - one that names one option is that option in every spelling: `--p`, `--p=v`, `--p v`
+    ///   as its arity allows, the getopt error where it does not (`--flag=v`, a value missing),
+    ///   and a denied option's refusal, naming it in full;
+    /// - an ambiguous one is getopt's error listing the possibilities glibc lists, with what
+    ///   was typed after `--` (`=v` included) quoted back.
+    ///
+    /// Returns how many prefixes were unique and how many ambiguous.
+    pub fn prefixes_are_read_as_getopt_long_reads_them(
+        table: &'static Table,
+        plugins: &'static [LongOpt],
+    ) -> (usize, usize) {
+        let longs: Vec<&'static LongOpt> = table.getopt.longs.iter().chain(plugins).collect();
+        let mut names: Vec<&str> = vec![""];
+        for l in &longs {
+            names.extend((1..=l.name.len()).map(|n| &l.name[..n]));
+        }
+        names.sort_unstable();
+        names.dedup();
+        let (mut unique, mut ambiguous) = (0, 0);
+        let one = |a: &[String]| pairs_with(table, plugins, a);
+        for name in names {
+            let long = format!("--{name}");
+            match expected(&longs, name) {
+                Err(possibilities) => {
+                    ambiguous += 1;
+                    // `--` alone ends the options: the empty name is only ever typed as `--=v`.
+                    let spellings = match name.is_empty() {
+                        true => vec![format!("{name}=1")],
+                        false => vec![name.to_string(), format!("{name}=1")],
+                    };
+                    for typed in spellings {
+                        let want = getopt(GetoptError::Ambiguous {
+                            typed: typed.clone(),
+                            possibilities: possibilities.clone(),
+                        });
+                        assert_eq!(one(&[format!("--{typed}")]), Err(want), "--{typed}");
+                    }
+                }
+                Ok(_) if name.is_empty() => panic!("every option is one: no command is like that"),
+                Ok(l) => {
+                    unique += 1;
+                    let s = table.spec(l.name).unwrap_or_else(|| panic!("--{} has no entry", l.name));
+                    let v = sample(s.value);
+                    if let Class::Denied(reason) = s.class {
+                        let opt = match name == l.name {
+                            true => long.clone(),
+                            false => format!("{long} (--{})", l.name),
+                        };
+                        for a in [vec![long.clone()], vec![format!("{long}={v}")], vec![long.clone(), v.to_string()]] {
+                            assert_eq!(one(&a), Err(GrammarError::Denied { opt: opt.clone(), reason }), "{a:?}");
+                        }
+                        continue;
+                    }
+                    let val = Some(v.to_string());
+                    match l.arity {
+                        Arity::Flag => {
+                            assert_eq!(one(std::slice::from_ref(&long)), Ok(vec![(s.long, None)]), "{long}");
+                            let e = getopt(GetoptError::LongTakesNoValue(l.name));
+                            assert_eq!(one(&[format!("{long}={v}")]), Err(e), "{long}={v}");
+                        }
+                        Arity::Value => {
+                            assert_eq!(one(&[format!("{long}={v}")]), Ok(vec![(s.long, val.clone())]), "{long}={v}");
+                            assert_eq!(one(&[long.clone(), v.to_string()]), Ok(vec![(s.long, val)]), "{long} {v}");
+                            let e = getopt(GetoptError::LongNeedsValue(l.name));
+                            assert_eq!(one(std::slice::from_ref(&long)), Err(e), "{long}");
+                        }
+                        Arity::OptionalValue => {
+                            assert_eq!(one(std::slice::from_ref(&long)), Ok(vec![(s.long, None)]), "{long}");
+                            assert_eq!(one(&[format!("{long}={v}")]), Ok(vec![(s.long, val)]), "{long}={v}");
+                            // The next argument is never an optional value (a positional, or an option).
+                            let next = one(&[long.clone(), "--".into(), v.to_string()]);
+                            assert_eq!(next, Ok(vec![(s.long, None)]), "{long} -- {v}");
+                        }
+                    }
+                }
+            }
+            // After `--` every word is an argument, whatever it looks like.
+            if name.is_empty() {
+                continue;
+            }
+            let p =
+                parse_with(table, plugins, &["--".into(), long.clone()]).unwrap_or_else(|e| panic!("-- {long}: {e}"));
+            assert!(p.options.is_empty() && p.positionals == [long.clone()], "-- {long}: {p:?}");
+        }
+        // A name that begins no option is getopt's "unrecognized", quoted with its value.
+        let odd = "zz-no-such-option";
+        assert!(longs.iter().all(|l| !l.name.starts_with(odd)));
+        assert_eq!(one(&[format!("--{odd}=1")]), Err(getopt(GetoptError::Unrecognized(format!("{odd}=1")))));
+        (unique, ambiguous)
+    }
+
     /// The checks sbatch.rs makes on its table, for any table. `flag` is an allowed short flag
     /// to cluster the others with.
-    pub fn table_is_sound(table: &'static [OptSpec], flag: char) {
-        let f = spec(table, table.iter().find(|s| s.short == Some(flag)).map(|s| s.long).unwrap_or("?"));
+    pub fn table_is_sound(table: &'static Table, flag: char) {
+        let f = spec(table, table.specs.iter().find(|s| s.short == Some(flag)).map(|s| s.long).unwrap_or("?"));
         assert!(f.class == Class::Allowed && f.arity == Arity::Flag, "-{flag} must be an allowed flag");
 
         let mut longs = HashSet::new();
         let mut shorts = HashSet::new();
-        for s in table {
+        for s in table.specs {
             assert!(longs.insert(s.long), "--{} twice", s.long);
             assert!(!s.long.is_empty() && !s.long.starts_with('-') && !s.long.contains('='), "--{}", s.long);
             if let Some(c) = s.short {
@@ -487,18 +729,21 @@ pub(crate) mod testkit {
             assert!(!s.short_only || s.short.is_some(), "--{} is spelled by no form", s.long);
         }
 
-        for s in table {
+        for s in table.specs {
             let long = format!("--{}", s.long);
             let v = sample(s.value);
             if s.short_only {
                 // Only its short form (checked below): the long name is no option.
-                assert_eq!(parse(table, std::slice::from_ref(&long), false), Err(GrammarError::Unknown(long)));
+                let e = parse(table, std::slice::from_ref(&long));
+                assert!(matches!(e, Err(GrammarError::Getopt(_))), "{long}: {e:?}");
+            } else if table.getopt.longs.iter().all(|l| l.name != s.long) {
+                // A plugin's option: the prefix test reads it where the site has the plugin.
             } else {
                 let with_eq = format!("{long}={v}");
                 if let Class::Denied(reason) = s.class {
                     for a in [vec![long.clone()], vec![with_eq.clone()], vec![long.clone(), v.to_string()]] {
                         let want = GrammarError::Denied { opt: long.clone(), reason };
-                        assert_eq!(parse(table, &a, false), Err(want), "{a:?}");
+                        assert_eq!(parse(table, &a), Err(want), "{a:?}");
                     }
                 } else {
                     let one = |a: Vec<String>| pairs(table, &a).unwrap_or_else(|e| panic!("{a:?}: {e}"));
@@ -506,13 +751,13 @@ pub(crate) mod testkit {
                     match s.arity {
                         Arity::Flag => {
                             assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
-                            assert_eq!(pairs(table, &[with_eq]), Err(GrammarError::UnexpectedValue(long)));
+                            assert_eq!(pairs(table, &[with_eq]), Err(getopt(GetoptError::LongTakesNoValue(s.long))));
                         }
                         Arity::Value => {
                             assert_eq!(one(vec![with_eq]), [(s.long, val.clone())]);
                             assert_eq!(one(vec![long.clone(), v.to_string()]), [(s.long, val)]);
                             let missing = pairs(table, std::slice::from_ref(&long));
-                            assert_eq!(missing, Err(GrammarError::MissingValue(long)));
+                            assert_eq!(missing, Err(getopt(GetoptError::LongNeedsValue(s.long))));
                         }
                         Arity::OptionalValue => {
                             assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
@@ -523,7 +768,7 @@ pub(crate) mod testkit {
                         for bad in ["\n", "\0", "\r", "\u{1b}[2J"] {
                             let v = format!("{v}{bad}x");
                             let a = [format!("--{}={v}", s.long)];
-                            assert!(matches!(parse(table, &a, false), Err(GrammarError::BadValue { .. })), "{a:?}");
+                            assert!(matches!(parse(table, &a), Err(GrammarError::BadValue { .. })), "{a:?}");
                             assert!(validate(s.value, &v).is_err());
                         }
                     }
@@ -531,6 +776,8 @@ pub(crate) mod testkit {
             }
 
             let Some(c) = s.short else { continue };
+            // The real command's arity for the short form (sreport's -s takes a value, --sort none).
+            let arity = table.getopt.short(c).unwrap_or_else(|| panic!("-{c} is no option of the real command"));
             if let Class::Denied(reason) = s.class {
                 let shown = if s.short_only { format!("-{c}") } else { format!("-{c} (--{})", s.long) };
                 let want = Err(GrammarError::Denied { opt: shown, reason });
@@ -538,7 +785,7 @@ pub(crate) mod testkit {
                 assert_eq!(pairs(table, &[format!("-{flag}{flag}{c}"), v.to_string()]), want, "clustered after flags");
                 continue;
             }
-            match s.arity {
+            match arity {
                 Arity::Flag => {
                     assert_eq!(pairs(table, &[format!("-{c}")]), Ok(vec![(s.long, None)]));
                     let both = Ok(vec![(s.long, None), (f.long, None), (s.long, None)]);
@@ -549,12 +796,19 @@ pub(crate) mod testkit {
                     assert_eq!(pairs(table, &[format!("-{c}{v}")]), one);
                     let after = pairs(table, &[format!("-{flag}{flag}{c}{v}")]).map(|o| o[2..].to_vec());
                     assert_eq!(after, one, "after clustered flags");
-                    if s.arity == Arity::Value {
+                    if arity == Arity::Value {
                         assert_eq!(pairs(table, &[format!("-{c}"), v.to_string()]), one);
+                        assert_eq!(
+                            pairs(table, &[format!("-{flag}{c}")]),
+                            Err(getopt(GetoptError::ShortNeedsValue(c)))
+                        );
                     }
                 }
             }
         }
+        // A letter the real command has not is getopt's "invalid option", alone or in a cluster.
+        let none = ('a'..='z').chain('A'..='Z').find(|c| table.getopt.short(*c).is_none()).unwrap_or('@');
+        assert_eq!(pairs(table, &[format!("-{flag}{none}")]), Err(getopt(GetoptError::InvalidShort(none))));
     }
 
     /// The table decides what the chaperon rebuilds: `plan` is what a command's handler makes of
@@ -569,14 +823,14 @@ pub(crate) mod testkit {
     ///   rebuilds: else the caller's value would reach Slurm beside the chaperon's, or be applied
     ///   outside the jail as well as inside it.
     pub fn rebuilds_are_the_tables(
-        table: &'static [OptSpec],
+        table: &'static Table,
         base: &[&str],
         values: &[(&str, &str)],
         informs: &[&str],
         plan: impl Fn(&[String]) -> Result<(Vec<String>, String), String>,
     ) {
         let (base_args, base_taken) = plan(&argv(base)).unwrap_or_else(|e| panic!("{base:?}: {e}"));
-        for s in table.iter().filter(|s| !matches!(s.class, Class::Denied(_))) {
+        for s in table.specs.iter().filter(|s| !matches!(s.class, Class::Denied(_))) {
             let v = values.iter().find(|(l, _)| *l == s.long).map(|(_, v)| *v).unwrap_or(sample(s.value));
             let value = (s.arity != Arity::Flag).then_some(v);
             let spelled = s.spelled(value);
@@ -594,18 +848,6 @@ pub(crate) mod testkit {
             }
             assert_eq!(args, base_args, "--{} changes what the chaperon gives Slurm: rebuild it in the table", s.long);
             assert_eq!(taken, base_taken, "--{} changes what the chaperon takes for itself: rebuild it", s.long);
-        }
-    }
-
-    /// Prefixes of real options are unknown: exact names only, whatever getopt_long would do.
-    pub fn prefixes_are_unknown(table: &'static [OptSpec]) {
-        for s in table.iter().filter(|s| s.long.len() > 2) {
-            let p = &s.long[..s.long.len() - 1];
-            if table.iter().any(|t| t.long == p) {
-                continue;
-            }
-            let a = [format!("--{p}")];
-            assert_eq!(parse(table, &a, false), Err(GrammarError::Unknown(format!("--{p}"))), "{a:?}");
         }
     }
 
@@ -685,12 +927,20 @@ pub(crate) mod testkit {
         "7.0",
     ];
 
-    fn token(rng: &mut Rng, table: &'static [OptSpec], words: &[&str]) -> String {
+    fn token(rng: &mut Rng, table: &'static Table, words: &[&str]) -> String {
         let junk = |rng: &mut Rng| (0..rng.below(5)).map(|_| *rng.pick(ATOMS)).collect::<String>();
+        // A real long name, or a prefix of one (unique, ambiguous or empty).
+        let name = |rng: &mut Rng| {
+            let long = rng.pick(table.specs).long;
+            match rng.below(2) {
+                0 => long.to_string(),
+                _ => long.chars().take(rng.below(long.len() + 1)).collect(),
+            }
+        };
         match rng.below(6) {
-            0 => format!("--{}", rng.pick(table).long),
-            1 => format!("-{}", rng.pick(table).short.unwrap_or('v')),
-            2 => format!("--{}={}", rng.pick(table).long, junk(rng)),
+            0 => format!("--{}", name(rng)),
+            1 => format!("-{}", rng.pick(table.specs).short.unwrap_or('v')),
+            2 => format!("--{}={}", name(rng), junk(rng)),
             3 if !words.is_empty() => rng.pick(words).to_string(),
             4 => format!("{}{}", rng.pick(ATOMS), rng.pick(ATOMS)),
             _ => junk(rng),
@@ -701,7 +951,7 @@ pub(crate) mod testkit {
     /// positionals, and junk) to `parse_cmd`: it must never panic, errors stay short, and both
     /// outcomes must be reached, or the generator tests nothing.
     pub fn never_panics<T>(
-        table: &'static [OptSpec],
+        table: &'static Table,
         words: &[&str],
         seed: u64,
         parse_cmd: impl Fn(&[String]) -> Result<T, GrammarError>,
@@ -721,7 +971,7 @@ pub(crate) mod testkit {
             if let Err(e) = r {
                 assert!(e.to_string().len() < 2 * MAX_ARG_BYTES);
             }
-            let _ = parse(table, &args, true);
+            let _ = parse(table, &args);
         }
         assert!(outcomes[0] > 500 && outcomes[1] > 500, "{outcomes:?}");
     }
@@ -730,10 +980,12 @@ pub(crate) mod testkit {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getopt::{long, Reports, Returns::*};
     use Arity::*;
 
-    static T: &[OptSpec] = &[
+    static SPECS: &[OptSpec] = &[
         opt("verbose", Some('v'), Flag, Class::Allowed, ValueKind::Any),
+        opt("version", Some('V'), Flag, Class::Allowed, ValueKind::Any),
         opt("hold", Some('H'), Flag, Class::Allowed, ValueKind::Any),
         opt("name", Some('J'), Value, Class::Allowed, ValueKind::JobName),
         opt("time", Some('t'), Value, Class::Allowed, ValueKind::Time),
@@ -741,7 +993,26 @@ mod tests {
         opt("level", Some('k'), OptionalValue, Class::Allowed, ValueKind::Int),
         opt("secret", Some('S'), Value, Class::Denied("secrets stay home"), ValueKind::Any),
         opt("dir", Some('D'), Value, Class::Rebuilt("cwd comes from the request"), ValueKind::Path),
+        opt("export", None, Value, Class::Allowed, ValueKind::ExportSpec),
     ];
+    static LONGS: &[LongOpt] = &[
+        long("verbose", Flag, Char('v')),
+        long("version", Flag, Char('V')),
+        long("hold", Flag, Char('H')),
+        long("name", Value, Char('J')),
+        long("time", Value, Char('t')),
+        long("excl", OptionalValue, Code(300)),
+        long("level", OptionalValue, Char('k')),
+        long("secret", Value, Char('S')),
+        long("dir", Value, Char('D')),
+        long("export", Value, Code(301)),
+    ];
+    const REPORTS: Reports = Reports { try_help: true, status: 1 };
+    /// Options end at the first positional (`+`, as sbatch), or mix with them (as squeue).
+    static STOPS: Getopt = Getopt { optstring: "+vVHJ:t:k::S:D:", longs: LONGS, plugins: false, reports: REPORTS };
+    static MIXES: Getopt = Getopt { optstring: "vVHJ:t:k::S:D:", longs: LONGS, plugins: false, reports: REPORTS };
+    static T: Table = Table { getopt: &STOPS, specs: SPECS };
+    static TM: Table = Table { getopt: &MIXES, specs: SPECS };
 
     fn argv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
@@ -751,7 +1022,7 @@ mod tests {
 
     /// (long, value) pairs and positionals, for compact asserts.
     fn run(a: &[&str], stop: bool) -> Result<(Options, Vec<String>), GrammarError> {
-        let p = parse(T, &argv(a), stop)?;
+        let p = parse(if stop { &T } else { &TM }, &argv(a))?;
         Ok((p.options.into_iter().map(|(s, v)| (s.long, v)).collect(), p.positionals))
     }
 
@@ -763,12 +1034,42 @@ mod tests {
         Some(s.to_string())
     }
 
+    fn getopt(e: GetoptError) -> Result<(Options, Vec<String>), GrammarError> {
+        Err(GrammarError::Getopt(e))
+    }
+
     #[test]
     fn long_options_take_values_after_equals_or_as_the_next_argument() {
         assert_eq!(opts(&["--name=x"]), [("name", some("x"))]);
         assert_eq!(opts(&["--name", "x"]), [("name", some("x"))]);
         assert_eq!(opts(&["--name=a=b"]), [("name", some("a=b"))]);
         assert_eq!(opts(&["--verbose", "--time=5"]), [("verbose", None), ("time", some("5"))]);
+    }
+
+    #[test]
+    fn a_unique_prefix_is_its_option_in_every_spelling() {
+        assert_eq!(opts(&["--verb"]), [("verbose", None)]);
+        assert_eq!(
+            opts(&["--nam=x", "--na", "y", "--n", "z"]),
+            [("name", some("x")), ("name", some("y")), ("name", some("z"))]
+        );
+        assert_eq!(opts(&["--exc=user", "--exc"]), [("excl", some("user")), ("excl", None)]);
+        assert_eq!(opts(&["--exp=ALL"]), [("export", some("ALL"))]);
+        assert_eq!(run(&["--verb=1"], true), getopt(GetoptError::LongTakesNoValue("verbose")), "named in full");
+        assert_eq!(run(&["--nam"], true), getopt(GetoptError::LongNeedsValue("name")), "named in full");
+    }
+
+    #[test]
+    fn an_ambiguous_prefix_is_getopts_error_with_what_was_typed() {
+        let amb = |typed: &str, possibilities: Vec<&'static str>| {
+            getopt(GetoptError::Ambiguous { typed: typed.into(), possibilities })
+        };
+        assert_eq!(run(&["--ver"], true), amb("ver", vec!["verbose", "version"]));
+        assert_eq!(run(&["--ver=1"], true), amb("ver=1", vec!["verbose", "version"]));
+        assert_eq!(run(&["--e"], true), amb("e", vec!["excl", "export"]));
+        assert_eq!(run(&["--=x"], true), amb("=x", LONGS.iter().map(|l| l.name).collect()), "the empty name");
+        let e = run(&["--ver"], true).unwrap_err().to_string();
+        assert_eq!(e, "option '--ver' is ambiguous; possibilities: '--verbose' '--version'");
     }
 
     #[test]
@@ -785,8 +1086,10 @@ mod tests {
         assert_eq!(opts(&["-vHJ", "job"]), [("verbose", None), ("hold", None), ("name", some("job"))]);
         // Once a value option is met, the rest of the cluster is its value, never more options.
         assert_eq!(opts(&["-JvS"]), [("name", some("vS"))]);
-        assert_eq!(run(&["-vz"], true), Err(GrammarError::Unknown("-z".into())));
-        assert_eq!(run(&["-vt"], true), Err(GrammarError::MissingValue("-t (--time)".into())));
+        assert_eq!(run(&["-vz"], true), getopt(GetoptError::InvalidShort('z')));
+        assert_eq!(run(&["-vt"], true), getopt(GetoptError::ShortNeedsValue('t')));
+        assert_eq!(run(&["-v:"], true), getopt(GetoptError::InvalidShort(':')), "':' is never an option");
+        assert_eq!(run(&["-+"], true), getopt(GetoptError::InvalidShort('+')), "nor the optstring's '+'");
     }
 
     #[test]
@@ -822,13 +1125,13 @@ mod tests {
     }
 
     #[test]
-    fn unknown_options_and_prefixes_are_errors_naming_the_option() {
-        assert_eq!(run(&["--verb"], true), Err(GrammarError::Unknown("--verb".into())));
-        assert_eq!(run(&["--nam=x"], true), Err(GrammarError::Unknown("--nam".into())));
-        assert_eq!(run(&["--Verbose"], true), Err(GrammarError::Unknown("--Verbose".into())));
-        assert_eq!(run(&["--=x"], true), Err(GrammarError::Unknown("--".into())));
-        let e = run(&["--verb"], true).unwrap_err().to_string();
-        assert!(e.contains("'--verb'"), "{e}");
+    fn unknown_options_are_getopts_error_quoting_what_was_typed() {
+        assert_eq!(run(&["--verbs"], true), getopt(GetoptError::Unrecognized("verbs".into())));
+        assert_eq!(run(&["--nom=x"], true), getopt(GetoptError::Unrecognized("nom=x".into())));
+        assert_eq!(run(&["--Verbose"], true), getopt(GetoptError::Unrecognized("Verbose".into())), "case counts");
+        assert_eq!(run(&["---v"], true), getopt(GetoptError::Unrecognized("-v".into())));
+        let e = run(&["--verbs"], true).unwrap_err().to_string();
+        assert_eq!(e, "unrecognized option '--verbs'");
         // A name with a newline in it is echoed escaped: the error stays one line.
         let e = run(&["--a\nb"], true).unwrap_err().to_string();
         assert!(!e.contains('\n') && e.contains("--a\\nb"), "{e}");
@@ -838,10 +1141,10 @@ mod tests {
 
     #[test]
     fn missing_and_unexpected_values() {
-        assert_eq!(run(&["--name"], true), Err(GrammarError::MissingValue("--name".into())));
-        assert_eq!(run(&["-J"], true), Err(GrammarError::MissingValue("-J (--name)".into())));
-        assert_eq!(run(&["--verbose=1"], true), Err(GrammarError::UnexpectedValue("--verbose".into())));
-        assert_eq!(run(&["--verbose="], true), Err(GrammarError::UnexpectedValue("--verbose".into())));
+        assert_eq!(run(&["--name"], true), getopt(GetoptError::LongNeedsValue("name")));
+        assert_eq!(run(&["-J"], true), getopt(GetoptError::ShortNeedsValue('J')));
+        assert_eq!(run(&["--verbose=1"], true), getopt(GetoptError::LongTakesNoValue("verbose")));
+        assert_eq!(run(&["--verbose="], true), getopt(GetoptError::LongTakesNoValue("verbose")));
     }
 
     #[test]
@@ -863,6 +1166,7 @@ mod tests {
         assert_eq!(run(&["--secret=x"], true), denied("--secret"));
         assert_eq!(run(&["--secret", "x"], true), denied("--secret"));
         assert_eq!(run(&["--secret"], true), denied("--secret"), "denied before its missing value");
+        assert_eq!(run(&["--sec=x"], true), denied("--sec (--secret)"), "a prefix is the option it names");
         assert_eq!(run(&["-Sx"], true), denied("-S (--secret)"));
         assert_eq!(run(&["-vvS", "x"], true), denied("-S (--secret)"), "smuggled in a cluster");
         let e = run(&["-vS"], true).unwrap_err().to_string();
@@ -871,7 +1175,7 @@ mod tests {
 
     #[test]
     fn rebuilt_options_are_returned_for_the_chaperon() {
-        let p = parse(T, &argv(&["-D", "/tmp"]), true).unwrap();
+        let p = parse(&T, &argv(&["-D", "/tmp"])).unwrap();
         assert_eq!(p.options[0].0.class, Class::Rebuilt("cwd comes from the request"));
         assert_eq!(p.options[0].1.as_deref(), Some("/tmp"));
     }
@@ -882,6 +1186,8 @@ mod tests {
         let GrammarError::BadValue { opt, value, why } = &e else { panic!("{e:?}") };
         assert_eq!((opt.as_str(), value.as_str()), ("-t (--time)", "soon"));
         assert!(why.contains("HH:MM:SS"));
+        let e = run(&["--tim=soon"], true).unwrap_err();
+        assert!(matches!(e, GrammarError::BadValue { ref opt, .. } if opt == "--tim (--time)"), "{e:?}");
         let e = run(&[&format!("--name={}\n", "x".repeat(5000))], true).unwrap_err().to_string();
         assert!(e.len() < 300 && !e.contains('\n'), "{e}");
     }
@@ -889,29 +1195,64 @@ mod tests {
     #[test]
     fn argument_count_and_size_are_capped() {
         let many = vec!["-v".to_string(); MAX_ARGS];
-        assert_eq!(parse(T, &many, true).unwrap().options.len(), MAX_ARGS);
+        assert_eq!(parse(&T, &many).unwrap().options.len(), MAX_ARGS);
         let too_many = vec!["-v".to_string(); MAX_ARGS + 1];
-        assert_eq!(parse(T, &too_many, true), Err(GrammarError::TooManyArgs { count: 4097, max: 4096 }));
+        assert_eq!(parse(&T, &too_many), Err(GrammarError::TooManyArgs { count: 4097, max: 4096 }));
         let huge = vec![format!("--name={}", "x".repeat(2 << 20))];
-        assert!(matches!(parse(T, &huge, true), Err(GrammarError::TooLarge { .. })));
+        assert!(matches!(parse(&T, &huge), Err(GrammarError::TooLarge { .. })));
         let spread = vec!["y".repeat(600 << 10), "y".repeat(600 << 10)];
-        assert!(matches!(parse(T, &spread, true), Err(GrammarError::TooLarge { .. })));
+        assert!(matches!(parse(&T, &spread), Err(GrammarError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn a_plugins_option_takes_part_where_the_site_has_it() {
+        static PLUGINS: &[LongOpt] = &[long("dirt", Flag, Code(4095))];
+        // Without the plugin --di is --dir; with it, --di is ambiguous and --dirt is the plugin's.
+        assert_eq!(opts(&["--di=/x"]), [("dir", some("/x"))]);
+        let amb = GetoptError::Ambiguous { typed: "di".into(), possibilities: vec!["dir", "dirt"] };
+        assert_eq!(parse_with(&T, PLUGINS, &argv(&["--di"])), Err(amb.into()));
+        // The chaperon's table has no entry for it: refused, never passed on.
+        let e = parse_with(&T, PLUGINS, &argv(&["--dirt"])).unwrap_err();
+        assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "--dirt"), "{e:?}");
+    }
+
+    #[test]
+    fn export_values_are_redacted_however_the_option_is_spelled() {
+        let a = argv(&["--export=ALL,TOKEN=x", "--exp", "A=b", "--expo=T=1", "-J", "n", "--exc=user", "--", "x"]);
+        assert_eq!(redacted(&T, &[], &a), ["--export=…", "--exp", "…", "--expo=…", "-J", "n", "--exc=user", "--", "x"]);
+        // --e and --ex could be --excl or --export: refused as ambiguous, and hidden all the same.
+        let e = GetoptError::Ambiguous { typed: "ex=TOKEN=1".into(), possibilities: vec!["excl", "export"] };
+        assert_eq!(audit_reason(&e), "option '--ex=…' is ambiguous; possibilities: '--excl' '--export'");
+        let e = GetoptError::Ambiguous { typed: "ver=1".into(), possibilities: vec!["verbose", "version"] };
+        assert_eq!(audit_reason(&e), "option '--ver=1' is ambiguous; possibilities: '--verbose' '--version'");
+        let a = argv(&["--e=x", "--ex", "y", "--ver=1", "--zz=1"]);
+        assert_eq!(redacted(&T, &[], &a), ["--e=…", "--ex", "…", "--ver=1", "--zz=1"], "ambiguous or unknown");
     }
 
     #[test]
     fn only_what_the_table_passes_as_written_reaches_the_real_command() {
-        static W: &[OptSpec] = &[
+        static W_SPECS: &[OptSpec] = &[
             opt("verbose", Some('v'), Flag, Class::Allowed, ValueKind::Any),
             opt("name", Some('J'), Value, Class::Allowed, ValueKind::JobName),
             opt("out", Some('o'), Value, Class::Allowed, ValueKind::Path).rebuilt("opened inside the jail"),
             opt("dir", Some('D'), Value, Class::Rebuilt("cwd comes from the request"), ValueKind::Path),
             opt("time-format", Some('t'), Value, Class::Allowed, ValueKind::Text).short_only(),
         ];
-        let p = parse(W, &argv(&["-vJx", "-o", "f", "-D/tmp", "-thours", "--name=y"]), true).unwrap();
+        static W_LONGS: &[LongOpt] = &[
+            long("verbose", Flag, Char('v')),
+            long("name", Value, Char('J')),
+            long("out", Value, Char('o')),
+            long("dir", Value, Char('D')),
+        ];
+        static W_GETOPT: Getopt = Getopt { optstring: "vJ:o:D:t:", longs: W_LONGS, plugins: false, reports: REPORTS };
+        static W: Table = Table { getopt: &W_GETOPT, specs: W_SPECS };
+        let p = parse(&W, &argv(&["-vJx", "-o", "f", "-D/tmp", "-thours", "--na=y", "--verb"])).unwrap();
         let options: Vec<_> = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
-        assert_eq!(as_written(W, &options), ["--verbose", "--name=x", "-thours", "--name=y"]);
-        assert_eq!(as_written(W, &[("not-in-the-table", None)]), Vec::<String>::new(), "unknown: never passed");
-        assert_eq!(parse(W, &argv(&["--time-format=x"]), true), Err(GrammarError::Unknown("--time-format".into())));
+        let written = ["--verbose", "--name=x", "-thours", "--name=y", "--verbose"];
+        assert_eq!(as_written(&W, &options), written, "prefixes reach Slurm spelled in full");
+        assert_eq!(as_written(&W, &[("not-in-the-table", None)]), Vec::<String>::new(), "unknown: never passed");
+        let e = parse(&W, &argv(&["--time-format=x"]));
+        assert_eq!(e, Err(GetoptError::Unrecognized("time-format=x".into()).into()));
         assert_eq!(words(&argv(&["show", "job"])), ["show", "job"]);
         assert_eq!(words(&argv(&["-5"])), ["--", "-5"], "a word that looks like an option stays a word");
     }

@@ -10,6 +10,6 @@ fuzz_target!(|data: &[u8]| {
     let (args, script) = text.split_once("\n\n").unwrap_or((&text, ""));
     let argv: Vec<String> = args.split('\n').map(str::to_string).collect();
     let _ = parse_directives(script);
-    let _ = parse_sbatch(&argv, Some(script));
-    let _ = parse_sbatch(&argv, None);
+    let _ = parse_sbatch(&argv, Some(script), &[]);
+    let _ = parse_sbatch(&argv, None, &[]);
 });

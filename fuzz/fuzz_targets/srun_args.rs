@@ -7,5 +7,5 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);
     let argv: Vec<String> = text.split('\n').map(str::to_string).collect();
-    let _ = parse_srun(&argv);
+    let _ = parse_srun(&argv, &[]);
 });

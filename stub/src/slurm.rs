@@ -103,7 +103,7 @@ fn script_file(name: &str, argv: &[String]) -> Result<Option<String>, String> {
     if name != "sbatch" {
         return Ok(None);
     }
-    let Some(path) = chaperon::commands::sbatch::parse_sbatch(argv, None).ok().and_then(|r| r.script_path) else {
+    let Some(path) = chaperon::commands::sbatch::parse_sbatch(argv, None, &[]).ok().and_then(|r| r.script_path) else {
         return Ok(None);
     };
     let unable = |e: std::io::Error| format!("Unable to open file {path}: {e}");

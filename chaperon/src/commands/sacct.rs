@@ -8,8 +8,9 @@ use crate::checks::{in_scope, local_cluster_only, only_caller, recorded_jobs_in_
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
 use crate::refusal::Refusal;
+use crate::slurm_22_05;
 use crate::table::{
-    allow, as_written, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output,
+    allow, as_written, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, Options, Output, Table,
     CLUSTERS, CLUSTER_SPELLING, LOCAL_CLUSTER,
 };
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
@@ -20,68 +21,74 @@ const YOU: &str = "checked to be you; sacct is given the scope's job list instea
 const WRAPPED: &str = "Slurm stored the chaperon's job wrapper, not your job; read your script in the project";
 
 /// Every option sacct 22.05 knows. Anything else is an unrecognized option.
-pub static SACCT: &[OptSpec] = &[
-    allow("accounts", Some('A'), Val, Text),
-    allow("allocations", Some('X'), Flag, Any),
-    allow("brief", Some('b'), Flag, Any),
-    allow("constraints", Some('C'), Val, Text),
-    allow("delimiter", None, Val, Text),
-    allow("duplicates", Some('D'), Flag, Any),
-    allow("federation", None, Flag, Any),
-    allow("helpformat", Some('e'), Flag, Any),
-    allow("help-fields", None, Flag, Any),
-    allow("endtime", Some('E'), Val, DateTimeOrBlank),
-    allow("flags", Some('F'), Val, Text),
-    // A group filter cannot widen the view: the chaperon keeps sacct to the caller's jobs.
-    allow("gid", None, Val, Text),
-    allow("group", Some('g'), Val, Text),
-    allow("help", Some('h'), Flag, Any),
-    allow("local", None, Flag, Any),
-    allow("name", None, Val, Text),
-    allow("nnodes", Some('i'), Val, Text),
-    allow("ncpus", Some('I'), Val, Text),
-    // Checked as `job[.step]` lists by `parse_sacct`.
-    allow("jobs", Some('j'), Val, Text).rebuilt("sacct is given the scope's jobs (those you name, if you do) instead"),
-    allow("timelimit-min", Some('k'), Val, Time),
-    allow("timelimit-max", Some('K'), Val, Time),
-    allow("long", Some('l'), Flag, Any),
-    allow("nodelist", Some('N'), Val, NodeList),
-    allow("noconvert", None, Flag, Any),
-    // get_unit_type(*optarg): only the first letter counts.
-    allow("units", None, Val, Initial(&["K", "M", "G", "T", "P"])),
-    allow("noheader", Some('n'), Flag, Any),
-    allow("fields", None, Val, Text),
-    allow("format", Some('o'), Val, Text),
-    allow("parsable", Some('p'), Flag, Any),
-    allow("parsable2", Some('P'), Flag, Any),
-    allow("qos", Some('q'), Val, Text),
-    allow("partition", Some('r'), Val, Text),
-    allow("reason", None, Val, Text),
-    allow("state", Some('s'), Val, Text),
-    allow("starttime", Some('S'), Val, DateTimeOrBlank),
-    allow("truncate", Some('T'), Flag, Any),
-    // Recorded in `users`: the chaperon refuses any user but the caller.
-    allow("user", Some('u'), Val, Text).rebuilt(YOU),
-    allow("uid", None, Val, Text).rebuilt(YOU),
-    allow("usage", Some('U'), Flag, Any),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    allow("wckeys", Some('W'), Val, Text),
-    allow("whole-hetjob", None, Opt, Choice(&["yes", "no", "y", "n"])),
-    allow("associations", Some('x'), Val, Text),
-    allow("json", None, Flag, Any),
-    allow("yaml", None, Flag, Any),
-    deny("allusers", Some('a'), Flag, "it shows other users' jobs; sacct shows yours without it"),
-    deny("batch-script", Some('B'), Flag, WRAPPED),
-    deny("env-vars", None, Flag, "Slurm stored the job wrapper's environment; print yours from within the job"),
-    deny("completion", Some('c'), Flag, "job-completion records are not kept per user; use sacct without -c"),
-    deny("file", Some('f'), Val, "it reads a file on the login node outside the jail"),
-    deny("allclusters", Some('L'), Flag, CLUSTERS),
-    // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
-    deny("cluster", None, Val, CLUSTER_SPELLING),
-    deny("use-local-uid", None, Flag, NOT_LISTED),
-];
+pub static SACCT: Table = Table {
+    getopt: &slurm_22_05::SACCT,
+    specs: &[
+        allow("accounts", Some('A'), Val, Text),
+        allow("allocations", Some('X'), Flag, Any),
+        // An old spelling of -X that sacct 22.05 still takes (its optstring has it, undocumented).
+        allow("t", Some('t'), Flag, Any).short_only(),
+        allow("brief", Some('b'), Flag, Any),
+        allow("constraints", Some('C'), Val, Text),
+        allow("delimiter", None, Val, Text),
+        allow("duplicates", Some('D'), Flag, Any),
+        allow("federation", None, Flag, Any),
+        allow("helpformat", Some('e'), Flag, Any),
+        allow("help-fields", None, Flag, Any),
+        allow("endtime", Some('E'), Val, DateTimeOrBlank),
+        allow("flags", Some('F'), Val, Text),
+        // A group filter cannot widen the view: the chaperon keeps sacct to the caller's jobs.
+        allow("gid", None, Val, Text),
+        allow("group", Some('g'), Val, Text),
+        allow("help", Some('h'), Flag, Any),
+        allow("local", None, Flag, Any),
+        allow("name", None, Val, Text),
+        allow("nnodes", Some('i'), Val, Text),
+        allow("ncpus", Some('I'), Val, Text),
+        // Checked as `job[.step]` lists by `parse_sacct`.
+        allow("jobs", Some('j'), Val, Text)
+            .rebuilt("sacct is given the scope's jobs (those you name, if you do) instead"),
+        allow("timelimit-min", Some('k'), Val, Time),
+        allow("timelimit-max", Some('K'), Val, Time),
+        allow("long", Some('l'), Flag, Any),
+        allow("nodelist", Some('N'), Val, NodeList),
+        allow("noconvert", None, Flag, Any),
+        // get_unit_type(*optarg): only the first letter counts.
+        allow("units", None, Val, Initial(&["K", "M", "G", "T", "P"])),
+        allow("noheader", Some('n'), Flag, Any),
+        allow("fields", None, Val, Text),
+        allow("format", Some('o'), Val, Text),
+        allow("parsable", Some('p'), Flag, Any),
+        allow("parsable2", Some('P'), Flag, Any),
+        allow("qos", Some('q'), Val, Text),
+        allow("partition", Some('r'), Val, Text),
+        allow("reason", None, Val, Text),
+        allow("state", Some('s'), Val, Text),
+        allow("starttime", Some('S'), Val, DateTimeOrBlank),
+        allow("truncate", Some('T'), Flag, Any),
+        // Recorded in `users`: the chaperon refuses any user but the caller.
+        allow("user", Some('u'), Val, Text).rebuilt(YOU),
+        allow("uid", None, Val, Text).rebuilt(YOU),
+        allow("usage", Some('U'), Flag, Any),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        allow("wckeys", Some('W'), Val, Text),
+        allow("whole-hetjob", None, Opt, Choice(&["yes", "no", "y", "n"])),
+        allow("associations", Some('x'), Val, Text),
+        allow("json", None, Flag, Any),
+        allow("yaml", None, Flag, Any),
+        deny("allusers", Some('a'), Flag, "it shows other users' jobs; sacct shows yours without it"),
+        deny("batch-script", Some('B'), Flag, WRAPPED),
+        deny("env-vars", None, Flag, "Slurm stored the job wrapper's environment; print yours from within the job"),
+        deny("completion", Some('c'), Flag, "job-completion records are not kept per user; use sacct without -c"),
+        deny("file", Some('f'), Val, "it reads a file on the login node outside the jail"),
+        deny("allclusters", Some('L'), Flag, CLUSTERS),
+        // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
+        allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
+        deny("cluster", None, Val, CLUSTER_SPELLING),
+        deny("use-local-uid", None, Flag, NOT_LISTED),
+    ],
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SacctRequest {
@@ -104,7 +111,7 @@ impl SacctRequest {
 /// Parses an sacct call (arguments without the program name). sacct reads no argument but
 /// its options.
 pub fn parse_sacct(args: &[String]) -> Result<SacctRequest, GrammarError> {
-    let p = parse(SACCT, args, false)?;
+    let p = parse(&SACCT, args)?;
     if !p.positionals.is_empty() {
         return Err(GrammarError::Usage("sacct takes no arguments besides options; give job ids with --jobs"));
     }
@@ -140,7 +147,7 @@ impl SacctRequest {
     /// place of the rest, the local cluster (when asked for) and the job ids `ids` (the
     /// scope's, narrowed to those asked for), or a filter that matches nothing.
     fn real_args(&self, ids: &[u32], cluster: Option<String>) -> Vec<String> {
-        let mut args = as_written(SACCT, &self.options);
+        let mut args = as_written(&SACCT, &self.options);
         args.extend(cluster);
         if ids.is_empty() {
             args.push("--name=agent-sandbox-no-job-in-scope".into());
@@ -165,67 +172,9 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getopt::GetoptError;
     use crate::jobid::{Step, Tasks};
     use crate::table::testkit::*;
-
-    /// sacct 22.05.8's getopt_long table, read from the installed binary.
-    const SLURM: &[&str] = &[
-        "allusers",
-        "accounts",
-        "allocations",
-        "brief",
-        "batch-script",
-        "completion",
-        "constraints",
-        "delimiter",
-        "duplicates",
-        "federation",
-        "helpformat",
-        "help-fields",
-        "endtime",
-        "env-vars",
-        "file",
-        "flags",
-        "gid",
-        "group",
-        "help",
-        "local",
-        "name",
-        "nnodes",
-        "ncpus",
-        "jobs",
-        "timelimit-min",
-        "timelimit-max",
-        "long",
-        "allclusters",
-        "cluster",
-        "clusters",
-        "nodelist",
-        "noconvert",
-        "units",
-        "noheader",
-        "fields",
-        "format",
-        "parsable",
-        "parsable2",
-        "qos",
-        "partition",
-        "reason",
-        "state",
-        "starttime",
-        "truncate",
-        "uid",
-        "use-local-uid",
-        "usage",
-        "user",
-        "verbose",
-        "version",
-        "wckeys",
-        "whole-hetjob",
-        "associations",
-        "json",
-        "yaml",
-    ];
 
     fn sa(a: &[&str]) -> Result<SacctRequest, GrammarError> {
         parse_sacct(&argv(a))
@@ -233,13 +182,12 @@ mod tests {
 
     #[test]
     fn the_table_is_sacct_22_05() {
-        names_are_slurm_22_05(SACCT, SLURM, &[]);
-        table_is_sound(SACCT, 'n');
-        prefixes_are_unknown(SACCT);
+        entries_are_the_getopt_sets(&SACCT, &[]);
+        table_is_sound(&SACCT, 'n');
         // From the optstring "aA:bBcC:DeE:f:F:g:hi:I:j:k:K:lLM:nN:o:pPq:r:s:S:Ttu:UvVW:x:X"; -t is
-        // an undocumented no-op, left out, and --reason has no short form (-R is not in it).
+        // an old -X, and --reason has no short form (-R is not in it).
         shorts_are(
-            SACCT,
+            &SACCT,
             &[
                 ('a', "allusers"),
                 ('A', "accounts"),
@@ -271,6 +219,7 @@ mod tests {
                 ('r', "partition"),
                 ('s', "state"),
                 ('S', "starttime"),
+                ('t', "t"),
                 ('T', "truncate"),
                 ('u', "user"),
                 ('U', "usage"),
@@ -281,16 +230,16 @@ mod tests {
                 ('X', "allocations"),
             ],
         );
-        optional_values_are(SACCT, &["whole-hetjob"]);
+        optional_values_are(&SACCT, &["whole-hetjob"]);
     }
 
     #[test]
     fn denials_carry_their_reason() {
-        denied_with(SACCT, "allusers", "other users");
-        denied_with(SACCT, "batch-script", "wrapper");
-        denied_with(SACCT, "file", "outside the jail");
-        denied_with(SACCT, "allclusters", "local cluster");
-        denied_with(SACCT, "cluster", "--clusters");
+        denied_with(&SACCT, "allusers", "other users");
+        denied_with(&SACCT, "batch-script", "wrapper");
+        denied_with(&SACCT, "file", "outside the jail");
+        denied_with(&SACCT, "allclusters", "local cluster");
+        denied_with(&SACCT, "cluster", "--clusters");
         let e = sa(&["-nXa"]).unwrap_err();
         assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "-a (--allusers)"), "{e:?}");
         assert!(matches!(sa(&["-B", "-j", "5"]), Err(GrammarError::Denied { .. })));
@@ -342,22 +291,45 @@ mod tests {
     }
 
     #[test]
+    fn a_workflow_tools_job_prefix_is_jobs() {
+        // A Slurm workflow tool polls with `sacct ... --job 60`: sacct's getopt_long reads
+        // --job as --jobs, the one option it begins, so the chaperon does too.
+        let r = sa(&["-X", "--parsable2", "--noheader", "--job", "60", "--format=JobIdRaw,State"]).unwrap();
+        assert_eq!(r.jobs.as_ref().map(|j| j.iter().map(|r| r.job).collect::<Vec<_>>()), Some(vec![60]));
+        assert_eq!(r.last("jobs"), Some(Some("60")));
+        assert_eq!(
+            r.real_args(&[60], None),
+            ["--allocations", "--parsable2", "--noheader", "--format=JobIdRaw,State", "--jobs=60"]
+        );
+        let e = sa(&["--j", "60"]).unwrap_err();
+        assert_eq!(e.to_string(), "option '--j' is ambiguous; possibilities: '--jobs' '--json'");
+        let e = sa(&["--he"]).unwrap_err();
+        assert_eq!(e.to_string(), "option '--he' is ambiguous; possibilities: '--helpformat' '--help'");
+        assert_eq!(
+            sa(&["--clus=all"]).unwrap_err(),
+            GrammarError::Denied { opt: "--clus (--cluster)".into(), reason: CLUSTER_SPELLING },
+            "--clus is --cluster, the first of the two twins"
+        );
+    }
+
+    #[test]
     fn unknowns_and_caps() {
-        assert_eq!(sa(&["--job=5"]), Err(GrammarError::Unknown("--job".into())));
-        assert_eq!(sa(&["-R", "x"]), Err(GrammarError::Unknown("-R".into())));
-        assert_eq!(sa(&["-t"]), Err(GrammarError::Unknown("-t".into())));
+        assert_eq!(sa(&["--jobx=5"]), Err(GetoptError::Unrecognized("jobx=5".into()).into()));
+        assert_eq!(sa(&["-R", "x"]), Err(GetoptError::InvalidShort('R').into()));
+        assert_eq!(sa(&["-t"]).unwrap().options, [("t", None)], "an old -X");
+        assert_eq!(sa(&["-j"]), Err(GetoptError::ShortNeedsValue('j').into()));
         let many = vec!["-n".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sacct(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
-        never_panics(SACCT, &[], 0x5eed_0000_5acc_0001, parse_sacct);
+        never_panics(&SACCT, &[], 0x5eed_0000_5acc_0001, parse_sacct);
     }
 
     #[test]
     fn the_table_decides_what_is_rebuilt() {
-        crate::table::testkit::rebuilds_are_the_tables(SACCT, &[], &[("jobs", "1")], &[], |a| {
+        crate::table::testkit::rebuilds_are_the_tables(&SACCT, &[], &[("jobs", "1")], &[], |a| {
             let p = parse_sacct(a).map_err(|e| e.to_string())?;
             let cluster =
                 crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;

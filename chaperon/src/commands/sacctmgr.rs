@@ -9,9 +9,10 @@ use crate::call::{Call, Stdio};
 use crate::checks::only_caller;
 use crate::grammar::{validate, ValueKind};
 use crate::refusal::Refusal;
+use crate::slurm_22_05;
 use crate::table::{
     allow, any_of, as_written, bad_value, last, lookup, no, parse, user_list, word, Arity, Class, GrammarError,
-    OptSpec, Options, ADMIN, CLUSTERS, WORD as A,
+    Options, Table, ADMIN, CLUSTERS, WORD as A,
 };
 use Arity::Flag;
 use ValueKind::*;
@@ -22,21 +23,24 @@ const INTERACTIVE: &str = "an interactive-mode command; use the matching option 
 
 /// Every option sacctmgr 22.05 knows: none changes anything by itself. Anything else is an
 /// unrecognized option.
-pub static SACCTMGR: &[OptSpec] = &[
-    allow("help", Some('h'), Flag, Any),
-    allow("usage", None, Flag, Any),
-    // Skips the confirmation of a change, and no change is allowed.
-    allow("immediate", Some('i'), Flag, Any),
-    allow("noheader", Some('n'), Flag, Any),
-    allow("oneliner", Some('o'), Flag, Any),
-    allow("parsable", Some('p'), Flag, Any),
-    allow("parsable2", Some('P'), Flag, Any),
-    allow("quiet", Some('Q'), Flag, Any),
-    allow("readonly", Some('r'), Flag, Any),
-    allow("associations", Some('s'), Flag, Any),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-];
+pub static SACCTMGR: Table = Table {
+    getopt: &slurm_22_05::SACCTMGR,
+    specs: &[
+        allow("help", Some('h'), Flag, Any),
+        allow("usage", None, Flag, Any),
+        // Skips the confirmation of a change, and no change is allowed.
+        allow("immediate", Some('i'), Flag, Any),
+        allow("noheader", Some('n'), Flag, Any),
+        allow("oneliner", Some('o'), Flag, Any),
+        allow("parsable", Some('p'), Flag, Any),
+        allow("parsable2", Some('P'), Flag, Any),
+        allow("quiet", Some('Q'), Flag, Any),
+        allow("readonly", Some('r'), Flag, Any),
+        allow("associations", Some('s'), Flag, Any),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+    ],
+};
 
 /// sacctmgr's commands (matched without regard to case, spelled in full).
 pub static COMMANDS: &[(&str, Class)] = &[
@@ -218,7 +222,7 @@ fn parse_show(verb: &str, words: &[String]) -> Result<SacctmgrCommand, GrammarEr
 /// Parses a sacctmgr call (arguments without the program name). sacctmgr's getopt permutes, so
 /// options may come anywhere; the other arguments are one command and its words.
 pub fn parse_sacctmgr(args: &[String]) -> Result<SacctmgrRequest, GrammarError> {
-    let p = parse(SACCTMGR, args, false)?;
+    let p = parse(&SACCTMGR, args)?;
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     let Some((first, rest)) = p.positionals.split_first() else {
         if any_of(&options, &["help", "usage", "version"]) {
@@ -245,7 +249,7 @@ impl SacctmgrRequest {
     /// The real sacctmgr's arguments: the caller's options and words as written, and for a
     /// user or association listing that names no user, the caller (`user`).
     fn real_args(&self, user: &str) -> Vec<String> {
-        let mut args = as_written(SACCTMGR, &self.options);
+        let mut args = as_written(&SACCTMGR, &self.options);
         let mut words = self.words.clone();
         if let Some(SacctmgrCommand::Show { entity: Entity::User | Entity::Association, users, .. }) = &self.command {
             if users.is_empty() {
@@ -270,6 +274,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getopt::GetoptError;
     use crate::table::testkit::*;
     use std::collections::HashSet;
 
@@ -309,12 +314,11 @@ mod tests {
 
     #[test]
     fn the_table_is_sacctmgr_22_05() {
-        names_are_slurm_22_05(SACCTMGR, SLURM, &[]);
-        table_is_sound(SACCTMGR, 'n');
-        prefixes_are_unknown(SACCTMGR);
+        entries_are_the_getopt_sets(&SACCTMGR, &[]);
+        table_is_sound(&SACCTMGR, 'n');
         // From the optstring "hionpPQrsvV" (--usage is -h's twin, with no short form of its own).
         shorts_are(
-            SACCTMGR,
+            &SACCTMGR,
             &[
                 ('h', "help"),
                 ('i', "immediate"),
@@ -329,8 +333,8 @@ mod tests {
                 ('V', "version"),
             ],
         );
-        optional_values_are(SACCTMGR, &[]);
-        allowed_are(SACCTMGR, SLURM);
+        optional_values_are(&SACCTMGR, &[]);
+        allowed_are(&SACCTMGR, SLURM);
     }
 
     #[test]
@@ -409,8 +413,13 @@ mod tests {
         assert!(matches!(sm(&["-n"]), Err(GrammarError::Unsupported(_))));
         assert_eq!(sm(&["-V"]).unwrap().command, None);
         assert_eq!(sm(&["version"]).unwrap().command, Some(SacctmgrCommand::Version));
-        assert_eq!(sm(&["--parsable3"]), Err(GrammarError::Unknown("--parsable3".into())));
-        assert_eq!(sm(&["-M", "x"]), Err(GrammarError::Unknown("-M".into())));
+        assert_eq!(sm(&["--parsable3"]), Err(GetoptError::Unrecognized("parsable3".into()).into()));
+        assert_eq!(sm(&["-M", "x"]), Err(GetoptError::InvalidShort('M').into()));
+        // --pars begins parsable and parsable2 (two options); --i is --immediate, the one it begins.
+        let e = sm(&["--pars", "show", "qos"]).unwrap_err().to_string();
+        assert_eq!(e, "option '--pars' is ambiguous; possibilities: '--parsable' '--parsable2'");
+        assert_eq!(sm(&["--i", "show", "qos"]).unwrap().options, [("immediate", None)]);
+        assert_eq!(sm(&["--us", "show", "qos"]).unwrap().options, [("usage", None)]);
         assert_eq!(show(&["--", "show", "tres"]).0, Entity::Tres);
         let many = vec!["-n".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sacctmgr(&many), Err(GrammarError::TooManyArgs { .. })));
@@ -448,12 +457,12 @@ mod tests {
             }
             parse_sacctmgr(&a)
         };
-        never_panics(SACCTMGR, &words, 0x5eed_0000_5acc_7001, fuzz);
+        never_panics(&SACCTMGR, &words, 0x5eed_0000_5acc_7001, fuzz);
     }
 
     #[test]
     fn the_table_decides_what_is_rebuilt() {
-        crate::table::testkit::rebuilds_are_the_tables(SACCTMGR, &["show", "qos"], &[], &[], |a| {
+        crate::table::testkit::rebuilds_are_the_tables(&SACCTMGR, &["show", "qos"], &[], &[], |a| {
             let p = parse_sacctmgr(a).map_err(|e| e.to_string())?;
             Ok((p.real_args("me"), String::new()))
         });

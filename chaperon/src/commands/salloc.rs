@@ -7,11 +7,13 @@
 //! ends, and salloc relinquishes the allocation as it does after any command.
 
 use crate::call::{Call, Stdio};
+use crate::getopt::LongOpt;
 use crate::grammar::ValueKind::*;
 use crate::refusal::Refusal;
 use crate::scope::Entry;
+use crate::slurm_22_05;
 use crate::spawn::Io;
-use crate::table::{allow, any_of, deny, parse, Arity, GrammarError, OptSpec, Options};
+use crate::table::{allow, any_of, deny, parse_with, Arity, GrammarError, Options, Table, BELT_TAG};
 use crate::wire::{self, Response};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -87,69 +89,111 @@ pub fn cancel_left(state_dir: &std::path::Path, scancel: &std::path::Path, launc
 /// How long salloc has to relinquish the allocation once the caller has gone.
 const RELINQUISH: Duration = Duration::from_secs(10);
 
-/// The options an allocation may be asked with; everything else is refused or unknown.
-pub static SALLOC: &[OptSpec] = &[
-    allow("account", Some('A'), Val, Text),
-    allow("partition", Some('p'), Val, Text),
-    allow("qos", Some('q'), Val, Text),
-    allow("time", Some('t'), Val, Time),
-    allow("time-min", None, Val, Time),
-    allow("nodes", Some('N'), Val, Text),
-    allow("ntasks", Some('n'), Val, PositiveInt),
-    allow("ntasks-per-node", None, Val, PositiveInt),
-    allow("cpus-per-task", Some('c'), Val, PositiveInt),
-    allow("mem", None, Val, Memory),
-    allow("mem-per-cpu", None, Val, Memory),
-    allow("mem-per-gpu", None, Val, Memory),
-    allow("gres", None, Val, Text),
-    allow("gpus", Some('G'), Val, Text),
-    allow("gpus-per-node", None, Val, Text),
-    allow("gpus-per-task", None, Val, Text),
-    allow("cpus-per-gpu", None, Val, PositiveInt),
-    allow("constraint", Some('C'), Val, Text),
-    allow("exclusive", None, Opt, Choice(&["exclusive", "oversubscribe", "user", "mcs"])),
-    allow("oversubscribe", Some('s'), Flag, Any),
-    allow("nodelist", Some('w'), Val, NodeList),
-    allow("exclude", Some('x'), Val, NodeList),
-    allow("job-name", Some('J'), Val, JobName),
-    allow("comment", None, Val, Text),
-    allow("begin", Some('b'), Val, DateTime),
-    allow("deadline", None, Val, DateTime),
-    allow("nice", None, Opt, Nice),
-    allow("reservation", None, Val, Text),
-    allow("licenses", Some('L'), Val, Text),
-    allow("hint", None, Val, Text),
-    allow("threads-per-core", None, Val, PositiveInt),
-    allow("tmp", None, Val, Memory),
-    allow("wckey", None, Val, Text),
-    allow("immediate", Some('I'), Opt, Int),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("quiet", Some('Q'), Flag, Any),
-    allow("help", Some('h'), Flag, Any),
-    allow("usage", None, Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    deny("chdir", Some('D'), Val, "the command runs in the jail, from the directory salloc was called in"),
-    deny("no-shell", None, Flag, "an allocation without a command would outlive the call; give salloc a command"),
-    deny("dependency", Some('d'), Val, NOT_LISTED),
-    deny("uid", None, Val, "allocations are made as your own user only"),
-    deny("gid", None, Val, "allocations are made with your own groups only"),
-    deny("get-user-env", None, Opt, "the environment comes from the jail"),
-    deny("kill-command", Some('K'), Opt, "it signals a process on the login node outside the jail"),
-    deny("mail-type", None, Val, "mail is blocked in agent-sandbox"),
-    deny("mail-user", None, Val, "mail is blocked in agent-sandbox"),
-    deny("bell", None, Flag, NOT_LISTED),
-    deny("no-bell", None, Flag, NOT_LISTED),
-    deny("hold", Some('H'), Flag, NOT_LISTED),
-    deny("clusters", Some('M'), Val, NOT_LISTED),
-    deny("cluster", None, Val, NOT_LISTED),
-    deny("container", None, Val, NOT_LISTED),
-    deny("x11", None, Opt, NOT_LISTED),
-    deny("signal", None, Val, NOT_LISTED),
-    deny("nodefile", Some('F'), Val, "it names a file on the login node; use --nodelist"),
-    deny("propagate", None, Opt, "resource limits come from the sandbox policy"),
-    deny("bb", None, Val, NOT_LISTED),
-    deny("bbf", None, Val, NOT_LISTED),
-];
+/// Every option salloc 22.05 knows: those an allocation may be asked with, the others refused
+/// with the reason. Anything else is an unrecognized option.
+pub static SALLOC: Table = Table {
+    getopt: &slurm_22_05::SALLOC,
+    specs: &[
+        allow("account", Some('A'), Val, Text),
+        allow("partition", Some('p'), Val, Text),
+        allow("qos", Some('q'), Val, Text),
+        allow("time", Some('t'), Val, Time),
+        allow("time-min", None, Val, Time),
+        allow("nodes", Some('N'), Val, Text),
+        allow("ntasks", Some('n'), Val, PositiveInt),
+        allow("ntasks-per-node", None, Val, PositiveInt),
+        allow("cpus-per-task", Some('c'), Val, PositiveInt),
+        allow("mem", None, Val, Memory),
+        allow("mem-per-cpu", None, Val, Memory),
+        allow("mem-per-gpu", None, Val, Memory),
+        allow("gres", None, Val, Text),
+        allow("gpus", Some('G'), Val, Text),
+        allow("gpus-per-node", None, Val, Text),
+        allow("gpus-per-task", None, Val, Text),
+        allow("cpus-per-gpu", None, Val, PositiveInt),
+        allow("constraint", Some('C'), Val, Text),
+        allow("exclusive", None, Opt, Choice(&["exclusive", "oversubscribe", "user", "mcs"])),
+        allow("oversubscribe", Some('s'), Flag, Any),
+        allow("nodelist", Some('w'), Val, NodeList),
+        allow("exclude", Some('x'), Val, NodeList),
+        allow("job-name", Some('J'), Val, JobName),
+        allow("comment", None, Val, Text),
+        allow("begin", Some('b'), Val, DateTime),
+        allow("deadline", None, Val, DateTime),
+        allow("nice", None, Opt, Nice),
+        allow("reservation", None, Val, Text),
+        allow("licenses", Some('L'), Val, Text),
+        allow("hint", None, Val, Text),
+        allow("threads-per-core", None, Val, PositiveInt),
+        allow("tmp", None, Val, Memory),
+        allow("wckey", None, Val, Text),
+        allow("immediate", Some('I'), Opt, Int),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("quiet", Some('Q'), Flag, Any),
+        allow("help", Some('h'), Flag, Any),
+        allow("usage", None, Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        deny("chdir", Some('D'), Val, "the command runs in the jail, from the directory salloc was called in"),
+        deny("no-shell", None, Flag, "an allocation without a command would outlive the call; give salloc a command"),
+        deny("dependency", Some('d'), Val, NOT_LISTED),
+        deny("uid", None, Val, "allocations are made as your own user only"),
+        deny("gid", None, Val, "allocations are made with your own groups only"),
+        deny("get-user-env", None, Opt, "the environment comes from the jail"),
+        deny("kill-command", Some('K'), Opt, "it signals a process on the login node outside the jail"),
+        deny("mail-type", None, Val, "mail is blocked in agent-sandbox"),
+        deny("mail-user", None, Val, "mail is blocked in agent-sandbox"),
+        deny("bell", None, Flag, NOT_LISTED),
+        deny("no-bell", None, Flag, NOT_LISTED),
+        deny("hold", Some('H'), Flag, NOT_LISTED),
+        deny("clusters", Some('M'), Val, NOT_LISTED),
+        deny("cluster", None, Val, NOT_LISTED),
+        deny("container", None, Val, NOT_LISTED),
+        deny("x11", None, Opt, NOT_LISTED),
+        deny("signal", None, Val, NOT_LISTED),
+        deny("nodefile", Some('F'), Val, "it names a file on the login node; use --nodelist"),
+        deny("bb", None, Val, NOT_LISTED),
+        deny("bbf", None, Val, NOT_LISTED),
+        // The belt's (slurm-plugins/), where the site has it.
+        deny("agent-sandbox", None, Val, BELT_TAG),
+        // The rest of salloc 22.05: real options, not on the allow-list.
+        deny("tasks-per-node", None, Val, "use --ntasks-per-node, its allowed spelling"),
+        deny("acctg-freq", None, Val, NOT_LISTED),
+        deny("cluster-constraint", None, Val, NOT_LISTED),
+        deny("context", None, Val, NOT_LISTED),
+        deny("contiguous", None, Flag, NOT_LISTED),
+        deny("core-spec", Some('S'), Val, NOT_LISTED),
+        deny("cores-per-socket", None, Val, NOT_LISTED),
+        deny("cpu-freq", None, Val, NOT_LISTED),
+        deny("delay-boot", None, Val, NOT_LISTED),
+        deny("distribution", Some('m'), Val, NOT_LISTED),
+        deny("extra-node-info", Some('B'), Val, NOT_LISTED),
+        deny("gpu-bind", None, Val, NOT_LISTED),
+        deny("gpu-freq", None, Val, NOT_LISTED),
+        deny("gpus-per-socket", None, Val, NOT_LISTED),
+        deny("gres-flags", None, Val, NOT_LISTED),
+        deny("mcs-label", None, Val, NOT_LISTED),
+        deny("mem-bind", None, Val, NOT_LISTED),
+        deny("mincpus", None, Val, NOT_LISTED),
+        deny("network", None, Val, NOT_LISTED),
+        deny("no-kill", Some('k'), Opt, NOT_LISTED),
+        deny("ntasks-per-core", None, Val, NOT_LISTED),
+        deny("ntasks-per-gpu", None, Val, NOT_LISTED),
+        deny("ntasks-per-socket", None, Val, NOT_LISTED),
+        deny("ntasks-per-tres", None, Val, NOT_LISTED),
+        deny("overcommit", Some('O'), Flag, NOT_LISTED),
+        deny("power", None, Val, NOT_LISTED),
+        deny("prefer", None, Val, NOT_LISTED),
+        deny("priority", None, Val, NOT_LISTED),
+        deny("profile", None, Val, NOT_LISTED),
+        deny("reboot", None, Flag, NOT_LISTED),
+        deny("sockets-per-node", None, Val, NOT_LISTED),
+        deny("spread-job", None, Flag, NOT_LISTED),
+        deny("switches", None, Val, NOT_LISTED),
+        deny("thread-spec", None, Val, NOT_LISTED),
+        deny("use-min-nodes", None, Flag, NOT_LISTED),
+        deny("wait-all-nodes", None, Val, NOT_LISTED),
+    ],
+};
 
 /// What an salloc call asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -159,13 +203,15 @@ pub struct SallocRequest {
     pub command: Vec<String>,
 }
 
-pub fn parse_salloc(args: &[String]) -> Result<SallocRequest, GrammarError> {
+/// Parses an salloc call (arguments without the program name), with the options of the site's
+/// plugins the chaperon knows of (`plugins`: `Config::plugin_options`).
+pub fn parse_salloc(args: &[String], plugins: &'static [LongOpt]) -> Result<SallocRequest, GrammarError> {
     if args.iter().any(|a| a == ":") {
         return Err(GrammarError::Unsupported(
             "heterogeneous allocations (':' between components) are not supported in agent-sandbox",
         ));
     }
-    let p = parse(SALLOC, args, true)?;
+    let p = parse_with(&SALLOC, plugins, args)?;
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     Ok(SallocRequest { options, command: p.positionals })
 }
@@ -261,7 +307,7 @@ fn end_salloc(child: &mut crate::spawn::RealChild, cfg: &crate::session::Config,
 
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
-    let parsed = parse_salloc(&req.argv)?;
+    let parsed = parse_salloc(&req.argv, cfg.plugin_options())?;
     if any_of(&parsed.options, &["help", "usage", "version"]) {
         return call.run_with(written(&parsed.options), stdio);
     }
@@ -377,6 +423,26 @@ mod tests {
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn parse_salloc(a: &[String]) -> Result<SallocRequest, GrammarError> {
+        super::parse_salloc(a, &[])
+    }
+
+    #[test]
+    fn the_table_is_salloc_22_05() {
+        use crate::table::testkit::*;
+        entries_are_the_getopt_sets(&SALLOC, &[crate::getopt::BELT]);
+        table_is_sound(&SALLOC, 'v');
+        denied_with(&SALLOC, "no-shell", "outlive");
+        denied_with(&SALLOC, "agent-sandbox", "belt");
+        let e = parse_salloc(&args(&["--no"])).unwrap_err().to_string();
+        let all = "'--no-bell' '--no-kill' '--no-shell' '--nodefile' '--nodelist' '--nodes'";
+        assert_eq!(e, format!("option '--no' is ambiguous; possibilities: {all}"));
+        assert_eq!(
+            written(&parse_salloc(&args(&["--nodel=n1", "--job-n", "x"])).unwrap().options),
+            ["--nodelist=n1", "--job-name=x"]
+        );
     }
 
     #[test]

@@ -8,25 +8,29 @@ use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
 use crate::refusal::Refusal;
 use crate::scope::Scope;
-use crate::table::{allow, any_of, as_written, deny, parse, words, Arity, GrammarError, OptSpec, Options};
+use crate::slurm_22_05;
+use crate::table::{allow, any_of, as_written, deny, parse, words, Arity, GrammarError, Options, Table};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
 /// Every option sattach 22.05 knows. Anything else is unrecognized.
-pub static SATTACH: &[OptSpec] = &[
-    allow("input-filter", None, Val, Int),
-    allow("output-filter", None, Val, Int),
-    allow("error-filter", None, Val, Int),
-    allow("label", Some('l'), Flag, Any),
-    allow("layout", None, Flag, Any),
-    allow("quiet", Some('Q'), Flag, Any),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    allow("help", Some('h'), Flag, Any),
-    allow("usage", Some('u'), Flag, Any),
-    allow("pty", None, Flag, Any),
-    deny("debugger-test", None, Flag, "a test option of Slurm's own"),
-];
+pub static SATTACH: Table = Table {
+    getopt: &slurm_22_05::SATTACH,
+    specs: &[
+        allow("input-filter", None, Val, Int),
+        allow("output-filter", None, Val, Int),
+        allow("error-filter", None, Val, Int),
+        allow("label", Some('l'), Flag, Any),
+        allow("layout", None, Flag, Any),
+        allow("quiet", Some('Q'), Flag, Any),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        allow("help", Some('h'), Flag, Any),
+        allow("usage", Some('u'), Flag, Any),
+        allow("pty", None, Flag, Any),
+        deny("debugger-test", None, Flag, "a test option of Slurm's own"),
+    ],
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SattachRequest {
@@ -37,7 +41,7 @@ pub struct SattachRequest {
 }
 
 pub fn parse_sattach(args: &[String]) -> Result<SattachRequest, GrammarError> {
-    let p = parse(SATTACH, args, false)?;
+    let p = parse(&SATTACH, args)?;
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     let mut step = None;
     match p.positionals.as_slice() {
@@ -62,7 +66,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     let cfg = call.cfg;
     let own = cfg.registry().live_jobs(Scope::Session, &cfg.session, &cfg.project, cfg.cluster_name());
     in_scope(&own, parsed.step.iter().map(|r| r.job))?;
-    let mut args = as_written(SATTACH, &parsed.options);
+    let mut args = as_written(&SATTACH, &parsed.options);
     args.extend(words(&parsed.words));
     call.run_with(args, stdio)
 }
@@ -72,27 +76,10 @@ mod tests {
     use super::*;
     use crate::table::testkit::*;
 
-    /// sattach 22.05.8's options, from `sattach --help` and the installed binary.
-    const SLURM: &[&str] = &[
-        "input-filter",
-        "output-filter",
-        "error-filter",
-        "label",
-        "layout",
-        "quiet",
-        "verbose",
-        "version",
-        "help",
-        "usage",
-        "pty",
-        "debugger-test",
-    ];
-
     #[test]
     fn the_table_is_sattach_22_05() {
-        names_are_slurm_22_05(SATTACH, SLURM, &[]);
-        table_is_sound(SATTACH, 'l');
-        prefixes_are_unknown(SATTACH);
+        entries_are_the_getopt_sets(&SATTACH, &[]);
+        table_is_sound(&SATTACH, 'l');
     }
 
     #[test]

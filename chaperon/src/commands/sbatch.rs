@@ -7,14 +7,16 @@
 use crate::call::{Call, Stdio};
 use crate::checks::{cwd_of, dependencies_in_scope, open_in_project, read_capped, scope_of, under_project};
 use crate::export::{export_env, export_request};
+use crate::getopt::LongOpt;
 use crate::grammar::{clip, ValueKind};
 use crate::job::{self, JobDir, JobSpec, MAX_SCRIPT};
 use crate::refusal::Refusal;
 use crate::scope::Entry;
+use crate::slurm_22_05;
 use crate::spawn::Io;
 use crate::table::{
-    allow, as_written, deny, opt, parse, Arity, Class, GrammarError, OptSpec, APPLIED_IN_JAIL, CLUSTERS, EXPORT, MAIL,
-    MAX_ARGS, MAX_ARG_BYTES, OPENED_IN_JAIL,
+    allow, as_written, deny, opt, parse_with, Arity, Class, GrammarError, Table, APPLIED_IN_JAIL, BELT_TAG, CLUSTERS,
+    EXPORT, MAIL, MAX_ARGS, MAX_ARG_BYTES, OPENED_IN_JAIL,
 };
 use std::io::Write;
 use std::path::Path;
@@ -22,134 +24,131 @@ use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
 const NOT_LISTED: &str = "not on agent-sandbox's sbatch allow-list; ask your admin if a job needs it";
-const RUNS_OUTSIDE: &str = "it would run a program outside the jail on the node; do that setup in the batch script";
 const BURST_BUFFER: &str = "burst-buffer staging runs outside the jail; stage data from within the batch script";
 
 /// Every option the chaperon's sbatch knows. Anything else is an unrecognized option.
-pub static SBATCH: &[OptSpec] = &[
-    // Allowed (FEATURES C, the sbatch allow-list).
-    allow("account", Some('A'), Val, Text),
-    allow("partition", Some('p'), Val, Text),
-    allow("qos", Some('q'), Val, Text),
-    allow("time", Some('t'), Val, Time),
-    allow("time-min", None, Val, Time),
-    allow("nodes", Some('N'), Val, Text),
-    allow("ntasks", Some('n'), Val, PositiveInt),
-    allow("ntasks-per-node", None, Val, PositiveInt),
-    allow("ntasks-per-socket", None, Val, PositiveInt),
-    allow("ntasks-per-core", None, Val, PositiveInt),
-    allow("ntasks-per-gpu", None, Val, PositiveInt),
-    allow("cpus-per-task", Some('c'), Val, PositiveInt),
-    allow("mem", None, Val, Memory),
-    allow("mem-per-cpu", None, Val, Memory),
-    allow("mem-per-gpu", None, Val, Memory),
-    allow("gres", None, Val, Text),
-    allow("gpus", Some('G'), Val, Text),
-    allow("gpus-per-node", None, Val, Text),
-    allow("gpus-per-task", None, Val, Text),
-    allow("cpus-per-gpu", None, Val, PositiveInt),
-    allow("constraint", Some('C'), Val, Text),
-    allow("exclusive", None, Opt, Choice(&["exclusive", "oversubscribe", "user", "mcs"])),
-    allow("oversubscribe", Some('s'), Flag, Any),
-    allow("nodelist", Some('w'), Val, NodeList),
-    allow("exclude", Some('x'), Val, NodeList),
-    allow("array", Some('a'), Val, Text),
-    allow("dependency", Some('d'), Val, Dependency),
-    allow("job-name", Some('J'), Val, JobName).rebuilt("the chaperon names the job: yours, else its script's name"),
-    allow("output", Some('o'), Val, Path).rebuilt(OPENED_IN_JAIL),
-    allow("error", Some('e'), Val, Path).rebuilt(OPENED_IN_JAIL),
-    allow("input", Some('i'), Val, Path).rebuilt(OPENED_IN_JAIL),
-    // arg_set_open_mode reads only the first letter.
-    allow("open-mode", None, Val, Initial(&["append", "truncate"])).rebuilt(APPLIED_IN_JAIL),
-    allow("comment", None, Val, Text),
-    allow("begin", Some('b'), Val, DateTime),
-    allow("deadline", None, Val, DateTime),
-    allow("hold", Some('H'), Flag, Any),
-    // Negative is valid syntax; Slurm itself refuses it from a user who is not an operator.
-    allow("nice", None, Opt, Nice),
-    allow("priority", None, Val, Text),
-    allow("requeue", None, Flag, Any),
-    allow("no-requeue", None, Flag, Any),
-    allow("reservation", None, Val, Text),
-    allow("signal", None, Val, SbatchSignal),
-    allow("licenses", Some('L'), Val, Text),
-    allow("hint", None, Val, Text),
-    allow("distribution", Some('m'), Val, Text),
-    allow("mem-bind", None, Val, Text),
-    allow("cpu-freq", None, Val, Text),
-    allow("threads-per-core", None, Val, PositiveInt),
-    allow("switches", None, Val, Text),
-    allow("tmp", None, Val, Memory),
-    allow("wckey", None, Val, Text),
-    allow("kill-on-invalid-dep", None, Val, Choice(&["yes", "no"])),
-    allow("parsable", None, Flag, Any)
-        .rebuilt("the chaperon always asks for the job id alone and shows it as you asked"),
-    allow("test-only", None, Flag, Any),
-    allow("wait", Some('W'), Flag, Any),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("quiet", Some('Q'), Flag, Any),
-    allow("help", Some('h'), Flag, Any),
-    allow("usage", None, Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    // Recorded in the job dir and applied by `exec --job` inside the jail, never to the wrapper.
-    allow("export", None, Val, ExportSpec).rebuilt(EXPORT),
-    // A file or an fd number in Slurm; the chaperon reads it (resolved under the project) itself.
-    allow("export-file", None, Val, Path).rebuilt(APPLIED_IN_JAIL),
-    // Rebuilt: the chaperon sets what Slurm sees.
-    opt("wrap", None, Val, Class::Rebuilt("the chaperon writes the submitted batch script itself"), Any),
-    opt("chdir", Some('D'), Val, Class::Rebuilt("the working directory comes from the checked request"), Path),
-    // Denied (FEATURES C).
-    deny("uid", None, Val, "jobs run as your own user only"),
-    deny("gid", None, Val, "jobs run with your own groups only"),
-    deny("get-user-env", None, Opt, "it loads a login environment outside the jail; use --export instead"),
-    deny("propagate", None, Opt, "resource limits come from the sandbox policy, not from the jail's shell"),
-    deny("container", None, Val, "an OCI container would start outside the jail; run it from the batch script"),
-    deny("bb", None, Val, BURST_BUFFER),
-    deny("bbf", None, Val, BURST_BUFFER),
-    deny("mail-type", None, Val, MAIL),
-    deny("mail-user", None, Val, MAIL),
-    deny("clusters", Some('M'), Val, CLUSTERS),
-    deny("cluster", None, Val, CLUSTERS),
-    // srun options (not sbatch ones in 22.05) that FEATURES names: denied with the reason rather
-    // than "unrecognized", since an agent may well try them.
-    deny("prolog", None, Val, RUNS_OUTSIDE),
-    deny("epilog", None, Val, RUNS_OUTSIDE),
-    deny("task-prolog", None, Val, RUNS_OUTSIDE),
-    deny("task-epilog", None, Val, RUNS_OUTSIDE),
-    deny("bcast", None, Opt, "it copies files to nodes outside the jail; copy them from the batch script"),
-    // The rest of sbatch 22.05: real options, not on the allow-list.
-    deny("tasks-per-node", None, Val, "use --ntasks-per-node, its allowed spelling"),
-    deny("acctg-freq", None, Val, NOT_LISTED),
-    deny("batch", None, Val, NOT_LISTED),
-    deny("cluster-constraint", None, Val, CLUSTERS),
-    deny("context", None, Val, NOT_LISTED),
-    deny("contiguous", None, Flag, NOT_LISTED),
-    deny("core-spec", Some('S'), Val, NOT_LISTED),
-    deny("cores-per-socket", None, Val, NOT_LISTED),
-    deny("delay-boot", None, Val, NOT_LISTED),
-    deny("extra-node-info", Some('B'), Val, NOT_LISTED),
-    deny("gpu-bind", None, Val, NOT_LISTED),
-    deny("gpu-freq", None, Val, NOT_LISTED),
-    deny("gpus-per-socket", None, Val, NOT_LISTED),
-    deny("gres-flags", None, Val, NOT_LISTED),
-    deny("ignore-pbs", None, Flag, NOT_LISTED),
-    deny("mcs-label", None, Val, NOT_LISTED),
-    deny("mincpus", None, Val, NOT_LISTED),
-    deny("network", None, Val, NOT_LISTED),
-    deny("no-kill", Some('k'), Opt, NOT_LISTED),
-    deny("nodefile", Some('F'), Val, "it names a file on the login node; use --nodelist"),
-    deny("ntasks-per-tres", None, Val, NOT_LISTED),
-    deny("overcommit", Some('O'), Flag, NOT_LISTED),
-    deny("power", None, Val, NOT_LISTED),
-    deny("prefer", None, Val, NOT_LISTED),
-    deny("profile", None, Val, NOT_LISTED),
-    deny("reboot", None, Flag, NOT_LISTED),
-    deny("sockets-per-node", None, Val, NOT_LISTED),
-    deny("spread-job", None, Flag, NOT_LISTED),
-    deny("thread-spec", None, Val, NOT_LISTED),
-    deny("use-min-nodes", None, Flag, NOT_LISTED),
-    deny("wait-all-nodes", None, Val, NOT_LISTED),
-];
+pub static SBATCH: Table = Table {
+    getopt: &slurm_22_05::SBATCH,
+    specs: &[
+        // Allowed (FEATURES C, the sbatch allow-list).
+        allow("account", Some('A'), Val, Text),
+        allow("partition", Some('p'), Val, Text),
+        allow("qos", Some('q'), Val, Text),
+        allow("time", Some('t'), Val, Time),
+        allow("time-min", None, Val, Time),
+        allow("nodes", Some('N'), Val, Text),
+        allow("ntasks", Some('n'), Val, PositiveInt),
+        allow("ntasks-per-node", None, Val, PositiveInt),
+        allow("ntasks-per-socket", None, Val, PositiveInt),
+        allow("ntasks-per-core", None, Val, PositiveInt),
+        allow("ntasks-per-gpu", None, Val, PositiveInt),
+        allow("cpus-per-task", Some('c'), Val, PositiveInt),
+        allow("mem", None, Val, Memory),
+        allow("mem-per-cpu", None, Val, Memory),
+        allow("mem-per-gpu", None, Val, Memory),
+        allow("gres", None, Val, Text),
+        allow("gpus", Some('G'), Val, Text),
+        allow("gpus-per-node", None, Val, Text),
+        allow("gpus-per-task", None, Val, Text),
+        allow("cpus-per-gpu", None, Val, PositiveInt),
+        allow("constraint", Some('C'), Val, Text),
+        allow("exclusive", None, Opt, Choice(&["exclusive", "oversubscribe", "user", "mcs"])),
+        allow("oversubscribe", Some('s'), Flag, Any),
+        allow("nodelist", Some('w'), Val, NodeList),
+        allow("exclude", Some('x'), Val, NodeList),
+        allow("array", Some('a'), Val, Text),
+        allow("dependency", Some('d'), Val, Dependency),
+        allow("job-name", Some('J'), Val, JobName).rebuilt("the chaperon names the job: yours, else its script's name"),
+        allow("output", Some('o'), Val, Path).rebuilt(OPENED_IN_JAIL),
+        allow("error", Some('e'), Val, Path).rebuilt(OPENED_IN_JAIL),
+        allow("input", Some('i'), Val, Path).rebuilt(OPENED_IN_JAIL),
+        // arg_set_open_mode reads only the first letter.
+        allow("open-mode", None, Val, Initial(&["append", "truncate"])).rebuilt(APPLIED_IN_JAIL),
+        allow("comment", None, Val, Text),
+        allow("begin", Some('b'), Val, DateTime),
+        allow("deadline", None, Val, DateTime),
+        allow("hold", Some('H'), Flag, Any),
+        // Negative is valid syntax; Slurm itself refuses it from a user who is not an operator.
+        allow("nice", None, Opt, Nice),
+        allow("priority", None, Val, Text),
+        allow("requeue", None, Flag, Any),
+        allow("no-requeue", None, Flag, Any),
+        allow("reservation", None, Val, Text),
+        allow("signal", None, Val, SbatchSignal),
+        allow("licenses", Some('L'), Val, Text),
+        allow("hint", None, Val, Text),
+        allow("distribution", Some('m'), Val, Text),
+        allow("mem-bind", None, Val, Text),
+        allow("cpu-freq", None, Val, Text),
+        allow("threads-per-core", None, Val, PositiveInt),
+        allow("switches", None, Val, Text),
+        allow("tmp", None, Val, Memory),
+        allow("wckey", None, Val, Text),
+        allow("kill-on-invalid-dep", None, Val, Choice(&["yes", "no"])),
+        allow("parsable", None, Flag, Any)
+            .rebuilt("the chaperon always asks for the job id alone and shows it as you asked"),
+        allow("test-only", None, Flag, Any),
+        allow("wait", Some('W'), Flag, Any),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("quiet", Some('Q'), Flag, Any),
+        allow("help", Some('h'), Flag, Any),
+        allow("usage", None, Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        // Recorded in the job dir and applied by `exec --job` inside the jail, never to the wrapper.
+        allow("export", None, Val, ExportSpec).rebuilt(EXPORT),
+        // A file or an fd number in Slurm; the chaperon reads it (resolved under the project) itself.
+        allow("export-file", None, Val, Path).rebuilt(APPLIED_IN_JAIL),
+        // Rebuilt: the chaperon sets what Slurm sees.
+        opt("wrap", None, Val, Class::Rebuilt("the chaperon writes the submitted batch script itself"), Any),
+        opt("chdir", Some('D'), Val, Class::Rebuilt("the working directory comes from the checked request"), Path),
+        // Denied (FEATURES C).
+        deny("uid", None, Val, "jobs run as your own user only"),
+        deny("gid", None, Val, "jobs run with your own groups only"),
+        deny("get-user-env", None, Opt, "it loads a login environment outside the jail; use --export instead"),
+        deny("propagate", None, Opt, "resource limits come from the sandbox policy, not from the jail's shell"),
+        deny("container", None, Val, "an OCI container would start outside the jail; run it from the batch script"),
+        deny("bb", None, Val, BURST_BUFFER),
+        deny("bbf", None, Val, BURST_BUFFER),
+        deny("mail-type", None, Val, MAIL),
+        deny("mail-user", None, Val, MAIL),
+        deny("clusters", Some('M'), Val, CLUSTERS),
+        deny("cluster", None, Val, CLUSTERS),
+        // The belt's (slurm-plugins/), where the site has it: the chaperon tags the job itself.
+        deny("agent-sandbox", None, Val, BELT_TAG),
+        // The rest of sbatch 22.05: real options, not on the allow-list.
+        deny("tasks-per-node", None, Val, "use --ntasks-per-node, its allowed spelling"),
+        deny("acctg-freq", None, Val, NOT_LISTED),
+        deny("batch", None, Val, NOT_LISTED),
+        deny("cluster-constraint", None, Val, CLUSTERS),
+        deny("context", None, Val, NOT_LISTED),
+        deny("contiguous", None, Flag, NOT_LISTED),
+        deny("core-spec", Some('S'), Val, NOT_LISTED),
+        deny("cores-per-socket", None, Val, NOT_LISTED),
+        deny("delay-boot", None, Val, NOT_LISTED),
+        deny("extra-node-info", Some('B'), Val, NOT_LISTED),
+        deny("gpu-bind", None, Val, NOT_LISTED),
+        deny("gpu-freq", None, Val, NOT_LISTED),
+        deny("gpus-per-socket", None, Val, NOT_LISTED),
+        deny("gres-flags", None, Val, NOT_LISTED),
+        deny("ignore-pbs", None, Flag, NOT_LISTED),
+        deny("mcs-label", None, Val, NOT_LISTED),
+        deny("mincpus", None, Val, NOT_LISTED),
+        deny("network", None, Val, NOT_LISTED),
+        deny("no-kill", Some('k'), Opt, NOT_LISTED),
+        deny("nodefile", Some('F'), Val, "it names a file on the login node; use --nodelist"),
+        deny("ntasks-per-tres", None, Val, NOT_LISTED),
+        deny("overcommit", Some('O'), Flag, NOT_LISTED),
+        deny("power", None, Val, NOT_LISTED),
+        deny("prefer", None, Val, NOT_LISTED),
+        deny("profile", None, Val, NOT_LISTED),
+        deny("reboot", None, Flag, NOT_LISTED),
+        deny("sockets-per-node", None, Val, NOT_LISTED),
+        deny("spread-job", None, Flag, NOT_LISTED),
+        deny("thread-spec", None, Val, NOT_LISTED),
+        deny("use-min-nodes", None, Flag, NOT_LISTED),
+        deny("wait-all-nodes", None, Val, NOT_LISTED),
+    ],
+};
 
 /// Options sbatch handles only in its first pass over the command line: in a `#SBATCH` line
 /// Slurm 22.05 parses them and then ignores them (`sbatch_early_pass` in slurm_opt.c).
@@ -310,14 +309,18 @@ pub fn parse_directives(script: &str) -> Result<Vec<String>, GrammarError> {
 /// Parses an sbatch call: the command line `args` (without the program name) and, when the
 /// stub read one (from the script argument or stdin), the script's text for its directives.
 /// Both go through `SBATCH`, so a denied option is refused the same way wherever it appears.
-pub fn parse_sbatch(args: &[String], script: Option<&str>) -> Result<SbatchRequest, GrammarError> {
+pub fn parse_sbatch(
+    args: &[String],
+    script: Option<&str>,
+    plugins: &'static [LongOpt],
+) -> Result<SbatchRequest, GrammarError> {
     // sbatch drops every ":" argument and submits the pieces as a heterogeneous job.
     if args.iter().any(|a| a == ":") {
         return Err(GrammarError::Unsupported(
             "heterogeneous jobs (':' between components) are not supported in agent-sandbox; submit them separately",
         ));
     }
-    let cli = parse(SBATCH, args, true)?;
+    let cli = parse_with(&SBATCH, plugins, args)?;
     let wrap = cli.options.iter().any(|(s, _)| s.long == "wrap");
     if wrap && !cli.positionals.is_empty() {
         return Err(GrammarError::Usage("Script arguments not permitted with --wrap option"));
@@ -328,7 +331,7 @@ pub fn parse_sbatch(args: &[String], script: Option<&str>) -> Result<SbatchReque
 
     let mut options = Vec::new();
     if let Some(script) = script {
-        let directives = parse(SBATCH, &parse_directives(script)?, true)?;
+        let directives = parse_with(&SBATCH, plugins, &parse_directives(script)?)?;
         // getopt stops at the first word that is not an option, and sbatch exits naming it.
         if let Some(word) = directives.positionals.first() {
             return Err(GrammarError::InvalidDirective(clip(word)));
@@ -400,7 +403,7 @@ impl SbatchRequest {
             format!("--output={out}"),
             format!("--error={out}"),
         ];
-        args.extend(as_written(SBATCH, &self.options));
+        args.extend(as_written(&SBATCH, &self.options));
         args
     }
 }
@@ -411,7 +414,7 @@ impl SbatchRequest {
 /// which re-enters the jail on the node. The job id is recorded in scope at submission.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
-    let first = parse_sbatch(&req.argv, None)?;
+    let first = parse_sbatch(&req.argv, None, cfg.plugin_options())?;
     let cwd = cwd_of(req, cfg)?;
     let cluster = cfg.cluster_to_record()?;
     // sbatch opens its script argument with open(2): `/dev/stdin` (Snakemake's
@@ -443,7 +446,11 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     };
     call.audit.script_bytes = Some(script.len());
     call.audit.script_hash = Some(fingerprint(script.as_bytes()));
-    let parsed = if first.last("wrap").is_some() { first } else { parse_sbatch(&req.argv, Some(&script))? };
+    let parsed = if first.last("wrap").is_some() {
+        first
+    } else {
+        parse_sbatch(&req.argv, Some(&script), cfg.plugin_options())?
+    };
     let asked = parsed.asked(default_name);
 
     // Where the job runs: --chdir (rebuilt: checked against the project) or the caller's cwd.
@@ -571,8 +578,9 @@ fn fingerprint(data: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getopt::GetoptError;
     use crate::grammar::validate;
-    use crate::table::Parsed;
+    use crate::table::{parse, OptSpec, Parsed};
     use std::collections::HashSet;
 
     fn argv(a: &[&str]) -> Vec<String> {
@@ -580,7 +588,7 @@ mod tests {
     }
 
     fn spec(long: &str) -> &'static OptSpec {
-        SBATCH.iter().find(|s| s.long == long).unwrap_or_else(|| panic!("--{long} not in SBATCH"))
+        SBATCH.specs.iter().find(|s| s.long == long).unwrap_or_else(|| panic!("--{long} not in SBATCH"))
     }
 
     fn pairs(p: &Parsed) -> Vec<(&'static str, Option<&str>)> {
@@ -589,11 +597,6 @@ mod tests {
 
     fn owned(p: &Parsed) -> Vec<(&'static str, Option<String>)> {
         p.options.iter().map(|(s, v)| (s.long, v.clone())).collect()
-    }
-
-    /// A value each kind accepts, for round trips.
-    fn sample(kind: ValueKind) -> &'static str {
-        crate::table::testkit::sample(kind)
     }
 
     /// FEATURES section C's sbatch allow-list, verbatim.
@@ -669,23 +672,24 @@ mod tests {
 
     #[test]
     fn the_allow_list_is_exactly_features_section_c() {
-        let allowed: HashSet<&str> = SBATCH.iter().filter(|s| s.class == Class::Allowed).map(|s| s.long).collect();
+        let allowed: HashSet<&str> =
+            SBATCH.specs.iter().filter(|s| s.class == Class::Allowed).map(|s| s.long).collect();
         assert_eq!(allowed, FEATURES_ALLOWED.iter().copied().collect::<HashSet<_>>());
     }
 
     #[test]
     fn features_denials_and_rebuilds_are_in_the_table() {
+        // srun's options that FEATURES names are no sbatch options: sbatch's own words refuse them.
+        for long in ["prolog", "epilog", "task-prolog", "task-epilog", "bcast"] {
+            let e = parse(&SBATCH, &argv(&[&format!("--{long}=x")]));
+            assert_eq!(e, Err(GetoptError::Unrecognized(format!("{long}=x")).into()), "--{long}");
+        }
         for long in [
             "uid",
             "gid",
             "get-user-env",
             "propagate",
-            "prolog",
-            "epilog",
-            "task-prolog",
-            "task-epilog",
             "container",
-            "bcast",
             "bb",
             "bbf",
             "mail-type",
@@ -701,10 +705,12 @@ mod tests {
     }
 
     #[test]
-    fn long_names_and_short_forms_are_unique() {
-        // The table checks every command's table gets (unique names, one-line reasons, every
-        // spelling of every option), with -H (--hold) as the flag to cluster with.
-        crate::table::testkit::table_is_sound(SBATCH, 'H');
+    fn the_table_is_sbatch_22_05() {
+        // Every option of the real sbatch, and the belt's, has its entry; the checks every
+        // command's table gets (unique names, one-line reasons, every spelling of every
+        // option), with -H (--hold) as the flag to cluster with.
+        crate::table::testkit::entries_are_the_getopt_sets(&SBATCH, &[crate::getopt::BELT]);
+        crate::table::testkit::table_is_sound(&SBATCH, 'H');
     }
 
     #[test]
@@ -745,15 +751,15 @@ mod tests {
             ('w', "nodelist"),
             ('x', "exclude"),
         ];
-        let table: HashSet<(char, &str)> = SBATCH.iter().filter_map(|s| s.short.map(|c| (c, s.long))).collect();
+        let table: HashSet<(char, &str)> = SBATCH.specs.iter().filter_map(|s| s.short.map(|c| (c, s.long))).collect();
         assert_eq!(table, expected.into_iter().collect());
     }
 
     #[test]
     fn optional_values_are_those_of_slurm_22_05() {
         let optional: HashSet<&str> =
-            SBATCH.iter().filter(|s| s.arity == Arity::OptionalValue).map(|s| s.long).collect();
-        let expected = ["exclusive", "nice", "get-user-env", "propagate", "no-kill", "bcast"];
+            SBATCH.specs.iter().filter(|s| s.arity == Arity::OptionalValue).map(|s| s.long).collect();
+        let expected = ["exclusive", "nice", "get-user-env", "propagate", "no-kill"];
         assert_eq!(optional, expected.into_iter().collect());
         for flag in ["oversubscribe", "hold", "requeue", "no-requeue", "parsable", "test-only", "wait", "verbose"] {
             assert_eq!(spec(flag).arity, Arity::Flag, "--{flag}");
@@ -762,101 +768,34 @@ mod tests {
     }
 
     #[test]
-    fn every_denied_or_rebuilt_option_has_a_one_line_reason() {
-        for s in SBATCH {
-            if let Class::Denied(r) | Class::Rebuilt(r) = s.class {
-                assert!(!r.trim().is_empty(), "--{} has no reason", s.long);
-                assert!(!r.chars().any(char::is_control), "--{} reason is not one line", s.long);
-                assert!(r.len() <= 100, "--{} reason is too long for one line", s.long);
-            }
-        }
-    }
-
-    #[test]
-    fn every_long_option_round_trips_through_the_parser() {
-        for s in SBATCH {
-            let long = format!("--{}", s.long);
-            let v = sample(s.value);
-            let with_eq = format!("{long}={v}");
-            if let Class::Denied(reason) = s.class {
-                for a in [vec![long.clone()], vec![with_eq.clone()], vec![long.clone(), v.to_string()]] {
-                    let want = GrammarError::Denied { opt: long.clone(), reason };
-                    assert_eq!(parse(SBATCH, &a, true), Err(want), "{a:?}");
-                }
-                continue;
-            }
-            let one = |a: Vec<String>| owned(&parse(SBATCH, &a, true).unwrap_or_else(|e| panic!("{a:?}: {e}")));
-            let val = Some(v.to_string());
-            match s.arity {
-                Arity::Flag => {
-                    assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
-                    assert_eq!(parse(SBATCH, &[with_eq], true), Err(GrammarError::UnexpectedValue(long)));
-                }
-                Arity::Value => {
-                    assert_eq!(one(vec![with_eq]), [(s.long, val.clone())]);
-                    assert_eq!(one(vec![long.clone(), v.to_string()]), [(s.long, val)]);
-                    let missing = parse(SBATCH, std::slice::from_ref(&long), true);
-                    assert_eq!(missing, Err(GrammarError::MissingValue(long)));
-                }
-                Arity::OptionalValue => {
-                    assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
-                    assert_eq!(one(vec![with_eq]), [(s.long, val)]);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn every_short_form_works_alone_and_clustered() {
-        for s in SBATCH {
-            let Some(c) = s.short else { continue };
-            let v = sample(s.value);
-            let got = |a: &[String]| {
-                parse(SBATCH, a, true)
-                    .map(|p| pairs(&p).into_iter().map(|(l, v)| (l, v.map(String::from))).collect::<Vec<_>>())
-            };
-            if let Class::Denied(reason) = s.class {
-                let want = Err(GrammarError::Denied { opt: format!("-{c} (--{})", s.long), reason });
-                assert_eq!(got(&[format!("-{c}{v}")]), want);
-                assert_eq!(got(&[format!("-vv{c}"), v.to_string()]), want, "clustered after flags");
-                continue;
-            }
-            match s.arity {
-                Arity::Flag => {
-                    assert_eq!(got(&[format!("-{c}")]), Ok(vec![(s.long, None)]));
-                    let both = Ok(vec![(s.long, None), ("hold", None), (s.long, None)]);
-                    assert_eq!(got(&[format!("-{c}H{c}")]), both, "clustered");
-                }
-                Arity::Value | Arity::OptionalValue => {
-                    let one = Ok(vec![(s.long, Some(v.to_string()))]);
-                    assert_eq!(got(&[format!("-{c}{v}")]), one);
-                    assert_eq!(got(&[format!("-Hv{c}{v}")]).map(|o| o[2..].to_vec()), one, "after clustered flags");
-                    if s.arity == Arity::Value {
-                        assert_eq!(got(&[format!("-{c}"), v.to_string()]), one);
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn no_allowed_option_accepts_a_newline_or_nul() {
-        for s in SBATCH.iter().filter(|s| s.arity != Arity::Flag && !matches!(s.class, Class::Denied(_))) {
-            for bad in ["\n", "\0", "\r", "\u{1b}[2J"] {
-                let v = format!("{}{bad}x", sample(s.value));
-                let a = [format!("--{}={v}", s.long)];
-                assert!(matches!(parse(SBATCH, &a, true), Err(GrammarError::BadValue { .. })), "{a:?}");
-                assert!(validate(s.value, &v).is_err());
-            }
-        }
-    }
-
-    #[test]
-    fn prefixes_of_real_options_are_unknown() {
-        for p in ["--acc", "--accoun", "--part=x", "--exp=ALL", "--wra=x", "--ch=/"] {
-            let name = p.split('=').next().unwrap();
-            assert_eq!(parse(SBATCH, &argv(&[p]), true), Err(GrammarError::Unknown(name.into())));
-        }
+    fn prefixes_are_the_options_they_begin_as_sbatch_reads_them() {
+        let got = |a: &[&str]| parse(&SBATCH, &argv(a)).map(|p| owned(&p));
+        assert_eq!(got(&["--accoun=a"]), Ok(vec![("account", Some("a".into()))]));
+        assert_eq!(got(&["--part", "x"]), Ok(vec![("partition", Some("x".into()))]));
+        assert_eq!(got(&["--wra=x"]), Ok(vec![("wrap", Some("x".into()))]), "rebuilt, whatever its spelling");
+        assert_eq!(got(&["--ch=/"]), Ok(vec![("chdir", Some("/".into()))]), "rebuilt, whatever its spelling");
+        let ambiguous = |typed: &str, possibilities: &[&'static str]| {
+            Err(GetoptError::Ambiguous { typed: typed.into(), possibilities: possibilities.to_vec() }.into())
+        };
+        assert_eq!(got(&["--acc"]), ambiguous("acc", &["account", "acctg-freq"]));
+        assert_eq!(got(&["--exp=ALL"]), ambiguous("exp=ALL", &["export", "export-file"]));
+        assert_eq!(got(&["--pro"]), ambiguous("pro", &["profile", "propagate"]));
+        let e = got(&["--m=1"]).unwrap_err().to_string();
+        let m = "'--mail-type' '--mail-user' '--mcs-label' '--mem' '--mem-bind' '--mem-per-cpu' '--mem-per-gpu' '--mincpus'";
+        assert_eq!(e, format!("option '--m=1' is ambiguous; possibilities: {m}"));
+        // A denied option is refused by any prefix that names it, named in full.
+        let e = got(&["--ui=0"]).unwrap_err().to_string();
+        assert_eq!(e, "option --ui (--uid) is not allowed in agent-sandbox: jobs run as your own user only");
+        // srun's --prolog is no sbatch option: unrecognized, as sbatch says.
+        assert_eq!(got(&["--prolog=x"]), Err(GetoptError::Unrecognized("prolog=x".into()).into()));
+        // Where the site has the belt, --ag is its option (refused), and --a lists it last.
+        static BELT: &[crate::getopt::LongOpt] = &[crate::getopt::BELT];
+        let with_belt = |a: &[&str]| crate::table::parse_with(&SBATCH, BELT, &argv(a)).map(|p| owned(&p));
+        assert!(
+            matches!(with_belt(&["--ag=/x"]), Err(GrammarError::Denied { ref opt, .. }) if opt == "--ag (--agent-sandbox)")
+        );
+        assert_eq!(got(&["--ag=/x"]), Err(GetoptError::Unrecognized("ag=/x".into()).into()));
+        assert_eq!(with_belt(&["--a"]), ambiguous("a", &["account", "acctg-freq", "array", "agent-sandbox"]));
     }
 
     const HEAD: &str = "#!/bin/bash\n";
@@ -866,7 +805,7 @@ mod tests {
     }
 
     fn directives(body: &str) -> Result<Parsed, GrammarError> {
-        parse(SBATCH, &parse_directives(&format!("{HEAD}{body}"))?, true)
+        parse(&SBATCH, &parse_directives(&format!("{HEAD}{body}"))?)
     }
 
     #[test]
@@ -887,8 +826,18 @@ mod tests {
 
     #[test]
     fn directive_after_a_tab_is_still_read() {
-        let e = directives("#SBATCH\t--prolog=x\n").unwrap_err();
-        assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "--prolog"), "{e:?}");
+        let e = directives("#SBATCH\t--get-user-env\n").unwrap_err();
+        assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "--get-user-env"), "{e:?}");
+    }
+
+    #[test]
+    fn directives_are_read_with_prefixes_as_sbatch_reads_them() {
+        let p = directives("#SBATCH --job-n=x --nodel n1\n#SBATCH --part=debug\n").unwrap();
+        assert_eq!(pairs(&p), [("job-name", Some("x")), ("nodelist", Some("n1")), ("partition", Some("debug"))]);
+        let e = directives("#SBATCH --m=1\n").unwrap_err();
+        assert!(matches!(e, GrammarError::Getopt(GetoptError::Ambiguous { ref typed, .. }) if typed == "m=1"), "{e:?}");
+        let e = directives("#SBATCH --ge\n").unwrap_err();
+        assert!(matches!(e, GrammarError::Denied { ref opt, .. } if opt == "--ge (--get-user-env)"), "{e:?}");
     }
 
     #[test]
@@ -961,7 +910,7 @@ mod tests {
     }
 
     fn sbatch(a: &[&str], script: Option<&str>) -> Result<SbatchRequest, GrammarError> {
-        parse_sbatch(&argv(a), script)
+        parse_sbatch(&argv(a), script, &[])
     }
 
     #[test]
@@ -1056,11 +1005,11 @@ mod tests {
 
     fn token(rng: &mut Rng) -> String {
         match rng.below(4) {
-            0 => format!("--{}", rng.pick(SBATCH).long),
-            1 => format!("-{}", rng.pick(SBATCH).short.unwrap_or('v')),
+            0 => format!("--{}", rng.pick(SBATCH.specs).long),
+            1 => format!("-{}", rng.pick(SBATCH.specs).short.unwrap_or('v')),
             2 => format!(
                 "--{}={}",
-                rng.pick(SBATCH).long,
+                rng.pick(SBATCH.specs).long,
                 (0..rng.below(4)).map(|_| *rng.pick(ATOMS)).collect::<String>()
             ),
             _ => (0..rng.below(6)).map(|_| *rng.pick(ATOMS)).collect(),
@@ -1100,7 +1049,7 @@ mod tests {
                 script.push('\n');
             }
             let script = (rng.below(4) != 0).then_some(script.as_str());
-            let r = parse_sbatch(&args, script);
+            let r = parse_sbatch(&args, script, &[]);
             outcomes[r.is_ok() as usize] += 1;
             if let Err(e) = r {
                 let shown = e.to_string();
@@ -1111,7 +1060,7 @@ mod tests {
                 let _ = validate(*rng.pick(&kinds), a);
                 let _ = crate::grammar::dependency_job_ids(a);
             }
-            let _ = parse(SBATCH, &args, false);
+            let _ = parse(&SBATCH, &args);
         }
         // The generator must reach both sides, or it tests nothing.
         assert!(outcomes[0] > 1000 && outcomes[1] > 1000, "{outcomes:?}");
@@ -1119,8 +1068,8 @@ mod tests {
 
     #[test]
     fn the_table_decides_what_is_rebuilt() {
-        crate::table::testkit::rebuilds_are_the_tables(SBATCH, &[], &[], &["array"], |a| {
-            let p = parse_sbatch(a, None).map_err(|e| e.to_string())?;
+        crate::table::testkit::rebuilds_are_the_tables(&SBATCH, &[], &[], &["array"], |a| {
+            let p = parse_sbatch(a, None, &[]).map_err(|e| e.to_string())?;
             let asked = p.asked("sbatch".into());
             let args = p.real_args(&asked.job_name, Path::new("/p"), Path::new("/p/.jobs/wrapper.out"));
             Ok((args, format!("{asked:?}")))

@@ -9,9 +9,10 @@ use crate::checks::{jobs_in_scope, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_ref, JobRef, RANGES_AND_STEPS};
 use crate::refusal::Refusal;
+use crate::slurm_22_05;
 use crate::spawn::Io;
 use crate::table::{
-    allow, any_of, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options,
+    allow, any_of, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, Options, Table,
     BURST_BUFFER, CLUSTERS,
 };
 use Arity::{Flag, Value as Val};
@@ -20,35 +21,38 @@ use ValueKind::*;
 const NOT_LISTED: &str = "not on agent-sandbox's scancel allow-list; ask your admin if you need it";
 
 /// Every option scancel 22.05 knows. Anything else is an unrecognized option.
-pub static SCANCEL: &[OptSpec] = &[
-    allow("account", Some('A'), Val, Text),
-    allow("batch", Some('b'), Flag, Any),
-    allow("ctld", None, Flag, Any),
-    allow("full", Some('f'), Flag, Any),
-    allow("help", None, Flag, Any),
-    allow("me", None, Flag, Any).rebuilt("scancel is given the scope's job ids instead"),
-    allow("name", Some('n'), Val, Text),
-    allow("jobname", None, Val, Text),
-    allow("nodelist", Some('w'), Val, NodeList),
-    allow("partition", Some('p'), Val, Text),
-    allow("qos", Some('q'), Val, Text),
-    allow("quiet", Some('Q'), Flag, Any),
-    allow("reservation", Some('R'), Val, Text),
-    // A name or number only (scancel reads it with sig_name2num alone, no `B:` or `@time`).
-    allow("signal", Some('s'), Val, SignalName),
-    allow("state", Some('t'), Val, Choice(&["PENDING", "PD", "RUNNING", "R", "SUSPENDED", "S"])),
-    allow("usage", None, Flag, Any),
-    // Recorded in `users`: the chaperon refuses any user but the caller.
-    allow("user", Some('u'), Val, Text).rebuilt("checked to be you; scancel is given the scope's job ids instead"),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    allow("wckey", None, Val, Text),
-    deny("interactive", Some('i'), Flag, "it asks for confirmation on a terminal; name the jobs to cancel instead"),
-    deny("hurry", Some('H'), Flag, BURST_BUFFER),
-    deny("clusters", Some('M'), Val, CLUSTERS),
-    deny("cluster", None, Val, CLUSTERS),
-    deny("sibling", None, Val, NOT_LISTED),
-];
+pub static SCANCEL: Table = Table {
+    getopt: &slurm_22_05::SCANCEL,
+    specs: &[
+        allow("account", Some('A'), Val, Text),
+        allow("batch", Some('b'), Flag, Any),
+        allow("ctld", None, Flag, Any),
+        allow("full", Some('f'), Flag, Any),
+        allow("help", None, Flag, Any),
+        allow("me", None, Flag, Any).rebuilt("scancel is given the scope's job ids instead"),
+        allow("name", Some('n'), Val, Text),
+        allow("jobname", None, Val, Text),
+        allow("nodelist", Some('w'), Val, NodeList),
+        allow("partition", Some('p'), Val, Text),
+        allow("qos", Some('q'), Val, Text),
+        allow("quiet", Some('Q'), Flag, Any),
+        allow("reservation", Some('R'), Val, Text),
+        // A name or number only (scancel reads it with sig_name2num alone, no `B:` or `@time`).
+        allow("signal", Some('s'), Val, SignalName),
+        allow("state", Some('t'), Val, Choice(&["PENDING", "PD", "RUNNING", "R", "SUSPENDED", "S"])),
+        allow("usage", None, Flag, Any),
+        // Recorded in `users`: the chaperon refuses any user but the caller.
+        allow("user", Some('u'), Val, Text).rebuilt("checked to be you; scancel is given the scope's job ids instead"),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        allow("wckey", None, Val, Text),
+        deny("interactive", Some('i'), Flag, "it asks for confirmation on a terminal; name the jobs to cancel instead"),
+        deny("hurry", Some('H'), Flag, BURST_BUFFER),
+        deny("clusters", Some('M'), Val, CLUSTERS),
+        deny("cluster", None, Val, CLUSTERS),
+        deny("sibling", None, Val, NOT_LISTED),
+    ],
+};
 
 /// The options that pick jobs without naming them. scancel refuses a call with none of these
 /// and no job id, rather than cancel nothing (or everything).
@@ -76,7 +80,7 @@ impl ScancelRequest {
 /// Parses a scancel call (arguments without the program name). scancel's getopt permutes, so
 /// job ids and options may mix; every argument that is not an option is one job id.
 pub fn parse_scancel(args: &[String]) -> Result<ScancelRequest, GrammarError> {
-    let p = parse(SCANCEL, args, false)?;
+    let p = parse(&SCANCEL, args)?;
     let mut users = Vec::new();
     for (s, v) in &p.options {
         match (s.long, v.as_deref()) {
@@ -103,7 +107,7 @@ impl ScancelRequest {
     /// The real scancel's arguments: the caller's options the table passes as written, then
     /// the jobs to cancel (`targets`: those named, or with filters alone the scope's).
     fn real_args(&self, targets: Vec<String>) -> Vec<String> {
-        let mut args = as_written(SCANCEL, &self.options);
+        let mut args = as_written(&SCANCEL, &self.options);
         args.extend(targets);
         args
     }
@@ -150,37 +154,9 @@ fn live_ids(text: &str) -> std::collections::BTreeSet<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getopt::GetoptError;
     use crate::jobid::{Step, Tasks};
     use crate::table::testkit::*;
-
-    /// scancel 22.05.8's getopt_long table, read from the installed binary.
-    const SLURM: &[&str] = &[
-        "account",
-        "batch",
-        "ctld",
-        "full",
-        "help",
-        "hurry",
-        "interactive",
-        "cluster",
-        "clusters",
-        "jobname",
-        "me",
-        "name",
-        "nodelist",
-        "partition",
-        "qos",
-        "quiet",
-        "reservation",
-        "sibling",
-        "signal",
-        "state",
-        "usage",
-        "user",
-        "verbose",
-        "version",
-        "wckey",
-    ];
 
     fn sc(a: &[&str]) -> Result<ScancelRequest, GrammarError> {
         parse_scancel(&argv(a))
@@ -194,12 +170,11 @@ mod tests {
 
     #[test]
     fn the_table_is_scancel_22_05() {
-        names_are_slurm_22_05(SCANCEL, SLURM, &[]);
-        table_is_sound(SCANCEL, 'Q');
-        prefixes_are_unknown(SCANCEL);
+        entries_are_the_getopt_sets(&SCANCEL, &[]);
+        table_is_sound(&SCANCEL, 'Q');
         // From the optstring "A:bfHiM:n:p:Qq:R:s:t:u:vVw:".
         shorts_are(
-            SCANCEL,
+            &SCANCEL,
             &[
                 ('A', "account"),
                 ('b', "batch"),
@@ -220,14 +195,14 @@ mod tests {
                 ('w', "nodelist"),
             ],
         );
-        optional_values_are(SCANCEL, &[]);
+        optional_values_are(&SCANCEL, &[]);
     }
 
     #[test]
     fn denials_carry_their_reason() {
-        denied_with(SCANCEL, "interactive", "terminal");
-        denied_with(SCANCEL, "hurry", "burst-buffer");
-        denied_with(SCANCEL, "clusters", "local cluster");
+        denied_with(&SCANCEL, "interactive", "terminal");
+        denied_with(&SCANCEL, "hurry", "burst-buffer");
+        denied_with(&SCANCEL, "clusters", "local cluster");
         let e = sc(&["-Qi", "5"]).unwrap_err().to_string();
         assert!(e.starts_with("option -i (--interactive) is not allowed in agent-sandbox: "), "{e}");
         assert!(matches!(sc(&["5", "--sibling=x"]), Err(GrammarError::Denied { .. })), "after a job id too");
@@ -293,20 +268,23 @@ mod tests {
 
     #[test]
     fn unknown_options_and_caps() {
-        assert_eq!(sc(&["--signa=9", "1"]), Err(GrammarError::Unknown("--signa".into())));
-        assert_eq!(sc(&["-x", "1"]), Err(GrammarError::Unknown("-x".into())));
+        assert_eq!(sc(&["--signa=9", "1"]).unwrap().last("signal"), Some(Some("9")), "a prefix of --signal");
+        assert_eq!(sc(&["--signals=9", "1"]), Err(GetoptError::Unrecognized("signals=9".into()).into()));
+        assert_eq!(sc(&["-x", "1"]), Err(GetoptError::InvalidShort('x').into()));
+        let e = sc(&["--s=9", "1"]).unwrap_err().to_string();
+        assert_eq!(e, "option '--s=9' is ambiguous; possibilities: '--sibling' '--signal' '--state'");
         let many = vec!["1".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_scancel(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
-        never_panics(SCANCEL, &["12", "1_[2-3]", "3.0", "4_5.batch"], 0x5eed_0000_5ca1_0001, parse_scancel);
+        never_panics(&SCANCEL, &["12", "1_[2-3]", "3.0", "4_5.batch"], 0x5eed_0000_5ca1_0001, parse_scancel);
     }
 
     #[test]
     fn the_table_decides_what_is_rebuilt() {
-        crate::table::testkit::rebuilds_are_the_tables(SCANCEL, &["5"], &[], &[], |a| {
+        crate::table::testkit::rebuilds_are_the_tables(&SCANCEL, &["5"], &[], &[], |a| {
             let p = parse_scancel(a).map_err(|e| e.to_string())?;
             let targets = p.jobs.iter().map(|r| r.to_string()).collect();
             Ok((p.real_args(targets), String::new()))

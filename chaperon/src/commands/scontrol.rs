@@ -12,10 +12,11 @@ use crate::checks::{dependencies_in_scope, in_scope, jobs_in_scope};
 use crate::grammar::{validate, ValueKind};
 use crate::jobid::{parse_job_list, parse_job_ref, JobRef, PLAIN, RANGES, STEPS};
 use crate::refusal::Refusal;
+use crate::slurm_22_05;
 use crate::spawn::Io;
 use crate::table::{
     allow, any_of, as_written, bad_value, deny, last, lookup, no, opt, parse, word, words, Arity, Class, GrammarError,
-    OptSpec, Options, ADMIN, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE, WORD as A,
+    OptSpec, Options, Table, ADMIN, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE, WORD as A,
 };
 use std::os::fd::AsFd;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
@@ -27,27 +28,30 @@ const INTERACTIVE: &str = "an interactive-mode command; use the matching option 
 const SUBMITTED: &str = "it was checked at submission; submit the job again to change it";
 
 /// Every option scontrol 22.05 knows. Anything else is an unrecognized option.
-pub static SCONTROL: &[OptSpec] = &[
-    allow("all", Some('a'), Flag, Any),
-    allow("details", Some('d'), Flag, Any),
-    allow("federation", None, Flag, Any),
-    allow("future", Some('F'), Flag, Any),
-    allow("help", Some('h'), Flag, Any),
-    allow("hide", None, Flag, Any),
-    allow("local", None, Flag, Any),
-    allow("oneliner", Some('o'), Flag, Any),
-    allow("quiet", Some('Q'), Flag, Any),
-    allow("sibling", None, Flag, Any),
-    allow("usage", None, Flag, Any),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    deny("uid", Some('u'), Val, "scontrol acts as your own user only"),
-    deny("clusters", Some('M'), Val, CLUSTERS),
-    deny("cluster", None, Val, CLUSTERS),
-];
+pub static SCONTROL: Table = Table {
+    getopt: &slurm_22_05::SCONTROL,
+    specs: &[
+        allow("all", Some('a'), Flag, Any),
+        allow("details", Some('d'), Flag, Any),
+        allow("federation", None, Flag, Any),
+        allow("future", Some('F'), Flag, Any),
+        allow("help", Some('h'), Flag, Any),
+        allow("hide", None, Flag, Any),
+        allow("local", None, Flag, Any),
+        allow("oneliner", Some('o'), Flag, Any),
+        allow("quiet", Some('Q'), Flag, Any),
+        allow("sibling", None, Flag, Any),
+        allow("usage", None, Flag, Any),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        deny("uid", Some('u'), Val, "scontrol acts as your own user only"),
+        deny("clusters", Some('M'), Val, CLUSTERS),
+        deny("cluster", None, Val, CLUSTERS),
+    ],
+};
 
 /// scontrol's commands (matched without regard to case, spelled in full: scontrol's own
-/// abbreviations are not taken, for the reason `table::find_long` gives).
+/// abbreviations of its words are not modelled, see `table::lookup`).
 pub static COMMANDS: &[(&str, Class)] = &[
     word("show", A),
     word("hold", A),
@@ -509,7 +513,7 @@ pub fn reads_only(args: &[String]) -> bool {
 }
 
 pub fn parse_scontrol(args: &[String]) -> Result<ScontrolRequest, GrammarError> {
-    let p = parse(SCONTROL, args, false)?;
+    let p = parse(&SCONTROL, args)?;
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     let Some((first, rest)) = p.positionals.split_first() else {
         if any_of(&options, &["help", "usage", "version"]) {
@@ -549,7 +553,7 @@ pub fn parse_scontrol(args: &[String]) -> Result<ScontrolRequest, GrammarError> 
 impl ScontrolRequest {
     /// The real scontrol's arguments: the caller's, as written (every job they name is checked).
     fn real_args(&self) -> Vec<String> {
-        let mut args = as_written(SCONTROL, &self.options);
+        let mut args = as_written(&SCONTROL, &self.options);
         args.extend(words(&self.words));
         args
     }
@@ -575,7 +579,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
             }
             for id in ids {
                 let mut cmd = cfg.command("scontrol");
-                cmd.args(as_written(SCONTROL, &parsed.options));
+                cmd.args(as_written(&SCONTROL, &parsed.options));
                 cmd.args(["show", if step { "step" } else { "job" }, &id.to_string()]);
                 cmd.stdin(Io::null()).stderr(Io::null());
                 let (out, _) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
@@ -614,29 +618,10 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getopt::GetoptError;
     use crate::jobid::{Step, Tasks};
     use crate::table::testkit::*;
     use std::collections::HashSet;
-
-    /// scontrol 22.05.8's getopt_long table, read from the installed binary.
-    const SLURM: &[&str] = &[
-        "all",
-        "cluster",
-        "clusters",
-        "details",
-        "federation",
-        "future",
-        "help",
-        "hide",
-        "local",
-        "oneliner",
-        "quiet",
-        "sibling",
-        "uid",
-        "usage",
-        "verbose",
-        "version",
-    ];
 
     fn sc(a: &[&str]) -> Result<ScontrolRequest, GrammarError> {
         parse_scontrol(&argv(a))
@@ -659,12 +644,11 @@ mod tests {
 
     #[test]
     fn the_table_is_scontrol_22_05() {
-        names_are_slurm_22_05(SCONTROL, SLURM, &[]);
-        table_is_sound(SCONTROL, 'o');
-        prefixes_are_unknown(SCONTROL);
+        entries_are_the_getopt_sets(&SCONTROL, &[]);
+        table_is_sound(&SCONTROL, 'o');
         // From the optstring "adhM:FoQu:vV" (--usage is -h's twin, with no short form of its own).
         shorts_are(
-            SCONTROL,
+            &SCONTROL,
             &[
                 ('a', "all"),
                 ('d', "details"),
@@ -678,7 +662,7 @@ mod tests {
                 ('V', "version"),
             ],
         );
-        optional_values_are(SCONTROL, &[]);
+        optional_values_are(&SCONTROL, &[]);
     }
 
     #[test]
@@ -701,7 +685,8 @@ mod tests {
             assert!(!OTHER_ENTITIES.iter().any(|e| e.eq_ignore_ascii_case(s.long)) || s.long == "ReservationName");
         }
         for k in CLEARABLE {
-            assert_eq!(spec(UPDATE_KEYS, k).class, Class::Allowed, "{k}");
+            let key = UPDATE_KEYS.iter().find(|s| s.long == *k).unwrap_or_else(|| panic!("{k}"));
+            assert_eq!(key.class, Class::Allowed, "{k}");
         }
     }
 
@@ -859,7 +844,10 @@ mod tests {
         assert!(matches!(sc(&["-v"]), Err(GrammarError::Unsupported(_))));
         let e = sc(&["sho", "job"]).unwrap_err();
         assert!(matches!(e, GrammarError::BadValue { ref opt, .. } if opt == "scontrol"), "{e:?}");
-        assert_eq!(sc(&["--detail"]), Err(GrammarError::Unknown("--detail".into())));
+        assert_eq!(sc(&["--detail", "show", "job"]).unwrap().options, [("details", None)], "a prefix of --details");
+        assert_eq!(sc(&["--detailed"]), Err(GetoptError::Unrecognized("detailed".into()).into()));
+        let e = sc(&["--h", "ping"]).unwrap_err().to_string();
+        assert_eq!(e, "option '--h' is ambiguous; possibilities: '--help' '--hide'");
         assert_eq!(sc(&["--", "show", "job"]).unwrap().command, Some(ScontrolCommand::Show(Show::Job(None))));
         let many = vec!["-o".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_scontrol(&many), Err(GrammarError::TooManyArgs { .. })));
@@ -908,12 +896,12 @@ mod tests {
             }
             parse_scontrol(&a)
         };
-        never_panics(SCONTROL, &words, 0x5eed_0000_5c07_0001, fuzz);
+        never_panics(&SCONTROL, &words, 0x5eed_0000_5c07_0001, fuzz);
     }
 
     #[test]
     fn the_table_decides_what_is_rebuilt() {
-        crate::table::testkit::rebuilds_are_the_tables(SCONTROL, &["ping"], &[], &[], |a| {
+        crate::table::testkit::rebuilds_are_the_tables(&SCONTROL, &["ping"], &[], &[], |a| {
             let p = parse_scontrol(a).map_err(|e| e.to_string())?;
             Ok((p.real_args(), String::new()))
         });

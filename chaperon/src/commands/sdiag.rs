@@ -6,26 +6,30 @@ use crate::call::{Call, Stdio};
 use crate::checks::cluster_view;
 use crate::grammar::ValueKind;
 use crate::refusal::Refusal;
+use crate::slurm_22_05;
 use crate::table::{
-    allow, deny, last, parse, Arity, GrammarError, OptSpec, Options, ADMIN, CLUSTER_SPELLING, LOCAL_CLUSTER,
+    allow, deny, last, parse, Arity, GrammarError, Options, Table, ADMIN, CLUSTER_SPELLING, LOCAL_CLUSTER,
 };
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
 /// Every option sdiag 22.05 knows. Anything else is an unrecognized option.
-pub static SDIAG: &[OptSpec] = &[
-    allow("all", Some('a'), Flag, Any),
-    allow("help", Some('h'), Flag, Any),
-    allow("sort-by-id", Some('i'), Flag, Any),
-    allow("sort-by-time", Some('t'), Flag, Any),
-    allow("sort-by-time2", Some('T'), Flag, Any),
-    allow("usage", None, Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    deny("reset", Some('r'), Flag, ADMIN),
-    // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
-    deny("cluster", None, Val, CLUSTER_SPELLING),
-];
+pub static SDIAG: Table = Table {
+    getopt: &slurm_22_05::SDIAG,
+    specs: &[
+        allow("all", Some('a'), Flag, Any),
+        allow("help", Some('h'), Flag, Any),
+        allow("sort-by-id", Some('i'), Flag, Any),
+        allow("sort-by-time", Some('t'), Flag, Any),
+        allow("sort-by-time2", Some('T'), Flag, Any),
+        allow("usage", None, Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        deny("reset", Some('r'), Flag, ADMIN),
+        // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
+        allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
+        deny("cluster", None, Val, CLUSTER_SPELLING),
+    ],
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SdiagRequest {
@@ -43,7 +47,7 @@ impl SdiagRequest {
 /// Parses an sdiag call (arguments without the program name). sdiag reads no argument but
 /// its options.
 pub fn parse_sdiag(args: &[String]) -> Result<SdiagRequest, GrammarError> {
-    let p = parse(SDIAG, args, false)?;
+    let p = parse(&SDIAG, args)?;
     if !p.positionals.is_empty() {
         return Err(GrammarError::Usage("sdiag takes no arguments besides options"));
     }
@@ -53,27 +57,14 @@ pub fn parse_sdiag(args: &[String]) -> Result<SdiagRequest, GrammarError> {
 /// sdiag as the caller wrote it, for the local cluster.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let parsed = parse_sdiag(&call.req.argv)?;
-    call.run_with(cluster_view(SDIAG, &parsed.options, call.cfg.cluster_name())?, stdio)
+    call.run_with(cluster_view(&SDIAG, &parsed.options, call.cfg.cluster_name())?, stdio)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getopt::GetoptError;
     use crate::table::testkit::*;
-
-    /// sdiag 22.05.8's getopt_long table, read from the installed binary.
-    const SLURM: &[&str] = &[
-        "all",
-        "help",
-        "reset",
-        "sort-by-id",
-        "cluster",
-        "clusters",
-        "sort-by-time",
-        "sort-by-time2",
-        "usage",
-        "version",
-    ];
 
     fn sd(a: &[&str]) -> Result<SdiagRequest, GrammarError> {
         parse_sdiag(&argv(a))
@@ -81,12 +72,11 @@ mod tests {
 
     #[test]
     fn the_table_is_sdiag_22_05() {
-        names_are_slurm_22_05(SDIAG, SLURM, &[]);
-        table_is_sound(SDIAG, 'a');
-        prefixes_are_unknown(SDIAG);
+        entries_are_the_getopt_sets(&SDIAG, &[]);
+        table_is_sound(&SDIAG, 'a');
         // From the optstring "ahiM:rtTV".
         shorts_are(
-            SDIAG,
+            &SDIAG,
             &[
                 ('a', "all"),
                 ('h', "help"),
@@ -98,7 +88,7 @@ mod tests {
                 ('V', "version"),
             ],
         );
-        optional_values_are(SDIAG, &[]);
+        optional_values_are(&SDIAG, &[]);
     }
 
     #[test]
@@ -112,21 +102,29 @@ mod tests {
         assert!(matches!(sd(&["--cluster", "x"]), Err(GrammarError::Denied { .. })));
         assert!(matches!(sd(&["x"]), Err(GrammarError::Usage(_))));
         assert!(matches!(sd(&["--", "-a"]), Err(GrammarError::Usage(_))));
-        assert_eq!(sd(&["--sort-by"]), Err(GrammarError::Unknown("--sort-by".into())));
+        let e = sd(&["--sort-by"]).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "option '--sort-by' is ambiguous; possibilities: '--sort-by-id' '--sort-by-time' '--sort-by-time2'"
+        );
+        let e = sd(&["--sort-by-t"]).unwrap_err().to_string();
+        assert_eq!(e, "option '--sort-by-t' is ambiguous; possibilities: '--sort-by-time' '--sort-by-time2'");
+        assert_eq!(sd(&["--sort-by-time"]).unwrap().options, [("sort-by-time", None)], "an exact name wins");
+        assert_eq!(sd(&["--sort-by-x"]), Err(GetoptError::Unrecognized("sort-by-x".into()).into()));
         let many = vec!["-a".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sdiag(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
-        never_panics(SDIAG, &[], 0x5eed_0000_5d1a_0001, parse_sdiag);
+        never_panics(&SDIAG, &[], 0x5eed_0000_5d1a_0001, parse_sdiag);
     }
 
     #[test]
     fn the_table_decides_what_is_rebuilt() {
-        crate::table::testkit::rebuilds_are_the_tables(SDIAG, &[], &[], &[], |a| {
+        crate::table::testkit::rebuilds_are_the_tables(&SDIAG, &[], &[], &[], |a| {
             let p = parse_sdiag(a).map_err(|e| e.to_string())?;
-            Ok((cluster_view(SDIAG, &p.options, Some("tc")).map_err(|e| e.to_string())?, String::new()))
+            Ok((cluster_view(&SDIAG, &p.options, Some("tc")).map_err(|e| e.to_string())?, String::new()))
         });
     }
 }

@@ -7,46 +7,50 @@ use crate::call::{Call, Stdio};
 use crate::checks::cluster_view;
 use crate::grammar::ValueKind;
 use crate::refusal::Refusal;
+use crate::slurm_22_05;
 use crate::table::{
-    allow, deny, last, output, parse, Arity, GrammarError, OptSpec, Options, Output, CLUSTER_SPELLING, ITERATE,
+    allow, deny, last, output, parse, Arity, GrammarError, Options, Output, Table, CLUSTER_SPELLING, ITERATE,
     LOCAL_CLUSTER,
 };
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
 /// Every option sinfo 22.05 knows. Anything else is an unrecognized option.
-pub static SINFO: &[OptSpec] = &[
-    allow("all", Some('a'), Flag, Any),
-    allow("dead", Some('d'), Flag, Any),
-    allow("exact", Some('e'), Flag, Any),
-    allow("federation", None, Flag, Any),
-    allow("help", None, Flag, Any),
-    allow("hide", None, Flag, Any),
-    allow("local", None, Flag, Any),
-    allow("long", Some('l'), Flag, Any),
-    allow("nodes", Some('n'), Val, NodeList),
-    allow("noconvert", None, Flag, Any),
-    allow("noheader", Some('h'), Flag, Any),
-    allow("Node", Some('N'), Flag, Any),
-    allow("format", Some('o'), Val, Text),
-    allow("Format", Some('O'), Val, Text),
-    allow("partition", Some('p'), Val, Text),
-    allow("responding", Some('r'), Flag, Any),
-    allow("list-reasons", Some('R'), Flag, Any),
-    allow("summarize", Some('s'), Flag, Any),
-    allow("sort", Some('S'), Val, Text),
-    allow("states", Some('t'), Val, Text),
-    allow("reservation", Some('T'), Flag, Any),
-    allow("usage", None, Flag, Any),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    allow("json", None, Flag, Any),
-    allow("yaml", None, Flag, Any),
-    deny("iterate", Some('i'), Val, ITERATE),
-    // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
-    deny("cluster", None, Val, CLUSTER_SPELLING),
-];
+pub static SINFO: Table = Table {
+    getopt: &slurm_22_05::SINFO,
+    specs: &[
+        allow("all", Some('a'), Flag, Any),
+        allow("dead", Some('d'), Flag, Any),
+        allow("exact", Some('e'), Flag, Any),
+        allow("federation", None, Flag, Any),
+        allow("help", None, Flag, Any),
+        allow("hide", None, Flag, Any),
+        allow("local", None, Flag, Any),
+        allow("long", Some('l'), Flag, Any),
+        allow("nodes", Some('n'), Val, NodeList),
+        allow("noconvert", None, Flag, Any),
+        allow("noheader", Some('h'), Flag, Any),
+        allow("Node", Some('N'), Flag, Any),
+        allow("format", Some('o'), Val, Text),
+        allow("Format", Some('O'), Val, Text),
+        allow("partition", Some('p'), Val, Text),
+        allow("responding", Some('r'), Flag, Any),
+        allow("list-reasons", Some('R'), Flag, Any),
+        allow("summarize", Some('s'), Flag, Any),
+        allow("sort", Some('S'), Val, Text),
+        allow("states", Some('t'), Val, Text),
+        allow("reservation", Some('T'), Flag, Any),
+        allow("usage", None, Flag, Any),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        allow("json", None, Flag, Any),
+        allow("yaml", None, Flag, Any),
+        deny("iterate", Some('i'), Val, ITERATE),
+        // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
+        allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
+        deny("cluster", None, Val, CLUSTER_SPELLING),
+    ],
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SinfoRequest {
@@ -65,7 +69,7 @@ impl SinfoRequest {
 /// Parses a sinfo call (arguments without the program name). sinfo reads no argument but
 /// its options.
 pub fn parse_sinfo(args: &[String]) -> Result<SinfoRequest, GrammarError> {
-    let p = parse(SINFO, args, false)?;
+    let p = parse(&SINFO, args)?;
     if !p.positionals.is_empty() {
         return Err(GrammarError::Usage("sinfo takes no arguments besides options; name nodes with --nodes"));
     }
@@ -77,7 +81,7 @@ pub fn parse_sinfo(args: &[String]) -> Result<SinfoRequest, GrammarError> {
 /// sinfo as the caller wrote it, for the local cluster.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let parsed = parse_sinfo(&call.req.argv)?;
-    call.run_with(cluster_view(SINFO, &parsed.options, call.cfg.cluster_name())?, stdio)
+    call.run_with(cluster_view(&SINFO, &parsed.options, call.cfg.cluster_name())?, stdio)
 }
 
 #[cfg(test)]
@@ -124,12 +128,11 @@ mod tests {
 
     #[test]
     fn the_table_is_sinfo_22_05() {
-        names_are_slurm_22_05(SINFO, SLURM, &[]);
-        table_is_sound(SINFO, 'l');
-        prefixes_are_unknown(SINFO);
+        entries_are_the_getopt_sets(&SINFO, &[]);
+        table_is_sound(&SINFO, 'l');
         // From the optstring "adehi:lM:n:No:O:p:rRsS:t:TvV".
         shorts_are(
-            SINFO,
+            &SINFO,
             &[
                 ('a', "all"),
                 ('d', "dead"),
@@ -153,8 +156,8 @@ mod tests {
                 ('V', "version"),
             ],
         );
-        optional_values_are(SINFO, &[]);
-        allowed_are(SINFO, &SLURM.iter().copied().filter(|l| !["iterate", "cluster"].contains(l)).collect::<Vec<_>>());
+        optional_values_are(&SINFO, &[]);
+        allowed_are(&SINFO, &SLURM.iter().copied().filter(|l| !["iterate", "cluster"].contains(l)).collect::<Vec<_>>());
     }
 
     #[test]
@@ -173,7 +176,10 @@ mod tests {
         assert_eq!(e, format!("option -i (--iterate) is not allowed in agent-sandbox: {ITERATE}"));
         assert_eq!(si(&["-M", "all"]).unwrap().last("clusters"), Some(Some("all")));
         assert!(matches!(si(&["--cluster=all"]), Err(GrammarError::Denied { .. })));
-        assert_eq!(si(&["--node"]), Err(GrammarError::Unknown("--node".into())));
+        assert_eq!(si(&["--node=n1"]).unwrap().last("nodes"), Some(Some("n1")), "a prefix of --nodes");
+        assert_eq!(si(&["--N"]).unwrap().options, [("Node", None)], "case counts: --N is --Node");
+        let e = si(&["--no"]).unwrap_err().to_string();
+        assert_eq!(e, "option '--no' is ambiguous; possibilities: '--nodes' '--noconvert' '--noheader'");
         assert!(matches!(si(&["gpu"]), Err(GrammarError::Usage(_))));
         assert!(matches!(si(&["--", "-l"]), Err(GrammarError::Usage(_))));
         let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
@@ -182,14 +188,14 @@ mod tests {
 
     #[test]
     fn random_arguments_never_panic() {
-        never_panics(SINFO, &[], 0x5eed_0000_5140_0001, parse_sinfo);
+        never_panics(&SINFO, &[], 0x5eed_0000_5140_0001, parse_sinfo);
     }
 
     #[test]
     fn the_table_decides_what_is_rebuilt() {
-        crate::table::testkit::rebuilds_are_the_tables(SINFO, &[], &[], &[], |a| {
+        crate::table::testkit::rebuilds_are_the_tables(&SINFO, &[], &[], &[], |a| {
             let p = parse_sinfo(a).map_err(|e| e.to_string())?;
-            Ok((cluster_view(SINFO, &p.options, Some("tc")).map_err(|e| e.to_string())?, String::new()))
+            Ok((cluster_view(&SINFO, &p.options, Some("tc")).map_err(|e| e.to_string())?, String::new()))
         });
     }
 }

@@ -7,39 +7,44 @@ use crate::checks::{in_scope, jobs_in_scope, local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, PLAIN};
 use crate::refusal::Refusal;
+use crate::slurm_22_05;
 use crate::table::{
-    allow, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, OptSpec, Options,
-    CLUSTER_SPELLING, LOCAL_CLUSTER,
+    allow, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, Options, Table, CLUSTER_SPELLING,
+    LOCAL_CLUSTER,
 };
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
 /// Every option sprio 22.05 knows. Anything else is an unrecognized option.
-pub static SPRIO: &[OptSpec] = &[
-    allow("noheader", Some('h'), Flag, Any),
-    // Checked as job ids by `parse_sprio`; the value may also come from the next argument.
-    allow("jobs", Some('j'), Opt, Text).rebuilt("sprio is given the scope's jobs (those you name, if you do) instead"),
-    allow("long", Some('l'), Flag, Any),
-    allow("norm", Some('n'), Flag, Any),
-    allow("format", Some('o'), Val, Text),
-    allow("sort", Some('S'), Val, Text),
-    allow("partition", Some('p'), Val, Text),
-    // Recorded in `users`: the chaperon refuses any user but the caller.
-    allow("user", Some('u'), Val, Text),
-    allow("users", None, Val, Text),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    allow("weights", Some('w'), Flag, Any),
-    allow("federation", None, Flag, Any),
-    allow("help", None, Flag, Any),
-    allow("local", None, Flag, Any),
-    allow("sib", None, Flag, Any),
-    allow("sibling", None, Flag, Any),
-    allow("usage", None, Flag, Any),
-    // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
-    deny("cluster", None, Val, CLUSTER_SPELLING),
-];
+pub static SPRIO: Table = Table {
+    getopt: &slurm_22_05::SPRIO,
+    specs: &[
+        allow("noheader", Some('h'), Flag, Any),
+        // Checked as job ids by `parse_sprio`; the value may also come from the next argument.
+        allow("jobs", Some('j'), Opt, Text)
+            .rebuilt("sprio is given the scope's jobs (those you name, if you do) instead"),
+        allow("long", Some('l'), Flag, Any),
+        allow("norm", Some('n'), Flag, Any),
+        allow("format", Some('o'), Val, Text),
+        allow("sort", Some('S'), Val, Text),
+        allow("partition", Some('p'), Val, Text),
+        // Recorded in `users`: the chaperon refuses any user but the caller.
+        allow("user", Some('u'), Val, Text),
+        allow("users", None, Val, Text),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        allow("weights", Some('w'), Flag, Any),
+        allow("federation", None, Flag, Any),
+        allow("help", None, Flag, Any),
+        allow("local", None, Flag, Any),
+        allow("sib", None, Flag, Any),
+        allow("sibling", None, Flag, Any),
+        allow("usage", None, Flag, Any),
+        // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
+        allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
+        deny("cluster", None, Val, CLUSTER_SPELLING),
+    ],
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SprioRequest {
@@ -65,7 +70,7 @@ fn jobs(v: &str) -> Result<Vec<JobRef>, GrammarError> {
 /// Parses an sprio call (arguments without the program name). As squeue, sprio's getopt
 /// permutes, and the one argument it reads is the job list of a bare `-j` (`sprio -j 123`).
 pub fn parse_sprio(args: &[String]) -> Result<SprioRequest, GrammarError> {
-    let p = parse(SPRIO, args, false)?;
+    let p = parse(&SPRIO, args)?;
     let mut req = SprioRequest { options: Vec::new(), jobs: None, users: Vec::new() };
     for (s, v) in p.options {
         match (s.long, v.as_deref()) {
@@ -101,7 +106,7 @@ impl SprioRequest {
             None if ids.is_empty() => return None,
             None => ids.iter().map(u32::to_string).collect(),
         };
-        let mut args = as_written(SPRIO, &self.options);
+        let mut args = as_written(&SPRIO, &self.options);
         args.push(format!("--jobs={}", jobs.join(",")));
         args.extend(cluster);
         Some(args)
@@ -128,42 +133,17 @@ mod tests {
     use super::*;
     use crate::table::testkit::*;
 
-    /// sprio 22.05.8's getopt_long table, read from the installed binary.
-    const SLURM: &[&str] = &[
-        "noheader",
-        "jobs",
-        "long",
-        "cluster",
-        "clusters",
-        "norm",
-        "format",
-        "sort",
-        "partition",
-        "user",
-        "users",
-        "verbose",
-        "version",
-        "weights",
-        "federation",
-        "help",
-        "local",
-        "sib",
-        "sibling",
-        "usage",
-    ];
-
     fn sp(a: &[&str]) -> Result<SprioRequest, GrammarError> {
         parse_sprio(&argv(a))
     }
 
     #[test]
     fn the_table_is_sprio_22_05() {
-        names_are_slurm_22_05(SPRIO, SLURM, &[]);
-        table_is_sound(SPRIO, 'l');
-        prefixes_are_unknown(SPRIO);
+        entries_are_the_getopt_sets(&SPRIO, &[]);
+        table_is_sound(&SPRIO, 'l');
         // From the optstring "hj::lM:no:S:p:u:vVw".
         shorts_are(
-            SPRIO,
+            &SPRIO,
             &[
                 ('h', "noheader"),
                 ('j', "jobs"),
@@ -179,8 +159,8 @@ mod tests {
                 ('w', "weights"),
             ],
         );
-        optional_values_are(SPRIO, &["jobs"]);
-        denied_with(SPRIO, "cluster", "--clusters");
+        optional_values_are(&SPRIO, &["jobs"]);
+        denied_with(&SPRIO, "cluster", "--clusters");
     }
 
     #[test]
@@ -201,7 +181,14 @@ mod tests {
         assert_eq!(sp(&["-lM", "all"]).unwrap().options, [("long", None), ("clusters", Some("all".into()))]);
         let e = sp(&["--cluster=all"]).unwrap_err().to_string();
         assert_eq!(e, format!("option --cluster is not allowed in agent-sandbox: {CLUSTER_SPELLING}"));
-        assert_eq!(sp(&["--job=1"]), Err(GrammarError::Unknown("--job".into())));
+        assert_eq!(sp(&["--job=1"]).unwrap().jobs.map(|j| j.len()), Some(1), "a prefix of --jobs");
+        let user = [("user", Some("me".into()))];
+        assert_eq!(sp(&["--use=me"]).unwrap().options, user, "--user and --users are one option");
+        let e = sp(&["--us=me"]).unwrap_err().to_string();
+        assert_eq!(e, "option '--us=me' is ambiguous; possibilities: '--user' '--usage'");
+        let e = sp(&["--s"]).unwrap_err().to_string();
+        // sib and sibling are one option, but unlike sort, the first: glibc lists both.
+        assert_eq!(e, "option '--s' is ambiguous; possibilities: '--sort' '--sib' '--sibling'");
         assert_eq!(sp(&["-j", "--", "5"]).unwrap().jobs.map(|j| j.len()), Some(1));
         let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sprio(&many), Err(GrammarError::TooManyArgs { .. })));
@@ -209,12 +196,12 @@ mod tests {
 
     #[test]
     fn random_arguments_never_panic() {
-        never_panics(SPRIO, &["12", "1_2"], 0x5eed_0000_5b10_0001, parse_sprio);
+        never_panics(&SPRIO, &["12", "1_2"], 0x5eed_0000_5b10_0001, parse_sprio);
     }
 
     #[test]
     fn the_table_decides_what_is_rebuilt() {
-        crate::table::testkit::rebuilds_are_the_tables(SPRIO, &[], &[("jobs", "1")], &[], |a| {
+        crate::table::testkit::rebuilds_are_the_tables(&SPRIO, &[], &[("jobs", "1")], &[], |a| {
             let p = parse_sprio(a).map_err(|e| e.to_string())?;
             let cluster =
                 crate::checks::local_cluster_only(&p.options, "clusters", Some("tc")).map_err(|e| e.to_string())?;

@@ -10,9 +10,10 @@ use crate::checks::{jobs_in_scope, local_cluster_only, only_caller, recorded_job
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, Syntax, PLAIN, STEPS};
 use crate::refusal::Refusal;
+use crate::slurm_22_05;
 use crate::spawn::Io;
 use crate::table::{
-    allow, as_written, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, OptSpec, Options, Output,
+    allow, as_written, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, Options, Output, Table,
     CLUSTER_SPELLING, ITERATE, LOCAL_CLUSTER,
 };
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
@@ -22,52 +23,57 @@ const SCOPE_JOBS: &str = "squeue is given the scope's job list (those you name, 
 const YOU: &str = "checked to be you; squeue is given the scope's job list instead";
 
 /// Every option squeue 22.05 knows. Anything else is an unrecognized option.
-pub static SQUEUE: &[OptSpec] = &[
-    allow("accounts", Some('A'), Val, Text),
-    allow("all", Some('a'), Flag, Any),
-    allow("array", Some('r'), Flag, Any),
-    allow("array-unique", None, Flag, Any),
-    allow("Format", Some('O'), Val, Text),
-    allow("format", Some('o'), Val, Text),
-    allow("federation", None, Flag, Any),
-    allow("help", None, Flag, Any),
-    allow("hide", None, Flag, Any),
-    // Checked as job ids by `parse_squeue`; the value may also come from the next argument.
-    allow("jobs", Some('j'), Opt, Text).rebuilt(SCOPE_JOBS),
-    allow("local", None, Flag, Any),
-    allow("long", Some('l'), Flag, Any),
-    allow("licenses", Some('L'), Val, Text),
-    allow("me", None, Flag, Any),
-    allow("name", Some('n'), Val, Text),
-    allow("noconvert", None, Flag, Any),
-    allow("nodelist", Some('w'), Val, NodeList),
-    allow("node", None, Val, NodeList),
-    allow("nodes", None, Val, NodeList),
-    allow("noheader", Some('h'), Flag, Any),
-    allow("partitions", Some('p'), Val, Text),
-    allow("priority", Some('P'), Flag, Any),
-    allow("qos", Some('q'), Val, Text),
-    allow("reservation", Some('R'), Val, Text),
-    allow("sib", None, Flag, Any),
-    allow("sibling", None, Flag, Any),
-    allow("sort", Some('S'), Val, Text),
-    allow("start", None, Flag, Any),
-    allow("steps", Some('s'), Opt, Text).rebuilt(SCOPE_JOBS),
-    allow("states", Some('t'), Val, Text),
-    allow("usage", None, Flag, Any),
-    // Recorded in `users`: the chaperon refuses any user but the caller.
-    allow("user", Some('u'), Val, Text).rebuilt(YOU),
-    allow("users", None, Val, Text).rebuilt(YOU),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    // The chaperon filters the JSON/YAML document itself, so these work without external tools.
-    allow("json", None, Flag, Any),
-    allow("yaml", None, Flag, Any).rebuilt("the chaperon asks squeue for JSON, filters it and writes it as YAML"),
-    deny("iterate", Some('i'), Val, ITERATE),
-    // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
-    allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
-    deny("cluster", None, Val, CLUSTER_SPELLING),
-];
+pub static SQUEUE: Table = Table {
+    getopt: &slurm_22_05::SQUEUE,
+    specs: &[
+        allow("accounts", Some('A'), Val, Text),
+        // squeue 22.05 still reads -U as -A ("backwards compatibility"); it has no long form.
+        allow("U", Some('U'), Val, Text).short_only(),
+        allow("all", Some('a'), Flag, Any),
+        allow("array", Some('r'), Flag, Any),
+        allow("array-unique", None, Flag, Any),
+        allow("Format", Some('O'), Val, Text),
+        allow("format", Some('o'), Val, Text),
+        allow("federation", None, Flag, Any),
+        allow("help", None, Flag, Any),
+        allow("hide", None, Flag, Any),
+        // Checked as job ids by `parse_squeue`; the value may also come from the next argument.
+        allow("jobs", Some('j'), Opt, Text).rebuilt(SCOPE_JOBS),
+        allow("local", None, Flag, Any),
+        allow("long", Some('l'), Flag, Any),
+        allow("licenses", Some('L'), Val, Text),
+        allow("me", None, Flag, Any),
+        allow("name", Some('n'), Val, Text),
+        allow("noconvert", None, Flag, Any),
+        allow("nodelist", Some('w'), Val, NodeList),
+        allow("node", None, Val, NodeList),
+        allow("nodes", None, Val, NodeList),
+        allow("noheader", Some('h'), Flag, Any),
+        allow("partitions", Some('p'), Val, Text),
+        allow("priority", Some('P'), Flag, Any),
+        allow("qos", Some('q'), Val, Text),
+        allow("reservation", Some('R'), Val, Text),
+        allow("sib", None, Flag, Any),
+        allow("sibling", None, Flag, Any),
+        allow("sort", Some('S'), Val, Text),
+        allow("start", None, Flag, Any),
+        allow("steps", Some('s'), Opt, Text).rebuilt(SCOPE_JOBS),
+        allow("states", Some('t'), Val, Text),
+        allow("usage", None, Flag, Any),
+        // Recorded in `users`: the chaperon refuses any user but the caller.
+        allow("user", Some('u'), Val, Text).rebuilt(YOU),
+        allow("users", None, Val, Text).rebuilt(YOU),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        // The chaperon filters the JSON/YAML document itself, so these work without external tools.
+        allow("json", None, Flag, Any),
+        allow("yaml", None, Flag, Any).rebuilt("the chaperon asks squeue for JSON, filters it and writes it as YAML"),
+        deny("iterate", Some('i'), Val, ITERATE),
+        // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
+        allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
+        deny("cluster", None, Val, CLUSTER_SPELLING),
+    ],
+};
 
 /// What a squeue call asks to see, before the chaperon narrows it to the session's scope.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +104,7 @@ fn jobs(opt: &str, v: &str, syntax: Syntax) -> Result<Vec<JobRef>, GrammarError>
 /// options may follow other arguments; the one argument squeue reads besides options is the
 /// job (or step) list of a bare `-j` (or `-s`), as in `squeue -j 123`.
 pub fn parse_squeue(args: &[String]) -> Result<SqueueRequest, GrammarError> {
-    let p = parse(SQUEUE, args, false)?;
+    let p = parse(&SQUEUE, args)?;
     let mut req =
         SqueueRequest { options: Vec::new(), jobs: None, steps: None, users: Vec::new(), output: Output::Table };
     for (s, v) in p.options {
@@ -144,7 +150,7 @@ impl SqueueRequest {
     /// narrowed to those asked for); `--json` for a YAML answer, which the chaperon writes.
     fn real_args(&self, ids: &[u32], cluster: Option<String>) -> Vec<String> {
         let mut args: Vec<String> = cluster.into_iter().collect();
-        args.extend(as_written(SQUEUE, &self.options));
+        args.extend(as_written(&SQUEUE, &self.options));
         match self.output {
             // squeue --json/--yaml ignore the filters: the chaperon filters the document.
             Output::Yaml => args.push("--json".into()),
@@ -237,52 +243,9 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getopt::GetoptError;
     use crate::jobid::{Step, Tasks};
     use crate::table::testkit::*;
-
-    /// squeue 22.05.8's getopt_long table, read from the installed binary.
-    const SLURM: &[&str] = &[
-        "accounts",
-        "all",
-        "array",
-        "array-unique",
-        "Format",
-        "format",
-        "federation",
-        "help",
-        "hide",
-        "iterate",
-        "jobs",
-        "local",
-        "long",
-        "licenses",
-        "cluster",
-        "clusters",
-        "me",
-        "name",
-        "noconvert",
-        "node",
-        "nodes",
-        "nodelist",
-        "noheader",
-        "partitions",
-        "priority",
-        "qos",
-        "reservation",
-        "sib",
-        "sibling",
-        "sort",
-        "start",
-        "steps",
-        "states",
-        "usage",
-        "user",
-        "users",
-        "verbose",
-        "version",
-        "json",
-        "yaml",
-    ];
 
     fn sq(a: &[&str]) -> Result<SqueueRequest, GrammarError> {
         parse_squeue(&argv(a))
@@ -290,15 +253,15 @@ mod tests {
 
     #[test]
     fn the_table_is_squeue_22_05() {
-        names_are_slurm_22_05(SQUEUE, SLURM, &[]);
-        table_is_sound(SQUEUE, 'l');
-        prefixes_are_unknown(SQUEUE);
+        entries_are_the_getopt_sets(&SQUEUE, &[]);
+        table_is_sound(&SQUEUE, 'l');
         // From the optstring "A:ahi:j::lL:n:M:O:o:p:Pq:R:rs::S:t:u:U:vVw:" (-U is an undocumented
         // alias of -u, left out: it is unrecognized here).
         shorts_are(
-            SQUEUE,
+            &SQUEUE,
             &[
                 ('A', "accounts"),
+                ('U', "U"),
                 ('a', "all"),
                 ('h', "noheader"),
                 ('i', "iterate"),
@@ -323,13 +286,13 @@ mod tests {
                 ('w', "nodelist"),
             ],
         );
-        optional_values_are(SQUEUE, &["jobs", "steps"]);
+        optional_values_are(&SQUEUE, &["jobs", "steps"]);
     }
 
     #[test]
     fn iterate_is_denied_and_clusters_allowed() {
-        denied_with(SQUEUE, "iterate", "never exits");
-        denied_with(SQUEUE, "cluster", "--clusters");
+        denied_with(&SQUEUE, "iterate", "never exits");
+        denied_with(&SQUEUE, "cluster", "--clusters");
         assert_eq!(sq(&["-M", "all"]).unwrap().last("clusters"), Some(Some("all")));
         assert_eq!(sq(&["--clusters=a,b"]).unwrap().last("clusters"), Some(Some("a,b")));
         assert!(matches!(sq(&["-M", "a b"]), Err(GrammarError::BadValue { .. })));
@@ -389,8 +352,10 @@ mod tests {
 
     #[test]
     fn unknown_options_and_double_dash() {
-        assert_eq!(sq(&["--state=R"]), Err(GrammarError::Unknown("--state".into())));
-        assert_eq!(sq(&["-U", "me"]), Err(GrammarError::Unknown("-U".into())));
+        assert_eq!(sq(&["--state=R"]).unwrap().options, [("states", Some("R".into()))], "a prefix of --states");
+        let e = sq(&["--s"]).unwrap_err().to_string();
+        assert_eq!(e, "option '--s' is ambiguous; possibilities: '--sib' '--sort' '--start' '--steps' '--states'");
+        assert_eq!(sq(&["-Z"]), Err(GetoptError::InvalidShort('Z').into()));
         assert_eq!(sq(&["-j", "--", "5"]).unwrap().jobs.map(|j| j.len()), Some(1));
         assert!(sq(&["--", "--me"]).is_err(), "after -- an option is an argument");
     }
@@ -405,7 +370,7 @@ mod tests {
 
     #[test]
     fn random_arguments_never_panic() {
-        never_panics(SQUEUE, &["12", "1_2", "3.0"], 0x5eed_0000_5175_0001, parse_squeue);
+        never_panics(&SQUEUE, &["12", "1_2", "3.0"], 0x5eed_0000_5175_0001, parse_squeue);
     }
 
     #[test]
@@ -435,7 +400,7 @@ mod tests {
     #[test]
     fn the_table_decides_what_is_rebuilt() {
         crate::table::testkit::rebuilds_are_the_tables(
-            SQUEUE,
+            &SQUEUE,
             &[],
             &[("jobs", "1"), ("steps", "1.0")],
             &["json"],

@@ -10,9 +10,10 @@ use crate::checks::{in_scope, local_cluster_only, local_names_only, only_caller,
 use crate::grammar::{validate, ValueKind};
 use crate::jobid::{parse_job_ref, STEPS};
 use crate::refusal::Refusal;
+use crate::slurm_22_05;
 use crate::table::{
     allow, any_of, as_written, bad_value, deny, lookup, no, parse, user_list, word, words, Arity, Class, GrammarError,
-    OptSpec, Options, LOCAL_CLUSTER, WORD as A,
+    Options, Table, LOCAL_CLUSTER, WORD as A,
 };
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -23,30 +24,33 @@ const INTERACTIVE: &str =
 
 /// Every option sreport 22.05 knows (its getopt table, and `-t`, which has no long form).
 /// Anything else is an unrecognized option.
-pub static SREPORT: &[OptSpec] = &[
-    allow("help", Some('h'), Flag, Any),
-    // sreport 22.05 takes it and then fails ("getopt error"): harmless, and as Slurm has it.
-    allow("immediate", None, Flag, Any),
-    // Without a cluster option sreport reports on the whole federation where the site has
-    // `fed_display`: the chaperon asks for the local cluster (`--local`, or `-M` as below).
-    allow("local", None, Flag, Any).rebuilt("the chaperon always asks sreport for the local cluster alone"),
-    allow("noheader", Some('n'), Flag, Any),
-    allow("parsable", Some('p'), Flag, Any),
-    allow("parsable2", Some('P'), Flag, Any),
-    allow("quiet", Some('Q'), Flag, Any),
-    allow("tres", Some('T'), Val, Text),
-    allow("usage", None, Flag, Any),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    // Seconds, Minutes, Hours, Percent, SecPer, MinPer, HourPer, any prefix: sreport reads it.
-    allow("time-format", Some('t'), Val, Text).short_only(),
-    // sreport's `-M` is `--cluster` (there is no `--clusters`).
-    allow("cluster", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
-    deny("all_clusters", Some('a'), Flag, OWN_CLUSTER),
-    deny("federation", None, Flag, OWN_CLUSTER),
-    // `--sort` takes no value in sreport 22.05, `-s` does: one spelling could not mean both.
-    deny("sort", Some('s'), Flag, "sreport reads --sort and -s differently; sort the report's output instead"),
-];
+pub static SREPORT: Table = Table {
+    getopt: &slurm_22_05::SREPORT,
+    specs: &[
+        allow("help", Some('h'), Flag, Any),
+        // sreport 22.05 takes it and then fails ("getopt error"): harmless, and as Slurm has it.
+        allow("immediate", None, Flag, Any),
+        // Without a cluster option sreport reports on the whole federation where the site has
+        // `fed_display`: the chaperon asks for the local cluster (`--local`, or `-M` as below).
+        allow("local", None, Flag, Any).rebuilt("the chaperon always asks sreport for the local cluster alone"),
+        allow("noheader", Some('n'), Flag, Any),
+        allow("parsable", Some('p'), Flag, Any),
+        allow("parsable2", Some('P'), Flag, Any),
+        allow("quiet", Some('Q'), Flag, Any),
+        allow("tres", Some('T'), Val, Text),
+        allow("usage", None, Flag, Any),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        // Seconds, Minutes, Hours, Percent, SecPer, MinPer, HourPer, any prefix: sreport reads it.
+        allow("time-format", Some('t'), Val, Text).short_only(),
+        // sreport's `-M` is `--cluster` (there is no `--clusters`).
+        allow("cluster", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
+        deny("all_clusters", Some('a'), Flag, OWN_CLUSTER),
+        deny("federation", None, Flag, OWN_CLUSTER),
+        // `--sort` takes no value in sreport 22.05, `-s` does: one spelling could not mean both.
+        deny("sort", Some('s'), Flag, "sreport reads --sort and -s differently; sort the report's output instead"),
+    ],
+};
 
 /// The report types, spelled in full (sreport itself takes prefixes, down to one letter, and
 /// reads a word that starts with `a` as `association`).
@@ -277,7 +281,7 @@ fn parse_report(report: Report, named: [String; 2], words: &[String]) -> Result<
 /// its conditions (or `help`, `version`). Without one, sreport would read commands from its
 /// stdin, unchecked: refused.
 pub fn parse_sreport(args: &[String]) -> Result<SreportRequest, GrammarError> {
-    let p = parse(SREPORT, args, false)?;
+    let p = parse(&SREPORT, args)?;
     let options: Options = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
     let Some((first, rest)) = p.positionals.split_first() else {
         if any_of(&options, &["help", "usage", "version"]) {
@@ -325,7 +329,7 @@ impl SreportRequest {
     /// written but for those the chaperon gives itself: the local cluster for `Clusters=`, the
     /// caller (`user`) for a report per user, the jobs of `scope` for a report on job sizes.
     fn real_args(&self, user: &str, scope: &[u32], cluster: Option<String>, local: Option<&str>) -> Vec<String> {
-        let mut args = as_written(SREPORT, &self.options);
+        let mut args = as_written(&SREPORT, &self.options);
         args.push(cluster.unwrap_or_else(|| "--local".into()));
         let mut command = vec![];
         match &self.command {
@@ -384,27 +388,8 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getopt::GetoptError;
     use crate::table::testkit::*;
-
-    /// sreport 22.05.8's getopt_long table, read from the installed binary (and its optstring
-    /// "aM:hnpPQs:t:T:vV", which adds `-t`).
-    const SLURM: &[&str] = &[
-        "all_clusters",
-        "cluster",
-        "federation",
-        "help",
-        "immediate",
-        "local",
-        "noheader",
-        "parsable",
-        "parsable2",
-        "quiet",
-        "sort",
-        "tres",
-        "usage",
-        "verbose",
-        "version",
-    ];
 
     fn sr(a: &[&str]) -> Result<SreportRequest, GrammarError> {
         parse_sreport(&argv(a))
@@ -426,12 +411,10 @@ mod tests {
 
     #[test]
     fn the_table_is_sreport_22_05() {
-        let longs: std::collections::HashSet<&str> = SREPORT.iter().filter(|s| !s.short_only).map(|s| s.long).collect();
-        assert_eq!(longs, SLURM.iter().copied().collect());
-        table_is_sound(SREPORT, 'n');
-        prefixes_are_unknown(SREPORT);
+        entries_are_the_getopt_sets(&SREPORT, &[]);
+        table_is_sound(&SREPORT, 'n');
         shorts_are(
-            SREPORT,
+            &SREPORT,
             &[
                 ('a', "all_clusters"),
                 ('M', "cluster"),
@@ -447,13 +430,15 @@ mod tests {
                 ('V', "version"),
             ],
         );
-        optional_values_are(SREPORT, &[]);
-        assert_eq!(sr(&["--time-format=hours"]), Err(GrammarError::Unknown("--time-format".into())), "-t only");
+        optional_values_are(&SREPORT, &[]);
+        let e = sr(&["--time-format=hours"]);
+        assert_eq!(e, Err(GetoptError::Unrecognized("time-format=hours".into()).into()), "-t only");
+        assert_eq!(sr(&["--t=cpu", "cluster", "Utilization"]).unwrap().options, [("tres", Some("cpu".into()))]);
     }
 
     #[test]
     fn the_table_decides_what_is_rebuilt() {
-        rebuilds_are_the_tables(SREPORT, &["cluster", "Utilization"], &[], &[], |a| {
+        rebuilds_are_the_tables(&SREPORT, &["cluster", "Utilization"], &[], &[], |a| {
             let p = parse_sreport(a).map_err(|e| e.to_string())?;
             let cluster =
                 crate::checks::local_cluster_only(&p.options, "cluster", Some("tc")).map_err(|e| e.to_string())?;
@@ -576,7 +561,7 @@ mod tests {
         ];
         // Every call is also parsed with a report after it, so that calls get past the command
         // words often enough for the conditions' grammar to be reached.
-        never_panics(SREPORT, &words, 0x5eed_0000_5e90_0001, |a| {
+        never_panics(&SREPORT, &words, 0x5eed_0000_5e90_0001, |a| {
             let _ = parse_sreport(a);
             parse_sreport(&[a, &argv(&["user", "TopUsage"])].concat())
         });

@@ -7,12 +7,14 @@
 use crate::call::{Call, Stdio};
 use crate::checks::{cwd_of, dependencies_in_scope, jobs_in_scope, under_project};
 use crate::export::export_env;
+use crate::getopt::LongOpt;
 use crate::grammar::ValueKind;
 use crate::job::{self, write_job_dir, JobSpec};
 use crate::refusal::Refusal;
+use crate::slurm_22_05;
 use crate::table::{
-    allow, any_of, as_written, bad_value, deny, last, opt, parse, Arity, Class, GrammarError, OptSpec, Options,
-    APPLIED_IN_JAIL, BURST_BUFFER, CLUSTERS, EXPORT, MAIL, RUNS_OUTSIDE,
+    allow, any_of, as_written, bad_value, deny, last, opt, parse_with, Arity, Class, GrammarError, Options, Table,
+    APPLIED_IN_JAIL, BELT_TAG, BURST_BUFFER, CLUSTERS, EXPORT, MAIL, RUNS_OUTSIDE,
 };
 use std::path::Path;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
@@ -24,154 +26,160 @@ const STEP_IO: &str = "a file is opened by each task inside the jail; all, none 
 const HETJOB: &str = "heterogeneous jobs are not supported in agent-sandbox; run the components as separate steps";
 
 /// Every option srun 22.05 knows. Anything else is an unrecognized option.
-pub static SRUN: &[OptSpec] = &[
-    // Allowed: sbatch's allow-list (FEATURES C), where srun has the option too.
-    allow("account", Some('A'), Val, Text),
-    allow("partition", Some('p'), Val, Text),
-    allow("qos", Some('q'), Val, Text),
-    allow("time", Some('t'), Val, Time),
-    allow("time-min", None, Val, Time),
-    allow("nodes", Some('N'), Val, Text),
-    allow("ntasks", Some('n'), Val, PositiveInt),
-    allow("ntasks-per-node", None, Val, PositiveInt),
-    allow("ntasks-per-socket", None, Val, PositiveInt),
-    allow("ntasks-per-core", None, Val, PositiveInt),
-    allow("ntasks-per-gpu", None, Val, PositiveInt),
-    allow("cpus-per-task", Some('c'), Val, PositiveInt),
-    allow("mem", None, Val, Memory),
-    allow("mem-per-cpu", None, Val, Memory),
-    allow("mem-per-gpu", None, Val, Memory),
-    allow("gres", None, Val, Text),
-    allow("gpus", Some('G'), Val, Text),
-    allow("gpus-per-node", None, Val, Text),
-    allow("gpus-per-task", None, Val, Text),
-    allow("cpus-per-gpu", None, Val, PositiveInt),
-    allow("constraint", Some('C'), Val, Text),
-    allow("exclusive", None, Opt, Choice(&["exclusive", "oversubscribe", "user", "mcs"])),
-    allow("oversubscribe", Some('s'), Flag, Any),
-    allow("nodelist", Some('w'), Val, NodeList),
-    allow("exclude", Some('x'), Val, NodeList),
-    allow("dependency", Some('d'), Val, Dependency),
-    allow("job-name", Some('J'), Val, JobName).rebuilt("the chaperon names the step: yours, else its command's name"),
-    // srun also takes `none`, `all` or a task number here, which name no file.
-    allow("output", Some('o'), Val, Path).rebuilt(STEP_IO),
-    allow("error", Some('e'), Val, Path).rebuilt(STEP_IO),
-    allow("input", Some('i'), Val, Path).rebuilt(STEP_IO),
-    // arg_set_open_mode reads only the first letter.
-    allow("open-mode", None, Val, Initial(&["append", "truncate"])).rebuilt(APPLIED_IN_JAIL),
-    allow("comment", None, Val, Text),
-    allow("begin", Some('b'), Val, DateTime),
-    allow("deadline", None, Val, DateTime),
-    allow("hold", Some('H'), Flag, Any),
-    // Negative is valid syntax; Slurm itself refuses it from a user who is not an operator.
-    allow("nice", None, Opt, Nice),
-    allow("priority", None, Val, Text),
-    allow("reservation", None, Val, Text),
-    allow("signal", None, Val, Signal),
-    allow("licenses", Some('L'), Val, Text),
-    allow("hint", None, Val, Text),
-    allow("distribution", Some('m'), Val, Text),
-    allow("mem-bind", None, Val, Text),
-    allow("cpu-freq", None, Val, Text),
-    allow("threads-per-core", None, Val, PositiveInt),
-    allow("switches", None, Val, Text),
-    allow("tmp", None, Val, Memory),
-    allow("wckey", None, Val, Text),
-    allow("test-only", None, Flag, Any),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("quiet", Some('Q'), Flag, Any),
-    allow("help", Some('h'), Flag, Any),
-    allow("usage", None, Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-    // As for sbatch: recorded and applied by the step wrapper inside the jail, never outside.
-    allow("export", None, Val, ExportSpec).rebuilt(EXPORT),
-    // Step options. The job a step joins (--jobid or the caller's SLURM_JOB_ID) must be in
-    // scope, and a --pty step only in the session's own jobs: the chaperon checks both.
-    allow("jobid", None, Val, Text),
-    allow("pty", None, Flag, Any),
-    allow("overlap", None, Opt, Text),
-    allow("exact", None, Flag, Any),
-    allow("whole", None, Flag, Any),
-    allow("label", Some('l'), Flag, Any),
-    allow("unbuffered", Some('u'), Flag, Any),
-    allow("kill-on-bad-exit", Some('K'), Opt, Int),
-    allow("wait", Some('W'), Val, Int),
-    allow("quit-on-interrupt", None, Flag, Any),
-    allow("disable-status", Some('X'), Flag, Any),
-    allow("immediate", Some('I'), Opt, Int),
-    allow("relative", Some('r'), Val, Int),
-    allow("mpi", None, Val, Text),
-    allow("cpu-bind", None, Val, Text),
-    allow("cpu_bind", None, Val, Text),
-    allow("accel-bind", None, Val, Text),
-    allow("resv-ports", None, Opt, Int),
-    allow("preserve-env", Some('E'), Flag, Any),
-    // Rebuilt: the chaperon sets what Slurm sees.
-    opt("chdir", Some('D'), Val, Class::Rebuilt("the working directory comes from the checked request"), Path),
-    // Denied (FEATURES C).
-    deny("uid", None, Val, "steps run as your own user only"),
-    deny("gid", None, Val, "steps run with your own groups only"),
-    deny("propagate", None, Opt, "resource limits come from the sandbox policy, not from the jail's shell"),
-    deny("prolog", None, Val, RUNS_OUTSIDE),
-    deny("epilog", None, Val, RUNS_OUTSIDE),
-    deny("task-prolog", None, Val, RUNS_OUTSIDE),
-    deny("task-epilog", None, Val, RUNS_OUTSIDE),
-    deny(
-        "multi-prog",
-        None,
-        Flag,
-        "its programs would start outside the jail; run one command that reads $SLURM_PROCID",
-    ),
-    deny("container", None, Val, "an OCI container would start outside the jail; run it from the step command"),
-    deny("bcast", None, Opt, BCAST),
-    deny("bcast-exclude", None, Val, BCAST),
-    deny("send-libs", None, Opt, BCAST),
-    deny("compress", None, Opt, BCAST),
-    deny("bb", None, Val, BURST_BUFFER),
-    deny("bbf", None, Val, BURST_BUFFER),
-    deny("mail-type", None, Val, MAIL),
-    deny("mail-user", None, Val, MAIL),
-    deny("clusters", Some('M'), Val, CLUSTERS),
-    deny("cluster", None, Val, CLUSTERS),
-    deny("cluster-constraint", None, Val, CLUSTERS),
-    deny("x11", None, Opt, "X11 forwarding would reach a display outside the jail"),
-    deny("no-allocate", Some('Z'), Flag, "running tasks without an allocation is for Slurm administrators only"),
-    deny("slurmd-debug", None, Val, "slurmd's debug output comes from outside the jail; ask your admin"),
-    deny("het-group", None, Val, HETJOB),
-    deny("pack-group", None, Val, HETJOB),
-    // The rest of srun 22.05: real options, not on the allow-list.
-    deny("tasks-per-node", None, Val, "use --ntasks-per-node, its allowed spelling"),
-    deny("nodefile", Some('F'), Val, "it names a file on the login node; use --nodelist"),
-    deny("acctg-freq", None, Val, NOT_LISTED),
-    deny("context", None, Val, NOT_LISTED),
-    deny("contiguous", None, Flag, NOT_LISTED),
-    deny("core-spec", Some('S'), Val, NOT_LISTED),
-    deny("cores-per-socket", None, Val, NOT_LISTED),
-    deny("debugger-test", None, Flag, NOT_LISTED),
-    deny("delay-boot", None, Val, NOT_LISTED),
-    deny("extra-node-info", Some('B'), Val, NOT_LISTED),
-    deny("gpu-bind", None, Val, NOT_LISTED),
-    deny("gpu-freq", None, Val, NOT_LISTED),
-    deny("gpus-per-socket", None, Val, NOT_LISTED),
-    deny("gres-flags", None, Val, NOT_LISTED),
-    deny("interactive", None, Flag, NOT_LISTED),
-    deny("mcs-label", None, Val, NOT_LISTED),
-    deny("mincpus", None, Val, NOT_LISTED),
-    deny("msg-timeout", None, Val, NOT_LISTED),
-    deny("network", None, Val, NOT_LISTED),
-    deny("no-kill", Some('k'), Opt, NOT_LISTED),
-    deny("ntasks-per-tres", None, Val, NOT_LISTED),
-    deny("overcommit", Some('O'), Flag, NOT_LISTED),
-    deny("power", None, Val, NOT_LISTED),
-    deny("prefer", None, Val, NOT_LISTED),
-    deny("profile", None, Val, NOT_LISTED),
-    deny("reboot", None, Flag, NOT_LISTED),
-    deny("sockets-per-node", None, Val, NOT_LISTED),
-    deny("spread-job", None, Flag, NOT_LISTED),
-    deny("thread-spec", None, Val, NOT_LISTED),
-    deny("threads", Some('T'), Val, NOT_LISTED),
-    deny("use-min-nodes", None, Flag, NOT_LISTED),
-];
+pub static SRUN: Table = Table {
+    getopt: &slurm_22_05::SRUN,
+    specs: &[
+        // Allowed: sbatch's allow-list (FEATURES C), where srun has the option too.
+        allow("account", Some('A'), Val, Text),
+        allow("partition", Some('p'), Val, Text),
+        allow("qos", Some('q'), Val, Text),
+        allow("time", Some('t'), Val, Time),
+        allow("time-min", None, Val, Time),
+        allow("nodes", Some('N'), Val, Text),
+        allow("ntasks", Some('n'), Val, PositiveInt),
+        allow("ntasks-per-node", None, Val, PositiveInt),
+        allow("ntasks-per-socket", None, Val, PositiveInt),
+        allow("ntasks-per-core", None, Val, PositiveInt),
+        allow("ntasks-per-gpu", None, Val, PositiveInt),
+        allow("cpus-per-task", Some('c'), Val, PositiveInt),
+        allow("mem", None, Val, Memory),
+        allow("mem-per-cpu", None, Val, Memory),
+        allow("mem-per-gpu", None, Val, Memory),
+        allow("gres", None, Val, Text),
+        allow("gpus", Some('G'), Val, Text),
+        allow("gpus-per-node", None, Val, Text),
+        allow("gpus-per-task", None, Val, Text),
+        allow("cpus-per-gpu", None, Val, PositiveInt),
+        allow("constraint", Some('C'), Val, Text),
+        allow("exclusive", None, Opt, Choice(&["exclusive", "oversubscribe", "user", "mcs"])),
+        allow("oversubscribe", Some('s'), Flag, Any),
+        allow("nodelist", Some('w'), Val, NodeList),
+        allow("exclude", Some('x'), Val, NodeList),
+        allow("dependency", Some('d'), Val, Dependency),
+        allow("job-name", Some('J'), Val, JobName)
+            .rebuilt("the chaperon names the step: yours, else its command's name"),
+        // srun also takes `none`, `all` or a task number here, which name no file.
+        allow("output", Some('o'), Val, Path).rebuilt(STEP_IO),
+        allow("error", Some('e'), Val, Path).rebuilt(STEP_IO),
+        allow("input", Some('i'), Val, Path).rebuilt(STEP_IO),
+        // arg_set_open_mode reads only the first letter.
+        allow("open-mode", None, Val, Initial(&["append", "truncate"])).rebuilt(APPLIED_IN_JAIL),
+        allow("comment", None, Val, Text),
+        allow("begin", Some('b'), Val, DateTime),
+        allow("deadline", None, Val, DateTime),
+        allow("hold", Some('H'), Flag, Any),
+        // Negative is valid syntax; Slurm itself refuses it from a user who is not an operator.
+        allow("nice", None, Opt, Nice),
+        allow("priority", None, Val, Text),
+        allow("reservation", None, Val, Text),
+        allow("signal", None, Val, Signal),
+        allow("licenses", Some('L'), Val, Text),
+        allow("hint", None, Val, Text),
+        allow("distribution", Some('m'), Val, Text),
+        allow("mem-bind", None, Val, Text),
+        allow("cpu-freq", None, Val, Text),
+        allow("threads-per-core", None, Val, PositiveInt),
+        allow("switches", None, Val, Text),
+        allow("tmp", None, Val, Memory),
+        allow("wckey", None, Val, Text),
+        allow("test-only", None, Flag, Any),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("quiet", Some('Q'), Flag, Any),
+        allow("help", Some('h'), Flag, Any),
+        allow("usage", None, Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+        // As for sbatch: recorded and applied by the step wrapper inside the jail, never outside.
+        allow("export", None, Val, ExportSpec).rebuilt(EXPORT),
+        // Step options. The job a step joins (--jobid or the caller's SLURM_JOB_ID) must be in
+        // scope, and a --pty step only in the session's own jobs: the chaperon checks both.
+        allow("jobid", None, Val, Text),
+        allow("pty", None, Flag, Any),
+        allow("overlap", None, Opt, Text),
+        allow("exact", None, Flag, Any),
+        allow("whole", None, Flag, Any),
+        allow("label", Some('l'), Flag, Any),
+        allow("unbuffered", Some('u'), Flag, Any),
+        allow("kill-on-bad-exit", Some('K'), Opt, Int),
+        allow("wait", Some('W'), Val, Int),
+        allow("quit-on-interrupt", None, Flag, Any),
+        allow("disable-status", Some('X'), Flag, Any),
+        allow("immediate", Some('I'), Opt, Int),
+        allow("relative", Some('r'), Val, Int),
+        allow("mpi", None, Val, Text),
+        allow("cpu-bind", None, Val, Text),
+        allow("cpu_bind", None, Val, Text),
+        allow("accel-bind", None, Val, Text),
+        allow("resv-ports", None, Opt, Int),
+        allow("preserve-env", Some('E'), Flag, Any),
+        // Rebuilt: the chaperon sets what Slurm sees.
+        opt("chdir", Some('D'), Val, Class::Rebuilt("the working directory comes from the checked request"), Path),
+        // Denied (FEATURES C).
+        deny("uid", None, Val, "steps run as your own user only"),
+        deny("gid", None, Val, "steps run with your own groups only"),
+        deny("propagate", None, Opt, "resource limits come from the sandbox policy, not from the jail's shell"),
+        deny("prolog", None, Val, RUNS_OUTSIDE),
+        deny("epilog", None, Val, RUNS_OUTSIDE),
+        deny("task-prolog", None, Val, RUNS_OUTSIDE),
+        deny("task-epilog", None, Val, RUNS_OUTSIDE),
+        deny(
+            "multi-prog",
+            None,
+            Flag,
+            "its programs would start outside the jail; run one command that reads $SLURM_PROCID",
+        ),
+        deny("container", None, Val, "an OCI container would start outside the jail; run it from the step command"),
+        deny("bcast", None, Opt, BCAST),
+        deny("bcast-exclude", None, Val, BCAST),
+        deny("send-libs", None, Opt, BCAST),
+        deny("compress", None, Opt, BCAST),
+        deny("bb", None, Val, BURST_BUFFER),
+        deny("bbf", None, Val, BURST_BUFFER),
+        deny("mail-type", None, Val, MAIL),
+        deny("mail-user", None, Val, MAIL),
+        deny("clusters", Some('M'), Val, CLUSTERS),
+        deny("cluster", None, Val, CLUSTERS),
+        deny("cluster-constraint", None, Val, CLUSTERS),
+        deny("x11", None, Opt, "X11 forwarding would reach a display outside the jail"),
+        deny("no-allocate", Some('Z'), Flag, "running tasks without an allocation is for Slurm administrators only"),
+        deny("slurmd-debug", None, Val, "slurmd's debug output comes from outside the jail; ask your admin"),
+        deny("het-group", None, Val, HETJOB),
+        deny("pack-group", None, Val, HETJOB),
+        // The rest of srun 22.05: real options, not on the allow-list.
+        deny("tasks-per-node", None, Val, "use --ntasks-per-node, its allowed spelling"),
+        deny("nodefile", Some('F'), Val, "it names a file on the login node; use --nodelist"),
+        deny("acctg-freq", None, Val, NOT_LISTED),
+        deny("context", None, Val, NOT_LISTED),
+        deny("contiguous", None, Flag, NOT_LISTED),
+        deny("core-spec", Some('S'), Val, NOT_LISTED),
+        deny("cores-per-socket", None, Val, NOT_LISTED),
+        deny("debugger-test", None, Flag, NOT_LISTED),
+        deny("delay-boot", None, Val, NOT_LISTED),
+        deny("extra-node-info", Some('B'), Val, NOT_LISTED),
+        deny("gpu-bind", None, Val, NOT_LISTED),
+        deny("gpu-freq", None, Val, NOT_LISTED),
+        deny("gpus-per-socket", None, Val, NOT_LISTED),
+        deny("gres-flags", None, Val, NOT_LISTED),
+        deny("interactive", None, Flag, NOT_LISTED),
+        deny("mcs-label", None, Val, NOT_LISTED),
+        deny("mincpus", None, Val, NOT_LISTED),
+        deny("msg-timeout", None, Val, NOT_LISTED),
+        deny("network", None, Val, NOT_LISTED),
+        deny("no-kill", Some('k'), Opt, NOT_LISTED),
+        deny("ntasks-per-tres", None, Val, NOT_LISTED),
+        deny("overcommit", Some('O'), Flag, NOT_LISTED),
+        deny("power", None, Val, NOT_LISTED),
+        deny("prefer", None, Val, NOT_LISTED),
+        deny("profile", None, Val, NOT_LISTED),
+        deny("reboot", None, Flag, NOT_LISTED),
+        deny("sockets-per-node", None, Val, NOT_LISTED),
+        deny("spread-job", None, Flag, NOT_LISTED),
+        deny("thread-spec", None, Val, NOT_LISTED),
+        deny("threads", Some('T'), Val, NOT_LISTED),
+        deny("use-min-nodes", None, Flag, NOT_LISTED),
+        // The belt's (slurm-plugins/), where the site has it: the chaperon tags the step itself.
+        deny("agent-sandbox", None, Val, BELT_TAG),
+    ],
+};
 
 /// What an srun call asks for, before the chaperon resolves paths, checks scope and wraps the
 /// command so every task starts inside the jail.
@@ -202,10 +210,11 @@ fn job_id(v: &str) -> Result<u32, GrammarError> {
     id.filter(|&id| id != 0).ok_or_else(|| bad_value("--jobid", v, "expected a job id such as 123"))
 }
 
-/// Parses an srun call (arguments without the program name). Options end at the first
-/// argument that is not one (srun's getopt string starts with `+`): that is the command, and
-/// everything after it, options included, are its arguments.
-pub fn parse_srun(args: &[String]) -> Result<SrunRequest, GrammarError> {
+/// Parses an srun call (arguments without the program name), with the options of the site's
+/// plugins the chaperon knows of (`plugins`: `Config::plugin_options`). Options end at the
+/// first argument that is not one (srun's getopt string starts with `+`): that is the command,
+/// and everything after it, options included, are its arguments.
+pub fn parse_srun(args: &[String], plugins: &'static [LongOpt]) -> Result<SrunRequest, GrammarError> {
     // srun splits its whole argv at every ":" (command arguments included) into the
     // components of a heterogeneous job.
     if args.iter().any(|a| a == ":") {
@@ -213,7 +222,7 @@ pub fn parse_srun(args: &[String]) -> Result<SrunRequest, GrammarError> {
             "heterogeneous jobs (':' between components) are not supported in agent-sandbox; run separate steps",
         ));
     }
-    let p = parse(SRUN, args, true)?;
+    let p = parse_with(&SRUN, plugins, args)?;
     let mut jobid = None;
     for (s, v) in &p.options {
         if let ("jobid", Some(v)) = (s.long, v.as_deref()) {
@@ -280,7 +289,7 @@ impl SrunRequest {
     /// options alone. `named_by_env`: the step takes its name from `SLURM_JOB_NAME`.
     fn real_args(&self, asked: &Asked<'_>, dir: Option<&Path>, named_by_env: bool) -> Vec<String> {
         let Some(dir) = dir else {
-            return as_written(SRUN, &self.options).into_iter().chain(asked.io_as_given.iter().cloned()).collect();
+            return as_written(&SRUN, &self.options).into_iter().chain(asked.io_as_given.iter().cloned()).collect();
         };
         // The tasks start in the job directory (ours, not the jail's); `exec --job` puts them
         // in their working directory inside the jail.
@@ -288,7 +297,7 @@ impl SrunRequest {
         if asked.input.is_some() {
             args.push("--input=none".into());
         }
-        args.extend(as_written(SRUN, &self.options));
+        args.extend(as_written(&SRUN, &self.options));
         args.extend(asked.io_as_given.iter().cloned());
         // srun names a step (and a job it allocates) after its command, unless told otherwise
         // (--job-name, or SLURM_JOB_NAME inside a job): ours is the launcher, not the user's.
@@ -310,7 +319,7 @@ impl SrunRequest {
 /// joins that job's allocation; elsewhere srun makes its own allocation.
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
-    let parsed = parse_srun(&req.argv)?;
+    let parsed = parse_srun(&req.argv, cfg.plugin_options())?;
     let mut cmd = cfg.command("srun");
     // The allocation a step joins: this chaperon's own job (from slurmstepd, not the jail).
     for (k, v) in std::env::vars().filter(|(k, _)| k.starts_with("SLURM_") && k != "SLURM_CONF") {
@@ -378,155 +387,24 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getopt::GetoptError;
     use crate::table::testkit::*;
-
-    /// srun 22.05.8's getopt_long table, read from the installed binary.
-    const SLURM: &[&str] = &[
-        "accel-bind",
-        "account",
-        "acctg-freq",
-        "bcast",
-        "bcast-exclude",
-        "begin",
-        "bb",
-        "bbf",
-        "cluster-constraint",
-        "chdir",
-        "cluster",
-        "clusters",
-        "comment",
-        "compress",
-        "container",
-        "context",
-        "contiguous",
-        "constraint",
-        "core-spec",
-        "cores-per-socket",
-        "cpu-bind",
-        "cpu_bind",
-        "cpu-freq",
-        "cpus-per-gpu",
-        "cpus-per-task",
-        "deadline",
-        "debugger-test",
-        "delay-boot",
-        "dependency",
-        "disable-status",
-        "distribution",
-        "epilog",
-        "error",
-        "exact",
-        "exclude",
-        "exclusive",
-        "export",
-        "extra-node-info",
-        "gid",
-        "gpu-bind",
-        "gpu-freq",
-        "gpus",
-        "gpus-per-node",
-        "gpus-per-socket",
-        "gpus-per-task",
-        "gres",
-        "gres-flags",
-        "help",
-        "het-group",
-        "hint",
-        "hold",
-        "immediate",
-        "input",
-        "interactive",
-        "jobid",
-        "job-name",
-        "kill-on-bad-exit",
-        "label",
-        "licenses",
-        "mail-type",
-        "mail-user",
-        "threads",
-        "mcs-label",
-        "mem",
-        "mem-bind",
-        "mem-per-cpu",
-        "mem-per-gpu",
-        "mincpus",
-        "mpi",
-        "msg-timeout",
-        "multi-prog",
-        "network",
-        "nice",
-        "no-allocate",
-        "no-kill",
-        "nodefile",
-        "nodelist",
-        "nodes",
-        "ntasks",
-        "ntasks-per-core",
-        "ntasks-per-gpu",
-        "ntasks-per-node",
-        "ntasks-per-socket",
-        "ntasks-per-tres",
-        "open-mode",
-        "output",
-        "overcommit",
-        "overlap",
-        "oversubscribe",
-        "pack-group",
-        "partition",
-        "power",
-        "prefer",
-        "preserve-env",
-        "priority",
-        "profile",
-        "prolog",
-        "propagate",
-        "pty",
-        "qos",
-        "quiet",
-        "quit-on-interrupt",
-        "reboot",
-        "relative",
-        "reservation",
-        "resv-ports",
-        "send-libs",
-        "signal",
-        "slurmd-debug",
-        "sockets-per-node",
-        "spread-job",
-        "switches",
-        "task-epilog",
-        "task-prolog",
-        "tasks-per-node",
-        "test-only",
-        "thread-spec",
-        "threads-per-core",
-        "time",
-        "time-min",
-        "tmp",
-        "uid",
-        "unbuffered",
-        "use-min-nodes",
-        "verbose",
-        "version",
-        "usage",
-        "wait",
-        "wckey",
-        "whole",
-        "x11",
-    ];
 
     fn srun(a: &[&str]) -> Result<SrunRequest, GrammarError> {
         parse_srun(&argv(a))
     }
 
+    fn parse_srun(a: &[String]) -> Result<SrunRequest, GrammarError> {
+        super::parse_srun(a, &[])
+    }
+
     #[test]
     fn the_table_is_srun_22_05() {
-        names_are_slurm_22_05(SRUN, SLURM, &[]);
-        table_is_sound(SRUN, 'l');
-        prefixes_are_unknown(SRUN);
+        entries_are_the_getopt_sets(&SRUN, &[crate::getopt::BELT]);
+        table_is_sound(&SRUN, 'l');
         // From the optstring "+A:b:D:M:C:S:c:d:Xm:e:x:B:G:hHI::i:J:K::lL:T:Zk::F:w:N:n:o:Osp:Eq:Qr:t:uvVW:".
         shorts_are(
-            SRUN,
+            &SRUN,
             &[
                 ('A', "account"),
                 ('b', "begin"),
@@ -573,7 +451,7 @@ mod tests {
             ],
         );
         optional_values_are(
-            SRUN,
+            &SRUN,
             &[
                 "bcast",
                 "compress",
@@ -613,19 +491,19 @@ mod tests {
             "cluster",
             "multi-prog",
         ] {
-            assert!(matches!(spec(SRUN, long).class, Class::Denied(_)), "--{long} must be denied");
+            assert!(matches!(spec(&SRUN, long).class, Class::Denied(_)), "--{long} must be denied");
         }
-        assert!(matches!(spec(SRUN, "chdir").class, Class::Rebuilt(_)));
+        assert!(matches!(spec(&SRUN, "chdir").class, Class::Rebuilt(_)));
         for long in ["pty", "jobid", "export", "overlap", "exact", "mpi", "label"] {
-            assert_eq!(spec(SRUN, long).class, Class::Allowed, "--{long}");
+            assert_eq!(spec(&SRUN, long).class, Class::Allowed, "--{long}");
         }
     }
 
     #[test]
     fn every_sbatch_allowed_option_srun_has_is_allowed_here_too() {
         use crate::commands::sbatch::SBATCH;
-        for s in SBATCH.iter().filter(|s| s.class == Class::Allowed) {
-            if let Some(r) = SRUN.iter().find(|r| r.long == s.long) {
+        for s in SBATCH.specs.iter().filter(|s| s.class == Class::Allowed) {
+            if let Some(r) = SRUN.specs.iter().find(|r| r.long == s.long) {
                 assert_eq!(r.class, Class::Allowed, "--{} is allowed in sbatch", s.long);
             }
         }
@@ -678,7 +556,7 @@ mod tests {
 
     #[test]
     fn chdir_is_returned_for_the_chaperon_to_rebuild() {
-        let p = parse(SRUN, &argv(&["-lD", "/tmp", "pwd"]), true).unwrap();
+        let p = crate::table::parse(&SRUN, &argv(&["-lD", "/tmp", "pwd"])).unwrap();
         assert!(matches!(p.options[1].0.class, Class::Rebuilt(_)));
         assert_eq!(srun(&["--chdir=sub", "pwd"]).unwrap().last("chdir"), Some(Some("sub")));
     }
@@ -721,20 +599,24 @@ mod tests {
 
     #[test]
     fn unknown_options_and_caps() {
-        assert_eq!(srun(&["--ntask=2", "x"]), Err(GrammarError::Unknown("--ntask".into())));
-        assert_eq!(srun(&["--get-user-env", "x"]), Err(GrammarError::Unknown("--get-user-env".into())));
+        let e = srun(&["--ntask=2", "x"]).unwrap_err().to_string();
+        let all = "'--ntasks' '--ntasks-per-core' '--ntasks-per-gpu' '--ntasks-per-node' '--ntasks-per-socket' '--ntasks-per-tres'";
+        assert_eq!(e, format!("option '--ntask=2' is ambiguous; possibilities: {all}"));
+        assert_eq!(srun(&["--ntasks-per-n=2", "x"]).unwrap().last("ntasks-per-node"), Some(Some("2")));
+        let e = srun(&["--get-user-env", "x"]);
+        assert_eq!(e, Err(GetoptError::Unrecognized("get-user-env".into()).into()), "no srun option");
         let many = vec!["-l".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_srun(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
-        never_panics(SRUN, &["hostname", "true", ":", "bash"], 0x5eed_0000_5a01_0001, parse_srun);
+        never_panics(&SRUN, &["hostname", "true", ":", "bash"], 0x5eed_0000_5a01_0001, parse_srun);
     }
 
     #[test]
     fn the_table_decides_what_is_rebuilt() {
-        crate::table::testkit::rebuilds_are_the_tables(SRUN, &["true"], &[("jobid", "5")], &[], |a| {
+        crate::table::testkit::rebuilds_are_the_tables(&SRUN, &["true"], &[("jobid", "5")], &[], |a| {
             let p = parse_srun(a).map_err(|e| e.to_string())?;
             let asked = p.asked(1);
             Ok((p.real_args(&asked, Some(Path::new("/j")), false), format!("{asked:?}")))

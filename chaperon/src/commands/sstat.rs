@@ -7,28 +7,32 @@ use crate::checks::{in_scope, jobs_in_scope};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, STEPS};
 use crate::refusal::Refusal;
-use crate::table::{allow, any_of, as_written, bad_value, last, parse, words, Arity, GrammarError, OptSpec, Options};
+use crate::slurm_22_05;
+use crate::table::{allow, any_of, as_written, bad_value, last, parse, words, Arity, GrammarError, Options, Table};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
 /// Every option sstat 22.05 knows: all of them only read. Anything else is unrecognized.
-pub static SSTAT: &[OptSpec] = &[
-    allow("allsteps", Some('a'), Flag, Any),
-    allow("helpformat", Some('e'), Flag, Any),
-    allow("help", Some('h'), Flag, Any),
-    // Checked as `job[.step]` lists by `parse_sstat`.
-    allow("jobs", Some('j'), Val, Text),
-    allow("noheader", Some('n'), Flag, Any),
-    allow("fields", None, Val, Text),
-    allow("format", Some('o'), Val, Text),
-    allow("noconvert", None, Flag, Any),
-    allow("pidformat", Some('i'), Flag, Any),
-    allow("parsable", Some('p'), Flag, Any),
-    allow("parsable2", Some('P'), Flag, Any),
-    allow("usage", None, Flag, Any),
-    allow("verbose", Some('v'), Flag, Any),
-    allow("version", Some('V'), Flag, Any),
-];
+pub static SSTAT: Table = Table {
+    getopt: &slurm_22_05::SSTAT,
+    specs: &[
+        allow("allsteps", Some('a'), Flag, Any),
+        allow("helpformat", Some('e'), Flag, Any),
+        allow("help", Some('h'), Flag, Any),
+        // Checked as `job[.step]` lists by `parse_sstat`.
+        allow("jobs", Some('j'), Val, Text),
+        allow("noheader", Some('n'), Flag, Any),
+        allow("fields", None, Val, Text),
+        allow("format", Some('o'), Val, Text),
+        allow("noconvert", None, Flag, Any),
+        allow("pidformat", Some('i'), Flag, Any),
+        allow("parsable", Some('p'), Flag, Any),
+        allow("parsable2", Some('P'), Flag, Any),
+        allow("usage", None, Flag, Any),
+        allow("verbose", Some('v'), Flag, Any),
+        allow("version", Some('V'), Flag, Any),
+    ],
+};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SstatRequest {
@@ -54,7 +58,7 @@ fn jobs(v: &str) -> Result<Vec<JobRef>, GrammarError> {
 /// Parses an sstat call (arguments without the program name). Jobs come from every `--jobs`
 /// and from one argument (`sstat 123.0`); a call with none errors as sstat does.
 pub fn parse_sstat(args: &[String]) -> Result<SstatRequest, GrammarError> {
-    let p = parse(SSTAT, args, false)?;
+    let p = parse(&SSTAT, args)?;
     let mut list = Vec::new();
     for (s, v) in &p.options {
         if let ("jobs", Some(v)) = (s.long, v.as_deref()) {
@@ -78,7 +82,7 @@ pub fn parse_sstat(args: &[String]) -> Result<SstatRequest, GrammarError> {
 impl SstatRequest {
     /// The real sstat's arguments: the caller's, as written (every job they name is checked).
     fn real_args(&self) -> Vec<String> {
-        let mut args = as_written(SSTAT, &self.options);
+        let mut args = as_written(&SSTAT, &self.options);
         args.extend(words(&self.words));
         args
     }
@@ -94,26 +98,9 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::getopt::GetoptError;
     use crate::jobid::Step;
     use crate::table::testkit::*;
-
-    /// sstat 22.05.8's getopt_long table, read from the installed binary.
-    const SLURM: &[&str] = &[
-        "allsteps",
-        "helpformat",
-        "help",
-        "jobs",
-        "noheader",
-        "fields",
-        "format",
-        "noconvert",
-        "pidformat",
-        "parsable",
-        "parsable2",
-        "usage",
-        "verbose",
-        "version",
-    ];
 
     fn st(a: &[&str]) -> Result<SstatRequest, GrammarError> {
         parse_sstat(&argv(a))
@@ -121,12 +108,11 @@ mod tests {
 
     #[test]
     fn the_table_is_sstat_22_05() {
-        names_are_slurm_22_05(SSTAT, SLURM, &[]);
-        table_is_sound(SSTAT, 'n');
-        prefixes_are_unknown(SSTAT);
+        entries_are_the_getopt_sets(&SSTAT, &[]);
+        table_is_sound(&SSTAT, 'n');
         // From the optstring "aehij:no:pPvV".
         shorts_are(
-            SSTAT,
+            &SSTAT,
             &[
                 ('a', "allsteps"),
                 ('e', "helpformat"),
@@ -141,7 +127,7 @@ mod tests {
                 ('V', "version"),
             ],
         );
-        optional_values_are(SSTAT, &[]);
+        optional_values_are(&SSTAT, &[]);
     }
 
     #[test]
@@ -166,20 +152,22 @@ mod tests {
 
     #[test]
     fn unknowns_and_caps() {
-        assert_eq!(st(&["--job=5"]), Err(GrammarError::Unknown("--job".into())));
-        assert_eq!(st(&["-M", "x", "5"]), Err(GrammarError::Unknown("-M".into())));
+        assert_eq!(st(&["--job=5"]).unwrap().options, [("jobs", Some("5".into()))], "a prefix of --jobs");
+        assert_eq!(st(&["-M", "x", "5"]), Err(GetoptError::InvalidShort('M').into()));
+        let e = st(&["--p", "-j5"]).unwrap_err().to_string();
+        assert_eq!(e, "option '--p' is ambiguous; possibilities: '--pidformat' '--parsable' '--parsable2'");
         let many = vec!["-a".to_string(); crate::table::MAX_ARGS + 1];
         assert!(matches!(parse_sstat(&many), Err(GrammarError::TooManyArgs { .. })));
     }
 
     #[test]
     fn random_arguments_never_panic() {
-        never_panics(SSTAT, &["12", "3.0", "4.batch"], 0x5eed_0000_5574_0001, parse_sstat);
+        never_panics(&SSTAT, &["12", "3.0", "4.batch"], 0x5eed_0000_5574_0001, parse_sstat);
     }
 
     #[test]
     fn the_table_decides_what_is_rebuilt() {
-        crate::table::testkit::rebuilds_are_the_tables(SSTAT, &["5"], &[("jobs", "5")], &[], |a| {
+        crate::table::testkit::rebuilds_are_the_tables(&SSTAT, &["5"], &[("jobs", "5")], &[], |a| {
             let p = parse_sstat(a).map_err(|e| e.to_string())?;
             Ok((p.real_args(), String::new()))
         });
