@@ -1665,7 +1665,9 @@ for d in ["/tmp/a", "/tmp/b", "/tmp/c"]:
 MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
 print("unmount-mask", res(libc.umount2((P + "/secrets.env").encode(), 2)))
 print("unmount-etc", res(libc.umount2(b"/etc", 2)))
+print("unmount-protected", res(libc.umount2((P + "/.git").encode(), 2)))
 print("remount-usr-rw", mount(None, "/usr", None, MS_REMOUNT | MS_BIND))
+print("remount-usr-suid-dev", mount(None, "/usr", None, MS_REMOUNT | MS_BIND | 1))
 print("remount-root-rw", mount(None, "/", None, MS_REMOUNT))
 print("bind-without-submounts", mount(P, "/tmp/a", None, MS_BIND))
 print("bind-with-submounts", mount(P, "/tmp/b", None, MS_BIND | MS_REC))
@@ -1705,10 +1707,10 @@ for name, level, opt in [("iptables", 0, 64), ("xfrm-policy", 0, 17), ("ip6table
         out.stdout.lines().find_map(|l| l.strip_prefix(&format!("{k} "))).unwrap_or("(missing)").to_string()
     };
     // The kernel: mounts inherited from the jail are locked.
-    for k in ["unmount-mask", "unmount-etc", "bind-without-submounts"] {
+    for k in ["unmount-mask", "unmount-etc", "unmount-protected", "bind-without-submounts"] {
         assert_eq!(got(k), "EINVAL", "{k}: {out}");
     }
-    for k in ["remount-usr-rw", "remount-root-rw"] {
+    for k in ["remount-usr-rw", "remount-usr-suid-dev", "remount-root-rw"] {
         assert_eq!(got(k), "EPERM", "{k}: {out}");
     }
     assert_eq!(got("bind-with-submounts"), "ok", "{out}");
