@@ -104,7 +104,17 @@ pub fn plan(p: &Plan) -> String {
     let _ = writeln!(
         s,
         "  seccomp   deny set + foreign ABIs; nested user namespaces {}",
-        if p.seccomp.nested_userns { "allowed" } else { "denied" }
+        match (p.seccomp.nested_userns, p.seccomp.nested_mounts) {
+            (false, _) => "denied (a sandbox of the command's own, such as bubblewrap, cannot start)",
+            (true, true) => {
+                "allowed, with mount, umount2 and pivot_root inside them (bubblewrap starts); still denied: \
+                 the new mount API, setns, netlink but route and sock_diag, raw and packet sockets, \
+                 netfilter and IPsec socket options"
+            }
+            (true, false) => {
+                "allowed (no mounts: Landlock refuses them, so bubblewrap cannot start)"
+            }
+        }
     );
     match &p.git_guard {
         Some(g) => {

@@ -260,3 +260,35 @@ fn the_nodes_admin_file_bounds_a_job_frozen_before_it() {
     }
     assert_eq!(text.trim(), "v=scrubbed", "the node's admin scrub applies to a job frozen before it");
 }
+
+/// `process.nested_userns = false` in the admin file holds against a user who allows nested
+/// sandboxes: no user namespace can be made inside, and an agent whose own sandbox needs one
+/// is told the admin forbids it (and not how to turn it on). `true` there permits without
+/// turning it on: the user's own choice then starts bubblewrap.
+#[test]
+fn the_admins_nested_userns_lock_holds_and_the_agent_is_told() {
+    let Some(j) = Jail::new("admin-nested") else { return };
+    let _one = ETC_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let guard = EtcGuard::take();
+    let policy = j.rig.home.join("t/admin-nested-policy.toml");
+    std::fs::write(&policy, "[process]\nnested_userns = true\n[filesystem]\nnested_git = true\n").unwrap();
+    j.give(&[&policy]);
+    let j = j.project_file("codex", "#!/bin/sh\necho codex-ran\n").arg("--policy").arg(policy.to_str().unwrap());
+    std::fs::set_permissions(j.project.join("codex"), std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    guard.write("admin.toml", "[process]\nnested_userns = false\n", 0o644);
+    let show = j.output(&mut j.command(&["policy", "show"]));
+    let line = show.stdout.lines().find(|l| l.contains("process.nested_userns")).unwrap_or_default().to_string();
+    assert!(line.contains("false") && line.contains("locked by admin"), "{show}");
+    let out = j.run("unshare -Ur true 2>&1; echo rc=$?; bwrap --ro-bind / / true 2>&1; echo rc=$?");
+    assert!(out.stdout.contains("Operation not permitted") && !out.stdout.contains("rc=0"), "{out}");
+    let out = j.output(&mut j.command(&["-q", "run", "--", "./codex", "exec", "--sandbox", "workspace-write"]));
+    assert!(out.stdout.contains("codex-ran"), "{out}");
+    assert!(out.stderr.contains("codex's own sandbox") && out.stderr.contains("admin forbids"), "{out}");
+    assert!(!out.stderr.contains("nested_userns = true"), "no way around the admin is offered: {out}");
+
+    guard.write("admin.toml", "[process]\nnested_userns = true\n", 0o644);
+    let out = j.run("bwrap --ro-bind / / --dev /dev --proc /proc --unshare-all true; echo rc=$?");
+    assert!(out.stdout.contains("rc=0"), "permitted, and the user's choice holds: {out}");
+    drop(guard);
+}

@@ -101,9 +101,14 @@ fn installed(dir: &str, name: &str) -> bool {
 /// A filtered-mode jail whose resolver is the test DNS server, `blocked.test` blocked, the
 /// agents on PATH, and the key in the launcher's environment.
 fn agent_jail(name: &str) -> Option<Jail> {
+    agent_jail_with(name, "")
+}
+
+/// `agent_jail` with more policy (TOML tables) in the same file.
+fn agent_jail_with(name: &str, more: &str) -> Option<Jail> {
     // SSL_CERT_FILE is for the launcher (the supervisor's TLS to the provider): the jail has no
     // such file, and codex fails to build its HTTP client over a CA file it cannot read.
-    let j = net_jail(name, "block = [\"blocked.test\"]\n[env]\nscrub = [\"SSL_CERT_FILE\"]\n")?;
+    let j = net_jail(name, &format!("block = [\"blocked.test\"]\n[env]\nscrub = [\"SSL_CERT_FILE\"]\n{more}"))?;
     model();
     let path = format!("{AGENTS}:{AGENTS_B}:{AIDER}:/usr/local/bin:/usr/bin:/bin");
     Some(j.env("PATH", &path))
@@ -476,4 +481,149 @@ fn codex_uses_the_injected_key_without_holding_it() {
             .and_then(|(_, v)| v.as_str());
         assert_eq!(auth, Some(bearer.as_str()), "the provider got the real key: {r}");
     }
+}
+
+// ---- the agents' own sandboxes (bubblewrap) inside the jail ----
+
+/// Nested sandboxes allowed: nested user namespaces, and the git guard off (it cannot serve
+/// them; the launch says so otherwise).
+const NESTED: &str = "[process]\nnested_userns = true\n[filesystem]\nnested_git = true\n";
+
+/// What the fake model asks for when the agent's own sandbox runs: a file in the project, the
+/// SSH key, who PID 1 is and which network devices there are. In the jail itself PID 1 is the
+/// jail's init (a copy of the launcher: `.../agent-sandbox ...`) and the network has `tun0`; in
+/// a sandbox of the agent's own, PID 1 is that sandbox's and the network loopback only.
+const NESTED_PROBE: &str = "echo hi > proof.txt; cat ~/.ssh/id_ed25519 > ssh.txt 2>&1; \
+                            tr '\\0' ' ' < /proc/1/cmdline > pid1.txt; \
+                            awk 'NR>2{print $1}' /proc/net/dev | tr '\\n' ' ' > net.txt; \
+                            cat /proc/self/uid_map > map.txt; echo probed";
+
+/// The command ran in a sandbox of the agent's own, inside the jail (see `NESTED_PROBE`).
+fn assert_ran_in_its_own_sandbox(j: &Jail, agent: &str, out: &Out) {
+    let read = |f: &str| std::fs::read_to_string(j.project.join(f)).unwrap_or_default();
+    assert_eq!(read("proof.txt"), "hi\n", "{agent}'s command wrote the project: {out}");
+    let pid1 = read("pid1.txt");
+    let program = pid1.split(' ').next().unwrap_or_default();
+    assert!(
+        !program.is_empty() && !program.ends_with("/agent-sandbox"),
+        "{agent}: PID 1 is its sandbox's: {program:?}"
+    );
+    assert_eq!(read("net.txt"), "lo: ", "{agent}: a network namespace of its own: {out}");
+    let ssh = read("ssh.txt");
+    assert!(!ssh.contains(SSH_CANARY) && ssh.contains("No such file"), "{agent}: ~/.ssh stays absent: {ssh}");
+}
+
+/// codex's command line as its users run it, without the profile's (which turns codex's own
+/// sandbox off): `codex exec --sandbox workspace-write`, the model on model.test.
+fn codex_own_sandbox(j: &Jail, prompt: &str) -> Out {
+    let provider = format!(
+        "model_providers.fake={{name=\"fake\",base_url=\"{MODEL_URL}/v1\",env_key=\"OPENAI_API_KEY\",wire_api=\"responses\"}}"
+    );
+    let mut c = j.command(&[
+        "-q",
+        "--profile",
+        "codex",
+        "run",
+        "--",
+        "codex",
+        "--disable",
+        "plugins",
+        "-c",
+        "analytics.enabled=false",
+        "exec",
+        "--sandbox",
+        "workspace-write",
+        "--skip-git-repo-check",
+        "-c",
+        "model_provider=fake",
+        "-c",
+        &provider,
+        "-m",
+        "fake-model",
+        prompt,
+    ]);
+    j.output_within(&mut c, Duration::from_secs(120))
+}
+
+/// The issue's case, made to work: with nested sandboxes allowed, `codex exec --sandbox
+/// workspace-write` runs its commands in its own bubblewrap inside the jail (PID 1 there is
+/// bubblewrap, uid 0 of bubblewrap's namespace maps to the user), and the jail's rules hold
+/// inside it.
+#[test]
+fn codex_runs_its_commands_in_its_own_bubblewrap_inside_the_jail_when_nested_sandboxes_are_allowed() {
+    if !installed(AGENTS, "codex") {
+        return;
+    }
+    let Some(j) = agent_jail_with("agent-codex-nested", NESTED) else { return };
+    let before = requests().len();
+    let j = j.env("OPENAI_API_KEY", KEY);
+    let out = codex_own_sandbox(&j, &format!("RUN: {NESTED_PROBE}"));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(!out.stderr.contains("own sandbox"), "no line: the sandbox starts: {out}");
+    assert_ran_in_its_own_sandbox(&j, "codex", &out);
+    // codex's bubblewrap sets /dev up as uid 0 of a first namespace, then drops to the user's
+    // uid in a second one: two levels below the jail's.
+    let map = std::fs::read_to_string(j.project.join("map.txt")).unwrap_or_default();
+    assert_eq!(map.split_whitespace().nth(1), Some("0"), "in bubblewrap's second user namespace: {map:?}");
+    assert!(out.stdout.contains("DONE: probed"), "{out}");
+    assert!(model_saw("Sandboxes of your own** (bubblewrap", before), "the notice says it can start");
+
+    // Where no bubblewrap on PATH passes codex's probe, codex uses the one it bundles: that
+    // one starts too. (codex skips PATH entries inside the workspace: the stand-in that fails
+    // its probe lives outside the project, bound in read-only.)
+    for f in ["proof.txt", "pid1.txt", "net.txt", "ssh.txt"] {
+        let _ = std::fs::remove_file(j.project.join(f));
+    }
+    let fake = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nobwrap");
+    std::fs::create_dir_all(&fake).unwrap();
+    let marker = j.project.join("bwrap-probed");
+    std::fs::write(fake.join("bwrap"), format!("#!/bin/sh\necho probed >> {}\nexit 1\n", marker.display())).unwrap();
+    std::fs::set_permissions(fake.join("bwrap"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!("{}:{AGENTS}:{AGENTS_B}:{AIDER}:/usr/local/bin:/usr/bin:/bin", fake.display());
+    let j = j.arg("--ro").arg(fake.to_str().unwrap()).env("PATH", &path);
+    let out = codex_own_sandbox(&j, &format!("RUN: {NESTED_PROBE}"));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(marker.exists(), "codex asked the bubblewrap on PATH first: {out}");
+    assert_ran_in_its_own_sandbox(&j, "codex (bundled bubblewrap)", &out);
+}
+
+/// The issue's case as it stands by default (nested user namespaces off): codex's bubblewrap
+/// cannot start, every command fails and codex exits 0; the user gets one line saying why and
+/// what to do before codex starts, and codex's model reads the same in the notice.
+#[test]
+fn codex_with_its_own_sandbox_where_it_cannot_start_is_not_silent() {
+    if !installed(AGENTS, "codex") {
+        return;
+    }
+    let Some(j) = agent_jail("agent-codex-own") else { return };
+    let before = requests().len();
+    let j = j.env("OPENAI_API_KEY", KEY);
+    let out = codex_own_sandbox(&j, "RUN: echo hi > proof.txt");
+    assert_eq!(out.code, 0, "codex goes on: {out}");
+    assert!(!j.project.join("proof.txt").exists(), "its command failed in its bubblewrap: {out}");
+    let line: Vec<&str> = out.stderr.lines().filter(|l| l.contains("codex's own sandbox")).collect();
+    assert_eq!(line.len(), 1, "one line: {out}");
+    assert!(line[0].contains("process.nested_userns = false"), "why: {}", line[0]);
+    assert!(line[0].contains("agent-sandbox codex") && line[0].contains("danger-full-access"), "what: {}", line[0]);
+    assert!(model_saw("Sandboxes of your own cannot start here", before), "the agent is told too");
+}
+
+/// Claude Code's sandbox mode (bubblewrap, turned on in the user's settings) runs its Bash
+/// calls inside the jail when nested sandboxes are allowed.
+#[test]
+fn claude_code_sandbox_mode_runs_inside_the_jail_when_nested_sandboxes_are_allowed() {
+    if !installed(AGENTS_B, "claude") {
+        return;
+    }
+    let Some(j) = agent_jail_with("agent-claude-nested", NESTED) else { return };
+    home_file(&j, ".claude/settings.json", r#"{"sandbox":{"enabled":true}}"#);
+    let before = requests().len();
+    let prompt = format!("RUN: {NESTED_PROBE}");
+    let j = j.env("ANTHROPIC_API_KEY", KEY).env("ANTHROPIC_BASE_URL", MODEL_URL);
+    let mut c =
+        j.command(&["-q", "--profile", "claude", "run", "--", "claude", "-p", &prompt, "--allowedTools", "Bash"]);
+    let out = j.output_within(&mut c, Duration::from_secs(120));
+    assert_eq!(out.code, 0, "{out}");
+    assert_ran_in_its_own_sandbox(&j, "claude", &out);
+    assert!(model_saw("Sandboxes of your own** (bubblewrap", before), "the notice says it can start");
 }

@@ -1585,3 +1585,203 @@ fn a_host_with_shared_mounts_runs_the_jail_and_no_mount_of_the_host_propagates_i
         );
     }
 }
+
+// ---- sandboxes of the command's own: nested user namespaces (`process.nested_userns`) ----
+
+/// A policy file of the test user's that allows nested sandboxes: `nested_userns = true`,
+/// with the git guard off (`nested_git = true`) unless `guard_on`, which the launch refuses.
+fn nested_policy(j: &Jail, guard_on: bool) -> String {
+    let name = j.project.file_name().unwrap().to_string_lossy().to_string();
+    let policy = j.rig.home.join(format!("t/{name}-nested.toml"));
+    let guard = if guard_on { "" } else { "[filesystem]\nnested_git = true\n" };
+    std::fs::write(&policy, format!("[process]\nnested_userns = true\n{guard}")).unwrap();
+    j.give(&[&policy]);
+    policy.display().to_string()
+}
+
+/// The git guard carries trapped calls out as the jail's init, which cannot write the id maps
+/// of a user namespace two levels down, and its path rules would not see the project bound
+/// at another path in a mount namespace of the jail's own: asking for nested user namespaces
+/// with the guard on stops the launch, saying which key to set, before anything runs.
+#[test]
+fn nested_user_namespaces_with_the_git_guard_on_stop_the_launch_with_the_fix() {
+    let j = jail!("nested-guard");
+    let policy = nested_policy(&j, true);
+    let out = j.run_with(&["--policy", &policy], "touch ./ran");
+    assert_eq!(out.code, 126, "{out}");
+    assert!(out.stderr.contains("process.nested_userns = true") && out.stderr.contains("git guard"), "{out}");
+    assert!(out.stderr.contains("fix:") && out.stderr.contains("nested_git = true"), "{out}");
+    assert!(!j.project.join("ran").exists(), "the command ran");
+}
+
+/// The issue's case, with bubblewrap as its users run it (`--unshare-all`, `--dev`, `--proc`):
+/// it starts inside the jail, in namespaces of its own, and what the jail hides or makes
+/// read-only stays so inside it.
+#[test]
+fn bubblewrap_runs_inside_the_jail_when_nested_sandboxes_are_allowed() {
+    let j = jail!("nested-bwrap");
+    assert!(std::path::Path::new("/usr/bin/bwrap").exists(), "bubblewrap is installed (tests/run.sh)");
+    let script = r#"
+        ns() { for n in user mnt pid net; do readlink /proc/self/ns/$n; done | tr '\n' ' '; }
+        echo "outside $(ns)"
+        bwrap --ro-bind / / --dev /dev --proc /proc --bind "$PWD" "$PWD" --unshare-all --die-with-parent sh -c '
+            ns() { for n in user mnt pid net; do readlink /proc/self/ns/$n; done | tr "\n" " "; }
+            echo "inside $(ns)"
+            echo made > made-in-bwrap
+            cat ~/.ssh/id_ed25519 2>&1
+            echo "devices $(awk "NR>2{print \$1}" /proc/net/dev | tr "\n" " ")"
+        '
+        echo "bwrap=$?"
+        bwrap --ro-bind / / --bind /usr /usr touch /usr/asb-nested 2>&1
+    "#;
+    let policy = nested_policy(&j, false);
+    let out = j.run_with(&["--policy", &policy], script);
+    assert!(out.stdout.contains("bwrap=0"), "bubblewrap started: {out}");
+    let ns = |tag: &str| -> Vec<String> {
+        let line = out.stdout.lines().find_map(|l| l.strip_prefix(tag)).unwrap_or_default();
+        line.split_whitespace().map(str::to_string).collect()
+    };
+    let (outside, inside) = (ns("outside "), ns("inside "));
+    assert_eq!(inside.len(), 4, "{out}");
+    for (o, i) in outside.iter().zip(&inside) {
+        assert_ne!(o, i, "bubblewrap's own namespace: {out}");
+    }
+    assert_eq!(std::fs::read_to_string(j.project.join("made-in-bwrap")).unwrap_or_default(), "made\n", "{out}");
+    assert!(out.stdout.contains("No such file or directory") && !out.stdout.contains(SSH_CANARY), "{out}");
+    assert!(out.stdout.contains("devices lo: \n"), "its network namespace holds loopback only: {out}");
+    assert!(out.stdout.contains("Read-only file system"), "the jail's read-only trees stay so: {out}");
+    assert!(!std::path::Path::new("/usr/asb-nested").exists());
+}
+
+/// What a nested namespace of the jail's own cannot do (the kernel locks every mount it
+/// inherits; the jail's seccomp filter, which it inherits too, keeps the rest closed), and
+/// what it can: the list in docs/security-model.md, "Nested sandboxes".
+#[test]
+fn a_nested_namespace_keeps_the_jails_mounts_and_reaches_no_netfilter_raw_socket_or_new_mount_api() {
+    let j = jail!("nested-surface").project_file("secrets.env", "TOKEN=CANARY-NESTED").project_file(
+        "nested.py",
+        r#"
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+P = os.getcwd()
+def res(r):
+    return "ok" if r == 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+def mount(src, tgt, fs, flags, data=None):
+    b = lambda s: s.encode() if s else None
+    return res(libc.mount(b(src), b(tgt), b(fs), ctypes.c_ulong(flags), b(data)))
+def sock(*a):
+    try:
+        socket.socket(*a).close()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, "?")
+def sys(nr, *a):
+    return "ok" if libc.syscall(nr, *a) >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+for d in ["/tmp/a", "/tmp/b", "/tmp/c"]:
+    os.makedirs(d, exist_ok=True)
+MS_REMOUNT, MS_BIND, MS_REC = 32, 4096, 16384
+print("unmount-mask", res(libc.umount2((P + "/secrets.env").encode(), 2)))
+print("unmount-etc", res(libc.umount2(b"/etc", 2)))
+print("unmount-protected", res(libc.umount2((P + "/.git").encode(), 2)))
+print("remount-usr-rw", mount(None, "/usr", None, MS_REMOUNT | MS_BIND))
+print("remount-usr-suid-dev", mount(None, "/usr", None, MS_REMOUNT | MS_BIND | 1))
+print("remount-root-rw", mount(None, "/", None, MS_REMOUNT))
+print("bind-without-submounts", mount(P, "/tmp/a", None, MS_BIND))
+print("bind-with-submounts", mount(P, "/tmp/b", None, MS_BIND | MS_REC))
+print("mask-through-bind", repr(open("/tmp/b/secrets.env").read()))
+print("tmpfs", mount("none", "/tmp/c", "tmpfs", 0))
+print("fsopen", sys(430, b"tmpfs", 0))
+print("open_tree", sys(428, -100, b"/tmp", 1))
+print("mount_setattr", sys(442, -100, b"/", 0, 0, 0))
+print("setns", sys(308, 0, 0))
+print("chroot", sys(161, b"/tmp"))
+try:
+    os.setgroups([])
+    print("setgroups", "ok")
+except OSError as e:
+    print("setgroups", errno.errorcode.get(e.errno, "?"))
+print("netlink-route", sock(socket.AF_NETLINK, socket.SOCK_RAW, 0))
+print("netlink-netfilter", sock(socket.AF_NETLINK, socket.SOCK_RAW, 12))
+print("netlink-xfrm", sock(socket.AF_NETLINK, socket.SOCK_RAW, 6))
+print("netlink-generic", sock(socket.AF_NETLINK, socket.SOCK_RAW, 16))
+print("raw-icmp", sock(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP))
+print("raw-icmpv6", sock(socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6))
+print("packet", sock(17, socket.SOCK_RAW, 0))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for name, level, opt in [("iptables", 0, 64), ("xfrm-policy", 0, 17), ("ip6tables", 41, 64)]:
+    try:
+        u.setsockopt(level, opt, b"\0" * 64)
+        print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode.get(e.errno, "?"))
+"#,
+    );
+    let hide = j.project.join("secrets.env").display().to_string();
+    let policy = nested_policy(&j, false);
+    let out = j.run_with(&["--policy", &policy, "--hide", &hide], "unshare -Urmn python3 nested.py");
+    assert_eq!(out.code, 0, "{out}");
+    let got = |k: &str| -> String {
+        out.stdout.lines().find_map(|l| l.strip_prefix(&format!("{k} "))).unwrap_or("(missing)").to_string()
+    };
+    // The kernel: mounts inherited from the jail are locked.
+    for k in ["unmount-mask", "unmount-etc", "unmount-protected", "bind-without-submounts"] {
+        assert_eq!(got(k), "EINVAL", "{k}: {out}");
+    }
+    for k in ["remount-usr-rw", "remount-usr-suid-dev", "remount-root-rw"] {
+        assert_eq!(got(k), "EPERM", "{k}: {out}");
+    }
+    assert_eq!(got("bind-with-submounts"), "ok", "{out}");
+    assert_eq!(got("mask-through-bind"), "''", "the hidden file stays empty: {out}");
+    // The filter: what a nested namespace's capabilities would open besides; and setgroups,
+    // which stays off in every namespace below the jail's (no group can be dropped).
+    for k in [
+        "fsopen",
+        "open_tree",
+        "mount_setattr",
+        "setns",
+        "chroot",
+        "setgroups",
+        "netlink-netfilter",
+        "netlink-xfrm",
+        "netlink-generic",
+        "raw-icmp",
+        "raw-icmpv6",
+        "packet",
+        "iptables",
+        "xfrm-policy",
+        "ip6tables",
+    ] {
+        assert_eq!(got(k), "EPERM", "{k}: {out}");
+    }
+    // What it reaches: new mounts of its own, and rtnetlink in its own network namespace.
+    assert_eq!(got("tmpfs"), "ok", "{out}");
+    assert_eq!(got("netlink-route"), "ok", "{out}");
+}
+
+/// `codex exec --sandbox workspace-write` run without its profile's command line, where its
+/// bubblewrap cannot start: one line on stderr says why every command will fail and what to
+/// do, and the command still runs (codex itself would). A command line that turns the
+/// sandbox off gets no line.
+#[test]
+fn an_agent_whose_own_sandbox_cannot_start_is_told_why_in_one_line() {
+    let j = jail!("nested-line").project_file("codex", "#!/bin/sh\necho codex-ran \"$@\"\n");
+    std::fs::set_permissions(j.project.join("codex"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let out = j.output(&mut j.command(&["-q", "run", "--", "./codex", "exec", "--sandbox", "workspace-write", "x"]));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("codex-ran exec"), "{out}");
+    let lines: Vec<&str> = out.stderr.lines().filter(|l| l.contains("codex's own sandbox")).collect();
+    assert_eq!(lines.len(), 1, "one line: {out}");
+    let line = lines[0];
+    assert!(line.starts_with("agent-sandbox: warning: codex's own sandbox (bubblewrap) cannot start"), "{line}");
+    assert!(
+        line.contains("process.nested_userns = false") && line.contains("every command codex runs fails"),
+        "{line}"
+    );
+    assert!(line.contains("agent-sandbox codex") && line.contains("nested_userns = true"), "what to do: {line}");
+    let out = j.output(&mut j.command(&["-q", "run", "--", "./codex", "exec", "--sandbox", "danger-full-access", "x"]));
+    assert!(out.stdout.contains("codex-ran") && !out.stderr.contains("own sandbox"), "{out}");
+    // Allowed: no line, the sandbox starts.
+    let policy = nested_policy(&j, false);
+    let out = j.output(&mut j.command(&["-q", "--policy", &policy, "run", "--", "./codex", "exec", "x"]));
+    assert!(out.stdout.contains("codex-ran") && !out.stderr.contains("own sandbox"), "{out}");
+}

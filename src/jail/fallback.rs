@@ -620,6 +620,7 @@ fn exec_command(
     }
     let opts = seccomp::SeccompOptions {
         allow_nested_userns: plan.seccomp.nested_userns,
+        nested_mounts: plan.seccomp.nested_mounts,
         tcp_udp_icmp_only: plan.seccomp.tcp_udp_icmp_only,
         deny_unix_sockets: !plan.seccomp.unix_sockets,
         own_process_only: plan.seccomp.own_process_only,

@@ -125,6 +125,7 @@ pub fn run(
     // Compiled here while the jail builds its filesystem in parallel, then handed over.
     let prog = super::seccomp::build_program(&super::seccomp::SeccompOptions {
         allow_nested_userns: plan.seccomp.nested_userns,
+        nested_mounts: plan.seccomp.nested_mounts,
         ..Default::default()
     })
     .map_err(|e| JailError::Seal(e.into()))?;

@@ -10,6 +10,7 @@ pub mod groups;
 pub mod instructions;
 mod landlock;
 mod mounts;
+pub mod nested;
 mod net;
 pub mod os_path;
 mod project;
@@ -166,7 +167,11 @@ pub const HOSTNAME_PORTS: [u16; 2] = [80, 443];
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SeccompPlan {
+    /// `process.nested_userns`: the command may create user namespaces.
     pub nested_userns: bool,
+    /// And, inside them, mount what a nested sandbox (bubblewrap) needs: the userns backend
+    /// only (Landlock refuses every mount).
+    pub nested_mounts: bool,
     /// Landlock backend only: `socket(AF_UNIX)` allowed (`process.unix_sockets`).
     pub unix_sockets: bool,
     /// Where Landlock's TCP port rules are the network boundary (its backend): inet sockets
@@ -390,6 +395,8 @@ pub enum PlanError {
     EmptyCommand,
     #[error("this kernel cannot keep the jail from making git repositories in the project: {why}")]
     GitGuard { why: String, fix: String },
+    #[error("nested user namespaces (process.nested_userns = true) cannot be allowed with the git guard on: {why}")]
+    NestedUserns { why: String, fix: String },
 }
 
 impl PlanError {
@@ -398,7 +405,8 @@ impl PlanError {
             PlanError::Project { fix, .. }
             | PlanError::Net { fix, .. }
             | PlanError::Backend { fix, .. }
-            | PlanError::GitGuard { fix, .. } => Some(format!("fix: {fix}")),
+            | PlanError::GitGuard { fix, .. }
+            | PlanError::NestedUserns { fix, .. } => Some(format!("fix: {fix}")),
             PlanError::ProtectedSymlink { path } => Some(format!(
                 "fix: look at where it points (ls -l {0}) and replace it with a real file or directory",
                 path.display()
@@ -445,8 +453,13 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let home_files = std::mem::take(&mut b.home_files);
     if let Some(placed) = instructions::place(policy, fs, &base.home, base.backend)? {
         let slurm = req.chaperon_socket.is_some() || req.chaperon_channel;
-        let facts =
-            instructions::NoticeFacts { project: &base.project, writable: &trees.writable, net: &base.net, slurm };
+        let facts = instructions::NoticeFacts {
+            project: &base.project,
+            writable: &trees.writable,
+            net: &base.net,
+            slurm,
+            nested: nested::NestedSandbox::of(policy, base.backend),
+        };
         instructions::push(&mut b, &placed, instructions::notice(&facts));
         home_dirs.extend(placed.home_dirs.iter().filter(|d| !home_dirs.contains(d)).cloned().collect::<Vec<_>>());
         placeholders.extend(placed.placeholder);
@@ -464,6 +477,16 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     b.push(MountSpec::ReadOnly { target: "/".into() });
     let mounts = b.mounts;
     let git_guard = git_guard(policy, facts, base.backend, trees.guarded)?;
+    nested::check_guard(policy, git_guard.is_some())?;
+    let nested = nested::NestedSandbox::of(policy, base.backend);
+    if nested == nested::NestedSandbox::Landlock && policy.nested_userns.value {
+        warnings.push(
+            "process.nested_userns = true lets the command create user namespaces, but a sandbox that mounts \
+             (bubblewrap) cannot start under the Landlock backend, which refuses every mount"
+                .into(),
+        );
+    }
+    warnings.extend(nested::warning(&req.command, nested));
     base.warnings = warnings;
     let mut plan = finish(policy, facts, req, base, mounts, placeholders, git_guard, mail_block)?;
     (plan.home_dirs, plan.home_files) = (home_dirs, home_files);
@@ -765,6 +788,7 @@ fn finish(
         net,
         seccomp: SeccompPlan {
             nested_userns: policy.nested_userns.value,
+            nested_mounts: policy.nested_userns.value && backend == BackendKind::Userns,
             unix_sockets: policy.unix_sockets.value,
             tcp_udp_icmp_only: backend == BackendKind::Landlock,
             own_process_only: backend == BackendKind::Landlock,

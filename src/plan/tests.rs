@@ -678,3 +678,60 @@ fn the_shape_pid_1_is_cloned_with_before_the_plan_is_the_plans() {
         }
     }
 }
+
+/// A policy with the admin file `admin` (as `/etc/agent-sandbox/admin.toml`) over `user`.
+fn policy_under_admin(user: &str, admin: &str) -> Policy {
+    let builtin = include_str!("../policy/builtin.toml");
+    let layer =
+        |text: &str, kind, source| SourcedLayer { layer: parse_layer(text, Path::new("x"), kind).unwrap(), source };
+    let layers =
+        vec![layer(builtin, FileKind::Site, Source::Builtin), layer(user, FileKind::User, Source::User("u".into()))];
+    let admin = layer(admin, FileKind::Admin, Source::Admin("a".into()));
+    merge(&layers, Some(&admin)).unwrap()
+}
+
+/// Nested user namespaces come with mounts in them, where the git guard's path rules and its
+/// carrying out of calls fail: the plan refuses the two together, naming the key to set, or,
+/// where the admin keeps the guard on, saying there is none.
+#[test]
+fn nested_user_namespaces_need_the_git_guard_off_and_the_refusal_names_the_way() {
+    let req = request("/home/u/proj");
+    let err = build(&policy("[process]\nnested_userns = true"), &facts(), &host(), &req).unwrap_err();
+    assert!(matches!(err, PlanError::NestedUserns { .. }), "{err}");
+    let fix = err.fix().unwrap_or_default();
+    assert!(fix.contains("nested_git = true") && fix.contains("[filesystem]"), "{fix}");
+    let both = "[process]\nnested_userns = true\n[filesystem]\nnested_git = true";
+    let p = build(&policy(both), &facts(), &host(), &req).unwrap();
+    assert!(p.seccomp.nested_userns && p.seccomp.nested_mounts && p.git_guard.is_none());
+    let locked = policy_under_admin(
+        "[process]\nnested_userns = true\n[filesystem]\nnested_git = true",
+        "[filesystem]\nnested_git = false",
+    );
+    let fix = build(&locked, &facts(), &host(), &req).unwrap_err().fix().unwrap_or_default();
+    assert!(fix.contains("admin keeps the git guard on") && !fix.contains("set `nested_git"), "{fix}");
+    // The Landlock backend has no guard and no mounts: nothing to refuse, but bubblewrap
+    // cannot start there, which the plan says.
+    let ll = plan_for("[sandbox]\nbackend = \"landlock\"\n[process]\nnested_userns = true", "/home/u/proj").unwrap();
+    assert!(ll.warnings.iter().any(|w| w.contains("cannot start under the Landlock backend")), "{:?}", ll.warnings);
+    assert!(ll.seccomp.nested_userns && !ll.seccomp.nested_mounts, "no mount calls where nothing can mount");
+}
+
+/// The line of `nested::warning` reaches the plan's warnings (printed at every launch, and in
+/// the audit log's session record) for the command as it will run, the profile's arguments
+/// included.
+#[test]
+fn the_plan_warns_when_the_commands_own_sandbox_cannot_start() {
+    let req =
+        |cmd: &[&str]| RunRequest { command: cmd.iter().map(|s| s.to_string()).collect(), ..request("/home/u/proj") };
+    let warned = |p: &Plan| p.warnings.iter().any(|w| w.contains("codex's own sandbox"));
+    let p = build(&policy(""), &facts(), &host(), &req(&["codex", "exec", "--sandbox", "workspace-write"])).unwrap();
+    assert!(warned(&p), "{:?}", p.warnings);
+    let p = build(&policy(""), &facts(), &host(), &req(&["codex", "--yolo", "exec"])).unwrap();
+    assert!(!warned(&p), "{:?}", p.warnings);
+    let nested = "[process]\nnested_userns = true\n[filesystem]\nnested_git = true";
+    let p = build(&policy(nested), &facts(), &host(), &req(&["codex", "exec"])).unwrap();
+    assert!(!warned(&p), "{:?}", p.warnings);
+    let admin = policy_under_admin(nested, "[process]\nnested_userns = false");
+    let p = build(&admin, &facts(), &host(), &req(&["codex", "exec"])).unwrap();
+    assert!(p.warnings.iter().any(|w| w.contains("admin forbids")), "{:?}", p.warnings);
+}
