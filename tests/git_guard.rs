@@ -276,14 +276,11 @@ fn nothing_the_jail_writes_into_a_repository_runs_outside() {
         assert!(!line(case).ends_with(" 0") && !line(case).is_empty(), "{case} must fail: {out}");
     }
     let mut refused = vec![
-        "config-append",
-        "config-trunc",
         "config-rplus",
         "config-truncate",
         "config-rename",
         "config-link-out",
         "config-symlink",
-        "config-worktree",
         "hook-create",
         "hook-rename",
         "hook-link",
@@ -292,12 +289,9 @@ fn nothing_the_jail_writes_into_a_repository_runs_outside() {
         "dotgit-symlink",
         "dotgit-rename-in",
         "bare-last-mark",
-        "unmarked-config",
-        "remade-config",
         "swapped-in",
         "parent-swapped",
         "symlink-above",
-        "commondir-write",
         "commondir-elsewhere",
         "cache-last-mark",
         "bind-mark",
@@ -306,7 +300,7 @@ fn nothing_the_jail_writes_into_a_repository_runs_outside() {
     .map(String::from)
     .collect::<Vec<_>>();
     for gitdir in ["vendor/clone/.git", ".git/modules/m", ".git"] {
-        refused.extend(["old-append", "old-hook", "old-rename"].map(|c| format!("{c} {gitdir}")));
+        refused.extend(["old-hook", "old-rename"].map(|c| format!("{c} {gitdir}")));
     }
     for case in &refused {
         assert!(line(case).ends_with("REFUSED"), "{case}: {out}");
@@ -316,6 +310,23 @@ fn nothing_the_jail_writes_into_a_repository_runs_outside() {
         assert!(line(case).ends_with("ERR 36") || line(case).ends_with("REFUSED"), "{case}: {out}");
     }
     assert!(line("gitfile").ends_with("DONE"), "a gitfile is a pointer, not a repository: {out}");
+    // Written directly, a config goes through the guard: the write is taken, the command left
+    // out (one line says so), the user's own entries kept.
+    for case in
+        ["config-append", "config-trunc", "config-worktree", "unmarked-config", "remade-config", "commondir-write"]
+            .into_iter()
+            .map(String::from)
+            .chain(["vendor/clone/.git", ".git/modules/m", ".git"].map(|g| format!("old-append {g}")))
+    {
+        assert!(line(&case).ends_with("DONE"), "{case}: {out}");
+    }
+    assert!(!config("sub/.git/config").contains("fsmonitor"), "{}", config("sub/.git/config"));
+    assert!(!config("sub/.git/config.worktree").contains("fsmonitor"), "{}", config("sub/.git/config.worktree"));
+    assert_eq!(
+        config("base/.git/worktrees/wt/commondir").trim(),
+        "../..",
+        "a commondir written again is left as git made it"
+    );
     assert!(line("bind-ordinary").ends_with("DONE"), "{out}");
     assert!(line("git-commit-nested").ends_with(" 0"), "work in a nested clone goes on: {out}");
     // One line the agent can act on (at most ten a second: the first of them).
@@ -452,6 +463,143 @@ fn a_users_git_running_while_the_jail_swaps_repositories_never_runs_what_it_plan
     let (ran, stdout, runs) = race("gitguard-race", false).expect("the rig is up");
     assert!(stdout.contains("rounds=") && runs > 20, "{stdout}, the user's git ran {runs} times");
     assert!(!ran, "the user's git ran what the jail planted ({stdout}, {runs} runs)");
+}
+
+/// The outside review of this guard (issue 31): each attack made the user's git, outside,
+/// run a planted command; each must now be refused or left harmless. `$MARK` is the host file
+/// the planted command would make.
+const REVIEW_SH: &str = r##"
+evil() { printf '[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tfsmonitor = "touch %s; false"\n' "$MARK"; }
+hook() { printf '#!/bin/sh\ntouch %s\n' "$MARK"; }
+stage() { git update-index --add --cacheinfo "160000,1111111111111111111111111111111111111111,$1" 2>/dev/null; }
+# A1: a symlink as the mark that completes a repository.
+mkdir -p stash/objects; echo 'ref: refs/heads/main' > stash/HEAD; evil > stash/config
+ln -s objects stash/refs && echo A1-LINKED || echo A1-REFUSED
+mkdir sub1; echo 'gitdir: ../stash' > sub1/.git; stage sub1
+# A2: a worktree's directory filled while its repository was not one, then completed.
+mkdir -p a/worktrees/w/hooks; echo 'ref: refs/heads/main' > a/worktrees/w/HEAD; evil > a/worktrees/w/config
+hook > a/worktrees/w/hooks/pre-commit; chmod +x a/worktrees/w/hooks/pre-commit
+echo 'ref: refs/heads/main' > a/HEAD; mkdir a/objects && mkdir a/refs && echo A2-COMPLETED || echo A2-REFUSED
+mkdir -p a/worktrees/w/objects a/worktrees/w/refs 2>/dev/null
+mkdir sub2; echo 'gitdir: ../a/worktrees/w' > sub2/.git; stage sub2
+# A3: a name that is not UTF-8, where a repository was.
+X=$(printf 'r\377')
+mkdir "$X"; echo 'ref: refs/heads/main' > "$X/HEAD"; mkdir "$X/objects" "$X/refs"
+mv "$X" gone3; mkdir -p T/hooks; echo 'ref: refs/heads/main' > T/HEAD; evil > T/config
+mv T "$X" && echo A3-MOVED || echo A3-REFUSED
+mkdir -p "$X/objects" "$X/refs" 2>/dev/null
+mkdir sub3; printf 'gitdir: ../%s\n' "$X" > sub3/.git; stage sub3
+# A4: a directory renamed to .git by one thread while another makes its config.
+cc -O1 -pthread -o race race.c && ./race && echo A4-RAN
+# A7: PID 1's own /proc entries through the guard.
+cat /proc/1/maps >/dev/null 2>&1 && echo A7-DIRECT
+python3 -c "import os; os.open('/proc/1/maps', os.O_RDONLY | os.O_CREAT)" 2>/dev/null && echo A7-OPENED || echo A7-REFUSED
+python3 -c "import os; os.open('/proc/self/../1/maps', os.O_RDONLY | os.O_CREAT)" 2>/dev/null && echo A7B-OPENED || echo A7B-REFUSED
+python3 -c "import os; os.open('/proc/self/status', os.O_RDONLY | os.O_CREAT)" 2>/dev/null && echo A7-OWN-OPENED
+echo review-done
+"##;
+
+/// Attack A4: thread B renames a directory to `x/.git` (its large allowed config.worktree holds
+/// the guard's lock while it is checked) while thread A makes `config` in it by its old path.
+const REVIEW_RACE_C: &str = r#"
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+static char plain[64], dotgit[64];
+static void *renamer(void *a) { (void)a; rename(plain, dotgit); return 0; }
+int main(void) {
+    static char big[1000000]; size_t n = sprintf(big, "[user]\n");
+    while (n + 32 < sizeof big) n += sprintf(big + n, "\tname = aaaaaaaaaaaaaaaaaaaa\n");
+    const char *mark = getenv("MARK");
+    for (int i = 0; i < 60; i++) {
+        snprintf(plain, sizeof plain, "plain%d", i);
+        snprintf(dotgit, sizeof dotgit, "x%d/.git", i);
+        mkdir(plain, 0755);
+        char p[128]; snprintf(p, sizeof p, "%s/HEAD", plain);
+        FILE *f = fopen(p, "w"); fputs("ref: refs/heads/main\n", f); fclose(f);
+        snprintf(p, sizeof p, "%s/config.worktree", plain);
+        f = fopen(p, "w"); fwrite(big, 1, n, f); fclose(f);
+        snprintf(p, sizeof p, "x%d", i); mkdir(p, 0755);
+        pthread_t t; pthread_create(&t, 0, renamer, 0);
+        usleep((i * 37) % 4000);
+        snprintf(p, sizeof p, "plain%d/config", i);
+        int fd = open(p, O_CREAT | O_WRONLY | O_EXCL, 0644);
+        if (fd >= 0) { dprintf(fd, "[core]\n\tfsmonitor = \"touch %s; false\"\n", mark); close(fd); }
+        pthread_join(t, 0);
+        usleep(2000);
+        snprintf(p, sizeof p, "x%d/.git/objects", i); mkdir(p, 0755);
+        snprintf(p, sizeof p, "x%d/.git/refs", i); mkdir(p, 0755);
+        char info[128]; snprintf(info, sizeof info, "git update-index --add --cacheinfo 160000,1111111111111111111111111111111111111111,x%d 2>/dev/null", i);
+        if (system(info)) {}
+    }
+    return 0;
+}
+"#;
+
+#[test]
+fn the_outside_reviews_attacks_leave_nothing_that_runs_outside() {
+    let marker = format!("/tmp/asb-guard-review-{}", std::process::id());
+    let j = jail!("gitguard-review").project_file("race.c", REVIEW_RACE_C).env("MARK", &marker);
+    for args in [&["init", "-q"][..], &["commit", "-q", "--allow-empty", "-m", "x"]] {
+        assert!(git_ok(&j, &j.project, args));
+    }
+    let out = j.output_within(
+        &mut j.command(&["-q", "run", "--", "bash", "-c", REVIEW_SH]),
+        std::time::Duration::from_secs(120),
+    );
+    assert!(out.stdout.contains("review-done"), "{out}");
+    for refused in ["A1-REFUSED", "A2-REFUSED", "A3-REFUSED", "A7-REFUSED", "A7B-REFUSED"] {
+        assert!(out.stdout.contains(refused), "{refused}: {out}");
+    }
+    assert!(out.stdout.contains("A7-OWN-OPENED"), "a process's own /proc entries stay its own: {out}");
+    assert!(!out.stdout.contains("A7-DIRECT"), "PID 1 is not readable directly either: {out}");
+    // Outside: the user's git status recurses into every staged repository.
+    let _ = std::fs::remove_file(&marker);
+    let status = git_outside(&j, &j.project, &["status", "--short"]);
+    let _ = git_outside(&j, &j.project.join("sub2"), &["commit", "-q", "--allow-empty", "-m", "u"]);
+    assert!(
+        !Path::new(&marker).exists(),
+        "the user's git ran a planted command: {out}\n{}",
+        String::from_utf8_lossy(&status.stdout)
+    );
+}
+
+#[test]
+fn a_repository_copied_into_the_project_works_and_keeps_only_what_may_be_kept() {
+    // cp -r, tar x and Python's copytree write a repository's config directly: the guard
+    // installs what they wrote, checked, and the copy is a working repository.
+    let marker = format!("/tmp/asb-guard-copy-{}", std::process::id());
+    let j = jail!("gitguard-copy").env("MARK", &marker);
+    let src = j.project.join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    j.give(&[&src]);
+    for args in
+        [&["init", "-q"][..], &["commit", "-q", "--allow-empty", "-m", "original"], &["worktree", "add", "-q", "../wt"]]
+    {
+        assert!(git_ok(&j, &src, args), "{args:?}");
+    }
+    let out = j.run(
+        "cp -r src cp1 && echo CP-OK; tar cf t.tar src && mkdir tx && tar xf t.tar -C tx && echo TAR-OK; \
+         python3 -c 'import shutil; shutil.copytree(\"src\", \"py\")' && echo PY-OK; \
+         for d in cp1 tx/src py; do git -C $d log --format=%s; done; \
+         printf '[core]\\n\\tfsmonitor = touch %s\\n' \"$MARK\" >> cp1/.git/config; echo APPENDED=$?",
+    );
+    for want in ["CP-OK", "TAR-OK", "PY-OK", "APPENDED=0"] {
+        assert!(out.stdout.contains(want), "{want}: {out}");
+    }
+    assert_eq!(out.stdout.matches("original").count(), 3, "each copy is a repository with its history: {out}");
+    assert!(out.stderr.contains("written without `core.fsmonitor`"), "one line says what was left out: {out}");
+    let _ = std::fs::remove_file(&marker);
+    for d in ["cp1", "tx/src", "py"] {
+        assert!(git_ok(&j, &j.project.join(d), &["status", "--short"]), "{d}");
+    }
+    assert!(!Path::new(&marker).exists(), "{out}");
+    let cfg = std::fs::read_to_string(j.project.join("cp1/.git/config")).expect("config");
+    assert!(!cfg.contains("fsmonitor") && cfg.contains("repositoryformatversion"), "{cfg}");
 }
 
 /// File work of every kind, as programs do it: each prints `<case> OK` or `<case> FAIL ...`.
@@ -674,8 +822,10 @@ int main(int argc, char **argv) {
         int fd = open("vendor/clone/.git/config", O_WRONLY | O_APPEND);
         tries++;
         if (fd >= 0) {
+            /* A config opened for writing is a pipe the guard reads (or, while another write
+               replaces it, a file with no name left): never the file git reads. */
             struct stat st;
-            if (fstat(fd, &st) == 0 && st.st_ino == real.st_ino) opened++;
+            if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_nlink > 0) opened++;
             close(fd);
         }
     }
@@ -724,11 +874,15 @@ fn the_projects_own_repository_cannot_get_a_commondir_even_with_its_marks_moved_
     assert!(git_outside(&j, &j.project, &["commit", "-q", "--allow-empty", "-m", "x"]).status.success());
     let out = j.run(
         "mv .git/HEAD .git/H; echo ../evil > .git/commondir || echo COMMONDIR-REFUSED; \
-         mv .git/H .git/HEAD; echo x > .git/config.worktree || echo WORKTREE-REFUSED; \
-         git worktree add -q w && echo WORKTREE-ADDED; echo ../../../evil > .git/worktrees/w/commondir || echo REWRITE-REFUSED; \
-         mv .git/worktrees/w/HEAD .git/worktrees/w/H; echo ../../../evil > .git/worktrees/w/commondir || echo REMADE-REFUSED",
+         mv .git/H .git/HEAD; echo x > .git/config.worktree; \
+         git worktree add -q w && echo WORKTREE-ADDED; echo ../../../evil > .git/worktrees/w/commondir; \
+         mv .git/worktrees/w/HEAD .git/worktrees/w/H; echo ../../../evil > .git/worktrees/w/commondir; \
+         mv .git/worktrees/w/H .git/worktrees/w/HEAD",
     );
-    for want in ["COMMONDIR-REFUSED", "WORKTREE-REFUSED", "WORKTREE-ADDED", "REWRITE-REFUSED", "REMADE-REFUSED"] {
+    // A commondir where git makes none is refused; config.worktree and a worktree's commondir
+    // written directly go through the guard and are left as they were (written, refused in
+    // one line each).
+    for want in ["COMMONDIR-REFUSED", "WORKTREE-ADDED"] {
         assert!(out.stdout.contains(want), "{want}: {out}");
     }
     assert!(!j.project.join(".git/commondir").exists() && !j.project.join(".git/config.worktree").exists());
@@ -753,16 +907,18 @@ fn extra_writable_trees_are_guarded_too_their_tops_included() {
     let before = std::fs::read_to_string(in_home.join(".git/config")).expect("config");
     let j = j.arg("--rw").arg(outside.to_str().expect("utf-8")).arg("--rw").arg(in_home.to_str().expect("utf-8"));
     let out = j.run(&format!(
-        "mkdir -p {o}/r/objects {o}/r/refs; printf '[core]\\n\\tfsmonitor = touch {m}\\n' > {o}/r/config || echo BARE-CONFIG-REFUSED; \
+        "mkdir -p {o}/r/objects {o}/r/refs; printf '[core]\\n\\tfsmonitor = touch {m}\\n' > {o}/r/config; \
          echo 'gitdir: {o}/r' > {o}/.git && echo TOP-GITFILE-MADE; \
          git -C {h} config core.fsmonitor 'touch {m}' || echo HOME-CONFIG-REFUSED; echo ok > {o}/plain && echo PLAIN-OK",
         m = marker,
         o = outside.display(),
         h = in_home.display()
     ));
-    for want in ["BARE-CONFIG-REFUSED", "TOP-GITFILE-MADE", "HOME-CONFIG-REFUSED", "PLAIN-OK"] {
+    for want in ["TOP-GITFILE-MADE", "HOME-CONFIG-REFUSED", "PLAIN-OK"] {
         assert!(out.stdout.contains(want), "{want}: {out}");
     }
+    let bare = std::fs::read_to_string(outside.join("r/config")).unwrap_or_default();
+    assert!(!bare.contains("fsmonitor"), "the bare repository's config was written without it: {bare}");
     let _ = std::fs::remove_file(&marker);
     let _ = git_outside(&j, &outside, &["status"]);
     assert!(!Path::new(&marker).exists(), "the gitfile led the user's git to a config the jail wrote: {out}");

@@ -19,7 +19,7 @@ use super::rules::{self, Decision, Dir, Guarded, Kind, Op, Refusal};
 use std::ffi::{CString, OsStr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// What becomes of a trapped syscall.
 #[derive(Debug)]
@@ -42,6 +42,50 @@ pub enum Done {
         flags: libc::c_int,
         cloexec: bool,
     },
+    /// A repository's config written directly: `write` (a pipe's) goes into the caller's
+    /// table; `finish_stream` reads the other end on a thread of its own and installs what
+    /// was written, checked, when the writer closes it.
+    Stream {
+        write: OwnedFd,
+        cloexec: bool,
+        job: Box<Stream>,
+    },
+}
+
+/// How what is written through the pipe makes the new config.
+#[derive(Debug, Clone, Copy)]
+pub enum Fill {
+    /// It is the whole file (a new file, or O_TRUNC).
+    Replace,
+    /// It follows the file's bytes (O_APPEND).
+    Append,
+    /// It overwrites the file from its start.
+    Overwrite,
+}
+
+/// What a stream writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Streamed {
+    Config { made: bool },
+    Commondir,
+}
+
+/// A config (or commondir) being written through a pipe.
+#[derive(Debug)]
+pub struct Stream {
+    what: Streamed,
+    /// The pipe's read end (taken by `finish_stream`).
+    read: Option<OwnedFd>,
+    dir: OwnedFd,
+    dir_path: PathBuf,
+    name: Vec<u8>,
+    root: PathBuf,
+    fill: Fill,
+    mode: u32,
+    /// The empty file was the guard's, made for this stream: removed if nothing is installed.
+    placeholder: bool,
+    /// The writer's stderr, for the line saying what was left out.
+    stderr: Option<OwnedFd>,
 }
 
 /// Held from a check to the call it allows, for every call: the rules look at what other
@@ -242,6 +286,32 @@ fn open_path(c: &Caller, base: &Base, path: &[u8], flags: libc::c_int) -> Step<O
     openat2(dir, path, flags, 0, libc::RESOLVE_NO_MAGICLINKS)
 }
 
+/// A procfs path is opened by the guard only where it is the caller's own (`/proc/<its
+/// pid or tid>/...`) or no process's (`/proc/sys`, `/proc/meminfo`): the guard is PID 1,
+/// and another process's entries, its own above all (`/proc/1/maps`, `/proc/1/fd/N`, reached
+/// as `/proc/self/../1` or `//proc/1`), are not the caller's to open through it (EACCES, as
+/// the kernel answers for a process one may not trace).
+fn own_proc(c: &Caller, path: &Path) -> Step<()> {
+    let Ok(rest) = path.strip_prefix("/proc") else { return Ok(()) };
+    let Some(first) = rest.components().next().and_then(|p| p.as_os_str().to_str()) else { return Ok(()) };
+    let Ok(pid) = first.parse::<i32>() else { return Ok(()) };
+    if pid == c.tid || c.tgid().is_ok_and(|t| t == pid) {
+        return Ok(());
+    }
+    Err(errno(libc::EACCES))
+}
+
+/// The same for an object the guard holds: checked where it is on a procfs.
+fn own_proc_object(c: &Caller, obj: BorrowedFd) -> Step<()> {
+    if !on_procfs(obj) {
+        return Ok(());
+    }
+    match path_of(obj)? {
+        Some(p) => own_proc(c, &p),
+        None => Ok(()),
+    }
+}
+
 /// Whether `dir` is in a procfs (whose symlinks may be magic links).
 fn on_procfs(dir: BorrowedFd) -> bool {
     nix::sys::statfs::fstatfs(dir).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC)
@@ -287,19 +357,29 @@ impl Entry {
         self.dir_path.join(OsStr::from_bytes(&self.name))
     }
 
+    /// Reads the directory's path again, under the gate: between the resolution and the gate
+    /// another thread's rename may have moved the directory (to `.git`, say), and the rules
+    /// must judge where it is now. Under the gate no trapped call moves a directory.
+    fn refresh(&mut self) -> Step<()> {
+        self.dir_path = path_of(self.dir.as_fd())?.ok_or(errno(libc::ENOENT))?;
+        Ok(())
+    }
+
     /// The rules' decision on `op` here (under the gate).
     fn decide(&self, g: &Guarded, op: Op) -> Step<Decision> {
         if self.is_dot() {
             return Ok(Decision::Go);
         }
-        let n = String::from_utf8_lossy(&self.name);
-        g.decide(&self.dir, &self.dir_path, &n, op).map_err(|r| refused(r, self.path()))
+        g.decide(&self.dir, &self.dir_path, OsStr::from_bytes(&self.name), op).map_err(|r| refused(r, self.path()))
     }
 
     /// What a decision asks for before the call: a directory becoming a git directory is
     /// checked, a worktree's commondir too.
     fn before(&self, g: &Guarded, d: Decision) -> Step<()> {
         let root = g.root_of(&self.dir_path).unwrap_or(&self.dir_path).to_path_buf();
+        if matches!(d, Decision::FirstMark | Decision::MadeGitDir | Decision::Arrives) {
+            g.room(1).map_err(|r| refused(r, self.path()))?;
+        }
         let done = match d {
             Decision::FirstMark => repo::check_git_dir(self.dir.as_fd(), &self.dir_path, &root),
             Decision::Commondir => repo::check_commondir(self.dir.as_fd(), &self.dir_path),
@@ -423,7 +503,10 @@ fn create(
 ) -> Step<Done> {
     let (mut base, mut path) = (base, path);
     for _ in 0..40 {
-        let e = entry(c, &base, &path)?;
+        let mut e = entry(c, &base, &path)?;
+        if on_procfs(e.dir.as_fd()) {
+            own_proc(c, &e.dir_path)?;
+        }
         if e.is_dot() {
             let obj = openat2(e.dir.as_fd(), &e.name, libc::O_PATH, 0, 0)?;
             return reopen(c, g, obj, flags & !(libc::O_CREAT | libc::O_EXCL), cloexec);
@@ -442,9 +525,18 @@ fn create(
             let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
             let made = {
                 let _gate = gate();
+                e.refresh()?;
                 let d = e.decide(g, Op::Make(Kind::File))?;
+                if let Some(what) = streamed(d) {
+                    if flags & libc::O_ACCMODE != libc::O_WRONLY {
+                        return Err(refused(Refusal::ConfigInPlace, e.path()));
+                    }
+                    let umask = c.umask().map_err(errno)?;
+                    return stream(c, g, e, what, Fill::Replace, mode & !umask & 0o7777, cloexec);
+                }
                 e.before(g, d)?;
-                let made = openat2(e.dir.as_fd(), &e.name, flags, mode, resolve);
+                // O_EXCL: what was decided on is a new name; one made meanwhile is looked at again.
+                let made = openat2(e.dir.as_fd(), &e.name, flags | libc::O_EXCL, mode, resolve);
                 if made.is_ok() {
                     e.after(g, d);
                 }
@@ -488,9 +580,142 @@ fn create(
     Err(errno(libc::ELOOP))
 }
 
+/// A pipe for the caller's writes to a repository's config or commondir (see
+/// `Done::Stream`). A new file gets an empty one of the guard's at once (under the gate), so
+/// that the name is there for what the writer does next (`chmod`, `utime`, `stat`): git reads
+/// an empty config as one with no entries.
+fn stream(c: &Caller, g: &Guarded, e: Entry, what: Streamed, fill: Fill, mode: u32, cloexec: bool) -> Step<Done> {
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| errno(e as i32))?;
+    let root = g.root_of(&e.dir_path).unwrap_or(&e.dir_path).to_path_buf();
+    let there = nix::sys::stat::fstatat(e.dir.as_fd(), e.name.as_slice(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
+    let placeholder = there.is_err();
+    if placeholder {
+        repo::install(e.dir.as_fd(), &e.name, b"", mode).map_err(errno)?;
+    }
+    let job = Stream {
+        what,
+        read: Some(read),
+        dir: e.dir,
+        dir_path: e.dir_path,
+        name: e.name,
+        root,
+        fill,
+        mode,
+        placeholder,
+        stderr: c.fd(2).ok(),
+    };
+    Ok(Done::Stream { write, cloexec, job: Box::new(job) })
+}
+
+/// A stream's decision as what it writes.
+fn streamed(d: Decision) -> Option<Streamed> {
+    match d {
+        Decision::ConfigStream { made } => Some(Streamed::Config { made }),
+        Decision::CommondirStream => Some(Streamed::Commondir),
+        _ => None,
+    }
+}
+
+/// Reads what the caller writes into the pipe until it closes it (all its copies), then,
+/// under the gate, installs the config it makes, keeping only the entries the rules allow
+/// (a copy cannot be refused once written): returns what to tell the writer, if anything.
+pub fn finish_stream(mut job: Stream) -> Option<(Refusal, PathBuf)> {
+    use std::io::Read;
+    let path = job.dir_path.join(OsStr::from_bytes(&job.name));
+    let max = super::gitconfig::MAX_CONFIG;
+    let mut piped = Vec::new();
+    let mut more = 0usize;
+    let read = job.read.take()?;
+    let mut r = std::fs::File::from(read);
+    let mut buf = [0u8; 16384];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) if piped.len() + n <= max => piped.extend_from_slice(&buf[..n]),
+            Ok(n) => more += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    if more > 0 {
+        return Some((Refusal::Unchecked(format!("a config larger than {max} bytes")), path));
+    }
+    let _gate = gate();
+    let old = match repo::read_file(job.dir.as_fd(), &job.name, max) {
+        Ok(o) => o,
+        Err(r) => return Some((r, path)),
+    };
+    // The file's bits now: what the writer set on the empty file (`chmod` after a copy) stay.
+    let mode = old.as_ref().map_or(job.mode, |(_, m)| *m);
+    let old = old.map(|(b, _)| b).filter(|b| !b.is_empty());
+    let content = match (job.fill, &old) {
+        (Fill::Replace, _) | (_, None) => piped,
+        (Fill::Append, Some(o)) => [o.as_slice(), &piped].concat(),
+        (Fill::Overwrite, Some(o)) => [&piped, o.get(piped.len()..).unwrap_or_default()].concat(),
+    };
+    // Nothing installed: the name is as it was (absent, or its old bytes).
+    let undo = |job: &Stream| {
+        if job.placeholder {
+            if let Ok(n) = CString::new(job.name.clone()) {
+                // SAFETY: `n` lives for the call.
+                unsafe { libc::unlinkat(job.dir.as_raw_fd(), n.as_ptr(), 0) };
+            }
+        }
+    };
+    let unchanged = |bytes: &[u8]| old.as_deref() == Some(bytes);
+    let put = |bytes: &[u8]| -> Option<(Refusal, PathBuf)> {
+        if unchanged(bytes) {
+            return None;
+        }
+        repo::install(job.dir.as_fd(), &job.name, bytes, mode).err().map(|e| {
+            let why = format!("cannot write what was checked ({})", std::io::Error::from_raw_os_error(e));
+            (Refusal::Unchecked(why), path.clone())
+        })
+    };
+    let made = match job.what {
+        Streamed::Commondir => {
+            if repo::commondir_names_its_repository(&content, &job.dir_path) {
+                return put(&content);
+            }
+            undo(&job);
+            return Some((Refusal::Commondir, path));
+        }
+        Streamed::Config { made } => made,
+    };
+    let base = match (&old, made) {
+        (Some(o), false) => super::gitconfig::Base::Existing(o),
+        _ => super::gitconfig::Base::New,
+    };
+    let place = super::gitconfig::Place { gitdir: &job.dir_path, root: &job.root };
+    match super::gitconfig::keep_allowed(&content, base, &place) {
+        Ok((bytes, dropped)) => {
+            if let Some(failed) = put(&bytes) {
+                return Some(failed);
+            }
+            (!dropped.is_empty()).then(|| {
+                let names = dropped.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+                (
+                    Refusal::ConfigEntry(format!("written without {names}, which cannot be set in a repository here")),
+                    path,
+                )
+            })
+        }
+        Err(r) => {
+            undo(&job);
+            Some((Refusal::ConfigEntry(format!("not written: {}", r.describe())), path))
+        }
+    }
+}
+
+/// The writer's stderr of a stream, for the line `finish_stream` returns.
+pub fn stream_stderr(job: &Stream) -> Option<BorrowedFd<'_>> {
+    job.stderr.as_ref().map(|f| f.as_fd())
+}
+
 /// Opens what `obj` (an O_PATH descriptor) refers to with the caller's flags, after the
 /// rules allowed writing it where it is.
 fn reopen(c: &Caller, g: &Guarded, obj: OwnedFd, flags: libc::c_int, cloexec: bool) -> Step<Done> {
+    own_proc_object(c, obj.as_fd())?;
     let st = nix::sys::stat::fstat(obj.as_fd()).map_err(|e| errno(e as i32))?;
     let kind = st.st_mode & libc::S_IFMT;
     if kind == libc::S_IFCHR && st.st_rdev == libc::makedev(5, 0) {
@@ -501,7 +726,19 @@ fn reopen(c: &Caller, g: &Guarded, obj: OwnedFd, flags: libc::c_int, cloexec: bo
     }
     let _gate = gate();
     if let Some(e) = located(obj.as_fd())? {
-        e.decide(g, Op::Write)?;
+        if let Some(what) = streamed(e.decide(g, Op::Write)?) {
+            if flags & libc::O_ACCMODE != libc::O_WRONLY {
+                return Err(refused(Refusal::ConfigInPlace, e.path()));
+            }
+            let fill = if flags & libc::O_TRUNC != 0 {
+                Fill::Replace
+            } else if flags & libc::O_APPEND != 0 {
+                Fill::Append
+            } else {
+                Fill::Overwrite
+            };
+            return stream(c, g, e, what, fill, st.st_mode & 0o7777, cloexec);
+        }
     }
     if kind == libc::S_IFIFO {
         // Opening a FIFO changes no file, and it waits for the other end: outside the gate.
@@ -536,10 +773,11 @@ fn make_name(
     make: impl FnOnce(i32, &CString) -> libc::c_int,
 ) -> Step<Done> {
     let path = c.read_string(path).map_err(errno)?;
-    let e = entry(c, &base, &path)?;
+    let mut e = entry(c, &base, &path)?;
     take_umask(c)?;
     let name = e.name_c()?;
     let _gate = gate();
+    e.refresh()?;
     let d = e.decide(g, Op::Make(kind))?;
     e.before(g, d)?;
     let rc = make(e.dir.as_raw_fd(), &name);
@@ -569,12 +807,18 @@ fn mknod(c: &Caller, g: &Guarded, base: Base, path: u64, mode: u32, dev: u64) ->
 fn symlink(c: &Caller, g: &Guarded, target: u64, base: Base, path: u64) -> Step<Done> {
     let target = cstr(&c.read_string(target).map_err(errno)?)?;
     let path = c.read_string(path).map_err(errno)?;
-    let e = entry(c, &base, &path)?;
+    let mut e = entry(c, &base, &path)?;
     let name = e.name_c()?;
     let _gate = gate();
-    e.decide(g, Op::Make(Kind::Symlink))?;
+    e.refresh()?;
+    let d = e.decide(g, Op::Make(Kind::Symlink))?;
+    e.before(g, d)?;
     // SAFETY: both strings live for the call.
-    Ok(done_value(unsafe { libc::symlinkat(target.as_ptr(), e.dir.as_raw_fd(), name.as_ptr()) }))
+    let rc = unsafe { libc::symlinkat(target.as_ptr(), e.dir.as_raw_fd(), name.as_ptr()) };
+    if rc == 0 {
+        e.after(g, d);
+    }
+    Ok(done_value(rc))
 }
 
 fn link(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: libc::c_int) -> Step<Done> {
@@ -586,11 +830,14 @@ fn link(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: libc
     let follow = if flags & libc::AT_SYMLINK_FOLLOW != 0 { 0 } else { libc::O_NOFOLLOW };
     let obj = open_path(c, &old.0, &old_path, follow)?;
     let new_path = c.read_string(new.1).map_err(errno)?;
-    let e = entry(c, &new.0, &new_path)?;
+    let mut e = entry(c, &new.0, &new_path)?;
     let _gate = gate();
+    e.refresh()?;
     // A second name for a file the rules keep read-only would be a way to write it.
     if let Some(old) = located(obj.as_fd())? {
-        old.decide(g, Op::Write)?;
+        if old.decide(g, Op::Write)? != Decision::Go {
+            return Err(refused(Refusal::ConfigInPlace, old.path()));
+        }
     }
     let kind = nix::sys::stat::fstat(obj.as_fd()).map(|st| kind_of(st.st_mode)).map_err(|e| errno(e as i32))?;
     match e.decide(g, Op::Make(kind))? {
@@ -624,7 +871,7 @@ fn bind(c: &Caller, g: &Guarded, sockfd: i32, addr: u64, len: u32) -> Step<Done>
         return Ok(done_value(rc));
     };
     let path = &path[..path.iter().position(|b| *b == 0).unwrap_or(path.len())];
-    let e = entry(c, &Base::Caller(libc::AT_FDCWD), path)?;
+    let mut e = entry(c, &Base::Caller(libc::AT_FDCWD), path)?;
     // SAFETY: sockaddr_un is plain data.
     let mut un: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     if e.name.len() >= un.sun_path.len() {
@@ -637,6 +884,7 @@ fn bind(c: &Caller, g: &Guarded, sockfd: i32, addr: u64, len: u32) -> Step<Done>
     let un_len = std::mem::offset_of!(libc::sockaddr_un, sun_path) + e.name.len() + 1;
     take_umask(c)?;
     let _gate = gate();
+    e.refresh()?;
     let d = e.decide(g, Op::Make(Kind::Special))?;
     e.before(g, d)?;
     // bind takes a path, not a directory descriptor: the name, from inside that directory
@@ -663,9 +911,11 @@ const MAX_ARRIVING: usize = 256;
 fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u32) -> Step<Done> {
     let old_path = c.read_string(old.1).map_err(errno)?;
     let new_path = c.read_string(new.1).map_err(errno)?;
-    let from = entry(c, &old.0, &old_path)?;
-    let to = entry(c, &new.0, &new_path)?;
+    let mut from = entry(c, &old.0, &old_path)?;
+    let mut to = entry(c, &new.0, &new_path)?;
     let _gate = gate();
+    from.refresh()?;
+    to.refresh()?;
     let (a, b) = (from.name_c()?, to.name_c()?);
     let carry_out = || {
         // SAFETY: both names live for the call.
@@ -702,12 +952,14 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
     // A mark or a git directory moved away leaves a git directory's path behind: it stays one.
     let src_name = String::from_utf8_lossy(&from.name);
     if rules::MARKS.iter().any(|m| src_name.eq_ignore_ascii_case(m)) && g.is_git_dir(&from.dir, &from.dir_path) {
-        let _ = g.note(&from.dir_path, None);
+        g.note(&from.dir_path, None).map_err(|r| refused(r, src.clone()))?;
     }
     let incoming = if kind == Kind::Dir {
         let obj = openat2(from.dir.as_fd(), &from.name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0, 0)?;
+        // Where it goes, the git directories it holds are remembered again: that must fit.
+        g.room(g.below(&src) + 2).map_err(|r| refused(r, dst.clone()))?;
         if g.is_git_dir(&obj, &src) {
-            let _ = g.note(&src, None);
+            g.note(&src, None).map_err(|r| refused(r, src.clone()))?;
         }
         Some(obj)
     } else {
@@ -727,9 +979,15 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
         }
         Decision::Arrives => {
             if let Some(obj) = &incoming {
-                if !g.is_git_dir(obj, &src) {
-                    repo::check_git_dir(obj.as_fd(), &dst, &root).map_err(|r| refused(r, dst.clone()))?;
-                }
+                g.room(1).map_err(|r| refused(r, dst.clone()))?;
+                // Checked whatever it was: a directory that was one may hold what was
+                // written into its worktrees before it became one.
+                repo::check_git_dir(obj.as_fd(), &dst, &root).map_err(|r| refused(r, dst.clone()))?;
+            }
+        }
+        Decision::WorktreesArrive => {
+            if let Some(obj) = &incoming {
+                repo::check_worktrees(obj.as_fd(), &dst, &root, 0).map_err(|r| refused(r, dst.clone()))?;
             }
         }
         other => to.before(g, other)?,
@@ -770,9 +1028,12 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
 fn truncate(c: &Caller, g: &Guarded, path: u64, len: i64) -> Step<Done> {
     let path = c.read_string(path).map_err(errno)?;
     let obj = open_path(c, &Base::Caller(libc::AT_FDCWD), &path, 0)?;
+    own_proc_object(c, obj.as_fd())?;
     let _gate = gate();
     if let Some(e) = located(obj.as_fd())? {
-        e.decide(g, Op::Write)?;
+        if e.decide(g, Op::Write)? != Decision::Go {
+            return Err(refused(Refusal::ConfigInPlace, e.path()));
+        }
     }
     let own = cstr(format!("/proc/self/fd/{}", obj.as_raw_fd()).as_bytes())?;
     // SAFETY: `own` lives for the call.
@@ -782,9 +1043,10 @@ fn truncate(c: &Caller, g: &Guarded, path: u64, len: i64) -> Step<Done> {
 /// `rmdir`: a git directory's path stays one's after it is gone (see `rules.rs`).
 fn rmdir(c: &Caller, g: &Guarded, base: Base, path: u64) -> Step<Done> {
     let path = c.read_string(path).map_err(errno)?;
-    let e = entry(c, &base, &path)?;
+    let mut e = entry(c, &base, &path)?;
     let name = e.name_c()?;
     let _gate = gate();
+    e.refresh()?;
     e.decide(g, Op::Remove)?;
     // SAFETY: `name` lives for the call.
     Ok(done_value(unsafe { libc::unlinkat(e.dir.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) }))

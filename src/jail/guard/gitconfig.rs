@@ -81,6 +81,37 @@ pub enum Base<'a> {
     Existing(&'a [u8]),
 }
 
+/// For a config written directly (a copy of a repository: `cp -r`, `tar x`), where the writer
+/// cannot be refused once it wrote: the bytes to install, keeping what may be kept, and the
+/// entries left out. A repository that was there keeps its config unless the new one only
+/// adds to it (then the allowed additions are kept).
+pub fn keep_allowed(new: &[u8], base: Base, place: &Place) -> Result<(Vec<u8>, Vec<String>), Rejection> {
+    if new.len() > MAX_CONFIG {
+        return Err(Rejection::TooLarge);
+    }
+    let entries = parse(new)?;
+    let (kept, dropped): (Vec<Entry>, Vec<Entry>) = match &base {
+        Base::New => entries.into_iter().partition(|e| check(e, place).is_ok()),
+        Base::Existing(old) => {
+            let before = parse(old)?;
+            let added = additions(&before, entries)?;
+            let mut all = before.clone();
+            let (keep, drop): (Vec<Entry>, Vec<Entry>) = added.into_iter().partition(|e| check(e, place).is_ok());
+            all.extend(keep);
+            (all, drop)
+        }
+    };
+    let dropped: Vec<String> = dropped.iter().map(Entry::name).collect();
+    let bytes = match base {
+        Base::New => write(&kept),
+        Base::Existing(old) => {
+            let n = parse(old)?.len();
+            append(old, &kept[n..])?
+        }
+    };
+    Ok((bytes, dropped))
+}
+
 /// The bytes to install in place of `new`, or why not.
 pub fn sanitise(new: &[u8], base: Base, place: &Place) -> Result<Vec<u8>, Rejection> {
     if new.len() > MAX_CONFIG {
@@ -95,37 +126,56 @@ pub fn sanitise(new: &[u8], base: Base, place: &Place) -> Result<Vec<u8>, Reject
             Ok(write(&entries))
         }
         Base::Existing(old) => {
-            let before = parse(old)?;
-            let mut left: Vec<Option<&Entry>> = before.iter().map(Some).collect();
-            let mut added = vec![];
-            for e in &entries {
-                match left.iter_mut().find(|l| l.is_some_and(|o| o == e)) {
-                    Some(slot) => *slot = None,
-                    None => added.push(e.clone()),
-                }
-            }
-            if let Some(gone) = left.into_iter().flatten().next() {
-                return Err(Rejection::Changed { name: gone.name() });
-            }
+            let added = additions(&parse(old)?, entries)?;
             for e in &added {
                 check(e, place)?;
             }
-            if added.is_empty() {
-                return Ok(old.to_vec());
-            }
-            // What follows the old bytes starts on a line of its own, never inside a value
-            // continued by a trailing backslash.
-            let mut out = old.to_vec();
-            if out.ends_with(b"\\") || out.ends_with(b"\\\r") {
-                return Err(Rejection::Syntax { line: old.split(|b| *b == b'\n').count() });
-            }
-            if !out.is_empty() && !out.ends_with(b"\n") {
-                out.push(b'\n');
-            }
-            out.extend(write(&added));
-            Ok(out)
+            append(old, &added)
         }
     }
+}
+
+/// The entries of `new` that `before` does not have (as a multiset), or the first of
+/// `before`'s that `new` lost.
+fn additions(before: &[Entry], new: Vec<Entry>) -> Result<Vec<Entry>, Rejection> {
+    let mut left: Vec<Option<&Entry>> = before.iter().map(Some).collect();
+    let mut added = vec![];
+    for e in new {
+        match left.iter_mut().find(|l| l.is_some_and(|o| *o == e)) {
+            Some(slot) => *slot = None,
+            None => added.push(e),
+        }
+    }
+    if let Some(gone) = left.into_iter().flatten().next() {
+        return Err(Rejection::Changed { name: gone.name() });
+    }
+    Ok(added)
+}
+
+/// `old`'s bytes with `added` after them, or an error where git would read the result as
+/// anything else than the old entries then the added ones.
+fn append(old: &[u8], added: &[Entry]) -> Result<Vec<u8>, Rejection> {
+    if added.is_empty() {
+        return Ok(old.to_vec());
+    }
+    // What follows the old bytes starts on a line of its own; a blank line ends a value the
+    // old bytes leave continued by a trailing backslash.
+    let mut out = old.to_vec();
+    if !out.is_empty() && !out.ends_with(b"\n") {
+        out.push(b'\n');
+    }
+    if !out.is_empty() {
+        out.push(b'\n');
+    }
+    out.extend(write(added));
+    // And the result is read back: exactly the old entries, then the added ones. Where the old
+    // bytes would swallow or shift what is appended, nothing is installed.
+    let mut want = parse(old)?;
+    want.extend(added.iter().cloned());
+    if parse(&out)? != want {
+        return Err(Rejection::Syntax { line: old.split(|b| *b == b'\n').count() });
+    }
+    Ok(out)
 }
 
 // ---- Reading, as git's config.c does ------------------------------------------------
@@ -972,6 +1022,17 @@ mod tests {
             b"# mine\n[core]\n\tbare = false\n\thooksPath = /home/u/hooks\n[submodule \"x\"]\n\turl = https://h/x\n";
         let out = sanitise(new, Base::Existing(old), &place()).expect("an addition");
         assert!(out.starts_with(old), "the user's own bytes, comments and keys stay");
+        // Attack a5: the user's last value continued by a backslash would have swallowed the
+        // appended header, so that an allowed `color.fsmonitor` read as `core.fsmonitor`.
+        let continued = b"[core]\n\texcludesfile = /home/u/ignore \\\n";
+        let smuggle = b"[core]\n\texcludesfile = /home/u/ignore \\\n\n[color]\n\tfsmonitor = touch x\n";
+        if let Ok(out) = sanitise(smuggle, Base::Existing(continued), &place()) {
+            assert!(
+                !parse(&out).expect("parses").iter().any(|e| e.section == "core" && e.key == "fsmonitor"),
+                "{}",
+                String::from_utf8_lossy(&out)
+            );
+        }
         assert_eq!(names(&out), vec!["core.bare", "core.hookspath", "submodule.x.url"]);
         // The user's own hooksPath stays; a new one does not come in.
         let evil = b"# mine\n[core]\n\tbare = false\n\thooksPath = /home/u/hooks\n\tfsmonitor = x\n";
@@ -981,9 +1042,10 @@ mod tests {
         assert!(matches!(sanitise(changed, Base::Existing(old), &place()), Err(Rejection::Changed { .. })));
         // The same config again is installed as it was.
         assert_eq!(sanitise(old, Base::Existing(old), &place()).expect("same"), old.to_vec());
-        // An old config ending in a continued value is not appended to.
+        // An old config ending in a continued value: what is appended is read as appended.
         let dangling = b"[core]\n\tx = a\\";
-        assert!(sanitise(b"[core]\n\tx = a\n[user]\n\tname = n\n", Base::Existing(dangling), &place()).is_err());
+        let out = sanitise(b"[core]\n\tx = a\n[user]\n\tname = n\n", Base::Existing(dangling), &place()).expect("ok");
+        assert_eq!(names(&out), vec!["core.x", "user.name"], "{}", String::from_utf8_lossy(&out));
     }
 
     #[test]

@@ -136,6 +136,34 @@ fn worker(shared: &Arc<Shared>) {
                 }
                 notify::answer(listener, n.id, Err(libc::EPERM));
             }
+            emulate::Done::Stream { write, cloexec, job } => {
+                // The pipe's other end is read on a thread of its own, started first: a writer
+                // that fills the pipe must find a reader.
+                let Some(slot) = Waiting::take(&shared.waiting) else {
+                    notify::answer(listener, n.id, Err(libc::EAGAIN));
+                    continue;
+                };
+                let s = shared.clone();
+                let spawned = std::thread::Builder::new().name("guard-config".into()).spawn(move || {
+                    let _slot = slot;
+                    let err = emulate::stream_stderr(&job).and_then(|f| f.try_clone_to_owned().ok());
+                    if let Some((refusal, path)) = emulate::finish_stream(*job) {
+                        let shown = path.display().to_string();
+                        if within(&s.reports, REPORTS_PER_SECOND) {
+                            (s.report)(refusal.check(), &shown);
+                        }
+                        if let (Some(err), true) = (err, within(&s.lines, LINES_PER_SECOND)) {
+                            let line = format!("agent-sandbox: {shown}: {}\n", refusal.reason());
+                            // SAFETY: writes from a live buffer to a descriptor this thread owns.
+                            let _ = unsafe { libc::write(err.as_raw_fd(), line.as_ptr().cast(), line.len()) };
+                        }
+                    }
+                });
+                match spawned {
+                    Ok(_) => send_fd(listener, n.id, write, cloexec),
+                    Err(_) => notify::answer(listener, n.id, Err(libc::EAGAIN)),
+                }
+            }
             emulate::Done::Fifo { obj, flags, cloexec } => {
                 // Blocks until the FIFO's other end opens: on a thread of its own.
                 let Some(slot) = Waiting::take(&shared.waiting) else {

@@ -271,6 +271,13 @@ impl Caller {
         }
     }
 
+    /// The caller's process id (its thread group's), from its `status`.
+    pub fn tgid(&self) -> Result<i32, i32> {
+        let status =
+            std::fs::read_to_string(self.proc_path("status")).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok()).ok_or(libc::EIO)
+    }
+
     /// `/proc/<tid>/<what>` through the directory opened for this caller (never a later
     /// process with the same id).
     pub fn proc_path(&self, what: &str) -> String {

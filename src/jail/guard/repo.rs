@@ -154,10 +154,19 @@ fn entries(dir: BorrowedFd, name: &[u8]) -> Result<Option<Listing>, Refusal> {
     Ok(Some((fd, names)))
 }
 
+/// Worktrees inside worktrees looked into, at most (git makes none).
+const MAX_DEPTH: usize = 2;
+
 /// A directory that is, or becomes with the caller's call, a git directory: its config and
-/// config.worktree checked and installed anew, its hooks git's samples only, its worktrees'
-/// config and commondir checked too. `path` is where it is, as the jail sees it.
+/// config.worktree checked and installed anew, its hooks git's samples only, its commondir
+/// git's own; and each of its worktrees (`worktrees/<name>`, git directories by where they
+/// are) the same way, whatever was written into them before. `path` is where it is, as the
+/// jail sees it.
 pub fn check_git_dir(dir: BorrowedFd, path: &Path, root: &Path) -> Result<(), Refusal> {
+    check_tree(dir, path, root, 0)
+}
+
+fn check_tree(dir: BorrowedFd, path: &Path, root: &Path, depth: usize) -> Result<(), Refusal> {
     let place = Place { gitdir: path, root };
     check_config(dir, b"config", &place)?;
     check_config(dir, b"config.worktree", &place)?;
@@ -178,33 +187,63 @@ pub fn check_git_dir(dir: BorrowedFd, path: &Path, root: &Path) -> Result<(), Re
     if stat_at(dir, c"HEAD").is_ok() && stat_at(dir, c"commondir").is_ok() {
         check_commondir(dir, path)?;
     }
-    if let Some((worktrees, names)) = entries(dir, b"worktrees")? {
-        for n in names {
-            let Ok(w) = open_at(worktrees.as_fd(), &c(&n)?, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW) else {
-                continue;
-            };
-            let wpath = path.join("worktrees").join(OsStr::from_bytes(&n));
-            let wplace = Place { gitdir: &wpath, root };
-            check_config(w.as_fd(), b"config.worktree", &wplace)?;
-            if stat_at(w.as_fd(), c"commondir").is_ok() {
-                check_commondir(w.as_fd(), &wpath)?;
-            }
-        }
+    if let Some((worktrees, _)) = entries(dir, b"worktrees")? {
+        check_worktrees(worktrees.as_fd(), &path.join("worktrees"), root, depth)?;
     }
     Ok(())
 }
 
-/// A worktree's commondir (in `dir`, at `path`): git's `../..`, or the absolute path of the
-/// directory two levels up; then installed as the guard's own file.
-pub fn check_commondir(dir: BorrowedFd, path: &Path) -> Result<(), Refusal> {
-    let Some((bytes, mode)) = read_file(dir, b"commondir", 4096)? else { return Ok(()) };
-    let mut text: &[u8] = &bytes;
+/// Each entry of a git directory's `worktrees` (the directory `wt`, at `path`), checked as a
+/// git directory; a symlink there (git makes none) is refused, as git would follow it.
+pub fn check_worktrees(wt: BorrowedFd, path: &Path, root: &Path, depth: usize) -> Result<(), Refusal> {
+    if depth >= MAX_DEPTH {
+        return Err(Refusal::Unchecked("worktrees inside worktrees".into()));
+    }
+    // Its own descriptor, open for reading (the caller's may be O_PATH).
+    let readable = open_at(wt, c".", libc::O_RDONLY | libc::O_DIRECTORY)
+        .map_err(|e| Refusal::Unchecked(std::io::Error::from_raw_os_error(e).to_string()))?;
+    let d = nix::dir::Dir::from_fd(readable).map_err(|e| Refusal::Unchecked(e.to_string()))?;
+    let mut seen = 0;
+    for e in d {
+        let e = e.map_err(|e| Refusal::Unchecked(e.to_string()))?;
+        let n = e.file_name().to_bytes().to_vec();
+        if n == b"." || n == b".." {
+            continue;
+        }
+        seen += 1;
+        if seen > MAX_ENTRIES {
+            return Err(Refusal::Unchecked(format!("more than {MAX_ENTRIES} worktrees")));
+        }
+        let cn = c(&n)?;
+        let st = stat_at(wt, &cn).map_err(|e| Refusal::Unchecked(std::io::Error::from_raw_os_error(e).to_string()))?;
+        match kind(&st) {
+            libc::S_IFDIR => {}
+            libc::S_IFLNK => return Err(Refusal::Link),
+            _ => continue,
+        }
+        let w = open_at(wt, &cn, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW)
+            .map_err(|e| Refusal::Unchecked(std::io::Error::from_raw_os_error(e).to_string()))?;
+        check_tree(w.as_fd(), &path.join(OsStr::from_bytes(&n)), root, depth + 1)?;
+    }
+    Ok(())
+}
+
+/// Whether a commondir's bytes name the repository two levels up from the worktree's
+/// directory at `path`: git's `../..`, or that directory's absolute path.
+pub fn commondir_names_its_repository(bytes: &[u8], path: &Path) -> bool {
+    let mut text: &[u8] = bytes;
     while let Some(rest) = text.strip_suffix(b"\n").or_else(|| text.strip_suffix(b"\r")) {
         text = rest;
     }
     let up2 = path.parent().and_then(Path::parent);
-    let names_it = text == b"../.." || up2.is_some_and(|u| u.as_os_str().as_bytes() == text);
-    if !names_it {
+    text == b"../.." || up2.is_some_and(|u| u.as_os_str().as_bytes() == text)
+}
+
+/// A worktree's commondir (in `dir`, at `path`), checked as above; then installed as the
+/// guard's own file.
+pub fn check_commondir(dir: BorrowedFd, path: &Path) -> Result<(), Refusal> {
+    let Some((bytes, mode)) = read_file(dir, b"commondir", 4096)? else { return Ok(()) };
+    if !commondir_names_its_repository(&bytes, path) {
         return Err(Refusal::Commondir);
     }
     install(dir, b"commondir", &bytes, mode).map_err(|e| {

@@ -11,10 +11,11 @@
 //! one at a path that held a git directory earlier in the session (paths are sticky: the user's
 //! git resolves a path once and reads through it again, so a directory swapped in there is
 //! treated as the one it replaced). In a guarded tree:
-//! 1. `config` and `config.worktree` of a git directory change only by a rename onto them
-//!    (how git, libgit2 and dulwich write them: `config.lock`, then a rename); the guard
-//!    carries the rename out with a file of its own after checking every new entry
-//!    (`gitconfig.rs`). Any other way to make or write them is refused.
+//! 1. `config` and `config.worktree` of a git directory change only through the guard: a
+//!    rename onto them (how git, libgit2 and dulwich write them: `config.lock`, then a rename)
+//!    is carried out with a file of the guard's after every new entry is checked
+//!    (`gitconfig.rs`); one written directly (a copy of a repository) goes through a pipe and
+//!    is installed, checked, when the writer closes it. Links and other kinds are refused.
 //! 2. `hooks` of a git directory is a directory of git's `*.sample` files only.
 //! 3. A directory that becomes a git directory (by the mark that completes it, in whatever
 //!    order the marks come; a rename onto `.git` or a sticky path) is checked first: its
@@ -28,6 +29,8 @@
 //! entry is and how to look into directories; the syscalls are `emulate.rs`'s and `repo.rs`'s.
 
 use std::collections::{BTreeSet, HashSet};
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -73,6 +76,12 @@ pub enum Decision {
     MadeGitDir,
     /// A rename onto the config of a git directory: install a checked copy instead.
     Config { made: bool },
+    /// The config of a git directory written directly (a copy: `cp -r`, `tar x`): the writer
+    /// gets a pipe, and what it wrote is installed, checked, once it closes it.
+    ConfigStream { made: bool },
+    /// A worktree's commondir written after its HEAD (a copy), or written again: the same,
+    /// installed only if it names the repository two levels up.
+    CommondirStream,
     /// The directory becomes a git directory with this call (the mark that completes it):
     /// check it first.
     FirstMark,
@@ -81,6 +90,9 @@ pub enum Decision {
     /// A directory renamed to where git takes it for a git directory: check it first, unless
     /// it is one already.
     Arrives,
+    /// A directory renamed to `worktrees` in a git directory: each entry is a git directory
+    /// there; check them first.
+    WorktreesArrive,
 }
 
 /// Why a change is refused: the line the jail's process gets on its stderr.
@@ -251,12 +263,26 @@ impl Guarded {
         Ok(())
     }
 
+    /// Fails closed before a call that would note `n` more paths where they would not fit: a
+    /// path not remembered would no longer be checked (the call is refused instead).
+    pub fn room(&self, n: usize) -> Result<(), Refusal> {
+        if self.memory().sticky.len().saturating_add(n) > MAX_TRACKED {
+            return Err(Refusal::TooMany);
+        }
+        Ok(())
+    }
+
     /// Whether the jail made the git directory `id`.
     pub fn made(&self, id: Option<(u64, u64)>) -> bool {
         id.is_some_and(|id| self.memory().made.contains(&id))
     }
 
     /// A directory moved from `from` to `to`: the git directories it holds hold there too.
+    /// How many paths `moved(from, ..)` would add.
+    pub fn below(&self, from: &Path) -> usize {
+        self.memory().sticky.range(from.to_path_buf()..).take_while(|s| s.starts_with(from)).count()
+    }
+
     pub fn moved(&self, from: &Path, to: &Path) {
         let mut m = self.memory();
         let below: Vec<PathBuf> =
@@ -284,11 +310,14 @@ impl Guarded {
 
     /// Decides `op` on the entry `name` in the directory `dir`, whose path as the jail sees it
     /// (symlinks resolved) is `path`.
-    pub fn decide(&self, dir: &dyn Dir, path: &Path, name: &str, op: Op) -> Result<Decision, Refusal> {
+    pub fn decide(&self, dir: &dyn Dir, path: &Path, raw: &OsStr, op: Op) -> Result<Decision, Refusal> {
         let Some(root) = self.root_of(path) else { return Ok(Decision::Go) };
-        let entry = path.join(name);
+        // The path exactly as its bytes are (a name need not be UTF-8); a name that is not
+        // UTF-8 is none of git's.
+        let entry = path.join(raw);
+        let name = raw.to_str().unwrap_or("");
         if matches!(op, Op::Make(Kind::Symlink) | Op::RenameOnto(Kind::Symlink))
-            && (is(name, ".git") || self.sticky_at_or_below(&entry))
+            && (is(name, ".git") || self.sticky_at_or_below(&entry) || self.becomes_git_dir(dir, path, &entry))
         {
             return Err(Refusal::Link);
         }
@@ -296,26 +325,31 @@ impl Guarded {
             // An rmdir: what was a git directory stays one at its path; and a git directory
             // losing `objects` or `refs` is still one.
             if is(name, ".git") || self.memory().sticky.contains(&entry) {
-                let _ = self.note(&entry, None);
+                self.note(&entry, None)?;
             } else if (is(name, "objects") || is(name, "refs")) && self.is_git_dir(dir, path) {
-                let _ = self.note(path, None);
+                self.note(path, None)?;
             }
             return Ok(Decision::Go);
         }
         // Below a git directory's `hooks`, at any depth: only git's samples, directly in it.
-        if let Some(d) = self.hooks_decision(dir, path, root, name, op) {
+        if let Some(d) = self.hooks_decision(dir, path, root, raw, op) {
             return d;
         }
         let git_dir = || self.is_git_dir(dir, path);
         if is_config(name) && git_dir() {
             return match op {
                 Op::RenameOnto(Kind::File) => Ok(Decision::Config { made: self.made(dir.id()) }),
+                Op::Make(Kind::File) | Op::Write => Ok(Decision::ConfigStream { made: self.made(dir.id()) }),
                 _ => Err(Refusal::ConfigInPlace),
             };
         }
         if is(name, "commondir") && op == Op::Write && git_dir() {
-            // Checked when HEAD appeared; written again it could name any repository.
-            return Err(Refusal::Commondir);
+            // Checked when HEAD appeared; written again it is checked again, as it is written.
+            return if self.is_worktree_dir(dir, path) {
+                Ok(Decision::CommondirStream)
+            } else {
+                Err(Refusal::Commondir)
+            };
         }
         if is(name, "hooks")
             && matches!(op, Op::RenameOnto(_) | Op::Make(Kind::File | Kind::Symlink | Kind::Special))
@@ -324,10 +358,19 @@ impl Guarded {
             return Err(Refusal::Hook);
         }
         if is_mark(name) && matches!(op, Op::Make(_) | Op::RenameOnto(_)) {
-            if is(name, "commondir") && (dir.has("HEAD") || !self.is_worktree_dir(dir, path)) {
+            if is(name, "commondir") {
                 // git writes a commondir only in a worktree's directory, before its HEAD, which
-                // is when it is checked.
-                return Err(Refusal::Commondir);
+                // is when it is checked; after it (a copy of a repository) as it is written.
+                if !self.is_worktree_dir(dir, path) {
+                    return Err(Refusal::Commondir);
+                }
+                if dir.has("HEAD") {
+                    return if op == Op::Make(Kind::File) {
+                        Ok(Decision::CommondirStream)
+                    } else {
+                        Err(Refusal::Commondir)
+                    };
+                }
             }
             if !git_dir() {
                 return Ok(if git_shape(dir, Some(name)) { Decision::FirstMark } else { Decision::Go });
@@ -336,6 +379,9 @@ impl Guarded {
                 return Ok(Decision::Commondir);
             }
             return Ok(Decision::Go);
+        }
+        if op == Op::RenameOnto(Kind::Dir) && is(name, "worktrees") && git_dir() {
+            return Ok(Decision::WorktreesArrive);
         }
         if matches!(op, Op::Make(Kind::Dir) | Op::RenameOnto(Kind::Dir)) && self.becomes_git_dir(dir, path, &entry) {
             return Ok(if op == Op::Make(Kind::Dir) { Decision::MadeGitDir } else { Decision::Arrives });
@@ -359,7 +405,7 @@ impl Guarded {
         dir: &dyn Dir,
         path: &Path,
         root: &Path,
-        name: &str,
+        name: &OsStr,
         op: Op,
     ) -> Option<Result<Decision, Refusal>> {
         for (k, a) in path.ancestors().take_while(|a| a.starts_with(root) && *a != root).enumerate() {
@@ -375,7 +421,7 @@ impl Guarded {
             if !up.as_deref().is_none_or(|g| self.is_git_dir(g, gitdir_path)) {
                 continue;
             }
-            let sample = name.ends_with(".sample") && name.len() > ".sample".len();
+            let sample = name.as_bytes().ends_with(b".sample") && name.len() > ".sample".len();
             let ok = k == 0 && sample && matches!(op, Op::Make(Kind::File) | Op::Write | Op::RenameOnto(Kind::File));
             return Some(if ok { Ok(Decision::Go) } else { Err(Refusal::Hook) });
         }
@@ -398,7 +444,7 @@ mod tests {
 
         fn decide(&self, g: &Guarded, dir: &str, name: &str, op: Op) -> Result<Decision, Refusal> {
             let d = At(std::rc::Rc::new(self.0.clone()), PathBuf::from(dir));
-            g.decide(&d, Path::new(dir), name, op)
+            g.decide(&d, Path::new(dir), OsStr::new(name), op)
         }
     }
 
@@ -437,8 +483,9 @@ mod tests {
         assert_eq!(t.decide(&g, "/p/sub", ".git", FILE), Ok(Decision::Go), "a gitfile is a pointer");
         assert_eq!(t.decide(&g, "/p/sub", ".GIT", LINK), Err(Refusal::Link));
         // Its config, from birth: only by a rename onto it, checked.
-        assert_eq!(t.decide(&g, "/p/sub/.git", "config", FILE), Err(Refusal::ConfigInPlace));
-        assert_eq!(t.decide(&g, "/p/sub/.git", "config", Op::Write), Err(Refusal::ConfigInPlace));
+        assert_eq!(t.decide(&g, "/p/sub/.git", "config", FILE), Ok(Decision::ConfigStream { made: false }));
+        assert_eq!(t.decide(&g, "/p/sub/.git", "config", Op::Write), Ok(Decision::ConfigStream { made: false }));
+        assert_eq!(t.decide(&g, "/p/sub/.git", "config", DIR), Err(Refusal::ConfigInPlace));
         assert_eq!(
             t.decide(&g, "/p/sub/.git", "config", Op::RenameOnto(Kind::File)),
             Ok(Decision::Config { made: false })
@@ -469,7 +516,7 @@ mod tests {
         let t = Tree::new(&["/p/x/objects", "/p/x/refs"]);
         assert_eq!(t.decide(&g, "/p/x", "HEAD", FILE), Ok(Decision::Go));
         assert_eq!(t.decide(&g, "/p/x", "config", Op::RenameOnto(Kind::File)), Ok(Decision::Config { made: false }));
-        assert_eq!(t.decide(&g, "/p/x", "config", FILE), Err(Refusal::ConfigInPlace));
+        assert_eq!(t.decide(&g, "/p/x", "config", FILE), Ok(Decision::ConfigStream { made: false }));
         // Outside the guarded trees nothing is checked.
         let t = Tree::new(&["/tmp/r/objects", "/tmp/r/refs"]);
         assert_eq!(t.decide(&g, "/tmp/r", "HEAD", FILE), Ok(Decision::Go));
@@ -484,10 +531,14 @@ mod tests {
         assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "commondir", FILE), Ok(Decision::Go));
         let t = Tree::new(&["/p/.git/HEAD", "/p/.git/worktrees/w/commondir"]);
         assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "HEAD", Op::RenameOnto(Kind::File)), Ok(Decision::Commondir));
+        // After HEAD (a copy of a repository), or written again: checked as it is written.
         let t = Tree::new(&["/p/.git/HEAD", "/p/.git/worktrees/w/HEAD"]);
-        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "commondir", FILE), Err(Refusal::Commondir));
-        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "commondir", Op::Write), Err(Refusal::Commondir));
-        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "config.worktree", FILE), Err(Refusal::ConfigInPlace));
+        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "commondir", FILE), Ok(Decision::CommondirStream));
+        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "commondir", Op::Write), Ok(Decision::CommondirStream));
+        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "commondir", LINK), Err(Refusal::Commondir));
+        // No symlink where a worktree's directory would be.
+        assert_eq!(t.decide(&g, "/p/.git/worktrees", "v", LINK), Err(Refusal::Link));
+        assert_eq!(t.decide(&g, "/p/.git/worktrees/w", "config.worktree", LINK), Err(Refusal::ConfigInPlace));
         // Nowhere else (attack G5: the project's own .git given a commondir with HEAD moved aside).
         let t = Tree::new(&["/p/.git/objects", "/p/.git/refs"]);
         assert_eq!(t.decide(&g, "/p/.git", "commondir", FILE), Err(Refusal::Commondir));
@@ -532,7 +583,7 @@ mod tests {
         assert_eq!(t.decide(&g, "/p/a", "repo", DIR), Ok(Decision::MadeGitDir));
         assert_eq!(t.decide(&g, "/p/a", "repo", Op::RenameOnto(Kind::Dir)), Ok(Decision::Arrives));
         assert_eq!(t.decide(&g, "/p/x", ".git", Op::RenameOnto(Kind::Dir)), Ok(Decision::Arrives));
-        assert_eq!(t.decide(&g, "/p/a/repo", "config", FILE), Err(Refusal::ConfigInPlace));
+        assert_eq!(t.decide(&g, "/p/a/repo", "config", FILE), Ok(Decision::ConfigStream { made: false }));
         // No symlink there, nor above it.
         assert_eq!(t.decide(&g, "/p/a", "repo", LINK), Err(Refusal::Link));
         assert_eq!(t.decide(&g, "/p", "a", LINK), Err(Refusal::Link));
@@ -546,7 +597,35 @@ mod tests {
         let t = Tree::new(&["/p/c/HEAD", "/p/c/objects", "/p/c/refs"]);
         assert_eq!(t.decide(&g, "/p/c", "objects", Op::Remove), Ok(Decision::Go));
         let t = Tree::new(&[]);
-        assert_eq!(t.decide(&g, "/p/c", "config", Op::Write), Err(Refusal::ConfigInPlace));
+        assert_eq!(t.decide(&g, "/p/c", "config", Op::Write), Ok(Decision::ConfigStream { made: false }));
+    }
+
+    #[test]
+    fn past_the_paths_it_keeps_the_guard_refuses_rather_than_forget() {
+        // Attack A6 of the review: with the memory full, paths were no longer remembered and
+        // a repository swapped out and back in went unchecked.
+        let g = guarded();
+        for i in 0..MAX_TRACKED {
+            g.note(&PathBuf::from(format!("/p/d{i}/.git")), None).expect("room");
+        }
+        assert_eq!(g.room(1), Err(Refusal::TooMany));
+        assert_eq!(g.note(Path::new("/p/new/.git"), None), Err(Refusal::TooMany));
+        assert!(g.note(Path::new("/p/d7/.git"), None).is_ok(), "one it has is no more");
+        let t = Tree::new(&[]);
+        assert_eq!(t.decide(&g, "/p/x", ".git", Op::Remove), Err(Refusal::TooMany));
+    }
+
+    #[test]
+    fn a_name_that_is_not_utf8_is_remembered_as_its_bytes() {
+        // Attack A3: the path was joined from a lossy name, so the remembered one was missed.
+        use std::os::unix::ffi::OsStrExt;
+        let g = guarded();
+        let raw = OsStr::from_bytes(b"r\xff");
+        g.note(&Path::new("/p").join(raw), None).expect("room");
+        let t = Tree::new(&[]);
+        let d = At(std::rc::Rc::new(t.0.clone()), PathBuf::from("/p"));
+        assert_eq!(g.decide(&d, Path::new("/p"), raw, Op::RenameOnto(Kind::Dir)), Ok(Decision::Arrives));
+        assert_eq!(g.decide(&d, Path::new("/p"), raw, LINK), Err(Refusal::Link));
     }
 
     #[test]
