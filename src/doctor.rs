@@ -229,20 +229,31 @@ fn checks() -> Vec<Check> {
 }
 
 /// Where `--job-port` would listen without `net.job_address`: the local address of the route
-/// toward the Slurm controller.
+/// toward the Slurm controller (loopback on a one-host cluster).
 fn job_ports_check() -> Check {
+    use crate::net::jobs::ClusterAddress;
     let Some(home) = std::env::var_os("HOME") else {
         return check("job ports", Status::Info, "no HOME: not checked", None);
     };
     let asker = crate::slurm::asker(std::path::Path::new(&home), &std::env::var("USER").unwrap_or_default());
     match crate::net::jobs::cluster_address("", &asker) {
-        Ok(ip) => check(
+        Ok(ClusterAddress::Routed(ip)) => check(
             "job ports",
             Status::Info,
             format!(
                 "--job-port listens on {ip} (the route toward the Slurm controller; net.job_address \
                  chooses another) and admits only nodes running the project's jobs; the session \
                  network's listener goes there too, from a session's first Slurm call"
+            ),
+            None,
+        ),
+        Ok(ClusterAddress::OneHost(ip)) => check(
+            "job ports",
+            Status::Info,
+            format!(
+                "this host is the Slurm controller and every node (a one-host cluster): --job-port and \
+                 the session network listen on loopback, {ip}, where only this host's jobs and its users \
+                 reach them; other users' connections are closed unanswered"
             ),
             None,
         ),

@@ -317,8 +317,9 @@ impl Launch {
             }
             _ => None,
         };
+        // As the jail names them: a loopback listener (a one-host cluster) at the jail's gateway.
         let job_endpoints = match &jobs {
-            Some(j) => j.endpoints(),
+            Some(j) => j.endpoints().into_iter().map(|(p, a)| (p, crate::net::jobs::seen_from_a_jail(a))).collect(),
             None => {
                 policy.net_job_ports.value.iter().map(|p| (*p, (std::net::Ipv4Addr::UNSPECIFIED, 0).into())).collect()
             }
@@ -495,9 +496,11 @@ fn run_jail(
     peers: Option<crate::net::peers::PeerNet>,
     announce: Option<crate::net::peers::Announce>,
 ) -> Result<jail::Outcome, jail::JailError> {
-    // The session's jobs may reach its job ports and its jail: their addresses and the
-    // secret the jobs prove travel with the policy.
-    let services: Vec<std::net::SocketAddr> = plan.net.job_endpoints.iter().map(|(_, a)| *a).collect();
+    // The session's jobs may reach its job ports and its jail: the listeners' addresses (on
+    // the host, whatever the jail calls them) and the secret the jobs prove travel with the
+    // policy.
+    let services: Vec<std::net::SocketAddr> =
+        jobs.as_ref().map(|j| j.endpoints().into_iter().map(|(_, a)| a).collect()).unwrap_or_default();
     let secret = plan.net.job_secret.clone();
     let mut announce = announce;
     let mut start = |fd: std::os::fd::BorrowedFd<'_>| {

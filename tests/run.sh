@@ -84,7 +84,8 @@ if [ "$(id -u)" = 0 ]; then
   # The SPANK plugin on the test cluster's nodes (one machine): every task of a job the
   # chaperon tagged must enter the jail with the test build of agent-sandbox. slurmstepd and
   # sbatch read plugstack.conf at each use, but slurmd learns at its start whether a plugin
-  # has a job prolog (the plugin's marks sandboxed jobs): a changed file restarts the cluster.
+  # has a job prolog (the plugin's marks sandboxed jobs): a changed file restarts the cluster
+  # (the one-host cluster takes a copy of it at its start).
   make -s -C slurm-plugins
   mkdir -p /etc/slurm
   plugstack="required $(pwd)/slurm-plugins/agent_sandbox.so exe=$(pwd)/target/debug/agent-sandbox"
@@ -92,7 +93,9 @@ if [ "$(id -u)" = 0 ]; then
     echo "$plugstack" > /etc/slurm/plugstack.conf
     tests/cluster/stop.sh >/dev/null 2>&1 || true
   fi
-  tests/cluster/start.sh --user asbtest --two-nodes --no-selftest
+  # --one-host: a second, small cluster beside it whose controller and node are this host on
+  # loopback (a workstation's Slurm), for the session network's tests there (about 1.5 s).
+  tests/cluster/start.sh --user asbtest --two-nodes --one-host --no-selftest
   # Distributions ship /dev/net/tun as 0666; some hosts (this CI's) have 0600, which makes
   # the filtered network mode fall back. `agent-sandbox doctor` names this too.
   chmod 0666 /dev/net/tun 2>/dev/null || true

@@ -1332,8 +1332,9 @@ fn ten_sessions_in_sibling_projects_see_and_touch_only_their_own_jobs() {
 /// `--job-port`: a server in the jail on the login node, which the project's jobs reach from
 /// both nodes of the test cluster at the address the jail was given. A connection from a node
 /// that runs no job of the project (n2's network with nothing of ours running there, the
-/// login node itself, a job of the user's outside the project) is refused and audited; the
-/// listener closes with the session.
+/// login node itself, a job of the user's outside the project) is refused and audited, and
+/// another user's from the login node is closed before the challenge; the listener closes with
+/// the session.
 #[test]
 fn job_ports_admit_only_nodes_running_the_projects_jobs() {
     let Some(j) = slurm_jail("slurm-job-port") else { return };
@@ -1375,7 +1376,8 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
             .arg(&addr)
             .output()
             .expect("nsenter");
-        let from_login = Command::new("python3").arg(&client).arg(&addr).output().expect("python3");
+        let from_login = j.as_user("python3").arg(&client).arg(&addr).output().expect("python3");
+        let from_root = Command::new("python3").arg(&client).arg(&addr).output().expect("python3");
         let foreign = j
             .as_user("sbatch")
             .args(["--wait", "-w", "n2", "-o", "foreign.out", "--wrap"])
@@ -1383,7 +1385,9 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
             .output()
             .expect("sbatch");
         assert!(foreign.status.success(), "{}", String::from_utf8_lossy(&foreign.stderr));
-        for (who, out) in [("n2 without a job", from_n2.stdout), ("the login node", from_login.stdout)] {
+        for (who, out) in
+            [("n2 without a job", from_n2.stdout), ("the login node", from_login.stdout), ("root", from_root.stdout)]
+        {
             let out = String::from_utf8_lossy(&out).into_owned();
             // At most the listener's challenge (random bytes), never the jail's server.
             assert!(!out.contains("echo:"), "{who} got through: {out}");
@@ -1434,7 +1438,11 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
                 "no refusal {from}: {refusals:#?}"
             );
         }
-        assert!(refusals.len() >= 3, "n2, the login node and the foreign job: {refusals:#?}");
+        assert!(
+            refusals.iter().any(|r| r.contains("from 203.0.113.1:") && r.contains("another user's connection (uid 0)")),
+            "root's connection from the login node, closed before the challenge: {refusals:#?}"
+        );
+        assert!(refusals.len() >= 4, "n2, the login node, root and the foreign job: {refusals:#?}");
     });
 }
 
@@ -1589,6 +1597,237 @@ fn the_session_network_joins_one_sessions_jails_and_nothing_else() {
             assert!(Instant::now() < deadline, "job {job}'s address stayed claimed after it ended");
             std::thread::sleep(Duration::from_millis(200));
         }
+    });
+}
+
+/// Waits until each of `files` is in the project, while the session runs.
+fn wait_for_files(j: &Jail, files: &[&str], session: &std::thread::ScopedJoinHandle<'_, Out>, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while !files.iter().all(|f| j.project.join(f).exists()) {
+        assert!(Instant::now() < deadline && !session.is_finished(), "{what} never happened");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Where the jail at the address the project file `file` names (`hostname -I`, `IP:PORT`)
+/// listens on the host, from its session's registry.
+fn registry_listener(j: &Jail, session: &str, file: &str) -> std::net::SocketAddr {
+    let said = std::fs::read_to_string(j.project.join(file)).unwrap_or_default();
+    let ip = said.split_whitespace().next().unwrap_or("").split(':').next().unwrap_or("").to_string();
+    let registry = j.rig.home.join(".local/state/agent-sandbox/net").join(session);
+    let entry = std::fs::read_to_string(registry.join(&ip)).unwrap_or_default();
+    entry.trim().parse().unwrap_or_else(|_| panic!("the jail at {ip} has no listener: {entry:?}"))
+}
+
+/// The session's secret, as its jobs carry it (the frozen policy in a job directory).
+fn session_secret(j: &Jail, session: &str) -> String {
+    let jobs = j.rig.home.join(".local/state/agent-sandbox/jobs");
+    let dirs = std::fs::read_dir(&jobs).expect("the job directories");
+    for d in dirs.flatten().filter(|d| d.file_name().to_string_lossy().starts_with(&format!("{session}-"))) {
+        let Ok(text) = std::fs::read_to_string(d.path().join("job.json")) else { continue };
+        let spec: serde_json::Value = serde_json::from_str(&text).expect("job.json");
+        let policy: serde_json::Value = serde_json::from_str(spec["policy"].as_str().unwrap_or("{}")).expect("policy");
+        if let Some(s) = policy["job_secret"].as_str() {
+            return s.to_string();
+        }
+    }
+    panic!("no job directory of session {session} holds its secret");
+}
+
+/// `tests/slurm/job_prover.py ADDR` as the test user, with `secret`: `admitted reply=...` or
+/// `refused`.
+fn prove_as_a_job(j: &Jail, addr: std::net::SocketAddr, secret: &str) -> String {
+    use std::io::Write;
+    let mut c = j
+        .as_user("python3")
+        .args(["-c", include_str!("slurm/job_prover.py")])
+        .arg(addr.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    c.stdin.take().expect("stdin").write_all(secret.as_bytes()).expect("the secret");
+    let out = c.wait_with_output().expect("job_prover.py");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// What a connection to `to` receives when it sends 200 bytes (not a proof), as `user`:
+/// `LEN ECHOES`, the bytes it got and how many of them are the jail server's `echo:`.
+fn unproved(user: &str, to: std::net::SocketAddr) -> String {
+    const CLIENT: &str = "import socket, sys\n\
+        host, port = sys.argv[1].rsplit(':', 1)\n\
+        c = socket.create_connection((host, int(port)), timeout=10)\n\
+        got = b''\n\
+        try:\n    c.sendall(b'U' * 200)\n    while (b := c.recv(100)):\n        got += b\n\
+        except OSError:\n    pass\n\
+        print(len(got), got.count(b'echo:'))\n";
+    let out = Command::new("runuser")
+        .args(["-u", user, "--", "python3", "-c", CLIENT])
+        .arg(to.to_string())
+        .current_dir("/")
+        .output()
+        .expect("runuser");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// The audit records of `session` whose check is `check` and that say `why`.
+fn audited(j: &Jail, session: &str, check: &str, why: &str) -> Vec<String> {
+    let log = j.as_user(&j.rig.bin).args(["log", "--json", "--session", session]).output().expect("log");
+    String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .filter(|l| l.contains(&format!("\"check\":\"{check}\"")) && l.contains(why))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A cluster whose controller and only node are this host, reached over loopback (a
+/// workstation or a VM running Slurm, its host name resolving to 127.0.1.1): the session's
+/// jail and its job's listen on loopback, and call each other there. Every user of the host
+/// connects from the same loopback addresses, so who connects is asked of the kernel: another
+/// user's connections (a flood from nine loopback addresses and the host's own, going on while
+/// the calls are made) are closed before any challenge, and audited; the user's own process
+/// without the session's proof gets the challenge and nothing else.
+#[test]
+fn on_a_one_host_cluster_the_session_network_listens_on_loopback_for_the_users_jails_only() {
+    let Some(j) = one_host_slurm_jail("slurm-one-host-peers") else { return };
+    let j = j
+        .project_file("peer_server.py", include_str!("slurm/peer_server.py"))
+        .project_file("echo_client.py", include_str!("slurm/echo_client.py"));
+    let script = "echo $AGENT_SANDBOX_SESSION > session; hostname -I > session-ip; \
+         python3 peer_server.py 7000 session-served & \
+         sbatch -o server.out --wrap 'python3 peer_server.py 7001 served' > /dev/null; \
+         n=0; while [ ! -e flood-on ] && [ $n -lt 900 ]; do sleep 0.1; n=$((n+1)); done; \
+         python3 echo_client.py $(cat served) > from-session.out; \
+         sbatch --wait -o from-job.out --wrap \"python3 echo_client.py $(cat session-served)\"; \
+         touch calls-done; n=0; while [ ! -e test-done ] && [ $n -lt 900 ]; do sleep 0.1; n=$((n+1)); done; \
+         touch stop; wait";
+    let p = |f: &str| j.project.join(f);
+    let flood_stop = std::env::temp_dir().join(format!("asb-one-host-flood-{}", std::process::id()));
+    let _ = std::fs::remove_file(&flood_stop);
+    std::thread::scope(|s| {
+        let session = s.spawn(|| {
+            let mut c = j.command(&["-q", "run", "--", "sh", "-c", script]);
+            j.output_within(&mut c, Duration::from_secs(150))
+        });
+        wait_for_files(&j, &["session", "served", "session-served"], &session, "the session's and the job's servers");
+        let session_id = std::fs::read_to_string(p("session")).unwrap_or_default().trim().to_string();
+        let session_listener = registry_listener(&j, &session_id, "session-ip");
+        let job_listener = registry_listener(&j, &session_id, "served");
+        for (who, at) in [("session", session_listener), ("job", job_listener)] {
+            assert!(at.ip().is_loopback(), "the {who}'s jail listens on loopback: {at}");
+        }
+        // Another user of the host keeps connecting to both listeners, from nine loopback
+        // addresses and the host's own, while the session and a job call each other.
+        let mut sources: Vec<String> = (1..=9).map(|i| format!("127.0.0.{i}")).collect();
+        let host_ips = Command::new("hostname").arg("-I").output().expect("hostname -I");
+        sources.extend(
+            String::from_utf8_lossy(&host_ips.stdout)
+                .split_whitespace()
+                .filter(|a| a.parse::<std::net::Ipv4Addr>().is_ok_and(|ip| !ip.is_link_local()))
+                .map(str::to_owned),
+        );
+        let flood = Command::new("runuser")
+            .args(["-u", OTHER, "--", "python3", "-c", include_str!("slurm/local_flood.py")])
+            .arg(&flood_stop)
+            .arg(sources.join(","))
+            .args([session_listener.to_string(), job_listener.to_string()])
+            .current_dir("/")
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("the other user's flood");
+        std::thread::sleep(Duration::from_millis(500));
+        // The user's own process, outside any jail, without the proof.
+        let own = unproved(USER, session_listener);
+        std::fs::write(p("flood-on"), "").expect("flood-on");
+        wait_for_files(&j, &["calls-done"], &session, "the calls");
+        std::fs::write(&flood_stop, "").expect("flood stop");
+        let flooded = flood.wait_with_output().expect("flood");
+        let flooded = String::from_utf8_lossy(&flooded.stdout).trim().to_string();
+        std::fs::write(p("test-done"), "").expect("test-done");
+        let out = session.join().expect("session thread");
+        let session_ip = std::fs::read_to_string(p("session-ip")).unwrap_or_default();
+        let session_ip = session_ip.split_whitespace().next().unwrap_or("").to_string();
+        let served = std::fs::read_to_string(p("served")).unwrap_or_default();
+        let job_ip = served.trim().rsplit_once(':').map(|(ip, _)| ip.to_string()).unwrap_or_default();
+        let from_session = std::fs::read_to_string(p("from-session.out")).unwrap_or_default();
+        assert_eq!(
+            from_session.trim(),
+            format!("reply=echo:ping from={session_ip}"),
+            "the session called the job\n{out}"
+        );
+        let from_job = std::fs::read_to_string(p("from-job.out")).unwrap_or_default();
+        assert!(
+            from_job.starts_with("reply=echo:ping from=169.254.") && !from_job.trim().ends_with(&format!("={job_ip}")),
+            "a job called the session's jail: {from_job}\n{out}"
+        );
+        assert_eq!(own, "16 0", "the user's own process without the proof: the challenge only");
+        let counts: Vec<u32> = flooded.split_whitespace().filter_map(|w| w.split_once('=')?.1.parse().ok()).collect();
+        let [opened, challenged] = counts[..] else { panic!("the flood said {flooded:?}") };
+        assert!(opened >= 100, "the flood went on during the calls: {flooded}");
+        assert_eq!(challenged, 0, "another user's connection got a challenge: {flooded}");
+        assert!(!audited(&j, &session_id, "session_net", "another user").is_empty(), "the flood, audited");
+        assert!(!audited(&j, &session_id, "session_net", "proof").is_empty(), "the unproved connection, audited");
+    });
+    let _ = std::fs::remove_file(&flood_stop);
+}
+
+/// `--job-port` on a one-host cluster: the port listens on loopback and is named to the jail
+/// at its gateway (in a job's jail a loopback address is the jail's own), and a job reaches
+/// the session's server there. Admission holds as elsewhere: a process of the user's with the
+/// session's proof is let in while a job of the project runs on the node (at 127.0.1.1, the
+/// caller at 127.0.0.1) and refused once none runs; another user's connection is closed
+/// before the challenge.
+#[test]
+fn on_a_one_host_cluster_a_job_reaches_the_job_port_and_admission_still_holds() {
+    let Some(j) = one_host_slurm_jail("slurm-one-host-job-port") else { return };
+    let j = j
+        .project_file("echo_server.py", include_str!("slurm/echo_server.py"))
+        .project_file("echo_client.py", include_str!("slurm/echo_client.py"));
+    let script = "echo $AGENT_SANDBOX_SESSION > session; hostname -I > session-ip; \
+         python3 echo_server.py 8786 & server=$!; \
+         echo $AGENT_SANDBOX_JOB_PORT_8786 > addr.tmp && mv addr.tmp addr; \
+         sbatch -o holder.out --wrap 'touch holding; while [ ! -e stop ]; do sleep 0.2; done' > /dev/null; \
+         sbatch --wait -o from-job.out --wrap \"python3 echo_client.py $(cat addr)\"; \
+         touch calls-done; n=0; while [ ! -e test-done ] && [ $n -lt 900 ]; do sleep 0.1; n=$((n+1)); done; \
+         touch stop; n=0; while [ ! -e all-done ] && [ $n -lt 900 ]; do sleep 0.1; n=$((n+1)); done; kill $server";
+    let p = |f: &str| j.project.join(f);
+    std::thread::scope(|s| {
+        let session = s.spawn(|| {
+            let mut c = j.command(&["-q", "--job-port", "8786", "run", "--", "sh", "-c", script]);
+            j.output_within(&mut c, Duration::from_secs(150))
+        });
+        wait_for_files(&j, &["session", "addr", "calls-done", "holding"], &session, "the job's call");
+        let session_id = std::fs::read_to_string(p("session")).unwrap_or_default().trim().to_string();
+        let addr = std::fs::read_to_string(p("addr")).unwrap_or_default().trim().to_string();
+        let shown: std::net::SocketAddr = addr.parse().unwrap_or_else(|_| panic!("the job port's address: {addr:?}"));
+        assert_eq!(shown.ip().to_string(), "169.254.77.1", "named to the jail at its gateway: {addr}");
+        // The job port listens where the session network does: the cluster address, loopback.
+        let cluster_ip = registry_listener(&j, &session_id, "session-ip").ip();
+        assert!(cluster_ip.is_loopback(), "the cluster address on a one-host cluster: {cluster_ip}");
+        let listener = std::net::SocketAddr::new(cluster_ip, shown.port());
+        let secret = session_secret(&j, &session_id);
+        let while_running = prove_as_a_job(&j, listener, &secret);
+        let other = unproved(OTHER, listener);
+        std::fs::write(p("test-done"), "").expect("test-done");
+        // The holding job ends: the same proof is refused once the node's last answer (kept
+        // 5 s) is out of date.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let after = loop {
+            let after = prove_as_a_job(&j, listener, &secret);
+            if after == "refused" || Instant::now() > deadline {
+                break after;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        };
+        std::fs::write(p("all-done"), "").expect("all-done");
+        let out = session.join().expect("session thread");
+        let from_job = std::fs::read_to_string(p("from-job.out")).unwrap_or_default();
+        assert_eq!(from_job.trim(), "reply=echo:ping", "a job reached the job port\n{out}");
+        assert_eq!(while_running, "admitted reply=echo:ping", "the proof while a job of the project runs\n{out}");
+        assert_eq!(after, "refused", "the proof with no job of the project running\n{out}");
+        assert_eq!(other, "0 0", "another user's connection: closed before the challenge");
+        assert!(!audited(&j, &session_id, "job_port", "another user").is_empty(), "the other user, audited");
+        assert!(!audited(&j, &session_id, "job_port", "none runs now").is_empty(), "no job running, audited");
     });
 }
 

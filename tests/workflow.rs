@@ -22,7 +22,10 @@ const TOOL_SECS: u64 = 300;
 
 /// A cluster jail for a workflow tool: the venv must be there too.
 fn tool_jail(name: &str) -> Option<Jail> {
-    let j = slurm_jail(name)?;
+    with_tools(slurm_jail(name)?)
+}
+
+fn with_tools(j: Jail) -> Option<Jail> {
     let python = Path::new(VENV).join("bin/python");
     assert!(python.exists(), "{} missing: run tests/run.sh as root (it installs the workflow tools)", python.display());
     Some(j)
@@ -111,10 +114,20 @@ fn report(j: &Jail, run: &Run) -> String {
 
 /// Cancels what the test left in the queue (a failed run may leave jobs pending).
 fn cancel_leftovers(j: &Jail) {
-    let out = Command::new("squeue").args(["-h", "-u", USER, "-o", "%A %Z"]).output().expect("squeue");
+    cancel_leftovers_on(j, None);
+}
+
+/// The same on the cluster of `slurm_conf` (None: the test cluster's).
+fn cancel_leftovers_on(j: &Jail, slurm_conf: Option<&str>) {
+    let slurm = |name: &str| {
+        let mut c = Command::new(name);
+        c.envs(slurm_conf.map(|conf| ("SLURM_CONF", conf)));
+        c
+    };
+    let out = slurm("squeue").args(["-h", "-u", USER, "-o", "%A %Z"]).output().expect("squeue");
     for (id, dir) in String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_once(' ')) {
         if Path::new(dir.trim()).starts_with(&j.project) {
-            let _ = Command::new("scancel").arg(id.trim()).status();
+            let _ = slurm("scancel").arg(id.trim()).status();
         }
     }
 }
@@ -225,9 +238,23 @@ fn snakemake_slurm_executor_runs_a_three_rule_workflow_in_the_jail() {
 #[test]
 fn dask_computes_on_two_worker_jobs_over_the_session_network() {
     let Some(j) = tool_jail("wf-dask-compute") else { return };
+    dask_computes(j, None);
+}
+
+/// The same on a one-host cluster (a workstation or a VM running Slurm: its controller and
+/// only node are this host, reached over loopback): the session network listens on loopback,
+/// and the workers, on this host, reach the scheduler in the session's jail there, and each
+/// other.
+#[test]
+fn dask_computes_on_a_one_host_cluster_over_the_session_network_on_loopback() {
+    let Some(j) = one_host_slurm_jail("wf-dask-one-host").and_then(with_tools) else { return };
+    dask_computes(j, Some(ONE_HOST_CONF));
+}
+
+fn dask_computes(j: Jail, slurm_conf: Option<&str>) {
     let j = j.project_file("dask_compute.py", include_str!("workflow/dask_compute.py"));
     let run = run_tool(&j, "python3 dask_compute.py 2>&1");
-    cancel_leftovers(&j);
+    cancel_leftovers_on(&j, slurm_conf);
     let out = &run.out;
     let field = |k: &str| out.stdout.lines().find_map(|l| l.strip_prefix(k)).map(str::to_owned).unwrap_or_default();
     assert!(out.stdout.contains("all-done") && out.stdout.contains("rc=0"), "{}", report(&j, &run));

@@ -72,6 +72,12 @@ impl Asker {
         Ok(running_from(&nodes, resolve))
     }
 
+    /// Every node of the cluster and its address as Slurm has it (`NodeAddr`: a name or an
+    /// address, not resolved, so a caller resolves only as many as it needs).
+    pub fn nodes(&self) -> Result<Vec<(String, String)>, NodesError> {
+        Ok(nodes_in(&self.run("sinfo", &["-h", "-N", "-o", "%N %o"])?))
+    }
+
     /// The first `SlurmctldHost`'s address (`scontrol show config`).
     pub fn controller(&self) -> Result<IpAddr, NodesError> {
         let text = self.run("scontrol", &["show", "config"])?;
@@ -94,17 +100,25 @@ fn valid_hostlist(s: &str) -> bool {
         && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_.,[]".contains(c))
 }
 
-/// `sinfo -N -o "%N %o"` lines (a node once per partition) into names and addresses.
+/// `sinfo -N -o "%N %o"` lines (a node once per partition) into each node's name and address.
+fn nodes_in(sinfo: &str) -> Vec<(String, String)> {
+    let mut seen = BTreeSet::new();
+    sinfo
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            let (name, addr) = (words.next()?, words.next()?);
+            seen.insert(name).then(|| (name.to_string(), addr.to_string()))
+        })
+        .collect()
+}
+
+/// The same lines into every address of each node, with the node's name.
 fn running_from(sinfo: &str, resolve: impl Fn(&str) -> Vec<IpAddr>) -> Running {
     let mut r = Running::new();
-    let mut seen = BTreeSet::new();
-    for line in sinfo.lines() {
-        let mut words = line.split_whitespace();
-        let (Some(name), Some(addr)) = (words.next(), words.next()) else { continue };
-        if seen.insert(name) {
-            for ip in resolve(addr) {
-                r.entry(ip).or_insert_with(|| name.to_string());
-            }
+    for (name, addr) in nodes_in(sinfo) {
+        for ip in resolve(&addr) {
+            r.entry(ip).or_insert_with(|| name.clone());
         }
     }
     r
@@ -143,6 +157,8 @@ mod tests {
         });
         let got: Vec<String> = r.iter().map(|(ip, n)| format!("{ip}={n}")).collect();
         assert_eq!(got, ["10.1.0.7=gpu1", "203.0.113.1=tc", "203.0.113.2=n2", "fd00::7=gpu1"]);
+        let nodes: Vec<String> = nodes_in(sinfo).into_iter().map(|(n, a)| format!("{n}={a}")).collect();
+        assert_eq!(nodes, ["n2=203.0.113.2", "tc=203.0.113.1", "gpu1=gpu1.cluster"]);
     }
 
     #[test]

@@ -6,6 +6,12 @@
 //! connection only from a node that runs a job of the project at that moment, asked of Slurm
 //! (`chaperon::nodes`) and kept for a few seconds, and brings it into the jail like
 //! `--publish`. The listeners close with the session.
+//!
+//! On a one-host cluster (a workstation or a VM running Slurm: the controller and every node
+//! are this host) the cluster-facing address is loopback: the jobs run here and reach it, and
+//! no other host does. Other users of the host reach it too; their connections are closed
+//! before any challenge (`supervisor::pending`), and the proof and the admission hold as
+//! elsewhere.
 
 use chaperon::nodes::{Asker, Running};
 use chaperon::scope::{Registry, Scope};
@@ -199,16 +205,21 @@ impl JobServices {
     }
 }
 
+/// What a jail dials for a session's listener at `at`: `at`, except that in a jail loopback is
+/// the jail's own, so a listener on the host's loopback (a one-host cluster) is named at the
+/// jail's gateway, at its port; a job's supervisor takes a flow there for that listener.
+pub fn seen_from_a_jail(at: SocketAddr) -> SocketAddr {
+    match at.ip() {
+        IpAddr::V4(ip) if ip.is_loopback() => (crate::netrules::addr::GATEWAY_V4, at.port()).into(),
+        IpAddr::V6(ip) if ip.is_loopback() => (crate::netrules::addr::GATEWAY_V6, at.port()).into(),
+        _ => at,
+    }
+}
+
 /// Binds a listener for each of `ports` on `address` (empty: the address routed toward the
 /// Slurm controller). The error says what to set.
 pub fn bind(ports: &[u16], address: &str, admission: Admission, secret: Secret) -> Result<JobServices, String> {
-    let ip = cluster_address(address, &admission.asker)?;
-    if !reachable_from_nodes(ip) {
-        return Err(format!(
-            "net.job_address {ip} is no address compute nodes reach; set it to the login node's address on the \
-             cluster network"
-        ));
-    }
+    let ip = cluster_address(address, &admission.asker)?.ip();
     let mut listeners = vec![];
     for port in ports {
         let l = TcpListener::bind((ip, 0)).map_err(|e| format!("cannot listen on {ip} for job port {port}: {e}"))?;
@@ -218,24 +229,96 @@ pub fn bind(ports: &[u16], address: &str, admission: Admission, secret: Secret) 
     Ok(JobServices { listeners, admission, secret })
 }
 
-/// `net.job_address` (an address or a name), else the local address of the route toward the
-/// controller: on a login node, the interface the compute nodes share with it.
-pub fn cluster_address(address: &str, asker: &Asker) -> Result<IpAddr, String> {
-    let fix = "set net.job_address in the site's admin.toml to the login node's address on the cluster network";
-    if !address.trim().is_empty() {
-        return chaperon::nodes::resolve(address.trim())
-            .into_iter()
-            .next()
-            .ok_or_else(|| format!("net.job_address `{address}` does not resolve; {fix}"));
-    }
-    let controller = asker.controller().map_err(|e| format!("cannot find the cluster's address: {e}; {fix}"))?;
-    local_address_toward(controller).map_err(|e| format!("no route to the controller {controller}: {e}; {fix}"))
+/// Where the session's listeners (job ports, the session network's) bind: the address the
+/// cluster's nodes reach this host at. Loopback only on a one-host cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterAddress {
+    /// An address the cluster's other hosts route to this one.
+    Routed(IpAddr),
+    /// Loopback, where the controller and every node are this host (a workstation, a VM
+    /// running Slurm): the jobs run here, and reach it; no other host does.
+    OneHost(IpAddr),
 }
 
-/// Whether other hosts can call `ip`: never loopback, unspecified or multicast (a caller on
-/// another node would dial its own host there).
-pub(crate) fn reachable_from_nodes(ip: IpAddr) -> bool {
-    !(ip.is_loopback() || ip.is_unspecified() || ip.is_multicast())
+impl ClusterAddress {
+    pub fn ip(self) -> IpAddr {
+        match self {
+            ClusterAddress::Routed(ip) | ClusterAddress::OneHost(ip) => ip,
+        }
+    }
+}
+
+const ADDRESS_FIX: &str =
+    "set net.job_address in the site's admin.toml to the login node's address on the cluster network";
+
+/// `net.job_address` (an address or a name), else the local address of the route toward the
+/// controller: on a login node, the interface the compute nodes share with it. Where that is
+/// loopback (the controller is this host, its name resolving to 127.0.1.1 as Debian has it),
+/// the nodes decide (`over_loopback`).
+pub fn cluster_address(address: &str, asker: &Asker) -> Result<ClusterAddress, String> {
+    let given = !address.trim().is_empty();
+    let ip = if given {
+        chaperon::nodes::resolve(address.trim())
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("net.job_address `{address}` does not resolve; {ADDRESS_FIX}"))?
+    } else {
+        let controller =
+            asker.controller().map_err(|e| format!("cannot find the cluster's address: {e}; {ADDRESS_FIX}"))?;
+        local_address_toward(controller)
+            .map_err(|e| format!("no route to the controller {controller}: {e}; {ADDRESS_FIX}"))?
+    };
+    if ip.is_unspecified() || ip.is_multicast() {
+        return Err(format!("{ip} is no address compute nodes reach; {ADDRESS_FIX}"));
+    }
+    if !ip.is_loopback() {
+        return Ok(ClusterAddress::Routed(ip));
+    }
+    let nodes = asker.nodes().map_err(|e| format!("cannot tell where the cluster's nodes are: {e}; {ADDRESS_FIX}"))?;
+    over_loopback(ip, given, &nodes, chaperon::nodes::resolve, local_address_toward)
+}
+
+/// The cluster address where `ip` (given as `net.job_address`, or the route toward the
+/// controller) is loopback: loopback itself when every node is this host (a one-host
+/// cluster); else, unless it was given, the route toward the first node elsewhere, whose
+/// jobs could never reach this host's loopback.
+fn over_loopback(
+    ip: IpAddr,
+    given: bool,
+    nodes: &[(String, String)],
+    resolve: impl Fn(&str) -> Vec<IpAddr>,
+    toward: impl Fn(IpAddr) -> std::io::Result<IpAddr>,
+) -> Result<ClusterAddress, String> {
+    if nodes.is_empty() {
+        return Err(format!("the controller is this host at {ip}, and the cluster lists no nodes; {ADDRESS_FIX}"));
+    }
+    for (name, addr) in nodes {
+        let ips = resolve(addr);
+        let elsewhere = match ips.iter().find(|a| !on_this_host(**a, &toward)) {
+            Some(a) => *a,
+            None if ips.is_empty() => {
+                return Err(format!("node {name}'s address `{addr}` does not resolve here; {ADDRESS_FIX}"))
+            }
+            None => continue,
+        };
+        if given {
+            return Err(format!(
+                "net.job_address {ip} is loopback, but node {name} ({elsewhere}) is another host; {ADDRESS_FIX}"
+            ));
+        }
+        return match toward(elsewhere) {
+            Ok(via) if !(via.is_loopback() || via.is_unspecified()) => Ok(ClusterAddress::Routed(via)),
+            Ok(via) => Err(format!("the route toward node {name} ({elsewhere}) starts at {via}; {ADDRESS_FIX}")),
+            Err(e) => Err(format!("no route to node {name} ({elsewhere}): {e}; {ADDRESS_FIX}")),
+        };
+    }
+    Ok(ClusterAddress::OneHost(ip))
+}
+
+/// Whether `ip` is this host's: loopback, or one of its addresses (the route toward an
+/// address of the host's own starts at that address).
+fn on_this_host(ip: IpAddr, toward: impl Fn(IpAddr) -> std::io::Result<IpAddr>) -> bool {
+    ip.is_loopback() || toward(ip).is_ok_and(|src| src == ip)
 }
 
 /// The source address the host would use to reach `to` (a UDP connect sends nothing).
@@ -275,7 +358,8 @@ impl Admission {
     pub fn admit(&self, peer: IpAddr) -> Result<String, String> {
         let peer = canonical(peer);
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        let knows = |r: &Result<Running, String>| r.as_ref().is_ok_and(|m| m.contains_key(&peer));
+        let knows =
+            |r: &Result<Running, String>| r.as_ref().is_ok_and(|m| node_of(m, peer, local_address_toward).is_some());
         let marked = || std::fs::metadata(self.registry.events(&self.project)).and_then(|m| m.modified()).ok();
         let ask = match &*last {
             None => true,
@@ -290,7 +374,7 @@ impl Admission {
             *last = Some((Instant::now(), wall, self.asker.running(&jobs).map_err(|e| e.to_string())));
         }
         match last.as_ref().map(|(_, _, r)| r) {
-            Some(Ok(m)) => match m.get(&peer) {
+            Some(Ok(m)) => match node_of(m, peer, local_address_toward) {
                 Some(node) => Ok(node.clone()),
                 None if m.is_empty() => {
                     Err(format!("{peer} is not a node running a job of this project (none runs now)"))
@@ -308,6 +392,16 @@ impl Admission {
             None => Err("cannot tell where the project's jobs run: refused".into()),
         }
     }
+}
+
+/// The node `peer` is among those running the project's jobs: by its address; a loopback
+/// peer (a job on a one-host cluster calls from this host) is a node that is this host,
+/// whatever address Slurm has for it (127.0.1.1, the host's own).
+fn node_of(running: &Running, peer: IpAddr, toward: impl Fn(IpAddr) -> std::io::Result<IpAddr>) -> Option<&String> {
+    running.get(&peer).or_else(|| match peer.is_loopback() {
+        true => running.iter().find(|(ip, _)| on_this_host(**ip, &toward)).map(|(_, node)| node),
+        false => None,
+    })
 }
 
 /// An IPv4 peer on a dual-stack listener shows as `::ffff:a.b.c.d`.
@@ -392,6 +486,70 @@ mod tests {
     fn the_route_toward_a_local_address_starts_from_it() {
         let lo: IpAddr = "127.0.0.1".parse().unwrap();
         assert_eq!(local_address_toward(lo).unwrap(), lo);
+    }
+
+    /// This host's addresses, for the tests: loopback and 192.0.2.2, where the route toward any
+    /// other starts.
+    fn toward(to: IpAddr) -> std::io::Result<IpAddr> {
+        Ok(if to.is_loopback() { "127.0.0.1" } else { "192.0.2.2" }.parse().unwrap())
+    }
+
+    fn resolve(name: &str) -> Vec<IpAddr> {
+        match name {
+            "vm" => vec!["127.0.1.1".parse().unwrap()],
+            "gone" => vec![],
+            other => chaperon::nodes::resolve(other),
+        }
+    }
+
+    fn nodes(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter().map(|(n, a)| (n.to_string(), a.to_string())).collect()
+    }
+
+    #[test]
+    fn loopback_is_the_cluster_address_only_where_every_node_is_this_host() {
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        // A workstation: the node named by the host's name (127.0.1.1), or by another of its
+        // addresses.
+        for list in [&[("vm", "vm")][..], &[("vm", "vm"), ("n2", "192.0.2.2"), ("n3", "127.0.0.3")]] {
+            let got = over_loopback(lo, false, &nodes(list), resolve, toward);
+            assert_eq!(got, Ok(ClusterAddress::OneHost(lo)), "{list:?}");
+            assert_eq!(over_loopback(lo, true, &nodes(list), resolve, toward), Ok(ClusterAddress::OneHost(lo)));
+        }
+        // The controller's name resolves to loopback here, but a node is elsewhere: the route
+        // toward it, or (net.job_address given as loopback) a refusal that names the node.
+        let list = nodes(&[("vm", "vm"), ("c1", "203.0.113.7")]);
+        let via: IpAddr = "192.0.2.2".parse().unwrap();
+        assert_eq!(over_loopback(lo, false, &list, resolve, toward), Ok(ClusterAddress::Routed(via)));
+        let e = over_loopback(lo, true, &list, resolve, toward).unwrap_err();
+        assert!(e.contains("node c1 (203.0.113.7) is another host") && e.contains("net.job_address"), "{e}");
+        // What cannot be told is refused, with the fix.
+        let e = over_loopback(lo, false, &nodes(&[("x", "gone")]), resolve, toward).unwrap_err();
+        assert!(e.contains("does not resolve") && e.contains("net.job_address"), "{e}");
+        assert!(over_loopback(lo, false, &[], resolve, toward).unwrap_err().contains("no nodes"));
+    }
+
+    #[test]
+    fn a_loopback_peer_is_a_node_that_is_this_host() {
+        let running: Running =
+            [("127.0.1.1".parse().unwrap(), "vm".to_string()), ("203.0.113.7".parse().unwrap(), "c1".to_string())]
+                .into();
+        let at = |s: &str| node_of(&running, s.parse().unwrap(), toward).cloned();
+        assert_eq!(at("127.0.0.1").as_deref(), Some("vm"), "a job on the one-host node calls from 127.0.0.1");
+        assert_eq!(at("203.0.113.7").as_deref(), Some("c1"));
+        assert_eq!(at("203.0.113.8"), None);
+        // Only a loopback peer is taken for this host's node: another host's is by its address.
+        let elsewhere: Running = [("203.0.113.7".parse().unwrap(), "c1".to_string())].into();
+        assert_eq!(node_of(&elsewhere, "127.0.0.1".parse().unwrap(), toward), None, "no node here runs a job");
+        assert_eq!(node_of(&running, "192.0.2.2".parse().unwrap(), toward), None);
+    }
+
+    #[test]
+    fn a_loopback_listener_is_named_at_the_jails_gateway() {
+        let at = |s: &str| seen_from_a_jail(s.parse().unwrap()).to_string();
+        assert_eq!(at("127.0.0.1:40123"), "169.254.77.1:40123");
+        assert_eq!(at("[::1]:40123"), "[fd00:a5b::1]:40123");
+        assert_eq!(at("203.0.113.1:40123"), "203.0.113.1:40123");
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod control;
 pub mod dns;
 pub mod http1;
 pub mod jobs;
+pub mod local_peer;
 pub mod packet;
 pub mod peek;
 pub mod peers;

@@ -323,7 +323,7 @@ pub struct Announce {
 
 impl Announce {
     pub fn run(self) -> Result<SocketAddr, String> {
-        let ip = usable(crate::net::jobs::cluster_address(&self.job_address, &self.asker)?)?;
+        let ip = crate::net::jobs::cluster_address(&self.job_address, &self.asker)?.ip();
         let listener = std::net::TcpListener::bind((ip, 0)).map_err(|e| format!("cannot listen on {ip}: {e}"))?;
         let at = listener.local_addr().map_err(|e| e.to_string())?;
         self.to.send(listener).map_err(|_| "the jail's network supervisor is gone".to_string())?;
@@ -341,25 +341,26 @@ pub fn login_handover(
 
 /// A job's jail's address on its host, toward its peers.
 pub fn job_address(registry: &Path, asker: &chaperon::nodes::Asker) -> Result<IpAddr, String> {
-    let ip = match login_address(registry) {
-        Some(login) => crate::net::jobs::local_address_toward(login).map_err(|e| e.to_string())?,
-        None => crate::net::jobs::cluster_address("", asker)?,
-    };
-    usable(ip)
+    match login_address(registry) {
+        Some(login) => toward_login(login),
+        None => Ok(crate::net::jobs::cluster_address("", asker)?.ip()),
+    }
 }
 
 /// The session's login address from the registry, without asking Slurm (None: not recorded).
 pub fn job_address_quick(registry: &Path) -> Option<IpAddr> {
-    let login = login_address(registry)?;
-    crate::net::jobs::local_address_toward(login).ok().and_then(|ip| usable(ip).ok())
+    toward_login(login_address(registry)?).ok()
 }
 
-/// `ip`, if other hosts can call it (`jobs::reachable_from_nodes`).
-fn usable(ip: IpAddr) -> Result<IpAddr, String> {
-    match crate::net::jobs::reachable_from_nodes(ip) {
-        true => Ok(ip),
-        false => Err(format!("{ip} cannot be reached from the other nodes")),
+/// The address of the route toward the session's `login` address. Loopback only where the
+/// session's own is (a one-host cluster, whose jobs run on the session's host): elsewhere a
+/// loopback listener would be this node's own, which no other host reaches.
+fn toward_login(login: IpAddr) -> Result<IpAddr, String> {
+    let ip = crate::net::jobs::local_address_toward(login).map_err(|e| e.to_string())?;
+    if ip.is_unspecified() || ip.is_multicast() || (ip.is_loopback() && !login.is_loopback()) {
+        return Err(format!("{ip} cannot be reached from the other nodes"));
     }
+    Ok(ip)
 }
 
 #[cfg(test)]
@@ -410,6 +411,9 @@ mod tests {
         assert_eq!(lookup(&reg, b.address), Entry::Missing);
         publish_login(&reg, "192.0.2.1".parse().unwrap()).unwrap();
         assert_eq!(login_address(&reg), Some("192.0.2.1".parse().unwrap()));
+        // A one-host cluster's session records loopback: its jobs, on the same host, listen there.
+        publish_login(&reg, "127.0.0.1".parse().unwrap()).unwrap();
+        assert_eq!(job_address_quick(&reg), Some("127.0.0.1".parse().unwrap()));
     }
 
     #[test]

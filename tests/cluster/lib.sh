@@ -28,8 +28,23 @@ TC_HOST_ADDR=203.0.113.1
 TC_N2_ADDR=203.0.113.2
 TC_PREFIX=30  # .1 and .2 only: the rest of TEST-NET-3 may be routed elsewhere (a package mirror)
 
-# Daemons in start order; stop.sh walks it backwards. slurmd-n2 runs only with --two-nodes.
-TC_DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd slurmd-n2)
+# The one-host cluster (--one-host): a second, small cluster beside tc whose controller and
+# only node are this host, reached over loopback, as on a workstation or a VM running Slurm
+# whose host name resolves to a loopback address. 127.0.1.1 is the address Debian gives such a
+# host name; the session network's listeners are then on 127.0.0.1, the route's source toward
+# it. Own ports, files and job ids (the SPANK plugin's markers are per job id); no accounting.
+TC1_CLUSTER=tc1
+TC1_CONF_DIR=/etc/slurm/$TC1_CLUSTER
+TC1_SLURM_CONF=$TC1_CONF_DIR/slurm.conf
+TC1_STATE_DIR=/var/lib/slurm/$TC1_CLUSTER
+TC1_ADDR=127.0.1.1
+TC1_CTLD_PORT=7817
+TC1_SLURMD_PORT=7818
+TC1_FIRST_JOB=7000000
+
+# Daemons in start order; stop.sh walks it backwards. slurmd-n2 runs only with --two-nodes,
+# slurmctld-tc1 and slurmd-tc1 only with --one-host.
+TC_DAEMONS=(munged mariadbd slurmdbd slurmctld slurmd slurmd-n2 slurmctld-tc1 slurmd-tc1)
 
 die() {
     printf '%s: %s\n' "${0##*/}" "$*" >&2
@@ -78,7 +93,7 @@ daemon_exe() {
         munged) echo /usr/sbin/munged ;;
         mariadbd) echo /usr/sbin/mariadbd ;;
         slurmdbd) echo /usr/sbin/slurmdbd ;;
-        slurmctld) echo /usr/sbin/slurmctld ;;
+        slurmctld | slurmctld-*) echo /usr/sbin/slurmctld ;;
         slurmd | slurmd-*) echo /usr/sbin/slurmd ;;
         *) die "unknown daemon $1" ;;
     esac
@@ -195,8 +210,10 @@ stepd_pids() {
         done | sort -un
 }
 
-# Slurm client commands bounded in time, so a half-up cluster never hangs a script.
+# Slurm client commands bounded in time, so a half-up cluster never hangs a script; sc1
+# asks the one-host cluster.
 sc() { timeout 15 "$@"; }
+sc1() { SLURM_CONF=$TC1_SLURM_CONF timeout 15 "$@"; }
 
 # as_user USER CMD...: runs CMD as USER (su-like environment) in the current directory.
 as_user() {

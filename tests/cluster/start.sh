@@ -1,24 +1,29 @@
 #!/bin/bash
 # Starts the Slurm test cluster "tc" on this host: writes slurm.conf and slurmdbd.conf,
 # starts munged, mariadbd, slurmdbd, slurmctld and slurmd (plus slurmd n2 in a network
-# namespace with --two-nodes), registers the test account and users, and self-tests as the
-# first user. Idempotent: what already runs with an unchanged config is left alone.
+# namespace with --two-nodes, and the one-host cluster tc1 with --one-host), registers the test
+# account and users, and self-tests as the first user. Idempotent: what already runs with an
+# unchanged config is left alone.
 set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "$(readlink -f "$0")")/lib.sh"
 
 usage() {
     cat <<EOF
-usage: $0 [--user NAME]... [--two-nodes] [--no-selftest]
+usage: $0 [--user NAME]... [--two-nodes] [--one-host] [--no-selftest]
   --user NAME    give Unix user NAME an association in account $TC_ACCOUNT (repeatable);
                  the first one runs the self-test (sbatch --wait, srun, sacct)
   --two-nodes    add node $TC_N2 (a slurmd in network namespace $TC_NETNS, $TC_N2_ADDR)
+  --one-host     also start cluster $TC1_CLUSTER beside it: controller and node on this host,
+                 at $TC1_ADDR (loopback), ports $TC1_CTLD_PORT/$TC1_SLURMD_PORT, SLURM_CONF=$TC1_SLURM_CONF;
+                 once started it is left running (stop.sh stops it)
   --no-selftest  skip the self-test
 EOF
 }
 
 users=()
 two_nodes=0
+one_host=0
 selftest=1
 while (($#)); do
     case $1 in
@@ -32,6 +37,7 @@ while (($#)); do
             shift
             ;;
         --two-nodes) two_nodes=1 && shift ;;
+        --one-host) one_host=1 && shift ;;
         --no-selftest) selftest=0 && shift ;;
         -h | --help) usage && exit 0 ;;
         *) usage >&2 && exit 2 ;;
@@ -191,13 +197,14 @@ ensure() {
     }
 }
 
-# node_ready NODE: NODE takes jobs. A node that answers but is down or drained is resumed.
+# node_ready NODE [CLIENT]: NODE takes jobs (asked with CLIENT, sc or sc1). A node that
+# answers but is down or drained is resumed.
 node_ready() {
-    local state
-    state=$(sc sinfo -h -n "$1" -o %T) || return 1
+    local state client=${2:-sc}
+    state=$("$client" sinfo -h -n "$1" -o %T) || return 1
     case $state in
         idle | mixed | allocated | completing) return 0 ;;
-        down | drained | draining) sc scontrol update NodeName="$1" State=RESUME ;;
+        down | drained | draining) "$client" scontrol update NodeName="$1" State=RESUME ;;
     esac
     return 1
 }
@@ -250,6 +257,58 @@ if ((two_nodes)); then
     ensure slurmd-n2 "node_ready $TC_N2" 30 \
         nsenter --net="/run/netns/$TC_NETNS" /usr/sbin/slurmd -D -N "$TC_N2"
 fi
+
+# --- the one-host cluster (--one-host) ---
+if ((one_host)); then
+    install -d -m 0755 "$TC1_CONF_DIR" "$TC_SPOOL_BASE/$TC1_CLUSTER-$TC_HOST"
+    install -d -m 0755 -o slurm -g slurm "$TC1_STATE_DIR"
+    [[ -e $TC_LOG_DIR/$TC1_CLUSTER-slurmctld.log ]] ||
+        install -m 0640 -o slurm -g slurm /dev/null "$TC_LOG_DIR/$TC1_CLUSTER-slurmctld.log"
+    tc1_changed=0
+    # The SPANK plugin as on tc: Slurm reads the plugstack.conf next to slurm.conf.
+    plugstack=$(cat /etc/slurm/plugstack.conf 2>/dev/null || true)
+    write_conf "$TC1_CONF_DIR/plugstack.conf" 0644 root:root <<<"$plugstack" && tc1_changed=1
+    write_conf "$TC1_SLURM_CONF" 0644 root:root <<EOF && tc1_changed=1
+# Written by agent-sandbox tests/cluster/start.sh --one-host; rewritten on every start.
+# A one-host cluster: the controller's address and the node's are loopback.
+ClusterName=$TC1_CLUSTER
+SlurmctldHost=$TC_HOST($TC1_ADDR)
+SlurmctldPort=$TC1_CTLD_PORT
+SlurmdPort=$TC1_SLURMD_PORT
+SlurmUser=slurm
+AuthType=auth/munge
+CredType=cred/munge
+FirstJobId=$TC1_FIRST_JOB
+StateSaveLocation=$TC1_STATE_DIR
+SlurmdSpoolDir=$TC_SPOOL_BASE/$TC1_CLUSTER-%n
+SlurmctldPidFile=$TC_SLURM_RUN_DIR/$TC1_CLUSTER-slurmctld.pid
+SlurmdPidFile=$TC_SLURM_RUN_DIR/$TC1_CLUSTER-slurmd-%n.pid
+SlurmctldLogFile=$TC_LOG_DIR/$TC1_CLUSTER-slurmctld.log
+SlurmdLogFile=$TC_LOG_DIR/$TC1_CLUSTER-slurmd-%n.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/linux
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1
+ReturnToService=2
+AccountingStorageType=accounting_storage/none
+MailProg=/bin/true
+SlurmdParameters=config_overrides
+NodeName=$TC_HOST NodeAddr=$TC1_ADDR $node_hw
+PartitionName=debug Nodes=$TC_HOST Default=YES MaxTime=INFINITE State=UP
+EOF
+    if ((tc1_changed)); then
+        stop_daemon slurmd-tc1
+        stop_daemon slurmctld-tc1
+    fi
+    ensure slurmctld-tc1 "sc1 scontrol ping | grep -q 'is UP'" 30 \
+        env SLURM_CONF="$TC1_SLURM_CONF" /usr/sbin/slurmctld -D -i
+    ensure slurmd-tc1 "node_ready $TC_HOST sc1" 30 \
+        env SLURM_CONF="$TC1_SLURM_CONF" /usr/sbin/slurmd -D -N "$TC_HOST"
+fi
 t_up=$(now_us)
 log "daemons up in $(elapsed "$t0" "$t_up") s (started: ${started[*]:-none})"
 
@@ -272,10 +331,17 @@ if ((selftest)) && ((${#users[@]})); then
         [[ $seen == "$(printf '%s\n' "$TC_HOST" "$TC_N2" | sort | tr '\n' ' ')" ]] ||
             die "self-test: srun -N2 ran on '$seen', want $TC_HOST and $TC_N2"
     fi
+    if ((one_host)); then
+        as_user "$u" env SLURM_CONF="$TC1_SLURM_CONF" timeout 60 srun -n1 true ||
+            die "self-test: srun -n1 true failed on $TC1_CLUSTER as $u"
+    fi
     cd /
     rm -rf "$dir"
     log "self-test as $u passed in $(elapsed "$t_up" "$(now_us)") s (job $job COMPLETED)"
 elif ((selftest)); then
     log "self-test skipped: no --user given"
+fi
+if ((one_host)); then
+    log "cluster $TC1_CLUSTER up (node $TC_HOST at $TC1_ADDR; SLURM_CONF=$TC1_SLURM_CONF)"
 fi
 log "cluster $TC_CLUSTER up (nodes: $nodes) in $(elapsed "$t0" "$(now_us)") s"

@@ -10,10 +10,10 @@ need_root
 all=0
 for d in "${TC_DAEMONS[@]}"; do
     if pid=$(daemon_pid "$d"); then
-        printf '%-10s running  pid %s\n' "$d" "$pid"
+        printf '%-13s running  pid %s\n' "$d" "$pid"
     else
-        printf '%-10s stopped\n' "$d"
-        [[ $d == slurmd-n2 ]] || all=1
+        printf '%-13s stopped\n' "$d"
+        [[ $d == slurmd-n2 || $d == *-$TC1_CLUSTER ]] || all=1
     fi
 done
 if netns_exists; then
@@ -22,5 +22,10 @@ fi
 if daemon_running slurmctld; then
     echo
     sc sinfo || true
+fi
+if daemon_running slurmctld-tc1; then
+    echo
+    echo "$TC1_CLUSTER (SLURM_CONF=$TC1_SLURM_CONF):"
+    sc1 sinfo || true
 fi
 exit "$all"

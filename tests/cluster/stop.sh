@@ -1,7 +1,8 @@
 #!/bin/bash
 # Stops the Slurm test cluster started by start.sh: cancels all jobs, stops the daemons in
-# reverse start order (TERM, KILL after 20 s), ends leftover slurmstepd processes and removes
-# n2's network namespace. Idempotent. Keeps configs, state, database and logs.
+# reverse start order (TERM, KILL after 20 s), the one-host cluster's too, ends leftover
+# slurmstepd processes and removes n2's network namespace. Idempotent. Keeps configs, state,
+# database and logs.
 set -euo pipefail
 # shellcheck source=lib.sh
 . "$(dirname "$(readlink -f "$0")")/lib.sh"
@@ -18,6 +19,20 @@ if daemon_running slurmctld; then
         if daemon_running slurmd || daemon_running slurmd-n2; then
             # shellcheck disable=SC2016 # expanded by wait_for, at each poll
             wait_for '[[ -z $(sc squeue -h -o %A) ]]' 20 "jobs still listed after scancel" || true
+        fi
+    fi
+fi
+
+# The one-host cluster's jobs, the same way.
+if daemon_running slurmctld-tc1; then
+    jobs=$(sc1 squeue -h -o %A 2>/dev/null || true)
+    if [[ -n $jobs ]]; then
+        # shellcheck disable=SC2086 # one job id per word
+        sc1 scancel $jobs || true
+        log "cancelled jobs of $TC1_CLUSTER: ${jobs//$'\n'/ }"
+        if daemon_running slurmd-tc1; then
+            # shellcheck disable=SC2016 # expanded by wait_for, at each poll
+            wait_for '[[ -z $(sc1 squeue -h -o %A) ]]' 20 "jobs of $TC1_CLUSTER still listed after scancel" || true
         fi
     fi
 fi

@@ -390,3 +390,17 @@ pub fn slurm_jail(name: &str) -> Option<Jail> {
     cluster_up();
     Some(j)
 }
+
+/// The one-host test cluster (`tests/cluster/start.sh --one-host`): its controller and only
+/// node are this host at 127.0.1.1, as on a workstation whose host name resolves to loopback.
+pub const ONE_HOST_CONF: &str = "/etc/slurm/tc1/slurm.conf";
+
+/// A jail whose Slurm is the one-host cluster (`SLURM_CONF`, which the launcher keeps for the
+/// real commands and the jail does not see). Fails (never skips) if that cluster is not up.
+pub fn one_host_slurm_jail(name: &str) -> Option<Jail> {
+    let j = Jail::new(name)?;
+    let out = Command::new("sinfo").env("SLURM_CONF", ONE_HOST_CONF).args(["-h", "-o", "%T"]).output();
+    let up = out.as_ref().is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    assert!(up, "the one-host test cluster is not running: as root, tests/cluster/start.sh --user {USER} --one-host");
+    Some(j.env("SLURM_CONF", ONE_HOST_CONF))
+}

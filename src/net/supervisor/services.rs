@@ -5,7 +5,7 @@
 
 use super::decide::Shared;
 use super::dns::accept_surviving;
-use super::pending::{Pending, Refusals};
+use super::pending::{self, Pending, Refusals};
 use super::Event;
 use crate::net::jobs::{check_job, prove_listener, JobServices};
 use std::sync::Arc;
@@ -34,8 +34,16 @@ pub(super) fn serve(jobs: JobServices, events: &UnboundedSender<Event>, shared: 
             let refusals = Arc::new(Refusals::new("job_port", here));
             loop {
                 let Some(mut stream) = accept_surviving(&listener).await else { continue };
-                let Ok(peer) = stream.peer_addr() else { continue };
-                let Some((place, evicted)) = pending.admit(peer.ip()) else { continue };
+                let (Ok(peer), Ok(local)) = (stream.peer_addr(), stream.local_addr()) else { continue };
+                let source = match pending::source(peer, local) {
+                    Ok(source) => source,
+                    Err((from, why)) => {
+                        let why = format!("job port {port}: a connection from {peer} refused: {why}");
+                        refusals.refuse(&shared, from, &why);
+                        continue;
+                    }
+                };
+                let Some((place, evicted)) = pending.admit(source) else { continue };
                 let (events, shared, admission, secret, refusals) =
                     (events.clone(), shared.clone(), admission.clone(), secret.clone(), refusals.clone());
                 tokio::spawn(async move {
@@ -66,7 +74,7 @@ pub(super) fn serve(jobs: JobServices, events: &UnboundedSender<Event>, shared: 
                         }
                         Err(why) => refusals.refuse(
                             &shared,
-                            peer.ip(),
+                            pending::Origin::of(peer.ip()),
                             &format!("job port {port}: a connection from {peer} refused: {why}"),
                         ),
                     }

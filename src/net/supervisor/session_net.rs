@@ -7,7 +7,7 @@
 
 use super::decide::Shared;
 use super::dns::accept_surviving;
-use super::pending::{Pending, Refusals};
+use super::pending::{self, Pending, Refusals};
 use super::Event;
 use crate::net::peers::{self, PeerNet, Role};
 use std::net::{IpAddr, Ipv4Addr};
@@ -82,8 +82,15 @@ async fn accept_calls(
     let refusals = Arc::new(Refusals::new("session_net", listener.local_addr().ok()));
     loop {
         let Some(mut stream) = accept_surviving(&listener).await else { continue };
-        let Ok(peer) = stream.peer_addr() else { continue };
-        let Some((place, evicted)) = pending.admit(peer.ip()) else { continue };
+        let (Ok(peer), Ok(here)) = (stream.peer_addr(), stream.local_addr()) else { continue };
+        let source = match pending::source(peer, here) {
+            Ok(source) => source,
+            Err((from, why)) => {
+                refusals.refuse(&shared, from, &format!("session network: a connection from {peer} refused: {why}"));
+                continue;
+            }
+        };
+        let Some((place, evicted)) = pending.admit(source) else { continue };
         let (events, shared, secret, refusals) = (events.clone(), shared.clone(), secret.clone(), refusals.clone());
         tokio::spawn(async move {
             let verdict = tokio::select! {
@@ -98,7 +105,7 @@ async fn accept_calls(
                 }
                 Err(why) => refusals.refuse(
                     &shared,
-                    peer.ip(),
+                    pending::Origin::of(peer.ip()),
                     &format!("session network: a connection from {peer} refused: {why}"),
                 ),
             }

@@ -204,6 +204,10 @@ impl Supervisor {
         // DNS over TCP, to the gateway or to any server the jail names: our resolver.
         let target = if port == 53 {
             self.dns_tcp
+        } else if let Some(service) = self.loopback_job_service(dst) {
+            // The job's session listens on this host's loopback (a one-host cluster), which
+            // the jail names at its gateway: the dialer proves the session's secret there.
+            service
         } else if addr::is_gateway(dst.ip()) {
             if let Some(ep) = self.credentials.iter().find(|e| e.route.jail_port == port).cloned() {
                 return self.serve_credential(src, dst, len, buffer, ep);
@@ -251,6 +255,13 @@ impl Supervisor {
         let Some(handle) = self.stack.accept(dst, len, true, buffer) else { return };
         let id = self.flows.add((src, dst), handle, Phase::Dialing, buffer);
         self.dial(id, target);
+    }
+
+    /// A job's session listener on the host's loopback that the jail names `dst`
+    /// (`jobs::seen_from_a_jail`: its gateway, at the listener's port).
+    fn loopback_job_service(&self, dst: SocketAddr) -> Option<SocketAddr> {
+        let services = &self.shared.job_services;
+        services.iter().copied().find(|s| s.ip().is_loopback() && crate::net::jobs::seen_from_a_jail(*s) == dst)
     }
 
     /// A flow to a credential endpoint: served in-process over a socket pair, never dialled.
@@ -491,6 +502,21 @@ mod tests {
         assert!(rig.segments().iter().any(|s| s.rst));
         let d = rig.denials();
         assert!(d[0].reason.as_deref().unwrap_or("").contains("--host-port"), "{d:?}");
+    }
+
+    #[test]
+    fn a_jobs_session_listening_on_loopback_is_dialled_where_the_jail_names_it_at_the_gateway() {
+        // A one-host cluster: the session's job port is on the host's 127.0.0.1, which the
+        // job's jail names at its gateway (its own 127.0.0.1 is its own).
+        let mut rig = Rig::new(&[]);
+        let service = sa("127.0.0.1:41234");
+        std::sync::Arc::get_mut(&mut rig.sup.shared).expect("the supervisor's alone").job_services = vec![service];
+        rig.send(&syn(jail(40000), gateway(41234)));
+        assert_eq!(*rig.dialled.lock().unwrap(), [service], "the session's listener");
+        // Nothing next to it: another gateway port is refused as before.
+        rig.send(&syn(jail(40001), gateway(41235)));
+        assert!(rig.segments().iter().any(|s| s.rst));
+        assert_eq!(rig.dialled.lock().unwrap().len(), 1);
     }
 
     #[test]
