@@ -465,7 +465,14 @@ fn codex_uses_the_injected_key_without_holding_it() {
     assert_eq!(read("trace.txt"), "405", "no TRACE (a server could echo the key back)");
     assert_eq!(read("outside.txt"), "403", "nothing outside the provider's API path");
     assert_eq!(read("dots.txt"), "403", "nor through encoded dots");
-    let seen: Vec<serde_json::Value> = requests().into_iter().skip(before).collect();
+    // This test's own requests: the other agent tests talk to the same fake model meanwhile.
+    let seen: Vec<serde_json::Value> = requests()
+        .into_iter()
+        .skip(before)
+        .filter(|r| {
+            r["path"].as_str().is_some_and(|p| !p.starts_with("/v1/responses")) || r.to_string().contains("trace.txt")
+        })
+        .collect();
     let api: Vec<&serde_json::Value> =
         seen.iter().filter(|r| r["path"].as_str().is_some_and(|p| p.starts_with("/v1/responses"))).collect();
     assert!(!api.is_empty(), "{seen:?}");
@@ -569,13 +576,15 @@ fn codex_runs_its_commands_in_its_own_bubblewrap_inside_the_jail_when_nested_san
     assert!(model_saw("Sandboxes of your own** (bubblewrap", before), "the notice says it can start");
 
     // Where no bubblewrap on PATH passes codex's probe, codex uses the one it bundles: that
-    // one starts too. (codex skips PATH entries inside the workspace: the stand-in that fails
-    // its probe lives outside the project, bound in read-only.)
+    // one starts too. (codex skips PATH entries inside the roots its sandbox lets it write, the
+    // workspace and /tmp among them: the stand-in that fails its probe lives in the home,
+    // outside the project, bound in read-only; a CI clone's target directory may be in /tmp.)
     for f in ["proof.txt", "pid1.txt", "net.txt", "ssh.txt"] {
         let _ = std::fs::remove_file(j.project.join(f));
     }
-    let fake = Path::new(env!("CARGO_TARGET_TMPDIR")).join("nobwrap");
+    let fake = j.rig.home.join("t/nobwrap");
     std::fs::create_dir_all(&fake).unwrap();
+    j.give(&[&fake]);
     let marker = j.project.join("bwrap-probed");
     std::fs::write(fake.join("bwrap"), format!("#!/bin/sh\necho probed >> {}\nexit 1\n", marker.display())).unwrap();
     std::fs::set_permissions(fake.join("bwrap"), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
