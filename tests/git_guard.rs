@@ -600,6 +600,11 @@ fn a_repository_copied_into_the_project_works_and_keeps_only_what_may_be_kept() 
     assert!(!Path::new(&marker).exists(), "{out}");
     let cfg = std::fs::read_to_string(j.project.join("cp1/.git/config")).expect("config");
     assert!(!cfg.contains("fsmonitor") && cfg.contains("repositoryformatversion"), "{cfg}");
+    // A copy made as the session's last act is whole too: PID 1 waits for what is written.
+    let out = j.run("cp -r src last");
+    assert_eq!(out.code, 0, "{out}");
+    let cfg = std::fs::read_to_string(j.project.join("last/.git/config")).unwrap_or_default();
+    assert!(cfg.contains("repositoryformatversion"), "the last copy's config was lost: {cfg:?} {out}");
 }
 
 /// File work of every kind, as programs do it: each prints `<case> OK` or `<case> FAIL ...`.

@@ -40,6 +40,8 @@ if [ "$(id -u)" = 0 ]; then
   command -v unzip >/dev/null 2>&1 || need+=(unzip)
   /usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)
   /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
+  # libgit2, as `cargo new` makes repositories with it (tests/everyday/cases/libgit2-scaffold.sh).
+  /usr/bin/python3 -c 'import pygit2' 2>/dev/null || need+=(python3-pygit2)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "tests/run.sh: installing ${need[*]}"
     apt-get update -qq

@@ -243,6 +243,8 @@ fn end_session() {
     let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
     while waitpid(Pid::from_raw(-1), None).is_ok() {}
     crate::timing::mark("child-reaped");
+    // Every writer is gone: a repository's config written last is installed before PID 1 ends.
+    super::guard::wait_for_streams(std::time::Duration::from_secs(5));
 }
 
 /// Passes a signal on to the command. The command leads its own session with no terminal,

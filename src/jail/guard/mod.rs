@@ -28,6 +28,19 @@ const REPORTS_PER_SECOND: u64 = 50;
 /// the user's processes (RLIMIT_NPROC counts them), and the jail could start any number.
 const WAITING_THREADS: usize = 64;
 
+/// Configs being written through a pipe whose checked copy is not installed yet.
+static STREAMS: AtomicUsize = AtomicUsize::new(0);
+
+/// Waits, at most `limit`, for the configs being written through pipes to be installed: the
+/// session's end has ended every writer (each pipe is at its end), and a config copied last
+/// must not be lost with PID 1.
+pub fn wait_for_streams(limit: std::time::Duration) {
+    let t0 = std::time::Instant::now();
+    while STREAMS.load(Ordering::SeqCst) > 0 && t0.elapsed() < limit {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// A refusal, for the launcher's audit log: `check` (see `Refusal::check`), the path.
 pub type Report = dyn Fn(&str, &str) + Send + Sync;
 
@@ -144,8 +157,10 @@ fn worker(shared: &Arc<Shared>) {
                     continue;
                 };
                 let s = shared.clone();
+                STREAMS.fetch_add(1, Ordering::SeqCst);
                 let spawned = std::thread::Builder::new().name("guard-config".into()).spawn(move || {
                     let _slot = slot;
+                    let _streaming = Streaming;
                     let err = emulate::stream_stderr(&job).and_then(|f| f.try_clone_to_owned().ok());
                     if let Some((refusal, path)) = emulate::finish_stream(*job) {
                         let shown = path.display().to_string();
@@ -161,7 +176,10 @@ fn worker(shared: &Arc<Shared>) {
                 });
                 match spawned {
                     Ok(_) => send_fd(listener, n.id, write, cloexec),
-                    Err(_) => notify::answer(listener, n.id, Err(libc::EAGAIN)),
+                    Err(_) => {
+                        STREAMS.fetch_sub(1, Ordering::SeqCst);
+                        notify::answer(listener, n.id, Err(libc::EAGAIN));
+                    }
                 }
             }
             emulate::Done::Fifo { obj, flags, cloexec } => {
@@ -192,6 +210,15 @@ fn send_fd(listener: BorrowedFd, id: u64, fd: OwnedFd, cloexec: bool) {
     if let Err(e) = notify::answer_fd(listener, id, fd.as_fd(), cloexec) {
         // Not put into the caller's table (EMFILE, or the caller is gone): the call fails.
         notify::answer(listener, id, Err(e.raw_os_error().unwrap_or(libc::EIO)));
+    }
+}
+
+/// One of `STREAMS`, counted off when dropped.
+struct Streaming;
+
+impl Drop for Streaming {
+    fn drop(&mut self) {
+        STREAMS.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
