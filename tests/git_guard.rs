@@ -607,6 +607,78 @@ fn a_repository_copied_into_the_project_works_and_keeps_only_what_may_be_kept() 
     assert!(cfg.contains("repositoryformatversion"), "the last copy's config was lost: {cfg:?} {out}");
 }
 
+#[test]
+fn the_guard_opens_proc_entries_as_the_callers_own_only() {
+    // Issue 33, finding 4: the guard rewrote `/proc/self` by prefix and followed `..` and magic
+    // links, so `/proc/self/../1/fd/N` was PID 1's descriptor (the `--json-status` pipe: a
+    // forged "exit 0" line) and `//proc/self` the guard's own.
+    let j = jail!("gitguard-proc");
+    let script = "exec 3>own.txt
+python3 - <<'PY'
+import os
+def tryopen(name, path, flags):
+    try:
+        fd = os.open(path, flags, 0o600)
+        os.write(fd, b'') if flags & os.O_WRONLY else None
+        print(name, 'OPENED')
+    except OSError as e:
+        print(name, 'ERR', e.errno)
+W = os.O_WRONLY | os.O_CREAT
+tryopen('dotdot-fd', '/proc/self/../1/fd/9', W)
+tryopen('dotdot-fd-inner', '/proc/self/fd/../../1/fd/9', W)
+tryopen('pid1-fd', '/proc/1/fd/9', W)
+tryopen('pid1-maps', '/proc/1/maps', os.O_RDONLY | os.O_CREAT)
+tryopen('double-slash-own', '//proc/self/fd/3', W)
+tryopen('dot-own', '/proc/./self/fd/3', W)
+PY
+printf 'forged\\n' > /proc/self/../1/fd/9 2>/dev/null && echo FORGED-WRITE
+";
+    let j = j.project_file("probe.sh", script);
+    // The orchestrator's status pipe is descriptor 9 of the launcher, and PID 1 inherits it.
+    let status = j.project.join("status.jsonl");
+    let args: Vec<String> = j
+        .launcher_args(&["-q", "--json-status", "9", "run", "--", "sh", "probe.sh"])
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut c = j.as_user("sh");
+    c.arg("-c").arg(format!("exec 9>{}; exec {} {}", status.display(), j.rig.bin.display(), args.join(" ")));
+    let out = j.output(&mut c);
+    let line = |case: &str| out.stdout.lines().find(|l| l.starts_with(&format!("{case} "))).unwrap_or("").to_string();
+    for case in ["dotdot-fd", "dotdot-fd-inner", "pid1-fd", "pid1-maps"] {
+        assert!(line(case).starts_with(&format!("{case} ERR")), "{case}: {out}");
+    }
+    for case in ["double-slash-own", "dot-own"] {
+        assert_eq!(line(case), format!("{case} OPENED"), "the caller's own descriptor, spelled otherwise: {out}");
+    }
+    assert!(!out.stdout.contains("FORGED-WRITE"), "{out}");
+    let lines = std::fs::read_to_string(&status).unwrap_or_default();
+    // The launcher writes a start and an exit line; nothing else reaches the pipe.
+    assert!(!lines.contains("forged") && lines.lines().count() == 2, "only the launcher's status lines: {lines}");
+}
+
+#[test]
+fn a_repository_the_jail_broke_keeps_its_protection_for_the_session() {
+    // Issue 33, finding 5: with `refs` moved out, `config` was no repository's and could be
+    // hard-linked away; once the user repaired the repository, a later session wrote
+    // core.fsmonitor through the link.
+    let j = jail!("gitguard-broken");
+    let bare = j.project.join("b.git");
+    std::fs::create_dir_all(&bare).expect("mkdir");
+    j.give(&[&bare]);
+    assert!(git_ok(&j, &bare, &["init", "-q", "--bare"]));
+    assert!(git_ok(&j, &j.project, &["init", "-q", "nested"]));
+    let out = j.run(
+        "mv b.git/refs refs-aside && ln b.git/config cfg-link && echo BARE-LINKED; \
+         mv nested/.git/refs refs-aside2 && ln nested/.git/config cfg-link2 && echo NESTED-LINKED; \
+         mv b.git/HEAD head-aside; ln b.git/config cfg-link3 && echo UNMARKED-LINKED; echo done",
+    );
+    assert!(out.stdout.contains("done"), "{out}");
+    for case in ["BARE-LINKED", "NESTED-LINKED", "UNMARKED-LINKED"] {
+        assert!(!out.stdout.contains(case), "{case}: {out}");
+    }
+}
+
 /// File work of every kind, as programs do it: each prints `<case> OK` or `<case> FAIL ...`.
 const ORDINARY_PY: &str = r#"
 import ctypes, errno, os, shutil, stat, subprocess, threading

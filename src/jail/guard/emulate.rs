@@ -179,8 +179,28 @@ fn located(obj: BorrowedFd) -> Step<Option<Entry>> {
     Err(errno(libc::EAGAIN))
 }
 
-/// `/proc/self/...` and friends, as the caller means them: its own `/proc/<tid>` entry.
+/// An absolute path with repeated slashes and `.` components dropped (`//proc/./self` is
+/// `/proc/self`), `..` kept, a trailing slash kept: the same name to the kernel, spelled so that
+/// `rewrite_magic` knows it.
+fn tidy(path: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(path.len());
+    for part in path.split(|c| *c == b'/').filter(|p| !p.is_empty() && *p != b".") {
+        out.push(b'/');
+        out.extend_from_slice(part);
+    }
+    if out.is_empty() || path.ends_with(b"/") {
+        out.push(b'/');
+    }
+    out
+}
+
+/// `/proc/self/...` and friends, as the caller means them: its own `/proc/<tid>` entry. A `..`
+/// out of it lands in `/proc`, where `own_proc` refuses any other process's entries.
 fn rewrite_magic(path: &[u8], tid: i32) -> Option<Vec<u8>> {
+    let path = &tidy(path);
+    if !path.starts_with(b"/proc/") && !path.starts_with(b"/dev/") {
+        return None;
+    }
     let own = format!("/proc/{tid}");
     let exact: [(&[u8], String); 6] = [
         (b"/proc/self", own.clone()),
@@ -257,8 +277,13 @@ fn open_path(c: &Caller, base: &Base, path: &[u8], flags: libc::c_int) -> Step<O
         return Err(errno(libc::ENOENT));
     }
     let flags = flags | libc::O_PATH;
-    if let Some(own) = rewrite_magic(path, c.tid) {
-        // The caller's own /proc entries: magic links, followed on purpose.
+    if let Some(own) = path.starts_with(b"/").then(|| rewrite_magic(path, c.tid)).flatten() {
+        // The caller's own /proc entries: magic links, followed on purpose, so never out of
+        // them (`/proc/self/../1/fd/N` would be PID 1's descriptor, the orchestrator's
+        // `--json-status` pipe among them, issue 33).
+        if own.split(|b| *b == b'/').any(|p| p == b"..") {
+            return Err(errno(libc::EACCES));
+        }
         return openat2(at_cwd(), &own, flags, 0, 0);
     }
     if path.starts_with(b"/") {
@@ -1083,6 +1108,11 @@ mod tests {
         assert_eq!(r(b"/proc/thread-self/fd/3").as_deref(), Some("/proc/42/fd/3"));
         assert_eq!(r(b"/proc/selfish"), None);
         assert_eq!(r(b"/dev/stdout2"), None);
-        assert_eq!(r(b"dev/stdout"), None);
+        // Spelled otherwise, the same names (issue 33: `//proc/self` was the guard's own).
+        assert_eq!(r(b"//proc/self/fd/1").as_deref(), Some("/proc/42/fd/1"));
+        assert_eq!(r(b"/proc/./self//fd/2").as_deref(), Some("/proc/42/fd/2"));
+        assert_eq!(r(b"/./dev/stdout").as_deref(), Some("/proc/42/fd/1"));
+        // `..` out of it stays a `..` (where own_proc refuses another process's entries).
+        assert_eq!(r(b"/proc/self/../1/fd/9").as_deref(), Some("/proc/42/../1/fd/9"));
     }
 }
