@@ -736,6 +736,76 @@ fn names_hidden_by_splitting_or_padding_the_first_bytes_are_refused() {
     }
 }
 
+/// Issue 33, finding 3: a first request the peek did not know (a method of no list, HTTP/2 in
+/// the clear, an HTTP/1.0 request without Host in a tunnel) or bytes of no protocol let the
+/// flow go on the address alone, and what followed was never read.
+const UNKNOWN_FIRST_PY: &str = r#"
+def raw(case, first, then=None):
+    answers = []
+    try:
+        s = connect(80)
+        s.sendall(first)
+        answers.append(read_response(s).decode(errors='replace'))
+        if then:
+            s.sendall(then)
+            answers.append(read_response(s).decode(errors='replace'))
+    except Exception as e:
+        answers.append('refused ' + type(e).__name__)
+    print(case, ' || '.join(a.replace('\r', ' ').replace('\n', ' ') for a in answers))
+
+blocked = b'GET /hello HTTP/1.1\r\nHost: blocked.test\r\nConnection: close\r\n\r\n'
+raw('propfind-then-blocked', b'PROPFIND /hello HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 0\r\n\r\n', blocked)
+raw('brew-then-blocked', b'BREW /hello HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 0\r\n\r\n', blocked)
+raw('http10-then-blocked', b'GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\n', blocked)
+raw('h2c', b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n')
+raw('garbage', b'\x00\x01junk\r\n\r\n', blocked)
+raw('ssh-banner', b'SSH-2.0-OpenSSH_9.2p1 test\r\n')
+"#;
+
+#[test]
+fn an_unknown_first_request_or_protocol_on_a_web_port_cannot_carry_a_blocked_name() {
+    for mode in ["filtered", "proxied"] {
+        let name = format!("net-first-{mode}");
+        let Some(j) = net_jail(&name, "block = [\"blocked.test\"]\n") else { return };
+        let j =
+            j.project_file("first.py", &format!("{HTTP_CLIENT_PY}{HIDE_PY}{UNKNOWN_FIRST_PY}")).arg("--net").arg(mode);
+        let out = j.run(&format!("python3 first.py {mode} 2>&1 | grep -aE '^(propfind|brew|http10|h2c|garbage|ssh)'"));
+        let line = |case: &str| out.stdout.lines().find(|l| l.starts_with(case)).unwrap_or("").to_string();
+        for case in ["propfind-then-blocked", "brew-then-blocked", "http10-then-blocked"] {
+            let l = line(case);
+            assert!(!l.is_empty() && !l.contains("hello blocked.test"), "{mode} {case}: {out}");
+            assert!(
+                l.contains("403 Forbidden | agent-sandbox: ") || l.contains("refused") || l.contains("EOF"),
+                "{mode} {case}: {out}"
+            );
+        }
+        // The first request of each of those was served (framed, decided on its Host).
+        assert!(line("http10-then-blocked").contains("200 OK"), "{mode}: {out}");
+        for case in ["h2c", "garbage"] {
+            let l = line(case);
+            assert!(l.contains("refused") || l.contains("EOF") || l.contains("403"), "{mode} {case}: {out}");
+            assert!(
+                !l.contains("400") && !l.contains("505") && !l.contains("hello"),
+                "{mode} {case}: reached the server: {out}"
+            );
+        }
+        // An SSH banner passes on the address (`ssh -p 443`): the web server answers it.
+        assert!(line("ssh-banner").contains("400"), "{mode}: {out}");
+        let denials = audit_lines(&j);
+        assert!(
+            denials.iter().any(|d| d["check"] == "peek" && d["reason"].as_str().is_some_and(|r| r.contains("h2c"))),
+            "{mode}: {denials:?}"
+        );
+        assert!(
+            denials
+                .iter()
+                .any(|d| d["check"] == "peek"
+                    && d["reason"].as_str().is_some_and(|r| r.contains("neither TLS nor HTTP"))),
+            "{mode}: {denials:?}"
+        );
+    }
+}
+
 #[test]
 fn every_request_of_a_plain_http_connection_is_decided() {
     // Filtered mode and proxied tunnels alike: after a request for an allowed name, a second

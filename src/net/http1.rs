@@ -40,9 +40,70 @@ pub enum Head {
     Unreadable(&'static str),
 }
 
-/// Methods a request line starts with: bytes that start so are HTTP, and must parse.
-pub const METHODS: &[&[u8]] =
-    &[b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"OPTIONS ", b"PATCH ", b"CONNECT ", b"TRACE "];
+/// The refusal of HTTP/2 in the clear: its requests can name any host.
+pub const H2C: &str = "HTTP/2 without TLS (h2c), whose requests can name any host";
+
+/// What the first line of a buffer (after empty lines) is, read by the grammar of an HTTP/1
+/// request line (RFC 9112 3: `method SP request-target SP HTTP/d.d`), whatever the method:
+/// `PROPFIND`, `REPORT` or a method no list knows are requests a server answers too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Line {
+    /// What came so far can still be a request line.
+    NeedMore,
+    Request,
+    /// `PRI * HTTP/2.0`: HTTP/2 in the clear (h2c prior knowledge), whose requests can name
+    /// any host.
+    Http2,
+    /// Not a request line (another protocol, or garbage).
+    Other,
+}
+
+/// RFC 9110 5.6.2: the characters of a token (a method).
+fn is_tchar(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
+}
+
+/// Reads the first line of `b` (which starts at the request line).
+pub fn request_line(b: &[u8]) -> Line {
+    let mut i = 0;
+    let run = |i: &mut usize, ok: &dyn Fn(u8) -> bool| {
+        let from = *i;
+        while b.get(*i).is_some_and(|c| ok(*c)) {
+            *i += 1;
+        }
+        *i - from
+    };
+    let method = run(&mut i, &is_tchar);
+    if method == 0 || i == b.len() || b[i] != b' ' {
+        return if i == b.len() { Line::NeedMore } else { Line::Other };
+    }
+    i += 1;
+    let target_at = i;
+    let target = run(&mut i, &|c| c > b' ' && c != 0x7f);
+    if target == 0 || i == b.len() || b[i] != b' ' {
+        return if i == b.len() { Line::NeedMore } else { Line::Other };
+    }
+    let target = &b[target_at..i];
+    i += 1;
+    let version_at = i;
+    for want in b"HTTP/d.d" {
+        let Some(&c) = b.get(i) else { return Line::NeedMore };
+        if !(if *want == b'd' { c.is_ascii_digit() } else { c == *want }) {
+            return Line::Other;
+        }
+        i += 1;
+    }
+    let version = &b[version_at..i];
+    if b.get(i) == Some(&b'\r') {
+        i += 1;
+    }
+    match b.get(i) {
+        None => Line::NeedMore,
+        Some(b'\n') if &b[..method] == b"PRI" && target == b"*" && version == b"HTTP/2.0" => Line::Http2,
+        Some(b'\n') => Line::Request,
+        Some(_) => Line::Other,
+    }
+}
 
 /// Reads the request head at the start of `buf` (after empty lines, which RFC 9112 2.2 lets a
 /// server skip).
@@ -57,12 +118,11 @@ pub fn parse_head(buf: &[u8]) -> Head {
 
 fn parse_at(buf: &[u8], start: usize) -> Head {
     let line = &buf[start..];
-    if line.is_empty() || (!METHODS.iter().any(|m| line.starts_with(m)) && METHODS.iter().any(|m| m.starts_with(line)))
-    {
-        return Head::NeedMore;
-    }
-    if !METHODS.iter().any(|m| line.starts_with(m)) {
-        return Head::Unreadable("HTTP");
+    match request_line(line) {
+        Line::NeedMore => return Head::NeedMore,
+        Line::Http2 => return Head::Unreadable(H2C),
+        Line::Other => return Head::Unreadable("HTTP"),
+        Line::Request => {}
     }
     // As many headers as hyper reads; a head with more is not one a server would take either.
     let mut headers = [httparse::EMPTY_HEADER; 128];
@@ -457,6 +517,45 @@ mod tests {
 
     fn allowed(n: &str) -> bool {
         n != "blocked.test"
+    }
+
+    #[test]
+    fn a_request_line_is_known_by_its_grammar_not_a_list_of_methods() {
+        // Issue 33: `PROPFIND`, `REPORT` or a method of no list was not HTTP to the peek, so
+        // the flow went on the address alone and later requests were never framed.
+        for line in [
+            &b"GET / HTTP/1.1\r\n"[..],
+            b"PROPFIND /dav/ HTTP/1.1\r\n",
+            b"REPORT /cal HTTP/1.1\n",
+            b"MKCOL /x HTTP/1.0\r\n",
+            b"BREW /pot HTTP/1.1\r\nHost: x\r\n",
+        ] {
+            assert_eq!(request_line(line), Line::Request, "{:?}", String::from_utf8_lossy(line));
+        }
+        assert_eq!(request_line(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), Line::Http2);
+        for partial in [
+            &b"P"[..],
+            b"PROPF",
+            b"PROPFIND ",
+            b"PROPFIND /a",
+            b"PROPFIND /a HT",
+            b"PROPFIND /a HTTP/1.1",
+            b"GET / HTTP/1.1\r",
+        ] {
+            assert_eq!(request_line(partial), Line::NeedMore, "{:?}", String::from_utf8_lossy(partial));
+        }
+        for other in [
+            &b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n"[..],
+            b"PING\r\n",
+            b"EHLO x\r\n",
+            b"DESCRIBE rtsp://h/a RTSP/1.0\r\n",
+            b"\x00\x01binary",
+            b"GET  / HTTP/1.1\r\n",
+            b"GET / HTTP/1.1x\r\n",
+            b"G\x01T / HTTP/1.1\r\n",
+        ] {
+            assert_eq!(request_line(other), Line::Other, "{:?}", String::from_utf8_lossy(other));
+        }
     }
 
     #[test]

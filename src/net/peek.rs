@@ -7,7 +7,7 @@
 //! Anything else (another protocol) has no name. Parsing is left to kept crates (tls-parser,
 //! httparse); the HTTP head is read by `http1`, which also follows the requests after it.
 
-use super::http1::{self, clean_name, Head, METHODS};
+use super::http1::{self, clean_name, Head, Line};
 use tls_parser::{parse_tls_extensions, parse_tls_plaintext, TlsExtension, TlsMessage, TlsMessageHandshake};
 
 /// How much of a flow's start is read, at most, looking for a name.
@@ -29,16 +29,39 @@ pub enum Peeked {
 
 /// The refusal for bytes that are TLS or HTTP but hide their name (`what` says which).
 pub fn unreadable(what: &str) -> crate::netrules::matcher::Decision {
+    let reason = if what == NAMELESS {
+        "the connection's first bytes are neither TLS nor HTTP (or none came in time), on a web port where \
+         names are ruled: the server could be asked for any name after it; use TLS or HTTP"
+            .to_string()
+    } else if what == super::http1::H2C {
+        "the connection's first bytes are HTTP/2 without TLS (h2c prior knowledge), whose requests can name any \
+         host: use HTTP/2 over TLS, or HTTP/1"
+            .to_string()
+    } else {
+        format!(
+            "the connection's first bytes are {what} whose server name cannot be read (split, cut short, \
+             too long or ambiguous); send one complete request or handshake"
+        )
+    };
     crate::netrules::matcher::Decision {
         allowed: false,
         rule: String::new(),
         layer: crate::netrules::matcher::Layer::Floor,
-        reason: format!(
-            "the connection's first bytes are {what} whose server name cannot be read (split, cut short, \
-             too long or ambiguous); send one complete request or handshake"
-        ),
+        reason,
     }
 }
+
+/// Whether a flow whose first bytes show no name may go on the address alone on a port where
+/// names are ruled (80, 443), when name rules exist: only an SSH banner (`ssh -p 443`, which a
+/// web server cannot take for a request to another host). Silence, garbage or another
+/// protocol there could be followed by what a web server does take: HTTP/2 in the clear, a
+/// request after the flow was decided (issue 33).
+pub fn nameless_may_pass(first: &[u8]) -> bool {
+    first.starts_with(b"SSH-")
+}
+
+/// The refusal of a nameless flow on a name-ruled port (see `nameless_may_pass`).
+pub const NAMELESS: &str = "neither TLS nor HTTP";
 
 /// After the peek's time ran out (or the client stopped sending) with `buf` read: a prefix of
 /// TLS or HTTP that never completed is refused, so a name cannot be smuggled by waiting.
@@ -61,15 +84,18 @@ pub fn peek(buf: &[u8]) -> Peeked {
         None => Peeked::NeedMore,
         Some(0x16) => peek_tls(buf),
         _ if head.is_empty() => Peeked::NeedMore,
-        _ if METHODS.iter().any(|m| head.starts_with(m)) => match http1::parse_head(buf) {
-            Head::NeedMore => Peeked::NeedMore,
-            Head::Complete(h) => Peeked::Http { host: h.host },
-            Head::Unreadable(what) => Peeked::Unreadable(what),
+        _ => match http1::request_line(head) {
+            Line::Request => match http1::parse_head(buf) {
+                Head::NeedMore => Peeked::NeedMore,
+                Head::Complete(h) => Peeked::Http { host: h.host },
+                Head::Unreadable(what) => Peeked::Unreadable(what),
+            },
+            Line::Http2 => Peeked::Unreadable(http1::H2C),
+            // A request line cut short: wait for the rest of it.
+            Line::NeedMore => Peeked::NeedMore,
+            Line::Other if start > 0 => Peeked::Unreadable("HTTP"),
+            Line::Other => Peeked::Unknown,
         },
-        // A method cut short: wait for the rest of the request line.
-        _ if METHODS.iter().any(|m| m.starts_with(head)) => Peeked::NeedMore,
-        _ if start > 0 => Peeked::Unreadable("HTTP"),
-        _ => Peeked::Unknown,
     };
     if verdict == Peeked::NeedMore && buf.len() >= MAX_PEEK {
         return match buf.first() {

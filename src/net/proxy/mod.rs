@@ -244,12 +244,16 @@ fn same_name(a: &str, b: &str) -> bool {
 /// What a tunnel's first bytes show.
 enum Shown {
     Tls(String),
-    Http(String),
+    /// An HTTP/1 request, with its Host if it sent one (HTTP/1.0 need not): framed either way,
+    /// so that every later request is decided.
+    Http(Option<String>),
     /// TLS or HTTP that hides its name (split past the bound, cut short, ambiguous): refused.
     Unreadable(&'static str),
-    /// No name: not TLS or HTTP, a hello without SNI, silence, or too long to tell. Decided on
-    /// the destination alone, which was already allowed (as `filtered` decides on the address).
+    /// A TLS hello without SNI: decided on the destination alone, which was already allowed.
     Nothing,
+    /// Neither TLS nor HTTP, or silence: refused where names are ruled, unless
+    /// `peek::nameless_may_pass`.
+    Other,
 }
 
 /// Reads a tunnel's first bytes (at most `peek::MAX_PEEK`, `PEEK_TIMEOUT`) into `buf` until
@@ -260,15 +264,19 @@ async fn read_shown<C: AsyncRead + Unpin>(client: &mut C, buf: &mut Vec<u8>) -> 
         match peek::peek(buf) {
             Peeked::NeedMore => {}
             Peeked::Tls { sni: Some(n) } => return Ok(Shown::Tls(n)),
-            Peeked::Http { host: Some(h) } => return Ok(Shown::Http(h)),
-            Peeked::Tls { sni: None } | Peeked::Http { host: None } | Peeked::Unknown => return Ok(Shown::Nothing),
+            Peeked::Http { host } => return Ok(Shown::Http(host)),
+            Peeked::Tls { sni: None } => return Ok(Shown::Nothing),
+            Peeked::Unknown => return Ok(Shown::Other),
             Peeked::Unreadable(what) => return Ok(Shown::Unreadable(what)),
         }
         let mut chunk = [0u8; 4096];
         let room = peek::MAX_PEEK.saturating_sub(buf.len()).min(chunk.len());
         let ended = |buf: &[u8]| match peek::timed_out(buf) {
             Peeked::Unreadable(what) => Shown::Unreadable(what),
-            _ => Shown::Nothing,
+            Peeked::Tls { sni: Some(n) } => Shown::Tls(n),
+            Peeked::Http { host } => Shown::Http(host),
+            Peeked::Tls { sni: None } => Shown::Nothing,
+            Peeked::Unknown | Peeked::NeedMore => Shown::Other,
         };
         if room == 0 {
             return Ok(ended(buf));
@@ -295,14 +303,23 @@ async fn tunnel<C: AsyncRead + AsyncWrite + Unpin>(ctx: &Ctx, mut client: C, ope
             Ok(s) => s,
             Err(_) => return,
         };
+        let refuse = |what: &'static str| {
+            let d = peek::unreadable(what);
+            ctx.audit.deny("tcp", Some(addr), None, "peek", &d);
+            d.reason
+        };
         let (name, what, check, http) = match &shown {
             Shown::Tls(n) => (Some(n.as_str()), "TLS server name", "sni", false),
-            Shown::Http(h) => (Some(h.as_str()), "Host header", "http-host", true),
+            Shown::Http(h) => (h.as_deref(), "Host header", "http-host", true),
             Shown::Nothing => (None, "", "", false),
+            Shown::Other if ctx.rules.has_name_rules() && !peek::nameless_may_pass(&first) => {
+                let reason = refuse(peek::NAMELESS);
+                return refuse_tunnel(&mut client, addr, &reason, false).await;
+            }
+            Shown::Other => (None, "", "", false),
             Shown::Unreadable(what) => {
-                let d = peek::unreadable(what);
-                ctx.audit.deny("tcp", Some(addr), None, "peek", &d);
-                return refuse_tunnel(&mut client, addr, &d.reason, what.starts_with("HTTP")).await;
+                let reason = refuse(what);
+                return refuse_tunnel(&mut client, addr, &reason, what.starts_with("HTTP")).await;
             }
         };
         if let Some(name) = name {
@@ -585,7 +602,7 @@ mod tests {
             }
             let mut buf = vec![];
             let mut src: &[u8] = b"GET / HTTP/1.1\r\nHost: Blocked.Test:80\r\n\r\n";
-            assert!(matches!(read_shown(&mut src, &mut buf).await, Ok(Shown::Http(h)) if h == "blocked.test"));
+            assert!(matches!(read_shown(&mut src, &mut buf).await, Ok(Shown::Http(Some(h))) if h == "blocked.test"));
             // A client that closes early, and one that never stops sending a head.
             let mut buf = vec![];
             // A head cut short (the rest could follow after the peek gives up) is refused.
@@ -593,7 +610,7 @@ mod tests {
             assert!(matches!(read_shown(&mut src, &mut buf).await, Ok(Shown::Unreadable(_))));
             let mut buf = vec![];
             let mut src: &[u8] = b"";
-            assert!(matches!(read_shown(&mut src, &mut buf).await, Ok(Shown::Nothing)), "silence has no name");
+            assert!(matches!(read_shown(&mut src, &mut buf).await, Ok(Shown::Other)), "silence has no name");
             let mut endless = b"GET / HTTP/1.1\r\nX: ".to_vec();
             endless.resize(1 << 20, b'a');
             let mut buf = vec![];

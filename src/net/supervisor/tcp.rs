@@ -405,6 +405,9 @@ impl Supervisor {
         let peeked = if closed { peek::timed_out(&flow.pending) } else { peek::peek(&flow.pending) };
         match peeked {
             Peeked::NeedMore => {}
+            Peeked::Unknown if self.shared.rules.has_name_rules() && !peek::nameless_may_pass(&flow.pending) => {
+                self.refuse_unreadable(id, peek::NAMELESS)
+            }
             Peeked::Unknown => self.decide_peeked(id, None, false),
             Peeked::Tls { sni } => self.decide_peeked(id, sni, false),
             Peeked::Http { host } => self.decide_peeked(id, host, true),
