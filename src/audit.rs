@@ -1,6 +1,13 @@
 //! The audit log: JSON lines, one record per event, appended to `<state dir>/audit.jsonl`
 //! (hidden inside every jail). Field names are stable: orchestrators and admins read them.
-//! Never logs argument lists or environment values: only what cannot carry a secret.
+//! Never logs environment values; argument lists only of Slurm calls, redacted.
+//!
+//! A hostile session writes as many records as it likes, so each process of a session writes
+//! within bounds (issue 33): every field clipped (an argument list to its first arguments, with
+//! its totals kept), records of one kind rate-limited, and a session's records within its share
+//! of the rotation budget, so that it cannot push every other session's records out of the
+//! rotated files. What is left out is counted in `audit_suppressed` records; a session's start
+//! and end are always written.
 
 use serde::Serialize;
 use std::io::Write;
@@ -13,6 +20,18 @@ pub const MAX_BYTES: u64 = 16 << 20;
 /// Rotated files kept: with the live one, up to 64 MiB of history, so that a flood of
 /// refusals (the supervisor writes one a second per source) takes hours to push it out.
 const ROTATED: u32 = 3;
+/// What one process of a session (the launcher, its chaperon) writes at most: a quarter of a
+/// file, so one session rotates the log at most once and the records before it stay.
+pub const SESSION_SHARE: u64 = MAX_BYTES / 4;
+/// Records of one kind (event and check) a second, per process of a session: as many as the
+/// network supervisor lets through for one source.
+const PER_SECOND: u32 = 50;
+/// Arguments of a record kept, and bytes of each; bytes of any other text field.
+const MAX_ARGS: usize = 64;
+const MAX_ARG: usize = 256;
+const MAX_FIELD: usize = 1024;
+/// How often, at most, a count of suppressed records is written.
+const SUMMARY_EVERY: u64 = 60;
 
 fn rotated(path: &Path, n: u32) -> PathBuf {
     path.with_extension(format!("jsonl.{n}"))
@@ -75,12 +94,85 @@ pub struct Record {
     pub script_bytes: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub script_hash: Option<String>,
+    /// An argument list clipped: how many arguments and bytes it had.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub argv_count: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub argv_bytes: Option<usize>,
+    /// `audit_suppressed`: records of this session left out since the last such record.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub suppressed: Option<u64>,
+}
+
+/// `s` cut to at most `max` bytes (at a character boundary), `…` marking the cut.
+fn clip_text(s: &mut String, max: usize) {
+    if s.len() > max {
+        let mut at = max;
+        while !s.is_char_boundary(at) {
+            at -= 1;
+        }
+        s.truncate(at);
+        s.push('…');
+    }
+}
+
+impl Record {
+    /// Every field within its bound; an argument list keeps its first `MAX_ARGS` arguments
+    /// and its totals.
+    fn clip(&mut self) {
+        let count = self.argv.len();
+        let bytes: usize = self.argv.iter().map(String::len).sum();
+        if count > MAX_ARGS || self.argv.iter().any(|a| a.len() > MAX_ARG) {
+            self.argv.truncate(MAX_ARGS);
+            self.argv.iter_mut().for_each(|a| clip_text(a, MAX_ARG));
+            (self.argv_count, self.argv_bytes) = (Some(count), Some(bytes));
+        }
+        for f in [
+            &mut self.project,
+            &mut self.program,
+            &mut self.reason,
+            &mut self.proto,
+            &mut self.dest,
+            &mut self.name,
+            &mut self.rule,
+            &mut self.layer,
+            &mut self.check,
+            &mut self.path,
+            &mut self.cwd,
+            &mut self.decision,
+            &mut self.script_hash,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            clip_text(f, MAX_FIELD);
+        }
+        self.warnings.truncate(16);
+        self.warnings.iter_mut().for_each(|w| clip_text(w, MAX_FIELD));
+    }
+
+    /// A session's start and end, always written.
+    fn lifecycle(&self) -> bool {
+        matches!(self.event.as_str(), "session_start" | "session_end" | "audit_suppressed")
+    }
+}
+
+/// What one process of a session has written, and left out.
+#[derive(Debug, Default)]
+struct Budget {
+    written: u64,
+    /// The second counted, and the records of each kind in it.
+    second: u64,
+    this_second: std::collections::HashMap<String, u32>,
+    suppressed: u64,
+    last_summary: u64,
 }
 
 #[derive(Clone)]
 pub struct AuditLog {
     path: PathBuf,
     pub session: String,
+    budget: std::sync::Arc<std::sync::Mutex<Budget>>,
 }
 
 impl AuditLog {
@@ -89,12 +181,16 @@ impl AuditLog {
     pub fn new(state_dir: &Path) -> AuditLog {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let id = (now.as_micros() as u64) ^ ((std::process::id() as u64) << 40);
-        AuditLog { path: state_dir.join(FILE), session: format!("{:012x}", id & 0xffff_ffff_ffff) }
+        AuditLog {
+            path: state_dir.join(FILE),
+            session: format!("{:012x}", id & 0xffff_ffff_ffff),
+            budget: Default::default(),
+        }
     }
 
     /// The log of an existing session (the chaperon writes into its launcher's session).
     pub fn for_session(state_dir: &Path, session: &str) -> AuditLog {
-        AuditLog { path: state_dir.join(FILE), session: session.to_string() }
+        AuditLog { path: state_dir.join(FILE), session: session.to_string(), budget: Default::default() }
     }
 
     pub fn path(&self) -> &Path {
@@ -105,10 +201,54 @@ impl AuditLog {
         Record { time: now_rfc3339(), session: self.session.clone(), event: event.into(), ..Default::default() }
     }
 
-    /// Appends one record. Best effort: a session is not refused because its log cannot be
-    /// written (the reason goes to stderr once instead).
+    /// Appends one record, within the session's bounds (see the module's head). Best effort:
+    /// a session is not refused because its log cannot be written (the reason goes to stderr).
     pub fn write(&self, r: &Record) {
-        let Ok(mut line) = serde_json::to_vec(r) else { return };
+        let mut r = r.clone();
+        r.clip();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+        let (summary, keep) = {
+            let mut b = self.budget();
+            let keep = r.lifecycle() || {
+                if b.second != now {
+                    b.second = now;
+                    b.this_second.clear();
+                }
+                let kind = format!("{}/{}", r.event, r.check.as_deref().or(r.decision.as_deref()).unwrap_or(""));
+                let n = b.this_second.entry(kind).or_insert(0);
+                *n += 1;
+                *n <= PER_SECOND && b.written < SESSION_SHARE
+            };
+            if !keep {
+                b.suppressed += 1;
+            }
+            let due = b.suppressed > 0 && (r.lifecycle() || now >= b.last_summary + SUMMARY_EVERY);
+            let summary = due.then(|| {
+                b.last_summary = now;
+                std::mem::take(&mut b.suppressed)
+            });
+            (summary, keep)
+        };
+        if let Some(n) = summary {
+            let mut s = self.record("audit_suppressed");
+            s.suppressed = Some(n);
+            s.reason =
+                Some("records of this session left out: past their rate or the session's share of the log".into());
+            self.append(&s);
+        }
+        if keep {
+            let bytes = self.append(&r);
+            self.budget().written += bytes;
+        }
+    }
+
+    fn budget(&self) -> std::sync::MutexGuard<'_, Budget> {
+        self.budget.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes one record as one line; the bytes written.
+    fn append(&self, r: &Record) -> u64 {
+        let Ok(mut line) = serde_json::to_vec(r) else { return 0 };
         line.push(b'\n');
         if let Some(dir) = self.path.parent() {
             let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir);
@@ -132,8 +272,12 @@ impl AuditLog {
             }
             Ok(())
         });
-        if let Err(e) = written {
-            eprintln!("agent-sandbox: cannot write the audit log {}: {e}", self.path.display());
+        match written {
+            Ok(()) => line.len() as u64,
+            Err(e) => {
+                eprintln!("agent-sandbox: cannot write the audit log {}: {e}", self.path.display());
+                0
+            }
         }
     }
 }
@@ -319,7 +463,7 @@ mod tests {
         let mut r = a.record("session_start");
         r.program = Some("codex".into());
         a.write(&r);
-        let b = AuditLog { path: a.path.clone(), session: "other".into() };
+        let b = AuditLog::for_session(dir.path(), "other");
         b.write(&b.record("session_start"));
         std::fs::OpenOptions::new().append(true).open(a.path()).unwrap().write_all(b"garbage\n").unwrap();
         assert_eq!(read(dir.path(), None).unwrap().len(), 2);
@@ -327,6 +471,60 @@ mod tests {
         assert_eq!(mine.len(), 1);
         assert_eq!(mine[0].program.as_deref(), Some("codex"));
         assert!(render(&mine[0]).contains("session_start"));
+    }
+
+    #[test]
+    fn a_hostile_session_cannot_flush_the_log_and_its_records_are_clipped() {
+        // Issue 33: 48 refused scancel calls of 1.5 MB each pushed every earlier record out.
+        let dir = tempfile::tempdir().unwrap();
+        let other = AuditLog::new(dir.path());
+        other.write(&other.record("session_start"));
+        let hostile = AuditLog::for_session(dir.path(), "hostile");
+        hostile.write(&hostile.record("session_start"));
+        // Long argument lists, each call of another kind (to pass the rate), as fast as it can.
+        let argv: Vec<String> =
+            std::iter::once("scancel".to_string()).chain((0..99).map(|_| "y".repeat(1000))).collect();
+        for i in 0..2000 {
+            let mut r = hostile.record("slurm");
+            r.decision = Some(format!("denied{i}"));
+            r.argv = argv.clone();
+            hostile.write(&r);
+        }
+        hostile.write(&hostile.record("session_end"));
+        let all = read(dir.path(), None).unwrap();
+        assert!(all.iter().any(|r| r.session == other.session), "the other session's record is still there");
+        let mine: Vec<&Record> = all.iter().filter(|r| r.session == "hostile").collect();
+        let calls: Vec<&&Record> = mine.iter().filter(|r| r.event == "slurm").collect();
+        assert!(!calls.is_empty() && calls.len() < 2000, "{}", calls.len());
+        let r = calls[0];
+        assert_eq!((r.argv_count, r.argv_bytes), (Some(100), Some(99_007)));
+        assert_eq!(r.argv.len(), MAX_ARGS);
+        assert!(r.argv.iter().all(|a| a.len() <= MAX_ARG + '…'.len_utf8()), "clipped");
+        let suppressed: u64 = mine.iter().filter_map(|r| r.suppressed).sum();
+        assert_eq!(suppressed + calls.len() as u64, 2000, "every record written or counted");
+        assert!(mine.iter().any(|r| r.event == "session_end"), "the session's end is always written");
+        let size: u64 =
+            std::fs::read_dir(dir.path()).unwrap().filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum();
+        assert!(size <= SESSION_SHARE + 64 * 1024, "{size}");
+    }
+
+    #[test]
+    fn records_of_one_kind_are_rate_limited_and_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = AuditLog::new(dir.path());
+        for _ in 0..500 {
+            let mut r = a.record("slurm");
+            r.decision = Some("denied".into());
+            a.write(&r);
+        }
+        let mut r = a.record("net_denied");
+        r.check = Some("sni".into());
+        a.write(&r);
+        let got = read(dir.path(), None).unwrap();
+        let kept = got.iter().filter(|r| r.event == "slurm").count();
+        assert!(kept >= PER_SECOND as usize && kept < 500, "{kept}");
+        assert!(got.iter().any(|r| r.event == "net_denied"), "another kind is not held back");
+        assert!(got.iter().any(|r| r.event == "audit_suppressed" && r.suppressed.is_some()), "the count is written");
     }
 
     #[test]

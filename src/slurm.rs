@@ -186,7 +186,9 @@ pub fn chaperon_main() -> i32 {
     };
     let cfg = std::sync::Arc::new(cfg);
     if channel {
-        chaperon::server::serve_channel(door, cfg, launcher);
+        if chaperon::server::serve_channel(door, cfg, launcher) == chaperon::server::ChannelEnd::Flooded {
+            return crate::jail::door::CLOSED_FOR_GOOD;
+        }
     } else {
         chaperon::server::serve(UnixListener::from(door), cfg);
     }

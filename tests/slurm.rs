@@ -1168,6 +1168,41 @@ except ConnectionResetError:
 }
 
 #[test]
+fn landlock_a_channel_flooded_with_garbage_is_closed_and_the_log_keeps_its_bounds() {
+    // Issue 33, finding 2: every bad message on the channel was audited without a limit, and
+    // the session could flush every earlier record of the user's log in seconds.
+    let Some(j) = landlock_slurm_jail("ll-slurm-flood") else { return };
+    let log = j.rig.home.join(".local/state/agent-sandbox/audit.jsonl");
+    let before = std::fs::read_to_string(&log).unwrap_or_default().lines().count();
+    let out = j.run(
+        "squeue -h >/dev/null; echo first=$?; python3 -c \"
+import os, socket
+ch = socket.socket(fileno=os.dup(int(os.environ['AGENT_SANDBOX_SLURM_FD'])))
+ch.settimeout(2)
+sent = 0
+for i in range(5000):
+    try:
+        ch.sendmsg([b'x' * 60])
+        sent += 1
+    except OSError:
+        break
+print('sent', sent)
+\"; sleep 1; squeue -h >/dev/null 2>&1; echo after=$?",
+    );
+    assert!(out.stdout.contains("first=0"), "{out}");
+    assert!(!out.stdout.contains("after=0"), "the flooded channel serves no more: {out}");
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap_or_default()
+        .lines()
+        .skip(before)
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let refused = records.iter().filter(|r| r["program"] == "channel" && r["decision"] == "denied").count();
+    assert!(refused <= 65, "refusals audited without a bound: {refused}");
+    assert!(records.iter().any(|r| r["program"] == "channel" && r["decision"] == "closed"), "{records:?}");
+}
+
+#[test]
 fn landlock_a_python_subprocess_that_closed_the_channel_still_reaches_slurm() {
     // Python's subprocess closes every inherited descriptor (close_fds): the stub borrows the
     // session keeper's copy of the channel instead.

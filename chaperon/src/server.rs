@@ -22,6 +22,10 @@ use std::time::Duration;
 
 /// A client gets this long to send its descriptors and request.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Refused messages on the Landlock backend's channel within `GARBAGE_WINDOW` after which it is
+/// closed: a session's stubs never send one, so a sender of many is the jail flooding it.
+const GARBAGE_LIMIT: usize = 64;
+const GARBAGE_WINDOW: Duration = Duration::from_secs(10);
 
 /// Serves until the listener fails. Never returns early on a bad client.
 pub fn serve(listener: UnixListener, cfg: Arc<Config>) {
@@ -35,14 +39,46 @@ pub fn serve(listener: UnixListener, cfg: Arc<Config>) {
 /// Anything else (garbage, no descriptor, several, a pipe, a file, a socket of another kind or
 /// of a process outside the session) is refused: the descriptors are closed, the refusal is
 /// audited and answered on the channel with one `Response::Error` frame (the stubs never read
-/// the channel; a sender that does learns why), and serving goes on.
-pub fn serve_channel(channel: OwnedFd, cfg: Arc<Config>, session_root: i32) {
+/// the channel; a sender that does learns why), and serving goes on, unless more than
+/// `GARBAGE_LIMIT` come within `GARBAGE_WINDOW`: then the channel is closed for the session.
+/// How serving the channel ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChannelEnd {
+    /// No process of the session holds the other end any more.
+    HungUp,
+    /// Flooded with refused messages: to stay closed for the session.
+    Flooded,
+}
+
+pub fn serve_channel(channel: OwnedFd, cfg: Arc<Config>, session_root: i32) -> ChannelEnd {
     let audit = cfg.clone();
+    let flooded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = flooded.clone();
+    let mut refused: std::collections::VecDeque<std::time::Instant> = Default::default();
     let conns = std::iter::from_fn(move || loop {
         match receive(channel.as_raw_fd(), audit.uid, session_root) {
             Received::Conn(c) => return Some(c),
             Received::End => return None,
             Received::Refused(why) => {
+                let now = std::time::Instant::now();
+                refused.push_back(now);
+                while refused.front().is_some_and(|t| now.duration_since(*t) > GARBAGE_WINDOW) {
+                    refused.pop_front();
+                }
+                if refused.len() > GARBAGE_LIMIT {
+                    // The session's Slurm calls end here: its jail flooded the channel.
+                    (audit.audit)(&Audit {
+                        command: "channel".into(),
+                        decision: "closed".into(),
+                        reason: Some(format!(
+                            "more than {GARBAGE_LIMIT} refused messages in {} s: the Slurm channel is closed for this session",
+                            GARBAGE_WINDOW.as_secs()
+                        )),
+                        ..Default::default()
+                    });
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return None;
+                }
                 (audit.audit)(&Audit {
                     command: "channel".into(),
                     decision: "denied".into(),
@@ -58,6 +94,11 @@ pub fn serve_channel(channel: OwnedFd, cfg: Arc<Config>, session_root: i32) {
         }
     });
     serve_connections(conns, cfg);
+    if flooded.load(std::sync::atomic::Ordering::SeqCst) {
+        ChannelEnd::Flooded
+    } else {
+        ChannelEnd::HungUp
+    }
 }
 
 enum Received {

@@ -12,6 +12,9 @@ use std::time::{Duration, Instant};
 /// start, or dies at every call, must not be restarted in a loop.
 const MAX_STARTS: usize = 5;
 const WINDOW: Duration = Duration::from_secs(60);
+/// The exit status of a server that closed its door for the session (the chaperon, after
+/// its channel was flooded with garbage): it is not started again.
+pub const CLOSED_FOR_GOOD: i32 = 3;
 
 pub struct Lazy<'a> {
     /// The launcher's copy of the door; None once given up (closed: stubs fail at once).
@@ -70,7 +73,20 @@ impl<'a> Lazy<'a> {
     /// A child of the launcher ended: if it was the server, the door is watched again, so
     /// the next knock starts a new one (a stub already waiting is the knock).
     pub fn ended(&mut self, pid: Pid) {
+        self.ended_with(pid, None);
+    }
+
+    /// `ended`, knowing the exit status: a server that closed its door for good is not
+    /// started again (the door is closed: every later stub fails at once).
+    pub fn ended_with(&mut self, pid: Pid, status: Option<i32>) {
         if self.running == Some(pid) {
+            if status == Some(CLOSED_FOR_GOOD) {
+                eprintln!(
+                    "agent-sandbox: the Slurm channel was flooded with garbage from inside the jail; Slurm is \
+                     unavailable for the rest of this session (see the audit log)"
+                );
+                self.door = None;
+            }
             self.running = None;
         }
     }

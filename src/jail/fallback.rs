@@ -156,7 +156,13 @@ fn wait_forwarding(
                 Ok(WaitStatus::Exited(pid, code)) if pid == child => return Outcome::Exited(code),
                 Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => return Outcome::Signaled(sig as i32),
                 Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, ..)) => {
+                Ok(WaitStatus::Exited(pid, code)) => {
+                    super::waiter::reaped(pid.as_raw());
+                    if let Some(l) = lazy.as_mut() {
+                        l.ended_with(pid, Some(code));
+                    }
+                }
+                Ok(WaitStatus::Signaled(pid, ..)) => {
                     super::waiter::reaped(pid.as_raw());
                     if let Some(l) = lazy.as_mut() {
                         l.ended(pid);

@@ -215,10 +215,10 @@ pub fn run(
                 if signo == libc::SIGCHLD {
                     if let Some(l) = lazy.as_mut() {
                         if let Some(server) = l.running() {
-                            if let Ok(WaitStatus::Exited(..) | WaitStatus::Signaled(..)) =
-                                waitpid(server, Some(WaitPidFlag::WNOHANG))
-                            {
-                                l.ended(server);
+                            match waitpid(server, Some(WaitPidFlag::WNOHANG)) {
+                                Ok(WaitStatus::Exited(_, code)) => l.ended_with(server, Some(code)),
+                                Ok(WaitStatus::Signaled(..)) => l.ended(server),
+                                _ => {}
                             }
                         }
                     }
