@@ -45,6 +45,17 @@ fn landlock_environment_is_scrubbed() {
     assert!(out.stdout.contains("HARMLESS=kept") && out.stdout.contains("AGENT_SANDBOX_BACKEND=landlock"), "{out}");
 }
 
+/// Issue 32: the same scrub by meaning as the userns jail's (tests/jail.rs).
+#[test]
+fn landlock_secrets_are_scrubbed_by_what_their_names_mean_and_harmless_names_stay() {
+    let j = with_env_canaries(jail!("ll-env-meaning"));
+    let out = j.run("env");
+    assert_eq!(out.code, 0, "{out}");
+    assert_scrubbed_by_meaning(&out, &[]);
+    let j = with_env_canaries(jail!("ll-env-meaning-kept")).arg("--env").arg("API_KEY").arg("--env").arg("NOTES");
+    assert_scrubbed_by_meaning(&j.run("env"), &["API_KEY", "NOTES"]);
+}
+
 #[test]
 fn landlock_seccomp_and_foreign_abis_are_denied() {
     let j = jail!("ll-seccomp");

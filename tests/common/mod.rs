@@ -21,6 +21,113 @@ pub const AWS_CANARY: &str = "CANARY-AWS-9c2d";
 pub const OTHER_CANARY: &str = "CANARY-OTHER-USER-77aa";
 pub const ENV_CANARY: &str = "CANARY-TOKEN-5b5b";
 
+/// Issue 32: names that say they hold a secret without the prefix or the leading underscore
+/// the old scrub patterns needed (each gets a canary of its own, `env_canary(name)`).
+pub const SECRET_NAMES: &[&str] = &[
+    "API_KEY",
+    "TOKEN",
+    "SECRET_KEY",
+    "PRIVATE_KEY",
+    "CREDENTIALS",
+    "SYSTEM_ACCESSTOKEN",
+    "apiKey",
+    "AUTH",
+    "DB_PASS",
+    "BW_SESSION",
+    "SENTRY_DSN",
+    "npm_config__auth",
+    "ORG_GRADLE_PROJECT_signingKey",
+    "OIDC_SOCK",
+];
+
+/// Names that mean nothing secret: they reach the jail as they are, with these values.
+pub const HARMLESS_VARS: &[(&str, &str)] = &[
+    ("XDG_SESSION_TYPE", "tty"),
+    ("DESKTOP_SESSION", "ubuntu"),
+    ("SESSION_MANAGER", "local/node1:@/tmp/.ICE-unix/1234,unix/node1:/tmp/.ICE-unix/1234"),
+    ("TERM_SESSION_ID", "w0t0p0:6F2B1C3E-0000-4000-8000-000000000000"),
+    ("GPG_TTY", "/dev/pts/0"),
+    ("KEYTIMEOUT", "1"),
+    ("HISTCONTROL", "ignoreboth"),
+    ("PKG_CONFIG_PATH", "/opt/site/lib/pkgconfig"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+    ("GIT_AUTHOR_NAME", "Ada Lovelace"),
+    ("GPG_KEY", "7169605F62C751356D054A26A821E680E5FA6305"),
+    ("SLURM_CPUS_PER_TASK", "4"),
+];
+
+/// The canary the variable `name` of `SECRET_NAMES` holds.
+pub fn env_canary(name: &str) -> String {
+    format!("CANARY-ENV-{name}-5c5c")
+}
+
+/// `prefix` then `body` padded with `0` to `len` characters: a key of a provider's form.
+fn key_form(prefix: &str, body: &str, len: usize) -> String {
+    format!("{prefix}{body}{}", "0".repeat(len.saturating_sub(body.len())))
+}
+
+/// Harmless names holding a value in a provider key's form (the value is its own canary).
+pub fn key_form_vars() -> Vec<(&'static str, String)> {
+    vec![
+        ("NOTES", key_form("ghp_", "CnryGitHub1", 36)),
+        ("LAST_COMMAND", format!("curl -H 'Authorization: Bearer {}'", key_form("sk-proj-", "CnryOpenAi2", 40))),
+        ("OLD_REMOTE", format!("https://oauth2:{}@gitlab.example.org/g/p.git", key_form("glpat-", "CnryGitLab3", 20))),
+        ("BOT", format!("xoxb-123456789012-{}", key_form("", "CnrySlack4", 24))),
+        ("CLOUD_ID", "AKIAIOSFODNN7EXAMPLE".into()),
+        ("HUB", key_form("hf_", "CnryHuggingFaceFive", 34)),
+    ]
+}
+
+/// A launch with every variable of `SECRET_NAMES`, `key_form_vars` and `HARMLESS_VARS`.
+pub fn with_env_canaries(mut j: Jail) -> Jail {
+    for name in SECRET_NAMES {
+        j = j.env(name, &env_canary(name));
+    }
+    for (name, value) in key_form_vars() {
+        j = j.env(name, &value);
+    }
+    for (name, value) in HARMLESS_VARS {
+        j = j.env(name, value);
+    }
+    j
+}
+
+/// Checks the output of `env` inside a launch `with_env_canaries`, except the names in
+/// `passed` (given with `--env NAME`), which must be there.
+pub fn assert_scrubbed_by_meaning(out: &Out, passed: &[&str]) {
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let has = |name: &str, value: &str| lines.contains(&format!("{name}={value}").as_str());
+    let named = |name: &str| lines.iter().any(|l| l.starts_with(&format!("{name}=")));
+    let mut wrong = vec![];
+    for name in SECRET_NAMES {
+        let canary = env_canary(name);
+        match passed.contains(name) {
+            true if !has(name, &canary) => wrong.push(format!("{name}: passed with --env, missing")),
+            false if named(name) || out.both().contains(&canary) => wrong.push(format!("{name}: reached the jail")),
+            _ => {}
+        }
+    }
+    for (name, value) in key_form_vars() {
+        match passed.contains(&name) {
+            true if !has(name, &value) => wrong.push(format!("{name}: passed with --env, missing")),
+            false if named(name) || out.both().contains(&value) => {
+                wrong.push(format!("{name}: key form reached the jail"))
+            }
+            _ => {}
+        }
+    }
+    for (name, value) in HARMLESS_VARS {
+        if !has(name, value) {
+            wrong.push(format!("{name}: harmless, missing"));
+        }
+    }
+    // The jail's own variables are set after the scrub, whatever their words.
+    if !named("AGENT_SANDBOX_SESSION") {
+        wrong.push("AGENT_SANDBOX_SESSION: the jail's own, missing".into());
+    }
+    assert!(wrong.is_empty(), "{}\n{out}", wrong.join("\n"));
+}
+
 pub struct Rig {
     pub uid: u32,
     pub gid: u32,
