@@ -204,6 +204,16 @@ fn secrets_are_scrubbed_by_what_their_names_mean_and_harmless_names_stay() {
     assert_scrubbed_by_meaning(&out, &["API_KEY", "NOTES"]);
 }
 
+/// Issue 32: no process of the jail that it can read (cmdline, environ, memory) holds a
+/// scrubbed secret.
+#[test]
+fn no_process_readable_inside_holds_a_scrubbed_secret() {
+    let j = jail!("env-procs");
+    let out = scan_processes_for_a_scrubbed_canary(j);
+    // The shell at least: a scan that reads nothing proves nothing.
+    assert!(out.stdout.contains(" environ\n"), "{out}");
+}
+
 #[test]
 fn env_flag_passes_a_named_variable_through() {
     let j = jail!("envkeep")

@@ -128,6 +128,51 @@ pub fn assert_scrubbed_by_meaning(out: &Out, passed: &[&str]) {
     assert!(wrong.is_empty(), "{}\n{out}", wrong.join("\n"));
 }
 
+/// Scans every process readable from where it runs (its own excepted) for the canary given
+/// in two halves as its arguments (so that the whole canary is in no process's arguments):
+/// `/proc/PID/cmdline`, `environ` and every readable mapping through `mem`. Prints `READ PID
+/// WHAT` for what it could read and `LEAK PID WHAT` where it found the canary.
+pub const PROC_SCAN: &str = r#"import os, sys
+needle = (sys.argv[1] + sys.argv[2]).encode()
+me = os.getpid()
+for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):
+    if pid == me:
+        continue
+    for what in ('cmdline', 'environ'):
+        try:
+            with open(f'/proc/{pid}/{what}', 'rb') as f:
+                data = f.read()
+        except OSError:
+            continue
+        print(f'READ {pid} {what}')
+        if needle in data:
+            print(f'LEAK {pid} {what}')
+    try:
+        with open(f'/proc/{pid}/maps') as f:
+            maps = f.read().splitlines()
+        mem = open(f'/proc/{pid}/mem', 'rb', 0)
+    except OSError:
+        continue
+    read = 0
+    for line in maps:
+        f = line.split()
+        if 'r' not in f[1] or (len(f) > 5 and f[5].startswith('[v')):
+            continue
+        lo, hi = (int(x, 16) for x in f[0].split('-'))
+        if hi - lo > 1 << 28:
+            continue
+        try:
+            mem.seek(lo)
+            data = mem.read(hi - lo)
+        except (OSError, ValueError, OverflowError):
+            continue
+        read += len(data)
+        if needle in data:
+            print(f'LEAK {pid} mem {line}')
+    if read:
+        print(f'READ {pid} mem')
+"#;
+
 pub struct Rig {
     pub uid: u32,
     pub gid: u32,
@@ -510,4 +555,21 @@ pub fn one_host_slurm_jail(name: &str) -> Option<Jail> {
     let up = out.as_ref().is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
     assert!(up, "the one-host test cluster is not running: as root, tests/cluster/start.sh --user {USER} --one-host");
     Some(j.env("SLURM_CONF", ONE_HOST_CONF))
+}
+
+/// Runs `PROC_SCAN` inside `j` for a canary held by variables the scrub removes (`GH_TOKEN`
+/// by an old pattern, the others by their words); fails on a `LEAK`, returns the output.
+pub fn scan_processes_for_a_scrubbed_canary(j: Jail) -> Out {
+    let (first, second) = ("CANARY-PROC", "SCAN-1d1d");
+    let j = j
+        .project_file("scan.py", PROC_SCAN)
+        .env("API_KEY", &format!("{first}{second}"))
+        .env("SECRET_KEY", &format!("{first}{second}"))
+        .env("GH_TOKEN", &format!("{first}{second}"));
+    let out = j.run(&format!(
+        "echo KEEPER=${{AGENT_SANDBOX_SLURM_KEEPER:-none}}; python3 scan.py {first} {second} && echo SCANNED"
+    ));
+    assert!(out.stdout.contains("SCANNED"), "{out}");
+    assert!(!out.stdout.contains("LEAK"), "a process readable inside holds the canary:\n{out}");
+    out
 }
