@@ -157,7 +157,10 @@ pub fn plan(p: &Plan) -> String {
     let names: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
     let _ = writeln!(s, "  environment: {} variables: {}", names.len(), names.join(" "));
     if !p.env_removed.is_empty() {
-        let _ = writeln!(s, "  environment scrubbed: {}", p.env_removed.join(" "));
+        let _ = writeln!(s, "  environment scrubbed (names and the rule that scrubbed each; values never shown):");
+        for r in &p.env_removed {
+            let _ = writeln!(s, "    {:<30} {}", r.name, r.rule);
+        }
     }
     for w in &p.warnings {
         let _ = writeln!(s, "  warning: {w}");
@@ -306,6 +309,20 @@ fn list(s: &mut String, key: &str, l: &List) {
     }
 }
 
+/// The built-in half of the scrub, which no list shows: by a name's words, by a value's form.
+fn env_meaning(s: &mut String) {
+    use crate::plan::env::{HARMLESS, KEY_FORMS, SECRET_ENDINGS, SECRET_WORDS};
+    let mut forms: Vec<&str> = KEY_FORMS.iter().map(|f| f.provider).collect();
+    forms.dedup();
+    forms.extend(["JSON Web Token", "PEM private key"]);
+    let harmless: Vec<&str> = HARMLESS.iter().map(|(n, _)| *n).collect();
+    let _ = writeln!(s, "  env.scrub by meaning [built-in] (env.keep passes these; values are never shown):");
+    let _ = writeln!(s, "    names with the word:       {}", SECRET_WORDS.join(" "));
+    let _ = writeln!(s, "    or a word ending in:       {}", SECRET_ENDINGS.join(" "));
+    let _ = writeln!(s, "    but these harmless names:  {}", harmless.join(" "));
+    let _ = writeln!(s, "    values holding a key:      {}", forms.join(", "));
+}
+
 pub fn policy(p: &Policy, paths: &PolicyPaths) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "effective policy (lowest layer first: built-in, {}, {}, profile, project tables, --policy, command line; admin {} last)", paths.site_config().display(), paths.user_config.display(), paths.admin_file().display());
@@ -360,6 +377,7 @@ pub fn policy(p: &Policy, paths: &PolicyPaths) -> String {
     list(&mut s, "home.seed", &p.home_seed);
     list(&mut s, "env.keep", &p.env_keep);
     list(&mut s, "env.scrub (floor)", &p.env_scrub);
+    env_meaning(&mut s);
     let _ = writeln!(s, "  env.set:");
     for (k, v) in &p.env_set {
         let _ = writeln!(s, "    {k}={} [{}{}]", v.value, v.source, if v.locked { ", locked by admin" } else { "" });

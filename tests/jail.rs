@@ -188,6 +188,32 @@ fn tokens_in_the_launchers_environment_are_absent_and_pid1_environ_is_clean() {
     assert!(out.stdout.contains("AGENT_SANDBOX=1"), "{out}");
 }
 
+/// Issue 32: the scrub goes by what a name means (its words: KEY, TOKEN, SECRET, PASS, AUTH,
+/// SESSION...) and by what a value is (a provider key's form), not by the few prefixes and
+/// underscores the old patterns needed; names that mean nothing secret stay.
+#[test]
+fn secrets_are_scrubbed_by_what_their_names_mean_and_harmless_names_stay() {
+    let j = with_env_canaries(jail!("env-meaning"));
+    let out = j.run("env");
+    assert_eq!(out.code, 0, "{out}");
+    assert_scrubbed_by_meaning(&out, &[]);
+    // Passed deliberately: `--env NAME` keeps a name the words would scrub, and a value of
+    // a key's form.
+    let j = with_env_canaries(jail!("env-meaning-kept")).arg("--env").arg("API_KEY").arg("--env").arg("NOTES");
+    let out = j.run("env");
+    assert_scrubbed_by_meaning(&out, &["API_KEY", "NOTES"]);
+}
+
+/// Issue 32: no process of the jail that it can read (cmdline, environ, memory) holds a
+/// scrubbed secret.
+#[test]
+fn no_process_readable_inside_holds_a_scrubbed_secret() {
+    let j = jail!("env-procs");
+    let out = scan_processes_for_a_scrubbed_canary(j);
+    // The shell at least: a scan that reads nothing proves nothing.
+    assert!(out.stdout.contains(" environ\n"), "{out}");
+}
+
 #[test]
 fn env_flag_passes_a_named_variable_through() {
     let j = jail!("envkeep")

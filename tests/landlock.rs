@@ -45,6 +45,32 @@ fn landlock_environment_is_scrubbed() {
     assert!(out.stdout.contains("HARMLESS=kept") && out.stdout.contains("AGENT_SANDBOX_BACKEND=landlock"), "{out}");
 }
 
+/// Issue 32: the same scrub by meaning as the userns jail's (tests/jail.rs).
+#[test]
+fn landlock_secrets_are_scrubbed_by_what_their_names_mean_and_harmless_names_stay() {
+    let j = with_env_canaries(jail!("ll-env-meaning"));
+    let out = j.run("env");
+    assert_eq!(out.code, 0, "{out}");
+    assert_scrubbed_by_meaning(&out, &[]);
+    let j = with_env_canaries(jail!("ll-env-meaning-kept")).arg("--env").arg("API_KEY").arg("--env").arg("NOTES");
+    assert_scrubbed_by_meaning(&j.run("env"), &["API_KEY", "NOTES"]);
+}
+
+/// Issue 32: without a PID namespace the session's own helpers are processes the command can
+/// see, and the keeper of the Slurm channel (in the command's Landlock domain, ptrace-able
+/// from it by design) was a fork of the launcher: its environ and memory held the user's
+/// whole environment. Every process of the session holds only what the jail may see.
+#[test]
+fn landlock_no_process_readable_inside_holds_a_scrubbed_secret() {
+    let out = scan_processes_for_a_scrubbed_canary(jail!("ll-env-procs"));
+    // The scan must have reached the keeper (whose pid the jail is told), or it proves nothing.
+    let keeper = out.stdout.lines().find_map(|l| l.strip_prefix("KEEPER=")).unwrap_or("none").to_string();
+    assert!(keeper.parse::<u32>().is_ok(), "the session has a keeper: {out}");
+    for what in ["cmdline", "environ", "mem"] {
+        assert!(out.stdout.contains(&format!("READ {keeper} {what}\n")), "keeper {keeper} {what} not read: {out}");
+    }
+}
+
 #[test]
 fn landlock_seccomp_and_foreign_abis_are_denied() {
     let j = jail!("ll-seccomp");

@@ -8,6 +8,7 @@ use super::door::Lazy;
 use super::Outcome;
 use super::{caps, landlock, seccomp, stdio_ttys, JailError};
 use crate::plan::{LandlockPlan, Plan, SessionDir, Sweep};
+use crate::stub::session::{KEEPER, SWEEPER};
 use nix::sys::signal::{kill, sigprocmask, SigSet, SigmaskHow, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::unistd::Pid;
@@ -220,201 +221,88 @@ struct SweeperEnds {
     done: OwnedFd,
 }
 
-/// In the command's child, after the session's domain is in force: forks the sweeper into
-/// it (twice, so that it is no child of the command: a shell's `wait` would wait for it), and
-/// waits for the middle process.
-fn fork_sweeper(ends: SweeperEnds) -> Result<(), JailError> {
-    use nix::unistd::{fork, ForkResult};
-    // SAFETY: this process is single-threaded (forked from the launcher); both children only
-    // make system calls and _exit.
-    match unsafe { fork() } {
-        Ok(ForkResult::Child) => {
-            // SAFETY: as above.
-            if let Ok(ForkResult::Child) = unsafe { fork() } {
-                sweeper(ends.go.as_raw_fd(), ends.done.as_raw_fd());
-            }
-            // SAFETY: the middle process ends at once; the sweeper goes to the subreaper.
-            unsafe { libc::_exit(0) }
-        }
-        Ok(ForkResult::Parent { child }) => {
-            let _ = nix::sys::wait::waitpid(child, None);
-            Ok(())
-        }
-        Err(e) => Err(JailError::Build(format!("cannot fork the sweeper: {e}"))),
-    }
+/// How the command's child starts the session's helpers (`stub/src/session.rs`): the
+/// stub binary, which the session's rules let it run, and /dev/null, opened before the rules.
+struct Helpers {
+    exe: std::path::PathBuf,
+    null: OwnedFd,
 }
 
-/// In the command's child, with the channel at `fd`: forks the keeper (twice, as the
-/// sweeper) and returns its pid.
-fn fork_keeper(fd: RawFd) -> Result<i32, JailError> {
-    use nix::unistd::{fork, ForkResult};
-    let fail = |e: nix::Error| JailError::Build(format!("cannot start the Slurm channel's keeper: {e}"));
-    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(fail)?;
-    // SAFETY: this process is single-threaded (forked from the launcher); both children only
-    // make system calls and _exit.
-    match unsafe { fork() }.map_err(fail)? {
-        ForkResult::Child => {
-            // SAFETY: as above.
-            match unsafe { fork() } {
-                Ok(ForkResult::Child) => {
-                    drop((r, w));
-                    keeper(fd)
+impl Helpers {
+    fn new(exe: &Path) -> Result<Helpers, JailError> {
+        use nix::fcntl::OFlag;
+        let null = nix::fcntl::open("/dev/null", OFlag::O_RDWR | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
+            .map_err(|e| JailError::Build(format!("cannot prepare the session's helpers: /dev/null: {e}")))?;
+        Ok(Helpers { exe: exe.to_path_buf(), null })
+    }
+
+    /// Starts the helper `name` in this process's Landlock domain with the descriptors `keep`
+    /// (their numbers are its arguments) and returns its pid once it has exec'd: the stub
+    /// binary, with an empty environment. A fork of the launcher left running would hold the
+    /// user's whole environment, the launcher's arguments and its memory, all readable from
+    /// the command in its domain (the keeper's by design: stubs take the channel from it with
+    /// `pidfd_getfd`). A middle process starts it and ends, so that it is no child of the
+    /// command (a shell's `wait` would wait for it) but the launcher's, the subreaper.
+    fn spawn(&self, name: &str, keep: &[RawFd]) -> Result<i32, JailError> {
+        use nix::unistd::{fork, ForkResult};
+        let fail = |why: String| JailError::Build(format!("cannot start the session's {name}: {why}"));
+        if keep.iter().any(|fd| *fd < 3) {
+            return Err(fail(format!("descriptors {keep:?}: 0-2 are the helper's /dev/null")));
+        }
+        let (pid_r, pid_w) =
+            nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| fail(format!("pipe: {e}")))?;
+        // SAFETY: this process is single-threaded (forked from the launcher); the middle process
+        // starts the helper and _exits.
+        match unsafe { fork() }.map_err(|e| fail(format!("fork: {e}")))? {
+            ForkResult::Child => {
+                drop(pid_r);
+                // `P` and the pid, or `E` and why not.
+                let report = match self.start(name, keep) {
+                    Ok(pid) => [&[b'P'][..], &pid.to_le_bytes()].concat(),
+                    Err(e) => [&[b'E'][..], e.to_string().as_bytes()].concat(),
+                };
+                let _ = nix::unistd::write(&pid_w, &report);
+                // SAFETY: the middle process ends at once; the helper goes to the subreaper.
+                unsafe { libc::_exit(0) }
+            }
+            ForkResult::Parent { child } => {
+                drop(pid_w);
+                let mut report = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut std::fs::File::from(pid_r), &mut report);
+                let _ = nix::sys::wait::waitpid(child, None);
+                match report.split_first() {
+                    Some((b'P', pid)) if pid.len() == 4 => Ok(i32::from_le_bytes([pid[0], pid[1], pid[2], pid[3]])),
+                    Some((b'E', why)) => Err(fail(format!("{}: {}", self.exe.display(), String::from_utf8_lossy(why)))),
+                    _ => Err(fail("the process that starts it ended without a word".into())),
                 }
-                Ok(ForkResult::Parent { child }) => {
-                    let _ = nix::unistd::write(&w, &child.as_raw().to_le_bytes());
-                }
-                Err(_) => {}
-            }
-            // SAFETY: the middle process ends at once; the keeper goes to the subreaper.
-            unsafe { libc::_exit(0) }
-        }
-        ForkResult::Parent { child } => {
-            drop(w);
-            let mut pid = [0u8; 4];
-            let got = nix::unistd::read(&r, &mut pid);
-            let _ = nix::sys::wait::waitpid(child, None);
-            match got {
-                Ok(4) => Ok(i32::from_le_bytes(pid)),
-                _ => Err(JailError::Build("the Slurm channel's keeper did not start".into())),
             }
         }
     }
-}
 
-/// Holds the session's end of the chaperon's channel at `fd` for stubs whose parent closed
-/// theirs: they take a copy with `pidfd_getfd`, which needs ptrace rights over this process
-/// (Landlock grants them within the domain; Yama's `ptrace_scope = 1` is lifted for it by
-/// `PR_SET_PTRACER_ANY`: it holds nothing the session does not). Ends when the launcher's side
-/// of the channel is gone; the sweeper (or the launcher's walk) ends it with the session.
-fn keeper(fd: RawFd) -> ! {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    // A session of its own: the terminal's Ctrl-C to the command's group does not reach it.
-    let _ = nix::unistd::setsid();
-    // SAFETY: prctl with integer arguments; it only marks this process.
-    unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
-    let fd32 = fd as u32;
-    // SAFETY: close_range only closes this process's own descriptors.
-    unsafe {
-        if fd32 > 0 {
-            libc::syscall(libc::SYS_close_range, 0u32, fd32 - 1, 0u32);
+    /// In the middle process: starts the helper with /dev/null on 0-2 and only `keep` open
+    /// besides. Through `posix_spawn` (std's `Command` without `pre_exec`): no copy of this
+    /// process's memory is made for it, and it returns once the helper has exec'd.
+    fn start(&self, name: &str, keep: &[RawFd]) -> std::io::Result<i32> {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: close_range with CLOSE_RANGE_CLOEXEC and fcntl only change the flags of this
+        // (throwaway) process's own descriptors; `keep` are open.
+        unsafe {
+            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+            for fd in keep {
+                libc::fcntl(*fd, libc::F_SETFD, 0);
+            }
         }
-        libc::syscall(libc::SYS_close_range, fd32 + 1, u32::MAX, 0u32);
+        let null = || self.null.try_clone().map(std::process::Stdio::from);
+        let child = std::process::Command::new(&self.exe)
+            .arg0(name)
+            .args(keep.iter().map(|fd| fd.to_string()))
+            .env_clear()
+            .stdin(null()?)
+            .stdout(null()?)
+            .stderr(null()?)
+            .spawn()?;
+        i32::try_from(child.id()).map_err(std::io::Error::other)
     }
-    // SAFETY: the channel stays open for the life of this process.
-    let ch = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-    loop {
-        // No events asked: only the hang-up (or an error) wakes it, not the chaperon's answers
-        // to garbage, which stay queued for whoever reads the channel.
-        let mut p = [PollFd::new(ch, PollFlags::empty())];
-        match poll(&mut p, PollTimeout::NONE) {
-            Err(nix::Error::EINTR) => continue,
-            _ => break,
-        }
-    }
-    // SAFETY: ends the keeper.
-    unsafe { libc::_exit(0) }
-}
-
-/// Lives in the session's Landlock domain until the command has ended (`go` closes: the
-/// launcher says so, or died), then ends every process of the session: `kill(-1)`, which with
-/// signal scoping reaches the processes of this domain and the domains nested in it and no
-/// other, and which the kernel delivers to every one of them before any can fork again.
-/// SIGTERM and SIGCONT first, half a second of grace, then SIGKILL until none is left.
-/// Closes `done` by exiting.
-fn sweeper(go: RawFd, done: RawFd) -> ! {
-    // A session of its own: the terminal's Ctrl-C to the command's group does not reach it.
-    let _ = nix::unistd::setsid();
-    for sig in [
-        Signal::SIGINT,
-        Signal::SIGTERM,
-        Signal::SIGHUP,
-        Signal::SIGQUIT,
-        Signal::SIGTSTP,
-        Signal::SIGTTIN,
-        Signal::SIGTTOU,
-        Signal::SIGUSR1,
-        Signal::SIGUSR2,
-        Signal::SIGPIPE,
-    ] {
-        // SAFETY: SIG_IGN installs no handler.
-        let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn) };
-    }
-    // Nothing else of the launcher or the command stays open here: the caller's stdout held
-    // by the sweeper would keep the caller waiting.
-    let (lo, hi) = (go.min(done) as u32, go.max(done) as u32);
-    // SAFETY: close_range only closes this process's own descriptors.
-    unsafe {
-        if lo > 0 {
-            libc::syscall(libc::SYS_close_range, 0u32, lo - 1, 0u32);
-        }
-        if hi > lo + 1 {
-            libc::syscall(libc::SYS_close_range, lo + 1, hi - 1, 0u32);
-        }
-        libc::syscall(libc::SYS_close_range, hi + 1, u32::MAX, 0u32);
-    }
-    let mut byte = [0u8; 1];
-    loop {
-        // SAFETY: reading into a valid one-byte buffer from our own pipe.
-        let n = unsafe { libc::read(go, byte.as_mut_ptr().cast(), 1) };
-        if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            break;
-        }
-    }
-    sweep();
-    // SAFETY: ends the sweeper; `done` closes with it.
-    unsafe { libc::_exit(0) }
-}
-
-fn sweep() {
-    let me = std::process::id() as i32;
-    let all = Pid::from_raw(-1);
-    let _ = kill(all, Signal::SIGTERM);
-    let _ = kill(all, Signal::SIGCONT);
-    let grace = Instant::now() + Duration::from_millis(500);
-    while Instant::now() < grace && any_left(me) {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // Bounded, so that a process stuck in the kernel cannot hold the session open.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let _ = kill(all, Signal::SIGKILL);
-        if !any_left(me) || Instant::now() > deadline {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// Whether a live process other than `me` can still be signalled from here: with signal
-/// scoping, a process of the session.
-fn any_left(me: i32) -> bool {
-    proc_entries().iter().any(|p| p.pid != me && !p.zombie && kill(Pid::from_raw(p.pid), None).is_ok())
-}
-
-/// One process as `/proc` shows it.
-struct ProcEntry {
-    pid: i32,
-    ppid: i32,
-    /// A zombie whose thread group has ended (nothing left to signal).
-    zombie: bool,
-}
-
-fn proc_entries() -> Vec<ProcEntry> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        let Ok(stat) = crate::host::read_proc(&format!("/proc/{pid}/stat")) else { continue };
-        // "pid (comm) S ppid ...": comm may hold spaces and parentheses, so split after the last ')'.
-        let mut rest = stat.rsplit_once(')').map_or("", |(_, r)| r).split_whitespace();
-        let (Some(state), Some(ppid)) = (rest.next(), rest.next().and_then(|p| p.parse::<i32>().ok())) else {
-            continue;
-        };
-        // A zombie group leader whose other threads still run is no zombie: it is signalled
-        // like any process (a kill of its pid reaches the whole thread group).
-        let zombie = state == "Z" && std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count()) <= 1;
-        out.push(ProcEntry { pid, ppid, zombie });
-    }
-    out
 }
 
 /// Every living process below this one, from `/proc` (no PID namespace to tear down).
@@ -422,7 +310,7 @@ fn descendants() -> Vec<i32> {
     let me = std::process::id() as i32;
     // The cleanup waiter is ours, not the command's: it must outlive us.
     let waiter = super::waiter::pid();
-    let all = proc_entries();
+    let all = crate::stub::session::proc_entries();
     let mut found = vec![me];
     let mut i = 0;
     while i < found.len() {
@@ -620,6 +508,14 @@ fn exec_command(
     // SAFETY: PR_SET_PDEATHSIG takes a signal number; it only marks this process.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
     let rules = landlock_rules(ll);
+    // Before the rules: what starting the helpers needs.
+    let helpers = match (&sweeper, ll.slurm_fd) {
+        (None, None) => None,
+        _ => match Helpers::new(&ll.session.exe) {
+            Ok(h) => Some(h),
+            Err(e) => return e,
+        },
+    };
     // Not a tty? Then a new session: the command cannot reach a controlling terminal at all.
     if !tty {
         let _ = nix::unistd::setsid();
@@ -652,9 +548,13 @@ fn exec_command(
                 status.abi
             ));
         }
-        if let Err(e) = fork_sweeper(ends) {
+        let Some(helpers) = &helpers else { return JailError::Build("the sweeper has no way to start".into()) };
+        // It keeps the pipes' ends (its arguments); the launcher's close when this child
+        // execs the command.
+        if let Err(e) = helpers.spawn(SWEEPER, &[ends.go.as_raw_fd(), ends.done.as_raw_fd()]) {
             return e;
         }
+        drop(ends);
         if let Err(e) = landlock::scope_nested() {
             return e.into();
         }
@@ -681,7 +581,8 @@ fn exec_command(
     }
     let mut env = plan.env.clone();
     if let Some(fd) = ll.slurm_fd {
-        match fork_keeper(fd) {
+        let Some(helpers) = &helpers else { return JailError::Build("the keeper has no way to start".into()) };
+        match helpers.spawn(KEEPER, &[fd]) {
             Ok(pid) => env.push((crate::plan::SLURM_KEEPER_VAR.to_string(), pid.to_string())),
             Err(e) => return e,
         }
@@ -692,7 +593,7 @@ fn exec_command(
     // SAFETY: resetting SIGPIPE (ignored by the Rust runtime) to its default installs no handler.
     let _ =
         unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
-    // Last, after the keeper and sweeper forks: without a user namespace, RLIMIT_NPROC counts
+    // Last, after the keeper and the sweeper started: without a user namespace, RLIMIT_NPROC counts
     // every process of the user on the host.
     if let Err(e) = super::limits::apply(&plan.limits) {
         return JailError::Build(format!("cannot set the session's limits: {e}"));

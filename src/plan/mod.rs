@@ -325,7 +325,8 @@ pub struct Plan {
     pub home_files: Vec<PathBuf>,
     pub hidden: Vec<PathBuf>,
     pub env: Vec<(String, String)>,
-    pub env_removed: Vec<String>,
+    /// The launcher's variables the jail does not get, each with the rule (never a value).
+    pub env_removed: Vec<env::Scrubbed>,
     pub net: NetPlan,
     pub seccomp: SeccompPlan,
     pub landlock: Option<LandlockPlan>,

@@ -2,7 +2,7 @@
 //! live inside the jail and the directory of links to them. The launcher runs as a stub itself
 //! when the stub binary is not installed next to it.
 
-pub use agent_sandbox_stub::{dispatch, mail, slurm};
+pub use agent_sandbox_stub::{dispatch, mail, session, slurm};
 
 /// Where the stubs live inside the jail: a read-only tmpfs holding the agent-sandbox binary
 /// and a directory of links to it that comes first on PATH.

@@ -1,5 +1,5 @@
-//! What runs inside the jail under another program's name: the mail-block stub and the
-//! Slurm stubs (clients of the session's chaperon).
+//! What runs inside the jail under another program's name: the mail-block stub, the Slurm
+//! stubs (clients of the session's chaperon) and the Landlock session's helpers.
 //!
 //! A crate of its own so that its binary can be built alone, for a target of its own: every
 //! Slurm call in the jail starts it, and it is linked statically against musl (`stub/release.sh`),
@@ -8,6 +8,7 @@
 //! `cpuid` is a trap to the hypervisor: 4 µs apiece on the test VM, 0.3 ms of every call.
 
 pub mod mail;
+pub mod session;
 pub mod slurm;
 
 /// Opens `/dev/null` on each of descriptors 0-2 that is closed, as Rust's runtime start does
@@ -42,6 +43,11 @@ pub fn open_standard_descriptors() {
 pub fn dispatch(argv: &[std::ffi::OsString]) -> Option<i32> {
     let (argv0, args) = argv.split_first()?;
     let name = std::path::Path::new(argv0).file_name()?.to_str()?;
+    match name {
+        session::KEEPER => return Some(session::keeper(args)),
+        session::SWEEPER => return Some(session::sweeper(args)),
+        _ => {}
+    }
     if mail::MAILERS.contains(&name) {
         return Some(mail::run(name));
     }

@@ -21,6 +21,158 @@ pub const AWS_CANARY: &str = "CANARY-AWS-9c2d";
 pub const OTHER_CANARY: &str = "CANARY-OTHER-USER-77aa";
 pub const ENV_CANARY: &str = "CANARY-TOKEN-5b5b";
 
+/// Issue 32: names that say they hold a secret without the prefix or the leading underscore
+/// the old scrub patterns needed (each gets a canary of its own, `env_canary(name)`).
+pub const SECRET_NAMES: &[&str] = &[
+    "API_KEY",
+    "TOKEN",
+    "SECRET_KEY",
+    "PRIVATE_KEY",
+    "CREDENTIALS",
+    "SYSTEM_ACCESSTOKEN",
+    "apiKey",
+    "AUTH",
+    "DB_PASS",
+    "BW_SESSION",
+    "SENTRY_DSN",
+    "npm_config__auth",
+    "ORG_GRADLE_PROJECT_signingKey",
+    "OIDC_SOCK",
+];
+
+/// Names that mean nothing secret: they reach the jail as they are, with these values.
+pub const HARMLESS_VARS: &[(&str, &str)] = &[
+    ("XDG_SESSION_TYPE", "tty"),
+    ("DESKTOP_SESSION", "ubuntu"),
+    ("SESSION_MANAGER", "local/node1:@/tmp/.ICE-unix/1234,unix/node1:/tmp/.ICE-unix/1234"),
+    ("TERM_SESSION_ID", "w0t0p0:6F2B1C3E-0000-4000-8000-000000000000"),
+    ("GPG_TTY", "/dev/pts/0"),
+    ("KEYTIMEOUT", "1"),
+    ("HISTCONTROL", "ignoreboth"),
+    ("PKG_CONFIG_PATH", "/opt/site/lib/pkgconfig"),
+    ("TOKENIZERS_PARALLELISM", "false"),
+    ("GIT_AUTHOR_NAME", "Ada Lovelace"),
+    ("GPG_KEY", "7169605F62C751356D054A26A821E680E5FA6305"),
+    ("SLURM_CPUS_PER_TASK", "4"),
+];
+
+/// The canary the variable `name` of `SECRET_NAMES` holds.
+pub fn env_canary(name: &str) -> String {
+    format!("CANARY-ENV-{name}-5c5c")
+}
+
+/// `prefix` then `body` padded with `0` to `len` characters: a key of a provider's form.
+fn key_form(prefix: &str, body: &str, len: usize) -> String {
+    format!("{prefix}{body}{}", "0".repeat(len.saturating_sub(body.len())))
+}
+
+/// Harmless names holding a value in a provider key's form (the value is its own canary).
+pub fn key_form_vars() -> Vec<(&'static str, String)> {
+    vec![
+        ("NOTES", key_form("ghp_", "CnryGitHub1", 36)),
+        ("LAST_COMMAND", format!("curl -H 'Authorization: Bearer {}'", key_form("sk-proj-", "CnryOpenAi2", 40))),
+        ("OLD_REMOTE", format!("https://oauth2:{}@gitlab.example.org/g/p.git", key_form("glpat-", "CnryGitLab3", 20))),
+        ("BOT", format!("xoxb-123456789012-{}", key_form("", "CnrySlack4", 24))),
+        ("CLOUD_ID", "AKIAIOSFODNN7EXAMPLE".into()),
+        ("HUB", key_form("hf_", "CnryHuggingFaceFive", 34)),
+    ]
+}
+
+/// A launch with every variable of `SECRET_NAMES`, `key_form_vars` and `HARMLESS_VARS`.
+pub fn with_env_canaries(mut j: Jail) -> Jail {
+    for name in SECRET_NAMES {
+        j = j.env(name, &env_canary(name));
+    }
+    for (name, value) in key_form_vars() {
+        j = j.env(name, &value);
+    }
+    for (name, value) in HARMLESS_VARS {
+        j = j.env(name, value);
+    }
+    j
+}
+
+/// Checks the output of `env` inside a launch `with_env_canaries`, except the names in
+/// `passed` (given with `--env NAME`), which must be there.
+pub fn assert_scrubbed_by_meaning(out: &Out, passed: &[&str]) {
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    let has = |name: &str, value: &str| lines.contains(&format!("{name}={value}").as_str());
+    let named = |name: &str| lines.iter().any(|l| l.starts_with(&format!("{name}=")));
+    let mut wrong = vec![];
+    for name in SECRET_NAMES {
+        let canary = env_canary(name);
+        match passed.contains(name) {
+            true if !has(name, &canary) => wrong.push(format!("{name}: passed with --env, missing")),
+            false if named(name) || out.both().contains(&canary) => wrong.push(format!("{name}: reached the jail")),
+            _ => {}
+        }
+    }
+    for (name, value) in key_form_vars() {
+        match passed.contains(&name) {
+            true if !has(name, &value) => wrong.push(format!("{name}: passed with --env, missing")),
+            false if named(name) || out.both().contains(&value) => {
+                wrong.push(format!("{name}: key form reached the jail"))
+            }
+            _ => {}
+        }
+    }
+    for (name, value) in HARMLESS_VARS {
+        if !has(name, value) {
+            wrong.push(format!("{name}: harmless, missing"));
+        }
+    }
+    // The jail's own variables are set after the scrub, whatever their words.
+    if !named("AGENT_SANDBOX_SESSION") {
+        wrong.push("AGENT_SANDBOX_SESSION: the jail's own, missing".into());
+    }
+    assert!(wrong.is_empty(), "{}\n{out}", wrong.join("\n"));
+}
+
+/// Scans every process readable from where it runs (its own excepted) for the canary given
+/// in two halves as its arguments (so that the whole canary is in no process's arguments):
+/// `/proc/PID/cmdline`, `environ` and every readable mapping through `mem`. Prints `READ PID
+/// WHAT` for what it could read and `LEAK PID WHAT` where it found the canary.
+pub const PROC_SCAN: &str = r#"import os, sys
+needle = (sys.argv[1] + sys.argv[2]).encode()
+me = os.getpid()
+for pid in sorted(int(p) for p in os.listdir('/proc') if p.isdigit()):
+    if pid == me:
+        continue
+    for what in ('cmdline', 'environ'):
+        try:
+            with open(f'/proc/{pid}/{what}', 'rb') as f:
+                data = f.read()
+        except OSError:
+            continue
+        print(f'READ {pid} {what}')
+        if needle in data:
+            print(f'LEAK {pid} {what}')
+    try:
+        with open(f'/proc/{pid}/maps') as f:
+            maps = f.read().splitlines()
+        mem = open(f'/proc/{pid}/mem', 'rb', 0)
+    except OSError:
+        continue
+    read = 0
+    for line in maps:
+        f = line.split()
+        if 'r' not in f[1] or (len(f) > 5 and f[5].startswith('[v')):
+            continue
+        lo, hi = (int(x, 16) for x in f[0].split('-'))
+        if hi - lo > 1 << 28:
+            continue
+        try:
+            mem.seek(lo)
+            data = mem.read(hi - lo)
+        except (OSError, ValueError, OverflowError):
+            continue
+        read += len(data)
+        if needle in data:
+            print(f'LEAK {pid} mem {line}')
+    if read:
+        print(f'READ {pid} mem')
+"#;
+
 pub struct Rig {
     pub uid: u32,
     pub gid: u32,
@@ -403,4 +555,21 @@ pub fn one_host_slurm_jail(name: &str) -> Option<Jail> {
     let up = out.as_ref().is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
     assert!(up, "the one-host test cluster is not running: as root, tests/cluster/start.sh --user {USER} --one-host");
     Some(j.env("SLURM_CONF", ONE_HOST_CONF))
+}
+
+/// Runs `PROC_SCAN` inside `j` for a canary held by variables the scrub removes (`GH_TOKEN`
+/// by an old pattern, the others by their words); fails on a `LEAK`, returns the output.
+pub fn scan_processes_for_a_scrubbed_canary(j: Jail) -> Out {
+    let (first, second) = ("CANARY-PROC", "SCAN-1d1d");
+    let j = j
+        .project_file("scan.py", PROC_SCAN)
+        .env("API_KEY", &format!("{first}{second}"))
+        .env("SECRET_KEY", &format!("{first}{second}"))
+        .env("GH_TOKEN", &format!("{first}{second}"));
+    let out = j.run(&format!(
+        "echo KEEPER=${{AGENT_SANDBOX_SLURM_KEEPER:-none}}; python3 scan.py {first} {second} && echo SCANNED"
+    ));
+    assert!(out.stdout.contains("SCANNED"), "{out}");
+    assert!(!out.stdout.contains("LEAK"), "a process readable inside holds the canary:\n{out}");
+    out
 }
