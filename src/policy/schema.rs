@@ -200,7 +200,8 @@ pub struct AgentSection {
 pub struct MergeSpec {
     /// Home-relative; one of the profile's `home.write` files.
     pub file: String,
-    /// Dotted key paths (`numStartups`, `projects.*.lastCost`: `*` is any key at its level).
+    /// Dotted key paths (`numStartups`, `projects.*.lastCost`: `*` is any key at its level;
+    /// `*[type=oauth]`: only objects whose `type` is `oauth`).
     pub keys: Vec<String>,
 }
 
