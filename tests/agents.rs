@@ -703,31 +703,38 @@ fn home_lock(agent: &str) -> std::sync::MutexGuard<'static, ()> {
 }
 
 /// The user's files a test changes, put back as they were when it ends (whatever the jail did
-/// to them, on code where it could).
-struct Restore(Vec<(PathBuf, Option<Vec<u8>>)>);
+/// to them, on code where it could). An empty file counts as none: it is a session's
+/// placeholder, which its session removes.
+struct Restore {
+    files: Vec<(PathBuf, Option<Vec<u8>>)>,
+    owner: (u32, u32),
+}
 
 impl Restore {
     fn of(j: &Jail, rels: &[&str]) -> Restore {
-        Restore(
-            rels.iter()
-                .map(|r| {
-                    let p = j.rig.home.join(r);
-                    let before = std::fs::read(&p).ok();
-                    (p, before)
-                })
-                .collect(),
-        )
+        let files = rels
+            .iter()
+            .map(|r| {
+                let p = j.rig.home.join(r);
+                let before = std::fs::read(&p).ok().filter(|b| !b.is_empty());
+                (p, before)
+            })
+            .collect();
+        Restore { files, owner: (j.rig.uid, j.rig.gid) }
     }
 }
 
 impl Drop for Restore {
     fn drop(&mut self) {
-        for (p, before) in &self.0 {
+        for (p, before) in &self.files {
             match before {
                 Some(b) => {
-                    let _ = std::fs::write(p, b);
+                    if std::fs::read(p).ok().as_ref() != Some(b) {
+                        let _ = std::fs::write(p, b);
+                        let _ = std::os::unix::fs::chown(p, Some(self.owner.0), Some(self.owner.1));
+                    }
                 }
-                None if p.is_dir() => {
+                None if p.is_dir() && std::fs::read_dir(p).is_ok_and(|mut d| d.next().is_some()) => {
                     let _ = std::fs::remove_dir_all(p);
                 }
                 None => {
@@ -842,13 +849,13 @@ fn nothing_planted_in_claudes_configuration_runs_when_claude_starts_outside() {
         &["-p", "RUN: echo outside > outside.txt", "--allowedTools", "Bash"],
         &[("ANTHROPIC_API_KEY", KEY), ("ANTHROPIC_BASE_URL", &base), ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")],
     );
+    assert_eq!(markers(&j), Vec::<String>::new(), "nothing planted ran: {out}");
     assert_eq!(
         std::fs::read_to_string(j.project.join("outside.txt")).unwrap_or_default(),
         "outside\n",
         "claude worked outside: {out}"
     );
     assert!(j.project.join("user-hook-ran").exists(), "the user's own hook ran outside, unchanged: {out}");
-    assert_eq!(markers(&j), Vec::<String>::new(), "nothing planted ran: {out}");
     // And the jail could not write them in the first place.
     for refused in ["~/.claude/hooks/user-hook.sh", "~/.claude/commands/pwn.md", ".claude/settings.json", ".mcp.json"] {
         assert!(planted.stdout.contains(&format!("refused {refused}")), "{refused}: {planted}");
@@ -930,13 +937,13 @@ fn nothing_planted_in_codexs_configuration_runs_when_codex_starts_outside() {
         ],
         &[("OPENAI_API_KEY", KEY)],
     );
+    assert_eq!(markers(&j), Vec::<String>::new(), "nothing planted ran: {out}");
     assert_eq!(
         std::fs::read_to_string(j.project.join("outside.txt")).unwrap_or_default(),
         "outside\n",
         "codex worked outside: {out}"
     );
     assert!(j.project.join("user-mcp-ran").exists(), "the user's own MCP server started outside, unchanged: {out}");
-    assert_eq!(markers(&j), Vec::<String>::new(), "nothing planted ran: {out}");
     // And the jail could not write them in the first place.
     for refused in [
         "~/.codex/AGENTS.override.md",
@@ -1000,13 +1007,13 @@ fn nothing_planted_in_geminis_configuration_runs_when_gemini_starts_outside() {
         &["-p", "RUN: echo outside > outside.txt", "--yolo", "--skip-trust"],
         &[("GEMINI_API_KEY", KEY), ("GOOGLE_GEMINI_BASE_URL", &base)],
     );
+    assert_eq!(markers(&j), Vec::<String>::new(), "nothing planted ran: {out}");
     assert_eq!(
         std::fs::read_to_string(j.project.join("outside.txt")).unwrap_or_default(),
         "outside\n",
         "gemini worked outside: {out}"
     );
     assert!(j.project.join("user-mcp-ran").exists(), "the user's own MCP server started outside: {out}");
-    assert_eq!(markers(&j), Vec::<String>::new(), "nothing planted ran: {out}");
     // And the jail could not write them in the first place.
     for refused in ["~/.gemini/.env", "~/.gemini/extensions/pwn/gemini-extension.json", ".gemini/settings.json"] {
         assert!(planted.stdout.contains(&format!("refused {refused}")), "{refused}: {planted}");
@@ -1053,12 +1060,12 @@ fn nothing_planted_in_opencodes_configuration_runs_when_opencode_starts_outside(
             ("OPENCODE_DISABLE_AUTOUPDATE", "1"),
         ],
     );
+    assert_eq!(markers(&j), Vec::<String>::new(), "nothing planted ran: {out}");
     assert_eq!(
         std::fs::read_to_string(j.project.join("outside.txt")).unwrap_or_default(),
         "outside\n",
         "opencode worked outside: {out}"
     );
-    assert_eq!(markers(&j), Vec::<String>::new(), "nothing planted ran: {out}");
     // And the jail could not write them in the first place.
     let refused_all = [
         "~/.config/opencode/opencode.json",
@@ -1111,14 +1118,69 @@ fn nothing_planted_in_pis_configuration_runs_when_pi_starts_outside() {
         &["-p", "--provider", "fake", "--model", "fake-model", "RUN: echo outside > outside.txt"],
         &[("OPENAI_API_KEY", KEY), ("PI_OFFLINE", "1")],
     );
+    assert_eq!(markers(&j), Vec::<String>::new(), "nothing planted ran: {out}");
     assert_eq!(
         std::fs::read_to_string(j.project.join("outside.txt")).unwrap_or_default(),
         "outside\n",
         "pi worked outside: {out}"
     );
-    assert_eq!(markers(&j), Vec::<String>::new(), "nothing planted ran: {out}");
     // And the jail could not write them in the first place.
     for refused in ["~/.pi/agent/extensions/pwn.ts", "~/.pi/agent/models.json", ".pi/extensions/pwn.ts"] {
+        assert!(planted.stdout.contains(&format!("refused {refused}")), "{refused}: {planted}");
+    }
+}
+
+#[test]
+fn nothing_planted_in_aiders_configuration_runs_when_aider_starts_outside() {
+    if !installed(AIDER, "aider") {
+        return;
+    }
+    let _home = home_lock("aider");
+    let Some(j) = agent_jail("agent-aider-plant") else { return };
+    let _restore = Restore::of(&j, &[".aider/oauth-keys.env"]);
+    let p = j.project.display().to_string();
+    // The user's own project config (protected where it exists).
+    let j = j.project_file(".aider.conf.yml", "auto-lint: false\n");
+    let env = format!(
+        "AIDER_AUTO_TEST=true\nAIDER_TEST_CMD=touch {p}/pwned-test-cmd\nAIDER_LINT_CMD=touch {p}/pwned-lint-cmd"
+    );
+    let mut script = String::new();
+    script += &write_cmd("~/.aider/oauth-keys.env", &env);
+    script += &write_cmd(".aider.conf.yml", &format!("auto-test: true\ntest-cmd: touch {p}/pwned-conf"));
+    let planted = plant(&j, "aider", &script);
+    let port = outside_model();
+    let base = format!("http://127.0.0.1:{port}/v1");
+    let out = outside(
+        &j,
+        "aider",
+        &[
+            "--openai-api-base",
+            &base,
+            "--model",
+            "openai/fake-model",
+            "--edit-format",
+            "diff",
+            "--yes-always",
+            "--no-git",
+            "--no-show-release-notes",
+            "--no-show-model-warnings",
+            "--no-pretty",
+            "--no-stream",
+            "--no-check-update",
+            "--analytics-disable",
+            "--message",
+            "RUN: echo outside > outside.txt",
+        ],
+        &[("OPENAI_API_KEY", KEY), ("LITELLM_LOCAL_MODEL_COST_MAP", "True")],
+    );
+    assert_eq!(markers(&j), Vec::<String>::new(), "nothing planted ran: {out}");
+    assert_eq!(
+        std::fs::read_to_string(j.project.join("outside.txt")).unwrap_or_default(),
+        "outside\n",
+        "aider worked outside: {out}"
+    );
+    // And the jail could not write them in the first place.
+    for refused in ["~/.aider/oauth-keys.env", ".aider.conf.yml"] {
         assert!(planted.stdout.contains(&format!("refused {refused}")), "{refused}: {planted}");
     }
 }

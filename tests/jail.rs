@@ -874,10 +874,14 @@ fn profile_option_applies_a_profiles_policy_to_any_command() {
     std::fs::create_dir_all(&claude).unwrap();
     j.give(&[&claude]);
     let j = j.arg("--profile").arg("claude").env("ANTHROPIC_API_KEY", "sk-ant-test");
-    let out = j.run("touch ~/.claude/from-jail && echo WROTE; echo key=$ANTHROPIC_API_KEY");
+    // What the agent keeps there (its transcripts: the profile's `agent.state`) is writable
+    // and persists; what it runs outside is not the jail's (tests/agents.rs, the plant tests).
+    let out = j.run(
+        "mkdir -p ~/.claude/projects && touch ~/.claude/projects/from-jail && echo WROTE; echo key=$ANTHROPIC_API_KEY",
+    );
     // filtered (the default): the key stays outside, the jail holds a stand-in.
     assert!(out.stdout.contains("WROTE") && out.stdout.contains("key=agent-sandbox-injects-the-key"), "{out}");
-    assert!(claude.join("from-jail").exists(), "the profile's home entry must be writable and persist");
+    assert!(claude.join("projects/from-jail").exists(), "the profile's state entry must be writable and persist");
     // Without a supervisor (open) the profile passes the key as env.keep says.
     let out = j.run_with(&["--net", "open"], "echo key=$ANTHROPIC_API_KEY");
     assert!(out.stdout.contains("key=sk-ant-test"), "{out}");
