@@ -786,6 +786,16 @@ mod tests {
         assert!(r.ops.iter().any(|o| o == "attr /newroot/etc/passwd ro=true"));
     }
 
+    /// The agent's settings as the jail sees them, copied to the staging tmpfs and bound over
+    /// the file writable: what the agent writes there never reaches the host's file.
+    #[test]
+    fn a_session_copy_is_the_files_text_staged_and_bound_writable_inside_the_root() {
+        let mounts = vec![MountSpec::SessionCopy { target: "/home/u/.codex/config.toml".into() }];
+        let mut r = Recorder::default();
+        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        assert_eq!(r.ops, ["write /stage/1", "bind-in-root /stage/1 /newroot///home/u/.codex/config.toml ro=false"]);
+    }
+
     #[test]
     fn instructions_are_the_files_own_text_then_the_notice_bound_read_only_inside_the_root() {
         let mounts =
