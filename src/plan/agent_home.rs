@@ -200,14 +200,9 @@ impl Walk<'_> {
                 pin_ancestors(b, w, &p);
             }
             // An empty JSON file stops some agents ("Unexpected end of JSON input"): a JSON
-            // name is made holding `{}`, and kept, as the agent would have made it.
-            if p.extension().is_some_and(|e| e == "json") && !dir {
-                if !b.home_files.contains(&p) {
-                    b.home_files.push(p.clone());
-                }
-            } else {
-                self.out.placeholders.push(Placeholder { path: p.clone(), dir });
-            }
+            // name's placeholder holds `{}`.
+            let json = p.extension().is_some_and(|e| e == "json") && !dir;
+            self.out.placeholders.push(Placeholder { path: p.clone(), dir, json });
             match session {
                 true => b.push(MountSpec::SessionCopy { target: p }),
                 false => b.push(MountSpec::Bind { source: p.clone(), target: p, rw: false, dir }),

@@ -72,7 +72,7 @@ pub fn place(policy: &Policy, fs: &dyn HostFs, home: &Path, backend: BackendKind
         }
     }
     let placeholder = match fs.kind(&target) {
-        None => Some(Placeholder { path: target.clone(), dir: false }),
+        None => Some(Placeholder { path: target.clone(), dir: false, json: false }),
         Some(_) => None,
     };
     Ok(Some(Placed { target, home_dirs, placeholder }))

@@ -266,6 +266,10 @@ pub use crate::stub::slurm::{SLURM_FD, SLURM_FD_VAR, SLURM_KEEPER_VAR};
 pub struct Placeholder {
     pub path: PathBuf,
     pub dir: bool,
+    /// A file made holding `{}` (an agent stops at an empty JSON file), removed afterwards if
+    /// it still holds only that.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub json: bool,
 }
 
 /// The session's limits, and what enforces them.

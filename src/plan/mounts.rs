@@ -247,7 +247,7 @@ pub(super) fn protect(
                 continue;
             }
             let dir = want_dir || first_missing != full;
-            let ph = Placeholder { path: first_missing.clone(), dir };
+            let ph = Placeholder { path: first_missing.clone(), dir, json: false };
             if !placeholders.contains(&ph) {
                 pin_ancestors(b, project, &first_missing);
                 placeholders.push(ph);
@@ -320,7 +320,7 @@ pub(super) fn protect_found(
                 }
                 let dir = *want_dir || &first_missing != p;
                 pin_ancestors(b, project, &first_missing);
-                placeholders.push(Placeholder { path: first_missing.clone(), dir });
+                placeholders.push(Placeholder { path: first_missing.clone(), dir, json: false });
                 b.push(MountSpec::Bind { source: first_missing.clone(), target: first_missing, rw: false, dir });
             }
             None => {}

@@ -788,10 +788,11 @@ fn claudes_own_directory_keeps_its_state_writable_and_nothing_that_runs_outside(
     );
     for missing in ["commands", "agents", "skills", "plugins"] {
         let p = PathBuf::from("/home/u/.claude").join(missing);
-        assert!(plan.placeholders.contains(&Placeholder { path: p.clone(), dir: true }), "{missing}");
+        assert!(plan.placeholders.contains(&Placeholder { path: p.clone(), dir: true, json: false }), "{missing}");
         assert!(ro_bind(&plan, p.to_str().unwrap()), "{missing}");
     }
-    assert!(plan.home_files.contains(&PathBuf::from("/home/u/.claude/settings.local.json")), "a JSON name holds {{}}");
+    let local = Placeholder { path: "/home/u/.claude/settings.local.json".into(), dir: false, json: true };
+    assert!(plan.placeholders.contains(&local), "a JSON name's placeholder holds {{}}");
     let copy = PathBuf::from("/home/u/.local/state/agent-sandbox/copies/s1/0");
     assert!(has(&plan, |m| matches!(m, MountSpec::Bind { source, target, rw: true, .. }
         if source == &copy && target == Path::new("/home/u/.claude.json"))));
@@ -837,7 +838,7 @@ fn codex_and_opencode_keep_their_state_and_nothing_that_runs_outside() {
     assert!(!has(&plan, |m| m.target() == Path::new("/home/u/.codex/state_5.sqlite")));
     assert!(ro_bind(&plan, "/home/u/.codex/notify.py"));
     let config = PathBuf::from("/home/u/.codex/config.toml");
-    assert!(plan.placeholders.contains(&Placeholder { path: config.clone(), dir: false }));
+    assert!(plan.placeholders.contains(&Placeholder { path: config.clone(), dir: false, json: false }));
     assert!(has(&plan, |m| matches!(m, MountSpec::SessionCopy { target } if target == &config)));
     for name in ["AGENTS.override.md", ".env", "hooks", "rules", "prompts", "skills"] {
         assert!(ro_bind(&plan, &format!("/home/u/.codex/{name}")), "{name}");
@@ -868,7 +869,11 @@ fn the_repositorys_hooks_path_and_what_the_envrc_loads_are_protected() {
     assert!(has(&plan, |m| matches!(m, MountSpec::Pin { target } if target == Path::new("/home/u/proj/tools"))));
     assert!(ro_bind(&plan, "/home/u/proj/.env.local"), "what .envrc loads");
     let private = PathBuf::from("/home/u/proj/.envrc.private");
-    assert!(plan.placeholders.contains(&Placeholder { path: private, dir: false }), "{:?}", plan.placeholders);
+    assert!(
+        plan.placeholders.contains(&Placeholder { path: private, dir: false, json: false }),
+        "{:?}",
+        plan.placeholders
+    );
     // A `.env` no `.envrc` loads is everyday data: writable.
     let fs = host().file("/home/u/proj/.env");
     let plan = build(&policy(""), &facts(), &fs, &request("/home/u/proj")).unwrap();

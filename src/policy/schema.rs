@@ -186,7 +186,7 @@ pub struct AgentSection {
     pub session: Option<Vec<String>>,
     /// Names the agent loads code, settings or instructions from when they exist: a missing
     /// one gets a read-only placeholder, so the jail cannot create it (trailing `/`: a
-    /// directory).
+    /// directory; a `.json` name's holds `{}`).
     pub guard: Option<Vec<String>>,
     /// Files of the agent's own given as a copy for the session, of which only the listed
     /// keys go back to your file at exit (keys that cannot run code).
