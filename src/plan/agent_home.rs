@@ -238,9 +238,10 @@ pub fn confine(
     };
     let dirs = agent_dirs(policy, home);
     for (i, m) in agent.merge.iter().flatten().enumerate() {
-        let merge = merge_copy(b, policy, home, &dirs, m, &copies.join(i.to_string()))?;
-        walk.merged.push(merge.file.clone());
-        walk.out.merges.push(merge);
+        if let Some(merge) = merge_copy(b, policy, home, &dirs, m, &copies.join(i.to_string()))? {
+            walk.merged.push(merge.file.clone());
+            walk.out.merges.push(merge);
+        }
     }
     for d in &dirs {
         let rel = walk.rel(d);
@@ -266,7 +267,8 @@ pub fn confine(
     Ok(walk.out)
 }
 
-/// The copy of a merged file: bound where the file's own bind would have gone.
+/// The copy of a merged file: bound where the file's own bind would have gone. None for a
+/// hidden file (a login the policy hides): its mask stays, and no copy of it is made.
 fn merge_copy(
     b: &mut Builder<'_>,
     policy: &Policy,
@@ -274,11 +276,14 @@ fn merge_copy(
     dirs: &[PathBuf],
     m: &crate::policy::schema::MergeSpec,
     copy: &Path,
-) -> Result<MergeBack, PlanError> {
+) -> Result<Option<MergeBack>, PlanError> {
     let Some(rel) = home_entry(&m.file) else {
         return Err(entry_err("agent.merge", &m.file, "must be a plain path relative to ~ (e.g. .claude.json)"));
     };
     let file = home.join(&rel);
+    if b.hidden.covers(&file) {
+        return Ok(None);
+    }
     let listed = policy.home_write.iter().any(|e| home_entry(&e.value).as_deref() == Some(rel.as_path()))
         || dirs.iter().any(|d| file.starts_with(d) && &file != d);
     if !listed {
@@ -305,7 +310,7 @@ fn merge_copy(
         }
         b.push(MountSpec::Bind { source: copy.to_path_buf(), target: file.clone(), rw: true, dir: false });
     }
-    Ok(MergeBack { file, copy: copy.to_path_buf(), keys: m.keys.clone() })
+    Ok(Some(MergeBack { file, copy: copy.to_path_buf(), keys: m.keys.clone() }))
 }
 
 /// Writes the listed keys of `copy` (what the agent left in its session copy) into `real`

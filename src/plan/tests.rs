@@ -738,6 +738,11 @@ fn the_plan_warns_when_the_commands_own_sandbox_cannot_start() {
 
 /// The policy with a built-in profile (`profiles/NAME.toml`) as its profile layer.
 fn with_profile(name: &str, text: &str) -> Policy {
+    with_profile_and(name, text, "")
+}
+
+/// `with_profile`, and a user layer.
+fn with_profile_and(name: &str, text: &str, user: &str) -> Policy {
     let builtin = include_str!("../policy/builtin.toml");
     let layer = |text: &str, source: Source, kind: FileKind| SourcedLayer {
         layer: parse_layer(text, Path::new("l"), kind).unwrap(),
@@ -746,6 +751,7 @@ fn with_profile(name: &str, text: &str) -> Policy {
     merge(
         &[
             layer(builtin, Source::Builtin, FileKind::Site),
+            layer(user, Source::User("u".into()), FileKind::User),
             layer(text, Source::Profile(name.into()), FileKind::Profile),
         ],
         None,
@@ -811,6 +817,25 @@ fn claudes_own_directory_keeps_its_state_writable_and_nothing_that_runs_outside(
     // The notice still goes over the instruction file, after everything else of the home.
     let notice = pos(&plan, |m| matches!(m, MountSpec::Instructions { .. }));
     assert!(notice > pos(&plan, |m| matches!(m, MountSpec::SessionCopy { .. })));
+}
+
+/// A login the policy hides inside the agent's directory stays hidden: no copy of it is bound
+/// over its mask, and nothing is merged back.
+#[test]
+fn a_hidden_file_of_the_agents_is_neither_copied_nor_merged() {
+    let hide = "[filesystem]\nhide = [\"~/.pi/agent/auth.json\"]\n";
+    let pol = with_profile_and("pi", include_str!("../../profiles/pi.toml"), hide);
+    let fs = host().file("/home/u/.pi/agent/auth.json").dir("/home/u/.pi/agent/sessions");
+    let plan = build(&pol, &facts(), &fs, &request("/home/u/proj")).unwrap();
+    assert!(plan.merges.is_empty(), "{:?}", plan.merges);
+    assert!(!has(
+        &plan,
+        |m| matches!(m, MountSpec::Bind { target, .. } if target == Path::new("/home/u/.pi/agent/auth.json"))
+    ));
+    assert!(has(
+        &plan,
+        |m| matches!(m, MountSpec::Mask { target, .. } if target == Path::new("/home/u/.pi/agent/auth.json"))
+    ));
 }
 
 /// A link in the agent's directory cannot be mounted over, and the jail could swap it for a
