@@ -24,6 +24,9 @@ pub trait HostFs {
     fn read_dir(&self, p: &Path) -> std::rc::Rc<[OsString]>;
     fn read_link(&self, p: &Path) -> Option<PathBuf>;
     fn canonicalize(&self, p: &Path) -> Option<PathBuf>;
+    /// Up to `max` bytes of a regular file (links followed; a FIFO or device is not opened
+    /// for reading). For config files the plan reads: a repository's, an `.envrc`.
+    fn read_small(&self, p: &Path, max: u64) -> Option<Vec<u8>>;
 }
 
 /// The host filesystem, with `kind` and `read_dir` answers cached for one plan (the same
@@ -73,6 +76,18 @@ impl HostFs for RealFs {
     fn canonicalize(&self, p: &Path) -> Option<PathBuf> {
         std::fs::canonicalize(p).ok()
     }
+    fn read_small(&self, p: &Path, max: u64) -> Option<Vec<u8>> {
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        // O_NONBLOCK: a FIFO the jail of an earlier session planted must not hold the launch.
+        let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(p).ok()?;
+        if !f.metadata().ok()?.is_file() {
+            return None;
+        }
+        let mut data = vec![];
+        f.take(max).read_to_end(&mut data).ok()?;
+        Some(data)
+    }
 }
 
 /// An in-memory filesystem for plan tests.
@@ -80,6 +95,7 @@ impl HostFs for RealFs {
 #[derive(Default, Clone)]
 pub struct FakeFs {
     pub entries: BTreeMap<PathBuf, (Kind, Option<PathBuf>)>,
+    pub contents: BTreeMap<PathBuf, Vec<u8>>,
 }
 
 #[cfg(test)]
@@ -90,6 +106,12 @@ impl FakeFs {
     }
     pub fn file(mut self, p: &str) -> Self {
         self.add(p, Kind::File, None);
+        self
+    }
+    /// A file with its text.
+    pub fn content(mut self, p: &str, text: &str) -> Self {
+        self.add(p, Kind::File, None);
+        self.contents.insert(PathBuf::from(p), text.as_bytes().to_vec());
         self
     }
     pub fn char_device(mut self, p: &str) -> Self {
@@ -130,6 +152,10 @@ impl HostFs for FakeFs {
             (Kind::Symlink, Some(t)) if t.is_absolute() => Some(t.clone()),
             _ => Some(p.to_path_buf()),
         }
+    }
+    fn read_small(&self, p: &Path, max: u64) -> Option<Vec<u8>> {
+        let data = self.contents.get(p)?;
+        Some(data[..data.len().min(max as usize)].to_vec())
     }
 }
 

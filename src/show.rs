@@ -264,6 +264,9 @@ fn mounts(s: &mut String, p: &Plan) {
             MountSpec::Copy { target, .. } => {
                 format!("copy     {} (writable session copy)", target.display())
             }
+            MountSpec::SessionCopy { target } => {
+                format!("copy     {} (writable for the session; your file never changes)", target.display())
+            }
             MountSpec::Proc { target } => format!("proc     {}", target.display()),
             MountSpec::Devpts { target } => format!("devpts   {} (new instance)", target.display()),
             MountSpec::Mask { target, .. } => {

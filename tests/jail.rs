@@ -78,6 +78,49 @@ fn tmp_is_private_per_session() {
     assert_ne!(out.code, 0, "second session saw the first one's /tmp: {out}");
 }
 
+/// Issue 32: with `core.hooksPath` set (husky's `.husky/_`, or a team's own directory named
+/// only in the repository's config), the jail rewrote a hook and the user's next ordinary `git
+/// commit` ran it. The hooks directory is read at plan time and protected wherever it is; the
+/// user's own hook still runs at their commit, the jail's never does.
+#[test]
+fn a_hook_in_the_core_hooks_path_cannot_be_rewritten_and_the_users_commit_runs_only_their_own() {
+    let hook = |marker: &str| format!("#!/bin/sh\ntouch {marker}\n");
+    let j = jail!("hookspath")
+        .project_file(".git/HEAD", "ref: refs/heads/main\n")
+        .project_file(
+            ".git/config",
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\thooksPath = tools/hooks\n",
+        )
+        .project_file("tools/hooks/pre-commit", &hook("user-hook-ran"))
+        .project_file(".husky/_/pre-commit", &hook("user-husky-ran"))
+        .project_file(".envrc", "dotenv .env.local\n")
+        .project_file(".env.local", "X=1\n");
+    for d in [".git/objects", ".git/refs/heads"] {
+        std::fs::create_dir_all(j.project.join(d)).unwrap();
+    }
+    j.give(&[&j.project.join(".git/objects"), &j.project.join(".git/refs"), &j.project.join(".git/refs/heads")]);
+    for h in ["tools/hooks/pre-commit", ".husky/_/pre-commit"] {
+        std::fs::set_permissions(j.project.join(h), std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let out = j.run(
+        "printf '#!/bin/sh\\ntouch pwned-hook\\n' > tools/hooks/pre-commit || echo HOOK-RO; \
+         touch tools/hooks/post-commit || echo NEWHOOK-RO; \
+         mv tools t2 || echo PINNED; \
+         printf '#!/bin/sh\\ntouch pwned-husky\\n' > .husky/_/pre-commit || echo HUSKY-RO; \
+         echo 'PROMPT_COMMAND=touch pwned-envrc' >> .env.local || echo ENVRC-LOAD-RO; \
+         echo data > .env && echo DOTENV-WRITABLE",
+    );
+    for want in ["HOOK-RO", "NEWHOOK-RO", "PINNED", "HUSKY-RO", "ENVRC-LOAD-RO", "DOTENV-WRITABLE"] {
+        assert!(out.stdout.contains(want), "missing {want}: {out}");
+    }
+    let mut git = j.as_user("git");
+    git.args(["-c", "user.name=U", "-c", "user.email=u@example.com", "commit", "-q", "--allow-empty", "-m", "after"]);
+    let commit = j.output(&mut git);
+    assert_eq!(commit.code, 0, "the user's commit: {commit}");
+    assert!(j.project.join("user-hook-ran").exists(), "the user's own hook ran at their commit: {commit}");
+    assert!(!j.project.join("pwned-hook").exists() && !j.project.join("pwned-husky").exists(), "{commit}");
+}
+
 #[test]
 fn the_projects_git_hooks_and_config_cannot_be_changed_to_run_code_even_with_git_swapped() {
     // The git guard keeps them (tests/git_guard.rs has the rest); removing is harmless.
@@ -900,10 +943,14 @@ fn profile_option_applies_a_profiles_policy_to_any_command() {
     std::fs::create_dir_all(&claude).unwrap();
     j.give(&[&claude]);
     let j = j.arg("--profile").arg("claude").env("ANTHROPIC_API_KEY", "sk-ant-test");
-    let out = j.run("touch ~/.claude/from-jail && echo WROTE; echo key=$ANTHROPIC_API_KEY");
+    // What the agent keeps there (its transcripts: the profile's `agent.state`) is writable
+    // and persists; what it runs outside is not the jail's (tests/agents.rs, the plant tests).
+    let out = j.run(
+        "mkdir -p ~/.claude/projects && touch ~/.claude/projects/from-jail && echo WROTE; echo key=$ANTHROPIC_API_KEY",
+    );
     // filtered (the default): the key stays outside, the jail holds a stand-in.
     assert!(out.stdout.contains("WROTE") && out.stdout.contains("key=agent-sandbox-injects-the-key"), "{out}");
-    assert!(claude.join("from-jail").exists(), "the profile's home entry must be writable and persist");
+    assert!(claude.join("projects/from-jail").exists(), "the profile's state entry must be writable and persist");
     // Without a supervisor (open) the profile passes the key as env.keep says.
     let out = j.run_with(&["--net", "open"], "echo key=$ANTHROPIC_API_KEY");
     assert!(out.stdout.contains("key=sk-ant-test"), "{out}");

@@ -3,6 +3,7 @@
 //! `fallback.rs` and `landlock.rs`). Nothing here decides policy; if a value is missing, the
 //! plan is missing a field.
 
+pub mod agent_copies;
 pub mod blueprint;
 pub mod caps;
 mod command;
@@ -36,6 +37,8 @@ pub enum JailError {
     Channel(String),
     #[error(transparent)]
     Placeholder(#[from] placeholders::PlaceholderError),
+    #[error("cannot copy the agent's file for the session: {0}")]
+    AgentCopy(std::io::Error),
     #[error("cannot apply Landlock: {0}")]
     Landlock(#[from] landlock::LandlockError),
     #[error("cannot seal the sandbox: {0}")]
@@ -107,10 +110,16 @@ pub fn run(
     }
     // Before anything of the jail runs: a launcher killed from here on is cleaned up after.
     lock.hand_to_waiter();
+    if let Err(e) = agent_copies::prepare(&plan.merges) {
+        lock.finish();
+        return Err(JailError::AgentCopy(e));
+    }
     let result = match plan.backend {
         BackendKind::Userns => userns::run(plan, early, banner, net_start, lazy, audit),
         BackendKind::Landlock => fallback::run(plan, banner, lazy),
     };
+    // The jail is gone: nothing of it writes the copies any more.
+    agent_copies::merge_back(&plan.merges);
     lock.finish();
     result
 }

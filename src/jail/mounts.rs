@@ -174,6 +174,21 @@ fn instructions(sys: &mut dyn Sys, target: &Path, notice: &str, stage: &Path) ->
     sys.bind_in_root(stage, Path::new(NEW), target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
 }
 
+/// The largest settings file given as a session copy (a bigger one fails the launch rather
+/// than be cut short).
+const MAX_SESSION_COPY: u64 = 16 << 20;
+
+/// The file as the jail sees it, copied to `stage` (writable, the session's own) and bound
+/// over it: the agent may rewrite its settings, and what it writes is gone at exit.
+fn session_copy(sys: &mut dyn Sys, target: &Path, stage: &Path) -> io::Result<()> {
+    let text = sys.read_in_root(Path::new(NEW), target, MAX_SESSION_COPY + 1)?.unwrap_or_default();
+    if text.len() as u64 > MAX_SESSION_COPY {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "larger than 16 MiB"));
+    }
+    sys.write_file(stage, &text, 0o600)?;
+    sys.bind_in_root(stage, Path::new(NEW), target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+}
+
 /// Attaches a detached copy of the mount tree at `source` on `target`, with `attr` set.
 fn attach(source: &std::os::fd::OwnedFd, target: &std::os::fd::OwnedFd, attr: u64) -> io::Result<()> {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -547,6 +562,11 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
                     eprintln!("agent-sandbox: warning: no sandbox notice in {}: {e}", t.display());
                 }
             }
+            MountSpec::SessionCopy { target: t } => {
+                staged += 1;
+                let s = staging.join(staged.to_string());
+                session_copy(sys, t, &s).map_err(fail("make a session copy of"))?;
+            }
             MountSpec::Copy { source, .. } => {
                 let data = sys.read_small(&under(OLD, source), 1 << 20).map_err(fail("read seed for"))?;
                 sys.write_file(&target, &data, 0o600).map_err(fail("seed"))?;
@@ -764,6 +784,16 @@ mod tests {
         apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
         assert_eq!(r.ops[0], "write /stage/1");
         assert!(r.ops.iter().any(|o| o == "attr /newroot/etc/passwd ro=true"));
+    }
+
+    /// The agent's settings as the jail sees them, copied to the staging tmpfs and bound over
+    /// the file writable: what the agent writes there never reaches the host's file.
+    #[test]
+    fn a_session_copy_is_the_files_text_staged_and_bound_writable_inside_the_root() {
+        let mounts = vec![MountSpec::SessionCopy { target: "/home/u/.codex/config.toml".into() }];
+        let mut r = Recorder::default();
+        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        assert_eq!(r.ops, ["write /stage/1", "bind-in-root /stage/1 /newroot///home/u/.codex/config.toml ro=false"]);
     }
 
     #[test]

@@ -54,6 +54,9 @@ pub fn make_home_entries(home: &Path, dirs: &[PathBuf], files: &[PathBuf]) -> Re
     Ok(())
 }
 
+/// A JSON name's placeholder: an empty object, which the agents read as no settings.
+const JSON_PLACEHOLDER: &[u8] = b"{}\n";
+
 /// What `create_beneath` makes: a directory, or a new file with its contents.
 enum Made<'a> {
     Dir(u32),
@@ -203,10 +206,14 @@ impl ProjectLock {
         let mut lines = String::new();
         let mut result = Ok(());
         for ph in list {
-            let made = if ph.dir { Made::Dir(0o755) } else { Made::File(0o644, b"") };
+            let (made, kind) = match (ph.dir, ph.json) {
+                (true, _) => (Made::Dir(0o755), "d"),
+                (false, true) => (Made::File(0o644, JSON_PLACEHOLDER), "j"),
+                (false, false) => (Made::File(0o644, b""), "f"),
+            };
             let r = create_beneath(&self.project, &ph.path, made);
             match r {
-                Ok(()) => lines.push_str(&format!("{}\t{}\n", if ph.dir { "d" } else { "f" }, ph.path.display())),
+                Ok(()) => lines.push_str(&format!("{kind}\t{}\n", ph.path.display())),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(err) => {
                     result = Err(PlaceholderError::Create { path: ph.path.clone(), err });
@@ -335,6 +342,14 @@ impl ProjectLock {
             }
             if kind == "d" {
                 let _ = std::fs::remove_dir(path);
+            } else if kind == "j" {
+                // Still only what the session made it with (read without following a link).
+                let untouched = std::fs::symlink_metadata(path)
+                    .is_ok_and(|m| m.is_file() && m.len() == JSON_PLACEHOLDER.len() as u64)
+                    && std::fs::read(path).is_ok_and(|b| b == JSON_PLACEHOLDER);
+                if untouched {
+                    let _ = std::fs::remove_file(path);
+                }
             } else if std::fs::symlink_metadata(path).is_ok_and(|m| m.is_file() && m.len() == 0) {
                 let _ = std::fs::remove_file(path);
             }
@@ -361,6 +376,27 @@ mod tests {
         assert!(!plain_inside(Path::new("/etc/passwd"), &project));
         assert!(!plain_inside(Path::new("sub/x"), Path::new("sub")), "relative");
         assert!(!plain_inside(&project.join("link/p/x"), &project), "through a symlinked directory");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A JSON name's placeholder holds `{}`; it goes after the session if it still does, and
+    /// stays if anything else was written into it.
+    #[test]
+    fn a_json_placeholder_holds_an_empty_object_and_goes_only_if_unchanged() {
+        let dir = std::env::temp_dir().join(format!("asb-ph-json-{}", std::process::id()));
+        let (state, project) = (dir.join("state"), dir.join("p"));
+        std::fs::create_dir_all(&project).unwrap();
+        std::fs::create_dir_all(&state).unwrap();
+        let mut lock = super::ProjectLock::acquire(&state, &project).unwrap();
+        let (a, b) = (project.join("a.json"), project.join("b.json"));
+        let list: Vec<super::Placeholder> =
+            [&a, &b].iter().map(|p| super::Placeholder { path: p.to_path_buf(), dir: false, json: true }).collect();
+        lock.create(&list).unwrap();
+        assert_eq!(std::fs::read(&a).unwrap(), b"{}\n");
+        std::fs::write(&b, "{\"mine\": 1}\n").unwrap();
+        lock.remove_recorded();
+        assert!(!a.exists(), "the untouched placeholder is gone");
+        assert!(b.exists(), "what was written into one stays");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -79,6 +79,13 @@ pub enum MountSpec {
         target: PathBuf,
         notice: String,
     },
+    /// A writable copy for the session of the file at `target` as the jail sees it (read once
+    /// every other mount is in place), bound over it: what the jail writes there is dropped at
+    /// exit, and the host's file never changes (an agent's settings it rewrites itself).
+    SessionCopy {
+        #[serde(with = "super::os_path")]
+        target: PathBuf,
+    },
     /// A writable per-session copy of a host file (seeded home entries).
     Copy {
         #[serde(with = "super::os_path")]
@@ -140,6 +147,7 @@ impl MountSpec {
             | MountSpec::File { target, .. }
             | MountSpec::Instructions { target, .. }
             | MountSpec::Copy { target, .. }
+            | MountSpec::SessionCopy { target }
             | MountSpec::Proc { target }
             | MountSpec::Devpts { target }
             | MountSpec::Mask { target, .. }

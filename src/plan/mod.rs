@@ -2,6 +2,7 @@
 //! (mounts in order, environment, network mode, seccomp set, backend). Nothing here touches
 //! the system; `--dry-run` and `policy show` print this value, and the jail only executes it.
 
+pub mod agent_home;
 mod backend;
 pub mod credentials;
 pub mod env;
@@ -14,6 +15,7 @@ pub mod nested;
 mod net;
 pub mod os_path;
 mod project;
+pub mod runs_outside;
 
 pub use fs::MountSpec;
 
@@ -264,6 +266,10 @@ pub use crate::stub::slurm::{SLURM_FD, SLURM_FD_VAR, SLURM_KEEPER_VAR};
 pub struct Placeholder {
     pub path: PathBuf,
     pub dir: bool,
+    /// A file made holding `{}` (an agent stops at an empty JSON file), removed afterwards if
+    /// it still holds only that.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub json: bool,
 }
 
 /// The session's limits, and what enforces them.
@@ -323,6 +329,9 @@ pub struct Plan {
     pub home_dirs: Vec<PathBuf>,
     /// Files of the agent's own made in the home holding `{}` (`~/.claude.json`).
     pub home_files: Vec<PathBuf>,
+    /// Files of the agent's own the jail gets as copies, whose harmless keys go back at exit
+    /// (`agent_home`).
+    pub merges: Vec<agent_home::MergeBack>,
     pub hidden: Vec<PathBuf>,
     pub env: Vec<(String, String)>,
     /// The launcher's variables the jail does not get, each with the rule (never a value).
@@ -392,6 +401,11 @@ pub enum PlanError {
     Backend { why: String, fix: String },
     #[error("protected path {} is a symlink; agent-sandbox will not follow it", path.display())]
     ProtectedSymlink { path: PathBuf },
+    #[error(
+        "{} is a symbolic link in the agent's own directory: the jail could replace it with a file of its own, which the agent outside would then read",
+        path.display()
+    )]
+    AgentSymlink { path: PathBuf },
     #[error("nothing to run: the command is empty")]
     EmptyCommand,
     #[error("this kernel cannot keep the jail from making git repositories in the project: {why}")]
@@ -410,6 +424,11 @@ impl PlanError {
             | PlanError::NestedUserns { fix, .. } => Some(format!("fix: {fix}")),
             PlanError::ProtectedSymlink { path } => Some(format!(
                 "fix: look at where it points (ls -l {0}) and replace it with a real file or directory",
+                path.display()
+            )),
+            PlanError::AgentSymlink { path } => Some(format!(
+                "fix: put the file itself there (cp --remove-destination \"$(readlink -f {0})\" {0}), or list it in the \
+                 profile's agent.state if the agent may change it",
                 path.display()
             )),
             PlanError::Entry { .. } => {
@@ -449,10 +468,27 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     masks(&mut b, policy, fs, &base, &trees);
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
     let mut placeholders = protected(&mut b, policy, facts, fs, &base, &trees)?;
-    // 7. The agent's instruction file with the jail's notice, over every other mount.
+    // 7. The agent's own directories: its state writable, what it runs or obeys outside
+    // read-only or a copy for the session.
+    let placed = instructions::place(policy, fs, &base.home, base.backend)?;
+    let mut merges = vec![];
+    if base.backend == BackendKind::Userns {
+        let copies = facts.state_dir().join("copies").join(&req.session);
+        let target = placed.as_ref().map(|p| p.target.clone());
+        let confined = agent_home::confine(&mut b, policy, &base.home, &trees.writable, target, &copies)?;
+        placeholders.extend(confined.placeholders);
+        merges = confined.merges;
+    } else if policy.agent.as_ref().is_some_and(|a| a.value.state.is_some()) {
+        warnings.push(
+            "the Landlock backend cannot keep the agent's settings read-only (no mounts there): hooks, MCP servers \
+             and plugins the agent writes into its own directory run outside the jail later"
+                .into(),
+        );
+    }
+    // 8. The agent's instruction file with the jail's notice, over every other mount.
     let mut home_dirs = std::mem::take(&mut b.home_dirs);
     let home_files = std::mem::take(&mut b.home_files);
-    if let Some(placed) = instructions::place(policy, fs, &base.home, base.backend)? {
+    if let Some(placed) = placed {
         let slurm = req.chaperon_socket.is_some() || req.chaperon_channel;
         let facts = instructions::NoticeFacts {
             project: &base.project,
@@ -490,7 +526,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     warnings.extend(nested::warning(&req.command, nested));
     base.warnings = warnings;
     let mut plan = finish(policy, facts, req, base, mounts, placeholders, git_guard, mail_block)?;
-    (plan.home_dirs, plan.home_files) = (home_dirs, home_files);
+    (plan.home_dirs, plan.home_files, plan.merges) = (home_dirs, home_files, merges);
     Ok(plan)
 }
 
@@ -671,6 +707,16 @@ fn protected(
     // was no repository), not read-only mounts or placeholders.
     let guard_keeps_git = !policy.nested_git.value && base.backend == BackendKind::Userns;
     protect(b, fs, policy, &base.project, guard_keeps_git, &mut placeholders)?;
+    // What programs outside run or load that no fixed name covers: the repository's hooks
+    // wherever `core.hooksPath` puts them (read now, from its config and the user's), and
+    // the files the `.envrc` loads.
+    let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+    let mut found: Vec<(PathBuf, bool)> = runs_outside::hooks_dirs(fs, &base.home, xdg.as_deref(), &base.project)
+        .into_iter()
+        .map(|p| (p, true))
+        .collect();
+    found.extend(runs_outside::envrc_loads(fs, &base.project).into_iter().map(|p| (p, false)));
+    protect_found(b, fs, &trees.writable, &base.project, guard_keeps_git, &found, &mut placeholders)?;
     if base.backend == BackendKind::Landlock {
         // Landlock cannot make a path inside the writable project read-only: a placeholder
         // would protect nothing there (docs/security-model.md lists this limit).
@@ -783,6 +829,7 @@ fn finish(
         placeholders,
         home_dirs: vec![],
         home_files: vec![],
+        merges: vec![],
         hidden: hidden.paths,
         env: envp.vars,
         env_removed: envp.removed,

@@ -247,7 +247,7 @@ pub(super) fn protect(
                 continue;
             }
             let dir = want_dir || first_missing != full;
-            let ph = Placeholder { path: first_missing.clone(), dir };
+            let ph = Placeholder { path: first_missing.clone(), dir, json: false };
             if !placeholders.contains(&ph) {
                 pin_ancestors(b, project, &first_missing);
                 placeholders.push(ph);
@@ -267,6 +267,63 @@ pub(super) fn protect(
                 }
                 None => {}
             }
+        }
+    }
+    Ok(())
+}
+
+/// A path found at plan time that a program outside runs or loads (`runs_outside`: the
+/// repository's `core.hooksPath`, what the `.envrc` loads), protected as the list's entries
+/// are where a writable tree holds it: bound read-only, or, missing in the project, a
+/// read-only placeholder. One inside a `.git` with the guard on is the guard's, and one below
+/// a path protected already needs nothing more.
+pub(super) fn protect_found(
+    b: &mut Builder<'_>,
+    fs: &dyn HostFs,
+    writable: &[PathBuf],
+    project: &Path,
+    guard_keeps_git: bool,
+    found: &[(PathBuf, bool)],
+    placeholders: &mut Vec<Placeholder>,
+) -> Result<(), PlanError> {
+    for (p, want_dir) in found {
+        let Some(tree) = writable.iter().filter(|w| p.starts_with(w) && p != *w).max_by_key(|w| w.as_os_str().len())
+        else {
+            continue;
+        };
+        let in_git = p.strip_prefix(tree).is_ok_and(|r| r.components().any(|c| c.as_os_str() == ".git"));
+        if guard_keeps_git && in_git {
+            continue;
+        }
+        let covered = b.mounts.iter().any(|m| {
+            matches!(m, MountSpec::Bind { target, rw: false, .. }
+                if p.starts_with(target) && target.starts_with(tree) && target != tree)
+        }) || placeholders.iter().any(|ph| p.starts_with(&ph.path));
+        if covered {
+            continue;
+        }
+        match fs.kind(p) {
+            Some(Kind::Symlink) => return Err(PlanError::ProtectedSymlink { path: p.clone() }),
+            Some(k) => {
+                pin_ancestors(b, tree, p);
+                b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: false, dir: k == Kind::Dir });
+            }
+            None if tree == project => {
+                let mut first_missing = project.to_path_buf();
+                for c in p.strip_prefix(project).unwrap_or(p).components() {
+                    first_missing.push(c);
+                    match fs.kind(&first_missing) {
+                        None => break,
+                        Some(Kind::Symlink) => return Err(PlanError::ProtectedSymlink { path: first_missing }),
+                        Some(_) => {}
+                    }
+                }
+                let dir = *want_dir || &first_missing != p;
+                pin_ancestors(b, project, &first_missing);
+                placeholders.push(Placeholder { path: first_missing.clone(), dir, json: false });
+                b.push(MountSpec::Bind { source: first_missing.clone(), target: first_missing, rw: false, dir });
+            }
+            None => {}
         }
     }
     Ok(())

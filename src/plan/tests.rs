@@ -735,3 +735,172 @@ fn the_plan_warns_when_the_commands_own_sandbox_cannot_start() {
     let p = build(&admin, &facts(), &host(), &req(&["codex", "exec"])).unwrap();
     assert!(p.warnings.iter().any(|w| w.contains("admin forbids")), "{:?}", p.warnings);
 }
+
+/// The policy with a built-in profile (`profiles/NAME.toml`) as its profile layer.
+fn with_profile(name: &str, text: &str) -> Policy {
+    with_profile_and(name, text, "")
+}
+
+/// `with_profile`, and a user layer.
+fn with_profile_and(name: &str, text: &str, user: &str) -> Policy {
+    let builtin = include_str!("../policy/builtin.toml");
+    let layer = |text: &str, source: Source, kind: FileKind| SourcedLayer {
+        layer: parse_layer(text, Path::new("l"), kind).unwrap(),
+        source,
+    };
+    merge(
+        &[
+            layer(builtin, Source::Builtin, FileKind::Site),
+            layer(user, Source::User("u".into()), FileKind::User),
+            layer(text, Source::Profile(name.into()), FileKind::Profile),
+        ],
+        None,
+    )
+    .unwrap()
+}
+
+fn ro_bind(plan: &Plan, p: &str) -> bool {
+    has(plan, |m| matches!(m, MountSpec::Bind { target, rw: false, .. } if target == Path::new(p)))
+}
+
+/// The attack of issue 32: a jail writes hooks into ~/.claude/settings.json, an MCP server into
+/// ~/.claude.json, a command into ~/.claude/commands, rewrites the user's own hook script. What
+/// claude must write to work (its transcripts) stays writable; its settings are a session copy;
+/// everything else there is read-only; the missing names it loads code from are kept from being
+/// made; ~/.claude.json is a copy of which only state keys go back.
+#[test]
+fn claudes_own_directory_keeps_its_state_writable_and_nothing_that_runs_outside() {
+    let pol = with_profile("claude", include_str!("../../profiles/claude.toml"));
+    let fs = host()
+        .dir("/home/u/.claude/projects")
+        .file("/home/u/.claude/settings.json")
+        .file("/home/u/.claude/hooks/notify.sh")
+        .file("/home/u/.claude/statusline.sh")
+        .file("/home/u/.claude/.credentials.json")
+        .file("/home/u/.claude.json");
+    let mut req = request("/home/u/proj");
+    req.session = "s1".into();
+    let plan = build(&pol, &facts(), &fs, &req).unwrap();
+    assert!(!has(&plan, |m| m.target().starts_with("/home/u/.claude/projects")
+        && !matches!(m, MountSpec::Bind { rw: true, .. })));
+    assert!(!has(&plan, |m| m.target() == Path::new("/home/u/.claude/.credentials.json")), "its login stays writable");
+    assert!(has(
+        &plan,
+        |m| matches!(m, MountSpec::SessionCopy { target } if target == Path::new("/home/u/.claude/settings.json"))
+    ));
+    assert!(
+        ro_bind(&plan, "/home/u/.claude/hooks") && ro_bind(&plan, "/home/u/.claude/statusline.sh"),
+        "the user's scripts"
+    );
+    for missing in ["commands", "agents", "skills", "plugins"] {
+        let p = PathBuf::from("/home/u/.claude").join(missing);
+        assert!(plan.placeholders.contains(&Placeholder { path: p.clone(), dir: true, json: false }), "{missing}");
+        assert!(ro_bind(&plan, p.to_str().unwrap()), "{missing}");
+    }
+    let local = Placeholder { path: "/home/u/.claude/settings.local.json".into(), dir: false, json: true };
+    assert!(plan.placeholders.contains(&local), "a JSON name's placeholder holds {{}}");
+    let copy = PathBuf::from("/home/u/.local/state/agent-sandbox/copies/s1/0");
+    assert!(has(&plan, |m| matches!(m, MountSpec::Bind { source, target, rw: true, .. }
+        if source == &copy && target == Path::new("/home/u/.claude.json"))));
+    assert!(!has(
+        &plan,
+        |m| matches!(m, MountSpec::Bind { source, .. } if source == Path::new("/home/u/.claude.json"))
+    ));
+    let merge = &plan.merges[0];
+    assert_eq!((merge.file.as_path(), merge.copy.as_path()), (Path::new("/home/u/.claude.json"), copy.as_path()));
+    assert!(merge.keys.contains(&"numStartups".to_string()));
+    assert!(
+        !merge.keys.iter().any(|k| k.contains("mcp") || k.contains("allowedTools") || k.contains("Trust")),
+        "{:?}",
+        merge.keys
+    );
+    // The notice still goes over the instruction file, after everything else of the home.
+    let notice = pos(&plan, |m| matches!(m, MountSpec::Instructions { .. }));
+    assert!(notice > pos(&plan, |m| matches!(m, MountSpec::SessionCopy { .. })));
+}
+
+/// A login the policy hides inside the agent's directory stays hidden: no copy of it is bound
+/// over its mask, and nothing is merged back.
+#[test]
+fn a_hidden_file_of_the_agents_is_neither_copied_nor_merged() {
+    let hide = "[filesystem]\nhide = [\"~/.pi/agent/auth.json\"]\n";
+    let pol = with_profile_and("pi", include_str!("../../profiles/pi.toml"), hide);
+    let fs = host().file("/home/u/.pi/agent/auth.json").dir("/home/u/.pi/agent/sessions");
+    let plan = build(&pol, &facts(), &fs, &request("/home/u/proj")).unwrap();
+    assert!(plan.merges.is_empty(), "{:?}", plan.merges);
+    assert!(!has(
+        &plan,
+        |m| matches!(m, MountSpec::Bind { target, .. } if target == Path::new("/home/u/.pi/agent/auth.json"))
+    ));
+    assert!(has(
+        &plan,
+        |m| matches!(m, MountSpec::Mask { target, .. } if target == Path::new("/home/u/.pi/agent/auth.json"))
+    ));
+}
+
+/// A link in the agent's directory cannot be mounted over, and the jail could swap it for a
+/// file of its own: the launch stops and says what to do.
+#[test]
+fn a_link_in_the_agents_directory_stops_the_launch_with_the_fix() {
+    let pol = with_profile("claude", include_str!("../../profiles/claude.toml"));
+    let fs = host().dir("/home/u/.claude").symlink("/home/u/.claude/settings.json", "/home/u/dotfiles/claude.json");
+    let e = build(&pol, &facts(), &fs, &request("/home/u/proj")).unwrap_err();
+    assert!(matches!(e, PlanError::AgentSymlink { .. }), "{e}");
+    assert!(e.fix().unwrap().contains("agent.state"), "{:?}", e.fix());
+}
+
+/// codex: its databases, sessions and login stay writable; a missing config.toml is a session
+/// copy of an empty placeholder (notify, mcp_servers written there are gone at exit); the
+/// override that would replace the notice, the .env it loads, hooks, rules, prompts and skills
+/// cannot be made; opencode's config directory, which holds nothing of its state, is read-only
+/// whole.
+#[test]
+fn codex_and_opencode_keep_their_state_and_nothing_that_runs_outside() {
+    let pol = with_profile("codex", include_str!("../../profiles/codex.toml"));
+    let fs =
+        host().file("/home/u/.codex/state_5.sqlite").file("/home/u/.codex/notify.py").dir("/home/u/.codex/sessions");
+    let plan = build(&pol, &facts(), &fs, &request("/home/u/proj")).unwrap();
+    assert!(!has(&plan, |m| m.target() == Path::new("/home/u/.codex/state_5.sqlite")));
+    assert!(ro_bind(&plan, "/home/u/.codex/notify.py"));
+    let config = PathBuf::from("/home/u/.codex/config.toml");
+    assert!(plan.placeholders.contains(&Placeholder { path: config.clone(), dir: false, json: false }));
+    assert!(has(&plan, |m| matches!(m, MountSpec::SessionCopy { target } if target == &config)));
+    for name in ["AGENTS.override.md", ".env", "hooks", "rules", "prompts", "skills"] {
+        assert!(ro_bind(&plan, &format!("/home/u/.codex/{name}")), "{name}");
+    }
+    let pol = with_profile("opencode", include_str!("../../profiles/opencode.toml"));
+    let fs = host().file("/home/u/.config/opencode/opencode.json").dir("/home/u/.local/share/opencode/storage");
+    let plan = build(&pol, &facts(), &fs, &request("/home/u/proj")).unwrap();
+    assert!(ro_bind(&plan, "/home/u/.config/opencode"));
+    assert!(!has(&plan, |m| m.target().starts_with("/home/u/.local/share/opencode/storage")));
+    assert!(
+        ro_bind(&plan, "/home/u/.cache/opencode/node_modules") && ro_bind(&plan, "/home/u/.local/share/opencode/bin")
+    );
+}
+
+/// husky's `core.hooksPath = .husky/_` is covered by the list; a team's own hooks directory
+/// named only in the repository's config, and the files the `.envrc` loads, are found at plan
+/// time and protected too (a missing one gets a placeholder).
+#[test]
+fn the_repositorys_hooks_path_and_what_the_envrc_loads_are_protected() {
+    let fs = host()
+        .dir("/home/u/proj/.git")
+        .content("/home/u/proj/.git/config", "[core]\n\thooksPath = tools/hooks\n")
+        .file("/home/u/proj/tools/hooks/pre-commit")
+        .content("/home/u/proj/.envrc", "dotenv .env.local\nsource_env_if_exists .envrc.private\n")
+        .file("/home/u/proj/.env.local");
+    let plan = build(&policy(""), &facts(), &fs, &request("/home/u/proj")).unwrap();
+    assert!(ro_bind(&plan, "/home/u/proj/tools/hooks"), "the hooks directory");
+    assert!(has(&plan, |m| matches!(m, MountSpec::Pin { target } if target == Path::new("/home/u/proj/tools"))));
+    assert!(ro_bind(&plan, "/home/u/proj/.env.local"), "what .envrc loads");
+    let private = PathBuf::from("/home/u/proj/.envrc.private");
+    assert!(
+        plan.placeholders.contains(&Placeholder { path: private, dir: false, json: false }),
+        "{:?}",
+        plan.placeholders
+    );
+    // A `.env` no `.envrc` loads is everyday data: writable.
+    let fs = host().file("/home/u/proj/.env");
+    let plan = build(&policy(""), &facts(), &fs, &request("/home/u/proj")).unwrap();
+    assert!(!has(&plan, |m| m.target() == Path::new("/home/u/proj/.env")));
+}

@@ -175,6 +175,34 @@ pub struct AgentSection {
     /// API keys the supervisor adds to the agent's requests, so that the key itself stays
     /// outside the jail (`filtered` mode).
     pub credentials: Option<Vec<Credential>>,
+    /// What in the agent's writable home directories stays writable and persists: its
+    /// sessions, history, logins, caches, databases (home-relative; `*` and `?` in the last
+    /// component). Everything else that exists there is read-only inside: what the agent runs
+    /// or obeys outside later (settings with hooks, MCP servers, plugins, scripts) must not
+    /// be the jail's to change (`plan::agent_home`).
+    pub state: Option<Vec<String>>,
+    /// Files there the agent may rewrite while it runs, whose changes are dropped at exit: a
+    /// writable copy for the session (settings it writes back, which also name commands).
+    pub session: Option<Vec<String>>,
+    /// Names the agent loads code, settings or instructions from when they exist: a missing
+    /// one gets a read-only placeholder, so the jail cannot create it (trailing `/`: a
+    /// directory; a `.json` name's holds `{}`).
+    pub guard: Option<Vec<String>>,
+    /// Files of the agent's own given as a copy for the session, of which only the listed
+    /// keys go back to your file at exit (keys that cannot run code).
+    pub merge: Option<Vec<MergeSpec>>,
+}
+
+/// A JSON file the agent rewrites (`~/.claude.json`), given as a session copy; at exit the
+/// listed keys of the copy are written into your file, nothing else.
+#[derive(Debug, Clone, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct MergeSpec {
+    /// Home-relative; one of the profile's `home.write` files.
+    pub file: String,
+    /// Dotted key paths (`numStartups`, `projects.*.lastCost`: `*` is any key at its level;
+    /// `*[type=oauth]`: only objects whose `type` is `oauth`).
+    pub keys: Vec<String>,
 }
 
 /// An API key kept outside the jail: the agent talks plain HTTP to an endpoint of the
