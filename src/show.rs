@@ -261,6 +261,11 @@ fn mounts(s: &mut String, p: &Plan) {
             MountSpec::Copy { target, .. } => {
                 format!("copy     {} (writable session copy)", target.display())
             }
+            MountSpec::Stripped { target, seed, .. } => format!(
+                "stripped {} ({}, without the entries that hand out a credential)",
+                target.display(),
+                if *seed { "writable session copy" } else { "read-only copy" }
+            ),
             MountSpec::Proc { target } => format!("proc     {}", target.display()),
             MountSpec::Devpts { target } => format!("devpts   {} (new instance)", target.display()),
             MountSpec::Mask { target, .. } => {

@@ -86,6 +86,15 @@ pub enum MountSpec {
         #[serde(with = "super::os_path")]
         target: PathBuf,
     },
+    /// One of the user's git configs without the entries that hand out a credential
+    /// (`plan::gitstrip`): a writable session copy where it is the seeded `~/.gitconfig`
+    /// (`seed`, in the home's tmpfs), else bound read-only over the file.
+    Stripped {
+        #[serde(with = "super::os_path")]
+        target: PathBuf,
+        contents: String,
+        seed: bool,
+    },
     Proc {
         #[serde(with = "super::os_path")]
         target: PathBuf,
@@ -140,6 +149,7 @@ impl MountSpec {
             | MountSpec::File { target, .. }
             | MountSpec::Instructions { target, .. }
             | MountSpec::Copy { target, .. }
+            | MountSpec::Stripped { target, .. }
             | MountSpec::Proc { target }
             | MountSpec::Devpts { target }
             | MountSpec::Mask { target, .. }
@@ -160,7 +170,12 @@ set -g prefix C-a\nunbind-key C-b\nbind-key C-a send-prefix\n";
 /// The set of paths that must not exist inside the jail.
 #[derive(Debug, Clone, Default)]
 pub struct Hidden {
+    /// Hidden whether they exist now or not (`filesystem.hide`, the state directory).
     pub paths: Vec<PathBuf>,
+    /// The credential catalogue's stores (`plan::catalogue`): hidden where they exist; one
+    /// that does not costs no rebuild of the tree around it (a catalogue has many paths, and
+    /// a user has few of them).
+    pub stores: Vec<PathBuf>,
 }
 
 /// `p` is `base` or lies below it. Byte-wise on normalized absolute paths: it runs for
@@ -174,11 +189,16 @@ pub fn under(p: &Path, base: &Path) -> bool {
 impl Hidden {
     /// `p` is hidden itself or lies under a hidden path.
     pub fn covers(&self, p: &Path) -> bool {
-        self.paths.iter().any(|h| under(p, h))
+        self.paths.iter().chain(&self.stores).any(|h| under(p, h))
     }
-    /// Some hidden path lies strictly below `p`.
-    pub fn any_below(&self, p: &Path) -> bool {
+    /// Some hidden path lies strictly below `p`: one of `paths`, or a store that exists.
+    pub fn any_below(&self, p: &Path, fs: &dyn HostFs) -> bool {
         self.paths.iter().any(|h| h != p && under(h, p))
+            || self.stores.iter().any(|h| h != p && under(h, p) && fs.kind(h).is_some())
+    }
+    /// Every hidden path, the stores after the others.
+    pub fn all(&self) -> impl Iterator<Item = &PathBuf> {
+        self.paths.iter().chain(&self.stores)
     }
 }
 
@@ -247,8 +267,7 @@ impl<'a> Builder<'a> {
     fn overlay_tree(&mut self, src: &Path) {
         let mut whiteouts: Vec<PathBuf> = self
             .hidden
-            .paths
-            .iter()
+            .all()
             .filter(|h| h.as_path() != src && under(h, src) && self.fs.kind(h).is_some())
             .cloned()
             .collect();
@@ -303,10 +322,16 @@ impl<'a> Builder<'a> {
                     self.mounts.push(MountSpec::Symlink { target, link });
                 }
             }
-            Kind::Dir if self.overlay && !rw && !in_tree && self.hidden.any_below(src) && !self.has_submounts(src) => {
+            Kind::Dir
+                if self.overlay
+                    && !rw
+                    && !in_tree
+                    && self.hidden.any_below(src, self.fs)
+                    && !self.has_submounts(src) =>
+            {
                 self.overlay_tree(src)
             }
-            Kind::Dir if self.hidden.any_below(src) => {
+            Kind::Dir if self.hidden.any_below(src, self.fs) => {
                 self.mounts.push(MountSpec::Tmpfs { target: target.clone(), mode: 0o755 });
                 for name in self.fs.read_dir(src).iter() {
                     self.bind_tree_inner(&src.join(name), rw, true);
@@ -418,7 +443,7 @@ mod tests {
     #[test]
     fn hidden_child_rebuilds_the_parent_and_leaves_the_child_out() {
         let fs = FakeFs::default().file("/etc/hosts").dir("/etc/munge").file("/etc/munge/munge.key").dir("/etc/ssl");
-        let hidden = Hidden { paths: vec!["/etc/munge".into()] };
+        let hidden = Hidden { paths: vec!["/etc/munge".into()], ..Hidden::default() };
         let mut b = Builder::new(&fs, &hidden);
         b.bind_tree(Path::new("/etc"), false);
         let targets: Vec<String> = b.mounts.iter().map(|m| format!("{m:?}")).collect();
@@ -432,7 +457,7 @@ mod tests {
     #[test]
     fn with_overlay_a_hidden_child_becomes_a_whiteout_and_overrides_go_in_the_layer() {
         let fs = FakeFs::default().file("/etc/hosts").file("/etc/passwd").dir("/etc/munge").dir("/etc/ssl");
-        let hidden = Hidden { paths: vec!["/etc/munge".into(), "/etc/not-here".into()] };
+        let hidden = Hidden { paths: vec!["/etc/munge".into(), "/etc/not-here".into()], ..Hidden::default() };
         let mounts = vec![PathBuf::from("/etc"), PathBuf::from("/proc")];
         let mut b = Builder::new(&fs, &hidden);
         b.overlay = true;
@@ -456,7 +481,7 @@ mod tests {
         // A container's /etc/resolv.conf bind (or `ip netns exec`'s): the kernel refuses such
         // a tree as an overlay's lower layer in a user namespace.
         let fs = FakeFs::default().file("/etc/hosts").file("/etc/resolv.conf").dir("/etc/munge").dir("/etc/ssl");
-        let hidden = Hidden { paths: vec!["/etc/munge".into()] };
+        let hidden = Hidden { paths: vec!["/etc/munge".into()], ..Hidden::default() };
         let mounts = vec![PathBuf::from("/etc/resolv.conf")];
         let mut b = Builder::new(&fs, &hidden);
         b.overlay = true;
@@ -477,7 +502,7 @@ mod tests {
     #[test]
     fn nested_and_repeated_hidden_paths_get_one_whiteout() {
         let fs = FakeFs::default().file("/etc/a/b/c").dir("/etc/x");
-        let hidden = Hidden { paths: vec!["/etc/a/b/c".into(), "/etc/a".into(), "/etc/a".into()] };
+        let hidden = Hidden { paths: vec!["/etc/a/b/c".into(), "/etc/a".into(), "/etc/a".into()], ..Hidden::default() };
         let mut b = Builder::new(&fs, &hidden);
         b.overlay = true;
         b.bind_tree(Path::new("/etc"), false);
@@ -490,7 +515,7 @@ mod tests {
     #[test]
     fn tree_without_hidden_paths_is_one_bind() {
         let fs = FakeFs::default().dir("/usr/bin");
-        let hidden = Hidden { paths: vec!["/etc/munge".into()] };
+        let hidden = Hidden { paths: vec!["/etc/munge".into()], ..Hidden::default() };
         let mut b = Builder::new(&fs, &hidden);
         b.bind_tree(Path::new("/usr"), false);
         assert_eq!(
