@@ -53,6 +53,34 @@ pub(super) fn decide(
     Ok((plan, view))
 }
 
+/// What the catalogue hides from this user outside any session (`agent-sandbox doctor`): the
+/// policy without a profile or project, nothing injected; which git config entries every
+/// session leaves out.
+pub fn report(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs) -> Result<CredentialsPlan, PlanError> {
+    let stores = catalogue::catalogue().ok_or(PlanError::Catalogue)?;
+    let home = facts.home_canonical.clone();
+    let ctx = Context {
+        home: &home,
+        home_as_named: &facts.home,
+        uid: facts.uid,
+        user: &facts.user,
+        env: &facts.env,
+        configs: &facts.user_configs,
+    };
+    let located = catalogue::locate(stores, &ctx, fs);
+    let mut plan = catalogue::decide(stores, located, &named(policy, &home), &home, &home, None, false);
+    let mut hidden = Hidden { stores: plan.hidden.iter().map(|l| l.path.clone()).collect(), ..Hidden::default() };
+    for h in &policy.hide {
+        hidden.paths.push(expand_tilde(&h.value, &home));
+    }
+    for f in &facts.user_configs.git {
+        if let Outcome::Stripped { dropped, .. } = gitstrip::strip(f, &home, &|p: &Path| hidden.covers(p)) {
+            plan.stripped.push((f.path.clone(), dropped));
+        }
+    }
+    Ok(plan)
+}
+
 /// Every entry of the lists that bind a path: naming a store (or a path below one) there is
 /// how a user shows it.
 fn named(policy: &Policy, home: &Path) -> Named {

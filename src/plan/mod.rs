@@ -19,6 +19,7 @@ pub mod os_path;
 mod project;
 
 pub use fs::MountSpec;
+pub use hiding::report as credentials_report;
 
 use crate::host::{HostFacts, HostFs, Kind};
 use crate::policy::{expand_tilde, Backend, Fallback, HomeAccess, NetMode, Policy};
