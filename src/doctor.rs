@@ -258,21 +258,20 @@ fn credential_checks() -> Vec<Check> {
 
 /// The lines of `credential_checks` for a report, with `fs` saying which paths exist.
 fn credential_lines(r: &crate::plan::catalogue::CredentialsPlan, home: &Path, fs: &dyn host::HostFs) -> Vec<Check> {
-    use crate::plan::catalogue::{catalogue, present};
+    use crate::plan::catalogue::{present, CATALOGUE};
     let shown = |p: &Path| match p.strip_prefix(home) {
         Ok(rest) => format!("~/{}", rest.display()),
         Err(_) => p.display().to_string(),
     };
-    let login =
-        |store: &str| catalogue().and_then(|c| c.iter().find(|s| s.name == store)).and_then(|s| s.login_of.clone());
+    let login = |store: &str| CATALOGUE.iter().find(|s| s.name == store).and_then(|s| s.login_of);
     let (mut logins, mut others) = (vec![], vec![]);
     for l in present(&r.hidden, fs) {
-        match login(&l.store) {
+        match login(l.store) {
             Some(agent) => logins.push(format!("{} ({agent})", shown(&l.path))),
             None => others.push(format!("{} ({})", shown(&l.path), l.store)),
         }
     }
-    let total = catalogue().map_or(0, <[_]>::len);
+    let total = CATALOGUE.len();
     let mut v = vec![match others.is_empty() {
         true => check("credentials", Status::Ok, format!("none of the {total} stores of the credential catalogue is here"), None),
         false => check(
@@ -481,7 +480,7 @@ mod tests {
     fn the_credential_section_names_the_stores_this_user_has_and_what_shows_them() {
         use crate::plan::catalogue::{CredentialsPlan, Exposed, Located};
         let home = Path::new("/home/u");
-        let at = |store: &str, p: &str| Located { store: store.into(), path: home.join(p), via: None };
+        let at = |store: &'static str, p: &str| Located { store, path: home.join(p), via: None };
         let fs =
             host::FakeFs::default().file("/home/u/.npmrc").file("/home/u/.codex/auth.json").file("/home/u/.pypirc");
         let report = CredentialsPlan {
@@ -491,7 +490,7 @@ mod tests {
                 at("cargo", ".cargo/credentials.toml"),
             ],
             exposed: vec![Exposed {
-                store: "pypirc".into(),
+                store: "pypirc",
                 path: home.join(".pypirc"),
                 why: "home.read names `.pypirc`".into(),
             }],

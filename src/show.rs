@@ -182,7 +182,7 @@ fn credentials(s: &mut String, p: &Plan) {
         let via = l.via.as_deref().unwrap_or("the catalogue");
         let _ = writeln!(
             s,
-            "    not hidden: {} ({via}, {}): it is the home, the project or a parent of one",
+            "    not hidden: {} ({via}, {}): a top-level tree, the home, the project or a parent of one",
             tilde(&l.path, &p.home),
             l.store
         );

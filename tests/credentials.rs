@@ -9,7 +9,7 @@
 
 mod common;
 use agent_sandbox::host::UserConfigs;
-use agent_sandbox::plan::catalogue::{catalogue, expand, Context};
+use agent_sandbox::plan::catalogue::{expand, Context, CATALOGUE};
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -33,18 +33,18 @@ struct Canaries {
 
 impl Canaries {
     fn plant(rig: &Rig) -> Canaries {
-        let cat = catalogue().expect("the catalogue parses");
+        let cat = CATALOGUE;
         let home = &rig.home;
         let moved = home.join("moved");
         let mut env = vec![];
         for s in cat {
-            for t in &s.paths {
+            for t in s.paths {
                 let Some(var) = t.strip_prefix('$').map(|a| a.split('/').next().unwrap_or(a)) else { continue };
                 if NOT_MOVED.contains(&var) || env.iter().any(|(k, _)| k == var) {
                     continue;
                 }
                 let place = moved.join(var).display().to_string();
-                let value = match (s.list_vars.iter().any(|v| v == var), s.value_prefixes.first()) {
+                let value = match (s.list_vars.contains(&var), s.value_prefixes.first()) {
                     (true, _) => format!("{place}/a:{place}/b"),
                     (false, Some(prefix)) => format!("{prefix}{place}"),
                     (false, None) => place,
@@ -57,11 +57,11 @@ impl Canaries {
         for with in [&env[..], &[]] {
             let ctx = Context { home, home_as_named: home, uid: rig.uid, user: USER, env: with, configs: &configs };
             for s in cat {
-                for t in &s.paths {
+                for t in s.paths {
                     for p in expand(t, s, &ctx) {
                         if !places.iter().any(|(_, q, _)| *q == p) {
                             let canary = format!("CANARY-CRED-{}-{}", s.name, places.len());
-                            places.push((s.name.clone(), p, canary));
+                            places.push((s.name.to_string(), p, canary));
                         }
                     }
                 }

@@ -6,40 +6,28 @@
 use super::fs::under;
 use crate::host::configs::{shell_words, ssh_line};
 use crate::host::HostFs;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::path::{Component, Path, PathBuf};
-use std::sync::OnceLock;
 
-/// The catalogue as compiled in: `build.rs` turns the TOML into JSON once (a test checks both
-/// read the same), so that a launch does not run the TOML parser.
-const CATALOGUE_JSON: &str = include_str!(concat!(env!("OUT_DIR"), "/credentials.json"));
-#[cfg(test)]
-const CATALOGUE_TOML: &str = include_str!("../policy/credentials.toml");
-
-/// One credential store of one tool.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+/// One credential store of one tool: a row of `src/policy/credentials.toml`, which
+/// `build.rs` turns into this table (its header says what each field means).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Store {
-    pub name: String,
-    pub tool: String,
+    pub name: &'static str,
+    pub tool: &'static str,
     /// Path templates (the file's header says their grammar).
-    pub paths: Vec<String>,
-    pub found: String,
-    pub doc: String,
-    #[serde(default)]
-    pub list_vars: Vec<String>,
-    #[serde(default)]
-    pub value_prefixes: Vec<String>,
+    pub paths: &'static [&'static str],
+    pub found: &'static str,
+    pub doc: &'static str,
+    pub list_vars: &'static [&'static str],
+    pub value_prefixes: &'static [&'static str],
     /// The agent (a profile's `[agent] name`) that logs in with it.
-    #[serde(default)]
-    pub login_of: Option<String>,
-    #[serde(default)]
+    pub login_of: Option<&'static str>,
     pub derived: Option<Derived>,
 }
 
 /// Paths an entry takes from the user's own configs rather than from templates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Derived {
     /// `credential.helper store --file`, `cache --socket`, `netrc -f`, `http.cookieFile`,
     /// `http.sslKey` in the global git config and what it includes.
@@ -48,18 +36,8 @@ pub enum Derived {
     SshConfig,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CatalogueFile {
-    store: Vec<Store>,
-}
-
-/// The compiled-in catalogue; None only if `build.rs` wrote something this code cannot read,
-/// which the tests below rule out.
-pub fn catalogue() -> Option<&'static [Store]> {
-    static CAT: OnceLock<Option<Vec<Store>>> = OnceLock::new();
-    CAT.get_or_init(|| serde_json::from_str::<CatalogueFile>(CATALOGUE_JSON).ok().map(|f| f.store)).as_deref()
-}
+/// The catalogue, compiled in as a table: nothing to read at a launch.
+pub static CATALOGUE: &[Store] = include!(concat!(env!("OUT_DIR"), "/credentials.rs"));
 
 /// What the templates are expanded against.
 pub struct Context<'a> {
@@ -115,7 +93,7 @@ impl Context<'_> {
 /// One path of one entry, and where it came from when not from a fixed template.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Located {
-    pub store: String,
+    pub store: &'static str,
     pub path: PathBuf,
     /// `$HF_HOME`, `~/.ssh/config IdentityFile`...: what named it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -125,67 +103,91 @@ pub struct Located {
 /// Every path of every entry, expanded (duplicates removed, the first naming kept). A `*`
 /// from an ssh `%` token is expanded against `fs` (only where a user's config has one).
 pub fn locate(stores: &[Store], ctx: &Context<'_>, fs: &dyn HostFs) -> Vec<Located> {
-    let mut out: Vec<Located> = vec![];
-    let mut add = |store: &str, path: PathBuf, via: Option<String>| {
-        if !out.iter().any(|l| l.path == path) {
-            out.push(Located { store: store.to_string(), path, via });
-        }
-    };
+    let mut out: Vec<Located> = Vec::with_capacity(160);
+    let mut add = |store: &'static str, path: PathBuf, via: Option<String>| out.push(Located { store, path, via });
     for s in stores {
-        for t in &s.paths {
-            let via = t.starts_with('$').then(|| t.split('/').next().unwrap_or(t).to_string());
-            for p in expand(t, s, ctx) {
-                add(&s.name, p, via.clone());
+        for t in s.paths {
+            let paths = expand(t, s, ctx);
+            let via = (t.starts_with('$') && !paths.is_empty()).then(|| t.split('/').next().unwrap_or(t).to_string());
+            for p in paths {
+                add(s.name, p, via.clone());
             }
         }
         match s.derived {
             Some(Derived::GitConfig) => {
                 for (p, via) in git_named(ctx) {
-                    add(&s.name, p, Some(via));
+                    add(s.name, p, Some(via));
                 }
             }
             Some(Derived::SshConfig) => {
                 for (p, via) in ssh_named(ctx) {
                     if crate::glob::has_glob(&p.to_string_lossy()) {
                         for m in super::fs::expand_glob(fs, &p) {
-                            add(&s.name, m, Some(via.clone()));
+                            add(s.name, m, Some(via.clone()));
                         }
                     } else {
-                        add(&s.name, p, Some(via));
+                        add(s.name, p, Some(via));
                     }
                 }
             }
             None => {}
         }
     }
+    // Each path once, as the first entry names it (a stable sort keeps the first first; a
+    // hash set of the paths cost twice as much here).
+    fn key(l: &Located) -> &[u8] {
+        l.path.as_os_str().as_encoded_bytes()
+    }
+    let mut order: Vec<usize> = (0..out.len()).collect();
+    order.sort_by(|a, b| key(&out[*a]).cmp(key(&out[*b])));
+    let mut keep = vec![false; out.len()];
+    let mut last: Option<usize> = None;
+    for i in order {
+        if last.is_none_or(|l| key(&out[l]) != key(&out[i])) {
+            keep[i] = true;
+            last = Some(i);
+        }
+    }
+    let mut i = 0;
+    out.retain(|_| {
+        i += 1;
+        keep[i - 1]
+    });
     out
 }
 
 /// The paths a template names (none where its variable is unset or not a path).
 pub fn expand(template: &str, store: &Store, ctx: &Context<'_>) -> Vec<PathBuf> {
-    let t = template.replace("{uid}", &ctx.uid.to_string());
-    let Some(after) = t.strip_prefix('$') else {
-        return ctx.absolute(&t).into_iter().collect();
+    let Some(after) = template.strip_prefix('$') else {
+        // A fixed place (the catalogue's own test keeps `.` and `..` out of templates).
+        let t = match template.contains("{uid}") {
+            true => std::borrow::Cow::Owned(template.replace("{uid}", &ctx.uid.to_string())),
+            false => std::borrow::Cow::Borrowed(template),
+        };
+        return match t.strip_prefix("~/") {
+            Some(rest) => vec![ctx.home.join(rest)],
+            None => vec![PathBuf::from(t.as_ref())],
+        };
     };
     let (name, rest) = match after.split_once('/') {
         Some((n, r)) => (n, Some(r)),
         None => (after, None),
     };
     let Some(value) = ctx.var(name) else { return vec![] };
-    let values: Vec<&str> = match store.list_vars.iter().any(|v| v == name) {
+    let values: Vec<&str> = match store.list_vars.contains(&name) {
         true => value.split(':').filter(|v| !v.is_empty()).collect(),
         false => vec![value],
     };
     let mut out = vec![];
     for v in values {
-        let v = match store.value_prefixes.iter().find_map(|p| v.strip_prefix(p.as_str())) {
+        let v = match store.value_prefixes.iter().find_map(|p| v.strip_prefix(p)) {
             Some(stripped) => stripped,
             // `KEYRING:persistent:1000`, `KCM:`: a cache that is no file.
             None if !store.value_prefixes.is_empty() && typed_value(v) => continue,
             None => v,
         };
         let joined = match rest {
-            Some(r) => format!("{}/{r}", v.trim_end_matches('/')),
+            Some(r) => format!("{}/{}", v.trim_end_matches('/'), r.replace("{uid}", &ctx.uid.to_string())),
             None => v.to_string(),
         };
         out.extend(ctx.absolute(&joined));
@@ -331,7 +333,7 @@ fn ssh_path(arg: &str, ctx: &Context<'_>) -> Option<PathBuf> {
 /// Why a catalogue path is shown after all.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Exposed {
-    pub store: String,
+    pub store: &'static str,
     pub path: PathBuf,
     pub why: String,
 }
@@ -343,8 +345,8 @@ pub struct CredentialsPlan {
     /// costs nothing).
     pub hidden: Vec<Located>,
     pub exposed: Vec<Exposed>,
-    /// Paths a variable or config named that cannot be hidden (the home, the project, or a
-    /// parent of either): listed, not hidden.
+    /// Paths a variable or config named that cannot be hidden (a top-level directory such as
+    /// `/usr`, the home, the project, or a parent of either): listed, not hidden.
     pub refused: Vec<Located>,
     /// The user's git configs shown with entries left out (`plan::gitstrip`), and the names
     /// of those entries (never their values).
@@ -372,7 +374,10 @@ pub fn decide(
 ) -> CredentialsPlan {
     let mut plan = CredentialsPlan::default();
     for l in located {
-        if under(home, &l.path) || under(project, &l.path) {
+        // A variable set to `/`, `/usr` or the home names a tree, not a store: hiding it would
+        // take the system or the session away.
+        let tree = !l.path.as_os_str().as_encoded_bytes().get(1..).is_some_and(|rest| rest.contains(&b'/'));
+        if tree || under(home, &l.path) || under(project, &l.path) {
             plan.refused.push(l);
             continue;
         }
@@ -382,7 +387,7 @@ pub fn decide(
             plan.exposed.push(Exposed { store: l.store, path: l.path, why });
             continue;
         }
-        let login = stores.iter().find(|s| s.name == l.store).and_then(|s| s.login_of.as_deref());
+        let login = stores.iter().find(|s| s.name == l.store).and_then(|s| s.login_of);
         if let (Some(login), Some(agent)) = (login, agent) {
             if login == agent && !key_kept_outside {
                 let why = format!("the {agent} profile's agent logs in with it (no API key injected from outside)");
@@ -421,20 +426,60 @@ mod tests {
     }
 
     fn store(name: &str) -> &'static Store {
-        catalogue().and_then(|c| c.iter().find(|s| s.name == name)).expect("in the catalogue")
+        CATALOGUE.iter().find(|s| s.name == name).expect("in the catalogue")
+    }
+
+    const CATALOGUE_TOML: &str = include_str!("../policy/credentials.toml");
+
+    /// A row of the TOML as a reader of its own takes it.
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct TomlStore {
+        name: String,
+        tool: String,
+        paths: Vec<String>,
+        found: String,
+        doc: String,
+        #[serde(default)]
+        list_vars: Vec<String>,
+        #[serde(default)]
+        value_prefixes: Vec<String>,
+        login_of: Option<String>,
+        derived: Option<String>,
+    }
+
+    #[derive(serde::Deserialize)]
+    struct TomlFile {
+        store: Vec<TomlStore>,
     }
 
     #[test]
-    fn the_compiled_catalogue_is_the_toml_file() {
-        let from_toml: CatalogueFile = toml::from_str(CATALOGUE_TOML).expect("the TOML parses");
-        assert_eq!(catalogue().expect("the JSON parses"), from_toml.store.as_slice());
+    fn the_compiled_table_is_the_toml_file() {
+        let file: TomlFile = toml::from_str(CATALOGUE_TOML).expect("the TOML parses");
+        assert_eq!(file.store.len(), CATALOGUE.len());
+        for (t, s) in file.store.iter().zip(CATALOGUE) {
+            assert_eq!(
+                (t.name.as_str(), t.tool.as_str(), t.found.as_str(), t.doc.as_str()),
+                (s.name, s.tool, s.found, s.doc)
+            );
+            assert_eq!(t.paths, s.paths, "{}", s.name);
+            assert_eq!(t.list_vars, s.list_vars, "{}", s.name);
+            assert_eq!(t.value_prefixes, s.value_prefixes, "{}", s.name);
+            assert_eq!(t.login_of.as_deref(), s.login_of, "{}", s.name);
+            let derived = match s.derived {
+                Some(Derived::GitConfig) => Some("git-config"),
+                Some(Derived::SshConfig) => Some("ssh-config"),
+                None => None,
+            };
+            assert_eq!(t.derived.as_deref(), derived, "{}", s.name);
+        }
     }
 
     /// The table itself: names unique and plain, every template of the grammar, every entry
     /// with its rule and documentation, the agents named those the built-in profiles run.
     #[test]
     fn every_entry_is_well_formed() {
-        let cat = catalogue().expect("parses");
+        let cat = CATALOGUE;
         assert!(cat.len() >= 50, "{} entries", cat.len());
         let mut names = std::collections::BTreeSet::new();
         let agents: Vec<String> = crate::policy::BUILTIN_PROFILES
@@ -443,12 +488,12 @@ mod tests {
             .map(|n| n.trim_end_matches('"').to_string())
             .collect();
         for s in cat {
-            assert!(names.insert(s.name.clone()), "{} twice", s.name);
+            assert!(names.insert(s.name), "{} twice", s.name);
             assert!(s.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'), "{}", s.name);
             assert!(!s.tool.is_empty() && !s.found.is_empty(), "{}", s.name);
             assert!(s.doc.starts_with("https://"), "{}: {}", s.name, s.doc);
             assert!(!s.paths.is_empty() || s.derived.is_some(), "{} names nothing", s.name);
-            for t in &s.paths {
+            for t in s.paths {
                 let var_ok = |v: &str| !v.is_empty() && v.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
                 let head_ok = match t.strip_prefix('$') {
                     Some(after) => var_ok(after.split('/').next().unwrap_or("")),
@@ -459,13 +504,24 @@ mod tests {
                 assert!(!crate::glob::has_glob(t), "{}: `{t}` (no globs: a glob costs a directory read)", s.name);
                 assert!(t.replace("{uid}", "").find(['{', '}']).is_none(), "{t}");
             }
-            for v in &s.list_vars {
+            for v in s.list_vars {
                 assert!(s.paths.iter().any(|t| t.starts_with(&format!("${v}"))), "{}: {v} unused", s.name);
             }
-            if let Some(a) = &s.login_of {
-                assert!(agents.contains(a), "{}: no built-in profile runs `{a}` ({agents:?})", s.name);
+            if let Some(a) = s.login_of {
+                assert!(agents.iter().any(|n| n == a), "{}: no built-in profile runs `{a}` ({agents:?})", s.name);
             }
         }
+    }
+
+    /// docs/security-model.md lists every entry, and only entries of the catalogue.
+    #[test]
+    fn the_security_model_lists_the_catalogue() {
+        let doc = include_str!("../../docs/security-model.md");
+        let section = doc.split("### Credential stores (the catalogue)").nth(1).expect("the section");
+        let section = section.split("\n### ").next().unwrap_or(section);
+        let rows: Vec<&str> = section.lines().filter_map(|l| l.strip_prefix("| `")?.split('`').next()).collect();
+        let names: Vec<&str> = CATALOGUE.iter().map(|s| s.name).collect();
+        assert_eq!(rows, names, "the table and the catalogue, in the same order");
     }
 
     /// The stores issue 32 found readable inside on main are in the catalogue.
@@ -473,10 +529,8 @@ mod tests {
     fn the_measured_leaks_are_catalogued() {
         let configs = UserConfigs::default();
         let e = env(&[]);
-        let all: Vec<PathBuf> = locate(catalogue().expect("parses"), &ctx(&e, &configs), &FakeFs::default())
-            .into_iter()
-            .map(|l| l.path)
-            .collect();
+        let all: Vec<PathBuf> =
+            locate(CATALOGUE, &ctx(&e, &configs), &FakeFs::default()).into_iter().map(|l| l.path).collect();
         for p in [
             ".config/git/credentials",
             ".cargo/credentials.toml",
@@ -563,7 +617,7 @@ mod tests {
         };
         let e = env(&[("SOCK", "/home/u/.1password/agent.sock")]);
         let fs = FakeFs::default().file("/gpfs/home/u/.cache/cm/u@h:22").file("/gpfs/home/u/.cache/cm/other");
-        let got: Vec<(String, Option<String>)> = locate(catalogue().expect("parses"), &ctx(&e, &configs), &fs)
+        let got: Vec<(String, Option<String>)> = locate(CATALOGUE, &ctx(&e, &configs), &fs)
             .into_iter()
             .filter(|l| l.via.as_deref().is_some_and(|v| v.contains("config")))
             .map(|l| (l.path.display().to_string(), l.via))
@@ -589,18 +643,19 @@ mod tests {
     fn naming_a_store_shows_it_and_naming_a_tree_around_it_does_not() {
         let home = Path::new("/home/u");
         let located = vec![
-            Located { store: "cargo".into(), path: home.join(".cargo/credentials.toml"), via: None },
-            Located { store: "npm".into(), path: home.join(".npmrc"), via: None },
-            Located { store: "codex-login".into(), path: home.join(".codex/auth.json"), via: None },
-            Located { store: "gnupg".into(), path: home.to_path_buf(), via: Some("$GNUPGHOME".into()) },
-            Located { store: "x".into(), path: "/home/u/proj/.hf/token".into(), via: None },
+            Located { store: "cargo", path: home.join(".cargo/credentials.toml"), via: None },
+            Located { store: "npm", path: home.join(".npmrc"), via: None },
+            Located { store: "codex-login", path: home.join(".codex/auth.json"), via: None },
+            Located { store: "gnupg", path: home.to_path_buf(), via: Some("$GNUPGHOME".into()) },
+            Located { store: "x", path: "/home/u/proj/.hf/token".into(), via: None },
+            Located { store: "docker", path: "/usr".into(), via: Some("$DOCKER_CONFIG".into()) },
         ];
         let named = Named {
             entries: [("home.read", ".cargo"), ("home.read", ".npmrc"), ("home.write", ".codex/")]
                 .map(|(k, e)| (k, e.to_string(), home.join(e.trim_end_matches('/'))))
                 .to_vec(),
         };
-        let cat = catalogue().expect("parses");
+        let cat = CATALOGUE;
         let plan = decide(cat, located.clone(), &named, home, Path::new("/home/u/proj"), None, false);
         let hidden: Vec<&Path> = plan.hidden.iter().map(|l| l.path.as_path()).collect();
         assert_eq!(
@@ -614,6 +669,7 @@ mod tests {
         assert_eq!(plan.exposed.len(), 1);
         assert_eq!(plan.exposed[0].why, "home.read names `.npmrc`");
         assert_eq!(plan.refused[0].path, home, "the home itself is never hidden");
+        assert_eq!(plan.refused[1].path, Path::new("/usr"), "nor a system tree");
         // The codex profile's login, unless its key is injected from outside.
         let with = decide(cat, located.clone(), &named, home, Path::new("/p"), Some("codex"), false);
         assert!(with.exposed.iter().any(|e| e.store == "codex-login" && e.why.contains("codex profile")));

@@ -174,8 +174,10 @@ pub struct Hidden {
     pub paths: Vec<PathBuf>,
     /// The credential catalogue's stores (`plan::catalogue`): hidden where they exist; one
     /// that does not costs no rebuild of the tree around it (a catalogue has many paths, and
-    /// a user has few of them).
-    pub stores: Vec<PathBuf>,
+    /// a user has few of them). Kept sorted by bytes: `covers` looks up each ancestor of a
+    /// path, `any_below` one range, instead of comparing every store (it runs for every
+    /// entry of every rebuilt tree).
+    stores: Vec<PathBuf>,
 }
 
 /// `p` is `base` or lies below it. Byte-wise on normalized absolute paths: it runs for
@@ -186,15 +188,42 @@ pub fn under(p: &Path, base: &Path) -> bool {
     p.starts_with(b) && (p.len() == b.len() || b == b"/" || p[b.len()] == b'/')
 }
 
+fn bytes(p: &Path) -> &[u8] {
+    p.as_os_str().as_encoded_bytes()
+}
+
 impl Hidden {
+    pub fn stores(&self) -> &[PathBuf] {
+        &self.stores
+    }
+
+    pub fn add_stores(&mut self, more: impl IntoIterator<Item = PathBuf>) {
+        self.stores.extend(more);
+        self.stores.sort_by(|a, b| bytes(a).cmp(bytes(b)));
+        self.stores.dedup();
+    }
+
+    fn is_store(&self, p: &Path) -> bool {
+        self.stores.binary_search_by(|s| bytes(s).cmp(bytes(p))).is_ok()
+    }
+
+    /// The stores strictly below `p` (one range of the sorted list).
+    fn stores_below<'a>(&'a self, p: &Path) -> impl Iterator<Item = &'a PathBuf> {
+        let mut prefix = bytes(p).to_vec();
+        if prefix.last() != Some(&b'/') {
+            prefix.push(b'/');
+        }
+        let start = self.stores.partition_point(|s| bytes(s) < prefix.as_slice());
+        self.stores[start..].iter().take_while(move |s| bytes(s).starts_with(&prefix))
+    }
+
     /// `p` is hidden itself or lies under a hidden path.
     pub fn covers(&self, p: &Path) -> bool {
-        self.paths.iter().chain(&self.stores).any(|h| under(p, h))
+        self.paths.iter().any(|h| under(p, h)) || p.ancestors().any(|a| self.is_store(a))
     }
     /// Some hidden path lies strictly below `p`: one of `paths`, or a store that exists.
     pub fn any_below(&self, p: &Path, fs: &dyn HostFs) -> bool {
-        self.paths.iter().any(|h| h != p && under(h, p))
-            || self.stores.iter().any(|h| h != p && under(h, p) && fs.kind(h).is_some())
+        self.paths.iter().any(|h| h != p && under(h, p)) || self.stores_below(p).any(|h| fs.kind(h).is_some())
     }
     /// Every hidden path, the stores after the others.
     pub fn all(&self) -> impl Iterator<Item = &PathBuf> {
@@ -510,6 +539,24 @@ mod tests {
             MountSpec::Overlay { whiteouts, .. } => assert_eq!(whiteouts, &vec![PathBuf::from("/etc/a")]),
             m => panic!("expected an overlay, got {m:?}"),
         }
+    }
+
+    #[test]
+    fn stores_are_found_by_ancestor_and_by_range_and_only_present_ones_rebuild() {
+        let mut h = Hidden::default();
+        h.add_stores(
+            ["/home/u/.npmrc", "/home/u/.cargo/credentials", "/home/u/.cargo/credentials.toml", "/home/u/.cargo-x/y"]
+                .map(PathBuf::from),
+        );
+        assert!(h.covers(Path::new("/home/u/.cargo/credentials.toml")));
+        assert!(h.covers(Path::new("/home/u/.npmrc/inside")));
+        assert!(!h.covers(Path::new("/home/u/.cargo")) && !h.covers(Path::new("/home/u/.npmrc2")));
+        let below: Vec<&PathBuf> = h.stores_below(Path::new("/home/u/.cargo")).collect();
+        assert_eq!(below, vec![Path::new("/home/u/.cargo/credentials"), Path::new("/home/u/.cargo/credentials.toml")]);
+        assert_eq!(h.stores_below(Path::new("/")).count(), 4);
+        let fs = FakeFs::default().file("/home/u/.cargo/credentials.toml");
+        assert!(h.any_below(Path::new("/home/u/.cargo"), &fs));
+        assert!(!h.any_below(Path::new("/home/u/.cargo-x"), &fs), "missing: no rebuild");
     }
 
     #[test]

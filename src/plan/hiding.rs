@@ -28,7 +28,7 @@ pub(super) fn decide(
     fs: &dyn HostFs,
     base: &mut Base,
 ) -> Result<(CredentialsPlan, GitView), PlanError> {
-    let stores = catalogue::catalogue().ok_or(PlanError::Catalogue)?;
+    let stores = catalogue::CATALOGUE;
     let ctx = Context {
         home: &base.home,
         home_as_named: &facts.home,
@@ -48,7 +48,8 @@ pub(super) fn decide(
     let kept_outside = !base.net.credentials.is_empty();
     let mut plan =
         catalogue::decide(stores, located, &named(policy, &base.home), &base.home, &base.project, agent, kept_outside);
-    base.hidden.stores = plan.hidden.iter().map(|l| l.path.clone()).collect();
+    base.hidden.add_stores(plan.hidden.iter().map(|l| l.path.clone()));
+    linked_stores(policy, fs, base, &mut plan);
     let view = git_view(facts, base, &mut plan);
     Ok((plan, view))
 }
@@ -57,7 +58,7 @@ pub(super) fn decide(
 /// policy without a profile or project, nothing injected; which git config entries every
 /// session leaves out.
 pub fn report(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs) -> Result<CredentialsPlan, PlanError> {
-    let stores = catalogue::catalogue().ok_or(PlanError::Catalogue)?;
+    let stores = catalogue::CATALOGUE;
     let home = facts.home_canonical.clone();
     let ctx = Context {
         home: &home,
@@ -69,7 +70,8 @@ pub fn report(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs) -> Result<Cre
     };
     let located = catalogue::locate(stores, &ctx, fs);
     let mut plan = catalogue::decide(stores, located, &named(policy, &home), &home, &home, None, false);
-    let mut hidden = Hidden { stores: plan.hidden.iter().map(|l| l.path.clone()).collect(), ..Hidden::default() };
+    let mut hidden = Hidden::default();
+    hidden.add_stores(plan.hidden.iter().map(|l| l.path.clone()));
     for h in &policy.hide {
         hidden.paths.push(expand_tilde(&h.value, &home));
     }
@@ -79,6 +81,31 @@ pub fn report(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs) -> Result<Cre
         }
     }
     Ok(plan)
+}
+
+/// A store that is a symbolic link (`~/.npmrc -> dotfiles/npmrc`, as dotfile managers make
+/// them) is hidden where it leads too, or the jail reads it there. Looked at only where the
+/// plan looks anyway: the whole home in `read` and `write` modes, else below a listed entry.
+fn linked_stores(policy: &Policy, fs: &dyn HostFs, base: &mut Base, plan: &mut CredentialsPlan) {
+    let whole_home = matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Write);
+    let listed = named(policy, &base.home).entries;
+    let mut found = vec![];
+    for l in &plan.hidden {
+        let looked_at = (whole_home && l.path.starts_with(&base.home))
+            || listed.iter().any(|(_, _, e)| fs::under(&l.path, e) && l.path != *e);
+        if !looked_at || fs.kind(&l.path) != Some(Kind::Symlink) {
+            continue;
+        }
+        let Some(target) = fs.canonicalize(&l.path) else { continue };
+        let tree = target.components().filter(|c| matches!(c, std::path::Component::Normal(_))).count() < 2;
+        if tree || fs::under(&base.home, &target) || fs::under(&base.project, &target) || base.hidden.covers(&target) {
+            continue;
+        }
+        let via = Some(format!("the link {}", tilde(&l.path, &base.home)));
+        found.push(catalogue::Located { store: l.store, path: target, via });
+    }
+    base.hidden.add_stores(found.iter().map(|l| l.path.clone()));
+    plan.hidden.extend(found);
 }
 
 /// Every entry of the lists that bind a path: naming a store (or a path below one) there is
@@ -120,11 +147,8 @@ fn git_view(facts: &HostFacts, base: &mut Base, plan: &mut CredentialsPlan) -> G
     let landlock = base.backend == BackendKind::Landlock;
     if landlock && out.iter().any(|o| *o != Outcome::Unchanged) {
         // A file left out of the rules is an include git may not read: drop those includes too.
-        for (f, o) in files.iter().zip(&out) {
-            if *o != Outcome::Unchanged {
-                base.hidden.stores.push(f.path.clone());
-            }
-        }
+        let changed = files.iter().zip(&out).filter(|(_, o)| **o != Outcome::Unchanged);
+        base.hidden.add_stores(changed.map(|(f, _)| f.path.clone()).collect::<Vec<_>>());
         out = outcomes(&base.hidden);
     }
     let mut view = GitView::default();
@@ -132,7 +156,7 @@ fn git_view(facts: &HostFacts, base: &mut Base, plan: &mut CredentialsPlan) -> G
         match o {
             Outcome::Unchanged => {}
             Outcome::Withheld { why } => {
-                base.hidden.stores.push(f.path.clone());
+                base.hidden.add_stores([f.path.clone()]);
                 base.warnings.push(format!(
                     "{}: not shown inside ({why}): agent-sandbox cannot tell what in it carries a credential",
                     tilde(&f.path, &home)
@@ -141,7 +165,7 @@ fn git_view(facts: &HostFacts, base: &mut Base, plan: &mut CredentialsPlan) -> G
             Outcome::Stripped { text, dropped } => {
                 plan.stripped.push((f.path.clone(), dropped.clone()));
                 match landlock {
-                    true => base.hidden.stores.push(f.path.clone()),
+                    true => base.hidden.add_stores([f.path.clone()]),
                     false => view.stripped.push((f.path.clone(), text.clone())),
                 }
             }
@@ -150,8 +174,6 @@ fn git_view(facts: &HostFacts, base: &mut Base, plan: &mut CredentialsPlan) -> G
     if landlock && out.iter().any(|o| *o != Outcome::Unchanged) {
         view.landlock_global = Some(merged_global(files, &out, &home));
     }
-    base.hidden.stores.sort();
-    base.hidden.stores.dedup();
     view
 }
 

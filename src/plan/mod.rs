@@ -404,8 +404,6 @@ pub enum PlanError {
     GitGuard { why: String, fix: String },
     #[error("nested user namespaces (process.nested_userns = true) cannot be allowed with the git guard on: {why}")]
     NestedUserns { why: String, fix: String },
-    #[error("the compiled-in credential catalogue cannot be read")]
-    Catalogue,
 }
 
 impl PlanError {
@@ -423,7 +421,7 @@ impl PlanError {
             PlanError::Entry { .. } => {
                 Some("fix: correct the entry; `agent-sandbox policy show` lists where each came from".into())
             }
-            PlanError::EmptyCommand | PlanError::Catalogue => None,
+            PlanError::EmptyCommand => None,
         }
     }
 }
@@ -774,7 +772,7 @@ fn finish(
             envp.vars.push(("GIT_CONFIG_GLOBAL".into(), path.display().to_string()));
             session.files.push((path, text.clone()));
         }
-        let around = StoresAround { stores: &hidden.stores, project: &project, fs };
+        let around = StoresAround { stores: hidden.stores(), project: &project, fs };
         landlock_plan(&mounts, &net, session, facts, req, policy.host_terminals.value, &around)
     });
     let stub_bin =

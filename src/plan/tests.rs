@@ -915,6 +915,20 @@ mod credential_stores {
         assert!(shows(&p, Path::new("/home/u/proj")));
     }
 
+    /// The attack: a store that is a link (a dotfile manager's `~/.npmrc -> dotfiles/npmrc`)
+    /// is read where it leads.
+    #[test]
+    fn a_store_that_is_a_link_is_hidden_where_it_leads() {
+        let fs = host().file("/home/u/dotfiles/npmrc").symlink("/home/u/.npmrc", "/home/u/dotfiles/npmrc");
+        for extra in
+            ["[home]\naccess = \"read\"", "[home]\naccess = \"write\"", "[home]\nread = [\"dotfiles\", \".npmrc\"]"]
+        {
+            let p = plan_on(&fs, facts(), extra);
+            let named = extra.contains(".npmrc");
+            assert_eq!(shows(&p, Path::new("/home/u/dotfiles/npmrc")), named, "{extra}: {:#?}", p.mounts);
+        }
+    }
+
     fn with_profile(profile: &str, extra: &str) -> Policy {
         let builtin = include_str!("../policy/builtin.toml");
         let text = crate::policy::BUILTIN_PROFILES.iter().find(|(n, _)| *n == profile).expect("profile").1;
