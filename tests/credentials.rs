@@ -203,23 +203,28 @@ fn landlock_every_store_of_the_catalogue_is_unreadable_in_every_home_mode() {
     every_store_is_unreadable("cred-landlock", &["--backend", "landlock"]);
 }
 
-/// Writes `text` to `~/REL` for the test, restoring what was there when dropped.
+/// Writes `text` to `~/REL` for the test, restoring what was there when dropped (and
+/// removing the directories it made).
 struct Planted {
     path: PathBuf,
     before: Option<Vec<u8>>,
+    made: Vec<PathBuf>,
 }
 
 impl Planted {
     fn new(rig: &Rig, rel: &str, text: &str) -> Planted {
         let path = rig.home.join(rel);
         let before = std::fs::read(&path).ok();
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).unwrap();
-            std::os::unix::fs::chown(parent, Some(rig.uid), Some(rig.gid)).unwrap();
+        let mut made: Vec<PathBuf> =
+            path.ancestors().skip(1).take_while(|a| !a.exists()).map(Path::to_path_buf).collect();
+        made.reverse();
+        for d in &made {
+            std::fs::create_dir(d).unwrap();
+            std::os::unix::fs::chown(d, Some(rig.uid), Some(rig.gid)).unwrap();
         }
         std::fs::write(&path, text).unwrap();
         std::os::unix::fs::chown(&path, Some(rig.uid), Some(rig.gid)).unwrap();
-        Planted { path, before }
+        Planted { path, before, made }
     }
 }
 
@@ -229,6 +234,9 @@ impl Drop for Planted {
             Some(b) => std::fs::write(&self.path, b),
             None => std::fs::remove_file(&self.path),
         };
+        for d in self.made.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
     }
 }
 
@@ -281,12 +289,15 @@ fn what_the_ssh_config_names_outside_ssh_is_unreadable() {
     );
     let _key = Planted::new(j.rig, "cred-keys/id_hpc", "CANARY-SSH-CONFIG-KEY");
     let _plain = Planted::new(j.rig, "cred-keys/README", "not a key");
+    // A master connection's socket (a file here): whoever connects to it runs commands on the
+    // remote host as you.
+    let _master = Planted::new(j.rig, "cred-keys/cm/asbtest@hpc:22", "CANARY-SSH-MASTER");
     for mode in
         [&["--ro", "~/cred-keys"][..], &["--home-access", "read"], &["--backend", "landlock", "--ro", "~/cred-keys"]]
     {
-        let out = j.run_with(mode, "cat ~/cred-keys/id_hpc; cat ~/cred-keys/README; echo PROBED");
+        let out = j.run_with(mode, "cat ~/cred-keys/id_hpc ~/cred-keys/cm/*; cat ~/cred-keys/README; echo PROBED");
         assert!(out.stdout.contains("not a key") && out.stdout.contains("PROBED"), "{mode:?}: {out}");
-        assert!(!out.stdout.contains("CANARY-SSH-CONFIG-KEY"), "{mode:?}: {out}");
+        assert!(!out.stdout.contains("CANARY-SSH"), "{mode:?}: {out}");
     }
 }
 

@@ -17,16 +17,28 @@ pub struct GitConfigFile {
     pub path: PathBuf,
     /// Its bytes; None where it is larger than `gitconfig::MAX_CONFIG` (then not read).
     pub bytes: Option<Vec<u8>>,
-    /// Read because another one includes it (not one of the global files themselves).
-    pub included: bool,
+    pub role: GitRole,
+}
+
+/// What git makes of a config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitRole {
+    /// Read as the global config: `$GIT_CONFIG_GLOBAL`, else `$XDG_CONFIG_HOME/git/config`
+    /// and `~/.gitconfig`.
+    Global,
+    /// A global file git does not read while `$GIT_CONFIG_GLOBAL` names another (it may still
+    /// hold a token, and be copied in as `home.seed`).
+    Unread,
+    /// Named by an `include.path` or `includeIf.*.path` of another.
+    Included,
 }
 
 /// What `UserConfigs::gather` read.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UserConfigs {
     /// git's global config (`$GIT_CONFIG_GLOBAL`, else `$XDG_CONFIG_HOME/git/config` then
-    /// `~/.gitconfig`, in git's order) and the files their `include.path` and
-    /// `includeIf.*.path` name.
+    /// `~/.gitconfig`, in git's order; the latter two also where the variable is set), and the
+    /// files their `include.path` and `includeIf.*.path` name.
     pub git: Vec<GitConfigFile>,
     /// `~/.ssh/config` and the files its `Include` lines name (relative to `~/.ssh`, a glob
     /// in the last component expanded), as text.
@@ -42,26 +54,27 @@ impl UserConfigs {
             Ok(rest) if named != home => home.join(rest),
             _ => p,
         };
-        let global: Vec<PathBuf> = match var("GIT_CONFIG_GLOBAL") {
-            Some(g) => vec![in_home(PathBuf::from(g))],
-            None => {
-                let xdg = var("XDG_CONFIG_HOME")
-                    .map(PathBuf::from)
-                    .filter(|p| p.is_absolute())
-                    .map(in_home)
-                    .unwrap_or_else(|| home.join(".config"));
-                vec![xdg.join("git/config"), home.join(".gitconfig")]
-            }
+        let xdg = var("XDG_CONFIG_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .map(in_home)
+            .unwrap_or_else(|| home.join(".config"));
+        let defaults = [xdg.join("git/config"), home.join(".gitconfig")];
+        let global: Vec<(PathBuf, GitRole)> = match var("GIT_CONFIG_GLOBAL") {
+            Some(g) => std::iter::once((in_home(PathBuf::from(g)), GitRole::Global))
+                .chain(defaults.map(|d| (d, GitRole::Unread)))
+                .collect(),
+            None => defaults.map(|d| (d, GitRole::Global)).into(),
         };
         UserConfigs { git: git_files(global, home), ssh: ssh_files(home) }
     }
 }
 
 /// The files, then what each includes, breadth first, each once.
-fn git_files(top: Vec<PathBuf>, home: &Path) -> Vec<GitConfigFile> {
-    let mut queue: std::collections::VecDeque<(PathBuf, bool)> = top.into_iter().map(|p| (p, false)).collect();
+fn git_files(top: Vec<(PathBuf, GitRole)>, home: &Path) -> Vec<GitConfigFile> {
+    let mut queue: std::collections::VecDeque<(PathBuf, GitRole)> = top.into();
     let mut out: Vec<GitConfigFile> = vec![];
-    while let Some((p, included)) = queue.pop_front() {
+    while let Some((p, role)) = queue.pop_front() {
         if out.len() >= MAX_FILES {
             break;
         }
@@ -84,10 +97,10 @@ fn git_files(top: Vec<PathBuf>, home: &Path) -> Vec<GitConfigFile> {
                 let Some(v) = e.value.as_deref().filter(|_| include).and_then(|v| std::str::from_utf8(v).ok()) else {
                     continue;
                 };
-                queue.push_back((include_target(v, &dir, home), true));
+                queue.push_back((include_target(v, &dir, home), GitRole::Included));
             }
         }
-        out.push(GitConfigFile { path: real, bytes, included });
+        out.push(GitConfigFile { path: real, bytes, role });
     }
     out
 }
@@ -240,6 +253,11 @@ mod tests {
             home,
             &[("GIT_CONFIG_GLOBAL".into(), home.join(".gitconfig.local").display().to_string())],
         );
-        assert_eq!(moved.git.len(), 1, "GIT_CONFIG_GLOBAL replaces both global files");
+        let roles: Vec<GitRole> = moved.git.iter().map(|f| f.role).collect();
+        assert_eq!(
+            roles,
+            vec![GitRole::Global, GitRole::Unread, GitRole::Unread],
+            "GIT_CONFIG_GLOBAL is git's only one"
+        );
     }
 }

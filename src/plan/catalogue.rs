@@ -277,8 +277,7 @@ pub fn helper_files(value: &str) -> Vec<String> {
 
 /// The keys, agent sockets and master-connection sockets `~/.ssh/config` and its includes
 /// name. Every `Host` and `Match` block counts (the jail may connect anywhere the network
-/// allows). A `%` token ssh fills in per connection becomes `*` in the last component; one
-/// in an earlier component leaves the path out.
+/// allows). For the `%` tokens ssh fills in per connection, see `ssh_path`.
 fn ssh_named(ctx: &Context<'_>) -> Vec<(PathBuf, String)> {
     let mut out = vec![];
     for (file, text) in &ctx.configs.ssh {
@@ -302,7 +301,8 @@ fn ssh_named(ctx: &Context<'_>) -> Vec<(PathBuf, String)> {
 }
 
 /// An ssh path argument: `~`, `%d` (home), `%u` (user), `%i` (uid), `%%` and `${VAR}`
-/// expanded; other `%` tokens become `*` when they are in the last component.
+/// expanded; other `%` tokens in the last component name the directory (in the home itself,
+/// `*`: what matches now); in an earlier one, nothing.
 fn ssh_path(arg: &str, ctx: &Context<'_>) -> Option<PathBuf> {
     let mut s = String::new();
     let mut chars = arg.chars().peekable();
@@ -324,8 +324,17 @@ fn ssh_path(arg: &str, ctx: &Context<'_>) -> Option<PathBuf> {
         }
     }
     let p = ctx.absolute(&s)?;
-    let parent_globbed = p.parent().is_some_and(|d| d.to_string_lossy().contains('*'));
-    (!parent_globbed).then_some(p)
+    let parent = p.parent()?;
+    if parent.to_string_lossy().contains('*') {
+        return None;
+    }
+    // A socket named per connection (`ControlPath ~/.cache/ssh/%C`): its directory, so that
+    // a master connection the user opens during the session is hidden too; directly in the
+    // home, the sockets there now.
+    match p.to_string_lossy().contains('*') && parent != ctx.home {
+        true => Some(parent.to_path_buf()),
+        false => Some(p),
+    }
 }
 
 // ---- What a plan hides and shows ----------------------------------------------------
@@ -608,15 +617,15 @@ mod tests {
                     b"[credential]\n\thelper = store --file ~/secrets/git\n[credential \"https://h\"]\n\thelper = cache --socket /home/u/.sock/git\n[http]\n\tcookieFile = ~/.gitcookies-work\n[http \"https://x\"]\n\tsslKey = relative.key\n"
                         .to_vec(),
                 ),
-                included: false,
+                role: crate::host::configs::GitRole::Global,
             }],
             ssh: vec![(
                 "/gpfs/home/u/.ssh/config".into(),
-                "Host hpc\n  IdentityFile ~/keys/id_hpc\n  identityfile=\"%d/keys/id two\"\n  IdentityAgent ${SOCK}\n  ControlPath ~/.cache/cm/%r@%h:%p\n  ControlPath /tmp/%h/x\n  IdentityFile none\n# IdentityFile ~/commented\n".into(),
+                "Host hpc\n  IdentityFile ~/keys/id_hpc\n  identityfile=\"%d/keys/id two\"\n  IdentityAgent ${SOCK}\n  ControlPath ~/.cache/cm/%r@%h:%p\n  ControlPath ~/.cm-%r@%h:%p\n  ControlPath /tmp/%h/x\n  IdentityFile none\n# IdentityFile ~/commented\n".into(),
             )],
         };
         let e = env(&[("SOCK", "/home/u/.1password/agent.sock")]);
-        let fs = FakeFs::default().file("/gpfs/home/u/.cache/cm/u@h:22").file("/gpfs/home/u/.cache/cm/other");
+        let fs = FakeFs::default().file("/gpfs/home/u/.cm-u@h:22").file("/gpfs/home/u/.cm-other");
         let got: Vec<(String, Option<String>)> = locate(CATALOGUE, &ctx(&e, &configs), &fs)
             .into_iter()
             .filter(|l| l.via.as_deref().is_some_and(|v| v.contains("config")))
@@ -632,7 +641,8 @@ mod tests {
                 "/gpfs/home/u/keys/id_hpc",
                 "/gpfs/home/u/keys/id two",
                 "/gpfs/home/u/.1password/agent.sock",
-                "/gpfs/home/u/.cache/cm/u@h:22",
+                "/gpfs/home/u/.cache/cm",
+                "/gpfs/home/u/.cm-u@h:22",
             ],
             "{got:?}"
         );

@@ -172,7 +172,11 @@ mod tests {
     use std::path::PathBuf;
 
     fn file(text: &str) -> GitConfigFile {
-        GitConfigFile { path: "/home/u/.gitconfig".into(), bytes: Some(text.as_bytes().to_vec()), included: false }
+        GitConfigFile {
+            path: "/home/u/.gitconfig".into(),
+            bytes: Some(text.as_bytes().to_vec()),
+            role: crate::host::configs::GitRole::Global,
+        }
     }
 
     fn hidden(p: &Path) -> bool {
@@ -244,9 +248,14 @@ mod tests {
 
     #[test]
     fn a_config_that_cannot_be_read_as_git_reads_it_is_withheld() {
-        for bad in
-            [GitConfigFile { path: PathBuf::from("/home/u/.gitconfig"), bytes: None, included: false }, file("[core\n")]
-        {
+        for bad in [
+            GitConfigFile {
+                path: PathBuf::from("/home/u/.gitconfig"),
+                bytes: None,
+                role: crate::host::configs::GitRole::Global,
+            },
+            file("[core\n"),
+        ] {
             assert!(matches!(strip(&bad, Path::new("/home/u"), &hidden), Outcome::Withheld { .. }), "{bad:?}");
         }
     }

@@ -177,11 +177,11 @@ fn git_view(facts: &HostFacts, base: &mut Base, plan: &mut CredentialsPlan) -> G
     view
 }
 
-/// The global files (not those they include) as one config, stripped, in git's order, their
+/// The global files git reads (not those they include) as one config, stripped, in git's order, their
 /// include paths made absolute (the copy lives elsewhere).
 fn merged_global(files: &[crate::host::GitConfigFile], out: &[Outcome], home: &Path) -> String {
     let mut entries = vec![];
-    for (f, o) in files.iter().zip(out).filter(|(f, _)| !f.included) {
+    for (f, o) in files.iter().zip(out).filter(|(f, _)| f.role == crate::host::configs::GitRole::Global) {
         let text: &[u8] = match o {
             Outcome::Withheld { .. } => continue,
             Outcome::Stripped { text, .. } => text.as_bytes(),

@@ -967,8 +967,11 @@ mod credential_stores {
     }
 
     fn gitconfig_facts(text: &str) -> HostFacts {
-        let git =
-            GitConfigFile { path: "/home/u/.gitconfig".into(), bytes: Some(text.as_bytes().to_vec()), included: false };
+        let git = GitConfigFile {
+            path: "/home/u/.gitconfig".into(),
+            bytes: Some(text.as_bytes().to_vec()),
+            role: crate::host::configs::GitRole::Global,
+        };
         HostFacts { user_configs: UserConfigs { git: vec![git], ssh: vec![] }, ..facts() }
     }
 
