@@ -362,9 +362,40 @@ pub struct CredentialsPlan {
     pub stripped: Vec<(PathBuf, Vec<String>)>,
 }
 
-/// The entries the policy lists: the key, the entry as written, the path it names.
+/// The entries the policy lists: the key, the entry as written, the path it names; with
+/// their order by the path's bytes, for binary searches (a plan asks for each of the
+/// catalogue's paths).
 pub struct Named {
     pub entries: Vec<(&'static str, String, PathBuf)>,
+    order: Vec<usize>,
+}
+
+fn bytes(p: &Path) -> &[u8] {
+    p.as_os_str().as_encoded_bytes()
+}
+
+impl Named {
+    pub fn new(entries: Vec<(&'static str, String, PathBuf)>) -> Named {
+        let mut order: Vec<usize> = (0..entries.len()).collect();
+        order.sort_by(|a, b| bytes(&entries[*a].2).cmp(bytes(&entries[*b].2)));
+        Named { entries, order }
+    }
+
+    fn key(&self, i: usize) -> &[u8] {
+        bytes(&self.entries[self.order[i]].2)
+    }
+
+    /// The first entry that is `p` or lies below it.
+    fn naming(&self, p: &Path) -> Option<&(&'static str, String, PathBuf)> {
+        let key = bytes(p);
+        let start = self.order.partition_point(|i| bytes(&self.entries[*i].2) < key);
+        (start..self.order.len())
+            .take_while(|i| self.key(*i).starts_with(key))
+            .filter(|i| self.key(*i).len() == key.len() || self.key(*i)[key.len()] == b'/')
+            .map(|i| self.order[i])
+            .min()
+            .map(|i| &self.entries[i])
+    }
 }
 
 /// Splits `located` into what is hidden and what is shown: shown where an entry the user (or
@@ -382,6 +413,7 @@ pub fn decide(
     key_kept_outside: bool,
 ) -> CredentialsPlan {
     let mut plan = CredentialsPlan::default();
+    let logins: Vec<(&str, &str)> = stores.iter().filter_map(|s| Some((s.name, s.login_of?))).collect();
     for l in located {
         // A variable set to `/`, `/usr` or the home names a tree, not a store: hiding it would
         // take the system or the session away.
@@ -390,13 +422,12 @@ pub fn decide(
             plan.refused.push(l);
             continue;
         }
-        let by_entry = named.entries.iter().find(|(_, _, p)| under(p, &l.path));
-        if let Some((key, entry, _)) = by_entry {
+        if let Some((key, entry, _)) = named.naming(&l.path) {
             let why = format!("{key} names `{entry}`");
             plan.exposed.push(Exposed { store: l.store, path: l.path, why });
             continue;
         }
-        let login = stores.iter().find(|s| s.name == l.store).and_then(|s| s.login_of);
+        let login = logins.iter().find(|(name, _)| *name == l.store).map(|(_, agent)| *agent);
         if let (Some(login), Some(agent)) = (login, agent) {
             if login == agent && !key_kept_outside {
                 let why = format!("the {agent} profile's agent logs in with it (no API key injected from outside)");
@@ -660,11 +691,11 @@ mod tests {
             Located { store: "x", path: "/home/u/proj/.hf/token".into(), via: None },
             Located { store: "docker", path: "/usr".into(), via: Some("$DOCKER_CONFIG".into()) },
         ];
-        let named = Named {
-            entries: [("home.read", ".cargo"), ("home.read", ".npmrc"), ("home.write", ".codex/")]
+        let named = Named::new(
+            [("home.read", ".cargo"), ("home.read", ".npmrc"), ("home.write", ".codex/")]
                 .map(|(k, e)| (k, e.to_string(), home.join(e.trim_end_matches('/'))))
                 .to_vec(),
-        };
+        );
         let cat = CATALOGUE;
         let plan = decide(cat, located.clone(), &named, home, Path::new("/home/u/proj"), None, false);
         let hidden: Vec<&Path> = plan.hidden.iter().map(|l| l.path.as_path()).collect();

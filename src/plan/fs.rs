@@ -178,6 +178,8 @@ pub struct Hidden {
     /// path, `any_below` one range, instead of comparing every store (it runs for every
     /// entry of every rebuilt tree).
     stores: Vec<PathBuf>,
+    /// No ancestor shorter than the shortest store can be one (`/`, `/usr`: asked often).
+    shortest_store: usize,
 }
 
 /// `p` is `base` or lies below it. Byte-wise on normalized absolute paths: it runs for
@@ -192,6 +194,21 @@ fn bytes(p: &Path) -> &[u8] {
     p.as_os_str().as_encoded_bytes()
 }
 
+/// `p`, then each directory above it up to `/`, as bytes: `Path::ancestors` parses
+/// components, and a plan asks this of every path it checks against the stores.
+pub fn byte_ancestors(p: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut next = Some(p);
+    std::iter::from_fn(move || {
+        let cur = next?;
+        next = match cur.iter().rposition(|b| *b == b'/') {
+            Some(0) if cur.len() > 1 => Some(&cur[..1]),
+            Some(0) | None => None,
+            Some(i) => Some(&cur[..i]),
+        };
+        Some(cur)
+    })
+}
+
 impl Hidden {
     pub fn stores(&self) -> &[PathBuf] {
         &self.stores
@@ -201,14 +218,15 @@ impl Hidden {
         self.stores.extend(more);
         self.stores.sort_by(|a, b| bytes(a).cmp(bytes(b)));
         self.stores.dedup();
+        self.shortest_store = self.stores.iter().map(|s| bytes(s).len()).min().unwrap_or(usize::MAX);
     }
 
-    fn is_store(&self, p: &Path) -> bool {
-        self.stores.binary_search_by(|s| bytes(s).cmp(bytes(p))).is_ok()
+    fn is_store(&self, p: &[u8]) -> bool {
+        self.stores.binary_search_by(|s| bytes(s).cmp(p)).is_ok()
     }
 
     /// The stores strictly below `p` (one range of the sorted list).
-    fn stores_below<'a>(&'a self, p: &Path) -> impl Iterator<Item = &'a PathBuf> {
+    pub fn stores_below<'a>(&'a self, p: &Path) -> impl Iterator<Item = &'a PathBuf> {
         let mut prefix = bytes(p).to_vec();
         if prefix.last() != Some(&b'/') {
             prefix.push(b'/');
@@ -219,7 +237,8 @@ impl Hidden {
 
     /// `p` is hidden itself or lies under a hidden path.
     pub fn covers(&self, p: &Path) -> bool {
-        self.paths.iter().any(|h| under(p, h)) || p.ancestors().any(|a| self.is_store(a))
+        self.paths.iter().any(|h| under(p, h))
+            || byte_ancestors(bytes(p)).take_while(|a| a.len() >= self.shortest_store).any(|a| self.is_store(a))
     }
     /// Some hidden path lies strictly below `p`: one of `paths`, or a store that exists.
     pub fn any_below(&self, p: &Path, fs: &dyn HostFs) -> bool {
@@ -538,6 +557,15 @@ mod tests {
         match &b.mounts[0] {
             MountSpec::Overlay { whiteouts, .. } => assert_eq!(whiteouts, &vec![PathBuf::from("/etc/a")]),
             m => panic!("expected an overlay, got {m:?}"),
+        }
+    }
+
+    #[test]
+    fn byte_ancestors_are_the_paths_ancestors() {
+        for p in ["/", "/a", "/a/b/c", "/home/u/.cache/huggingface/token"] {
+            let ours: Vec<&[u8]> = byte_ancestors(p.as_bytes()).collect();
+            let std: Vec<&[u8]> = Path::new(p).ancestors().map(|a| a.as_os_str().as_encoded_bytes()).collect();
+            assert_eq!(ours, std, "{p}");
         }
     }
 

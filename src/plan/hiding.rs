@@ -46,10 +46,10 @@ pub(super) fn decide(
         },
     });
     let kept_outside = !base.net.credentials.is_empty();
-    let mut plan =
-        catalogue::decide(stores, located, &named(policy, &base.home), &base.home, &base.project, agent, kept_outside);
+    let named = named(policy, &base.home);
+    let mut plan = catalogue::decide(stores, located, &named, &base.home, &base.project, agent, kept_outside);
     base.hidden.add_stores(plan.hidden.iter().map(|l| l.path.clone()));
-    linked_stores(policy, fs, base, &mut plan);
+    linked_stores(policy, fs, &named, base, &mut plan);
     let view = git_view(facts, base, &mut plan);
     Ok((plan, view))
 }
@@ -86,13 +86,16 @@ pub fn report(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs) -> Result<Cre
 /// A store that is a symbolic link (`~/.npmrc -> dotfiles/npmrc`, as dotfile managers make
 /// them) is hidden where it leads too, or the jail reads it there. Looked at only where the
 /// plan looks anyway: the whole home in `read` and `write` modes, else below a listed entry.
-fn linked_stores(policy: &Policy, fs: &dyn HostFs, base: &mut Base, plan: &mut CredentialsPlan) {
+fn linked_stores(policy: &Policy, fs: &dyn HostFs, listed: &Named, base: &mut Base, plan: &mut CredentialsPlan) {
     let whole_home = matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Write);
-    let listed = named(policy, &base.home).entries;
+    // The stores below a listed entry: one range of the sorted stores per entry.
+    let mut below: Vec<&Path> =
+        listed.entries.iter().flat_map(|(_, _, e)| base.hidden.stores_below(e)).map(PathBuf::as_path).collect();
+    below.sort_unstable();
     let mut found = vec![];
     for l in &plan.hidden {
-        let looked_at = (whole_home && l.path.starts_with(&base.home))
-            || listed.iter().any(|(_, _, e)| fs::under(&l.path, e) && l.path != *e);
+        let looked_at =
+            (whole_home && fs::under(&l.path, &base.home)) || below.binary_search(&l.path.as_path()).is_ok();
         if !looked_at || fs.kind(&l.path) != Some(Kind::Symlink) {
             continue;
         }
@@ -129,7 +132,7 @@ fn named(policy: &Policy, home: &Path) -> Named {
             }
         }
     }
-    Named { entries }
+    Named::new(entries)
 }
 
 /// What the jail gets of each of the user's git configs. A file that cannot be read as git

@@ -650,17 +650,17 @@ fn writable_trees(
 /// Stage 5: hidden paths inside writable trees cannot vanish; they are covered, empty and
 /// read-only.
 fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, trees: &Trees) {
-    for h in base.hidden.all().cloned().collect::<Vec<_>>() {
+    for h in base.hidden.all() {
         // A home bound as a whole (read/write modes) was rebuilt without its hidden paths.
         let rebuilt =
             |w: &PathBuf| w == &base.home && matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Write);
-        if let Some(w) = trees.writable.iter().find(|w| h.starts_with(w) && &h != *w && !rebuilt(w)) {
-            if let Some(k) = fs.kind(&h) {
+        if let Some(w) = trees.writable.iter().find(|w| fs::under(h, w) && h != *w && !rebuilt(w)) {
+            if let Some(k) = fs.kind(h) {
                 // The directories between the tree and the mask are pinned: renaming one
                 // (`mv ~/.local/state x` under `--rw ~/.local`) would carry the mask away and
                 // leave the name free for a copy the jail makes (the state directory above all).
-                pin_ancestors(b, w, &h);
-                b.push(MountSpec::Mask { target: h, dir: k == Kind::Dir });
+                pin_ancestors(b, w, h);
+                b.push(MountSpec::Mask { target: h.clone(), dir: k == Kind::Dir });
             }
         }
     }
