@@ -225,6 +225,90 @@ fn checks() -> Vec<Check> {
         check("munge", Status::Info, "no munge socket on this host", None)
     });
     policy_checks(&mut v);
+    v.extend(credential_checks());
+    v
+}
+
+/// The credential catalogue against this user's home and variables: the stores you have
+/// (every session hides them), those your policy shows and why, the agents' logins (shown to
+/// their own profile unless its key is injected), and what your git config loses inside.
+fn credential_checks() -> Vec<Check> {
+    let Ok(facts) = host::HostFacts::gather() else {
+        return vec![check("credentials", Status::Warn, "cannot read this host's facts", None)];
+    };
+    let paths = PolicyPaths::new(&facts.home, facts.env_var("XDG_CONFIG_HOME").map(Path::new));
+    let loaded = policy::load(policy::LoadRequest {
+        paths: &paths,
+        home: &facts.home,
+        uid: facts.uid,
+        project: None,
+        profile: None,
+        policy_files: &[],
+        cli: Default::default(),
+    });
+    let policy = match loaded {
+        Ok(p) => p,
+        Err(e) => return vec![check("credentials", Status::Warn, format!("not checked: {e}"), None)],
+    };
+    match crate::plan::credentials_report(&policy, &facts, &host::RealFs::default()) {
+        Ok(report) => credential_lines(&report, &facts.home_canonical, &host::RealFs::default()),
+        Err(e) => vec![check("credentials", Status::Warn, e.to_string(), None)],
+    }
+}
+
+/// The lines of `credential_checks` for a report, with `fs` saying which paths exist.
+fn credential_lines(r: &crate::plan::catalogue::CredentialsPlan, home: &Path, fs: &dyn host::HostFs) -> Vec<Check> {
+    use crate::plan::catalogue::{present, CATALOGUE};
+    let shown = |p: &Path| match p.strip_prefix(home) {
+        Ok(rest) => format!("~/{}", rest.display()),
+        Err(_) => p.display().to_string(),
+    };
+    let login = |store: &str| CATALOGUE.iter().find(|s| s.name == store).and_then(|s| s.login_of);
+    let (mut logins, mut others) = (vec![], vec![]);
+    for l in present(&r.hidden, fs) {
+        match login(l.store) {
+            Some(agent) => logins.push(format!("{} ({agent})", shown(&l.path))),
+            None => others.push(format!("{} ({})", shown(&l.path), l.store)),
+        }
+    }
+    let total = CATALOGUE.len();
+    let mut v = vec![match others.is_empty() {
+        true => check("credentials", Status::Ok, format!("none of the {total} stores of the credential catalogue is here"), None),
+        false => check(
+            "credentials",
+            Status::Info,
+            format!("hidden from every session ({} of the catalogue's stores are here): {}", others.len(), others.join(", ")),
+            Some("to show one to the jail on purpose, name it: --ro ~/PATH, or home.read in your config (docs/policy.md)"),
+        ),
+    }];
+    if !logins.is_empty() {
+        v.push(check(
+            "agent logins",
+            Status::Info,
+            format!(
+                "shown only to the agent's own profile, and to it only without an API key injected from outside: {}",
+                logins.join(", ")
+            ),
+            None,
+        ));
+    }
+    let exposed: Vec<String> = r
+        .exposed
+        .iter()
+        .filter(|e| fs.kind(&e.path).is_some())
+        .map(|e| format!("{} ({}: {})", shown(&e.path), e.store, e.why))
+        .collect();
+    if !exposed.is_empty() {
+        v.push(check("credentials shown", Status::Warn, format!("your policy shows: {}", exposed.join(", ")), None));
+    }
+    for (file, dropped) in &r.stripped {
+        v.push(check(
+            "git config",
+            Status::Info,
+            format!("sessions see {} without: {}", shown(file), dropped.join(" ")),
+            None,
+        ));
+    }
     v
 }
 
@@ -391,6 +475,37 @@ pub fn run(json: bool) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_credential_section_names_the_stores_this_user_has_and_what_shows_them() {
+        use crate::plan::catalogue::{CredentialsPlan, Exposed, Located};
+        let home = Path::new("/home/u");
+        let at = |store: &'static str, p: &str| Located { store, path: home.join(p), via: None };
+        let fs =
+            host::FakeFs::default().file("/home/u/.npmrc").file("/home/u/.codex/auth.json").file("/home/u/.pypirc");
+        let report = CredentialsPlan {
+            hidden: vec![
+                at("npm", ".npmrc"),
+                at("codex-login", ".codex/auth.json"),
+                at("cargo", ".cargo/credentials.toml"),
+            ],
+            exposed: vec![Exposed {
+                store: "pypirc",
+                path: home.join(".pypirc"),
+                why: "home.read names `.pypirc`".into(),
+            }],
+            refused: vec![],
+            stripped: vec![(home.join(".gitconfig"), vec!["credential.helper".into()])],
+        };
+        let lines = credential_lines(&report, home, &fs);
+        let text: Vec<String> = lines.iter().map(|c| format!("{}: {}", c.name, c.detail)).collect();
+        assert!(text[0].contains("~/.npmrc (npm)") && !text[0].contains("cargo"), "only what is here: {text:?}");
+        assert!(text[1].starts_with("agent logins") && text[1].contains("~/.codex/auth.json (codex)"), "{text:?}");
+        assert!(text[2].contains("~/.pypirc (pypirc: home.read names `.pypirc`)"), "{text:?}");
+        assert!(text[3].contains("~/.gitconfig without: credential.helper"), "{text:?}");
+        let none = credential_lines(&CredentialsPlan::default(), home, &fs);
+        assert!(none[0].detail.starts_with("none of the"), "{:?}", none[0].detail);
+    }
 
     #[test]
     fn apparmor_restricting_user_namespaces_is_named_with_its_fix() {

@@ -1,6 +1,9 @@
 //! Host facts: who the user is, what the kernel offers, and a read-only view of the host
 //! filesystem. The plan is a pure function of these; tests give it a fake `HostFs`.
 
+pub mod configs;
+
+pub use configs::{GitConfigFile, UserConfigs};
 #[cfg(test)]
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -220,6 +223,9 @@ pub struct HostFacts {
     /// group (what maps them into the jail: `plan::groups`).
     pub etc_subgid: String,
     pub newgidmap: Option<PathBuf>,
+    /// The user's git and ssh configs, for the paths they name and the global git config's
+    /// session copy without its credentials (`plan::catalogue`, `plan::gitstrip`).
+    pub user_configs: UserConfigs,
 }
 
 /// Every address of every interface of the host (a floor: the jail must not reach the
@@ -297,6 +303,7 @@ impl HostFacts {
             true => (read("/etc/subgid"), crate::plan::groups::find_newgidmap()),
             false => (String::new(), None),
         };
+        let user_configs = UserConfigs::gather(&home_canonical, &dir, &env);
         Ok(HostFacts {
             uid: uid.as_raw(),
             gid: gid.as_raw(),
@@ -327,6 +334,7 @@ impl HostFacts {
             groups,
             etc_subgid,
             newgidmap,
+            user_configs,
         })
     }
 

@@ -5,6 +5,7 @@ pub mod allow;
 pub mod audit;
 pub mod cli;
 pub mod doctor;
+pub mod gitconfig;
 pub mod glob;
 pub mod host;
 pub mod jail;

@@ -154,6 +154,7 @@ pub fn plan(p: &Plan) -> String {
         if p.landlock.is_some() { "in no rule: EACCES inside" } else { "do not exist inside" },
         p.hidden.iter().map(|h| tilde(h, &p.home)).collect::<Vec<_>>().join(" ")
     );
+    credentials(&mut s, p);
     let names: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
     let _ = writeln!(s, "  environment: {} variables: {}", names.len(), names.join(" "));
     if !p.env_removed.is_empty() {
@@ -166,6 +167,32 @@ pub fn plan(p: &Plan) -> String {
         let _ = writeln!(s, "  warning: {w}");
     }
     s
+}
+
+/// The credential catalogue's part: how many of its paths are hidden, those shown and why,
+/// and the git configs shown without their credentials.
+fn credentials(s: &mut String, p: &Plan) {
+    let c = &p.credentials;
+    let _ = writeln!(
+        s,
+        "  credential stores: {} paths of the catalogue hidden wherever their tree is shown (`agent-sandbox doctor` lists those you have)",
+        c.hidden.len()
+    );
+    for e in &c.exposed {
+        let _ = writeln!(s, "    shown: {} ({}): {}", tilde(&e.path, &p.home), e.store, e.why);
+    }
+    for l in &c.refused {
+        let via = l.via.as_deref().unwrap_or("the catalogue");
+        let _ = writeln!(
+            s,
+            "    not hidden: {} ({via}, {}): a top-level tree, the home, the project or a parent of one",
+            tilde(&l.path, &p.home),
+            l.store
+        );
+    }
+    for (file, dropped) in &c.stripped {
+        let _ = writeln!(s, "    {} shown without: {}", tilde(file, &p.home), dropped.join(" "));
+    }
 }
 
 /// The Landlock backend mounts nothing: its plan is path rules, the session directory that
@@ -267,6 +294,11 @@ fn mounts(s: &mut String, p: &Plan) {
             MountSpec::SessionCopy { target } => {
                 format!("copy     {} (writable for the session; your file never changes)", target.display())
             }
+            MountSpec::Stripped { target, seed, .. } => format!(
+                "stripped {} ({}, without the entries that hand out a credential)",
+                target.display(),
+                if *seed { "writable session copy" } else { "read-only copy" }
+            ),
             MountSpec::Proc { target } => format!("proc     {}", target.display()),
             MountSpec::Devpts { target } => format!("devpts   {} (new instance)", target.display()),
             MountSpec::Mask { target, .. } => {

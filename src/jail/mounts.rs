@@ -571,6 +571,19 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
                 let data = sys.read_small(&under(OLD, source), 1 << 20).map_err(fail("read seed for"))?;
                 sys.write_file(&target, &data, 0o600).map_err(fail("seed"))?;
             }
+            MountSpec::Stripped { contents, seed: true, .. } => {
+                sys.write_file(&target, contents.as_bytes(), 0o600).map_err(fail("seed"))?;
+            }
+            MountSpec::Stripped { contents, seed: false, .. } => {
+                staged += 1;
+                let s = staging.join(staged.to_string());
+                sys.write_file(&s, contents.as_bytes(), 0o644).map_err(fail("stage the stripped copy of"))?;
+                sys.touch(&target).map_err(fail("find"))?;
+                sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None)
+                    .map_err(fail("bind the stripped copy over"))?;
+                sys.set_attr(&target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+                    .map_err(fail("set attributes on"))?;
+            }
             MountSpec::Proc { .. } => {
                 sys.mkdir_all(&target).map_err(fail("mkdir for proc"))?;
                 sys.mount(Some(Path::new("proc")), &target, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, None)

@@ -93,6 +93,15 @@ pub enum MountSpec {
         #[serde(with = "super::os_path")]
         target: PathBuf,
     },
+    /// One of the user's git configs without the entries that hand out a credential
+    /// (`plan::gitstrip`): a writable session copy where it is the seeded `~/.gitconfig`
+    /// (`seed`, in the home's tmpfs), else bound read-only over the file.
+    Stripped {
+        #[serde(with = "super::os_path")]
+        target: PathBuf,
+        contents: String,
+        seed: bool,
+    },
     Proc {
         #[serde(with = "super::os_path")]
         target: PathBuf,
@@ -148,6 +157,7 @@ impl MountSpec {
             | MountSpec::Instructions { target, .. }
             | MountSpec::Copy { target, .. }
             | MountSpec::SessionCopy { target }
+            | MountSpec::Stripped { target, .. }
             | MountSpec::Proc { target }
             | MountSpec::Devpts { target }
             | MountSpec::Mask { target, .. }
@@ -168,7 +178,16 @@ set -g prefix C-a\nunbind-key C-b\nbind-key C-a send-prefix\n";
 /// The set of paths that must not exist inside the jail.
 #[derive(Debug, Clone, Default)]
 pub struct Hidden {
+    /// Hidden whether they exist now or not (`filesystem.hide`, the state directory).
     pub paths: Vec<PathBuf>,
+    /// The credential catalogue's stores (`plan::catalogue`): hidden where they exist; one
+    /// that does not costs no rebuild of the tree around it (a catalogue has many paths, and
+    /// a user has few of them). Kept sorted by bytes: `covers` looks up each ancestor of a
+    /// path, `any_below` one range, instead of comparing every store (it runs for every
+    /// entry of every rebuilt tree).
+    stores: Vec<PathBuf>,
+    /// No ancestor shorter than the shortest store can be one (`/`, `/usr`: asked often).
+    shortest_store: usize,
 }
 
 /// `p` is `base` or lies below it. Byte-wise on normalized absolute paths: it runs for
@@ -179,14 +198,63 @@ pub fn under(p: &Path, base: &Path) -> bool {
     p.starts_with(b) && (p.len() == b.len() || b == b"/" || p[b.len()] == b'/')
 }
 
+fn bytes(p: &Path) -> &[u8] {
+    p.as_os_str().as_encoded_bytes()
+}
+
+/// `p`, then each directory above it up to `/`, as bytes: `Path::ancestors` parses
+/// components, and a plan asks this of every path it checks against the stores.
+pub fn byte_ancestors(p: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut next = Some(p);
+    std::iter::from_fn(move || {
+        let cur = next?;
+        next = match cur.iter().rposition(|b| *b == b'/') {
+            Some(0) if cur.len() > 1 => Some(&cur[..1]),
+            Some(0) | None => None,
+            Some(i) => Some(&cur[..i]),
+        };
+        Some(cur)
+    })
+}
+
 impl Hidden {
+    pub fn stores(&self) -> &[PathBuf] {
+        &self.stores
+    }
+
+    pub fn add_stores(&mut self, more: impl IntoIterator<Item = PathBuf>) {
+        self.stores.extend(more);
+        self.stores.sort_by(|a, b| bytes(a).cmp(bytes(b)));
+        self.stores.dedup();
+        self.shortest_store = self.stores.iter().map(|s| bytes(s).len()).min().unwrap_or(usize::MAX);
+    }
+
+    fn is_store(&self, p: &[u8]) -> bool {
+        self.stores.binary_search_by(|s| bytes(s).cmp(p)).is_ok()
+    }
+
+    /// The stores strictly below `p` (one range of the sorted list).
+    pub fn stores_below<'a>(&'a self, p: &Path) -> impl Iterator<Item = &'a PathBuf> {
+        let mut prefix = bytes(p).to_vec();
+        if prefix.last() != Some(&b'/') {
+            prefix.push(b'/');
+        }
+        let start = self.stores.partition_point(|s| bytes(s) < prefix.as_slice());
+        self.stores[start..].iter().take_while(move |s| bytes(s).starts_with(&prefix))
+    }
+
     /// `p` is hidden itself or lies under a hidden path.
     pub fn covers(&self, p: &Path) -> bool {
         self.paths.iter().any(|h| under(p, h))
+            || byte_ancestors(bytes(p)).take_while(|a| a.len() >= self.shortest_store).any(|a| self.is_store(a))
     }
-    /// Some hidden path lies strictly below `p`.
-    pub fn any_below(&self, p: &Path) -> bool {
-        self.paths.iter().any(|h| h != p && under(h, p))
+    /// Some hidden path lies strictly below `p`: one of `paths`, or a store that exists.
+    pub fn any_below(&self, p: &Path, fs: &dyn HostFs) -> bool {
+        self.paths.iter().any(|h| h != p && under(h, p)) || self.stores_below(p).any(|h| fs.kind(h).is_some())
+    }
+    /// Every hidden path, the stores after the others.
+    pub fn all(&self) -> impl Iterator<Item = &PathBuf> {
+        self.paths.iter().chain(&self.stores)
     }
 }
 
@@ -255,8 +323,7 @@ impl<'a> Builder<'a> {
     fn overlay_tree(&mut self, src: &Path) {
         let mut whiteouts: Vec<PathBuf> = self
             .hidden
-            .paths
-            .iter()
+            .all()
             .filter(|h| h.as_path() != src && under(h, src) && self.fs.kind(h).is_some())
             .cloned()
             .collect();
@@ -311,10 +378,16 @@ impl<'a> Builder<'a> {
                     self.mounts.push(MountSpec::Symlink { target, link });
                 }
             }
-            Kind::Dir if self.overlay && !rw && !in_tree && self.hidden.any_below(src) && !self.has_submounts(src) => {
+            Kind::Dir
+                if self.overlay
+                    && !rw
+                    && !in_tree
+                    && self.hidden.any_below(src, self.fs)
+                    && !self.has_submounts(src) =>
+            {
                 self.overlay_tree(src)
             }
-            Kind::Dir if self.hidden.any_below(src) => {
+            Kind::Dir if self.hidden.any_below(src, self.fs) => {
                 self.mounts.push(MountSpec::Tmpfs { target: target.clone(), mode: 0o755 });
                 for name in self.fs.read_dir(src).iter() {
                     self.bind_tree_inner(&src.join(name), rw, true);
@@ -426,7 +499,7 @@ mod tests {
     #[test]
     fn hidden_child_rebuilds_the_parent_and_leaves_the_child_out() {
         let fs = FakeFs::default().file("/etc/hosts").dir("/etc/munge").file("/etc/munge/munge.key").dir("/etc/ssl");
-        let hidden = Hidden { paths: vec!["/etc/munge".into()] };
+        let hidden = Hidden { paths: vec!["/etc/munge".into()], ..Hidden::default() };
         let mut b = Builder::new(&fs, &hidden);
         b.bind_tree(Path::new("/etc"), false);
         let targets: Vec<String> = b.mounts.iter().map(|m| format!("{m:?}")).collect();
@@ -440,7 +513,7 @@ mod tests {
     #[test]
     fn with_overlay_a_hidden_child_becomes_a_whiteout_and_overrides_go_in_the_layer() {
         let fs = FakeFs::default().file("/etc/hosts").file("/etc/passwd").dir("/etc/munge").dir("/etc/ssl");
-        let hidden = Hidden { paths: vec!["/etc/munge".into(), "/etc/not-here".into()] };
+        let hidden = Hidden { paths: vec!["/etc/munge".into(), "/etc/not-here".into()], ..Hidden::default() };
         let mounts = vec![PathBuf::from("/etc"), PathBuf::from("/proc")];
         let mut b = Builder::new(&fs, &hidden);
         b.overlay = true;
@@ -464,7 +537,7 @@ mod tests {
         // A container's /etc/resolv.conf bind (or `ip netns exec`'s): the kernel refuses such
         // a tree as an overlay's lower layer in a user namespace.
         let fs = FakeFs::default().file("/etc/hosts").file("/etc/resolv.conf").dir("/etc/munge").dir("/etc/ssl");
-        let hidden = Hidden { paths: vec!["/etc/munge".into()] };
+        let hidden = Hidden { paths: vec!["/etc/munge".into()], ..Hidden::default() };
         let mounts = vec![PathBuf::from("/etc/resolv.conf")];
         let mut b = Builder::new(&fs, &hidden);
         b.overlay = true;
@@ -485,7 +558,7 @@ mod tests {
     #[test]
     fn nested_and_repeated_hidden_paths_get_one_whiteout() {
         let fs = FakeFs::default().file("/etc/a/b/c").dir("/etc/x");
-        let hidden = Hidden { paths: vec!["/etc/a/b/c".into(), "/etc/a".into(), "/etc/a".into()] };
+        let hidden = Hidden { paths: vec!["/etc/a/b/c".into(), "/etc/a".into(), "/etc/a".into()], ..Hidden::default() };
         let mut b = Builder::new(&fs, &hidden);
         b.overlay = true;
         b.bind_tree(Path::new("/etc"), false);
@@ -496,9 +569,36 @@ mod tests {
     }
 
     #[test]
+    fn byte_ancestors_are_the_paths_ancestors() {
+        for p in ["/", "/a", "/a/b/c", "/home/u/.cache/huggingface/token"] {
+            let ours: Vec<&[u8]> = byte_ancestors(p.as_bytes()).collect();
+            let std: Vec<&[u8]> = Path::new(p).ancestors().map(|a| a.as_os_str().as_encoded_bytes()).collect();
+            assert_eq!(ours, std, "{p}");
+        }
+    }
+
+    #[test]
+    fn stores_are_found_by_ancestor_and_by_range_and_only_present_ones_rebuild() {
+        let mut h = Hidden::default();
+        h.add_stores(
+            ["/home/u/.npmrc", "/home/u/.cargo/credentials", "/home/u/.cargo/credentials.toml", "/home/u/.cargo-x/y"]
+                .map(PathBuf::from),
+        );
+        assert!(h.covers(Path::new("/home/u/.cargo/credentials.toml")));
+        assert!(h.covers(Path::new("/home/u/.npmrc/inside")));
+        assert!(!h.covers(Path::new("/home/u/.cargo")) && !h.covers(Path::new("/home/u/.npmrc2")));
+        let below: Vec<&PathBuf> = h.stores_below(Path::new("/home/u/.cargo")).collect();
+        assert_eq!(below, vec![Path::new("/home/u/.cargo/credentials"), Path::new("/home/u/.cargo/credentials.toml")]);
+        assert_eq!(h.stores_below(Path::new("/")).count(), 4);
+        let fs = FakeFs::default().file("/home/u/.cargo/credentials.toml");
+        assert!(h.any_below(Path::new("/home/u/.cargo"), &fs));
+        assert!(!h.any_below(Path::new("/home/u/.cargo-x"), &fs), "missing: no rebuild");
+    }
+
+    #[test]
     fn tree_without_hidden_paths_is_one_bind() {
         let fs = FakeFs::default().dir("/usr/bin");
-        let hidden = Hidden { paths: vec!["/etc/munge".into()] };
+        let hidden = Hidden { paths: vec!["/etc/munge".into()], ..Hidden::default() };
         let mut b = Builder::new(&fs, &hidden);
         b.bind_tree(Path::new("/usr"), false);
         assert_eq!(

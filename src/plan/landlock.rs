@@ -17,6 +17,7 @@ pub(super) fn landlock_plan(
     facts: &HostFacts,
     req: &RunRequest,
     host_terminals: bool,
+    around: &StoresAround<'_>,
 ) -> LandlockPlan {
     let (mut ro, mut rw) = (vec![], vec![]);
     for m in mounts {
@@ -48,6 +49,7 @@ pub(super) fn landlock_plan(
         ro.push(session.path.join("run"));
     }
     rw.push(session.tmp.clone());
+    let mut rw = split_around_stores(rw, around);
     // One rule per path (the binary is bound under many names in the userns jail).
     for list in [&mut ro, &mut rw] {
         let mut seen = std::collections::BTreeSet::new();
@@ -64,6 +66,48 @@ pub(super) fn landlock_plan(
         session,
         sweep: if facts.landlock_abi >= 6 { Sweep::ScopedKill } else { Sweep::ProcWalk },
         slurm_fd: req.chaperon_channel.then_some(SLURM_FD),
+    }
+}
+
+/// The credential stores hidden in this plan, which Landlock cannot cover inside a writable
+/// tree as the userns jail does (a rule only ever grants).
+pub(super) struct StoresAround<'a> {
+    pub stores: &'a [PathBuf],
+    pub project: &'a Path,
+    pub fs: &'a dyn HostFs,
+}
+
+/// Each writable tree with a present store below it becomes one rule per entry around the
+/// store (recursively along the way to it), so the store is in no rule: EACCES inside. The
+/// price: nothing new can be made directly in the directories on that way (`~/.cache` when
+/// `~/.cache/huggingface/token` exists), only in their other entries. Not the project, whose
+/// top level must stay writable (a store inside it stays readable: docs/security-model.md).
+fn split_around_stores(rw: Vec<PathBuf>, a: &StoresAround<'_>) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for r in rw {
+        let inside: Vec<&PathBuf> =
+            a.stores.iter().filter(|s| **s != r && fs::under(s, &r) && a.fs.kind(s).is_some()).collect();
+        if inside.is_empty() || r == a.project || a.fs.kind(&r) != Some(Kind::Dir) {
+            out.push(r);
+        } else {
+            rules_around(&r, &inside, a.fs, &mut out);
+        }
+    }
+    out
+}
+
+fn rules_around(dir: &Path, stores: &[&PathBuf], fs: &dyn HostFs, out: &mut Vec<PathBuf>) {
+    for name in fs.read_dir(dir).iter() {
+        let p = dir.join(name);
+        if stores.iter().any(|s| **s == p) {
+            continue;
+        }
+        match fs.kind(&p) {
+            // A rule on a link would grant what it leads to; the tree's one rule did not.
+            Some(Kind::Symlink) | None => {}
+            Some(Kind::Dir) if stores.iter().any(|s| fs::under(s, &p)) => rules_around(&p, stores, fs, out),
+            Some(_) => out.push(p),
+        }
     }
 }
 

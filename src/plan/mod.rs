@@ -4,10 +4,13 @@
 
 pub mod agent_home;
 mod backend;
+pub mod catalogue;
 pub mod credentials;
 pub mod env;
 pub mod fs;
+pub mod gitstrip;
 pub mod groups;
+mod hiding;
 pub mod instructions;
 mod landlock;
 mod mounts;
@@ -18,13 +21,14 @@ mod project;
 pub mod runs_outside;
 
 pub use fs::MountSpec;
+pub use hiding::report as credentials_report;
 
 use crate::host::{HostFacts, HostFs, Kind};
 use crate::policy::{expand_tilde, Backend, Fallback, HomeAccess, NetMode, Policy};
 pub use backend::choose_backend;
 use backend::git_guard;
 use fs::{Builder, Hidden};
-use landlock::{landlock_plan, landlock_session};
+use landlock::{landlock_plan, landlock_session, StoresAround};
 use mounts::*;
 pub use net::net_available;
 use net::{choose_net, net_rules};
@@ -333,6 +337,9 @@ pub struct Plan {
     /// (`agent_home`).
     pub merges: Vec<agent_home::MergeBack>,
     pub hidden: Vec<PathBuf>,
+    /// The credential catalogue's stores: hidden, shown (and why), and the user's git configs
+    /// shown without their credentials.
+    pub credentials: catalogue::CredentialsPlan,
     pub env: Vec<(String, String)>,
     /// The launcher's variables the jail does not get, each with the rule (never a value).
     pub env_removed: Vec<env::Scrubbed>,
@@ -444,6 +451,12 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         return Err(PlanError::EmptyCommand);
     }
     let mut base = Base::decide(policy, facts, fs, req)?;
+    // The environment before the mounts: whether the profile's key is kept outside the jail
+    // decides whether its agent's own login file is shown.
+    let envp = environment(policy, facts, req, &base);
+    let creds = policy.agent.as_ref().and_then(|a| a.value.credentials.clone()).unwrap_or_default();
+    base.net.credentials = credentials::routes(&creds, &base.net, &envp.vars, &facts.env)?;
+    let (credentials_plan, git_view) = hiding::decide(policy, facts, fs, &mut base)?;
     let mut warnings = std::mem::take(&mut base.warnings);
     let mut b = Builder::new(fs, &base.hidden);
     synthesized_files(&mut b, policy, facts, &base);
@@ -464,7 +477,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     b.place_remaining_overrides();
     cover_stubbed(&mut b, fs, policy, facts, &base.home, mail_block);
     // 3. Home; 4. extra writable paths, then the project; 5. what is hidden inside them.
-    let trees = writable_trees(&mut b, policy, facts, fs, &base, &mut warnings)?;
+    let trees = writable_trees(&mut b, policy, facts, fs, &base, &git_view, &mut warnings)?;
     masks(&mut b, policy, fs, &base, &trees);
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
     let mut placeholders = protected(&mut b, policy, facts, fs, &base, &trees)?;
@@ -525,7 +538,8 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     }
     warnings.extend(nested::warning(&req.command, nested));
     base.warnings = warnings;
-    let mut plan = finish(policy, facts, req, base, mounts, placeholders, git_guard, mail_block)?;
+    let shaped = Shaped { mounts, placeholders, git_guard, mail_block, credentials: credentials_plan, git_view };
+    let mut plan = finish(policy, facts, fs, req, base, envp, shaped)?;
     (plan.home_dirs, plan.home_files, plan.merges) = (home_dirs, home_files, merges);
     Ok(plan)
 }
@@ -637,11 +651,20 @@ fn writable_trees(
     facts: &HostFacts,
     fs: &dyn HostFs,
     base: &Base,
+    git: &hiding::GitView,
     warnings: &mut Vec<String>,
 ) -> Result<Trees, PlanError> {
     let home = base.home.clone();
     let mut writable = vec![base.project.clone()];
-    home_mounts(b, policy, facts, &home, &mut writable, warnings);
+    home_mounts(b, policy, facts, &home, git, &mut writable, warnings);
+    // The user's git configs the jail shows, without their credentials (the seeded
+    // `~/.gitconfig` got its stripped copy already).
+    for (path, text) in &git.stripped {
+        let seeded = b.mounts.iter().any(|m| matches!(m, MountSpec::Stripped { target, .. } if target == path));
+        if !seeded && !base.hidden.covers(path) && hiding::shown(&b.mounts, path) {
+            b.push(MountSpec::Stripped { target: path.clone(), contents: text.clone(), seed: false });
+        }
+    }
     for w in &policy.fs_write {
         let p = check_extra_path("filesystem.write", &w.value, &home, fs)?;
         if base.hidden.covers(&p) {
@@ -664,17 +687,17 @@ fn writable_trees(
 /// Stage 5: hidden paths inside writable trees cannot vanish; they are covered, empty and
 /// read-only.
 fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, trees: &Trees) {
-    for h in base.hidden.paths.clone() {
+    for h in base.hidden.all() {
         // A home bound as a whole (read/write modes) was rebuilt without its hidden paths.
         let rebuilt =
             |w: &PathBuf| w == &base.home && matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Write);
-        if let Some(w) = trees.writable.iter().find(|w| h.starts_with(w) && &h != *w && !rebuilt(w)) {
-            if let Some(k) = fs.kind(&h) {
+        if let Some(w) = trees.writable.iter().find(|w| fs::under(h, w) && h != *w && !rebuilt(w)) {
+            if let Some(k) = fs.kind(h) {
                 // The directories between the tree and the mask are pinned: renaming one
                 // (`mv ~/.local/state x` under `--rw ~/.local`) would carry the mask away and
                 // leave the name free for a copy the jail makes (the state directory above all).
-                pin_ancestors(b, w, &h);
-                b.push(MountSpec::Mask { target: h, dir: k == Kind::Dir });
+                pin_ancestors(b, w, h);
+                b.push(MountSpec::Mask { target: h.clone(), dir: k == Kind::Dir });
             }
         }
     }
@@ -736,46 +759,68 @@ fn protected(
     Ok(placeholders)
 }
 
-/// The environment, the Landlock backend's own plan and what it changes (the session
-/// directory's TMPDIR and stubs), and the plan itself.
-#[allow(clippy::too_many_arguments)]
-fn finish(
-    policy: &Policy,
-    facts: &HostFacts,
-    req: &RunRequest,
-    base: Base,
-    mounts: Vec<MountSpec>,
-    placeholders: Vec<Placeholder>,
-    git_guard: Option<GitGuardPlan>,
-    mail_block: bool,
-) -> Result<Plan, PlanError> {
-    let Base { backend, project, cwd, net, hidden, warnings, .. } = base;
+/// The jail's environment from the launcher's (or a job's) and the policy, before the
+/// credential routes are applied.
+fn environment(policy: &Policy, facts: &HostFacts, req: &RunRequest, base: &Base) -> env::EnvPlan {
     let shell = if facts.shell.as_os_str().is_empty() { PathBuf::from("/bin/sh") } else { facts.shell.clone() };
-    let mut envp = env::build(
+    env::build(
         req.env.as_deref().unwrap_or(&facts.env),
         policy,
         &env::JailVars {
             user: &facts.user,
             home: &facts.home,
             shell: &shell,
-            project: &project,
-            cwd: &cwd,
-            net_mode: net.effective.as_str(),
-            proxies: net.jail == JailNet::Proxies,
-            backend: backend.as_str(),
+            project: &base.project,
+            cwd: &base.cwd,
+            net_mode: base.net.effective.as_str(),
+            proxies: base.net.jail == JailNet::Proxies,
+            backend: base.backend.as_str(),
             session: &req.session,
             job_endpoints: &req.job_endpoints,
         },
-    );
-    let creds = policy.agent.as_ref().and_then(|a| a.value.credentials.clone()).unwrap_or_default();
+    )
+}
+
+/// What the mount stages made, for `finish`.
+struct Shaped {
+    mounts: Vec<MountSpec>,
+    placeholders: Vec<Placeholder>,
+    git_guard: Option<GitGuardPlan>,
+    mail_block: bool,
+    credentials: catalogue::CredentialsPlan,
+    git_view: hiding::GitView,
+}
+
+/// The environment, the Landlock backend's own plan and what it changes (the session
+/// directory's TMPDIR and stubs), and the plan itself.
+fn finish(
+    policy: &Policy,
+    facts: &HostFacts,
+    fs: &dyn HostFs,
+    req: &RunRequest,
+    base: Base,
+    mut envp: env::EnvPlan,
+    shaped: Shaped,
+) -> Result<Plan, PlanError> {
+    let Base { backend, project, cwd, net, hidden, warnings, .. } = base;
+    let Shaped { mounts, placeholders, git_guard, mail_block, credentials, git_view } = shaped;
     let mut net = net;
-    net.credentials = credentials::routes(&creds, &net, &envp.vars, &facts.env)?;
     let admin_allow: Vec<String> =
         policy.net_allow.iter().filter(|e| e.source.is_admin()).map(|e| normalized_rule(&e.value)).collect();
     net.grant_bound = (!admin_allow.is_empty()).then_some(admin_allow);
     credentials::apply(&mut envp.vars, &net.credentials);
     let landlock = (backend == BackendKind::Landlock).then(|| {
-        landlock_plan(&mounts, &net, landlock_session(facts, req, mail_block), facts, req, policy.host_terminals.value)
+        let mut session = landlock_session(facts, req, mail_block);
+        // git reads the stripped copy of the user's global config instead of the files,
+        // which have no rule (Landlock cannot put a copy over a file).
+        if let Some(text) = &git_view.landlock_global {
+            let path = session.path.join("run").join(hiding::LANDLOCK_GITCONFIG);
+            envp.vars.retain(|(k, _)| k != "GIT_CONFIG_GLOBAL");
+            envp.vars.push(("GIT_CONFIG_GLOBAL".into(), path.display().to_string()));
+            session.files.push((path, text.clone()));
+        }
+        let around = StoresAround { stores: hidden.stores(), project: &project, fs };
+        landlock_plan(&mounts, &net, session, facts, req, policy.host_terminals.value, &around)
     });
     let stub_bin =
         landlock.as_ref().map_or_else(|| PathBuf::from(crate::stub::STUB_BIN_DIR), |l| l.session.bin.clone());
@@ -831,6 +876,7 @@ fn finish(
         home_files: vec![],
         merges: vec![],
         hidden: hidden.paths,
+        credentials,
         env: envp.vars,
         env_removed: envp.removed,
         net,

@@ -64,6 +64,7 @@ pub(super) fn home_mounts(
     policy: &Policy,
     facts: &HostFacts,
     home: &Path,
+    git: &super::hiding::GitView,
     writable: &mut Vec<PathBuf>,
     warnings: &mut Vec<String>,
 ) {
@@ -75,7 +76,7 @@ pub(super) fn home_mounts(
     // Homes often live on NFS, GPFS or Lustre, where an overlay's lower layer is not
     // dependable: every tree under the home is rebuilt entry by entry.
     let overlay = std::mem::replace(&mut b.overlay, false);
-    home_trees(b, policy, home, writable, warnings);
+    home_trees(b, policy, home, git, writable, warnings);
     b.overlay = overlay;
 }
 
@@ -122,6 +123,7 @@ pub(super) fn home_trees(
     b: &mut Builder<'_>,
     policy: &Policy,
     home: &Path,
+    git: &super::hiding::GitView,
     writable: &mut Vec<PathBuf>,
     warnings: &mut Vec<String>,
 ) {
@@ -184,8 +186,15 @@ pub(super) fn home_trees(
             for s in &policy.home_seed {
                 if let Some(rel) = home_entry(&s.value) {
                     let p = home.join(rel);
-                    if !b.hidden.covers(&p) && b.fs.kind(&p) == Some(Kind::File) {
-                        b.push(MountSpec::Copy { source: p.clone(), target: p });
+                    if b.hidden.covers(&p) || b.fs.kind(&p) != Some(Kind::File) {
+                        continue;
+                    }
+                    // A git config the credentials were taken out of is seeded as that text.
+                    match git.stripped.iter().find(|(g, _)| *g == p) {
+                        Some((_, text)) => {
+                            b.push(MountSpec::Stripped { target: p, contents: text.clone(), seed: true })
+                        }
+                        None => b.push(MountSpec::Copy { source: p.clone(), target: p }),
                     }
                 }
             }

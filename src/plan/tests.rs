@@ -42,6 +42,7 @@ fn facts() -> HostFacts {
         groups: vec![1001],
         etc_subgid: String::new(),
         newgidmap: None,
+        user_configs: Default::default(),
     }
 }
 
@@ -903,4 +904,298 @@ fn the_repositorys_hooks_path_and_what_the_envrc_loads_are_protected() {
     let fs = host().file("/home/u/proj/.env");
     let plan = build(&policy(""), &facts(), &fs, &request("/home/u/proj")).unwrap();
     assert!(!has(&plan, |m| m.target() == Path::new("/home/u/proj/.env")));
+}
+
+/// The credential catalogue in plans: every store absent wherever its tree is shown, in every
+/// home mode and under both backends; naming one shows it; the user's git config loses what
+/// hands out a credential.
+mod credential_stores {
+    use super::*;
+    use crate::host::{GitConfigFile, UserConfigs};
+
+    /// Stores a user has, next to what the same trees hold that is no credential.
+    const STORES: &[&str] = &[
+        "/home/u/.config/git/credentials",
+        "/home/u/.cargo/credentials.toml",
+        "/home/u/.cargo/credentials",
+        "/home/u/.cache/huggingface/token",
+        "/home/u/.npmrc",
+        "/home/u/.pypirc",
+        "/home/u/.local/share/keyrings/login.keyring",
+        "/home/u/.bash_history",
+        "/home/u/.python_history",
+        "/home/u/.codex/auth.json",
+        "/home/u/keys/id_hpc",
+    ];
+
+    fn stores_host() -> FakeFs {
+        let mut fs = host()
+            .file("/home/u/.config/git/config")
+            .dir("/home/u/.cargo/bin")
+            .dir("/home/u/.cache/pip")
+            .dir("/home/u/.cache/huggingface/hub")
+            .file("/home/u/.local/share/man/index")
+            .file("/home/u/.codex/config.toml");
+        for s in STORES {
+            fs = fs.file(s);
+        }
+        fs
+    }
+
+    fn stores_facts() -> HostFacts {
+        let ssh = ("/home/u/.ssh/config".into(), "Host hpc\n\tIdentityFile ~/keys/id_hpc\n".to_string());
+        HostFacts { user_configs: UserConfigs { git: vec![], ssh: vec![ssh] }, ..facts() }
+    }
+
+    fn plan_on(fs: &FakeFs, f: HostFacts, extra: &str) -> Plan {
+        build(&policy(extra), &f, fs, &request("/home/u/proj")).unwrap()
+    }
+
+    /// Whether the jail shows `p` with the host's contents: the last mount at `p` or around
+    /// it decides (a later mount covers what an earlier one put below it).
+    fn shows(plan: &Plan, p: &Path) -> bool {
+        let mut shown = false;
+        for m in &plan.mounts {
+            if !fs::under(p, m.target()) {
+                continue;
+            }
+            shown = match m {
+                MountSpec::Bind { .. } | MountSpec::TreeBind { .. } => true,
+                MountSpec::Copy { target, .. } => target == p,
+                MountSpec::Overlay { whiteouts, .. } => !whiteouts.iter().any(|w| fs::under(p, w)),
+                MountSpec::Pin { .. } | MountSpec::SealTree { .. } | MountSpec::ReadOnly { .. } => shown,
+                _ => false,
+            };
+        }
+        shown
+    }
+
+    fn landlock_shows(plan: &Plan, p: &Path) -> bool {
+        let ll = plan.landlock.as_ref().expect("landlock plan");
+        ll.read_only.iter().chain(&ll.read_write).any(|r| fs::under(p, r))
+    }
+
+    const MODES: &[&str] = &[
+        "",
+        "[home]\naccess = \"restricted\"",
+        "[home]\naccess = \"read\"",
+        "[home]\naccess = \"write\"",
+        // Every tree around a store listed, read-only and writable.
+        "[home]\nread = [\".local\", \".config\", \"keys\"]\nwrite = [\".codex\"]",
+        "[home]\naccess = \"read\"\nwrite = [\".codex\", \".local\", \"keys\"]",
+    ];
+
+    #[test]
+    fn every_store_is_absent_in_every_home_mode() {
+        let fs = stores_host();
+        for extra in MODES {
+            let p = plan_on(&fs, stores_facts(), extra);
+            for s in STORES {
+                assert!(!shows(&p, Path::new(s)), "{s} shown with `{extra}`:\n{:#?}", p.mounts);
+            }
+            // What is around them still is.
+            for around in ["/home/u/.cargo/bin", "/home/u/.cache/pip", "/home/u/.cache/huggingface/hub"] {
+                assert!(shows(&p, Path::new(around)), "{around} with `{extra}`");
+            }
+        }
+    }
+
+    #[test]
+    fn every_store_is_in_no_landlock_rule_in_every_home_mode() {
+        let fs = stores_host().dir("/home/u/.cache/new-tool-cache");
+        let f = HostFacts { userns: UsernsSupport { available: false, why_not: Some("off".into()) }, ..stores_facts() };
+        for extra in MODES {
+            let p = plan_on(&fs, f.clone(), extra);
+            for s in STORES {
+                assert!(!landlock_shows(&p, Path::new(s)), "{s} in a rule with `{extra}`: {:#?}", p.landlock);
+            }
+            // The writable ~/.cache is split around its token: its other entries keep their
+            // rule; only the token and the directories on the way to it have none.
+            let ll = p.landlock.as_ref().expect("landlock");
+            if !extra.contains("access = \"write\"") {
+                assert!(ll.read_write.contains(&PathBuf::from("/home/u/.cache/pip")), "{extra}: {:?}", ll.read_write);
+                assert!(ll.read_write.contains(&PathBuf::from("/home/u/.cache/huggingface/hub")), "{extra}");
+                assert!(!ll.read_write.contains(&PathBuf::from("/home/u/.cache")), "{extra}");
+            }
+            assert!(ll.read_write.contains(&PathBuf::from("/home/u/proj")));
+        }
+    }
+
+    #[test]
+    fn a_store_inside_a_writable_tree_is_masked_and_its_parents_pinned() {
+        let p = plan_on(&stores_host(), stores_facts(), "");
+        let mask = pos(
+            &p,
+            |m| matches!(m, MountSpec::Mask { target, dir: false } if target == Path::new("/home/u/.cache/huggingface/token")),
+        );
+        let bind =
+            pos(&p, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/.cache")));
+        assert!(bind < mask);
+        assert!(has(
+            &p,
+            |m| matches!(m, MountSpec::Pin { target } if target == Path::new("/home/u/.cache/huggingface"))
+        ));
+    }
+
+    /// Startup cost: a store that does not exist rebuilds nothing (the default `~/.cargo` and
+    /// `~/.cache` stay one bind each) and is looked at only under a tree the jail shows.
+    #[test]
+    fn a_missing_store_costs_no_rebuild() {
+        let fs = host().dir("/home/u/.cargo/bin").dir("/home/u/.cache/pip");
+        let p = plan_on(&fs, facts(), "");
+        assert!(has(
+            &p,
+            |m| matches!(m, MountSpec::Bind { target, rw: false, .. } if target == Path::new("/home/u/.cargo"))
+        ));
+        assert!(has(
+            &p,
+            |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/.cache"))
+        ));
+        assert!(!has(&p, |m| matches!(m, MountSpec::Mask { .. })), "{:#?}", p.mounts);
+        assert!(p.credentials.hidden.len() > 100, "every path is hidden, present or not");
+    }
+
+    #[test]
+    fn naming_a_store_shows_it_in_every_home_mode() {
+        let fs = stores_host();
+        for access in ["tmpwrite", "read", "write"] {
+            let extra = format!("[home]\naccess = \"{access}\"\nread = [\".npmrc\", \".cargo/credentials.toml\"]\n");
+            let p = plan_on(&fs, stores_facts(), &extra);
+            assert!(shows(&p, Path::new("/home/u/.npmrc")), "{access}");
+            assert!(shows(&p, Path::new("/home/u/.cargo/credentials.toml")), "{access}: {:#?}", p.mounts);
+            assert!(!shows(&p, Path::new("/home/u/.cargo/credentials")), "{access}: the other one stays hidden");
+            let why: Vec<&str> = p.credentials.exposed.iter().map(|e| e.why.as_str()).collect();
+            assert!(why.contains(&"home.read names `.npmrc`"), "{why:?}");
+        }
+    }
+
+    #[test]
+    fn a_variable_that_moves_a_store_moves_what_is_hidden() {
+        let fs = stores_host().dir("/scratch/u/hf").file("/scratch/u/hf/token").dir("/scratch/u/data");
+        let mut f = stores_facts();
+        f.env.push(("HF_HOME".into(), "/scratch/u/hf".into()));
+        let p = plan_on(&fs, f.clone(), "[filesystem]\nwrite = [\"/scratch/u\"]");
+        assert!(has(&p, |m| matches!(m, MountSpec::Mask { target, .. } if target == Path::new("/scratch/u/hf/token"))));
+        assert!(!shows(&p, Path::new("/home/u/.cache/huggingface/token")), "the default place stays hidden");
+        // A variable naming the project or the home hides nothing, and says so.
+        f.env.push(("GNUPGHOME".into(), "/home/u".into()));
+        let p = plan_on(&fs, f, "");
+        assert!(p.credentials.refused.iter().any(|l| l.path == Path::new("/home/u")));
+        assert!(shows(&p, Path::new("/home/u/proj")));
+    }
+
+    /// The attack: a store that is a link (a dotfile manager's `~/.npmrc -> dotfiles/npmrc`)
+    /// is read where it leads.
+    #[test]
+    fn a_store_that_is_a_link_is_hidden_where_it_leads() {
+        let fs = host().file("/home/u/dotfiles/npmrc").symlink("/home/u/.npmrc", "/home/u/dotfiles/npmrc");
+        for extra in
+            ["[home]\naccess = \"read\"", "[home]\naccess = \"write\"", "[home]\nread = [\"dotfiles\", \".npmrc\"]"]
+        {
+            let p = plan_on(&fs, facts(), extra);
+            let named = extra.contains(".npmrc");
+            assert_eq!(shows(&p, Path::new("/home/u/dotfiles/npmrc")), named, "{extra}: {:#?}", p.mounts);
+        }
+    }
+
+    fn with_profile(profile: &str, extra: &str) -> Policy {
+        let builtin = include_str!("../policy/builtin.toml");
+        let text = crate::policy::BUILTIN_PROFILES.iter().find(|(n, _)| *n == profile).expect("profile").1;
+        let layers = vec![
+            SourcedLayer {
+                layer: parse_layer(builtin, Path::new("b"), FileKind::Site).unwrap(),
+                source: Source::Builtin,
+            },
+            SourcedLayer {
+                layer: parse_layer(text, Path::new("p"), FileKind::Profile).unwrap(),
+                source: Source::Profile(profile.into()),
+            },
+            SourcedLayer {
+                layer: parse_layer(extra, Path::new("u"), FileKind::User).unwrap(),
+                source: Source::User("u".into()),
+            },
+        ];
+        merge(&layers, None).unwrap()
+    }
+
+    /// The codex profile's agent needs its login, unless its key is injected from outside (then
+    /// the key stays out of the jail and the login file with it); no other session shows it.
+    #[test]
+    fn an_agents_login_is_shown_to_its_profile_only_and_not_when_its_key_is_injected() {
+        let fs = stores_host();
+        let no_key = HostFacts { env: vec![("PATH".into(), "/usr/bin".into())], ..stores_facts() };
+        let req = request("/home/u/proj");
+        let codex = build(&with_profile("codex", ""), &no_key, &fs, &req).unwrap();
+        assert!(shows(&codex, Path::new("/home/u/.codex/auth.json")), "{:#?}", codex.credentials.exposed);
+        let injected = build(&with_profile("codex", ""), &stores_facts(), &fs, &req).unwrap();
+        assert!(!injected.net.credentials.is_empty(), "OPENAI_API_KEY is set: injected");
+        assert!(!shows(&injected, Path::new("/home/u/.codex/auth.json")));
+        let claude = build(&with_profile("claude", "[home]\nwrite = [\".codex/\"]"), &no_key, &fs, &req).unwrap();
+        assert!(!shows(&claude, Path::new("/home/u/.codex/auth.json")), "another agent's login");
+        assert!(shows(&claude, Path::new("/home/u/.codex/config.toml")));
+    }
+
+    fn gitconfig_facts(text: &str) -> HostFacts {
+        let git = GitConfigFile {
+            path: "/home/u/.gitconfig".into(),
+            bytes: Some(text.as_bytes().to_vec()),
+            role: crate::host::configs::GitRole::Global,
+        };
+        HostFacts { user_configs: UserConfigs { git: vec![git], ssh: vec![] }, ..facts() }
+    }
+
+    const TOKENED: &str = "[user]\n\tname = U\n[credential]\n\thelper = store --file ~/.my-git-creds\n\
+[url \"https://x-access-token:ghs_abcdefghijklmnopqrst@github.com/\"]\n\tinsteadOf = https://github.com/\n";
+
+    #[test]
+    fn the_seeded_gitconfig_loses_its_credentials_and_the_file_its_helper_names_is_hidden() {
+        let fs = host().file("/home/u/.my-git-creds");
+        for extra in ["", "[home]\naccess = \"read\"", "[home]\naccess = \"write\""] {
+            let p = build(&policy(extra), &gitconfig_facts(TOKENED), &fs, &request("/home/u/proj")).unwrap();
+            let copy = p.mounts.iter().find_map(|m| match m {
+                MountSpec::Stripped { target, contents, seed } if target == Path::new("/home/u/.gitconfig") => {
+                    Some((contents.clone(), *seed))
+                }
+                _ => None,
+            });
+            let (text, seed) = copy.unwrap_or_else(|| panic!("`{extra}`: no stripped copy: {:#?}", p.mounts));
+            assert_eq!(seed, extra.is_empty(), "{extra}");
+            assert!(text.contains("name = U") && !text.contains("ghs_") && !text.contains("helper"), "{text}");
+            assert!(!has(
+                &p,
+                |m| matches!(m, MountSpec::Copy { target, .. } if target == Path::new("/home/u/.gitconfig"))
+            ));
+            assert!(!shows(&p, Path::new("/home/u/.my-git-creds")), "{extra}");
+            assert_eq!(
+                p.credentials.stripped[0].1,
+                vec!["credential.helper", "url.<a URL with credentials>.insteadof"]
+            );
+        }
+        // A config with nothing to take out is copied as it is.
+        let p = build(&policy(""), &gitconfig_facts("[user]\n\tname = U\n"), &fs, &request("/home/u/proj")).unwrap();
+        assert!(has(&p, |m| matches!(m, MountSpec::Copy { target, .. } if target == Path::new("/home/u/.gitconfig"))));
+    }
+
+    #[test]
+    fn under_landlock_git_reads_a_stripped_copy_and_the_real_config_is_in_no_rule() {
+        let f = HostFacts {
+            userns: UsernsSupport { available: false, why_not: Some("off".into()) },
+            ..gitconfig_facts(TOKENED)
+        };
+        let p = build(&policy(""), &f, &host(), &landlock_request("/home/u/proj")).unwrap();
+        assert!(!landlock_shows(&p, Path::new("/home/u/.gitconfig")));
+        let ll = p.landlock.as_ref().expect("landlock");
+        let global = var(&p, "GIT_CONFIG_GLOBAL").expect("git pointed at the copy");
+        let (_, text) =
+            ll.session.files.iter().find(|(f, _)| f == Path::new(global)).expect("in the session directory");
+        assert!(text.contains("name = U") && !text.contains("ghs_") && !text.contains("helper"), "{text}");
+    }
+
+    #[test]
+    fn a_gitconfig_that_cannot_be_read_as_git_reads_it_is_not_shown() {
+        let p = build(&policy(""), &gitconfig_facts("[user\n"), &host(), &request("/home/u/proj")).unwrap();
+        assert!(!shows(&p, Path::new("/home/u/.gitconfig")));
+        assert!(!has(&p, |m| m.target() == Path::new("/home/u/.gitconfig")));
+        assert!(p.warnings.iter().any(|w| w.contains("~/.gitconfig: not shown inside")), "{:?}", p.warnings);
+    }
 }

@@ -1,0 +1,344 @@
+//! The credential catalogue (`src/policy/credentials.toml`), entry by entry, against the real
+//! jail: a canary in every place the catalogue names (each default place, and where each
+//! variable it honours moves a store to), and none of them readable inside in any home mode,
+//! with the trees around them listed read-only or writable, under the userns and the Landlock
+//! backend. A control run names every store and reads them (the probe sees what is there).
+//! The user's git config is seen without its credentials; the files it and `~/.ssh/config`
+//! name are unreadable.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
+
+mod common;
+use agent_sandbox::host::UserConfigs;
+use agent_sandbox::plan::catalogue::{expand, Context, CATALOGUE};
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The canaries live in the test user's one home: one test at a time plants and removes them.
+static HOME: Mutex<()> = Mutex::new(());
+
+/// Variables whose moved place is not planted: the runtime directory is the host's
+/// `/run/user` (hidden whole), and the launcher keeps its own session directory there.
+const NOT_MOVED: &[&str] = &["XDG_RUNTIME_DIR"];
+
+/// Every place the catalogue names for the test user, with the variables set that move them.
+struct Canaries {
+    /// (entry, path, its canary text)
+    places: Vec<(String, PathBuf, String)>,
+    env: Vec<(String, String)>,
+    /// What this test made (removed afterwards, deepest first), not what was there.
+    made: Vec<PathBuf>,
+}
+
+impl Canaries {
+    fn plant(rig: &Rig) -> Canaries {
+        let cat = CATALOGUE;
+        let home = &rig.home;
+        let moved = home.join("moved");
+        let mut env = vec![];
+        for s in cat {
+            for t in s.paths {
+                let Some(var) = t.strip_prefix('$').map(|a| a.split('/').next().unwrap_or(a)) else { continue };
+                if NOT_MOVED.contains(&var) || env.iter().any(|(k, _)| k == var) {
+                    continue;
+                }
+                let place = moved.join(var).display().to_string();
+                let value = match (s.list_vars.contains(&var), s.value_prefixes.first()) {
+                    (true, _) => format!("{place}/a:{place}/b"),
+                    (false, Some(prefix)) => format!("{prefix}{place}"),
+                    (false, None) => place,
+                };
+                env.push((var.to_string(), value));
+            }
+        }
+        let configs = UserConfigs::default();
+        let mut places: Vec<(String, PathBuf, String)> = vec![];
+        for with in [&env[..], &[]] {
+            let ctx = Context { home, home_as_named: home, uid: rig.uid, user: USER, env: with, configs: &configs };
+            for s in cat {
+                for t in s.paths {
+                    for p in expand(t, s, &ctx) {
+                        if !places.iter().any(|(_, q, _)| *q == p) {
+                            let canary = format!("CANARY-CRED-{}-{}", s.name, places.len());
+                            places.push((s.name.to_string(), p, canary));
+                        }
+                    }
+                }
+            }
+        }
+        let mut c = Canaries { places: vec![], env, made: vec![] };
+        for (store, p, canary) in places {
+            // A place that is a directory already (`~/.ssh`, `~/.aws` of the rig) gets its
+            // canary inside; one below another place makes that one a directory.
+            let file = match p.is_dir() {
+                true => p.join("canary"),
+                false => p.clone(),
+            };
+            c.make(&file, &canary, rig);
+            c.places.push((store, file, canary));
+        }
+        c
+    }
+
+    fn make(&mut self, file: &Path, text: &str, rig: &Rig) {
+        let mut missing: Vec<PathBuf> =
+            file.ancestors().skip(1).take_while(|a| !a.exists()).map(Path::to_path_buf).collect();
+        missing.reverse();
+        for d in missing {
+            std::fs::create_dir(&d).unwrap();
+            std::os::unix::fs::chown(&d, Some(rig.uid), Some(rig.gid)).unwrap();
+            self.made.push(d);
+        }
+        if file.exists() {
+            return;
+        }
+        std::fs::write(file, text).unwrap();
+        std::os::unix::fs::chown(file, Some(rig.uid), Some(rig.gid)).unwrap();
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        self.made.push(file.to_path_buf());
+    }
+
+    /// A script that prints whatever of every place it can read, then `PROBED`.
+    fn probe(&self) -> String {
+        let quoted: Vec<String> = self.places.iter().map(|(_, p, _)| format!("'{}'", p.display())).collect();
+        format!("for f in {}; do cat \"$f\" 2>/dev/null; echo; done; echo PROBED", quoted.join(" "))
+    }
+
+    fn leaked(&self, out: &Out) -> Vec<String> {
+        self.places
+            .iter()
+            .filter(|(_, _, c)| out.stdout.contains(c.as_str()))
+            .map(|(s, p, _)| format!("{s}: {}", p.display()))
+            .collect()
+    }
+
+    /// The home-relative directories around the places that are no place themselves: what a
+    /// user lists with `--ro ~/X` or `--rw ~/X` (`~/.cargo`, `~/.config`, `~/.cache`...).
+    fn trees(&self, home: &Path) -> Vec<String> {
+        let mut out: Vec<String> = vec![];
+        for (_, p, _) in &self.places {
+            let Ok(rel) = p.strip_prefix(home) else { continue };
+            let Some(top) = rel.components().next() else { continue };
+            let top = home.join(top);
+            let is_place =
+                self.places.iter().any(|(_, q, _)| *q == top || q.parent() == Some(&top) && q.ends_with("canary"));
+            let shown = format!("~/{}", top.strip_prefix(home).unwrap().display());
+            if top.is_dir() && !is_place && !out.contains(&shown) && !top.ends_with(".ssh") {
+                out.push(shown);
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Canaries {
+    fn drop(&mut self) {
+        for p in self.made.iter().rev() {
+            let _ = std::fs::remove_file(p).or_else(|_| std::fs::remove_dir(p));
+        }
+    }
+}
+
+fn with_env(mut j: Jail, env: &[(String, String)]) -> Jail {
+    for (k, v) in env {
+        j = j.env(k, v);
+    }
+    j
+}
+
+/// Every variant of the home a user can choose, as launcher options.
+fn home_variants(trees: &[String]) -> Vec<(String, Vec<String>)> {
+    let mut v: Vec<(String, Vec<String>)> = ["tmpwrite", "restricted", "read", "write"]
+        .iter()
+        .map(|m| (format!("--home-access {m}"), vec!["--home-access".to_string(), m.to_string()]))
+        .collect();
+    for flag in ["--ro", "--rw"] {
+        let args = trees.iter().flat_map(|t| [flag.to_string(), t.clone()]).collect();
+        v.push((format!("tmpwrite, {flag} every tree around a store"), args));
+    }
+    let mut read_rw = vec!["--home-access".to_string(), "read".to_string()];
+    read_rw.extend(trees.iter().flat_map(|t| ["--rw".to_string(), t.clone()]));
+    v.push(("read, --rw every tree around a store".into(), read_rw));
+    v
+}
+
+fn every_store_is_unreadable(name: &str, backend: &[&str]) {
+    let Some(j) = Jail::new(name) else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Canaries::plant(j.rig);
+    assert!(c.places.len() > 100, "{} places", c.places.len());
+    let trees = c.trees(&j.rig.home);
+    assert!(trees.contains(&"~/.cargo".to_string()) && trees.contains(&"~/.config".to_string()), "{trees:?}");
+    let j = with_env(j, &c.env);
+    for (what, args) in home_variants(&trees) {
+        let mut opts: Vec<&str> = backend.to_vec();
+        opts.extend(args.iter().map(String::as_str));
+        let out = j.run_with(&opts, &c.probe());
+        assert!(out.stdout.contains("PROBED"), "{what}: {out}");
+        let leaked = c.leaked(&out);
+        assert!(leaked.is_empty(), "{what}: readable inside:\n{}\n{out}", leaked.join("\n"));
+    }
+    // The control: a store the user names is shown, so the probe reads what is there.
+    let mut opts: Vec<String> = backend.iter().map(|s| s.to_string()).collect();
+    for named in ["~/.npmrc", "~/.cargo/credentials.toml", "~/.config/git/credentials"] {
+        opts.extend(["--ro".to_string(), named.to_string()]);
+    }
+    let opts: Vec<&str> = opts.iter().map(String::as_str).collect();
+    let out = j.run_with(&opts, &c.probe());
+    let read = c.leaked(&out);
+    for named in [".npmrc", ".cargo/credentials.toml", ".config/git/credentials"] {
+        assert!(read.iter().any(|r| r.ends_with(named)), "{named} named but not read: {read:?}\n{out}");
+    }
+    assert_eq!(read.len(), 3, "only what was named: {read:?}");
+}
+
+#[test]
+fn every_store_of_the_catalogue_is_unreadable_in_every_home_mode() {
+    every_store_is_unreadable("cred-userns", &[]);
+}
+
+#[test]
+fn landlock_every_store_of_the_catalogue_is_unreadable_in_every_home_mode() {
+    every_store_is_unreadable("cred-landlock", &["--backend", "landlock"]);
+}
+
+/// Writes `text` to `~/REL` for the test, restoring what was there when dropped (and
+/// removing the directories it made).
+struct Planted {
+    path: PathBuf,
+    before: Option<Vec<u8>>,
+    made: Vec<PathBuf>,
+}
+
+impl Planted {
+    fn new(rig: &Rig, rel: &str, text: &str) -> Planted {
+        let path = rig.home.join(rel);
+        let before = std::fs::read(&path).ok();
+        let mut made: Vec<PathBuf> =
+            path.ancestors().skip(1).take_while(|a| !a.exists()).map(Path::to_path_buf).collect();
+        made.reverse();
+        for d in &made {
+            std::fs::create_dir(d).unwrap();
+            std::os::unix::fs::chown(d, Some(rig.uid), Some(rig.gid)).unwrap();
+        }
+        std::fs::write(&path, text).unwrap();
+        std::os::unix::fs::chown(&path, Some(rig.uid), Some(rig.gid)).unwrap();
+        Planted { path, before, made }
+    }
+}
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        let _ = match &self.before {
+            Some(b) => std::fs::write(&self.path, b),
+            None => std::fs::remove_file(&self.path),
+        };
+        for d in self.made.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+const TOKENED: &str = "[user]\n\tname = Canary User\n[credential]\n\thelper = store --file ~/cred-test/git-store\n\
+[url \"https://x-access-token:ghs_CANARYGITTOKEN0123456789@github.com/\"]\n\tinsteadOf = https://github.com/\n\
+[http]\n\textraHeader = Authorization: Bearer CANARY-HEADER-TOKEN\n";
+
+/// The attack: the agent reads the token from its copy of your `~/.gitconfig` (a credential
+/// helper, a token in an `insteadOf` URL, an `Authorization` header), or the store file the
+/// helper names. Git keeps working with what is left.
+fn the_git_config_is_seen_without_credentials(name: &str, backend: &[&str]) {
+    let Some(j) = Jail::new(name) else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let _cfg = Planted::new(j.rig, ".gitconfig", TOKENED);
+    let _store = Planted::new(j.rig, "cred-test/git-store", "https://u:CANARY-STORE-PASSWORD@github.com\n");
+    let script = "git config --global user.name; cat ~/.gitconfig; git config --global --list; \
+                  cat ~/cred-test/git-store; echo PROBED";
+    for mode in ["tmpwrite", "read", "write"] {
+        let mut opts: Vec<&str> = backend.to_vec();
+        opts.extend(["--home-access", mode, "--ro", "~/cred-test"]);
+        let out = j.run_with(&opts, script);
+        assert!(out.stdout.contains("PROBED"), "{mode}: {out}");
+        assert!(out.stdout.starts_with("Canary User\n"), "{mode}: git reads the rest of the config: {out}");
+        for canary in ["CANARYGITTOKEN", "CANARY-HEADER-TOKEN", "CANARY-STORE-PASSWORD", "credential.helper"] {
+            assert!(!out.stdout.contains(canary), "{mode}: {canary} inside: {out}");
+        }
+    }
+}
+
+#[test]
+fn the_users_git_config_is_seen_without_its_credentials() {
+    the_git_config_is_seen_without_credentials("cred-git", &[]);
+}
+
+#[test]
+fn landlock_the_users_git_config_is_seen_without_its_credentials() {
+    the_git_config_is_seen_without_credentials("cred-git-ll", &["--backend", "landlock"]);
+}
+
+/// Keys `~/.ssh/config` names outside `~/.ssh`, and a master connection's socket directory,
+/// are unreadable even where the tree around them is listed.
+#[test]
+fn what_the_ssh_config_names_outside_ssh_is_unreadable() {
+    let Some(j) = Jail::new("cred-ssh") else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let _cfg = Planted::new(
+        j.rig,
+        ".ssh/config",
+        "Host hpc\n  IdentityFile ~/cred-keys/id_hpc\n  ControlPath ~/cred-keys/cm/%r@%h:%p\n",
+    );
+    let _key = Planted::new(j.rig, "cred-keys/id_hpc", "CANARY-SSH-CONFIG-KEY");
+    let _plain = Planted::new(j.rig, "cred-keys/README", "not a key");
+    // A master connection's socket (a file here): whoever connects to it runs commands on the
+    // remote host as you.
+    let _master = Planted::new(j.rig, "cred-keys/cm/asbtest@hpc:22", "CANARY-SSH-MASTER");
+    for mode in
+        [&["--ro", "~/cred-keys"][..], &["--home-access", "read"], &["--backend", "landlock", "--ro", "~/cred-keys"]]
+    {
+        let out = j.run_with(mode, "cat ~/cred-keys/id_hpc ~/cred-keys/cm/*; cat ~/cred-keys/README; echo PROBED");
+        assert!(out.stdout.contains("not a key") && out.stdout.contains("PROBED"), "{mode:?}: {out}");
+        assert!(!out.stdout.contains("CANARY-SSH"), "{mode:?}: {out}");
+    }
+}
+
+/// An agent's own login (`codex login` in `~/.codex/auth.json`) is shown to its profile's
+/// sessions, which need it, unless the profile injects the API key from outside (the key and
+/// the login both stay out then); never to another profile's or a plain session, whatever the
+/// home mode.
+#[test]
+fn an_agents_login_is_shown_to_its_own_profile_only_and_not_when_its_key_is_injected() {
+    let Some(j) = Jail::new("cred-login") else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let _login = Planted::new(j.rig, ".codex/auth.json", "{\"tokens\":\"CANARY-CODEX-LOGIN\"}");
+    let read = |name: &str, opts: &[&str], key: Option<&str>| {
+        let mut c: Vec<&str> = opts.to_vec();
+        c.extend(["-q", "run", "--", "sh", "-c", "cat ~/.codex/auth.json; echo PROBED"]);
+        let jail = Jail::new(name).expect("the rig is up");
+        let jail = match key {
+            Some(k) => jail.env("OPENAI_API_KEY", k),
+            None => jail,
+        };
+        let out = jail.output(&mut jail.command(&c));
+        assert!(out.stdout.contains("PROBED"), "{opts:?}: {out}");
+        out.stdout.contains("CANARY-CODEX-LOGIN")
+    };
+    assert!(read("cred-login-1", &["--profile", "codex"], None), "codex's own session needs its login");
+    let injected = read("cred-login-2", &["--profile", "codex"], Some("sk-test-injected"));
+    assert!(!injected, "the key is injected: no login inside");
+    assert!(!read("cred-login-3", &["--profile", "claude", "--home-access", "read"], None), "another agent's session");
+    assert!(!read("cred-login-4", &["--home-access", "write"], None), "a plain session");
+}
+
+/// `doctor` names the stores this user has, that every session hides them, and how to show one.
+#[test]
+fn doctor_lists_the_stores_it_hides_from_this_users_home() {
+    let Some(j) = Jail::new("cred-doctor") else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let _npmrc = Planted::new(j.rig, ".npmrc", "//registry.npmjs.org/:_authToken=CANARY");
+    let _cfg = Planted::new(j.rig, ".gitconfig", TOKENED);
+    let out = j.output(j.as_user(&j.rig.bin).arg("doctor"));
+    assert!(out.stdout.contains("~/.npmrc (npm)"), "{out}");
+    assert!(out.stdout.contains("--ro ~/PATH"), "{out}");
+    assert!(out.stdout.contains("sessions see ~/.gitconfig without: credential.helper"), "{out}");
+    assert!(!out.stdout.contains("CANARY"), "{out}");
+}
