@@ -118,3 +118,14 @@ chmod o+rx target/release 2>/dev/null || true
 cargo test --workspace
 # The stub's own tests again, against the release stub (built for another target and libc).
 AGENT_SANDBOX_STUB_UNDER_TEST="$(pwd)/target/release/agent-sandbox-stub" cargo test -p agent-sandbox-stub --test stub
+# Every fuzz target, a few seconds each (unoptimized: quicker to build): one that no longer
+# builds, or that crashes at once on its seeds and corpus, fails the run. Longer runs: fuzz/run.sh.
+if ! command -v cargo-fuzz >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  cargo install cargo-fuzz --locked --quiet
+fi
+if command -v cargo-fuzz >/dev/null 2>&1; then
+  FUZZ_DEV=1 fuzz/run.sh "${FUZZ_SECONDS:-3}"
+else
+  echo "tests/run.sh: cargo-fuzz is not installed: the fuzz targets were not run" >&2
+  [ -z "${CI:-}" ] || exit 1
+fi

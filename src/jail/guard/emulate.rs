@@ -196,7 +196,7 @@ fn tidy(path: &[u8]) -> Vec<u8> {
 
 /// `/proc/self/...` and friends, as the caller means them: its own `/proc/<tid>` entry. A `..`
 /// out of it lands in `/proc`, where `own_proc` refuses any other process's entries.
-fn rewrite_magic(path: &[u8], tid: i32) -> Option<Vec<u8>> {
+pub fn rewrite_magic(path: &[u8], tid: i32) -> Option<Vec<u8>> {
     let path = &tidy(path);
     if !path.starts_with(b"/proc/") && !path.starts_with(b"/dev/") {
         return None;
@@ -223,7 +223,7 @@ fn rewrite_magic(path: &[u8], tid: i32) -> Option<Vec<u8>> {
 }
 
 /// `(directory part, last name)`; trailing slashes dropped. `/` alone is `("/", ".")`.
-fn split(path: &[u8]) -> (&[u8], &[u8]) {
+pub fn split(path: &[u8]) -> (&[u8], &[u8]) {
     let mut end = path.len();
     while end > 1 && path[end - 1] == b'/' {
         end -= 1;

@@ -10,6 +10,12 @@
 
 mod emulate;
 pub mod gitconfig;
+
+/// The guard's reading of trapped paths, for the fuzz targets (fuzz/): not an API.
+#[doc(hidden)]
+pub mod emulate_fuzz {
+    pub use super::emulate::{rewrite_magic, split};
+}
 pub mod notify;
 mod repo;
 pub mod rules;
