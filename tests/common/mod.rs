@@ -54,6 +54,7 @@ pub const HARMLESS_VARS: &[(&str, &str)] = &[
     ("GIT_AUTHOR_NAME", "Ada Lovelace"),
     ("GPG_KEY", "7169605F62C751356D054A26A821E680E5FA6305"),
     ("SLURM_CPUS_PER_TASK", "4"),
+    ("UPSTREAM_REPO", "ssh://git@github.com/org/repo.git"),
 ];
 
 /// The canary the variable `name` of `SECRET_NAMES` holds.
@@ -75,6 +76,7 @@ pub fn key_form_vars() -> Vec<(&'static str, String)> {
         ("BOT", format!("xoxb-123456789012-{}", key_form("", "CnrySlack4", 24))),
         ("CLOUD_ID", "AKIAIOSFODNN7EXAMPLE".into()),
         ("HUB", key_form("hf_", "CnryHuggingFaceFive", 34)),
+        ("DATABASE_URL", "postgres://app:CnryUrlPassword6@db.example.org:5432/prod".into()),
     ]
 }
 

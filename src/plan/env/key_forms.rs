@@ -104,8 +104,9 @@ pub const KEY_FORMS: &[KeyForm] = &[
     form("age secret key", "AGE-SECRET-KEY-1", Upper, 50, 70, false),
 ];
 
-/// What a value holds, if it holds a key: the provider's key, a JSON Web Token or a PEM
-/// private key.
+/// What a value holds, if it holds a key: the provider's key, a JSON Web Token, a PEM
+/// private key or a URL that carries its password (`postgres://u:pw@db/x`, whatever the
+/// variable is called: `DATABASE_URL`, `PIP_INDEX_URL`, `MLFLOW_TRACKING_URI`).
 pub fn find(value: &str) -> Option<&'static str> {
     let b = value.as_bytes();
     if value.contains("PRIVATE KEY-----") {
@@ -124,7 +125,8 @@ pub fn find(value: &str) -> Option<&'static str> {
             return Some(f.provider);
         }
     }
-    None
+    // After the forms: a provider's key in a URL is named as that provider's.
+    has_url_password(value).then_some("password in a URL")
 }
 
 /// The body of `f` at the start of `rest`: the run of its alphabet, of a length it allows,
@@ -138,6 +140,29 @@ fn body_fits(f: &KeyForm, rest: &[u8]) -> bool {
         .filter(|class| body.iter().any(class))
         .count();
     (f.min..=f.max).contains(&len) && ends && (!f.mixed || classes >= 2)
+}
+
+/// A URL whose authority holds `user:password@` with a password, as RFC 3986 writes one:
+/// a scheme (a letter, then letters, digits, `+`, `-`, `.`), `://`, and the userinfo ending at
+/// the authority's last `@` before `/`, `?` or `#`. `ssh://git@host` (no password) and
+/// `http://proxy:3128` (a port, no `@`) hold none.
+fn has_url_password(value: &str) -> bool {
+    let mut rest = value;
+    while let Some(at) = rest.find("://") {
+        let scheme = rest[..at].bytes().rev().take_while(|c| c.is_ascii_alphanumeric() || b"+-.".contains(c)).count();
+        let starts_with_letter = rest[at - scheme..].bytes().next().is_some_and(|c| c.is_ascii_alphabetic());
+        let after = &rest[at + 3..];
+        let authority = &after[..after.find(['/', '?', '#', ' ', '\n']).unwrap_or(after.len())];
+        if scheme > 0 && starts_with_letter {
+            if let Some(userinfo) = authority.rfind('@').map(|i| &authority[..i]) {
+                if userinfo.split_once(':').is_some_and(|(_, password)| !password.is_empty()) {
+                    return true;
+                }
+            }
+        }
+        rest = after;
+    }
+    false
 }
 
 /// Three base64url parts of at least 10 bytes, joined by dots, the first a JSON object's
@@ -227,6 +252,35 @@ mod tests {
             "local/node1:@/tmp/.ICE-unix/1234,unix/node1:/tmp/.ICE-unix/1234",
             "X01vZHVsZVRhYmxlXz17WyJNVHZlcnNpb24iXT0zLFsiY19yZWJ1aWxkVGltZSJdPWZhbHNl",
             "",
+        ] {
+            assert_eq!(find(value), None, "{value}");
+        }
+    }
+
+    #[test]
+    fn a_url_with_a_password_is_a_secret_and_one_without_is_not() {
+        for value in [
+            "postgres://app:s3cret@db.example.org:5432/prod",
+            "https://__token__:pypi-abc@upload.pypi.org/legacy/",
+            "https://user:pw@pypi.example.org/simple",
+            "mysql+pymysql://root:hunter2@localhost/db?charset=utf8",
+            "redis://:password@cache:6379/0",
+            "--extra-index-url https://u:p@idx.example/simple other",
+            "http://user:p@ss@proxy:3128",
+        ] {
+            assert_eq!(find(value), Some("password in a URL"), "{value}");
+        }
+        for value in [
+            "http://proxy.example.org:3128",
+            "ssh://git@github.com/org/repo.git",
+            "git@github.com:org/repo.git",
+            "https://pypi.org/simple",
+            "https://example.org/a:b@c",
+            "https://user@host/",
+            "https://user:@host/",
+            "://:x@",
+            "mailto:someone@example.org",
+            "1://u:p@h",
         ] {
             assert_eq!(find(value), None, "{value}");
         }
