@@ -33,9 +33,67 @@ impl Cli {
     /// clap, which also gives every help text and error.
     pub fn from_args() -> Cli {
         let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-        fast::parse(&args).unwrap_or_else(Cli::parse)
+        fast::parse(&args).unwrap_or_else(|| Cli::parse_scoped(std::env::args_os()).unwrap_or_else(|e| e.exit()))
+    }
+
+    /// clap's parse, with the session options (`--net`, `--mem`, ...) hidden from the help of
+    /// the commands that start no session and refused there: they are global so that they
+    /// may come before or after `run`, and `allow --mem 4G` would otherwise be silently
+    /// ignored.
+    pub fn parse_scoped<I: IntoIterator<Item = OsString>>(args: I) -> Result<Cli, clap::Error> {
+        use clap::{CommandFactory, FromArgMatches};
+        let mut cmd = Cli::command();
+        let session_opts: Vec<clap::Arg> = cmd
+            .get_arguments()
+            .filter(|a| a.is_global_set() && !KEPT_EVERYWHERE.contains(&a.get_id().as_str()))
+            .cloned()
+            .collect();
+        // A subcommand's own argument of a global's id shadows the global there: each session
+        // option becomes a hidden one of the command, refused below when given.
+        for sub in NO_SESSION {
+            let opts = session_opts.clone();
+            cmd = cmd.mut_subcommand(sub, move |mut s| {
+                for a in opts {
+                    if s.get_arguments().all(|own| own.get_id() != a.get_id()) {
+                        s = s.arg(a.global(false).hide(true));
+                    }
+                }
+                s
+            });
+        }
+        let matches = cmd.clone().try_get_matches_from(args)?;
+        if let Some((sub, sm)) = matches.subcommand() {
+            if NO_SESSION.contains(&sub) {
+                let on_line = |m: &clap::ArgMatches, id: &str| {
+                    m.try_contains_id(id).unwrap_or(false)
+                        && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+                };
+                let own = Cli::command()
+                    .find_subcommand(sub)
+                    .map(|s| s.get_arguments().map(|a| a.get_id().clone()).collect::<Vec<_>>());
+                // An id the command has of its own (`doctor --json`) is the command's.
+                let given = session_opts.iter().map(|a| (a, a.get_id().as_str())).find(|(_, id)| {
+                    !own.as_ref().is_some_and(|o| o.iter().any(|x| x == id))
+                        && (on_line(&matches, id) || on_line(sm, id))
+                });
+                if let Some((a, _)) = given {
+                    let msg = format!(
+                        "--{} is an option of a session (`run`, a profile), not of `{sub}`",
+                        a.get_long().unwrap_or(a.get_id().as_str())
+                    );
+                    return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, msg));
+                }
+            }
+        }
+        Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
     }
 }
+
+/// The commands that start no session, and so take none of its options.
+const NO_SESSION: [&str; 3] = ["allow", "doctor", "log"];
+
+/// Global options every command takes.
+const KEPT_EVERYWHERE: [&str; 2] = ["quiet", "verbose"];
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
@@ -284,5 +342,39 @@ mod tests {
         assert_eq!(home.write.unwrap_or_default(), ["out", "scratch"]);
         // The home itself is no entry of itself: left for the policy to refuse with its reason.
         assert_eq!(fs.write.unwrap_or_default(), ["/scratch/u", "/home/u"]);
+    }
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::parse_scoped(std::iter::once("agent-sandbox").chain(args.iter().copied()).map(OsString::from))
+    }
+
+    #[test]
+    fn commands_that_start_no_session_neither_list_nor_take_the_sessions_options() {
+        for sub in NO_SESSION {
+            let help = parse(&[sub, "--help"]).expect_err("help").to_string();
+            for session_only in ["--mem", "--net", "--publish", "--project", "--backend", "--env"] {
+                assert!(!help.contains(session_only), "{sub} --help lists {session_only}:\n{help}");
+            }
+            assert!(help.contains("--quiet"), "{sub}: {help}");
+        }
+        for args in [
+            &["allow", "--mem", "4G", "host", "x"][..],
+            &["--net", "open", "allow", "host", "x"],
+            &["doctor", "--json", "--net", "open"],
+            &["log", "--backend=landlock"],
+        ] {
+            let e = parse(args).expect_err("refused").to_string();
+            assert!(e.contains("is an option of a session"), "{args:?}: {e}");
+        }
+        // Their own options and the session's, where a session starts, still parse.
+        assert!(matches!(parse(&["doctor", "--json"]).map(|c| c.command), Ok(Some(Command::Doctor { json: true }))));
+        assert!(matches!(
+            parse(&["log", "--json", "--tail", "3"]).map(|c| c.command),
+            Ok(Some(Command::Log { json: true, .. }))
+        ));
+        let c = parse(&["--mem", "4G", "run", "--net", "open", "--", "true"]).expect("run");
+        assert_eq!((c.opts.mem.as_deref(), c.opts.net), (Some("4G"), Some(NetMode::Open)));
+        let c = parse(&["policy", "--net", "isolated", "show"]).expect("policy show");
+        assert_eq!(c.opts.net, Some(NetMode::Isolated));
     }
 }
