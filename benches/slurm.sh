@@ -34,7 +34,8 @@ trap 'rm -rf "$work"' EXIT
 # one session (the stub and chaperon path). Held jobs, cancelled at the end.
 cat >"$work/loop.sh" <<'SH'
 #!/bin/sh
-# usage: loop.sh N -> prints "sbatch_ms squeue_ms" medians of N calls each
+# usage: loop.sh N -> prints "sbatch_us squeue_us first_sbatch_us": medians of N calls each,
+# and the first sbatch alone (in a jail: the session's first Slurm call)
 n=$1
 ms() { date +%s%N; }
 i=0; : > sb.t; : > sq.t
@@ -45,7 +46,7 @@ while [ "$i" -lt "$n" ]; do
   i=$((i + 1))
 done
 med() { sort -n "$1" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-echo "$(med sb.t) $(med sq.t)"
+echo "$(med sb.t) $(med sq.t) $(head -n1 sb.t)"
 scancel --name=asb-bench >/dev/null 2>&1 || true
 SH
 chmod 755 "$work/loop.sh"
@@ -61,19 +62,24 @@ trap 'rm -rf "$work" "$policy"' EXIT
 as_user() { (cd "$work" && setpriv --reuid="$user" --regid="$(id -g "$user")" --init-groups env -i HOME="$(getent passwd "$user" | cut -d: -f6)" USER="$user" PATH=/usr/bin:/bin "$@"); }
 
 echo "agent-sandbox $("$BIN" --version | cut -d' ' -f2), $(sinfo --version), $(nproc) cores, $RUNS calls each, microseconds (median)"
-declare -a d_sb d_sq j_sb j_sq
+declare -a d_sb d_sq j_sb j_sq d_first j_first
 for round in 1 2 3; do
-  read -r s q < <(as_user sh ./loop.sh "$RUNS")
-  d_sb+=("$s"); d_sq+=("$q")
-  read -r s q < <(as_user "$BIN" -q --policy "$policy" run -- sh ./loop.sh "$RUNS")
-  j_sb+=("$s"); j_sq+=("$q")
+  read -r s q f < <(as_user sh ./loop.sh "$RUNS")
+  d_sb+=("$s"); d_sq+=("$q"); d_first+=("$f")
+  read -r s q f < <(as_user "$BIN" -q --policy "$policy" run -- sh ./loop.sh "$RUNS")
+  j_sb+=("$s"); j_sq+=("$q"); j_first+=("$f")
 done
 med3() { printf '%s\n' "$@" | sort -n | sed -n 2p; }
 ds=$(med3 "${d_sb[@]}"); dq=$(med3 "${d_sq[@]}"); js=$(med3 "${j_sb[@]}"); jq=$(med3 "${j_sq[@]}")
 printf '%-22s %10s %10s %8s\n' command direct jail ratio
 printf '%-22s %10s %10s %8s\n' "sbatch --wrap true" "$ds" "$js" "$(awk -v a="$js" -v b="$ds" 'BEGIN {printf "%.2f", a/b}')"
 printf '%-22s %10s %10s %8s\n' "squeue" "$dq" "$jq" "$(awk -v a="$jq" -v b="$dq" 'BEGIN {printf "%.2f", a/b}')"
+# A session's first Slurm call starts its chaperon and says where the session network
+# listens: against the later calls of the same jail (the median above).
+df=$(med3 "${d_first[@]}"); jf=$(med3 "${j_first[@]}")
+printf '%-22s %10s %10s %8s\n' "first sbatch" "$df" "$jf" "$(awk -v a="$jf" -v b="$ds" 'BEGIN {printf "%.2f", a/b}')"
 echo "rounds: direct sbatch ${d_sb[*]} | jail sbatch ${j_sb[*]} | direct squeue ${d_sq[*]} | jail squeue ${j_sq[*]}"
+echo "rounds: first sbatch direct ${d_first[*]} | in a new jail ${j_first[*]} (ratio: against the direct median)"
 
 # The stub's round trip alone, without slurmctld's time and its drift between rounds: a call
 # the chaperon answers from the governor's store (the same `squeue -h` again, in a project of

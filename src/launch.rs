@@ -509,8 +509,11 @@ fn run_jail(
     let mut announce = announce;
     let mut start = |fd: std::os::fd::BorrowedFd<'_>| {
         // The session's jail says where its jobs reach it, now that it may have some.
+        crate::timing::mark("first slurm call");
         if let Some(a) = announce.take() {
-            if let Err(why) = a.run() {
+            let r = a.run();
+            crate::timing::mark("announced");
+            if let Err(why) = r {
                 eprintln!(
                     "agent-sandbox: warning: the session network does not know this host's address ({why}); \
                      the session's jobs cannot reach its jail"
@@ -526,7 +529,10 @@ fn run_jail(
                 }
             }
         }
-        door.spawn(fd, &session)
+        crate::timing::mark("frozen");
+        let d = door.spawn(fd, &session);
+        crate::timing::mark("chaperon spawned");
+        d
     };
     let lazy = door.take_door().map(|fd| jail::door::Lazy::new(fd, &mut start, door.take_jail_end()));
     let (mut jobs, mut peers) = (jobs, peers);

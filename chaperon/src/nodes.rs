@@ -74,17 +74,26 @@ impl Asker {
 
     /// Every node of the cluster and its address as Slurm has it (`NodeAddr`: a name or an
     /// address, not resolved, so a caller resolves only as many as it needs).
+    /// From this host's slurm.conf where it lists every node plainly (no round trip to the
+    /// controller), else from `sinfo`.
     pub fn nodes(&self) -> Result<Vec<(String, String)>, NodesError> {
+        if let Some(nodes) = crate::session::local_slurm_conf().and_then(|t| nodes_in_conf(&t)) {
+            return Ok(nodes);
+        }
         Ok(nodes_in(&self.run("sinfo", &["-h", "-N", "-o", "%N %o"])?))
     }
 
-    /// The first `SlurmctldHost`'s address (`scontrol show config`).
+    /// The first `SlurmctldHost`'s address: from this host's slurm.conf where it has one (no
+    /// round trip to the controller on a session's first Slurm call), else from
+    /// `scontrol show config` (a configless host).
     pub fn controller(&self) -> Result<IpAddr, NodesError> {
-        let text = self.run("scontrol", &["show", "config"])?;
-        let host = controller_in(&text).ok_or(NodesError::Command {
-            command: "scontrol",
-            why: "`scontrol show config` names no SlurmctldHost".into(),
-        })?;
+        let host = match crate::session::local_slurm_conf().as_deref().and_then(controller_in) {
+            Some(host) => host,
+            None => controller_in(&self.run("scontrol", &["show", "config"])?).ok_or(NodesError::Command {
+                command: "scontrol",
+                why: "`scontrol show config` names no SlurmctldHost".into(),
+            })?,
+        };
         resolve(&host).into_iter().next().ok_or(NodesError::Command {
             command: "scontrol",
             why: format!("the controller's host name `{host}` does not resolve"),
@@ -126,14 +135,58 @@ fn running_from(sinfo: &str, resolve: impl Fn(&str) -> Vec<IpAddr>) -> Running {
 
 /// `SlurmctldHost[0] = tc(203.0.113.1)` or `SlurmctldHost[0] = ctl1` from `scontrol show config`:
 /// the address in parentheses, else the name.
+/// slurm.conf's own `SlurmctldHost=tc(203.0.113.1)` reads the same way (its keys are
+/// case-insensitive; `#` starts a comment).
 fn controller_in(config: &str) -> Option<String> {
-    let line = config.lines().find(|l| l.trim_start().starts_with("SlurmctldHost"))?;
-    let value = line.split_once('=')?.1.trim();
+    let value = config.lines().find_map(|l| {
+        let (key, value) = l.split('#').next()?.split_once('=')?;
+        let key = key.trim();
+        let name = key.split_once('[').map_or(key, |(name, _)| name);
+        name.eq_ignore_ascii_case("SlurmctldHost").then_some(value.trim())
+    })?;
     let host = match value.split_once('(') {
         Some((_, rest)) => rest.trim_end_matches(')').trim(),
         None => value,
     };
     (!host.is_empty()).then(|| host.to_string())
+}
+
+/// Every node of slurm.conf with its address (`NodeAddr`, else `NodeHostname`, else the name),
+/// where the file lists them one by one: None (ask `sinfo`) where it may hold more than it
+/// says plainly (an `Include`, a continued line, a hostlist `n[1-4]` or a list `a,b`, nodes
+/// that register themselves: `MaxNodeCount`), or lists none.
+fn nodes_in_conf(conf: &str) -> Option<Vec<(String, String)>> {
+    let mut nodes = vec![];
+    for line in conf.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        let first = line.split_whitespace().next().unwrap_or("");
+        let key = first.split_once('=').map_or(first, |(k, _)| k);
+        if line.ends_with('\\') || key.eq_ignore_ascii_case("Include") || key.eq_ignore_ascii_case("MaxNodeCount") {
+            return None;
+        }
+        if !key.eq_ignore_ascii_case("NodeName") {
+            continue;
+        }
+        let field = |want: &str| {
+            line.split_whitespace().find_map(|w| {
+                let (k, v) = w.split_once('=')?;
+                k.eq_ignore_ascii_case(want).then_some(v)
+            })
+        };
+        let name = field("NodeName")?;
+        if name.eq_ignore_ascii_case("DEFAULT") {
+            continue;
+        }
+        let addr = field("NodeAddr").or(field("NodeHostname")).unwrap_or(name);
+        let plain = |v: &str| !v.is_empty() && !v.contains(['[', ',', '"', '\'']);
+        if !plain(name) || !plain(addr) {
+            return None;
+        }
+        if !nodes.iter().any(|(n, _): &(String, String)| n == name) {
+            nodes.push((name.to_string(), addr.to_string()));
+        }
+    }
+    (!nodes.is_empty()).then_some(nodes)
 }
 
 /// An address, or every address a name resolves to (none if it does not).
@@ -167,6 +220,28 @@ mod tests {
         assert_eq!(controller_in(conf).as_deref(), Some("203.0.113.1"));
         assert_eq!(controller_in("SlurmctldHost[0] = ctl1\n").as_deref(), Some("ctl1"));
         assert_eq!(controller_in("ClusterName = tc\n"), None);
+        // slurm.conf's own form.
+        let conf = "# SlurmctldHost=old\nClusterName=tc\nslurmctldhost=ctl1(10.1.0.2) # primary\nSlurmctldHost=ctl2\n";
+        assert_eq!(controller_in(conf).as_deref(), Some("10.1.0.2"));
+    }
+
+    #[test]
+    fn slurm_conf_gives_its_nodes_only_where_it_lists_each_plainly() {
+        let conf = "NodeName=DEFAULT CPUs=2\nNodeName=n1 NodeHostname=h NodeAddr=127.0.0.1 Port=6821\n\
+                    nodename=n2 NodeHostname=h2   # no address\nNodeName=n3\nPartitionName=p Nodes=n[1-3]\n";
+        let got: Vec<String> =
+            nodes_in_conf(conf).unwrap_or_default().into_iter().map(|(n, a)| format!("{n}={a}")).collect();
+        assert_eq!(got, ["n1=127.0.0.1", "n2=h2", "n3=n3"]);
+        for unsure in [
+            "NodeName=n[1-4] NodeAddr=10.0.0.[1-4]\n",
+            "NodeName=a,b\n",
+            "NodeName=n1\nInclude /etc/slurm/nodes.conf\n",
+            "NodeName=n1 \\\n  CPUs=4\n",
+            "NodeName=n1\nMaxNodeCount=100\n",
+            "ClusterName=tc\n",
+        ] {
+            assert_eq!(nodes_in_conf(unsure), None, "{unsure}");
+        }
     }
 
     #[test]

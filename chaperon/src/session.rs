@@ -173,14 +173,25 @@ impl ClusterName {
 /// what `scontrol show config` (the real one in `bin`) reports: configless sites have no local
 /// slurm.conf.
 fn local_cluster_name(bin: &Path, home: &Path, user: &str) -> Option<String> {
-    let conf = std::env::var("SLURM_CONF").unwrap_or_else(|_| "/etc/slurm/slurm.conf".into());
-    let from_conf = std::fs::read_to_string(conf).ok().and_then(|t| cluster_name_in(&t, '='));
+    let from_conf = local_slurm_conf().and_then(|t| cluster_name_in(&t, '='));
     from_conf.or_else(|| {
         let mut cmd = real_command(bin, home, user, "scontrol");
         cmd.args(["show", "config"]).stdin(Io::null()).stderr(Io::null());
         let (out, _) = crate::bounded::capture(cmd, 4 << 20, Duration::from_secs(20)).ok()?;
         cluster_name_in(&String::from_utf8_lossy(&out), '=')
     })
+}
+
+/// The text of this host's slurm.conf (`SLURM_CONF`, else /etc/slurm/slurm.conf), where there
+/// is one: what Slurm's commands read first, so answers from it cost no round trip to the
+/// controller. None on a configless host, or where it is unreadable or absurdly large.
+pub fn local_slurm_conf() -> Option<String> {
+    use std::io::Read;
+    const MAX_CONF: u64 = 4 << 20;
+    let path = std::env::var_os("SLURM_CONF").unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
+    let mut text = String::new();
+    std::fs::File::open(path).ok()?.take(MAX_CONF + 1).read_to_string(&mut text).ok()?;
+    (text.len() as u64 <= MAX_CONF).then_some(text)
 }
 
 /// `ClusterName` from slurm.conf text or `scontrol show config` output (`Key = value`).
