@@ -225,12 +225,15 @@ case $spank in
     none) write_conf "$R/etc/slurm/plugstack.conf" 0644 0:0 </dev/null && plugstack_changed=1 ;;
 esac
 
-# slurmd and all it starts see this checkout, $CARGO_TARGET_DIR and in-2411.sh's extra binds
-# as they were at its start: another checkout's launcher needs a new slurmd.
-slurmd_context="$checkout ${CARGO_TARGET_DIR:-} ${AGENT_SANDBOX_TC2411_BINDS:-}"
+# slurmd and all it starts see this checkout, $CARGO_TARGET_DIR, in-2411.sh's extra binds
+# and the directory /etc/agent-sandbox as they were at its start (a mount holds on to the
+# directory, not its path): another checkout's launcher, or a site policy directory made
+# anew (tests/admin.rs moves it aside and back), needs a new slurmd.
+site_policy=$(stat -c %d:%i /etc/agent-sandbox 2>/dev/null || echo none)
+slurmd_context="$checkout ${CARGO_TARGET_DIR:-} ${AGENT_SANDBOX_TC2411_BINDS:-} $site_policy"
 context_file=$TC_RUN_DIR/slurmd.context
 if daemon_running slurmd && [[ $(cat "$context_file" 2>/dev/null) != "$slurmd_context" ]]; then
-    log "slurmd was started from another checkout or with other binds: restarting it"
+    log "slurmd was started from another checkout, with other binds or another /etc/agent-sandbox: restarting it"
     stop_daemon slurmd
 fi
 
