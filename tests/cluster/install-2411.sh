@@ -1,7 +1,8 @@
 #!/bin/bash
 # Builds the Debian 13 root of the Slurm 24.11 test cluster (lib-2411.sh: TC24_ROOT) with
 # mmdebstrap, from Debian's packages: slurmctld, slurmd, slurmdbd, the clients, sackd,
-# MariaDB, the Slurm headers. Installs mmdebstrap from this host's apt if missing. Cached: a
+# MariaDB, the Slurm headers; makes `hostname -s` resolve (appends to /etc/hosts only if
+# missing). Installs mmdebstrap from this host's apt if missing. Cached: a
 # root whose stamp matches is kept (0.0 s); another one is rebuilt beside it and swapped in,
 # so a half-built root is never used. Starts nothing (that is start-2411.sh).
 set -euo pipefail
@@ -9,6 +10,12 @@ set -euo pipefail
 . "$(dirname "$(readlink -f "$0")")/lib-2411.sh"
 need_root
 t0=$(now_us)
+
+# The daemons and the clients look up `hostname -s` (the root gets a copy of /etc/hosts).
+if ! getent hosts "$TC_HOST" >/dev/null; then
+    printf '127.0.1.1\t%s\n' "$TC_HOST" >>/etc/hosts
+    log "added $TC_HOST to /etc/hosts"
+fi
 
 if root_ready; then
     log "root $TC24_ROOT is up to date"

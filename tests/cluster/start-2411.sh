@@ -63,9 +63,13 @@ if [[ $spank == set ]]; then
     [[ $spank_exe == /* ]] ||
         die "--spank $spank_exe: not an absolute path (the launcher the plugin admits, as on every node)"
 fi
-getent hosts "$TC_HOST" >/dev/null || die "host name $TC_HOST does not resolve; fix: $TC24_DIR/install.sh"
+if [[ $spank == set ]]; then
+    command -v cc >/dev/null || die "--spank: no C compiler (cc) to build the SPANK plugin; fix: apt-get install gcc libc6-dev"
+fi
 
-root_ready || "$TC24_DIR/install-2411.sh"
+if ! root_ready || ! getent hosts "$TC_HOST" >/dev/null; then
+    "$TC24_DIR/install-2411.sh"
+fi
 
 # --- the root's users, hosts, directories ---
 # User and group ids of the root's own system users (its packages made them).
