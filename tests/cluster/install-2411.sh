@@ -36,11 +36,22 @@ if ! command -v mmdebstrap >/dev/null; then
         { tail -n 30 "/tmp/$TC_NAME-apt.log" >&2; die "apt-get install mmdebstrap failed (full log: /tmp/$TC_NAME-apt.log)"; }
 fi
 
+# The archive and the security archive this host's own Debian comes from (its release's
+# suite and <suite>-security in its apt sources); AGENT_SANDBOX_TC2411_MIRROR and
+# AGENT_SANDBOX_TC2411_SECURITY name others.
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+mirror=${AGENT_SANDBOX_TC2411_MIRROR:-$(apt_uri "$codename")}
+security=${AGENT_SANDBOX_TC2411_SECURITY:-$(apt_uri "$codename-security")}
+[[ -n $mirror ]] ||
+    die "no apt source for this host's suite '$codename' to take Debian $TC24_SUITE from; fix: AGENT_SANDBOX_TC2411_MIRROR=<Debian archive URI>"
+sources=("deb $mirror $TC24_SUITE main")
+[[ -z $security ]] || sources+=("deb $security $TC24_SUITE-security main")
+
 new=$TC24_ROOT.new
 apt_log=/tmp/$TC_NAME-mmdebstrap.log
 rm -rf --one-file-system "$new"
 install -d -m 0755 "$(dirname "$TC24_ROOT")"
-log "building $TC24_ROOT: Debian $TC24_SUITE with ${TC24_PACKAGES[*]} (log: $apt_log)"
+log "building $TC24_ROOT: Debian $TC24_SUITE with ${TC24_PACKAGES[*]} from ${sources[*]} (log: $apt_log)"
 # In a mount namespace of its own: whatever mmdebstrap mounts in the new root (/proc, /sys,
 # /dev while the packages install) goes away with it, even if it is killed, and never shows
 # in (or is deleted through) the host's tree. mmdebstrap keeps services from starting while
@@ -54,9 +65,7 @@ unshare --mount --propagation private -- \
     --aptopt='APT::Install-Recommends "false"' \
     --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
     --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
-    "$TC24_SUITE" "$new" \
-    "deb $TC24_MIRROR $TC24_SUITE main" \
-    "deb $TC24_SECURITY $TC24_SUITE-security main" >"$apt_log" 2>&1 ||
+    "$TC24_SUITE" "$new" "${sources[@]}" >"$apt_log" 2>&1 ||
     {
         tail -n 30 "$apt_log" >&2
         die "mmdebstrap failed (full log: $apt_log)"

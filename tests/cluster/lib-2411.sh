@@ -16,8 +16,6 @@ TC24_VERSION=24.11
 # the cluster's configuration and state.
 TC24_ROOT=${AGENT_SANDBOX_TC2411_ROOT:-/var/cache/agent-sandbox/deb13-slurm-root}
 TC24_SUITE=trixie
-TC24_MIRROR=http://deb.debian.org/debian
-TC24_SECURITY=http://deb.debian.org/debian-security
 # slurm-client is pulled in by the daemons; named so that a change of Debian's dependencies
 # does not lose it. libslurm-dev: slurm/spank.h of 24.11, for the SPANK plugin. uidmap:
 # newgidmap, which the launcher uses for the user's supplementary groups.
@@ -98,3 +96,30 @@ r24() { timeout 15 "$TC24_DIR/in-2411.sh" -- "$@"; }
 r24s() { timeout 15 "$TC24_DIR/in-2411.sh" --side server -- "$@"; }
 
 TC24_DIR=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+
+# apt_uri SUITE: the URI of this host's first apt source of SUITE (deb822 .sources files or
+# one-line .list files), so the root comes from the Debian archive (or mirror) this host is
+# set up with. Prints nothing if there is none.
+apt_uri() {
+    local suite=$1 f
+    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+        [[ -r $f ]] || continue
+        # deb [options] URI SUITE COMPONENT...
+        awk -v s="$suite" '$1 == "deb" { sub(/^deb +(\[[^]]*\] +)?/, ""); split($0, w, / +/);
+            if (w[2] == s) { print w[1]; exit } }' "$f"
+    done
+    for f in /etc/apt/sources.list.d/*.sources; do
+        [[ -r $f ]] || continue
+        awk -v s="$suite" -v RS= '
+            { types = uris = suites = ""; n = split($0, l, "\n")
+              for (i = 1; i <= n; i++) {
+                  if (l[i] ~ /^Types:/) types = l[i]
+                  if (l[i] ~ /^URIs:/) uris = l[i]
+                  if (l[i] ~ /^Suites:/) suites = l[i] " "
+              }
+              if (types ~ /[: ]deb( |$)/ && index(suites, " " s " ")) {
+                  sub(/^URIs: */, "", uris); split(uris, u, / +/); print u[1]; exit
+              } }' "$f"
+    done | head -n 1
+}
+
