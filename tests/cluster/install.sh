@@ -3,6 +3,12 @@
 # clients, munge, MariaDB) when missing, without letting apt start any service, and makes
 # `hostname -s` resolvable. Idempotent; starts nothing (that is start.sh).
 set -euo pipefail
+# A first argument names the Slurm release: 22.05 (the default: Debian 12's, cluster tc) or
+# 24.11 (Debian 13's, cluster tc2411 in a root of its own: install-2411.sh).
+case ${1:-} in
+    24.11) shift && exec "$(dirname "$(readlink -f "$0")")/install-2411.sh" "$@" ;;
+    22.05) shift ;;
+esac
 # shellcheck source=lib.sh
 . "$(dirname "$(readlink -f "$0")")/lib.sh"
 need_root

@@ -5,12 +5,19 @@
 # account and users, and self-tests as the first user. Idempotent: what already runs with an
 # unchanged config is left alone.
 set -euo pipefail
+# A first argument names the Slurm release: 22.05 (the default: Debian 12's, cluster tc) or
+# 24.11 (Debian 13's, cluster tc2411 in a root of its own: start-2411.sh).
+case ${1:-} in
+    24.11) shift && exec "$(dirname "$(readlink -f "$0")")/start-2411.sh" "$@" ;;
+    22.05) shift ;;
+esac
 # shellcheck source=lib.sh
 . "$(dirname "$(readlink -f "$0")")/lib.sh"
 
 usage() {
     cat <<EOF
-usage: $0 [--user NAME]... [--two-nodes] [--one-host] [--no-selftest]
+usage: $0 [22.05] [--user NAME]... [--two-nodes] [--one-host] [--no-selftest]
+       $0 24.11 [--user NAME]... [--spank EXE | --no-spank] [--no-selftest]  (start-2411.sh --help)
   --user NAME    give Unix user NAME an association in account $TC_ACCOUNT (repeatable);
                  the first one runs the self-test (sbatch --wait, srun, sacct)
   --two-nodes    add node $TC_N2 (a slurmd in network namespace $TC_NETNS, $TC_N2_ADDR)

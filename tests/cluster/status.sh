@@ -3,6 +3,12 @@
 # slurmctld runs, sinfo. Changes nothing. Exits 0 when all of munged, mariadbd, slurmdbd,
 # slurmctld and slurmd run, 1 otherwise.
 set -euo pipefail
+# A first argument names the Slurm release: 22.05 (the default: Debian 12's, cluster tc) or
+# 24.11 (Debian 13's, cluster tc2411 in a root of its own: status-2411.sh).
+case ${1:-} in
+    24.11) shift && exec "$(dirname "$(readlink -f "$0")")/status-2411.sh" "$@" ;;
+    22.05) shift ;;
+esac
 # shellcheck source=lib.sh
 . "$(dirname "$(readlink -f "$0")")/lib.sh"
 need_root

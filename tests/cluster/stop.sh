@@ -4,6 +4,12 @@
 # slurmstepd processes and removes n2's network namespace. Idempotent. Keeps configs, state,
 # database and logs.
 set -euo pipefail
+# A first argument names the Slurm release: 22.05 (the default: Debian 12's, cluster tc) or
+# 24.11 (Debian 13's, cluster tc2411 in a root of its own: stop-2411.sh).
+case ${1:-} in
+    24.11) shift && exec "$(dirname "$(readlink -f "$0")")/stop-2411.sh" "$@" ;;
+    22.05) shift ;;
+esac
 # shellcheck source=lib.sh
 . "$(dirname "$(readlink -f "$0")")/lib.sh"
 need_root
