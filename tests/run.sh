@@ -98,6 +98,9 @@ if [ "$(id -u)" = 0 ]; then
   # --one-host: a second, small cluster beside it whose controller and node are this host on
   # loopback (a workstation's Slurm), for the session network's tests there (about 1.5 s).
   tests/cluster/start.sh --user asbtest --two-nodes --one-host --no-selftest
+  # Slurm 24.11 with auth/slurm and sackd, in a Debian 13 root of its own (tests/cluster/README.md;
+  # tests/slurm2411.rs runs there): built once per machine (about 40 s), then about 5 s.
+  tests/cluster/start.sh 24.11 --user asbtest --user asbother --spank "$(pwd)/target/debug/agent-sandbox" --no-selftest
   # Distributions ship /dev/net/tun as 0666; some hosts (this CI's) have 0600, which makes
   # the filtered network mode fall back. `agent-sandbox doctor` names this too.
   chmod 0666 /dev/net/tun 2>/dev/null || true
