@@ -139,7 +139,8 @@ fn a_job_the_controller_forgot_leaves_squeue_answering_as_without_it() {
         cluster: None,
         dir: None,
     };
-    chaperon::scope::Registry::new(&state).add(&entry).expect("record the job");
+    let key = std::sync::Arc::new(user_record_key(j.rig));
+    chaperon::scope::Registry::with_key(&state, key).add(&entry).expect("record the job");
     let scope = state.join(chaperon::scope::DIR);
     for f in std::iter::once(scope.clone()).chain(std::fs::read_dir(&scope).unwrap().flatten().map(|e| e.path())) {
         std::os::unix::fs::chown(&f, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
@@ -1659,8 +1660,8 @@ fn session_secret(j: &Jail, session: &str) -> String {
     let jobs = j.rig.home.join(".local/state/agent-sandbox/jobs");
     let dirs = std::fs::read_dir(&jobs).expect("the job directories");
     for d in dirs.flatten().filter(|d| d.file_name().to_string_lossy().starts_with(&format!("{session}-"))) {
-        let Ok(text) = std::fs::read_to_string(d.path().join("job.json")) else { continue };
-        let spec: serde_json::Value = serde_json::from_str(&text).expect("job.json");
+        let Ok(text) = std::fs::read(d.path().join("job.json")) else { continue };
+        let spec: serde_json::Value = serde_json::from_slice(unseal_unchecked(&text).0).expect("job.json");
         let policy: serde_json::Value = serde_json::from_str(spec["policy"].as_str().unwrap_or("{}")).expect("policy");
         if let Some(s) = policy["job_secret"].as_str() {
             return s.to_string();

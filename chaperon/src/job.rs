@@ -88,7 +88,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// What a seal of `job.json` is for: the directory's name is its context.
-const SEAL_PURPOSE: &str = "job.json";
+pub const SEAL_PURPOSE: &str = "job.json";
 
 impl JobSpec {
     /// A node that cannot read the spec refuses the job: never a default in its place.
