@@ -250,17 +250,11 @@ impl Launch {
         let Launch { mut facts, policy, project, cwd, command, extra_files, env, origin } = self;
         let project_dir = plan::check_project_basics(&facts, &host::RealFs::default(), &project)?;
         // A job runs in the directory its session ran in, or not at all: the project's path
-        // may name another directory by now (renamed, or a symlink put in its place).
+        // may name another directory by now (renamed, or a symlink put in its place). The
+        // directory it resolves to here is compared, not the path: a node may reach the same
+        // directory by another path (a home mounted where the login node has a symlink).
         if let Origin::Job { project_id, .. } = &origin {
-            let same = match project_dir == project {
-                true => project_id.check(&project_dir),
-                false => Err(format!(
-                    "the job's project {} now resolves to {}; the job does not run elsewhere",
-                    project.display(),
-                    project_dir.display()
-                )),
-            };
-            same.map_err(LaunchError::setup)?;
+            project_id.check(&project_dir).map_err(LaunchError::setup)?;
         }
         let (dry_run, session) = match &origin {
             Origin::Session { dry_run, .. } => (*dry_run, log.session.clone()),

@@ -125,23 +125,37 @@ fn a_validly_sealed_permissive_policy_is_bounded_by_the_built_in_floors_on_the_n
 fn a_project_replaced_before_its_job_starts_runs_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(j) = slurm_jail("records-project") else { return };
-    let out = j.run("id=$(sbatch --parsable --hold -o project.out --wrap 'pwd; echo done'); echo mine=$id");
-    let job = printed_id(&out);
-    let dir = job_dir(job);
     // Another directory of the user's in the project's place (another session's jail, whose
-    // project holds this one, could rename it and make one).
-    let moved = j.project.with_extension("moved");
-    std::fs::rename(&j.project, &moved).expect("move the project");
-    std::fs::create_dir(&j.project).expect("another directory");
-    j.give(&[&j.project]);
-    release_and_wait(&j, job);
-    let ran_new = j.project.join("project.out").exists();
-    let ran_old = moved.join("project.out").exists();
-    std::fs::remove_dir_all(&j.project).expect("remove the other directory");
-    std::fs::rename(&moved, &j.project).expect("put the project back");
-    let wrapper = std::fs::read_to_string(dir.join("wrapper.out")).unwrap_or_default();
-    assert!(!ran_new && !ran_old, "the job ran (in the other directory: {ran_new}): {wrapper}");
-    assert!(wrapper.contains("no longer the directory it was submitted from"), "{wrapper}");
+    // project holds this one, could rename it and make one), or a symlink to one.
+    let elsewhere = j.rig.home.join(format!("records-elsewhere-{}", std::process::id()));
+    std::fs::create_dir_all(&elsewhere).expect("another directory");
+    j.give(&[&elsewhere]);
+    for by in ["directory", "symlink"] {
+        let out = j.run("id=$(sbatch --parsable --hold -o project.out --wrap 'pwd; echo done'); echo mine=$id");
+        let job = printed_id(&out);
+        let dir = job_dir(job);
+        let moved = j.project.with_extension("moved");
+        std::fs::rename(&j.project, &moved).expect("move the project");
+        match by {
+            "directory" => {
+                std::fs::create_dir(&j.project).expect("another directory");
+                j.give(&[&j.project]);
+            }
+            _ => std::os::unix::fs::symlink(&elsewhere, &j.project).expect("a symlink"),
+        }
+        release_and_wait(&j, job);
+        let ran_new = j.project.join("project.out").exists();
+        let ran_old = moved.join("project.out").exists();
+        match by {
+            "directory" => std::fs::remove_dir_all(&j.project).expect("remove the other directory"),
+            _ => std::fs::remove_file(&j.project).expect("remove the symlink"),
+        }
+        std::fs::rename(&moved, &j.project).expect("put the project back");
+        let wrapper = std::fs::read_to_string(dir.join("wrapper.out")).unwrap_or_default();
+        assert!(!ran_new && !ran_old, "{by}: the job ran (in the other directory: {ran_new}): {wrapper}");
+        assert!(wrapper.contains("no longer the directory it was submitted from"), "{by}: {wrapper}");
+    }
+    let _ = std::fs::remove_dir_all(&elsewhere);
 }
 
 /// The project's record file in `state` and one of its entries, as JSON.
