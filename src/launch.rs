@@ -66,7 +66,7 @@ pub enum Origin {
     /// A session the user started on the login node.
     Session { dry_run: bool, json: bool, quiet: bool },
     /// A job's task on a compute node: the submitting session's id and frozen policy.
-    Job { job: Option<u32>, session: String, frozen: policy::Frozen },
+    Job { job: Option<u32>, session: String, frozen: policy::Frozen, project_id: chaperon::job::ProjectId },
 }
 
 /// Everything a launch needs, gathered; `run` does the rest.
@@ -203,12 +203,17 @@ impl Launch {
     /// from the configs, the environment or anything the jail could have written since.
     pub fn for_job(dir: &Path, facts: host::HostFacts) -> Result<Launch, LaunchError> {
         use chaperon::job::{expand_pattern, open_job};
-        let job = open_job(&facts.state_dir().join("jobs"), dir).map_err(LaunchError::setup)?;
+        // Nothing of the directory is used before its spec's seal checks under the user's key.
+        let key = chaperon::seal::Key::load(&facts.state_dir()).map_err(|e| LaunchError::setup(e.to_string()))?;
+        let job = open_job(&facts.state_dir().join("jobs"), dir, &key).map_err(LaunchError::setup)?;
         let spec = job.spec.clone();
         let frozen = policy::Frozen::from_text(&spec.policy);
         let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from);
-        let mut policy =
-            policy::bound_by_admin(frozen.thaw()?, &policy::PolicyPaths::new(&facts.home, xdg.as_deref()))?;
+        // The built-in floors and this node's admin file bound it, whatever it says.
+        let mut policy = policy::bound_by_admin(
+            policy::with_builtin_floors(frozen.thaw()?)?,
+            &policy::PolicyPaths::new(&facts.home, xdg.as_deref()),
+        )?;
         // A job reaches its session's job ports (frozen with the policy); it serves none.
         policy.net_job_ports.value.clear();
         // What Slurm tells the job on this node (SLURM_JOB_ID, the node list...), for the
@@ -236,7 +241,7 @@ impl Launch {
             command,
             extra_files,
             env: Some(env),
-            origin: Origin::Job { job: job_id, session: spec.session.clone(), frozen },
+            origin: Origin::Job { job: job_id, session: spec.session.clone(), frozen, project_id: spec.project_id },
         })
     }
 
@@ -244,6 +249,13 @@ impl Launch {
     pub fn run(self, log: &AuditLog) -> Result<i32, LaunchError> {
         let Launch { mut facts, policy, project, cwd, command, extra_files, env, origin } = self;
         let project_dir = plan::check_project_basics(&facts, &host::RealFs::default(), &project)?;
+        // A job runs in the directory its session ran in, or not at all: the project's path
+        // may name another directory by now (renamed, or a symlink put in its place). The
+        // directory it resolves to here is compared, not the path: a node may reach the same
+        // directory by another path (a home mounted where the login node has a symlink).
+        if let Origin::Job { project_id, .. } = &origin {
+            project_id.check(&project_dir).map_err(LaunchError::setup)?;
+        }
         let (dry_run, session) = match &origin {
             Origin::Session { dry_run, .. } => (*dry_run, log.session.clone()),
             Origin::Job { session, .. } => (false, session.clone()),

@@ -70,6 +70,10 @@ pub struct Session {
     /// supervisor keeps outside the jail (the chaperon needs none).
     #[serde(skip)]
     pub withheld: Vec<String>,
+    /// The project directory as the launcher found it (device, inode), recorded with every
+    /// job: a job runs in that directory only. None where it could not be opened.
+    #[serde(default)]
+    pub project_id: Option<chaperon::job::ProjectId>,
 }
 
 pub const CONFIG_VAR: &str = "AGENT_SANDBOX_CHAPERON";
@@ -95,6 +99,7 @@ impl Session {
             channel: false,
             governor: chaperon::governor::Settings::default(),
             withheld: vec![],
+            project_id: chaperon::job::ProjectId::of(project).ok(),
         }
     }
 }
@@ -183,6 +188,8 @@ pub fn chaperon_main() -> i32 {
         cluster: Default::default(),
         governor,
         spank: std::sync::OnceLock::new(),
+        project_id: s.project_id,
+        key: std::sync::OnceLock::new(),
     };
     let cfg = std::sync::Arc::new(cfg);
     if channel {

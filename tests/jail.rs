@@ -1057,13 +1057,19 @@ fn a_node_refuses_a_job_whose_frozen_policy_it_cannot_read() {
     let jobs = j.rig.home.join(".local/state/agent-sandbox/jobs");
     let dir = jobs.join(format!("frozen-test-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("job dir");
+    let script = "#!/bin/sh\ntouch ran-anyway\n";
     let spec = serde_json::json!({
-        "version": 2, "session": "feedfacecafe", "project": j.project, "cwd": j.project,
+        "version": 3, "session": "feedfacecafe", "project": j.project, "cwd": j.project,
         "policy": "{\"not\": \"a frozen policy\"}", "export": null, "output": "slurm-%j.out",
         "error": null, "input": null, "append": false, "job_name": "t", "script_args": [],
+        "project_id": chaperon::job::ProjectId::of(&j.project).expect("project id"),
+        "script_sha256": chaperon::job::sha256_hex(script.as_bytes()),
     });
-    std::fs::write(dir.join("job.json"), spec.to_string()).expect("spec");
-    std::fs::write(dir.join("script"), "#!/bin/sh\ntouch ran-anyway\n").expect("script");
+    // Sealed with the user's key, as the chaperon writes it: the policy is what is wrong.
+    let name = dir.file_name().expect("name").as_encoded_bytes();
+    let sealed = user_record_key(j.rig).seal(chaperon::job::SEAL_PURPOSE, name, spec.to_string().as_bytes());
+    std::fs::write(dir.join("job.json"), sealed).expect("spec");
+    std::fs::write(dir.join("script"), script).expect("script");
     for p in [jobs.parent().expect("state"), &jobs, &dir, &dir.join("job.json"), &dir.join("script")] {
         j.give(&[p]);
     }

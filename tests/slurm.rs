@@ -139,7 +139,8 @@ fn a_job_the_controller_forgot_leaves_squeue_answering_as_without_it() {
         cluster: None,
         dir: None,
     };
-    chaperon::scope::Registry::new(&state).add(&entry).expect("record the job");
+    let key = std::sync::Arc::new(user_record_key(j.rig));
+    chaperon::scope::Registry::with_key(&state, key).add(&entry).expect("record the job");
     let scope = state.join(chaperon::scope::DIR);
     for f in std::iter::once(scope.clone()).chain(std::fs::read_dir(&scope).unwrap().flatten().map(|e| e.path())) {
         std::os::unix::fs::chown(&f, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
@@ -228,22 +229,22 @@ fn jobs_the_controller_forgot_leave_squeues_list_and_held_ones_stay() {
     let text = std::fs::read_to_string(&record).unwrap();
     let held_line = text.lines().find(|l| l.contains(&format!("\"job\":{held},"))).expect("the held job's record");
     assert!(held_line.contains("\"cluster\":"), "a job is recorded with its cluster: {held_line}");
-    let entry: serde_json::Value = serde_json::from_str(held_line).unwrap();
-    let held_dir = entry["dir"].as_str().expect("a job is recorded with its directory").to_string();
+    let entry: chaperon::scope::Entry = serde_json::from_slice(unseal_unchecked(held_line.as_bytes()).0).unwrap();
+    let held_dir = entry.dir.clone().expect("a job is recorded with its directory");
     let jobs = j.rig.home.join(".local/state/agent-sandbox/jobs");
     assert!(jobs.join(&held_dir).is_dir(), "{held_dir}");
-    // Each forged job with a directory of its own, which goes once the job is found gone.
-    let mut lines = format!("{held_line}\n");
+    // Each forged job with a directory of its own, which goes once the job is found gone,
+    // recorded (sealed) as the chaperon records a job.
+    std::fs::write(&record, format!("{held_line}\n")).unwrap();
+    let state = j.rig.home.join(".local/state/agent-sandbox");
+    let registry = chaperon::scope::Registry::with_key(&state, std::sync::Arc::new(user_record_key(j.rig)));
     let forged: Vec<u32> = (0..70).map(|i| 60_000_000 + i).collect();
     let forged_dir = |id: u32| format!("forged-{}-{id}", std::process::id());
     for id in &forged {
         std::fs::create_dir(jobs.join(forged_dir(*id))).unwrap();
         j.give(&[&jobs.join(forged_dir(*id))]);
-        let line = held_line.replace(&format!("\"job\":{held},"), &format!("\"job\":{id},"));
-        lines.push_str(&line.replace(&held_dir, &forged_dir(*id)));
-        lines.push('\n');
+        registry.add(&chaperon::scope::Entry { job: *id, dir: Some(forged_dir(*id)), ..entry.clone() }).unwrap();
     }
-    std::fs::write(&record, lines).unwrap();
     // The first call finds 71 ids and asks after its answer; the session lives on meanwhile.
     let out = j.run("squeue -h -o 'first=%i'; sleep 3; squeue -h -o 'then=%i'; echo rc=$?");
     let _ = Command::new("scancel").arg(held.to_string()).status();
@@ -1659,8 +1660,8 @@ fn session_secret(j: &Jail, session: &str) -> String {
     let jobs = j.rig.home.join(".local/state/agent-sandbox/jobs");
     let dirs = std::fs::read_dir(&jobs).expect("the job directories");
     for d in dirs.flatten().filter(|d| d.file_name().to_string_lossy().starts_with(&format!("{session}-"))) {
-        let Ok(text) = std::fs::read_to_string(d.path().join("job.json")) else { continue };
-        let spec: serde_json::Value = serde_json::from_str(&text).expect("job.json");
+        let Ok(text) = std::fs::read(d.path().join("job.json")) else { continue };
+        let spec: serde_json::Value = serde_json::from_slice(unseal_unchecked(&text).0).expect("job.json");
         let policy: serde_json::Value = serde_json::from_str(spec["policy"].as_str().unwrap_or("{}")).expect("policy");
         if let Some(s) = policy["job_secret"].as_str() {
             return s.to_string();

@@ -59,13 +59,34 @@ pub fn scope_of(req: &Request) -> Result<Scope, Refusal> {
 /// controller's jobs show and the actions reach. A job marked gone can never be acted on again;
 /// its id, once Slurm's ids start over past `MaxJobId`, names another job.
 pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
-    Ok(cfg.registry().live_jobs(scope_of(req)?, &cfg.session, &cfg.project, cfg.cluster_name()))
+    let scope = scope_of(req)?;
+    Ok(read_scope(cfg, |r| r.live_jobs(scope, &cfg.session, &cfg.project, cfg.cluster_name())))
+}
+
+/// What `read` takes from the session's scope record; lines of it that were refused (not
+/// sealed by the user's chaperon) leave a record in the audit log, once a session.
+pub fn read_scope<T>(cfg: &Config, read: impl FnOnce(&crate::scope::Registry) -> T) -> T {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    let registry = cfg.registry();
+    let found = read(&registry);
+    if let Some(why) = registry.refused() {
+        if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            (cfg.audit)(&crate::session::Audit {
+                command: "scope-record".into(),
+                decision: "refused".into(),
+                reason: Some(why),
+                ..Default::default()
+            });
+        }
+    }
+    found
 }
 
 /// Every job id the request's scope ever recorded: the accounting's view (sacct, sreport),
 /// which reaches back past what the controller holds.
 pub fn recorded_jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
-    Ok(cfg.registry().jobs(scope_of(req)?, &cfg.session, &cfg.project, cfg.cluster_name()))
+    let scope = scope_of(req)?;
+    Ok(read_scope(cfg, |r| r.jobs(scope, &cfg.session, &cfg.project, cfg.cluster_name())))
 }
 
 /// Every job of `jobs` must be one of `ids` (the scope's).

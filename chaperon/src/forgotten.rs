@@ -16,6 +16,7 @@
 
 use crate::job;
 use crate::pool;
+use crate::removeat;
 use crate::scope::Registry;
 use crate::session::Config;
 use crate::spawn::{Io, RealCommand};
@@ -113,23 +114,30 @@ pub fn mark_forgotten(
 }
 
 /// Removes the job directory `name` below `jobs` (the state directory's): one plain name,
-/// never a path, and nothing followed through a symlink (`remove_dir_all` does not). What
+/// never a path, found and emptied through descriptors below `jobs` opened without following a
+/// symlink (`removeat`): a `jobs` or a job directory that is a symlink leads nowhere. What
 /// Slurm wrote into its `wrapper.out` (a time limit, an out-of-memory kill, a jail that could
 /// not start: the job's own files are opened inside the jail) is kept, with the directory;
 /// the rest goes.
 pub fn remove_job_dir(jobs: &Path, name: &str) -> bool {
+    use nix::sys::stat::{fstatat, SFlag};
+    use std::ffi::OsStr;
     if name.is_empty() || name == "." || name == ".." || name.contains('/') {
         return false;
     }
-    let dir = jobs.join(name);
-    let said = std::fs::symlink_metadata(dir.join(job::WRAPPER_OUT)).is_ok_and(|m| m.is_file() && m.len() > 0);
+    let Ok(jobs_fd) = removeat::open_dir(jobs) else { return false };
+    let Ok(dir) = removeat::open_below(&jobs_fd, OsStr::new(name)) else {
+        return removeat::remove_tree_at(&jobs_fd, OsStr::new(name));
+    };
+    let said = fstatat(&dir, job::WRAPPER_OUT, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| st.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFREG.bits() && st.st_size > 0);
     if said {
         for file in [job::SPEC, job::SCRIPT, job::WRAPPER] {
-            let _ = std::fs::remove_file(dir.join(file));
+            let _ = nix::unistd::unlinkat(&dir, file, nix::unistd::UnlinkatFlags::NoRemoveDir);
         }
         return true;
     }
-    std::fs::remove_dir_all(dir).is_ok()
+    removeat::remove_tree_at(&jobs_fd, OsStr::new(name))
 }
 
 /// Every id in squeue's answer to `QUESTION`, or None if any word is not a job id: an answer
@@ -147,6 +155,7 @@ pub fn held_ids(out: &[u8]) -> Option<BTreeSet<u32>> {
 mod tests {
     use super::*;
     use crate::scope::Scope;
+    use std::io::Write;
 
     #[test]
     fn an_answer_is_read_whole_or_not_at_all() {
@@ -206,6 +215,84 @@ mod tests {
         assert!(jobs.join("d7").join(job::WRAPPER_OUT).exists() && !jobs.join("d7").join(job::SPEC).exists());
         assert!(outside.exists(), "a recorded path is not a job directory's name");
         assert_eq!(r.jobs(Scope::Project, "", &p, Some("tc")), [5, 6, 7, 31]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_symlinked_jobs_directory_or_job_directory_leads_the_cleanup_nowhere() {
+        let dir = std::env::temp_dir().join(format!("chaperon-forgotten-links-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let r = Registry::new(&dir);
+        let p = PathBuf::from("/home/u/p");
+        // The user's own directories, and a `jobs` that leads to them.
+        let home = dir.join("home");
+        std::fs::create_dir_all(home.join("d5")).unwrap();
+        std::fs::create_dir_all(home.join("elsewhere")).unwrap();
+        std::fs::write(home.join("elsewhere/f"), "x").unwrap();
+        std::os::unix::fs::symlink(&home, dir.join("jobs")).unwrap();
+        // Sealed records (as if the key had leaked): the descriptors alone keep them inside.
+        for (job, name) in [(5, "d5"), (6, "d6")] {
+            let (cluster, dir) = (Some("tc".into()), Some(name.into()));
+            r.add(&crate::scope::Entry { job, session: "s".into(), project: p.clone(), cluster, dir }).unwrap();
+        }
+        let none = || {
+            let mut c = RealCommand::new("/bin/sh");
+            c.args(["-c", "true"]);
+            c
+        };
+        assert_eq!(mark_forgotten(&r, &p, "tc", &dir.join("jobs"), none()).unwrap(), [5, 6]);
+        assert!(home.join("d5").exists(), "nothing removed through a symlinked jobs/");
+        // A real jobs/ whose job directory is a symlink: the link goes, not what it names.
+        std::fs::remove_file(dir.join("jobs")).unwrap();
+        std::fs::create_dir(dir.join("jobs")).unwrap();
+        std::os::unix::fs::symlink(home.join("elsewhere"), dir.join("jobs/d7")).unwrap();
+        assert!(remove_job_dir(&dir.join("jobs"), "d7"));
+        assert!(home.join("elsewhere/f").exists() && !dir.join("jobs/d7").exists());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_forged_record_line_names_no_directory_and_no_job() {
+        let dir = std::env::temp_dir().join(format!("chaperon-forgotten-forged-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let r = Registry::new(&dir);
+        let p = PathBuf::from("/home/u/p");
+        std::fs::create_dir_all(dir.join("jobs/d9")).unwrap();
+        r.add(&crate::scope::Entry {
+            job: 5,
+            session: "s".into(),
+            project: p.clone(),
+            cluster: Some("tc".into()),
+            dir: None,
+        })
+        .unwrap();
+        let file = std::fs::read_dir(dir.join(crate::scope::DIR)).unwrap().flatten().next().unwrap().path();
+        let forged = serde_json::to_string(&crate::scope::Entry {
+            job: 9,
+            session: "s".into(),
+            project: p.clone(),
+            cluster: Some("tc".into()),
+            dir: Some("d9".into()),
+        })
+        .unwrap();
+        let line = format!("{} {forged}\n", "0".repeat(64));
+        std::fs::OpenOptions::new().append(true).open(&file).unwrap().write_all(line.as_bytes()).unwrap();
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap()
+            .write_all(format!("{forged}\n").as_bytes())
+            .unwrap();
+        let r = Registry::new(&dir);
+        assert_eq!(r.live_jobs(Scope::Project, "s", &p, Some("tc")), [5], "the forged job is out of scope");
+        assert!(r.refused().unwrap().contains("2 line(s)"), "{:?}", r.refused());
+        let none = || {
+            let mut c = RealCommand::new("/bin/sh");
+            c.args(["-c", "true"]);
+            c
+        };
+        assert_eq!(mark_forgotten(&r, &p, "tc", &dir.join("jobs"), none()).unwrap(), [5]);
+        assert!(dir.join("jobs/d9").exists(), "a forged line names no directory to remove");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -2,16 +2,22 @@
 //! (`write_job_dir`), how `agent-sandbox exec --job` opens it on the compute node (`open_job`),
 //! and the command line `exec` runs inside the jail there (`job_command`, `expand_pattern`).
 //! It lives in the user's state directory, which no jail can see or write, so nothing the jail
-//! does after submission changes what the job runs.
+//! does after submission changes what the job runs. Should a jail reach it all the same, the
+//! spec is sealed (`seal`, bound to the directory's name) and names the script's digest and
+//! the project's identity: a spec, script or project changed since submission is refused on
+//! the node, never used.
 //!
 //! ```text
 //! <state>/jobs/<session>-<chaperon pid>-<n>/
-//!   job.json      JobSpec: the frozen policy, project, cwd, export, output paths
+//!   job.json      JobSpec, sealed: the frozen policy, project (and its identity), cwd,
+//!                 export, output paths, the script's SHA-256
 //!   script        the original batch script, byte for byte (empty for an srun step)
 //!   wrapper.sh    the script Slurm runs: `exec agent-sandbox exec --job <dir>`
 //!   wrapper.out   what the wrapper itself prints (errors starting the jail)
 //! ```
 
+pub use crate::identity::ProjectId;
+use crate::seal::Key;
 use crate::session::Config;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -66,9 +72,23 @@ pub struct JobSpec {
     /// (`deny_unknown_fields`) still reads the usual directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub submit_dir: Option<PathBuf>,
+    /// The project directory the session ran in: the node runs the job only in that one
+    /// directory, not whatever the project's path names when the job starts.
+    pub project_id: ProjectId,
+    /// SHA-256 of the batch script (hex; of nothing for an srun step).
+    pub script_sha256: String,
 }
 
-pub const VERSION: u32 = 2;
+/// Version 3: sealed, with the project's identity and the script's digest.
+pub const VERSION: u32 = 3;
+
+/// SHA-256 of `bytes` in hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    ring::digest::digest(&ring::digest::SHA256, bytes).as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What a seal of `job.json` is for: the directory's name is its context.
+pub const SEAL_PURPOSE: &str = "job.json";
 
 impl JobSpec {
     /// A node that cannot read the spec refuses the job: never a default in its place.
@@ -85,8 +105,18 @@ impl JobSpec {
 
     /// What every job directory of this session holds: the frozen policy, project and the
     /// job's working directory, and the environment `--export` resolved to.
-    pub fn for_session(cfg: &Config, cwd: &Path, export: Option<BTreeMap<String, String>>) -> JobSpec {
-        JobSpec {
+    pub fn for_session(cfg: &Config, cwd: &Path, export: Option<BTreeMap<String, String>>) -> Result<JobSpec, String> {
+        let project_id = match &cfg.project_id {
+            Some(id) => id.clone(),
+            None => {
+                return Err(format!(
+                    "the identity of the project {} could not be recorded when the session started; \
+                 fix: start the session again",
+                    cfg.project.display()
+                ))
+            }
+        };
+        Ok(JobSpec {
             version: VERSION,
             session: cfg.session.clone(),
             project: cfg.project.clone(),
@@ -102,7 +132,9 @@ impl JobSpec {
             script_args: vec![],
             command: None,
             submit_dir: None,
-        }
+            project_id,
+            script_sha256: String::new(),
+        })
     }
 
     /// The job's environment on the compute node: what `--export` asked for at submission,
@@ -138,10 +170,12 @@ impl JobSpec {
 pub struct JobDir {
     pub path: PathBuf,
     pub wrapper: String,
+    key: std::sync::Arc<Key>,
 }
 
 impl JobDir {
     pub fn name(cfg: &Config) -> Result<JobDir, String> {
+        let key = cfg.key()?;
         let jobs = cfg.state_dir.join("jobs");
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&jobs).map_err(|e| e.to_string())?;
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
@@ -154,13 +188,18 @@ impl JobDir {
             q(&cfg.exe),
             q(&path)
         );
-        Ok(JobDir { path, wrapper })
+        Ok(JobDir { path, wrapper, key })
     }
 
     /// Writes the directory. Every file is created new, without following a symlink, and the
-    /// spec and script are read-only: nothing here is changed after submission.
+    /// spec and script are read-only: nothing here is changed after submission. The spec is
+    /// sealed for this directory, with the script's digest.
     pub fn write(&self, spec: &JobSpec, script: &str) -> Result<(), String> {
         let dir = &self.path;
+        let name = dir.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default();
+        let spec = JobSpec { script_sha256: sha256_hex(script.as_bytes()), ..spec.clone() };
+        let sealed =
+            self.key.seal(SEAL_PURPOSE, name, serde_json::to_string(&spec).map_err(|e| e.to_string())?.as_bytes());
         std::fs::DirBuilder::new().mode(0o700).create(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let write = |name: &str, data: &[u8], mode: u32| -> Result<(), String> {
             let mut f = std::fs::OpenOptions::new()
@@ -172,7 +211,7 @@ impl JobDir {
                 .map_err(|e| format!("{name}: {e}"))?;
             f.write_all(data).map_err(|e| format!("{name}: {e}"))
         };
-        write(SPEC, serde_json::to_string(spec).map_err(|e| e.to_string())?.as_bytes(), 0o400)?;
+        write(SPEC, &sealed, 0o400)?;
         write(SCRIPT, script.as_bytes(), 0o500)?;
         write(WRAPPER, self.wrapper.as_bytes(), 0o500)
     }
@@ -188,6 +227,7 @@ pub fn write_job_dir(cfg: &Config, spec: &JobSpec, script: &str) -> Result<(Path
 /// A job directory as `exec --job` opens it on the compute node: found under the node's own
 /// `jobs` directory (never a path the job's environment chose), each file opened without
 /// following a symlink, the spec read through the descriptor.
+#[derive(Debug)]
 pub struct OpenedJob {
     pub dir: PathBuf,
     pub spec: JobSpec,
@@ -198,7 +238,7 @@ pub struct OpenedJob {
 /// Largest `job.json` read (the frozen policy is most of it).
 const MAX_SPEC: usize = 16 << 20;
 
-pub fn open_job(jobs: &Path, arg: &Path) -> Result<OpenedJob, String> {
+pub fn open_job(jobs: &Path, arg: &Path, key: &Key) -> Result<OpenedJob, String> {
     use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::{fstat, Mode};
     use std::path::Component;
@@ -225,7 +265,11 @@ pub fn open_job(jobs: &Path, arg: &Path) -> Result<OpenedJob, String> {
         .map_err(|e| format!("{}/{SPEC}: {e}", arg.display()))?;
     let text = crate::bounded::read_file(std::fs::File::from(spec_fd), MAX_SPEC)
         .map_err(|e| format!("{}/{SPEC}: {e}", arg.display()))?;
-    let spec = JobSpec::parse(&text).map_err(|e| format!("{}/{SPEC}: {e}", arg.display()))?;
+    // Nothing of the spec is read before its seal checks, for this directory.
+    let text = key
+        .open(SEAL_PURPOSE, name.as_encoded_bytes(), &text)
+        .map_err(|e| format!("{}/{SPEC} is refused: {e}; fix: resubmit the job from its session", arg.display()))?;
+    let spec = JobSpec::parse(text).map_err(|e| format!("{}/{SPEC}: {e}", arg.display()))?;
     let script_fd = openat(&dir_fd, SCRIPT, OFlag::O_RDONLY | OFlag::O_NONBLOCK | cloexec, Mode::empty())
         .map_err(|e| format!("{}/{SCRIPT}: {e}", arg.display()))?;
     let st = fstat(&script_fd).map_err(|e| format!("{}/{SCRIPT}: {e}", arg.display()))?;
@@ -234,6 +278,9 @@ pub fn open_job(jobs: &Path, arg: &Path) -> Result<OpenedJob, String> {
     }
     let script = crate::bounded::read_file(std::fs::File::from(script_fd), MAX_SCRIPT)
         .map_err(|e| format!("{}/{SCRIPT}: {e}", arg.display()))?;
+    if sha256_hex(&script) != spec.script_sha256 {
+        return Err(format!("{}/{SCRIPT} is refused: it is not the script submitted (changed since)", arg.display()));
+    }
     let script = String::from_utf8(script).map_err(|_| format!("{}/{SCRIPT}: not UTF-8", arg.display()))?;
     Ok(OpenedJob { dir: jobs_canon.join(name), spec, script })
 }
@@ -358,8 +405,9 @@ mod tests {
     #[test]
     fn a_jobs_environment_takes_only_slurms_variables_from_the_node() {
         let mut spec = JobSpec::parse(
-            br#"{"version":2,"session":"s","project":"/p","cwd":"/p","policy":"{}","export":{"A":"1","SLURM_JOB_ID":"x"},
-                "output":"o","error":null,"input":null,"append":false,"slurm_export_env":"NONE","job_name":"j","script_args":[]}"#,
+            br#"{"version":3,"session":"s","project":"/p","cwd":"/p","policy":"{}","export":{"A":"1","SLURM_JOB_ID":"x"},
+                "output":"o","error":null,"input":null,"append":false,"slurm_export_env":"NONE","job_name":"j","script_args":[],
+                "project_id":{"dev":1,"ino":2,"boot":"b"},"script_sha256":""}"#,
         )
         .unwrap();
         let node: Vec<(String, String)> =
@@ -385,8 +433,9 @@ mod tests {
     fn a_job_is_told_where_the_caller_submitted_it_not_the_job_directory() {
         // No submit_dir (submitted from the job's own directory, or written before the field).
         let mut spec = JobSpec::parse(
-            br#"{"version":2,"session":"s","project":"/p","cwd":"/p","policy":"{}","export":null,
-                "output":"o","error":null,"input":null,"append":false,"job_name":"j","script_args":[]}"#,
+            br#"{"version":3,"session":"s","project":"/p","cwd":"/p","policy":"{}","export":null,
+                "output":"o","error":null,"input":null,"append":false,"job_name":"j","script_args":[],
+                "project_id":{"dev":1,"ino":2,"boot":"b"},"script_sha256":""}"#,
         )
         .unwrap();
         let node = vec![("SLURM_SUBMIT_DIR".to_string(), "/home/u/.local/state/agent-sandbox/jobs/x".to_string())];
@@ -438,7 +487,17 @@ mod tests {
             script_args: vec![],
             command: None,
             submit_dir: None,
+            project_id: ProjectId { dev: 1, ino: 2, boot: "b".into() },
+            script_sha256: sha256_hex(SCRIPT_TEXT.as_bytes()),
         }
+    }
+
+    const SCRIPT_TEXT: &str = "#!/bin/sh\necho hi\n";
+
+    /// A job directory as the chaperon writes one, under `jobs`, with the tests' key.
+    fn write_dir(jobs: &Path, name: &str, spec: &JobSpec) {
+        let key = std::sync::Arc::new(Key::from_bytes(&[9; 32]));
+        JobDir { path: jobs.join(name), wrapper: "w".into(), key }.write(spec, SCRIPT_TEXT).unwrap();
     }
 
     #[test]
@@ -505,24 +564,73 @@ mod tests {
     fn a_job_directory_is_found_only_below_the_nodes_own_jobs_directory() {
         let dir = std::env::temp_dir().join(format!("chaperon-open-job-{}", std::process::id()));
         let jobs = dir.join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        let key = Key::from_bytes(&[9; 32]);
+        write_dir(&jobs, "s-1-0", &spec());
         let job = jobs.join("s-1-0");
-        std::fs::create_dir_all(&job).unwrap();
-        std::fs::write(job.join(SPEC), serde_json::to_string(&spec()).unwrap()).unwrap();
-        std::fs::write(job.join(SCRIPT), "#!/bin/sh\necho hi\n").unwrap();
-        let opened = open_job(&jobs, &job).unwrap();
-        assert_eq!((opened.spec, opened.script.as_str()), (spec(), "#!/bin/sh\necho hi\n"));
-        assert!(open_job(&jobs, &jobs.join("s-1-0/../s-1-0")).is_err(), "`..`");
-        assert!(open_job(&jobs, &dir).is_err(), "not below jobs/");
+        let opened = open_job(&jobs, &job, &key).unwrap();
+        assert_eq!((opened.spec, opened.script.as_str()), (spec(), SCRIPT_TEXT));
+        assert!(open_job(&jobs, &jobs.join("s-1-0/../s-1-0"), &key).is_err(), "`..`");
+        assert!(open_job(&jobs, &dir, &key).is_err(), "not below jobs/");
         // A job directory that is a symlink (to one the jail could write) is not followed.
         let elsewhere = dir.join("elsewhere");
-        std::fs::create_dir_all(&elsewhere).unwrap();
-        std::fs::write(elsewhere.join(SPEC), serde_json::to_string(&spec()).unwrap()).unwrap();
+        write_dir(&dir, "elsewhere", &spec());
         std::os::unix::fs::symlink(&elsewhere, jobs.join("s-1-1")).unwrap();
-        assert!(open_job(&jobs, &jobs.join("s-1-1")).is_err(), "symlinked job directory");
+        assert!(open_job(&jobs, &jobs.join("s-1-1"), &key).is_err(), "symlinked job directory");
         // Nor a spec or script that is a symlink.
         std::fs::remove_file(job.join(SCRIPT)).unwrap();
         std::os::unix::fs::symlink("/etc/passwd", job.join(SCRIPT)).unwrap();
-        assert!(open_job(&jobs, &job).is_err(), "symlinked script");
+        assert!(open_job(&jobs, &job, &key).is_err(), "symlinked script");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_spec_or_script_changed_after_submission_is_refused_whole() {
+        let dir = std::env::temp_dir().join(format!("chaperon-sealed-job-{}", std::process::id()));
+        let jobs = dir.join("jobs");
+        std::fs::create_dir_all(&jobs).unwrap();
+        let key = Key::from_bytes(&[9; 32]);
+        write_dir(&jobs, "s-1-0", &spec());
+        let (job, spec_path) = (jobs.join("s-1-0"), jobs.join("s-1-0").join(SPEC));
+        assert!(open_job(&jobs, &job, &key).is_ok());
+        let sealed = std::fs::read(&spec_path).unwrap();
+        let rewrite = |bytes: &[u8]| {
+            let _ = std::fs::remove_file(&spec_path);
+            std::fs::write(&spec_path, bytes).unwrap();
+        };
+        // Each field of the spec altered in turn, its seal kept: refused.
+        let text = String::from_utf8(sealed[65..].to_vec()).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for field in value.as_object().unwrap().keys() {
+            let mut v = value.clone();
+            v[field] = match &v[field] {
+                serde_json::Value::String(s) => format!("{s}x").into(),
+                serde_json::Value::Number(n) => (n.as_u64().unwrap() + 1).into(),
+                serde_json::Value::Bool(b) => (!b).into(),
+                serde_json::Value::Null => "x".into(),
+                serde_json::Value::Array(_) => serde_json::json!(["x"]),
+                serde_json::Value::Object(_) => serde_json::json!({"dev":1,"ino":3,"boot":"b"}),
+            };
+            let mut bytes = sealed[..65].to_vec();
+            bytes.extend(serde_json::to_vec(&v).unwrap());
+            rewrite(&bytes);
+            let e = open_job(&jobs, &job, &key).err().unwrap_or_else(|| panic!("{field} altered: accepted"));
+            assert!(e.contains("is refused") && e.contains("seal does not match"), "{field}: {e}");
+        }
+        rewrite(text.as_bytes());
+        assert!(open_job(&jobs, &job, &key).unwrap_err().contains("carries no seal"), "unsealed");
+        rewrite(&sealed);
+        assert!(open_job(&jobs, &job, &Key::from_bytes(&[1; 32])).is_err(), "another user's key");
+        // A spec sealed for another job directory, copied here: refused.
+        write_dir(&jobs, "s-1-1", &JobSpec { cwd: "/p/other".into(), ..spec() });
+        rewrite(&std::fs::read(jobs.join("s-1-1").join(SPEC)).unwrap());
+        assert!(open_job(&jobs, &job, &key).is_err(), "another directory's spec");
+        rewrite(&sealed);
+        // The script changed since: refused.
+        let script = job.join(SCRIPT);
+        std::fs::remove_file(&script).unwrap();
+        std::fs::write(&script, "#!/bin/sh\necho SWAPPED\n").unwrap();
+        assert!(open_job(&jobs, &job, &key).unwrap_err().contains("not the script submitted"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -11,6 +11,7 @@
 //! checks      shared checks: paths in the project, jobs in scope, own user, the local cluster
 //! export      what --export gives a job or step inside the jail
 //! forgotten   which recorded jobs the controller no longer holds: out of the views and actions, dirs removed
+//! identity    which directory a project is (device, inode): a job runs in that one
 //! job         the job directory: its format, written here, opened by `exec --job` on the node
 //! session     the session served (Config), the audit record, real commands' clean environment
 //! refusal     why a call was refused, one line each
@@ -20,6 +21,8 @@
 //! grammar     value grammars, as Slurm 22.05 reads each value
 //! jobid       job id spellings
 //! scope       which jobs a session may see (the registry of submitted jobs)
+//! seal        the user's record key: job specs and scope records sealed against forgery
+//! removeat    a job directory removed through descriptors, below `jobs/`, never through a symlink
 //! wire        the framed stub <-> chaperon protocol
 //! bounded     reads, writes and captured calls with a size and a time bound
 //! yaml        JSON written as YAML (squeue --yaml)
@@ -39,12 +42,15 @@ pub mod forgotten;
 pub mod getopt;
 pub mod governor;
 pub mod grammar;
+pub mod identity;
 pub mod job;
 pub mod jobid;
 pub mod nodes;
 pub mod pool;
 pub mod refusal;
+pub mod removeat;
 pub mod scope;
+pub mod seal;
 pub mod server;
 pub mod session;
 pub mod slurm_22_05;

@@ -2,13 +2,23 @@
 //! here, with its session and project; the views (squeue, scancel, scontrol, sacct...) and
 //! `--dependency` are limited to the records of the caller's scope. The record lives in the
 //! user's state directory (no jail sees it), so a jail cannot add a foreign job to its scope,
-//! and the user's own `--comment` stays theirs.
+//! and the user's own `--comment` stays theirs. Each line is sealed (`seal`, bound to its
+//! record file): a line that does not check is never read, only counted and reported
+//! (`Registry::refused`), so a jail that reached the state directory could still not add a
+//! job to a scope, nor name a directory for the cleanup to remove.
 
+use crate::seal::Key;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A record file's seal context: its name (which is its project's).
+fn file_context(file: &Path) -> &[u8] {
+    file.file_name().map(|n| n.as_encoded_bytes()).unwrap_or_default()
+}
 
 /// One record file per project under this directory: a call reads only its project's jobs,
 /// however many other projects the user has.
@@ -55,11 +65,69 @@ pub struct Entry {
 
 pub struct Registry {
     dir: PathBuf,
+    state_dir: PathBuf,
+    key: std::sync::OnceLock<Result<Arc<Key>, String>>,
+    /// Lines refused since made: (how many, in which record files), or why none could be read.
+    refused: std::sync::Mutex<Refused>,
 }
 
+#[derive(Default)]
+struct Refused {
+    lines: usize,
+    files: std::collections::BTreeSet<PathBuf>,
+    key: Option<String>,
+}
+
+/// What a seal of a record line is for: the record file's name is its context.
+const SEAL_PURPOSE: &str = "scope";
+
 impl Registry {
+    /// The registry of `state_dir`; its key is read (or made) when first needed.
     pub fn new(state_dir: &Path) -> Registry {
-        Registry { dir: state_dir.join(DIR) }
+        Registry {
+            dir: state_dir.join(DIR),
+            state_dir: state_dir.to_path_buf(),
+            key: Default::default(),
+            refused: Default::default(),
+        }
+    }
+
+    /// The registry of `state_dir` with the user's key already read.
+    pub fn with_key(state_dir: &Path, key: Arc<Key>) -> Registry {
+        let r = Registry::new(state_dir);
+        let _ = r.key.set(Ok(key));
+        r
+    }
+
+    fn key(&self) -> Result<&Arc<Key>, String> {
+        self.key.get_or_init(|| Key::load_or_create(&self.state_dir).map(Arc::new)).as_ref().map_err(Clone::clone)
+    }
+
+    /// What was refused in the reads so far, in a sentence for the audit log, if anything was:
+    /// lines whose seal did not check (written by something other than the user's chaperon),
+    /// or the key that could not be read.
+    pub fn refused(&self) -> Option<String> {
+        let r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(k) = &r.key {
+            return Some(format!("the scope record cannot be read: {k}"));
+        }
+        (r.lines > 0).then(|| {
+            let files: Vec<String> = r.files.iter().map(|f| f.display().to_string()).collect();
+            format!(
+                "{} line(s) of the scope record {} refused: not sealed by this user's chaperon (altered or \
+                 forged, or written by an earlier agent-sandbox); their jobs are out of scope",
+                r.lines,
+                files.join(", ")
+            )
+        })
+    }
+
+    /// One record line, sealed for `file`.
+    fn sealed_line(&self, file: &Path, data: &[u8]) -> std::io::Result<Vec<u8>> {
+        let key = self.key().map_err(std::io::Error::other)?;
+        let mut line = key.seal(SEAL_PURPOSE, file_context(file), data);
+        line.push(b'\n');
+        Ok(line)
     }
 
     fn file(&self, project: &Path) -> PathBuf {
@@ -82,8 +150,7 @@ impl Registry {
     /// Appends one job. One `write` of one line with O_APPEND: concurrent submissions from
     /// many sessions never interleave.
     pub fn add(&self, e: &Entry) -> std::io::Result<()> {
-        let mut line = serde_json::to_vec(e).map_err(std::io::Error::other)?;
-        line.push(b'\n');
+        let line = self.sealed_line(&self.file(&e.project), &serde_json::to_vec(e).map_err(std::io::Error::other)?)?;
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&self.dir)?;
         append_locked(self.open(&e.project, true)?, &line)
@@ -106,7 +173,7 @@ impl Registry {
     /// cluster, when known; a job recorded on another (a home shared by two clusters) is not
     /// in scope here, where its id names another job.
     pub fn jobs(&self, scope: Scope, session: &str, project: &Path, cluster: Option<&str>) -> Vec<u32> {
-        self.read(&self.text(project), |e| in_scope(e, scope, session, project, cluster)).into_keys().collect()
+        self.read(project, &self.text(project), |e| in_scope(e, scope, session, project, cluster)).into_keys().collect()
     }
 
     /// The job ids in scope that the controller may still hold: `jobs` less those marked gone
@@ -114,7 +181,7 @@ impl Registry {
     /// each id it is given, so a list that kept every job of a project's history would make
     /// each call slower, and past 128 KiB of ids impossible.
     pub fn live_jobs(&self, scope: Scope, session: &str, project: &Path, cluster: Option<&str>) -> Vec<u32> {
-        let jobs = self.read(&self.text(project), |e| in_scope(e, scope, session, project, cluster));
+        let jobs = self.read(project, &self.text(project), |e| in_scope(e, scope, session, project, cluster));
         jobs.into_iter().filter(|(_, r)| r.live).map(|(j, _)| j).collect()
     }
 
@@ -123,7 +190,7 @@ impl Registry {
     /// mark gone (`mark_gone`), and what goes with them.
     pub fn live_jobs_on(&self, project: &Path, cluster: &str) -> (BTreeMap<u32, Vec<String>>, usize) {
         let text = self.text(project);
-        let jobs = self.read(&text, |e| e.project == project && e.cluster.as_deref() == Some(cluster));
+        let jobs = self.read(project, &text, |e| e.project == project && e.cluster.as_deref() == Some(cluster));
         // Up to the last whole line: a line being appended now is read again after.
         let since = text.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
         (jobs.into_iter().filter(|(_, r)| r.live).map(|(j, r)| (j, r.dirs)).collect(), since)
@@ -145,13 +212,13 @@ impl Registry {
         use std::io::{Read, Seek};
         (&f).seek(std::io::SeekFrom::Start(since as u64))?;
         (&f).take(MAX_RECORD).read_to_end(&mut later)?;
-        let again = self.read(&later, |e| e.project == project);
+        let again = self.read(project, &later, |e| e.project == project);
         let marked: Vec<u32> = jobs.iter().copied().filter(|j| !again.contains_key(j)).collect();
         let mut lines = Vec::new();
         for job in &marked {
-            serde_json::to_writer(&mut lines, &Gone { gone: *job, cluster: cluster.to_string() })
+            let gone = serde_json::to_vec(&Gone { gone: *job, cluster: cluster.to_string() })
                 .map_err(std::io::Error::other)?;
-            lines.push(b'\n');
+            lines.extend(self.sealed_line(&self.file(project), &gone)?);
         }
         (&f).write_all(&lines)?;
         Ok(marked)
@@ -162,16 +229,38 @@ impl Registry {
     fn text(&self, project: &Path) -> Vec<u8> {
         use std::io::Read;
         let mut bytes = Vec::new();
-        if let Ok(f) = std::fs::File::open(self.file(project)) {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+            .open(self.file(project));
+        if let Ok(f) = f {
             let _ = f.take(MAX_RECORD).read_to_end(&mut bytes);
         }
         bytes
     }
 
-    /// What `text` says of each job that `mine` keeps.
-    fn read(&self, text: &[u8], mine: impl Fn(&Entry) -> bool) -> BTreeMap<u32, Recorded> {
+    /// What `text` (`project`'s record) says of each job that `mine` keeps: its whole lines
+    /// whose seal checks, and nothing of any other (the last, unended, is being appended now).
+    fn read(&self, project: &Path, text: &[u8], mine: impl Fn(&Entry) -> bool) -> BTreeMap<u32, Recorded> {
         let mut jobs = BTreeMap::<u32, Recorded>::new();
-        for line in text.split(|b| *b == b'\n') {
+        let whole = text.iter().rposition(|b| *b == b'\n').map_or(&text[..0], |i| &text[..i]);
+        if whole.is_empty() {
+            return jobs;
+        }
+        let file = self.file(project);
+        let key = match self.key() {
+            Ok(k) => k,
+            Err(e) => {
+                self.refused.lock().unwrap_or_else(|p| p.into_inner()).key = Some(e);
+                return jobs;
+            }
+        };
+        let mut refused = 0;
+        for line in whole.split(|b| *b == b'\n') {
+            let Ok(line) = key.open(SEAL_PURPOSE, file_context(&file), line) else {
+                refused += 1;
+                continue;
+            };
             if let Ok(e) = serde_json::from_slice::<Entry>(line) {
                 if mine(&e) {
                     let r = jobs.entry(e.job).or_default();
@@ -185,6 +274,11 @@ impl Registry {
                     }
                 }
             }
+        }
+        if refused > 0 {
+            let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+            r.lines += refused;
+            r.files.insert(file);
         }
         jobs
     }
@@ -284,6 +378,57 @@ mod tests {
         assert_eq!(r.jobs(Scope::Session, "a", &p, None), [1]);
         assert_eq!(r.jobs(Scope::Session, "a", &q, None), [3]);
         assert!(r.jobs(Scope::Project, "a", Path::new("/other"), None).is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_record_line_altered_or_moved_from_another_record_is_refused() {
+        let dir = std::env::temp_dir().join(format!("chaperon-scope-sealed-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let r = Registry::new(&dir);
+        let (p, q) = (PathBuf::from("/home/u/p"), PathBuf::from("/home/u/q"));
+        let e = Entry {
+            job: 4,
+            session: "a".into(),
+            project: p.clone(),
+            cluster: Some("tc".into()),
+            dir: Some("d".into()),
+        };
+        r.add(&e).unwrap();
+        r.add(&Entry { job: 8, project: q.clone(), ..e.clone() }).unwrap();
+        let sealed = std::fs::read(r.file(&p)).unwrap();
+        assert_eq!(r.jobs(Scope::Project, "a", &p, Some("tc")), [4]);
+        assert_eq!(r.refused(), None);
+        // Each field altered in turn, the seal kept.
+        let text = String::from_utf8(sealed[65..sealed.len() - 1].to_vec()).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for (field, to) in [
+            ("job", serde_json::json!(5)),
+            ("session", "b".into()),
+            ("project", "/home/u/q".into()),
+            ("cluster", "other".into()),
+            ("dir", "..".into()),
+        ] {
+            let mut v = value.clone();
+            v[field] = to;
+            let mut line = sealed[..65].to_vec();
+            line.extend(serde_json::to_vec(&v).unwrap());
+            line.push(b'\n');
+            std::fs::write(r.file(&p), &line).unwrap();
+            let fresh = Registry::new(&dir);
+            let got = fresh.jobs(Scope::Project, "a", &p, Some("tc"));
+            assert!(got.is_empty(), "{field}: {got:?} {}", String::from_utf8_lossy(&line));
+            assert!(fresh.refused().is_some_and(|w| w.contains("1 line(s)")), "{field}: {:?}", fresh.refused());
+        }
+        // p's own line, sealed for q's record file, put in p's.
+        std::fs::write(r.file(&p), r.sealed_line(&r.file(&q), text.as_bytes()).unwrap()).unwrap();
+        assert!(Registry::new(&dir).jobs(Scope::Project, "a", &p, Some("tc")).is_empty());
+        std::fs::write(r.file(&p), r.sealed_line(&r.file(&p), text.as_bytes()).unwrap()).unwrap();
+        assert_eq!(Registry::new(&dir).jobs(Scope::Project, "a", &p, Some("tc")), [4], "sealed for its own file");
+        // A line being appended (no newline yet) is not counted as refused.
+        std::fs::write(r.file(&p), &sealed[..40]).unwrap();
+        let fresh = Registry::new(&dir);
+        assert!(fresh.jobs(Scope::Project, "a", &p, Some("tc")).is_empty() && fresh.refused().is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

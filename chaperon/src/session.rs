@@ -44,6 +44,11 @@ pub struct Config {
     /// Whether Slurm here knows `--agent-sandbox` (the SPANK plugin is installed), learned on
     /// first use (`belt`, `plugin_options`), once `sbatch --help` answered.
     pub spank: std::sync::OnceLock<bool>,
+    /// The project directory as the launcher found it when the session started, recorded
+    /// with each job (None: it could not be opened then; no job is submitted).
+    pub project_id: Option<crate::identity::ProjectId>,
+    /// The user's record key (`seal`), read (or made) on first use.
+    pub key: std::sync::OnceLock<std::sync::Arc<crate::seal::Key>>,
 }
 
 impl Config {
@@ -102,8 +107,21 @@ impl Config {
         }
     }
 
+    /// The user's record key, which seals every job directory's spec and scope record.
+    pub fn key(&self) -> Result<std::sync::Arc<crate::seal::Key>, String> {
+        if let Some(k) = self.key.get() {
+            return Ok(k.clone());
+        }
+        let k = std::sync::Arc::new(crate::seal::Key::load_or_create(&self.state_dir)?);
+        Ok(self.key.get_or_init(|| k).clone())
+    }
+
     pub fn registry(&self) -> Registry {
-        Registry::new(&self.state_dir)
+        match self.key() {
+            Ok(k) => Registry::with_key(&self.state_dir, k),
+            // Read again there, and its failure reported by what reads the record.
+            Err(_) => Registry::new(&self.state_dir),
+        }
     }
 
     /// The real program, by absolute path: never looked up on a PATH.

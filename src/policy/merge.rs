@@ -312,6 +312,21 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     Ok(())
 }
 
+/// The floor lists of `l` added to `p` (what a layer may only add to): for a policy that did
+/// not come from `merge` (a job's, thawed), the built-in layer's floors again.
+pub(super) fn apply_floors(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyError> {
+    use ListKind::Floor;
+    if let Some(f) = &l.filesystem {
+        extend(&mut p.hide, &f.hide, src, Floor, "filesystem.hide")?;
+        extend(&mut p.hide_files, &f.hide_files, src, Floor, "filesystem.hide_files")?;
+        extend(&mut p.deny_devices, &f.deny_devices, src, Floor, "filesystem.deny_devices")?;
+    }
+    if let Some(e) = &l.env {
+        extend(&mut p.env_scrub, &e.scrub, src, Floor, "env.scrub")?;
+    }
+    Ok(())
+}
+
 /// `!entry` removes from lower layers; the admin layer is applied last and lists what it
 /// locks or allows, so a negation there is a mistake to report, not to guess at.
 fn reject_negations(l: &Layer, src: &Source) -> Result<(), PolicyError> {

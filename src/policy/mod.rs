@@ -250,6 +250,16 @@ pub fn load(req: LoadRequest<'_>) -> Result<Policy, PolicyError> {
     merge(&layers, admin.as_ref())
 }
 
+/// A job's frozen policy with the built-in floors put back: every entry of the built-in
+/// `filesystem.hide`, `filesystem.hide_files`, `filesystem.deny_devices` and `env.scrub` that it
+/// lacks is added, so a thawed policy (however it was written) hides at least what every
+/// session hides. The plan adds its own floors on top (the state directory, the credential
+/// catalogue), as for a session.
+pub fn with_builtin_floors(mut policy: Policy) -> Result<Policy, PolicyError> {
+    merge::apply_floors(&mut policy, &builtin_layer()?, &Source::Builtin)?;
+    Ok(policy)
+}
+
 /// A job's frozen policy, bounded again by this host's own admin lock file when the job
 /// starts on a compute node: the node's admin has the last word, and a frozen copy (written
 /// on another host, maybe under another admin file) can never carry a widening past it.
@@ -437,6 +447,23 @@ pub fn check_file(file: &Path, kind: FileKind) -> Result<Vec<String>, PolicyErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_thawed_policy_gets_the_built_in_floors_back() {
+        // A policy missing every built-in floor (as a forged or hand-written one would be).
+        let mut bare = merge(&[], None).expect("empty policy");
+        bare.fs_read.push(Sourced { value: "~/.ssh".into(), source: Source::Cli, locked: false });
+        let floored = with_builtin_floors(bare).expect("floors");
+        let has = |l: &merge::List, v: &str| l.iter().any(|e| e.value == v);
+        for v in ["~/.ssh", "~/.aws", "~/.local/state/agent-sandbox", "/etc/munge", "/etc/shadow"] {
+            assert!(has(&floored.hide, v), "{v} hidden again");
+        }
+        assert!(has(&floored.env_scrub, "SSH_*") && has(&floored.env_scrub, "*_TOKEN"));
+        // What the policy had stays: floors only add.
+        assert!(has(&floored.fs_read, "~/.ssh"));
+        let again = with_builtin_floors(floored.clone()).expect("floors");
+        assert_eq!(again.hide.len(), floored.hide.len(), "added once");
+    }
 
     #[test]
     fn builtin_policy_parses_and_has_the_floors() {

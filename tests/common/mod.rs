@@ -575,3 +575,37 @@ pub fn scan_processes_for_a_scrubbed_canary(j: Jail) -> Out {
     assert!(!out.stdout.contains("LEAK"), "a process readable inside holds the canary:\n{out}");
     out
 }
+
+/// The test user's record key (`chaperon::seal`), as a jail that reached the state directory
+/// could never read it: the tests act for such a jail (or for the user) when they forge or
+/// reseal a record. Made here, owned by the user, where no session has made it yet.
+pub fn user_record_key(rig: &Rig) -> chaperon::seal::Key {
+    let state = rig.home.join(".local/state/agent-sandbox");
+    let path = state.join(chaperon::seal::KEY_FILE);
+    if !path.exists() {
+        for d in [rig.home.join(".local"), rig.home.join(".local/state"), state.clone()] {
+            if !d.exists() {
+                std::fs::create_dir(&d).expect("state directory");
+                std::os::unix::fs::chown(&d, Some(rig.uid), Some(rig.gid)).expect("chown");
+            }
+        }
+        let bytes: Vec<u8> = (0..32).map(|i| (std::process::id() as u8).wrapping_mul(31).wrapping_add(i)).collect();
+        let tmp = state.join(format!(".key-{}", std::process::id()));
+        std::fs::write(&tmp, &bytes).expect("key");
+        std::os::unix::fs::chown(&tmp, Some(rig.uid), Some(rig.gid)).expect("chown");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o600)).expect("mode");
+        let _ = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+    }
+    chaperon::seal::Key::from_bytes(&std::fs::read(&path).expect("the user's record key"))
+}
+
+/// A sealed text's data (`chaperon::seal`: 64 hex digits and a space first), and its seal;
+/// the text whole and no seal where it has none (as written before records were sealed).
+pub fn unseal_unchecked(bytes: &[u8]) -> (&[u8], Option<&[u8]>) {
+    let sealed = bytes.len() > 64 && bytes[64] == b' ' && bytes[..64].iter().all(u8::is_ascii_hexdigit);
+    match sealed {
+        true => (&bytes[65..], Some(&bytes[..64])),
+        false => (bytes, None),
+    }
+}

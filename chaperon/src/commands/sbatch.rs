@@ -471,7 +471,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         job_name: asked.job_name.clone(),
         script_args: parsed.script_args.clone(),
         submit_dir: (cwd != job_cwd).then(|| cwd.clone()),
-        ..JobSpec::for_session(cfg, &job_cwd, export)
+        ..JobSpec::for_session(cfg, &job_cwd, export).map_err(Refusal::Failed)?
     };
     let job_dir = JobDir::name(cfg).map_err(Refusal::Failed)?;
     let dir = &job_dir.path;

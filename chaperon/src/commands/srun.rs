@@ -366,7 +366,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         input: asked.input.map(str::to_owned),
         append: asked.append,
         submit_dir: (cwd != job_cwd).then(|| cwd.clone()),
-        ..JobSpec::for_session(cfg, &job_cwd, export)
+        ..JobSpec::for_session(cfg, &job_cwd, export).map_err(Refusal::Failed)?
     };
     let (dir, _) = write_job_dir(cfg, &spec, "").map_err(Refusal::Failed)?;
     call.audit.script_bytes = None;
