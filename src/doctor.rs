@@ -1,6 +1,8 @@
 //! `agent-sandbox doctor`: reads the host's facts that decide what the jail can do here,
 //! and for every failure says how to fix it. Read-only, except a short-lived probe child.
 
+mod slurm_auth;
+
 use crate::host;
 use crate::policy::{self, FileKind, PolicyPaths};
 use serde::Serialize;
@@ -219,11 +221,9 @@ fn checks() -> Vec<Check> {
         v.push(job_ports_check());
     }
     v.push(groups_check());
-    v.push(if Path::new("/run/munge/munge.socket.2").exists() {
-        check("munge", Status::Info, "munge socket present on the host (hidden inside the jail)", None)
-    } else {
-        check("munge", Status::Info, "no munge socket on this host", None)
-    });
+    for (name, warn, detail, fix) in slurm_auth::lines(sbatch.as_deref()) {
+        v.push(check(name, if warn { Status::Warn } else { Status::Info }, detail, fix));
+    }
     policy_checks(&mut v);
     v.extend(credential_checks());
     v

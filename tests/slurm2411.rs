@@ -3,6 +3,8 @@
 //! `tests/cluster/in-2411.sh`. Jobs submitted in the jail run in the jail on its node, and no
 //! Slurm authentication channel (sack sockets, `slurm.key`, munge) exists in either jail.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
+
 mod common;
 
 use common::*;
