@@ -1449,14 +1449,19 @@ fn a_stale_mark_of_a_job_id_blocks_no_later_job_of_that_id() {
     let said = std::fs::read_to_string(j.project.join("held.out")).unwrap_or_default();
     assert!(said.contains("step-ran") && said.contains("batch-ran"), "{said}");
     assert!(!marks.join(held.to_string()).exists(), "the stale mark is gone");
-    // Another user's mark of a running job's id (planted after its prolog): its step runs.
+    // Another user's mark of a running job's id, planted once its batch script runs (after
+    // its prolog, which would remove it): its step runs.
     let running = submit(&[
         "-o",
         "running.out",
         "--wrap",
-        "while [ ! -e go ]; do sleep 0.2; done; srun -n1 sh -c 'echo step-ran'",
+        "touch started; while [ ! -e go ]; do sleep 0.2; done; srun -n1 sh -c 'echo step-ran'",
     ]);
-    wait_running(running);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !j.project.join("started").exists() {
+        assert!(Instant::now() < deadline, "job {running} never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     plant(running, 0);
     std::fs::write(j.project.join("go"), "").unwrap();
     let state = final_state(running);
