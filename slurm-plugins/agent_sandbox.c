@@ -69,8 +69,9 @@ static struct spank_option agent_sandbox_option = {
 
 /* Whether Slurm runs every job's prolog on each of its nodes at allocation (PrologFlags=Alloc,
  * or Contain, which implies it). Without it slurmd runs the prolog on a node only with the
- * first step launched there, and with that step's SPANK options: where it is a step started
- * without the tag, the node gets no mark and every untagged step of the job runs there. */
+ * first step launched there, and with the SPANK options that step's launch request carries:
+ * where they lack the tag, the node gets no mark and every untagged step of the job runs
+ * there. With it, each node runs the prolog at allocation with the job's own options. */
 static int prolog_at_allocation(void)
 {
 	if (&slurm_conf == NULL)
