@@ -37,8 +37,14 @@ SPANK_PLUGIN(agent-sandbox, 1);
 
 /* Where the job prolog (root) marks, per job, that a job is sandboxed: a step of that job
  * without the tag is then refused too. Root-owned; world-readable, since the check runs in
- * the task as the user. */
+ * the task as the user. A mark holds the job's user (uid) on its first line and the job
+ * directory on its second. */
 #define MARK_DIR "/run/agent-sandbox-spank"
+
+/* libslurm's loaded configuration. slurmd, slurmstepd and the client commands all link
+ * libslurmfull, which exports it; the public headers do not declare it. Weak: a process
+ * without it sees NULL, and the check below fails closed. */
+extern slurm_conf_t slurm_conf __attribute__((weak));
 
 /* The wrapper is a few hundred bytes; anything near this is not it. */
 #define MAX_WRAPPER 8192
@@ -61,8 +67,36 @@ static struct spank_option agent_sandbox_option = {
 	1, 0, option_seen,
 };
 
+/* Whether Slurm runs every job's prolog on each of its nodes at allocation (PrologFlags=Alloc,
+ * or Contain, which implies it). Without it slurmd runs the prolog on a node only with the
+ * first step launched there, and with the SPANK options that step's launch request carries:
+ * where they lack the tag, the node gets no mark and every untagged step of the job runs
+ * there. With it, each node runs the prolog at allocation with the job's own options. */
+static int prolog_at_allocation(void)
+{
+	if (&slurm_conf == NULL)
+		return -1;
+	return (slurm_conf.prolog_flags & (PROLOG_FLAG_ALLOC | PROLOG_FLAG_CONTAIN)) != 0;
+}
+
 int slurm_spank_init(spank_t sp, int ac, char **av)
 {
+	/* On the nodes (slurmd at its start, slurmstepd for each step): the belt holds only with
+	 * the prolog at allocation, so without it nothing starts, and the log says what to set. */
+	spank_context_t ctx = spank_context();
+	if (ctx == S_CTX_SLURMD || ctx == S_CTX_REMOTE) {
+		int at_alloc = prolog_at_allocation();
+		if (at_alloc <= 0) {
+			slurm_error("agent-sandbox (SPANK): %s: a sandboxed job's node mark would be written only "
+				    "where its first step carries the tag, and a step started without it could run "
+				    "outside the jail; set PrologFlags=Alloc (or Contain) in slurm.conf on every node and "
+				    "the controller and restart slurmctld and slurmd. Refusing to run.",
+				    at_alloc < 0 ? "cannot read PrologFlags (no slurm_conf in this process)"
+						 : "PrologFlags has neither Alloc nor Contain");
+			return -1;
+		}
+	}
+
 	for (int i = 0; i < ac; i++) {
 		if (strncmp(av[i], "exe=", 4) == 0 && strlen(av[i] + 4) < sizeof(exe))
 			strcpy(exe, av[i] + 4);
@@ -181,39 +215,75 @@ static void mark_path(char *out, size_t cap, uint32_t job)
 	snprintf(out, cap, "%s/%u", MARK_DIR, job);
 }
 
-/* Whether the prolog marked `job` as sandboxed (a root-owned regular file, never a link);
- * its job directory in `dir`. */
-static int marked(uint32_t job, char *dir, size_t cap)
+/* Whether the prolog marked `job` as sandboxed for the user `uid` (a root-owned regular file,
+ * never a link); its job directory in `dir`. A mark of another user is another job's, left
+ * by a missed epilog (job ids start over): it neither blocks nor admits, and is logged. A mark
+ * whose user cannot be read counts (fail closed): each job's prolog replaces or removes the
+ * mark of its id on every node before any of its steps, so no stale mark outlives it. */
+static int marked(uint32_t job, uid_t uid, char *dir, size_t cap)
 {
-	char path[128];
+	char path[128], buf[1200];
 	struct stat st;
 	mark_path(path, sizeof(path), job);
+	dir[0] = 0;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return 0;
 	int ok = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == 0;
-	ssize_t n = ok ? read(fd, dir, cap - 1) : -1;
+	ssize_t n = ok ? read(fd, buf, sizeof(buf) - 1) : -1;
 	close(fd);
-	dir[n > 0 ? n : 0] = 0;
-	char *nl = strchr(dir, '\n');
+	if (!ok)
+		return 0;
+	buf[n > 0 ? n : 0] = 0;
+	char *nl = strchr(buf, '\n');
 	if (nl)
 		*nl = 0;
-	return ok;
+	char *end = NULL;
+	errno = 0;
+	unsigned long owner = strtoul(buf, &end, 10);
+	int readable = buf[0] >= '0' && buf[0] <= '9' && end && *end == 0 && errno == 0;
+	if (readable && owner != (unsigned long)uid) {
+		slurm_info("agent-sandbox (SPANK): job %u: the mark %s is user %lu's, not this job's user %u: "
+			   "another job's (a missed epilog), ignored",
+			   job, path, owner, (unsigned)uid);
+		return 0;
+	}
+	if (nl) {
+		char *d = nl + 1, *nl2 = strchr(d, '\n');
+		if (nl2)
+			*nl2 = 0;
+		snprintf(dir, cap, "%s", d);
+	}
+	return 1;
 }
 
-/* On each node of a tagged job, before its first step (root): the job's marker. A failure is
- * logged, never returned: a failed prolog drains the node, and the tagged steps are checked
- * without it. */
+/* On each node of every job, at allocation (PrologFlags=Alloc, which the plugin requires on
+ * the nodes), before any of its steps (root): a tagged job's mark, holding its user; for a job
+ * without the tag, the mark of its id is removed, if a missed epilog left one (a job of that
+ * id earlier, another user's maybe). A failure is logged, never returned: a failed prolog
+ * drains the node, and the tagged steps are checked without the mark. */
 int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 {
 	(void)ac;
 	(void)av;
 	char *dir = NULL;
 	uint32_t job = 0;
-	if (spank_option_getopt(sp, &agent_sandbox_option, &dir) != ESPANK_SUCCESS || !dir)
-		return 0;
+	uid_t uid = 0;
+	char path[128];
 	if (spank_get_item(sp, S_JOB_ID, &job) != ESPANK_SUCCESS)
 		return 0;
+	mark_path(path, sizeof(path), job);
+	if (spank_option_getopt(sp, &agent_sandbox_option, &dir) != ESPANK_SUCCESS || !dir) {
+		if (unlink(path) == 0)
+			slurm_info("agent-sandbox (SPANK): job %u: removed the mark %s another job of that id left "
+				   "(a missed epilog)",
+				   job, path);
+		return 0;
+	}
+	if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS) {
+		slurm_error("agent-sandbox (SPANK): job %u: no user id in the prolog: not marked", job);
+		return 0;
+	}
 	struct stat st;
 	if (mkdir(MARK_DIR, 0755) < 0 && errno != EEXIST) {
 		slurm_error("agent-sandbox (SPANK): cannot make %s: %m", MARK_DIR);
@@ -223,15 +293,21 @@ int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 		slurm_error("agent-sandbox (SPANK): %s is not a root-owned directory others cannot write", MARK_DIR);
 		return 0;
 	}
-	char path[128];
-	mark_path(path, sizeof(path), job);
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	/* Written whole under another name, then renamed over any earlier mark of this id: a task
+	 * never reads half a mark. */
+	char tmp[160];
+	snprintf(tmp, sizeof(tmp), "%s/.%u.%ld", MARK_DIR, job, (long)getpid());
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0) {
 		slurm_error("agent-sandbox (SPANK): cannot mark job %u in %s: %m", job, MARK_DIR);
 		return 0;
 	}
-	dprintf(fd, "%s\n", dir);
-	close(fd);
+	int bad = dprintf(fd, "%u\n%s\n", (unsigned)uid, dir) < 0;
+	bad |= close(fd) < 0;
+	if (bad || rename(tmp, path) < 0) {
+		slurm_error("agent-sandbox (SPANK): cannot mark job %u in %s: %m", job, MARK_DIR);
+		unlink(tmp);
+	}
 	return 0;
 }
 
@@ -257,8 +333,10 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	if (spank_option_getopt(sp, &agent_sandbox_option, &dir) != ESPANK_SUCCESS || !dir) {
 		/* An untagged step of a job the prolog marked as sandboxed: refused too. */
 		uint32_t job = 0;
+		uid_t uid = 0;
 		char job_dir[1024];
-		if (spank_get_item(sp, S_JOB_ID, &job) == ESPANK_SUCCESS && marked(job, job_dir, sizeof(job_dir)))
+		if (spank_get_item(sp, S_JOB_ID, &job) == ESPANK_SUCCESS &&
+		    spank_get_item(sp, S_JOB_UID, &uid) == ESPANK_SUCCESS && marked(job, uid, job_dir, sizeof(job_dir)))
 			return refuse("is a step without the tag (started outside agent-sandbox's chaperon)", job_dir);
 		return 0; /* not a sandboxed job: untouched */
 	}

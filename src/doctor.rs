@@ -65,13 +65,13 @@ fn apparmor_check(restrict: Option<&str>, userns_works: impl Fn() -> bool) -> Ch
 
 /// Whether this cluster's Slurm takes `--agent-sandbox` (the SPANK plugin of slurm-plugins/).
 fn spank_check(sbatch: &Path) -> Check {
-    let help = std::process::Command::new(sbatch)
-        .arg("--help")
-        .stdin(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
+    let mut cmd = chaperon::spawn::RealCommand::new(sbatch);
+    cmd.arg("--help").stdin(chaperon::spawn::Io::null()).stderr(chaperon::spawn::Io::null());
+    let help = match chaperon::bounded::capture(cmd, 1 << 20, chaperon::session::BELT_QUESTION_TIMEOUT) {
+        Ok((out, status)) if status.success() => String::from_utf8_lossy(&out).into_owned(),
+        Ok((_, status)) => return belt_unknown(format!("`{} --help` failed ({status})", sbatch.display())),
+        Err(e) => return belt_unknown(format!("`{} --help`: {e}", sbatch.display())),
+    };
     match chaperon::session::spank_option_listed(&help) {
         true => check(
             "slurm spank",
@@ -90,6 +90,81 @@ fn spank_check(sbatch: &Path) -> Check {
             ),
         ),
     }
+}
+
+/// `sbatch --help` gave no answer: sessions cannot learn whether to tag jobs for the belt, so
+/// they refuse sbatch, srun and salloc until it answers.
+fn belt_unknown(why: String) -> Check {
+    check(
+        "slurm spank",
+        Status::Fail,
+        format!("{why}: whether the agent-sandbox SPANK plugin is installed is unknown, so sessions submit nothing (sbatch, srun and salloc are refused)"),
+        Some("make `sbatch --help` answer (slurm.conf, plugstack.conf, munge) on this login node"),
+    )
+}
+
+/// Whether jobs' prologs run at allocation (`PrologFlags=Alloc`, or `Contain`): the belt
+/// marks a sandboxed job on each node in its prolog, and without them the prolog runs on a node
+/// only with the first step there, so the plugin refuses to run on the nodes. `config` is
+/// `scontrol show config`'s output (None where it could not be had); `belt` whether Slurm here
+/// knows the plugin's option.
+fn prolog_flags_check(config: Option<&str>, belt: bool) -> Check {
+    const FIX: &str = "set PrologFlags=Alloc (or Contain) in slurm.conf on the controller and every node, then \
+                       restart slurmctld and slurmd (docs/slurm.md, slurm-plugins/README.md)";
+    let flags = config.map(prolog_flags_in);
+    let at_allocation =
+        |f: &str| f.split(',').any(|x| x.eq_ignore_ascii_case("Alloc") || x.eq_ignore_ascii_case("Contain"));
+    match (flags, belt) {
+        (None, _) => check(
+            "slurm prolog flags",
+            if belt { Status::Warn } else { Status::Info },
+            "`scontrol show config` gave no answer: PrologFlags not checked",
+            belt.then_some(FIX),
+        ),
+        (Some(f), _) if at_allocation(&f) => check(
+            "slurm prolog flags",
+            Status::Ok,
+            format!("PrologFlags = {f}: every job's prolog runs on each of its nodes at allocation, where the belt marks a sandboxed job"),
+            None,
+        ),
+        (Some(f), true) => check(
+            "slurm prolog flags",
+            Status::Fail,
+            format!(
+                "PrologFlags = {f}, without Alloc or Contain: the agent-sandbox SPANK plugin refuses to run on the \
+                 nodes (slurmd does not start, every step fails), since a job's prolog would mark it only where its \
+                 first step carries the tag"
+            ),
+            Some(FIX),
+        ),
+        (Some(f), false) => check(
+            "slurm prolog flags",
+            Status::Info,
+            format!("PrologFlags = {f}: the SPANK plugin, once installed, needs Alloc (or Contain)"),
+            Some(FIX),
+        ),
+    }
+}
+
+/// `PrologFlags` in `scontrol show config` output (`(null)` where none is set).
+fn prolog_flags_in(config: &str) -> String {
+    config
+        .lines()
+        .find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            k.trim().eq_ignore_ascii_case("PrologFlags").then(|| v.trim().to_string())
+        })
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "(null)".into())
+}
+
+/// `scontrol show config` from the Slurm directory of `sbatch`, bounded.
+fn slurm_config(sbatch: &Path) -> Option<String> {
+    let scontrol = sbatch.with_file_name("scontrol");
+    let mut cmd = chaperon::spawn::RealCommand::new(scontrol);
+    cmd.args(["show", "config"]).stdin(chaperon::spawn::Io::null()).stderr(chaperon::spawn::Io::null());
+    let (out, status) = chaperon::bounded::capture(cmd, 4 << 20, std::time::Duration::from_secs(20)).ok()?;
+    status.success().then(|| String::from_utf8_lossy(&out).into_owned())
 }
 
 fn checks() -> Vec<Check> {
@@ -217,7 +292,10 @@ fn checks() -> Vec<Check> {
         None => check("slurm", Status::Info, "no sbatch on PATH: Slurm mediation not needed here", None),
     });
     if let Some(p) = &sbatch {
-        v.push(spank_check(p));
+        let spank = spank_check(p);
+        let belt = matches!(spank.status, Status::Ok);
+        v.push(spank);
+        v.push(prolog_flags_check(slurm_config(p).as_deref(), belt));
         v.push(job_ports_check());
     }
     v.push(groups_check());
@@ -475,6 +553,28 @@ pub fn run(json: bool) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prolog_flags_are_read_and_judged_with_the_belt_and_without() {
+        let conf = |f: &str| {
+            format!("Configuration data as of x\nPrologEpilogTimeout     = 65534\nPrologFlags             = {f}\nPropagateResourceLimits = ALL\n")
+        };
+        assert_eq!(prolog_flags_in(&conf("Alloc,Contain")), "Alloc,Contain");
+        assert_eq!(prolog_flags_in("ClusterName = tc\n"), "(null)");
+        let judged = |c: Option<&str>, belt| {
+            let c = prolog_flags_check(c, belt);
+            (format!("{:?}", c.status), c.detail, c.fix.is_some())
+        };
+        assert_eq!(judged(Some(&conf("Alloc")), true).0, "Ok");
+        assert_eq!(judged(Some(&conf("Contain,X11")), true).0, "Ok");
+        let (status, detail, fix) = judged(Some(&conf("(null)")), true);
+        assert_eq!(status, "Fail");
+        assert!(detail.contains("PrologFlags = (null)") && detail.contains("refuses to run") && fix, "{detail}");
+        let (status, _, fix) = judged(Some(&conf("Serial")), false);
+        assert_eq!((status.as_str(), fix), ("Info", true));
+        assert_eq!(judged(None, true).0, "Warn");
+        assert_eq!(judged(None, false).0, "Info");
+    }
 
     #[test]
     fn the_credential_section_names_the_stores_this_user_has_and_what_shows_them() {

@@ -1859,3 +1859,19 @@ fn an_agent_whose_own_sandbox_cannot_start_is_told_why_in_one_line() {
     let out = j.output(&mut j.command(&["-q", "--policy", &policy, "run", "--", "./codex", "exec", "x"]));
     assert!(out.stdout.contains("codex-ran") && !out.stderr.contains("own sandbox"), "{out}");
 }
+
+/// Issue 33, bug 8c: a launcher in a pid namespace whose /proc is its parent's (`unshare -p
+/// -f` without `--mount-proc`) knows PID 1 by a pid that /proc gives to another process, or
+/// to none: its id maps are written through the number /proc gives it, and the command runs.
+/// The jail sees the user's own uid, and its own fresh /proc (PID 1 is the jail's init).
+#[test]
+fn a_launcher_whose_proc_is_another_pid_namespaces_runs_the_command() {
+    let j = jail!("pidns-foreign-proc");
+    let mut c = j.as_user("unshare");
+    c.args(["-U", "-p", "-f", "--map-current-user", "--"]).arg(&j.rig.bin);
+    c.args(j.launcher_args(&["-q", "run", "--", "sh", "-c", "id -u; readlink /proc/self >/dev/null && echo proc-ok"]));
+    let out = j.output(&mut c);
+    assert_eq!(out.code, 0, "{out}");
+    assert_eq!(out.stdout, format!("{}\nproc-ok\n", j.rig.uid), "{out}");
+    assert!(!out.stderr.contains("setgroups"), "{out}");
+}

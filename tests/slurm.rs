@@ -1260,8 +1260,10 @@ fn the_spank_belt_refuses_a_tagged_task_that_does_not_enter_the_jail() {
         String::from_utf8_lossy(&help.stdout).contains("--agent-sandbox="),
         "the SPANK plugin is not in the test cluster's plugstack.conf (tests/run.sh puts it there)"
     );
+    // On the first node, whose marks are this host's /run (n2 has its own).
+    let host = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout).unwrap();
     let submit = |args: &[&str]| -> u32 {
-        let out = j.as_user("sbatch").arg("--parsable").args(args).output().expect("sbatch");
+        let out = j.as_user("sbatch").args(["--parsable", "-w", host.trim()]).args(args).output().expect("sbatch");
         let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
         text.parse().unwrap_or_else(|_| panic!("sbatch {args:?}: {text} {}", String::from_utf8_lossy(&out.stderr)))
     };
@@ -1302,20 +1304,238 @@ fn the_spank_belt_refuses_a_tagged_task_that_does_not_enter_the_jail() {
     // refused too (the job's prolog marked it on the node).
     let out = j.run("sbatch --parsable -o long.out --wrap 'sleep 60'");
     let long: u32 = out.stdout.trim().parse().unwrap_or_else(|_| panic!("{out}"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !Command::new("squeue")
-        .args(["-h", "-t", "R", "-o", "%i", "-j", &long.to_string()])
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == long.to_string())
-    {
-        assert!(Instant::now() < deadline, "the sandboxed job never ran");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_running(long);
     let step = j.as_user("srun").args([&format!("--jobid={long}"), "--overlap", "-n1", "true"]).output().expect("srun");
     let said = String::from_utf8_lossy(&step.stderr).into_owned();
     let _ = Command::new("scancel").arg(long.to_string()).status();
     assert!(!step.status.success(), "an untagged step ran in a sandboxed job: {said}");
     assert!(said.contains("without the tag"), "the step's stderr says why: {said}");
+}
+
+/// Until the job `id` runs (60 s at most).
+fn wait_running(id: u32) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !Command::new("squeue")
+        .args(["-h", "-t", "R", "-o", "%i", "-j", &id.to_string()])
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == id.to_string())
+    {
+        assert!(Instant::now() < deadline, "job {id} never ran");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Issue 33, finding 6: the belt marks a sandboxed job on every node of it at allocation
+/// (PrologFlags=Alloc, which the plugin requires on the nodes), so a step started without the
+/// tag, from outside the jail, is refused on a node where none of the job's steps ran before:
+/// n2 (whose marks are its own), of a two-node job whose batch script runs on the first node.
+/// Without Alloc the prolog there runs with the SPANK options the step's launch request
+/// carries; the real srun of Slurm 22.05 carries the job's here, so this passes without Alloc
+/// too: what fails without it is `the_belt_refuses_to_run_on_a_node_without_prolog_flags_alloc`.
+#[test]
+fn an_untagged_first_step_on_another_node_of_a_sandboxed_job_is_refused() {
+    let Some(j) = slurm_jail("slurm-spank-alloc") else { return };
+    let out = j.run("sbatch --parsable -N2 -o long.out --wrap 'sleep 60'");
+    let long: u32 = out.stdout.trim().parse().unwrap_or_else(|_| panic!("{out}"));
+    wait_running(long);
+    let step = j
+        .as_user("srun")
+        .args([&format!("--jobid={long}"), "--overlap", "-w", "n2", "-N1", "-n1", "sh", "-c", "echo RAN > n2-ran"])
+        .output()
+        .expect("srun");
+    let said = String::from_utf8_lossy(&step.stderr).into_owned();
+    let _ = Command::new("scancel").arg(long.to_string()).status();
+    assert!(!step.status.success(), "an untagged first step on n2 ran in a sandboxed job: {said}");
+    assert!(!j.project.join("n2-ran").exists(), "its command ran");
+    assert!(said.contains("without the tag"), "the step's stderr says why: {said}");
+}
+
+/// Issue 33, finding 6: without `PrologFlags=Alloc` (or `Contain`) a job's prolog runs on a node
+/// only with the first step there, so the belt's mark would depend on that step carrying the
+/// tag: the plugin refuses to run on such a node. A slurmd of its own (this host's munge, a
+/// configuration and ports of its own, no controller: slurmd loads its plugins before it calls
+/// one) does not start, and says what to set; with `PrologFlags=Alloc` it starts.
+#[test]
+fn the_belt_refuses_to_run_on_a_node_without_prolog_flags_alloc() {
+    let Some(j) = slurm_jail("slurm-spank-flags") else { return };
+    let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("slurm-plugins/agent_sandbox.so");
+    assert!(plugin.is_file(), "the plugin is built (make -C slurm-plugins; tests/run.sh does)");
+    let host = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout).unwrap();
+    let dir = Path::new("/tmp").join(format!("asb-spank-flags-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("spool")).unwrap();
+    std::fs::write(dir.join("plugstack.conf"), format!("required {} exe={}\n", plugin.display(), j.rig.bin.display()))
+        .unwrap();
+    let slurmd = |flags: &str| {
+        let conf = dir.join("slurm.conf");
+        let d = dir.display();
+        std::fs::write(
+            &conf,
+            format!(
+                "ClusterName=spankflags\nSlurmctldHost={h}(127.0.0.1)\nSlurmctldPort=6897\nSlurmdPort=6896\n\
+                 SlurmUser=root\nAuthType=auth/munge\nCredType=cred/munge\nSlurmdSpoolDir={d}/spool\n\
+                 SlurmdPidFile={d}/slurmd.pid\nPlugStackConfig={d}/plugstack.conf\nProctrackType=proctrack/linuxproc\n\
+                 TaskPlugin=task/none\nSlurmdParameters=config_overrides\n{flags}\n\
+                 NodeName={h} NodeAddr=127.0.0.1 CPUs=1 RealMemory=100\nPartitionName=p Nodes={h} Default=YES\n",
+                h = host.trim()
+            ),
+        )
+        .unwrap();
+        let mut child = Command::new("/usr/sbin/slurmd")
+            .args(["-D", "-f", conf.to_str().unwrap(), "-N", host.trim()])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("slurmd");
+        // Refused within seconds (it loads its plugins before anything else); started, it
+        // goes on waiting for a controller: ended here after 8 s.
+        let deadline = Instant::now() + Duration::from_secs(8);
+        let ended = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Some(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let out = child.wait_with_output().unwrap();
+        (ended, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (ended, said) = slurmd("");
+    assert!(ended.is_some_and(|s| !s.success()), "a slurmd without PrologFlags=Alloc started: {said}");
+    assert!(
+        said.contains("agent-sandbox (SPANK): PrologFlags has neither Alloc nor Contain")
+            && said.contains("set PrologFlags=Alloc (or Contain) in slurm.conf"),
+        "slurmd's log says why and what to set: {said}"
+    );
+    let (ended, said) = slurmd("PrologFlags=Alloc");
+    assert!(ended.is_none(), "a slurmd with PrologFlags=Alloc did not start: {said}");
+    assert!(!said.contains("agent-sandbox (SPANK)"), "{said}");
+    let (ended, said) = slurmd("PrologFlags=Contain");
+    assert!(ended.is_none() && !said.contains("agent-sandbox (SPANK)"), "with Contain: {said}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 33, finding 6: a mark a missed epilog left (a job id Slurm gives again) blocks no later
+/// job of that id. Each job's prolog replaces or removes the mark of its id on its nodes, and a
+/// mark names its job's user: one of another user's, found in a task, neither blocks nor admits.
+/// Before, a later job with that id, of any user, had every task refused.
+#[test]
+fn a_stale_mark_of_a_job_id_blocks_no_later_job_of_that_id() {
+    let Some(j) = slurm_jail("slurm-spank-stale") else { return };
+    let marks = Path::new("/run/agent-sandbox-spank");
+    std::fs::create_dir_all(marks).expect("the marks' directory");
+    let plant = |id: u32, uid: u32| std::fs::write(marks.join(id.to_string()), format!("{uid}\n/nowhere\n")).unwrap();
+    // On the first node, whose marks are this host's /run (n2 has its own).
+    let host = String::from_utf8(Command::new("hostname").arg("-s").output().unwrap().stdout).unwrap();
+    let submit = |args: &[&str]| -> u32 {
+        let out = j.as_user("sbatch").args(["--parsable", "-w", host.trim()]).args(args).output().expect("sbatch");
+        let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        text.parse().unwrap_or_else(|_| panic!("sbatch {args:?}: {text} {}", String::from_utf8_lossy(&out.stderr)))
+    };
+    // A job outside any jail, held while the mark of its id an earlier sandboxed job of the same
+    // user left is planted: its prolog removes it, and the job and its step run.
+    let held = submit(&["--hold", "-o", "held.out", "--wrap", "srun -n1 sh -c 'echo step-ran'; echo batch-ran"]);
+    plant(held, j.rig.uid);
+    assert!(Command::new("scontrol").args(["release", &held.to_string()]).status().unwrap().success());
+    assert_eq!(
+        final_state(held),
+        "COMPLETED",
+        "{}",
+        std::fs::read_to_string(j.project.join("held.out")).unwrap_or_default()
+    );
+    let said = std::fs::read_to_string(j.project.join("held.out")).unwrap_or_default();
+    assert!(said.contains("step-ran") && said.contains("batch-ran"), "{said}");
+    assert!(!marks.join(held.to_string()).exists(), "the stale mark is gone");
+    // Another user's mark of a running job's id, planted once its batch script runs (after
+    // its prolog, which would remove it): its step runs.
+    let running = submit(&[
+        "-o",
+        "running.out",
+        "--wrap",
+        "touch started; while [ ! -e go ]; do sleep 0.2; done; srun -n1 sh -c 'echo step-ran'",
+    ]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !j.project.join("started").exists() {
+        assert!(Instant::now() < deadline, "job {running} never started");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    plant(running, 0);
+    std::fs::write(j.project.join("go"), "").unwrap();
+    let state = final_state(running);
+    let _ = std::fs::remove_file(marks.join(running.to_string()));
+    let said = std::fs::read_to_string(j.project.join("running.out")).unwrap_or_default();
+    assert_eq!(state, "COMPLETED", "{said}");
+    assert!(said.contains("step-ran"), "{said}");
+    assert!(slurmd_logs().contains(&format!("job {running}: the mark")), "slurmd's log names the mark it ignored");
+}
+
+/// Issue 33, finding 6: the chaperon learns from `sbatch --help` whether the site has the belt
+/// (and then tags every job and step). Where that fails or does not answer, nothing is
+/// submitted (a job without the tag would run its tasks unchecked on the nodes): one line says
+/// why and the refusal is audited. The admin's Slurm here is a root-owned directory first on
+/// PATH whose sbatch fails `--help` (then never answers it) and submits otherwise, logging
+/// every call; the other commands are the real ones.
+#[test]
+fn nothing_is_submitted_where_slurm_cannot_say_whether_it_takes_the_belt() {
+    let Some(j) = slurm_jail("slurm-belt-unknown") else { return };
+    let bin = Path::new("/tmp").join(format!("asb-belt-unknown-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&bin);
+    std::fs::create_dir(&bin).expect("the admin's Slurm directory");
+    let mode = |p: &Path, m: u32| std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap();
+    mode(&bin, 0o755);
+    let calls = bin.join("calls");
+    std::fs::write(&calls, "").unwrap();
+    mode(&calls, 0o666);
+    for c in ["sacct", "sacctmgr", "salloc", "sattach", "sbcast", "scancel", "scontrol", "sdiag", "sinfo", "sprio"]
+        .into_iter()
+        .chain(["squeue", "sreport", "srun", "sshare", "sstat", "strigger"])
+    {
+        std::os::unix::fs::symlink(Path::new("/usr/bin").join(c), bin.join(c)).unwrap();
+    }
+    let sbatch = bin.join("sbatch");
+    let answer = |help: &str| {
+        let script = format!(
+            "#!/bin/sh\necho \"$*\" >> {}\ncase \"$1\" in --help) {help} ;; esac\nexec /usr/bin/sbatch \"$@\"\n",
+            calls.display()
+        );
+        std::fs::write(&sbatch, script).unwrap();
+        mode(&sbatch, 0o755);
+    };
+    let nonce = format!("belt-unknown-{}", std::process::id());
+    let j = j.env("PATH", &format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()));
+    let line = "cannot tell whether this cluster's Slurm takes the node belt's --agent-sandbox";
+    answer("exit 1");
+    let out = j.run(&format!(
+        "sbatch -J {nonce} -o x.out --wrap true; echo sbatch=$?; srun -J {nonce} true; echo srun=$?; \
+         salloc -J {nonce} true; echo salloc=$?"
+    ));
+    for c in ["sbatch", "srun", "salloc"] {
+        assert!(out.stdout.contains(&format!("{c}=1")), "{c} was refused: {out}");
+    }
+    assert_eq!(out.stderr.matches(line).count(), 3, "one line each: {out}");
+    assert!(out.stderr.contains("nothing submitted"), "{out}");
+    let called = std::fs::read_to_string(&calls).unwrap();
+    assert!(called.lines().all(|l| l == "--help") && !called.is_empty(), "sbatch was only asked: {called}");
+    let log = j.as_user(&j.rig.bin).args(["log", "--json"]).output().expect("log");
+    let log = String::from_utf8_lossy(&log.stdout).into_owned();
+    let refused: Vec<&str> =
+        log.lines().filter(|l| l.contains(&nonce) && l.contains("\"denied\"") && l.contains(line)).collect();
+    assert_eq!(refused.len(), 3, "each refusal audited: {log}");
+    // An sbatch that never answers: refused once the question times out (20 s).
+    answer("exec sleep 120");
+    let started = Instant::now();
+    let out =
+        j.output_within(&mut j.command(&["-q", "run", "--", "sbatch", "--wrap", "true"]), Duration::from_secs(90));
+    assert_eq!(out.code, 1, "{out}");
+    assert!(out.stderr.contains(line) && out.stderr.contains("did not finish within 20 s"), "{out}");
+    assert!(started.elapsed() < Duration::from_secs(35), "one bound of 20 s: {:?} {out}", started.elapsed());
+    let called = std::fs::read_to_string(&calls).unwrap();
+    assert!(called.lines().all(|l| l == "--help"), "sbatch was only asked: {called}");
+    let _ = std::fs::remove_dir_all(&bin);
 }
 
 #[test]

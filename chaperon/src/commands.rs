@@ -297,11 +297,19 @@ pub struct Handled {
 /// runs the real Slurm command with a clean environment and the caller's stdio.
 pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) -> Handled {
     let handling = find(&req.command).map(|c| &c.handling);
+    // The commands Slurm adds plugin options to are the ones that submit (sbatch, srun,
+    // salloc): where Slurm cannot say whether it takes the belt's tag, they are refused first
+    // (asked once per call: an sbatch that does not answer costs one bound, not two).
+    let belt_unknown = match handling {
+        Some(Handling::Handled { options, .. }) if options.getopt.plugins => cfg.belt_state().err(),
+        _ => None,
+    };
     // The command's table, and the options of the site's plugins Slurm adds to this command
     // (where the chaperon knows them): what every spelling is read with.
     let options = match handling {
         Some(Handling::Handled { options, .. }) => {
-            let plugins: &'static [LongOpt] = if options.getopt.plugins { cfg.plugin_options() } else { &[] };
+            let known = options.getopt.plugins && belt_unknown.is_none();
+            let plugins: &'static [LongOpt] = if known { cfg.plugin_options() } else { &[] };
             Some((*options, plugins))
         }
         _ => None,
@@ -322,11 +330,12 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) ->
     let stderr = stdio.stderr.try_clone().ok();
     let mut call = Call { req, cfg, conn, bound, audit };
     let read = options.map(|(table, plugins)| parse_with(table, plugins, &req.argv));
-    let result = match (handling, read) {
+    let result = match (belt_unknown, handling, read) {
+        (Some(refused), _, _) => Err(refused),
         // Refused by the table: before the governor and the handler, so it asks nothing of
         // Slurm and takes no query's turn.
-        (_, Some(Err(refused))) => Err(refused.into()),
-        (Some(Handling::Handled { handle, reads, .. }), _) => match reads.only(&req.argv) {
+        (None, _, Some(Err(refused))) => Err(refused.into()),
+        (None, Some(Handling::Handled { handle, reads, .. }), _) => match reads.only(&req.argv) {
             Some(source) => governed(*handle, source, &mut call, stdio),
             None => {
                 // A call that may change a job: what was kept before it is stale, and so is
@@ -340,8 +349,10 @@ pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) ->
             }
         },
         // The stub refuses these itself; a request for one (from elsewhere) is refused here too.
-        (Some(Handling::Refused(reason)), _) => Err(Refusal::CommandRefused { command: req.command.clone(), reason }),
-        (None, _) => Err(Refusal::UnknownCommand(req.command.clone())),
+        (None, Some(Handling::Refused(reason)), _) => {
+            Err(Refusal::CommandRefused { command: req.command.clone(), reason })
+        }
+        (None, None, _) => Err(Refusal::UnknownCommand(req.command.clone())),
     };
     let mut audit = call.audit;
     let response = match result {

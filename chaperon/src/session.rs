@@ -73,38 +73,48 @@ impl Config {
     /// `--agent-sandbox=DIR` for a job or step entering the jail with the job directory `dir`,
     /// where the cluster's SPANK plugin (slurm-plugins/) takes it: on the nodes it then refuses
     /// any task of the job that does not enter the jail. None where Slurm does not know the
-    /// option (no plugin in plugstack.conf): the job runs as before.
-    pub fn belt(&self, dir: &std::path::Path) -> Option<String> {
-        self.belt_known().then(|| format!("--{SPANK_OPTION}={}", dir.display()))
+    /// option (no plugin in plugstack.conf): the job runs as before. Where Slurm's answer
+    /// cannot be had, the call is refused (`belt_state`): no tag, no submission.
+    pub fn belt(&self, dir: &std::path::Path) -> Result<Option<String>, crate::refusal::Refusal> {
+        Ok(self.belt_state()?.then(|| format!("--{SPANK_OPTION}={}", dir.display())))
     }
 
     /// The options of the site's SPANK plugins the chaperon knows of, which Slurm appends to
     /// sbatch's, srun's and salloc's own: the belt's, where it is installed. A prefix of one
-    /// is that option there (or makes a prefix ambiguous), as for the real commands.
+    /// is that option there (or makes a prefix ambiguous), as for the real commands. Where it
+    /// is not known yet and cannot be learnt, none: the call is refused by `belt_state` (the
+    /// dispatcher asks it first for these commands), and `belt` refuses it again.
     pub fn plugin_options(&self) -> &'static [crate::getopt::LongOpt] {
         static BELT: [crate::getopt::LongOpt; 1] = [crate::getopt::BELT];
-        match self.belt_known() {
-            true => &BELT,
-            false => &[],
+        match self.belt_state() {
+            Ok(true) => &BELT,
+            _ => &[],
         }
     }
 
-    /// Whether Slurm here knows `--agent-sandbox`: `sbatch --help` lists it, asked once (and
-    /// again at the next call while sbatch gives no answer: a failure is no "no").
-    fn belt_known(&self) -> bool {
-        match self.spank.get() {
-            Some(k) => *k,
-            None => {
-                let mut cmd = self.command("sbatch");
-                cmd.arg("--help").stdin(Io::null()).stderr(Io::null());
-                match crate::bounded::capture(cmd, 1 << 20, Duration::from_secs(20)) {
-                    Ok((out, status)) if status.success() => {
-                        *self.spank.get_or_init(|| spank_option_listed(&String::from_utf8_lossy(&out)))
-                    }
-                    _ => false,
-                }
-            }
+    /// Whether Slurm here knows `--agent-sandbox`: `sbatch --help` lists it, asked once. An
+    /// sbatch that fails or does not answer within 20 s gives no answer, which is no "no":
+    /// the call is refused, since a job submitted without the tag where the site has the belt
+    /// would run its tasks unchecked on the nodes, and asked again at the next call.
+    pub fn belt_state(&self) -> Result<bool, crate::refusal::Refusal> {
+        if let Some(known) = self.spank.get() {
+            return Ok(*known);
         }
+        let mut cmd = self.command("sbatch");
+        cmd.arg("--help").stdin(Io::null()).stderr(Io::null());
+        let why = match crate::bounded::capture(cmd, 1 << 20, BELT_QUESTION_TIMEOUT) {
+            Ok((out, status)) if status.success() => {
+                return Ok(*self.spank.get_or_init(|| spank_option_listed(&String::from_utf8_lossy(&out))));
+            }
+            Ok((_, status)) => format!("`sbatch --help` failed ({status})"),
+            Err(e) => e,
+        };
+        Err(crate::refusal::Refusal::Failed(format!(
+            "cannot tell whether this cluster's Slurm takes the node belt's --{SPANK_OPTION} ({why}, {}): \
+             nothing submitted, since a job without the tag could run unchecked on the nodes; try again, \
+             or ask the admin to check that `sbatch --help` answers",
+            self.real("sbatch").display()
+        )))
     }
 
     /// The user's record key, which seals every job directory's spec and scope record.
@@ -161,6 +171,9 @@ pub fn real_command_outliving(bin: &Path, home: &Path, user: &str, name: &str) -
     cmd.outliving();
     cmd
 }
+
+/// How long `sbatch --help` may take to answer whether the belt is installed.
+pub const BELT_QUESTION_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The option the SPANK plugin registers (slurm-plugins/agent_sandbox.c).
 pub const SPANK_OPTION: &str = crate::getopt::BELT.name;

@@ -17,6 +17,7 @@ pub mod mounts;
 mod msg;
 mod net;
 pub mod placeholders;
+mod procpid;
 pub mod relay;
 pub mod seccomp;
 pub mod userns;

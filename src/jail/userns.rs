@@ -207,7 +207,11 @@ fn clone_jail(shape: &init::Shape) -> Result<Launched, JailError> {
 /// group to pass a permission that denies it). With supplementary groups to map
 /// (`groups`), the setuid `newgidmap` writes the gid map: the user's gid and each of those
 /// groups, one to one. If it fails, the session goes on with the user's gid alone, and says so.
+/// The files are reached by the number `/proc` gives PID 1 (`procpid`), which is not its pid
+/// where the launcher's `/proc` is another pid namespace's.
 fn write_id_maps(pid: Pid, uid: u32, gid: u32, groups: &GroupsPlan) -> Result<(), JailError> {
+    let pid = super::procpid::in_proc(pid)
+        .map_err(|err| JailError::IdMap { file: "id maps (its /proc entry)".to_string(), err })?;
     let base = format!("/proc/{pid}");
     let w = |file: &str, data: String| {
         std::fs::write(format!("{base}/{file}"), data).map_err(|e| JailError::IdMap { file: file.to_string(), err: e })

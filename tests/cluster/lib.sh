@@ -126,7 +126,17 @@ start_daemon() {
     shift
     # From /: a daemon must not keep the checkout it was started from as its working
     # directory (a later run may delete it, and every slurmstepd forked then has none).
-    (cd / && exec setsid "$@" </dev/null >>"$TC_LOG_DIR/$name.out" 2>&1) &
+    # Only stdio is passed on: a daemon that inherited the descriptor of a caller's `flock
+    # /tmp/asb-cluster.lock` would hold that lock for as long as it runs, and every later
+    # flock would wait for it.
+    (
+        cd / || exit 1
+        for fd in /proc/$BASHPID/fd/*; do
+            fd=${fd##*/}
+            if ((fd > 2)); then eval "exec $fd>&-" 2>/dev/null || true; fi
+        done
+        exec setsid "$@" </dev/null >>"$TC_LOG_DIR/$name.out" 2>&1
+    ) &
     local pid=$!
     echo "$pid" >"$(pid_file "$name")"
     # Until the last exec the pid shows bash, setsid, setpriv or nsenter: wait for the daemon

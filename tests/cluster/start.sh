@@ -119,6 +119,8 @@ if ((two_nodes)); then
     n2_line="NodeName=$TC_N2 NodeAddr=$TC_N2_ADDR $node_hw"
 fi
 
+prolog_flags="PrologFlags=${TC_PROLOG_FLAGS-Alloc}"
+[[ -n ${TC_PROLOG_FLAGS-Alloc} ]] || prolog_flags="# no PrologFlags (TC_PROLOG_FLAGS is empty)"
 slurm_conf_changed=0
 write_conf "$TC_SLURM_CONF" 0644 root:root <<EOF && slurm_conf_changed=1
 # Written by agent-sandbox tests/cluster/start.sh; rewritten on every start.
@@ -147,6 +149,9 @@ AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=$acct_host
 AccountingStorageEnforce=associations
 MailProg=/bin/true
+# Every job's prolog on each of its nodes at allocation: the agent-sandbox SPANK plugin
+# refuses to run without it (slurm-plugins/README.md). TC_PROLOG_FLAGS= (empty) leaves it out.
+$prolog_flags
 # Declare more CPUs than the machine has, so several test jobs run at once.
 SlurmdParameters=config_overrides
 NodeName=$TC_HOST$node_addr $node_hw
@@ -261,8 +266,14 @@ if ((two_nodes)); then
     # nsenter, not `ip netns exec`: that remounts /sys, and slurmd needs /sys/fs/cgroup. The
     # node shares this host's /tmp (a checkout there must be seen by both nodes), so a PMIx
     # step across both nodes collides in /tmp/spmix_appdir_*: tests/slurm.rs runs PMIx on one.
+    # n2 has a /run/agent-sandbox-spank of its own (a tmpfs in a mount namespace of its own,
+    # everything else shared), as a second machine has: the SPANK plugin's marks of a job are
+    # each node's own, and a test of them must not see the first node's.
+    install -d -m 0755 /run/agent-sandbox-spank
     ensure slurmd-n2 "node_ready $TC_N2" 30 \
-        nsenter --net="/run/netns/$TC_NETNS" /usr/sbin/slurmd -D -N "$TC_N2"
+        nsenter --net="/run/netns/$TC_NETNS" unshare -m --propagation private sh -c \
+        'mount -t tmpfs -o mode=0755,size=4m asb-spank-n2 /run/agent-sandbox-spank && exec "$@"' sh \
+        /usr/sbin/slurmd -D -N "$TC_N2"
 fi
 
 # --- the one-host cluster (--one-host) ---
@@ -303,6 +314,7 @@ SchedulerParameters=bf_interval=1
 ReturnToService=2
 AccountingStorageType=accounting_storage/none
 MailProg=/bin/true
+$prolog_flags
 SlurmdParameters=config_overrides
 NodeName=$TC_HOST NodeAddr=$TC1_ADDR $node_hw
 PartitionName=debug Nodes=$TC_HOST Default=YES MaxTime=INFINITE State=UP

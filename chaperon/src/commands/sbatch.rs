@@ -482,7 +482,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     // of a millisecond): the job's SLURM_SUBMIT_DIR comes from the spec, not from here.
     cmd.current_dir(dir.parent().unwrap_or(Path::new("/")));
     cmd.args(parsed.real_args(&spec.job_name, &job_cwd, &dir.join(job::WRAPPER_OUT)));
-    cmd.args(cfg.belt(dir));
+    cmd.args(cfg.belt(dir)?);
     // The wrapper reaches sbatch on a pipe the chaperon writes, not by a path: nothing that
     // could be swapped between our write and sbatch's read.
     cmd.stdin(Io::piped()).stderr(stdio.stderr).stdout(Io::piped());

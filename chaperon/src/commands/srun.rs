@@ -368,12 +368,14 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         submit_dir: (cwd != job_cwd).then(|| cwd.clone()),
         ..JobSpec::for_session(cfg, &job_cwd, export).map_err(Refusal::Failed)?
     };
+    // Known before the step's directory is written: a call refused for want of it leaves none.
+    cfg.belt_state()?;
     let (dir, _) = write_job_dir(cfg, &spec, "").map_err(Refusal::Failed)?;
     call.audit.script_bytes = None;
     // srun itself runs in the job directory too.
     cmd.current_dir(&dir);
     cmd.args(parsed.real_args(&asked, Some(&dir), named_by_env));
-    cmd.args(cfg.belt(&dir));
+    cmd.args(cfg.belt(&dir)?);
     cmd.arg(&cfg.exe).arg("exec").arg("--job").arg(&dir);
     let ran = call.run(cmd, stdio);
     // The step has ended with srun (its tasks are ended with it): nothing reads its directory
