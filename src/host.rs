@@ -179,6 +179,8 @@ pub struct HostFacts {
     /// `$HOME` as the password database gives it (not the environment).
     pub home: PathBuf,
     pub home_canonical: PathBuf,
+    /// The user's agent-sandbox state directory where it really is (`state_dir()`).
+    pub state_dir: PathBuf,
     pub shell: PathBuf,
     pub exe: PathBuf,
     /// What the jail runs under Slurm's and the mailers' names: `agent-sandbox-stub` next to
@@ -304,6 +306,7 @@ impl HostFacts {
             false => (String::new(), None),
         };
         let user_configs = UserConfigs::gather(&home_canonical, &dir, &env);
+        let state_dir = real_location(&state_dir_as_named(&env, &dir));
         Ok(HostFacts {
             uid: uid.as_raw(),
             gid: gid.as_raw(),
@@ -311,6 +314,7 @@ impl HostFacts {
             group,
             home: dir,
             home_canonical,
+            state_dir,
             shell,
             exe,
             stub_exe,
@@ -347,14 +351,49 @@ impl HostFacts {
         self.mailers = existing_mailers(&self.state_dir());
     }
 
-    /// The user's agent-sandbox state directory (session locks, later the audit log):
-    /// hidden inside every jail, wherever `XDG_STATE_HOME` puts it.
+    /// The user's agent-sandbox state directory (session locks, the audit log, job
+    /// directories): hidden inside every jail, wherever `XDG_STATE_HOME` puts it. Its real
+    /// path, every symlink on the way resolved on this host when the facts were gathered
+    /// (`~/.local -> /scratch/u/local` is common on small homes): the plan hides it where
+    /// it really is, and every bind from it names no link.
     pub fn state_dir(&self) -> PathBuf {
-        self.env_var("XDG_STATE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .unwrap_or_else(|| self.home.join(".local/state"))
-            .join("agent-sandbox")
+        self.state_dir.clone()
+    }
+
+    /// A job's node side takes its state directory from the job's own directory (see
+    /// `launch::job`): the one the login node resolved, not what this node's environment says.
+    pub fn use_state_dir(&mut self, dir: PathBuf) {
+        self.state_dir = dir;
+    }
+}
+
+/// The state directory as the environment and the password database name it:
+/// `$XDG_STATE_HOME/agent-sandbox` when that is absolute, else `~/.local/state/agent-sandbox`.
+pub fn state_dir_as_named(env: &[(String, String)], home: &Path) -> PathBuf {
+    env.iter()
+        .find(|(k, _)| k == "XDG_STATE_HOME")
+        .map(|(_, v)| PathBuf::from(v))
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| home.join(".local/state"))
+        .join("agent-sandbox")
+}
+
+/// `p` with every symlink resolved: its longest part that exists, canonicalized, and the
+/// rest (not made yet) as written.
+pub fn real_location(p: &Path) -> PathBuf {
+    let mut existing = p.to_path_buf();
+    let mut rest = vec![];
+    loop {
+        if let Ok(c) = std::fs::canonicalize(&existing) {
+            return rest.iter().rev().fold(c, |acc, n: &std::ffi::OsString| acc.join(n));
+        }
+        match (existing.file_name().map(|n| n.to_os_string()), existing.parent()) {
+            (Some(n), Some(parent)) => {
+                rest.push(n);
+                existing = parent.to_path_buf();
+            }
+            _ => return p.to_path_buf(),
+        }
     }
 }
 

@@ -188,6 +188,10 @@ pub struct Hidden {
     stores: Vec<PathBuf>,
     /// No ancestor shorter than the shortest store can be one (`/`, `/usr`: asked often).
     shortest_store: usize,
+    /// Of `paths`, those a launch never leaves visible (the state directory, the floor's
+    /// `filesystem.hide`), each with how it was named: where one lies inside a tree the jail
+    /// may write and the backend cannot hide it there (Landlock), the plan fails.
+    pub must_hide: Vec<(PathBuf, String)>,
 }
 
 /// `p` is `base` or lies below it. Byte-wise on normalized absolute paths: it runs for
@@ -413,6 +417,28 @@ impl<'a> Builder<'a> {
             .cloned()
             .collect();
         self.mounts.extend(missing);
+    }
+}
+
+/// Where `p` really is on the host, as a jail that sees the real tree finds it: its longest
+/// part that exists with every symlink resolved, then the rest as written. A hidden path
+/// whose parent is a link (`~/.local -> /scratch/u/local`) is hidden there too.
+pub fn real_path(fs: &dyn HostFs, p: &Path) -> PathBuf {
+    let mut rest: Vec<&std::ffi::OsStr> = vec![];
+    let mut existing = p;
+    loop {
+        if fs.kind(existing).is_some() {
+            if let Some(c) = fs.canonicalize(existing) {
+                return rest.iter().rev().fold(c, |acc, n| acc.join(n));
+            }
+        }
+        match (existing.file_name(), existing.parent()) {
+            (Some(n), Some(parent)) => {
+                rest.push(n);
+                existing = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
     }
 }
 

@@ -50,6 +50,17 @@ pub(super) fn decide(
     let mut plan = catalogue::decide(stores, located, &named, &base.home, &base.project, agent, kept_outside);
     base.hidden.add_stores(plan.hidden.iter().map(|l| l.path.clone()));
     linked_stores(policy, fs, &named, base, &mut plan);
+    // A store below a link (`~/.local -> /scratch/u/local` holds `~/.local/share/keyrings`)
+    // is hidden where it really is too, where a jail granted that tree would reach it.
+    let real: Vec<PathBuf> = base
+        .hidden
+        .stores()
+        .iter()
+        .filter(|s| fs.kind(s).is_some())
+        .map(|s| fs::real_path(fs, s))
+        .filter(|r| !base.hidden.covers(r))
+        .collect();
+    base.hidden.add_stores(real);
     let view = git_view(facts, base, &mut plan);
     Ok((plan, view))
 }

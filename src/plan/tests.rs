@@ -12,6 +12,7 @@ fn facts() -> HostFacts {
         group: "u".into(),
         home: "/home/u".into(),
         home_canonical: "/home/u".into(),
+        state_dir: "/home/u/.local/state/agent-sandbox".into(),
         shell: "/bin/bash".into(),
         exe: "/usr/bin/agent-sandbox".into(),
         stub_exe: "/usr/bin/agent-sandbox".into(),
@@ -1197,5 +1198,77 @@ mod credential_stores {
         assert!(!shows(&p, Path::new("/home/u/.gitconfig")));
         assert!(!has(&p, |m| m.target() == Path::new("/home/u/.gitconfig")));
         assert!(p.warnings.iter().any(|w| w.contains("~/.gitconfig: not shown inside")), "{:?}", p.warnings);
+    }
+}
+
+/// Hidden paths where they really are: `~/.local` a link elsewhere (common on small HPC
+/// homes) puts the state directory there, which a jail granted that tree would reach.
+mod real_locations {
+    use super::*;
+
+    /// `~/.local` a link to `target`, the state directory resolved through it (as the facts
+    /// resolve it on the host), which exists there.
+    fn linked_local(target: &str) -> (FakeFs, HostFacts) {
+        let state = format!("{target}/state/agent-sandbox");
+        let fs = host().dir("/scratch/u/data").dir("/home/u/proj/local").symlink("/home/u/.local", target).dir(&state);
+        (fs, HostFacts { state_dir: state.into(), ..facts() })
+    }
+
+    fn plan_on(fs: &FakeFs, f: &HostFacts, extra: &str) -> Result<Plan, PlanError> {
+        build(&policy(extra), f, fs, &request("/home/u/proj"))
+    }
+
+    fn masked(p: &Plan, target: &str) -> bool {
+        has(p, |m| matches!(m, MountSpec::Mask { target: t, dir: true } if t == Path::new(target)))
+    }
+
+    #[test]
+    fn the_state_directory_inside_the_project_through_a_linked_local_is_masked_there() {
+        let (fs, f) = linked_local("/home/u/proj/local");
+        let p = plan_on(&fs, &f, "").unwrap();
+        assert!(masked(&p, "/home/u/proj/local/state/agent-sandbox"), "{:#?}", p.mounts);
+        assert!(has(&p, |m| matches!(m, MountSpec::Pin { target } if target == Path::new("/home/u/proj/local/state"))));
+        assert!(p.hidden.contains(&PathBuf::from("/home/u/proj/local/state/agent-sandbox")));
+    }
+
+    #[test]
+    fn the_state_directory_inside_a_write_tree_is_masked_under_userns_and_refused_under_landlock() {
+        let (fs, f) = linked_local("/scratch/u/local");
+        let fs = fs.dir("/scratch/u/local/state/agent-sandbox/jobs");
+        let write = "[filesystem]\nwrite = [\"/scratch/u\"]\n";
+        let p = plan_on(&fs, &f, write).unwrap();
+        assert!(masked(&p, "/scratch/u/local/state/agent-sandbox"), "{:#?}", p.mounts);
+        let e = plan_on(&fs, &f, &format!("[sandbox]\nbackend = \"landlock\"\n{write}")).unwrap_err();
+        let text = format!("{e} {}", e.fix().unwrap_or_default());
+        assert!(matches!(e, PlanError::Unhidable { .. }), "{text}");
+        for part in ["state directory", "/scratch/u/local/state/agent-sandbox", "inside /scratch/u", "XDG_STATE_HOME"] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+        // The project, which Landlock grants whole: refused too.
+        let (fs, f) = linked_local("/home/u/proj/local");
+        let e = plan_on(&fs, &f, "[sandbox]\nbackend = \"landlock\"").unwrap_err();
+        assert!(e.to_string().contains("inside /home/u/proj"), "{e}");
+    }
+
+    #[test]
+    fn a_floor_path_reached_through_a_link_is_hidden_where_the_jail_sees_it() {
+        // `~/.ssh` a link into a scratch tree the policy grants, and that tree itself reached
+        // through a link (`/scratch` -> `/lustre`): the mask goes where the jail sees it.
+        let fs = host()
+            .dir("/lustre/u/ssh")
+            .file("/lustre/u/ssh/id_ed25519")
+            .symlink("/scratch/u", "/lustre/u")
+            .symlink("/home/u/.ssh", "/lustre/u/ssh");
+        let write = "[filesystem]\nwrite = [\"/scratch/u\"]\n";
+        let p = plan_on(&fs, &facts(), write).unwrap();
+        assert!(masked(&p, "/scratch/u/ssh"), "{:#?}", p.mounts);
+        let e = plan_on(&fs, &facts(), &format!("[sandbox]\nbackend = \"landlock\"\n{write}")).unwrap_err();
+        assert!(e.to_string().contains("filesystem.hide `~/.ssh`") && e.to_string().contains("/lustre/u/ssh"), "{e}");
+        // A hidden path of the user's own (not a floor) is masked under userns, as before, and
+        // does not stop a Landlock launch.
+        let fs = host().dir("/scratch/u/notes");
+        let own = "[filesystem]\nwrite = [\"/scratch/u\"]\nhide = [\"/scratch/u/notes\"]\n";
+        assert!(masked(&plan_on(&fs, &facts(), own).unwrap(), "/scratch/u/notes"));
+        assert!(plan_on(&fs, &facts(), &format!("[sandbox]\nbackend = \"landlock\"\n{own}")).is_ok());
     }
 }
