@@ -604,6 +604,13 @@ impl Base {
             warnings.push(f.clone());
         }
         let mut hidden = Hidden::default();
+        // The state dir holds the session locks and registry the launcher acts on afterwards,
+        // the audit log and the job directories a node trusts: hidden where it really is (the
+        // facts resolved it on this host), and by the name the environment gives it.
+        let named = crate::host::state_dir_as_named(&facts.env, &home);
+        for p in [facts.state_dir(), named] {
+            hidden.must_hide.push((p, "the agent-sandbox state directory".into()));
+        }
         for h in &policy.hide {
             let p = expand_tilde(&h.value, &home);
             if !p.is_absolute() {
@@ -611,20 +618,13 @@ impl Base {
             }
             let floor = matches!(h.source, Source::Builtin | Source::Admin(_));
             for p in fs::expand_glob(fs, &p) {
-                if floor {
+                if floor && !hidden.must_hide.iter().any(|(q, _)| *q == p) {
                     hidden.must_hide.push((p.clone(), format!("filesystem.hide `{}`", h.value)));
                 }
                 hidden.paths.push(p);
             }
         }
-        // The state dir holds the session locks and registry the launcher acts on afterwards,
-        // the audit log and the job directories a node trusts: hidden where it really is (the
-        // facts resolved it on this host), and by the name the environment gives it.
-        let named = crate::host::state_dir_as_named(&facts.env, &home);
         hidden.paths.push(facts.state_dir());
-        for p in [facts.state_dir(), named] {
-            hidden.must_hide.push((p, "the agent-sandbox state directory".into()));
-        }
         // Each hidden path is hidden where it really is as well: with `~/.local` a link to
         // `/scratch/u/local` (or into the project), `~/.local/state/agent-sandbox` is also
         // `/scratch/u/local/state/agent-sandbox`, which a jail granted that tree would reach.
