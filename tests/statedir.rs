@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// A home for one test, `BASE/home`, with the project `t/NAME/` and a `local/` directory in
-/// it, and a scratch tree `BASE/scratch` with a `local/` of its own; `~/.local` is a link
+/// it, and a scratch tree `BASE/scratch` with a `local/` and a `data/` of its own; `~/.local` is a link
 /// to `link`. Shown at the test user's home by `wrapper`.
 struct LinkedHome {
     home: PathBuf,
@@ -24,7 +24,7 @@ fn linked_home(j: &Jail, name: &str, link: &dyn Fn(&LinkedHome) -> String) -> Li
     let _ = std::fs::remove_dir_all(&base);
     let (home, scratch) = (base.join("home"), base.join("scratch"));
     let project = home.join("t").join(name);
-    for d in [project.join("local"), scratch.join("local"), home.join(".ssh")] {
+    for d in [project.join("local"), scratch.join("local"), scratch.join("data"), home.join(".ssh")] {
         std::fs::create_dir_all(&d).unwrap();
     }
     std::fs::write(home.join(".ssh/id_ed25519"), SSH_CANARY).unwrap();
@@ -121,11 +121,12 @@ fn an_absolute_local_link_does_not_stop_a_session() {
     assert!(h.scratch.join("local/state/agent-sandbox/audit.jsonl").exists(), "{out}");
 }
 
-/// Landlock cannot hide a path inside a tree it grants: a state directory there (through a
-/// linked `~/.local`, in the project or in a `filesystem.write` tree) stops the launch, and
-/// the refusal names the path, the tree and the way out.
+/// Landlock leaves the state directory out of the rules of a tree it grants (a `--rw` tree
+/// reached through a linked `~/.local`: one rule per entry around it), but cannot in the
+/// project, which it grants whole: there the launch is refused, naming the path, the project
+/// and the way out.
 #[test]
-fn landlock_refuses_to_start_where_the_state_directory_is_inside_a_granted_tree() {
+fn landlock_hides_the_state_directory_in_a_write_tree_and_refuses_it_in_the_project() {
     let j = match Jail::new("statedir-ll") {
         Some(j) => j.arg("--backend").arg("landlock"),
         None => return,
@@ -137,15 +138,16 @@ fn landlock_refuses_to_start_where_the_state_directory_is_inside_a_granted_tree(
 
     let to_scratch = linked_home(&j, "statedir-ll", &|h| h.scratch.join("local").display().to_string());
     let scratch = to_scratch.scratch.display().to_string();
-    let out = run_in(&j, &to_scratch, &["--rw", &scratch], &attack(&format!("{scratch}/local")));
-    refused(&out, &format!("{scratch}/local/state/agent-sandbox"), &scratch);
-    assert!(!to_scratch.scratch.join("local/state/agent-sandbox/planted").exists(), "{out}");
+    let script = format!("{}; touch {scratch}/data/x && echo SCRATCH-WRITABLE", attack(&format!("{scratch}/local")));
+    let out = run_in(&j, &to_scratch, &["--rw", &scratch], &script);
+    check(&out, &to_scratch.scratch.join("local/state/agent-sandbox"), "a --rw tree under Landlock");
+    assert!(out.stdout.contains("SCRATCH-WRITABLE"), "the tree's other entries stay writable: {out}");
 }
 
-fn refused(out: &Out, path: &str, tree: &str) {
+fn refused(out: &Out, path: &str, project: &str) {
     assert_ne!(out.code, 0, "{out}");
     assert!(!out.stdout.contains("done"), "the command ran: {out}");
-    for part in ["state directory", path, &format!("inside {tree}"), "fix:", "XDG_STATE_HOME"] {
+    for part in ["state directory", path, &format!("inside the project {project}"), "fix:", "XDG_STATE_HOME"] {
         assert!(out.stderr.contains(part), "{part}: {out}");
     }
 }

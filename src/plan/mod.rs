@@ -415,7 +415,7 @@ pub enum PlanError {
     )]
     AgentSymlink { path: PathBuf },
     #[error(
-        "{what} is at {}, inside {}, which this session may write, and the Landlock backend cannot hide a path inside a tree it grants",
+        "{what} is at {}, inside the project {}, which the Landlock backend grants whole: it cannot hide a path there",
         path.display(), tree.display()
     )]
     Unhidable { what: String, path: PathBuf, tree: PathBuf },
@@ -449,15 +449,14 @@ impl PlanError {
             }
             PlanError::Unhidable { what, tree, .. } if what.contains("state directory") => Some(format!(
                 "fix: keep the state directory out of {0}: set XDG_STATE_HOME to a directory of yours outside it (or make \
-                 ~/.local/state a real directory), or do not grant {0} (list the subdirectories you need); the userns \
+                 ~/.local/state a real directory outside the project), or choose another project directory; the userns \
                  backend can hide it there",
                 tree.display()
             )),
             PlanError::Unhidable { tree, path, .. } => Some(format!(
-                "fix: do not grant {} (list the subdirectories you need), or move {} out of it; the userns backend can \
-                 hide it there",
-                tree.display(),
-                path.display()
+                "fix: move {} out of {}, or choose another project directory; the userns backend can hide it there",
+                path.display(),
+                tree.display()
             )),
             PlanError::EmptyCommand => None,
         }
@@ -760,12 +759,15 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
             .and_then(|(w, r)| Some((w.join(real.strip_prefix(r).ok()?), *w)))
     };
     if base.backend == BackendKind::Landlock {
+        // Landlock leaves a hidden path out of the rules of a tree it grants (one rule per
+        // entry around it: `landlock::split_around_stores`), but for the project, whose top
+        // level must stay writable and which it grants whole.
         for (h, why) in &base.hidden.must_hide {
             if fs.kind(h).is_none() {
                 continue;
             }
             let path = fs::real_path(fs, h);
-            if let Some((_, w)) = inside(&path) {
+            if let Some((_, w)) = inside(&path).filter(|(_, w)| **w == base.project) {
                 return Err(PlanError::Unhidable { what: why.clone(), path, tree: w.clone() });
             }
         }
@@ -908,7 +910,13 @@ fn finish(
             envp.vars.push(("GIT_CONFIG_GLOBAL".into(), path.display().to_string()));
             session.files.push((path, text.clone()));
         }
-        let around = StoresAround { stores: hidden.stores(), project: &project, fs };
+        // Every hidden path, where it really is, as well as the stores: Landlock hides one
+        // inside a tree it grants by leaving it out of that tree's rules.
+        let mut hide: Vec<PathBuf> = hidden.stores().to_vec();
+        hide.extend(hidden.paths.iter().chain(hidden.must_hide.iter().map(|(p, _)| p)).map(|p| fs::real_path(fs, p)));
+        hide.sort();
+        hide.dedup();
+        let around = StoresAround { stores: &hide, project: &project, fs };
         landlock_plan(&mounts, &net, session, facts, req, policy.host_terminals.value, &around)
     });
     let stub_bin =

@@ -1231,23 +1231,37 @@ mod real_locations {
         assert!(p.hidden.contains(&PathBuf::from("/home/u/proj/local/state/agent-sandbox")));
     }
 
+    /// No Landlock rule grants `p` or a tree around it.
+    fn in_no_rule(p: &Plan, path: &str) -> bool {
+        let ll = p.landlock.as_ref().expect("landlock plan");
+        !ll.read_write.iter().chain(&ll.read_only).any(|r| fs::under(Path::new(path), r))
+    }
+
     #[test]
-    fn the_state_directory_inside_a_write_tree_is_masked_under_userns_and_refused_under_landlock() {
+    fn the_state_directory_inside_a_write_tree_is_masked_under_userns_and_left_out_of_landlocks_rules() {
         let (fs, f) = linked_local("/scratch/u/local");
-        let fs = fs.dir("/scratch/u/local/state/agent-sandbox/jobs");
+        let fs = fs.dir("/scratch/u/local/state/agent-sandbox/jobs").dir("/scratch/u/local/lib");
         let write = "[filesystem]\nwrite = [\"/scratch/u\"]\n";
         let p = plan_on(&fs, &f, write).unwrap();
         assert!(masked(&p, "/scratch/u/local/state/agent-sandbox"), "{:#?}", p.mounts);
-        let e = plan_on(&fs, &f, &format!("[sandbox]\nbackend = \"landlock\"\n{write}")).unwrap_err();
-        let text = format!("{e} {}", e.fix().unwrap_or_default());
-        assert!(matches!(e, PlanError::Unhidable { .. }), "{text}");
-        for part in ["state directory", "/scratch/u/local/state/agent-sandbox", "inside /scratch/u", "XDG_STATE_HOME"] {
-            assert!(text.contains(part), "{part}: {text}");
-        }
-        // The project, which Landlock grants whole: refused too.
+        // Landlock: one rule per entry around it, as for a credential store.
+        let p = plan_on(&fs, &f, &format!("[sandbox]\nbackend = \"landlock\"\n{write}")).unwrap();
+        assert!(in_no_rule(&p, "/scratch/u/local/state/agent-sandbox"), "{:?}", p.landlock);
+        let rw = &p.landlock.as_ref().unwrap().read_write;
+        assert!(rw.contains(&PathBuf::from("/scratch/u/data")) && rw.contains(&PathBuf::from("/scratch/u/local/lib")));
+        // The project, which Landlock grants whole: refused, with the way out.
         let (fs, f) = linked_local("/home/u/proj/local");
         let e = plan_on(&fs, &f, "[sandbox]\nbackend = \"landlock\"").unwrap_err();
-        assert!(e.to_string().contains("inside /home/u/proj"), "{e}");
+        let text = format!("{e} {}", e.fix().unwrap_or_default());
+        assert!(matches!(e, PlanError::Unhidable { .. }), "{text}");
+        for part in [
+            "state directory",
+            "/home/u/proj/local/state/agent-sandbox",
+            "inside the project /home/u/proj",
+            "XDG_STATE_HOME",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
     }
 
     #[test]
@@ -1262,13 +1276,21 @@ mod real_locations {
         let write = "[filesystem]\nwrite = [\"/scratch/u\"]\n";
         let p = plan_on(&fs, &facts(), write).unwrap();
         assert!(masked(&p, "/scratch/u/ssh"), "{:#?}", p.mounts);
-        let e = plan_on(&fs, &facts(), &format!("[sandbox]\nbackend = \"landlock\"\n{write}")).unwrap_err();
-        assert!(e.to_string().contains("filesystem.hide `~/.ssh`") && e.to_string().contains("/lustre/u/ssh"), "{e}");
+        let p = plan_on(&fs, &facts(), &format!("[sandbox]\nbackend = \"landlock\"\n{write}")).unwrap();
+        assert!(in_no_rule(&p, "/lustre/u/ssh") && in_no_rule(&p, "/scratch/u/ssh"), "{:?}", p.landlock);
+        // In the project: refused.
+        let fs = host().dir("/home/u/proj/ssh").symlink("/home/u/.ssh", "/home/u/proj/ssh");
+        let e = plan_on(&fs, &facts(), "[sandbox]\nbackend = \"landlock\"").unwrap_err();
+        assert!(
+            e.to_string().contains("filesystem.hide `~/.ssh`") && e.to_string().contains("/home/u/proj/ssh"),
+            "{e}"
+        );
         // A hidden path of the user's own (not a floor) is masked under userns, as before, and
-        // does not stop a Landlock launch.
+        // left out of Landlock's rules (it was in the tree's one rule before).
         let fs = host().dir("/scratch/u/notes");
         let own = "[filesystem]\nwrite = [\"/scratch/u\"]\nhide = [\"/scratch/u/notes\"]\n";
         assert!(masked(&plan_on(&fs, &facts(), own).unwrap(), "/scratch/u/notes"));
-        assert!(plan_on(&fs, &facts(), &format!("[sandbox]\nbackend = \"landlock\"\n{own}")).is_ok());
+        let p = plan_on(&fs, &facts(), &format!("[sandbox]\nbackend = \"landlock\"\n{own}")).unwrap();
+        assert!(in_no_rule(&p, "/scratch/u/notes"), "{:?}", p.landlock);
     }
 }
