@@ -135,9 +135,28 @@ impl FakeFs {
 }
 
 #[cfg(test)]
+impl FakeFs {
+    /// `p` with a directory above it that is a link to an absolute path followed, as the
+    /// kernel does (`~/.local -> /scratch/u/local` holds `~/.local/share`).
+    fn through_links(&self, p: &Path) -> Option<PathBuf> {
+        for a in p.ancestors().skip(1) {
+            if let Some((Kind::Symlink, Some(t))) = self.entries.get(a) {
+                let rest = p.strip_prefix(a).ok()?;
+                let q = if t.is_absolute() { t.join(rest) } else { return None };
+                return Some(self.through_links(&q).unwrap_or(q));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
 impl HostFs for FakeFs {
     fn kind(&self, p: &Path) -> Option<Kind> {
-        self.entries.get(p).map(|e| e.0)
+        match self.entries.get(p) {
+            Some(e) => Some(e.0),
+            None => self.entries.get(&self.through_links(p)?).map(|e| e.0),
+        }
     }
     fn read_dir(&self, p: &Path) -> std::rc::Rc<[OsString]> {
         self.entries
@@ -150,7 +169,11 @@ impl HostFs for FakeFs {
         self.entries.get(p).and_then(|e| e.1.clone())
     }
     fn canonicalize(&self, p: &Path) -> Option<PathBuf> {
-        // Fake paths are already canonical unless they are symlinks to absolute targets.
+        // Fake paths are already canonical unless they are symlinks to absolute targets, or
+        // lie below one.
+        if let Some(q) = (!self.entries.contains_key(p)).then(|| self.through_links(p)).flatten() {
+            return self.canonicalize(&q);
+        }
         match self.entries.get(p)? {
             (Kind::Symlink, Some(t)) if t.is_absolute() => Some(t.clone()),
             _ => Some(p.to_path_buf()),

@@ -5,6 +5,7 @@
 
 use crate::host::{HostFs, Kind};
 use serde::{Deserialize, Serialize};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// One step of building the jail's root. Targets are paths inside the jail; sources are host paths.
@@ -440,6 +441,24 @@ pub fn real_path(fs: &dyn HostFs, p: &Path) -> PathBuf {
             _ => return p.to_path_buf(),
         }
     }
+}
+
+/// Where `p` really is, if that is elsewhere: it exists, and it or a directory above it is
+/// a link. A path with no link on its way is looked up once (`kind`, cached), no more.
+pub fn real_if_linked(fs: &dyn HostFs, p: &Path) -> Option<PathBuf> {
+    let kind = fs.kind(p)?;
+    if kind != Kind::Symlink && !through_link(fs, p) {
+        return None;
+    }
+    Some(real_path(fs, p)).filter(|r| r != p)
+}
+
+/// Whether a directory above `p` (not `/`) is a symbolic link.
+pub fn through_link(fs: &dyn HostFs, p: &Path) -> bool {
+    byte_ancestors(bytes(p))
+        .skip(1)
+        .filter(|a| a.len() > 1)
+        .any(|a| fs.kind(Path::new(std::ffi::OsStr::from_bytes(a))) == Some(Kind::Symlink))
 }
 
 /// Expands `*` and `?` in the LAST component of an absolute path against the host.

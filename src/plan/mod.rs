@@ -628,22 +628,13 @@ impl Base {
         // `/scratch/u/local` (or into the project), `~/.local/state/agent-sandbox` is also
         // `/scratch/u/local/state/agent-sandbox`, which a jail granted that tree would reach.
         // Only what exists has a real place to look up (and a missing path needs no cover).
-        for i in 0..hidden.must_hide.len() {
-            let (p, why) = &hidden.must_hide[i];
-            if fs.kind(p).is_none() {
-                continue;
-            }
-            let r = fs::real_path(fs, p);
-            if !hidden.must_hide.iter().any(|(q, _)| *q == r) {
-                let why = why.clone();
-                hidden.must_hide.push((r, why));
-            }
-        }
+        // The named state directory is among the paths as the built-in floor's entry.
         for i in 0..hidden.paths.len() {
-            if fs.kind(&hidden.paths[i]).is_none() {
-                continue;
+            let Some(r) = fs::real_if_linked(fs, &hidden.paths[i]) else { continue };
+            let why = hidden.must_hide.iter().find(|(q, _)| *q == hidden.paths[i]).map(|(_, w)| w.clone());
+            if let Some(why) = why.filter(|_| !hidden.must_hide.iter().any(|(q, _)| *q == r)) {
+                hidden.must_hide.push((r.clone(), why));
             }
-            let r = fs::real_path(fs, &hidden.paths[i]);
             if !hidden.paths.contains(&r) {
                 hidden.paths.push(r);
             }
@@ -774,7 +765,9 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
     }
     let mut done: Vec<PathBuf> = vec![];
     for h in base.hidden.all() {
-        if fs.kind(h).is_none() {
+        // A hidden path is listed where it really is too (`Base::decide`, `hiding::decide`):
+        // one named outside every tree needs no look.
+        if !real_trees.iter().any(|(w, r)| fs::under(h, w) || fs::under(h, r)) || fs.kind(h).is_none() {
             continue;
         }
         let real = fs::real_path(fs, h);
@@ -910,10 +903,10 @@ fn finish(
             envp.vars.push(("GIT_CONFIG_GLOBAL".into(), path.display().to_string()));
             session.files.push((path, text.clone()));
         }
-        // Every hidden path, where it really is, as well as the stores: Landlock hides one
-        // inside a tree it grants by leaving it out of that tree's rules.
+        // Every hidden path (their real places are among them: `Base::decide`) as well as the
+        // stores: Landlock hides one inside a tree it grants by leaving it out of its rules.
         let mut hide: Vec<PathBuf> = hidden.stores().to_vec();
-        hide.extend(hidden.paths.iter().chain(hidden.must_hide.iter().map(|(p, _)| p)).map(|p| fs::real_path(fs, p)));
+        hide.extend(hidden.paths.iter().cloned());
         hide.sort();
         hide.dedup();
         let around = StoresAround { stores: &hide, project: &project, fs };

@@ -1265,6 +1265,18 @@ mod real_locations {
     }
 
     #[test]
+    fn a_store_below_a_linked_directory_is_hidden_where_it_really_is() {
+        // `~/.local` a link into a granted scratch tree: its keyring is there too.
+        let (fs, f) = linked_local("/scratch/u/local");
+        let fs = fs.file("/scratch/u/local/share/keyrings/login.keyring");
+        let write = "[filesystem]\nwrite = [\"/scratch/u\"]\n";
+        let p = plan_on(&fs, &f, write).unwrap();
+        assert!(masked(&p, "/scratch/u/local/share/keyrings"), "{:#?}", p.mounts);
+        let p = plan_on(&fs, &f, &format!("[sandbox]\nbackend = \"landlock\"\n{write}")).unwrap();
+        assert!(in_no_rule(&p, "/scratch/u/local/share/keyrings/login.keyring"), "{:?}", p.landlock);
+    }
+
+    #[test]
     fn a_floor_path_reached_through_a_link_is_hidden_where_the_jail_sees_it() {
         // `~/.ssh` a link into a scratch tree the policy grants, and that tree itself reached
         // through a link (`/scratch` -> `/lustre`): the mask goes where the jail sees it.
