@@ -706,3 +706,32 @@ fn chaperon_door(landlock: bool, state_dir: &Path, session: &str) -> std::io::Re
         slurm::bind(state_dir, session)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::job_state_dir;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_jobs_state_directory_is_the_real_one_its_directory_is_in_and_only_the_users() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        let state = root.join("state/agent-sandbox");
+        std::fs::create_dir_all(state.join("jobs/s-1-0")).unwrap();
+        std::fs::set_permissions(state.join("jobs"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let job = state.join("jobs/s-1-0");
+        assert_eq!(job_state_dir(&job).unwrap(), state);
+        // Not of the form STATE/jobs/NAME, or with `..`: refused.
+        for bad in [state.join("s-1-0"), state.join("jobs/../jobs/s-1-0"), "jobs/s-1-0".into()] {
+            assert!(job_state_dir(&bad).is_err(), "{}", bad.display());
+        }
+        // Reached through a link: refused (what is checked is what is used).
+        std::os::unix::fs::symlink(root.join("state"), root.join("link")).unwrap();
+        let e = job_state_dir(&root.join("link/agent-sandbox/jobs/s-1-0")).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        // A `jobs/` others may write: refused.
+        std::fs::set_permissions(state.join("jobs"), std::fs::Permissions::from_mode(0o770)).unwrap();
+        let e = job_state_dir(&job).unwrap_err();
+        assert!(e.contains("only you may write"), "{e}");
+    }
+}
