@@ -732,8 +732,9 @@ fn writable_trees(
 /// Stage 5: hidden paths inside writable trees cannot vanish; they are covered, empty and
 /// read-only, where they really are as the jail sees that tree: a tree bound from where it
 /// really is (`/scratch/u` a link to `/lustre/u`) shows a hidden `/lustre/u/x` as
-/// `/scratch/u/x`. The Landlock backend cannot cover anything inside a tree it grants: a path
-/// that must stay hidden there fails the plan, with the way out.
+/// `/scratch/u/x`. The Landlock backend covers nothing (it leaves hidden paths out of a
+/// granted tree's rules instead), and grants the project whole: a path that must stay hidden
+/// inside the project fails the plan there, with the way out.
 fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, trees: &Trees) -> Result<(), PlanError> {
     // A home bound as a whole (read/write modes) was rebuilt without its hidden paths.
     let rebuilt =
