@@ -135,9 +135,28 @@ impl FakeFs {
 }
 
 #[cfg(test)]
+impl FakeFs {
+    /// `p` with a directory above it that is a link to an absolute path followed, as the
+    /// kernel does (`~/.local -> /scratch/u/local` holds `~/.local/share`).
+    fn through_links(&self, p: &Path) -> Option<PathBuf> {
+        for a in p.ancestors().skip(1) {
+            if let Some((Kind::Symlink, Some(t))) = self.entries.get(a) {
+                let rest = p.strip_prefix(a).ok()?;
+                let q = if t.is_absolute() { t.join(rest) } else { return None };
+                return Some(self.through_links(&q).unwrap_or(q));
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
 impl HostFs for FakeFs {
     fn kind(&self, p: &Path) -> Option<Kind> {
-        self.entries.get(p).map(|e| e.0)
+        match self.entries.get(p) {
+            Some(e) => Some(e.0),
+            None => self.entries.get(&self.through_links(p)?).map(|e| e.0),
+        }
     }
     fn read_dir(&self, p: &Path) -> std::rc::Rc<[OsString]> {
         self.entries
@@ -150,7 +169,11 @@ impl HostFs for FakeFs {
         self.entries.get(p).and_then(|e| e.1.clone())
     }
     fn canonicalize(&self, p: &Path) -> Option<PathBuf> {
-        // Fake paths are already canonical unless they are symlinks to absolute targets.
+        // Fake paths are already canonical unless they are symlinks to absolute targets, or
+        // lie below one.
+        if let Some(q) = (!self.entries.contains_key(p)).then(|| self.through_links(p)).flatten() {
+            return self.canonicalize(&q);
+        }
         match self.entries.get(p)? {
             (Kind::Symlink, Some(t)) if t.is_absolute() => Some(t.clone()),
             _ => Some(p.to_path_buf()),
@@ -179,6 +202,8 @@ pub struct HostFacts {
     /// `$HOME` as the password database gives it (not the environment).
     pub home: PathBuf,
     pub home_canonical: PathBuf,
+    /// The user's agent-sandbox state directory where it really is (`state_dir()`).
+    pub state_dir: PathBuf,
     pub shell: PathBuf,
     pub exe: PathBuf,
     /// What the jail runs under Slurm's and the mailers' names: `agent-sandbox-stub` next to
@@ -304,6 +329,7 @@ impl HostFacts {
             false => (String::new(), None),
         };
         let user_configs = UserConfigs::gather(&home_canonical, &dir, &env);
+        let state_dir = real_location(&state_dir_as_named(&env, &dir));
         Ok(HostFacts {
             uid: uid.as_raw(),
             gid: gid.as_raw(),
@@ -311,6 +337,7 @@ impl HostFacts {
             group,
             home: dir,
             home_canonical,
+            state_dir,
             shell,
             exe,
             stub_exe,
@@ -347,14 +374,49 @@ impl HostFacts {
         self.mailers = existing_mailers(&self.state_dir());
     }
 
-    /// The user's agent-sandbox state directory (session locks, later the audit log):
-    /// hidden inside every jail, wherever `XDG_STATE_HOME` puts it.
+    /// The user's agent-sandbox state directory (session locks, the audit log, job
+    /// directories): hidden inside every jail, wherever `XDG_STATE_HOME` puts it. Its real
+    /// path, every symlink on the way resolved on this host when the facts were gathered
+    /// (`~/.local -> /scratch/u/local` is common on small homes): the plan hides it where
+    /// it really is, and every bind from it names no link.
     pub fn state_dir(&self) -> PathBuf {
-        self.env_var("XDG_STATE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .unwrap_or_else(|| self.home.join(".local/state"))
-            .join("agent-sandbox")
+        self.state_dir.clone()
+    }
+
+    /// A job's node side takes its state directory from the job's own directory (see
+    /// `launch::job`): the one the login node resolved, not what this node's environment says.
+    pub fn use_state_dir(&mut self, dir: PathBuf) {
+        self.state_dir = dir;
+    }
+}
+
+/// The state directory as the environment and the password database name it:
+/// `$XDG_STATE_HOME/agent-sandbox` when that is absolute, else `~/.local/state/agent-sandbox`.
+pub fn state_dir_as_named(env: &[(String, String)], home: &Path) -> PathBuf {
+    env.iter()
+        .find(|(k, _)| k == "XDG_STATE_HOME")
+        .map(|(_, v)| PathBuf::from(v))
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| home.join(".local/state"))
+        .join("agent-sandbox")
+}
+
+/// `p` with every symlink resolved: its longest part that exists, canonicalized, and the
+/// rest (not made yet) as written.
+pub fn real_location(p: &Path) -> PathBuf {
+    let mut existing = p.to_path_buf();
+    let mut rest = vec![];
+    loop {
+        if let Ok(c) = std::fs::canonicalize(&existing) {
+            return rest.iter().rev().fold(c, |acc, n: &std::ffi::OsString| acc.join(n));
+        }
+        match (existing.file_name().map(|n| n.to_os_string()), existing.parent()) {
+            (Some(n), Some(parent)) => {
+                rest.push(n);
+                existing = parent.to_path_buf();
+            }
+            _ => return p.to_path_buf(),
+        }
     }
 }
 

@@ -139,12 +139,49 @@ pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result
 
 /// A job's task on a compute node (`exec --job DIR`), recorded in this node's audit log.
 pub fn job(dir: &Path) -> Result<i32, LaunchError> {
-    // Every host-side path (state dir, config dir, the admin file) comes from this process's
-    // own environment and the password database: the job's `--export` set is the jail's
-    // environment only, and the jail chose it.
-    let facts = host::HostFacts::gather()?;
+    // Every host-side path (config dir, the admin file) comes from this process's own
+    // environment and the password database: the job's `--export` set is the jail's
+    // environment only, and the jail chose it. The state directory is the one the login
+    // node's launcher resolved, which holds the job's directory: this node's environment
+    // (Slurm's, without the user's `XDG_STATE_HOME`) may name another.
+    let mut facts = host::HostFacts::gather()?;
+    match job_state_dir(dir) {
+        Ok(state) => facts.use_state_dir(state),
+        Err(e) => {
+            let log = AuditLog::new(&facts.state_dir());
+            return recorded(&log, true, || Err(LaunchError::setup(e)));
+        }
+    }
     let log = AuditLog::new(&facts.state_dir());
     recorded(&log, true, || Launch::for_job(dir, facts)?.run(&log))
+}
+
+/// The state directory a job's directory is in (`STATE/jobs/NAME`), as the chaperon named it
+/// in the job's wrapper from the login node's facts: a real path (no symlink on the way, so
+/// what was checked is what is used), a directory of this user's that no one else may write.
+fn job_state_dir(dir: &Path) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
+    let bad = |why: &str| format!("{} is not a job directory of this user: {why}", dir.display());
+    let plain = dir.is_absolute()
+        && dir.components().all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)));
+    let jobs = dir.parent().filter(|j| plain && j.file_name().is_some_and(|n| n == "jobs"));
+    let Some(state) = jobs.and_then(Path::parent) else {
+        return Err(bad("not an absolute path of the form STATE/jobs/NAME"));
+    };
+    let real = std::fs::canonicalize(state).map_err(|e| bad(&format!("{}: {e}", state.display())))?;
+    if real != state {
+        return Err(bad(&format!("{} is reached through a symbolic link", state.display())));
+    }
+    // `jobs/` is made 0700 by the chaperon; the state directory is the user's, whatever
+    // their umask made it.
+    let uid = nix::unistd::getuid().as_raw();
+    for (d, others) in [(state, 0o002), (&state.join("jobs"), 0o022)] {
+        let m = std::fs::symlink_metadata(d).map_err(|e| bad(&format!("{}: {e}", d.display())))?;
+        if !m.is_dir() || m.uid() != uid || m.mode() & others != 0 {
+            return Err(bad(&format!("{} is not a directory of yours that only you may write", d.display())));
+        }
+    }
+    Ok(state.to_path_buf())
 }
 
 fn recorded(
@@ -685,5 +722,34 @@ fn chaperon_door(landlock: bool, state_dir: &Path, session: &str) -> std::io::Re
         slurm::channel()
     } else {
         slurm::bind(state_dir, session)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::job_state_dir;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_jobs_state_directory_is_the_real_one_its_directory_is_in_and_only_the_users() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        let state = root.join("state/agent-sandbox");
+        std::fs::create_dir_all(state.join("jobs/s-1-0")).unwrap();
+        std::fs::set_permissions(state.join("jobs"), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let job = state.join("jobs/s-1-0");
+        assert_eq!(job_state_dir(&job).unwrap(), state);
+        // Not of the form STATE/jobs/NAME, or with `..`: refused.
+        for bad in [state.join("s-1-0"), state.join("jobs/../jobs/s-1-0"), "jobs/s-1-0".into()] {
+            assert!(job_state_dir(&bad).is_err(), "{}", bad.display());
+        }
+        // Reached through a link: refused (what is checked is what is used).
+        std::os::unix::fs::symlink(root.join("state"), root.join("link")).unwrap();
+        let e = job_state_dir(&root.join("link/agent-sandbox/jobs/s-1-0")).unwrap_err();
+        assert!(e.contains("symbolic link"), "{e}");
+        // A `jobs/` others may write: refused.
+        std::fs::set_permissions(state.join("jobs"), std::fs::Permissions::from_mode(0o770)).unwrap();
+        let e = job_state_dir(&job).unwrap_err();
+        assert!(e.contains("only you may write"), "{e}");
     }
 }

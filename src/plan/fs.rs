@@ -5,6 +5,7 @@
 
 use crate::host::{HostFs, Kind};
 use serde::{Deserialize, Serialize};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// One step of building the jail's root. Targets are paths inside the jail; sources are host paths.
@@ -188,6 +189,10 @@ pub struct Hidden {
     stores: Vec<PathBuf>,
     /// No ancestor shorter than the shortest store can be one (`/`, `/usr`: asked often).
     shortest_store: usize,
+    /// Of `paths`, those a launch never leaves visible (the state directory, the floor's
+    /// `filesystem.hide`), each with how it was named: where one lies inside a tree the jail
+    /// may write and the backend cannot hide it there (Landlock), the plan fails.
+    pub must_hide: Vec<(PathBuf, String)>,
 }
 
 /// `p` is `base` or lies below it. Byte-wise on normalized absolute paths: it runs for
@@ -414,6 +419,46 @@ impl<'a> Builder<'a> {
             .collect();
         self.mounts.extend(missing);
     }
+}
+
+/// Where `p` really is on the host, as a jail that sees the real tree finds it: its longest
+/// part that exists with every symlink resolved, then the rest as written. A hidden path
+/// whose parent is a link (`~/.local -> /scratch/u/local`) is hidden there too.
+pub fn real_path(fs: &dyn HostFs, p: &Path) -> PathBuf {
+    let mut rest: Vec<&std::ffi::OsStr> = vec![];
+    let mut existing = p;
+    loop {
+        if fs.kind(existing).is_some() {
+            if let Some(c) = fs.canonicalize(existing) {
+                return rest.iter().rev().fold(c, |acc, n| acc.join(n));
+            }
+        }
+        match (existing.file_name(), existing.parent()) {
+            (Some(n), Some(parent)) => {
+                rest.push(n);
+                existing = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
+    }
+}
+
+/// Where `p` really is, if that is elsewhere: it exists, and it or a directory above it is
+/// a link. A path with no link on its way is looked up once (`kind`, cached), no more.
+pub fn real_if_linked(fs: &dyn HostFs, p: &Path) -> Option<PathBuf> {
+    let kind = fs.kind(p)?;
+    if kind != Kind::Symlink && !through_link(fs, p) {
+        return None;
+    }
+    Some(real_path(fs, p)).filter(|r| r != p)
+}
+
+/// Whether a directory above `p` (not `/`) is a symbolic link.
+pub fn through_link(fs: &dyn HostFs, p: &Path) -> bool {
+    byte_ancestors(bytes(p))
+        .skip(1)
+        .filter(|a| a.len() > 1)
+        .any(|a| fs.kind(Path::new(std::ffi::OsStr::from_bytes(a))) == Some(Kind::Symlink))
 }
 
 /// Expands `*` and `?` in the LAST component of an absolute path against the host.

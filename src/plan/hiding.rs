@@ -50,6 +50,20 @@ pub(super) fn decide(
     let mut plan = catalogue::decide(stores, located, &named, &base.home, &base.project, agent, kept_outside);
     base.hidden.add_stores(plan.hidden.iter().map(|l| l.path.clone()));
     linked_stores(policy, fs, &named, base, &mut plan);
+    // A store below a link (`~/.local -> /scratch/u/local` holds `~/.local/share/keyrings`)
+    // is hidden where it really is too, where a jail granted that tree would reach it.
+    // Only a store with a link among its directories is looked up: their kinds are asked once
+    // each (cached), the stores' own never (a catalogue has many paths, a user few of them).
+    let mut linked = std::collections::HashMap::new();
+    let real: Vec<PathBuf> = base
+        .hidden
+        .stores()
+        .iter()
+        .filter(|s| s.parent().is_some_and(|d| link_on_way(fs, d, &mut linked)) && fs.kind(s).is_some())
+        .map(|s| fs::real_path(fs, s))
+        .filter(|r| !base.hidden.covers(r))
+        .collect();
+    base.hidden.add_stores(real);
     let view = git_view(facts, base, &mut plan);
     Ok((plan, view))
 }
@@ -109,6 +123,19 @@ fn linked_stores(policy: &Policy, fs: &dyn HostFs, listed: &Named, base: &mut Ba
     }
     base.hidden.add_stores(found.iter().map(|l| l.path.clone()));
     plan.hidden.extend(found);
+}
+
+/// Whether `dir` or a directory above it (not `/`) is a link, each directory asked once.
+fn link_on_way(fs: &dyn HostFs, dir: &Path, seen: &mut std::collections::HashMap<PathBuf, bool>) -> bool {
+    if dir.parent().is_none() {
+        return false;
+    }
+    if let Some(l) = seen.get(dir) {
+        return *l;
+    }
+    let l = fs.kind(dir) == Some(Kind::Symlink) || dir.parent().is_some_and(|p| link_on_way(fs, p, seen));
+    seen.insert(dir.to_path_buf(), l);
+    l
 }
 
 /// Every entry of the lists that bind a path: naming a store (or a path below one) there is

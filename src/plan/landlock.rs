@@ -82,15 +82,23 @@ pub(super) struct StoresAround<'a> {
 /// price: nothing new can be made directly in the directories on that way (`~/.cache` when
 /// `~/.cache/huggingface/token` exists), only in their other entries. Not the project, whose
 /// top level must stay writable (a store inside it stays readable: docs/security-model.md).
+///
+/// A rule holds the inode its path leads to: a tree is split where it really is (`/scratch/u`
+/// a link to `/lustre/u` around `/lustre/u/x`), and so are the hidden paths (`a.stores`).
 fn split_around_stores(rw: Vec<PathBuf>, a: &StoresAround<'_>) -> Vec<PathBuf> {
     let mut out = vec![];
     for r in rw {
+        if r == a.project {
+            out.push(r);
+            continue;
+        }
+        let real = fs::real_path(a.fs, &r);
         let inside: Vec<&PathBuf> =
-            a.stores.iter().filter(|s| **s != r && fs::under(s, &r) && a.fs.kind(s).is_some()).collect();
-        if inside.is_empty() || r == a.project || a.fs.kind(&r) != Some(Kind::Dir) {
+            a.stores.iter().filter(|s| **s != real && fs::under(s, &real) && a.fs.kind(s).is_some()).collect();
+        if inside.is_empty() || a.fs.kind(&real) != Some(Kind::Dir) {
             out.push(r);
         } else {
-            rules_around(&r, &inside, a.fs, &mut out);
+            rules_around(&real, &inside, a.fs, &mut out);
         }
     }
     out

@@ -24,6 +24,7 @@ pub use fs::MountSpec;
 pub use hiding::report as credentials_report;
 
 use crate::host::{HostFacts, HostFs, Kind};
+use crate::policy::merge::Source;
 use crate::policy::{expand_tilde, Backend, Fallback, HomeAccess, NetMode, Policy};
 pub use backend::choose_backend;
 use backend::git_guard;
@@ -413,6 +414,11 @@ pub enum PlanError {
         path.display()
     )]
     AgentSymlink { path: PathBuf },
+    #[error(
+        "{what} is at {}, inside the project {}, which the Landlock backend grants whole: it cannot hide a path there",
+        path.display(), tree.display()
+    )]
+    Unhidable { what: String, path: PathBuf, tree: PathBuf },
     #[error("nothing to run: the command is empty")]
     EmptyCommand,
     #[error("this kernel cannot keep the jail from making git repositories in the project: {why}")]
@@ -441,6 +447,17 @@ impl PlanError {
             PlanError::Entry { .. } => {
                 Some("fix: correct the entry; `agent-sandbox policy show` lists where each came from".into())
             }
+            PlanError::Unhidable { what, tree, .. } if what.contains("state directory") => Some(format!(
+                "fix: keep the state directory out of {0}: set XDG_STATE_HOME to a directory of yours outside it (or make \
+                 ~/.local/state a real directory outside the project), or choose another project directory; the userns \
+                 backend can hide it there",
+                tree.display()
+            )),
+            PlanError::Unhidable { tree, path, .. } => Some(format!(
+                "fix: move {} out of {}, or choose another project directory; the userns backend can hide it there",
+                path.display(),
+                tree.display()
+            )),
             PlanError::EmptyCommand => None,
         }
     }
@@ -478,7 +495,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     cover_stubbed(&mut b, fs, policy, facts, &base.home, mail_block);
     // 3. Home; 4. extra writable paths, then the project; 5. what is hidden inside them.
     let trees = writable_trees(&mut b, policy, facts, fs, &base, &git_view, &mut warnings)?;
-    masks(&mut b, policy, fs, &base, &trees);
+    masks(&mut b, policy, fs, &base, &trees)?;
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
     let mut placeholders = protected(&mut b, policy, facts, fs, &base, &trees)?;
     // 7. The agent's own directories: its state writable, what it runs or obeys outside
@@ -586,18 +603,46 @@ impl Base {
             warnings.push(f.clone());
         }
         let mut hidden = Hidden::default();
+        // The state dir holds the session locks and registry the launcher acts on afterwards,
+        // the audit log and the job directories a node trusts: hidden where it really is (the
+        // facts resolved it on this host), and by the name the environment gives it.
+        let named = crate::host::state_dir_as_named(&facts.env, &home);
+        for p in [facts.state_dir(), named] {
+            hidden.must_hide.push((p, "the agent-sandbox state directory".into()));
+        }
         for h in &policy.hide {
             let p = expand_tilde(&h.value, &home);
             if !p.is_absolute() {
                 return Err(entry_err("filesystem.hide", &h.value, "must be absolute or start with ~/"));
             }
-            hidden.paths.extend(fs::expand_glob(fs, &p));
+            let floor = matches!(h.source, Source::Builtin | Source::Admin(_));
+            for p in fs::expand_glob(fs, &p) {
+                if floor && !hidden.must_hide.iter().any(|(q, _)| *q == p) {
+                    hidden.must_hide.push((p.clone(), format!("filesystem.hide `{}`", h.value)));
+                }
+                hidden.paths.push(p);
+            }
         }
-        // The state dir holds the session locks and registry the launcher acts on afterwards.
         hidden.paths.push(facts.state_dir());
+        // Each hidden path is hidden where it really is as well: with `~/.local` a link to
+        // `/scratch/u/local` (or into the project), `~/.local/state/agent-sandbox` is also
+        // `/scratch/u/local/state/agent-sandbox`, which a jail granted that tree would reach.
+        // Only what exists has a real place to look up (and a missing path needs no cover).
+        // The named state directory is among the paths as the built-in floor's entry.
+        for i in 0..hidden.paths.len() {
+            let Some(r) = fs::real_if_linked(fs, &hidden.paths[i]) else { continue };
+            let why = hidden.must_hide.iter().find(|(q, _)| *q == hidden.paths[i]).map(|(_, w)| w.clone());
+            if let Some(why) = why.filter(|_| !hidden.must_hide.iter().any(|(q, _)| *q == r)) {
+                hidden.must_hide.push((r.clone(), why));
+            }
+            if !hidden.paths.contains(&r) {
+                hidden.paths.push(r);
+            }
+        }
         // Your own home is shaped by the home mode, never hidden as a whole: `/root` (a floor
         // for everyone else) is root's own home, and an admin's `/home` means the other homes.
         hidden.paths.retain(|h| !home.starts_with(h) && !facts.home.starts_with(h));
+        hidden.must_hide.retain(|(h, _)| !home.starts_with(h) && !facts.home.starts_with(h));
         // The project may not be hidden or sit inside a hidden path.
         if hidden.covers(&project) {
             return Err(PlanError::Project {
@@ -667,7 +712,7 @@ fn writable_trees(
     }
     for w in &policy.fs_write {
         let p = check_extra_path("filesystem.write", &w.value, &home, fs)?;
-        if base.hidden.covers(&p) {
+        if base.hidden.covers(&p) || base.hidden.covers(&fs::real_path(fs, &p)) {
             return Err(entry_err("filesystem.write", &w.value, "is a hidden path; it cannot be made writable"));
         }
         if fs.kind(&p).is_some() {
@@ -685,21 +730,60 @@ fn writable_trees(
 }
 
 /// Stage 5: hidden paths inside writable trees cannot vanish; they are covered, empty and
-/// read-only.
-fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, trees: &Trees) {
-    for h in base.hidden.all() {
-        // A home bound as a whole (read/write modes) was rebuilt without its hidden paths.
-        let rebuilt =
-            |w: &PathBuf| w == &base.home && matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Write);
-        if let Some(w) = trees.writable.iter().find(|w| fs::under(h, w) && h != *w && !rebuilt(w)) {
-            if let Some(k) = fs.kind(h) {
-                // The directories between the tree and the mask are pinned: renaming one
-                // (`mv ~/.local/state x` under `--rw ~/.local`) would carry the mask away and
-                // leave the name free for a copy the jail makes (the state directory above all).
-                pin_ancestors(b, w, h);
-                b.push(MountSpec::Mask { target: h.clone(), dir: k == Kind::Dir });
+/// read-only, where they really are as the jail sees that tree: a tree bound from where it
+/// really is (`/scratch/u` a link to `/lustre/u`) shows a hidden `/lustre/u/x` as
+/// `/scratch/u/x`. The Landlock backend covers nothing (it leaves hidden paths out of a
+/// granted tree's rules instead), and grants the project whole: a path that must stay hidden
+/// inside the project fails the plan there, with the way out.
+fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, trees: &Trees) -> Result<(), PlanError> {
+    // A home bound as a whole (read/write modes) was rebuilt without its hidden paths.
+    let rebuilt =
+        |w: &PathBuf| w == &base.home && matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Write);
+    let real_trees: Vec<(&PathBuf, PathBuf)> =
+        trees.writable.iter().filter(|w| !rebuilt(w)).map(|w| (w, fs::real_path(fs, w))).collect();
+    // Where the real path `real` is inside a writable tree, as the jail sees it: the innermost
+    // tree holding it.
+    let inside = |real: &Path| -> Option<(PathBuf, &PathBuf)> {
+        real_trees
+            .iter()
+            .filter(|(_, r)| fs::under(real, r) && real != r.as_path())
+            .max_by_key(|(_, r)| r.as_os_str().len())
+            .and_then(|(w, r)| Some((w.join(real.strip_prefix(r).ok()?), *w)))
+    };
+    if base.backend == BackendKind::Landlock {
+        // Landlock leaves a hidden path out of the rules of a tree it grants (one rule per
+        // entry around it: `landlock::split_around_stores`), but for the project, whose top
+        // level must stay writable and which it grants whole.
+        for (h, why) in &base.hidden.must_hide {
+            if fs.kind(h).is_none() {
+                continue;
+            }
+            let path = fs::real_path(fs, h);
+            if let Some((_, w)) = inside(&path).filter(|(_, w)| **w == base.project) {
+                return Err(PlanError::Unhidable { what: why.clone(), path, tree: w.clone() });
             }
         }
+    }
+    let mut done: Vec<PathBuf> = vec![];
+    for h in base.hidden.all() {
+        // A hidden path is listed where it really is too (`Base::decide`, `hiding::decide`):
+        // one named outside every tree needs no look.
+        if !real_trees.iter().any(|(w, r)| fs::under(h, w) || fs::under(h, r)) || fs.kind(h).is_none() {
+            continue;
+        }
+        let real = fs::real_path(fs, h);
+        // What is there, not a link on the way (`~/.ssh -> /lustre/u/ssh` masks a directory).
+        let Some(k) = fs.kind(&real) else { continue };
+        let Some((target, w)) = inside(&real) else { continue };
+        if done.contains(&target) {
+            continue;
+        }
+        // The directories between the tree and the mask are pinned: renaming one
+        // (`mv ~/.local/state x` under `--rw ~/.local`) would carry the mask away and
+        // leave the name free for a copy the jail makes (the state directory above all).
+        pin_ancestors(b, w, &target);
+        b.push(MountSpec::Mask { target: target.clone(), dir: k == Kind::Dir });
+        done.push(target);
     }
     for f in &policy.hide_files {
         let p = expand_tilde(&f.value, &base.home);
@@ -712,6 +796,7 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
             }
         }
     }
+    Ok(())
 }
 
 /// Stage 6: protected paths inside the project, the launcher's own binary if it is in a
@@ -819,7 +904,13 @@ fn finish(
             envp.vars.push(("GIT_CONFIG_GLOBAL".into(), path.display().to_string()));
             session.files.push((path, text.clone()));
         }
-        let around = StoresAround { stores: hidden.stores(), project: &project, fs };
+        // Every hidden path (their real places are among them: `Base::decide`) as well as the
+        // stores: Landlock hides one inside a tree it grants by leaving it out of its rules.
+        let mut hide: Vec<PathBuf> = hidden.stores().to_vec();
+        hide.extend(hidden.paths.iter().cloned());
+        hide.sort();
+        hide.dedup();
+        let around = StoresAround { stores: &hide, project: &project, fs };
         landlock_plan(&mounts, &net, session, facts, req, policy.host_terminals.value, &around)
     });
     let stub_bin =

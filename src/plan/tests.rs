@@ -12,6 +12,7 @@ fn facts() -> HostFacts {
         group: "u".into(),
         home: "/home/u".into(),
         home_canonical: "/home/u".into(),
+        state_dir: "/home/u/.local/state/agent-sandbox".into(),
         shell: "/bin/bash".into(),
         exe: "/usr/bin/agent-sandbox".into(),
         stub_exe: "/usr/bin/agent-sandbox".into(),
@@ -1197,5 +1198,111 @@ mod credential_stores {
         assert!(!shows(&p, Path::new("/home/u/.gitconfig")));
         assert!(!has(&p, |m| m.target() == Path::new("/home/u/.gitconfig")));
         assert!(p.warnings.iter().any(|w| w.contains("~/.gitconfig: not shown inside")), "{:?}", p.warnings);
+    }
+}
+
+/// Hidden paths where they really are: `~/.local` a link elsewhere (common on small HPC
+/// homes) puts the state directory there, which a jail granted that tree would reach.
+mod real_locations {
+    use super::*;
+
+    /// `~/.local` a link to `target`, the state directory resolved through it (as the facts
+    /// resolve it on the host), which exists there.
+    fn linked_local(target: &str) -> (FakeFs, HostFacts) {
+        let state = format!("{target}/state/agent-sandbox");
+        let fs = host().dir("/scratch/u/data").dir("/home/u/proj/local").symlink("/home/u/.local", target).dir(&state);
+        (fs, HostFacts { state_dir: state.into(), ..facts() })
+    }
+
+    fn plan_on(fs: &FakeFs, f: &HostFacts, extra: &str) -> Result<Plan, PlanError> {
+        build(&policy(extra), f, fs, &request("/home/u/proj"))
+    }
+
+    fn masked(p: &Plan, target: &str) -> bool {
+        has(p, |m| matches!(m, MountSpec::Mask { target: t, dir: true } if t == Path::new(target)))
+    }
+
+    #[test]
+    fn the_state_directory_inside_the_project_through_a_linked_local_is_masked_there() {
+        let (fs, f) = linked_local("/home/u/proj/local");
+        let p = plan_on(&fs, &f, "").unwrap();
+        assert!(masked(&p, "/home/u/proj/local/state/agent-sandbox"), "{:#?}", p.mounts);
+        assert!(has(&p, |m| matches!(m, MountSpec::Pin { target } if target == Path::new("/home/u/proj/local/state"))));
+        assert!(p.hidden.contains(&PathBuf::from("/home/u/proj/local/state/agent-sandbox")));
+    }
+
+    /// No Landlock rule grants `p` or a tree around it.
+    fn in_no_rule(p: &Plan, path: &str) -> bool {
+        let ll = p.landlock.as_ref().expect("landlock plan");
+        !ll.read_write.iter().chain(&ll.read_only).any(|r| fs::under(Path::new(path), r))
+    }
+
+    #[test]
+    fn the_state_directory_inside_a_write_tree_is_masked_under_userns_and_left_out_of_landlocks_rules() {
+        let (fs, f) = linked_local("/scratch/u/local");
+        let fs = fs.dir("/scratch/u/local/state/agent-sandbox/jobs").dir("/scratch/u/local/lib");
+        let write = "[filesystem]\nwrite = [\"/scratch/u\"]\n";
+        let p = plan_on(&fs, &f, write).unwrap();
+        assert!(masked(&p, "/scratch/u/local/state/agent-sandbox"), "{:#?}", p.mounts);
+        // Landlock: one rule per entry around it, as for a credential store.
+        let p = plan_on(&fs, &f, &format!("[sandbox]\nbackend = \"landlock\"\n{write}")).unwrap();
+        assert!(in_no_rule(&p, "/scratch/u/local/state/agent-sandbox"), "{:?}", p.landlock);
+        let rw = &p.landlock.as_ref().unwrap().read_write;
+        assert!(rw.contains(&PathBuf::from("/scratch/u/data")) && rw.contains(&PathBuf::from("/scratch/u/local/lib")));
+        // The project, which Landlock grants whole: refused, with the way out.
+        let (fs, f) = linked_local("/home/u/proj/local");
+        let e = plan_on(&fs, &f, "[sandbox]\nbackend = \"landlock\"").unwrap_err();
+        let text = format!("{e} {}", e.fix().unwrap_or_default());
+        assert!(matches!(e, PlanError::Unhidable { .. }), "{text}");
+        for part in [
+            "state directory",
+            "/home/u/proj/local/state/agent-sandbox",
+            "inside the project /home/u/proj",
+            "XDG_STATE_HOME",
+        ] {
+            assert!(text.contains(part), "{part}: {text}");
+        }
+    }
+
+    #[test]
+    fn a_store_below_a_linked_directory_is_hidden_where_it_really_is() {
+        // `~/.local` a link into a granted scratch tree: its keyring is there too.
+        let (fs, f) = linked_local("/scratch/u/local");
+        let fs = fs.file("/scratch/u/local/share/keyrings/login.keyring");
+        let write = "[filesystem]\nwrite = [\"/scratch/u\"]\n";
+        let p = plan_on(&fs, &f, write).unwrap();
+        assert!(masked(&p, "/scratch/u/local/share/keyrings"), "{:#?}", p.mounts);
+        let p = plan_on(&fs, &f, &format!("[sandbox]\nbackend = \"landlock\"\n{write}")).unwrap();
+        assert!(in_no_rule(&p, "/scratch/u/local/share/keyrings/login.keyring"), "{:?}", p.landlock);
+    }
+
+    #[test]
+    fn a_floor_path_reached_through_a_link_is_hidden_where_the_jail_sees_it() {
+        // `~/.ssh` a link into a scratch tree the policy grants, and that tree itself reached
+        // through a link (`/scratch` -> `/lustre`): the mask goes where the jail sees it.
+        let fs = host()
+            .dir("/lustre/u/ssh")
+            .file("/lustre/u/ssh/id_ed25519")
+            .symlink("/scratch/u", "/lustre/u")
+            .symlink("/home/u/.ssh", "/lustre/u/ssh");
+        let write = "[filesystem]\nwrite = [\"/scratch/u\"]\n";
+        let p = plan_on(&fs, &facts(), write).unwrap();
+        assert!(masked(&p, "/scratch/u/ssh"), "{:#?}", p.mounts);
+        let p = plan_on(&fs, &facts(), &format!("[sandbox]\nbackend = \"landlock\"\n{write}")).unwrap();
+        assert!(in_no_rule(&p, "/lustre/u/ssh") && in_no_rule(&p, "/scratch/u/ssh"), "{:?}", p.landlock);
+        // In the project: refused.
+        let fs = host().dir("/home/u/proj/ssh").symlink("/home/u/.ssh", "/home/u/proj/ssh");
+        let e = plan_on(&fs, &facts(), "[sandbox]\nbackend = \"landlock\"").unwrap_err();
+        assert!(
+            e.to_string().contains("filesystem.hide `~/.ssh`") && e.to_string().contains("/home/u/proj/ssh"),
+            "{e}"
+        );
+        // A hidden path of the user's own (not a floor) is masked under userns, as before, and
+        // left out of Landlock's rules (it was in the tree's one rule before).
+        let fs = host().dir("/scratch/u/notes");
+        let own = "[filesystem]\nwrite = [\"/scratch/u\"]\nhide = [\"/scratch/u/notes\"]\n";
+        assert!(masked(&plan_on(&fs, &facts(), own).unwrap(), "/scratch/u/notes"));
+        let p = plan_on(&fs, &facts(), &format!("[sandbox]\nbackend = \"landlock\"\n{own}")).unwrap();
+        assert!(in_no_rule(&p, "/scratch/u/notes"), "{:?}", p.landlock);
     }
 }
