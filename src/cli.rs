@@ -37,9 +37,10 @@ impl Cli {
     }
 
     /// clap's parse, with the session options (`--net`, `--mem`, ...) hidden from the help of
-    /// the commands that start no session and refused there: they are global so that they
-    /// may come before or after `run`, and `allow --mem 4G` would otherwise be silently
-    /// ignored.
+    /// the commands that start no session and refused after their name: they are global so
+    /// that they may come before or after `run`, and `allow --mem 4G` would otherwise be
+    /// silently ignored. Before the command's name they are a launcher default (an alias
+    /// `agent-sandbox --ro ~/ref`), which those commands ignore.
     pub fn parse_scoped<I: IntoIterator<Item = OsString>>(args: I) -> Result<Cli, clap::Error> {
         use clap::{CommandFactory, FromArgMatches};
         let mut cmd = Cli::command();
@@ -61,21 +62,26 @@ impl Cli {
                 s
             });
         }
-        let matches = cmd.clone().try_get_matches_from(args)?;
+        let args: Vec<OsString> = args.into_iter().collect();
+        let matches = cmd.clone().try_get_matches_from(&args)?;
         if let Some((sub, sm)) = matches.subcommand() {
             if NO_SESSION.contains(&sub) {
+                // A session option the command's matches hold came after its name when its
+                // index is past the name's (clap hands a value given before it down too).
+                let name_at = subcommand_index(&cmd, &args);
                 let on_line = |m: &clap::ArgMatches, id: &str| {
                     m.try_contains_id(id).unwrap_or(false)
                         && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+                        && m.index_of(id).is_some_and(|i| i > name_at)
                 };
                 let own = Cli::command()
                     .find_subcommand(sub)
                     .map(|s| s.get_arguments().map(|a| a.get_id().clone()).collect::<Vec<_>>());
                 // An id the command has of its own (`doctor --json`) is the command's.
-                let given = session_opts.iter().map(|a| (a, a.get_id().as_str())).find(|(_, id)| {
-                    !own.as_ref().is_some_and(|o| o.iter().any(|x| x == id))
-                        && (on_line(&matches, id) || on_line(sm, id))
-                });
+                let given = session_opts
+                    .iter()
+                    .map(|a| (a, a.get_id().as_str()))
+                    .find(|(_, id)| !own.as_ref().is_some_and(|o| o.iter().any(|x| x == id)) && on_line(sm, id));
                 if let Some((a, _)) = given {
                     let msg = format!(
                         "--{} is an option of a session (`run`, a profile), not of `{sub}`",
@@ -87,6 +93,22 @@ impl Cli {
         }
         Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
     }
+}
+
+/// Where in `args` (the program's name first) the subcommand's name is: past the options
+/// before it, each with its value where it takes one.
+fn subcommand_index(cmd: &clap::Command, args: &[OsString]) -> usize {
+    let takes_value =
+        |long: &str| cmd.get_arguments().any(|a| a.get_long() == Some(long) && a.get_action().takes_values());
+    let mut i = 1;
+    while let Some(arg) = args.get(i).and_then(|a| a.to_str()) {
+        match arg.strip_prefix("--") {
+            Some(long) if !long.contains('=') && takes_value(long) => i += 2,
+            _ if arg.starts_with('-') => i += 1,
+            _ => return i,
+        }
+    }
+    i
 }
 
 /// The commands that start no session, and so take none of its options.
@@ -359,13 +381,18 @@ mod tests {
         }
         for args in [
             &["allow", "--mem", "4G", "host", "x"][..],
-            &["--net", "open", "allow", "host", "x"],
             &["doctor", "--json", "--net", "open"],
             &["log", "--backend=landlock"],
         ] {
             let e = parse(args).expect_err("refused").to_string();
             assert!(e.contains("is an option of a session"), "{args:?}: {e}");
         }
+        // An alias's defaults before the command's name are ignored there.
+        assert!(matches!(parse(&["--ro", "/ref", "doctor"]).map(|c| c.command), Ok(Some(Command::Doctor { .. }))));
+        assert!(matches!(
+            parse(&["--net", "open", "allow", "host", "x"]).map(|c| c.command),
+            Ok(Some(Command::Allow { .. }))
+        ));
         // Their own options and the session's, where a session starts, still parse.
         assert!(matches!(parse(&["doctor", "--json"]).map(|c| c.command), Ok(Some(Command::Doctor { json: true }))));
         assert!(matches!(
