@@ -487,8 +487,9 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let mut merges = vec![];
     if base.backend == BackendKind::Userns {
         let copies = facts.state_dir().join("copies").join(&req.session);
-        let target = placed.as_ref().map(|p| p.target.clone());
-        let confined = agent_home::confine(&mut b, policy, &base.home, &trees.writable, target, &copies)?;
+        let layers = facts.overlay_in_userns;
+        let injected = !base.net.credentials.is_empty();
+        let confined = agent_home::confine(&mut b, policy, &base.home, &trees.writable, &copies, layers, injected)?;
         placeholders.extend(confined.placeholders);
         merges = confined.merges;
     } else if policy.agent.as_ref().is_some_and(|a| a.value.state.is_some()) {
