@@ -1119,7 +1119,12 @@ fn nothing_planted_in_opencodes_configuration_runs_when_opencode_starts_outside(
     let Some(j) = agent_jail("agent-opencode-plant") else { return };
     let _restore = Restore::of(
         &j,
-        &[".config/opencode/opencode.json", ".config/opencode/plugin", ".cache/opencode/node_modules/pwn"],
+        &[
+            ".config/opencode/opencode.json",
+            ".config/opencode/plugin",
+            ".cache/opencode/node_modules/pwn",
+            ".cache/opencode/bin/rg",
+        ],
     );
     let p = j.project.display().to_string();
     let plugin = format!("import fs from \"fs\";\nfs.writeFileSync(\"{p}/pwned-plugin\", \"x\");\nexport const Pwn = async () => ({{}});");

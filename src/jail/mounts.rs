@@ -941,6 +941,35 @@ mod tests {
         assert_eq!(overlay_escape(Path::new("/a:b,c")), "/a\\:b\\,c");
     }
 
+    /// An agent's directory inside a writable tree: its session layer is an overlay on a tmpfs
+    /// of its own, whose lower layer is reached beneath the tree, bound beneath the tree over
+    /// the directory; its state is bound from the host over the layer.
+    #[test]
+    fn a_session_layer_is_an_overlay_on_its_own_tmpfs_bound_beneath_the_tree() {
+        let mounts = vec![
+            MountSpec::Bind { source: "/h/.cache".into(), target: "/h/.cache".into(), rw: true, dir: true },
+            MountSpec::Layer { source: "/h/.cache/opencode".into(), target: "/h/.cache/opencode".into() },
+            MountSpec::Bind {
+                source: "/h/.cache/opencode/models.json".into(),
+                target: "/h/.cache/opencode/models.json".into(),
+                rw: true,
+                dir: false,
+            },
+        ];
+        let mut r = Recorder::default();
+        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        assert_eq!(
+            r.ops[3..],
+            [
+                "mkdir /stage/layer1",
+                "mount tmpfs /stage/layer1 tmpfs bind=false",
+                "layer /oldroot/h/.cache//opencode /stage/layer1",
+                "bind-beneath /stage/layer1//merged /newroot/h/.cache//opencode ro=false",
+                "bind-beneath /oldroot/h/.cache//opencode/models.json /newroot/h/.cache//opencode/models.json ro=false",
+            ]
+        );
+    }
+
     #[test]
     fn mountinfo_escapes() {
         assert_eq!(unescape_mountinfo("/a\\040b"), PathBuf::from("/a b"));
