@@ -499,6 +499,12 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
                 .into(),
         );
     }
+    if base.backend == BackendKind::Landlock && policy.home_access.value == HomeAccess::Write {
+        warnings.push(
+            "the Landlock backend cannot protect the agents' configuration in a writable home (no mounts there):              hooks and MCP servers written into ~/.claude.json, ~/.claude, ~/.codex, ~/.gemini, ~/.pi or              ~/.cache/opencode run outside the jail later"
+                .into(),
+        );
+    }
     // 8. The agent's instruction file with the jail's notice, over every other mount.
     let mut home_dirs = std::mem::take(&mut b.home_dirs);
     let home_files = std::mem::take(&mut b.home_files);

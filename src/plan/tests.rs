@@ -359,6 +359,18 @@ fn var<'p>(p: &'p Plan, k: &str) -> Option<&'p str> {
     p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
 }
 
+/// Issue 32, F7: under Landlock the agents' configuration in a writable home is not protected
+/// (no mounts): the launch says so.
+#[test]
+fn landlock_with_a_writable_home_warns_that_agent_configuration_is_unprotected() {
+    let pol = policy("[sandbox]\nbackend = \"landlock\"\n[home]\naccess = \"write\"");
+    let p = build(&pol, &facts(), &host(), &landlock_request("/home/u/proj")).unwrap();
+    assert!(p.warnings.iter().any(|w| w.contains("cannot protect the agents' configuration")), "{:?}", p.warnings);
+    let pol = policy("[sandbox]\nbackend = \"landlock\"");
+    let p = build(&pol, &facts(), &host(), &landlock_request("/home/u/proj")).unwrap();
+    assert!(!p.warnings.iter().any(|w| w.contains("agents' configuration")), "{:?}", p.warnings);
+}
+
 #[test]
 fn landlock_plan_says_the_shared_temp_trees_are_denied_and_names_the_private_one() {
     let p = build(&policy("[sandbox]\nbackend = \"landlock\""), &facts(), &host(), &landlock_request("/home/u/proj"))
