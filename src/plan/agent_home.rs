@@ -397,6 +397,7 @@ fn confine_own(b: &mut Builder<'_>, walk: &mut Walk<'_>, rules: &Rules, policy: 
     for m in &rules.merge {
         let copy = walk.next_copy();
         if let Some((merge, bind)) = merge_copy(b, policy, walk.home, &rules.dirs, m, &copy, &rules.strip)? {
+            walk.done.push(merge.file.clone());
             walk.out.merges.push(merge);
             later.extend(bind);
         }
