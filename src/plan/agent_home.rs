@@ -293,6 +293,15 @@ impl Walk<'_> {
                 match b.fs.kind(&p) {
                     Some(Kind::File) => b.push(MountSpec::SessionCopy { target: p }),
                     Some(Kind::Dir) => b.push(MountSpec::Tmpfs { target: p, mode: 0o700 }),
+                    // A directory the agent makes at its start (Claude Code's session-env/):
+                    // made now, empty, as the tmpfs's mount point.
+                    None if raw.ends_with('/') => {
+                        self.make_parents(b, d, &p);
+                        if !b.home_dirs.contains(&p) {
+                            b.home_dirs.push(p.clone());
+                        }
+                        b.push(MountSpec::Tmpfs { target: p, mode: 0o700 });
+                    }
                     _ => {}
                 }
             }

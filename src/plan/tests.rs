@@ -840,6 +840,9 @@ fn claudes_own_directory_is_the_sessions_own_but_for_its_state() {
     assert!(ro_bind(&plan, "/home/u/.claude") && !has(&plan, |m| matches!(m, MountSpec::Layer { .. })));
     assert!(has(&plan, |m| matches!(m, MountSpec::SessionCopy { target } if target == &claude.join("settings.json"))));
     assert!(has(&plan, |m| matches!(m, MountSpec::Tmpfs { target, .. } if target == &claude.join("session-env"))));
+    let snapshots = claude.join("shell-snapshots");
+    assert!(has(&plan, |m| matches!(m, MountSpec::Tmpfs { target, .. } if target == &snapshots)), "made, then a tmpfs");
+    assert!(plan.home_dirs.contains(&snapshots));
 }
 
 /// A login the policy hides inside the agent's directory stays hidden: no copy of it is bound
