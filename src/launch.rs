@@ -327,16 +327,12 @@ impl Launch {
                 })?;
                 let mut lock = jail::placeholders::ProjectLock::acquire(&facts.state_dir(), &project_dir)
                     .map_err(|e| LaunchError::setup(e.to_string()))?;
-                // An agent's instruction file, and the names its profile guards, may need
-                // placeholders in the home.
-                let in_home = |a: &policy::schema::AgentSection| {
-                    a.instructions.is_some() || a.guard.is_some() || a.session.is_some()
-                };
-                if policy.agent.as_ref().is_some_and(|a| in_home(&a.value)) {
-                    lock = lock
-                        .with_home(&facts.state_dir(), &facts.home_canonical)
-                        .map_err(|e| LaunchError::setup(e.to_string()))?;
-                }
+                // An agent's instruction file, and the agents' directories and files any
+                // session may reach (`~/.cache/opencode`, all of them with the home writable),
+                // may need placeholders in the home.
+                lock = lock
+                    .with_home(&facts.state_dir(), &facts.home_canonical)
+                    .map_err(|e| LaunchError::setup(e.to_string()))?;
                 Some(lock)
             }
         };

