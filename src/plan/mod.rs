@@ -481,6 +481,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     masks(&mut b, policy, fs, &base, &trees);
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
     let mut placeholders = protected(&mut b, policy, facts, fs, &base, &trees)?;
+    warnings.extend(repo_credentials_warning(fs, &base));
     // 7. The agent's own directories: its state writable, what it runs or obeys outside
     // read-only or a copy for the session.
     let placed = instructions::place(policy, fs, &base.home, base.backend)?;
@@ -734,12 +735,29 @@ fn protected(
     // wherever `core.hooksPath` puts them (read now, from its config and the user's), and
     // the files the `.envrc` loads.
     let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
-    let mut found: Vec<(PathBuf, bool)> = runs_outside::hooks_dirs(fs, &base.home, xdg.as_deref(), &base.project)
-        .into_iter()
-        .map(|p| (p, true))
-        .collect();
-    found.extend(runs_outside::envrc_loads(fs, &base.project).into_iter().map(|p| (p, false)));
+    let git = runs_outside::git_found(fs, &base.home, xdg.as_deref(), &base.project);
+    let mut found: Vec<(PathBuf, bool)> = git.hooks.iter().map(|p| (p.clone(), true)).collect();
+    // The files the repository's config includes are read as the config: protected like it.
+    found.extend(git.includes.iter().map(|p| (p.clone(), false)));
+    if let Some(top) = &git.top {
+        // The project files the hooks and the hook managers' configs name (`scripts/lint.sh`).
+        let mut hooks = git.hooks.clone();
+        hooks.extend(git.git_dir.as_ref().map(|g| g.join("hooks")));
+        hooks.extend(runs_outside::hook_manager_configs(fs, top));
+        found.extend(runs_outside::hook_named(fs, &hooks, top, &base.project));
+    }
+    found.extend(runs_outside::envrc_loads(fs, &base.project));
     protect_found(b, fs, &trees.writable, &base.project, guard_keeps_git, &found, &mut placeholders)?;
+    if base.backend == BackendKind::Userns {
+        // aider's tags cache in the project holds pickles aider loads outside: the session
+        // gets an empty one of its own over an existing one (aider inside rebuilds it); the
+        // guard refuses making one (aider then keeps its cache in memory).
+        for c in fs::expand_glob(fs, &base.project.join(".aider.tags.cache.v*")) {
+            if fs.kind(&c) == Some(Kind::Dir) {
+                b.push(MountSpec::Tmpfs { target: c, mode: 0o755 });
+            }
+        }
+    }
     if base.backend == BackendKind::Landlock {
         // Landlock cannot make a path inside the writable project read-only: a placeholder
         // would protect nothing there (docs/security-model.md lists this limit).
@@ -757,6 +775,21 @@ fn protected(
         }
     }
     Ok(placeholders)
+}
+
+/// One line when the project's repository config holds a credential the jail can read
+/// (red team 32, F10): the entries' names, never their values.
+fn repo_credentials_warning(fs: &dyn HostFs, base: &Base) -> Option<String> {
+    let git_dir = runs_outside::git_found(fs, &base.home, None, &base.project).git_dir?;
+    let names = runs_outside::repo_credentials(fs, &git_dir);
+    (!names.is_empty()).then(|| {
+        format!(
+            "the project's git config ({}) holds a credential the jail can read ({}): move it to a credential \
+             helper (`git remote set-url origin https://host/path` without the token; docs/security-model.md)",
+            git_dir.join("config").display(),
+            names.join(", ")
+        )
+    })
 }
 
 /// The jail's environment from the launcher's (or a job's) and the policy, before the
