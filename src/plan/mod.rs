@@ -19,6 +19,7 @@ mod net;
 pub mod os_path;
 mod project;
 pub mod runs_outside;
+pub mod token_files;
 
 pub use fs::MountSpec;
 pub use hiding::report as credentials_report;
@@ -457,6 +458,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let creds = policy.agent.as_ref().and_then(|a| a.value.credentials.clone()).unwrap_or_default();
     base.net.credentials = credentials::routes(&creds, &base.net, &envp.vars, &facts.env)?;
     let (credentials_plan, git_view) = hiding::decide(policy, facts, fs, &mut base)?;
+    let token_copies = token_copies(facts, fs, &mut base);
     let mut warnings = std::mem::take(&mut base.warnings);
     let mut b = Builder::new(fs, &base.hidden);
     synthesized_files(&mut b, policy, facts, &base);
@@ -478,6 +480,12 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     cover_stubbed(&mut b, fs, policy, facts, &base.home, mail_block);
     // 3. Home; 4. extra writable paths, then the project; 5. what is hidden inside them.
     let trees = writable_trees(&mut b, policy, facts, fs, &base, &git_view, &mut warnings)?;
+    // Everyday configs that hold a token (cargo's, pip's...): a copy without it where shown.
+    for (path, text) in token_copies {
+        if !base.hidden.covers(&path) && hiding::shown(&b.mounts, &path) {
+            b.push(MountSpec::Stripped { target: path, contents: text, seed: false });
+        }
+    }
     masks(&mut b, policy, fs, &base, &trees);
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
     let mut placeholders = protected(&mut b, policy, facts, fs, &base, &trees)?;
@@ -775,6 +783,36 @@ fn protected(
         }
     }
     Ok(placeholders)
+}
+
+/// Everyday config files holding a token (`token_files`): under userns the copies to show
+/// over them; under Landlock, which cannot show a copy, each is hidden with a warning, as is
+/// one that cannot be read surely.
+fn token_copies(facts: &HostFacts, fs: &dyn HostFs, base: &mut Base) -> Vec<(PathBuf, String)> {
+    let var = |n: &str| facts.env_var(n).map(str::to_string);
+    let mut copies = vec![];
+    for (path, outcome) in token_files::decide(fs, &base.home, &var) {
+        let shown = path.strip_prefix(&base.home).map(|r| format!("~/{}", r.display()));
+        let shown = shown.unwrap_or_else(|_| path.display().to_string());
+        match outcome {
+            token_files::Outcome::Unchanged => {}
+            token_files::Outcome::Stripped { text, .. } if base.backend == BackendKind::Userns => {
+                copies.push((path, text));
+            }
+            token_files::Outcome::Stripped { dropped, .. } => {
+                base.warnings.push(format!(
+                    "{shown}: not shown inside: it holds {} and the Landlock backend cannot show a copy without it",
+                    dropped.join(", ")
+                ));
+                base.hidden.add_stores([path]);
+            }
+            token_files::Outcome::Withheld { why } => {
+                base.warnings.push(format!("{shown}: not shown inside ({why}): it may hold a token"));
+                base.hidden.add_stores([path]);
+            }
+        }
+    }
+    copies
 }
 
 /// One line when the project's repository config holds a credential the jail can read
