@@ -316,10 +316,11 @@ pub fn envrc_loads(fs: &dyn HostFs, project: &Path) -> Vec<(PathBuf, bool)> {
                 _ => {
                     // Another command: what it runs, and what it is given, where that is in
                     // the project (`./scripts/setup`, `bash tools/env.sh`, `eval "$(cat x)"`).
+                    // Files only: a directory named there (`mkdir -p tmp`) is data.
                     if first.contains('/') {
                         found.word(first, false, true);
                     }
-                    named.iter().for_each(|a| found.word(a, false, false));
+                    named.iter().for_each(|a| found.file(a));
                 }
             }
         }
@@ -397,6 +398,28 @@ impl Found<'_> {
         }
     }
 
+    /// `word` where it names an existing file of the project (not a directory).
+    fn file(&mut self, word: &str) {
+        let word = word.trim_matches(['"', '\'']);
+        let word = match word.find('$') {
+            // Behind a variable: the rest, as in `word`.
+            Some(i) => match word[i..].find('/') {
+                Some(slash) => word[i + slash..].trim_start_matches('/'),
+                None => return,
+            },
+            None => word,
+        };
+        if word.is_empty() || word.contains('$') || word.contains("://") || crate::glob::has_glob(word) {
+            return;
+        }
+        let p = if Path::new(word).is_absolute() { PathBuf::from(word) } else { self.project.join(word) };
+        if let Some(p) = normalize(&p).filter(|p| p.starts_with(self.project)) {
+            if self.fs.kind(&p) == Some(Kind::File) {
+                self.push(p, false);
+            }
+        }
+    }
+
     fn push(&mut self, p: PathBuf, dir: bool) {
         if !self.out.iter().any(|(q, _)| *q == p) {
             self.out.push((p, dir));
@@ -407,8 +430,9 @@ impl Found<'_> {
 /// The files in the project that the hooks in `hooks` (each a directory of hook scripts, or
 /// a hook manager's config: lefthook's `run:`/`rc:`/`extends:`, pre-commit's `entry:` of a
 /// local hook) name: every word that is a path to an existing entry of the project, taken
-/// relative to the repository's work tree `top` and to the file's own directory. What a
-/// hook runs through a tool (`npx lint-staged`, `make lint`) is project code, not found here.
+/// relative to the repository's work tree `top` and to the file's own directory, that is a
+/// file. What a hook runs through a tool (`npx lint-staged`, `make lint`) is project code, not
+/// found here.
 pub fn hook_named(fs: &dyn HostFs, hooks: &[PathBuf], top: &Path, project: &Path) -> Vec<(PathBuf, bool)> {
     let mut files: Vec<PathBuf> = vec![];
     for h in hooks {
@@ -422,7 +446,8 @@ pub fn hook_named(fs: &dyn HostFs, hooks: &[PathBuf], top: &Path, project: &Path
     }
     let mut out: Vec<(PathBuf, bool)> = vec![];
     for f in files {
-        if fs.kind(&f) != Some(Kind::File) {
+        // git's own samples name nothing of the project.
+        if fs.kind(&f) != Some(Kind::File) || f.extension().is_some_and(|e| e == "sample") {
             continue;
         }
         let Some(text) = read(fs, &f) else { continue };
@@ -438,10 +463,10 @@ pub fn hook_named(fs: &dyn HostFs, hooks: &[PathBuf], top: &Path, project: &Path
             for base in [top, here.as_path()] {
                 let p = if Path::new(w).is_absolute() { PathBuf::from(w) } else { base.join(w) };
                 let Some(p) = normalize(&p).filter(|p| p.starts_with(project) && p != project) else { continue };
-                if let Some(k) = fs.kind(&p).filter(|k| *k != Kind::Symlink) {
-                    if !out.iter().any(|(q, _)| *q == p) {
-                        out.push((p, k == Kind::Dir));
-                    }
+                // Files only: a directory a config names (lefthook's `root: web/`, pre-commit's
+                // `exclude: docs/`) is where the hook works, not what it runs.
+                if fs.kind(&p) == Some(Kind::File) && !out.iter().any(|(q, _)| *q == p) {
+                    out.push((p, false));
                 }
             }
         }
@@ -594,6 +619,7 @@ mod tests {
             ("source \"$ROOT/scripts/env.sh\"\n", &["/p/scripts/env.sh"]),
             ("./tools/setup --quiet\n", &["/p/tools/setup"]),
             ("eval \"$(cat conf/env)\"\n", &["/p/conf/env"]),
+            ("mkdir -p scripts sub\n", &[]),
             ("source \\\n  cont.sh\n", &["/p/cont.sh"]),
             ("echo '#' ; source quoted.sh\n", &["/p/quoted.sh"]),
             ("source_up\nsource /etc/profile\nsource ../x.sh\nPATH_add .\n", &[]),
@@ -647,7 +673,12 @@ mod tests {
                 "/p/lefthook-local.yml",
                 "pre-commit:\n  commands:\n    a:\n      run: tools/check.py {staged_files}\n",
             )
-            .content("/p/.pre-commit-config.yaml", "- repo: local\n  hooks:\n  - id: x\n    entry: bin/x.sh\n")
+            .content(
+                "/p/.pre-commit-config.yaml",
+                "- repo: local\n  hooks:\n  - id: x\n    entry: bin/x.sh\n    exclude: docs/\n",
+            )
+            .dir("/p/docs")
+            .content("/p/.git/hooks/pre-push.sample", "cat scripts/lint.sh docs/x\n")
             .file("/p/scripts/lint.sh")
             .file("/p/tools/check.py")
             .file("/p/bin/x.sh")
