@@ -209,8 +209,9 @@ fn agent_settings_at_any_depth_cannot_be_made_or_changed() {
     {
         assert!(!j.project.join(p).exists(), "{p} was made: {out}");
     }
-    let line = out.stderr.lines().find(|l| l.contains("web/.mcp.json")).unwrap_or_default();
-    assert!(line.starts_with("agent-sandbox: ") && line.contains("Claude Code outside the jail reads this"), "{out}");
+    // The guard's line comes from a thread of its own: before or after the shell's.
+    let line = out.stderr.lines().find(|l| l.starts_with("agent-sandbox: ") && l.contains("web/.mcp.json"));
+    assert!(line.unwrap_or_default().contains("Claude Code outside the jail reads this"), "one line says why: {out}");
 }
 
 /// F6: the forms of loading the `.envrc` reader missed: `source "$PWD/..."`, a `source` after

@@ -488,8 +488,8 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     }
     masks(&mut b, policy, fs, &base, &trees);
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
-    let mut placeholders = protected(&mut b, policy, facts, fs, &base, &trees)?;
-    warnings.extend(repo_credentials_warning(fs, &base));
+    let (mut placeholders, git_dir) = protected(&mut b, policy, facts, fs, &base, &trees)?;
+    warnings.extend(git_dir.and_then(|g| repo_credentials_warning(fs, &g)));
     // 7. The agent's own directories: its state writable, what it runs or obeys outside
     // read-only or a copy for the session.
     let placed = instructions::place(policy, fs, &base.home, base.backend)?;
@@ -732,7 +732,7 @@ fn protected(
     fs: &dyn HostFs,
     base: &Base,
     trees: &Trees,
-) -> Result<Vec<Placeholder>, PlanError> {
+) -> Result<(Vec<Placeholder>, Option<PathBuf>), PlanError> {
     let mut placeholders = vec![];
     // With the git guard on, the project's `.git/config` and `.git/hooks` are the guard's to
     // keep (checked changes: `git submodule init`, `git remote add`, `git init` where there
@@ -782,7 +782,7 @@ fn protected(
             b.push(MountSpec::Bind { source: cfg.clone(), target: cfg, rw: false, dir: true });
         }
     }
-    Ok(placeholders)
+    Ok((placeholders, git.git_dir))
 }
 
 /// Everyday config files holding a token (`token_files`): under userns the copies to show
@@ -817,9 +817,8 @@ fn token_copies(facts: &HostFacts, fs: &dyn HostFs, base: &mut Base) -> Vec<(Pat
 
 /// One line when the project's repository config holds a credential the jail can read
 /// (red team 32, F10): the entries' names, never their values.
-fn repo_credentials_warning(fs: &dyn HostFs, base: &Base) -> Option<String> {
-    let git_dir = runs_outside::git_found(fs, &base.home, None, &base.project).git_dir?;
-    let names = runs_outside::repo_credentials(fs, &git_dir);
+fn repo_credentials_warning(fs: &dyn HostFs, git_dir: &Path) -> Option<String> {
+    let names = runs_outside::repo_credentials(fs, git_dir);
     (!names.is_empty()).then(|| {
         format!(
             "the project's git config ({}) holds a credential the jail can read ({}): move it to a credential \

@@ -507,22 +507,22 @@ const MAX_HOOK_FILES: usize = 128;
 /// The hook managers' configs at the top of a repository (`top`) whose commands name
 /// project files: lefthook's (every name it reads) and pre-commit's.
 pub fn hook_manager_configs(fs: &dyn HostFs, top: &Path) -> Vec<PathBuf> {
+    // The names the directories hold (read once per plan, cached), not 40 lookups.
     let mut out = vec![];
-    for stem in ["lefthook", ".lefthook", "lefthook-local", ".lefthook-local"] {
-        for ext in ["yml", "yaml", "toml", "json", "jsonc"] {
-            for dir in [top.to_path_buf(), top.join(".config")] {
-                let p = dir.join(format!("{stem}.{ext}"));
-                if fs.kind(&p) == Some(Kind::File) {
-                    out.push(p);
-                }
+    for dir in [top.to_path_buf(), top.join(".config")] {
+        for name in fs.read_dir(&dir).iter() {
+            let Some(n) = name.to_str() else { continue };
+            let lefthook = n.rsplit_once('.').is_some_and(|(stem, ext)| {
+                ["lefthook", ".lefthook", "lefthook-local", ".lefthook-local"].contains(&stem)
+                    && ["yml", "yaml", "toml", "json", "jsonc"].contains(&ext)
+            });
+            let pre_commit = dir == top && (n == ".pre-commit-config.yaml" || n == ".pre-commit-config.yml");
+            if (lefthook || pre_commit) && fs.kind(&dir.join(n)) == Some(Kind::File) {
+                out.push(dir.join(n));
             }
         }
     }
-    for name in [".pre-commit-config.yaml", ".pre-commit-config.yml"] {
-        if fs.kind(&top.join(name)) == Some(Kind::File) {
-            out.push(top.join(name));
-        }
-    }
+    out.sort();
     out
 }
 
@@ -687,7 +687,7 @@ mod tests {
         hooks.extend(hook_manager_configs(&fs, Path::new("/p")));
         assert_eq!(
             files(hook_named(&fs, &hooks, Path::new("/p"), Path::new("/p"))),
-            ["/p/scripts/lint.sh", "/p/tools/check.py", "/p/bin/x.sh"]
+            ["/p/scripts/lint.sh", "/p/bin/x.sh", "/p/tools/check.py"]
         );
     }
 

@@ -483,6 +483,10 @@ fn lefthook_config(name: &str) -> bool {
 pub fn runs_outside_name(rel: &Path) -> Option<&'static str> {
     let parts: Vec<&str> = rel.iter().map(|c| c.to_str().unwrap_or("")).collect();
     for (i, c) in parts.iter().enumerate() {
+        // Every name of the lists starts with `.` or `opencode`: most components are none.
+        if !c.starts_with('.') && !c.get(..8).is_some_and(|p| p.eq_ignore_ascii_case("opencode")) {
+            continue;
+        }
         if let Some((_, who)) = AGENT_CONFIG.iter().find(|(n, _)| c.eq_ignore_ascii_case(n)) {
             return Some(who);
         }
