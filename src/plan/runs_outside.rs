@@ -447,7 +447,7 @@ pub fn hook_named(fs: &dyn HostFs, hooks: &[PathBuf], top: &Path, project: &Path
     let mut out: Vec<(PathBuf, bool)> = vec![];
     for f in files {
         // git's own samples name nothing of the project.
-        if fs.kind(&f) != Some(Kind::File) || f.extension().is_some_and(|e| e == "sample") {
+        if f.extension().is_some_and(|e| e == "sample") || fs.kind(&f) != Some(Kind::File) {
             continue;
         }
         let Some(text) = read(fs, &f) else { continue };
