@@ -276,6 +276,53 @@ fn landlock_the_users_git_config_is_seen_without_its_credentials() {
     the_git_config_is_seen_without_credentials("cred-git-ll", &["--backend", "landlock"]);
 }
 
+/// Red team 32, F8: everyday configs under the built-in `home.read` entries that also hold a
+/// token (cargo's registry token, npm's global npmrc, conda's channel token, spack's mirror
+/// keys) are seen without it in every home mode, their other settings kept; under Landlock
+/// they are not shown at all.
+fn everyday_configs_are_seen_without_tokens(name: &str, backend: &[&str]) {
+    let Some(j) = Jail::new(name) else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let _cargo = Planted::new(
+        j.rig,
+        ".cargo/config.toml",
+        "[registries.corp]\nindex = \"sparse+https://crates.corp.example/\"\ntoken = \"CANARY-CARGO-TOKEN\"\n[build]\njobs = 3\n",
+    );
+    let _npm = Planted::new(j.rig, ".npm-global/etc/npmrc", "fund=false\n//npm.corp/:_authToken=CANARY-NPM-TOKEN\n");
+    let _conda = Planted::new(j.rig, ".conda/.condarc", "channels:\n  - https://conda.anaconda.org/t/CANARY-CONDA/x\n");
+    let _spack = Planted::new(
+        j.rig,
+        ".spack/mirrors.yaml",
+        "mirrors:\n  s3:\n    url: s3://b/c\n    access_pair:\n    - CANARY-SPACK-ID\n    - CANARY-SPACK-KEY\n",
+    );
+    let script =
+        "cat ~/.cargo/config.toml ~/.npm-global/etc/npmrc ~/.conda/.condarc ~/.spack/mirrors.yaml; echo PROBED";
+    for mode in ["tmpwrite", "read", "write"] {
+        let mut opts: Vec<&str> = backend.to_vec();
+        opts.extend(["--home-access", mode]);
+        let out = j.run_with(&opts, script);
+        assert!(out.stdout.contains("PROBED"), "{mode}: {out}");
+        for canary in ["CANARY-CARGO-TOKEN", "CANARY-NPM-TOKEN", "CANARY-CONDA", "CANARY-SPACK"] {
+            assert!(!out.stdout.contains(canary), "{mode}: {canary} inside: {out}");
+        }
+        if backend.is_empty() {
+            for kept in ["sparse+https://crates.corp.example/", "jobs = 3", "fund=false", "url: s3://b/c"] {
+                assert!(out.stdout.contains(kept), "{mode}: {kept} was lost: {out}");
+            }
+        }
+    }
+}
+
+#[test]
+fn everyday_configs_are_shown_without_their_tokens() {
+    everyday_configs_are_seen_without_tokens("cred-everyday", &[]);
+}
+
+#[test]
+fn landlock_everyday_configs_with_a_token_are_not_shown() {
+    everyday_configs_are_seen_without_tokens("cred-everyday-ll", &["--backend", "landlock"]);
+}
+
 /// Keys `~/.ssh/config` names outside `~/.ssh`, and a master connection's socket directory,
 /// are unreadable even where the tree around them is listed.
 #[test]

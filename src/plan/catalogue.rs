@@ -586,6 +586,7 @@ mod tests {
             ".codex/auth.json",
             ".claude/.credentials.json",
             ".gemini/oauth_creds.json",
+            ".julia/servers",
         ] {
             assert!(all.contains(&Path::new("/gpfs/home/u").join(p)), "~/{p}");
         }

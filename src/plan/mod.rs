@@ -19,6 +19,7 @@ mod net;
 pub mod os_path;
 mod project;
 pub mod runs_outside;
+pub mod token_files;
 
 pub use fs::MountSpec;
 pub use hiding::report as credentials_report;
@@ -474,6 +475,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let creds = policy.agent.as_ref().and_then(|a| a.value.credentials.clone()).unwrap_or_default();
     base.net.credentials = credentials::routes(&creds, &base.net, &envp.vars, &facts.env)?;
     let (credentials_plan, git_view) = hiding::decide(policy, facts, fs, &mut base)?;
+    let token_copies = token_copies(facts, fs, &mut base);
     let mut warnings = std::mem::take(&mut base.warnings);
     let mut b = Builder::new(fs, &base.hidden);
     synthesized_files(&mut b, policy, facts, &base);
@@ -495,9 +497,16 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     cover_stubbed(&mut b, fs, policy, facts, &base.home, mail_block);
     // 3. Home; 4. extra writable paths, then the project; 5. what is hidden inside them.
     let trees = writable_trees(&mut b, policy, facts, fs, &base, &git_view, &mut warnings)?;
+    // Everyday configs that hold a token (cargo's, pip's...): a copy without it where shown.
+    for (path, text) in token_copies {
+        if !base.hidden.covers(&path) && hiding::shown(&b.mounts, &path) {
+            b.push(MountSpec::Stripped { target: path, contents: text, seed: false });
+        }
+    }
     masks(&mut b, policy, fs, &base, &trees)?;
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
-    let mut placeholders = protected(&mut b, policy, facts, fs, &base, &trees)?;
+    let (mut placeholders, git_dir) = protected(&mut b, policy, facts, fs, &base, &trees)?;
+    warnings.extend(git_dir.and_then(|g| repo_credentials_warning(fs, &g)));
     // 7. The agent's own directories: its state writable, what it runs or obeys outside
     // read-only or a copy for the session.
     let placed = instructions::place(policy, fs, &base.home, base.backend)?;
@@ -815,7 +824,7 @@ fn protected(
     fs: &dyn HostFs,
     base: &Base,
     trees: &Trees,
-) -> Result<Vec<Placeholder>, PlanError> {
+) -> Result<(Vec<Placeholder>, Option<PathBuf>), PlanError> {
     let mut placeholders = vec![];
     // With the git guard on, the project's `.git/config` and `.git/hooks` are the guard's to
     // keep (checked changes: `git submodule init`, `git remote add`, `git init` where there
@@ -826,12 +835,29 @@ fn protected(
     // wherever `core.hooksPath` puts them (read now, from its config and the user's), and
     // the files the `.envrc` loads.
     let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
-    let mut found: Vec<(PathBuf, bool)> = runs_outside::hooks_dirs(fs, &base.home, xdg.as_deref(), &base.project)
-        .into_iter()
-        .map(|p| (p, true))
-        .collect();
-    found.extend(runs_outside::envrc_loads(fs, &base.project).into_iter().map(|p| (p, false)));
+    let git = runs_outside::git_found(fs, &base.home, xdg.as_deref(), &base.project);
+    let mut found: Vec<(PathBuf, bool)> = git.hooks.iter().map(|p| (p.clone(), true)).collect();
+    // The files the repository's config includes are read as the config: protected like it.
+    found.extend(git.includes.iter().map(|p| (p.clone(), false)));
+    if let Some(top) = &git.top {
+        // The project files the hooks and the hook managers' configs name (`scripts/lint.sh`).
+        let mut hooks = git.hooks.clone();
+        hooks.extend(git.git_dir.as_ref().map(|g| g.join("hooks")));
+        hooks.extend(runs_outside::hook_manager_configs(fs, top));
+        found.extend(runs_outside::hook_named(fs, &hooks, top, &base.project));
+    }
+    found.extend(runs_outside::envrc_loads(fs, &base.project));
     protect_found(b, fs, &trees.writable, &base.project, guard_keeps_git, &found, &mut placeholders)?;
+    if base.backend == BackendKind::Userns {
+        // aider's tags cache in the project holds pickles aider loads outside: the session
+        // gets an empty one of its own over an existing one (aider inside rebuilds it); the
+        // guard refuses making one (aider then keeps its cache in memory).
+        for c in fs::expand_glob(fs, &base.project.join(".aider.tags.cache.v*")) {
+            if fs.kind(&c) == Some(Kind::Dir) {
+                b.push(MountSpec::Tmpfs { target: c, mode: 0o755 });
+            }
+        }
+    }
     if base.backend == BackendKind::Landlock {
         // Landlock cannot make a path inside the writable project read-only: a placeholder
         // would protect nothing there (docs/security-model.md lists this limit).
@@ -848,7 +874,51 @@ fn protected(
             b.push(MountSpec::Bind { source: cfg.clone(), target: cfg, rw: false, dir: true });
         }
     }
-    Ok(placeholders)
+    Ok((placeholders, git.git_dir))
+}
+
+/// Everyday config files holding a token (`token_files`): under userns the copies to show
+/// over them; under Landlock, which cannot show a copy, each is hidden with a warning, as is
+/// one that cannot be read surely.
+fn token_copies(facts: &HostFacts, fs: &dyn HostFs, base: &mut Base) -> Vec<(PathBuf, String)> {
+    let var = |n: &str| facts.env_var(n).map(str::to_string);
+    let mut copies = vec![];
+    for (path, outcome) in token_files::decide(fs, &base.home, &var) {
+        let shown = path.strip_prefix(&base.home).map(|r| format!("~/{}", r.display()));
+        let shown = shown.unwrap_or_else(|_| path.display().to_string());
+        match outcome {
+            token_files::Outcome::Unchanged => {}
+            token_files::Outcome::Stripped { text, .. } if base.backend == BackendKind::Userns => {
+                copies.push((path, text));
+            }
+            token_files::Outcome::Stripped { dropped, .. } => {
+                base.warnings.push(format!(
+                    "{shown}: not shown inside: it holds {} and the Landlock backend cannot show a copy without it",
+                    dropped.join(", ")
+                ));
+                base.hidden.add_stores([path]);
+            }
+            token_files::Outcome::Withheld { why } => {
+                base.warnings.push(format!("{shown}: not shown inside ({why}): it may hold a token"));
+                base.hidden.add_stores([path]);
+            }
+        }
+    }
+    copies
+}
+
+/// One line when the project's repository config holds a credential the jail can read
+/// (red team 32, F10): the entries' names, never their values.
+fn repo_credentials_warning(fs: &dyn HostFs, git_dir: &Path) -> Option<String> {
+    let names = runs_outside::repo_credentials(fs, git_dir);
+    (!names.is_empty()).then(|| {
+        format!(
+            "the project's git config ({}) holds a credential the jail can read ({}): move it to a credential \
+             helper (`git remote set-url origin https://host/path` without the token; docs/security-model.md)",
+            git_dir.join("config").display(),
+            names.join(", ")
+        )
+    })
 }
 
 /// The jail's environment from the launcher's (or a job's) and the policy, before the

@@ -268,11 +268,13 @@ pub(super) fn protect(
             match fs.kind(&m) {
                 Some(Kind::Symlink) => return Err(PlanError::ProtectedSymlink { path: m }),
                 Some(k) => {
-                    if placeholders.iter().any(|ph| m.starts_with(&ph.path)) {
+                    let bind = MountSpec::Bind { source: m.clone(), target: m.clone(), rw: false, dir: k == Kind::Dir };
+                    // Two patterns may name one path (`lefthook.yml`, `lefthook*.y*ml`).
+                    if placeholders.iter().any(|ph| m.starts_with(&ph.path)) || b.mounts.contains(&bind) {
                         continue;
                     }
                     pin_ancestors(b, project, &m);
-                    b.push(MountSpec::Bind { source: m.clone(), target: m, rw: false, dir: k == Kind::Dir });
+                    b.push(bind);
                 }
                 None => {}
             }
@@ -301,7 +303,10 @@ pub(super) fn protect_found(
             continue;
         };
         let in_git = p.strip_prefix(tree).is_ok_and(|r| r.components().any(|c| c.as_os_str() == ".git"));
-        if guard_keeps_git && in_git {
+        // The guard keeps a git directory's `hooks` and `config`; anything else in it (a
+        // `core.hooksPath` of `.git/my-hooks`, an included `.git/extra.inc`) is bound here.
+        let guards = p.file_name().is_some_and(|n| n == "hooks" || n == "config" || n == "config.worktree");
+        if guard_keeps_git && in_git && guards {
             continue;
         }
         let covered = b.mounts.iter().any(|m| {

@@ -968,6 +968,40 @@ fn the_repositorys_hooks_path_and_what_the_envrc_loads_are_protected() {
     assert!(!has(&plan, |m| m.target() == Path::new("/home/u/proj/.env")));
 }
 
+/// Red team 32: with the git guard on, what the guard does not keep inside a `.git` (a
+/// `core.hooksPath` of `.git/my-hooks`, an included `.git/extra.inc`) is bound read-only; an
+/// included file of the project too, husky's scripts above its `_`, and aider's tags cache is
+/// the session's own tmpfs.
+#[test]
+fn includes_husky_scripts_and_what_the_guard_does_not_keep_in_a_git_dir_are_protected() {
+    let fs = host()
+        .dir("/home/u/proj/.git/my-hooks")
+        .content(
+            "/home/u/proj/.git/config",
+            "[core]\n\thooksPath = web/.husky/_\n\thooksPath = .git/my-hooks\n[include]\n\tpath = extra.inc\n\tpath = ../team.gitconfig\n",
+        )
+        .file("/home/u/proj/.git/extra.inc")
+        .file("/home/u/proj/team.gitconfig")
+        .dir("/home/u/proj/web/.husky/_")
+        .file("/home/u/proj/web/.husky/pre-commit")
+        .file("/home/u/proj/.aider.tags.cache.v4/cache.db");
+    let plan = build(&policy(""), &facts(), &fs, &request("/home/u/proj")).unwrap();
+    assert!(plan.git_guard.is_some());
+    for p in [
+        "/home/u/proj/.git/my-hooks",
+        "/home/u/proj/.git/extra.inc",
+        "/home/u/proj/team.gitconfig",
+        "/home/u/proj/web/.husky",
+    ] {
+        assert!(ro_bind(&plan, p), "{p}");
+    }
+    assert!(!has(&plan, |m| m.target() == Path::new("/home/u/proj/.git/config")), "the guard's");
+    assert!(has(
+        &plan,
+        |m| matches!(m, MountSpec::Tmpfs { target, .. } if target == Path::new("/home/u/proj/.aider.tags.cache.v4"))
+    ));
+}
+
 /// The credential catalogue in plans: every store absent wherever its tree is shown, in every
 /// home mode and under both backends; naming one shows it; the user's git config loses what
 /// hands out a credential.

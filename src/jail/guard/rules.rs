@@ -112,6 +112,9 @@ pub enum Refusal {
     Unchecked(String),
     /// More git directories than the guard keeps track of.
     TooMany,
+    /// An agent's or a hook manager's configuration in the project (`runs_outside_name`):
+    /// the detail names what reads it.
+    RunsOutside(&'static str),
 }
 
 impl Refusal {
@@ -144,6 +147,10 @@ impl Refusal {
                     "more than {MAX_TRACKED} git directories in one session: no more can be made inside the project"
                 )
             }
+            Refusal::RunsOutside(what) => format!(
+                "{what} outside the jail reads this and runs what it names, so the jail cannot make or change it \
+                 (at any depth of the project); ask the user to make the change outside the sandbox"
+            ),
         }
     }
 
@@ -156,6 +163,7 @@ impl Refusal {
             Refusal::Commondir => "git-commondir",
             Refusal::Unchecked(_) => "git-unchecked",
             Refusal::TooMany => "git-limit",
+            Refusal::RunsOutside(_) => "runs-outside",
         }
     }
 }
@@ -316,6 +324,11 @@ impl Guarded {
         // UTF-8 is none of git's.
         let entry = path.join(raw);
         let name = raw.to_str().unwrap_or("");
+        if matches!(op, Op::Make(_) | Op::RenameOnto(_) | Op::Write) && self.roots.first().is_some_and(|p| p == root) {
+            if let Some(what) = entry.strip_prefix(root).ok().and_then(runs_outside_name) {
+                return Err(Refusal::RunsOutside(what));
+            }
+        }
         if matches!(op, Op::Make(Kind::Symlink) | Op::RenameOnto(Kind::Symlink))
             && (is(name, ".git") || self.sticky_at_or_below(&entry) || self.becomes_git_dir(dir, path, &entry))
         {
@@ -427,6 +440,80 @@ impl Guarded {
         }
         None
     }
+}
+
+/// Directories and files in the project that agents and editors started there, outside the
+/// jail, read as their settings (hooks, MCP servers, plugins, tasks) at ANY depth (a monorepo's
+/// `web/.claude/settings.json`, `web/.mcp.json`, codex's `.codex/config.toml` of every directory
+/// down to where it starts), and what they read them as.
+const AGENT_CONFIG: &[(&str, &str)] = &[
+    (".claude", "Claude Code"),
+    (".mcp.json", "Claude Code"),
+    (".codex", "Codex"),
+    (".gemini", "Gemini CLI"),
+    (".cursor", "Cursor"),
+    (".continue", "Continue"),
+    (".pi", "pi"),
+    (".vscode", "VS Code"),
+    ("opencode.json", "opencode"),
+    ("opencode.jsonc", "opencode"),
+    (".aider.conf.yml", "aider"),
+    (".aider.conf.yaml", "aider"),
+];
+
+/// Entries of an `.opencode` directory opencode loads code or settings from. Not its
+/// `package.json` and `node_modules`, which opencode writes there itself at start (the plan
+/// binds existing ones read-only; docs/security-model.md names the limit).
+const OPENCODE_LOADS: &[&str] = &["plugin", "tool", "command", "agent", "mode", "opencode.json"];
+
+/// lefthook's configs (lefthook.dev/configuration: `lefthook`, `.lefthook`, each with its
+/// `-local` twin that it merges over the main one, in every format it reads).
+fn lefthook_config(name: &str) -> bool {
+    let Some((stem, ext)) = name.rsplit_once('.') else { return false };
+    ["lefthook", ".lefthook", "lefthook-local", ".lefthook-local"].contains(&stem)
+        && ["yml", "yaml", "toml", "json", "jsonc"].contains(&ext)
+}
+
+/// Whether the project path `rel` (relative to the project's top) is, or lies below, a name
+/// that a program outside the jail reads and runs what it names: an agent's settings at any
+/// depth (`AGENT_CONFIG`), and in the top directory git hook managers' configs (lefthook's,
+/// with `.config/` and its scripts' directories; pre-commit's; overcommit's) and aider's tags
+/// cache, whose values aider unpickles. Says who reads it. The git guard refuses making,
+/// renaming onto or writing these; the plan binds the existing top-level ones read-only.
+pub fn runs_outside_name(rel: &Path) -> Option<&'static str> {
+    let parts: Vec<&str> = rel.iter().map(|c| c.to_str().unwrap_or("")).collect();
+    for (i, c) in parts.iter().enumerate() {
+        // Every name of the lists starts with `.` or `opencode`: most components are none.
+        if !c.starts_with('.') && !c.get(..8).is_some_and(|p| p.eq_ignore_ascii_case("opencode")) {
+            continue;
+        }
+        if let Some((_, who)) = AGENT_CONFIG.iter().find(|(n, _)| c.eq_ignore_ascii_case(n)) {
+            return Some(who);
+        }
+        if c.eq_ignore_ascii_case(".opencode")
+            && parts.get(i + 1).is_some_and(|n| OPENCODE_LOADS.iter().any(|l| n.starts_with(l)))
+        {
+            return Some("opencode");
+        }
+    }
+    let top = *parts.first()?;
+    let hook_manager = lefthook_config(top)
+        || top == ".lefthook"
+        || top == ".lefthook-local"
+        || (top == ".config" && parts.get(1).is_some_and(|n| lefthook_config(n)));
+    if hook_manager {
+        return Some("lefthook (git hooks)");
+    }
+    if top == ".pre-commit-config.yaml" || top == ".pre-commit-config.yml" {
+        return Some("pre-commit (git hooks)");
+    }
+    if top == ".overcommit.yml" {
+        return Some("overcommit (git hooks)");
+    }
+    if parts.len() == 1 && top.starts_with(".aider.tags.cache.v") {
+        return Some("aider (its tags cache is unpickled)");
+    }
+    None
 }
 
 #[cfg(test)]
@@ -647,6 +734,47 @@ mod tests {
         assert_eq!(t.decide(&g, "/p/src", "config", FILE), Ok(Decision::Go), "a project's own config file");
     }
 
+    /// Red team 32, F5, F12, F4: agents' settings at any depth of the project, hook managers'
+    /// configs and aider's pickle cache at its top, are neither made, renamed onto nor written.
+    #[test]
+    fn agent_settings_at_any_depth_and_hook_manager_configs_are_refused_in_the_project() {
+        let g = guarded();
+        let t = Tree::new(&["/p/web", "/p/web/.claude", "/p/web/.claude/settings.json"]);
+        for (dir, name) in [
+            ("/p/web", ".claude"),
+            ("/p/web", ".mcp.json"),
+            ("/p/web/deep/er", ".codex"),
+            ("/p/web/.claude", "settings.json"),
+            ("/p/x", ".GEMINI"),
+            ("/p/a", ".cursor"),
+            ("/p/a", "opencode.json"),
+            ("/p/a/.opencode", "plugin"),
+            ("/p/a/.vscode", "tasks.json"),
+            ("/p", "lefthook-local.yml"),
+            ("/p", ".lefthook-local.json"),
+            ("/p", "lefthook.toml"),
+            ("/p/.config", "lefthook.yaml"),
+            ("/p/.lefthook-local/pre-commit", "x.sh"),
+            ("/p", ".pre-commit-config.yaml"),
+            ("/p", ".aider.tags.cache.v4"),
+        ] {
+            for op in [FILE, DIR, Op::Write, Op::RenameOnto(Kind::File), LINK] {
+                assert!(matches!(t.decide(&g, dir, name, op), Err(Refusal::RunsOutside(_))), "{dir}/{name} {op:?}");
+            }
+        }
+        for (dir, name) in [
+            ("/p/web", "settings.json"),
+            ("/p/web", "lefthook-local.yml"),
+            ("/p/.aider.tags.cache.v4", "cache.db"),
+            ("/p/.opencode", "package.json"),
+            ("/p/src", "claude.ts"),
+            ("/data/x", ".claude"),
+        ] {
+            assert_eq!(t.decide(&g, dir, name, FILE), Ok(Decision::Go), "{dir}/{name}");
+        }
+        assert_eq!(t.decide(&g, "/p/web", ".claude", Op::Remove), Ok(Decision::Go), "removing runs nothing");
+    }
+
     #[test]
     fn every_refusal_has_a_reason_and_an_audit_name() {
         for r in [
@@ -657,9 +785,10 @@ mod tests {
             Refusal::Commondir,
             Refusal::Unchecked("x".into()),
             Refusal::TooMany,
+            Refusal::RunsOutside("Claude Code"),
         ] {
             assert!(r.reason().len() > 40 && !r.reason().contains('\n'), "{r:?}");
-            assert!(r.check().starts_with("git-"));
+            assert!(r.check().starts_with("git-") || r.check() == "runs-outside");
         }
     }
 }

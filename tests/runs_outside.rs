@@ -1,0 +1,292 @@
+//! Red team 32: what the jail writes into the project that programs outside run later without
+//! the user choosing to run project code: hook managers' configs (F5), husky's scripts in a
+//! subdirectory (F11), files the repository's config includes (F15), agents' settings at any
+//! depth (F12), what an `.envrc` loads (F6), aider's pickle cache (F4); and the project's own
+//! git config holding a token (F10). Real git, real lefthook where installed; the user's side
+//! runs outside the jail as the test user.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+
+macro_rules! jail {
+    ($name:expr) => {
+        match Jail::new($name) {
+            Some(j) => j,
+            None => return,
+        }
+    };
+}
+
+/// git as the test user in the project, outside the jail.
+fn git(j: &Jail, args: &[&str]) -> Out {
+    let mut c = j.as_user("git");
+    c.args(["-c", "user.name=U", "-c", "user.email=u@example.org", "-c", "init.defaultBranch=main"]).args(args);
+    j.output(&mut c)
+}
+
+/// A repository in the project made by the user, with one commit.
+fn repo(j: &Jail) {
+    for a in [&["init", "-q"][..], &["add", "-A"], &["commit", "-qm", "one", "--allow-empty"]] {
+        let out = git(j, a);
+        assert_eq!(out.code, 0, "git {a:?}: {out}");
+    }
+}
+
+/// Whether `p` is gone within two seconds (a placeholder is removed as the session ends).
+fn gone_soon(p: &Path) -> bool {
+    for _ in 0..200 {
+        if !p.exists() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    false
+}
+
+fn chmod_x(p: &Path) {
+    std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+}
+
+/// `lefthook` on this host, if any (the test rig installs none by default): `$ASB_TEST_LEFTHOOK`
+/// or on `PATH`.
+fn lefthook() -> Option<PathBuf> {
+    let mut candidates: Vec<PathBuf> = std::env::var_os("ASB_TEST_LEFTHOOK").map(PathBuf::from).into_iter().collect();
+    candidates.extend(
+        std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).map(|d| d.join("lefthook")).collect::<Vec<_>>())
+            .unwrap_or_default(),
+    );
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// F5: every name lefthook reads (lefthook.dev/configuration: `lefthook`, `.lefthook`, their
+/// `-local` twins, each format, and `.config/`), pre-commit's and overcommit's, cannot be
+/// made or changed inside; with lefthook installed, the user's next commit runs only theirs.
+#[test]
+fn every_config_name_of_the_hook_managers_is_refused_and_the_users_commit_runs_only_theirs() {
+    let j = jail!("rt32-lefthook")
+        .project_file("lefthook.yml", "pre-commit:\n  commands:\n    mine:\n      run: touch user-hook-ran\n");
+    repo(&j);
+    let lh = lefthook();
+    if let Some(lh) = &lh {
+        let mut c = j.as_user(lh);
+        c.arg("install");
+        let out = j.output(&mut c);
+        assert_eq!(out.code, 0, "lefthook install: {out}");
+    }
+    let mut names = vec![];
+    for stem in ["lefthook-local", ".lefthook-local", "lefthook", ".lefthook"] {
+        for ext in ["yml", "yaml", "toml", "json", "jsonc"] {
+            names.push(format!("{stem}.{ext}"));
+            names.push(format!(".config/{stem}.{ext}"));
+        }
+    }
+    names.extend([
+        ".lefthook-local/pre-commit/x.sh".into(),
+        ".pre-commit-config.yaml".into(),
+        ".overcommit.yml".into(),
+    ]);
+    let payload = "pre-commit:\n  commands:\n    pwn:\n      run: touch pwned-lefthook\n";
+    let script = names
+        .iter()
+        .map(|n| {
+            format!(
+                "mkdir -p \"$(dirname {n})\" 2>/dev/null; printf '{}' > {n} 2>/dev/null || echo REFUSED {n};",
+                payload.replace('\n', "\\n")
+            )
+        })
+        .collect::<String>();
+    let out = j.run(&script);
+    for n in &names {
+        assert!(out.stdout.contains(&format!("REFUSED {n}\n")), "{n} was written: {out}");
+        if n != "lefthook.yml" {
+            assert!(gone_soon(&j.project.join(n)), "{n} exists on the host: {out}");
+        }
+    }
+    assert!(out.stderr.contains("lefthook (git hooks) outside the jail reads this"), "the denial says why: {out}");
+    assert!(!std::fs::read_to_string(j.project.join("lefthook.yml")).unwrap().contains("pwn"));
+    if let Some(lh) = &lh {
+        std::fs::write(j.project.join("f"), "x\n").unwrap();
+        j.give(&[&j.project.join("f")]);
+        assert_eq!(git(&j, &["add", "f"]).code, 0);
+        // The user's shell finds lefthook where it is installed.
+        let path = format!("{}:/usr/local/bin:/usr/bin:/bin", lh.parent().unwrap().display());
+        let mut c = j.as_user("git");
+        c.env("PATH", path).args(["-c", "user.name=U", "-c", "user.email=u@example.org", "commit", "-qm", "two"]);
+        let out = j.output(&mut c);
+        assert_eq!(out.code, 0, "the user's commit: {out}");
+        assert!(j.project.join("user-hook-ran").exists(), "the user's own hook ran: {out}");
+        assert!(!j.project.join("pwned-lefthook").exists(), "the jail's hook ran at the user's commit: {out}");
+    }
+}
+
+/// F11: husky in a subdirectory (`core.hooksPath = web/.husky/_`): the scripts `_/h` runs,
+/// `web/.husky/<hook>`, and what they name, are read-only inside; the user's commit runs theirs.
+#[test]
+fn huskys_scripts_in_a_subdirectory_and_what_they_run_cannot_be_changed() {
+    let j = jail!("rt32-husky")
+        .project_file(
+            "web/.husky/_/h",
+            "#!/bin/sh\nn=$(basename \"$0\")\nsh -e \"$(dirname \"$(dirname \"$0\")\")/$n\" \"$@\"\n",
+        )
+        .project_file("web/.husky/_/pre-commit", "#!/bin/sh\n. \"$(dirname \"$0\")/h\"\n")
+        .project_file("web/.husky/pre-commit", "sh web/scripts/check.sh\n")
+        .project_file("web/scripts/check.sh", "touch user-hook-ran\n");
+    chmod_x(&j.project.join("web/.husky/_/pre-commit"));
+    repo(&j);
+    assert_eq!(git(&j, &["config", "core.hooksPath", "web/.husky/_"]).code, 0);
+    let out = j.run(
+        "echo 'touch pwned-husky' >> web/.husky/pre-commit || echo HOOK-RO; \
+         echo 'touch pwned-check' >> web/scripts/check.sh || echo CHECK-RO; \
+         echo 'touch pwned-new' > web/.husky/pre-push || echo NEW-RO",
+    );
+    for want in ["HOOK-RO", "CHECK-RO", "NEW-RO"] {
+        assert!(out.stdout.contains(want), "missing {want}: {out}");
+    }
+    let out = git(&j, &["commit", "-qm", "two", "--allow-empty"]);
+    assert_eq!(out.code, 0, "the user's commit: {out}");
+    assert!(j.project.join("user-hook-ran").exists(), "the user's own hook ran: {out}");
+    assert!(!j.project.join("pwned-husky").exists() && !j.project.join("pwned-check").exists(), "{out}");
+}
+
+/// F15: a file the repository's config includes (`include.path = ../.gitconfig`, and one that
+/// does not exist yet) is protected like the config; the guard refuses writing include keys.
+#[test]
+fn files_the_repositorys_config_includes_are_protected_like_the_config() {
+    let j = jail!("rt32-include").project_file(".gitconfig", "[alias]\n\tst = status\n");
+    repo(&j);
+    assert_eq!(git(&j, &["config", "--local", "include.path", "../.gitconfig"]).code, 0);
+    assert_eq!(git(&j, &["config", "--local", "--add", "include.path", "../team.inc"]).code, 0);
+    let out = j.run(
+        "printf '[core]\\n\\tfsmonitor = touch pwned-include; false\\n' >> .gitconfig || echo INCLUDED-RO; \
+         printf '[core]\\n\\tfsmonitor = touch pwned-missing; false\\n' > team.inc || echo MISSING-RO; \
+         git config --local include.path ../other.inc || echo INCLUDE-KEY-REFUSED",
+    );
+    for want in ["INCLUDED-RO", "MISSING-RO", "INCLUDE-KEY-REFUSED"] {
+        assert!(out.stdout.contains(want), "missing {want}: {out}");
+    }
+    let out = git(&j, &["status", "--short"]);
+    assert_eq!(out.code, 0, "the user's status: {out}");
+    assert!(!j.project.join("pwned-include").exists() && !j.project.join("pwned-missing").exists(), "{out}");
+    assert!(gone_soon(&j.project.join("team.inc")), "the placeholder stayed: {out}");
+}
+
+/// F12: agents' settings at any depth: an existing `web/.claude/settings.json` cannot be
+/// changed, and none can be made anywhere (`web/.mcp.json`, `web/.codex/config.toml`,
+/// `a/b/.gemini`, `.cursor`, `opencode.json`, an `.opencode/plugin`), each refusal one line.
+#[test]
+fn agent_settings_at_any_depth_cannot_be_made_or_changed() {
+    let j = jail!("rt32-nested").project_file("web/.claude/settings.json", "{}\n").project_file("web/src/a.ts", "x\n");
+    let out = j.run(
+        "echo '{\"hooks\":{}}' > web/.claude/settings.json || echo SETTINGS-RO; \
+         cp -r web/.claude /tmp/c && echo COPIED; \
+         echo '{}' > web/.mcp.json || echo MCP-REFUSED; \
+         mkdir -p web/.codex || echo CODEX-REFUSED; \
+         mkdir -p a/b && mkdir a/b/.gemini || echo GEMINI-REFUSED; \
+         mkdir web/x && echo '{}' > web/x/s.json && mv web/x web/.cursor || echo RENAME-REFUSED; \
+         echo '{}' > web/src/opencode.json || echo OPENCODE-REFUSED; \
+         mkdir -p web/.opencode && mkdir web/.opencode/plugin || echo PLUGIN-REFUSED; \
+         echo ok > web/src/a.ts && echo ORDINARY-WRITABLE",
+    );
+    for want in [
+        "SETTINGS-RO",
+        "COPIED",
+        "MCP-REFUSED",
+        "CODEX-REFUSED",
+        "GEMINI-REFUSED",
+        "RENAME-REFUSED",
+        "OPENCODE-REFUSED",
+        "PLUGIN-REFUSED",
+        "ORDINARY-WRITABLE",
+    ] {
+        assert!(out.stdout.contains(want), "missing {want}: {out}");
+    }
+    assert_eq!(std::fs::read_to_string(j.project.join("web/.claude/settings.json")).unwrap(), "{}\n");
+    for p in
+        ["web/.mcp.json", "web/.codex", "a/b/.gemini", "web/.cursor", "web/src/opencode.json", "web/.opencode/plugin"]
+    {
+        assert!(!j.project.join(p).exists(), "{p} was made: {out}");
+    }
+    // The guard's line comes from a thread of its own: before or after the shell's.
+    let line = out.stderr.lines().find(|l| l.starts_with("agent-sandbox: ") && l.contains("web/.mcp.json"));
+    assert!(line.unwrap_or_default().contains("Claude Code outside the jail reads this"), "one line says why: {out}");
+}
+
+/// F6: the forms of loading the `.envrc` reader missed: `source "$PWD/..."`, a `source` after
+/// `then`, `PATH_add`, `layout`/`use` (`.direnv/`), a `bin/activate`, a command run by path.
+#[test]
+fn what_an_envrc_loads_in_any_form_is_read_only_inside() {
+    let j = jail!("rt32-envrc")
+        .project_file(
+            ".envrc",
+            "source \"$PWD/scripts/env.sh\"\nif [ -f .envrc.local ]; then source .envrc.local; fi\nPATH_add bin\n\
+             layout python3\nsource .venv/bin/activate\n./tools/setup --quiet\n",
+        )
+        .project_file("scripts/env.sh", "export A=1\n")
+        .project_file("bin/tool", "#!/bin/sh\n")
+        .project_file(".venv/bin/activate", "PATH=$VIRTUAL_ENV/bin:$PATH\n")
+        .project_file("tools/setup", "#!/bin/sh\n")
+        .project_file("src/main.py", "print(1)\n");
+    let out = j.run(
+        "echo 'touch pwned' >> scripts/env.sh || echo PWD-RO; \
+         echo 'touch pwned' > .envrc.local || echo THEN-RO; \
+         printf '#!/bin/sh\\ntouch pwned\\n' > bin/git || echo PATHADD-RO; \
+         mkdir -p .direnv/python-3/bin || echo DIRENV-RO; \
+         printf '#!/bin/sh\\n' > .venv/bin/ls || echo VENV-BIN-RO; \
+         echo 'touch pwned' >> tools/setup || echo RUN-RO; \
+         echo 'print(2)' > src/main.py && echo SOURCE-WRITABLE",
+    );
+    for want in ["PWD-RO", "THEN-RO", "PATHADD-RO", "DIRENV-RO", "VENV-BIN-RO", "RUN-RO", "SOURCE-WRITABLE"] {
+        assert!(out.stdout.contains(want), "missing {want}: {out}");
+    }
+    for p in [".envrc.local", ".direnv", "bin/git", ".venv/bin/ls"] {
+        assert!(gone_soon(&j.project.join(p)), "{p} exists on the host: {out}");
+    }
+}
+
+/// F4: aider's tags cache (a pickle store aider loads outside): the session writes its own,
+/// empty copy over an existing one, which stays as it was on the host; aider's cache library
+/// works inside; a missing one cannot be made.
+#[test]
+fn aiders_tags_cache_is_the_sessions_own_and_the_users_stays_as_it_was() {
+    let py = Path::new("/opt/agent-sandbox-test/aider-venv/bin/python");
+    let j = jail!("rt32-aider").project_file(".aider.tags.cache.v4/cache.db", "users cache\n");
+    let script = if py.exists() {
+        format!(
+            "ls .aider.tags.cache.v4; echo planted > .aider.tags.cache.v4/cache.db && echo WROTE-COPY; \
+             rm .aider.tags.cache.v4/cache.db; {} -c \"import diskcache; c = diskcache.Cache('.aider.tags.cache.v4'); \
+             c['k'] = 1; print('CACHE-WORKS', c['k'])\"; mkdir .aider.tags.cache.v3 || echo NEW-REFUSED",
+            py.display()
+        )
+    } else {
+        "ls .aider.tags.cache.v4; echo planted > .aider.tags.cache.v4/cache.db && echo WROTE-COPY CACHE-WORKS; \
+         mkdir .aider.tags.cache.v3 || echo NEW-REFUSED"
+            .into()
+    };
+    let out = j.run(&script);
+    for want in ["WROTE-COPY", "CACHE-WORKS", "NEW-REFUSED"] {
+        assert!(out.stdout.contains(want), "missing {want}: {out}");
+    }
+    assert!(!out.stdout.contains("cache.db\n"), "the session saw the user's cache: {out}");
+    assert_eq!(std::fs::read_to_string(j.project.join(".aider.tags.cache.v4/cache.db")).unwrap(), "users cache\n");
+    assert!(!j.project.join(".aider.tags.cache.v3").exists());
+}
+
+/// F10: a token in the project's own git config (a remote URL's, an extraheader) is named in
+/// one line at launch, without its value.
+#[test]
+fn a_token_in_the_projects_git_config_is_named_at_launch_never_shown() {
+    let j = jail!("rt32-token");
+    repo(&j);
+    let token = "ghp_rt32CANARYtokenVALUE0123456789";
+    let url = format!("https://x-access-token:{token}@github.com/o/r.git");
+    assert_eq!(git(&j, &["remote", "add", "origin", &url]).code, 0);
+    let mut c = j.command(&["run", "--", "true"]);
+    let out = j.output(&mut c);
+    assert_eq!(out.code, 0, "{out}");
+    let line = out.stderr.lines().find(|l| l.contains("holds a credential")).unwrap_or_default();
+    assert!(line.contains("remote\"origin\".url"), "one line naming the entry: {out}");
+    assert!(!out.stderr.contains(token), "the value was shown: {out}");
+}
