@@ -454,7 +454,6 @@ const AGENT_CONFIG: &[(&str, &str)] = &[
     (".cursor", "Cursor"),
     (".continue", "Continue"),
     (".pi", "pi"),
-    (".vscode", "VS Code"),
     ("opencode.json", "opencode"),
     ("opencode.jsonc", "opencode"),
     (".aider.conf.yml", "aider"),
@@ -749,7 +748,6 @@ mod tests {
             ("/p/a", ".cursor"),
             ("/p/a", "opencode.json"),
             ("/p/a/.opencode", "plugin"),
-            ("/p/a/.vscode", "tasks.json"),
             ("/p", "lefthook-local.yml"),
             ("/p", ".lefthook-local.json"),
             ("/p", "lefthook.toml"),
@@ -769,6 +767,9 @@ mod tests {
             ("/p/.opencode", "package.json"),
             ("/p/src", "claude.ts"),
             ("/data/x", ".claude"),
+            // A cloned repository keeps its editor settings (VS Code's trust decides on them).
+            ("/p/vendor/lib", ".vscode"),
+            ("/p/vendor/lib/.vscode", "tasks.json"),
         ] {
             assert_eq!(t.decide(&g, dir, name, FILE), Ok(Decision::Go), "{dir}/{name}");
         }
