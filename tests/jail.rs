@@ -1110,11 +1110,13 @@ fn the_agent_reads_its_instructions_with_the_sandbox_notice_and_the_host_file_is
     assert!(out.stdout.contains("prompt injection") && out.stdout.contains("refused by the network policy"), "{out}");
     assert!(out.stdout.contains("NOTICE-RO") && out.stdout.contains("STATE-WRITTEN"), "{out}");
     assert!(dir.join("state").exists(), "the agent's directory was made on the host, so its state persists");
-    let gone = (0..40).any(|_| {
+    // Removed by the last session of the home to end: other tests' sessions of the same user,
+    // running beside this one, put it off until they end.
+    let gone = (0..1200).any(|_| {
         std::thread::sleep(std::time::Duration::from_millis(50));
         !file.exists()
     });
-    assert!(gone, "the empty placeholder is removed after the session");
+    assert!(gone, "the empty placeholder is removed after the last session of the home");
 
     // The user's own file: shown first, unchanged on the host.
     std::fs::write(&file, "MY OWN RULES\n").unwrap();
