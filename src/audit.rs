@@ -1065,4 +1065,46 @@ mod tests {
         );
         assert_eq!(skipped, 1);
     }
+
+    #[test]
+    fn a_write_cut_short_leaves_no_partial_line() {
+        // Red team F9: a full disk cut a record mid-line; the next glued onto it, and a cut
+        // multibyte character made `log` fail on the whole file. Here the file size limit
+        // (RLIMIT_FSIZE, in a child process of this test) cuts the write the same way.
+        const LIMIT: u64 = 10_000;
+        if let Ok(dir) = std::env::var("ASB_AUDIT_FSIZE_DIR") {
+            let a = AuditLog::for_session(Path::new(&dir), "s");
+            for i in 0..40 {
+                let mut r = a.record("slurm");
+                (r.program, r.decision, r.reason) =
+                    (Some("squeue".into()), Some(format!("d{i}")), Some("é".repeat(200)));
+                a.write(&r);
+            }
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child.args(["--exact", "audit::tests::a_write_cut_short_leaves_no_partial_line", "--test-threads=1"]);
+        child.env("ASB_AUDIT_FSIZE_DIR", dir.path());
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setrlimit and signal are async-signal-safe; nothing else runs before exec.
+        unsafe {
+            child.pre_exec(|| {
+                let lim = libc::rlimit { rlim_cur: LIMIT, rlim_max: LIMIT };
+                libc::setrlimit(libc::RLIMIT_FSIZE, &lim);
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let out = child.output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = std::fs::read(dir.path().join(FILE)).unwrap();
+        assert!(text.len() > 5_000, "the child wrote up to the limit: {}", text.len());
+        assert!(text.ends_with(b"\n"), "no partial line at the end");
+        let (records, skipped) = read_all(dir.path(), None).unwrap();
+        assert_eq!(skipped, 0);
+        assert!(records.len() < 40);
+        let share = std::fs::read_to_string(share_file(&dir.path().join(FILE), "s")).unwrap();
+        assert!(share.contains("lost/write-failed"), "the loss is counted: {share}");
+    }
 }
