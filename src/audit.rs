@@ -887,49 +887,47 @@ mod tests {
     #[test]
     fn racing_writers_past_the_size_rotate_once_and_lose_no_file() {
         // Red team F1: every writer that saw the live file past the size rotated again, each
-        // time dropping one more file of history.
-        let dir = tempfile::tempdir().unwrap();
-        let live = dir.path().join(FILE);
-        for n in 1..=ROTATED {
-            marker(dir.path(), &rotated(&live, n), &format!("rotated{n}"));
-        }
-        marker(dir.path(), &live, "live");
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(&live)
-            .unwrap()
-            .write_all(&[vec![b' '; MAX_BYTES as usize - 2000], vec![b'\n']].concat())
-            .unwrap();
-        // Many writers, each its own process as far as the log knows (its own share, its own
-        // descriptors), all crossing the size in the same instant.
-        let go = std::sync::Arc::new(std::sync::Barrier::new(48));
-        let threads: Vec<_> = (0..48)
-            .map(|i| {
-                let (d, go) = (dir.path().to_path_buf(), go.clone());
-                std::thread::spawn(move || {
-                    let a = AuditLog::for_session(&d, &format!("writer{i}"));
-                    go.wait();
-                    for _ in 0..4 {
-                        a.write(&a.record("session_start"));
-                    }
-                })
-            })
-            .collect();
-        threads.into_iter().for_each(|t| t.join().unwrap());
+        // time dropping one more file of history. A race: many rounds, each a fresh log whose
+        // live file is (sparse) just below the size.
         let sessions = |p: &Path| -> Vec<String> {
-            std::fs::read_to_string(p)
+            std::fs::read(p)
                 .unwrap_or_default()
-                .lines()
-                .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+                .split(|b| *b == b'\n')
+                .filter_map(|l| serde_json::from_slice::<Record>(l).ok())
                 .map(|r| r.session)
                 .collect()
         };
-        // Exactly one rotation: live -> .1, .1 -> .2, .2 -> .3, the oldest dropped.
-        assert_eq!(sessions(&rotated(&live, 3)), ["rotated2"]);
-        assert_eq!(sessions(&rotated(&live, 2)), ["rotated1"]);
-        assert_eq!(sessions(&rotated(&live, 1)).first().map(String::as_str), Some("live"));
-        let written: usize = log_files(dir.path()).iter().map(|p| sessions(p).len()).sum();
-        assert_eq!(written, 3 + 48 * 4, "every record in some file");
+        for round in 0..15 {
+            let dir = tempfile::tempdir().unwrap();
+            let live = dir.path().join(FILE);
+            for n in 1..=ROTATED {
+                marker(dir.path(), &rotated(&live, n), &format!("rotated{n}"));
+            }
+            marker(dir.path(), &live, "live");
+            std::fs::OpenOptions::new().write(true).open(&live).unwrap().set_len(MAX_BYTES - 100).unwrap();
+            // Many writers, each its own process as far as the log knows (its own share, its
+            // own descriptors), all crossing the size in the same instant.
+            let go = std::sync::Arc::new(std::sync::Barrier::new(64));
+            let threads: Vec<_> = (0..64)
+                .map(|i| {
+                    let (d, go) = (dir.path().to_path_buf(), go.clone());
+                    std::thread::spawn(move || {
+                        let a = AuditLog::for_session(&d, &format!("writer{i}"));
+                        go.wait();
+                        for _ in 0..4 {
+                            a.write(&a.record("session_start"));
+                        }
+                    })
+                })
+                .collect();
+            threads.into_iter().for_each(|t| t.join().unwrap());
+            // Exactly one rotation: live -> .1, .1 -> .2, .2 -> .3, the oldest dropped.
+            assert_eq!(sessions(&rotated(&live, 3)), ["rotated2"], "round {round}");
+            assert_eq!(sessions(&rotated(&live, 2)), ["rotated1"], "round {round}");
+            assert!(rotated(&live, 1).exists(), "round {round}");
+            let written: usize = log_files(dir.path()).iter().map(|p| sessions(p).len()).sum();
+            assert_eq!(written, 2 + 64 * 4, "every record in some file, round {round}");
+        }
     }
 
     #[test]
