@@ -297,6 +297,10 @@ impl Launch {
             Origin::Session { dry_run, .. } => (*dry_run, log.session.clone()),
             Origin::Job { session, .. } => (false, session.clone()),
         };
+        // A job's task (a session id of its own in the log) spends its submitting session's
+        // share of the log: an array of tasks cannot multiply it (issue 33, red team F5).
+        let charged = log.charged_to(&session);
+        let log = &charged;
         // The session's door to its chaperon exists before the plan binds it into the jail;
         // the chaperon itself starts when the first Slurm command knocks.
         let landlock = plan::choose_backend(&policy, &facts).ok() == Some(BackendKind::Landlock);

@@ -171,7 +171,8 @@ pub fn chaperon_main() -> i32 {
     // SAFETY: fd 0 is the door the launcher passed as stdin; nothing else owns it.
     let door = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(0) };
     let (channel, launcher) = (s.channel, s.launcher);
-    let log = AuditLog::for_session(&s.state_dir, &s.session);
+    // Eager: the chaperon is killed with its launcher, and what it left out must be counted.
+    let log = AuditLog::for_session(&s.state_dir, &s.session).eager();
     let events = chaperon::scope::Registry::new(&s.state_dir).events(&s.project);
     let governor = chaperon::governor::Governor::new(s.governor, Some(events));
     let cfg = chaperon::session::Config {

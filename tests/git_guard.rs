@@ -1002,3 +1002,39 @@ fn extra_writable_trees_are_guarded_too_their_tops_included() {
     assert_eq!(std::fs::read_to_string(in_home.join(".git/config")).expect("config"), before, "{out}");
     let _ = std::fs::remove_dir_all(&outside);
 }
+
+#[test]
+fn a_flood_of_refusals_is_each_written_or_counted_in_the_audit_log() {
+    // Issue 33, red team F6: the guard reported 50 refusals a second and dropped the rest
+    // before anything counted them (18 766 refusals, 300 records, no count).
+    let j = jail!("gitguard-flood-counted");
+    let out = j.run(
+        "git init -q r && echo SESSION=$AGENT_SANDBOX_SESSION && i=0; \
+         while [ $i -lt 400 ]; do i=$((i+1)); true 2>/dev/null > r/.git/hooks/h$i; done; \
+         ls r/.git/hooks | grep -c '^h[0-9]' ; echo FLOOD-DONE",
+    );
+    assert!(out.stdout.contains("FLOOD-DONE"), "{out}");
+    assert!(out.stdout.lines().any(|l| l.trim() == "0"), "every hook refused: {out}");
+    let session = out.stdout.lines().find_map(|l| l.strip_prefix("SESSION=")).expect("session id").trim().to_string();
+    let dir = j.rig.home.join(".local/state/agent-sandbox");
+    let mut text = String::new();
+    for f in ["audit.jsonl.3", "audit.jsonl.2", "audit.jsonl.1", "audit.jsonl"] {
+        text.push_str(&String::from_utf8_lossy(&std::fs::read(dir.join(f)).unwrap_or_default()));
+    }
+    let mine: Vec<serde_json::Value> = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|r| r["session"] == session.as_str())
+        .collect();
+    let written = mine
+        .iter()
+        .filter(|r| r["event"] == "fs_denied" && r["path"].as_str().is_some_and(|p| p.contains("/hooks/h")))
+        .count() as u64;
+    let counted: u64 = mine
+        .iter()
+        .filter(|r| r["event"] == "audit_suppressed")
+        .flat_map(|r| ["fs_denied/git-guard", "fs_denied/git-hook"].map(|k| r["counts"][k].as_u64().unwrap_or(0)))
+        .sum();
+    assert!(written > 0 && written < 400, "{written} written");
+    assert_eq!(written + counted, 400, "each refusal written or counted: {written} + {counted}");
+}

@@ -223,7 +223,10 @@ fn handle(mut conn: UnixStream, cfg: &Config) {
     // A caller that never reads its answer must not hold one of the slots for good.
     let _ = conn.set_write_timeout(Some(REQUEST_TIMEOUT));
     let Some(stdio) = recv_stdio(conn.as_raw_fd()) else { return };
-    let req: Request = match wire::read_frame(&mut conn) {
+    // One deadline for the whole request, not for each read: a peer trickling a byte at a
+    // time cannot hold the connection (and its buffer) longer.
+    let mut within = Deadline { conn: &conn, until: std::time::Instant::now() + REQUEST_TIMEOUT };
+    let req: Request = match wire::read_frame(&mut within) {
         Ok(r) => r,
         Err(e) => {
             let _ = wire::write_frame(&mut conn, &Response::Error { message: format!("bad request: {e}") });
@@ -234,6 +237,23 @@ fn handle(mut conn: UnixStream, cfg: &Config) {
     let handled = crate::commands::dispatch(&req, stdio, cfg, &conn);
     (cfg.audit)(&handled.audit);
     let _ = wire::write_frame(&mut conn, &handled.response);
+}
+
+/// Reads from `conn` until `until`, then fails (TimedOut) whatever still trickles in.
+struct Deadline<'a> {
+    conn: &'a UnixStream,
+    until: std::time::Instant,
+}
+
+impl std::io::Read for Deadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.conn.set_read_timeout(Some(left))?;
+        (&mut &*self.conn).read(buf)
+    }
 }
 
 fn recv_stdio(sock: RawFd) -> Option<Stdio> {
@@ -299,5 +319,29 @@ mod tests {
         assert!(refused(receive(door.as_raw_fd(), uid, i32::MAX)).contains("no process of this session"));
         drop(jail);
         assert!(matches!(receive(door.as_raw_fd(), uid, me), Received::End), "the session's end of the channel closed");
+    }
+
+    #[test]
+    fn a_request_trickled_in_ends_at_its_deadline() {
+        // Red team F8: the timeout was per read, so a byte every few seconds held a
+        // connection (and its buffer) for good.
+        let (mut jail, chaperon) = UnixStream::pair().unwrap();
+        let t0 = std::time::Instant::now();
+        let trickle = std::thread::spawn(move || {
+            use std::io::Write;
+            let _ = jail.write_all(b"ASB\x01\x00\x00\x01\x00");
+            while t0.elapsed() < Duration::from_secs(5) {
+                if jail.write_all(b" ").is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        let mut within = Deadline { conn: &chaperon, until: std::time::Instant::now() + Duration::from_millis(500) };
+        let got = wire::read_frame::<Request>(&mut within);
+        assert!(got.is_err());
+        assert!(t0.elapsed() < Duration::from_secs(3), "{:?}", t0.elapsed());
+        drop(chaperon);
+        trickle.join().unwrap();
     }
 }

@@ -11,6 +11,35 @@ pub const VERSION: u8 = 1;
 /// Largest body accepted: a batch script (at most 4 MiB) plus arguments (at most 1 MiB), JSON
 /// escaped. Bigger requests are refused whole.
 pub const MAX_FRAME: u32 = 12 << 20;
+/// Bytes of frame bodies one process holds at once, across its connections: a jail that opens
+/// many connections and sends most of a large frame on each cannot make the chaperon hold
+/// more (issue 33, red team F8: 12 MiB a connection, 256 connections). Past it a frame is
+/// refused at once (`Busy`), before any of its body is read.
+pub const BODIES_IN_FLIGHT: u64 = 64 << 20;
+static IN_FLIGHT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// A body is read (and grown) this much at a time: what is held is what was sent.
+const CHUNK: usize = 64 << 10;
+
+/// A reservation of `BODIES_IN_FLIGHT`, given back when dropped.
+struct InFlight(u64);
+
+impl InFlight {
+    fn take(n: u64) -> Option<InFlight> {
+        use std::sync::atomic::Ordering;
+        IN_FLIGHT
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |held| {
+                held.checked_add(n).filter(|t| *t <= BODIES_IN_FLIGHT)
+            })
+            .ok()
+            .map(|_| InFlight(n))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        IN_FLIGHT.fetch_sub(self.0, std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 /// One Slurm command call from inside the jail.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,6 +91,8 @@ pub enum WireError {
     TooLarge(u32),
     #[error("malformed frame body: {0}")]
     Body(#[from] serde_json::Error),
+    #[error("the chaperon is busy (too many large requests at once); retry")]
+    Busy,
 }
 
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, WireError> {
@@ -122,8 +153,12 @@ pub fn read_frame<T: for<'de> Deserialize<'de>>(r: &mut impl Read) -> Result<T, 
     if len > MAX_FRAME {
         return Err(WireError::TooLarge(len));
     }
-    let mut body = vec![0u8; len as usize];
-    r.read_exact(&mut body)?;
+    let Some(_held) = InFlight::take(len as u64) else { return Err(WireError::Busy) };
+    let mut body = Vec::with_capacity((len as usize).min(CHUNK));
+    let got = r.take(len as u64).read_to_end(&mut body)?;
+    if got < len as usize {
+        return Err(WireError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+    }
     Ok(serde_json::from_slice(&body)?)
 }
 
@@ -176,5 +211,49 @@ mod tests {
         f.extend_from_slice(&(body.len() as u32).to_le_bytes());
         f.extend_from_slice(body);
         assert!(matches!(read_frame::<Request>(&mut f.as_slice()), Err(WireError::Body(_))));
+    }
+
+    fn rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn half_sent_frames_hold_a_bounded_amount_of_memory() {
+        // Red team F8: each connection announcing 12 MiB and sending all but a byte made the
+        // chaperon hold 12 MiB; 32 of them, 411 MB.
+        use std::os::unix::net::UnixStream;
+        let before = rss_kib();
+        let mut held = vec![];
+        for _ in 0..16 {
+            let (mut jail, chaperon) = UnixStream::pair().unwrap();
+            let reader = std::thread::spawn(move || {
+                let mut c = chaperon;
+                read_frame::<Request>(&mut c)
+            });
+            let writer = std::thread::spawn(move || {
+                let mut f = Vec::from(MAGIC);
+                f.push(VERSION);
+                f.extend_from_slice(&MAX_FRAME.to_le_bytes());
+                f.extend(std::iter::repeat_n(b' ', MAX_FRAME as usize - 1));
+                let _ = jail.set_write_timeout(Some(std::time::Duration::from_secs(20)));
+                let _ = jail.write_all(&f);
+                jail
+            });
+            held.push((reader, writer));
+        }
+        // Every writer has sent what its reader took (or was refused at once).
+        let mut peers = vec![];
+        let mut readers = vec![];
+        for (reader, writer) in held {
+            peers.push(writer.join().unwrap());
+            readers.push(reader);
+        }
+        let grown_mib = rss_kib().saturating_sub(before) / 1024;
+        drop(peers);
+        let results: Vec<_> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+        assert!(grown_mib <= (BODIES_IN_FLIGHT >> 20) + 32, "{grown_mib} MiB held for 16 half frames");
+        assert!(results.iter().any(|r| matches!(r, Err(WireError::Busy))), "past the budget: busy");
     }
 }

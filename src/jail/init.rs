@@ -235,6 +235,15 @@ fn scrub_own_environ() {
     }
 }
 
+/// Tells the launcher how many of the git guard's refusals went unreported (past its rate),
+/// for the audit log's count: with the next report, and at the end.
+fn left_out(sock: RawFd) {
+    let n = super::guard::take_left_out();
+    if n > 0 {
+        let _ = msg::send(sock, &Msg::LeftOut(n));
+    }
+}
+
 /// The command is done: kill and reap everything else in the jail before telling the
 /// launcher, so that when the launcher returns no process of the session is left running,
 /// while the kernel's namespace teardown (slow with many mounts) happens after it returned.
@@ -371,6 +380,7 @@ fn supervise(
         // filter failed, which it reported); it runs nothing unguarded.
         if let Ok(listener) = super::guard::take_over(ours.as_raw_fd()) {
             let report = Box::new(move |check: &str, path: &str| {
+                left_out(sock);
                 let _ = msg::send(sock, &Msg::Refused { check: check.into(), path: path.into() });
             });
             super::guard::serve(listener, super::guard::rules::Guarded::new(g.roots.clone()), report);
@@ -435,12 +445,14 @@ fn supervise(
                 match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
                     Ok(WaitStatus::Exited(pid, code)) if pid == child => {
                         end_session();
+                        left_out(sock);
                         let _ = msg::send(sock, &Msg::Exited(code));
                         super::last_in_line();
                         return code as isize;
                     }
                     Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
                         end_session();
+                        left_out(sock);
                         let _ = msg::send(sock, &Msg::Signaled(sig as i32));
                         super::last_in_line();
                         return 128 + sig as isize;

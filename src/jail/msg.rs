@@ -39,6 +39,8 @@ pub enum Msg {
         check: String,
         path: String,
     },
+    /// Init -> launcher: refusals the git guard did not report (past its rate), to be counted.
+    LeftOut(u64),
 }
 
 fn put_program(buf: &mut Vec<u8>, prog: &[seccompiler::sock_filter]) {
@@ -96,6 +98,10 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
         Msg::Relay(s) => {
             buf.push(b'Y');
             buf.extend_from_slice(&s.to_le_bytes());
+        }
+        Msg::LeftOut(n) => {
+            buf.push(b'L');
+            buf.extend_from_slice(&n.to_le_bytes());
         }
         Msg::Refused { check, path } => {
             buf.push(b'F');
@@ -157,6 +163,7 @@ pub fn recv(sock: RawFd) -> nix::Result<Option<Msg>> {
         b'X' => Msg::Exited(int()),
         b'K' => Msg::Signaled(int()),
         b'Y' => Msg::Relay(int()),
+        b'L' => Msg::LeftOut(body.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0)),
         b'F' => {
             let (check, path) = body.split_at(body.iter().position(|b| *b == 0).unwrap_or(body.len()));
             Msg::Refused {

@@ -187,6 +187,7 @@ pub fn run(
                     r.path = Some(path);
                     audit.write(&r);
                 }
+                Ok(Some(Msg::LeftOut(n))) => audit.count_left_out("fs_denied/git-guard", n),
                 Ok(None) => sock_open = false,
                 _ => {}
             }

@@ -34,6 +34,15 @@ const REPORTS_PER_SECOND: u64 = 50;
 /// the user's processes (RLIMIT_NPROC counts them), and the jail could start any number.
 const WAITING_THREADS: usize = 64;
 
+/// Refusals not reported (past `REPORTS_PER_SECOND`): counted, for the launcher to count in
+/// the audit log (`take_left_out`), so that a flood hides nothing uncounted.
+static LEFT_OUT: AtomicU64 = AtomicU64::new(0);
+
+/// The refusals left unreported since the last call.
+pub fn take_left_out() -> u64 {
+    LEFT_OUT.swap(0, Ordering::SeqCst)
+}
+
 /// Configs being written through a pipe whose checked copy is not installed yet.
 static STREAMS: AtomicUsize = AtomicUsize::new(0);
 
@@ -149,6 +158,8 @@ fn worker(shared: &Arc<Shared>) {
                 let shown = path.display().to_string();
                 if within(&shared.reports, REPORTS_PER_SECOND) {
                     (shared.report)(refusal.check(), &shown);
+                } else {
+                    LEFT_OUT.fetch_add(1, Ordering::SeqCst);
                 }
                 if within(&shared.lines, LINES_PER_SECOND) {
                     tell(&caller, &shown, &refusal.reason(), shared);
@@ -172,6 +183,8 @@ fn worker(shared: &Arc<Shared>) {
                         let shown = path.display().to_string();
                         if within(&s.reports, REPORTS_PER_SECOND) {
                             (s.report)(refusal.check(), &shown);
+                        } else {
+                            LEFT_OUT.fetch_add(1, Ordering::SeqCst);
                         }
                         if let (Some(err), true) = (err, within(&s.lines, LINES_PER_SECOND)) {
                             let line = format!("agent-sandbox: {shown}: {}\n", refusal.reason());
