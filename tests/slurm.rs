@@ -1505,8 +1505,15 @@ fn nothing_is_submitted_where_slurm_cannot_say_whether_it_takes_the_belt() {
         std::fs::write(&sbatch, script).unwrap();
         mode(&sbatch, 0o755);
     };
+    // This host's plugstack.conf names the belt, which answers without asking sbatch: the
+    // cluster's slurm.conf is read from a copy beside no plugstack.conf, so only sbatch can say.
+    let conf = bin.join("slurm.conf");
+    std::fs::copy("/etc/slurm/slurm.conf", &conf).expect("a copy of slurm.conf");
+    mode(&conf, 0o644);
     let nonce = format!("belt-unknown-{}", std::process::id());
-    let j = j.env("PATH", &format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()));
+    let j = j
+        .env("PATH", &format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()))
+        .env("SLURM_CONF", &conf.display().to_string());
     let line = "cannot tell whether this cluster's Slurm takes the node belt's --agent-sandbox";
     answer("exit 1");
     let out = j.run(&format!(

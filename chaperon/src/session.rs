@@ -100,6 +100,11 @@ impl Config {
         if let Some(known) = self.spank.get() {
             return Ok(*known);
         }
+        // This host's own plugstack.conf, where it says so plainly, answers without running
+        // sbatch (a session's first submission would otherwise wait for it).
+        if let Some(known) = local_slurm_conf().and_then(|conf| belt_in_local_plugstack(&conf)) {
+            return Ok(*self.spank.get_or_init(|| known));
+        }
         let mut cmd = self.command("sbatch");
         cmd.arg("--help").stdin(Io::null()).stderr(Io::null());
         let why = match crate::bounded::capture(cmd, 1 << 20, BELT_QUESTION_TIMEOUT) {
@@ -179,6 +184,45 @@ pub const BELT_QUESTION_TIMEOUT: Duration = Duration::from_secs(20);
 pub const SPANK_OPTION: &str = crate::getopt::BELT.name;
 
 /// Whether `sbatch --help` lists the plugin's option (under "Options provided by plugins").
+/// Whether this host's plugstack.conf (slurm.conf's `PlugStackConfig`, else `plugstack.conf`
+/// beside slurm.conf) loads the belt: Some(true) where a `required` line names
+/// `agent_sandbox.so` (sbatch then takes its option or fails whole), Some(false) where the
+/// file is there and names it nowhere, and None (ask `sbatch --help`) where the file is not
+/// here, cannot be read, includes others, or loads the plugin `optional` (which Slurm skips
+/// when it fails to load).
+pub fn belt_in_local_plugstack(slurm_conf: &str) -> Option<bool> {
+    let configured = slurm_conf.lines().find_map(|l| {
+        let (k, v) = l.split('#').next()?.split_once('=')?;
+        k.trim().eq_ignore_ascii_case("PlugStackConfig").then(|| PathBuf::from(v.trim()))
+    });
+    let path = configured.unwrap_or_else(|| {
+        let conf = std::env::var_os("SLURM_CONF").map_or_else(|| PathBuf::from("/etc/slurm/slurm.conf"), PathBuf::from);
+        conf.with_file_name("plugstack.conf")
+    });
+    let text = std::fs::read_to_string(path).ok()?;
+    belt_in_plugstack(&text)
+}
+
+/// `belt_in_local_plugstack` for the file's text.
+fn belt_in_plugstack(text: &str) -> Option<bool> {
+    let mut loaded = false;
+    for line in text.lines() {
+        let mut words = line.split('#').next().unwrap_or("").split_whitespace();
+        let Some(first) = words.next() else { continue };
+        if first.eq_ignore_ascii_case("include") {
+            return None;
+        }
+        let names_belt =
+            words.next().is_some_and(|p| Path::new(p).file_name().is_some_and(|n| n == "agent_sandbox.so"));
+        match (first, names_belt) {
+            ("required", true) => loaded = true,
+            (_, true) => return None,
+            _ => {}
+        }
+    }
+    Some(loaded)
+}
+
 pub fn spank_option_listed(help: &str) -> bool {
     help.lines().any(|l| l.trim_start().starts_with(&format!("--{SPANK_OPTION}=")))
 }
@@ -233,4 +277,21 @@ pub fn cluster_name_in(text: &str, sep: char) -> Option<String> {
         let v = v.split_whitespace().next()?;
         k.trim().eq_ignore_ascii_case("ClusterName").then(|| v.to_ascii_lowercase())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugstack_conf_answers_for_the_belt_only_where_it_says_so_plainly() {
+        let belt = "required /usr/lib/slurm/agent_sandbox.so exe=/usr/bin/agent-sandbox\n";
+        assert_eq!(belt_in_plugstack(&format!("# site plugins\n{belt}optional /x/other.so\n")), Some(true));
+        assert_eq!(belt_in_plugstack("optional /x/other.so\n# required /x/agent_sandbox.so\n"), Some(false));
+        assert_eq!(belt_in_plugstack(""), Some(false));
+        // What the file alone cannot say: sbatch is asked.
+        assert_eq!(belt_in_plugstack("optional /usr/lib/slurm/agent_sandbox.so\n"), None);
+        assert_eq!(belt_in_plugstack(&format!("{belt}include /etc/slurm/plugstack.conf.d/*\n")), None);
+        assert_eq!(belt_in_plugstack("include /etc/slurm/plugstack.conf.d/*.conf\n"), None);
+    }
 }

@@ -185,6 +185,9 @@ AccountingStorageHost=$TC_HOST
 AccountingStoragePort=$TC24_DBD_PORT
 AccountingStorageEnforce=associations
 MailProg=/bin/true
+# Every job's prolog on each of its nodes at allocation: the agent-sandbox SPANK plugin
+# refuses to run without it (slurm-plugins/README.md).
+PrologFlags=Alloc
 # Declare more CPUs than the machine has, so several test jobs run at once.
 SlurmdParameters=config_overrides
 NodeName=$TC_HOST $node_hw
