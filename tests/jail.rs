@@ -964,6 +964,16 @@ fn the_launcher_binary_is_read_only_inside_even_when_it_lives_in_the_project() {
     std::fs::create_dir_all(inside.parent().unwrap()).unwrap();
     std::fs::copy(&j.rig.bin, &inside).unwrap();
     j.give(&[&j.project.join("target"), &j.project.join("target/release"), &inside]);
+    // Another test's fork, made while the copy's descriptor was open for writing, holds it
+    // until that child execs: exec fails with ETXTBSY meanwhile (a test-process race only).
+    for _ in 0..100 {
+        match std::process::Command::new(&inside).arg("--version").output() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(std::time::Duration::from_millis(20))
+            }
+            _ => break,
+        }
+    }
     let script = "echo x >> target/release/agent-sandbox || echo BIN-RO; mv target target2 || echo PINNED; \
                   echo x >> /run/agent-sandbox/agent-sandbox || echo STUB-RO; touch /run/agent-sandbox/bin/new || echo STUBDIR-RO";
     // The same invocation as `command`, but launched from the copy in the project.
