@@ -54,6 +54,7 @@ pub mod seal;
 pub mod server;
 pub mod session;
 pub mod slurm_22_05;
+pub mod slurm_conf;
 pub mod spawn;
 pub mod table;
 pub mod wire;
