@@ -325,7 +325,7 @@ impl HostFacts {
         let groups: Vec<u32> = nix::unistd::getgroups().unwrap_or_default().into_iter().map(|g| g.as_raw()).collect();
         let others = groups.iter().any(|g| *g != gid.as_raw());
         let (etc_subgid, newgidmap) = match others {
-            true => (read("/etc/subgid"), crate::plan::groups::find_newgidmap()),
+            true => (read("/etc/subgid"), find_newgidmap()),
             false => (String::new(), None),
         };
         let user_configs = UserConfigs::gather(&home_canonical, &dir, &env);
@@ -427,6 +427,15 @@ fn private_runtime_dir(uid: u32) -> Option<PathBuf> {
     let dir = PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?);
     let m = std::fs::symlink_metadata(&dir).ok()?;
     (dir.is_absolute() && m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0).then_some(dir)
+}
+
+/// The setuid-root `newgidmap`, if this host has one (a copy that is not setuid root can map
+/// nothing but the caller's own gid, which the launcher does itself).
+pub fn find_newgidmap() -> Option<PathBuf> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    ["/usr/bin/newgidmap", "/bin/newgidmap", "/usr/sbin/newgidmap"].iter().map(PathBuf::from).find(|p| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.uid() == 0 && m.permissions().mode() & 0o4000 != 0)
+    })
 }
 
 /// Whether the running kernel is at least `major.minor`.
