@@ -17,7 +17,8 @@
 //! here touches the host.
 
 use super::fs::{under, Builder, MountSpec};
-use super::mounts::{home_entry, pin_ancestors};
+use super::home_entry;
+use super::mounts::pin_ancestors;
 use super::{entry_err, Placeholder, PlanError};
 use crate::host::Kind;
 use crate::policy::merge::Source;

@@ -1076,6 +1076,16 @@ fn finish(
     })
 }
 
+/// A home entry of the policy (`~/.codex/`, `.config/x`) as a path below the home, or None
+/// where it names none (absolute, empty, `..`).
+pub(super) fn home_entry(raw: &str) -> Option<PathBuf> {
+    let rel = raw.strip_prefix("~/").unwrap_or(raw);
+    let p = PathBuf::from(rel);
+    let ok = !rel.is_empty() && p.is_relative() && p.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+    // Rebuilt from its components: `.codex/` (a directory entry) names `.codex`.
+    ok.then(|| p.components().collect())
+}
+
 /// A rule as the matcher prints it (`GitHub.com.` -> `github.com`), or as written.
 fn normalized_rule(r: &str) -> String {
     r.parse::<crate::netrules::matcher::Rule>().map(|r| r.to_string()).unwrap_or_else(|_| r.to_string())

@@ -51,14 +51,6 @@ pub(super) fn home_config_dir(facts: &HostFacts, home: &Path) -> Option<PathBuf>
     Some(base.join("agent-sandbox"))
 }
 
-pub(super) fn home_entry(raw: &str) -> Option<PathBuf> {
-    let rel = raw.strip_prefix("~/").unwrap_or(raw);
-    let p = PathBuf::from(rel);
-    let ok = !rel.is_empty() && p.is_relative() && p.components().all(|c| matches!(c, std::path::Component::Normal(_)));
-    // Rebuilt from its components: `.codex/` (a directory entry) names `.codex`.
-    ok.then(|| p.components().collect())
-}
-
 pub(super) fn home_mounts(
     b: &mut Builder<'_>,
     policy: &Policy,
