@@ -16,6 +16,8 @@
 //! session's own, and a missing one is a read-only placeholder. The plan decides; nothing
 //! here touches the host.
 
+pub mod landlock;
+
 use super::fs::{under, Builder, MountSpec};
 use super::mounts::{home_entry, pin_ancestors};
 use super::{entry_err, Placeholder, PlanError};
