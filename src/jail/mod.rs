@@ -18,8 +18,10 @@ mod msg;
 mod net;
 pub mod placeholders;
 mod procpid;
+mod project_restore;
 pub mod relay;
 pub mod seccomp;
+mod session_homes;
 pub mod userns;
 pub mod waiter;
 
@@ -111,16 +113,28 @@ pub fn run(
     }
     // Before anything of the jail runs: a launcher killed from here on is cleaned up after.
     lock.hand_to_waiter();
-    if let Err(e) = agent_copies::prepare(&plan.merges) {
+    if let Err(e) = session_homes::make(&plan.session_homes).and_then(|()| agent_copies::prepare(&plan.merges)) {
+        session_homes::remove(&plan.session_homes);
         lock.finish();
         return Err(JailError::AgentCopy(e));
     }
+    // Landlock: what the protected paths hold now, put back after the session.
+    let snapshot = plan.restore.as_ref().map(|r| {
+        let (s, warnings) = project_restore::take(r);
+        warnings.iter().for_each(|w| eprintln!("agent-sandbox: warning: {w}"));
+        s
+    });
     let result = match plan.backend {
         BackendKind::Userns => userns::run(plan, early, banner, net_start, lazy, audit),
         BackendKind::Landlock => fallback::run(plan, banner, lazy),
     };
+    if let Some(s) = &snapshot {
+        let (done, failed) = project_restore::restore(s, &plan.project);
+        project_restore::report(s, &plan.project, &done, &failed, audit);
+    }
     // The jail is gone: nothing of it writes the copies any more.
     agent_copies::merge_back(&plan.merges);
+    session_homes::remove(&plan.session_homes);
     lock.finish();
     result
 }

@@ -16,6 +16,8 @@
 //! session's own, and a missing one is a read-only placeholder. The plan decides; nothing
 //! here touches the host.
 
+pub mod landlock;
+
 use super::fs::{under, Builder, MountSpec};
 use super::home_entry;
 use super::mounts::pin_ancestors;

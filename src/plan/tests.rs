@@ -1401,3 +1401,50 @@ mod real_locations {
         assert!(in_no_rule(&p, "/scratch/u/notes"), "{:?}", p.landlock);
     }
 }
+
+/// Issue 32 under Landlock: claude's own directory and `~/.claude.json` have no writable rule;
+/// each state entry has its own; claude is pointed (`CLAUDE_CONFIG_DIR`) at a session
+/// directory in the state directory of links to its state (written through) and to the rest
+/// (read-only), copies of the settings it rewrites, an empty `session-env/`, and the copy of
+/// `.claude.json` whose listed keys go back.
+#[test]
+fn landlock_points_claude_at_a_session_directory_and_grants_only_its_state() {
+    use crate::plan::agent_home::landlock::HomeEntry;
+    let pol =
+        with_profile_and("claude", include_str!("../../profiles/claude.toml"), "[sandbox]\nbackend = \"landlock\"");
+    let fs = host()
+        .dir("/home/u/.claude/projects")
+        .dir("/home/u/.claude/hooks")
+        .file("/home/u/.claude/settings.json")
+        .file("/home/u/.claude/hooks/notify.sh")
+        .file("/home/u/.claude/.credentials.json")
+        .file("/home/u/.claude.json");
+    let mut req = landlock_request("/home/u/proj");
+    req.session = "s1".into();
+    let plan = build(&pol, &facts(), &fs, &req).unwrap();
+    let ll = plan.landlock.clone().expect("landlock plan");
+    let root = PathBuf::from("/home/u/.local/state/agent-sandbox/copies/s1-claude");
+    for p in ["/home/u/.claude", "/home/u/.claude.json", "/home/u/.claude/hooks", "/home/u/.claude/settings.json"] {
+        assert!(!ll.read_write.contains(&PathBuf::from(p)), "{p} is writable: {:?}", ll.read_write);
+    }
+    assert!(ll.read_only.contains(&PathBuf::from("/home/u/.claude")));
+    for p in ["/home/u/.claude/projects", "/home/u/.claude/.credentials.json", "/home/u/.claude/history.jsonl"] {
+        assert!(ll.read_write.contains(&PathBuf::from(p)), "{p} is state: {:?}", ll.read_write);
+    }
+    assert!(ll.read_write.contains(&root));
+    assert_eq!(var(&plan, "CLAUDE_CONFIG_DIR"), Some(root.to_str().unwrap()));
+    let home = &plan.session_homes[0];
+    assert_eq!(home.root, root);
+    let entry = |n: &str| home.entries.iter().find(|(p, _)| *p == root.join(n)).map(|(_, e)| e.clone());
+    assert_eq!(entry("projects"), Some(HomeEntry::Link("/home/u/.claude/projects".into())));
+    assert_eq!(entry("hooks"), Some(HomeEntry::Link("/home/u/.claude/hooks".into())));
+    assert_eq!(entry("settings.json"), Some(HomeEntry::Copy("/home/u/.claude/settings.json".into())));
+    assert_eq!(entry("session-env"), Some(HomeEntry::Dir));
+    assert_eq!(entry(".claude.json"), None, "the merged copy is made by agent_copies");
+    let merge = &plan.merges[0];
+    assert_eq!(
+        (merge.file.as_path(), merge.copy.as_path()),
+        (Path::new("/home/u/.claude.json"), root.join(".claude.json").as_path())
+    );
+    assert!(!plan.warnings.iter().any(|w| w.contains("cannot keep the agent's settings")), "{:?}", plan.warnings);
+}
