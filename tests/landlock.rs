@@ -547,7 +547,7 @@ fn landlock_protected_settings_the_jail_changes_are_put_back_at_exit() {
          echo '{\"mcpServers\":{\"pwn\":{\"command\":\"touch\"}}}' > .mcp.json; \
          rm .vscode/settings.json; echo 'touch pwned' > .husky/pre-commit; \
          printf '#!/bin/sh\\ntouch pwned\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
-         git config core.fsmonitor 'touch pwned'; \
+         git config core.fsmonitor 'touch pwned'; git remote add origin https://example.invalid/r.git; \
          echo changed > src/main.c; echo done",
     );
     assert!(out.stdout.contains("done"), "{out}");
@@ -557,7 +557,12 @@ fn landlock_protected_settings_the_jail_changes_are_put_back_at_exit() {
     assert_eq!(read(".husky/pre-commit").as_deref(), Some("echo mine\n"), "{out}");
     assert!(!j.project.join(".codex").exists() && !j.project.join(".mcp.json").exists(), "{out}");
     assert!(!j.project.join(".git/hooks/pre-commit").exists(), "{out}");
-    assert_eq!(std::fs::read(j.project.join(".git/config")).unwrap(), config_before, "{out}");
+    // The config keeps the user's entries and the jail's remote (what `git remote add` and
+    // `push -u` write runs nothing), without the fsmonitor.
+    let config = std::fs::read(j.project.join(".git/config")).unwrap();
+    let text = String::from_utf8_lossy(&config);
+    assert!(config.starts_with(&config_before), "{text}");
+    assert!(text.contains("https://example.invalid/r.git") && !text.contains("fsmonitor"), "{text}");
     // The project's own work stays.
     assert_eq!(read("src/main.c").as_deref(), Some("changed\n"), "{out}");
     assert!(

@@ -170,6 +170,25 @@ pub fn restore(s: &Snapshot, project: &Path) -> (Vec<PathBuf>, Vec<String>) {
             failed.push(format!("{}: its directory was moved or replaced; not put back", p.display()));
             continue;
         }
+        // A repository's config keeps what the user's git runs nothing through (a remote
+        // added, `push -u`'s tracking), as the git guard keeps it under the namespace backend.
+        let config = match &now {
+            Ok(Some(n)) => config_kept(p, project, before.as_ref(), n),
+            _ => None,
+        };
+        if let Some((bytes, dropped)) = &config {
+            if dropped.is_empty() {
+                let mode = match before {
+                    Some(Node::File { mode, .. }) => *mode,
+                    _ => 0o644,
+                };
+                match write_node(p, &Node::File { data: bytes.clone(), mode }, None) {
+                    Ok(()) => {}
+                    Err(e) => failed.push(format!("{}: not put back: {e}", p.display())),
+                }
+                continue;
+            }
+        }
         let rel = p
             .strip_prefix(project)
             .map(Path::to_path_buf)
@@ -185,8 +204,17 @@ pub fn restore(s: &Snapshot, project: &Path) -> (Vec<PathBuf>, Vec<String>) {
                 write_node(&keep, n, Some(0o600))?;
             }
             remove(p)?;
-            if let Some(b) = before {
-                write_node(p, b, None)?;
+            match (&config, before) {
+                // The entries that may stay, the rest left out (the jail's whole file is aside).
+                (Some((bytes, _)), b) => {
+                    let mode = match b {
+                        Some(Node::File { mode, .. }) => *mode,
+                        _ => 0o644,
+                    };
+                    write_node(p, &Node::File { data: bytes.clone(), mode }, None)?;
+                }
+                (None, Some(b)) => write_node(p, b, None)?,
+                (None, None) => {}
             }
             Ok(())
         })();
@@ -196,6 +224,25 @@ pub fn restore(s: &Snapshot, project: &Path) -> (Vec<PathBuf>, Vec<String>) {
         }
     }
     (done, failed)
+}
+
+/// For a repository's config (`.../.git/config`) the jail wrote: what to install (the config
+/// the session found with the entries the jail added that run nothing, as the git guard keeps
+/// them) and the entries left out. None where it is no repository's config, or where the jail
+/// changed or removed an entry that was there: then all of it is put back.
+fn config_kept(p: &Path, project: &Path, before: Option<&Node>, now: &Node) -> Option<(Vec<u8>, Vec<String>)> {
+    use super::guard::gitconfig::{keep_allowed, Base, Place};
+    let gitdir = p.parent()?;
+    if p.file_name()? != "config" || gitdir.file_name()? != ".git" {
+        return None;
+    }
+    let Node::File { data, .. } = now else { return None };
+    let base = match before {
+        Some(Node::File { data, .. }) => Base::Existing(data),
+        None => Base::New,
+        Some(_) => return None,
+    };
+    keep_allowed(data, base, &Place { gitdir, root: project }).ok()
 }
 
 /// The session's outcome for the user: one line naming what was put back and where the
