@@ -3,6 +3,7 @@
 //! the system; `--dry-run` and `policy show` print this value, and the jail only executes it.
 
 pub mod agent_home;
+pub mod anchor;
 mod backend;
 pub mod catalogue;
 pub mod credentials;
@@ -329,6 +330,10 @@ pub struct Plan {
     pub home_access: HomeAccess,
     pub hostname: String,
     pub mounts: Vec<MountSpec>,
+    /// What the plan checked of the paths it binds or grants, which the jail holds them to
+    /// (`anchor`).
+    #[serde(skip)]
+    pub anchors: Vec<anchor::Anchor>,
     pub placeholders: Vec<Placeholder>,
     /// Directories of the agent's own the launcher makes in the home before the session
     /// (its writable entries that do not exist yet, so what it writes there persists).
@@ -420,6 +425,11 @@ pub enum PlanError {
         path.display(), tree.display()
     )]
     Unhidable { what: String, path: PathBuf, tree: PathBuf },
+    #[error(
+        "{} changed while the launch was checking it: it now leads to {}, inside the agent-sandbox state directory; the launch stops",
+        path.display(), now.display()
+    )]
+    Moved { path: PathBuf, now: PathBuf },
     #[error("nothing to run: the command is empty")]
     EmptyCommand,
     #[error("this kernel cannot keep the jail from making git repositories in the project: {why}")]
@@ -458,6 +468,12 @@ impl PlanError {
                 "fix: move {} out of {}, or choose another project directory; the userns backend can hide it there",
                 path.display(),
                 tree.display()
+            )),
+            PlanError::Moved { path, .. } => Some(format!(
+                "fix: something (the jail of another session that may write there?) replaced {} by a link; look at it \
+                 (ls -la {}) and start again",
+                path.display(),
+                path.parent().unwrap_or(path).display()
             )),
             PlanError::EmptyCommand => None,
         }
@@ -574,6 +590,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let shaped = Shaped { mounts, placeholders, git_guard, mail_block, credentials: credentials_plan, git_view };
     let mut plan = finish(policy, facts, fs, req, base, envp, shaped)?;
     (plan.home_dirs, plan.home_files, plan.merges) = (home_dirs, home_files, merges);
+    plan.anchors = anchor::stamp(&plan, fs, &facts.state_dir())?;
     Ok(plan)
 }
 
@@ -1039,6 +1056,7 @@ fn finish(
         home_access: policy.home_access.value,
         hostname: policy.hostname.value.clone(),
         mounts,
+        anchors: vec![],
         placeholders,
         home_dirs: vec![],
         home_files: vec![],
