@@ -30,14 +30,23 @@ pub trait HostFs {
     /// Up to `max` bytes of a regular file (links followed; a FIFO or device is not opened
     /// for reading). For config files the plan reads: a repository's, an `.envrc`.
     fn read_small(&self, p: &Path, max: u64) -> Option<Vec<u8>>;
+    /// The device and inode `p` named when the plan asked its `kind` (the last symlink not
+    /// followed; None for a link or nothing): what a bind or rule made later must still find
+    /// there (`plan::anchor`). None where the view keeps no identities (a test's).
+    fn identity(&self, _p: &Path) -> Option<(u64, u64)> {
+        None
+    }
 }
 
-/// The host filesystem, with `kind` and `read_dir` answers cached for one plan (the same
-/// directories, /dev above all, are asked about several times).
+/// The host filesystem, with `kind`, `read_dir` and `canonicalize` answers cached for one plan
+/// (the same directories, /dev above all, are asked about several times; and what a check
+/// saw is what the anchors of the plan's paths are made of, not a later look).
 #[derive(Default)]
 pub struct RealFs {
     kinds: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<Kind>>>,
+    ids: std::cell::RefCell<std::collections::HashMap<PathBuf, (u64, u64)>>,
     dirs: std::cell::RefCell<std::collections::HashMap<PathBuf, std::rc::Rc<[OsString]>>>,
+    canon: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<PathBuf>>>,
 }
 
 impl HostFs for RealFs {
@@ -47,6 +56,10 @@ impl HostFs for RealFs {
         }
         let k = std::fs::symlink_metadata(p).ok().map(|m| {
             let ft = m.file_type();
+            if !ft.is_symlink() {
+                use std::os::unix::fs::MetadataExt;
+                self.ids.borrow_mut().insert(p.to_path_buf(), (m.dev(), m.ino()));
+            }
             if ft.is_symlink() {
                 Kind::Symlink
             } else if ft.is_dir() {
@@ -77,7 +90,18 @@ impl HostFs for RealFs {
         std::fs::read_link(p).ok()
     }
     fn canonicalize(&self, p: &Path) -> Option<PathBuf> {
-        std::fs::canonicalize(p).ok()
+        if let Some(c) = self.canon.borrow().get(p) {
+            return c.clone();
+        }
+        let c = std::fs::canonicalize(p).ok();
+        self.canon.borrow_mut().insert(p.to_path_buf(), c.clone());
+        c
+    }
+    fn identity(&self, p: &Path) -> Option<(u64, u64)> {
+        if !self.kinds.borrow().contains_key(p) {
+            self.kind(p);
+        }
+        self.ids.borrow().get(p).copied()
     }
     fn read_small(&self, p: &Path, max: u64) -> Option<Vec<u8>> {
         use std::io::Read;

@@ -184,6 +184,46 @@ fn job_state_dir(dir: &Path) -> Result<PathBuf, String> {
     Ok(state.to_path_buf())
 }
 
+/// Debug builds only (the tests'): stops at `point` when `AGENT_SANDBOX_TEST_PAUSE` is
+/// `POINT:DIR`, saying so with `DIR/POINT.reached`, until `DIR/POINT.go` exists (30 s at
+/// most), so that a test swaps a path between a check and its use at a known moment
+/// (tests/swap.rs) instead of racing for it. Compiled out of release builds.
+#[cfg(debug_assertions)]
+fn pause_for_test(point: &str) {
+    let Ok(v) = std::env::var("AGENT_SANDBOX_TEST_PAUSE") else { return };
+    let Some((p, dir)) = v.split_once(':') else { return };
+    if p != point {
+        return;
+    }
+    let dir = Path::new(dir);
+    let _ = std::fs::write(dir.join(format!("{point}.reached")), "");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dir.join(format!("{point}.go")).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn pause_for_test(_point: &str) {}
+
+/// Whether the plan's anchor of a job's project is the directory the job was submitted from.
+fn job_project_held(id: &chaperon::identity::ProjectId, plan: &Plan) -> Result<(), String> {
+    let Some(a) = plan.anchors.iter().find(|a| a.path == plan.project) else {
+        return Err(format!("the job's project {} was not found as the launch checked it", plan.project.display()));
+    };
+    let seen = chaperon::identity::ProjectId::here(a.dev, a.ino);
+    if !id.is(&seen) || a.real != plan.project {
+        return Err(format!(
+            "the job's project {} is no longer the directory it was submitted from (inode {}, now inode {}): it was \
+             replaced while the job started; the job does not run elsewhere",
+            plan.project.display(),
+            id.ino,
+            a.ino
+        ));
+    }
+    Ok(())
+}
+
 fn recorded(
     log: &AuditLog,
     record: bool,
@@ -293,6 +333,7 @@ impl Launch {
         if let Origin::Job { project_id, .. } = &origin {
             project_id.check(&project_dir).map_err(LaunchError::setup)?;
         }
+        pause_for_test("checked");
         let (dry_run, session) = match &origin {
             Origin::Session { dry_run, .. } => (*dry_run, log.session.clone()),
             Origin::Job { session, .. } => (false, session.clone()),
@@ -406,6 +447,13 @@ impl Launch {
         };
         let plan = plan::build(&policy, &facts, &host::RealFs::default(), &req)?;
         timing::mark("plan");
+        // The project the jail binds is held to what the plan found (`plan::anchor`); for a
+        // job, that must be the directory whose identity was checked above, not one put in
+        // its place between that check and the plan's look (outside review F5).
+        if let Origin::Job { project_id, .. } = &origin {
+            job_project_held(project_id, &plan).map_err(LaunchError::setup)?;
+        }
+        pause_for_test("planned");
         // A claim the plan has no use for (no tun0 after a fallback) is given back now.
         let peer_claim = peer_claim.and_then(|c| if plan.net.peer.is_some() { c.keep() } else { None });
         if let Some(j) = &mut jobs {

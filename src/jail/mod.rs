@@ -4,6 +4,7 @@
 //! plan is missing a field.
 
 pub mod agent_copies;
+pub mod anchor;
 pub mod blueprint;
 pub mod caps;
 mod command;
@@ -106,7 +107,7 @@ pub fn run(
     audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
     if let Err(e) = placeholders::make_home_entries(&plan.home, &plan.home_dirs, &plan.home_files)
-        .and_then(|()| lock.create(&plan.placeholders))
+        .and_then(|()| lock.create(&plan.placeholders, &plan.anchors))
     {
         lock.abandon();
         return Err(e.into());

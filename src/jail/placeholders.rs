@@ -6,6 +6,7 @@
 //! end or at its start, is alone, and removes what any session recorded in the same file;
 //! so a session that ended while another ran is cleaned up after by the next one alone.
 
+use crate::plan::anchor::Anchor;
 use crate::plan::Placeholder;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
@@ -69,12 +70,19 @@ enum Made<'a> {
 /// session could have swapped a directory for a link since the plan was made), and never
 /// over something that exists (AlreadyExists).
 fn create_beneath(root: &Path, path: &Path, made: Made<'_>) -> std::io::Result<()> {
+    use nix::fcntl::{open, OFlag};
+    let root_fd = open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())?;
+    create_beneath_at(root, &root_fd, path, made)
+}
+
+/// `create_beneath` below `root` opened already (`root_fd`: as the plan checked it).
+fn create_beneath_at(root: &Path, root_fd: &std::os::fd::OwnedFd, path: &Path, made: Made<'_>) -> std::io::Result<()> {
     use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::{mkdirat, Mode};
     let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
     let rel = path.strip_prefix(root).map_err(|_| invalid())?;
     let name = rel.file_name().ok_or_else(invalid)?;
-    let dir = super::mounts::open_beneath(root, rel.parent().unwrap_or(Path::new("")))?;
+    let dir = super::mounts::open_beneath_at(root_fd, rel.parent().unwrap_or(Path::new("")))?;
     match made {
         Made::Dir(mode) => mkdirat(&dir, name, Mode::from_bits_truncate(mode))?,
         Made::File(mode, contents) => {
@@ -198,13 +206,29 @@ impl ProjectLock {
 
     /// Creates the missing placeholders and records the ones this session made (those outside
     /// the project in the home's record).
-    pub fn create(&mut self, list: &[Placeholder]) -> Result<(), PlaceholderError> {
+    /// `anchors`: what the plan checked; the project (or home) is opened as it checked it, so
+    /// a link put in its place since makes nothing anywhere else (`jail::anchor`).
+    pub fn create(&mut self, list: &[Placeholder], anchors: &[Anchor]) -> Result<(), PlaceholderError> {
         let (mine, theirs): (Vec<Placeholder>, Vec<Placeholder>) =
             list.iter().cloned().partition(|ph| ph.path.starts_with(&self.project) || self.home.is_none());
         if let Some(home) = self.home.as_mut() {
-            home.create(&theirs)?;
+            home.create(&theirs, anchors)?;
         }
         let list = &mine;
+        if list.is_empty() {
+            return Ok(());
+        }
+        let root_err = |err| PlaceholderError::Create { path: self.project.clone(), err };
+        let root_fd = match anchors.iter().find(|a| a.path == self.project) {
+            Some(a) => super::anchor::open_anchored(std::fs::File::open("/").map_err(root_err)?, a),
+            None => nix::fcntl::open(
+                &self.project,
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map_err(std::io::Error::from),
+        }
+        .map_err(root_err)?;
         let mut lines = String::new();
         let mut result = Ok(());
         for ph in list {
@@ -213,7 +237,7 @@ impl ProjectLock {
                 (false, true) => (Made::File(0o644, JSON_PLACEHOLDER), "j"),
                 (false, false) => (Made::File(0o644, b""), "f"),
             };
-            let r = create_beneath(&self.project, &ph.path, made);
+            let r = create_beneath_at(&self.project, &root_fd, &ph.path, made);
             match r {
                 Ok(()) => lines.push_str(&format!("{kind}\t{}\n", ph.path.display())),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -393,7 +417,7 @@ mod tests {
         let (a, b) = (project.join("a.json"), project.join("b.json"));
         let list: Vec<super::Placeholder> =
             [&a, &b].iter().map(|p| super::Placeholder { path: p.to_path_buf(), dir: false, json: true }).collect();
-        lock.create(&list).unwrap();
+        lock.create(&list, &[]).unwrap();
         assert_eq!(std::fs::read(&a).unwrap(), b"{}\n");
         std::fs::write(&b, "{\"mine\": 1}\n").unwrap();
         lock.remove_recorded();

@@ -3,6 +3,7 @@
 //! the system; `--dry-run` and `policy show` print this value, and the jail only executes it.
 
 pub mod agent_home;
+pub mod anchor;
 mod backend;
 pub mod catalogue;
 pub mod credentials;
@@ -329,6 +330,10 @@ pub struct Plan {
     pub home_access: HomeAccess,
     pub hostname: String,
     pub mounts: Vec<MountSpec>,
+    /// What the plan checked of the paths it binds or grants, which the jail holds them to
+    /// (`anchor`).
+    #[serde(skip)]
+    pub anchors: Vec<anchor::Anchor>,
     pub placeholders: Vec<Placeholder>,
     /// Directories of the agent's own the launcher makes in the home before the session
     /// (its writable entries that do not exist yet, so what it writes there persists).
@@ -434,6 +439,11 @@ pub enum PlanError {
         path.display(), tree.display()
     )]
     Unhidable { what: String, path: PathBuf, tree: PathBuf },
+    #[error(
+        "{} changed while the launch was checking it: it now leads to {}, inside the agent-sandbox state directory; the launch stops",
+        path.display(), now.display()
+    )]
+    Moved { path: PathBuf, now: PathBuf },
     #[error("nothing to run: the command is empty")]
     EmptyCommand,
     #[error("this kernel cannot keep the jail from making git repositories in the project: {why}")]
@@ -472,6 +482,12 @@ impl PlanError {
                 "fix: move {} out of {}, or choose another project directory; the userns backend can hide it there",
                 path.display(),
                 tree.display()
+            )),
+            PlanError::Moved { path, .. } => Some(format!(
+                "fix: something (the jail of another session that may write there?) replaced {} by a link; look at it \
+                 (ls -la {}) and start again",
+                path.display(),
+                path.parent().unwrap_or(path).display()
             )),
             PlanError::EmptyCommand => None,
         }
@@ -603,6 +619,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     (plan.home_dirs, plan.home_files, plan.merges) = (home_dirs, home_files, merges);
     plan.session_homes = session_homes;
     plan.restore = restore;
+    plan.anchors = anchor::stamp(&plan, fs, &facts.state_dir())?;
     Ok(plan)
 }
 
@@ -1092,6 +1109,7 @@ fn finish(
         home_access: policy.home_access.value,
         hostname: policy.hostname.value.clone(),
         mounts,
+        anchors: vec![],
         placeholders,
         home_dirs: vec![],
         home_files: vec![],
