@@ -145,20 +145,27 @@ pub fn job(dir: &Path) -> Result<i32, LaunchError> {
     // node's launcher resolved, which holds the job's directory: this node's environment
     // (Slurm's, without the user's `XDG_STATE_HOME`) may name another.
     let mut facts = host::HostFacts::gather()?;
-    match job_state_dir(dir) {
-        Ok(state) => facts.use_state_dir(state),
+    let dir = match job_state_dir(dir) {
+        // Used where it really is (a site's alias resolved: a bind source through an
+        // absolute link would be resolved again inside the jail's staging root).
+        Ok(state) => {
+            let real = state.join("jobs").join(dir.file_name().unwrap_or_default());
+            facts.use_state_dir(state);
+            real
+        }
         Err(e) => {
             let log = AuditLog::new(&facts.state_dir());
             return recorded(&log, true, || Err(LaunchError::setup(e)));
         }
-    }
+    };
     let log = AuditLog::new(&facts.state_dir());
-    recorded(&log, true, || Launch::for_job(dir, facts)?.run(&log))
+    recorded(&log, true, || Launch::for_job(&dir, facts)?.run(&log))
 }
 
 /// The state directory a job's directory is in (`STATE/jobs/NAME`), as the chaperon named it
-/// in the job's wrapper from the login node's facts: a real path (no symlink on the way, so
-/// what was checked is what is used), a directory of this user's that no one else may write.
+/// in the job's wrapper from the login node's facts: a path with no symlink on the way that
+/// the user could have made (a site's alias is followed), a directory of this user's that no
+/// one else may write; returned where it really is.
 fn job_state_dir(dir: &Path) -> Result<PathBuf, String> {
     use std::os::unix::fs::MetadataExt;
     let bad = |why: &str| format!("{} is not a job directory of this user: {why}", dir.display());
@@ -191,7 +198,8 @@ fn job_state_dir(dir: &Path) -> Result<PathBuf, String> {
             return Err(bad(&format!("{} is not a directory of yours that only you may write", d.display())));
         }
     }
-    Ok(state.to_path_buf())
+    // Where it really is, its links (checked above) resolved.
+    std::fs::canonicalize(state).map_err(|e| bad(&format!("{}: {e}", state.display())))
 }
 
 /// Before a session: the state directory can be made (a link on its way that leads nowhere
