@@ -401,8 +401,15 @@ pub(super) fn cover_stubbed(
     home: &Path,
     mail: bool,
 ) {
-    let visible: Vec<PathBuf> =
-        policy.fs_read.iter().map(|r| PathBuf::from(&r.value)).filter(|p| p.is_absolute()).collect();
+    // The read trees as `bind_tree` binds them (one spelling, where they really are), and as
+    // named: `--ro /opt//slurm/bin` shows the real `sbatch` as much as `--ro /opt/slurm/bin`.
+    let visible: Vec<PathBuf> = policy
+        .fs_read
+        .iter()
+        .map(|r| fs::normalized(Path::new(&r.value)))
+        .filter(|p| p.is_absolute())
+        .flat_map(|p| [fs::real_parents(fs, &p), p])
+        .collect();
     let mut covered: Vec<PathBuf> = vec![];
     for p in &facts.mailers {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");

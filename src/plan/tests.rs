@@ -1476,6 +1476,26 @@ mod read_trees {
         }
     }
 
+    /// A site's Slurm commands in a read tree spelled otherwise (`/cluster//slurm/bin`) or reached
+    /// through a link are covered by the stub as in the tree spelled plainly.
+    #[test]
+    fn a_slurm_command_in_a_read_tree_spelled_otherwise_is_still_the_stub() {
+        let fs = host().file("/cluster/slurm/bin/sbatch").symlink("/site", "/cluster");
+        for tree in ["/cluster//slurm/bin", "/cluster/slurm/./bin/", "/site/slurm/bin"] {
+            let f = HostFacts { mailers: vec!["/cluster/slurm/bin/sbatch".into()], ..facts() };
+            let p = build(&policy(&format!("[filesystem]\nread = [\"{tree}\"]\n")), &f, &fs, &request("/home/u/proj"))
+                .unwrap();
+            assert!(
+                has(
+                    &p,
+                    |m| matches!(m, MountSpec::Stub { target } if target == Path::new("/cluster/slurm/bin/sbatch"))
+                ),
+                "{tree}: {:#?}",
+                p.mounts
+            );
+        }
+    }
+
     #[test]
     fn a_hidden_path_spelled_with_a_double_slash_or_a_dot_is_hidden_all_the_same() {
         let (fs, f) = layout();
