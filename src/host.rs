@@ -444,6 +444,21 @@ pub fn real_location(p: &Path) -> PathBuf {
     }
 }
 
+/// The first symbolic link on the way to `p` that leads nowhere (`~/.local ->
+/// /scratch/u/local` once a scratch purge removed the target), and where it leads.
+pub fn dangling_link(p: &Path) -> Option<(PathBuf, PathBuf)> {
+    let mut on_way: Vec<&Path> = p.ancestors().collect();
+    on_way.reverse();
+    for d in on_way {
+        // Below a path that is not there, nothing is: no link further down to blame.
+        let m = std::fs::symlink_metadata(d).ok()?;
+        if m.file_type().is_symlink() && std::fs::metadata(d).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            return Some((d.to_path_buf(), std::fs::read_link(d).ok()?));
+        }
+    }
+    None
+}
+
 /// `$XDG_RUNTIME_DIR` if it is an absolute path to a directory of `uid` that nobody else can
 /// enter (a per-session temp directory under it stays private).
 fn private_runtime_dir(uid: u32) -> Option<PathBuf> {

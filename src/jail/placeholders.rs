@@ -237,7 +237,12 @@ impl ProjectLock {
                 (false, true) => (Made::File(0o644, JSON_PLACEHOLDER), "j"),
                 (false, false) => (Made::File(0o644, b""), "f"),
             };
-            let r = create_beneath_at(&self.project, &root_fd, &ph.path, made);
+            // The project as the plan checked it; one outside it (a tree granted through a
+            // link, named where it really is) beneath `/`, no link on the way.
+            let r = match self.root_of(&ph.path) {
+                root if root == self.project => create_beneath_at(&self.project, &root_fd, &ph.path, made),
+                root => create_beneath(root, &ph.path, made),
+            };
             match r {
                 Ok(()) => lines.push_str(&format!("{kind}\t{}\n", ph.path.display())),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -252,6 +257,16 @@ impl ProjectLock {
             let _ = self.file.write_all(lines.as_bytes());
         }
         result
+    }
+
+    /// Where a placeholder of this lock's is made and removed beneath, no link on the way:
+    /// the project (or home); for one outside it, `/` (the plan names it where it really
+    /// is, `plan::agent_home`: a tree granted through a link, `~/.local -> /scratch/u/local`).
+    fn root_of<'a>(&'a self, path: &Path) -> &'a Path {
+        match path.starts_with(&self.project) {
+            true => &self.project,
+            false => Path::new("/"),
+        }
     }
 
     /// A lock whose file is open (and locked) already: the waiter's copy.
@@ -360,10 +375,12 @@ impl ProjectLock {
         lines.sort_by_key(|(_, p)| std::cmp::Reverse(p.components().count()));
         lines.dedup();
         for (kind, path) in lines {
-            // The registry is the user's file, but never act on a line outside this project:
-            // `starts_with` compares components, so `/p/../home/x` would pass it; a line with
-            // anything but plain names is refused before the prefix is looked at.
-            if !plain_inside(path, &self.project) {
+            // The registry is the user's file (in the state directory, hidden from every
+            // jail), but never act on a line through a link: `starts_with` compares
+            // components, so `/p/../home/x` would pass it; a line with anything but plain
+            // names is refused before the prefix is looked at. One outside the project is a
+            // placeholder made where it really is (`root_of`), with no link on its way either.
+            if !plain_inside(path, self.root_of(path)) {
                 continue;
             }
             if kind == "d" {

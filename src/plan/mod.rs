@@ -673,7 +673,7 @@ impl Base {
             hidden.must_hide.push((p, "the agent-sandbox state directory".into()));
         }
         for h in &policy.hide {
-            let p = expand_tilde(&h.value, &home);
+            let p = fs::normalized(&expand_tilde(&h.value, &home));
             if !p.is_absolute() {
                 return Err(entry_err("filesystem.hide", &h.value, "must be absolute or start with ~/"));
             }
@@ -848,7 +848,7 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
         done.push(target);
     }
     for f in &policy.hide_files {
-        let p = expand_tilde(&f.value, &base.home);
+        let p = fs::normalized(&expand_tilde(&f.value, &base.home));
         for p in fs::expand_glob(fs, &p) {
             if let Some(k) = fs.kind(&p) {
                 if let Some(w) = trees.writable.iter().find(|w| p.starts_with(w) && &p != *w) {

@@ -1448,3 +1448,122 @@ fn landlock_points_claude_at_a_session_directory_and_grants_only_its_state() {
     );
     assert!(!plan.warnings.iter().any(|w| w.contains("cannot keep the agent's settings")), "{:?}", plan.warnings);
 }
+
+/// Read-only trees are compared with the hidden paths in one spelling and where they really
+/// are (outside review of the state directory, F4): `//`, `/.`, a trailing `/`, a link above
+/// the entry (to scratch, or back into the home) show no hidden path, in either backend.
+mod read_trees {
+    use super::*;
+
+    /// `~/.local` a link to `/scratch/u/local` (the state directory there), `~/sc` a link to
+    /// `/scratch/u`, `~/data/abs` a link back to the home, and a hidden `/scratch/u/secret`.
+    fn layout() -> (FakeFs, HostFacts) {
+        let state = "/scratch/u/local/state/agent-sandbox";
+        let fs = host()
+            .dir(state)
+            .file(&format!("{state}/audit.jsonl"))
+            .dir("/scratch/u/local/lib")
+            .file("/scratch/u/secret/f")
+            .symlink("/home/u/.local", "/scratch/u/local")
+            .symlink("/home/u/sc", "/scratch/u")
+            .dir("/home/u/data")
+            .symlink("/home/u/data/abs", "/home/u");
+        (fs, HostFacts { state_dir: state.into(), ..facts() })
+    }
+
+    /// What the jail could read at `path`: a bind (or overlay without a whiteout over it) of
+    /// a tree holding it, or a Landlock rule on one.
+    fn shows(p: &Plan, path: &str) -> bool {
+        let path = Path::new(path);
+        if let Some(ll) = &p.landlock {
+            return ll.read_write.iter().chain(&ll.read_only).any(|r| fs::under(path, r));
+        }
+        p.mounts.iter().any(|m| match m {
+            MountSpec::Bind { source, .. } | MountSpec::TreeBind { source, .. } => fs::under(path, source),
+            MountSpec::Overlay { source, whiteouts, .. } => {
+                fs::under(path, source) && !whiteouts.iter().any(|w| fs::under(path, w))
+            }
+            _ => false,
+        })
+    }
+
+    #[test]
+    fn no_spelling_or_link_of_a_read_entry_shows_a_hidden_path_in_either_backend() {
+        let (fs, f) = layout();
+        let hide = "hide = [\"/scratch/u/secret\"]\n";
+        for backend in ["", "[sandbox]\nbackend = \"landlock\"\n"] {
+            let mut entries: Vec<String> = ["/scratch//u", "/scratch/u/.", "/scratch/u/", "/scratch/./u//local/"]
+                .iter()
+                .map(|e| format!("[filesystem]\nread = [\"{e}\"]\n{hide}"))
+                .collect();
+            for e in ["sc", "sc/local", "data/abs/.ssh", "data/abs/.local", "data/abs/.local/state", "data/abs/.ssh/."]
+            {
+                entries.push(format!("[filesystem]\n{hide}[home]\nread = [\"{e}\"]\n"));
+            }
+            for entry in entries {
+                let p = build(&policy(&format!("{backend}{entry}")), &f, &fs, &request("/home/u/proj")).unwrap();
+                for hidden in [
+                    "/scratch/u/local/state/agent-sandbox/audit.jsonl",
+                    "/scratch/u/secret/f",
+                    "/home/u/.ssh/id_ed25519",
+                ] {
+                    assert!(
+                        !shows(&p, hidden),
+                        "{backend}{entry}: {hidden} is shown: {:#?} {:?}",
+                        p.mounts,
+                        p.landlock
+                    );
+                }
+            }
+            // What is not hidden stays shown, at its real place.
+            let p =
+                build(&policy(&format!("{backend}[home]\nread = [\"sc/local\"]\n")), &f, &fs, &request("/home/u/proj"))
+                    .unwrap();
+            assert!(shows(&p, "/scratch/u/local/lib"), "{backend}: {:#?} {:?}", p.mounts, p.landlock);
+        }
+    }
+
+    /// A site's Slurm commands in a read tree spelled otherwise (`/cluster//slurm/bin`) or reached
+    /// through a link are covered by the stub as in the tree spelled plainly.
+    #[test]
+    fn a_slurm_command_in_a_read_tree_spelled_otherwise_is_still_the_stub() {
+        let fs = host().file("/cluster/slurm/bin/sbatch").symlink("/site", "/cluster");
+        for tree in ["/cluster//slurm/bin", "/cluster/slurm/./bin/", "/site/slurm/bin"] {
+            let f = HostFacts { mailers: vec!["/cluster/slurm/bin/sbatch".into()], ..facts() };
+            let p = build(&policy(&format!("[filesystem]\nread = [\"{tree}\"]\n")), &f, &fs, &request("/home/u/proj"))
+                .unwrap();
+            assert!(
+                has(
+                    &p,
+                    |m| matches!(m, MountSpec::Stub { target } if target == Path::new("/cluster/slurm/bin/sbatch"))
+                ),
+                "{tree}: {:#?}",
+                p.mounts
+            );
+        }
+    }
+
+    #[test]
+    fn a_hidden_path_spelled_with_a_double_slash_or_a_dot_is_hidden_all_the_same() {
+        let (fs, f) = layout();
+        for hide in ["/scratch//u/secret", "/scratch/u/./secret/", "/scratch/u/secret/."] {
+            let p = plan_with_fs(&fs, &f, &format!("[filesystem]\nread = [\"/scratch/u\"]\nhide = [\"{hide}\"]\n"));
+            assert!(!shows(&p, "/scratch/u/secret/f"), "{hide}: {:#?}", p.mounts);
+        }
+    }
+
+    fn plan_with_fs(fs: &FakeFs, f: &HostFacts, extra: &str) -> Plan {
+        build(&policy(extra), f, fs, &request("/home/u/proj")).unwrap()
+    }
+
+    #[test]
+    fn a_home_entry_through_a_link_to_a_hidden_path_or_the_home_is_not_bound_and_says_why() {
+        let (fs, f) = layout();
+        for (key, entry) in [("read", "data/abs/.ssh"), ("write", "data/abs/.ssh")] {
+            let p = plan_with_fs(&fs, &f, &format!("[home]\n{key} = [\"{entry}\"]\n"));
+            assert!(!shows(&p, "/home/u/.ssh/id_ed25519"), "{key} {entry}: {:#?}", p.mounts);
+            let w = p.warnings.join("\n");
+            assert!(w.contains(&format!("home.{key}: `{entry}` is /home/u")) && w.contains("not bound"), "{w}");
+        }
+    }
+}
