@@ -72,6 +72,9 @@ pub enum ValueKind {
     YesNo,
     /// Only the checks every value gets; validated elsewhere.
     Any,
+    /// No value at all: an optional value (a later release's) the chaperon cannot honour is
+    /// refused with this reason.
+    Refused(&'static str),
 }
 
 /// Cuts `s` for quoting in an error: at most `ECHO_CHARS` characters, so one error stays short.
@@ -148,6 +151,7 @@ pub fn validate(kind: ValueKind, v: &str) -> Result<(), &'static str> {
             "not one of the values this option accepts",
         ),
         ValueKind::YesNo => check(is_yes_no(b), "expected yes, no, or a number"),
+        ValueKind::Refused(why) => Err(why),
     }
 }
 
@@ -833,6 +837,7 @@ pub const EVERY_KIND: &[ValueKind] = &[
     ValueKind::Initial(&["append", "truncate"]),
     ValueKind::YesNo,
     ValueKind::Any,
+    ValueKind::Refused("no value"),
 ];
 
 /// Reads `v` with every value reader this module has (each kind's `validate`, the dependency
@@ -856,6 +861,7 @@ mod tests {
         match kind {
             ValueKind::Text => (&["", "gpu:a100:2", "a b", "é ünïcode", "x=y,z"], &[]),
             ValueKind::Any => (&["", "anything at all"], &[]),
+            ValueKind::Refused(_) => (&[], &["", "x", "v0.0.40"]),
             // parse_int(.., false): strtol takes spaces and a sign; p[0] must be NUL, so an empty
             // value is 0; LONG_MAX (also what an overflow gives) is refused.
             ValueKind::Int => (
@@ -1141,7 +1147,8 @@ mod tests {
     #[test]
     fn no_value_kind_accepts_a_control_character() {
         for &kind in EVERY_KIND {
-            let good = cases(kind).0.iter().find(|v| !v.is_empty()).unwrap();
+            // A kind that takes no value refuses these too (every_value_kind_... checks it).
+            let Some(good) = cases(kind).0.iter().find(|v| !v.is_empty()) else { continue };
             for bad in ["\n", "\0", "\r", "\t", "\x1b", "\x7f", "\u{85}", "\u{2028}", "\u{2029}"] {
                 for v in [format!("{good}{bad}"), format!("{bad}{good}")] {
                     assert!(validate(kind, &v).is_err(), "{kind:?} accepted {v:?}");
