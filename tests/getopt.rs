@@ -72,12 +72,13 @@ impl Cluster {
         }
     }
 
-    /// A jail on this cluster's login side, or None where the tests skip Slurm.
+    /// A jail on this cluster's login side, or None where the tests skip Slurm. Its name
+    /// says the release: two clusters' tests running at once have projects of their own.
     fn jail(self, name: &str) -> Option<Jail> {
         match self {
             Cluster::Tc => slurm_jail(name),
             Cluster::Tc2411 => {
-                let j = Jail::new(name)?;
+                let j = Jail::new(&format!("{name}-2411"))?;
                 let out = Command::new(in_2411()).args(["--", "sinfo", "-h", "-o", "%T"]).output();
                 assert!(
                     out.as_ref().is_ok_and(|o| o.status.success() && !o.stdout.is_empty()),
@@ -157,8 +158,11 @@ fn tables_are_the_installed_getopt_sets(cluster: Cluster) {
     for (name, table, plugins) in handled(belt) {
         let set = table.set_of(cluster.release());
         let dump = j.project.join(format!("{name}.getopt"));
-        let mut c = cluster.direct(&j, &format!("/usr/bin/{name}"));
-        c.arg("--version").env("GETOPT_DUMP", &dump).env("LD_PRELOAD", &shim);
+        // The shim is preloaded into the command alone (`env`), not into in-2411.sh's helpers.
+        let mut c = cluster.direct(&j, "env");
+        c.arg(format!("GETOPT_DUMP={}", dump.display()))
+            .arg(format!("LD_PRELOAD={}", shim.display()))
+            .args([format!("/usr/bin/{name}"), "--version".into()]);
         let out = j.output_within(&mut c, Duration::from_secs(30));
         assert_eq!(out.code, 0, "{name} with the shim: {out}");
         let text = std::fs::read_to_string(&dump).unwrap_or_else(|e| panic!("{}: {e}", dump.display()));
