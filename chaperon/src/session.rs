@@ -4,6 +4,7 @@
 //! with (`Config::command`). Reads no request and decides nothing: `commands` does.
 
 use crate::governor::Governor;
+use crate::release::Release;
 use crate::scope::Registry;
 use crate::spawn::{Io, RealCommand};
 use std::path::{Path, PathBuf};
@@ -49,6 +50,8 @@ pub struct Config {
     pub project_id: Option<crate::identity::ProjectId>,
     /// The user's record key (`seal`), read (or made) on first use.
     pub key: std::sync::OnceLock<std::sync::Arc<crate::seal::Key>>,
+    /// The installed Slurm's release, learned once (`release`).
+    pub release: std::sync::OnceLock<Release>,
 }
 
 impl Config {
@@ -120,6 +123,29 @@ impl Config {
              or ask the admin to check that `sbatch --help` answers",
             self.real("sbatch").display()
         )))
+    }
+
+    /// The installed Slurm's release, which every call's options are read with: the real
+    /// `sbatch --version` (local, no controller), asked once; the launcher asks it on a thread
+    /// of its own as the session starts, so a call seldom waits for it. An sbatch that does
+    /// not answer leaves it unknown: that call is read with 22.05's tables, whose options
+    /// every later release has but a few it refuses itself (spelled in full, so never
+    /// another option there), and the next call asks again.
+    pub fn release(&self) -> Release {
+        if let Some(r) = self.release.get() {
+            return *r;
+        }
+        match self.installed_release() {
+            Some(r) => *self.release.get_or_init(|| r),
+            None => crate::release::R22_05,
+        }
+    }
+
+    fn installed_release(&self) -> Option<Release> {
+        let mut cmd = self.command("sbatch");
+        cmd.arg("--version").stdin(Io::null()).stderr(Io::null());
+        let (out, status) = crate::bounded::capture(cmd, 64 << 10, BELT_QUESTION_TIMEOUT).ok()?;
+        status.success().then(|| crate::release::parse_version(&String::from_utf8_lossy(&out)))?
     }
 
     /// The user's record key, which seals every job directory's spec and scope record.
