@@ -115,11 +115,13 @@ dpkg -i "$deb" >/dev/null || fail "dpkg -i $deb"
 step "installed: $(dpkg-query -W -f '${Package} ${Version}, ${Installed-Size} KiB' agent-sandbox)"
 
 # The man pages and the bash completion are what the launcher parses.
-zcat /usr/share/man/man1/agent-sandbox-policy-check.1.gz | grep -q -- '--kind' ||
+zcat /usr/share/man/man1/agent-sandbox-policy-check.1.gz | grep -qF -- '\-\-kind' ||
   fail "the man page of policy check does not name --kind"
+# shellcheck disable=SC2016 # expanded by the inner shell
 words=$(bash -c '. /usr/share/bash-completion/completions/agent-sandbox
+  f=$(complete -p agent-sandbox | sed -n "s/.* -F \([^ ]*\) .*/\1/p")
   COMP_WORDS=(agent-sandbox pol); COMP_CWORD=1; COMP_LINE="agent-sandbox pol"; COMP_POINT=${#COMP_LINE}
-  _agent-sandbox agent-sandbox pol agent-sandbox; echo "${COMPREPLY[*]}"')
+  "$f" agent-sandbox pol agent-sandbox; echo "${COMPREPLY[*]}"')
 [ "$words" = policy ] || fail "bash completion of \`agent-sandbox pol\` gave '$words', not 'policy'"
 
 # As the test user, with a clean environment, in a project under their home.
