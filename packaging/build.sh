@@ -47,7 +47,7 @@ mkdir -p "$stage/bin" "$stage/slurm"
 for b in agent-sandbox agent-sandbox-stub; do
   strip -o "$stage/bin/$b" "$release/$b"
 done
-install -m 0755 slurm-plugins/agent_sandbox.so "$stage/slurm/agent_sandbox.so"
+strip --strip-unneeded -o "$stage/slurm/agent_sandbox.so" slurm-plugins/agent_sandbox.so
 # Man pages and completions from the same clap Command the launcher parses with (xtask/).
 cargo run --quiet -p xtask -- dist "$stage"
 gzip -9n "$stage"/man/*.1

@@ -56,7 +56,7 @@ has_all() { # has_all WHAT LISTING PATH...
   local what=$1 listing=$2
   shift 2
   for p in "$@"; do
-    grep -qxF "$p" <<<"$listing" || fail "$what lacks $p; it holds:"$'\n'"$listing"
+    grep -qxF -- "$p" <<<"$listing" || fail "$what lacks $p; it holds:"$'\n'"$listing"
   done
 }
 # The launcher in both packages is built here (Debian 12, glibc 2.36): the .rpm is for
@@ -78,7 +78,7 @@ step "rpm -qlp: $(rpm -qlp "$rpm" | wc -l) files as expected"
 # /etc/agent-sandbox (and a purge would remove them): they are moved aside and put back.
 listing=$(dpkg-deb -c "$deb" | awk '{print $1, $2, substr($6, 2)}')
 has_all "$deb" "$(awk '{print $3}' <<<"$listing")" "${common[@]}" "$plugin_deb" /usr/share/zsh/vendor-completions/_agent-sandbox
-has_all "$deb (modes)" "$listing" "-rwxr-xr-x root/root /usr/bin/agent-sandbox" "-rwxr-xr-x root/root /usr/bin/agent-sandbox-stub"
+has_all "$deb (modes)" "$listing" "-rwxr-xr-x 0/0 /usr/bin/agent-sandbox" "-rwxr-xr-x 0/0 /usr/bin/agent-sandbox-stub"
 depends=$(dpkg-deb -f "$deb" Depends)
 grep -q 'libc6 (>= 2\.' <<<"$depends" || fail "$deb does not depend on libc6 (Depends: $depends)"
 
