@@ -93,7 +93,15 @@ mod tests {
             env: vec![("PATH".into(), "/usr/bin".into())],
             cwd: odd.join("d\u{e9}"),
             limits: LimitsPlan { mem: Some(1 << 30), pids: Some(64), ..Default::default() },
-            git_guard: Some(GitGuardPlan { roots: vec![odd.clone(), "/scratch".into()] }),
+            git_guard: Some(GitGuardPlan {
+                roots: vec![odd.clone(), "/scratch".into()],
+                links: crate::plan::LinkPlan {
+                    state: vec![odd.join("s")],
+                    hidden: vec![odd.join("h")],
+                    trees: vec![],
+                    guarded: true,
+                },
+            }),
         };
         let fd = bp.to_fd().unwrap();
         let mut file = std::fs::File::from(fd.try_clone().unwrap());

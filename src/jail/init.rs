@@ -383,7 +383,8 @@ fn supervise(
                 left_out(sock);
                 let _ = msg::send(sock, &Msg::Refused { check: check.into(), path: path.into() });
             });
-            super::guard::serve(listener, super::guard::rules::Guarded::new(g.roots.clone()), report);
+            let guarded = super::guard::rules::Guarded::new(g.roots.clone()).with_links(g.links.clone());
+            super::guard::serve(listener, guarded, report);
         }
     }
     crate::timing::mark("child-forked");

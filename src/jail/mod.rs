@@ -9,11 +9,13 @@ pub mod blueprint;
 pub mod caps;
 mod command;
 pub mod door;
+mod dotenv;
 mod fallback;
 pub mod guard;
 pub mod init;
 pub mod landlock;
 pub mod limits;
+pub mod links;
 pub mod mounts;
 mod msg;
 mod net;
@@ -107,6 +109,7 @@ pub fn run(
     audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
     if let Err(e) = placeholders::make_home_entries(&plan.home, &plan.home_dirs, &plan.home_files)
+        .and_then(|()| placeholders::make_home_texts(&plan.home, &plan.home_texts))
         .and_then(|()| lock.create(&plan.placeholders, &plan.anchors))
     {
         lock.abandon();
@@ -125,10 +128,19 @@ pub fn run(
         warnings.iter().for_each(|w| eprintln!("agent-sandbox: warning: {w}"));
         s
     });
+    // The project's `.env`, which aider and Gemini CLI load outside: checked after.
+    let (dotenv, warnings) = dotenv::take(&dotenv::paths(&plan.project, &plan.cwd), &plan.rejected);
+    warnings.iter().for_each(|w| eprintln!("agent-sandbox: warning: {w}"));
+    let started = links::start_stamp();
     let result = match plan.backend {
         BackendKind::Userns => userns::run(plan, early, banner, net_start, lazy, audit),
         BackendKind::Landlock => fallback::run(plan, banner, lazy),
     };
+    // Every process of the jail is gone: the links it left where something outside follows
+    // them are removed (under Landlock the only check; under userns the guard's second).
+    let (swept, stopped) = links::sweep(&plan.links, started);
+    links::report(&swept, stopped, audit);
+    dotenv::report(&dotenv::restore(&dotenv), audit);
     if let Some(s) = &snapshot {
         let (done, failed) = project_restore::restore(s, &plan.project);
         project_restore::report(s, &plan.project, &done, &failed, audit);

@@ -57,6 +57,19 @@ pub fn make_home_entries(home: &Path, dirs: &[PathBuf], files: &[PathBuf]) -> Re
     Ok(())
 }
 
+/// Files made in the home before the session with a text of the plan's, if missing (their
+/// directories are made already): never over anything there, never through a link.
+pub fn make_home_texts(home: &Path, texts: &[(PathBuf, String)]) -> Result<(), PlaceholderError> {
+    for (file, text) in texts {
+        match create_beneath(home, file, Made::File(0o644, text.as_bytes())) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(err) => return Err(PlaceholderError::Create { path: file.clone(), err }),
+        }
+    }
+    Ok(())
+}
+
 /// A JSON name's placeholder: an empty object, which the agents read as no settings.
 const JSON_PLACEHOLDER: &[u8] = b"{}\n";
 

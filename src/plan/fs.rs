@@ -288,6 +288,12 @@ pub struct Builder<'a> {
     /// Missing directories and JSON files of the agent's own in the home, made by the launcher.
     pub home_dirs: Vec<PathBuf>,
     pub home_files: Vec<PathBuf>,
+    /// The agents' state entries that are directories, bound (or granted) writable: a link
+    /// made there must lead inside its entry (`jail::links`).
+    pub state_dirs: Vec<PathBuf>,
+    /// Files the launcher makes in the home before the session with this text, if missing
+    /// (Gemini CLI's mark of its project's entry).
+    pub home_texts: Vec<(PathBuf, String)>,
 }
 
 impl<'a> Builder<'a> {
@@ -301,6 +307,8 @@ impl<'a> Builder<'a> {
             overrides: vec![],
             home_dirs: vec![],
             home_files: vec![],
+            state_dirs: vec![],
+            home_texts: vec![],
         }
     }
 
