@@ -492,6 +492,7 @@ fn landlock_rules(ll: &LandlockPlan) -> landlock::LandlockRules {
         scope_signals: true,
         scope_abstract_unix: true,
         anchors: vec![],
+        own: None,
     }
 }
 
@@ -510,6 +511,7 @@ fn exec_command(
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
     let mut rules = landlock_rules(ll);
     rules.anchors = plan.anchors.clone();
+    rules.own = Some(plan.own.clone());
     // Before the rules: what starting the helpers needs.
     let helpers = match (&sweeper, ll.slurm_fd) {
         (None, None) => None,
