@@ -189,28 +189,6 @@ fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3))
 }
 
-/// Closes every descriptor of this process but `keep` (stdio becomes /dev/null).
-pub(super) fn close_all_but(keep: &[i32]) {
-    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-        for fd in 0..3 {
-            // SAFETY: dup2 onto this process's own stdio descriptors.
-            unsafe { libc::dup2(null.as_raw_fd(), fd) };
-        }
-    }
-    let mut kept: Vec<u32> = keep.iter().filter_map(|k| u32::try_from(*k).ok()).filter(|k| *k > 2).collect();
-    kept.sort_unstable();
-    let mut lo: u32 = 3;
-    for k in kept {
-        if k > lo {
-            // SAFETY: closes a range of this process's own descriptors.
-            unsafe { libc::syscall(libc::SYS_close_range, lo, k - 1, 0u32) };
-        }
-        lo = lo.max(k + 1);
-    }
-    // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_close_range, lo, u32::MAX, 0u32) };
-}
-
 /// True if `path` is absolute, made of plain names only (no `..`, no `.`), strictly inside
 /// `project`, and no directory between them is a symlink (which would move the removal).
 fn plain_inside(path: &Path, project: &Path) -> bool {
