@@ -16,6 +16,9 @@ pub struct Blueprint {
     pub mounts: Vec<MountSpec>,
     /// What the plan checked of the mounts' sources (`plan::anchor`).
     pub anchors: Vec<Anchor>,
+    /// The launcher's own trees, used by name (`Plan::own`).
+    #[serde(with = "crate::plan::os_path::vec")]
+    pub own: Vec<PathBuf>,
     pub command: Vec<String>,
     pub env: Vec<(String, String)>,
     #[serde(with = "crate::plan::os_path")]
@@ -30,6 +33,7 @@ impl Blueprint {
             hostname: plan.hostname.clone(),
             mounts: plan.mounts.clone(),
             anchors: plan.anchors.clone(),
+            own: plan.own.clone(),
             command: plan.command.clone(),
             env: plan.env.clone(),
             cwd: plan.cwd.clone(),
@@ -89,6 +93,7 @@ mod tests {
                 },
             ],
             anchors: vec![Anchor { path: odd.clone(), real: odd.join("r"), dev: 1 << 40, ino: u64::MAX }],
+            own: vec![odd.join("state")],
             command: vec!["sh".into(), "-c".into(), "echo \u{e9}".into()],
             env: vec![("PATH".into(), "/usr/bin".into())],
             cwd: odd.join("d\u{e9}"),

@@ -188,7 +188,7 @@ fn build_root(bp: &Blueprint) -> Result<(), String> {
         nix::mount::mount(None::<&str>, mounts::OLD, None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>),
         "make the host tree private",
     )?;
-    mounts::apply_all(&mut mounts::RealSys, &bp.mounts, &bp.anchors, Path::new("/files"))
+    mounts::apply_all(&mut mounts::RealSys, &bp.mounts, &bp.anchors, &bp.own, Path::new("/files"))
         .map_err(|e| format!("cannot build the jail's filesystem: {e}"))?;
     m(nix::unistd::chdir(mounts::NEW), "chdir /newroot")?;
     m(nix::unistd::pivot_root(".", "."), "pivot into the jail root")?;

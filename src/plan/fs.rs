@@ -484,6 +484,29 @@ pub fn real_path(fs: &dyn HostFs, p: &Path) -> PathBuf {
     }
 }
 
+/// The other places the host shows the existing path `p` (absolute, no link on its way):
+/// the same directory of the same file system mounted again elsewhere (a bind-mount alias,
+/// `/lustre/scratch` of `/scratch`, an automounter's bind). A hidden path is hidden there too
+/// (outside review of the anchors, N5): a tree granted by the alias's name would show it.
+pub fn mount_aliases(mounts: &[crate::host::Mount], p: &Path) -> Vec<PathBuf> {
+    // The mount `p` is seen through: the last one whose point holds it (a later mount on the
+    // same or a deeper point hides what was there).
+    let Some(m) = mounts.iter().rev().filter(|m| under(p, &m.point)).max_by_key(|m| bytes(&m.point).len()) else {
+        return vec![];
+    };
+    let Ok(rel) = p.strip_prefix(&m.point) else { return vec![] };
+    let in_fs = m.root.join(rel);
+    let mut out: Vec<PathBuf> = vec![];
+    for o in mounts.iter().filter(|o| o.dev == m.dev && o.point != m.point && under(&in_fs, &o.root)) {
+        let Ok(rest) = in_fs.strip_prefix(&o.root) else { continue };
+        let alias = normalized(&o.point.join(rest));
+        if alias != p && !out.contains(&alias) {
+            out.push(alias);
+        }
+    }
+    out
+}
+
 /// Where `p` really is, if that is elsewhere: it exists, and it or a directory above it is
 /// a link. A path with no link on its way is looked up once (`kind`, cached), no more.
 pub fn real_if_linked(fs: &dyn HostFs, p: &Path) -> Option<PathBuf> {
@@ -579,6 +602,35 @@ protocols: files\nservices: files\nethers: files\nrpc: files\nnetgroup: files\na
 
 #[cfg(test)]
 mod tests {
+
+    /// A path of a file system mounted twice (a bind-mount alias) is found at the other
+    /// mount; one of a mount of another directory of it, or of another file system, is not.
+    #[test]
+    fn a_hidden_path_is_found_at_each_mount_that_shows_it() {
+        let m = |dev: &str, root: &str, point: &str| crate::host::Mount {
+            dev: dev.into(),
+            root: root.into(),
+            point: point.into(),
+        };
+        let mounts = [
+            m("8:1", "/", "/"),
+            m("8:2", "/", "/scratch"),
+            m("8:2", "/", "/lustre/scratch"),
+            m("8:2", "/u", "/mnt/u"),
+            m("8:2", "/v", "/mnt/v"),
+            m("8:3", "/", "/other"),
+        ];
+        let aliases = mount_aliases(&mounts, Path::new("/scratch/u/local/state/agent-sandbox"));
+        assert_eq!(
+            aliases,
+            [
+                PathBuf::from("/lustre/scratch/u/local/state/agent-sandbox"),
+                PathBuf::from("/mnt/u/local/state/agent-sandbox")
+            ]
+        );
+        assert!(mount_aliases(&mounts, Path::new("/home/u/.ssh")).is_empty());
+    }
+
     use super::*;
     use crate::host::FakeFs;
 

@@ -358,6 +358,13 @@ pub struct Plan {
     /// (`anchor`).
     #[serde(skip)]
     pub anchors: Vec<anchor::Anchor>,
+    /// The launcher's own trees (the state directory, the Landlock session's directory),
+    /// which no jail writes: what it made there after the plan is used by name.
+    #[serde(skip)]
+    pub own: Vec<PathBuf>,
+    /// Where each of `home_dirs` and `home_files` is made (`anchor::home_entries`).
+    #[serde(skip)]
+    pub home_real: Vec<(PathBuf, PathBuf)>,
     pub placeholders: Vec<Placeholder>,
     /// Directories of the agent's own the launcher makes in the home before the session
     /// (its writable entries that do not exist yet, so what it writes there persists).
@@ -606,7 +613,9 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     }
     if base.backend == BackendKind::Landlock && policy.home_access.value == HomeAccess::Write {
         warnings.push(
-            "the Landlock backend cannot protect the agents' configuration in a writable home (no mounts there):              hooks and MCP servers written into ~/.claude.json, ~/.claude, ~/.codex, ~/.gemini, ~/.pi or              ~/.cache/opencode run outside the jail later"
+            "the Landlock backend cannot protect the agents' configuration in a writable home (no mounts there): \
+             hooks and MCP servers written into ~/.claude.json, ~/.claude, ~/.codex, ~/.gemini, ~/.pi or \
+             ~/.cache/opencode run outside the jail later"
                 .into(),
         );
     }
@@ -670,6 +679,11 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     plan.session_homes = session_homes;
     plan.restore = restore;
     plan.anchors = anchor::stamp(&plan, fs, &facts.state_dir())?;
+    plan.home_real = anchor::home_entries(&plan, fs, &facts.state_dir())?;
+    plan.own = vec![facts.state_dir()];
+    if let Some(ll) = &plan.landlock {
+        plan.own.extend([ll.session.path.clone(), ll.session.exe.clone()]);
+    }
     Ok(plan)
 }
 
@@ -749,6 +763,23 @@ impl Base {
             }
             if !hidden.paths.contains(&r) {
                 hidden.paths.push(r);
+            }
+        }
+        // And at each other mount of its file system that shows it (a bind-mount alias of
+        // `/scratch`, of `/home`): a tree granted by that name is compared with it there.
+        for i in 0..hidden.paths.len() {
+            let h = hidden.paths[i].clone();
+            if fs.kind(&h).is_none_or(|k| k == Kind::Symlink) || fs::through_link(fs, &h) {
+                continue;
+            }
+            let why = hidden.must_hide.iter().find(|(q, _)| *q == h).map(|(_, w)| w.clone());
+            for a in fs::mount_aliases(&facts.mounts, &h) {
+                if let Some(why) = why.clone().filter(|_| !hidden.must_hide.iter().any(|(q, _)| *q == a)) {
+                    hidden.must_hide.push((a.clone(), why));
+                }
+                if !hidden.paths.contains(&a) {
+                    hidden.paths.push(a);
+                }
             }
         }
         // Your own home is shaped by the home mode, never hidden as a whole: `/root` (a floor
@@ -1175,6 +1206,8 @@ fn finish(
         hostname: policy.hostname.value.clone(),
         mounts,
         anchors: vec![],
+        own: vec![],
+        home_real: vec![],
         placeholders,
         home_dirs: vec![],
         home_files: vec![],

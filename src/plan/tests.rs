@@ -33,6 +33,7 @@ fn facts() -> HostFacts {
         overlay_in_userns: false,
         guard_kernel: true,
         mountpoints: vec![],
+        mounts: vec![],
         mailers: vec![],
         resolv_conf: "nameserver 192.0.2.53\n".into(),
         tun_unusable: None,
