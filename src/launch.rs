@@ -290,9 +290,6 @@ pub(crate) fn pause_for_test_under(point: &str, root: &Path) {
 #[cfg(not(debug_assertions))]
 pub(crate) fn pause_for_test(_point: &str) {}
 
-#[cfg(not(debug_assertions))]
-pub(crate) fn pause_for_test_under(_point: &str, _root: &Path) {}
-
 /// Whether the plan's anchor of a job's project is the directory the job was submitted from.
 fn job_project_held(id: &chaperon::identity::ProjectId, plan: &Plan) -> Result<(), String> {
     let Some(a) = plan.anchors.iter().find(|a| a.path == plan.project) else {
