@@ -259,37 +259,6 @@ fn own_link_on_way(p: &Path, uid: u32, depth: u32) -> Result<Option<PathBuf>, St
     Ok(None)
 }
 
-/// Debug builds only (the tests'): stops at `point` when `AGENT_SANDBOX_TEST_PAUSE` is
-/// `POINT:DIR`, saying so with `DIR/POINT.reached`, until `DIR/POINT.go` exists (30 s at
-/// most), so that a test swaps a path between a check and its use at a known moment
-/// (tests/swap.rs) instead of racing for it. Compiled out of release builds.
-#[cfg(debug_assertions)]
-pub(crate) fn pause_for_test(point: &str) {
-    pause_for_test_under(point, Path::new("/"))
-}
-
-/// `pause_for_test` from a process whose root is not the host's (the jail's PID 1 while it
-/// builds the root: the host is at `root`). The setting is read in the launcher, before the
-/// jail's init (a clone of it) clears its environment.
-#[cfg(debug_assertions)]
-pub(crate) fn pause_for_test_under(point: &str, root: &Path) {
-    static SETTING: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    let Some(v) = SETTING.get_or_init(|| std::env::var("AGENT_SANDBOX_TEST_PAUSE").ok()) else { return };
-    let Some((p, dir)) = v.split_once(':') else { return };
-    if p != point {
-        return;
-    }
-    let dir = &root.join(dir.trim_start_matches('/'));
-    let _ = std::fs::write(dir.join(format!("{point}.reached")), "");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !dir.join(format!("{point}.go")).exists() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-}
-
-#[cfg(not(debug_assertions))]
-pub(crate) fn pause_for_test(_point: &str) {}
-
 /// Whether the plan's anchor of a job's project is the directory the job was submitted from.
 fn job_project_held(id: &chaperon::identity::ProjectId, plan: &Plan) -> Result<(), String> {
     let Some(a) = plan.anchors.iter().find(|a| a.path == plan.project) else {
@@ -417,7 +386,7 @@ impl Launch {
         if let Origin::Job { project_id, .. } = &origin {
             project_id.check(&project_dir).map_err(LaunchError::setup)?;
         }
-        pause_for_test("checked");
+        crate::test_pause::pause_for_test("checked");
         let (dry_run, session) = match &origin {
             Origin::Session { dry_run, .. } => (*dry_run, log.session.clone()),
             Origin::Job { session, .. } => (false, session.clone()),
@@ -540,7 +509,7 @@ impl Launch {
         if let Origin::Job { project_id, .. } = &origin {
             job_project_held(project_id, &plan).map_err(LaunchError::setup)?;
         }
-        pause_for_test("planned");
+        crate::test_pause::pause_for_test("planned");
         // A claim the plan has no use for (no tun0 after a fallback) is given back now.
         let peer_claim = peer_claim.and_then(|c| if plan.net.peer.is_some() { c.keep() } else { None });
         if let Some(j) = &mut jobs {

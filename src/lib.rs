@@ -19,4 +19,5 @@ pub mod show;
 pub mod slurm;
 pub mod status;
 pub mod stub;
+pub mod test_pause;
 pub mod timing;

@@ -134,7 +134,7 @@ pub fn run(
             &with_made
         }
     };
-    crate::launch::pause_for_test("made");
+    crate::test_pause::pause_for_test("made");
     // Before anything of the jail runs: a launcher killed from here on is cleaned up after.
     lock.hand_to_waiter();
     if let Err(e) = session_homes::make(&plan.session_homes).and_then(|()| agent_copies::prepare(&plan.merges)) {

@@ -932,7 +932,7 @@ pub fn apply_all(
                 #[cfg(debug_assertions)]
                 if let Some(name) = target.file_name() {
                     let point = format!("seed-read-{}", name.to_string_lossy());
-                    crate::launch::pause_for_test_under(&point, Path::new(OLD));
+                    crate::test_pause::pause_for_test_under(&point, Path::new(OLD));
                 }
                 sys.write_file(&target, &data, 0o600).map_err(fail("seed"))?;
             }
