@@ -34,10 +34,103 @@ pub trait HostFs {
 
 /// The host filesystem, with `kind` and `read_dir` answers cached for one plan (the same
 /// directories, /dev above all, are asked about several times).
+///
+/// Under a listed directory (the home and the project: `RealFs::listing`), the plan's many
+/// questions about names there (dotfiles, credential files, protected names, placeholders:
+/// some sixty, most absent) are answered from one reading of the directory: on a network
+/// filesystem each `lstat` is a round trip to the server (a lookup, not cached when the name
+/// is absent), the listing a few. A name the listing lacks is absent, and so is everything
+/// below it; a direct entry's kind is the listing's (`d_type`); deeper paths under a present
+/// name are asked of the host. A directory too big to list cheaply is not listed.
 #[derive(Default)]
 pub struct RealFs {
     kinds: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<Kind>>>,
     dirs: std::cell::RefCell<std::collections::HashMap<PathBuf, std::rc::Rc<[OsString]>>>,
+    canonical: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<PathBuf>>>,
+    listed: std::cell::RefCell<Vec<(PathBuf, Option<Listing>)>>,
+}
+
+/// One directory's entries and their kinds (`None`: the listing did not say).
+type Listing = std::rc::Rc<std::collections::HashMap<OsString, Option<Kind>>>;
+
+/// Past this many entries a directory is not listed: reading it would cost more round trips
+/// than the names the plan asks about (a few hundred entries fit one `getdents` of NFS).
+const MAX_LISTED: usize = 2048;
+
+fn kind_of(ft: std::fs::FileType) -> Kind {
+    if ft.is_symlink() {
+        Kind::Symlink
+    } else if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() {
+        Kind::File
+    } else if ft.is_char_device() {
+        Kind::Char
+    } else {
+        Kind::Other
+    }
+}
+
+impl RealFs {
+    /// A view whose questions about names under `dirs` are answered from one listing of
+    /// each (read at the first question); more can be added with `list`.
+    pub fn listing(dirs: &[&Path]) -> RealFs {
+        let fs = RealFs::default();
+        for d in dirs {
+            fs.list(d);
+        }
+        fs
+    }
+
+    /// Answers questions about names under `dir` from one listing of it.
+    pub fn list(&self, dir: &Path) {
+        let mut l = self.listed.borrow_mut();
+        if dir.is_absolute() && !l.iter().any(|(d, _)| d == dir) {
+            l.push((dir.to_path_buf(), None));
+        }
+    }
+
+    /// The listing of the listed directory `p` is in, and `p`'s path below it.
+    fn listed_under<'p>(&self, p: &'p Path) -> Option<(Listing, std::path::Components<'p>)> {
+        let mut l = self.listed.borrow_mut();
+        let (dir, cached) = l
+            .iter_mut()
+            .filter(|(d, _)| p.starts_with(d) && p != d.as_path())
+            .max_by_key(|(d, _)| d.as_os_str().len())?;
+        if cached.is_none() {
+            *cached = Some(read_listing(dir).unwrap_or_default());
+        }
+        let listing = cached.clone().filter(|m| !m.is_empty())?;
+        let rest = p.strip_prefix(&*dir).ok()?.components();
+        Some((listing, rest))
+    }
+
+    /// `Some(answer)` when the listing decides `kind(p)`.
+    fn kind_from_listing(&self, p: &Path) -> Option<Option<Kind>> {
+        let (listing, mut rest) = self.listed_under(p)?;
+        let first = rest.next()?;
+        match listing.get(first.as_os_str()) {
+            None => Some(None),
+            Some(k) if rest.next().is_none() => k.map(Some),
+            Some(_) => None,
+        }
+    }
+}
+
+/// The entries of `dir` with their kinds, or `None` when it cannot be read or is too big to
+/// be worth it (the caller then asks name by name). An empty map stands for "not listed".
+fn read_listing(dir: &Path) -> Option<Listing> {
+    let mut m = std::collections::HashMap::new();
+    for e in std::fs::read_dir(dir).ok()? {
+        let e = e.ok()?;
+        if m.len() >= MAX_LISTED {
+            return None;
+        }
+        m.insert(e.file_name(), e.file_type().ok().map(kind_of));
+    }
+    // "." stands in for an empty directory, which is listed too.
+    m.insert(OsString::from("."), Some(Kind::Dir));
+    Some(std::rc::Rc::new(m))
 }
 
 impl HostFs for RealFs {
@@ -45,20 +138,10 @@ impl HostFs for RealFs {
         if let Some(k) = self.kinds.borrow().get(p) {
             return *k;
         }
-        let k = std::fs::symlink_metadata(p).ok().map(|m| {
-            let ft = m.file_type();
-            if ft.is_symlink() {
-                Kind::Symlink
-            } else if ft.is_dir() {
-                Kind::Dir
-            } else if ft.is_file() {
-                Kind::File
-            } else if ft.is_char_device() {
-                Kind::Char
-            } else {
-                Kind::Other
-            }
-        });
+        let k = match self.kind_from_listing(p) {
+            Some(k) => k,
+            None => std::fs::symlink_metadata(p).ok().map(|m| kind_of(m.file_type())),
+        };
         self.kinds.borrow_mut().insert(p.to_path_buf(), k);
         k
     }
@@ -66,8 +149,13 @@ impl HostFs for RealFs {
         if let Some(v) = self.dirs.borrow().get(p) {
             return v.clone();
         }
-        let mut v: Vec<OsString> =
-            std::fs::read_dir(p).map(|rd| rd.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+        // A directory the listing says is not there has no entries (no open to learn it).
+        let absent = matches!(self.kind_from_listing(p), Some(None));
+        let mut v: Vec<OsString> = if absent {
+            vec![]
+        } else {
+            std::fs::read_dir(p).map(|rd| rd.flatten().map(|e| e.file_name()).collect()).unwrap_or_default()
+        };
         v.sort();
         let v: std::rc::Rc<[OsString]> = v.into();
         self.dirs.borrow_mut().insert(p.to_path_buf(), v.clone());
@@ -77,7 +165,13 @@ impl HostFs for RealFs {
         std::fs::read_link(p).ok()
     }
     fn canonicalize(&self, p: &Path) -> Option<PathBuf> {
-        std::fs::canonicalize(p).ok()
+        // The project is resolved by each check of it; the answer is the same within a plan.
+        if let Some(c) = self.canonical.borrow().get(p) {
+            return c.clone();
+        }
+        let c = std::fs::canonicalize(p).ok();
+        self.canonical.borrow_mut().insert(p.to_path_buf(), c.clone());
+        c
     }
     fn read_small(&self, p: &Path, max: u64) -> Option<Vec<u8>> {
         use std::io::Read;
@@ -618,6 +712,32 @@ pub fn existing_mailers(state_dir: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Names under a listed directory are answered from its one listing: a name made after
+    /// it is not seen (no `lstat` was made for it), nor anything below an absent name; a path
+    /// below a present name is still asked of the host, and unlisted directories as before.
+    #[test]
+    fn names_under_a_listed_directory_are_answered_from_one_listing() {
+        let d = tempfile::tempdir().unwrap();
+        let (root, other) = (d.path().join("home"), d.path().join("elsewhere"));
+        std::fs::create_dir_all(root.join(".config/git")).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(root.join(".bashrc"), "").unwrap();
+        std::os::unix::fs::symlink("/nowhere", root.join("link")).unwrap();
+        let fs = RealFs::listing(&[&root]);
+        assert_eq!(fs.kind(&root.join(".bashrc")), Some(Kind::File));
+        assert_eq!(fs.kind(&root.join("link")), Some(Kind::Symlink));
+        std::fs::write(root.join(".zshrc"), "").unwrap();
+        std::fs::create_dir_all(root.join(".cargo")).unwrap();
+        std::fs::write(root.join(".config/git/credentials"), "").unwrap();
+        std::fs::write(other.join("f"), "").unwrap();
+        assert_eq!(fs.kind(&root.join(".zshrc")), None, "made after the listing");
+        assert_eq!(fs.kind(&root.join(".cargo/credentials")), None, "below a name the listing lacks");
+        assert!(fs.read_dir(&root.join(".cargo")).is_empty());
+        assert_eq!(fs.kind(&root.join(".config/git/credentials")), Some(Kind::File), "below a present name");
+        assert_eq!(fs.kind(&other.join("f")), Some(Kind::File), "not listed");
+        assert_eq!(fs.kind(&root), Some(Kind::Dir), "the listed directory itself");
+    }
 
     #[test]
     fn local_passwd_and_group_entries() {
