@@ -285,11 +285,10 @@ impl Launch {
     /// Runs the launch, its records in `log`.
     pub fn run(self, log: &AuditLog) -> Result<i32, LaunchError> {
         let Launch { mut facts, policy, project, cwd, command, extra_files, env, origin } = self;
-        // One view of the host for the checks and the plan: the home's and the project's entries
-        // are read once there, and the project resolved once (a round trip each on NFS).
-        let fs = host::RealFs::listing(&[facts.home_canonical.as_path(), facts.home.as_path()]);
+        // One view of the host for the checks and the plan: the project resolved once (a round
+        // trip a step on NFS).
+        let fs = host::RealFs::default();
         let project_dir = plan::check_project_basics(&facts, &fs, &project)?;
-        fs.list(&project_dir);
         // A job runs in the directory its session ran in, or not at all: the project's path
         // may name another directory by now (renamed, or a symlink put in its place). The
         // directory it resolves to here is compared, not the path: a node may reach the same
@@ -408,6 +407,12 @@ impl Launch {
             }
             _ => None,
         };
+        // The plan's questions about names in the home and the project are answered from one
+        // listing of each, read now: after the session lock, whose taking may have removed an
+        // earlier session's placeholders there.
+        for dir in [&facts.home_canonical, &facts.home, &project_dir] {
+            fs.list(dir);
+        }
         let plan = plan::build(&policy, &facts, &fs, &req)?;
         timing::mark("plan");
         // A claim the plan has no use for (no tun0 after a fallback) is given back now.
