@@ -137,7 +137,14 @@ fn main() {
     dump();
     // Detached at once, even while a process still has a file open there (a session's cleanup
     // waiter may outlive its launcher): it goes when the last one closes.
-    if let Err(e) = nix::mount::umount2(&args.mountpoint, nix::mount::MntFlags::MNT_DETACH) {
+    // EINVAL: gone already, with a mount above it detached first.
+    if let Err(e) = nix::mount::umount2(&args.mountpoint, nix::mount::MntFlags::MNT_DETACH).or_else(|e| {
+        if e == nix::errno::Errno::EINVAL {
+            Ok(())
+        } else {
+            Err(e)
+        }
+    }) {
         eprintln!("slowfs: unmounting {}: {e}", args.mountpoint.display());
     }
     drop(session);
