@@ -43,25 +43,8 @@ impl Cli {
     /// `agent-sandbox --ro ~/ref`), which those commands ignore.
     pub fn parse_scoped<I: IntoIterator<Item = OsString>>(args: I) -> Result<Cli, clap::Error> {
         use clap::{CommandFactory, FromArgMatches};
-        let mut cmd = Cli::command();
-        let session_opts: Vec<clap::Arg> = cmd
-            .get_arguments()
-            .filter(|a| a.is_global_set() && !KEPT_EVERYWHERE.contains(&a.get_id().as_str()))
-            .cloned()
-            .collect();
-        // A subcommand's own argument of a global's id shadows the global there: each session
-        // option becomes a hidden one of the command, refused below when given.
-        for sub in NO_SESSION {
-            let opts = session_opts.clone();
-            cmd = cmd.mut_subcommand(sub, move |mut s| {
-                for a in opts {
-                    if s.get_arguments().all(|own| own.get_id() != a.get_id()) {
-                        s = s.arg(a.global(false).hide(true));
-                    }
-                }
-                s
-            });
-        }
+        let mut cmd = Cli::scoped_command();
+        let session_opts = session_opts(&cmd);
         let args: Vec<OsString> = args.into_iter().collect();
         let matches = cmd.clone().try_get_matches_from(&args)?;
         if let Some((sub, sm)) = matches.subcommand() {
@@ -93,6 +76,39 @@ impl Cli {
         }
         Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
     }
+}
+
+impl Cli {
+    /// The command line as `parse_scoped` parses it: each session option a hidden option of
+    /// the commands that start no session (refused there). The man pages and completions are
+    /// generated from it (xtask), so they list an option only where it is taken.
+    pub fn scoped_command() -> clap::Command {
+        use clap::CommandFactory;
+        let mut cmd = Cli::command();
+        let session_opts = session_opts(&cmd);
+        // A subcommand's own argument of a global's id shadows the global there: each session
+        // option becomes a hidden one of the command, refused by `parse_scoped` when given.
+        for sub in NO_SESSION {
+            let opts = session_opts.clone();
+            cmd = cmd.mut_subcommand(sub, move |mut s| {
+                for a in opts {
+                    if s.get_arguments().all(|own| own.get_id() != a.get_id()) {
+                        s = s.arg(a.global(false).hide(true));
+                    }
+                }
+                s
+            });
+        }
+        cmd
+    }
+}
+
+/// The session's options: the global ones but those every command takes.
+fn session_opts(cmd: &clap::Command) -> Vec<clap::Arg> {
+    cmd.get_arguments()
+        .filter(|a| a.is_global_set() && !KEPT_EVERYWHERE.contains(&a.get_id().as_str()))
+        .cloned()
+        .collect()
 }
 
 /// Where in `args` (the program's name first) the subcommand's name is: past the options

@@ -30,10 +30,17 @@ pub trait HostFs {
     /// Up to `max` bytes of a regular file (links followed; a FIFO or device is not opened
     /// for reading). For config files the plan reads: a repository's, an `.envrc`.
     fn read_small(&self, p: &Path, max: u64) -> Option<Vec<u8>>;
+    /// The device and inode `p` named when the plan asked its `kind` (the last symlink not
+    /// followed; None for a link or nothing): what a bind or rule made later must still find
+    /// there (`plan::anchor`). None where the view keeps no identities (a test's).
+    fn identity(&self, _p: &Path) -> Option<(u64, u64)> {
+        None
+    }
 }
 
-/// The host filesystem, with `kind` and `read_dir` answers cached for one plan (the same
-/// directories, /dev above all, are asked about several times).
+/// The host filesystem, with `kind`, `read_dir` and `canonicalize` answers cached for one plan
+/// (the same directories, /dev above all, are asked about several times; and what a check
+/// saw is what the anchors of the plan's paths are made of, not a later look).
 ///
 /// Under a listed directory (the home and the project: `RealFs::listing`), the plan's many
 /// questions about names there (dotfiles, credential files, protected names, placeholders:
@@ -45,8 +52,9 @@ pub trait HostFs {
 #[derive(Default)]
 pub struct RealFs {
     kinds: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<Kind>>>,
+    ids: std::cell::RefCell<std::collections::HashMap<PathBuf, (u64, u64)>>,
     dirs: std::cell::RefCell<std::collections::HashMap<PathBuf, std::rc::Rc<[OsString]>>>,
-    canonical: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<PathBuf>>>,
+    canon: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<PathBuf>>>,
     listed: std::cell::RefCell<Vec<(PathBuf, Option<Listing>)>>,
 }
 
@@ -140,7 +148,13 @@ impl HostFs for RealFs {
         }
         let k = match self.kind_from_listing(p) {
             Some(k) => k,
-            None => std::fs::symlink_metadata(p).ok().map(|m| kind_of(m.file_type())),
+            None => std::fs::symlink_metadata(p).ok().map(|m| {
+                if !m.file_type().is_symlink() {
+                    use std::os::unix::fs::MetadataExt;
+                    self.ids.borrow_mut().insert(p.to_path_buf(), (m.dev(), m.ino()));
+                }
+                kind_of(m.file_type())
+            }),
         };
         self.kinds.borrow_mut().insert(p.to_path_buf(), k);
         k
@@ -165,13 +179,35 @@ impl HostFs for RealFs {
         std::fs::read_link(p).ok()
     }
     fn canonicalize(&self, p: &Path) -> Option<PathBuf> {
-        // The project is resolved by each check of it; the answer is the same within a plan.
-        if let Some(c) = self.canonical.borrow().get(p) {
+        if let Some(c) = self.canon.borrow().get(p) {
             return c.clone();
         }
         let c = std::fs::canonicalize(p).ok();
-        self.canonical.borrow_mut().insert(p.to_path_buf(), c.clone());
+        self.canon.borrow_mut().insert(p.to_path_buf(), c.clone());
         c
+    }
+    fn identity(&self, p: &Path) -> Option<(u64, u64)> {
+        if !self.kinds.borrow().contains_key(p) {
+            self.kind(p);
+        }
+        if let Some(id) = self.ids.borrow().get(p).copied() {
+            return Some(id);
+        }
+        // A kind the listing answered (no `lstat` then) gets its identity from one now. What
+        // is there must still be what the listing said: another kind (a link swapped in since)
+        // gets an identity no inode has, so the jail refuses the path instead of using it
+        // unanchored.
+        let listed = (*self.kinds.borrow().get(p)?)?;
+        if listed == Kind::Symlink {
+            return None;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let id = match std::fs::symlink_metadata(p) {
+            Ok(m) if kind_of(m.file_type()) == listed => (m.dev(), m.ino()),
+            _ => (u64::MAX, u64::MAX),
+        };
+        self.ids.borrow_mut().insert(p.to_path_buf(), id);
+        Some(id)
     }
     fn read_small(&self, p: &Path, max: u64) -> Option<Vec<u8>> {
         use std::io::Read;
@@ -419,7 +455,7 @@ impl HostFacts {
         let groups: Vec<u32> = nix::unistd::getgroups().unwrap_or_default().into_iter().map(|g| g.as_raw()).collect();
         let others = groups.iter().any(|g| *g != gid.as_raw());
         let (etc_subgid, newgidmap) = match others {
-            true => (read("/etc/subgid"), crate::plan::groups::find_newgidmap()),
+            true => (read("/etc/subgid"), find_newgidmap()),
             false => (String::new(), None),
         };
         let user_configs = UserConfigs::gather(&home_canonical, &dir, &env);
@@ -514,6 +550,21 @@ pub fn real_location(p: &Path) -> PathBuf {
     }
 }
 
+/// The first symbolic link on the way to `p` that leads nowhere (`~/.local ->
+/// /scratch/u/local` once a scratch purge removed the target), and where it leads.
+pub fn dangling_link(p: &Path) -> Option<(PathBuf, PathBuf)> {
+    let mut on_way: Vec<&Path> = p.ancestors().collect();
+    on_way.reverse();
+    for d in on_way {
+        // Below a path that is not there, nothing is: no link further down to blame.
+        let m = std::fs::symlink_metadata(d).ok()?;
+        if m.file_type().is_symlink() && std::fs::metadata(d).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            return Some((d.to_path_buf(), std::fs::read_link(d).ok()?));
+        }
+    }
+    None
+}
+
 /// `$XDG_RUNTIME_DIR` if it is an absolute path to a directory of `uid` that nobody else can
 /// enter (a per-session temp directory under it stays private).
 fn private_runtime_dir(uid: u32) -> Option<PathBuf> {
@@ -521,6 +572,15 @@ fn private_runtime_dir(uid: u32) -> Option<PathBuf> {
     let dir = PathBuf::from(std::env::var_os("XDG_RUNTIME_DIR")?);
     let m = std::fs::symlink_metadata(&dir).ok()?;
     (dir.is_absolute() && m.is_dir() && m.uid() == uid && m.mode() & 0o077 == 0).then_some(dir)
+}
+
+/// The setuid-root `newgidmap`, if this host has one (a copy that is not setuid root can map
+/// nothing but the caller's own gid, which the launcher does itself).
+pub fn find_newgidmap() -> Option<PathBuf> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    ["/usr/bin/newgidmap", "/bin/newgidmap", "/usr/sbin/newgidmap"].iter().map(PathBuf::from).find(|p| {
+        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.uid() == 0 && m.permissions().mode() & 0o4000 != 0)
+    })
 }
 
 /// Whether the running kernel is at least `major.minor`.

@@ -145,20 +145,27 @@ pub fn job(dir: &Path) -> Result<i32, LaunchError> {
     // node's launcher resolved, which holds the job's directory: this node's environment
     // (Slurm's, without the user's `XDG_STATE_HOME`) may name another.
     let mut facts = host::HostFacts::gather()?;
-    match job_state_dir(dir) {
-        Ok(state) => facts.use_state_dir(state),
+    let dir = match job_state_dir(dir) {
+        // Used where it really is (a site's alias resolved: a bind source through an
+        // absolute link would be resolved again inside the jail's staging root).
+        Ok(state) => {
+            let real = state.join("jobs").join(dir.file_name().unwrap_or_default());
+            facts.use_state_dir(state);
+            real
+        }
         Err(e) => {
             let log = AuditLog::new(&facts.state_dir());
             return recorded(&log, true, || Err(LaunchError::setup(e)));
         }
-    }
+    };
     let log = AuditLog::new(&facts.state_dir());
-    recorded(&log, true, || Launch::for_job(dir, facts)?.run(&log))
+    recorded(&log, true, || Launch::for_job(&dir, facts)?.run(&log))
 }
 
 /// The state directory a job's directory is in (`STATE/jobs/NAME`), as the chaperon named it
-/// in the job's wrapper from the login node's facts: a real path (no symlink on the way, so
-/// what was checked is what is used), a directory of this user's that no one else may write.
+/// in the job's wrapper from the login node's facts: a path with no symlink on the way that
+/// the user could have made (a site's alias is followed), a directory of this user's that no
+/// one else may write; returned where it really is.
 fn job_state_dir(dir: &Path) -> Result<PathBuf, String> {
     use std::os::unix::fs::MetadataExt;
     let bad = |why: &str| format!("{} is not a job directory of this user: {why}", dir.display());
@@ -168,20 +175,128 @@ fn job_state_dir(dir: &Path) -> Result<PathBuf, String> {
     let Some(state) = jobs.and_then(Path::parent) else {
         return Err(bad("not an absolute path of the form STATE/jobs/NAME"));
     };
-    let real = std::fs::canonicalize(state).map_err(|e| bad(&format!("{}: {e}", state.display())))?;
-    if real != state {
-        return Err(bad(&format!("{} is reached through a symbolic link", state.display())));
+    // A node may reach the login node's directory by another path (`/home -> /gpfs/home`, an
+    // automount alias): a link on the way is followed where only someone else could have made
+    // it, in a directory this user cannot write (the site's). One this user could make or
+    // change (a jail of theirs, after the login node checked the path) is refused, as is a
+    // directory on the way that is not there.
+    let uid = nix::unistd::getuid().as_raw();
+    if let Some(link) = own_link_on_way(state, uid, 0).map_err(|e| bad(&e))? {
+        return Err(bad(&format!(
+            "{} is reached through the symbolic link {}, in a directory you can write",
+            state.display(),
+            link.display()
+        )));
     }
     // `jobs/` is made 0700 by the chaperon; the state directory is the user's, whatever
     // their umask made it.
-    let uid = nix::unistd::getuid().as_raw();
     for (d, others) in [(state, 0o002), (&state.join("jobs"), 0o022)] {
-        let m = std::fs::symlink_metadata(d).map_err(|e| bad(&format!("{}: {e}", d.display())))?;
+        // The state directory as reached (its links checked above); `jobs/` itself, no link.
+        let m = if d == state { std::fs::metadata(d) } else { std::fs::symlink_metadata(d) };
+        let m = m.map_err(|e| bad(&format!("{}: {e}", d.display())))?;
         if !m.is_dir() || m.uid() != uid || m.mode() & others != 0 {
             return Err(bad(&format!("{} is not a directory of yours that only you may write", d.display())));
         }
     }
-    Ok(state.to_path_buf())
+    // Where it really is, its links (checked above) resolved.
+    std::fs::canonicalize(state).map_err(|e| bad(&format!("{}: {e}", state.display())))
+}
+
+/// Before a session: the state directory can be made (a link on its way that leads nowhere
+/// is named, with the fix), and the record key ring is there and current (`seal::ensure`):
+/// made by the launcher, outside every jail, before any jail of the session runs, so that no
+/// jail can plant a key of its own; rotated when due. What it did goes to the audit log.
+fn state_dir_ready(state: &Path, log: &AuditLog) -> Result<(), LaunchError> {
+    if let Some((link, to)) = host::dangling_link(state) {
+        let to_abs = link.parent().map_or_else(|| to.clone(), |d| d.join(&to));
+        return Err(LaunchError::setup(format!(
+            "the state directory {} cannot be made: {} is a symbolic link to {}, which does not exist (a scratch \
+             purge?); fix: make it again (mkdir -p {}), or point XDG_STATE_HOME at a directory of yours",
+            state.display(),
+            link.display(),
+            to.display(),
+            to_abs.display()
+        )));
+    }
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let jobs = state.join("jobs");
+    match chaperon::seal::ensure(state, now, &|k| chaperon::job::sealed_with(&jobs, k)) {
+        Ok(Some(did)) => {
+            let mut r = log.record("record_key");
+            r.reason = Some(did);
+            log.write(&r);
+            Ok(())
+        }
+        Ok(None) => Ok(()),
+        Err(e) => Err(LaunchError::setup(e)),
+    }
+}
+
+/// The first symbolic link on the way to the absolute path `p` (and to where each link leads)
+/// that `uid` could have made or changed: one in a directory `uid` owns or others may write.
+fn own_link_on_way(p: &Path, uid: u32, depth: u32) -> Result<Option<PathBuf>, String> {
+    use std::os::unix::fs::MetadataExt;
+    if depth > 40 {
+        return Err(format!("{}: too many levels of symbolic links", p.display()));
+    }
+    let mut on_way: Vec<&Path> = p.ancestors().collect();
+    on_way.reverse();
+    for d in on_way.into_iter().skip(1) {
+        let m = std::fs::symlink_metadata(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        if !m.file_type().is_symlink() {
+            continue;
+        }
+        let parent = d.parent().unwrap_or(Path::new("/"));
+        let pm = std::fs::metadata(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+        if pm.uid() == uid || pm.mode() & 0o022 != 0 {
+            return Ok(Some(d.to_path_buf()));
+        }
+        let to = std::fs::read_link(d).map_err(|e| format!("{}: {e}", d.display()))?;
+        if let Some(link) = own_link_on_way(&parent.join(to), uid, depth + 1)? {
+            return Ok(Some(link));
+        }
+    }
+    Ok(None)
+}
+
+/// Debug builds only (the tests'): stops at `point` when `AGENT_SANDBOX_TEST_PAUSE` is
+/// `POINT:DIR`, saying so with `DIR/POINT.reached`, until `DIR/POINT.go` exists (30 s at
+/// most), so that a test swaps a path between a check and its use at a known moment
+/// (tests/swap.rs) instead of racing for it. Compiled out of release builds.
+#[cfg(debug_assertions)]
+fn pause_for_test(point: &str) {
+    let Ok(v) = std::env::var("AGENT_SANDBOX_TEST_PAUSE") else { return };
+    let Some((p, dir)) = v.split_once(':') else { return };
+    if p != point {
+        return;
+    }
+    let dir = Path::new(dir);
+    let _ = std::fs::write(dir.join(format!("{point}.reached")), "");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !dir.join(format!("{point}.go")).exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
+#[cfg(not(debug_assertions))]
+fn pause_for_test(_point: &str) {}
+
+/// Whether the plan's anchor of a job's project is the directory the job was submitted from.
+fn job_project_held(id: &chaperon::identity::ProjectId, plan: &Plan) -> Result<(), String> {
+    let Some(a) = plan.anchors.iter().find(|a| a.path == plan.project) else {
+        return Err(format!("the job's project {} was not found as the launch checked it", plan.project.display()));
+    };
+    let seen = chaperon::identity::ProjectId::here(a.dev, a.ino);
+    if !id.is(&seen) || a.real != plan.project {
+        return Err(format!(
+            "the job's project {} is no longer the directory it was submitted from (inode {}, now inode {}): it was \
+             replaced while the job started; the job does not run elsewhere",
+            plan.project.display(),
+            id.ino,
+            a.ino
+        ));
+    }
+    Ok(())
 }
 
 fn recorded(
@@ -296,10 +411,14 @@ impl Launch {
         if let Origin::Job { project_id, .. } = &origin {
             project_id.check(&project_dir).map_err(LaunchError::setup)?;
         }
+        pause_for_test("checked");
         let (dry_run, session) = match &origin {
             Origin::Session { dry_run, .. } => (*dry_run, log.session.clone()),
             Origin::Job { session, .. } => (false, session.clone()),
         };
+        if let (Origin::Session { .. }, false) = (&origin, dry_run) {
+            state_dir_ready(&facts.state_dir(), log)?;
+        }
         // A job's task (a session id of its own in the log) spends its submitting session's
         // share of the log: an array of tasks cannot multiply it (issue 33, red team F5).
         let charged = log.charged_to(&session);
@@ -415,6 +534,13 @@ impl Launch {
         }
         let plan = plan::build(&policy, &facts, &fs, &req)?;
         timing::mark("plan");
+        // The project the jail binds is held to what the plan found (`plan::anchor`); for a
+        // job, that must be the directory whose identity was checked above, not one put in
+        // its place between that check and the plan's look (outside review F5).
+        if let Origin::Job { project_id, .. } = &origin {
+            job_project_held(project_id, &plan).map_err(LaunchError::setup)?;
+        }
+        pause_for_test("planned");
         // A claim the plan has no use for (no tun0 after a fallback) is given back now.
         let peer_claim = peer_claim.and_then(|c| if plan.net.peer.is_some() { c.keep() } else { None });
         if let Some(j) = &mut jobs {
@@ -760,5 +886,38 @@ mod tests {
         std::fs::set_permissions(state.join("jobs"), std::fs::Permissions::from_mode(0o770)).unwrap();
         let e = job_state_dir(&job).unwrap_err();
         assert!(e.contains("only you may write"), "{e}");
+    }
+
+    /// A node that reaches the state directory by another path than the login node (a site's
+    /// alias, `/home -> /gpfs/home`) runs the job: a link in a directory the user cannot
+    /// write is followed, one in a directory the user owns, or others may write, is not,
+    /// wherever it is on the way (outside review of the state directory, F7).
+    #[test]
+    fn a_link_on_the_way_counts_only_where_the_user_could_not_have_made_it() {
+        use super::own_link_on_way;
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        std::fs::create_dir_all(root.join("gpfs/home/u/state")).unwrap();
+        std::fs::create_dir_all(root.join("site")).unwrap();
+        std::fs::set_permissions(root.join("site"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(root.join("gpfs/home"), root.join("site/home")).unwrap();
+        std::os::unix::fs::symlink("../gpfs", root.join("site/rel")).unwrap();
+        let me = nix::unistd::getuid().as_raw();
+        // Another user's view of these directories: the site's, which `me` cannot write.
+        let other = me.wrapping_add(4242);
+        for (p, link) in [("site/home/u/state", "site/home"), ("site/rel/home/u/state", "site/rel")] {
+            assert_eq!(own_link_on_way(&root.join(p), other, 0).unwrap(), None, "{p}");
+            assert_eq!(own_link_on_way(&root.join(p), me, 0).unwrap(), Some(root.join(link)), "{p}");
+        }
+        // A directory others may write, though not the user's: its link is refused too.
+        std::fs::set_permissions(root.join("site"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(own_link_on_way(&root.join("site/home/u/state"), other, 0).unwrap(), Some(root.join("site/home")));
+        // A link of the user's further on the way (in the site link's target), by its name on
+        // the way.
+        std::fs::set_permissions(root.join("site"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(root.join("gpfs/home/u"), root.join("gpfs/home/v")).unwrap();
+        std::fs::set_permissions(root.join("gpfs/home"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert_eq!(own_link_on_way(&root.join("site/home/v/state"), other, 0).unwrap(), Some(root.join("site/home/v")));
+        assert!(own_link_on_way(&root.join("site/home/none/state"), other, 0).is_err(), "not there");
     }
 }

@@ -191,8 +191,12 @@ pub fn chaperon_main() -> i32 {
         spank: std::sync::OnceLock::new(),
         project_id: s.project_id,
         key: std::sync::OnceLock::new(),
+        release: std::sync::OnceLock::new(),
     };
     let cfg = std::sync::Arc::new(cfg);
+    // The installed release, learned beside the session's start rather than on its first call.
+    let learning = cfg.clone();
+    let _ = std::thread::Builder::new().name("slurm-release".into()).spawn(move || learning.release());
     if channel {
         if chaperon::server::serve_channel(door, cfg, launcher) == chaperon::server::ChannelEnd::Flooded {
             return crate::jail::door::CLOSED_FOR_GOOD;

@@ -1,6 +1,7 @@
 //! Every option of every Slurm command read as its getopt_long reads it, against the real
-//! commands of the test cluster (tests/cluster, Debian 12's Slurm 22.05):
-//! - the chaperon's getopt sets (`chaperon::slurm_22_05`) are the installed binaries' own, as a
+//! commands of both test clusters (tests/cluster: Debian 12's Slurm 22.05, and Debian 13's
+//! 24.11 through `in-2411.sh`), each with its release's table:
+//! - the chaperon's getopt sets (`chaperon::slurm_22_05`, `slurm_24_11`) are the installed binaries' own, as a
 //!   shim in front of glibc's getopt_long sees them handed over (names, order, arity, return
 //!   values; the belt's option where the cluster has the SPANK plugin);
 //! - every ambiguous prefix of every command, the shortest prefix of every long option, the
@@ -13,6 +14,7 @@
 mod common;
 use chaperon::commands::{Handling, COMMANDS};
 use chaperon::getopt::{Arity, LongOpt, Match, Returns, BELT};
+use chaperon::release::{with, Release, R22_05, R24_11};
 use chaperon::table::{Class, Table};
 use common::*;
 use std::path::{Path, PathBuf};
@@ -53,10 +55,70 @@ fn handled(belt: bool) -> Vec<(&'static str, &'static Table, &'static [LongOpt])
         .collect()
 }
 
-/// Whether this cluster's Slurm has the belt (slurm-plugins/ in plugstack.conf).
-fn cluster_has_the_belt() -> bool {
-    let out = Command::new("sbatch").arg("--help").output().expect("sbatch --help");
-    chaperon::session::spank_option_listed(&String::from_utf8_lossy(&out.stdout))
+/// A test cluster: the release of its commands, and where they run.
+#[derive(Clone, Copy, PartialEq)]
+enum Cluster {
+    /// Debian 12's 22.05, on this host.
+    Tc,
+    /// Debian 13's 24.11, on the login side of its root (`tests/cluster/in-2411.sh`).
+    Tc2411,
+}
+
+impl Cluster {
+    fn release(self) -> Release {
+        match self {
+            Cluster::Tc => R22_05,
+            Cluster::Tc2411 => R24_11,
+        }
+    }
+
+    /// A jail on this cluster's login side, or None where the tests skip Slurm. Its name
+    /// says the release: two clusters' tests running at once have projects of their own.
+    fn jail(self, name: &str) -> Option<Jail> {
+        match self {
+            Cluster::Tc => slurm_jail(name),
+            Cluster::Tc2411 => {
+                let j = Jail::new(&format!("{name}-2411"))?;
+                let out = Command::new(in_2411()).args(["--", "sinfo", "-h", "-o", "%T"]).output();
+                assert!(
+                    out.as_ref().is_ok_and(|o| o.status.success() && !o.stdout.is_empty()),
+                    "the Slurm 24.11 test cluster is not running: tests/cluster/start.sh 24.11 --user {USER} \
+                     --spank $PWD/target/debug/agent-sandbox ({out:?})"
+                );
+                Some(j)
+            }
+        }
+    }
+
+    /// `program` run directly (no jail) as the test user on this cluster's login side.
+    fn direct(self, j: &Jail, program: &str) -> Command {
+        match self {
+            Cluster::Tc => j.as_user(program),
+            Cluster::Tc2411 => {
+                let mut c = Command::new(in_2411());
+                c.args(["-u", USER, "--", program]).current_dir(&j.project).env_clear().env("PATH", "/usr/bin:/bin");
+                c
+            }
+        }
+    }
+
+    /// The launcher with `args`, as the test user on this cluster's login side.
+    fn launcher(self, j: &Jail, args: &[&str]) -> Command {
+        match self {
+            Cluster::Tc => j.command(args),
+            Cluster::Tc2411 => j.command_wrapped(&[&in_2411(), "--"], args),
+        }
+    }
+
+    /// Whether this cluster's Slurm has the belt (slurm-plugins/ in plugstack.conf).
+    fn has_the_belt(self, j: &Jail) -> bool {
+        let out = self.direct(j, "sbatch").arg("--help").output().expect("sbatch --help");
+        chaperon::session::spank_option_listed(&String::from_utf8_lossy(&out.stdout))
+    }
+}
+
+fn in_2411() -> String {
+    format!("{}/tests/cluster/in-2411.sh", env!("CARGO_MANIFEST_DIR"))
 }
 
 fn arity_of(has_arg: u32) -> Arity {
@@ -75,26 +137,39 @@ fn same_as<T: PartialEq>(ids: &[T]) -> Vec<usize> {
 
 #[test]
 fn the_tables_are_the_installed_commands_getopt_sets() {
-    let Some(j) = slurm_jail("getopt-dump") else { return };
+    tables_are_the_installed_getopt_sets(Cluster::Tc);
+}
+
+#[test]
+fn on_24_11_the_tables_are_the_installed_commands_getopt_sets() {
+    tables_are_the_installed_getopt_sets(Cluster::Tc2411);
+}
+
+fn tables_are_the_installed_getopt_sets(cluster: Cluster) {
+    let Some(j) = cluster.jail("getopt-dump") else { return };
     let shim = j.rig.helpers.join("getopt-dump.so");
     let src = Path::new(env!("CARGO_TARGET_TMPDIR")).join("getopt-dump.c");
     std::fs::write(&src, SHIM).unwrap();
     let st = Command::new("cc").args(["-shared", "-fPIC", "-O1", "-o"]).arg(&shim).arg(&src).status().unwrap();
     assert!(st.success(), "cc the getopt shim");
-    let belt = cluster_has_the_belt();
+    let belt = cluster.has_the_belt(&j);
     let mut mismatches = vec![];
     let mut compared = 0;
     for (name, table, plugins) in handled(belt) {
+        let set = table.set_of(cluster.release());
         let dump = j.project.join(format!("{name}.getopt"));
-        let mut c = j.as_user(format!("/usr/bin/{name}"));
-        c.arg("--version").env("GETOPT_DUMP", &dump).env("LD_PRELOAD", &shim);
+        // The shim is preloaded into the command alone (`env`), not into in-2411.sh's helpers.
+        let mut c = cluster.direct(&j, "env");
+        c.arg(format!("GETOPT_DUMP={}", dump.display()))
+            .arg(format!("LD_PRELOAD={}", shim.display()))
+            .args([format!("/usr/bin/{name}"), "--version".into()]);
         let out = j.output_within(&mut c, Duration::from_secs(30));
         assert_eq!(out.code, 0, "{name} with the shim: {out}");
         let text = std::fs::read_to_string(&dump).unwrap_or_else(|e| panic!("{}: {e}", dump.display()));
         let mut lines = text.lines();
         let optstring = lines.next().and_then(|l| l.strip_prefix("OPTSTRING\t")).unwrap_or_default();
-        if optstring != table.getopt.optstring {
-            mismatches.push(format!("{name}: optstring {optstring:?}, the table has {:?}", table.getopt.optstring));
+        if optstring != set.optstring {
+            mismatches.push(format!("{name}: optstring {optstring:?}, the table has {:?}", set.optstring));
         }
         // (name, arity, flag set, val) as the binary has them.
         let real: Vec<(String, Arity, bool, i64)> = lines
@@ -103,7 +178,7 @@ fn the_tables_are_the_installed_commands_getopt_sets() {
                 Some((f[0].to_string(), arity_of(f[1].parse().ok()?), f[2] == "1", f[3].parse().ok()?))
             })
             .collect();
-        let ours: Vec<&LongOpt> = table.getopt.longs.iter().chain(plugins).collect();
+        let ours: Vec<&LongOpt> = set.longs.iter().chain(plugins).collect();
         let names = |v: Vec<String>| v.join(" ");
         if real.iter().map(|r| r.0.clone()).collect::<Vec<_>>()
             != ours.iter().map(|l| l.name.to_string()).collect::<Vec<_>>()
@@ -135,7 +210,11 @@ fn the_tables_are_the_installed_commands_getopt_sets() {
     }
     assert!(mismatches.is_empty(), "the tables are not the installed Slurm's:\n{}", mismatches.join("\n"));
     assert!(compared > 550, "{compared} long options compared");
-    eprintln!("{compared} long options of {} commands compared (belt: {belt})", handled(belt).len());
+    eprintln!(
+        "{}: {compared} long options of {} commands compared (belt: {belt})",
+        cluster.release(),
+        handled(belt).len()
+    );
 }
 
 /// One call made twice: through the stub in the jail, and to the real command directly.
@@ -158,7 +237,7 @@ impl Case {
 /// a value option last without one, an optional one followed by a stray `-@`); the empty
 /// name; an unknown option; a stray short option after a flag.
 fn cases(command: &'static str, table: &'static Table, plugins: &'static [LongOpt]) -> (Vec<Case>, usize, usize) {
-    let longs: Vec<&LongOpt> = table.getopt.longs.iter().chain(plugins).collect();
+    let longs: Vec<&LongOpt> = table.longs_of(chaperon::release::in_effect()).chain(plugins).collect();
     let mut names: Vec<&str> = longs.iter().flat_map(|l| (1..=l.name.len()).map(|n| &l.name[..n])).collect();
     names.sort_unstable();
     names.dedup();
@@ -209,6 +288,7 @@ fn cases(command: &'static str, table: &'static Table, plugins: &'static [LongOp
         .specs
         .iter()
         .filter(quiet)
+        .filter(|s| s.short.is_some_and(|c| table.short(c).is_some()))
         .find(|s| s.class == Class::Allowed && s.arity == Arity::Flag && s.short.is_some());
     let flag = flag.and_then(|s| s.short).unwrap_or('v');
     out.push(Case { command, args: vec![format!("-{flag}{flag}@")], refused: None });
@@ -235,12 +315,21 @@ done <"$1"
 
 #[test]
 fn every_prefix_is_read_as_the_real_command_reads_it() {
-    let Some(j) = slurm_jail("getopt-prefixes") else { return };
-    let belt = cluster_has_the_belt();
+    every_prefix_is_read_as_the_real_one(Cluster::Tc);
+}
+
+#[test]
+fn on_24_11_every_prefix_is_read_as_the_real_command_reads_it() {
+    every_prefix_is_read_as_the_real_one(Cluster::Tc2411);
+}
+
+fn every_prefix_is_read_as_the_real_one(cluster: Cluster) {
+    let Some(j) = cluster.jail("getopt-prefixes") else { return };
+    let belt = cluster.has_the_belt(&j);
     let mut all = vec![];
     let (mut ambiguous, mut unique) = (0, 0);
     for (name, table, plugins) in handled(belt) {
-        let (c, a, u) = cases(name, table, plugins);
+        let (c, a, u) = with(cluster.release(), || cases(name, table, plugins));
         all.extend(c);
         (ambiguous, unique) = (ambiguous + a, unique + u);
     }
@@ -248,10 +337,12 @@ fn every_prefix_is_read_as_the_real_command_reads_it() {
     let j = j.project_file("cases", &(lines.join("\n") + "\n")).project_file("run.sh", RUN);
     let (jail, real): (PathBuf, PathBuf) = (j.project.join("jail"), j.project.join("real"));
 
-    let out = j
-        .output_within(&mut j.command(&["-q", "run", "--", "sh", "run.sh", "cases", "jail"]), Duration::from_secs(900));
+    let out = j.output_within(
+        &mut cluster.launcher(&j, &["-q", "run", "--", "sh", "run.sh", "cases", "jail"]),
+        Duration::from_secs(900),
+    );
     assert_eq!(out.code, 0, "the calls through the stubs: {out}");
-    let mut direct = j.as_user("sh");
+    let mut direct = cluster.direct(&j, "sh");
     direct.args(["run.sh", "cases", "real"]);
     let out = j.output_within(&mut direct, Duration::from_secs(900));
     assert_eq!(out.code, 0, "the real commands: {out}");
@@ -282,8 +373,9 @@ fn every_prefix_is_read_as_the_real_command_reads_it() {
         }
     }
     eprintln!(
-        "{} calls compared: {ambiguous} ambiguous prefixes, {unique} options by their shortest prefix, 3 more per \
+        "{}: {} calls compared: {ambiguous} ambiguous prefixes, {unique} options by their shortest prefix, 3 more per \
          command; {same} answered word for word as the real command, {refused} refused naming its option (belt: {belt})",
+        cluster.release(),
         all.len()
     );
     assert!(
@@ -346,4 +438,33 @@ fn mistyped_options_cost_no_slurm_query() {
     );
     assert!(out.stdout.contains("sacct=0\nsqueue=0\n"), "{out}");
     assert!(!out.stderr.contains("Slurm queries are limited"), "a refused call took a query's turn: {out}");
+}
+
+#[test]
+fn on_22_05_the_options_later_releases_added_are_unknown_as_its_own_commands_have_them() {
+    // The installed 22.05 is read with 22.05's table: what 23.02-24.11 added gets its getopt
+    // error, word for word and with its status, as from the real command; `--extra` is a
+    // prefix of 22.05's `--extra-node-info` there (refused, naming it).
+    let Some(j) = slurm_jail("getopt-later") else { return };
+    let lines = [
+        "sbatch --tres-per-task=cpu:1 --wrap true",
+        "sbatch --oom-kill-step --wrap true",
+        "srun --segment=2 true",
+        "squeue --only-job-state",
+        "scontrol --json show job",
+        "scancel -c 1",
+    ];
+    let j = j.project_file("cases", &(lines.join("\n") + "\n")).project_file("run.sh", RUN);
+    let out = j
+        .output_within(&mut j.command(&["-q", "run", "--", "sh", "run.sh", "cases", "jail"]), Duration::from_secs(120));
+    assert_eq!(out.code, 0, "{out}");
+    let out = j.output_within(j.as_user("sh").args(["run.sh", "cases", "real"]), Duration::from_secs(120));
+    assert_eq!(out.code, 0, "{out}");
+    for (i, line) in lines.iter().enumerate() {
+        let (stub, real) = (answer(&j.project.join("jail"), i + 1), answer(&j.project.join("real"), i + 1));
+        assert_eq!(stub, real, "{line}");
+        assert!(real.0 != "0" && real.2.contains("option"), "{line}: the real 22.05 refuses it: {real:?}");
+    }
+    let out = j.run("sbatch --extra=x --wrap true; echo rc=$?");
+    assert!(out.stderr.contains("option --extra (--extra-node-info) is not allowed in agent-sandbox"), "{out}");
 }

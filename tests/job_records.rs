@@ -232,3 +232,43 @@ fn a_forged_record_and_a_symlinked_jobs_directory_remove_nothing_of_the_home() {
     assert!(out.stdout.contains("rc=0"), "{out}");
     assert!(kept, "the cleanup removed a directory of the home");
 }
+
+/// A node that reaches the state directory by another path than the login node (a site's
+/// alias: `/home` a link to `/gpfs/home` there) runs the job, as the node side does
+/// (`exec --job` with the job's id); a link on the way that the user could have made is
+/// still refused (outside review of the state directory, F7).
+#[test]
+fn a_node_reaching_the_state_directory_through_a_site_alias_runs_the_job() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(j) = slurm_jail("records-alias") else { return };
+    let _ = std::fs::remove_file(j.project.join("alias.out"));
+    let out = j.run("id=$(sbatch --parsable --hold -o alias.out --wrap 'echo ran-through-alias'); echo mine=$id");
+    let job = printed_id(&out);
+    let dir = job_dir(job);
+    // The site's alias: a root-owned directory with a link to where the homes are.
+    let homes = j.rig.home.parent().expect("homes").to_path_buf();
+    let site = PathBuf::from(format!("/var/tmp/asb-site-alias-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&site);
+    std::fs::create_dir(&site).unwrap();
+    std::fs::set_permissions(&site, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::os::unix::fs::symlink(&homes, site.join("homes")).unwrap();
+    let via_site = site.join("homes").join(dir.strip_prefix(&homes).unwrap());
+    // A link of the user's own, in the project: refused.
+    std::os::unix::fs::symlink(&homes, j.project.join("homes-link")).unwrap();
+    std::os::unix::fs::lchown(j.project.join("homes-link"), Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let via_own = j.project.join("homes-link").join(dir.strip_prefix(&homes).unwrap());
+    let exec = |path: &Path| {
+        let mut c = j.as_user(&j.rig.bin);
+        c.args(["exec", "--job"]).arg(path).env("SLURM_JOB_ID", job.to_string());
+        j.output(&mut c)
+    };
+    let own = exec(&via_own);
+    let out = exec(&via_site);
+    let _ = Command::new("scancel").arg(job.to_string()).status();
+    let _ = std::fs::remove_dir_all(&site);
+    assert_eq!(out.code, 0, "{out}");
+    let said = std::fs::read_to_string(j.project.join("alias.out")).unwrap_or_default();
+    assert!(said.contains("ran-through-alias"), "{said}: {out}");
+    assert_ne!(own.code, 0, "{own}");
+    assert!(own.stderr.contains("homes-link") && own.stderr.contains("a directory you can write"), "{own}");
+}

@@ -5,6 +5,7 @@
 
 mod common;
 use common::*;
+use std::path::PathBuf;
 
 macro_rules! jail {
     ($name:expr) => {
@@ -517,4 +518,65 @@ fn landlock_the_users_other_terminals_cannot_be_opened() {
     assert!(!out.stdout.contains("READ-OTHER"), "another terminal of the user was opened: {out}");
     assert!(!out.stdout.contains("OWN-PTY"), "no host devpts, no new terminal: {out}");
     assert!(open.stdout.contains("OWN-PTY b'x'") && open.stdout.contains("READ-OTHER"), "{open}");
+}
+
+/// Issue 32 under Landlock, which grants the project whole and cannot make a path inside it
+/// read-only: the protected settings (an agent's, an editor's, a hook manager's, the git
+/// hooks and config) the jail changed, made or removed are put back at exit as they were, the
+/// jail's versions kept aside in the state directory, said in one line and in the audit log.
+#[test]
+fn landlock_protected_settings_the_jail_changes_are_put_back_at_exit() {
+    let j = jail!("ll-restore")
+        .project_file(".claude/settings.json", "{\"mine\":true}\n")
+        .project_file(".vscode/settings.json", "{\"editor\":1}\n")
+        .project_file(".husky/pre-commit", "echo mine\n")
+        .project_file("src/main.c", "int main(){}\n");
+    let git = std::process::Command::new("git").arg("init").arg("-q").arg(&j.project).status().unwrap();
+    assert!(git.success());
+    let chown = std::process::Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", j.rig.uid, j.rig.gid))
+        .arg(&j.project)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let config_before = std::fs::read(j.project.join(".git/config")).unwrap();
+    let out = j.run(
+        "echo '{\"hooks\":{\"SessionStart\":[{\"hooks\":[{\"type\":\"command\",\"command\":\"touch pwned\"}]}]}}' > .claude/settings.json; \
+         mkdir -p .codex && echo 'notify = [\"touch\", \"pwned\"]' > .codex/config.toml; \
+         echo '{\"mcpServers\":{\"pwn\":{\"command\":\"touch\"}}}' > .mcp.json; \
+         rm .vscode/settings.json; echo 'touch pwned' > .husky/pre-commit; \
+         printf '#!/bin/sh\\ntouch pwned\\n' > .git/hooks/pre-commit; chmod +x .git/hooks/pre-commit; \
+         git config core.fsmonitor 'touch pwned'; git remote add origin https://example.invalid/r.git; \
+         echo changed > src/main.c; echo done",
+    );
+    assert!(out.stdout.contains("done"), "{out}");
+    let read = |rel: &str| std::fs::read_to_string(j.project.join(rel)).ok();
+    assert_eq!(read(".claude/settings.json").as_deref(), Some("{\"mine\":true}\n"), "{out}");
+    assert_eq!(read(".vscode/settings.json").as_deref(), Some("{\"editor\":1}\n"), "{out}");
+    assert_eq!(read(".husky/pre-commit").as_deref(), Some("echo mine\n"), "{out}");
+    assert!(!j.project.join(".codex").exists() && !j.project.join(".mcp.json").exists(), "{out}");
+    assert!(!j.project.join(".git/hooks/pre-commit").exists(), "{out}");
+    // The config keeps the user's entries and the jail's remote (what `git remote add` and
+    // `push -u` write runs nothing), without the fsmonitor.
+    let config = std::fs::read(j.project.join(".git/config")).unwrap();
+    let text = String::from_utf8_lossy(&config);
+    assert!(config.starts_with(&config_before), "{text}");
+    assert!(text.contains("https://example.invalid/r.git") && !text.contains("fsmonitor"), "{text}");
+    // The project's own work stays.
+    assert_eq!(read("src/main.c").as_deref(), Some("changed\n"), "{out}");
+    assert!(
+        out.stderr
+            .contains("put back as they were: .claude, .codex, .git/config, .git/hooks, .husky, .mcp.json, .vscode"),
+        "{out}"
+    );
+    let session_aside = j.rig.home.join(".local/state/agent-sandbox/rejected");
+    let kept: Vec<PathBuf> = std::fs::read_dir(&session_aside).unwrap().flatten().map(|e| e.path()).collect();
+    assert!(
+        kept.iter()
+            .any(|d| std::fs::read_to_string(d.join(".claude/settings.json")).is_ok_and(|t| t.contains("pwned"))),
+        "the jail's version is kept aside: {kept:?}"
+    );
+    let audit = std::fs::read_to_string(j.rig.home.join(".local/state/agent-sandbox/audit.jsonl")).unwrap_or_default();
+    assert!(audit.contains("put back at exit") && audit.contains(".mcp.json"), "{audit}");
 }

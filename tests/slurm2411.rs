@@ -103,3 +103,29 @@ fn on_24_11_the_real_sbatch_by_absolute_path_is_the_stub_in_the_jail() {
     assert!(out.stderr.contains("not allowed in agent-sandbox"), "the chaperon read the call: {out}");
     assert!(!out.stdout.contains("rc=0") && !out.stdout.contains("Submitted batch job"), "{out}");
 }
+
+#[test]
+fn on_24_11_the_options_it_added_reach_slurm_from_the_jail() {
+    // Read with 24.11's table (the chaperon learnt the release from `sbatch --version`): the
+    // options 23.02-24.11 added are taken where allowed and reach the real commands (a job and a
+    // step that use them run; squeue --only-job-state answers), and refused with the reason
+    // where not; `--extra` is 24.11's own option, no prefix of --extra-node-info.
+    let Some(j) = Jail::new("slurm2411-options") else { return };
+    cluster_2411_up();
+    let script = "id=$(sbatch --parsable --tres-per-task=cpu:1 --oom-kill-step --extra=asb-extra -o job-%j.out \
+                  --wait --wrap 'echo job-ran') || echo sbatch-failed; echo id=$id; cat job-$id.out; \
+                  squeue --only-job-state -h -o 'state=%T' -j $id; echo squeue=$?; \
+                  srun --tres-per-task=cpu:1 --oom-kill-step=1 -n1 echo step-ran; echo srun=$?; \
+                  sbatch --stepmgr --wrap true; echo stepmgr=$?; \
+                  squeue --json=v0.0.40; echo json=$?";
+    let wrapper = in_2411();
+    let mut c = j.command_wrapped(&[&wrapper, "--"], &["-q", "run", "--", "sh", "-c", script]);
+    let out = j.output_within(&mut c, Duration::from_secs(180));
+    assert!(out.stdout.contains("job-ran") && !out.stdout.contains("sbatch-failed"), "{out}");
+    assert!(out.stdout.contains("squeue=0"), "--only-job-state: {out}");
+    assert!(out.stdout.contains("step-ran\nsrun=0"), "{out}");
+    assert!(out.stderr.contains("option --stepmgr is not allowed in agent-sandbox: steps managed"), "{out}");
+    assert!(out.stdout.contains("stepmgr=1"), "{out}");
+    assert!(out.stderr.contains("invalid value \"v0.0.40\" for --json"), "{out}");
+    assert!(!out.stdout.contains("json=0"), "{out}");
+}

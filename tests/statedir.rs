@@ -180,3 +180,150 @@ fn wait_for(p: &Path, needle: &str) -> String {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// Read-only trees show no hidden path however they are spelled or reached (outside review
+/// of the state directory, F4): `//`, `/.`, a link to scratch, a link back into the home,
+/// in both backends. `~/.local` is a link to the scratch tree's `local/`.
+#[test]
+fn a_read_only_tree_spelled_otherwise_or_through_a_link_shows_no_hidden_path() {
+    for backend in ["userns", "landlock"] {
+        let name = format!("statedir-ro-{backend}");
+        let Some(j) = Jail::new(&name) else { return };
+        let j = j.arg("--backend").arg(backend);
+        let h = linked_home(&j, &name, &|h| h.scratch.join("local").display().to_string());
+        let s = h.scratch.display().to_string();
+        std::fs::create_dir_all(h.scratch.join("secret")).unwrap();
+        std::fs::write(h.scratch.join("secret/f"), "TOPSECRET").unwrap();
+        std::fs::create_dir_all(h.home.join("data")).unwrap();
+        std::os::unix::fs::symlink(&h.scratch, h.home.join("sc")).unwrap();
+        std::os::unix::fs::symlink("..", h.home.join("data/up")).unwrap();
+        let st = std::process::Command::new("chown")
+            .arg("-R")
+            .arg(format!("{}:{}", j.rig.uid, j.rig.gid))
+            .arg(&h.home)
+            .arg(&h.scratch)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        // A first session makes the state directory (and its audit log) to look for.
+        assert_eq!(run_in(&j, &h, &[], "true").code, 0);
+        let state = format!("{s}/local/state/agent-sandbox");
+        assert!(Path::new(&state).join("audit.jsonl").exists());
+        let home = j.rig.home.display().to_string();
+        let probe = format!(
+            "echo entries=$(ls -A {state} 2>/dev/null | wc -l); cat {s}/secret/f 2>/dev/null; \
+             cat {home}/data/up/.ssh/id_ed25519 {home}/.ssh/id_ed25519 2>/dev/null; \
+             ls -A {home}/data/up/.local/state/agent-sandbox 2>/dev/null | sed s/^/listed-/; echo done"
+        );
+        let hide = format!("{s}/secret");
+        for ro in [
+            format!("{s}/"),
+            format!("{}//{}", h.scratch.parent().unwrap().display(), h.scratch.file_name().unwrap().to_str().unwrap()),
+            format!("{s}/."),
+            format!("{s}/local//."),
+            "~/sc/local".to_string(),
+            "~/sc".to_string(),
+            "~/data/up/.ssh".to_string(),
+            "~/data/up/.local/state".to_string(),
+        ] {
+            let out = run_in(&j, &h, &["--hide", &hide, "--ro", &ro], &probe);
+            let what = format!("{backend} --ro {ro}");
+            assert!(out.stdout.contains("done"), "{what}: {out}");
+            assert!(out.stdout.contains("entries=0"), "{what}: the state directory is seen: {out}");
+            for bad in ["TOPSECRET", SSH_CANARY, "listed-"] {
+                assert!(!out.stdout.contains(bad), "{what}: {bad}: {out}");
+            }
+        }
+        // What is not hidden there is shown, where it really is.
+        std::fs::write(h.scratch.join("local/lib.txt"), "LIB").unwrap();
+        let out = run_in(&j, &h, &["--ro", "~/sc/local"], &format!("cat {s}/local/lib.txt"));
+        assert!(out.stdout.contains("LIB"), "{backend}: {out}");
+    }
+}
+
+/// `--rw ~/.local` (or below it) with `~/.local` a link starts (outside review, F6): the
+/// placeholders below it are made where they really are, and the state directory there stays
+/// out of reach, in both backends.
+#[test]
+fn a_linked_local_granted_writable_starts_with_the_state_directory_hidden() {
+    for backend in ["userns", "landlock"] {
+        let name = format!("statedir-rwlocal-{backend}");
+        let Some(j) = Jail::new(&name) else { return };
+        let j = j.arg("--backend").arg(backend);
+        let h = linked_home(&j, &name, &|h| h.scratch.join("local").display().to_string());
+        let home = j.rig.home.display().to_string();
+        // `share/` (where the session needs a placeholder: opencode's directory) and an entry
+        // to write besides the state directory (Landlock makes nothing new directly in the
+        // directories on the way to a hidden path, only in their other entries).
+        for d in ["local/share", "local/lib"] {
+            std::fs::create_dir_all(h.scratch.join(d)).unwrap();
+            std::os::unix::fs::chown(h.scratch.join(d), Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+        }
+        for rw in ["~/.local", "~/.local/share", "~/.local/state/"] {
+            let attack = attack(&format!("{home}/.local"));
+            let script = format!("{attack}; touch {home}/.local/lib/mine && echo WRITABLE; true");
+            let out = run_in(&j, &h, &["--rw", rw], &script);
+            let what = format!("{backend} --rw {rw}");
+            assert_eq!(out.code, 0, "{what}: {out}");
+            let real = h.scratch.join("local/state/agent-sandbox");
+            if rw == "~/.local" {
+                check(&out, &real, &what);
+                assert!(out.stdout.contains("WRITABLE"), "{what}: {out}");
+                assert!(h.scratch.join("local/lib/mine").exists(), "{what}: {out}");
+            } else {
+                // Only part of `~/.local` is granted: the rest is the session's own home
+                // (userns), where the jail's writes land and vanish; the real one is untouched.
+                assert!(out.stdout.contains("entries=0") && !out.stdout.contains("READ-AUDIT"), "{what}: {out}");
+                assert!(!real.join("planted").exists() && !real.join("jobs/forged").exists(), "{what}: {out}");
+            }
+        }
+        // The placeholders made for the session went with it.
+        assert!(!h.scratch.join("local/share/opencode").exists(), "{backend}");
+    }
+}
+
+/// A `~/.local` whose target is gone (a scratch purge) stops the session with a line that
+/// names the link, where it leads and the fix (outside review, F3); nothing is made there.
+#[test]
+fn a_dangling_local_link_is_named_with_the_fix() {
+    let Some(j) = Jail::new("statedir-dangling") else { return };
+    let h = linked_home(&j, "statedir-dangling", &|h| h.scratch.join("gone/local").display().to_string());
+    let out = run_in(&j, &h, &[], "echo ran");
+    assert_ne!(out.code, 0, "{out}");
+    assert!(!out.stdout.contains("ran"), "{out}");
+    let gone = h.scratch.join("gone/local").display().to_string();
+    for part in [
+        "/.local is a symbolic link to",
+        &gone,
+        "which does not exist",
+        "fix:",
+        &format!("mkdir -p {gone}"),
+        "XDG_STATE_HOME",
+    ] {
+        assert!(out.stderr.contains(part), "{part}: {out}");
+    }
+    assert!(!out.stderr.contains("File exists"), "{out}");
+    assert!(!h.scratch.join("gone").exists(), "nothing made where the link points: {out}");
+}
+
+/// The record key ring is made by the launcher before the first jail of the user runs, not at
+/// the first Slurm call, so no jail can plant one first (outside review, F2); its making is in
+/// the audit log.
+#[test]
+fn the_record_key_is_made_before_the_first_jail_runs() {
+    let Some(j) = Jail::new("statedir-key") else { return };
+    let h = linked_home(&j, "statedir-key", &|h| h.scratch.join("local").display().to_string());
+    let state = h.scratch.join("local/state/agent-sandbox");
+    let key = state.join("records.key");
+    let out = run_in(&j, &h, &[], "echo done");
+    assert!(out.stdout.contains("done"), "{out}");
+    let m = std::fs::symlink_metadata(&key).unwrap_or_else(|e| panic!("no key after the session: {e}: {out}"));
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((m.mode() & 0o777, m.nlink(), m.uid(), m.len()), (0o600, 1, j.rig.uid, 40), "{out}");
+    let log = std::fs::read_to_string(state.join("audit.jsonl")).unwrap();
+    assert!(log.contains("\"record_key\"") && log.contains("made the record key"), "{log}");
+    // A hard link to it (a jail that once reached the state directory) stops the next session.
+    std::fs::hard_link(&key, h.scratch.join("data/k")).unwrap();
+    let out = run_in(&j, &h, &[], "echo ran");
+    assert!(!out.stdout.contains("ran") && out.stderr.contains("2 links") && out.stderr.contains("fix:"), "{out}");
+}

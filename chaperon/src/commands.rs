@@ -294,21 +294,27 @@ pub struct Handled {
 /// (a call it refuses is refused before anything else, so a mistyped option costs no Slurm
 /// query, and getopt's errors are answered in the real command's words and status); then its
 /// handler parses the whole call (a refusal names the option and why), checks the scope and
-/// runs the real Slurm command with a clean environment and the caller's stdio.
+/// runs the real Slurm command with a clean environment and the caller's stdio. All of it
+/// with the installed release in effect (`release::with`): each table is read with that
+/// release's options.
 pub fn dispatch(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) -> Handled {
+    crate::release::with(cfg.release(), || dispatch_in_release(req, stdio, cfg, conn))
+}
+
+fn dispatch_in_release(req: &Request, stdio: Stdio, cfg: &Config, conn: &UnixStream) -> Handled {
     let handling = find(&req.command).map(|c| &c.handling);
     // The commands Slurm adds plugin options to are the ones that submit (sbatch, srun,
     // salloc): where Slurm cannot say whether it takes the belt's tag, they are refused first
     // (asked once per call: an sbatch that does not answer costs one bound, not two).
     let belt_unknown = match handling {
-        Some(Handling::Handled { options, .. }) if options.getopt.plugins => cfg.belt_state().err(),
+        Some(Handling::Handled { options, .. }) if options.set().plugins => cfg.belt_state().err(),
         _ => None,
     };
     // The command's table, and the options of the site's plugins Slurm adds to this command
     // (where the chaperon knows them): what every spelling is read with.
     let options = match handling {
         Some(Handling::Handled { options, .. }) => {
-            let known = options.getopt.plugins && belt_unknown.is_none();
+            let known = options.set().plugins && belt_unknown.is_none();
             let plugins: &'static [LongOpt] = if known { cfg.plugin_options() } else { &[] };
             Some((*options, plugins))
         }
@@ -388,7 +394,7 @@ fn answer_as_getopt(
     stderr: &std::os::fd::OwnedFd,
 ) -> Option<Response> {
     use std::os::fd::AsFd;
-    let reports = table.getopt.reports;
+    let reports = table.set().reports;
     let text = reports.render(command, e);
     crate::bounded::write_all(stderr.as_fd(), text.as_bytes(), crate::bounded::QUERY_TIMEOUT).ok()?;
     Some(Response::Exited { code: reports.status })
@@ -490,6 +496,40 @@ pub fn docs_table() -> String {
             out.push_str(&format!("| `{}` | {why} |\n", c.name));
         }
     }
+    out.push_str(&releases_table());
+    out
+}
+
+/// The options the tables know per release: those a release after 22.05 added (from that
+/// release on: `OptSpec::since`) and what the chaperon does with each, and those 24.11's
+/// command no longer has. Generated from the tables, so it says what the code does.
+fn releases_table() -> String {
+    use crate::table::Class;
+    let mut out = String::from(
+        "\nOptions added after Slurm 22.05, each read where the installed release has it (the chaperon \
+         learns the release from `sbatch --version`), and options 24.11 no longer has:\n\n\
+         | command | option | Slurm | agent-sandbox |\n|---|---|---|---|\n",
+    );
+    for c in COMMANDS {
+        let Handling::Handled { options, .. } = c.handling else { continue };
+        let mut added: Vec<_> = options.specs.iter().filter(|s| s.since != crate::release::R22_05).collect();
+        added.sort_by_key(|s| (s.since, s.long));
+        for s in added {
+            let short = s.short.map(|c| format!("`-{c}`, ")).unwrap_or_default();
+            let what = match (s.class, s.rebuilt_why()) {
+                (Class::Denied(why), _) => format!("refused: {why}"),
+                (_, Some(why)) => format!("rebuilt: {why}"),
+                (_, None) => "allowed".to_string(),
+            };
+            out.push_str(&format!("| `{}` | {short}`--{}` | {} | {what} |\n", c.name, s.long, s.since));
+        }
+        for l in options.getopt.longs.iter().filter(|l| options.getopt_24_11.longs.iter().all(|n| n.name != l.name)) {
+            out.push_str(&format!(
+                "| `{}` | `--{}` | gone by 24.11 | unknown there, as to 24.11's {} |\n",
+                c.name, l.name, c.name
+            ));
+        }
+    }
     out
 }
 
@@ -555,22 +595,59 @@ mod tests {
     /// kinds to read, or the generator tests nothing there.
     #[test]
     fn every_option_of_every_command_is_read_as_getopt_long_reads_it() {
+        use crate::release::{with, R22_05, R23_11, R24_11};
         use crate::table::testkit::{entries_are_the_getopt_sets, prefixes_are_read_as_getopt_long_reads_them};
         static BELT: &[LongOpt] = &[crate::getopt::BELT];
-        let mut counts = vec![];
-        for c in COMMANDS {
-            let Handling::Handled { options, .. } = c.handling else { continue };
-            let plugins: &'static [LongOpt] = if options.getopt.plugins { BELT } else { &[] };
-            entries_are_the_getopt_sets(options, plugins);
-            let (unique, ambiguous) = prefixes_are_read_as_getopt_long_reads_them(options, &[]);
-            assert!(unique > options.getopt.longs.len() && ambiguous > 0, "{}: {unique} {ambiguous}", c.name);
-            if !plugins.is_empty() {
-                prefixes_are_read_as_getopt_long_reads_them(options, plugins);
+        // 23.11 is read with 24.11's set less what 24.05 and 24.11 added.
+        for release in [R22_05, R23_11, R24_11] {
+            let mut counts = vec![];
+            for c in COMMANDS {
+                let Handling::Handled { options, .. } = c.handling else { continue };
+                let plugins: &'static [LongOpt] = if options.getopt.plugins { BELT } else { &[] };
+                entries_are_the_getopt_sets(options, plugins);
+                let (unique, ambiguous) = with(release, || prefixes_are_read_as_getopt_long_reads_them(options, &[]));
+                let longs = options.longs_of(release).count();
+                assert!(unique > longs && ambiguous > 0, "{release} {}: {unique} {ambiguous}", c.name);
+                if !plugins.is_empty() {
+                    with(release, || prefixes_are_read_as_getopt_long_reads_them(options, plugins));
+                }
+                counts.push((c.name, unique, ambiguous));
             }
-            counts.push((c.name, unique, ambiguous));
+            assert_eq!(counts.len(), 15, "{counts:?}");
+            eprintln!("{release}: prefixes read (unique, ambiguous): {counts:?}");
         }
-        assert_eq!(counts.len(), 15, "{counts:?}");
-        eprintln!("prefixes read (unique, ambiguous): {counts:?}");
+    }
+
+    /// What a release added is an option from that release on, and unknown before it, as the
+    /// real getopt_long of each has it: `--extra` is its own option from 23.02, and a prefix of
+    /// `--extra-node-info` (refused) in 22.05.
+    #[test]
+    fn each_release_reads_its_own_options() {
+        use crate::release::{with, R22_05, R23_02, R23_11, R24_05, R24_11};
+        use crate::table::{parse, Class};
+        let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let read = |r, t: &'static Table, v: &[&str]| with(r, || parse(t, &a(v)));
+        let unknown = |r, t, v: &[&str]| matches!(read(r, t, v), Err(GrammarError::Getopt(_)));
+        let named = |r, t, v: &[&str]| read(r, t, v).map(|p| p.options.iter().map(|(s, _)| s.long).collect::<Vec<_>>());
+        assert!(unknown(R22_05, &sbatch::SBATCH, &["--tres-per-task=gres/gpu:1"]));
+        assert_eq!(named(R23_02, &sbatch::SBATCH, &["--tres-per-task=gres/gpu:1"]), Ok(vec!["tres-per-task"]));
+        assert!(matches!(read(R22_05, &sbatch::SBATCH, &["--extra=x"]), Err(GrammarError::Denied { .. })));
+        assert_eq!(named(R24_11, &sbatch::SBATCH, &["--extra=x"]), Ok(vec!["extra"]));
+        assert!(unknown(R24_05, &sbatch::SBATCH, &["--oom-kill-step"]));
+        assert_eq!(named(R24_11, &srun::SRUN, &["--oom-kill-step=1", "true"]), Ok(vec!["oom-kill-step"]));
+        assert!(unknown(R23_11, &squeue::SQUEUE, &["--only-job-state"]));
+        assert_eq!(named(R24_05, &squeue::SQUEUE, &["--only-job-state"]), Ok(vec!["only-job-state"]));
+        // A short option a release added: scancel's -c (--cron, 23.11).
+        assert!(unknown(R23_02, &scancel::SCANCEL, &["-c", "5"]));
+        assert_eq!(named(R24_11, &scancel::SCANCEL, &["-c", "5"]), Ok(vec!["cron"]));
+        // Removed in 24.11: unknown there, as the real command has it not.
+        assert!(matches!(read(R22_05, &sbatch::SBATCH, &["--power=x"]), Err(GrammarError::Denied { .. })));
+        assert!(unknown(R24_11, &sbatch::SBATCH, &["--power=x"]));
+        // The data parser of --json (an optional value since 23.02) is refused with the reason.
+        let e = read(R24_11, &squeue::SQUEUE, &["--json=v0.0.40"]);
+        assert!(matches!(&e, Err(GrammarError::BadValue { opt, .. }) if opt == "--json"), "{e:?}");
+        assert_eq!(named(R24_11, &squeue::SQUEUE, &["--json"]), Ok(vec!["json"]));
+        assert!(matches!(sbatch::SBATCH.spec("stepmgr").map(|s| s.class), Some(Class::Denied(_))));
     }
 
     #[test]

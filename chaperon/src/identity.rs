@@ -27,11 +27,21 @@ impl ProjectId {
         Ok(ProjectId { dev: m.dev(), ino: m.ino(), boot: boot_id() })
     }
 
+    /// Whether `now` (looked up on this host) is this directory.
+    pub fn is(&self, now: &ProjectId) -> bool {
+        let same_host = !self.boot.is_empty() && self.boot == now.boot;
+        now.ino == self.ino && (!same_host || now.dev == self.dev)
+    }
+
+    /// This directory as an identity looked up here (the plan's look at it: `dev`, `ino`).
+    pub fn here(dev: u64, ino: u64) -> ProjectId {
+        ProjectId { dev, ino, boot: boot_id() }
+    }
+
     /// Whether `path` still names this directory; why not otherwise.
     pub fn check(&self, path: &Path) -> Result<(), String> {
         let now = ProjectId::of(path).map_err(|e| format!("the job's project {}: {e}", path.display()))?;
-        let same_host = !self.boot.is_empty() && self.boot == now.boot;
-        if now.ino != self.ino || (same_host && now.dev != self.dev) {
+        if !self.is(&now) {
             return Err(format!(
                 "the job's project {} is no longer the directory it was submitted from (inode {} on device {}, \
                  now inode {} on device {}): it was replaced since; the job does not run elsewhere",

@@ -285,6 +285,36 @@ pub fn open_job(jobs: &Path, arg: &Path, key: &Key) -> Result<OpenedJob, String>
     Ok(OpenedJob { dir: jobs_canon.join(name), spec, script })
 }
 
+/// Whether a job directory under `jobs` holds a spec sealed with `key` (a key of the ring
+/// that may be dropped only once none does: `seal::ensure`). Read as `open_job` reads it,
+/// without following a symlink; one that cannot be read needs no key.
+pub fn sealed_with(jobs: &Path, key: &Key) -> bool {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::Mode;
+    use std::os::unix::ffi::OsStrExt;
+    let flags = OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW;
+    let Ok(jobs_fd) = nix::fcntl::open(jobs, OFlag::O_RDONLY | OFlag::O_DIRECTORY | flags, Mode::empty()) else {
+        return false;
+    };
+    let Ok(entries) = nix::dir::Dir::openat(&jobs_fd, ".", OFlag::O_RDONLY | OFlag::O_DIRECTORY | flags, Mode::empty())
+    else {
+        return false;
+    };
+    let names: Vec<std::ffi::OsString> = entries
+        .into_iter()
+        .filter_map(Result::ok)
+        .map(|e| std::ffi::OsStr::from_bytes(e.file_name().to_bytes()).to_os_string())
+        .filter(|n| n != "." && n != "..")
+        .collect();
+    names.iter().any(|name| {
+        let spec = openat(&jobs_fd, name.as_os_str(), OFlag::O_RDONLY | OFlag::O_DIRECTORY | flags, Mode::empty())
+            .and_then(|dir| openat(&dir, SPEC, OFlag::O_RDONLY | OFlag::O_NONBLOCK | flags, Mode::empty()));
+        let Ok(fd) = spec else { return false };
+        crate::bounded::read_file(std::fs::File::from(fd), MAX_SPEC)
+            .is_ok_and(|text| key.open(SEAL_PURPOSE, name.as_encoded_bytes(), &text).is_ok())
+    })
+}
+
 /// srun's `--input/--output/--error` values that name no file: `all`, `none`, and a task
 /// number below the step's task count `tasks` (srun's fname.c: a number at or above it is a
 /// file name, which the jail could have made a symlink to anything).

@@ -17,6 +17,8 @@
 //! refusal     why a call was refused, one line each
 //! table       option tables: entries, the getopt-compatible parser, what reaches Slurm as written
 //! slurm_22_05 every Slurm 22.05 command's options as its getopt_long is handed them (data)
+//! slurm_24_11 the same of Slurm 24.11 (data)
+//! release     the installed Slurm release, in effect for a call: which set a table is read with
 //! getopt      glibc's getopt_long: a prefix resolved as it resolves one, its errors in its words
 //! grammar     value grammars, as Slurm 22.05 reads each value
 //! jobid       job id spellings
@@ -48,12 +50,15 @@ pub mod jobid;
 pub mod nodes;
 pub mod pool;
 pub mod refusal;
+pub mod release;
 pub mod removeat;
 pub mod scope;
 pub mod seal;
 pub mod server;
 pub mod session;
 pub mod slurm_22_05;
+pub mod slurm_24_11;
+pub mod slurm_conf;
 pub mod spawn;
 pub mod table;
 pub mod wire;

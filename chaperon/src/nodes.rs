@@ -77,7 +77,7 @@ impl Asker {
     /// From this host's slurm.conf where it lists every node plainly (no round trip to the
     /// controller), else from `sinfo`.
     pub fn nodes(&self) -> Result<Vec<(String, String)>, NodesError> {
-        if let Some(nodes) = crate::session::local_slurm_conf().and_then(|t| nodes_in_conf(&t)) {
+        if let Some(nodes) = crate::slurm_conf::local().and_then(|t| nodes_in_conf(&t)) {
             return Ok(nodes);
         }
         Ok(nodes_in(&self.run("sinfo", &["-h", "-N", "-o", "%N %o"])?))
@@ -87,7 +87,7 @@ impl Asker {
     /// round trip to the controller on a session's first Slurm call), else from
     /// `scontrol show config` (a configless host).
     pub fn controller(&self) -> Result<IpAddr, NodesError> {
-        let host = match crate::session::local_slurm_conf().as_deref().and_then(controller_in) {
+        let host = match crate::slurm_conf::local().as_deref().and_then(controller_in) {
             Some(host) => host,
             None => controller_in(&self.run("scontrol", &["show", "config"])?).ok_or(NodesError::Command {
                 command: "scontrol",
@@ -138,12 +138,7 @@ fn running_from(sinfo: &str, resolve: impl Fn(&str) -> Vec<IpAddr>) -> Running {
 /// slurm.conf's own `SlurmctldHost=tc(203.0.113.1)` reads the same way (its keys are
 /// case-insensitive; `#` starts a comment).
 fn controller_in(config: &str) -> Option<String> {
-    let value = config.lines().find_map(|l| {
-        let (key, value) = l.split('#').next()?.split_once('=')?;
-        let key = key.trim();
-        let name = key.split_once('[').map_or(key, |(name, _)| name);
-        name.eq_ignore_ascii_case("SlurmctldHost").then_some(value.trim())
-    })?;
+    let value = crate::slurm_conf::value(config, "SlurmctldHost")?;
     let host = match value.split_once('(') {
         Some((_, rest)) => rest.trim_end_matches(')').trim(),
         None => value,

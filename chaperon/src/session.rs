@@ -4,6 +4,7 @@
 //! with (`Config::command`). Reads no request and decides nothing: `commands` does.
 
 use crate::governor::Governor;
+use crate::release::Release;
 use crate::scope::Registry;
 use crate::spawn::{Io, RealCommand};
 use std::path::{Path, PathBuf};
@@ -49,6 +50,8 @@ pub struct Config {
     pub project_id: Option<crate::identity::ProjectId>,
     /// The user's record key (`seal`), read (or made) on first use.
     pub key: std::sync::OnceLock<std::sync::Arc<crate::seal::Key>>,
+    /// The installed Slurm's release, learned once (`release`).
+    pub release: std::sync::OnceLock<Release>,
 }
 
 impl Config {
@@ -102,7 +105,7 @@ impl Config {
         }
         // This host's own plugstack.conf, where it says so plainly, answers without running
         // sbatch (a session's first submission would otherwise wait for it).
-        if let Some(known) = local_slurm_conf().and_then(|conf| belt_in_local_plugstack(&conf)) {
+        if let Some(known) = crate::slurm_conf::local().and_then(|conf| belt_in_local_plugstack(&conf)) {
             return Ok(*self.spank.get_or_init(|| known));
         }
         let mut cmd = self.command("sbatch");
@@ -120,6 +123,29 @@ impl Config {
              or ask the admin to check that `sbatch --help` answers",
             self.real("sbatch").display()
         )))
+    }
+
+    /// The installed Slurm's release, which every call's options are read with: the real
+    /// `sbatch --version` (local, no controller), asked once; the launcher asks it on a thread
+    /// of its own as the session starts, so a call seldom waits for it. An sbatch that does
+    /// not answer leaves it unknown: that call is read with 22.05's tables, whose options
+    /// every later release has but a few it refuses itself (spelled in full, so never
+    /// another option there), and the next call asks again.
+    pub fn release(&self) -> Release {
+        if let Some(r) = self.release.get() {
+            return *r;
+        }
+        match self.installed_release() {
+            Some(r) => *self.release.get_or_init(|| r),
+            None => crate::release::R22_05,
+        }
+    }
+
+    fn installed_release(&self) -> Option<Release> {
+        let mut cmd = self.command("sbatch");
+        cmd.arg("--version").stdin(Io::null()).stderr(Io::null());
+        let (out, status) = crate::bounded::capture(cmd, 64 << 10, BELT_QUESTION_TIMEOUT).ok()?;
+        status.success().then(|| crate::release::parse_version(&String::from_utf8_lossy(&out)))?
     }
 
     /// The user's record key, which seals every job directory's spec and scope record.
@@ -191,10 +217,7 @@ pub const SPANK_OPTION: &str = crate::getopt::BELT.name;
 /// here, cannot be read, includes others, or loads the plugin `optional` (which Slurm skips
 /// when it fails to load).
 pub fn belt_in_local_plugstack(slurm_conf: &str) -> Option<bool> {
-    let configured = slurm_conf.lines().find_map(|l| {
-        let (k, v) = l.split('#').next()?.split_once('=')?;
-        k.trim().eq_ignore_ascii_case("PlugStackConfig").then(|| PathBuf::from(v.trim()))
-    });
+    let configured = crate::slurm_conf::value(slurm_conf, "PlugStackConfig").map(PathBuf::from);
     let path = configured.unwrap_or_else(|| {
         let conf = std::env::var_os("SLURM_CONF").map_or_else(|| PathBuf::from("/etc/slurm/slurm.conf"), PathBuf::from);
         conf.with_file_name("plugstack.conf")
@@ -248,35 +271,19 @@ impl ClusterName {
 /// what `scontrol show config` (the real one in `bin`) reports: configless sites have no local
 /// slurm.conf.
 fn local_cluster_name(bin: &Path, home: &Path, user: &str) -> Option<String> {
-    let from_conf = local_slurm_conf().and_then(|t| cluster_name_in(&t, '='));
+    let from_conf = crate::slurm_conf::local().and_then(|t| cluster_name_in(&t));
     from_conf.or_else(|| {
         let mut cmd = real_command(bin, home, user, "scontrol");
         cmd.args(["show", "config"]).stdin(Io::null()).stderr(Io::null());
         let (out, _) = crate::bounded::capture(cmd, 4 << 20, Duration::from_secs(20)).ok()?;
-        cluster_name_in(&String::from_utf8_lossy(&out), '=')
+        cluster_name_in(&String::from_utf8_lossy(&out))
     })
 }
 
-/// The text of this host's slurm.conf (`SLURM_CONF`, else /etc/slurm/slurm.conf), where there
-/// is one: what Slurm's commands read first, so answers from it cost no round trip to the
-/// controller. None on a configless host, or where it is unreadable or absurdly large.
-pub fn local_slurm_conf() -> Option<String> {
-    use std::io::Read;
-    const MAX_CONF: u64 = 4 << 20;
-    let path = std::env::var_os("SLURM_CONF").unwrap_or_else(|| "/etc/slurm/slurm.conf".into());
-    let mut text = String::new();
-    std::fs::File::open(path).ok()?.take(MAX_CONF + 1).read_to_string(&mut text).ok()?;
-    (text.len() as u64 <= MAX_CONF).then_some(text)
-}
-
-/// `ClusterName` from slurm.conf text or `scontrol show config` output (`Key = value`).
-pub fn cluster_name_in(text: &str, sep: char) -> Option<String> {
-    text.lines().find_map(|l| {
-        let l = l.split('#').next()?.trim();
-        let (k, v) = l.split_once(sep)?;
-        let v = v.split_whitespace().next()?;
-        k.trim().eq_ignore_ascii_case("ClusterName").then(|| v.to_ascii_lowercase())
-    })
+/// `ClusterName` from slurm.conf text or `scontrol show config` output, lower case, as
+/// Slurm keeps it.
+pub fn cluster_name_in(text: &str) -> Option<String> {
+    crate::slurm_conf::word(text, "ClusterName").map(str::to_ascii_lowercase)
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@
 pub use crate::getopt::Arity;
 use crate::getopt::{resolve, Getopt, GetoptError, LongOpt, Match};
 use crate::grammar::{clip, validate, ValueKind};
+use crate::release::{self, Release, Set, R22_05};
 
 /// Most arguments one command line may carry (the stub's whole argv, or all `#SBATCH` words).
 pub const MAX_ARGS: usize = 4096;
@@ -42,6 +43,9 @@ pub struct OptSpec {
     /// Spelled only as its short form (`-t` of sreport): `--long` is unknown, and `long` only
     /// names it in messages and in parsed options.
     pub short_only: bool,
+    /// The first release whose command has this option (22.05 for those 22.05 has, and for
+    /// any older): in an older release it is unknown, as the real getopt_long has it not.
+    pub since: Release,
 }
 
 impl OptSpec {
@@ -66,6 +70,11 @@ impl OptSpec {
         OptSpec { rebuilt: Some(why), ..self }
     }
 
+    /// This option, which the command has from `release` on.
+    pub(crate) const fn since(self, release: Release) -> OptSpec {
+        OptSpec { since: release, ..self }
+    }
+
     /// This option, spelled only as its short form.
     pub(crate) const fn short_only(self) -> OptSpec {
         OptSpec { short_only: true, ..self }
@@ -84,16 +93,54 @@ impl OptSpec {
 
 /// One command's options: the real command's getopt set, which every spelling is resolved
 /// with exactly as its getopt_long resolves it, and the chaperon's entry (`OptSpec`) for each
-/// option, allowed or not. The getopt set is data a Slurm version selects (`slurm_22_05`).
+/// option, allowed or not, for every release the tables know: the getopt sets are data dumped
+/// from each release's binaries (`slurm_22_05`, `slurm_24_11`), the release in effect
+/// (`release::in_effect`) picks one.
 #[derive(Debug)]
 pub struct Table {
+    /// 22.05's getopt set.
     pub getopt: &'static Getopt,
-    /// One entry per long option of `getopt` (and per plugin option the chaperon knows), and
+    /// 24.11's, also read for 23.02-24.05 without the options later than the release
+    /// (`OptSpec::since`).
+    pub getopt_24_11: &'static Getopt,
+    /// One entry per long option of either set (and per plugin option the chaperon knows), and
     /// one for each short option without a long form (`OptSpec::short_only`).
     pub specs: &'static [OptSpec],
 }
 
 impl Table {
+    /// The getopt set of `release`'s command.
+    pub fn set_of(&self, release: Release) -> &'static Getopt {
+        match release.set() {
+            Set::V22_05 => self.getopt,
+            Set::V24_11 => self.getopt_24_11,
+        }
+    }
+
+    /// The getopt set of the release in effect.
+    pub fn set(&self) -> &'static Getopt {
+        self.set_of(release::in_effect())
+    }
+
+    /// Whether `release`'s command has the long option `l` of its set: every entry of 22.05's
+    /// does; of 24.11's, those whose entry is not later than `release` (an entry the table
+    /// lacks counts as there: it is refused as untabled, never unknown).
+    fn has_in(&self, release: Release, l: &LongOpt) -> bool {
+        release < crate::release::R23_02 || self.spec(l.name).is_none_or(|s| s.since <= release)
+    }
+
+    /// The long options of `release`'s command, in its getopt_long's order.
+    pub fn longs_of(&self, release: Release) -> impl Iterator<Item = &'static LongOpt> + Clone + '_ {
+        self.set_of(release).longs.iter().filter(move |l| self.has_in(release, l))
+    }
+
+    /// The arity of short option `c` in the release in effect, if its command has it.
+    pub fn short(&self, c: char) -> Option<Arity> {
+        let release = release::in_effect();
+        let arity = self.set_of(release).short(c)?;
+        self.short_spec(c).is_none_or(|s| s.since <= release || release < crate::release::R23_02).then_some(arity)
+    }
+
     /// The chaperon's entry for the long option named `long`.
     pub fn spec(&self, long: &str) -> Option<&'static OptSpec> {
         self.specs.iter().find(|s| s.long == long && !s.short_only)
@@ -106,8 +153,9 @@ impl Table {
 
     /// What the real command's getopt_long makes of `--name`: its long options, then those of
     /// the site's plugins the caller knows of (`plugins`, which Slurm appends).
+    /// The release in effect picks the command's set.
     pub fn resolve(&self, plugins: &'static [LongOpt], name: &str) -> Match {
-        resolve(self.getopt.longs.iter().chain(plugins), name)
+        resolve(self.longs_of(release::in_effect()).chain(plugins), name)
     }
 }
 
@@ -206,7 +254,7 @@ pub fn parse_with(table: &'static Table, plugins: &'static [LongOpt], args: &[St
     if bytes > MAX_ARG_BYTES {
         return Err(GrammarError::TooLarge { bytes, max: MAX_ARG_BYTES });
     }
-    let stop_at_first_positional = table.getopt.stops_at_first_positional();
+    let stop_at_first_positional = table.set().stops_at_first_positional();
 
     let mut out = Parsed { options: Vec::new(), positionals: Vec::new() };
     let mut i = 0;
@@ -255,7 +303,7 @@ pub fn parse_with(table: &'static Table, plugins: &'static [LongOpt], args: &[St
             // A cluster: flags, then at most one value-taking option that owns the rest.
             let cluster = &arg[1..];
             for (at, c) in cluster.char_indices() {
-                let arity = table.getopt.short(c).ok_or(GetoptError::InvalidShort(c))?;
+                let arity = table.short(c).ok_or(GetoptError::InvalidShort(c))?;
                 let shown = match table.short_spec(c) {
                     Some(s) if !s.short_only => format!("-{c} (--{})", s.long),
                     _ => format!("-{c}"),
@@ -358,7 +406,7 @@ pub(crate) const fn opt(
     class: Class,
     value: ValueKind,
 ) -> OptSpec {
-    OptSpec { long, short, arity, class, value, rebuilt: None, short_only: false }
+    OptSpec { long, short, arity, class, value, rebuilt: None, short_only: false, since: R22_05 }
 }
 pub(crate) const fn allow(long: &'static str, short: Option<char>, arity: Arity, value: ValueKind) -> OptSpec {
     opt(long, short, arity, Class::Allowed, value)
@@ -387,6 +435,24 @@ pub(crate) const LOCAL_CLUSTER: &str =
     "checked: the local cluster or all; Slurm is asked about the local cluster alone";
 pub(crate) const EXPORT: &str =
     "applied inside the jail on the node; the wrapper itself gets only the chaperon's clean environment";
+
+/// Why `--autocomplete` (23.02) is refused: the real command would complete every option it
+/// has, the refused ones too.
+pub(crate) const COMPLETION: &str =
+    "it lists the real command's options, not the ones agent-sandbox allows; see the command's --help";
+/// Why `--json`/`--yaml` of the commands whose text output the chaperon reads is refused.
+pub(crate) const TEXT_ONLY: &str = "agent-sandbox reads this command's text output only; run it without --json/--yaml";
+/// Why a data parser for `--json`/`--yaml` (an optional value since 23.02) is refused.
+pub(crate) const JSON_VALUE: &str = "the chaperon reads Slurm's own default JSON; give no data parser";
+/// Why srun's `--pty=FD` (24.11) is refused.
+pub(crate) const PTY_VALUE: &str = "the pseudo-terminal is the chaperon's; give --pty without a value";
+pub(crate) const CONTAINER_ID: &str =
+    "an OCI container would start outside the jail; run it from the job's own commands";
+/// Why `--stepmgr` (24.05) is refused.
+pub(crate) const STEPMGR: &str = "steps managed on the job's node bypass the controller the chaperon answers to";
+/// Why srun's `--external-launcher` (23.11) is refused.
+pub(crate) const EXTERNAL_LAUNCHER: &str =
+    "an external launcher (mpirun's) starts its daemons outside agent-sandbox's tasks; launch with srun";
 
 /// The options of a parsed call, in command-line order: a later entry overrides an earlier one.
 pub type Options = Vec<(&'static str, Option<String>)>;
@@ -485,8 +551,9 @@ pub(crate) fn user_list(opt: &str, v: &str) -> Result<Vec<String>, GrammarError>
 pub(crate) mod testkit {
     //! Checks every command's table gets, among them the prefix test generated from the real
     //! command's getopt set, and the random-argument run each grammar must survive.
-    use crate::getopt::{GetoptError, LongOpt};
+    use crate::getopt::{Getopt, GetoptError, LongOpt};
     use crate::grammar::{validate, ValueKind};
+    use crate::release::R22_05;
     use crate::table::{parse, parse_with, Arity, Class, GrammarError, OptSpec, Table, MAX_ARG_BYTES};
     use std::collections::HashSet;
 
@@ -518,6 +585,8 @@ pub(crate) mod testkit {
             ValueKind::Clusters => "all",
             ValueKind::Choice(words) | ValueKind::Initial(words) => words[0],
             ValueKind::YesNo => "yes",
+            // Refused whatever it is (the round trips expect the refusal).
+            ValueKind::Refused(_) => "x",
         }
     }
 
@@ -535,48 +604,71 @@ pub(crate) mod testkit {
         GrammarError::Getopt(e)
     }
 
-    /// The table has an entry for every option of the real command's getopt set, with its
-    /// arity, and for nothing else but the plugin options `plugins` (the belt's, for sbatch,
-    /// srun and salloc): every long option, every short one, and a short form given to a long
-    /// entry only where that long option is the same option (it returns that letter).
+    /// The table has an entry for every option of each release's getopt set (22.05's, 24.11's),
+    /// with its arity (24.11's where the two differ), and for nothing else but the plugin
+    /// options `plugins` (the belt's, for sbatch, srun and salloc): every long option, every
+    /// short one, and a short form given to a long entry only where that long option is the
+    /// same option (it returns that letter). An entry 22.05 lacks names the later release that
+    /// added it (`since`); one 22.05 has, none.
     pub fn entries_are_the_getopt_sets(table: &'static Table, plugins: &[LongOpt]) {
-        let longs: Vec<&LongOpt> = table.getopt.longs.iter().chain(plugins).collect();
-        for l in &longs {
-            let s = table.spec(l.name).unwrap_or_else(|| panic!("--{} has no entry", l.name));
-            assert_eq!(s.arity, l.arity, "--{}: the entry's arity is not the real command's", l.name);
-        }
-        for s in table.specs.iter().filter(|s| !s.short_only) {
-            assert!(longs.iter().any(|l| l.name == s.long), "--{} is no option of the real command", s.long);
-        }
-        let shorts: Vec<(char, Arity)> = table.getopt.shorts().collect();
-        for &(c, arity) in &shorts {
-            let s = table.short_spec(c).unwrap_or_else(|| panic!("-{c} has no entry"));
-            // sreport's -s takes a value and its --sort none: one entry, denied, serves both.
-            let denied = matches!(s.class, Class::Denied(_));
-            assert!(s.arity == arity || (!s.short_only && denied), "-{c}: the entry's arity is not the real command's");
-            if !s.short_only {
-                let l = longs.iter().find(|l| l.name == s.long).unwrap_or_else(|| panic!("--{}", s.long));
-                assert_eq!(l.returns, crate::getopt::Returns::Char(c), "-{c} is not --{} in the real command", s.long);
+        let sets = [(table.getopt, "22.05"), (table.getopt_24_11, "24.11")];
+        let longs_of = |g: &'static Getopt| -> Vec<&LongOpt> { g.longs.iter().chain(plugins).collect() };
+        for (set, release) in sets {
+            for l in longs_of(set) {
+                let s = table.spec(l.name).unwrap_or_else(|| panic!("{release} --{} has no entry", l.name));
+                let newest = table.getopt_24_11.longs.iter().chain(plugins).find(|n| n.name == l.name).unwrap_or(l);
+                assert_eq!(s.arity, newest.arity, "--{}: the entry's arity is not the real command's", l.name);
             }
         }
-        for s in table.specs.iter().filter_map(|s| s.short) {
-            assert!(shorts.iter().any(|(c, _)| *c == s), "-{s} is no option of the real command");
+        for s in table.specs.iter().filter(|s| !s.short_only) {
+            let in_22_05 = longs_of(table.getopt).iter().any(|l| l.name == s.long);
+            let in_24_11 = longs_of(table.getopt_24_11).iter().any(|l| l.name == s.long);
+            assert!(in_22_05 || in_24_11, "--{} is no option of the real command", s.long);
+            assert_eq!(in_22_05, s.since == R22_05, "--{}: since {} but in 22.05's set: {in_22_05}", s.long, s.since);
+        }
+        for (set, release) in sets {
+            let longs = longs_of(set);
+            let shorts: Vec<(char, Arity)> = set.shorts().collect();
+            for &(c, arity) in &shorts {
+                let s = table.short_spec(c).unwrap_or_else(|| panic!("{release} -{c} has no entry"));
+                // sreport's -s takes a value and its --sort none: one entry, denied, serves both.
+                let denied = matches!(s.class, Class::Denied(_));
+                assert!(
+                    s.arity == arity || (!s.short_only && denied),
+                    "-{c}: the entry's arity is not the real command's"
+                );
+                if !s.short_only && longs.iter().any(|l| l.name == s.long) {
+                    let l = longs.iter().find(|l| l.name == s.long).unwrap_or_else(|| panic!("--{}", s.long));
+                    assert_eq!(l.returns, crate::getopt::Returns::Char(c), "-{c} is not --{} in {release}", s.long);
+                }
+            }
+        }
+        for s in table.specs.iter() {
+            if let Some(c) = s.short {
+                let sets_with = sets.iter().filter(|(g, _)| g.short(c).is_some()).count();
+                assert!(sets_with > 0, "-{c} is no option of the real command");
+            }
         }
     }
 
+    /// The entries 22.05 has (`since`): what the per-command lists below are written for; the
+    /// later ones are checked against 24.11's binaries (`entries_are_the_getopt_sets`).
+    fn of_22_05(table: &'static Table) -> impl Iterator<Item = &'static OptSpec> {
+        table.specs.iter().filter(|s| s.since == R22_05)
+    }
+
     pub fn shorts_are(table: &'static Table, expected: &[(char, &str)]) {
-        let have: HashSet<(char, &str)> = table.specs.iter().filter_map(|s| s.short.map(|c| (c, s.long))).collect();
+        let have: HashSet<(char, &str)> = of_22_05(table).filter_map(|s| s.short.map(|c| (c, s.long))).collect();
         assert_eq!(have, expected.iter().copied().collect());
     }
 
     pub fn optional_values_are(table: &'static Table, expected: &[&str]) {
-        let have: HashSet<&str> =
-            table.specs.iter().filter(|s| s.arity == Arity::OptionalValue).map(|s| s.long).collect();
+        let have: HashSet<&str> = of_22_05(table).filter(|s| s.arity == Arity::OptionalValue).map(|s| s.long).collect();
         assert_eq!(have, expected.iter().copied().collect());
     }
 
     pub fn allowed_are(table: &'static Table, expected: &[&str]) {
-        let have: HashSet<&str> = table.specs.iter().filter(|s| s.class == Class::Allowed).map(|s| s.long).collect();
+        let have: HashSet<&str> = of_22_05(table).filter(|s| s.class == Class::Allowed).map(|s| s.long).collect();
         let want: HashSet<&str> = expected.iter().copied().collect();
         let extra: Vec<_> = have.difference(&want).collect();
         let missing: Vec<_> = want.difference(&have).collect();
@@ -621,7 +713,7 @@ pub(crate) mod testkit {
         table: &'static Table,
         plugins: &'static [LongOpt],
     ) -> (usize, usize) {
-        let longs: Vec<&'static LongOpt> = table.getopt.longs.iter().chain(plugins).collect();
+        let longs: Vec<&'static LongOpt> = table.longs_of(crate::release::in_effect()).chain(plugins).collect();
         let mut names: Vec<&str> = vec![""];
         for l in &longs {
             names.extend((1..=l.name.len()).map(|n| &l.name[..n]));
@@ -678,7 +770,16 @@ pub(crate) mod testkit {
                         }
                         Arity::OptionalValue => {
                             assert_eq!(one(std::slice::from_ref(&long)), Ok(vec![(s.long, None)]), "{long}");
-                            assert_eq!(one(&[format!("{long}={v}")]), Ok(vec![(s.long, val)]), "{long}={v}");
+                            let given = one(&[format!("{long}={v}")]);
+                            match s.value {
+                                ValueKind::Refused(_) => {
+                                    assert!(
+                                        matches!(given, Err(GrammarError::BadValue { .. })),
+                                        "{long}={v}: {given:?}"
+                                    )
+                                }
+                                _ => assert_eq!(given, Ok(vec![(s.long, val)]), "{long}={v}"),
+                            }
                             // The next argument is never an optional value (a positional, or an option).
                             let next = one(&[long.clone(), "--".into(), v.to_string()]);
                             assert_eq!(next, Ok(vec![(s.long, None)]), "{long} -- {v}");
@@ -704,6 +805,12 @@ pub(crate) mod testkit {
     /// The checks sbatch.rs makes on its table, for any table. `flag` is an allowed short flag
     /// to cluster the others with.
     pub fn table_is_sound(table: &'static Table, flag: char) {
+        for release in [R22_05, crate::release::R24_11] {
+            crate::release::with(release, || sound_in_release(table, flag));
+        }
+    }
+
+    fn sound_in_release(table: &'static Table, flag: char) {
         let f = spec(table, table.specs.iter().find(|s| s.short == Some(flag)).map(|s| s.long).unwrap_or("?"));
         assert!(f.class == Class::Allowed && f.arity == Arity::Flag, "-{flag} must be an allowed flag");
 
@@ -736,7 +843,7 @@ pub(crate) mod testkit {
                 // Only its short form (checked below): the long name is no option.
                 let e = parse(table, std::slice::from_ref(&long));
                 assert!(matches!(e, Err(GrammarError::Getopt(_))), "{long}: {e:?}");
-            } else if table.getopt.longs.iter().all(|l| l.name != s.long) {
+            } else if table.longs_of(crate::release::in_effect()).all(|l| l.name != s.long) {
                 // A plugin's option: the prefix test reads it where the site has the plugin.
             } else {
                 let with_eq = format!("{long}={v}");
@@ -748,7 +855,12 @@ pub(crate) mod testkit {
                 } else {
                     let one = |a: Vec<String>| pairs(table, &a).unwrap_or_else(|e| panic!("{a:?}: {e}"));
                     let val = Some(v.to_string());
-                    match s.arity {
+                    // The arity of the release in effect (sacct's --json: a flag in 22.05).
+                    let arity = table
+                        .longs_of(crate::release::in_effect())
+                        .find(|l| l.name == s.long)
+                        .map_or(s.arity, |l| l.arity);
+                    match arity {
                         Arity::Flag => {
                             assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
                             assert_eq!(pairs(table, &[with_eq]), Err(getopt(GetoptError::LongTakesNoValue(s.long))));
@@ -759,12 +871,17 @@ pub(crate) mod testkit {
                             let missing = pairs(table, std::slice::from_ref(&long));
                             assert_eq!(missing, Err(getopt(GetoptError::LongNeedsValue(s.long))));
                         }
+                        Arity::OptionalValue if matches!(s.value, ValueKind::Refused(_)) => {
+                            assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
+                            let e = pairs(table, &[with_eq]);
+                            assert!(matches!(e, Err(GrammarError::BadValue { .. })), "{long}: {e:?}");
+                        }
                         Arity::OptionalValue => {
                             assert_eq!(one(vec![long.clone()]), [(s.long, None)]);
                             assert_eq!(one(vec![with_eq]), [(s.long, val)]);
                         }
                     }
-                    if s.arity != Arity::Flag {
+                    if arity != Arity::Flag {
                         for bad in ["\n", "\0", "\r", "\u{1b}[2J"] {
                             let v = format!("{v}{bad}x");
                             let a = [format!("--{}={v}", s.long)];
@@ -775,9 +892,9 @@ pub(crate) mod testkit {
                 }
             }
 
-            let Some(c) = s.short else { continue };
+            let Some(c) = s.short.filter(|_| s.since <= crate::release::in_effect()) else { continue };
             // The real command's arity for the short form (sreport's -s takes a value, --sort none).
-            let arity = table.getopt.short(c).unwrap_or_else(|| panic!("-{c} is no option of the real command"));
+            let arity = table.short(c).unwrap_or_else(|| panic!("-{c} is no option of the real command"));
             if let Class::Denied(reason) = s.class {
                 let shown = if s.short_only { format!("-{c}") } else { format!("-{c} (--{})", s.long) };
                 let want = Err(GrammarError::Denied { opt: shown, reason });
@@ -807,7 +924,7 @@ pub(crate) mod testkit {
             }
         }
         // A letter the real command has not is getopt's "invalid option", alone or in a cluster.
-        let none = ('a'..='z').chain('A'..='Z').find(|c| table.getopt.short(*c).is_none()).unwrap_or('@');
+        let none = ('a'..='z').chain('A'..='Z').find(|c| table.short(*c).is_none()).unwrap_or('@');
         assert_eq!(pairs(table, &[format!("-{flag}{none}")]), Err(getopt(GetoptError::InvalidShort(none))));
     }
 
@@ -829,10 +946,29 @@ pub(crate) mod testkit {
         informs: &[&str],
         plan: impl Fn(&[String]) -> Result<(Vec<String>, String), String>,
     ) {
+        for release in [R22_05, crate::release::R24_11] {
+            crate::release::with(release, || rebuilds_in_release(table, base, values, informs, &plan));
+        }
+    }
+
+    fn rebuilds_in_release(
+        table: &'static Table,
+        base: &[&str],
+        values: &[(&str, &str)],
+        informs: &[&str],
+        plan: &impl Fn(&[String]) -> Result<(Vec<String>, String), String>,
+    ) {
+        let release = crate::release::in_effect();
         let (base_args, base_taken) = plan(&argv(base)).unwrap_or_else(|e| panic!("{base:?}: {e}"));
+        // The options of the release in effect, with its arity.
+        let arity_in = |s: &OptSpec| match s.short_only {
+            true => (s.since <= release).then_some(s.arity),
+            false => table.longs_of(release).find(|l| l.name == s.long).map(|l| l.arity),
+        };
         for s in table.specs.iter().filter(|s| !matches!(s.class, Class::Denied(_))) {
+            let Some(arity) = arity_in(s) else { continue };
             let v = values.iter().find(|(l, _)| *l == s.long).map(|(_, v)| *v).unwrap_or(sample(s.value));
-            let value = (s.arity != Arity::Flag).then_some(v);
+            let value = (arity != Arity::Flag && !matches!(s.value, ValueKind::Refused(_))).then_some(v);
             let spelled = s.spelled(value);
             let mut call = vec![spelled.clone()];
             call.extend(argv(base));
@@ -1011,8 +1147,8 @@ mod tests {
     /// Options end at the first positional (`+`, as sbatch), or mix with them (as squeue).
     static STOPS: Getopt = Getopt { optstring: "+vVHJ:t:k::S:D:", longs: LONGS, plugins: false, reports: REPORTS };
     static MIXES: Getopt = Getopt { optstring: "vVHJ:t:k::S:D:", longs: LONGS, plugins: false, reports: REPORTS };
-    static T: Table = Table { getopt: &STOPS, specs: SPECS };
-    static TM: Table = Table { getopt: &MIXES, specs: SPECS };
+    static T: Table = Table { getopt: &STOPS, getopt_24_11: &STOPS, specs: SPECS };
+    static TM: Table = Table { getopt: &MIXES, getopt_24_11: &MIXES, specs: SPECS };
 
     fn argv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
@@ -1245,7 +1381,7 @@ mod tests {
             long("dir", Value, Char('D')),
         ];
         static W_GETOPT: Getopt = Getopt { optstring: "vJ:o:D:t:", longs: W_LONGS, plugins: false, reports: REPORTS };
-        static W: Table = Table { getopt: &W_GETOPT, specs: W_SPECS };
+        static W: Table = Table { getopt: &W_GETOPT, getopt_24_11: &W_GETOPT, specs: W_SPECS };
         let p = parse(&W, &argv(&["-vJx", "-o", "f", "-D/tmp", "-thours", "--na=y", "--verb"])).unwrap();
         let options: Vec<_> = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
         let written = ["--verbose", "--name=x", "-thours", "--name=y", "--verbose"];

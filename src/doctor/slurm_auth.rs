@@ -56,10 +56,10 @@ pub fn lines(sbatch: Option<&Path>) -> Vec<(&'static str, bool, String, Option<&
     let mut v = vec![];
     if let Some(sbatch) = sbatch {
         let slurm = version_of(sbatch).and_then(|t| version_in(&t));
-        let conf = chaperon::session::local_slurm_conf();
+        let conf = chaperon::slurm_conf::local();
         let auth = conf
             .as_deref()
-            .and_then(|c| conf_value(c, "AuthType"))
+            .and_then(|c| chaperon::slurm_conf::word(c, "AuthType").map(str::to_string))
             .unwrap_or_else(|| "unknown (no local slurm.conf)".into());
         let version = slurm.map_or("unknown".to_string(), |v| format!("{}.{:02}.{}", v.0, v.1, v.2));
         v.push(("slurm version", false, format!("Slurm {version}; AuthType {auth}"), None));
@@ -92,14 +92,6 @@ pub fn lines(sbatch: Option<&Path>) -> Vec<(&'static str, bool, String, Option<&
     v
 }
 
-/// `Key=value` of slurm.conf (keys case-insensitive, `#` a comment).
-fn conf_value(conf: &str, key: &str) -> Option<String> {
-    conf.lines().find_map(|l| {
-        let (k, v) = l.split('#').next()?.split_once('=')?;
-        k.trim().eq_ignore_ascii_case(key).then(|| v.split_whitespace().next().unwrap_or("").to_string())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -122,11 +114,5 @@ mod tests {
             assert!(!warn && !text.contains("CVE"), "{text}");
         }
         assert!(!munge_line(false, None).0);
-    }
-
-    #[test]
-    fn the_auth_type_is_read_from_slurm_conf() {
-        assert_eq!(conf_value("# AuthType=x\nauthtype=auth/slurm # new\n", "AuthType").as_deref(), Some("auth/slurm"));
-        assert_eq!(conf_value("ClusterName=tc\n", "AuthType"), None);
     }
 }

@@ -3,6 +3,7 @@
 //! makes the namespaces, the network and its staging root while the launcher plans; the
 //! blueprint follows in a sealed memfd, whatever its size (a job's script rides in it).
 
+use crate::plan::anchor::Anchor;
 use crate::plan::{GitGuardPlan, LimitsPlan, MountSpec, Plan};
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Seek, Write};
@@ -13,6 +14,8 @@ use std::path::PathBuf;
 pub struct Blueprint {
     pub hostname: String,
     pub mounts: Vec<MountSpec>,
+    /// What the plan checked of the mounts' sources (`plan::anchor`).
+    pub anchors: Vec<Anchor>,
     pub command: Vec<String>,
     pub env: Vec<(String, String)>,
     #[serde(with = "crate::plan::os_path")]
@@ -26,6 +29,7 @@ impl Blueprint {
         Blueprint {
             hostname: plan.hostname.clone(),
             mounts: plan.mounts.clone(),
+            anchors: plan.anchors.clone(),
             command: plan.command.clone(),
             env: plan.env.clone(),
             cwd: plan.cwd.clone(),
@@ -84,6 +88,7 @@ mod tests {
                     }],
                 },
             ],
+            anchors: vec![Anchor { path: odd.clone(), real: odd.join("r"), dev: 1 << 40, ino: u64::MAX }],
             command: vec!["sh".into(), "-c".into(), "echo \u{e9}".into()],
             env: vec![("PATH".into(), "/usr/bin".into())],
             cwd: odd.join("d\u{e9}"),

@@ -491,6 +491,7 @@ fn landlock_rules(ll: &LandlockPlan) -> landlock::LandlockRules {
         deny_all_tcp: ll.deny_all_tcp,
         scope_signals: true,
         scope_abstract_unix: true,
+        anchors: vec![],
     }
 }
 
@@ -507,7 +508,8 @@ fn exec_command(
     // Dies with the launcher, as the userns jail does.
     // SAFETY: PR_SET_PDEATHSIG takes a signal number; it only marks this process.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
-    let rules = landlock_rules(ll);
+    let mut rules = landlock_rules(ll);
+    rules.anchors = plan.anchors.clone();
     // Before the rules: what starting the helpers needs.
     let helpers = match (&sweeper, ll.slurm_fd) {
         (None, None) => None,

@@ -188,7 +188,7 @@ fn build_root(bp: &Blueprint) -> Result<(), String> {
         nix::mount::mount(None::<&str>, mounts::OLD, None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>),
         "make the host tree private",
     )?;
-    mounts::apply_all(&mut mounts::RealSys, &bp.mounts, Path::new("/files"))
+    mounts::apply_all(&mut mounts::RealSys, &bp.mounts, &bp.anchors, Path::new("/files"))
         .map_err(|e| format!("cannot build the jail's filesystem: {e}"))?;
     m(nix::unistd::chdir(mounts::NEW), "chdir /newroot")?;
     m(nix::unistd::pivot_root(".", "."), "pivot into the jail root")?;
@@ -387,7 +387,7 @@ fn supervise(
         }
     }
     crate::timing::mark("child-forked");
-    let mut trim = super::TrimLater::new();
+    let mut trim = agent_sandbox_sys::memory::TrimLater::new();
     let mut passing = SignalPassing::default();
     let mut launcher_open = true;
     loop {
@@ -447,14 +447,14 @@ fn supervise(
                         end_session();
                         left_out(sock);
                         let _ = msg::send(sock, &Msg::Exited(code));
-                        super::last_in_line();
+                        agent_sandbox_sys::sched::last_in_line();
                         return code as isize;
                     }
                     Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
                         end_session();
                         left_out(sock);
                         let _ = msg::send(sock, &Msg::Signaled(sig as i32));
-                        super::last_in_line();
+                        agent_sandbox_sys::sched::last_in_line();
                         return 128 + sig as isize;
                     }
                     Ok(WaitStatus::StillAlive) | Err(_) => break,

@@ -29,6 +29,9 @@ pub struct LandlockRules {
     pub scope_signals: bool,
     /// Forbid connecting to abstract unix sockets created outside the sandbox (ABI >= 6).
     pub scope_abstract_unix: bool,
+    /// What the plan checked of the rules' paths (`plan::anchor`): such a rule is added on
+    /// the descriptor `jail::anchor` opens, or the launch stops.
+    pub anchors: Vec<crate::plan::anchor::Anchor>,
 }
 
 /// What [`apply`] actually enforced.
@@ -103,9 +106,18 @@ pub fn apply(rules: &LandlockRules) -> Result<LandlockStatus, LandlockError> {
     }
     let mut created = ruleset.create()?;
 
+    let root = match rules.anchors.is_empty() {
+        true => None,
+        false => open_path(Path::new("/"))?.map(|(f, _)| f),
+    };
     for (paths, access) in [(&rules.read_only, fs_read), (&rules.read_write, fs_all)] {
         for path in paths {
-            let Some((fd, is_dir)) = open_path(path)? else {
+            let anchor = rules.anchors.iter().find(|a| a.path == *path);
+            let opened = match (anchor, &root) {
+                (Some(a), Some(root)) => Some(open_anchored(root, a)?),
+                _ => open_path(path)?,
+            };
+            let Some((fd, is_dir)) = opened else {
                 continue;
             };
             let access = if is_dir { access } else { access & file_mask };
@@ -161,6 +173,15 @@ pub fn scope_nested() -> Result<(), LandlockError> {
         return Err(LandlockError::NotEnforced(status.ruleset));
     }
     Ok(())
+}
+
+/// The path the plan checked, opened as it checked it (`jail::anchor`).
+fn open_anchored(root: &File, a: &crate::plan::anchor::Anchor) -> Result<(File, bool), LandlockError> {
+    let err = |source| LandlockError::Path { path: a.path.clone(), source };
+    let fd = crate::jail::anchor::open_anchored(root, a).map_err(err)?;
+    let file = File::from(fd);
+    let is_dir = file.metadata().map_err(err)?.is_dir();
+    Ok((file, is_dir))
 }
 
 /// Opens `path` with `O_PATH`; `None` if it (or a parent component) does not exist.

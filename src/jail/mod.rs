@@ -4,6 +4,7 @@
 //! plan is missing a field.
 
 pub mod agent_copies;
+pub mod anchor;
 pub mod blueprint;
 pub mod caps;
 mod command;
@@ -18,8 +19,10 @@ mod msg;
 mod net;
 pub mod placeholders;
 mod procpid;
+mod project_restore;
 pub mod relay;
 pub mod seccomp;
+mod session_homes;
 pub mod userns;
 pub mod waiter;
 
@@ -104,23 +107,35 @@ pub fn run(
     audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
     if let Err(e) = placeholders::make_home_entries(&plan.home, &plan.home_dirs, &plan.home_files)
-        .and_then(|()| lock.create(&plan.placeholders))
+        .and_then(|()| lock.create(&plan.placeholders, &plan.anchors))
     {
         lock.abandon();
         return Err(e.into());
     }
     // Before anything of the jail runs: a launcher killed from here on is cleaned up after.
     lock.hand_to_waiter();
-    if let Err(e) = agent_copies::prepare(&plan.merges) {
+    if let Err(e) = session_homes::make(&plan.session_homes).and_then(|()| agent_copies::prepare(&plan.merges)) {
+        session_homes::remove(&plan.session_homes);
         lock.finish();
         return Err(JailError::AgentCopy(e));
     }
+    // Landlock: what the protected paths hold now, put back after the session.
+    let snapshot = plan.restore.as_ref().map(|r| {
+        let (s, warnings) = project_restore::take(r);
+        warnings.iter().for_each(|w| eprintln!("agent-sandbox: warning: {w}"));
+        s
+    });
     let result = match plan.backend {
         BackendKind::Userns => userns::run(plan, early, banner, net_start, lazy, audit),
         BackendKind::Landlock => fallback::run(plan, banner, lazy),
     };
+    if let Some(s) = &snapshot {
+        let (done, failed) = project_restore::restore(s, &plan.project);
+        project_restore::report(s, &plan.project, &done, &failed, audit);
+    }
     // The jail is gone: nothing of it writes the copies any more.
     agent_copies::merge_back(&plan.merges);
+    session_homes::remove(&plan.session_homes);
     lock.finish();
     result
 }
@@ -141,79 +156,4 @@ pub fn path_candidates(cmd: &str, env: &[(String, String)]) -> Vec<std::path::Pa
     }
     let path = env.iter().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str()).unwrap_or("/usr/bin:/bin");
     path.split(':').filter(|d| !d.is_empty()).map(|d| std::path::Path::new(d).join(cmd)).collect()
-}
-
-/// Gives the free pages of the heap back to the kernel: the launcher, the jail's init and the
-/// cleanup waiter live as long as the session and hold what they built it with; what they
-/// freed would otherwise stay resident in each of the hundreds of sessions a node may run.
-pub fn trim_heap() {
-    // SAFETY: malloc_trim only walks and releases the allocator's own free memory.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-/// Puts the calling thread last in line for the CPU (nice 19, still never starved): for the
-/// work a session leaves after the user has their status back (the jail's init tearing
-/// down its namespaces, the waiter's cleanup, tun0's teardown). On a login node, and on this
-/// two-core VM, that work otherwise competes with the user's shell for the same cores and
-/// delays its wake-up by the launcher's exit (0.3 ms of a `run -- true` here).
-pub fn last_in_line() {
-    // SAFETY: setpriority on the calling thread (who 0) reads and writes no memory; raising
-    // one's own nice value needs no privilege, and a refusal only leaves it as it was.
-    unsafe { libc::syscall(libc::SYS_setpriority, libc::PRIO_PROCESS, 0, 19) };
-}
-
-/// How long a session runs before its long-lived processes trim their heaps: `malloc_trim`
-/// walks the whole heap (about a millisecond), which a short command must not wait for.
-pub const TRIM_AFTER: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// A heap trim due `TRIM_AFTER` from now, for a process's wait loop.
-pub struct TrimLater(Option<std::time::Instant>);
-
-impl TrimLater {
-    pub fn new() -> TrimLater {
-        TrimLater(Some(std::time::Instant::now() + TRIM_AFTER))
-    }
-
-    /// How long the loop may wait before the trim is due (None: it was done).
-    pub fn wait(&self, now: std::time::Instant) -> Option<std::time::Duration> {
-        self.0.map(|due| due.saturating_duration_since(now))
-    }
-
-    /// Trims once, when due.
-    pub fn run_if_due(&mut self, now: std::time::Instant) {
-        if self.0.is_some_and(|due| now >= due) {
-            trim_heap();
-            self.0 = None;
-        }
-    }
-}
-
-impl Default for TrimLater {
-    fn default() -> Self {
-        TrimLater::new()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    /// The thread that calls it, and only that one, runs at nice 19 from then on.
-    #[test]
-    fn last_in_line_puts_the_calling_thread_at_nice_19() {
-        let nice = || {
-            // SAFETY: getpriority of the calling thread reads no memory of ours.
-            unsafe { libc::syscall(libc::SYS_getpriority, libc::PRIO_PROCESS, 0) }
-        };
-        let before = nice();
-        // The raw system call answers 20 - nice: 1 for nice 19.
-        let after = std::thread::spawn(move || {
-            super::last_in_line();
-            nice()
-        })
-        .join()
-        .unwrap();
-        assert_eq!(after, 1);
-        assert_eq!(nice(), before, "another thread's priority changed");
-    }
 }

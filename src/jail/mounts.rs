@@ -2,6 +2,7 @@
 //! policy: it builds exactly what `Plan::mounts` says, in order, and fails on the first step
 //! it cannot take. Host paths are reached under `/oldroot`, the new root is `/newroot`.
 
+use crate::plan::anchor::Anchor;
 use crate::plan::MountSpec;
 use nix::mount::MsFlags;
 use std::io;
@@ -41,7 +42,20 @@ pub trait Sys {
     /// the roots are trees the jail can write: nothing below a root is resolved through a
     /// symlink (the jail could swap one in between the plan and this mount), on either side.
     /// The target is created if missing (a file unless `dir`).
-    fn bind_beneath(&mut self, src: (&Path, &Path), dst: (&Path, &Path), dir: bool, attr: u64) -> io::Result<()>;
+    /// `expect`: the device and inode the plan checked at the source (`plan::anchor`),
+    /// which the source must still be.
+    fn bind_beneath(
+        &mut self,
+        src: (&Path, &Path),
+        dst: (&Path, &Path),
+        dir: bool,
+        attr: u64,
+        expect: Option<(u64, u64)>,
+    ) -> io::Result<()>;
+    /// A recursive bind of the host's path the plan checked (`a`, reached under `/oldroot`
+    /// as `jail::anchor` opens it: no symlink on the way, the inode the plan found) on
+    /// `target`, made from that descriptor, with `attr` set.
+    fn bind_anchored(&mut self, a: &Anchor, target: &Path, dir: bool, attr: u64) -> io::Result<()>;
     /// Up to `max` bytes of the regular file `path` as seen from inside `root` (absolute
     /// symlinks resolve inside it, never to the host); None if there is none.
     fn read_in_root(&self, root: &Path, path: &Path, max: u64) -> io::Result<Option<Vec<u8>>>;
@@ -126,9 +140,40 @@ impl Sys for RealSys {
         io::Read::read_to_end(&mut io::Read::take(std::fs::File::open(p)?, max), &mut buf)?;
         Ok(buf)
     }
-    fn bind_beneath(&mut self, src: (&Path, &Path), dst: (&Path, &Path), dir: bool, attr: u64) -> io::Result<()> {
+    fn bind_beneath(
+        &mut self,
+        src: (&Path, &Path),
+        dst: (&Path, &Path),
+        dir: bool,
+        attr: u64,
+        expect: Option<(u64, u64)>,
+    ) -> io::Result<()> {
         let source = open_beneath(src.0, src.1)?;
+        if let Some(id) = expect {
+            let st = nix::sys::stat::fstat(&source).map_err(errno)?;
+            if (st.st_dev, st.st_ino) != id {
+                return Err(io::Error::other(format!(
+                    "another file than the launch checked is there now (inode {}, checked as inode {}): another \
+                     session's jail may be changing it; the launch stops",
+                    st.st_ino, id.1
+                )));
+            }
+        }
         let target = target_beneath(dst.0, dst.1, dir)?;
+        attach(&source, &target, attr)
+    }
+
+    fn bind_anchored(&mut self, a: &Anchor, target: &Path, dir: bool, attr: u64) -> io::Result<()> {
+        use nix::fcntl::{open, OFlag};
+        let mode = nix::sys::stat::Mode::empty();
+        let old = open(OLD, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, mode).map_err(errno)?;
+        let source = super::anchor::open_anchored(&old, a)?;
+        if dir {
+            self.mkdir_all(target)?;
+        } else {
+            self.touch(target)?;
+        }
+        let target = open(target, OFlag::O_PATH | OFlag::O_CLOEXEC, mode).map_err(errno)?;
         attach(&source, &target, attr)
     }
 
@@ -280,14 +325,23 @@ fn beneath() -> nix::fcntl::ResolveFlag {
 /// An `O_PATH` descriptor of `root/rel` (the root itself may be reached through symlinks: the
 /// jail cannot change what leads to it).
 pub(super) fn open_beneath(root: &Path, rel: &Path) -> io::Result<std::os::fd::OwnedFd> {
-    use nix::fcntl::{open, openat2, OFlag, OpenHow};
+    use nix::fcntl::{open, OFlag};
     let root_fd = open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
         .map_err(errno)?;
     if rel.as_os_str().is_empty() {
         return Ok(root_fd);
     }
+    open_beneath_at(&root_fd, rel)
+}
+
+/// `open_beneath` from a root already open (one the plan checked: `jail::anchor`).
+pub(super) fn open_beneath_at(root_fd: &std::os::fd::OwnedFd, rel: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{openat, openat2, OFlag, OpenHow};
+    if rel.as_os_str().is_empty() {
+        return openat(root_fd, ".", OFlag::O_PATH | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty()).map_err(errno);
+    }
     let how = OpenHow::new().flags(OFlag::O_PATH | OFlag::O_CLOEXEC | OFlag::O_NOFOLLOW).resolve(beneath());
-    not_a_symlink(openat2(&root_fd, rel, how).map_err(errno)?)
+    not_a_symlink(openat2(root_fd, rel, how).map_err(errno)?)
 }
 
 /// O_PATH|O_NOFOLLOW opens a trailing symlink itself rather than failing: refuse it here.
@@ -507,7 +561,14 @@ fn bind(sys: &mut dyn Sys, src: &Path, target: &Path, dir: bool) -> io::Result<(
 
 /// Applies every mount of the plan under `/newroot`, reading host paths under `/oldroot`.
 /// Synthesized files are staged in `staging` (a directory on the outer tmpfs) and bound in.
-pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Result<(), MountError> {
+/// A bind source the plan checked is bound as its anchor says (`bind_anchored`).
+pub fn apply_all(
+    sys: &mut dyn Sys,
+    mounts: &[MountSpec],
+    anchors: &[Anchor],
+    staging: &Path,
+) -> Result<(), MountError> {
+    let anchored = |p: &Path| anchors.iter().find(|a| a.path == p);
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     let mut staged = 0usize;
     // Trees bound writable so far (the project, writable paths): a later mount of a path
@@ -528,16 +589,21 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
             }
             MountSpec::Bind { source, rw, dir, target: t } => {
                 let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
+                let anchor = anchored(source);
                 match (inside(&writable, source), inside(&writable, t)) {
                     (Some((sr, srel)), Some((tr, trel))) => {
                         let (src_root, dst_root) = (under(OLD, sr), under(NEW, tr));
-                        sys.bind_beneath((&src_root, srel), (&dst_root, trel), *dir, attr)
+                        let expect = anchor.map(|a| (a.dev, a.ino));
+                        sys.bind_beneath((&src_root, srel), (&dst_root, trel), *dir, attr, expect)
                             .map_err(fail("bind (no symlinks followed inside the writable tree)"))?;
                     }
-                    _ => {
-                        bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
-                        sys.set_attr(&target, attr).map_err(fail("set attributes on"))?;
-                    }
+                    _ => match anchor {
+                        Some(a) => sys.bind_anchored(a, &target, *dir, attr).map_err(fail("bind"))?,
+                        None => {
+                            bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
+                            sys.set_attr(&target, attr).map_err(fail("set attributes on"))?;
+                        }
+                    },
                 }
                 if *rw {
                     writable.push(source.clone());
@@ -567,9 +633,11 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
                 )
                 .map_err(fail("mount overlay on (set sandbox.hide_with = \"rebuild\" if this kernel refuses it)"))?;
             }
-            MountSpec::TreeBind { source, dir, .. } => {
-                bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
-            }
+            MountSpec::TreeBind { source, dir, .. } => match anchored(source) {
+                // Its rebuilt tree's `SealTree` sets the attributes.
+                Some(a) => sys.bind_anchored(a, &target, *dir, 0).map_err(fail("bind"))?,
+                None => bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?,
+            },
             MountSpec::SealTree { rw, .. } => {
                 let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
                 sys.set_attr(&target, attr).map_err(fail("seal"))?;
@@ -580,7 +648,7 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
                 match inside(&writable, t) {
                     Some((tr, trel)) => {
                         let name = stub.strip_prefix(dir).unwrap_or(stub);
-                        sys.bind_beneath((&under(NEW, dir), name), (&under(NEW, tr), trel), false, attr)
+                        sys.bind_beneath((&under(NEW, dir), name), (&under(NEW, tr), trel), false, attr, None)
                             .map_err(fail("bind the stub (no symlinks followed inside the writable tree) over"))?;
                     }
                     // The host's file is there to mount on, and the stub's mount is read-only,
@@ -631,7 +699,7 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
                 match layer(sys, &writable, source, &stage) {
                     Ok(()) => match inside(&writable, t) {
                         Some((tr, trel)) => sys
-                            .bind_beneath((&stage, Path::new("merged")), (&under(NEW, tr), trel), true, attr)
+                            .bind_beneath((&stage, Path::new("merged")), (&under(NEW, tr), trel), true, attr, None)
                             .map_err(fail(
                                 "bind the session layer (no symlinks followed inside the writable tree) on",
                             ))?,
@@ -653,7 +721,7 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
                         let ro = attr | MOUNT_ATTR_RDONLY;
                         match (inside(&writable, source), inside(&writable, t)) {
                             (Some((sr, srel)), Some((tr, trel))) => sys
-                                .bind_beneath((&under(OLD, sr), srel), (&under(NEW, tr), trel), true, ro)
+                                .bind_beneath((&under(OLD, sr), srel), (&under(NEW, tr), trel), true, ro, None)
                                 .map_err(fail("bind (no symlinks followed inside the writable tree)"))?,
                             _ => {
                                 bind(sys, &under(OLD, source), &target, true).map_err(fail("bind"))?;
@@ -716,7 +784,7 @@ pub fn apply_all(sys: &mut dyn Sys, mounts: &[MountSpec], staging: &Path) -> Res
             MountSpec::Pin { target: t } => match inside(&writable, t) {
                 Some((root, rel)) => {
                     let root = under(NEW, root);
-                    sys.bind_beneath((&root, rel), (&root, rel), true, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+                    sys.bind_beneath((&root, rel), (&root, rel), true, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, None)
                         .map_err(fail("pin (no symlinks followed inside the writable tree)"))?;
                 }
                 None => {
@@ -804,7 +872,25 @@ mod tests {
             self.ops.push(format!("layer {}//{} {}", lower.0.display(), lower.1.display(), stage.display()));
             Ok(())
         }
-        fn bind_beneath(&mut self, src: (&Path, &Path), dst: (&Path, &Path), _dir: bool, attr: u64) -> io::Result<()> {
+        fn bind_anchored(&mut self, a: &Anchor, target: &Path, _dir: bool, attr: u64) -> io::Result<()> {
+            self.ops.push(format!(
+                "bind-anchored {} ({}:{}) {} ro={}",
+                a.real.display(),
+                a.dev,
+                a.ino,
+                target.display(),
+                attr & MOUNT_ATTR_RDONLY != 0
+            ));
+            Ok(())
+        }
+        fn bind_beneath(
+            &mut self,
+            src: (&Path, &Path),
+            dst: (&Path, &Path),
+            _dir: bool,
+            attr: u64,
+            _expect: Option<(u64, u64)>,
+        ) -> io::Result<()> {
             self.ops.push(format!(
                 "bind-beneath {}//{} {}//{} ro={}",
                 src.0.display(),
@@ -830,7 +916,7 @@ mod tests {
             },
         ];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
         assert_eq!(
             r.ops,
             vec![
@@ -853,7 +939,7 @@ mod tests {
             MountSpec::Stub { target: "/work/p/bin/sbatch".into() },
         ];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
         assert_eq!(
             r.ops,
             vec![
@@ -894,7 +980,7 @@ mod tests {
     fn synthesized_files_are_staged_and_bound_read_only() {
         let mounts = vec![MountSpec::File { target: "/etc/passwd".into(), contents: "x".into(), mode: 0o644 }];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
         assert_eq!(r.ops[0], "write /stage/1");
         assert!(r.ops.iter().any(|o| o == "attr /newroot/etc/passwd ro=true"));
     }
@@ -905,7 +991,7 @@ mod tests {
     fn a_session_copy_is_the_files_text_staged_and_bound_writable_inside_the_root() {
         let mounts = vec![MountSpec::SessionCopy { target: "/home/u/.codex/config.toml".into() }];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
         assert_eq!(r.ops, ["write /stage/1", "bind-in-root /stage/1 /newroot///home/u/.codex/config.toml ro=false"]);
     }
 
@@ -914,7 +1000,7 @@ mod tests {
         let mounts =
             vec![MountSpec::Instructions { target: "/home/u/.codex/AGENTS.md".into(), notice: "NOTICE".into() }];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
         assert_eq!(r.ops, ["write /stage/1", "bind-in-root /stage/1 /newroot///home/u/.codex/AGENTS.md ro=true"]);
     }
 
@@ -927,7 +1013,7 @@ mod tests {
             files: vec![crate::plan::fs::OverlayFile { path: "/etc/passwd".into(), contents: "x".into(), mode: 0o644 }],
         }];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
         assert_eq!(
             r.ops,
             vec![
@@ -957,7 +1043,7 @@ mod tests {
             },
         ];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, Path::new("/stage")).unwrap();
+        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
         assert_eq!(
             r.ops[3..],
             [

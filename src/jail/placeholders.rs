@@ -6,6 +6,7 @@
 //! end or at its start, is alone, and removes what any session recorded in the same file;
 //! so a session that ended while another ran is cleaned up after by the next one alone.
 
+use crate::plan::anchor::Anchor;
 use crate::plan::Placeholder;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
@@ -69,12 +70,19 @@ enum Made<'a> {
 /// session could have swapped a directory for a link since the plan was made), and never
 /// over something that exists (AlreadyExists).
 fn create_beneath(root: &Path, path: &Path, made: Made<'_>) -> std::io::Result<()> {
+    use nix::fcntl::{open, OFlag};
+    let root_fd = open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())?;
+    create_beneath_at(root, &root_fd, path, made)
+}
+
+/// `create_beneath` below `root` opened already (`root_fd`: as the plan checked it).
+fn create_beneath_at(root: &Path, root_fd: &std::os::fd::OwnedFd, path: &Path, made: Made<'_>) -> std::io::Result<()> {
     use nix::fcntl::{openat, OFlag};
     use nix::sys::stat::{mkdirat, Mode};
     let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
     let rel = path.strip_prefix(root).map_err(|_| invalid())?;
     let name = rel.file_name().ok_or_else(invalid)?;
-    let dir = super::mounts::open_beneath(root, rel.parent().unwrap_or(Path::new("")))?;
+    let dir = super::mounts::open_beneath_at(root_fd, rel.parent().unwrap_or(Path::new("")))?;
     match made {
         Made::Dir(mode) => mkdirat(&dir, name, Mode::from_bits_truncate(mode))?,
         Made::File(mode, contents) => {
@@ -198,13 +206,29 @@ impl ProjectLock {
 
     /// Creates the missing placeholders and records the ones this session made (those outside
     /// the project in the home's record).
-    pub fn create(&mut self, list: &[Placeholder]) -> Result<(), PlaceholderError> {
+    /// `anchors`: what the plan checked; the project (or home) is opened as it checked it, so
+    /// a link put in its place since makes nothing anywhere else (`jail::anchor`).
+    pub fn create(&mut self, list: &[Placeholder], anchors: &[Anchor]) -> Result<(), PlaceholderError> {
         let (mine, theirs): (Vec<Placeholder>, Vec<Placeholder>) =
             list.iter().cloned().partition(|ph| ph.path.starts_with(&self.project) || self.home.is_none());
         if let Some(home) = self.home.as_mut() {
-            home.create(&theirs)?;
+            home.create(&theirs, anchors)?;
         }
         let list = &mine;
+        if list.is_empty() {
+            return Ok(());
+        }
+        let root_err = |err| PlaceholderError::Create { path: self.project.clone(), err };
+        let root_fd = match anchors.iter().find(|a| a.path == self.project) {
+            Some(a) => super::anchor::open_anchored(std::fs::File::open("/").map_err(root_err)?, a),
+            None => nix::fcntl::open(
+                &self.project,
+                nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY | nix::fcntl::OFlag::O_CLOEXEC,
+                nix::sys::stat::Mode::empty(),
+            )
+            .map_err(std::io::Error::from),
+        }
+        .map_err(root_err)?;
         let mut lines = String::new();
         let mut result = Ok(());
         for ph in list {
@@ -213,7 +237,12 @@ impl ProjectLock {
                 (false, true) => (Made::File(0o644, JSON_PLACEHOLDER), "j"),
                 (false, false) => (Made::File(0o644, b""), "f"),
             };
-            let r = create_beneath(&self.project, &ph.path, made);
+            // The project as the plan checked it; one outside it (a tree granted through a
+            // link, named where it really is) beneath `/`, no link on the way.
+            let r = match self.root_of(&ph.path) {
+                root if root == self.project => create_beneath_at(&self.project, &root_fd, &ph.path, made),
+                root => create_beneath(root, &ph.path, made),
+            };
             match r {
                 Ok(()) => lines.push_str(&format!("{kind}\t{}\n", ph.path.display())),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -228,6 +257,16 @@ impl ProjectLock {
             let _ = self.file.write_all(lines.as_bytes());
         }
         result
+    }
+
+    /// Where a placeholder of this lock's is made and removed beneath, no link on the way:
+    /// the project (or home); for one outside it, `/` (the plan names it where it really
+    /// is, `plan::agent_home`: a tree granted through a link, `~/.local -> /scratch/u/local`).
+    fn root_of<'a>(&'a self, path: &Path) -> &'a Path {
+        match path.starts_with(&self.project) {
+            true => &self.project,
+            false => Path::new("/"),
+        }
     }
 
     /// A lock whose file is open (and locked) already: the waiter's copy.
@@ -336,10 +375,12 @@ impl ProjectLock {
         lines.sort_by_key(|(_, p)| std::cmp::Reverse(p.components().count()));
         lines.dedup();
         for (kind, path) in lines {
-            // The registry is the user's file, but never act on a line outside this project:
-            // `starts_with` compares components, so `/p/../home/x` would pass it; a line with
-            // anything but plain names is refused before the prefix is looked at.
-            if !plain_inside(path, &self.project) {
+            // The registry is the user's file (in the state directory, hidden from every
+            // jail), but never act on a line through a link: `starts_with` compares
+            // components, so `/p/../home/x` would pass it; a line with anything but plain
+            // names is refused before the prefix is looked at. One outside the project is a
+            // placeholder made where it really is (`root_of`), with no link on its way either.
+            if !plain_inside(path, self.root_of(path)) {
                 continue;
             }
             if kind == "d" {
@@ -393,7 +434,7 @@ mod tests {
         let (a, b) = (project.join("a.json"), project.join("b.json"));
         let list: Vec<super::Placeholder> =
             [&a, &b].iter().map(|p| super::Placeholder { path: p.to_path_buf(), dir: false, json: true }).collect();
-        lock.create(&list).unwrap();
+        lock.create(&list, &[]).unwrap();
         assert_eq!(std::fs::read(&a).unwrap(), b"{}\n");
         std::fs::write(&b, "{\"mine\": 1}\n").unwrap();
         lock.remove_recorded();

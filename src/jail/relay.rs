@@ -126,7 +126,7 @@ pub fn run(
     // terminal never touches it), and never memory a later heap trim would have to keep.
     let mut buf =
         crate::pages::Pages::zeroed(64 * 1024).map_err(|e| JailError::Channel(format!("relay buffer: {e}")))?;
-    let mut trim = super::TrimLater::new();
+    let mut trim = agent_sandbox_sys::memory::TrimLater::new();
     loop {
         trim.run_if_due(std::time::Instant::now());
         let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];

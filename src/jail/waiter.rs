@@ -234,7 +234,7 @@ fn serve(sock: OwnedFd, launcher: i32) -> ! {
         }
     }
     // The user has the session's status by now: the cleanup yields the CPU to them.
-    super::last_in_line();
+    agent_sandbox_sys::sched::last_in_line();
     for s in SHELTERED {
         // SAFETY: SIG_DFL installs no handler; scancel inherits the default dispositions.
         let _ = unsafe { nix::sys::signal::signal(s, nix::sys::signal::SigHandler::SigDfl) };

@@ -7,8 +7,9 @@
 //! another coding, a malformed chunk) ends the connection instead. No decision is made here:
 //! the caller decides each head with its matcher.
 
-/// Longest request head (and chunk-size line or trailer section) read, as the peek reads.
-pub const MAX_HEAD: usize = super::peek::MAX_PEEK;
+/// Longest request head (and chunk-size line or trailer section) read; the peek at a flow's
+/// start reads as far (`peek::MAX_PEEK`).
+pub const MAX_HEAD: usize = 16 * 1024;
 /// Longest chunk extension accepted on a chunk-size line.
 const MAX_CHUNK_LINE: usize = 4096;
 

@@ -10,8 +10,9 @@
 use super::http1::{self, clean_name, Head, Line};
 use tls_parser::{parse_tls_extensions, parse_tls_plaintext, TlsExtension, TlsMessage, TlsMessageHandshake};
 
-/// How much of a flow's start is read, at most, looking for a name.
-pub const MAX_PEEK: usize = 16 * 1024;
+/// How much of a flow's start is read, at most, looking for a name: as much as the longest
+/// request head HTTP/1 reads (a ClientHello of that size is already an oddity).
+pub const MAX_PEEK: usize = http1::MAX_HEAD;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Peeked {

@@ -16,8 +16,11 @@
 //! session's own, and a missing one is a read-only placeholder. The plan decides; nothing
 //! here touches the host.
 
+pub mod landlock;
+
 use super::fs::{under, Builder, MountSpec};
-use super::mounts::{home_entry, pin_ancestors};
+use super::home_entry;
+use super::mounts::pin_ancestors;
 use super::{entry_err, Placeholder, PlanError};
 use crate::host::Kind;
 use crate::policy::merge::Source;
@@ -197,13 +200,22 @@ impl Walk<'_> {
 
     /// A missing name a later agent outside would read: an empty read-only placeholder for
     /// the session (removed afterwards), so the jail cannot make it.
+    ///
+    /// Made where it really is: below a tree granted through a link (`--rw ~/.local` with
+    /// `~/.local -> /scratch/u/local`), `~/.local/share/opencode` is made as
+    /// `/scratch/u/local/share/opencode`, no link on the way, and bound at the name the jail
+    /// sees (the launcher makes no placeholder through a link).
     fn placeholder(&mut self, b: &mut Builder<'_>, p: &Path, dir: bool) {
-        if self.out.placeholders.iter().any(|ph| p.starts_with(&ph.path)) {
+        let real = super::fs::real_parents(b.fs, p);
+        if self.out.placeholders.iter().any(|ph| real.starts_with(&ph.path)) {
             return;
         }
         let json = !dir && p.extension().is_some_and(|e| e == "json");
-        self.out.placeholders.push(Placeholder { path: p.to_path_buf(), dir, json });
-        self.read_only(b, p, dir);
+        self.out.placeholders.push(Placeholder { path: real.clone(), dir, json });
+        if let Some(w) = self.tree_of(p) {
+            pin_ancestors(b, w, p);
+        }
+        b.push(MountSpec::Bind { source: real, target: p.to_path_buf(), rw: false, dir });
     }
 
     /// The agent directory `d` for the session: its own layer (or read-only), the masks and

@@ -371,8 +371,14 @@ impl<'a> Builder<'a> {
 
     /// Binds `src` at the same path, leaving out hidden paths below it (the tree is rebuilt
     /// on a tmpfs along the way to each hidden path) and substituting overrides.
+    ///
+    /// The tree is compared with the hidden paths as one spelling (`/scratch//u/.` is
+    /// `/scratch/u`), and where it really is: below a link (`~/sc/local` with `~/sc ->
+    /// /scratch/u`) it is bound at its real place, where the hidden paths are listed too
+    /// (`Base::decide`), and where a bind target is not resolved again inside the jail.
     pub fn bind_tree(&mut self, src: &Path, rw: bool) {
-        self.bind_tree_inner(src, rw, false);
+        let src = real_parents(self.fs, &normalized(src));
+        self.bind_tree_inner(&src, rw, false);
     }
 
     fn bind_tree_inner(&mut self, src: &Path, rw: bool, in_tree: bool) {
@@ -429,6 +435,22 @@ impl<'a> Builder<'a> {
             .cloned()
             .collect();
         self.mounts.extend(missing);
+    }
+}
+
+/// `p` in one spelling: `//`, `/./` and a trailing `/` dropped (`..` is refused where a
+/// path is taken in). Every comparison with a hidden path is byte-wise, on this form.
+pub fn normalized(p: &Path) -> PathBuf {
+    p.components().collect()
+}
+
+/// `p` with every directory above it resolved (`real_path` of its parent), its last
+/// component as it is: a link there is its caller's to judge (a replicated link shows
+/// nothing; a home entry that is a link is checked where it leads).
+pub fn real_parents(fs: &dyn HostFs, p: &Path) -> PathBuf {
+    match (p.parent(), p.file_name()) {
+        (Some(d), Some(n)) if through_link(fs, p) => real_path(fs, d).join(n),
+        _ => p.to_path_buf(),
     }
 }
 

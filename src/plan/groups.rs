@@ -110,15 +110,6 @@ impl GroupsPlan {
     }
 }
 
-/// The setuid-root `newgidmap`, if this host has one (a copy that is not setuid root can map
-/// nothing but the caller's own gid, which the launcher does itself).
-pub fn find_newgidmap() -> Option<PathBuf> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    ["/usr/bin/newgidmap", "/bin/newgidmap", "/usr/sbin/newgidmap"].iter().map(PathBuf::from).find(|p| {
-        std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.uid() == 0 && m.permissions().mode() & 0o4000 != 0)
-    })
-}
-
 /// The groups of `etc_group` that a range of `user` in `/etc/subgid` covers although the user
 /// is not in them: `newgidmap` checks the ranges, not membership, so the user can take these
 /// groups in a user namespace of their own (outside any jail). For `doctor` to warn of.

@@ -5,7 +5,6 @@
 
 use super::catalogue::{self, Context, CredentialsPlan, Named};
 use super::gitstrip::{self, Outcome};
-use super::mounts::home_entry;
 use super::*;
 
 /// How the user's git configs are shown.

@@ -7,7 +7,7 @@
 //! over, removed afterwards.
 
 use super::fs::{Builder, MountSpec};
-use super::mounts::home_entry;
+use super::home_entry;
 use super::nested::NestedSandbox;
 use super::{entry_err, BackendKind, NetPlan, Placeholder, PlanError};
 use crate::host::{HostFs, Kind};

@@ -3,6 +3,7 @@
 //! the system; `--dry-run` and `policy show` print this value, and the jail only executes it.
 
 pub mod agent_home;
+pub mod anchor;
 mod backend;
 pub mod catalogue;
 pub mod credentials;
@@ -329,6 +330,10 @@ pub struct Plan {
     pub home_access: HomeAccess,
     pub hostname: String,
     pub mounts: Vec<MountSpec>,
+    /// What the plan checked of the paths it binds or grants, which the jail holds them to
+    /// (`anchor`).
+    #[serde(skip)]
+    pub anchors: Vec<anchor::Anchor>,
     pub placeholders: Vec<Placeholder>,
     /// Directories of the agent's own the launcher makes in the home before the session
     /// (its writable entries that do not exist yet, so what it writes there persists).
@@ -338,6 +343,12 @@ pub struct Plan {
     /// Files of the agent's own the jail gets as copies, whose harmless keys go back at exit
     /// (`agent_home`).
     pub merges: Vec<agent_home::MergeBack>,
+    /// Landlock backend: the session directories the agent is pointed at instead of its own
+    /// (`agent_home::landlock`), made before the session and removed after it.
+    pub session_homes: Vec<agent_home::landlock::SessionHome>,
+    /// Landlock backend: the protected paths read before the session and put back after it
+    /// (`jail::project_restore`), which it cannot make read-only inside the project.
+    pub restore: Option<ProjectRestore>,
     pub hidden: Vec<PathBuf>,
     /// The credential catalogue's stores: hidden, shown (and why), and the user's git configs
     /// shown without their credentials.
@@ -356,6 +367,14 @@ pub struct Plan {
     /// How the chaperon spares the scheduler (`[slurm]`).
     pub slurm: chaperon::governor::Settings,
     pub warnings: Vec<String>,
+}
+
+/// The protected paths the Landlock backend puts back at exit, and where the jail's versions
+/// of them are kept (the state directory's, per session).
+#[derive(Debug, Clone, Serialize)]
+pub struct ProjectRestore {
+    pub paths: Vec<PathBuf>,
+    pub aside: PathBuf,
 }
 
 /// What the user asked for on this invocation, besides policy.
@@ -420,6 +439,11 @@ pub enum PlanError {
         path.display(), tree.display()
     )]
     Unhidable { what: String, path: PathBuf, tree: PathBuf },
+    #[error(
+        "{} changed while the launch was checking it: it now leads to {}, inside the agent-sandbox state directory; the launch stops",
+        path.display(), now.display()
+    )]
+    Moved { path: PathBuf, now: PathBuf },
     #[error("nothing to run: the command is empty")]
     EmptyCommand,
     #[error("this kernel cannot keep the jail from making git repositories in the project: {why}")]
@@ -459,6 +483,12 @@ impl PlanError {
                 path.display(),
                 tree.display()
             )),
+            PlanError::Moved { path, .. } => Some(format!(
+                "fix: something (the jail of another session that may write there?) replaced {} by a link; look at it \
+                 (ls -la {}) and start again",
+                path.display(),
+                path.parent().unwrap_or(path).display()
+            )),
             PlanError::EmptyCommand => None,
         }
     }
@@ -471,7 +501,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let mut base = Base::decide(policy, facts, fs, req)?;
     // The environment before the mounts: whether the profile's key is kept outside the jail
     // decides whether its agent's own login file is shown.
-    let envp = environment(policy, facts, req, &base);
+    let mut envp = environment(policy, facts, req, &base);
     let creds = policy.agent.as_ref().and_then(|a| a.value.credentials.clone()).unwrap_or_default();
     base.net.credentials = credentials::routes(&creds, &base.net, &envp.vars, &facts.env)?;
     let (credentials_plan, git_view) = hiding::decide(policy, facts, fs, &mut base)?;
@@ -505,12 +535,16 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     }
     masks(&mut b, policy, fs, &base, &trees)?;
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
-    let (mut placeholders, git_dir) = protected(&mut b, policy, facts, fs, &base, &trees)?;
+    let (mut placeholders, git_dir, restore) = protected(&mut b, policy, facts, fs, &base, &trees)?;
+    let restore =
+        restore.map(|paths| ProjectRestore { paths, aside: facts.state_dir().join("rejected").join(&req.session) });
     warnings.extend(git_dir.and_then(|g| repo_credentials_warning(fs, &g)));
     // 7. The agent's own directories: its state writable, what it runs or obeys outside
     // read-only or a copy for the session.
     let placed = instructions::place(policy, fs, &base.home, base.backend)?;
     let mut merges = vec![];
+    let mut session_homes = vec![];
+    let mut keep_out = vec![];
     if base.backend == BackendKind::Userns {
         let copies = facts.state_dir().join("copies").join(&req.session);
         let layers = facts.overlay_in_userns;
@@ -518,12 +552,20 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         let confined = agent_home::confine(&mut b, policy, &base.home, &trees.writable, &copies, layers, injected)?;
         placeholders.extend(confined.placeholders);
         merges = confined.merges;
-    } else if policy.agent.as_ref().is_some_and(|a| a.value.state.is_some()) {
-        warnings.push(
-            "the Landlock backend cannot keep the agent's settings read-only (no mounts there): hooks, MCP servers \
-             and plugins the agent writes into its own directory run outside the jail later"
-                .into(),
-        );
+    } else {
+        // No mounts: the real directories read-only but for their state, the agent pointed at
+        // a session directory standing in for them (`agent_home::landlock`).
+        let copies = facts.state_dir().join("copies");
+        let injected = !base.net.credentials.is_empty();
+        let r = agent_home::landlock::confine(&mut b, policy, &base.home, &copies, &req.session, injected)?;
+        merges = r.merges;
+        session_homes = r.homes;
+        keep_out = r.keep_out;
+        warnings.extend(r.warnings);
+        for (k, v) in r.env {
+            envp.vars.retain(|(n, _)| *n != k);
+            envp.vars.push((k, v));
+        }
     }
     if base.backend == BackendKind::Landlock && policy.home_access.value == HomeAccess::Write {
         warnings.push(
@@ -571,9 +613,13 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     }
     warnings.extend(nested::warning(&req.command, nested));
     base.warnings = warnings;
-    let shaped = Shaped { mounts, placeholders, git_guard, mail_block, credentials: credentials_plan, git_view };
+    let shaped =
+        Shaped { mounts, placeholders, git_guard, mail_block, credentials: credentials_plan, git_view, keep_out };
     let mut plan = finish(policy, facts, fs, req, base, envp, shaped)?;
     (plan.home_dirs, plan.home_files, plan.merges) = (home_dirs, home_files, merges);
+    plan.session_homes = session_homes;
+    plan.restore = restore;
+    plan.anchors = anchor::stamp(&plan, fs, &facts.state_dir())?;
     Ok(plan)
 }
 
@@ -627,7 +673,7 @@ impl Base {
             hidden.must_hide.push((p, "the agent-sandbox state directory".into()));
         }
         for h in &policy.hide {
-            let p = expand_tilde(&h.value, &home);
+            let p = fs::normalized(&expand_tilde(&h.value, &home));
             if !p.is_absolute() {
                 return Err(entry_err("filesystem.hide", &h.value, "must be absolute or start with ~/"));
             }
@@ -802,7 +848,7 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
         done.push(target);
     }
     for f in &policy.hide_files {
-        let p = expand_tilde(&f.value, &base.home);
+        let p = fs::normalized(&expand_tilde(&f.value, &base.home));
         for p in fs::expand_glob(fs, &p) {
             if let Some(k) = fs.kind(&p) {
                 if let Some(w) = trees.writable.iter().find(|w| p.starts_with(w) && &p != *w) {
@@ -815,6 +861,10 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
     Ok(())
 }
 
+/// What stage 6 made: the placeholders, the project's git directory, and under Landlock the
+/// protected paths to put back at exit.
+type Protected = (Vec<Placeholder>, Option<PathBuf>, Option<Vec<PathBuf>>);
+
 /// Stage 6: protected paths inside the project, the launcher's own binary if it is in a
 /// writable tree, and the user's own agent-sandbox config (the next session's policy).
 fn protected(
@@ -824,12 +874,13 @@ fn protected(
     fs: &dyn HostFs,
     base: &Base,
     trees: &Trees,
-) -> Result<(Vec<Placeholder>, Option<PathBuf>), PlanError> {
+) -> Result<Protected, PlanError> {
     let mut placeholders = vec![];
     // With the git guard on, the project's `.git/config` and `.git/hooks` are the guard's to
     // keep (checked changes: `git submodule init`, `git remote add`, `git init` where there
     // was no repository), not read-only mounts or placeholders.
     let guard_keeps_git = !policy.nested_git.value && base.backend == BackendKind::Userns;
+    let first = b.mounts.len();
     protect(b, fs, policy, &base.project, guard_keeps_git, &mut placeholders)?;
     // What programs outside run or load that no fixed name covers: the repository's hooks
     // wherever `core.hooksPath` puts them (read now, from its config and the user's), and
@@ -858,11 +909,27 @@ fn protected(
             }
         }
     }
-    if base.backend == BackendKind::Landlock {
-        // Landlock cannot make a path inside the writable project read-only: a placeholder
-        // would protect nothing there (docs/security-model.md lists this limit).
-        placeholders.clear();
-    }
+    let restore = (base.backend == BackendKind::Landlock).then(|| {
+        // Landlock cannot make a path inside the writable project read-only: what the
+        // protected paths hold (and that a missing one is missing) is put back at exit
+        // instead (`jail::project_restore`).
+        let mut paths: Vec<PathBuf> = b.mounts[first..]
+            .iter()
+            .filter_map(|m| match m {
+                MountSpec::Bind { source, rw: false, .. } => Some(source.clone()),
+                _ => None,
+            })
+            .collect();
+        // A missing `.git` is git's to make (`git init`), not a settings file.
+        let git = base.project.join(".git");
+        paths.extend(placeholders.drain(..).map(|ph| ph.path).filter(|p| !fs::under(p, &git)));
+        paths.sort();
+        paths.dedup();
+        // One inside another is put back with it.
+        let all = paths.clone();
+        paths.retain(|p| !all.iter().any(|q| q != p && fs::under(p, q)));
+        paths
+    });
     for w in &trees.writable {
         if facts.exe.starts_with(w) {
             pin_ancestors(b, w, &facts.exe);
@@ -874,7 +941,7 @@ fn protected(
             b.push(MountSpec::Bind { source: cfg.clone(), target: cfg, rw: false, dir: true });
         }
     }
-    Ok((placeholders, git.git_dir))
+    Ok((placeholders, git.git_dir, restore))
 }
 
 /// Everyday config files holding a token (`token_files`): under userns the copies to show
@@ -951,6 +1018,8 @@ struct Shaped {
     mail_block: bool,
     credentials: catalogue::CredentialsPlan,
     git_view: hiding::GitView,
+    /// Landlock: the agent's directories no writable tree's rule may cover.
+    keep_out: Vec<PathBuf>,
 }
 
 /// The environment, the Landlock backend's own plan and what it changes (the session
@@ -965,7 +1034,7 @@ fn finish(
     shaped: Shaped,
 ) -> Result<Plan, PlanError> {
     let Base { backend, project, cwd, net, hidden, warnings, .. } = base;
-    let Shaped { mounts, placeholders, git_guard, mail_block, credentials, git_view } = shaped;
+    let Shaped { mounts, placeholders, git_guard, mail_block, credentials, git_view, keep_out } = shaped;
     let mut net = net;
     let admin_allow: Vec<String> =
         policy.net_allow.iter().filter(|e| e.source.is_admin()).map(|e| normalized_rule(&e.value)).collect();
@@ -985,6 +1054,7 @@ fn finish(
         // stores: Landlock hides one inside a tree it grants by leaving it out of its rules.
         let mut hide: Vec<PathBuf> = hidden.stores().to_vec();
         hide.extend(hidden.paths.iter().cloned());
+        hide.extend(keep_out);
         hide.sort();
         hide.dedup();
         let around = StoresAround { stores: &hide, project: &project, fs };
@@ -1039,10 +1109,13 @@ fn finish(
         home_access: policy.home_access.value,
         hostname: policy.hostname.value.clone(),
         mounts,
+        anchors: vec![],
         placeholders,
         home_dirs: vec![],
         home_files: vec![],
         merges: vec![],
+        session_homes: vec![],
+        restore: None,
         hidden: hidden.paths,
         credentials,
         env: envp.vars,
@@ -1074,6 +1147,16 @@ fn finish(
         },
         warnings,
     })
+}
+
+/// A home entry of the policy (`~/.codex/`, `.config/x`) as a path below the home, or None
+/// where it names none (absolute, empty, `..`).
+pub(super) fn home_entry(raw: &str) -> Option<PathBuf> {
+    let rel = raw.strip_prefix("~/").unwrap_or(raw);
+    let p = PathBuf::from(rel);
+    let ok = !rel.is_empty() && p.is_relative() && p.components().all(|c| matches!(c, std::path::Component::Normal(_)));
+    // Rebuilt from its components: `.codex/` (a directory entry) names `.codex`.
+    ok.then(|| p.components().collect())
 }
 
 /// A rule as the matcher prints it (`GitHub.com.` -> `github.com`), or as written.

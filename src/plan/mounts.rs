@@ -51,14 +51,6 @@ pub(super) fn home_config_dir(facts: &HostFacts, home: &Path) -> Option<PathBuf>
     Some(base.join("agent-sandbox"))
 }
 
-pub(super) fn home_entry(raw: &str) -> Option<PathBuf> {
-    let rel = raw.strip_prefix("~/").unwrap_or(raw);
-    let p = PathBuf::from(rel);
-    let ok = !rel.is_empty() && p.is_relative() && p.components().all(|c| matches!(c, std::path::Component::Normal(_)));
-    // Rebuilt from its components: `.codex/` (a directory entry) names `.codex`.
-    ok.then(|| p.components().collect())
-}
-
 pub(super) fn home_mounts(
     b: &mut Builder<'_>,
     policy: &Policy,
@@ -94,7 +86,9 @@ fn entry_source(
     warnings: &mut Vec<String>,
 ) -> Option<(PathBuf, Kind)> {
     if kind != Kind::Symlink {
-        return Some((p.to_path_buf(), kind));
+        // Bound from where it really is: a link on the way (`~/.local -> /scratch/u/local`
+        // under `--rw ~/.local/state`) would be resolved again inside the jail's staging root.
+        return Some((fs::real_parents(b.fs, p), kind));
     }
     let shown = format!("~/{}", p.strip_prefix(home).unwrap_or(p).display());
     if matches!(e.source, crate::policy::merge::Source::Profile(_)) {
@@ -119,6 +113,19 @@ fn entry_source(
     Some((target, kind))
 }
 
+/// Why a home entry reached through a link among its directories (`~/data/up/.ssh` with
+/// `~/data/up -> ..`: a jail that could write `~/data` may have made it) is not bound: where
+/// it really is, it is a hidden path or lies in one, or it is the home or a parent of it.
+/// The name as written would pass; what it leads to is what the jail would see.
+fn linked_entry(b: &Builder<'_>, p: &Path, home: &Path) -> Option<String> {
+    let real = fs::real_parents(b.fs, p);
+    if real == p {
+        return None;
+    }
+    let bad = b.hidden.covers(&real) || home.starts_with(&real);
+    bad.then(|| format!("is {} through a symbolic link, a hidden path or your home itself", real.display()))
+}
+
 pub(super) fn home_trees(
     b: &mut Builder<'_>,
     policy: &Policy,
@@ -139,6 +146,10 @@ pub(super) fn home_trees(
                     let Some(rel) = home_entry(&e.value) else { continue };
                     let p = home.join(rel);
                     if b.hidden.covers(&p) {
+                        continue;
+                    }
+                    if let Some(why) = linked_entry(b, &p, home) {
+                        warnings.push(format!("home.write: `{}` {why}; not bound", e.value));
                         continue;
                     }
                     let found = match b.fs.kind(&p) {
@@ -164,6 +175,10 @@ pub(super) fn home_trees(
                     let p = home.join(rel);
                     if b.hidden.covers(&p) {
                         warnings.push(format!("{key}: `{}` is hidden by policy; not bound", e.value));
+                        continue;
+                    }
+                    if let Some(why) = linked_entry(b, &p, home) {
+                        warnings.push(format!("{key}: `{}` {why}; not bound", e.value));
                         continue;
                     }
                     let found = match b.fs.kind(&p) {
@@ -378,8 +393,15 @@ pub(super) fn cover_stubbed(
     home: &Path,
     mail: bool,
 ) {
-    let visible: Vec<PathBuf> =
-        policy.fs_read.iter().map(|r| PathBuf::from(&r.value)).filter(|p| p.is_absolute()).collect();
+    // The read trees as `bind_tree` binds them (one spelling, where they really are), and as
+    // named: `--ro /opt//slurm/bin` shows the real `sbatch` as much as `--ro /opt/slurm/bin`.
+    let visible: Vec<PathBuf> = policy
+        .fs_read
+        .iter()
+        .map(|r| fs::normalized(Path::new(&r.value)))
+        .filter(|p| p.is_absolute())
+        .flat_map(|p| [fs::real_parents(fs, &p), p])
+        .collect();
     let mut covered: Vec<PathBuf> = vec![];
     for p in &facts.mailers {
         let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");

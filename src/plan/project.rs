@@ -70,7 +70,7 @@ pub(super) fn check_extra_path(key: &str, raw: &str, home: &Path, fs: &dyn HostF
     if raw.starts_with('~') {
         return Err(entry_err(key, raw, "paths in your home belong in home.read or home.write"));
     }
-    let p = PathBuf::from(raw);
+    let p = fs::normalized(Path::new(raw));
     if !p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
         return Err(entry_err(key, raw, "must be an absolute path without `..`"));
     }

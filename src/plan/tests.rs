@@ -1401,3 +1401,169 @@ mod real_locations {
         assert!(in_no_rule(&p, "/scratch/u/notes"), "{:?}", p.landlock);
     }
 }
+
+/// Issue 32 under Landlock: claude's own directory and `~/.claude.json` have no writable rule;
+/// each state entry has its own; claude is pointed (`CLAUDE_CONFIG_DIR`) at a session
+/// directory in the state directory of links to its state (written through) and to the rest
+/// (read-only), copies of the settings it rewrites, an empty `session-env/`, and the copy of
+/// `.claude.json` whose listed keys go back.
+#[test]
+fn landlock_points_claude_at_a_session_directory_and_grants_only_its_state() {
+    use crate::plan::agent_home::landlock::HomeEntry;
+    let pol =
+        with_profile_and("claude", include_str!("../../profiles/claude.toml"), "[sandbox]\nbackend = \"landlock\"");
+    let fs = host()
+        .dir("/home/u/.claude/projects")
+        .dir("/home/u/.claude/hooks")
+        .file("/home/u/.claude/settings.json")
+        .file("/home/u/.claude/hooks/notify.sh")
+        .file("/home/u/.claude/.credentials.json")
+        .file("/home/u/.claude.json");
+    let mut req = landlock_request("/home/u/proj");
+    req.session = "s1".into();
+    let plan = build(&pol, &facts(), &fs, &req).unwrap();
+    let ll = plan.landlock.clone().expect("landlock plan");
+    let root = PathBuf::from("/home/u/.local/state/agent-sandbox/copies/s1-claude");
+    for p in ["/home/u/.claude", "/home/u/.claude.json", "/home/u/.claude/hooks", "/home/u/.claude/settings.json"] {
+        assert!(!ll.read_write.contains(&PathBuf::from(p)), "{p} is writable: {:?}", ll.read_write);
+    }
+    assert!(ll.read_only.contains(&PathBuf::from("/home/u/.claude")));
+    for p in ["/home/u/.claude/projects", "/home/u/.claude/.credentials.json", "/home/u/.claude/history.jsonl"] {
+        assert!(ll.read_write.contains(&PathBuf::from(p)), "{p} is state: {:?}", ll.read_write);
+    }
+    assert!(ll.read_write.contains(&root));
+    assert_eq!(var(&plan, "CLAUDE_CONFIG_DIR"), Some(root.to_str().unwrap()));
+    let home = &plan.session_homes[0];
+    assert_eq!(home.root, root);
+    let entry = |n: &str| home.entries.iter().find(|(p, _)| *p == root.join(n)).map(|(_, e)| e.clone());
+    assert_eq!(entry("projects"), Some(HomeEntry::Link("/home/u/.claude/projects".into())));
+    assert_eq!(entry("hooks"), Some(HomeEntry::Link("/home/u/.claude/hooks".into())));
+    assert_eq!(entry("settings.json"), Some(HomeEntry::Copy("/home/u/.claude/settings.json".into())));
+    assert_eq!(entry("session-env"), Some(HomeEntry::Dir));
+    assert_eq!(entry(".claude.json"), None, "the merged copy is made by agent_copies");
+    let merge = &plan.merges[0];
+    assert_eq!(
+        (merge.file.as_path(), merge.copy.as_path()),
+        (Path::new("/home/u/.claude.json"), root.join(".claude.json").as_path())
+    );
+    assert!(!plan.warnings.iter().any(|w| w.contains("cannot keep the agent's settings")), "{:?}", plan.warnings);
+}
+
+/// Read-only trees are compared with the hidden paths in one spelling and where they really
+/// are (outside review of the state directory, F4): `//`, `/.`, a trailing `/`, a link above
+/// the entry (to scratch, or back into the home) show no hidden path, in either backend.
+mod read_trees {
+    use super::*;
+
+    /// `~/.local` a link to `/scratch/u/local` (the state directory there), `~/sc` a link to
+    /// `/scratch/u`, `~/data/abs` a link back to the home, and a hidden `/scratch/u/secret`.
+    fn layout() -> (FakeFs, HostFacts) {
+        let state = "/scratch/u/local/state/agent-sandbox";
+        let fs = host()
+            .dir(state)
+            .file(&format!("{state}/audit.jsonl"))
+            .dir("/scratch/u/local/lib")
+            .file("/scratch/u/secret/f")
+            .symlink("/home/u/.local", "/scratch/u/local")
+            .symlink("/home/u/sc", "/scratch/u")
+            .dir("/home/u/data")
+            .symlink("/home/u/data/abs", "/home/u");
+        (fs, HostFacts { state_dir: state.into(), ..facts() })
+    }
+
+    /// What the jail could read at `path`: a bind (or overlay without a whiteout over it) of
+    /// a tree holding it, or a Landlock rule on one.
+    fn shows(p: &Plan, path: &str) -> bool {
+        let path = Path::new(path);
+        if let Some(ll) = &p.landlock {
+            return ll.read_write.iter().chain(&ll.read_only).any(|r| fs::under(path, r));
+        }
+        p.mounts.iter().any(|m| match m {
+            MountSpec::Bind { source, .. } | MountSpec::TreeBind { source, .. } => fs::under(path, source),
+            MountSpec::Overlay { source, whiteouts, .. } => {
+                fs::under(path, source) && !whiteouts.iter().any(|w| fs::under(path, w))
+            }
+            _ => false,
+        })
+    }
+
+    #[test]
+    fn no_spelling_or_link_of_a_read_entry_shows_a_hidden_path_in_either_backend() {
+        let (fs, f) = layout();
+        let hide = "hide = [\"/scratch/u/secret\"]\n";
+        for backend in ["", "[sandbox]\nbackend = \"landlock\"\n"] {
+            let mut entries: Vec<String> = ["/scratch//u", "/scratch/u/.", "/scratch/u/", "/scratch/./u//local/"]
+                .iter()
+                .map(|e| format!("[filesystem]\nread = [\"{e}\"]\n{hide}"))
+                .collect();
+            for e in ["sc", "sc/local", "data/abs/.ssh", "data/abs/.local", "data/abs/.local/state", "data/abs/.ssh/."]
+            {
+                entries.push(format!("[filesystem]\n{hide}[home]\nread = [\"{e}\"]\n"));
+            }
+            for entry in entries {
+                let p = build(&policy(&format!("{backend}{entry}")), &f, &fs, &request("/home/u/proj")).unwrap();
+                for hidden in [
+                    "/scratch/u/local/state/agent-sandbox/audit.jsonl",
+                    "/scratch/u/secret/f",
+                    "/home/u/.ssh/id_ed25519",
+                ] {
+                    assert!(
+                        !shows(&p, hidden),
+                        "{backend}{entry}: {hidden} is shown: {:#?} {:?}",
+                        p.mounts,
+                        p.landlock
+                    );
+                }
+            }
+            // What is not hidden stays shown, at its real place.
+            let p =
+                build(&policy(&format!("{backend}[home]\nread = [\"sc/local\"]\n")), &f, &fs, &request("/home/u/proj"))
+                    .unwrap();
+            assert!(shows(&p, "/scratch/u/local/lib"), "{backend}: {:#?} {:?}", p.mounts, p.landlock);
+        }
+    }
+
+    /// A site's Slurm commands in a read tree spelled otherwise (`/cluster//slurm/bin`) or reached
+    /// through a link are covered by the stub as in the tree spelled plainly.
+    #[test]
+    fn a_slurm_command_in_a_read_tree_spelled_otherwise_is_still_the_stub() {
+        let fs = host().file("/cluster/slurm/bin/sbatch").symlink("/site", "/cluster");
+        for tree in ["/cluster//slurm/bin", "/cluster/slurm/./bin/", "/site/slurm/bin"] {
+            let f = HostFacts { mailers: vec!["/cluster/slurm/bin/sbatch".into()], ..facts() };
+            let p = build(&policy(&format!("[filesystem]\nread = [\"{tree}\"]\n")), &f, &fs, &request("/home/u/proj"))
+                .unwrap();
+            assert!(
+                has(
+                    &p,
+                    |m| matches!(m, MountSpec::Stub { target } if target == Path::new("/cluster/slurm/bin/sbatch"))
+                ),
+                "{tree}: {:#?}",
+                p.mounts
+            );
+        }
+    }
+
+    #[test]
+    fn a_hidden_path_spelled_with_a_double_slash_or_a_dot_is_hidden_all_the_same() {
+        let (fs, f) = layout();
+        for hide in ["/scratch//u/secret", "/scratch/u/./secret/", "/scratch/u/secret/."] {
+            let p = plan_with_fs(&fs, &f, &format!("[filesystem]\nread = [\"/scratch/u\"]\nhide = [\"{hide}\"]\n"));
+            assert!(!shows(&p, "/scratch/u/secret/f"), "{hide}: {:#?}", p.mounts);
+        }
+    }
+
+    fn plan_with_fs(fs: &FakeFs, f: &HostFacts, extra: &str) -> Plan {
+        build(&policy(extra), f, fs, &request("/home/u/proj")).unwrap()
+    }
+
+    #[test]
+    fn a_home_entry_through_a_link_to_a_hidden_path_or_the_home_is_not_bound_and_says_why() {
+        let (fs, f) = layout();
+        for (key, entry) in [("read", "data/abs/.ssh"), ("write", "data/abs/.ssh")] {
+            let p = plan_with_fs(&fs, &f, &format!("[home]\n{key} = [\"{entry}\"]\n"));
+            assert!(!shows(&p, "/home/u/.ssh/id_ed25519"), "{key} {entry}: {:#?}", p.mounts);
+            let w = p.warnings.join("\n");
+            assert!(w.contains(&format!("home.{key}: `{entry}` is /home/u")) && w.contains("not bound"), "{w}");
+        }
+    }
+}

@@ -253,3 +253,156 @@ descendants() {
         todo+=(${kids[$pid]:-})
     done
 }
+
+# --- what start.sh and start-2411.sh, stop.sh and stop-2411.sh do alike ---
+
+# write_conf FILE MODE UID:GID: installs stdin as FILE; succeeds only if the content changed.
+write_conf() {
+    local file=$1 mode=$2 owner=$3 tmp
+    tmp=$(mktemp)
+    cat >"$tmp"
+    if [[ -e $file ]] && cmp -s "$tmp" "$file"; then
+        rm -f "$tmp"
+        chmod "$mode" "$file" && chown "$owner" "$file"
+        return 1
+    fi
+    install -m "$mode" -o "${owner%%:*}" -g "${owner##*:}" "$tmp" "$file"
+    rm -f "$tmp"
+    log "wrote $file"
+}
+
+# db_password SLURMDBD_CONF: the database password kept in that file, or a new one (made once
+# and then kept there, 0600, slurm).
+db_password() {
+    local pass
+    pass=$(sed -n 's/^StoragePass=//p' "$1" 2>/dev/null || true)
+    if [[ ! $pass =~ ^[A-Za-z0-9]{16,}$ ]]; then
+        pass=$(tr -dc A-Za-z0-9 </dev/urandom | head -c 24 || true)
+    fi
+    echo "$pass"
+}
+
+# slurm_conf_policy: the lines of slurm.conf both clusters share (no cgroup plugins: no
+# systemd, no delegated cgroup, no confinement of jobs; a quick backfill for the tests).
+slurm_conf_policy() {
+    cat <<CONF
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/linux
+MpiDefault=none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=1
+ReturnToService=2
+CONF
+}
+
+# The names ensure started, for the line that says what came up.
+started=()
+# ensure NAME READY-CMD TIMEOUT CMD...: starts NAME unless it runs, then waits for READY-CMD
+# (and stops waiting at once when the daemon exits).
+ensure() {
+    local name=$1 ready=$2 timeout=$3
+    shift 3
+    if ! daemon_running "$name"; then
+        start_daemon "$name" "$@"
+        started+=("$name")
+    fi
+    wait_for "! daemon_running $name || { $ready; }" "$timeout" "$name is not ready (log: $TC_LOG_DIR)" \
+        "$TC_LOG_DIR/$name.out" "$TC_LOG_DIR/$name.log"
+    daemon_running "$name" || {
+        tail -n 25 "$TC_LOG_DIR/$name.out" >&2
+        die "$name exited (log: $TC_LOG_DIR/$name.out)"
+    }
+}
+
+# node_ready NODE CLIENT: NODE takes jobs (asked with CLIENT: sc, sc1, r24). A node that
+# answers but is down or drained is resumed.
+node_ready() {
+    local state client=$2
+    state=$("$client" sinfo -h -n "$1" -o %T) || return 1
+    case $state in
+        idle | mixed | allocated | completing) return 0 ;;
+        down | drained | draining) "$client" scontrol update NodeName="$1" State=RESUME ;;
+    esac
+    return 1
+}
+
+# register CLIENT USER...: the cluster, the test account and each USER's association, each
+# added only if missing (sacctmgr -i add fails on an existing one). One query lists them all
+# as cluster|account|user; a cluster's own row is "tc|root|".
+register() {
+    local client=$1 assocs u
+    shift
+    assocs=$("$client" sacctmgr -n -P show assoc format=cluster,account,user)
+    if ! grep -qxF "$TC_CLUSTER|root|" <<<"$assocs"; then
+        "$client" sacctmgr -i add cluster "$TC_CLUSTER" >/dev/null
+        log "registered cluster $TC_CLUSTER"
+    fi
+    if ! grep -qxF "$TC_CLUSTER|$TC_ACCOUNT|" <<<"$assocs"; then
+        "$client" sacctmgr -i add account "$TC_ACCOUNT" Cluster="$TC_CLUSTER" \
+            Description="agent-sandbox tests" Organization=agent-sandbox >/dev/null
+        log "registered account $TC_ACCOUNT"
+    fi
+    for u in "$@"; do
+        if ! grep -qxF "$TC_CLUSTER|$TC_ACCOUNT|$u" <<<"$assocs"; then
+            "$client" sacctmgr -i add user "$u" Cluster="$TC_CLUSTER" Account="$TC_ACCOUNT" \
+                DefaultAccount="$TC_ACCOUNT" >/dev/null
+            log "registered user $u in account $TC_ACCOUNT"
+        fi
+    done
+}
+
+# cancel_all CLIENT CLUSTER NODE-DAEMON...: cancels every job CLIENT lists and waits until
+# none is listed, if one of the NODE-DAEMONs runs (only a running slurmd ends the steps;
+# without one the jobs stay listed, completing).
+cancel_all() {
+    local client=$1 cluster=$2 jobs d
+    shift 2
+    jobs=$("$client" squeue -h -o %A 2>/dev/null || true)
+    [[ -n $jobs ]] || return 0
+    # shellcheck disable=SC2086 # one job id per word
+    "$client" scancel $jobs || true
+    log "cancelled jobs of $cluster: ${jobs//$'\n'/ }"
+    for d in "$@"; do
+        if daemon_running "$d"; then
+            # shellcheck disable=SC2016 # expanded by wait_for, at each poll
+            wait_for '[[ -z $('"$client"' squeue -h -o %A) ]]' 20 "jobs of $cluster still listed after scancel" || true
+            return 0
+        fi
+    done
+}
+
+# end_stepds: slurmstepd outlives slurmd (e.g. when slurmd died before the jobs were
+# cancelled). Without slurmd it cannot finish its job, so it and the job's processes (its
+# descendants, taken before it dies and they are reparented) get a short TERM and then KILL.
+end_stepds() {
+    local stepds
+    stepds=$(stepd_pids)
+    [[ -n $stepds ]] || return 0
+    local -a pids
+    # shellcheck disable=SC2086 # one pid per word
+    mapfile -t pids < <(descendants $stepds)
+    kill -TERM "${pids[@]}" 2>/dev/null || true
+    alive() {
+        local p
+        for p in "${pids[@]}"; do
+            readlink "/proc/$p/exe" >/dev/null 2>&1 && return 0 # a zombie has no exe
+        done
+        return 1
+    }
+    if ! wait_for '! alive' 3 "slurmstepd or job processes ignored SIGTERM; sending SIGKILL"; then
+        kill -KILL "${pids[@]}" 2>/dev/null || true
+        wait_for '! alive' 10 "processes survived SIGKILL: ${pids[*]}" || true
+    fi
+    log "ended leftover slurmstepd ${stepds//$'\n'/ } and their processes (${#pids[@]} in all)"
+}
+
+# stop_all: the daemons in reverse start order (TERM, KILL after 20 s).
+stop_all() {
+    local i
+    for ((i = ${#TC_DAEMONS[@]} - 1; i >= 0; i--)); do
+        stop_daemon "${TC_DAEMONS[i]}"
+    done
+}

@@ -111,10 +111,10 @@ done
 # Each side's /run (lib-2411.sh): the sack socket directories exist beforehand, owned by
 # SlurmUser (the daemons make them only while still root, which slurmdbd no longer is).
 install -d -m 0755 "$R$TC24_RUN_NODE" "$R$TC24_RUN_SERVER"
-pids=${TC24_SLURM_RUN_DIR#/run}
+pid_dir=${TC24_SLURM_RUN_DIR#/run}
 install -d -m 0755 -o "$SLURM_UID" -g "$SLURM_GID" "$R$TC24_STATE_DIR" \
-    "$R/run/slurm" "$R$TC24_RUN_NODE/slurm" "$R$TC24_RUN_NODE$pids" \
-    "$R$TC24_RUN_SERVER/slurmctld" "$R$TC24_RUN_SERVER/slurmdbd" "$R$TC24_RUN_SERVER$pids"
+    "$R/run/slurm" "$R$TC24_RUN_NODE/slurm" "$R$TC24_RUN_NODE$pid_dir" \
+    "$R$TC24_RUN_SERVER/slurmctld" "$R$TC24_RUN_SERVER/slurmdbd" "$R$TC24_RUN_SERVER$pid_dir"
 install -d -m 0755 -o "$MYSQL_UID" -g "$MYSQL_GID" "$R$TC24_RUN_SERVER/mysqld"
 install -d -m 0755 "$R$TC_SPOOL_BASE" "$R$TC_SPOOL_BASE/$TC_HOST"
 
@@ -129,26 +129,8 @@ chown "$SLURM_UID:$SLURM_GID" "$key"
 chmod 0600 "$key"
 
 # --- configuration (the root's /etc/slurm) ---
-# write_conf FILE MODE UID:GID: installs stdin as FILE; succeeds only if the content changed.
-write_conf() {
-    local file=$1 mode=$2 owner=$3 tmp
-    tmp=$(mktemp)
-    cat >"$tmp"
-    if [[ -e $file ]] && cmp -s "$tmp" "$file"; then
-        rm -f "$tmp"
-        chmod "$mode" "$file" && chown "$owner" "$file"
-        return 1
-    fi
-    install -m "$mode" -o "${owner%%:*}" -g "${owner##*:}" "$tmp" "$file"
-    rm -f "$tmp"
-    log "wrote $file"
-}
 
-db_pass=$(sed -n 's/^StoragePass=//p' "$R/etc/slurm/slurmdbd.conf" 2>/dev/null || true)
-if [[ ! $db_pass =~ ^[A-Za-z0-9]{16,}$ ]]; then
-    db_pass=$(tr -dc A-Za-z0-9 </dev/urandom | head -c 24 || true)
-fi
-
+db_pass=$(db_password "$R/etc/slurm/slurmdbd.conf")
 node_hw="CPUs=$TC_CPUS Boards=1 SocketsPerBoard=1 CoresPerSocket=$TC_CPUS ThreadsPerCore=1 RealMemory=4000 State=UNKNOWN"
 slurm_conf_changed=0
 write_conf "$R/etc/slurm/slurm.conf" 0644 0:0 <<EOF && slurm_conf_changed=1
@@ -170,16 +152,7 @@ SlurmctldPidFile=$TC24_SLURM_RUN_DIR/slurmctld.pid
 SlurmdPidFile=$TC24_SLURM_RUN_DIR/slurmd-%n.pid
 SlurmctldLogFile=$TC_LOG_DIR/slurmctld.log
 SlurmdLogFile=$TC_LOG_DIR/slurmd-%n.log
-# No cgroup plugins: no systemd, no delegated cgroup. No confinement of jobs.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/linux
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1
-ReturnToService=2
+$(slurm_conf_policy)
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=$TC_HOST
 AccountingStoragePort=$TC24_DBD_PORT
@@ -255,34 +228,6 @@ if ((dbd_conf_changed)); then
     stop_daemon slurmdbd
 fi
 
-started=()
-# ensure NAME READY-CMD TIMEOUT CMD...: starts NAME unless it runs, then waits for READY-CMD.
-ensure() {
-    local name=$1 ready=$2 timeout=$3
-    shift 3
-    if ! daemon_running "$name"; then
-        start_daemon "$name" "$@"
-        started+=("$name")
-    fi
-    wait_for "! daemon_running $name || { $ready; }" "$timeout" "$name is not ready (log: $TC_LOG_DIR)" \
-        "$TC_LOG_DIR/$name.out" "$TC_LOG_DIR/$name.log"
-    daemon_running "$name" || {
-        tail -n 25 "$TC_LOG_DIR/$name.out" >&2
-        die "$name exited (log: $TC_LOG_DIR/$name.out)"
-    }
-}
-
-# node_ready NODE: NODE takes jobs; one that answers but is down or drained is resumed.
-node_ready() {
-    local state
-    state=$(r24 sinfo -h -n "$1" -o %T) || return 1
-    case $state in
-        idle | mixed | allocated | completing) return 0 ;;
-        down | drained | draining) r24 scontrol update NodeName="$1" State=RESUME ;;
-    esac
-    return 1
-}
-
 IN=$TC24_DIR/in-2411.sh
 # --- daemons ---
 if [[ ! -d $R/var/lib/mysql/mysql ]]; then
@@ -303,30 +248,13 @@ EOF
 ensure sackd "[[ -S $R/run/slurm/sack.socket ]]" 15 "$IN" -u slurm -- /usr/sbin/sackd -D
 ensure slurmdbd "r24 sacctmgr -n show cluster" 30 "$IN" --side server -- /usr/sbin/slurmdbd -D
 
-assocs=$(r24 sacctmgr -n -P show assoc format=cluster,account,user)
-has_assoc() { grep -qxF "$1" <<<"$assocs"; }
-if ! has_assoc "$TC_CLUSTER|root|"; then
-    r24 sacctmgr -i add cluster "$TC_CLUSTER" >/dev/null
-    log "registered cluster $TC_CLUSTER"
-fi
-if ! has_assoc "$TC_CLUSTER|$TC_ACCOUNT|"; then
-    r24 sacctmgr -i add account "$TC_ACCOUNT" Cluster="$TC_CLUSTER" \
-        Description="agent-sandbox tests" Organization=agent-sandbox >/dev/null
-    log "registered account $TC_ACCOUNT"
-fi
-for u in ${users[@]+"${users[@]}"}; do
-    if ! has_assoc "$TC_CLUSTER|$TC_ACCOUNT|$u"; then
-        r24 sacctmgr -i add user "$u" Cluster="$TC_CLUSTER" Account="$TC_ACCOUNT" \
-            DefaultAccount="$TC_ACCOUNT" >/dev/null
-        log "registered user $u in account $TC_ACCOUNT"
-    fi
-done
+register r24 ${users[@]+"${users[@]}"}
 
 ensure slurmctld "r24 scontrol ping | grep -q 'is UP'" 30 "$IN" --side server -- /usr/sbin/slurmctld -D -i
 if ! daemon_running slurmd; then
     echo "$slurmd_context" >"$context_file"
 fi
-ensure slurmd "node_ready $TC_HOST" 30 "$IN" --side node -- /usr/sbin/slurmd -D -N "$TC_HOST"
+ensure slurmd "node_ready $TC_HOST r24" 30 "$IN" --side node -- /usr/sbin/slurmd -D -N "$TC_HOST"
 t_up=$(now_us)
 log "daemons up in $(elapsed "$t0" "$t_up") s (started: ${started[*]:-none})"
 

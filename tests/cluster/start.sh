@@ -80,27 +80,9 @@ chmod 0400 /etc/munge/munge.key
 install -d -m 0755 -o mysql -g mysql /run/mysqld
 
 # --- configuration ---
-# write_conf FILE MODE OWNER: installs stdin as FILE; succeeds only if the content changed.
-write_conf() {
-    local file=$1 mode=$2 owner=$3 tmp
-    tmp=$(mktemp)
-    cat >"$tmp"
-    if [[ -e $file ]] && cmp -s "$tmp" "$file"; then
-        rm -f "$tmp"
-        chmod "$mode" "$file" && chown "$owner" "$file"
-        return 1
-    fi
-    install -m "$mode" -o "${owner%%:*}" -g "${owner##*:}" "$tmp" "$file"
-    rm -f "$tmp"
-    log "wrote $file"
-}
 
 # The database password is made once and kept in slurmdbd.conf (0600, slurm).
-db_pass=$(sed -n 's/^StoragePass=//p' "$TC_SLURMDBD_CONF" 2>/dev/null || true)
-if [[ ! $db_pass =~ ^[A-Za-z0-9]{16,}$ ]]; then
-    db_pass=$(tr -dc A-Za-z0-9 </dev/urandom | head -c 24 || true)
-fi
-
+db_pass=$(db_password "$TC_SLURMDBD_CONF")
 ctld_host=$TC_HOST
 acct_host=$TC_HOST
 node_addr=""
@@ -135,16 +117,7 @@ SlurmctldPidFile=$TC_SLURM_RUN_DIR/slurmctld.pid
 SlurmdPidFile=$TC_SLURM_RUN_DIR/slurmd-%n.pid
 SlurmctldLogFile=$TC_LOG_DIR/slurmctld.log
 SlurmdLogFile=$TC_LOG_DIR/slurmd-%n.log
-# No cgroup plugins: no systemd, no delegated cgroup. No confinement of jobs.
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/linux
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1
-ReturnToService=2
+$(slurm_conf_policy)
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=$acct_host
 AccountingStorageEnforce=associations
@@ -191,36 +164,6 @@ else
     netns_down
 fi
 
-started=()
-# ensure NAME READY-CMD TIMEOUT CMD...: starts NAME unless it runs, then waits for READY-CMD.
-ensure() {
-    local name=$1 ready=$2 timeout=$3
-    shift 3
-    if ! daemon_running "$name"; then
-        start_daemon "$name" "$@"
-        started+=("$name")
-    fi
-    # Stops waiting at once when the daemon exits.
-    wait_for "! daemon_running $name || { $ready; }" "$timeout" "$name is not ready (log: $TC_LOG_DIR)" \
-        "$TC_LOG_DIR/$name.out" "$TC_LOG_DIR/$name.log"
-    daemon_running "$name" || {
-        tail -n 25 "$TC_LOG_DIR/$name.out" >&2
-        die "$name exited (log: $TC_LOG_DIR/$name.out)"
-    }
-}
-
-# node_ready NODE [CLIENT]: NODE takes jobs (asked with CLIENT, sc or sc1). A node that
-# answers but is down or drained is resumed.
-node_ready() {
-    local state client=${2:-sc}
-    state=$("$client" sinfo -h -n "$1" -o %T) || return 1
-    case $state in
-        idle | mixed | allocated | completing) return 0 ;;
-        down | drained | draining) "$client" scontrol update NodeName="$1" State=RESUME ;;
-    esac
-    return 1
-}
-
 # --- daemons, in the order of SLURM-TESTBED.md ---
 ensure munged 'munge -n | unmunge' 15 \
     setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged --foreground
@@ -239,29 +182,10 @@ EOF
 
 ensure slurmdbd 'sc sacctmgr -n show cluster' 30 /usr/sbin/slurmdbd -D
 
-# Associations, each added only if missing (sacctmgr -i add fails on an existing one). One
-# query lists them all as cluster|account|user; a cluster's own row is "tc|root|".
-assocs=$(sc sacctmgr -n -P show assoc format=cluster,account,user)
-has_assoc() { grep -qxF "$1" <<<"$assocs"; }
-if ! has_assoc "$TC_CLUSTER|root|"; then
-    sc sacctmgr -i add cluster "$TC_CLUSTER" >/dev/null
-    log "registered cluster $TC_CLUSTER"
-fi
-if ! has_assoc "$TC_CLUSTER|$TC_ACCOUNT|"; then
-    sc sacctmgr -i add account "$TC_ACCOUNT" Cluster="$TC_CLUSTER" \
-        Description="agent-sandbox tests" Organization=agent-sandbox >/dev/null
-    log "registered account $TC_ACCOUNT"
-fi
-for u in ${users[@]+"${users[@]}"}; do
-    if ! has_assoc "$TC_CLUSTER|$TC_ACCOUNT|$u"; then
-        sc sacctmgr -i add user "$u" Cluster="$TC_CLUSTER" Account="$TC_ACCOUNT" \
-            DefaultAccount="$TC_ACCOUNT" >/dev/null
-        log "registered user $u in account $TC_ACCOUNT"
-    fi
-done
+register sc ${users[@]+"${users[@]}"}
 
 ensure slurmctld "sc scontrol ping | grep -q 'is UP'" 30 /usr/sbin/slurmctld -D -i
-ensure slurmd "node_ready $TC_HOST" 30 /usr/sbin/slurmd -D -N "$TC_HOST"
+ensure slurmd "node_ready $TC_HOST sc" 30 /usr/sbin/slurmd -D -N "$TC_HOST"
 if ((two_nodes)); then
     # nsenter, not `ip netns exec`: that remounts /sys, and slurmd needs /sys/fs/cgroup. The
     # node shares this host's /tmp (a checkout there must be seen by both nodes), so a PMIx
@@ -270,7 +194,7 @@ if ((two_nodes)); then
     # everything else shared), as a second machine has: the SPANK plugin's marks of a job are
     # each node's own, and a test of them must not see the first node's.
     install -d -m 0755 /run/agent-sandbox-spank
-    ensure slurmd-n2 "node_ready $TC_N2" 30 \
+    ensure slurmd-n2 "node_ready $TC_N2 sc" 30 \
         nsenter --net="/run/netns/$TC_NETNS" unshare -m --propagation private sh -c \
         'mount -t tmpfs -o mode=0755,size=4m asb-spank-n2 /run/agent-sandbox-spank && exec "$@"' sh \
         /usr/sbin/slurmd -D -N "$TC_N2"
@@ -303,15 +227,7 @@ SlurmctldPidFile=$TC_SLURM_RUN_DIR/$TC1_CLUSTER-slurmctld.pid
 SlurmdPidFile=$TC_SLURM_RUN_DIR/$TC1_CLUSTER-slurmd-%n.pid
 SlurmctldLogFile=$TC_LOG_DIR/$TC1_CLUSTER-slurmctld.log
 SlurmdLogFile=$TC_LOG_DIR/$TC1_CLUSTER-slurmd-%n.log
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/linux
-MpiDefault=none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-SchedulerType=sched/backfill
-SchedulerParameters=bf_interval=1
-ReturnToService=2
+$(slurm_conf_policy)
 AccountingStorageType=accounting_storage/none
 MailProg=/bin/true
 $prolog_flags

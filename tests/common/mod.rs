@@ -597,7 +597,8 @@ pub fn user_record_key(rig: &Rig) -> chaperon::seal::Key {
         let _ = std::fs::hard_link(&tmp, &path);
         let _ = std::fs::remove_file(&tmp);
     }
-    chaperon::seal::Key::from_bytes(&std::fs::read(&path).expect("the user's record key"))
+    let bytes = std::fs::read(&path).expect("the user's record key");
+    chaperon::seal::Key::from_ring(&bytes).expect("whole keys in the user's record key")
 }
 
 /// A sealed text's data (`chaperon::seal`: 64 hex digits and a space first), and its seal;

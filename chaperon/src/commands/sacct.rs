@@ -13,6 +13,7 @@ use crate::table::{
     allow, as_written, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, Options, Output, Table,
     CLUSTERS, CLUSTER_SPELLING, LOCAL_CLUSTER,
 };
+use crate::table::{COMPLETION, JSON_VALUE};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -23,6 +24,7 @@ const WRAPPED: &str = "Slurm stored the chaperon's job wrapper, not your job; re
 /// Every option sacct 22.05 knows. Anything else is an unrecognized option.
 pub static SACCT: Table = Table {
     getopt: &slurm_22_05::SACCT,
+    getopt_24_11: &crate::slurm_24_11::SACCT,
     specs: &[
         allow("accounts", Some('A'), Val, Text),
         allow("allocations", Some('X'), Flag, Any),
@@ -75,8 +77,8 @@ pub static SACCT: Table = Table {
         allow("wckeys", Some('W'), Val, Text),
         allow("whole-hetjob", None, Opt, Choice(&["yes", "no", "y", "n"])),
         allow("associations", Some('x'), Val, Text),
-        allow("json", None, Flag, Any),
-        allow("yaml", None, Flag, Any),
+        allow("json", None, Opt, Refused(JSON_VALUE)),
+        allow("yaml", None, Opt, Refused(JSON_VALUE)),
         deny("allusers", Some('a'), Flag, "it shows other users' jobs; sacct shows yours without it"),
         deny("batch-script", Some('B'), Flag, WRAPPED),
         deny("env-vars", None, Flag, "Slurm stored the job wrapper's environment; print yours from within the job"),
@@ -87,6 +89,12 @@ pub static SACCT: Table = Table {
         allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
         deny("cluster", None, Val, CLUSTER_SPELLING),
         deny("use-local-uid", None, Flag, NOT_LISTED),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        allow("array", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R23_02),
+        allow("helpreason", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
+        allow("helpstate", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
+        allow("expand-patterns", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
     ],
 };
 
@@ -230,7 +238,8 @@ mod tests {
                 ('X', "allocations"),
             ],
         );
-        optional_values_are(&SACCT, &["whole-hetjob"]);
+        // --json and --yaml: a data parser since 23.02.
+        optional_values_are(&SACCT, &["whole-hetjob", "json", "yaml"]);
     }
 
     #[test]

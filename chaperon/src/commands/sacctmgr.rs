@@ -14,6 +14,7 @@ use crate::table::{
     allow, any_of, as_written, bad_value, last, lookup, no, parse, user_list, word, Arity, Class, GrammarError,
     Options, Table, ADMIN, CLUSTERS, WORD as A,
 };
+use crate::table::{deny, COMPLETION, TEXT_ONLY};
 use Arity::Flag;
 use ValueKind::*;
 
@@ -25,6 +26,7 @@ const INTERACTIVE: &str = "an interactive-mode command; use the matching option 
 /// unrecognized option.
 pub static SACCTMGR: Table = Table {
     getopt: &slurm_22_05::SACCTMGR,
+    getopt_24_11: &crate::slurm_24_11::SACCTMGR,
     specs: &[
         allow("help", Some('h'), Flag, Any),
         allow("usage", None, Flag, Any),
@@ -39,6 +41,10 @@ pub static SACCTMGR: Table = Table {
         allow("associations", Some('s'), Flag, Any),
         allow("verbose", Some('v'), Flag, Any),
         allow("version", Some('V'), Flag, Any),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        deny("json", None, Arity::OptionalValue, TEXT_ONLY).since(crate::release::R23_02),
+        deny("yaml", None, Arity::OptionalValue, TEXT_ONLY).since(crate::release::R23_02),
     ],
 };
 

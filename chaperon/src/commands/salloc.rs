@@ -14,6 +14,7 @@ use crate::scope::Entry;
 use crate::slurm_22_05;
 use crate::spawn::Io;
 use crate::table::{allow, any_of, deny, parse_with, Arity, GrammarError, Options, Table, BELT_TAG};
+use crate::table::{COMPLETION, CONTAINER_ID, STEPMGR};
 use crate::wire::{self, Response};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -93,6 +94,7 @@ const RELINQUISH: Duration = Duration::from_secs(10);
 /// with the reason. Anything else is an unrecognized option.
 pub static SALLOC: Table = Table {
     getopt: &slurm_22_05::SALLOC,
+    getopt_24_11: &crate::slurm_24_11::SALLOC,
     specs: &[
         allow("account", Some('A'), Val, Text),
         allow("partition", Some('p'), Val, Text),
@@ -192,6 +194,17 @@ pub static SALLOC: Table = Table {
         deny("thread-spec", None, Val, NOT_LISTED),
         deny("use-min-nodes", None, Flag, NOT_LISTED),
         deny("wait-all-nodes", None, Val, NOT_LISTED),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        deny("container-id", None, Arity::Value, CONTAINER_ID).since(crate::release::R23_02),
+        allow("extra", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
+        allow("tres-per-task", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
+        deny("tres-bind", None, Arity::Value, NOT_LISTED).since(crate::release::R23_11),
+        allow("segment", None, Arity::Value, crate::grammar::ValueKind::Uint16).since(crate::release::R24_05),
+        deny("stepmgr", None, Arity::Flag, STEPMGR).since(crate::release::R24_05),
+        allow("oom-kill-step", None, Arity::OptionalValue, crate::grammar::ValueKind::Uint16)
+            .since(crate::release::R24_11),
+        allow("resv-ports", None, Arity::OptionalValue, crate::grammar::ValueKind::Int).since(crate::release::R24_05),
     ],
 };
 

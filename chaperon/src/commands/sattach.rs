@@ -9,6 +9,7 @@ use crate::jobid::{parse_job_list, JobRef, STEPS};
 use crate::refusal::Refusal;
 use crate::scope::Scope;
 use crate::slurm_22_05;
+use crate::table::COMPLETION;
 use crate::table::{allow, any_of, as_written, deny, parse, words, Arity, GrammarError, Options, Table};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -16,6 +17,7 @@ use ValueKind::*;
 /// Every option sattach 22.05 knows. Anything else is unrecognized.
 pub static SATTACH: Table = Table {
     getopt: &slurm_22_05::SATTACH,
+    getopt_24_11: &crate::slurm_24_11::SATTACH,
     specs: &[
         allow("input-filter", None, Val, Int),
         allow("output-filter", None, Val, Int),
@@ -29,6 +31,8 @@ pub static SATTACH: Table = Table {
         allow("usage", Some('u'), Flag, Any),
         allow("pty", None, Flag, Any),
         deny("debugger-test", None, Flag, "a test option of Slurm's own"),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
     ],
 };
 

@@ -18,6 +18,7 @@ use crate::table::{
     allow, as_written, deny, opt, parse_with, Arity, Class, GrammarError, Table, APPLIED_IN_JAIL, BELT_TAG, CLUSTERS,
     EXPORT, MAIL, MAX_ARGS, MAX_ARG_BYTES, OPENED_IN_JAIL,
 };
+use crate::table::{COMPLETION, CONTAINER_ID, STEPMGR};
 use std::io::Write;
 use std::path::Path;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
@@ -29,6 +30,7 @@ const BURST_BUFFER: &str = "burst-buffer staging runs outside the jail; stage da
 /// Every option the chaperon's sbatch knows. Anything else is an unrecognized option.
 pub static SBATCH: Table = Table {
     getopt: &slurm_22_05::SBATCH,
+    getopt_24_11: &crate::slurm_24_11::SBATCH,
     specs: &[
         // Allowed (FEATURES C, the sbatch allow-list).
         allow("account", Some('A'), Val, Text),
@@ -147,6 +149,17 @@ pub static SBATCH: Table = Table {
         deny("thread-spec", None, Val, NOT_LISTED),
         deny("use-min-nodes", None, Flag, NOT_LISTED),
         deny("wait-all-nodes", None, Val, NOT_LISTED),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        deny("container-id", None, Arity::Value, CONTAINER_ID).since(crate::release::R23_02),
+        allow("extra", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
+        allow("tres-per-task", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
+        deny("tres-bind", None, Arity::Value, NOT_LISTED).since(crate::release::R23_11),
+        allow("segment", None, Arity::Value, crate::grammar::ValueKind::Uint16).since(crate::release::R24_05),
+        deny("stepmgr", None, Arity::Flag, STEPMGR).since(crate::release::R24_05),
+        allow("oom-kill-step", None, Arity::OptionalValue, crate::grammar::ValueKind::Uint16)
+            .since(crate::release::R24_11),
+        allow("resv-ports", None, Arity::OptionalValue, crate::grammar::ValueKind::Int).since(crate::release::R24_05),
     ],
 };
 
@@ -672,8 +685,13 @@ mod tests {
 
     #[test]
     fn the_allow_list_is_exactly_features_section_c() {
-        let allowed: HashSet<&str> =
-            SBATCH.specs.iter().filter(|s| s.class == Class::Allowed).map(|s| s.long).collect();
+        // Of 22.05's options; what later releases added is listed in docs/slurm.md's table.
+        let allowed: HashSet<&str> = SBATCH
+            .specs
+            .iter()
+            .filter(|s| s.class == Class::Allowed && s.since == crate::release::R22_05)
+            .map(|s| s.long)
+            .collect();
         assert_eq!(allowed, FEATURES_ALLOWED.iter().copied().collect::<HashSet<_>>());
     }
 
@@ -759,7 +777,8 @@ mod tests {
     fn optional_values_are_those_of_slurm_22_05() {
         let optional: HashSet<&str> =
             SBATCH.specs.iter().filter(|s| s.arity == Arity::OptionalValue).map(|s| s.long).collect();
-        let expected = ["exclusive", "nice", "get-user-env", "propagate", "no-kill"];
+        // The last two 24.05 and 24.11 added.
+        let expected = ["exclusive", "nice", "get-user-env", "propagate", "no-kill", "resv-ports", "oom-kill-step"];
         assert_eq!(optional, expected.into_iter().collect());
         for flag in ["oversubscribe", "hold", "requeue", "no-requeue", "parsable", "test-only", "wait", "verbose"] {
             assert_eq!(spec(flag).arity, Arity::Flag, "--{flag}");

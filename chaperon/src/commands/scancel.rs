@@ -11,6 +11,7 @@ use crate::jobid::{parse_job_ref, JobRef, RANGES_AND_STEPS};
 use crate::refusal::Refusal;
 use crate::slurm_22_05;
 use crate::spawn::Io;
+use crate::table::COMPLETION;
 use crate::table::{
     allow, any_of, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, Options, Table,
     BURST_BUFFER, CLUSTERS,
@@ -23,6 +24,7 @@ const NOT_LISTED: &str = "not on agent-sandbox's scancel allow-list; ask your ad
 /// Every option scancel 22.05 knows. Anything else is an unrecognized option.
 pub static SCANCEL: Table = Table {
     getopt: &slurm_22_05::SCANCEL,
+    getopt_24_11: &crate::slurm_24_11::SCANCEL,
     specs: &[
         allow("account", Some('A'), Val, Text),
         allow("batch", Some('b'), Flag, Any),
@@ -51,6 +53,9 @@ pub static SCANCEL: Table = Table {
         deny("clusters", Some('M'), Val, CLUSTERS),
         deny("cluster", None, Val, CLUSTERS),
         deny("sibling", None, Val, NOT_LISTED),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        allow("cron", Some('c'), Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R23_11),
     ],
 };
 

@@ -18,6 +18,7 @@ use crate::table::{
     allow, any_of, as_written, bad_value, deny, last, lookup, no, opt, parse, word, words, Arity, Class, GrammarError,
     OptSpec, Options, Table, ADMIN, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE, WORD as A,
 };
+use crate::table::{COMPLETION, TEXT_ONLY};
 use std::os::fd::AsFd;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
@@ -30,6 +31,7 @@ const SUBMITTED: &str = "it was checked at submission; submit the job again to c
 /// Every option scontrol 22.05 knows. Anything else is an unrecognized option.
 pub static SCONTROL: Table = Table {
     getopt: &slurm_22_05::SCONTROL,
+    getopt_24_11: &crate::slurm_24_11::SCONTROL,
     specs: &[
         allow("all", Some('a'), Flag, Any),
         allow("details", Some('d'), Flag, Any),
@@ -47,6 +49,10 @@ pub static SCONTROL: Table = Table {
         deny("uid", Some('u'), Val, "scontrol acts as your own user only"),
         deny("clusters", Some('M'), Val, CLUSTERS),
         deny("cluster", None, Val, CLUSTERS),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        deny("json", None, Arity::OptionalValue, TEXT_ONLY).since(crate::release::R23_02),
+        deny("yaml", None, Arity::OptionalValue, TEXT_ONLY).since(crate::release::R23_02),
     ],
 };
 

@@ -10,12 +10,14 @@ use crate::slurm_22_05;
 use crate::table::{
     allow, deny, last, parse, Arity, GrammarError, Options, Table, ADMIN, CLUSTER_SPELLING, LOCAL_CLUSTER,
 };
+use crate::table::{COMPLETION, TEXT_ONLY};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
 /// Every option sdiag 22.05 knows. Anything else is an unrecognized option.
 pub static SDIAG: Table = Table {
     getopt: &slurm_22_05::SDIAG,
+    getopt_24_11: &crate::slurm_24_11::SDIAG,
     specs: &[
         allow("all", Some('a'), Flag, Any),
         allow("help", Some('h'), Flag, Any),
@@ -28,6 +30,10 @@ pub static SDIAG: Table = Table {
         // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
         allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
         deny("cluster", None, Val, CLUSTER_SPELLING),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        deny("json", None, Arity::OptionalValue, TEXT_ONLY).since(crate::release::R23_02),
+        deny("yaml", None, Arity::OptionalValue, TEXT_ONLY).since(crate::release::R23_02),
     ],
 };
 

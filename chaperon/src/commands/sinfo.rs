@@ -12,12 +12,14 @@ use crate::table::{
     allow, deny, last, output, parse, Arity, GrammarError, Options, Output, Table, CLUSTER_SPELLING, ITERATE,
     LOCAL_CLUSTER,
 };
+use crate::table::{COMPLETION, JSON_VALUE};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
 /// Every option sinfo 22.05 knows. Anything else is an unrecognized option.
 pub static SINFO: Table = Table {
     getopt: &slurm_22_05::SINFO,
+    getopt_24_11: &crate::slurm_24_11::SINFO,
     specs: &[
         allow("all", Some('a'), Flag, Any),
         allow("dead", Some('d'), Flag, Any),
@@ -43,12 +45,18 @@ pub static SINFO: Table = Table {
         allow("usage", None, Flag, Any),
         allow("verbose", Some('v'), Flag, Any),
         allow("version", Some('V'), Flag, Any),
-        allow("json", None, Flag, Any),
-        allow("yaml", None, Flag, Any),
+        allow("json", None, Arity::OptionalValue, Refused(JSON_VALUE)),
+        allow("yaml", None, Arity::OptionalValue, Refused(JSON_VALUE)),
         deny("iterate", Some('i'), Val, ITERATE),
         // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
         allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
         deny("cluster", None, Val, CLUSTER_SPELLING),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        allow("future", Some('F'), Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R23_02),
+        allow("helpformat", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
+        allow("helpFormat", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
+        allow("helpstate", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
     ],
 };
 
@@ -156,7 +164,7 @@ mod tests {
                 ('V', "version"),
             ],
         );
-        optional_values_are(&SINFO, &[]);
+        optional_values_are(&SINFO, &["json", "yaml"]);
         allowed_are(&SINFO, &SLURM.iter().copied().filter(|l| !["iterate", "cluster"].contains(l)).collect::<Vec<_>>());
     }
 

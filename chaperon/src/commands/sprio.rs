@@ -8,6 +8,7 @@ use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, PLAIN};
 use crate::refusal::Refusal;
 use crate::slurm_22_05;
+use crate::table::COMPLETION;
 use crate::table::{
     allow, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, Options, Table, CLUSTER_SPELLING,
     LOCAL_CLUSTER,
@@ -18,6 +19,7 @@ use ValueKind::*;
 /// Every option sprio 22.05 knows. Anything else is an unrecognized option.
 pub static SPRIO: Table = Table {
     getopt: &slurm_22_05::SPRIO,
+    getopt_24_11: &crate::slurm_24_11::SPRIO,
     specs: &[
         allow("noheader", Some('h'), Flag, Any),
         // Checked as job ids by `parse_sprio`; the value may also come from the next argument.
@@ -43,6 +45,9 @@ pub static SPRIO: Table = Table {
         // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
         allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
         deny("cluster", None, Val, CLUSTER_SPELLING),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        allow("helpformat", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
     ],
 };
 

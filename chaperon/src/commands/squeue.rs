@@ -16,6 +16,7 @@ use crate::table::{
     allow, as_written, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, Options, Output, Table,
     CLUSTER_SPELLING, ITERATE, LOCAL_CLUSTER,
 };
+use crate::table::{COMPLETION, JSON_VALUE};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -25,6 +26,7 @@ const YOU: &str = "checked to be you; squeue is given the scope's job list inste
 /// Every option squeue 22.05 knows. Anything else is an unrecognized option.
 pub static SQUEUE: Table = Table {
     getopt: &slurm_22_05::SQUEUE,
+    getopt_24_11: &crate::slurm_24_11::SQUEUE,
     specs: &[
         allow("accounts", Some('A'), Val, Text),
         // squeue 22.05 still reads -U as -A ("backwards compatibility"); it has no long form.
@@ -66,12 +68,21 @@ pub static SQUEUE: Table = Table {
         allow("verbose", Some('v'), Flag, Any),
         allow("version", Some('V'), Flag, Any),
         // The chaperon filters the JSON/YAML document itself, so these work without external tools.
-        allow("json", None, Flag, Any),
-        allow("yaml", None, Flag, Any).rebuilt("the chaperon asks squeue for JSON, filters it and writes it as YAML"),
+        allow("json", None, Opt, Refused(JSON_VALUE)),
+        allow("yaml", None, Opt, Refused(JSON_VALUE))
+            .rebuilt("the chaperon asks squeue for JSON, filters it and writes it as YAML"),
         deny("iterate", Some('i'), Val, ITERATE),
         // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
         allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
         deny("cluster", None, Val, CLUSTER_SPELLING),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        allow("expand-patterns", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
+        allow("helpstate", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
+        allow("helpformat", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
+        allow("helpFormat", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
+        allow("notme", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
+        allow("only-job-state", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R24_05),
     ],
 };
 
@@ -286,7 +297,7 @@ mod tests {
                 ('w', "nodelist"),
             ],
         );
-        optional_values_are(&SQUEUE, &["jobs", "steps"]);
+        optional_values_are(&SQUEUE, &["jobs", "steps", "json", "yaml"]);
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::grammar::{validate, ValueKind};
 use crate::jobid::{parse_job_ref, STEPS};
 use crate::refusal::Refusal;
 use crate::slurm_22_05;
+use crate::table::COMPLETION;
 use crate::table::{
     allow, any_of, as_written, bad_value, deny, lookup, no, parse, user_list, word, words, Arity, Class, GrammarError,
     Options, Table, LOCAL_CLUSTER, WORD as A,
@@ -26,6 +27,7 @@ const INTERACTIVE: &str =
 /// Anything else is an unrecognized option.
 pub static SREPORT: Table = Table {
     getopt: &slurm_22_05::SREPORT,
+    getopt_24_11: &crate::slurm_24_11::SREPORT,
     specs: &[
         allow("help", Some('h'), Flag, Any),
         // sreport 22.05 takes it and then fails ("getopt error"): harmless, and as Slurm has it.
@@ -49,6 +51,8 @@ pub static SREPORT: Table = Table {
         deny("federation", None, Flag, OWN_CLUSTER),
         // `--sort` takes no value in sreport 22.05, `-s` does: one spelling could not mean both.
         deny("sort", Some('s'), Flag, "sreport reads --sort and -s differently; sort the report's output instead"),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
     ],
 };
 

@@ -16,6 +16,7 @@ use crate::table::{
     allow, any_of, as_written, bad_value, deny, last, opt, parse_with, Arity, Class, GrammarError, Options, Table,
     APPLIED_IN_JAIL, BELT_TAG, BURST_BUFFER, CLUSTERS, EXPORT, MAIL, RUNS_OUTSIDE,
 };
+use crate::table::{COMPLETION, CONTAINER_ID, EXTERNAL_LAUNCHER, PTY_VALUE, STEPMGR};
 use std::path::Path;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
@@ -28,6 +29,7 @@ const HETJOB: &str = "heterogeneous jobs are not supported in agent-sandbox; run
 /// Every option srun 22.05 knows. Anything else is an unrecognized option.
 pub static SRUN: Table = Table {
     getopt: &slurm_22_05::SRUN,
+    getopt_24_11: &crate::slurm_24_11::SRUN,
     specs: &[
         // Allowed: sbatch's allow-list (FEATURES C), where srun has the option too.
         allow("account", Some('A'), Val, Text),
@@ -93,7 +95,7 @@ pub static SRUN: Table = Table {
         // Step options. The job a step joins (--jobid or the caller's SLURM_JOB_ID) must be in
         // scope, and a --pty step only in the session's own jobs: the chaperon checks both.
         allow("jobid", None, Val, Text),
-        allow("pty", None, Flag, Any),
+        allow("pty", None, Opt, Refused(PTY_VALUE)),
         allow("overlap", None, Opt, Text),
         allow("exact", None, Flag, Any),
         allow("whole", None, Flag, Any),
@@ -178,6 +180,18 @@ pub static SRUN: Table = Table {
         deny("use-min-nodes", None, Flag, NOT_LISTED),
         // The belt's (slurm-plugins/), where the site has it: the chaperon tags the step itself.
         deny("agent-sandbox", None, Val, BELT_TAG),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        deny("container-id", None, Arity::Value, CONTAINER_ID).since(crate::release::R23_02),
+        allow("extra", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
+        allow("tres-per-task", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
+        deny("tres-bind", None, Arity::Value, NOT_LISTED).since(crate::release::R23_11),
+        allow("segment", None, Arity::Value, crate::grammar::ValueKind::Uint16).since(crate::release::R24_05),
+        deny("stepmgr", None, Arity::Flag, STEPMGR).since(crate::release::R24_05),
+        allow("oom-kill-step", None, Arity::OptionalValue, crate::grammar::ValueKind::Uint16)
+            .since(crate::release::R24_11),
+        deny("external-launcher", None, Arity::OptionalValue, EXTERNAL_LAUNCHER).since(crate::release::R23_11),
+        allow("treewidth", None, Arity::Value, crate::grammar::ValueKind::Uint16).since(crate::release::R23_11),
     ],
 };
 
@@ -455,6 +469,7 @@ mod tests {
         optional_values_are(
             &SRUN,
             &[
+                "pty",
                 "bcast",
                 "compress",
                 "exclusive",

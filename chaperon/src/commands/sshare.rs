@@ -11,6 +11,7 @@ use crate::slurm_22_05;
 use crate::table::{
     allow, deny, last, parse, user_list, Arity, GrammarError, Options, Table, CLUSTER_SPELLING, LOCAL_CLUSTER,
 };
+use crate::table::{COMPLETION, TEXT_ONLY};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
@@ -20,6 +21,7 @@ const BROKEN: &str = "sshare 22.05 has no use for it and fails on it (\"getopt e
 /// Every option sshare 22.05 knows. Anything else is an unrecognized option.
 pub static SSHARE: Table = Table {
     getopt: &slurm_22_05::SSHARE,
+    getopt_24_11: &crate::slurm_24_11::SSHARE,
     specs: &[
         allow("accounts", Some('A'), Val, Text),
         allow("helpformat", Some('e'), Flag, Any),
@@ -45,6 +47,10 @@ pub static SSHARE: Table = Table {
         // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
         allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
         deny("cluster", None, Val, CLUSTER_SPELLING),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
+        deny("json", None, Arity::OptionalValue, TEXT_ONLY).since(crate::release::R23_11),
+        deny("yaml", None, Arity::OptionalValue, TEXT_ONLY).since(crate::release::R23_11),
     ],
 };
 

@@ -9,12 +9,14 @@ use crate::jobid::{parse_job_list, JobRef, STEPS};
 use crate::refusal::Refusal;
 use crate::slurm_22_05;
 use crate::table::{allow, any_of, as_written, bad_value, last, parse, words, Arity, GrammarError, Options, Table};
+use crate::table::{deny, COMPLETION};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
 /// Every option sstat 22.05 knows: all of them only read. Anything else is unrecognized.
 pub static SSTAT: Table = Table {
     getopt: &slurm_22_05::SSTAT,
+    getopt_24_11: &crate::slurm_24_11::SSTAT,
     specs: &[
         allow("allsteps", Some('a'), Flag, Any),
         allow("helpformat", Some('e'), Flag, Any),
@@ -31,6 +33,8 @@ pub static SSTAT: Table = Table {
         allow("usage", None, Flag, Any),
         allow("verbose", Some('v'), Flag, Any),
         allow("version", Some('V'), Flag, Any),
+        // Added after 22.05 (`since`: the release that added each).
+        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
     ],
 };
 

@@ -458,6 +458,12 @@ const AGENT_CONFIG: &[(&str, &str)] = &[
     ("opencode.jsonc", "opencode"),
     (".aider.conf.yml", "aider"),
     (".aider.conf.yaml", "aider"),
+    // Its model settings: `extra_params.api_base` sends the user's key to another host.
+    (".aider.model.settings.yml", "aider"),
+    (".aider.model.settings.yaml", "aider"),
+    (".aider.model.metadata.json", "aider"),
+    // Skills of the agents that read the shared `.agents/` (codex's `.agents/skills`).
+    (".agents", "Codex (its skills)"),
 ];
 
 /// Entries of an `.opencode` directory opencode loads code or settings from. Not its
@@ -508,6 +514,10 @@ pub fn runs_outside_name(rel: &Path) -> Option<&'static str> {
     }
     if top == ".overcommit.yml" {
         return Some("overcommit (git hooks)");
+    }
+    // A dev container's `initializeCommand` runs on the host when an editor opens the project.
+    if top == ".devcontainer" || top == ".devcontainer.json" {
+        return Some("VS Code and the devcontainer CLI (initializeCommand runs on the host)");
     }
     if parts.len() == 1 && top.starts_with(".aider.tags.cache.v") {
         return Some("aider (its tags cache is unpickled)");
@@ -755,6 +765,12 @@ mod tests {
             ("/p/.lefthook-local/pre-commit", "x.sh"),
             ("/p", ".pre-commit-config.yaml"),
             ("/p", ".aider.tags.cache.v4"),
+            ("/p/web", ".aider.model.settings.yml"),
+            ("/p", ".aider.model.metadata.json"),
+            ("/p/tools", ".agents"),
+            ("/p", ".devcontainer"),
+            ("/p/.devcontainer", "devcontainer.json"),
+            ("/p", ".devcontainer.json"),
         ] {
             for op in [FILE, DIR, Op::Write, Op::RenameOnto(Kind::File), LINK] {
                 assert!(matches!(t.decide(&g, dir, name, op), Err(Refusal::RunsOutside(_))), "{dir}/{name} {op:?}");
@@ -770,6 +786,7 @@ mod tests {
             // A cloned repository keeps its editor settings (VS Code's trust decides on them).
             ("/p/vendor/lib", ".vscode"),
             ("/p/vendor/lib/.vscode", "tasks.json"),
+            ("/p/vendor/lib", ".devcontainer"),
         ] {
             assert_eq!(t.decide(&g, dir, name, FILE), Ok(Decision::Go), "{dir}/{name}");
         }

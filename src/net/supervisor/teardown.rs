@@ -75,7 +75,7 @@ extern "C" fn hold(arg: *mut libc::c_void) -> libc::c_int {
     // Its exit (tun0's teardown, the address space) yields the CPU to the user's shell; only
     // now, once the caller's descriptors are closed (the end of `$(agent-sandbox ...)` waits
     // for them, and a task at nice 19 may wait long for a core).
-    crate::jail::last_in_line();
+    agent_sandbox_sys::sched::last_in_line();
     let mut b = 0u8;
     // SAFETY: reads one byte into a local; returns at EOF, when the launcher has exited.
     unsafe { libc::syscall(libc::SYS_read, r, (&mut b as *mut u8).cast::<libc::c_void>(), 1usize) };

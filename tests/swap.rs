@@ -1,0 +1,230 @@
+//! A path the launch checked, swapped for a link to the state directory (or for another
+//! directory) before it is used: what a jail of another session of the same user that may
+//! write the directory holding it can do (outside review of the state directory, F1 and F5).
+//! The launcher of a test build stops at a named moment (`AGENT_SANDBOX_TEST_PAUSE`), the
+//! test swaps, and the launch goes on: the race the review won in a loop, made at will.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
+
+mod common;
+use common::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The names the launcher makes placeholders under in a project (`plan::project`).
+const PLACEHOLDERS: [&str; 6] = [".envrc", ".githooks", ".vscode", ".idea", ".claude", ".codex"];
+
+/// The test user's state directory, made by a session first.
+fn state_dir(j: &Jail) -> PathBuf {
+    let out = j.run("true");
+    assert_eq!(out.code, 0, "{out}");
+    let state = j.rig.home.join(".local/state/agent-sandbox");
+    assert!(state.join("audit.jsonl").exists(), "{}: {out}", state.display());
+    std::fs::canonicalize(&state).unwrap()
+}
+
+/// A link's text from the directory `from` to `to`, relative: it leads there on the host
+/// and under the jail's `/oldroot` alike (an absolute one would resolve in the jail's root).
+fn relative_to(from: &Path, to: &Path) -> PathBuf {
+    let up = from.components().count() - 1;
+    let mut p: PathBuf = std::iter::repeat_n("..", up).collect();
+    p.push(to.strip_prefix("/").unwrap());
+    p
+}
+
+/// Runs the launcher with `args` stopped at `point`, calls `swap` there, lets it go on.
+fn launch_swapped(j: &Jail, name: &str, point: &str, args: &[&str], swap: &dyn Fn()) -> Out {
+    let pause = PathBuf::from("/var/tmp/asb-swap-pause").join(name);
+    let _ = std::fs::remove_dir_all(&pause);
+    std::fs::create_dir_all(&pause).unwrap();
+    for d in [pause.parent().unwrap(), &pause] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let mut c = j.command(args);
+    c.env("AGENT_SANDBOX_TEST_PAUSE", format!("{point}:{}", pause.display()));
+    std::thread::scope(|s| {
+        let run = s.spawn(|| j.output(&mut c));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !pause.join(format!("{point}.reached")).exists() && !run.is_finished() {
+            assert!(Instant::now() < deadline, "the launcher never reached {point}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let reached = pause.join(format!("{point}.reached")).exists();
+        if reached {
+            swap();
+        }
+        std::fs::write(pause.join(format!("{point}.go")), "").unwrap();
+        let out = run.join().unwrap();
+        assert!(reached, "the launcher ended before {point} (a build without the test pause?): {out}");
+        out
+    })
+}
+
+/// A scratch tree `/var/tmp/asb-swap/NAME` of the test user's with `data/` in it.
+fn scratch(j: &Jail, name: &str) -> PathBuf {
+    let base = PathBuf::from("/var/tmp/asb-swap").join(name);
+    let _ = std::fs::remove_dir_all(&base);
+    std::fs::create_dir_all(base.join("data")).unwrap();
+    std::fs::write(base.join("data/mine"), "x").unwrap();
+    std::fs::set_permissions(base.parent().unwrap(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    j.give(&[&base, &base.join("data"), &base.join("data/mine")]);
+    base
+}
+
+/// `dir` put aside and a relative link to the state directory put in its place, atomically
+/// enough for a launcher that is stopped.
+fn swap_for_link(dir: &Path, state: &Path) {
+    let aside = dir.with_extension("aside");
+    std::fs::rename(dir, &aside).unwrap();
+    std::os::unix::fs::symlink(relative_to(dir.parent().unwrap(), state), dir).unwrap();
+}
+
+fn refused_naming(out: &Out, path: &Path) {
+    assert_ne!(out.code, 0, "the command ran: {out}");
+    assert!(!out.stdout.contains("audit.jsonl"), "the state directory was seen: {out}");
+    assert!(out.stderr.contains(&path.display().to_string()), "the path is not named: {out}");
+    assert!(out.stderr.contains("no longer what the launch checked"), "{out}");
+}
+
+/// F1: a `--rw` path swapped for a link to the state directory after the plan checked it is
+/// neither bound (userns) nor granted (Landlock): the launch stops, naming it.
+fn a_rw_path_swapped_after_the_plan(backend: &str) {
+    let name = format!("rw-{backend}");
+    let Some(j) = Jail::new(&format!("swap-{name}")) else { return };
+    let j = j.arg("--backend").arg(backend);
+    let state = state_dir(&j);
+    let _ = std::fs::remove_file(state.join("planted"));
+    let base = scratch(&j, &name);
+    let data = base.join("data");
+    let script = format!("ls -A {0}; touch {0}/planted && echo PLANTED", data.display());
+    let args = ["-q", "--rw", data.to_str().unwrap(), "run", "--", "sh", "-c", &script];
+    let out = launch_swapped(&j, &name, "planned", &args, &|| swap_for_link(&data, &state));
+    let planted = state.join("planted").exists();
+    let _ = std::fs::remove_file(state.join("planted"));
+    assert!(!planted && !out.stdout.contains("PLANTED"), "the jail wrote into the state directory: {out}");
+    refused_naming(&out, &data);
+}
+
+#[test]
+fn a_rw_path_swapped_for_a_link_to_the_state_directory_after_the_plan_is_not_bound() {
+    a_rw_path_swapped_after_the_plan("userns");
+}
+
+#[test]
+fn landlock_a_rw_path_swapped_for_a_link_to_the_state_directory_after_the_plan_is_not_granted() {
+    a_rw_path_swapped_after_the_plan("landlock");
+}
+
+/// F1 (a project inside another session's project): the inner project swapped for a link to
+/// the state directory after the plan is not bound, and no placeholder is made through the
+/// link (in the state directory).
+#[test]
+fn a_project_swapped_for_a_link_to_the_state_directory_after_the_plan_is_not_bound() {
+    let Some(j) = Jail::new("swap-project") else { return };
+    let state = state_dir(&j);
+    let inner = j.project.join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    j.give(&[&inner]);
+    let before: Vec<&str> = PLACEHOLDERS.iter().copied().filter(|p| state.join(p).exists()).collect();
+    let j = j.cwd(&inner);
+    let script = format!("ls -A {0}; touch {0}/planted && echo PLANTED", inner.display());
+    let args = ["-q", "run", "--", "sh", "-c", &script];
+    let out = launch_swapped(&j, "project", "planned", &args, &|| swap_for_link(&inner, &state));
+    let planted = state.join("planted").exists();
+    let _ = std::fs::remove_file(state.join("planted"));
+    let made: Vec<&str> =
+        PLACEHOLDERS.iter().copied().filter(|p| state.join(p).exists() && !before.contains(p)).collect();
+    for p in &made {
+        let _ = std::fs::remove_dir(state.join(p)).or_else(|_| std::fs::remove_file(state.join(p)));
+    }
+    assert!(made.is_empty(), "placeholders were made in the state directory: {made:?}: {out}");
+    assert!(!planted && !out.stdout.contains("PLANTED"), "the jail wrote into the state directory: {out}");
+    refused_naming(&out, &inner);
+}
+
+/// A sealed job directory of the test user's, as the chaperon writes one for a batch job of
+/// `project` running `script` (what a node's `exec --job` runs).
+fn job_dir(j: &Jail, project: &Path, name: &str, script: &str) -> PathBuf {
+    use agent_sandbox::policy;
+    let rig = j.rig;
+    let paths = policy::PolicyPaths::new(&rig.home, None);
+    let req = policy::LoadRequest {
+        paths: &paths,
+        home: &rig.home,
+        uid: rig.uid,
+        project: Some(project),
+        profile: None,
+        policy_files: &[],
+        cli: Default::default(),
+    };
+    let frozen = policy::Frozen::freeze(&policy::load(req).unwrap()).unwrap();
+    let key = user_record_key(rig);
+    let jobs = rig.home.join(".local/state/agent-sandbox/jobs");
+    let dir = jobs.join(format!("swap-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let spec = serde_json::json!({
+        "version": 3, "session": "feedfacecafe", "project": project, "cwd": project,
+        "policy": frozen.text(), "export": null, "output": "job.out",
+        "error": null, "input": null, "append": false, "job_name": "t", "script_args": [],
+        "project_id": chaperon::job::ProjectId::of(project).unwrap(),
+        "script_sha256": chaperon::job::sha256_hex(script.as_bytes()),
+    });
+    let sealed =
+        key.seal(chaperon::job::SEAL_PURPOSE, dir.file_name().unwrap().as_encoded_bytes(), spec.to_string().as_bytes());
+    std::fs::write(dir.join("job.json"), sealed).unwrap();
+    std::fs::write(dir.join("script"), script).unwrap();
+    for p in [jobs.parent().unwrap(), &jobs, &dir, &dir.join("job.json"), &dir.join("script")] {
+        j.give(&[p]);
+    }
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
+/// The inner project of a session's project, and a job directory for a job of it.
+fn inner_project_job(j: &Jail, name: &str) -> (PathBuf, PathBuf) {
+    let inner = j.project.join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    j.give(&[&inner]);
+    let inner = std::fs::canonicalize(&inner).unwrap();
+    let script = "#!/bin/sh\npwd; ls -A; touch ran-here && echo JOB-RAN\n";
+    let dir = job_dir(j, &inner, name, script);
+    (inner, dir)
+}
+
+/// F5: a job's project replaced by another directory after the node checked its identity
+/// (before the plan looked at it) runs nothing: the directory the plan found and the jail
+/// binds must be the one whose identity was checked.
+#[test]
+fn a_jobs_project_replaced_after_its_identity_check_runs_nothing() {
+    let Some(j) = Jail::new("swap-job-checked") else { return };
+    let (inner, dir) = inner_project_job(&j, "checked");
+    let args = ["exec", "--job", dir.to_str().unwrap()];
+    let out = launch_swapped(&j, "job-checked", "checked", &args, &|| {
+        std::fs::rename(&inner, inner.with_extension("aside")).unwrap();
+        std::fs::create_dir(&inner).unwrap();
+        j.give(&[&inner]);
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!inner.join("ran-here").exists() && !out.stdout.contains("JOB-RAN"), "the job ran elsewhere: {out}");
+    assert_ne!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("no longer the directory it was submitted from"), "{out}");
+}
+
+/// F5: a job's project swapped for a link to the state directory after the plan (the
+/// review's way to read `records.key` from a job) is not bound: the launch stops.
+#[test]
+fn a_jobs_project_swapped_for_a_link_to_the_state_directory_before_its_bind_runs_nothing() {
+    let Some(j) = Jail::new("swap-job-planned") else { return };
+    let state = state_dir(&j);
+    let (inner, dir) = inner_project_job(&j, "planned");
+    let args = ["exec", "--job", dir.to_str().unwrap()];
+    let out = launch_swapped(&j, "job-planned", "planned", &args, &|| swap_for_link(&inner, &state));
+    let _ = std::fs::remove_dir_all(&dir);
+    let ran = state.join("ran-here").exists();
+    for f in ["ran-here", "job.out"] {
+        let _ = std::fs::remove_file(state.join(f));
+    }
+    assert!(!ran && !out.stdout.contains("JOB-RAN"), "the job ran in the state directory: {out}");
+    refused_naming(&out, &inner);
+}
