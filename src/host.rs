@@ -799,6 +799,25 @@ mod tests {
         assert_eq!(fs.kind(&root), Some(Kind::Dir), "the listed directory itself");
     }
 
+    /// A name the listing answered has an identity (one `lstat` when asked); one swapped for
+    /// another kind since the listing has one no inode has, so its anchor refuses it.
+    #[test]
+    fn a_listed_name_has_its_identity_and_a_swapped_one_none_that_matches() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("home");
+        std::fs::create_dir_all(root.join("data")).unwrap();
+        std::fs::create_dir_all(root.join("swapped")).unwrap();
+        let fs = RealFs::listing(&[&root]);
+        assert_eq!(fs.kind(&root.join("data")), Some(Kind::Dir));
+        assert_eq!(fs.kind(&root.join("swapped")), Some(Kind::Dir));
+        let m = std::fs::metadata(root.join("data")).unwrap();
+        assert_eq!(fs.identity(&root.join("data")), Some((m.dev(), m.ino())));
+        std::fs::remove_dir(root.join("swapped")).unwrap();
+        std::os::unix::fs::symlink("data", root.join("swapped")).unwrap();
+        assert_eq!(fs.identity(&root.join("swapped")), Some((u64::MAX, u64::MAX)));
+    }
+
     #[test]
     fn local_passwd_and_group_entries() {
         let passwd = "root:x:0:0:root:/root:/bin/bash\nbad line\nu:x:1001:1001:U:/home/u:/bin/zsh\n";
