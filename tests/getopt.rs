@@ -252,18 +252,18 @@ fn cases(command: &'static str, table: &'static Table, plugins: &'static [LongOp
                 ambiguous += 1;
                 out.push(case(vec![format!("--{name}")], None));
             }
-            Match::Exact(l) | Match::Prefix(l) if !reached.contains(&l.name) => {
-                reached.push(l.name);
+            Match::Exact(l) | Match::Prefix(l) if !reached.contains(&l.name.as_str()) => {
+                reached.push(l.name.as_str());
                 unique += 1;
-                let spec = table.spec(l.name).unwrap_or_else(|| panic!("{command} --{}", l.name));
+                let spec = table.spec(l.name.as_str()).unwrap_or_else(|| panic!("{command} --{}", l.name.as_str()));
                 let refused = match spec.class {
                     Class::Denied(reason) => {
-                        let shown = match name == l.name {
+                        let shown = match name == l.name.as_str() {
                             true => format!("--{name}"),
-                            false => format!("--{name} (--{})", l.name),
+                            false => format!("--{name} (--{})", l.name.as_str()),
                         };
                         Some((
-                            l.name,
+                            l.name.as_str(),
                             l.arity,
                             format!("{command}: error: option {shown} is not allowed in agent-sandbox: {reason}\n"),
                         ))

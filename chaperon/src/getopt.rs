@@ -33,13 +33,77 @@ pub enum Returns {
 /// One entry of a command's long_options array.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LongOpt {
-    pub name: &'static str,
+    pub name: OptName,
     pub arity: Arity,
     pub returns: Returns,
 }
 
 pub(crate) const fn long(name: &'static str, arity: Arity, returns: Returns) -> LongOpt {
-    LongOpt { name, arity, returns }
+    LongOpt { name: OptName::new(name), arity, returns }
+}
+
+/// The longest option name a table may hold (Slurm's longest today: 20 bytes).
+const MAX_NAME: usize = 31;
+
+/// An option's name, held in the entry itself: the tables of every release hold about two
+/// thousand of them, and a `&str` each would be a pointer the loader relocates at every start
+/// of the launcher (the binary is position-independent), dirtying those pages in each session
+/// (tests/many.rs). Bytes inline are read-only data, shared by every process.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct OptName {
+    bytes: [u8; MAX_NAME],
+    len: u8,
+}
+
+impl OptName {
+    /// Fails the build for a name that does not fit.
+    pub const fn new(name: &str) -> OptName {
+        let src = name.as_bytes();
+        assert!(src.len() <= MAX_NAME, "an option name longer than MAX_NAME");
+        let mut bytes = [0u8; MAX_NAME];
+        let mut i = 0;
+        while i < src.len() {
+            bytes[i] = src[i];
+            i += 1;
+        }
+        OptName { bytes, len: src.len() as u8 }
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Made from a whole `&str` by `new`, so always UTF-8; "" could only come of a bug.
+        std::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or("")
+    }
+}
+
+impl std::ops::Deref for OptName {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl std::fmt::Debug for OptName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl std::fmt::Display for OptName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for OptName {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for OptName {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 /// What a Slurm command prints after glibc's message when getopt_long reports an error, and
@@ -129,10 +193,10 @@ pub enum Match {
 /// the first entry `name` is a prefix of, unless a later one it is a prefix of differs from
 /// that first in arity or return value. The empty name is a prefix of every entry.
 pub fn resolve(longs: impl Iterator<Item = &'static LongOpt> + Clone, name: &str) -> Match {
-    if let Some(exact) = longs.clone().find(|l| l.name == name) {
+    if let Some(exact) = longs.clone().find(|l| l.name.as_str() == name) {
         return Match::Exact(exact);
     }
-    let mut prefixed = longs.filter(|l| l.name.starts_with(name));
+    let mut prefixed = longs.filter(|l| l.name.as_str().starts_with(name));
     let Some(first) = prefixed.next() else {
         return Match::Unknown;
     };
@@ -194,7 +258,8 @@ fn listed(names: &[&str]) -> String {
 /// The option agent-sandbox's own SPANK plugin (slurm-plugins/agent_sandbox.c) adds to sbatch,
 /// srun and salloc where a site installs it: Slurm appends plugins' options after its own
 /// (with values of their own, 4095 for the first), so it takes part in prefix resolution there.
-pub const BELT: LongOpt = long("agent-sandbox", Arity::Value, Returns::Code(4095));
+pub const BELT_NAME: &str = "agent-sandbox";
+pub const BELT: LongOpt = long(BELT_NAME, Arity::Value, Returns::Code(4095));
 
 #[cfg(test)]
 mod tests {
@@ -220,8 +285,8 @@ mod tests {
 
     fn names(m: Match) -> Result<&'static str, Vec<&'static str>> {
         match m {
-            Match::Exact(l) | Match::Prefix(l) => Ok(l.name),
-            Match::Ambiguous(ls) => Err(ls.iter().map(|l| l.name).collect()),
+            Match::Exact(l) | Match::Prefix(l) => Ok(l.name.as_str()),
+            Match::Ambiguous(ls) => Err(ls.iter().map(|l| l.name.as_str()).collect()),
             Match::Unknown => Err(vec![]),
         }
     }
@@ -262,7 +327,7 @@ mod tests {
         // Same letter, other arity: two options to glibc.
         assert_eq!(r("sor"), Err(vec!["sort", "sorted"]));
         // The empty name (`--=x`) is a prefix of every entry; all differ from the first here.
-        assert_eq!(r(""), Err(LONGS.iter().map(|l| l.name).collect()));
+        assert_eq!(r(""), Err(LONGS.iter().map(|l| l.name.as_str()).collect()));
     }
 
     #[test]

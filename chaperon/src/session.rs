@@ -207,7 +207,7 @@ pub fn real_command_outliving(bin: &Path, home: &Path, user: &str, name: &str) -
 pub const BELT_QUESTION_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The option the SPANK plugin registers (slurm-plugins/agent_sandbox.c).
-pub const SPANK_OPTION: &str = crate::getopt::BELT.name;
+pub const SPANK_OPTION: &str = crate::getopt::BELT_NAME;
 
 /// Whether `sbatch --help` lists the plugin's option (under "Options provided by plugins").
 /// Whether this host's plugstack.conf (slurm.conf's `PlugStackConfig`, else `plugstack.conf`

@@ -126,7 +126,7 @@ impl Table {
     /// does; of 24.11's, those whose entry is not later than `release` (an entry the table
     /// lacks counts as there: it is refused as untabled, never unknown).
     fn has_in(&self, release: Release, l: &LongOpt) -> bool {
-        release < crate::release::R23_02 || self.spec(l.name).is_none_or(|s| s.since <= release)
+        release < crate::release::R23_02 || self.spec(l.name.as_str()).is_none_or(|s| s.since <= release)
     }
 
     /// The long options of `release`'s command, in its getopt_long's order.
@@ -273,26 +273,27 @@ pub fn parse_with(table: &'static Table, plugins: &'static [LongOpt], args: &[St
             let long = match table.resolve(plugins, name) {
                 Match::Exact(l) | Match::Prefix(l) => l,
                 Match::Ambiguous(ls) => {
-                    let possibilities = ls.iter().map(|l| l.name).collect();
+                    let possibilities = ls.iter().map(|l| l.name.as_str()).collect();
                     return Err(GetoptError::Ambiguous { typed: body.to_string(), possibilities }.into());
                 }
                 Match::Unknown => return Err(GetoptError::Unrecognized(body.to_string()).into()),
             };
             // Named in full in messages, after what was typed when that was a prefix.
-            let shown = match name == long.name {
-                true => format!("--{}", long.name),
-                false => format!("--{} (--{})", escaped(name), long.name),
+            let shown = match name == long.name.as_str() {
+                true => format!("--{}", long.name.as_str()),
+                false => format!("--{} (--{})", escaped(name), long.name.as_str()),
             };
-            let spec = table.spec(long.name).ok_or(GrammarError::Denied { opt: shown.clone(), reason: UNTABLED })?;
+            let spec =
+                table.spec(long.name.as_str()).ok_or(GrammarError::Denied { opt: shown.clone(), reason: UNTABLED })?;
             admit(spec, &shown)?;
             let value = match long.arity {
-                Arity::Flag if inline.is_some() => return Err(GetoptError::LongTakesNoValue(long.name).into()),
+                Arity::Flag if inline.is_some() => return Err(GetoptError::LongTakesNoValue(long.name.as_str()).into()),
                 Arity::Flag => None,
                 Arity::OptionalValue => inline,
                 Arity::Value => match inline {
                     Some(v) => Some(v),
                     None => {
-                        let v = args.get(i).ok_or(GetoptError::LongNeedsValue(long.name))?;
+                        let v = args.get(i).ok_or(GetoptError::LongNeedsValue(long.name.as_str()))?;
                         i += 1;
                         Some(v.as_str())
                     }
@@ -382,9 +383,9 @@ pub fn redacted(table: &'static Table, plugins: &'static [LongOpt], args: &[Stri
             None => (body, None),
         };
         let secret = match table.resolve(plugins, name) {
-            Match::Exact(l) | Match::Prefix(l) => SECRET_VALUES.contains(&l.name).then_some(l.arity),
+            Match::Exact(l) | Match::Prefix(l) => SECRET_VALUES.contains(&l.name.as_str()).then_some(l.arity),
             // Refused as ambiguous, but logged: hidden if it could have meant one of them.
-            Match::Ambiguous(ls) => ls.iter().any(|l| SECRET_VALUES.contains(&l.name)).then_some(Arity::Value),
+            Match::Ambiguous(ls) => ls.iter().any(|l| SECRET_VALUES.contains(&l.name.as_str())).then_some(Arity::Value),
             Match::Unknown => None,
         };
         match (secret, inline) {
@@ -615,14 +616,17 @@ pub(crate) mod testkit {
         let longs_of = |g: &'static Getopt| -> Vec<&LongOpt> { g.longs.iter().chain(plugins).collect() };
         for (set, release) in sets {
             for l in longs_of(set) {
-                let s = table.spec(l.name).unwrap_or_else(|| panic!("{release} --{} has no entry", l.name));
-                let newest = table.getopt_24_11.longs.iter().chain(plugins).find(|n| n.name == l.name).unwrap_or(l);
-                assert_eq!(s.arity, newest.arity, "--{}: the entry's arity is not the real command's", l.name);
+                let s = table
+                    .spec(l.name.as_str())
+                    .unwrap_or_else(|| panic!("{release} --{} has no entry", l.name.as_str()));
+                let newest =
+                    table.getopt_24_11.longs.iter().chain(plugins).find(|n| n.name == l.name.as_str()).unwrap_or(l);
+                assert_eq!(s.arity, newest.arity, "--{}: the entry's arity is not the real command's", l.name.as_str());
             }
         }
         for s in table.specs.iter().filter(|s| !s.short_only) {
-            let in_22_05 = longs_of(table.getopt).iter().any(|l| l.name == s.long);
-            let in_24_11 = longs_of(table.getopt_24_11).iter().any(|l| l.name == s.long);
+            let in_22_05 = longs_of(table.getopt).iter().any(|l| l.name.as_str() == s.long);
+            let in_24_11 = longs_of(table.getopt_24_11).iter().any(|l| l.name.as_str() == s.long);
             assert!(in_22_05 || in_24_11, "--{} is no option of the real command", s.long);
             assert_eq!(in_22_05, s.since == R22_05, "--{}: since {} but in 22.05's set: {in_22_05}", s.long, s.since);
         }
@@ -637,8 +641,8 @@ pub(crate) mod testkit {
                     s.arity == arity || (!s.short_only && denied),
                     "-{c}: the entry's arity is not the real command's"
                 );
-                if !s.short_only && longs.iter().any(|l| l.name == s.long) {
-                    let l = longs.iter().find(|l| l.name == s.long).unwrap_or_else(|| panic!("--{}", s.long));
+                if !s.short_only && longs.iter().any(|l| l.name.as_str() == s.long) {
+                    let l = longs.iter().find(|l| l.name.as_str() == s.long).unwrap_or_else(|| panic!("--{}", s.long));
                     assert_eq!(l.returns, crate::getopt::Returns::Char(c), "-{c} is not --{} in {release}", s.long);
                 }
             }
@@ -687,15 +691,18 @@ pub(crate) mod testkit {
     /// `name` begins is the same option (arity and return value), the first of them; else the
     /// ambiguity, listing the first and each later entry unlike it, in the array's order.
     fn expected(longs: &[&'static LongOpt], name: &str) -> Result<&'static LongOpt, Vec<&'static str>> {
-        if let Some(l) = longs.iter().find(|l| l.name == name) {
+        if let Some(l) = longs.iter().find(|l| l.name.as_str() == name) {
             return Ok(l);
         }
-        let matching: Vec<&'static LongOpt> = longs.iter().copied().filter(|l| l.name.starts_with(name)).collect();
+        let matching: Vec<&'static LongOpt> =
+            longs.iter().copied().filter(|l| l.name.as_str().starts_with(name)).collect();
         let first = *matching.first().unwrap_or_else(|| panic!("--{name} matches nothing"));
         let same = |l: &LongOpt| l.arity == first.arity && l.returns == first.returns;
         match matching.iter().all(|l| same(l)) {
             true => Ok(first),
-            false => Err(matching.iter().filter(|l| std::ptr::eq(**l, first) || !same(l)).map(|l| l.name).collect()),
+            false => {
+                Err(matching.iter().filter(|l| std::ptr::eq(**l, first) || !same(l)).map(|l| l.name.as_str()).collect())
+            }
         }
     }
 
@@ -716,7 +723,7 @@ pub(crate) mod testkit {
         let longs: Vec<&'static LongOpt> = table.longs_of(crate::release::in_effect()).chain(plugins).collect();
         let mut names: Vec<&str> = vec![""];
         for l in &longs {
-            names.extend((1..=l.name.len()).map(|n| &l.name[..n]));
+            names.extend((1..=l.name.as_str().len()).map(|n| &l.name.as_str()[..n]));
         }
         names.sort_unstable();
         names.dedup();
@@ -743,12 +750,12 @@ pub(crate) mod testkit {
                 Ok(_) if name.is_empty() => panic!("every option is one: no command is like that"),
                 Ok(l) => {
                     unique += 1;
-                    let s = table.spec(l.name).unwrap_or_else(|| panic!("--{} has no entry", l.name));
+                    let s = table.spec(l.name.as_str()).unwrap_or_else(|| panic!("--{} has no entry", l.name.as_str()));
                     let v = sample(s.value);
                     if let Class::Denied(reason) = s.class {
-                        let opt = match name == l.name {
+                        let opt = match name == l.name.as_str() {
                             true => long.clone(),
-                            false => format!("{long} (--{})", l.name),
+                            false => format!("{long} (--{})", l.name.as_str()),
                         };
                         for a in [vec![long.clone()], vec![format!("{long}={v}")], vec![long.clone(), v.to_string()]] {
                             assert_eq!(one(&a), Err(GrammarError::Denied { opt: opt.clone(), reason }), "{a:?}");
@@ -759,13 +766,13 @@ pub(crate) mod testkit {
                     match l.arity {
                         Arity::Flag => {
                             assert_eq!(one(std::slice::from_ref(&long)), Ok(vec![(s.long, None)]), "{long}");
-                            let e = getopt(GetoptError::LongTakesNoValue(l.name));
+                            let e = getopt(GetoptError::LongTakesNoValue(l.name.as_str()));
                             assert_eq!(one(&[format!("{long}={v}")]), Err(e), "{long}={v}");
                         }
                         Arity::Value => {
                             assert_eq!(one(&[format!("{long}={v}")]), Ok(vec![(s.long, val.clone())]), "{long}={v}");
                             assert_eq!(one(&[long.clone(), v.to_string()]), Ok(vec![(s.long, val)]), "{long} {v}");
-                            let e = getopt(GetoptError::LongNeedsValue(l.name));
+                            let e = getopt(GetoptError::LongNeedsValue(l.name.as_str()));
                             assert_eq!(one(std::slice::from_ref(&long)), Err(e), "{long}");
                         }
                         Arity::OptionalValue => {
@@ -797,7 +804,7 @@ pub(crate) mod testkit {
         }
         // A name that begins no option is getopt's "unrecognized", quoted with its value.
         let odd = "zz-no-such-option";
-        assert!(longs.iter().all(|l| !l.name.starts_with(odd)));
+        assert!(longs.iter().all(|l| !l.name.as_str().starts_with(odd)));
         assert_eq!(one(&[format!("--{odd}=1")]), Err(getopt(GetoptError::Unrecognized(format!("{odd}=1")))));
         (unique, ambiguous)
     }
@@ -843,7 +850,7 @@ pub(crate) mod testkit {
                 // Only its short form (checked below): the long name is no option.
                 let e = parse(table, std::slice::from_ref(&long));
                 assert!(matches!(e, Err(GrammarError::Getopt(_))), "{long}: {e:?}");
-            } else if table.longs_of(crate::release::in_effect()).all(|l| l.name != s.long) {
+            } else if table.longs_of(crate::release::in_effect()).all(|l| l.name.as_str() != s.long) {
                 // A plugin's option: the prefix test reads it where the site has the plugin.
             } else {
                 let with_eq = format!("{long}={v}");
@@ -858,7 +865,7 @@ pub(crate) mod testkit {
                     // The arity of the release in effect (sacct's --json: a flag in 22.05).
                     let arity = table
                         .longs_of(crate::release::in_effect())
-                        .find(|l| l.name == s.long)
+                        .find(|l| l.name.as_str() == s.long)
                         .map_or(s.arity, |l| l.arity);
                     match arity {
                         Arity::Flag => {
@@ -963,7 +970,7 @@ pub(crate) mod testkit {
         // The options of the release in effect, with its arity.
         let arity_in = |s: &OptSpec| match s.short_only {
             true => (s.since <= release).then_some(s.arity),
-            false => table.longs_of(release).find(|l| l.name == s.long).map(|l| l.arity),
+            false => table.longs_of(release).find(|l| l.name.as_str() == s.long).map(|l| l.arity),
         };
         for s in table.specs.iter().filter(|s| !matches!(s.class, Class::Denied(_))) {
             let Some(arity) = arity_in(s) else { continue };
@@ -1203,7 +1210,7 @@ mod tests {
         assert_eq!(run(&["--ver"], true), amb("ver", vec!["verbose", "version"]));
         assert_eq!(run(&["--ver=1"], true), amb("ver=1", vec!["verbose", "version"]));
         assert_eq!(run(&["--e"], true), amb("e", vec!["excl", "export"]));
-        assert_eq!(run(&["--=x"], true), amb("=x", LONGS.iter().map(|l| l.name).collect()), "the empty name");
+        assert_eq!(run(&["--=x"], true), amb("=x", LONGS.iter().map(|l| l.name.as_str()).collect()), "the empty name");
         let e = run(&["--ver"], true).unwrap_err().to_string();
         assert_eq!(e, "option '--ver' is ambiguous; possibilities: '--verbose' '--version'");
     }

@@ -118,11 +118,20 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
 
 /// Receives one message; `Ok(None)` means the other side is gone.
 pub fn recv(sock: RawFd) -> nix::Result<Option<Msg>> {
+    recv_with(sock, MsgFlags::MSG_CMSG_CLOEXEC)
+}
+
+/// Receives one message already queued, without waiting: `Err(EAGAIN)` when none is.
+pub fn try_recv(sock: RawFd) -> nix::Result<Option<Msg>> {
+    recv_with(sock, MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT)
+}
+
+fn recv_with(sock: RawFd, flags: MsgFlags) -> nix::Result<Option<Msg>> {
     let mut buf = vec![0u8; 64 * 1024];
     let mut cspace = nix::cmsg_space!([RawFd; 4]);
     let (n, fds) = loop {
         let mut iov = [IoSliceMut::new(&mut buf)];
-        match recvmsg::<()>(sock, &mut iov, Some(&mut cspace), MsgFlags::MSG_CMSG_CLOEXEC) {
+        match recvmsg::<()>(sock, &mut iov, Some(&mut cspace), flags) {
             Ok(r) => {
                 let mut fds = vec![];
                 for c in r.cmsgs()? {

@@ -180,16 +180,9 @@ pub fn run(
                     drain(&master, out_fd, &mut buf);
                     return Ok(Outcome::Signaled(s));
                 }
-                Ok(Some(Msg::Error(e))) => eprintln!("agent-sandbox: {e}"),
-                Ok(Some(Msg::Refused { check, path })) => {
-                    let mut r = audit.record("fs_denied");
-                    r.check = Some(check);
-                    r.path = Some(path);
-                    audit.write(&r);
-                }
-                Ok(Some(Msg::LeftOut(n))) => audit.count_left_out("fs_denied/git-guard", n),
+                Ok(Some(m)) => note(m, audit),
                 Ok(None) => sock_open = false,
-                _ => {}
+                Err(_) => {}
             }
         }
         if stdin_ready {
@@ -227,10 +220,12 @@ pub fn run(
                         Ok(WaitStatus::Exited(_, c)) => {
                             crate::timing::mark("exited");
                             drain(&master, out_fd, &mut buf);
+                            settle(sock, audit);
                             return Ok(Outcome::Exited(c));
                         }
                         Ok(WaitStatus::Signaled(_, s, _)) => {
                             drain(&master, out_fd, &mut buf);
+                            settle(sock, audit);
                             return Ok(Outcome::Signaled(s as i32));
                         }
                         _ => {}
@@ -266,6 +261,31 @@ fn relay(sock: RawFd, pid: nix::unistd::Pid, sig: Signal) {
 }
 
 /// After the jail ends, whatever the command wrote last is still in the pty: pass it on.
+/// What PID 1 reports on the way (an error, a refusal of the git guard, the refusals past
+/// its rate), for the user and the audit log.
+fn note(m: Msg, audit: &crate::audit::AuditLog) {
+    match m {
+        Msg::Error(e) => eprintln!("agent-sandbox: {e}"),
+        Msg::Refused { check, path } => {
+            let mut r = audit.record("fs_denied");
+            r.check = Some(check);
+            r.path = Some(path);
+            audit.write(&r);
+        }
+        Msg::LeftOut(n) => audit.count_left_out("fs_denied/git-guard", n),
+        _ => {}
+    }
+}
+
+/// PID 1 is gone, maybe with reports still queued on the socket (the queue holds several,
+/// and its exit can be seen before they are read): each is taken now, so a flood of
+/// refusals ends written or counted, never lost with the session's end.
+fn settle(sock: RawFd, audit: &crate::audit::AuditLog) {
+    while let Ok(Some(m)) = msg::try_recv(sock) {
+        note(m, audit);
+    }
+}
+
 fn drain(master: &Option<OwnedFd>, out_fd: RawFd, buf: &mut [u8]) {
     if let Some(m) = master {
         while let Some(n) = read_some(m.as_raw_fd(), buf) {

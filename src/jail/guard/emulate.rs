@@ -494,8 +494,24 @@ pub fn carry_out(c: &Caller, n: &Notification, g: &Guarded) -> Done {
     result.unwrap_or_else(|d| d)
 }
 
+/// What `reopen` answers when the file it was given was replaced (a config installed by a
+/// stream) before it could look at it: the open is resolved again from the caller's path.
+const REPLACED: libc::c_int = libc::ESTALE;
+
 fn open(c: &Caller, g: &Guarded, base: Base, path: u64, flags: libc::c_int, mode: u32) -> Step<Done> {
     let path = c.read_string(path).map_err(errno)?;
+    let Base::Caller(dirfd) = base else { return open_once(c, g, base, path, flags, mode) };
+    for _ in 0..3 {
+        match open_once(c, g, Base::Caller(dirfd), path.clone(), flags, mode) {
+            Err(Done::Errno(REPLACED)) => continue,
+            done => return done,
+        }
+    }
+    // Replaced again each time: the jail keeps installing configs at this name.
+    Err(errno(libc::EAGAIN))
+}
+
+fn open_once(c: &Caller, g: &Guarded, base: Base, path: Vec<u8>, flags: libc::c_int, mode: u32) -> Step<Done> {
     let cloexec = flags & libc::O_CLOEXEC != 0;
     // Never the guard's own controlling terminal (it has none and must not get one).
     let flags = flags | libc::O_NOCTTY;
@@ -750,6 +766,9 @@ fn reopen(c: &Caller, g: &Guarded, obj: OwnedFd, flags: libc::c_int, cloexec: bo
         return Ok(Done::Fd { fd, cloexec });
     }
     let _gate = gate();
+    if replaced(obj.as_fd(), &st) {
+        return Err(errno(REPLACED));
+    }
     if let Some(e) = located(obj.as_fd())? {
         if let Some(what) = streamed(e.decide(g, Op::Write)?) {
             if flags & libc::O_ACCMODE != libc::O_WRONLY {
@@ -1050,11 +1069,33 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
 }
 
 /// `truncate` by path (symlinks followed, as the kernel does): a write to what it names.
+/// A regular file the walk found linked and that is unlinked now (looked at with the gate
+/// held): replaced meanwhile, most often by the install of a config the caller itself just
+/// wrote through a stream (installs hold the gate). The name holds another file now, which
+/// is what the call must decide on. A file reached already unlinked (a temporary file
+/// through its magic link) stays what it is.
+fn replaced(obj: BorrowedFd, found: &libc::stat) -> bool {
+    found.st_mode & libc::S_IFMT == libc::S_IFREG
+        && found.st_nlink > 0
+        && nix::sys::stat::fstat(obj).is_ok_and(|now| now.st_nlink == 0)
+}
+
 fn truncate(c: &Caller, g: &Guarded, path: u64, len: i64) -> Step<Done> {
     let path = c.read_string(path).map_err(errno)?;
-    let obj = open_path(c, &Base::Caller(libc::AT_FDCWD), &path, 0)?;
-    own_proc_object(c, obj.as_fd())?;
-    let _gate = gate();
+    for _ in 0..3 {
+        let obj = open_path(c, &Base::Caller(libc::AT_FDCWD), &path, 0)?;
+        own_proc_object(c, obj.as_fd())?;
+        let st = nix::sys::stat::fstat(obj.as_fd()).map_err(|e| errno(e as i32))?;
+        let _gate = gate();
+        if replaced(obj.as_fd(), &st) {
+            continue;
+        }
+        return truncate_found(g, obj, len);
+    }
+    Err(errno(libc::EAGAIN))
+}
+
+fn truncate_found(g: &Guarded, obj: OwnedFd, len: i64) -> Step<Done> {
     if let Some(e) = located(obj.as_fd())? {
         if e.decide(g, Op::Write)? != Decision::Go {
             return Err(refused(Refusal::ConfigInPlace, e.path()));
