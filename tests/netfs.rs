@@ -12,13 +12,16 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 /// Metadata requests a `run -- true` may make on the home and project trees once a first
-/// session has made the state directory (one slowfs mount here, 1 s attribute cache), the
-/// waiter's removals after it included. Measured: see docs/performance.md ("Network
-/// filesystems"); the bounds leave room for a few more state files, not for a tree walk or a
-/// stat per entry of the home (the test home has some forty entries, the state directory
-/// fifty stub links).
-const MAX_USERNS_REQUESTS: u64 = 200;
-const MAX_LANDLOCK_REQUESTS: u64 = 480;
+/// session has made the state directory, with the kernel's 1 s attribute and entry cache
+/// expired since (sessions minutes apart), the waiter's removals after it included. Measured
+/// 215 with userns and 376-385 with Landlock (its session directory, 50 stub links, is made
+/// and removed in the home without `$XDG_RUNTIME_DIR`); without the plan's listings of the
+/// home and project (an `lstat` per probed name) 286 and 437, with an `lstat` per entry of the
+/// home's `HOME_ENTRIES` 296 and 466. docs/performance.md, "Network filesystems".
+const MAX_USERNS_REQUESTS: u64 = 240;
+const MAX_LANDLOCK_REQUESTS: u64 = 430;
+const HOME_ENTRIES: usize = 80;
+const PROJECT_FILES: usize = 300;
 
 /// slowfs, and what mounting it needs; missing ones fail the test with the fix.
 fn slowfs(rig: &Rig) -> PathBuf {
@@ -81,6 +84,15 @@ fn on_slowfs(j: Jail, name: &str, hidden: &[&str], guarded: bool, max_requests: 
     std::fs::write(home.join(".ssh/id_ed25519"), SSH_CANARY).unwrap();
     std::fs::write(home.join(".aws/credentials"), AWS_CANARY).unwrap();
     std::fs::write(home.join(".gitconfig"), "[user]\n\tname = Test\n").unwrap();
+    // Enough entries that a stat of each in the home, or a walk of the project, breaks the
+    // bound on requests.
+    for i in 0..HOME_ENTRIES {
+        std::fs::write(home.join(format!("notes-{i}.txt")), "n\n").unwrap();
+    }
+    std::fs::create_dir_all(project.join("src/deep")).unwrap();
+    for i in 0..PROJECT_FILES {
+        std::fs::write(project.join(format!("src/deep/f{i}.c")), "int x;\n").unwrap();
+    }
     for d in [base.parent().unwrap(), &base] {
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -95,9 +107,10 @@ fn on_slowfs(j: Jail, name: &str, hidden: &[&str], guarded: bool, max_requests: 
     let stats = base.join("stats");
     let shown = j.rig.home.display().to_string();
     // slowfs over the test's home, at the user's home path. A first `run -- true` makes the
-    // state directory (the stubs' links...) once for all; the counters are zeroed before the
-    // second, and written half a second after it ended (the waiter's removals of its
-    // placeholders included). Then the session of SCRIPT, whose output the test reads.
+    // state directory (the stubs' links...) once for all; the counters are zeroed once the
+    // cache of what it looked up has expired, and written half a second after the second
+    // ended (the waiter's removals of its placeholders included). Then the session of
+    // SCRIPT, whose output the test reads.
     // "$@" is the launcher's command line up to `run` and the script after it.
     let setup = format!(
         r#"{slowfs} {backing} {shown} --delay-us 1000 --ttl-ms 1000 --stats {stats} </dev/null >/dev/null 2>&1 &
@@ -111,7 +124,7 @@ for i in "${{!args[@]}}"; do [ "${{args[$i]}}" = run ] && break; done
 launcher=("${{args[@]:0:$i}}")
 cd {shown}/{project_rel} || exit 98
 "${{launcher[@]}}" run -- true >/dev/null 2>&1
-sleep 0.3; kill -USR2 "$pid"; sleep 0.1
+sleep 1.2; kill -USR2 "$pid"; sleep 0.1
 "${{launcher[@]}}" run -- true
 echo "true-exit=$?"
 sleep 0.5; kill -USR1 "$pid"; sleep 0.1; mv {stats} {stats}.true
