@@ -34,6 +34,10 @@ const NAMES: [&str; 20] = [
 ];
 
 impl Op {
+    pub fn name(self) -> &'static str {
+        NAMES[self as usize]
+    }
+
     /// Data requests are not round trips of metadata: they go through undelayed.
     pub fn is_metadata(self) -> bool {
         !matches!(self, Op::Read | Op::Write | Op::Xattr)

@@ -54,6 +54,7 @@ pub struct SlowFs {
     delay: Duration,
     ttl: Duration,
     counts: Counters,
+    trace: Option<Mutex<File>>,
     next: AtomicU64,
     t: Mutex<Tables>,
 }
@@ -137,7 +138,13 @@ impl SlowFs {
         let mut t = Tables::default();
         t.nodes.insert(1, Node { fd: Arc::new(fd), key, lookups: 1 });
         t.by_key.insert(key, 1);
-        Ok(SlowFs { delay, ttl, counts: Counters::default(), next: AtomicU64::new(2), t: Mutex::new(t) })
+        Ok(SlowFs { delay, ttl, counts: Counters::default(), trace: None, next: AtomicU64::new(2), t: Mutex::new(t) })
+    }
+
+    /// Writes a line per metadata request to `out` (`--trace`).
+    pub fn traced(mut self, out: File) -> SlowFs {
+        self.trace = Some(Mutex::new(out));
+        self
     }
 
     pub fn counters(&self) -> Counters {
@@ -150,6 +157,22 @@ impl SlowFs {
         if op.is_metadata() && !self.delay.is_zero() {
             std::thread::sleep(self.delay);
         }
+    }
+
+    /// With `--trace`: one line per metadata request, `kind path` (the backing file's path as
+    /// the kernel names its descriptor, and the name asked for under it), to see where a
+    /// program's requests go.
+    fn trace(&self, op: Op, ino: INodeNo, name: Option<&OsStr>) {
+        let Some(out) = &self.trace else { return };
+        let at = self.fd(ino).ok().and_then(|fd| std::fs::read_link(proc_path(&fd)).ok()).unwrap_or_default();
+        let mut line = format!("{} {}", op.name(), at.display());
+        if let Some(n) = name {
+            line.push('/');
+            line.push_str(&n.to_string_lossy());
+        }
+        line.push('\n');
+        let mut f = out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = std::io::Write::write_all(&mut *f, line.as_bytes());
     }
 
     fn tables(&self) -> MutexGuard<'_, Tables> {
@@ -285,6 +308,7 @@ impl SlowFs {
 impl Filesystem for SlowFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         self.trip(Op::Lookup);
+        self.trace(Op::Lookup, parent, Some(name));
         match self.entry(parent, name) {
             Ok(a) => reply.entry(&self.ttl, &a, Generation(0)),
             // With a cache, absence is cached too (node 0: a negative entry), as NFS's
@@ -332,6 +356,7 @@ impl Filesystem for SlowFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         self.trip(Op::Getattr);
+        self.trace(Op::Getattr, ino, None);
         match self.fd(ino).and_then(|fd| stat_fd(&fd)) {
             Ok(st) => reply.attr(&self.ttl, &attr(ino.0, &st)),
             Err(e) => reply.error(e),
@@ -357,6 +382,7 @@ impl Filesystem for SlowFs {
         reply: ReplyAttr,
     ) {
         self.trip(Op::Setattr);
+        self.trace(Op::Setattr, ino, None);
         match self.do_setattr(ino, Change { mode, uid, gid, size, times: (atime, mtime), fh }) {
             Ok(a) => reply.attr(&self.ttl, &a),
             Err(e) => reply.error(e),
@@ -366,6 +392,7 @@ impl Filesystem for SlowFs {
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         use std::os::unix::ffi::OsStrExt;
         self.trip(Op::Readlink);
+        self.trace(Op::Readlink, ino, None);
         match self.fd(ino).and_then(|fd| nix::fcntl::readlinkat(&*fd, "").map_err(errno)) {
             Ok(t) => reply.data(t.as_bytes()),
             Err(e) => reply.error(e),
@@ -374,6 +401,7 @@ impl Filesystem for SlowFs {
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
         self.trip(Op::Mknod);
+        self.trace(Op::Mknod, parent, Some(name));
         let r = self.fd(parent).and_then(|p| {
             nix::sys::stat::mknodat(
                 &*p,
@@ -392,6 +420,7 @@ impl Filesystem for SlowFs {
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
         self.trip(Op::Mkdir);
+        self.trace(Op::Mkdir, parent, Some(name));
         let r = self.fd(parent).and_then(|p| {
             nix::sys::stat::mkdirat(&*p, name, Mode::from_bits_truncate(mode & !umask & 0o7777)).map_err(errno)
         });
@@ -403,6 +432,7 @@ impl Filesystem for SlowFs {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.trip(Op::Unlink);
+        self.trace(Op::Unlink, parent, Some(name));
         match self
             .fd(parent)
             .and_then(|p| nix::unistd::unlinkat(&*p, name, nix::unistd::UnlinkatFlags::NoRemoveDir).map_err(errno))
@@ -414,6 +444,7 @@ impl Filesystem for SlowFs {
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         self.trip(Op::Rmdir);
+        self.trace(Op::Rmdir, parent, Some(name));
         match self
             .fd(parent)
             .and_then(|p| nix::unistd::unlinkat(&*p, name, nix::unistd::UnlinkatFlags::RemoveDir).map_err(errno))
@@ -425,6 +456,7 @@ impl Filesystem for SlowFs {
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
         self.trip(Op::Symlink);
+        self.trace(Op::Symlink, parent, Some(link_name));
         match self.fd(parent).and_then(|p| nix::unistd::symlinkat(target, &*p, link_name).map_err(errno)) {
             Ok(()) => self.made(parent, link_name, req, reply),
             Err(e) => reply.error(e),
@@ -442,6 +474,7 @@ impl Filesystem for SlowFs {
         reply: ReplyEmpty,
     ) {
         self.trip(Op::Rename);
+        self.trace(Op::Rename, parent, Some(name));
         let r = self.fd(parent).and_then(|p| {
             let np = self.fd(newparent)?;
             nix::fcntl::renameat2(&*p, name, &*np, newname, nix::fcntl::RenameFlags::from_bits_truncate(flags.bits()))
@@ -455,6 +488,7 @@ impl Filesystem for SlowFs {
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
         self.trip(Op::Link);
+        self.trace(Op::Link, newparent, Some(newname));
         let r = self.fd(ino).and_then(|fd| {
             let np = self.fd(newparent)?;
             nix::unistd::linkat(&*fd, "", &*np, newname, AtFlags::AT_EMPTY_PATH).map_err(errno)
@@ -467,6 +501,7 @@ impl Filesystem for SlowFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         self.trip(Op::Open);
+        self.trace(Op::Open, ino, None);
         match self.fd(ino).and_then(|fd| self.open_file(&fd, flags.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
@@ -543,6 +578,7 @@ impl Filesystem for SlowFs {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         self.trip(Op::Opendir);
+        self.trace(Op::Opendir, ino, None);
         match self.fd(ino).and_then(|fd| self.list(&fd)) {
             Ok(entries) => {
                 let fh = self.next.fetch_add(1, Ordering::Relaxed);
@@ -553,8 +589,9 @@ impl Filesystem for SlowFs {
         }
     }
 
-    fn readdir(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
+    fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
         self.trip(Op::Readdir);
+        self.trace(Op::Readdir, ino, None);
         let Some(entries) = self.tables().dirs.get(&fh.0).cloned() else {
             reply.error(Errno::EBADF);
             return;
@@ -617,6 +654,7 @@ impl Filesystem for SlowFs {
         reply: ReplyCreate,
     ) {
         self.trip(Op::Create);
+        self.trace(Op::Create, parent, Some(name));
         let r = (|| {
             let p = self.fd(parent)?;
             let oflags = OFlag::from_bits_truncate(flags) & !OFlag::O_NOFOLLOW | OFlag::O_CREAT | OFlag::O_CLOEXEC;

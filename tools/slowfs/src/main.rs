@@ -7,6 +7,10 @@
 //! goes through undelayed: what is measured is the metadata traffic.
 //!
 //!   slowfs BACKING MOUNTPOINT [--delay-us N] [--ttl-ms N] [--stats FILE] [--threads N]
+//!          [--trace FILE]
+//!
+//! `--trace FILE`: one line per metadata request, `kind backing-path[/name]`, to see where a
+//! program's requests go (`sort | uniq -c` of them).
 //!
 //! Run as root it mounts with `allow_other,default_permissions`: the kernel checks access
 //! against the backing files' owners and modes, so the files keep their users. Created files
@@ -32,16 +36,17 @@ struct Args {
     delay: Duration,
     ttl: Duration,
     stats: Option<PathBuf>,
+    trace: Option<PathBuf>,
     threads: usize,
 }
 
 fn usage() -> String {
-    "usage: slowfs BACKING MOUNTPOINT [--delay-us N] [--ttl-ms N] [--stats FILE] [--threads N]".into()
+    "usage: slowfs BACKING MOUNTPOINT [--delay-us N] [--ttl-ms N] [--stats FILE] [--threads N] [--trace FILE]".into()
 }
 
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut pos = vec![];
-    let (mut delay, mut ttl, mut stats, mut threads) = (1000u64, 0u64, None, 4usize);
+    let (mut delay, mut ttl, mut stats, mut trace, mut threads) = (1000u64, 0u64, None, None, 4usize);
     while let Some(a) = argv.next() {
         let mut value = |name: &str| argv.next().ok_or_else(|| format!("{name} needs a value\n{}", usage()));
         let number = |name: &str, v: String| v.parse::<u64>().map_err(|_| format!("{name}: `{v}` is not a number"));
@@ -49,6 +54,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
             "--delay-us" => delay = number("--delay-us", value("--delay-us")?)?,
             "--ttl-ms" => ttl = number("--ttl-ms", value("--ttl-ms")?)?,
             "--stats" => stats = Some(PathBuf::from(value("--stats")?)),
+            "--trace" => trace = Some(PathBuf::from(value("--trace")?)),
             "--threads" => {
                 threads = usize::try_from(number("--threads", value("--threads")?)?).map_err(|e| e.to_string())?.max(1)
             }
@@ -64,6 +70,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
         delay: Duration::from_micros(delay),
         ttl: Duration::from_millis(ttl),
         stats,
+        trace,
         threads,
     })
 }
@@ -94,6 +101,16 @@ fn main() {
             eprintln!("slowfs: {}: {e}", args.backing.display());
             std::process::exit(1);
         }
+    };
+    let fs = match &args.trace {
+        None => fs,
+        Some(p) => match std::fs::File::create(p) {
+            Ok(f) => fs.traced(f),
+            Err(e) => {
+                eprintln!("slowfs: {}: {e}", p.display());
+                std::process::exit(1);
+            }
+        },
     };
     let counts = fs.counters();
     let mut cfg = fuser::Config::default();
