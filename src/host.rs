@@ -356,6 +356,9 @@ pub struct HostFacts {
     pub guard_kernel: bool,
     /// Every mount point of the host, from /proc/self/mountinfo.
     pub mountpoints: Vec<PathBuf>,
+    /// Every mount of the host: which file system, which of its directories, where
+    /// (`plan::fs::mount_aliases`: a hidden path is hidden at each place it is shown).
+    pub mounts: Vec<Mount>,
     /// Mail programs present on the host at the paths the mail-block stub covers.
     pub mailers: Vec<PathBuf>,
     /// /etc/resolv.conf as the launcher sees it (the filtered mode's upstreams and search list).
@@ -483,6 +486,7 @@ impl HostFacts {
             overlay_in_userns: kernel_at_least(5, 11),
             guard_kernel: kernel_at_least(5, 14),
             mountpoints: mountpoints(),
+            mounts: mounts(),
             mailers: vec![],
             pid: std::process::id(),
             runtime_dir: private_runtime_dir(uid.as_raw()),
@@ -602,13 +606,37 @@ pub fn read_proc(path: &str) -> std::io::Result<String> {
     Ok(text)
 }
 
+fn unescape(m: &str) -> PathBuf {
+    PathBuf::from(m.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\"))
+}
+
 fn mountpoints() -> Vec<PathBuf> {
     read_proc("/proc/self/mountinfo")
         .unwrap_or_default()
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
-        .map(|m| {
-            PathBuf::from(m.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n").replace("\\134", "\\"))
+        .map(unescape)
+        .collect()
+}
+
+/// One mount of the host (a line of /proc/self/mountinfo): the file system (`dev`,
+/// major:minor), the directory of it shown (`root`), and where (`point`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub dev: String,
+    pub root: PathBuf,
+    pub point: PathBuf,
+}
+
+fn mounts() -> Vec<Mount> {
+    parse_mounts(&read_proc("/proc/self/mountinfo").unwrap_or_default())
+}
+
+pub fn parse_mounts(text: &str) -> Vec<Mount> {
+    text.lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() > 4).then(|| Mount { dev: f[2].to_string(), root: unescape(f[3]), point: unescape(f[4]) })
         })
         .collect()
 }

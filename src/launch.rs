@@ -264,7 +264,7 @@ fn own_link_on_way(p: &Path, uid: u32, depth: u32) -> Result<Option<PathBuf>, St
 /// most), so that a test swaps a path between a check and its use at a known moment
 /// (tests/swap.rs) instead of racing for it. Compiled out of release builds.
 #[cfg(debug_assertions)]
-fn pause_for_test(point: &str) {
+pub(crate) fn pause_for_test(point: &str) {
     let Ok(v) = std::env::var("AGENT_SANDBOX_TEST_PAUSE") else { return };
     let Some((p, dir)) = v.split_once(':') else { return };
     if p != point {
@@ -279,7 +279,7 @@ fn pause_for_test(point: &str) {
 }
 
 #[cfg(not(debug_assertions))]
-fn pause_for_test(_point: &str) {}
+pub(crate) fn pause_for_test(_point: &str) {}
 
 /// Whether the plan's anchor of a job's project is the directory the job was submitted from.
 fn job_project_held(id: &chaperon::identity::ProjectId, plan: &Plan) -> Result<(), String> {

@@ -191,7 +191,7 @@ pub fn chaperon_main() -> i32 {
         spank: std::sync::OnceLock::new(),
         project_id: s.project_id,
         key: std::sync::OnceLock::new(),
-        release: std::sync::OnceLock::new(),
+        release: Default::default(),
     };
     let cfg = std::sync::Arc::new(cfg);
     // The installed release, learned beside the session's start rather than on its first call.

@@ -1532,6 +1532,14 @@ fn nothing_is_submitted_where_slurm_cannot_say_whether_it_takes_the_belt() {
         called.lines().all(|l| l == "--help" || l == "--version") && called.lines().any(|l| l == "--help"),
         "sbatch was only asked: {called}"
     );
+    // Issue 35: the release is asked once per host and kept for this very sbatch, so a call
+    // waiting for the session's own question asks nothing again, nor does the next session.
+    let versions = |c: &str| c.lines().filter(|l| *l == "--version").count();
+    assert_eq!(versions(&called), 1, "asked its release once: {called}");
+    let out = j.run("squeue -h -j 1 >/dev/null 2>&1; echo squeue=$?");
+    assert!(out.stdout.contains("squeue="), "{out}");
+    let again = std::fs::read_to_string(&calls).unwrap();
+    assert_eq!(versions(&again), 1, "the next session asked again: {again}");
     let log = j.as_user(&j.rig.bin).args(["log", "--json"]).output().expect("log");
     let log = String::from_utf8_lossy(&log.stdout).into_owned();
     let refused: Vec<&str> =

@@ -326,4 +326,87 @@ fn the_record_key_is_made_before_the_first_jail_runs() {
     std::fs::hard_link(&key, h.scratch.join("data/k")).unwrap();
     let out = run_in(&j, &h, &[], "echo ran");
     assert!(!out.stdout.contains("ran") && out.stderr.contains("2 links") && out.stderr.contains("fix:"), "{out}");
+    // One line, said as written (N8: no run of spaces from a string continued without `\`).
+    assert!(out.stderr.contains("2 links, 40 bytes"), "{out}");
+}
+
+/// N7 (outside review of the anchors): with `~/.local` a link, a profile whose missing state
+/// entries the launcher makes in the home (opencode's `~/.local/state/opencode`,
+/// `~/.local/share/opencode/log`) starts, in both backends: they are made where they really
+/// are, with no link on the way, and the agent writes them through their home names.
+#[test]
+fn a_profiles_home_entries_are_made_where_a_linked_local_really_is() {
+    for backend in ["userns", "landlock"] {
+        let name = format!("statedir-made-{backend}");
+        let Some(j) = Jail::new(&name) else { return };
+        let j = j.arg("--backend").arg(backend);
+        let h = linked_home(&j, &name, &|h| h.scratch.join("local").display().to_string());
+        let home = j.rig.home.display().to_string();
+        let script = format!("echo x > {home}/.local/share/opencode/log/mine && echo WROTE-STATE");
+        let out = run_in(&j, &h, &["--profile", "opencode"], &script);
+        assert_eq!(out.code, 0, "{backend}: {out}");
+        assert!(out.stdout.contains("WROTE-STATE"), "{backend}: {out}");
+        assert!(!out.stderr.contains("Too many levels"), "{backend}: {out}");
+        let log = h.scratch.join("local/share/opencode/log");
+        assert!(log.join("mine").is_file(), "{backend}: not written at {}: {out}", log.display());
+        assert!(h.scratch.join("local/state/opencode").is_dir(), "{backend}: {out}");
+    }
+}
+
+/// N8 (outside review of the anchors): `--ro /dev/fd/N` (userns) shows the directory the
+/// descriptor is open on, at its own path; one open on no path (a pipe) is refused with a
+/// line that says so, not an error of the jail's build.
+#[test]
+fn a_descriptors_name_given_to_ro_is_the_path_it_is_open_on() {
+    let Some(j) = Jail::new("statedir-devfd") else { return };
+    let j = j.arg("--backend").arg("userns");
+    let dir = PathBuf::from("/var/tmp/asb-statedir/devfd");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("seen-through-fd"), "x").unwrap();
+    for d in [Path::new("/var/tmp/asb-statedir"), &dir] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(dir.join("seen-through-fd"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    let open = format!("exec 7<{}; exec \"$@\"", dir.display());
+    let script = format!("ls {}", dir.display());
+    let args = ["-q", "--ro", "/dev/fd/7", "run", "--", "sh", "-c", &script];
+    let out = j.output(&mut j.command_wrapped(&["sh", "-c", &open, "sh"], &args));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("seen-through-fd"), "{out}");
+    let pipe = "exec 7</dev/null; true | { exec 7<&0; exec \"$@\"; }";
+    let out = j.output(&mut j.command_wrapped(&["sh", "-c", pipe, "sh"], &args));
+    assert_ne!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("/dev/fd/7") && out.stderr.contains("open on no path"), "{out}");
+    assert!(!out.stderr.contains("symlink /proc"), "{out}");
+}
+
+/// N5 (outside review of the anchors): a second mount of the same file system (a bind-mount
+/// alias, `/lustre/scratch` of `/scratch`), granted read-only, shows nothing the policy hides:
+/// the state directory is hidden at the alias as where it really is, in both backends.
+#[test]
+fn a_bind_mount_alias_of_a_tree_shows_no_hidden_path() {
+    for backend in ["userns", "landlock"] {
+        let name = format!("statedir-alias-{backend}");
+        let Some(j) = Jail::new(&name) else { return };
+        let j = j.arg("--backend").arg(backend);
+        let mut h = linked_home(&j, &name, &|h| h.scratch.join("local").display().to_string());
+        // The site's alias, made as root in the session's own mount namespace (gone with it).
+        let alias = h.scratch.with_file_name("alias");
+        std::fs::create_dir_all(&alias).unwrap();
+        let setup = h.wrapper[6].clone();
+        h.wrapper[6] = format!("mount --bind {} {} && {setup}", h.scratch.display(), alias.display());
+        let state = alias.join("local/state/agent-sandbox");
+        // The state directory is made by a first session.
+        assert_eq!(run_in(&j, &h, &[], "true").code, 0);
+        assert!(h.scratch.join("local/state/agent-sandbox/records.key").exists());
+        let script = format!(
+            "ls -A {0}; od -An -tx1 -N8 {0}/records.key && echo KEY-READ; ls {1} && echo ALIAS-SHOWN",
+            state.display(),
+            alias.join("data").display()
+        );
+        let out = run_in(&j, &h, &["--ro", alias.to_str().unwrap()], &script);
+        assert!(out.stdout.contains("ALIAS-SHOWN"), "{backend}: the alias is shown: {out}");
+        assert!(!out.stdout.contains("KEY-READ") && !out.stdout.contains("audit"), "{backend}: {out}");
+    }
 }

@@ -235,3 +235,132 @@ fn a_jobs_project_swapped_for_a_link_to_the_state_directory_before_its_bind_runs
     assert!(!ran && !out.stdout.contains("JOB-RAN"), "the job ran in the state directory: {out}");
     refused_naming(&out, &inner);
 }
+
+/// A policy file of the test's (`--policy`), readable by the test user.
+fn policy_file(name: &str, text: &str) -> PathBuf {
+    let p = PathBuf::from("/var/tmp/asb-swap").join(format!("{name}.toml"));
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, text).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    p
+}
+
+/// A read-only tree's entry swapped for a link to the state directory after the plan: the
+/// victim's command lists it and reads `records.key` through it.
+fn a_read_only_trees_entry_swapped(name: &str, policy: &str, hide: &str, ro: &str) {
+    let Some(j) = Jail::new(&format!("swap-{name}")) else { return };
+    let j = j.arg("--backend").arg("userns");
+    let state = state_dir(&j);
+    let base = scratch(&j, name);
+    std::fs::create_dir(base.join("data/sub")).unwrap();
+    j.give(&[&base.join("data/sub")]);
+    let data = base.join("data");
+    let policy = policy_file(name, policy);
+    let (hide, ro) = (base.join(hide), base.join(ro));
+    let script = format!("ls -A {0}; od -An -tx1 -N8 {0}/records.key && echo KEY-READ", data.display());
+    let args = [
+        "-q",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--hide",
+        hide.to_str().unwrap(),
+        "--ro",
+        ro.to_str().unwrap(),
+        "run",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ];
+    let out = launch_swapped(&j, name, "planned", &args, &|| swap_for_link(&data, &state));
+    assert!(!out.stdout.contains("KEY-READ") && !out.stdout.contains("records.key"), "the key was read: {out}");
+    refused_naming(&out, &data);
+}
+
+/// N1: an entry of a read-only tree rebuilt around a hidden path (`hide_with = "rebuild"`)
+/// swapped for a link to the state directory after the plan is not bound: the launch stops.
+#[test]
+fn a_rebuilt_trees_entry_swapped_for_a_link_to_the_state_directory_is_not_bound() {
+    let policy = "[sandbox]\nhide_with = \"rebuild\"\n";
+    a_read_only_trees_entry_swapped("tree-entry", policy, "other", "");
+}
+
+/// N2: the lower layer of a read-only tree's overlay (the default way to hide a path in it)
+/// swapped for a link to the state directory after the plan is not stacked on: the launch
+/// stops.
+#[test]
+fn an_overlays_lower_layer_swapped_for_a_link_to_the_state_directory_is_not_mounted() {
+    a_read_only_trees_entry_swapped("overlay-lower", "", "data/sub", "data");
+}
+
+/// N3: a user's profile's missing `home.write` directory, made by the launcher, then swapped
+/// for a link to the state directory before the jail binds it (userns) or grants it
+/// (Landlock): neither; the launch stops, naming it.
+fn a_made_home_entry_swapped(backend: &str) {
+    let name = format!("made-{backend}");
+    let Some(j) = Jail::new(&format!("swap-{name}")) else { return };
+    let j = j.arg("--backend").arg(backend);
+    let state = state_dir(&j);
+    let _ = std::fs::remove_file(state.join("planted"));
+    let tool = format!("asbswap{backend}{}", std::process::id());
+    let profiles = j.rig.home.join(".config/agent-sandbox/profiles");
+    std::fs::create_dir_all(&profiles).unwrap();
+    j.give(&[&profiles]);
+    let profile = profiles.join(format!("{tool}.toml"));
+    std::fs::write(&profile, format!("[home]\nwrite = [\".local/share/{tool}/\"]\n")).unwrap();
+    j.give(&[&profile]);
+    let entry = j.rig.home.join(".local/share").join(&tool);
+    let _ = std::fs::remove_dir_all(&entry);
+    let script = format!("ls -A {0}; touch {0}/planted && echo PLANTED", entry.display());
+    let args = ["-q", "--profile", &tool, "run", "--", "sh", "-c", &script];
+    let out = launch_swapped(&j, &name, "made", &args, &|| {
+        assert!(entry.is_dir(), "the launcher did not make {}", entry.display());
+        swap_for_link(&entry, &state)
+    });
+    let planted = state.join("planted").exists();
+    let _ = std::fs::remove_file(state.join("planted"));
+    let _ = std::fs::remove_file(&profile);
+    let _ = std::fs::remove_file(&entry);
+    let _ = std::fs::remove_dir_all(entry.with_extension("aside"));
+    assert!(!planted && !out.stdout.contains("PLANTED"), "the jail wrote into the state directory: {out}");
+    refused_naming(&out, &entry);
+}
+
+#[test]
+fn a_home_entry_the_launcher_made_swapped_for_a_link_to_the_state_directory_is_not_bound() {
+    a_made_home_entry_swapped("userns");
+}
+
+#[test]
+fn landlock_a_home_entry_the_launcher_made_swapped_for_a_link_to_the_state_directory_is_not_granted() {
+    a_made_home_entry_swapped("landlock");
+}
+
+/// N4: a `home.seed` file swapped for a link to `records.key` after the plan is not copied
+/// into the jail's home: the launch stops, naming it.
+#[test]
+fn a_seed_swapped_for_a_link_to_the_record_key_is_not_copied() {
+    let Some(j) = Jail::new("swap-seed") else { return };
+    let j = j.arg("--backend").arg("userns");
+    let state = state_dir(&j);
+    let dir = j.rig.home.join(format!(".config/asbswapseed{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let seed = dir.join("settings.json");
+    std::fs::write(&seed, "{}\n").unwrap();
+    j.give(&[&dir, &seed]);
+    let rel = seed.strip_prefix(&j.rig.home).unwrap();
+    let policy = policy_file("seed", &format!("[home]\nseed = [\"{}\"]\n", rel.display()));
+    let script = format!("od -An -tx1 -N8 {} && echo SEED-READ", seed.display());
+    let args = ["-q", "--policy", policy.to_str().unwrap(), "run", "--", "sh", "-c", &script];
+    let key = state.join("records.key");
+    let key_head: Vec<u8> = std::fs::read(&key).unwrap()[..8].to_vec();
+    let out = launch_swapped(&j, "seed", "planned", &args, &|| {
+        std::fs::rename(&seed, seed.with_extension("aside")).unwrap();
+        std::os::unix::fs::symlink(relative_to(&dir, &key), &seed).unwrap();
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let head: String = key_head.iter().map(|b| format!(" {b:02x}")).collect();
+    assert!(!out.stdout.contains(&head) && !out.stdout.contains("SEED-READ"), "the key was copied in: {out}");
+    refused_naming(&out, &seed);
+}

@@ -137,7 +137,7 @@ impl Target {
 /// A pidfd of our unreaped child `pid`; None where the kernel has no pidfds (before 5.3).
 /// The pid is our unreaped child's, so it cannot name another process yet.
 fn pidfd_open(pid: u32) -> std::io::Result<Option<OwnedFd>> {
-    match crate::spawn::pidfd_open(pid as libc::pid_t) {
+    match agent_sandbox_sys::pidfd::open(pid as libc::pid_t) {
         Ok(fd) => Ok(Some(fd)),
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Ok(None),
         Err(e) => Err(e),

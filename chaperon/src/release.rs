@@ -68,6 +68,49 @@ pub fn parse_version(text: &str) -> Option<Release> {
     ((1..=12).contains(&month) && (14..100).contains(&year)).then_some(Release::new(year, month))
 }
 
+/// The release learned once per session: the first call that needs it asks, a call arriving
+/// meanwhile waits for that answer rather than asking again.
+#[derive(Debug, Default)]
+pub struct Learned {
+    value: std::sync::OnceLock<Release>,
+    asking: std::sync::Mutex<()>,
+}
+
+impl Learned {
+    pub fn get(&self) -> Option<Release> {
+        self.value.get().copied()
+    }
+
+    /// `ask` run by one caller at a time; its answer kept when it has one (an sbatch that did
+    /// not answer is asked again by the next call).
+    pub fn learn(&self, ask: impl FnOnce() -> Option<Release>) -> Option<Release> {
+        if let Some(r) = self.get() {
+            return Some(r);
+        }
+        let _one = self.asking.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(r) = self.get() {
+            return Some(r);
+        }
+        let r = ask()?;
+        Some(*self.value.get_or_init(|| r))
+    }
+}
+
+/// What names one installed `sbatch` in the release cache of the state directory: its
+/// device, inode, change time and size (an upgrade replaces the file, so all change).
+pub fn cache_key(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!("{}:{}:{}.{}:{}", meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec(), meta.size())
+}
+
+/// The release the cache's text gives for `key` (lines `KEY YY.MM`), if any.
+pub fn cached(text: &str, key: &str) -> Option<Release> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(' ')?;
+        (k == key).then(|| parse_version(&format!("slurm {v}"))).flatten()
+    })
+}
+
 thread_local! {
     static IN_EFFECT: Cell<Release> = const { Cell::new(R22_05) };
 }
@@ -88,6 +131,46 @@ pub fn with<T>(release: Release, f: impl FnOnce() -> T) -> T {
     }
     let _restore = Restore(IN_EFFECT.with(|c| c.replace(release)));
     f()
+}
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+
+    #[test]
+    fn the_cache_answers_only_for_its_own_binary() {
+        let text = "1:2:3.4:5 24.11\n9:9:9.9:9 22.05\ngarbage\n";
+        assert_eq!(cached(text, "1:2:3.4:5"), Some(R24_11));
+        assert_eq!(cached(text, "9:9:9.9:9"), Some(R22_05));
+        assert_eq!(cached(text, "1:2:3.4:6"), None);
+        assert_eq!(cached("1:2:3.4:5 banana\n", "1:2:3.4:5"), None);
+    }
+
+    #[test]
+    fn a_release_is_asked_once_while_callers_wait_for_it() {
+        let learned = std::sync::Arc::new(Learned::default());
+        let asked = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let callers: Vec<_> = (0..4)
+            .map(|_| {
+                let (l, a) = (learned.clone(), asked.clone());
+                std::thread::spawn(move || {
+                    l.learn(|| {
+                        a.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                        Some(R24_11)
+                    })
+                })
+            })
+            .collect();
+        for c in callers {
+            assert_eq!(c.join().unwrap(), Some(R24_11));
+        }
+        assert_eq!(asked.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // No answer: not kept, asked again.
+        let l = Learned::default();
+        assert_eq!(l.learn(|| None), None);
+        assert_eq!(l.learn(|| Some(R22_05)), Some(R22_05));
+    }
 }
 
 #[cfg(test)]

@@ -68,8 +68,28 @@ const ENTRY: usize = 8 + KEY_LEN;
 /// The lock under which the ring is made or replaced.
 const LOCK_FILE: &str = "records.key.lock";
 
-/// The ring as read: (made, key bytes), newest first.
-struct Ring(Vec<(u64, [u8; KEY_LEN])>);
+/// How far ahead of the clock a key's made time may be (another node's clock) before the
+/// ring is taken as planted and rotated at once.
+const AHEAD_SKEW: u64 = 86400;
+
+/// The ring as read: (made, key bytes), newest first, and its file's ctime. The made times
+/// are whatever was written (by the launcher, or by anyone who could write the state
+/// directory); the ctime is the kernel's, which the user cannot set: a key is taken as made
+/// no later than its file was written (`made`), so that a ring planted with a far "made"
+/// time rotates as soon as one written then would.
+struct Ring(Vec<(u64, [u8; KEY_LEN])>, u64);
+
+impl Ring {
+    /// When key `i` was made at the latest: its own time, or its file's ctime if earlier.
+    fn made(&self, i: usize) -> u64 {
+        self.0[i].0.min(self.1)
+    }
+
+    /// A key claims to be made after `now` (beyond another clock's skew): planted.
+    fn ahead(&self, now: u64) -> bool {
+        self.0.iter().any(|(m, _)| *m > now.saturating_add(AHEAD_SKEW))
+    }
+}
 
 impl Key {
     /// The ring in `state_dir`, made there first if there is none (by the chaperon, outside
@@ -189,7 +209,8 @@ fn read_ring(state_dir: &Path) -> Result<Ring, KeyError> {
         return Err(KeyError::Bad(
             path,
             format!(
-                "not a regular file of uid {me} with mode 0600, one link and whole keys (uid {}, mode {:o}, {} links,                  {} bytes)",
+                "not a regular file of uid {me} with mode 0600, one link and whole keys (uid {}, mode {:o}, {} links, \
+                 {} bytes)",
                 m.uid(),
                 m.mode() & 0o7777,
                 m.nlink(),
@@ -202,7 +223,10 @@ fn read_ring(state_dir: &Path) -> Result<Ring, KeyError> {
     if bytes.len() != len {
         return Err(KeyError::Bad(path, format!("{} bytes read, not {len}", bytes.len())));
     }
-    parse_ring(&bytes, m.mtime().max(0) as u64).ok_or_else(|| KeyError::Bad(path, "not whole keys".into()))
+    let mut ring =
+        parse_ring(&bytes, m.mtime().max(0) as u64).ok_or_else(|| KeyError::Bad(path, "not whole keys".into()))?;
+    ring.1 = m.ctime().max(0) as u64;
+    Ok(ring)
 }
 
 /// The ring in `bytes`: 40 bytes a key, or an earlier version's single key of 32 bytes, made
@@ -215,7 +239,7 @@ fn parse_ring(bytes: &[u8], mtime: u64) -> Option<Ring> {
     };
     let len = bytes.len();
     if len == KEY_LEN {
-        return Some(Ring(vec![(mtime, key(bytes))]));
+        return Some(Ring(vec![(mtime, key(bytes))], u64::MAX));
     }
     if len == 0 || !len.is_multiple_of(ENTRY) || len / ENTRY > MAX_KEYS {
         return None;
@@ -225,17 +249,20 @@ fn parse_ring(bytes: &[u8], mtime: u64) -> Option<Ring> {
             .chunks(ENTRY)
             .map(|e| (u64::from_be_bytes([e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]]), key(&e[8..])))
             .collect(),
+        u64::MAX,
     ))
 }
 
-/// Whether the ring needs a change at `now`: none yet, its newest key is due for rotation, or
-/// a retired key is past its keep (whether a job still needs it is asked under the lock).
+/// Whether the ring needs a change at `now`: none yet, its newest key is due for rotation
+/// (or claims a time to come), or a retired key is past its keep (whether a job still needs
+/// it is asked under the lock). Ages count from `Ring::made`.
 fn due(ring: &Ring, now: u64) -> bool {
     let keys = &ring.0;
     keys.is_empty()
-        || now.saturating_sub(keys[0].0) >= ROTATE_AFTER
+        || ring.ahead(now)
+        || now.saturating_sub(ring.made(0)) >= ROTATE_AFTER
         || keys.len() > MAX_KEYS
-        || (1..keys.len()).any(|i| now.saturating_sub(keys[i - 1].0) >= RETIRED_KEEP)
+        || (1..keys.len()).any(|i| now.saturating_sub(ring.made(i - 1)) >= RETIRED_KEEP)
 }
 
 /// The ring of `state_dir` as it should be at `now` (seconds since the epoch): made if there
@@ -269,10 +296,11 @@ pub fn ensure(state_dir: &Path, now: u64, in_use: &dyn Fn(&Key) -> bool) -> Resu
         }
     }
     // Read again under the lock: another launcher may have done it meanwhile.
-    let (mut keys, existed) = match read_ring(state_dir) {
+    let (mut keys, existed, ahead) = match read_ring(state_dir) {
         Ok(r) if !due(&r, now) => return Ok(None),
-        Ok(r) => (r.0, true),
-        Err(KeyError::Missing(_)) => (vec![], false),
+        // Each key's time as `Ring::made` says, kept so in the ring written now.
+        Ok(r) => ((0..r.0.len()).map(|i| (r.made(i), r.0[i].1)).collect(), true, r.ahead(now)),
+        Err(KeyError::Missing(_)) => (vec![], false, false),
         Err(e) => return Err(e.to_string()),
     };
     let mut did = vec![];
@@ -285,6 +313,13 @@ pub fn ensure(state_dir: &Path, now: u64, in_use: &dyn Fn(&Key) -> bool) -> Resu
     if keys.is_empty() {
         keys.push((now, fresh()?));
         did.push("made the record key".to_string());
+    } else if ahead {
+        keys.insert(0, (now, fresh()?));
+        did.push(
+            "made a new record key: the ring held a key claiming to be made in the future (planted by something \
+             that could write the state directory?), the old ones kept only to open what they sealed"
+                .into(),
+        );
     } else if now.saturating_sub(keys[0].0) >= ROTATE_AFTER {
         keys.insert(0, (now, fresh()?));
         did.push("made a new record key (the last one is 30 days old), the old one kept to open what it sealed".into());
@@ -465,6 +500,45 @@ mod tests {
         let ring = Key::load(&dir).unwrap();
         assert_eq!(ring.0.len(), 2);
         assert!(ring.open("scope", b"f", &sealed).is_ok());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A ring planted with a "made" time to come (outside review of the anchors, N6) is
+    /// rotated at once, and one whose time is a little ahead counts its age from its file's
+    /// ctime (which the user cannot set): a planted key is good for no longer than a read one.
+    #[test]
+    fn a_ring_planted_with_a_time_to_come_is_rotated() {
+        let dir = fresh_dir("ahead");
+        std::fs::create_dir_all(&dir).unwrap();
+        let plant = |made: u64| {
+            let _ = std::fs::remove_file(dir.join(KEY_FILE));
+            let mut bytes = made.to_be_bytes().to_vec();
+            bytes.extend_from_slice(&[7; KEY_LEN]);
+            let mut f = std::fs::OpenOptions::new();
+            f.write(true).create_new(true).mode(0o600);
+            f.open(dir.join(KEY_FILE)).unwrap().write_all(&bytes).unwrap();
+        };
+        let planted = Key::from_bytes(&[7; KEY_LEN]).seal("job.json", b"j", b"forged");
+        plant(4_102_444_800); // 2100-01-01
+        let did = ensure(&dir, now(), &|_| false).unwrap().unwrap();
+        assert!(did.contains("in the future"), "{did}");
+        let ring = read_ring(&dir).unwrap();
+        assert_eq!(ring.0.len(), 2);
+        assert_ne!(ring.0[0].1, [7; KEY_LEN], "a new key seals");
+        assert!(ring.0[1].0 <= now(), "the planted key's time is its file's at the latest");
+        // Retired like any: gone once its keep is over.
+        let later = now() + RETIRED_KEEP.max(ROTATE_AFTER);
+        ensure(&dir, later, &|_| false).unwrap();
+        assert!(Key::load(&dir).unwrap().open("job.json", b"j", &planted).is_err(), "the planted key is gone");
+        // A time a little ahead (within the skew): its age counts from the file's ctime.
+        plant(now() + 3600);
+        assert!(ensure(&dir, now() + ROTATE_AFTER, &|_| false).unwrap().is_some(), "rotated 30 days after planting");
+        // An earlier version's single key with a modification time to come.
+        let _ = std::fs::remove_file(dir.join(KEY_FILE));
+        let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(dir.join(KEY_FILE)).unwrap();
+        (&f).write_all(&[9; 32]).unwrap();
+        f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(4_102_444_800)).unwrap();
+        assert!(ensure(&dir, now(), &|_| false).unwrap().unwrap().contains("in the future"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -51,7 +51,7 @@ pub struct Config {
     /// The user's record key (`seal`), read (or made) on first use.
     pub key: std::sync::OnceLock<std::sync::Arc<crate::seal::Key>>,
     /// The installed Slurm's release, learned once (`release`).
-    pub release: std::sync::OnceLock<Release>,
+    pub release: crate::release::Learned,
 }
 
 impl Config {
@@ -132,20 +132,30 @@ impl Config {
     /// every later release has but a few it refuses itself (spelled in full, so never
     /// another option there), and the next call asks again.
     pub fn release(&self) -> Release {
-        if let Some(r) = self.release.get() {
-            return *r;
-        }
-        match self.installed_release() {
-            Some(r) => *self.release.get_or_init(|| r),
-            None => crate::release::R22_05,
-        }
+        self.release.learn(|| self.installed_release()).unwrap_or(crate::release::R22_05)
     }
 
+    /// From the state directory's cache when it names this very `sbatch` (a later session on
+    /// this host asks nothing), else from `sbatch --version`, then kept there.
     fn installed_release(&self) -> Option<Release> {
+        let sbatch = self.real("sbatch");
+        let key = std::fs::metadata(&sbatch).ok().map(|m| crate::release::cache_key(&m));
+        let cache = self.state_dir.join(RELEASE_CACHE);
+        if let Some(k) = &key {
+            let text = read_cache(&cache).unwrap_or_default();
+            if let Some(r) = crate::release::cached(&String::from_utf8_lossy(&text), k) {
+                return Some(r);
+            }
+        }
         let mut cmd = self.command("sbatch");
         cmd.arg("--version").stdin(Io::null()).stderr(Io::null());
         let (out, status) = crate::bounded::capture(cmd, 64 << 10, BELT_QUESTION_TIMEOUT).ok()?;
-        status.success().then(|| crate::release::parse_version(&String::from_utf8_lossy(&out)))?
+        let r = status.success().then(|| crate::release::parse_version(&String::from_utf8_lossy(&out)))??;
+        if let Some(k) = key {
+            // Best effort: without it the next session asks again.
+            let _ = write_cache(&cache, format!("{k} {r}\n").as_bytes());
+        }
+        Some(r)
     }
 
     /// The user's record key, which seals every job directory's spec and scope record.
@@ -284,6 +294,37 @@ fn local_cluster_name(bin: &Path, home: &Path, user: &str) -> Option<String> {
 /// Slurm keeps it.
 pub fn cluster_name_in(text: &str) -> Option<String> {
     crate::slurm_conf::word(text, "ClusterName").map(str::to_ascii_lowercase)
+}
+
+/// The state directory's cache of the installed Slurm's release (`KEY YY.MM`, see
+/// `release::cache_key`): hidden from every jail, like the rest of the state directory.
+const RELEASE_CACHE: &str = "slurm-release";
+
+fn read_cache(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
+    let mut text = Vec::new();
+    f.take(4096).read_to_end(&mut text)?;
+    Ok(text)
+}
+
+/// Written whole or not at all: a new file beside it, renamed over it.
+fn write_cache(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)?;
+    let done = f.write_all(bytes).and_then(|_| std::fs::rename(&tmp, path));
+    if done.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    done
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -184,7 +184,9 @@ impl RealCommand {
             error: &error,
         };
         let mut stack = vec![0u8; CHILD_STACK];
-        let pid = clone_vfork(&mut stack, &args)?;
+        // SAFETY: `child` makes system calls only, on `args`, which lives past the call (the
+        // clone returns once the child exec'd or exited).
+        let pid = unsafe { agent_sandbox_sys::spawn::clone_vfork(&mut stack, || child(&args)) }?;
         match error.load(Ordering::Acquire) {
             0 => {}
             e => {
@@ -260,30 +262,6 @@ impl RealChild {
     }
 }
 
-/// A pidfd of process `pid` (Linux 5.3): it stays that process's even once the pid is reused.
-/// The one wrapper of the system call for the chaperon, the launcher and the stubs.
-pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just made this descriptor for us; nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
-}
-
-/// A copy of descriptor `fd` of the process behind `pidfd` (Linux 5.6), close-on-exec.
-pub fn pidfd_getfd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
-    // SAFETY: pidfd_getfd takes a pidfd, a descriptor number and flags and returns a new
-    // descriptor or -1; it reads no memory of ours.
-    let copy = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
-    if copy < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: as above, a descriptor the kernel just installed for us.
-    Ok(unsafe { OwnedFd::from_raw_fd(copy as RawFd) })
-}
-
 /// The child's stack until its exec: it makes system calls only.
 const CHILD_STACK: usize = 32 << 10;
 
@@ -302,42 +280,8 @@ struct ChildArgs {
     error: *const AtomicI32,
 }
 
-fn clone_vfork(stack: &mut [u8], args: &ChildArgs) -> io::Result<libc::pid_t> {
-    // Every signal stays pending while the child shares our memory: a handler of ours must
-    // never run on its stack (the child puts handled signals back to default itself).
-    // SAFETY: sigset_t is plain data (all zero is a valid value, filled in below).
-    let (mut all, mut old): (libc::sigset_t, libc::sigset_t) = unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
-    // SAFETY: sigfillset writes the local set; pthread_sigmask changes only this thread's
-    // mask, restored below.
-    unsafe {
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-    }
-    let top = stack.as_mut_ptr_range().end;
-    // SAFETY: `child` runs on `stack` (which outlives the call: CLONE_VFORK returns only once
-    // the child exec'd or exited) and reads only `args`, alive for the same reason. It makes
-    // system calls only, so sharing our memory (CLONE_VM) disturbs nothing of ours but errno.
-    let pid = unsafe {
-        libc::clone(
-            child,
-            top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (args as *const ChildArgs).cast_mut().cast(),
-        )
-    };
-    let e = io::Error::last_os_error();
-    // SAFETY: as above: this thread's mask back as it was.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    if pid < 0 {
-        return Err(e);
-    }
-    Ok(pid)
-}
-
 /// The child, between the clone and the exec. Only async-signal-safe calls.
-extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the `ChildArgs` the waiting parent thread keeps alive.
-    let a = unsafe { &*(arg as *const ChildArgs) };
+fn child(a: &ChildArgs) -> libc::c_int {
     // SAFETY: each call below is a system call on this process alone, with pointers into
     // `a` (alive) or locals.
     unsafe {

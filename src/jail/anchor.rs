@@ -57,30 +57,78 @@ fn not_a_link(fd: OwnedFd) -> io::Result<OwnedFd> {
 /// jail) as `open_exact` does, and still the inode the plan found; an error naming the path
 /// and what changed otherwise.
 pub fn open_anchored(root: impl AsFd, a: &Anchor) -> io::Result<OwnedFd> {
-    let changed = |why: String| {
-        io::Error::other(format!(
-            "{} is no longer what the launch checked ({why}): another session's jail may be changing it; the launch stops",
-            a.path.display()
-        ))
-    };
-    let rel = a.real.strip_prefix("/").map_err(|_| changed("not an absolute path".into()))?;
-    let fd = open_exact(root, rel).map_err(|e| match e.raw_os_error() {
-        Some(libc::ELOOP) => changed(format!("a symbolic link is on the way to {} now", a.real.display())),
-        Some(libc::ENOENT) => changed(format!("{} is gone", a.real.display())),
-        _ => changed(format!("{}: {e}", a.real.display())),
-    })?;
-    let st = fstat(&fd).map_err(errno)?;
-    if (st.st_dev, st.st_ino) != (a.dev, a.ino) {
-        return Err(changed(format!(
-            "{} is another file now: inode {} on device {}, checked as inode {} on device {}",
-            a.real.display(),
-            st.st_ino,
-            st.st_dev,
-            a.ino,
-            a.dev
-        )));
-    }
+    let fd = open_as_checked(root, a, |root, rel| open_exact(root, rel))?;
+    same_inode(&fd, a)?;
     Ok(fd)
+}
+
+/// The anchored regular file opened for reading (a seed's text): as `open_anchored` opens
+/// it, never a FIFO's wait or a device's read.
+pub fn open_anchored_file(root: impl AsFd, a: &Anchor) -> io::Result<std::fs::File> {
+    let read = |root: &dyn AsFd, rel: &Path| -> io::Result<OwnedFd> {
+        let dir = match rel.parent() {
+            Some(p) => open_exact(root.as_fd(), p)?,
+            None => return Err(io::Error::from_raw_os_error(libc::EISDIR)),
+        };
+        let name = rel.file_name().ok_or_else(|| io::Error::from_raw_os_error(libc::EISDIR))?;
+        let flags = OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+        openat(&dir, name, flags, Mode::empty()).map_err(errno)
+    };
+    let fd = open_as_checked(root, a, |root, rel| read(&root, rel))?;
+    same_inode(&fd, a)?;
+    if fstat(&fd).map_err(errno)?.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Err(changed(a, format!("{} is not a regular file now", a.real.display())));
+    }
+    Ok(fd.into())
+}
+
+fn changed(a: &Anchor, why: String) -> io::Error {
+    io::Error::other(format!(
+        "{} is no longer what the launch checked ({why}): another session's jail may be changing it; the launch stops",
+        a.path.display()
+    ))
+}
+
+/// `open` of the anchor's real path below `root`, its errors said as what changed.
+fn open_as_checked<R: AsFd>(
+    root: R,
+    a: &Anchor,
+    open: impl FnOnce(R, &Path) -> io::Result<OwnedFd>,
+) -> io::Result<OwnedFd> {
+    let rel = a.real.strip_prefix("/").map_err(|_| changed(a, "not an absolute path".into()))?;
+    open(root, rel).map_err(|e| match e.raw_os_error() {
+        Some(libc::ELOOP) => changed(a, format!("a symbolic link is on the way to {} now", a.real.display())),
+        Some(libc::ENOENT) => changed(a, format!("{} is gone", a.real.display())),
+        _ => changed(a, format!("{}: {e}", a.real.display())),
+    })
+}
+
+fn same_inode(fd: &OwnedFd, a: &Anchor) -> io::Result<()> {
+    let st = fstat(fd).map_err(errno)?;
+    if (st.st_dev, st.st_ino) != (a.dev, a.ino) {
+        return Err(changed(
+            a,
+            format!(
+                "{} is another file now: inode {} on device {}, checked as inode {} on device {}",
+                a.real.display(),
+                st.st_ino,
+                st.st_dev,
+                a.ino,
+                a.dev
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The anchor of `path` as the launcher just made or found it at `real` (`fd`: opened
+/// there with no link on the way): its inode now, checked to be what `real` opens from
+/// `/` the same way, so that the jail later holds the entry to that very inode.
+pub fn anchor_made(path: &Path, real: &Path, fd: &OwnedFd) -> io::Result<Anchor> {
+    let st = fstat(fd).map_err(errno)?;
+    let a = Anchor { path: path.to_path_buf(), real: real.to_path_buf(), dev: st.st_dev, ino: st.st_ino };
+    open_anchored(std::fs::File::open("/")?, &a)?;
+    Ok(a)
 }
 
 #[cfg(test)]

@@ -16,6 +16,9 @@ pub struct Blueprint {
     pub mounts: Vec<MountSpec>,
     /// What the plan checked of the mounts' sources (`plan::anchor`).
     pub anchors: Vec<Anchor>,
+    /// The launcher's own trees, used by name (`Plan::own`).
+    #[serde(with = "crate::plan::os_path::vec")]
+    pub own: Vec<PathBuf>,
     pub command: Vec<String>,
     pub env: Vec<(String, String)>,
     #[serde(with = "crate::plan::os_path")]
@@ -30,6 +33,7 @@ impl Blueprint {
             hostname: plan.hostname.clone(),
             mounts: plan.mounts.clone(),
             anchors: plan.anchors.clone(),
+            own: plan.own.clone(),
             command: plan.command.clone(),
             env: plan.env.clone(),
             cwd: plan.cwd.clone(),
@@ -89,11 +93,20 @@ mod tests {
                 },
             ],
             anchors: vec![Anchor { path: odd.clone(), real: odd.join("r"), dev: 1 << 40, ino: u64::MAX }],
+            own: vec![odd.join("state")],
             command: vec!["sh".into(), "-c".into(), "echo \u{e9}".into()],
             env: vec![("PATH".into(), "/usr/bin".into())],
             cwd: odd.join("d\u{e9}"),
             limits: LimitsPlan { mem: Some(1 << 30), pids: Some(64), ..Default::default() },
-            git_guard: Some(GitGuardPlan { roots: vec![odd.clone(), "/scratch".into()] }),
+            git_guard: Some(GitGuardPlan {
+                roots: vec![odd.clone(), "/scratch".into()],
+                links: crate::plan::LinkPlan {
+                    state: vec![odd.join("s")],
+                    hidden: vec![odd.join("h")],
+                    trees: vec![],
+                    guarded: true,
+                },
+            }),
         };
         let fd = bp.to_fd().unwrap();
         let mut file = std::fs::File::from(fd.try_clone().unwrap());

@@ -8,8 +8,6 @@
 use super::blueprint::Blueprint;
 use super::caps::Sealed;
 use super::init::TtyFds;
-use nix::sched::CloneFlags;
-use nix::sys::signal::{SigSet, SigmaskHow};
 use nix::unistd::Pid;
 use std::ffi::{c_char, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -113,22 +111,19 @@ pub fn spawn(
         return Err(nix::Error::last());
     }
     let usable = &mut stack[PAGE..];
-    // Every signal blocked for the clone: none may be handled in the child before it has put
-    // the handlers back to default (it unblocks them itself).
-    let mut old = SigSet::empty();
-    nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&SigSet::all()), Some(&mut old))?;
     let slave_fd = slave.map(|s| s.as_raw_fd());
     let limits = &plan.limits;
-    let cb = Box::new(|| -> isize { child(&prepared, limits, sealed, slave_fd, pty, guard.as_ref()) });
-    // SAFETY: the child shares our memory (CLONE_VM) and runs on `usable`, which outlives the
-    // call: with CLONE_VFORK the clone returns only once the child has exec'd or exited. PID 1
-    // is single-threaded here (the guard's threads start after), and the child makes only
-    // system calls on data made above, except on the paths that end it (a report of why),
-    // where the allocator is free: its only other user waits for this clone.
-    let pid =
-        unsafe { nix::sched::clone(cb, usable, CloneFlags::CLONE_VM | CloneFlags::CLONE_VFORK, Some(libc::SIGCHLD)) };
-    let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
-    pid
+    // SAFETY: the child shares our memory and runs on `usable`, which outlives the call (it
+    // returns once the child has exec'd or exited). PID 1 is single-threaded here (the
+    // guard's threads start after), and the child makes only system calls on data made
+    // above, except on the paths that end it (a report of why), where the allocator is free:
+    // its only other user waits for this clone.
+    let pid = unsafe {
+        agent_sandbox_sys::spawn::clone_vfork(usable, || {
+            child(&prepared, limits, sealed, slave_fd, pty, guard.as_ref())
+        })
+    };
+    pid.map(Pid::from_raw).map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EAGAIN)))
 }
 
 /// Writes the parts of one line to stderr, allocating nothing.
@@ -181,7 +176,7 @@ fn child(
         }
         // Every inherited descriptor above stderr closes at exec (the launcher's own files,
         // the init socket, signalfd...): the jail never holds a host fd it was not given.
-        libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
+        agent_sandbox_sys::fd::cloexec_from(3);
         if libc::chdir(p.cwd.as_ptr()) != 0 {
             libc::chdir(c"/".as_ptr());
         }

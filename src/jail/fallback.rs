@@ -284,10 +284,10 @@ impl Helpers {
     /// process's memory is made for it, and it returns once the helper has exec'd.
     fn start(&self, name: &str, keep: &[RawFd]) -> std::io::Result<i32> {
         use std::os::unix::process::CommandExt;
-        // SAFETY: close_range with CLOSE_RANGE_CLOEXEC and fcntl only change the flags of this
-        // (throwaway) process's own descriptors; `keep` are open.
+        agent_sandbox_sys::fd::cloexec_from(3);
+        // SAFETY: fcntl only changes the flags of this (throwaway) process's own descriptors;
+        // `keep` are open.
         unsafe {
-            libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC);
             for fd in keep {
                 libc::fcntl(*fd, libc::F_SETFD, 0);
             }
@@ -492,6 +492,7 @@ fn landlock_rules(ll: &LandlockPlan) -> landlock::LandlockRules {
         scope_signals: true,
         scope_abstract_unix: true,
         anchors: vec![],
+        own: None,
     }
 }
 
@@ -510,6 +511,7 @@ fn exec_command(
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
     let mut rules = landlock_rules(ll);
     rules.anchors = plan.anchors.clone();
+    rules.own = Some(plan.own.clone());
     // Before the rules: what starting the helpers needs.
     let helpers = match (&sweeper, ll.slurm_fd) {
         (None, None) => None,
@@ -561,8 +563,7 @@ fn exec_command(
             return e.into();
         }
     }
-    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags on our own descriptors.
-    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+    agent_sandbox_sys::fd::cloexec_from(3);
     if let (Some(want), Some(have)) = (ll.slurm_fd, channel) {
         // dup2 leaves the new descriptor open across exec; the same number keeps its flag.
         // SAFETY: dup2/fcntl on descriptors of this process; `have` is open (the launcher's pair).

@@ -188,7 +188,7 @@ fn build_root(bp: &Blueprint) -> Result<(), String> {
         nix::mount::mount(None::<&str>, mounts::OLD, None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>),
         "make the host tree private",
     )?;
-    mounts::apply_all(&mut mounts::RealSys, &bp.mounts, &bp.anchors, Path::new("/files"))
+    mounts::apply_all(&mut mounts::RealSys, &bp.mounts, &bp.anchors, &bp.own, Path::new("/files"))
         .map_err(|e| format!("cannot build the jail's filesystem: {e}"))?;
     m(nix::unistd::chdir(mounts::NEW), "chdir /newroot")?;
     m(nix::unistd::pivot_root(".", "."), "pivot into the jail root")?;
@@ -383,7 +383,8 @@ fn supervise(
                 left_out(sock);
                 let _ = msg::send(sock, &Msg::Refused { check: check.into(), path: path.into() });
             });
-            super::guard::serve(listener, super::guard::rules::Guarded::new(g.roots.clone()), report);
+            let guarded = super::guard::rules::Guarded::new(g.roots.clone()).with_links(g.links.clone());
+            super::guard::serve(listener, guarded, report);
         }
     }
     crate::timing::mark("child-forked");

@@ -32,6 +32,10 @@ pub struct LandlockRules {
     /// What the plan checked of the rules' paths (`plan::anchor`): such a rule is added on
     /// the descriptor `jail::anchor` opens, or the launch stops.
     pub anchors: Vec<crate::plan::anchor::Anchor>,
+    /// A plan's rules: a path without an anchor is granted by name only inside these trees
+    /// (the launcher's own: `Plan::own`), skipped where nothing is, refused anywhere else
+    /// (it appeared after the plan looked, unchecked). None: rules of no plan (tests).
+    pub own: Option<Vec<PathBuf>>,
 }
 
 /// What [`apply`] actually enforced.
@@ -113,9 +117,14 @@ pub fn apply(rules: &LandlockRules) -> Result<LandlockStatus, LandlockError> {
     for (paths, access) in [(&rules.read_only, fs_read), (&rules.read_write, fs_all)] {
         for path in paths {
             let anchor = rules.anchors.iter().find(|a| a.path == *path);
+            let by_name = match &rules.own {
+                None => true,
+                Some(own) => own.iter().any(|o| path.starts_with(o)),
+            };
             let opened = match (anchor, &root) {
                 (Some(a), Some(root)) => Some(open_anchored(root, a)?),
-                _ => open_path(path)?,
+                _ if by_name => open_path(path)?,
+                _ => unchecked(path)?,
             };
             let Some((fd, is_dir)) = opened else {
                 continue;
@@ -182,6 +191,22 @@ fn open_anchored(root: &File, a: &crate::plan::anchor::Anchor) -> Result<(File, 
     let file = File::from(fd);
     let is_dir = file.metadata().map_err(err)?.is_dir();
     Ok((file, is_dir))
+}
+
+/// A rule's path the plan did not anchor: no rule where nothing is (as the plan found it);
+/// refused where something is now (made after the plan looked, by whoever could: it is not
+/// granted by name, which would follow a link put there).
+fn unchecked(path: &Path) -> Result<Option<(File, bool)>, LandlockError> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => Ok(None),
+        _ => Err(LandlockError::Path {
+            path: path.to_path_buf(),
+            source: io::Error::other(
+                "it was not checked by the launch (nothing was there when it looked): it is not granted by name, \
+                 which could follow a link put there since; the launch stops",
+            ),
+        }),
+    }
 }
 
 /// Opens `path` with `O_PATH`; `None` if it (or a parent component) does not exist.

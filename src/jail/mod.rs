@@ -9,11 +9,13 @@ pub mod blueprint;
 pub mod caps;
 mod command;
 pub mod door;
+mod dotenv;
 mod fallback;
 pub mod guard;
 pub mod init;
 pub mod landlock;
 pub mod limits;
+pub mod links;
 pub mod mounts;
 mod msg;
 mod net;
@@ -64,6 +66,7 @@ impl JailError {
             ),
             JailError::IdMap { .. } => Some("fix: the kernel refused the id map; `agent-sandbox doctor` checks user namespace support".into()),
             JailError::Build(_) => Some("fix: `agent-sandbox run --dry-run -- CMD` shows the mounts; `agent-sandbox doctor` checks the host".into()),
+            JailError::Placeholder(e) => e.fix(),
             _ => None,
         }
     }
@@ -106,12 +109,32 @@ pub fn run(
     lazy: Option<door::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
 ) -> Result<Outcome, JailError> {
-    if let Err(e) = placeholders::make_home_entries(&plan.home, &plan.home_dirs, &plan.home_files)
-        .and_then(|()| lock.create(&plan.placeholders, &plan.anchors))
-    {
-        lock.abandon();
-        return Err(e.into());
-    }
+    // What the launcher makes now, anchored as made: the jail holds its binds and rules to
+    // those inodes as to the ones the plan checked.
+    let made = placeholders::make_home_entries(&plan.home_real, &plan.home_dirs, &plan.home_files).and_then(|mut a| {
+        a.extend(placeholders::make_home_texts(&plan.home_real, &plan.home_texts)?);
+        a.extend(lock.create(&plan.placeholders, &plan.anchors)?);
+        Ok(a)
+    });
+    let made = match made {
+        Ok(made) => made,
+        Err(e) => {
+            lock.abandon();
+            return Err(e.into());
+        }
+    };
+    let with_made;
+    let plan = match made.is_empty() {
+        true => plan,
+        false => {
+            let mut p = plan.clone();
+            p.anchors.retain(|a| !made.iter().any(|m| m.path == a.path));
+            p.anchors.extend(made);
+            with_made = p;
+            &with_made
+        }
+    };
+    crate::launch::pause_for_test("made");
     // Before anything of the jail runs: a launcher killed from here on is cleaned up after.
     lock.hand_to_waiter();
     if let Err(e) = session_homes::make(&plan.session_homes).and_then(|()| agent_copies::prepare(&plan.merges)) {
@@ -125,10 +148,19 @@ pub fn run(
         warnings.iter().for_each(|w| eprintln!("agent-sandbox: warning: {w}"));
         s
     });
+    // The project's `.env`, which aider and Gemini CLI load outside: checked after.
+    let (dotenv, warnings) = dotenv::take(&dotenv::paths(&plan.project, &plan.cwd), &plan.rejected);
+    warnings.iter().for_each(|w| eprintln!("agent-sandbox: warning: {w}"));
+    let started = links::start_stamp();
     let result = match plan.backend {
         BackendKind::Userns => userns::run(plan, early, banner, net_start, lazy, audit),
         BackendKind::Landlock => fallback::run(plan, banner, lazy),
     };
+    // Every process of the jail is gone: the links it left where something outside follows
+    // them are removed (under Landlock the only check; under userns the guard's second).
+    let (swept, stopped) = links::sweep(&plan.links, started);
+    links::report(&swept, stopped, audit);
+    dotenv::report(&dotenv::restore(&dotenv), audit);
     if let Some(s) = &snapshot {
         let (done, failed) = project_restore::restore(s, &plan.project);
         project_restore::report(s, &plan.project, &done, &failed, audit);

@@ -37,7 +37,9 @@ pub trait Sys {
     fn symlink(&mut self, link: &Path, at: &Path) -> io::Result<()>;
     /// Creates an overlayfs whiteout (a 0:0 character device) at `p`.
     fn whiteout(&mut self, p: &Path) -> io::Result<()>;
-    fn read_small(&self, p: &Path, max: u64) -> io::Result<Vec<u8>>;
+    /// Up to `max` bytes of the host's regular file the plan checked (`a`, opened as
+    /// `jail::anchor` opens it under `/oldroot`).
+    fn read_anchored(&self, a: &Anchor, max: u64) -> io::Result<Vec<u8>>;
     /// A recursive bind of `src_root/src_rel` on `dst_root/dst_rel` with `attr` set, where
     /// the roots are trees the jail can write: nothing below a root is resolved through a
     /// symlink (the jail could swap one in between the plan and this mount), on either side.
@@ -46,7 +48,7 @@ pub trait Sys {
     /// which the source must still be.
     fn bind_beneath(
         &mut self,
-        src: (&Path, &Path),
+        src: Host<'_>,
         dst: (&Path, &Path),
         dir: bool,
         attr: u64,
@@ -61,10 +63,51 @@ pub trait Sys {
     fn read_in_root(&self, root: &Path, path: &Path, max: u64) -> io::Result<Option<Vec<u8>>>;
     /// Binds `src` over `path` as seen from inside `root`, with `attr` set.
     fn bind_in_root(&mut self, src: &Path, root: &Path, path: &Path, attr: u64) -> io::Result<()>;
-    /// A writable overlay at `stage/merged` whose lower layer is the directory `lower.0/lower.1`
-    /// (reached as `open_beneath` does: no symlink followed below `lower.0`) and whose upper
-    /// layer is `stage/upper`, on the session's own tmpfs at `stage`.
-    fn overlay_layer(&mut self, lower: (&Path, &Path), stage: &Path) -> io::Result<()>;
+    /// A writable overlay at `stage/merged` whose lower layer is the directory `lower`
+    /// and whose upper layer is `stage/upper`, on the session's own tmpfs at `stage`.
+    fn overlay_layer(&mut self, lower: Host<'_>, stage: &Path) -> io::Result<()>;
+    /// A read-only overlay on `target`: the staged `layer` (whiteouts, files) over the host's
+    /// directory the plan checked (`a`), given to the kernel by its descriptor.
+    fn overlay_anchored(&mut self, layer: &Path, a: &Anchor, target: &Path, flags: MsFlags) -> io::Result<()>;
+}
+
+/// A host path a bind or an overlay takes, never reached through a symlink the jail could
+/// have swapped in: below a tree as `open_beneath` does (`Beneath(root, rel)`: the root's
+/// own path may hold links the jail cannot change), as the plan checked it (`Anchored`), or
+/// below a tree opened as the plan checked it (`BeneathAnchored`: a writable tree granted
+/// through a link, `~/.local -> /scratch/u/local`, is reached where it really is).
+#[derive(Clone, Copy)]
+pub enum Host<'a> {
+    Beneath(&'a Path, &'a Path),
+    Anchored(&'a Anchor),
+    BeneathAnchored(&'a Anchor, &'a Path),
+}
+
+/// The `O_PATH` descriptor of `h`.
+fn open_host(h: Host<'_>) -> io::Result<std::os::fd::OwnedFd> {
+    match h {
+        Host::Beneath(root, rel) => open_beneath(root, rel),
+        Host::Anchored(a) => open_old_anchored(a),
+        Host::BeneathAnchored(a, rel) => open_beneath_at(&open_old_anchored(a)?, rel),
+    }
+}
+
+/// The descriptor of `lower`: a directory, or an error.
+fn open_lower(lower: Host<'_>) -> io::Result<std::os::fd::OwnedFd> {
+    let dir = open_host(lower)?;
+    let st = nix::sys::stat::fstat(&dir).map_err(errno)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+    }
+    Ok(dir)
+}
+
+/// The host's path the plan checked, opened under `/oldroot` (`jail::anchor`).
+fn open_old_anchored(a: &Anchor) -> io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{open, OFlag};
+    let old = open(OLD, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
+        .map_err(errno)?;
+    super::anchor::open_anchored(&old, a)
 }
 
 pub struct RealSys;
@@ -135,20 +178,23 @@ impl Sys for RealSys {
         )
         .map_err(errno)
     }
-    fn read_small(&self, p: &Path, max: u64) -> io::Result<Vec<u8>> {
+    fn read_anchored(&self, a: &Anchor, max: u64) -> io::Result<Vec<u8>> {
+        use nix::fcntl::{open, OFlag};
+        let old = open(OLD, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
+            .map_err(errno)?;
         let mut buf = vec![];
-        io::Read::read_to_end(&mut io::Read::take(std::fs::File::open(p)?, max), &mut buf)?;
+        io::Read::read_to_end(&mut io::Read::take(super::anchor::open_anchored_file(&old, a)?, max), &mut buf)?;
         Ok(buf)
     }
     fn bind_beneath(
         &mut self,
-        src: (&Path, &Path),
+        src: Host<'_>,
         dst: (&Path, &Path),
         dir: bool,
         attr: u64,
         expect: Option<(u64, u64)>,
     ) -> io::Result<()> {
-        let source = open_beneath(src.0, src.1)?;
+        let source = open_host(src)?;
         if let Some(id) = expect {
             let st = nix::sys::stat::fstat(&source).map_err(errno)?;
             if (st.st_dev, st.st_ino) != id {
@@ -166,8 +212,7 @@ impl Sys for RealSys {
     fn bind_anchored(&mut self, a: &Anchor, target: &Path, dir: bool, attr: u64) -> io::Result<()> {
         use nix::fcntl::{open, OFlag};
         let mode = nix::sys::stat::Mode::empty();
-        let old = open(OLD, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, mode).map_err(errno)?;
-        let source = super::anchor::open_anchored(&old, a)?;
+        let source = open_old_anchored(a)?;
         if dir {
             self.mkdir_all(target)?;
         } else {
@@ -214,13 +259,20 @@ impl Sys for RealSys {
         attach(&source, &target, attr)
     }
 
-    fn overlay_layer(&mut self, lower: (&Path, &Path), stage: &Path) -> io::Result<()> {
+    fn overlay_anchored(&mut self, layer: &Path, a: &Anchor, target: &Path, flags: MsFlags) -> io::Result<()> {
         use std::os::fd::AsRawFd;
-        let dir = open_beneath(lower.0, lower.1)?;
+        let dir = open_lower(Host::Anchored(a))?;
+        self.mkdir_all(target)?;
+        // The lower layer by the descriptor just checked, through the host's /proc (the
+        // staging root has none): the path cannot be swapped for a link in between.
+        let data = format!("lowerdir={}:{OLD}/proc/self/fd/{}", overlay_escape(layer), dir.as_raw_fd());
+        nix::mount::mount(Some("overlay"), target, Some("overlay"), flags, Some(data.as_str())).map_err(errno)
+    }
+
+    fn overlay_layer(&mut self, lower: Host<'_>, stage: &Path) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let dir = open_lower(lower)?;
         let st = nix::sys::stat::fstat(&dir).map_err(errno)?;
-        if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
-            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
-        }
         let (upper, work, merged) = (stage.join("upper"), stage.join("work"), stage.join("merged"));
         for d in [&upper, &work, &merged] {
             std::fs::DirBuilder::new().mode(0o700).create(d)?;
@@ -530,8 +582,9 @@ fn overlay_escape(p: &Path) -> String {
 
 /// The session layer of `source` mounted at `stage/merged`, on a tmpfs of its own at `stage`:
 /// the lower directory is reached without following a symlink below the writable tree it lies
-/// in (or at its last component, for a tree's own root).
-fn layer(sys: &mut dyn Sys, writable: &[PathBuf], source: &Path, stage: &Path) -> io::Result<()> {
+/// in, or as the plan checked it (`anchor`), or not at all.
+fn layer(sys: &mut dyn Sys, writable: &[PathBuf], anchors: &[Anchor], source: &Path, stage: &Path) -> io::Result<()> {
+    let anchor = anchors.iter().find(|a| a.path == source);
     sys.mkdir_all(stage)?;
     sys.mount(
         Some(Path::new("tmpfs")),
@@ -540,14 +593,33 @@ fn layer(sys: &mut dyn Sys, writable: &[PathBuf], source: &Path, stage: &Path) -
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         Some("mode=0700"),
     )?;
-    let lower = match inside(writable, source) {
-        Some((root, rel)) => (under(OLD, root), rel.to_path_buf()),
-        None => match (source.parent(), source.file_name()) {
-            (Some(p), Some(n)) => (under(OLD, p), PathBuf::from(n)),
-            _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    match (inside(writable, source), anchor) {
+        (Some((root, rel)), _) => match anchors.iter().find(|a| a.path == root) {
+            Some(a) => sys.overlay_layer(Host::BeneathAnchored(a, rel), stage),
+            None => sys.overlay_layer(Host::Beneath(&under(OLD, root), rel), stage),
         },
-    };
-    sys.overlay_layer((&lower.0, &lower.1), stage)
+        (None, Some(a)) => sys.overlay_layer(Host::Anchored(a), stage),
+        (None, None) => Err(unchecked(source)),
+    }
+}
+
+/// A host path the jail was to read that the plan did not check (it was not there when the
+/// plan looked and the launcher did not make it): refused, never opened by name.
+fn unchecked(p: &Path) -> io::Error {
+    io::Error::other(format!(
+        "{} was not checked by the launch (nothing was there when it looked, or not by a plain path): it is not \
+         used by name, which could follow a link put there since; the launch stops",
+        p.display()
+    ))
+}
+
+/// `rel` below the writable tree `root` (at `old` under /oldroot): from the tree as the plan
+/// checked it, where it really is, when it has an anchor.
+fn in_tree<'a>(anchors: &'a [Anchor], old: &'a Path, root: &Path, rel: &'a Path) -> Host<'a> {
+    match anchors.iter().find(|a| a.path == root) {
+        Some(a) => Host::BeneathAnchored(a, rel),
+        None => Host::Beneath(old, rel),
+    }
 }
 
 fn bind(sys: &mut dyn Sys, src: &Path, target: &Path, dir: bool) -> io::Result<()> {
@@ -561,14 +633,20 @@ fn bind(sys: &mut dyn Sys, src: &Path, target: &Path, dir: bool) -> io::Result<(
 
 /// Applies every mount of the plan under `/newroot`, reading host paths under `/oldroot`.
 /// Synthesized files are staged in `staging` (a directory on the outer tmpfs) and bound in.
-/// A bind source the plan checked is bound as its anchor says (`bind_anchored`).
+/// Every host path is used as its anchor says (`bind_anchored`, ...), or beneath a writable
+/// tree with no symlink followed, or, in the launcher's own trees (`own`: the state
+/// directory, which no jail writes) and for its own files under `/run/agent-sandbox`, by
+/// name; any other is refused (`unchecked`).
 pub fn apply_all(
     sys: &mut dyn Sys,
     mounts: &[MountSpec],
     anchors: &[Anchor],
+    own: &[PathBuf],
     staging: &Path,
 ) -> Result<(), MountError> {
     let anchored = |p: &Path| anchors.iter().find(|a| a.path == p);
+    let owned = |p: &Path| own.iter().any(|o| p.starts_with(o));
+
     let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
     let mut staged = 0usize;
     // Trees bound writable so far (the project, writable paths): a later mount of a path
@@ -594,15 +672,16 @@ pub fn apply_all(
                     (Some((sr, srel)), Some((tr, trel))) => {
                         let (src_root, dst_root) = (under(OLD, sr), under(NEW, tr));
                         let expect = anchor.map(|a| (a.dev, a.ino));
-                        sys.bind_beneath((&src_root, srel), (&dst_root, trel), *dir, attr, expect)
+                        sys.bind_beneath(in_tree(anchors, &src_root, sr, srel), (&dst_root, trel), *dir, attr, expect)
                             .map_err(fail("bind (no symlinks followed inside the writable tree)"))?;
                     }
                     _ => match anchor {
                         Some(a) => sys.bind_anchored(a, &target, *dir, attr).map_err(fail("bind"))?,
-                        None => {
+                        None if owned(source) || t.starts_with(crate::stub::STUB_DIR) => {
                             bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
                             sys.set_attr(&target, attr).map_err(fail("set attributes on"))?;
                         }
+                        None => return Err(fail("bind")(unchecked(source))),
                     },
                 }
                 if *rw {
@@ -610,6 +689,7 @@ pub fn apply_all(
                 }
             }
             MountSpec::Overlay { source, whiteouts, files, .. } => {
+                let Some(a) = anchored(source) else { return Err(fail("mount overlay on")(unchecked(source))) };
                 staged += 1;
                 let layer = staging.join(format!("layer{staged}"));
                 sys.mkdir_all(&layer).map_err(fail("create overlay layer for"))?;
@@ -622,21 +702,14 @@ pub fn apply_all(
                     sys.write_file(&layer.join(rel), f.contents.as_bytes(), f.mode)
                         .map_err(fail("file in overlay of"))?;
                 }
-                sys.mkdir_all(&target).map_err(fail("mkdir for overlay"))?;
-                let data = format!("lowerdir={}:{}", overlay_escape(&layer), overlay_escape(&under(OLD, source)));
-                sys.mount(
-                    Some(Path::new("overlay")),
-                    &target,
-                    Some("overlay"),
-                    MsFlags::MS_RDONLY | nosuid_nodev,
-                    Some(&data),
-                )
-                .map_err(fail("mount overlay on (set sandbox.hide_with = \"rebuild\" if this kernel refuses it)"))?;
+                sys.overlay_anchored(&layer, a, &target, MsFlags::MS_RDONLY | nosuid_nodev).map_err(fail(
+                    "mount overlay on (set sandbox.hide_with = \"rebuild\" if this kernel refuses it)",
+                ))?;
             }
             MountSpec::TreeBind { source, dir, .. } => match anchored(source) {
                 // Its rebuilt tree's `SealTree` sets the attributes.
                 Some(a) => sys.bind_anchored(a, &target, *dir, 0).map_err(fail("bind"))?,
-                None => bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?,
+                None => return Err(fail("bind")(unchecked(source))),
             },
             MountSpec::SealTree { rw, .. } => {
                 let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
@@ -648,8 +721,14 @@ pub fn apply_all(
                 match inside(&writable, t) {
                     Some((tr, trel)) => {
                         let name = stub.strip_prefix(dir).unwrap_or(stub);
-                        sys.bind_beneath((&under(NEW, dir), name), (&under(NEW, tr), trel), false, attr, None)
-                            .map_err(fail("bind the stub (no symlinks followed inside the writable tree) over"))?;
+                        sys.bind_beneath(
+                            Host::Beneath(&under(NEW, dir), name),
+                            (&under(NEW, tr), trel),
+                            false,
+                            attr,
+                            None,
+                        )
+                        .map_err(fail("bind the stub (no symlinks followed inside the writable tree) over"))?;
                     }
                     // The host's file is there to mount on, and the stub's mount is read-only,
                     // nosuid and nodev already: a bind copies its source mount's attributes. One
@@ -696,10 +775,16 @@ pub fn apply_all(
                 staged += 1;
                 let stage = staging.join(format!("layer{staged}"));
                 let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-                match layer(sys, &writable, source, &stage) {
+                match layer(sys, &writable, anchors, source, &stage) {
                     Ok(()) => match inside(&writable, t) {
                         Some((tr, trel)) => sys
-                            .bind_beneath((&stage, Path::new("merged")), (&under(NEW, tr), trel), true, attr, None)
+                            .bind_beneath(
+                                Host::Beneath(&stage, Path::new("merged")),
+                                (&under(NEW, tr), trel),
+                                true,
+                                attr,
+                                None,
+                            )
                             .map_err(fail(
                                 "bind the session layer (no symlinks followed inside the writable tree) on",
                             ))?,
@@ -719,20 +804,25 @@ pub fn apply_all(
                             t.display()
                         );
                         let ro = attr | MOUNT_ATTR_RDONLY;
-                        match (inside(&writable, source), inside(&writable, t)) {
-                            (Some((sr, srel)), Some((tr, trel))) => sys
-                                .bind_beneath((&under(OLD, sr), srel), (&under(NEW, tr), trel), true, ro, None)
+                        match (inside(&writable, source), inside(&writable, t), anchored(source)) {
+                            (Some((sr, srel)), Some((tr, trel)), a) => sys
+                                .bind_beneath(
+                                    in_tree(anchors, &under(OLD, sr), sr, srel),
+                                    (&under(NEW, tr), trel),
+                                    true,
+                                    ro,
+                                    a.map(|a| (a.dev, a.ino)),
+                                )
                                 .map_err(fail("bind (no symlinks followed inside the writable tree)"))?,
-                            _ => {
-                                bind(sys, &under(OLD, source), &target, true).map_err(fail("bind"))?;
-                                sys.set_attr(&target, ro).map_err(fail("set attributes on"))?;
-                            }
+                            (_, _, Some(a)) => sys.bind_anchored(a, &target, true, ro).map_err(fail("bind"))?,
+                            (_, _, None) => return Err(fail("bind")(unchecked(source))),
                         }
                     }
                 }
             }
             MountSpec::Copy { source, .. } => {
-                let data = sys.read_small(&under(OLD, source), 1 << 20).map_err(fail("read seed for"))?;
+                let Some(a) = anchored(source) else { return Err(fail("read seed for")(unchecked(source))) };
+                let data = sys.read_anchored(a, 1 << 20).map_err(fail("read seed for"))?;
                 sys.write_file(&target, &data, 0o600).map_err(fail("seed"))?;
             }
             MountSpec::Stripped { contents, seed: true, .. } => {
@@ -784,8 +874,14 @@ pub fn apply_all(
             MountSpec::Pin { target: t } => match inside(&writable, t) {
                 Some((root, rel)) => {
                     let root = under(NEW, root);
-                    sys.bind_beneath((&root, rel), (&root, rel), true, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, None)
-                        .map_err(fail("pin (no symlinks followed inside the writable tree)"))?;
+                    sys.bind_beneath(
+                        Host::Beneath(&root, rel),
+                        (&root, rel),
+                        true,
+                        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                        None,
+                    )
+                    .map_err(fail("pin (no symlinks followed inside the writable tree)"))?;
                 }
                 None => {
                     sys.mount(Some(&target), &target, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)
@@ -848,7 +944,7 @@ mod tests {
             self.ops.push(format!("symlink {} -> {}", at.display(), link.display()));
             Ok(())
         }
-        fn read_small(&self, _p: &Path, _max: u64) -> io::Result<Vec<u8>> {
+        fn read_anchored(&self, _a: &Anchor, _max: u64) -> io::Result<Vec<u8>> {
             Ok(b"seed".to_vec())
         }
         fn read_in_root(&self, _root: &Path, _p: &Path, _max: u64) -> io::Result<Option<Vec<u8>>> {
@@ -868,8 +964,17 @@ mod tests {
             self.ops.push(format!("whiteout {}", p.display()));
             Ok(())
         }
-        fn overlay_layer(&mut self, lower: (&Path, &Path), stage: &Path) -> io::Result<()> {
-            self.ops.push(format!("layer {}//{} {}", lower.0.display(), lower.1.display(), stage.display()));
+        fn overlay_layer(&mut self, lower: Host<'_>, stage: &Path) -> io::Result<()> {
+            self.ops.push(format!("layer {} {}", host(lower), stage.display()));
+            Ok(())
+        }
+        fn overlay_anchored(&mut self, layer: &Path, a: &Anchor, target: &Path, _f: MsFlags) -> io::Result<()> {
+            self.ops.push(format!(
+                "overlay {} on anchored {} at {}",
+                layer.display(),
+                a.real.display(),
+                target.display()
+            ));
             Ok(())
         }
         fn bind_anchored(&mut self, a: &Anchor, target: &Path, _dir: bool, attr: u64) -> io::Result<()> {
@@ -885,22 +990,110 @@ mod tests {
         }
         fn bind_beneath(
             &mut self,
-            src: (&Path, &Path),
+            src: Host<'_>,
             dst: (&Path, &Path),
             _dir: bool,
             attr: u64,
             _expect: Option<(u64, u64)>,
         ) -> io::Result<()> {
             self.ops.push(format!(
-                "bind-beneath {}//{} {}//{} ro={}",
-                src.0.display(),
-                src.1.display(),
+                "bind-beneath {} {}//{} ro={}",
+                host(src),
                 dst.0.display(),
                 dst.1.display(),
                 attr & MOUNT_ATTR_RDONLY != 0
             ));
             Ok(())
         }
+    }
+
+    fn host(h: Host<'_>) -> String {
+        match h {
+            Host::Beneath(root, rel) => format!("{}//{}", root.display(), rel.display()),
+            Host::Anchored(a) => format!("anchored {}", a.real.display()),
+            Host::BeneathAnchored(a, rel) => format!("anchored {}//{}", a.real.display(), rel.display()),
+        }
+    }
+
+    /// An anchor for every host source of `mounts`, as the plan's `stamp` makes them.
+    fn checked(mounts: &[MountSpec]) -> Vec<Anchor> {
+        mounts
+            .iter()
+            .filter_map(crate::plan::anchor::host_sources)
+            .enumerate()
+            .map(|(i, p)| Anchor { path: p.to_path_buf(), real: p.to_path_buf(), dev: 1, ino: i as u64 })
+            .collect()
+    }
+
+    fn apply(r: &mut Recorder, mounts: &[MountSpec]) -> Result<(), MountError> {
+        apply_all(r, mounts, &checked(mounts), &[], Path::new("/stage"))
+    }
+
+    /// Every host source is used as its anchor says: a bind, a tree's entry, an overlay's
+    /// lower layer, a seed's copy, a session layer's lower directory.
+    #[test]
+    fn every_kind_of_host_source_is_used_by_its_anchor() {
+        let mounts = vec![
+            MountSpec::Bind { source: "/data".into(), target: "/data".into(), rw: false, dir: true },
+            MountSpec::TreeBind { source: "/tree/a".into(), target: "/tree/a".into(), dir: true },
+            MountSpec::Overlay { target: "/etc".into(), source: "/etc".into(), whiteouts: vec![], files: vec![] },
+            MountSpec::Copy { source: "/h/.seed".into(), target: "/h/.seed".into() },
+            MountSpec::Layer { source: "/h/.claude".into(), target: "/h/.claude".into() },
+        ];
+        let mut r = Recorder::default();
+        apply(&mut r, &mounts).unwrap();
+        assert_eq!(
+            r.ops,
+            [
+                "bind-anchored /data (1:0) /newroot/data ro=true",
+                "bind-anchored /tree/a (1:1) /newroot/tree/a ro=false",
+                "mkdir /stage/layer1",
+                "overlay /stage/layer1 on anchored /etc at /newroot/etc",
+                "write /newroot/h/.seed",
+                "mkdir /stage/layer2",
+                "mount tmpfs /stage/layer2 tmpfs bind=false",
+                "layer anchored /h/.claude /stage/layer2",
+                "mkdir /newroot/h/.claude",
+                "mount /stage/layer2/merged /newroot/h/.claude - bind=true",
+                "attr /newroot/h/.claude ro=false",
+            ]
+        );
+    }
+
+    /// A host source with no anchor (nothing was there when the plan looked, and the launcher
+    /// made nothing there) is refused, naming it, whatever kind of mount uses it; the
+    /// launcher's own files (`own`, the stubs' directory) are bound by name.
+    #[test]
+    fn a_host_source_without_an_anchor_is_refused() {
+        for m in [
+            MountSpec::Bind { source: "/data".into(), target: "/data".into(), rw: true, dir: true },
+            MountSpec::TreeBind { source: "/tree/a".into(), target: "/tree/a".into(), dir: false },
+            MountSpec::Overlay { target: "/etc".into(), source: "/etc".into(), whiteouts: vec![], files: vec![] },
+            MountSpec::Copy { source: "/h/.seed".into(), target: "/h/.seed".into() },
+            MountSpec::Layer { source: "/h/.claude".into(), target: "/h/.claude".into() },
+        ] {
+            let mut r = Recorder::default();
+            let e = apply_all(&mut r, std::slice::from_ref(&m), &[], &[], Path::new("/stage")).unwrap_err();
+            let source = crate::plan::anchor::host_sources(&m).unwrap();
+            let text = e.to_string();
+            assert!(
+                text.contains(&source.display().to_string()) && text.contains("not checked by the launch"),
+                "{text}"
+            );
+            assert!(!r.ops.iter().any(|o| o.contains("bind=true") || o.starts_with("write")), "{m:?}: {:?}", r.ops);
+        }
+        let mounts = vec![
+            MountSpec::Bind { source: "/st/copies/1".into(), target: "/h/.claude.json".into(), rw: true, dir: false },
+            MountSpec::Bind {
+                source: "/usr/bin/x".into(),
+                target: "/run/agent-sandbox/x".into(),
+                rw: false,
+                dir: false,
+            },
+        ];
+        let mut r = Recorder::default();
+        apply_all(&mut r, &mounts, &[], &["/st".into()], Path::new("/stage")).unwrap();
+        assert_eq!(r.ops.iter().filter(|o| o.contains("bind=true")).count(), 2, "{:?}", r.ops);
     }
 
     #[test]
@@ -916,17 +1109,15 @@ mod tests {
             },
         ];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
+        apply(&mut r, &mounts).unwrap();
         assert_eq!(
             r.ops,
             vec![
-                "mkdir /newroot/home/u/p",
-                "mount /oldroot/home/u/p /newroot/home/u/p - bind=true",
-                "attr /newroot/home/u/p ro=false",
+                "bind-anchored /home/u/p (1:0) /newroot/home/u/p ro=false",
                 // Inside the writable project nothing is resolved through a symlink: the jail
                 // of another session (or the one whose job this is) could swap `.git` for one.
                 "bind-beneath /newroot/home/u/p//.git /newroot/home/u/p//.git ro=false",
-                "bind-beneath /oldroot/home/u/p//.git/config /newroot/home/u/p//.git/config ro=true",
+                "bind-beneath anchored /home/u/p//.git/config /newroot/home/u/p//.git/config ro=true",
             ]
         );
     }
@@ -939,14 +1130,12 @@ mod tests {
             MountSpec::Stub { target: "/work/p/bin/sbatch".into() },
         ];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
+        apply(&mut r, &mounts).unwrap();
         assert_eq!(
             r.ops,
             vec![
                 "mount /newroot/run/agent-sandbox/agent-sandbox /newroot/usr/bin/sbatch - bind=true",
-                "mkdir /newroot/work/p",
-                "mount /oldroot/work/p /newroot/work/p - bind=true",
-                "attr /newroot/work/p ro=false",
+                "bind-anchored /work/p (1:0) /newroot/work/p ro=false",
                 "bind-beneath /newroot/run/agent-sandbox//agent-sandbox /newroot/work/p//bin/sbatch ro=true",
             ]
         );
@@ -980,7 +1169,7 @@ mod tests {
     fn synthesized_files_are_staged_and_bound_read_only() {
         let mounts = vec![MountSpec::File { target: "/etc/passwd".into(), contents: "x".into(), mode: 0o644 }];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
+        apply(&mut r, &mounts).unwrap();
         assert_eq!(r.ops[0], "write /stage/1");
         assert!(r.ops.iter().any(|o| o == "attr /newroot/etc/passwd ro=true"));
     }
@@ -991,7 +1180,7 @@ mod tests {
     fn a_session_copy_is_the_files_text_staged_and_bound_writable_inside_the_root() {
         let mounts = vec![MountSpec::SessionCopy { target: "/home/u/.codex/config.toml".into() }];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
+        apply(&mut r, &mounts).unwrap();
         assert_eq!(r.ops, ["write /stage/1", "bind-in-root /stage/1 /newroot///home/u/.codex/config.toml ro=false"]);
     }
 
@@ -1000,7 +1189,7 @@ mod tests {
         let mounts =
             vec![MountSpec::Instructions { target: "/home/u/.codex/AGENTS.md".into(), notice: "NOTICE".into() }];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
+        apply(&mut r, &mounts).unwrap();
         assert_eq!(r.ops, ["write /stage/1", "bind-in-root /stage/1 /newroot///home/u/.codex/AGENTS.md ro=true"]);
     }
 
@@ -1013,22 +1202,22 @@ mod tests {
             files: vec![crate::plan::fs::OverlayFile { path: "/etc/passwd".into(), contents: "x".into(), mode: 0o644 }],
         }];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
+        apply(&mut r, &mounts).unwrap();
         assert_eq!(
             r.ops,
             vec![
                 "mkdir /stage/layer1",
                 "whiteout /stage/layer1/munge",
                 "write /stage/layer1/passwd",
-                "mkdir /newroot/etc",
-                "mount overlay /newroot/etc overlay bind=false",
+                "overlay /stage/layer1 on anchored /etc at /newroot/etc",
             ]
         );
         assert_eq!(overlay_escape(Path::new("/a:b,c")), "/a\\:b\\,c");
     }
 
     /// An agent's directory inside a writable tree: its session layer is an overlay on a tmpfs
-    /// of its own, whose lower layer is reached beneath the tree, bound beneath the tree over
+    /// of its own, whose lower layer is reached beneath the tree (opened as the plan checked
+    /// it, where it really is), bound beneath the tree over
     /// the directory; its state is bound from the host over the layer.
     #[test]
     fn a_session_layer_is_an_overlay_on_its_own_tmpfs_bound_beneath_the_tree() {
@@ -1043,15 +1232,15 @@ mod tests {
             },
         ];
         let mut r = Recorder::default();
-        apply_all(&mut r, &mounts, &[], Path::new("/stage")).unwrap();
+        apply(&mut r, &mounts).unwrap();
         assert_eq!(
-            r.ops[3..],
+            r.ops[1..],
             [
                 "mkdir /stage/layer1",
                 "mount tmpfs /stage/layer1 tmpfs bind=false",
-                "layer /oldroot/h/.cache//opencode /stage/layer1",
+                "layer anchored /h/.cache//opencode /stage/layer1",
                 "bind-beneath /stage/layer1//merged /newroot/h/.cache//opencode ro=false",
-                "bind-beneath /oldroot/h/.cache//opencode/models.json /newroot/h/.cache//opencode/models.json ro=false",
+                "bind-beneath anchored /h/.cache//opencode/models.json /newroot/h/.cache//opencode/models.json ro=false",
             ]
         );
     }

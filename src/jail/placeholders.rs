@@ -20,41 +20,111 @@ pub enum PlaceholderError {
     Lock { path: PathBuf, err: std::io::Error },
     #[error("cannot create the protected placeholder {}: {err}", path.display())]
     Create { path: PathBuf, err: std::io::Error },
+    #[error(
+        "cannot make {}{}, the agent's own entry in the home: {err}",
+        path.display(),
+        if real != path { format!(" (at {})", real.display()) } else { String::new() }
+    )]
+    HomeEntry { path: PathBuf, real: PathBuf, err: std::io::Error },
+}
+
+impl PlaceholderError {
+    pub fn fix(&self) -> Option<String> {
+        match self {
+            PlaceholderError::HomeEntry { real, .. } => Some(format!(
+                "fix: look at {} and the directories above it (ls -la {}): the launcher follows no symbolic link \
+                 there and replaces nothing; make the entry yourself (mkdir -p, or a file) or move what is in its \
+                 way, and start again",
+                real.display(),
+                real.parent().unwrap_or(real).display()
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// Makes the agent's missing directories in the home (`~/.codex`, `~/.pi/agent`; 0700) and
-/// its missing files (`~/.claude.json`, holding `{}`; a `.jsonl` history, empty; 0600): each level made and opened
-/// below the one before without following a symlink (the jail of an earlier session could
-/// write the levels that exist). They stay: they are the agent's own.
-pub fn make_home_entries(home: &Path, dirs: &[PathBuf], files: &[PathBuf]) -> Result<(), PlaceholderError> {
-    let err = |path: &Path| {
-        let path = path.to_path_buf();
-        move |err| PlaceholderError::Create { path, err }
-    };
-    for dir in dirs {
-        let Ok(rel) = dir.strip_prefix(home) else { continue };
-        let mut level = home.to_path_buf();
-        for c in rel.components() {
-            level.push(c);
-            match create_beneath(home, &level, Made::Dir(0o700)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(err(dir)(e)),
-            }
-        }
-        // The last level must be a directory reached without a link, made now or before.
-        super::mounts::open_beneath(home, rel).map_err(err(dir))?;
-    }
-    for file in files {
+/// its missing files (`~/.claude.json`, holding `{}`; a `.jsonl` history, empty; 0600), each
+/// where it really is (`real`: `plan::anchor::home_entries`, `~/.local/state/x` at
+/// `/scratch/u/local/state/x` when `~/.local` is a link to there): every level made or
+/// opened below the one before from `/`, no symlink followed (the jail of an earlier session
+/// could write the levels that exist). They stay: they are the agent's own. Returns their
+/// anchors: the bind or rule of each is held to the inode made or found here, not to a
+/// name another session's jail could swap for a link before the jail is built.
+pub fn make_home_entries(
+    real: &[(PathBuf, PathBuf)],
+    dirs: &[PathBuf],
+    files: &[PathBuf],
+) -> Result<Vec<Anchor>, PlaceholderError> {
+    let mut anchors = vec![];
+    let entries = dirs.iter().map(|d| (d, true)).chain(files.iter().map(|f| (f, false)));
+    for (path, dir) in entries {
+        let at = real.iter().find(|(p, _)| p == path).map_or(path.as_path(), |(_, r)| r.as_path());
+        let err = |err| PlaceholderError::HomeEntry { path: path.clone(), real: at.to_path_buf(), err };
         // A JSON file holds `{}`; any other (a `.jsonl` history) is empty.
-        let text: &[u8] = if file.extension().is_some_and(|e| e == "json") { b"{}\n" } else { b"" };
-        match create_beneath(home, file, Made::File(0o600, text)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(err(file)(e)),
-        }
+        let text: &[u8] = if path.extension().is_some_and(|e| e == "json") { b"{}\n" } else { b"" };
+        let made = if dir { Made::Dir(0o700) } else { Made::File(0o600, text) };
+        let fd = make_from_root(at, made).map_err(err)?;
+        anchors.push(super::anchor::anchor_made(path, at, &fd).map_err(err)?);
     }
-    Ok(())
+    Ok(anchors)
+}
+
+/// Makes `real` (absolute, plain names) and its missing parents (0700) from `/`, following
+/// no symlink at any level, keeping what is there already; its descriptor (`O_PATH`), which
+/// must be of the kind asked.
+fn make_from_root(real: &Path, made: Made<'_>) -> std::io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{open, OFlag};
+    use nix::sys::stat::{mkdirat, Mode};
+    let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
+    let rel = real.strip_prefix("/").map_err(|_| invalid())?;
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else { return Err(invalid()) };
+    let mut cur = open("/", OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
+    for c in parent.components() {
+        let level = Path::new(c.as_os_str());
+        cur = match super::anchor::open_exact(&cur, level) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                match mkdirat(&cur, level, Mode::from_bits_truncate(0o700)) {
+                    Ok(()) | Err(nix::Error::EEXIST) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                super::anchor::open_exact(&cur, level)?
+            }
+            r => r?,
+        };
+    }
+    let want = match made {
+        Made::Dir(_) => libc::S_IFDIR,
+        Made::File(..) => libc::S_IFREG,
+    };
+    match make_in(&cur, name, made) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let fd = super::anchor::open_exact(&cur, Path::new(name))?;
+    if nix::sys::stat::fstat(&fd)?.st_mode & libc::S_IFMT != want {
+        let e = if want == libc::S_IFDIR { libc::ENOTDIR } else { libc::EISDIR };
+        return Err(std::io::Error::from_raw_os_error(e));
+    }
+    Ok(fd)
+}
+
+/// Files made in the home before the session holding a text of the plan's (Gemini CLI's
+/// `.project_root`, 0644), if missing, where they really are (`real`, as for
+/// `make_home_entries`), no symlink followed; their anchors.
+pub fn make_home_texts(
+    real: &[(PathBuf, PathBuf)],
+    texts: &[(PathBuf, String)],
+) -> Result<Vec<Anchor>, PlaceholderError> {
+    let mut anchors = vec![];
+    for (path, text) in texts {
+        let at = real.iter().find(|(p, _)| p == path).map_or(path.as_path(), |(_, r)| r.as_path());
+        let err = |err| PlaceholderError::HomeEntry { path: path.clone(), real: at.to_path_buf(), err };
+        let fd = make_from_root(at, Made::File(0o644, text.as_bytes())).map_err(err)?;
+        anchors.push(super::anchor::anchor_made(path, at, &fd).map_err(err)?);
+    }
+    Ok(anchors)
 }
 
 /// A JSON name's placeholder: an empty object, which the agents read as no settings.
@@ -77,17 +147,22 @@ fn create_beneath(root: &Path, path: &Path, made: Made<'_>) -> std::io::Result<(
 
 /// `create_beneath` below `root` opened already (`root_fd`: as the plan checked it).
 fn create_beneath_at(root: &Path, root_fd: &std::os::fd::OwnedFd, path: &Path, made: Made<'_>) -> std::io::Result<()> {
-    use nix::fcntl::{openat, OFlag};
-    use nix::sys::stat::{mkdirat, Mode};
     let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
     let rel = path.strip_prefix(root).map_err(|_| invalid())?;
     let name = rel.file_name().ok_or_else(invalid)?;
     let dir = super::mounts::open_beneath_at(root_fd, rel.parent().unwrap_or(Path::new("")))?;
+    make_in(&dir, name, made)
+}
+
+/// Makes `name` in the directory `dir`, never over anything there (AlreadyExists).
+fn make_in(dir: &std::os::fd::OwnedFd, name: &std::ffi::OsStr, made: Made<'_>) -> std::io::Result<()> {
+    use nix::fcntl::{openat, OFlag};
+    use nix::sys::stat::{mkdirat, Mode};
     match made {
-        Made::Dir(mode) => mkdirat(&dir, name, Mode::from_bits_truncate(mode))?,
+        Made::Dir(mode) => mkdirat(dir, name, Mode::from_bits_truncate(mode))?,
         Made::File(mode, contents) => {
             let flags = OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
-            File::from(openat(&dir, name, flags, Mode::from_bits_truncate(mode))?).write_all(contents)?;
+            File::from(openat(dir, name, flags, Mode::from_bits_truncate(mode))?).write_all(contents)?;
         }
     }
     Ok(())
@@ -129,28 +204,6 @@ fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
 /// FNV-1a: a stable, dependency-free name for the project's lock file.
 fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3))
-}
-
-/// Closes every descriptor of this process but `keep` (stdio becomes /dev/null).
-pub(super) fn close_all_but(keep: &[i32]) {
-    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-        for fd in 0..3 {
-            // SAFETY: dup2 onto this process's own stdio descriptors.
-            unsafe { libc::dup2(null.as_raw_fd(), fd) };
-        }
-    }
-    let mut kept: Vec<u32> = keep.iter().filter_map(|k| u32::try_from(*k).ok()).filter(|k| *k > 2).collect();
-    kept.sort_unstable();
-    let mut lo: u32 = 3;
-    for k in kept {
-        if k > lo {
-            // SAFETY: closes a range of this process's own descriptors.
-            unsafe { libc::syscall(libc::SYS_close_range, lo, k - 1, 0u32) };
-        }
-        lo = lo.max(k + 1);
-    }
-    // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_close_range, lo, u32::MAX, 0u32) };
 }
 
 /// True if `path` is absolute, made of plain names only (no `..`, no `.`), strictly inside
@@ -205,21 +258,24 @@ impl ProjectLock {
     }
 
     /// Creates the missing placeholders and records the ones this session made (those outside
-    /// the project in the home's record).
+    /// the project in the home's record); returns the anchors of all of them, made now or
+    /// found, which their binds are held to.
     /// `anchors`: what the plan checked; the project (or home) is opened as it checked it, so
     /// a link put in its place since makes nothing anywhere else (`jail::anchor`).
-    pub fn create(&mut self, list: &[Placeholder], anchors: &[Anchor]) -> Result<(), PlaceholderError> {
+    pub fn create(&mut self, list: &[Placeholder], anchors: &[Anchor]) -> Result<Vec<Anchor>, PlaceholderError> {
         let (mine, theirs): (Vec<Placeholder>, Vec<Placeholder>) =
             list.iter().cloned().partition(|ph| ph.path.starts_with(&self.project) || self.home.is_none());
+        let mut made = vec![];
         if let Some(home) = self.home.as_mut() {
-            home.create(&theirs, anchors)?;
+            made = home.create(&theirs, anchors)?;
         }
         let list = &mine;
         if list.is_empty() {
-            return Ok(());
+            return Ok(made);
         }
         let root_err = |err| PlaceholderError::Create { path: self.project.clone(), err };
-        let root_fd = match anchors.iter().find(|a| a.path == self.project) {
+        let anchor = anchors.iter().find(|a| a.path == self.project);
+        let root_fd = match anchor {
             Some(a) => super::anchor::open_anchored(std::fs::File::open("/").map_err(root_err)?, a),
             None => nix::fcntl::open(
                 &self.project,
@@ -229,23 +285,48 @@ impl ProjectLock {
             .map_err(std::io::Error::from),
         }
         .map_err(root_err)?;
+        // Where the project really is: the placeholders' anchors are below it.
+        let real_project = match anchor {
+            Some(a) => a.real.clone(),
+            None => std::fs::canonicalize(&self.project).map_err(root_err)?,
+        };
         let mut lines = String::new();
         let mut result = Ok(());
         for ph in list {
-            let (made, kind) = match (ph.dir, ph.json) {
+            let (kind_made, kind) = match (ph.dir, ph.json) {
                 (true, _) => (Made::Dir(0o755), "d"),
                 (false, true) => (Made::File(0o644, JSON_PLACEHOLDER), "j"),
                 (false, false) => (Made::File(0o644, b""), "f"),
             };
             // The project as the plan checked it; one outside it (a tree granted through a
             // link, named where it really is) beneath `/`, no link on the way.
-            let r = match self.root_of(&ph.path) {
-                root if root == self.project => create_beneath_at(&self.project, &root_fd, &ph.path, made),
-                root => create_beneath(root, &ph.path, made),
+            let in_project = self.root_of(&ph.path) == self.project;
+            let r = match in_project {
+                true => create_beneath_at(&self.project, &root_fd, &ph.path, kind_made),
+                false => create_beneath(Path::new("/"), &ph.path, kind_made),
             };
+            let r = match r {
+                Ok(()) => {
+                    lines.push_str(&format!("{kind}\t{}\n", ph.path.display()));
+                    Ok(())
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(e),
+            };
+            // Its anchor, as made or found: no link on the way from the root it was made in.
+            let r = r.and_then(|()| match ph.path.strip_prefix(&self.project) {
+                Ok(rel) if in_project => {
+                    let fd = super::mounts::open_beneath_at(&root_fd, rel)?;
+                    super::anchor::anchor_made(&ph.path, &real_project.join(rel), &fd)
+                }
+                _ => {
+                    let fd =
+                        super::mounts::open_beneath(Path::new("/"), ph.path.strip_prefix("/").unwrap_or(&ph.path))?;
+                    super::anchor::anchor_made(&ph.path, &ph.path, &fd)
+                }
+            });
             match r {
-                Ok(()) => lines.push_str(&format!("{kind}\t{}\n", ph.path.display())),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Ok(a) => made.push(a),
                 Err(err) => {
                     result = Err(PlaceholderError::Create { path: ph.path.clone(), err });
                     break;
@@ -256,7 +337,7 @@ impl ProjectLock {
         if !lines.is_empty() {
             let _ = self.file.write_all(lines.as_bytes());
         }
-        result
+        result.map(|()| made)
     }
 
     /// Where a placeholder of this lock's is made and removed beneath, no link on the way:

@@ -12,7 +12,7 @@ use std::os::fd::AsRawFd;
 /// The number of `pid` (a pid of the launcher's own namespace, a child not yet reaped) in
 /// the mounted `/proc`.
 pub fn in_proc(pid: Pid) -> io::Result<Pid> {
-    let fd = match chaperon::spawn::pidfd_open(pid.as_raw()) {
+    let fd = match agent_sandbox_sys::pidfd::open(pid.as_raw()) {
         Ok(fd) => fd,
         // Before Linux 5.3 there are no pidfds: /proc is taken to be our namespace's.
         Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => return Ok(pid),

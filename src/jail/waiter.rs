@@ -142,24 +142,22 @@ pub fn remove_after_exit(paths: &[&std::path::Path]) -> bool {
     hand(&orders, &[])
 }
 
+/// Closes every descriptor of this process but `keep` (stdio becomes /dev/null).
+fn close_all_but(keep: &[i32]) {
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        for fd in 0..3 {
+            // SAFETY: dup2 onto this process's own stdio descriptors.
+            unsafe { libc::dup2(null.as_raw_fd(), fd) };
+        }
+    }
+    agent_sandbox_sys::fd::close_all_but(keep);
+}
+
 /// A pidfd of our parent, if it is still `launcher` (checked after the pidfd exists, so the
 /// pid was not reused in between).
 fn pidfd_of(launcher: i32) -> Option<OwnedFd> {
-    let fd = chaperon::spawn::pidfd_open(launcher).ok()?;
+    let fd = agent_sandbox_sys::pidfd::open(launcher).ok()?;
     (nix::unistd::getppid().as_raw() == launcher).then_some(fd)
-}
-
-/// Whether `fd` (a pidfd) is readable within `timeout`: its process has ended.
-fn ended(fd: &OwnedFd, timeout: nix::poll::PollTimeout) -> bool {
-    use std::os::fd::AsFd;
-    let mut p = [nix::poll::PollFd::new(fd.as_fd(), nix::poll::PollFlags::POLLIN)];
-    loop {
-        match nix::poll::poll(&mut p, timeout) {
-            Ok(n) => return n > 0,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(_) => return true,
-        }
-    }
 }
 
 /// Leaves the launcher's session (so its process group's and terminal's signals miss us),
@@ -181,7 +179,7 @@ const SHELTERED: [nix::sys::signal::Signal; 9] = {
 
 /// The waiter's life: its launcher's orders until the launcher is gone, then the work.
 fn serve(sock: OwnedFd, launcher: i32) -> ! {
-    super::placeholders::close_all_but(&[sock.as_raw_fd()]);
+    close_all_but(&[sock.as_raw_fd()]);
     shelter();
     let Some(alive) = pidfd_of(launcher) else {
         // SAFETY: the launcher is already gone and gave no orders: nothing to do.
@@ -216,7 +214,7 @@ fn serve(sock: OwnedFd, launcher: i32) -> ! {
         match receive(&sock) {
             Received::Message { body, fds, sender } => {
                 // From the launcher, while it still lives: its pid is not anyone else's yet.
-                let from_launcher = sender == Some(launcher) && !ended(&alive, PollTimeout::ZERO);
+                let from_launcher = sender == Some(launcher) && !agent_sandbox_sys::pidfd::ended(&alive, 0);
                 let Some(more) = from_launcher.then(|| serde_json::from_slice::<Orders>(&body).ok()).flatten() else {
                     continue;
                 };

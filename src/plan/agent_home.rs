@@ -166,6 +166,9 @@ fn builtin_agents() -> &'static [Builtin] {
 /// The state of one plan's confinement: what it made so far.
 struct Walk<'p> {
     home: &'p Path,
+    /// The session's working directory, then the project: what the agents name their
+    /// per-project state after (`PER_PROJECT`).
+    places: &'p [PathBuf],
     /// The trees the jail writes: a read-only bind inside one pins its parents there.
     writable: &'p [PathBuf],
     /// Overlays can be made here (`HostFacts::overlay_in_userns`).
@@ -266,6 +269,9 @@ impl Walk<'_> {
             if !under(&p, d) || p == d {
                 continue;
             }
+            if self.per_project(b, d, &p) {
+                continue;
+            }
             for q in super::fs::expand_glob(b.fs, &p) {
                 if b.hidden.covers(&q) {
                     continue;
@@ -274,7 +280,12 @@ impl Walk<'_> {
                     // A link is not followed (the bind would refuse it at start): the jail
                     // sees it as the layer shows it, and cannot change it.
                     Some(Kind::Symlink) => {}
-                    Some(k) => b.push(MountSpec::Bind { source: q.clone(), target: q, rw: true, dir: k == Kind::Dir }),
+                    Some(k) => {
+                        if k == Kind::Dir {
+                            b.state_dirs.push(q.clone());
+                        }
+                        b.push(MountSpec::Bind { source: q.clone(), target: q, rw: true, dir: k == Kind::Dir })
+                    }
                     None if !own || crate::glob::has_glob(&q.to_string_lossy()) => {}
                     None => {
                         let dir = raw.ends_with('/');
@@ -288,6 +299,9 @@ impl Walk<'_> {
                         let list = if dir { &mut b.home_dirs } else { &mut b.home_files };
                         if !list.contains(&q) {
                             list.push(q.clone());
+                        }
+                        if dir {
+                            b.state_dirs.push(q.clone());
                         }
                         b.push(MountSpec::Bind { source: q.clone(), target: q, rw: true, dir });
                     }
@@ -320,6 +334,65 @@ impl Walk<'_> {
         }
         self.done.push(d.to_path_buf());
         Ok(())
+    }
+
+    /// A state directory the agent keeps one entry per project in (`PER_PROJECT`): the
+    /// session's own empty directory over it, with only this project's entries bound
+    /// writable from the host (made first if missing). False if `p` is none, or the name of
+    /// this project's entry cannot be told (then it is bound whole, as any state entry).
+    fn per_project(&mut self, b: &mut Builder<'_>, d: &Path, p: &Path) -> bool {
+        let Some(rel) = p.strip_prefix(self.home).ok().and_then(|r| r.to_str()) else { return false };
+        let Some((_, naming)) = PER_PROJECT.iter().find(|(n, _)| *n == rel) else { return false };
+        if b.hidden.covers(p) || matches!(b.fs.kind(p), Some(k) if k != Kind::Dir) {
+            return false;
+        }
+        let names: Vec<(String, Option<String>)> = match naming {
+            Naming::Claude => {
+                let mut v: Vec<(String, Option<String>)> = vec![];
+                for place in self.places {
+                    match claude_slug(place) {
+                        Some(n) if !v.iter().any(|(m, _)| *m == n) => v.push((n, None)),
+                        Some(_) => {}
+                        None => return false,
+                    }
+                }
+                v
+            }
+            Naming::Gemini => match self.places.first().and_then(|cwd| gemini_slug(b.fs, self.home, cwd)) {
+                Some(n) => vec![(n, self.places.first().map(|c| c.display().to_string()))],
+                None => return false,
+            },
+        };
+        b.push(MountSpec::Tmpfs { target: p.to_path_buf(), mode: 0o700 });
+        if b.fs.kind(p).is_none() {
+            self.make_parents(b, d, &p.join("x"));
+        }
+        for (name, marker) in names {
+            let q = p.join(&name);
+            if b.fs.kind(&q).is_none() && !b.home_dirs.contains(&q) {
+                b.home_dirs.push(q.clone());
+            }
+            b.state_dirs.push(q.clone());
+            b.push(MountSpec::Bind { source: q.clone(), target: q.clone(), rw: true, dir: true });
+            // Gemini CLI's mark of whose entry this is: made now if missing, and read-only, so
+            // that the jail cannot give its entry (and what it planted there) to another
+            // project for gemini outside to adopt.
+            if let Some(owner) = marker {
+                let m = q.join(GEMINI_MARKER);
+                match b.fs.kind(&m) {
+                    Some(Kind::File) => {}
+                    None => b.home_texts.push((m.clone(), owner)),
+                    Some(_) => continue,
+                }
+                b.push(MountSpec::Bind { source: m.clone(), target: m, rw: false, dir: false });
+            }
+        }
+        // Gemini's downloaded tools (`tmp/bin`, its ripgrep): read-only, as they are.
+        if *naming == Naming::Gemini && b.fs.kind(&p.join("bin")) == Some(Kind::Dir) {
+            let bin = p.join("bin");
+            b.push(MountSpec::Bind { source: bin.clone(), target: bin, rw: false, dir: true });
+        }
+        true
     }
 
     /// No symbolic link among the entries of `dir` (and of its directories with state or
@@ -375,12 +448,13 @@ pub fn confine(
     b: &mut Builder<'_>,
     policy: &Policy,
     home: &Path,
+    places: &[PathBuf],
     writable: &[PathBuf],
     copies: &Path,
     layers: bool,
     injected: bool,
 ) -> Result<Confined, PlanError> {
-    let mut walk = Walk { home, writable, layers, copies, out: Confined::default(), done: vec![] };
+    let mut walk = Walk { home, places, writable, layers, copies, out: Confined::default(), done: vec![] };
     let own = policy.agent.as_ref().map(|a| &a.value);
     if let Some(agent) = own.filter(|a| a.state.is_some() || a.session.is_some() || a.merge.is_some()) {
         let write: Vec<String> = policy
@@ -404,6 +478,104 @@ pub fn confine(
         confine_other(b, &mut walk, &rules)?;
     }
     Ok(walk.out)
+}
+
+/// How an agent names its per-project entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Naming {
+    /// Claude Code: the working directory with every character but ASCII letters and digits
+    /// turned into `-` (its `projects/` directory, transcripts and auto-memory).
+    Claude,
+    /// Gemini CLI 0.61: a short id per project in `projects.json`, owned through the
+    /// `.project_root` mark in each entry (its `tmp/` with memory and chats, `history/`).
+    Gemini,
+}
+
+/// The state directories kept per project (review of the agents' homes, A5 and A6): a jail
+/// sees and writes its project's entry only, neither another project's memory (which the
+/// agent outside obeys there) nor the transcripts of sessions run outside elsewhere.
+const PER_PROJECT: &[(&str, Naming)] =
+    [(".claude/projects", Naming::Claude), (".gemini/tmp", Naming::Gemini), (".gemini/history", Naming::Gemini)]
+        .as_slice();
+
+/// Gemini CLI's mark of the project an entry belongs to.
+const GEMINI_MARKER: &str = ".project_root";
+
+/// Claude Code's name for the directory of `place` (its `sanitizePath`: every UTF-16 unit
+/// but ASCII letters and digits becomes `-`); None past 200 characters, where it appends a
+/// hash of its own.
+pub fn claude_slug(place: &Path) -> Option<String> {
+    let text = place.to_str()?;
+    let mut out = String::new();
+    for c in text.chars() {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else {
+            out.extend(std::iter::repeat_n('-', c.len_utf16()));
+        }
+    }
+    (out.len() <= 200).then_some(out)
+}
+
+/// Gemini CLI's `slugify`: lower case, runs of other characters one `-`, none at the ends.
+fn gemini_slugify(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.to_lowercase().chars() {
+        if c.is_ascii_lowercase() || c.is_ascii_digit() {
+            out.push(c);
+        } else if !out.ends_with('-') {
+            out.push('-');
+        }
+    }
+    let t = out.trim_matches('-');
+    if t.is_empty() {
+        "project".into()
+    } else {
+        t.into()
+    }
+}
+
+/// The id Gemini CLI 0.61 gives the project at `cwd` (its `ProjectRegistry.getShortId`): the
+/// registry's entry if the marks of its entries say it is this project's; else an entry
+/// whose mark names it; else a new one, its directory's name made a slug, numbered past the
+/// ids taken and the entries another project owns. None where it cannot be told.
+pub fn gemini_slug(fs: &dyn crate::host::HostFs, home: &Path, cwd: &Path) -> Option<String> {
+    let gemini = home.join(".gemini");
+    let bases = [gemini.join("tmp"), gemini.join("history")];
+    let want = cwd.to_str()?;
+    let owner = |base: &Path, slug: &str| -> Option<String> {
+        fs.read_small(&base.join(slug).join(GEMINI_MARKER), 4096)
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+    };
+    let owned_by_us = |slug: &str| bases.iter().all(|b| owner(b, slug).is_none_or(|o| o == want));
+    let registry: serde_json::Value = fs
+        .read_small(&gemini.join("projects.json"), 4 << 20)
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let projects = registry.get("projects").and_then(|p| p.as_object());
+    if let Some(slug) = projects.and_then(|p| p.get(want)).and_then(|s| s.as_str()) {
+        if valid_slug(slug) && owned_by_us(slug) {
+            return Some(slug.to_string());
+        }
+    }
+    for base in &bases {
+        for cand in fs.read_dir(base).iter() {
+            let Some(c) = cand.to_str() else { continue };
+            if valid_slug(c) && owner(base, c).is_some_and(|o| o == want) {
+                return Some(c.to_string());
+            }
+        }
+    }
+    let stem = gemini_slugify(cwd.file_name().and_then(|n| n.to_str()).unwrap_or(""));
+    let taken: Vec<&str> = projects.map(|p| p.values().filter_map(|v| v.as_str()).collect()).unwrap_or_default();
+    (0..1000)
+        .map(|i| if i == 0 { stem.clone() } else { format!("{stem}-{i}") })
+        .find(|c| !taken.contains(&c.as_str()) && bases.iter().all(|b| owner(b, c).is_none_or(|o| o == want)))
+}
+
+/// A name that is one plain path component.
+fn valid_slug(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".." && !s.contains('/') && !s.contains('\0')
 }
 
 /// The keys of an agent's merged file that hold a key of its own, left out of the session's

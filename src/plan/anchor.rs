@@ -49,23 +49,32 @@ pub fn plain(p: &Path) -> bool {
     p.is_absolute() && p.components().all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
 }
 
-/// The anchors of every path the jail will use that the plan checked: under userns the
-/// sources of its binds (not the launcher's own files under `/run/agent-sandbox`), under
-/// Landlock the paths of its rules (not the session directory's, made after the plan). A
-/// path that led into the state directory by a link the plan did not see as such (it
-/// changed between the plan's looks) stops the launch.
+/// The host paths of `m` the jail reads (binds, overlays, copies from), none for the
+/// launcher's own files under `/run/agent-sandbox` (`stub`) and a device node (the host's
+/// `/dev`, which no user writes): every one of them must be anchored, or made by the
+/// launcher and anchored then (`jail::placeholders`), or the jail refuses it.
+pub fn host_sources(m: &MountSpec) -> Option<&Path> {
+    match m {
+        MountSpec::Bind { target, .. } if target.starts_with(crate::stub::STUB_DIR) => None,
+        MountSpec::Bind { source, .. }
+        | MountSpec::TreeBind { source, .. }
+        | MountSpec::Overlay { source, .. }
+        | MountSpec::Copy { source, .. }
+        | MountSpec::Layer { source, .. } => Some(source),
+        _ => None,
+    }
+}
+
+/// The anchors of every path the jail will use that the plan checked: under userns every
+/// host source of its mounts (`host_sources`), under Landlock the paths of its rules (not
+/// the session directory's, made after the plan). A path the plan saw nothing at gets its
+/// anchor when the launcher makes it (`jail::placeholders`), or none, and the jail then
+/// refuses it. A path that led into the state directory by a link the plan did not see as
+/// such (it changed between the plan's looks) stops the launch.
 pub fn stamp(plan: &Plan, fs: &dyn HostFs, state_dir: &Path) -> Result<Vec<Anchor>, PlanError> {
     let mut paths: Vec<&Path> = vec![];
     match &plan.landlock {
-        None => {
-            for m in &plan.mounts {
-                if let MountSpec::Bind { source, target, .. } = m {
-                    if !target.starts_with(crate::stub::STUB_DIR) {
-                        paths.push(source);
-                    }
-                }
-            }
-        }
+        None => paths.extend(plan.mounts.iter().filter_map(host_sources)),
         Some(ll) => {
             for p in ll.read_only.iter().chain(&ll.read_write) {
                 if !p.starts_with(&ll.session.path) && *p != ll.session.exe {
@@ -86,6 +95,22 @@ pub fn stamp(plan: &Plan, fs: &dyn HostFs, state_dir: &Path) -> Result<Vec<Ancho
         anchors.push(a);
     }
     Ok(anchors)
+}
+
+/// Where the launcher makes each of the agent's missing home entries (`home_dirs`,
+/// `home_files`): where it really is as the plan saw its parents (`~/.local/state/x` is
+/// `/scratch/u/local/state/x` with `~/.local -> /scratch/u/local`), made with no link on the
+/// way from `/` and anchored then. One that leads into the state directory stops the launch.
+pub fn home_entries(plan: &Plan, fs: &dyn HostFs, state_dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>, PlanError> {
+    let mut out = vec![];
+    for p in plan.home_dirs.iter().chain(&plan.home_files).chain(plan.home_texts.iter().map(|(p, _)| p)) {
+        let real = fs::real_parents(fs, &fs::normalized(p));
+        if fs::under(&real, state_dir) || !plain(&real) {
+            return Err(PlanError::Moved { path: p.clone(), now: real });
+        }
+        out.push((p.clone(), real));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -52,5 +52,5 @@ pub(super) fn git_guard(
                 .into(),
         });
     }
-    Ok(Some(GitGuardPlan { roots }))
+    Ok(Some(GitGuardPlan { roots, links: LinkPlan::default() }))
 }

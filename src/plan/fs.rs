@@ -288,6 +288,12 @@ pub struct Builder<'a> {
     /// Missing directories and JSON files of the agent's own in the home, made by the launcher.
     pub home_dirs: Vec<PathBuf>,
     pub home_files: Vec<PathBuf>,
+    /// The agents' state entries that are directories, bound (or granted) writable: a link
+    /// made there must lead inside its entry (`jail::links`).
+    pub state_dirs: Vec<PathBuf>,
+    /// Files the launcher makes in the home before the session with this text, if missing
+    /// (Gemini CLI's mark of its project's entry).
+    pub home_texts: Vec<(PathBuf, String)>,
 }
 
 impl<'a> Builder<'a> {
@@ -301,6 +307,8 @@ impl<'a> Builder<'a> {
             overrides: vec![],
             home_dirs: vec![],
             home_files: vec![],
+            state_dirs: vec![],
+            home_texts: vec![],
         }
     }
 
@@ -476,6 +484,29 @@ pub fn real_path(fs: &dyn HostFs, p: &Path) -> PathBuf {
     }
 }
 
+/// The other places the host shows the existing path `p` (absolute, no link on its way):
+/// the same directory of the same file system mounted again elsewhere (a bind-mount alias,
+/// `/lustre/scratch` of `/scratch`, an automounter's bind). A hidden path is hidden there too
+/// (outside review of the anchors, N5): a tree granted by the alias's name would show it.
+pub fn mount_aliases(mounts: &[crate::host::Mount], p: &Path) -> Vec<PathBuf> {
+    // The mount `p` is seen through: the last one whose point holds it (a later mount on the
+    // same or a deeper point hides what was there).
+    let Some(m) = mounts.iter().rev().filter(|m| under(p, &m.point)).max_by_key(|m| bytes(&m.point).len()) else {
+        return vec![];
+    };
+    let Ok(rel) = p.strip_prefix(&m.point) else { return vec![] };
+    let in_fs = m.root.join(rel);
+    let mut out: Vec<PathBuf> = vec![];
+    for o in mounts.iter().filter(|o| o.dev == m.dev && o.point != m.point && under(&in_fs, &o.root)) {
+        let Ok(rest) = in_fs.strip_prefix(&o.root) else { continue };
+        let alias = normalized(&o.point.join(rest));
+        if alias != p && !out.contains(&alias) {
+            out.push(alias);
+        }
+    }
+    out
+}
+
 /// Where `p` really is, if that is elsewhere: it exists, and it or a directory above it is
 /// a link. A path with no link on its way is looked up once (`kind`, cached), no more.
 pub fn real_if_linked(fs: &dyn HostFs, p: &Path) -> Option<PathBuf> {
@@ -571,6 +602,35 @@ protocols: files\nservices: files\nethers: files\nrpc: files\nnetgroup: files\na
 
 #[cfg(test)]
 mod tests {
+
+    /// A path of a file system mounted twice (a bind-mount alias) is found at the other
+    /// mount; one of a mount of another directory of it, or of another file system, is not.
+    #[test]
+    fn a_hidden_path_is_found_at_each_mount_that_shows_it() {
+        let m = |dev: &str, root: &str, point: &str| crate::host::Mount {
+            dev: dev.into(),
+            root: root.into(),
+            point: point.into(),
+        };
+        let mounts = [
+            m("8:1", "/", "/"),
+            m("8:2", "/", "/scratch"),
+            m("8:2", "/", "/lustre/scratch"),
+            m("8:2", "/u", "/mnt/u"),
+            m("8:2", "/v", "/mnt/v"),
+            m("8:3", "/", "/other"),
+        ];
+        let aliases = mount_aliases(&mounts, Path::new("/scratch/u/local/state/agent-sandbox"));
+        assert_eq!(
+            aliases,
+            [
+                PathBuf::from("/lustre/scratch/u/local/state/agent-sandbox"),
+                PathBuf::from("/mnt/u/local/state/agent-sandbox")
+            ]
+        );
+        assert!(mount_aliases(&mounts, Path::new("/home/u/.ssh")).is_empty());
+    }
+
     use super::*;
     use crate::host::FakeFs;
 

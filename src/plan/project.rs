@@ -74,7 +74,23 @@ pub(super) fn check_extra_path(key: &str, raw: &str, home: &Path, fs: &dyn HostF
     if !p.is_absolute() || p.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
         return Err(entry_err(key, raw, "must be an absolute path without `..`"));
     }
-    let canon = fs.canonicalize(&p).unwrap_or_else(|| p.clone());
+    let resolved = fs.canonicalize(&p);
+    let canon = resolved.clone().unwrap_or_else(|| p.clone());
+    // A descriptor's name (`/dev/fd/7`, `/proc/self/fd/7`: a link of the launcher's /proc,
+    // which the jail's does not have): the path it is open on, or a clear refusal.
+    let real = fs::real_parents(fs, &p);
+    let p = match real.starts_with("/proc") && fs.kind(&real) == Some(Kind::Symlink) {
+        false => p,
+        true if resolved.as_ref().is_some_and(|c| !c.starts_with("/proc") && fs.kind(c).is_some()) => canon.clone(),
+        true => {
+            return Err(entry_err(
+                key,
+                raw,
+                "is a descriptor's name that is open on no path the jail could show (a pipe, a socket, a deleted \
+                 file?); name the file or directory itself",
+            ))
+        }
+    };
     for candidate in [&p, &canon] {
         if home.starts_with(candidate) {
             return Err(entry_err(

@@ -33,6 +33,7 @@ fn facts() -> HostFacts {
         overlay_in_userns: false,
         guard_kernel: true,
         mountpoints: vec![],
+        mounts: vec![],
         mailers: vec![],
         resolv_conf: "nameserver 192.0.2.53\n".into(),
         tun_unusable: None,
@@ -805,8 +806,11 @@ fn claudes_own_directory_is_the_sessions_own_but_for_its_state() {
             |m| matches!(m, MountSpec::Bind { source, target, rw: true, .. } if target == Path::new(p) && source == target),
         )
     };
-    assert!(rw("/home/u/.claude/projects") && rw("/home/u/.claude/.credentials.json"), "its state persists");
-    assert!(pos(&plan, |m| m.target() == Path::new("/home/u/.claude/projects")) > layer, "bound over the layer");
+    assert!(
+        rw("/home/u/.claude/projects/-home-u-proj") && rw("/home/u/.claude/.credentials.json"),
+        "its state persists"
+    );
+    assert!(pos(&plan, |m| m.target() == Path::new("/home/u/.claude/projects")) > layer, "over the layer");
     assert!(rw("/home/u/.claude/todos") && plan.home_dirs.contains(&PathBuf::from("/home/u/.claude/todos")));
     assert!(plan.home_files.contains(&PathBuf::from("/home/u/.claude/history.jsonl")), "a missing state file is made");
     for not_state in ["session-env", "settings.json", "hooks", "rules", "shell-snapshots"] {
@@ -917,6 +921,63 @@ fn codex_and_opencode_keep_their_state_and_nothing_that_runs_outside() {
 /// F7: with the whole home writable, every agent's configuration is still protected: each
 /// built-in agent's directory is the session's own but for its state, ~/.claude.json is a copy
 /// whose state keys alone go back, a missing agent directory or file a placeholder.
+/// Review of the agents' homes, A5/A6: Claude Code's `projects/` and Gemini CLI's `tmp/` and
+/// `history/` show the session this project's entry only, writable; the rest is the
+/// session's own empty directory.
+#[test]
+fn only_this_projects_entry_of_the_agents_per_project_state_is_shown() {
+    let layered = HostFacts { overlay_in_userns: true, ..facts() };
+    let fs = host()
+        .dir("/home/u/.claude/projects/-home-u-other")
+        .dir("/home/u/.gemini/tmp/other")
+        .dir("/home/u/.gemini/tmp/bin")
+        .file("/home/u/.gemini/tmp/other/.project_root")
+        .dir("/home/u/.gemini/history")
+        .dir("/home/u/proj.x");
+    let mut req = request("/home/u/proj.x");
+    req.session = "s1".into();
+    let claude =
+        build(&with_profile("claude", include_str!("../../profiles/claude.toml")), &layered, &fs, &req).unwrap();
+    let tmpfs = |p: &Plan, t: &str| has(p, |m| matches!(m, MountSpec::Tmpfs { target, .. } if target == Path::new(t)));
+    let rw =
+        |p: &Plan, t: &str| has(p, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new(t)));
+    assert!(tmpfs(&claude, "/home/u/.claude/projects"));
+    assert!(rw(&claude, "/home/u/.claude/projects/-home-u-proj-x"), "{:#?}", claude.mounts);
+    assert!(claude.home_dirs.contains(&PathBuf::from("/home/u/.claude/projects/-home-u-proj-x")));
+    assert!(!rw(&claude, "/home/u/.claude/projects/-home-u-other") && !rw(&claude, "/home/u/.claude/projects"));
+    assert!(claude.links.state.contains(&PathBuf::from("/home/u/.claude/projects/-home-u-proj-x")));
+    let gemini =
+        build(&with_profile("gemini", include_str!("../../profiles/gemini.toml")), &layered, &fs, &req).unwrap();
+    for d in ["/home/u/.gemini/tmp", "/home/u/.gemini/history"] {
+        assert!(tmpfs(&gemini, d), "{d}");
+        assert!(rw(&gemini, &format!("{d}/proj-x")), "{d}: {:#?}", gemini.mounts);
+        let mark = PathBuf::from(format!("{d}/proj-x/.project_root"));
+        assert!(gemini.home_texts.contains(&(mark.clone(), "/home/u/proj.x".into())));
+        assert!(has(&gemini, |m| matches!(m, MountSpec::Bind { target, rw: false, .. } if *target == mark)));
+    }
+    assert!(has(&gemini, |m| matches!(m, MountSpec::Bind { target, rw: false, .. }
+        if target == Path::new("/home/u/.gemini/tmp/bin"))));
+}
+
+#[test]
+fn claude_and_gemini_name_a_projects_entry_as_they_do() {
+    use crate::plan::agent_home::{claude_slug, gemini_slug};
+    assert_eq!(claude_slug(Path::new("/home/u/my_repo.v2")).as_deref(), Some("-home-u-my-repo-v2"));
+    assert_eq!(claude_slug(Path::new("/home/u/d\u{e9}j\u{e0}")).as_deref(), Some("-home-u-d-j-"));
+    assert_eq!(claude_slug(&PathBuf::from(format!("/{}", "a".repeat(240)))), None, "hashed past 200");
+    // Gemini: the registry's entry when the marks agree; else an entry marked for it; else new.
+    let fs = host()
+        .content("/home/u/.gemini/projects.json", r#"{"projects":{"/home/u/p":"p","/home/u/q":"my-proj"}}"#)
+        .content("/home/u/.gemini/tmp/p/.project_root", "/home/u/p")
+        .content("/home/u/.gemini/tmp/zz/.project_root", "/home/u/r")
+        .content("/home/u/.gemini/tmp/my-proj/.project_root", "/home/u/other");
+    let home = Path::new("/home/u");
+    assert_eq!(gemini_slug(&fs, home, Path::new("/home/u/p")).as_deref(), Some("p"));
+    assert_eq!(gemini_slug(&fs, home, Path::new("/home/u/r")).as_deref(), Some("zz"));
+    assert_eq!(gemini_slug(&fs, home, Path::new("/home/u/x/My Proj")).as_deref(), Some("my-proj-1"), "taken");
+    assert_eq!(gemini_slug(&fs, home, Path::new("/home/u/q")).as_deref(), Some("q"), "its mark names another");
+}
+
 #[test]
 fn with_the_home_writable_every_agents_configuration_is_still_protected() {
     let layered = HostFacts { overlay_in_userns: true, ..facts() };
@@ -932,7 +993,7 @@ fn with_the_home_writable_every_agents_configuration_is_still_protected() {
         assert!(has(&plan, |m| matches!(m, MountSpec::Layer { target, .. } if target == Path::new(d))), "{d}");
     }
     assert!(has(&plan, |m| matches!(m, MountSpec::Bind { target, rw: true, .. }
-        if target == Path::new("/home/u/.claude/projects"))));
+        if target == Path::new("/home/u/.claude/projects/-home-u-proj"))));
     assert!(plan.merges.iter().any(|m| m.file == Path::new("/home/u/.claude.json")));
     for missing in ["/home/u/.codex", "/home/u/.pi"] {
         assert!(plan.placeholders.contains(&Placeholder { path: missing.into(), dir: true, json: false }), "{missing}");

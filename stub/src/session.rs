@@ -25,22 +25,6 @@ fn descriptors<const N: usize>(args: &[OsString]) -> Option<[i32; N]> {
     }
 }
 
-/// Closes every descriptor of this process but 0-2 and `keep`.
-fn close_all_but(keep: &[i32]) {
-    let mut from = 3u32;
-    let mut keep: Vec<u32> = keep.iter().filter_map(|fd| u32::try_from(*fd).ok()).collect();
-    keep.sort_unstable();
-    for fd in keep {
-        if fd > from {
-            // SAFETY: close_range only closes this process's own descriptors.
-            unsafe { libc::syscall(libc::SYS_close_range, from, fd - 1, 0u32) };
-        }
-        from = fd + 1;
-    }
-    // SAFETY: as above.
-    unsafe { libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32) };
-}
-
 /// Holds the session's end of the chaperon's channel at `FD` for stubs whose parent closed
 /// theirs: they take a copy with `pidfd_getfd`, which needs ptrace rights over this process
 /// (Landlock grants them within the domain; Yama's `ptrace_scope = 1` is lifted for it by
@@ -57,7 +41,7 @@ pub fn keeper(args: &[OsString]) -> i32 {
         libc::setsid();
         libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0);
     }
-    close_all_but(&[fd]);
+    agent_sandbox_sys::fd::close_all_but(&[fd]);
     // SAFETY: the channel stays open for the life of this process.
     let ch = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
     loop {
@@ -102,7 +86,7 @@ pub fn sweeper(args: &[OsString]) -> i32 {
     }
     // Nothing else stays open here: the caller's stdout held by the sweeper would keep the
     // caller waiting (0-2 are /dev/null).
-    close_all_but(&[go, done]);
+    agent_sandbox_sys::fd::close_all_but(&[go, done]);
     let mut byte = [0u8; 1];
     loop {
         // SAFETY: reading into a valid one-byte buffer from our own pipe.

@@ -282,8 +282,8 @@ fn from_keeper(fd: i32) -> Result<std::os::fd::OwnedFd, String> {
         .and_then(|v| v.parse::<i32>().ok())
         .filter(|p| *p > 1)
         .ok_or_else(|| closed(format!("{} is not set", SLURM_KEEPER_VAR)))?;
-    let copy = chaperon::spawn::pidfd_open(pid)
-        .and_then(|pidfd| chaperon::spawn::pidfd_getfd(&pidfd, fd))
+    let copy = agent_sandbox_sys::pidfd::open(pid)
+        .and_then(|pidfd| agent_sandbox_sys::pidfd::getfd(&pidfd, fd))
         .map_err(|e| closed(format!("pid {pid}: {e}")))?;
     if !is_channel(copy.as_raw_fd()) {
         return Err(closed(format!("descriptor {fd} of pid {pid} is no unix seqpacket socket")));

@@ -1,7 +1,11 @@
 //! agent-sandbox's process mechanics, on libc alone: the system calls about scheduling and
-//! memory that the launcher's processes (the jail's init, the cleanup waiter, the network
-//! supervisor, the terminal relay) make alike. Each `unsafe` of that kind is here, once,
+//! memory, descriptors, process descriptors and starting programs that the launcher's
+//! processes (the jail's init, the cleanup waiter, the network supervisor, the terminal
+//! relay), the chaperon and the stub make alike. Each `unsafe` of that kind is here, once,
 //! with its test.
 
+pub mod fd;
 pub mod memory;
+pub mod pidfd;
 pub mod sched;
+pub mod spawn;

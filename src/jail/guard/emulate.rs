@@ -856,6 +856,7 @@ fn symlink(c: &Caller, g: &Guarded, target: u64, base: Base, path: u64) -> Step<
     let _gate = gate();
     e.refresh()?;
     let d = e.decide(g, Op::Make(Kind::Symlink))?;
+    g.judge_link(&e.dir_path, Path::new(OsStr::from_bytes(target.as_bytes()))).map_err(|r| refused(r, e.path()))?;
     e.before(g, d)?;
     // SAFETY: both strings live for the call.
     let rc = unsafe { libc::symlinkat(target.as_ptr(), e.dir.as_raw_fd(), name.as_ptr()) };
@@ -884,6 +885,13 @@ fn link(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: libc
         }
     }
     let kind = nix::sys::stat::fstat(obj.as_fd()).map(|st| kind_of(st.st_mode)).map_err(|e| errno(e as i32))?;
+    if kind == Kind::Symlink {
+        // A second name for a link leads where the link's text says from its new directory.
+        let t = nix::fcntl::readlinkat(obj.as_fd(), c"").map_err(|e| errno(e as i32))?;
+        g.judge_link(&e.dir_path, Path::new(&t)).map_err(|r| refused(r, e.path()))?;
+    } else if let Some(from) = path_of(obj.as_fd())? {
+        g.judge_hard_link(&from, &e.dir_path).map_err(|r| refused(r, e.path()))?;
+    }
     match e.decide(g, Op::Make(kind))? {
         Decision::Go => {}
         // A mark or a git directory made by a second name: not how git makes them.
@@ -967,7 +975,8 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
             libc::renameat2(from.dir.as_raw_fd(), a.as_ptr(), to.dir.as_raw_fd(), b.as_ptr(), flags as libc::c_uint)
         })
     };
-    if from.is_dot() || to.is_dot() || g.root_of(&to.dir_path).is_none() && g.root_of(&from.dir_path).is_none() {
+    let unguarded = g.root_of(&to.dir_path).is_none() && g.root_of(&from.dir_path).is_none();
+    if from.is_dot() || to.is_dot() || unguarded && !g.links.covers(&to.dir_path) && !g.links.covers(&from.dir_path) {
         return Ok(carry_out());
     }
     let mode = |e: &Entry| {
@@ -976,6 +985,17 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
             .map_err(|e| errno(e as i32))
     };
     let kind = kind_of(mode(&from)?);
+    // A relative link moved leads elsewhere from its new directory (each, in an exchange).
+    let moved_link = |e: &Entry, onto: &Entry| -> Step<()> {
+        let t = nix::fcntl::readlinkat(e.dir.as_fd(), e.name.as_slice()).map_err(|e| errno(e as i32))?;
+        g.judge_link(&onto.dir_path, Path::new(&t)).map_err(|r| refused(r, onto.path()))
+    };
+    if kind == Kind::Symlink {
+        moved_link(&from, &to)?;
+    }
+    if flags & libc::RENAME_EXCHANGE != 0 && mode(&to).is_ok_and(|m| kind_of(m) == Kind::Symlink) {
+        moved_link(&to, &from)?;
+    }
     if flags & libc::RENAME_EXCHANGE != 0 {
         // Both names are made anew; git never swaps entries of a repository, so anything the
         // rules would have to check first is refused.

@@ -245,8 +245,8 @@ impl Caller {
             .find_map(|l| l.strip_prefix("Tgid:"))
             .and_then(|v| v.trim().parse().ok())
             .ok_or(libc::EIO)?;
-        let pidfd = chaperon::spawn::pidfd_open(tgid).map_err(|e| errno(&e))?;
-        chaperon::spawn::pidfd_getfd(&pidfd, fd).map_err(|e| errno(&e))
+        let pidfd = agent_sandbox_sys::pidfd::open(tgid).map_err(|e| errno(&e))?;
+        agent_sandbox_sys::pidfd::getfd(&pidfd, fd).map_err(|e| errno(&e))
     }
 
     /// `len` bytes of the caller's memory at `addr` (a socket address).

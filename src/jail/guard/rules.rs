@@ -115,6 +115,9 @@ pub enum Refusal {
     /// An agent's or a hook manager's configuration in the project (`runs_outside_name`):
     /// the detail names what reads it.
     RunsOutside(&'static str),
+    /// A symlink leading out of the agent's state entry it is in, or into a hidden path
+    /// (`jail::links`).
+    Linked(crate::jail::links::Bad),
 }
 
 impl Refusal {
@@ -147,6 +150,7 @@ impl Refusal {
                     "more than {MAX_TRACKED} git directories in one session: no more can be made inside the project"
                 )
             }
+            Refusal::Linked(bad) => bad.reason(),
             Refusal::RunsOutside(what) => format!(
                 "{what} outside the jail reads this and runs what it names, so the jail cannot make or change it \
                  (at any depth of the project); ask the user to make the change outside the sandbox"
@@ -164,6 +168,7 @@ impl Refusal {
             Refusal::Unchecked(_) => "git-unchecked",
             Refusal::TooMany => "git-limit",
             Refusal::RunsOutside(_) => "runs-outside",
+            Refusal::Linked(bad) => bad.check(),
         }
     }
 }
@@ -212,12 +217,38 @@ struct Memory {
 pub struct Guarded {
     /// Each tree's top (a mount point: nothing in it can be renamed out).
     pub roots: Vec<PathBuf>,
+    /// Where a symlink made in them is judged (`jail::links`).
+    pub links: crate::plan::LinkPlan,
     memory: Mutex<Memory>,
 }
 
 impl Guarded {
     pub fn new(roots: Vec<PathBuf>) -> Guarded {
-        Guarded { roots, memory: Mutex::default() }
+        Guarded { roots, links: crate::plan::LinkPlan::default(), memory: Mutex::default() }
+    }
+
+    /// The same, judging symlinks as `links` says.
+    pub fn with_links(mut self, links: crate::plan::LinkPlan) -> Guarded {
+        self.links = links;
+        self
+    }
+
+    /// A symlink to `target` made (or moved) into the directory at `dir`: refused if it
+    /// leads out of its state entry or into a hidden path, as the jail sees the way there.
+    pub fn judge_link(&self, dir: &Path, target: &Path) -> Result<(), Refusal> {
+        match self.links.judge(dir, target, &crate::jail::links::host_read_link) {
+            Some(bad) => Err(Refusal::Linked(bad)),
+            None => Ok(()),
+        }
+    }
+
+    /// A second name in `dir` for the file at `from` (a hard link): refused into a state
+    /// entry from outside it (the kernel refuses it across mounts already).
+    pub fn judge_hard_link(&self, from: &Path, dir: &Path) -> Result<(), Refusal> {
+        match self.links.state_of(dir) {
+            Some(s) if !from.starts_with(s) => Err(Refusal::Linked(crate::jail::links::Bad::OutOfState(s.into()))),
+            _ => Ok(()),
+        }
     }
 
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
@@ -804,9 +835,12 @@ mod tests {
             Refusal::Unchecked("x".into()),
             Refusal::TooMany,
             Refusal::RunsOutside("Claude Code"),
+            Refusal::Linked(crate::jail::links::Bad::Hidden),
+            Refusal::Linked(crate::jail::links::Bad::OutOfState("/h/.gemini/history".into())),
+            Refusal::Linked(crate::jail::links::Bad::TooDeep),
         ] {
             assert!(r.reason().len() > 40 && !r.reason().contains('\n'), "{r:?}");
-            assert!(r.check().starts_with("git-") || r.check() == "runs-outside");
+            assert!(r.check().starts_with("git-") || r.check().contains("link") || r.check() == "runs-outside");
         }
     }
 }

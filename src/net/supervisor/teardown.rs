@@ -65,13 +65,8 @@ extern "C" fn hold(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` points at the two descriptor numbers `defer_teardown` wrote; the mapping
     // is never unmapped.
     let [tun, r] = unsafe { *arg.cast::<[RawFd; 2]>() };
-    let (lo, hi) = (tun.min(r), tun.max(r));
-    for (a, b) in [(0, lo - 1), (lo + 1, hi - 1), (hi + 1, i32::MAX)] {
-        if a <= b {
-            // SAFETY: closes descriptors of this child's own table (a copy: no CLONE_FILES).
-            unsafe { libc::syscall(libc::SYS_close_range, a as u32, b as u32, 0u32) };
-        }
-    }
+    // Its own table (a copy: no CLONE_FILES), stdio included.
+    agent_sandbox_sys::fd::close_from_but(0, &[tun, r]);
     // Its exit (tun0's teardown, the address space) yields the CPU to the user's shell; only
     // now, once the caller's descriptors are closed (the end of `$(agent-sandbox ...)` waits
     // for them, and a task at nice 19 may wait long for a core).

@@ -209,6 +209,9 @@ fn grant(b: &mut Builder<'_>, p: &Path, dir: bool) -> bool {
     match b.fs.kind(p) {
         Some(Kind::Symlink) | Some(Kind::Char) | Some(Kind::Other) => false,
         Some(k) => {
+            if k == Kind::Dir {
+                b.state_dirs.push(p.to_path_buf());
+            }
             b.push(MountSpec::Bind { source: p.to_path_buf(), target: p.to_path_buf(), rw: true, dir: k == Kind::Dir });
             true
         }
@@ -222,6 +225,9 @@ fn grant(b: &mut Builder<'_>, p: &Path, dir: bool) -> bool {
             let list = if dir { &mut b.home_dirs } else { &mut b.home_files };
             if !list.contains(&p.to_path_buf()) {
                 list.push(p.to_path_buf());
+            }
+            if dir {
+                b.state_dirs.push(p.to_path_buf());
             }
             b.push(MountSpec::Bind { source: p.to_path_buf(), target: p.to_path_buf(), rw: true, dir });
             true

@@ -1,0 +1,285 @@
+//! The project's `.env` at exit (review of the agents' homes, A4): aider and Gemini CLI,
+//! started outside the jail in the project, load it into their environment, and some of its
+//! variables decide what they run or where they send the user's key (`AIDER_LOAD` runs
+//! `/run` commands at start, `GOOGLE_GEMINI_BASE_URL` and `*_API_BASE` send the key to another
+//! host, `GEMINI_SYSTEM_MD` replaces the system prompt, `BASH_ENV` or `LD_PRELOAD` run code in
+//! every command they start). The file stays the jail's to write (everyday data); once the
+//! session has ended, a `.env` into which it added or changed such a variable is put back as
+//! it was, the jail's version kept aside, named in one line and in the audit log. While the
+//! session runs, an agent started outside reads what the jail wrote (docs/security-model.md).
+
+use std::path::{Path, PathBuf};
+
+/// A `.env` larger than this is not kept (nor checked: said at the start).
+const MAX_BYTES: u64 = 1 << 20;
+
+/// Who reads a variable as something that decides what runs or where the key goes: None for
+/// an ordinary one. Upper-cased names are compared (proxies are often lower-case).
+pub fn controls(name: &str) -> Option<&'static str> {
+    let n = name.to_ascii_uppercase();
+    let prefixed = |ps: &[&str]| ps.iter().any(|p| n.starts_with(p));
+    if prefixed(&["AIDER_", "LITELLM_", "OPENAI_", "ANTHROPIC_", "AZURE_", "OLLAMA_", "OPENROUTER_"]) {
+        return Some("aider (its options, and the hosts and keys of its models)");
+    }
+    if prefixed(&["GEMINI_", "GOOGLE_", "CODE_ASSIST_", "SANDBOX", "SEATBELT_", "VERTEX"]) {
+        return Some("Gemini CLI (its host, system prompt, sandbox and settings)");
+    }
+    if n.ends_with("_BASE_URL") || n.ends_with("_API_BASE") || n.ends_with("_ENDPOINT") || n.ends_with("_PROXY") {
+        return Some("the agents' HTTP clients (where the key is sent)");
+    }
+    let runs =
+        ["PATH", "BASH_ENV", "ENV", "SHELL", "EDITOR", "VISUAL", "PERL5OPT", "PERL5LIB", "RUBYOPT", "PROMPT_COMMAND"];
+    if runs.contains(&n.as_str()) || prefixed(&["LD_", "NODE_", "PYTHON", "GIT_", "NPM_CONFIG_"]) {
+        return Some("every program the agent starts");
+    }
+    None
+}
+
+/// The assignments of a `.env`, as `(name, the rest of the line)`, read loosely so that no
+/// spelling the loaders accept is missed (`export`, a quoted name, `NAME: value`): a line
+/// that is not one counts as none.
+pub fn assignments(text: &str) -> Vec<(String, String)> {
+    let mut out = vec![];
+    for line in text.lines() {
+        let mut l = line.trim_start();
+        if let Some(rest) = l.strip_prefix("export") {
+            if rest.starts_with(char::is_whitespace) {
+                l = rest.trim_start();
+            }
+        }
+        let l = l.trim_start_matches(['\'', '"']);
+        let end = l.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))).unwrap_or(l.len());
+        let (name, rest) = l.split_at(end);
+        if name.is_empty() {
+            continue;
+        }
+        let rest = rest.trim_start_matches(['\'', '"']).trim_start();
+        if rest.starts_with('=') || rest.starts_with(':') {
+            out.push((name.to_string(), rest[1..].trim().to_string()));
+        }
+    }
+    out
+}
+
+/// The controlling variables `now` assigns that `before` did not (or did otherwise).
+pub fn added_controls(before: &str, now: &str) -> Vec<(String, &'static str)> {
+    let old = assignments(before);
+    let mut out: Vec<(String, &'static str)> = vec![];
+    for (name, value) in assignments(now) {
+        let Some(who) = controls(&name) else { continue };
+        if old.iter().any(|(n, v)| *n == name && *v == value) || out.iter().any(|(n, _)| *n == name) {
+            continue;
+        }
+        out.push((name, who));
+    }
+    out
+}
+
+/// A file's bytes and mode.
+type Found = (Vec<u8>, u32);
+
+/// What the session found in each `.env` (None: missing), and its mode.
+pub struct Snapshot {
+    kept: Vec<(PathBuf, Option<Found>)>,
+    aside: PathBuf,
+}
+
+/// Reads a file as a loader would (through a link), at most `MAX_BYTES`, with its mode;
+/// None if missing.
+fn read(p: &Path) -> std::io::Result<Option<Found>> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let mode = match std::fs::metadata(p) {
+        Ok(m) if !m.is_file() => return Ok(None),
+        Ok(m) if m.len() > MAX_BYTES => {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "larger than 1 MiB"))
+        }
+        Ok(m) => m.permissions().mode() & 0o777,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let f = std::fs::OpenOptions::new().read(true).custom_flags_nonblock().open(p)?;
+    let mut data = vec![];
+    f.take(MAX_BYTES).read_to_end(&mut data)?;
+    Ok(Some((data, mode)))
+}
+
+trait NonBlock {
+    fn custom_flags_nonblock(&mut self) -> &mut Self;
+}
+
+impl NonBlock for std::fs::OpenOptions {
+    fn custom_flags_nonblock(&mut self) -> &mut Self {
+        use std::os::unix::fs::OpenOptionsExt;
+        // A FIFO put there must not hang the launcher.
+        self.custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+    }
+}
+
+/// The `.env` files the agents outside load for a session in `cwd` of `project`: the
+/// project's, and each directory's from `cwd` up to it (Gemini CLI looks upwards).
+pub fn paths(project: &Path, cwd: &Path) -> Vec<PathBuf> {
+    let mut out = vec![project.join(".env")];
+    for d in cwd.ancestors().take_while(|d| d.starts_with(project) && *d != project) {
+        out.push(d.join(".env"));
+    }
+    out
+}
+
+/// Reads them before the session; the warnings name those that cannot be kept.
+pub fn take(paths: &[PathBuf], aside: &Path) -> (Snapshot, Vec<String>) {
+    let mut kept = vec![];
+    let mut warnings = vec![];
+    for p in paths {
+        match read(p) {
+            Ok(b) => kept.push((p.clone(), b)),
+            Err(e) => warnings.push(format!(
+                "{}: not checked at exit ({e}): aider and Gemini CLI started outside load it",
+                p.display()
+            )),
+        }
+    }
+    (Snapshot { kept, aside: aside.to_path_buf() }, warnings)
+}
+
+/// A `.env` put back, and why.
+pub struct PutBack {
+    pub path: PathBuf,
+    pub added: Vec<(String, &'static str)>,
+    pub kept_at: Option<PathBuf>,
+    pub result: Result<(), String>,
+}
+
+/// After the session: each `.env` into which the jail added a controlling variable is put
+/// back as it was (removed if it was not there), the jail's version kept in `aside`.
+pub fn restore(s: &Snapshot) -> Vec<PutBack> {
+    let mut out = vec![];
+    for (p, before) in &s.kept {
+        let Ok(Some((now, _))) = read(p) else { continue };
+        if before.as_ref().is_some_and(|(b, _)| *b == now) {
+            continue;
+        }
+        let old = before.as_ref().map(|(b, _)| String::from_utf8_lossy(b)).unwrap_or_default();
+        let added = added_controls(&old, &String::from_utf8_lossy(&now));
+        if added.is_empty() {
+            continue;
+        }
+        let name = p.to_string_lossy().trim_start_matches('/').replace('/', "%");
+        let keep = s.aside.join(name);
+        let result = (|| -> std::io::Result<()> {
+            use std::io::Write;
+            use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&s.aside)?;
+            let _ = std::fs::remove_file(&keep);
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(&keep)?;
+            f.write_all(&now)?;
+            // The name itself (a link the jail put there is removed, not written through).
+            std::fs::remove_file(p)?;
+            if let Some((b, mode)) = before {
+                let mut f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(*mode)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                    .open(p)?;
+                f.write_all(b)?;
+            }
+            Ok(())
+        })();
+        out.push(PutBack { path: p.clone(), added, kept_at: Some(keep), result: result.map_err(|e| e.to_string()) });
+    }
+    out
+}
+
+/// One line per `.env` put back and an audit record of each.
+pub fn report(done: &[PutBack], audit: &crate::audit::AuditLog) {
+    for d in done {
+        let names: Vec<String> = d.added.iter().map(|(n, who)| format!("{n} (read by {who})")).collect();
+        let mut r = audit.record("fs_denied");
+        r.check = Some(format!("dotenv: {} added by the jail, put back at exit", names.join(", ")));
+        r.path = Some(d.path.display().to_string());
+        audit.write(&r);
+        let aside = d.kept_at.as_ref().map(|k| k.display().to_string()).unwrap_or_default();
+        match &d.result {
+            Ok(()) => eprintln!(
+                "agent-sandbox: {}: the jail set {}, which agents started outside load from it; put back as it was \
+                 (the jail's version: {aside})",
+                d.path.display(),
+                names.join(", ")
+            ),
+            Err(e) => eprintln!(
+                "agent-sandbox: warning: {}: the jail set {}, which agents started outside load from it, and it could \
+                 not be put back ({e}); look at it before starting aider or gemini there",
+                d.path.display(),
+                names.join(", ")
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spelling_of_an_assignment_is_read() {
+        let t = "# c\nA=1\nexport B = 2\n  'C'=3\nD: 4\nexportE=5\nnot one\n\"F\"=x\n";
+        let names: Vec<String> = assignments(t).into_iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["A", "B", "C", "D", "exportE", "F"]);
+    }
+
+    #[test]
+    fn only_controlling_variables_added_or_changed_count() {
+        let before = "DATABASE_URL=x\nAIDER_MODEL=gpt-4o\n";
+        assert!(added_controls(before, "DATABASE_URL=y\nAIDER_MODEL=gpt-4o\nDEBUG=1\n").is_empty());
+        let got = added_controls(
+            before,
+            "AIDER_MODEL=gpt-4o\nAIDER_LOAD=notes\nexport GOOGLE_GEMINI_BASE_URL=http://x\nhttps_proxy=h\nBASH_ENV=e\n",
+        );
+        let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["AIDER_LOAD", "GOOGLE_GEMINI_BASE_URL", "https_proxy", "BASH_ENV"]);
+        assert_eq!(added_controls(before, "AIDER_MODEL=evil\n").len(), 1, "a changed value");
+        for n in ["GEMINI_SYSTEM_MD", "OPENAI_API_BASE", "NODE_OPTIONS", "LD_PRELOAD", "PATH", "MY_SERVICE_BASE_URL"] {
+            assert!(controls(n).is_some(), "{n}");
+        }
+        for n in ["DATABASE_URL", "SECRET_KEY", "PORT", "DEBUG"] {
+            assert!(controls(n).is_none(), "{n}");
+        }
+    }
+
+    #[test]
+    fn a_dotenv_the_jail_added_a_control_to_is_put_back_and_kept_aside() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let env = d.path().join(".env");
+        let other = d.path().join("sub/.env");
+        std::fs::create_dir_all(d.path().join("sub")).expect("mkdir");
+        std::fs::write(&env, "DATABASE_URL=x\n").expect("write");
+        let aside = d.path().join("aside");
+        let (s, w) = take(&[env.clone(), other.clone()], &aside);
+        assert!(w.is_empty());
+        std::fs::write(&env, "DATABASE_URL=x\nAIDER_LOAD=notes.txt\n").expect("write");
+        std::fs::write(&other, "PORT=1\n").expect("write");
+        let done = restore(&s);
+        assert_eq!(done.len(), 1);
+        assert!(done[0].result.is_ok());
+        assert_eq!(std::fs::read_to_string(&env).expect("read"), "DATABASE_URL=x\n");
+        assert_eq!(std::fs::read_to_string(&other).expect("read"), "PORT=1\n", "an ordinary one stays");
+        let kept = done[0].kept_at.as_ref().expect("kept");
+        assert!(std::fs::read_to_string(kept).expect("aside").contains("AIDER_LOAD"));
+    }
+
+    #[test]
+    fn the_directories_from_cwd_up_to_the_project_are_looked_at() {
+        let p = Path::new("/p");
+        assert_eq!(paths(p, p), vec![PathBuf::from("/p/.env")]);
+        assert_eq!(
+            paths(p, Path::new("/p/a/b")),
+            vec![PathBuf::from("/p/.env"), PathBuf::from("/p/a/b/.env"), PathBuf::from("/p/a/.env")]
+        );
+    }
+}

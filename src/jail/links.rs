@@ -1,0 +1,364 @@
+//! Symbolic links the jail leaves where a program outside it follows them later (review of
+//! the agents' homes, A1 and A2):
+//! - in an agent's state entries (`~/.gemini/history/<id>/.gitignore -> ~/.bashrc`): the agent
+//!   started outside writes its fixed names there, and writes through the link. A link there
+//!   must lead to a place inside the same entry.
+//! - anywhere the jail writes, to a hidden path (`.gitignore -> ~/.ssh/id_ed25519`): nothing
+//!   inside, but a tool outside that copies the file copies the secret into a tree the next
+//!   jail reads. A link may not lead into a hidden path.
+//!
+//! The git guard refuses making such a link (`symlink`, a hard link or a rename of one, judged
+//! where it lands), and once the session has ended `sweep` removes the ones made during it
+//! (ctime, which no process can set back) that lead there now: a link that became one
+//! through another change (a link it passes through made afterwards, a directory moved) and,
+//! under the Landlock backend, which has no guard, every one.
+
+pub use crate::plan::LinkPlan;
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Component, Path, PathBuf};
+
+/// Links followed at most while resolving one (the kernel's own limit).
+const MAX_LINKS: usize = 40;
+/// Entries the exit sweep looks at, in all: past it the rest is not swept (said on stderr).
+const MAX_SWEPT: usize = 200_000;
+
+/// Where a link's target leads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    /// This path (links on the way followed, a missing name taken as it is).
+    At(PathBuf),
+    /// Into this hidden path.
+    Hidden(PathBuf),
+    /// More than `MAX_LINKS` links on the way.
+    TooDeep,
+}
+
+/// Why a link may not stay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Bad {
+    /// It leads out of the state entry it is in (named).
+    OutOfState(PathBuf),
+    /// It leads into a hidden path.
+    Hidden,
+    /// Where it leads cannot be told.
+    TooDeep,
+}
+
+impl Bad {
+    /// The line the jail's process gets.
+    pub fn reason(&self) -> String {
+        match self {
+            Bad::OutOfState(s) => format!(
+                "a symlink in the agent's state ({}) may lead only to a place inside it: the agent started outside \
+                 the jail writes its files there and would write through it",
+                s.display()
+            ),
+            Bad::Hidden => "a symlink may not lead into a path the sandbox hides (a key, a login): a tool outside the \
+                            jail that copies it would copy the secret where the next jail reads it"
+                .into(),
+            Bad::TooDeep => format!("a symlink whose target passes more than {MAX_LINKS} symlinks cannot be checked"),
+        }
+    }
+
+    /// Short name for the audit log.
+    pub fn check(&self) -> &'static str {
+        match self {
+            Bad::OutOfState(_) => "state-link",
+            Bad::Hidden => "hidden-link",
+            Bad::TooDeep => "link-unchecked",
+        }
+    }
+}
+
+/// Where the link target `target`, in the directory `dir` (absolute, its own links resolved),
+/// leads: links on the way are read with `read_link` (None: not a link, or missing) and
+/// followed as the kernel would, `..` after them included; a hidden path is not looked into.
+pub fn resolve(
+    dir: &Path,
+    target: &Path,
+    hidden: &dyn Fn(&Path) -> bool,
+    read_link: &dyn Fn(&Path) -> Option<PathBuf>,
+) -> Resolved {
+    let mut cur = if target.is_absolute() { PathBuf::from("/") } else { dir.to_path_buf() };
+    if hidden(&cur) {
+        return Resolved::Hidden(cur);
+    }
+    let mut todo: Vec<OsString> = target.iter().map(|c| c.to_os_string()).collect();
+    todo.reverse();
+    let mut links = 0;
+    while let Some(c) = todo.pop() {
+        match Path::new(&c).components().next() {
+            None | Some(Component::CurDir) | Some(Component::RootDir) => continue,
+            Some(Component::ParentDir) => {
+                cur.pop();
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(&c);
+        if hidden(&cur) {
+            return Resolved::Hidden(cur);
+        }
+        if let Some(t) = read_link(&cur) {
+            links += 1;
+            if links > MAX_LINKS {
+                return Resolved::TooDeep;
+            }
+            cur.pop();
+            if t.is_absolute() {
+                cur = PathBuf::from("/");
+            }
+            todo.extend(t.iter().map(|c| c.to_os_string()).rev());
+        }
+    }
+    Resolved::At(cur)
+}
+
+impl LinkPlan {
+    fn is_hidden(&self, p: &Path) -> bool {
+        self.hidden.iter().any(|h| p.starts_with(h))
+    }
+
+    /// The state entry `p` lies in (the innermost).
+    pub fn state_of(&self, p: &Path) -> Option<&Path> {
+        self.state.iter().filter(|s| p.starts_with(s)).max_by_key(|s| s.as_os_str().len()).map(PathBuf::as_path)
+    }
+
+    /// Whether a link in `dir` is judged at all (in a state entry or a tree the jail writes).
+    pub fn covers(&self, dir: &Path) -> bool {
+        self.state_of(dir).is_some() || self.trees.iter().any(|t| dir.starts_with(t))
+    }
+
+    /// A link to `target` in `dir` (absolute, resolved): None if it may be there.
+    pub fn judge(&self, dir: &Path, target: &Path, read_link: &dyn Fn(&Path) -> Option<PathBuf>) -> Option<Bad> {
+        if !self.covers(dir) {
+            return None;
+        }
+        match resolve(dir, target, &|p| self.is_hidden(p), read_link) {
+            Resolved::TooDeep => Some(Bad::TooDeep),
+            Resolved::Hidden(_) => Some(Bad::Hidden),
+            Resolved::At(p) => match self.state_of(dir) {
+                Some(s) if !p.starts_with(s) => Some(Bad::OutOfState(s.to_path_buf())),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// What `std::fs::read_link` says, for a path that is a link.
+pub fn host_read_link(p: &Path) -> Option<PathBuf> {
+    std::fs::read_link(p).ok()
+}
+
+/// A link the sweep removed (or could not).
+#[derive(Debug)]
+pub struct Swept {
+    pub path: PathBuf,
+    pub target: PathBuf,
+    pub why: Bad,
+    pub removed: Result<(), String>,
+}
+
+/// After the session: every link in the plan's state entries (and trees, without the guard) made or moved since
+/// `since` (its ctime, seconds and nanoseconds) that leads where `judge` refuses is removed.
+/// Returns them, and whether the sweep stopped at `MAX_SWEPT` entries.
+pub fn sweep(plan: &LinkPlan, since: (i64, i64)) -> (Vec<Swept>, bool) {
+    let mut out = vec![];
+    let mut seen = 0usize;
+    // The state entries first: the trees may hold them (a home granted whole). Where the
+    // guard judged every link as it was made, the trees are not walked (their cost grows with
+    // the project); a directory moved there is the one way left (docs/security-model.md).
+    let mut roots: Vec<&PathBuf> = plan.state.iter().collect();
+    for t in plan.trees.iter().filter(|_| !plan.guarded) {
+        if !roots.iter().any(|r| t.starts_with(r)) {
+            roots.push(t);
+        }
+    }
+    let mut done: Vec<&Path> = vec![];
+    for root in roots {
+        if done.iter().any(|d| root.starts_with(d)) {
+            continue;
+        }
+        let mut stack = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+            for e in rd.flatten() {
+                seen += 1;
+                if seen > MAX_SWEPT {
+                    return (out, true);
+                }
+                let Ok(ft) = e.file_type() else { continue };
+                let p = e.path();
+                if ft.is_dir() {
+                    // A state entry below a tree is swept once, as a state entry.
+                    if !plan.state.iter().any(|s| *s == p && s != root) {
+                        stack.push(p);
+                    }
+                    continue;
+                }
+                if !ft.is_symlink() {
+                    continue;
+                }
+                let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+                if (meta.ctime(), meta.ctime_nsec()) < since {
+                    continue;
+                }
+                let Ok(target) = std::fs::read_link(&p) else { continue };
+                if let Some(why) = plan.judge(&dir, &target, &host_read_link) {
+                    let removed = remove_link(&p);
+                    out.push(Swept { path: p, target, why, removed });
+                }
+            }
+        }
+        done.push(root);
+    }
+    (out, false)
+}
+
+/// Removes `p` if it is (still) a link: never what it points to.
+fn remove_link(p: &Path) -> Result<(), String> {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if m.file_type().is_symlink() => std::fs::remove_file(p).map_err(|e| e.to_string()),
+        Ok(_) => Err("no longer a symlink".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The session's start, as a ctime to compare with: 10 ms early, since the kernel stamps
+/// files from a coarse clock that lags the one read here by up to a tick. A link the user
+/// made on the host in those 10 ms counts as the session's.
+pub fn start_stamp() -> (i64, i64) {
+    let now = std::time::SystemTime::now()
+        .checked_sub(std::time::Duration::from_millis(10))
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .unwrap_or_default();
+    (now.as_secs() as i64, i64::from(now.subsec_nanos()))
+}
+
+/// One line per removed link and an audit record of each.
+pub fn report(swept: &[Swept], stopped: bool, audit: &crate::audit::AuditLog) {
+    for s in swept {
+        let mut r = audit.record("fs_denied");
+        r.check = Some(format!("{}: removed at exit", s.why.check()));
+        r.path = Some(s.path.display().to_string());
+        audit.write(&r);
+        match &s.removed {
+            Ok(()) => eprintln!(
+                "agent-sandbox: removed the symlink {} -> {} the jail made: {}",
+                s.path.display(),
+                String::from_utf8_lossy(s.target.as_os_str().as_bytes()),
+                s.why.reason()
+            ),
+            Err(e) => eprintln!(
+                "agent-sandbox: warning: the symlink {} -> {} the jail made could not be removed ({e}): {}",
+                s.path.display(),
+                String::from_utf8_lossy(s.target.as_os_str().as_bytes()),
+                s.why.reason()
+            ),
+        }
+    }
+    if stopped {
+        eprintln!(
+            "agent-sandbox: warning: the exit check of symlinks stopped after {MAX_SWEPT} entries; links further on were \
+             not checked"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn plan() -> LinkPlan {
+        LinkPlan {
+            state: vec!["/h/.gemini/history".into(), "/h/.claude/projects/-p".into()],
+            hidden: vec!["/h/.ssh".into(), "/h/.aws".into()],
+            trees: vec!["/p".into(), "/h/.gemini".into()],
+            guarded: true,
+        }
+    }
+
+    fn links(pairs: &[(&str, &str)]) -> HashMap<PathBuf, PathBuf> {
+        pairs.iter().map(|(a, b)| (PathBuf::from(a), PathBuf::from(b))).collect()
+    }
+
+    fn judge(p: &LinkPlan, l: &HashMap<PathBuf, PathBuf>, dir: &str, target: &str) -> Option<Bad> {
+        p.judge(Path::new(dir), Path::new(target), &|q| l.get(q).cloned())
+    }
+
+    #[test]
+    fn a_link_in_state_must_stay_in_its_entry() {
+        let p = plan();
+        let none = links(&[]);
+        let out = Some(Bad::OutOfState("/h/.gemini/history".into()));
+        assert_eq!(judge(&p, &none, "/h/.gemini/history/proj", "../../../.bashrc"), out);
+        assert_eq!(judge(&p, &none, "/h/.gemini/history/proj", "/h/.bashrc"), out);
+        assert_eq!(judge(&p, &none, "/h/.gemini/history/proj", "../other/x"), None);
+        assert_eq!(judge(&p, &none, "/h/.gemini/history/proj", "/h/.gemini/history/proj/a"), None);
+        assert_eq!(judge(&p, &none, "/h/.claude/projects/-p", "sub/../x.txt"), None);
+        // Through a link on the way: judged where it really leads.
+        let l = links(&[("/h/.gemini/history/proj/up", "/h")]);
+        assert_eq!(judge(&p, &l, "/h/.gemini/history/proj", "up/.bashrc"), out);
+        // A link outside state and to nothing hidden is anyone's.
+        assert_eq!(judge(&p, &none, "/p/src", "../../etc/hosts"), None);
+        assert_eq!(judge(&p, &none, "/tmp", "/h/.ssh/id"), None, "not a tree the jail keeps");
+    }
+
+    #[test]
+    fn a_link_into_a_hidden_path_is_refused_however_spelled() {
+        let p = plan();
+        let none = links(&[]);
+        for t in ["/h/.ssh/id_ed25519", "../h/.ssh", "../h/./.aws/credentials", "/h/x/../.ssh/id"] {
+            assert_eq!(judge(&p, &none, "/p", t), Some(Bad::Hidden), "{t}");
+        }
+        // Through a link the project holds (the user's own `home -> /h`).
+        let l = links(&[("/p/home", "/h")]);
+        assert_eq!(judge(&p, &l, "/p/src", "../home/.ssh/id"), Some(Bad::Hidden));
+        assert_eq!(judge(&p, &l, "/p/src", "../home/.sshx"), None, "a sibling with a common prefix");
+        // A loop cannot be checked.
+        let l = links(&[("/p/a", "b"), ("/p/b", "a")]);
+        assert_eq!(judge(&p, &l, "/p", "a"), Some(Bad::TooDeep));
+    }
+
+    #[test]
+    fn the_sweep_removes_only_new_links_that_lead_out() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let root = d.path().canonicalize().expect("canonical");
+        let state = root.join("state");
+        let proj = root.join("proj");
+        let secret = root.join("secret");
+        for p in [&state, &proj, &secret, &state.join("p")] {
+            std::fs::create_dir_all(p).expect("mkdir");
+        }
+        std::os::unix::fs::symlink(root.join("bashrc"), state.join("p/old")).expect("link");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let since = start_stamp();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let plan = LinkPlan {
+            state: vec![state.clone()],
+            hidden: vec![secret.clone()],
+            trees: vec![proj.clone()],
+            guarded: false,
+        };
+        std::os::unix::fs::symlink("../../bashrc", state.join("p/.gitignore")).expect("link");
+        std::os::unix::fs::symlink("x", state.join("p/inside")).expect("link");
+        std::os::unix::fs::symlink(secret.join("key"), proj.join("key")).expect("link");
+        std::os::unix::fs::symlink("src/a.rs", proj.join("main.rs")).expect("link");
+        let (swept, stopped) = sweep(&plan, since);
+        assert!(!stopped);
+        let mut gone: Vec<PathBuf> = swept.iter().map(|s| s.path.clone()).collect();
+        gone.sort();
+        assert_eq!(gone, vec![proj.join("key"), state.join("p/.gitignore")]);
+        assert!(swept.iter().all(|s| s.removed.is_ok()));
+        for kept in [state.join("p/old"), state.join("p/inside"), proj.join("main.rs")] {
+            assert!(std::fs::symlink_metadata(&kept).is_ok(), "{}", kept.display());
+        }
+        // With the guard, the trees are not walked (it judged each link as it was made).
+        std::os::unix::fs::symlink(secret.join("key"), proj.join("key2")).expect("link");
+        let (swept, _) = sweep(&LinkPlan { guarded: true, ..plan }, since);
+        assert!(swept.is_empty(), "{swept:?}");
+    }
+}

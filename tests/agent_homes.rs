@@ -1,0 +1,227 @@
+//! The findings of the outside review of the agents' homes
+//! (docs/reviews/2026-11-29-agent-homes-outside-review.md), each asserted from inside the
+//! jail and on the host after it: links the jail leaves in an agent's state (A1) or pointing
+//! at hidden files (A2), other projects' per-project state (A5, A6), the project's `.env`
+//! (A4). They change the test user's agent homes: run under `flock /tmp/asb-home.lock`, as
+//! tests/agents.rs is.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+/// The agents' homes are the test user's: one test at a time.
+static HOME: Mutex<()> = Mutex::new(());
+
+fn lock() -> std::sync::MutexGuard<'static, ()> {
+    HOME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Makes `rel` below the test user's home (directories and file as the user).
+fn home_file(j: &Jail, rel: &str, text: &str) -> PathBuf {
+    let p = j.rig.home.join(rel);
+    let mut made = vec![];
+    let mut dir = p.parent();
+    while let Some(d) = dir.filter(|d| !d.exists()) {
+        made.push(d.to_path_buf());
+        dir = d.parent();
+    }
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, text).unwrap();
+    for d in made.iter().chain(std::iter::once(&p)) {
+        std::os::unix::fs::chown(d, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    }
+    p
+}
+
+/// Removes what a test made in the home when it ends.
+struct Cleanup(Vec<PathBuf>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        for p in &self.0 {
+            let _ = std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p));
+        }
+    }
+}
+
+fn audit_checks(j: &Jail) -> String {
+    std::fs::read_to_string(j.rig.home.join(".local/state/agent-sandbox/audit.jsonl")).unwrap_or_default()
+}
+
+/// A1: Gemini CLI outside writes the project's `.gitignore` into `~/.gemini/history/<id>/`
+/// (checkpointing): a link the jail left there (`-> ~/.bashrc`) was written through. Such a
+/// link is refused as it is made, and one that came to lead out otherwise (its directory
+/// moved) is removed when the session ends; links inside the entry stay.
+#[test]
+fn a_link_out_of_an_agents_state_is_refused_and_none_is_left_there_at_exit() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-state-link") else { return };
+    // This project's entry of gemini's history (the only one the jail sees).
+    let out = j.run_with(
+        &["--profile", "gemini"],
+        "own=$(ls ~/.gemini/history | head -1); [ -n \"$own\" ] || own=asb-a1; echo OWN=$own; \
+         mkdir -p ~/.gemini/history/$own && cd ~/.gemini/history/$own && \
+         if ln -s ../../../.bashrc .gitignore 2>err; then echo MADE-OUT; fi; cat err; rm -f err; \
+         mkdir -p a/b/c/d && ln -s a/b inside && echo MADE-IN; \
+         ln -s ../../../../.bashrc a/b/c/d/l && echo MADE-DEEP; \
+         mv a/b/c/d d2 && echo MOVED",
+    );
+    let own = out.stdout.lines().find_map(|l| l.strip_prefix("OWN=")).unwrap_or("").to_string();
+    assert!(!own.is_empty(), "{out}");
+    let entry = j.rig.home.join(".gemini/history").join(&own);
+    let _c = Cleanup(vec![entry.clone(), j.rig.home.join(".gemini/tmp").join(&own)]);
+    assert!(!out.stdout.contains("MADE-OUT"), "a link to ~/.bashrc was made in gemini's state: {out}");
+    assert!(out.stdout.contains("may lead only to a place inside it"), "one clear line: {out}");
+    for step in ["MADE-IN", "MADE-DEEP", "MOVED"] {
+        assert!(out.stdout.contains(step), "{step}: {out}");
+    }
+    assert!(std::fs::symlink_metadata(entry.join(".gitignore")).is_err());
+    assert!(std::fs::symlink_metadata(entry.join("d2/l")).is_err(), "the moved link is removed at exit: {out}");
+    assert!(out.stderr.contains("removed the symlink"), "{out}");
+    assert!(std::fs::symlink_metadata(entry.join("inside")).is_ok_and(|m| m.file_type().is_symlink()));
+    assert!(audit_checks(&j).contains("state-link: removed at exit"));
+}
+
+/// A2: a project file linked to a hidden one (`.gitignore -> ~/.ssh/id_ed25519`) shows
+/// nothing inside, but a tool outside that copies it copies the key where the next jail reads
+/// it. Refused however it is spelled, also when a link is renamed to where it leads there.
+/// Ordinary links, relative inside the project or to system files, stay.
+#[test]
+fn a_link_to_a_hidden_file_is_refused_in_the_project_and_removed_at_exit() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-hidden-link") else { return };
+    let out = j.run(
+        "ln -s ~/.ssh/id_ed25519 .gitignore 2>&1 && echo MADE-KEY; \
+         ln -s ../../.aws/credentials creds 2>&1 && echo MADE-AWS; \
+         mkdir -p src && echo x > src/a.rs && ln -s src/a.rs main.rs && echo MADE-REL; \
+         ln -s /etc/hosts hosts && echo MADE-ABS; \
+         mkdir -p a/b/c && ln -s ../../../../.ssh/id_ed25519 a/b/c/k && echo MADE-DEEP; \
+         mv a/b/c/k a/b/k 2>&1 || echo NOT-MOVED; ln -P a/b/c/k a/b/hk 2>&1 || echo NOT-LINKED",
+    );
+    assert!(!out.stdout.contains("MADE-KEY") && !out.stdout.contains("MADE-AWS"), "{out}");
+    assert!(out.stdout.contains("a path the sandbox hides"), "one clear line: {out}");
+    for step in ["MADE-REL", "MADE-ABS", "MADE-DEEP", "NOT-MOVED", "NOT-LINKED"] {
+        assert!(out.stdout.contains(step), "{step}: {out}");
+    }
+    assert!(std::fs::symlink_metadata(j.project.join("a/b/k")).is_err(), "{out}");
+    assert!(std::fs::symlink_metadata(j.project.join("a/b/hk")).is_err(), "{out}");
+    for kept in ["main.rs", "hosts", "a/b/c/k"] {
+        assert!(std::fs::symlink_metadata(j.project.join(kept)).is_ok(), "{kept}: {out}");
+    }
+    assert!(audit_checks(&j).contains(r#""check":"hidden-link","path":"#));
+}
+
+/// The Landlock backend has no guard: such links are made, and removed when the session ends,
+/// also one that came to lead there because its directory was moved.
+#[test]
+fn under_landlock_links_to_hidden_files_and_out_of_state_are_removed_at_exit() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-landlock-links") else { return };
+    let j = j.arg("--backend").arg("landlock");
+    let entry = j.rig.home.join(".gemini/history/asb-a1-landlock");
+    let _c = Cleanup(vec![entry.clone()]);
+    let _ = std::fs::remove_dir_all(&entry);
+    std::fs::create_dir_all(&entry).unwrap();
+    std::os::unix::fs::chown(&entry, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let out = j.run_with(
+        &["--profile", "gemini"],
+        "ln -s ~/.ssh/id_ed25519 .gitignore && echo MADE-KEY; ln -s src/a.rs main.rs && echo MADE-REL; \
+         ln -s ../../../.bashrc ~/.gemini/history/asb-a1-landlock/.gitignore && echo MADE-OUT; \
+         mkdir -p a/b/c && ln -s ../../../../.ssh/id_ed25519 a/b/c/k && mv a/b/c a/c && echo MOVED",
+    );
+    assert!(out.stdout.contains("MADE-KEY") && out.stdout.contains("MADE-OUT"), "{out}");
+    assert!(out.stdout.contains("MOVED"), "{out}");
+    assert!(std::fs::symlink_metadata(j.project.join(".gitignore")).is_err(), "{out}");
+    assert!(std::fs::symlink_metadata(j.project.join("a/c/k")).is_err(), "{out}");
+    assert!(out.stderr.contains("removed the symlink"), "{out}");
+    assert!(std::fs::symlink_metadata(entry.join(".gitignore")).is_err(), "{out}");
+    assert!(std::fs::symlink_metadata(j.project.join("main.rs")).is_ok(), "{out}");
+}
+
+/// Claude Code's name for a directory (every character but ASCII letters and digits: `-`).
+fn claude_slug(p: &Path) -> String {
+    p.to_string_lossy().chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect()
+}
+
+/// A5, A6: Claude Code keeps every project's transcripts and auto-memory in
+/// `~/.claude/projects/<slug>/`; a jail saw all of them (transcripts of sessions run
+/// outside in other projects) and wrote another project's memory, which claude outside
+/// obeys there. Only this project's entry is shown now, writable and kept.
+#[test]
+fn a_claude_jail_sees_and_keeps_only_its_own_projects_entry() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-claude-own") else { return };
+    let other = format!(".claude/projects/{}", claude_slug(&j.rig.home.join("t/asb-other")));
+    let third = format!(".claude/projects/{}", claude_slug(&j.rig.home.join("t/asb-third")));
+    let own = format!(".claude/projects/{}", claude_slug(&j.project));
+    let _c = Cleanup(vec![j.rig.home.join(&other), j.rig.home.join(&third), j.rig.home.join(&own)]);
+    home_file(&j, &format!("{other}/memory/MEMORY.md"), "OTHER-PROJECTS-MEMORY\n");
+    let out = j.run_with(
+        &["--profile", "claude"],
+        &format!(
+            "ls -a ~/.claude/projects; cat ~/{other}/memory/MEMORY.md 2>/dev/null || echo NO-OTHER; \
+             mkdir -p ~/{own}/memory && echo OWN-MEMORY > ~/{own}/memory/MEMORY.md && echo WROTE-OWN; \
+             mkdir -p ~/{third}/memory && echo PLANTED > ~/{third}/memory/MEMORY.md && echo PLANTED-THIRD"
+        ),
+    );
+    assert!(out.stdout.contains("NO-OTHER") && !out.stdout.contains("OTHER-PROJECTS-MEMORY"), "{out}");
+    assert!(!out.stdout.contains("asb-other"), "another project's entry is listed: {out}");
+    assert!(out.stdout.contains("WROTE-OWN"), "{out}");
+    let kept = std::fs::read_to_string(j.rig.home.join(&own).join("memory/MEMORY.md")).unwrap_or_default();
+    assert_eq!(kept, "OWN-MEMORY\n", "the project's own entry persists: {out}");
+    assert!(!j.rig.home.join(&third).exists(), "an entry planted for another project is the session's own: {out}");
+    assert!(j.rig.home.join(&other).join("memory/MEMORY.md").exists());
+}
+
+/// The same for Gemini CLI's `~/.gemini/tmp/<id>/` (its memory and chats): only this
+/// project's entry, writable, with gemini's mark of whose it is read-only.
+#[test]
+fn a_gemini_jail_sees_and_keeps_only_its_own_projects_entry() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-gemini-own") else { return };
+    let other = j.rig.home.join(".gemini/tmp/asb-other");
+    let _c = Cleanup(vec![other.clone()]);
+    home_file(&j, ".gemini/tmp/asb-other/memory/MEMORY.md", "OTHER-GEMINI-MEMORY\n");
+    home_file(&j, ".gemini/tmp/asb-other/.project_root", &j.rig.home.join("t/asb-other").display().to_string());
+    let project = j.project.display().to_string();
+    let out = j.run_with(
+        &["--profile", "gemini"],
+        &format!(
+            "ls -a ~/.gemini/tmp; cat ~/.gemini/tmp/asb-other/memory/MEMORY.md 2>/dev/null || echo NO-OTHER; \
+             for d in ~/.gemini/tmp/*/; do if [ \"$(cat $d/.project_root 2>/dev/null)\" = '{project}' ]; then \
+             echo OWN=$(basename $d); echo MINE > $d/note && echo WROTE-OWN; \
+             echo /elsewhere > $d/.project_root 2>/dev/null && echo MARK-CHANGED; fi; done"
+        ),
+    );
+    assert!(out.stdout.contains("NO-OTHER") && !out.stdout.contains("OTHER-GEMINI-MEMORY"), "{out}");
+    assert!(!out.stdout.contains("asb-other"), "another project's entry is listed: {out}");
+    assert!(out.stdout.contains("WROTE-OWN") && !out.stdout.contains("MARK-CHANGED"), "{out}");
+    let own = out.stdout.lines().find_map(|l| l.strip_prefix("OWN=")).expect("the project's own entry").to_string();
+    let own_dir = j.rig.home.join(".gemini/tmp").join(&own);
+    let _c2 = Cleanup(vec![own_dir.clone(), j.rig.home.join(".gemini/history").join(&own)]);
+    assert_eq!(std::fs::read_to_string(own_dir.join("note")).unwrap_or_default(), "MINE\n", "{out}");
+    assert_eq!(std::fs::read_to_string(own_dir.join(".project_root")).unwrap_or_default(), project);
+}
+
+/// A4: aider and Gemini CLI started outside load the project's `.env`: a variable that runs
+/// a command at aider's start (`AIDER_LOAD`) or sends gemini's key elsewhere, added by the
+/// jail, is put back at exit (the jail's version kept aside); an ordinary one stays.
+#[test]
+fn a_dotenv_given_an_agents_control_variable_is_put_back_at_exit() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-dotenv") else { return };
+    let j = j.project_file(".env", "DATABASE_URL=postgres://db\n");
+    let out = j.run("printf 'AIDER_LOAD=notes.txt\\nGOOGLE_GEMINI_BASE_URL=http://evil\\n' >> .env && echo ADDED");
+    assert!(out.stdout.contains("ADDED"), "the jail may write .env: {out}");
+    assert_eq!(std::fs::read_to_string(j.project.join(".env")).unwrap(), "DATABASE_URL=postgres://db\n", "{out}");
+    assert!(out.stderr.contains("AIDER_LOAD") && out.stderr.contains("put back as it was"), "{out}");
+    assert!(audit_checks(&j).contains("dotenv: AIDER_LOAD"));
+    let out = j.run("echo PORT=8080 >> .env");
+    assert_eq!(
+        std::fs::read_to_string(j.project.join(".env")).unwrap(),
+        "DATABASE_URL=postgres://db\nPORT=8080\n",
+        "everyday work on .env stays: {out}"
+    );
+}
