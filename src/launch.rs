@@ -265,12 +265,21 @@ fn own_link_on_way(p: &Path, uid: u32, depth: u32) -> Result<Option<PathBuf>, St
 /// (tests/swap.rs) instead of racing for it. Compiled out of release builds.
 #[cfg(debug_assertions)]
 pub(crate) fn pause_for_test(point: &str) {
-    let Ok(v) = std::env::var("AGENT_SANDBOX_TEST_PAUSE") else { return };
+    pause_for_test_under(point, Path::new("/"))
+}
+
+/// `pause_for_test` from a process whose root is not the host's (the jail's PID 1 while it
+/// builds the root: the host is at `root`). The setting is read in the launcher, before the
+/// jail's init (a clone of it) clears its environment.
+#[cfg(debug_assertions)]
+pub(crate) fn pause_for_test_under(point: &str, root: &Path) {
+    static SETTING: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    let Some(v) = SETTING.get_or_init(|| std::env::var("AGENT_SANDBOX_TEST_PAUSE").ok()) else { return };
     let Some((p, dir)) = v.split_once(':') else { return };
     if p != point {
         return;
     }
-    let dir = Path::new(dir);
+    let dir = &root.join(dir.trim_start_matches('/'));
     let _ = std::fs::write(dir.join(format!("{point}.reached")), "");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !dir.join(format!("{point}.go")).exists() && std::time::Instant::now() < deadline {
@@ -280,6 +289,9 @@ pub(crate) fn pause_for_test(point: &str) {
 
 #[cfg(not(debug_assertions))]
 pub(crate) fn pause_for_test(_point: &str) {}
+
+#[cfg(not(debug_assertions))]
+pub(crate) fn pause_for_test_under(_point: &str, _root: &Path) {}
 
 /// Whether the plan's anchor of a job's project is the directory the job was submitted from.
 fn job_project_held(id: &chaperon::identity::ProjectId, plan: &Plan) -> Result<(), String> {

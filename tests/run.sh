@@ -74,6 +74,27 @@ if [ "$(id -u)" = 0 ]; then
     (umask 022 && "$wf_venv/bin/python" -m pip install -q --disable-pip-version-check "${wf_pins[@]}")
     chmod -R a+rX /opt/agent-sandbox-test
   fi
+  # The same tools in the Slurm 24.11 cluster's Debian 13 root, at the same path, built from the
+  # root's own Python (3.13), for tests/workflow.rs's `on_24_11_` runs: the root first (cached;
+  # about 80 s when its package list changes), then the venv (about 30 s). pip there is given a
+  # copy of this host's CA bundle (in /tmp, which in-2411.sh mounts), so a TLS proxy this host
+  # trusts is trusted there too.
+  tests/cluster/install.sh 24.11
+  r24_have=$(tests/cluster/in-2411.sh -- "$wf_venv/bin/python" -m pip freeze 2>/dev/null |
+    grep -cixF -f <(printf '%s\n' "${wf_pins[@]}") || true)
+  if [ "$r24_have" != "${#wf_pins[@]}" ]; then
+    echo "tests/run.sh: installing ${wf_pins[*]} into $wf_venv in the 24.11 root"
+    r24_ca=$(mktemp -d /tmp/asb-2411-ca.XXXXXX)
+    install -m 0644 /etc/ssl/certs/ca-certificates.crt "$r24_ca/ca.crt"
+    chmod 0755 "$r24_ca"
+    # shellcheck disable=SC2016 # the inner shell expands them
+    tests/cluster/in-2411.sh -- env PIP_CERT="$r24_ca/ca.crt" SSL_CERT_FILE="$r24_ca/ca.crt" \
+      REQUESTS_CA_BUNDLE="$r24_ca/ca.crt" PIP_FIND_LINKS= sh -c 'umask 022 && v=$1 && shift &&
+        { [ -x "$v/bin/python" ] || python3 -m venv "$v"; } &&
+        "$v/bin/python" -m pip install -q --disable-pip-version-check "$@" && chmod -R a+rX "$v"' \
+      sh "$wf_venv" "${wf_pins[@]}"
+    rm -rf "$r24_ca"
+  fi
   # The real agent CLIs for tests/agents.rs, at pinned versions from the npm registry and
   # PyPI (Node.js 20 from the machine; skipped when present).
   if command -v npm >/dev/null 2>&1; then

@@ -364,3 +364,36 @@ fn a_seed_swapped_for_a_link_to_the_record_key_is_not_copied() {
     assert!(!out.stdout.contains(&head) && !out.stdout.contains("SEED-READ"), "the key was copied in: {out}");
     refused_naming(&out, &seed);
 }
+
+#[test]
+fn a_seed_written_into_a_bound_home_entry_never_leaves_the_jails_root() {
+    // Second outside review of the anchors, S1: a seed whose directory the session binds from
+    // the host was read by its anchor, then written by name, links followed, while the host's
+    // whole tree is at `/oldroot`: swapped for a link there, it overwrote any file of the
+    // user's (`~/.bashrc`). The write is resolved as from inside the jail now.
+    let Some(j) = Jail::new("swap-seed-write") else { return };
+    let j = j.arg("--backend").arg("userns");
+    let name = format!("asbswapsw{}", std::process::id());
+    let dir = j.rig.home.join(".config").join(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let seed = dir.join("settings.json");
+    std::fs::write(&seed, "{\"planted\": true}\n").unwrap();
+    let canary = j.rig.home.join(format!("{name}-canary"));
+    std::fs::write(&canary, "ORIGINAL\n").unwrap();
+    j.give(&[&dir, &seed, &canary]);
+    let rel = dir.strip_prefix(&j.rig.home).unwrap();
+    let policy = policy_file(
+        "seed-write",
+        &format!("[home]\nwrite = [\"{r}/\"]\nseed = [\"{r}/settings.json\"]\n", r = rel.display()),
+    );
+    let args = ["-q", "--policy", policy.to_str().unwrap(), "run", "--", "true"];
+    let out = launch_swapped(&j, "seed-write", "seed-read-settings.json", &args, &|| {
+        std::fs::remove_file(&seed).unwrap();
+        std::os::unix::fs::symlink(format!("/oldroot{}", canary.display()), &seed).unwrap();
+    });
+    let after = std::fs::read_to_string(&canary).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_file(&canary);
+    assert_eq!(after, "ORIGINAL\n", "the seed was written to the host through /oldroot: {out}");
+}

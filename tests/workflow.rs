@@ -3,7 +3,8 @@
 //! Slurm executor plugin, and dask-jobqueue's submission side. `tests/run.sh` installs pinned
 //! versions from PyPI into a venv under /opt, which the jail shows read-only; the tools submit
 //! through the stubs and the chaperon, their jobs re-enter the jail on the node, and the tests
-//! check what ran from the project.
+//! check what ran from the project. Each runs against Slurm 22.05 and, as `on_24_11_...`,
+//! against the 24.11 cluster (auth/slurm, sackd), whose root holds its own venv at the same path.
 //! A failure prints the tool's output and every Slurm call the session made, from the audit log.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test code: a failed setup is a failed test
 
@@ -20,6 +21,43 @@ const VENV: &str = "/opt/agent-sandbox-test/venv";
 /// Each tool runs under `timeout` inside the jail; the watchdog outside allows a little more.
 const TOOL_SECS: u64 = 300;
 
+/// The test cluster a tool runs against (tests/cluster/README.md).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Slurm {
+    /// Slurm 22.05, munge: the host's own Slurm.
+    Tc,
+    /// The one-host cluster beside it (`ONE_HOST_CONF`).
+    OneHost,
+    /// Slurm 24.11 with auth/slurm and sackd, in its Debian 13 root: the launcher and the
+    /// tools run on its login side (`tests/cluster/in-2411.sh`), with the root's own venv at
+    /// the same path (tests/run.sh installs it there too).
+    Tc2411,
+}
+
+/// The wrapper that runs a command on the 24.11 cluster's login side.
+fn in_2411() -> String {
+    format!("{}/tests/cluster/in-2411.sh", env!("CARGO_MANIFEST_DIR"))
+}
+
+impl Slurm {
+    /// A command of this cluster's Slurm, outside the jail (as root).
+    fn command(self, name: &str) -> Command {
+        match self {
+            Slurm::Tc => Command::new(name),
+            Slurm::OneHost => {
+                let mut c = Command::new(name);
+                c.env("SLURM_CONF", ONE_HOST_CONF);
+                c
+            }
+            Slurm::Tc2411 => {
+                let mut c = Command::new(in_2411());
+                c.args(["--", name]);
+                c
+            }
+        }
+    }
+}
+
 /// A cluster jail for a workflow tool: the venv must be there too.
 fn tool_jail(name: &str) -> Option<Jail> {
     with_tools(slurm_jail(name)?)
@@ -31,6 +69,25 @@ fn with_tools(j: Jail) -> Option<Jail> {
     Some(j)
 }
 
+/// A jail on the 24.11 cluster's login side for a workflow tool: the cluster answers and the
+/// root's venv is there, or the test says how to get them.
+fn tool_jail_2411(name: &str) -> Option<Jail> {
+    let j = Jail::new(name)?;
+    let up = Slurm::Tc2411.command("sinfo").args(["-h", "-o", "%T"]).output();
+    let ok = up.as_ref().is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    assert!(
+        ok,
+        "the Slurm 24.11 test cluster is not running: as root, tests/cluster/start.sh 24.11 --user {USER} ({up:?})"
+    );
+    let python = format!("{VENV}/bin/python");
+    let venv = Command::new(in_2411()).args(["--", "test", "-x", &python]).status().is_ok_and(|s| s.success());
+    assert!(
+        venv,
+        "{python} missing in the 24.11 root: run tests/run.sh as root (it installs the workflow tools there)"
+    );
+    Some(j)
+}
+
 /// A tool's run in the jail: its output, and the session id it printed first.
 struct Run {
     out: Out,
@@ -39,12 +96,18 @@ struct Run {
 
 /// `sh -c SCRIPT` in the jail with the venv activated, the tool under `timeout`, and a
 /// watchdog of TOOL_SECS + 60 s outside (Jail::run's 60 s is too short for a workflow).
-fn run_tool(j: &Jail, tool: &str) -> Run {
+/// On 24.11 the launcher runs on the root's login side.
+fn run_tool_on(j: &Jail, slurm: Slurm, tool: &str) -> Run {
     let script = format!(
         "echo ASB-SESSION=$AGENT_SANDBOX_SESSION; . {VENV}/bin/activate || exit 99; \
          timeout -k 10 {TOOL_SECS} {tool}; echo rc=$?"
     );
-    let mut c = j.command(&["-q", "run", "--", "sh", "-c", &script]);
+    let args = ["-q", "run", "--", "sh", "-c", &script];
+    let wrapper = in_2411();
+    let mut c = match slurm {
+        Slurm::Tc2411 => j.command_wrapped(&[&wrapper, "--"], &args),
+        _ => j.command(&args),
+    };
     let out = j.output_within(&mut c, Duration::from_secs(TOOL_SECS + 60));
     let session = out.stdout.lines().find_map(|l| l.strip_prefix("ASB-SESSION=")).unwrap_or_default().to_string();
     eprintln!("{}: {:.1} s", j.project.display(), out.elapsed.as_secs_f64());
@@ -112,22 +175,12 @@ fn report(j: &Jail, run: &Run) -> String {
     format!("{}\n--- the session's audit log ({})\n{}\n", run.out, run.session, slurm_calls(j, &run.session))
 }
 
-/// Cancels what the test left in the queue (a failed run may leave jobs pending).
-fn cancel_leftovers(j: &Jail) {
-    cancel_leftovers_on(j, None);
-}
-
-/// The same on the cluster of `slurm_conf` (None: the test cluster's).
-fn cancel_leftovers_on(j: &Jail, slurm_conf: Option<&str>) {
-    let slurm = |name: &str| {
-        let mut c = Command::new(name);
-        c.envs(slurm_conf.map(|conf| ("SLURM_CONF", conf)));
-        c
-    };
-    let out = slurm("squeue").args(["-h", "-u", USER, "-o", "%A %Z"]).output().expect("squeue");
+/// Cancels what the test left in the queue of `slurm` (a failed run may leave jobs pending).
+fn cancel_leftovers_on(j: &Jail, slurm: Slurm) {
+    let out = slurm.command("squeue").args(["-h", "-u", USER, "-o", "%A %Z"]).output().expect("squeue");
     for (id, dir) in String::from_utf8_lossy(&out.stdout).lines().filter_map(|l| l.split_once(' ')) {
         if Path::new(dir.trim()).starts_with(&j.project) {
-            let _ = slurm("scancel").arg(id.trim()).status();
+            let _ = slurm.command("scancel").arg(id.trim()).status();
         }
     }
 }
@@ -135,9 +188,19 @@ fn cancel_leftovers_on(j: &Jail, slurm_conf: Option<&str>) {
 #[test]
 fn submitit_function_round_trip_runs_in_the_jail_on_the_node() {
     let Some(j) = tool_jail("wf-submitit") else { return };
+    submitit_round_trip(j, Slurm::Tc);
+}
+
+#[test]
+fn on_24_11_submitit_function_round_trip_runs_in_the_jail_on_the_node() {
+    let Some(j) = tool_jail_2411("wf2411-submitit") else { return };
+    submitit_round_trip(j, Slurm::Tc2411);
+}
+
+fn submitit_round_trip(j: Jail, slurm: Slurm) {
     let j = j.project_file("submitit_job.py", include_str!("workflow/submitit_job.py"));
-    let run = run_tool(&j, "python3 submitit_job.py one 2>&1");
-    cancel_leftovers(&j);
+    let run = run_tool_on(&j, slurm, "python3 submitit_job.py one 2>&1");
+    cancel_leftovers_on(&j, slurm);
     let out = &run.out;
     assert!(out.stdout.contains("executor=slurm"), "submitit saw srun and chose Slurm: {}", report(&j, &run));
     let id = out
@@ -164,9 +227,19 @@ fn submitit_function_round_trip_runs_in_the_jail_on_the_node() {
 #[test]
 fn submitit_job_array_of_three_returns_every_result() {
     let Some(j) = tool_jail("wf-submitit-array") else { return };
+    submitit_array(j, Slurm::Tc);
+}
+
+#[test]
+fn on_24_11_submitit_job_array_of_three_returns_every_result() {
+    let Some(j) = tool_jail_2411("wf2411-submitit-array") else { return };
+    submitit_array(j, Slurm::Tc2411);
+}
+
+fn submitit_array(j: Jail, slurm: Slurm) {
     let j = j.project_file("submitit_job.py", include_str!("workflow/submitit_job.py"));
-    let run = run_tool(&j, "python3 submitit_job.py array 2>&1");
-    cancel_leftovers(&j);
+    let run = run_tool_on(&j, slurm, "python3 submitit_job.py array 2>&1");
+    cancel_leftovers_on(&j, slurm);
     let out = &run.out;
     let ids: Vec<String> = out
         .stdout
@@ -197,16 +270,27 @@ fn submitit_job_array_of_three_returns_every_result() {
 #[test]
 fn snakemake_slurm_executor_runs_a_three_rule_workflow_in_the_jail() {
     let Some(j) = tool_jail("wf-snakemake") else { return };
+    snakemake_workflow(j, Slurm::Tc);
+}
+
+#[test]
+fn on_24_11_snakemake_slurm_executor_runs_a_three_rule_workflow_in_the_jail() {
+    let Some(j) = tool_jail_2411("wf2411-snakemake") else { return };
+    snakemake_workflow(j, Slurm::Tc2411);
+}
+
+fn snakemake_workflow(j: Jail, slurm: Slurm) {
     let j = j.project_file("Snakefile", include_str!("workflow/Snakefile"));
     // As a user runs it: the Slurm executor, three jobs at a time, the partition and a
     // runtime as default resources; status checks start after 2 s instead of 40 (the jobs
     // are short). No conda, no containers.
-    let run = run_tool(
+    let run = run_tool_on(
         &j,
+        slurm,
         "snakemake --executor slurm --jobs 3 --default-resources slurm_partition=debug runtime=5 \
          --slurm-init-seconds-before-status-checks 2 --latency-wait 15 --printshellcmds 2>&1",
     );
-    cancel_leftovers(&j);
+    cancel_leftovers_on(&j, slurm);
     let out = &run.out;
     let result = std::fs::read_to_string(j.project.join("result.txt")).unwrap_or_default();
     assert!(out.stdout.contains("rc=0"), "snakemake succeeded: {}", report(&j, &run));
@@ -238,7 +322,13 @@ fn snakemake_slurm_executor_runs_a_three_rule_workflow_in_the_jail() {
 #[test]
 fn dask_computes_on_two_worker_jobs_over_the_session_network() {
     let Some(j) = tool_jail("wf-dask-compute") else { return };
-    dask_computes(j, None);
+    dask_computes(j, Slurm::Tc);
+}
+
+#[test]
+fn on_24_11_dask_computes_on_two_worker_jobs_over_the_session_network() {
+    let Some(j) = tool_jail_2411("wf2411-dask-compute") else { return };
+    dask_computes(j, Slurm::Tc2411);
 }
 
 /// The same on a one-host cluster (a workstation or a VM running Slurm: its controller and
@@ -248,13 +338,13 @@ fn dask_computes_on_two_worker_jobs_over_the_session_network() {
 #[test]
 fn dask_computes_on_a_one_host_cluster_over_the_session_network_on_loopback() {
     let Some(j) = one_host_slurm_jail("wf-dask-one-host").and_then(with_tools) else { return };
-    dask_computes(j, Some(ONE_HOST_CONF));
+    dask_computes(j, Slurm::OneHost);
 }
 
-fn dask_computes(j: Jail, slurm_conf: Option<&str>) {
+fn dask_computes(j: Jail, slurm: Slurm) {
     let j = j.project_file("dask_compute.py", include_str!("workflow/dask_compute.py"));
-    let run = run_tool(&j, "python3 dask_compute.py 2>&1");
-    cancel_leftovers_on(&j, slurm_conf);
+    let run = run_tool_on(&j, slurm, "python3 dask_compute.py 2>&1");
+    cancel_leftovers_on(&j, slurm);
     let out = &run.out;
     let field = |k: &str| out.stdout.lines().find_map(|l| l.strip_prefix(k)).map(str::to_owned).unwrap_or_default();
     assert!(out.stdout.contains("all-done") && out.stdout.contains("rc=0"), "{}", report(&j, &run));
@@ -276,11 +366,21 @@ fn dask_computes(j: Jail, slurm_conf: Option<&str>) {
 #[test]
 fn dask_jobqueue_submits_two_worker_jobs_and_close_cancels_them() {
     let Some(j) = tool_jail("wf-dask") else { return };
+    dask_jobqueue_submits(j, Slurm::Tc);
+}
+
+#[test]
+fn on_24_11_dask_jobqueue_submits_two_worker_jobs_and_close_cancels_them() {
+    let Some(j) = tool_jail_2411("wf2411-dask") else { return };
+    dask_jobqueue_submits(j, Slurm::Tc2411);
+}
+
+fn dask_jobqueue_submits(j: Jail, slurm: Slurm) {
     let j = j.project_file("dask_cluster.py", include_str!("workflow/dask_cluster.py"));
     // dask-jobqueue writes each job script with tempfile in $TMPDIR (the jail's private
     // /tmp) and runs `sbatch /tmp/tmpXXXX.sh`: the stub reads that file inside the jail.
-    let run = run_tool(&j, "python3 dask_cluster.py 2>&1");
-    cancel_leftovers(&j);
+    let run = run_tool_on(&j, slurm, "python3 dask_cluster.py 2>&1");
+    cancel_leftovers_on(&j, slurm);
     let out = &run.out;
     let field = |k: &str| out.stdout.lines().find_map(|l| l.strip_prefix(k)).map(str::to_owned);
     // The job script dask-jobqueue builds from the cluster's parameters.
@@ -305,7 +405,7 @@ fn dask_jobqueue_submits_two_worker_jobs_and_close_cancels_them() {
     assert_eq!(field("left=").as_deref(), Some(""), "cluster.close() emptied the queue: {}", report(&j, &run));
     // Cancelled, not finished on their own: Slurm keeps ended jobs for MinJobAge (300 s).
     for id in &ids {
-        let show = Command::new("scontrol").args(["-o", "show", "job", id]).output().expect("scontrol");
+        let show = slurm.command("scontrol").args(["-o", "show", "job", id]).output().expect("scontrol");
         let show = String::from_utf8_lossy(&show.stdout);
         assert!(show.contains("JobState=CANCELLED"), "job {id} was cancelled: {show}\n{}", report(&j, &run));
         // A worker that started before the cancel ran inside the jail on the node.

@@ -152,8 +152,10 @@ pub const COMMANDS: &[Command] = &[
         &scontrol::SCONTROL,
         Lasts::Query,
         Reads::When(scontrol::reads_only, Source::Controller),
-        "`show job/step` of your project's jobs; `show partition/node/config/...` as they are; `hold`, \
-         `release`, `requeue`, `update JobId=...` of your project's jobs with safe keys only",
+        "`show job/step` of your project's jobs (from 23.02 also `--json` and `--yaml`: the chaperon narrows \
+         Slurm's JSON to your jobs and writes YAML from it itself); `listjobs` (24.05) of your project's jobs; \
+         `show partition/node/config/...` as they are; `hold`, `release`, `requeue`, `update JobId=...` of your \
+         project's jobs with safe keys only",
     ),
     handled(
         "sacct",
@@ -193,7 +195,8 @@ pub const COMMANDS: &[Command] = &[
         &sprio::SPRIO,
         Lasts::Query,
         Reads::Always(Source::Controller),
-        "your project's jobs",
+        "your project's pending jobs (on 24.05 to 25.11, whose sprio takes a list of jobs for one bad job id, \
+         one call for each pending job)",
     ),
     handled(
         "sshare",
@@ -507,7 +510,10 @@ fn releases_table() -> String {
     use crate::table::Class;
     let mut out = String::from(
         "\nOptions added after Slurm 22.05, each read where the installed release has it (the chaperon \
-         learns the release from `sbatch --version`), and options 24.11 no longer has:\n\n\
+         learns the release from `sbatch --version`), and options 24.11 no longer has. Tested on real \
+         releases: 22.05 and 24.11 (the two test clusters). A 23.02, 23.11 or 24.05 below is derived from the \
+         Slurm sources' release tags, never run here: a 24.05 cluster is read with 24.11's options less \
+         those tagged later.\n\n\
          | command | option | Slurm | agent-sandbox |\n|---|---|---|---|\n",
     );
     for c in COMMANDS {

@@ -53,6 +53,7 @@ pub mod refusal;
 pub mod release;
 pub mod removeat;
 pub mod scope;
+pub mod scoped_json;
 pub mod seal;
 pub mod server;
 pub mod session;

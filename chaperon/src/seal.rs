@@ -314,12 +314,16 @@ pub fn ensure(state_dir: &Path, now: u64, in_use: &dyn Fn(&Key) -> bool) -> Resu
         keys.push((now, fresh()?));
         did.push("made the record key".to_string());
     } else if ahead {
-        keys.insert(0, (now, fresh()?));
-        did.push(
-            "made a new record key: the ring held a key claiming to be made in the future (planted by something \
-             that could write the state directory?), the old ones kept only to open what they sealed"
-                .into(),
-        );
+        // Something that could write the state directory made this ring: none of its keys
+        // opens anything from now on (a job pending under the old ring is refused and can be
+        // submitted again), or a planted key would stay good for its retirement period.
+        let dropped = keys.len();
+        keys = vec![(now, fresh()?)];
+        did.push(format!(
+            "made a new record key and dropped the {dropped} of the ring: it held a key claiming to be made in \
+             the future (planted by something that could write the state directory?); jobs pending under them \
+             are refused and can be submitted again"
+        ));
     } else if now.saturating_sub(keys[0].0) >= ROTATE_AFTER {
         keys.insert(0, (now, fresh()?));
         did.push("made a new record key (the last one is 30 days old), the old one kept to open what it sealed".into());
@@ -523,13 +527,9 @@ mod tests {
         let did = ensure(&dir, now(), &|_| false).unwrap().unwrap();
         assert!(did.contains("in the future"), "{did}");
         let ring = read_ring(&dir).unwrap();
-        assert_eq!(ring.0.len(), 2);
+        assert_eq!(ring.0.len(), 1, "the planted ring is dropped whole (second review, S4)");
         assert_ne!(ring.0[0].1, [7; KEY_LEN], "a new key seals");
-        assert!(ring.0[1].0 <= now(), "the planted key's time is its file's at the latest");
-        // Retired like any: gone once its keep is over.
-        let later = now() + RETIRED_KEEP.max(ROTATE_AFTER);
-        ensure(&dir, later, &|_| false).unwrap();
-        assert!(Key::load(&dir).unwrap().open("job.json", b"j", &planted).is_err(), "the planted key is gone");
+        assert!(Key::load(&dir).unwrap().open("job.json", b"j", &planted).is_err(), "the planted key opens nothing");
         // A time a little ahead (within the skew): its age counts from the file's ctime.
         plant(now() + 3600);
         assert!(ensure(&dir, now() + ROTATE_AFTER, &|_| false).unwrap().is_some(), "rotated 30 days after planting");

@@ -125,12 +125,25 @@ impl Sys for RealSys {
         flags: MsFlags,
         data: Option<&str>,
     ) -> io::Result<()> {
-        nix::mount::mount(src, target, fstype, flags, data).map_err(errno)
+        let Some(rel) = in_new(target) else {
+            return nix::mount::mount(src, target, fstype, flags, data).map_err(errno);
+        };
+        // The target as the jail will see it, then mounted on through its descriptor.
+        let fd = open_in_new(rel, nix::fcntl::OFlag::O_PATH, 0)?;
+        nix::mount::mount(src, &fd_path(&fd), fstype, flags, data).map_err(errno)
     }
     fn set_attr(&mut self, target: &Path, attr: u64) -> io::Result<()> {
-        set_attr_recursive(target, attr)
+        let Some(rel) = in_new(target) else { return set_attr_recursive(target, attr) };
+        let fd = open_in_new(rel, nix::fcntl::OFlag::O_PATH, 0)?;
+        match set_attr_fd(&fd, attr) {
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => remount_tree_legacy(&fd_path(&fd), attr),
+            r => r,
+        }
     }
     fn mkdir_all(&mut self, p: &Path) -> io::Result<()> {
+        if let Some(rel) = in_new(p) {
+            return mkdir_in_new(rel);
+        }
         match std::fs::DirBuilder::new().recursive(true).mode(0o755).create(p) {
             Ok(()) => Ok(()),
             Err(_) if p.is_dir() => Ok(()),
@@ -138,6 +151,20 @@ impl Sys for RealSys {
         }
     }
     fn touch(&mut self, p: &Path) -> io::Result<()> {
+        if let Some(rel) = in_new(p) {
+            use nix::fcntl::OFlag;
+            let open = || open_in_new(rel, OFlag::O_WRONLY | OFlag::O_CREAT, 0o644).map(drop);
+            return match open() {
+                Ok(()) => Ok(()),
+                // Already there (a host file under a read-only bind): a bind over it needs nothing more.
+                Err(_) if open_in_new(rel, OFlag::O_PATH, 0).is_ok() => Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    mkdir_in_new(rel.parent().unwrap_or(Path::new("")))?;
+                    open()
+                }
+                Err(e) => Err(e),
+            };
+        }
         let open =
             || std::fs::OpenOptions::new().write(true).create(true).truncate(false).mode(0o644).open(p).map(drop);
         match open() {
@@ -154,6 +181,12 @@ impl Sys for RealSys {
         }
     }
     fn write_file(&mut self, p: &Path, contents: &[u8], mode: u32) -> io::Result<()> {
+        if let Some(rel) = in_new(p) {
+            use nix::fcntl::OFlag;
+            mkdir_in_new(rel.parent().unwrap_or(Path::new("")))?;
+            let f = open_in_new(rel, OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC, mode)?;
+            return io::Write::write_all(&mut std::fs::File::from(f), contents);
+        }
         if let Some(parent) = p.parent() {
             self.mkdir_all(parent)?;
         }
@@ -161,12 +194,27 @@ impl Sys for RealSys {
         io::Write::write_all(&mut f, contents)
     }
     fn symlink(&mut self, link: &Path, at: &Path) -> io::Result<()> {
+        if let Some(rel) = in_new(at) {
+            let (dir, name) = parent_in_new(rel)?;
+            return nix::unistd::symlinkat(link, &dir, name).map_err(errno);
+        }
         if let Some(parent) = at.parent() {
             self.mkdir_all(parent)?;
         }
         std::os::unix::fs::symlink(link, at)
     }
     fn whiteout(&mut self, p: &Path) -> io::Result<()> {
+        if let Some(rel) = in_new(p) {
+            let (dir, name) = parent_in_new(rel)?;
+            return nix::sys::stat::mknodat(
+                &dir,
+                name,
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::empty(),
+                nix::sys::stat::makedev(0, 0),
+            )
+            .map_err(errno);
+        }
         if let Some(parent) = p.parent() {
             self.mkdir_all(parent)?;
         }
@@ -218,7 +266,10 @@ impl Sys for RealSys {
         } else {
             self.touch(target)?;
         }
-        let target = open(target, OFlag::O_PATH | OFlag::O_CLOEXEC, mode).map_err(errno)?;
+        let target = match in_new(target) {
+            Some(rel) => open_in_new(rel, OFlag::O_PATH, 0)?,
+            None => open(target, OFlag::O_PATH | OFlag::O_CLOEXEC, mode).map_err(errno)?,
+        };
         attach(&source, &target, attr)
     }
 
@@ -365,6 +416,61 @@ const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 /// at the root, and no magic link (`/proc/self/fd/N`) leads out.
 fn in_root() -> nix::fcntl::ResolveFlag {
     nix::fcntl::ResolveFlag::RESOLVE_IN_ROOT | nix::fcntl::ResolveFlag::RESOLVE_NO_MAGICLINKS
+}
+
+/// A path below the jail's new root, as the part below it. Every target there is made and
+/// mounted on as seen from inside the jail (`in_root`): a host tree bound there can hold a
+/// link another jail of the user planted, which by name would lead to `/oldroot`, the host's
+/// whole tree, while the jail is built (outside review S1, S2).
+fn in_new(p: &Path) -> Option<&Path> {
+    p.strip_prefix(NEW).ok()
+}
+
+/// `rel` below the new root, opened with `flags` (created with `mode` if O_CREAT), resolved
+/// as from inside the jail.
+fn open_in_new(rel: &Path, flags: nix::fcntl::OFlag, mode: u32) -> io::Result<std::os::fd::OwnedFd> {
+    use nix::fcntl::{open, openat2, OFlag, OpenHow};
+    let root = open(NEW, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
+        .map_err(errno)?;
+    let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
+    let how = OpenHow::new()
+        .flags(flags | OFlag::O_CLOEXEC)
+        .mode(nix::sys::stat::Mode::from_bits_truncate(mode))
+        .resolve(in_root());
+    openat2(&root, rel, how).map_err(errno)
+}
+
+/// Every directory of `rel` below the new root, made where missing, each looked up as from
+/// inside the jail.
+fn mkdir_in_new(rel: &Path) -> io::Result<()> {
+    use nix::fcntl::OFlag;
+    let mut done = PathBuf::new();
+    for part in rel.components() {
+        let std::path::Component::Normal(name) = part else { continue };
+        let dir = open_in_new(&done, OFlag::O_PATH | OFlag::O_DIRECTORY, 0)?;
+        match nix::sys::stat::mkdirat(&dir, name, nix::sys::stat::Mode::from_bits_truncate(0o755)) {
+            Ok(()) | Err(nix::Error::EEXIST) => {}
+            Err(e) => return Err(errno(e)),
+        }
+        done.push(name);
+    }
+    open_in_new(&done, OFlag::O_PATH | OFlag::O_DIRECTORY, 0).map(drop)
+}
+
+/// The directory of `rel` below the new root (made if missing) and its last name.
+fn parent_in_new(rel: &Path) -> io::Result<(std::os::fd::OwnedFd, &std::ffi::OsStr)> {
+    let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    mkdir_in_new(parent)?;
+    Ok((open_in_new(parent, nix::fcntl::OFlag::O_PATH | nix::fcntl::OFlag::O_DIRECTORY, 0)?, name))
+}
+
+/// A path the kernel resolves to what `fd` is open on (through `/oldroot`'s proc while the
+/// jail is built), for the calls that take a path only.
+fn fd_path(fd: &std::os::fd::OwnedFd) -> PathBuf {
+    use std::os::fd::AsRawFd;
+    PathBuf::from(format!("{OLD}/proc/self/fd/{}", fd.as_raw_fd()))
 }
 
 /// Resolution below a root the jail can write: no symlink (not even a magic link), never
@@ -823,6 +929,11 @@ pub fn apply_all(
             MountSpec::Copy { source, .. } => {
                 let Some(a) = anchored(source) else { return Err(fail("read seed for")(unchecked(source))) };
                 let data = sys.read_anchored(a, 1 << 20).map_err(fail("read seed for"))?;
+                #[cfg(debug_assertions)]
+                if let Some(name) = target.file_name() {
+                    let point = format!("seed-read-{}", name.to_string_lossy());
+                    crate::launch::pause_for_test_under(&point, Path::new(OLD));
+                }
                 sys.write_file(&target, &data, 0o600).map_err(fail("seed"))?;
             }
             MountSpec::Stripped { contents, seed: true, .. } => {

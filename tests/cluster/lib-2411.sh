@@ -18,8 +18,9 @@ TC24_ROOT=${AGENT_SANDBOX_TC2411_ROOT:-/var/cache/agent-sandbox/deb13-slurm-root
 TC24_SUITE=trixie
 # slurm-client is pulled in by the daemons; named so that a change of Debian's dependencies
 # does not lose it. libslurm-dev: slurm/spank.h of 24.11, for the SPANK plugin. uidmap:
-# newgidmap, which the launcher uses for the user's supplementary groups.
-TC24_PACKAGES=(slurmctld slurmd slurmdbd slurm-client sackd mariadb-server libslurm-dev uidmap)
+# newgidmap, which the launcher uses for the user's supplementary groups. python3-venv: the
+# root's own Python for the workflow tools' venv (tests/run.sh; tests/workflow.rs on 24.11).
+TC24_PACKAGES=(slurmctld slurmd slurmdbd slurm-client sackd mariadb-server libslurm-dev uidmap python3-venv)
 # Bump when the root's recipe changes: a root with another stamp is rebuilt.
 TC24_STAMP="1 $TC24_SUITE ${TC24_PACKAGES[*]}"
 TC24_STAMP_FILE=$TC24_ROOT/etc/agent-sandbox-testcluster.stamp

@@ -18,7 +18,7 @@ use crate::table::{
     allow, any_of, as_written, bad_value, deny, last, lookup, no, opt, parse, word, words, Arity, Class, GrammarError,
     OptSpec, Options, Table, ADMIN, BURST_BUFFER, CLUSTERS, MAIL, RUNS_OUTSIDE, WORD as A,
 };
-use crate::table::{COMPLETION, TEXT_ONLY};
+use crate::table::{output, Output, COMPLETION, JSON_VALUE};
 use std::os::fd::AsFd;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
@@ -51,8 +51,12 @@ pub static SCONTROL: Table = Table {
         deny("cluster", None, Val, CLUSTERS),
         // Added after 22.05 (`since`: the release that added each).
         deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
-        deny("json", None, Arity::OptionalValue, TEXT_ONLY).since(crate::release::R23_02),
-        deny("yaml", None, Arity::OptionalValue, TEXT_ONLY).since(crate::release::R23_02),
+        // Job and step views and listjobs: the chaperon narrows Slurm's JSON to the scope's jobs
+        // (`scoped_json`); any other view (nodes, partitions, ping) is Slurm's, as written.
+        allow("json", None, Arity::OptionalValue, Refused(JSON_VALUE)).since(crate::release::R23_02),
+        allow("yaml", None, Arity::OptionalValue, Refused(JSON_VALUE))
+            .rebuilt("of jobs and steps, the chaperon asks scontrol for JSON, narrows it and writes it as YAML")
+            .since(crate::release::R23_02),
     ],
 };
 
@@ -87,6 +91,9 @@ pub static COMMANDS: &[(&str, Class)] = &[
     word("takeover", no(ADMIN)),
     word("cluster", no(CLUSTERS)),
     word("listpids", no(ON_THIS_HOST)),
+    // 24.05: the jobs with a slurmstepd on this host, narrowed to the scope's.
+    word("listjobs", A),
+    word("liststeps", no("it lists every user's steps on this host; use scontrol show step, which shows your jobs'")),
     word("pidinfo", no(ON_THIS_HOST)),
     word("token", no("it mints a Slurm credential (JWT), and credentials stay outside the sandbox")),
     word("write", no("Slurm holds the chaperon's job wrapper, not your script; read your script in the project")),
@@ -308,6 +315,9 @@ pub enum ScontrolCommand {
     Version,
     Help,
     ErrNumStr(u32),
+    /// `listjobs [NODE]` (24.05): the jobs with a slurmstepd on this host (NODE: the slurmd of
+    /// that name here), narrowed to the scope's.
+    ListJobs(Option<String>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -539,6 +549,11 @@ pub fn parse_scontrol(args: &[String]) -> Result<ScontrolRequest, GrammarError> 
         "release" => ScontrolCommand::Release(targets("scontrol release", rest)?),
         "requeue" | "requeuehold" => parse_requeue(rest, cmd == "requeuehold")?,
         "update" => parse_update(rest)?,
+        "listjobs" => match rest {
+            [] => ScontrolCommand::ListJobs(None),
+            [node] => ScontrolCommand::ListJobs(Some(name("scontrol listjobs", node)?)),
+            _ => return Err(GrammarError::Usage("scontrol listjobs takes at most one node name")),
+        },
         "errnumstr" => {
             let [n] = rest else { return Err(GrammarError::Usage("scontrol errnumstr takes one error number")) };
             let v = n.parse::<u32>().ok().filter(|_| n.bytes().all(|b| b.is_ascii_digit()));
@@ -560,9 +575,82 @@ impl ScontrolRequest {
     /// The real scontrol's arguments: the caller's, as written (every job they name is checked).
     fn real_args(&self) -> Vec<String> {
         let mut args = as_written(&SCONTROL, &self.options);
+        // --yaml is rebuilt for the views the chaperon narrows (`narrowed_args`) only.
+        if output(&self.options) == Output::Yaml {
+            args.retain(|a| !a.starts_with("--json"));
+            args.push("--yaml".into());
+        }
         args.extend(words(&self.words));
         args
     }
+
+    /// The real scontrol's arguments for a view the chaperon narrows to the scope (jobs,
+    /// steps, listjobs) in JSON or YAML: the caller's options with `--json` in place of theirs
+    /// (YAML is written from the JSON), and the words as written.
+    fn narrowed_args(&self) -> Vec<String> {
+        let mut args: Vec<String> =
+            as_written(&SCONTROL, &self.options).into_iter().filter(|a| !a.starts_with("--json")).collect();
+        args.push("--json".into());
+        args.extend(words(&self.words));
+        args
+    }
+
+    /// The list a narrowed JSON view holds its records in, if this call is one.
+    fn narrowed_list(&self) -> Option<&'static str> {
+        match (&self.command, output(&self.options)) {
+            (_, Output::Table) => None,
+            (Some(ScontrolCommand::Show(Show::Job(_)) | ScontrolCommand::ListJobs(_)), _) => Some("jobs"),
+            (Some(ScontrolCommand::Show(Show::Step(_))), _) => Some("steps"),
+            _ => None,
+        }
+    }
+}
+
+/// A job or step view, or listjobs, in JSON or YAML: scontrol asked for JSON (one call, every
+/// job it holds, or the one named), the document narrowed to the scope (`scoped_json`) and
+/// written as the caller asked.
+fn narrowed_document(
+    call: &Call<'_>,
+    parsed: &ScontrolRequest,
+    list: &str,
+    ids: &[u32],
+    stdio: Stdio,
+) -> Result<i32, Refusal> {
+    let mut cmd = call.cfg.command("scontrol");
+    cmd.args(parsed.narrowed_args());
+    cmd.stdin(Io::null()).stderr(stdio.stderr);
+    let (out, status) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(&out).map_err(|e| Refusal::Failed(format!("scontrol --json: {e}")))?;
+    crate::scoped_json::narrow(&mut doc, list, ids).map_err(Refusal::Failed)?;
+    let text = match output(&parsed.options) {
+        Output::Yaml => format!("---\n{}", crate::yaml::to_yaml(&doc)),
+        _ => format!("{}\n", serde_json::to_string_pretty(&doc).unwrap_or_default()),
+    };
+    crate::bounded::write_all(stdio.stdout.as_fd(), text.as_bytes(), QUERY_TIMEOUT)
+        .map_err(|e| Refusal::Failed(format!("writing scontrol's answer: {e}")))?;
+    Ok(status.code().unwrap_or(1))
+}
+
+/// `listjobs` as text: scontrol's `JOBID` header and the lines of jobs in scope (stderr, where
+/// it says no slurmstepd runs here, as it is).
+fn narrowed_listjobs(call: &Call<'_>, parsed: &ScontrolRequest, ids: &[u32], stdio: Stdio) -> Result<i32, Refusal> {
+    let mut cmd = call.cfg.command("scontrol");
+    cmd.args(parsed.real_args());
+    cmd.stdin(Io::null()).stderr(stdio.stderr);
+    let (out, status) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
+    let text = String::from_utf8_lossy(&out);
+    let kept: String = text
+        .lines()
+        .filter(|l| match l.trim().parse::<u32>() {
+            Ok(job) => ids.contains(&job),
+            Err(_) => l.trim() == "JOBID",
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    crate::bounded::write_all(stdio.stdout.as_fd(), kept.as_bytes(), QUERY_TIMEOUT)
+        .map_err(|e| Refusal::Failed(format!("writing scontrol's answer: {e}")))?;
+    Ok(status.code().unwrap_or(1))
 }
 
 /// scontrol: `show job/step` and the job commands for jobs in scope only (a bare `show job`
@@ -571,7 +659,14 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     let (req, cfg) = (call.req, call.cfg);
     let parsed = parse_scontrol(&req.argv)?;
     let ids = jobs_in_scope(req, cfg)?;
+    if let Some(list) = parsed.narrowed_list() {
+        if let Some(ScontrolCommand::Show(Show::Job(Some(r)) | Show::Step(Some(r)))) = &parsed.command {
+            in_scope(&ids, [r.job])?;
+        }
+        return narrowed_document(call, &parsed, list, &ids, stdio);
+    }
     match &parsed.command {
+        Some(ScontrolCommand::ListJobs(_)) => return narrowed_listjobs(call, &parsed, &ids, stdio),
         Some(ScontrolCommand::Show(Show::Job(None))) | Some(ScontrolCommand::Show(Show::Step(None))) => {
             // Every job in scope, one real call each (a bare `show job` would list everyone's).
             let step = matches!(parsed.command, Some(ScontrolCommand::Show(Show::Step(None))));
@@ -830,6 +925,31 @@ mod tests {
         assert!(sc(&["ping", "x"]).is_err());
         assert!(sc(&["errnumstr"]).is_err());
         assert_eq!(sc(&["--version"]).unwrap().command, None);
+    }
+
+    #[test]
+    fn listjobs_and_json_views_of_jobs_are_narrowed() {
+        assert_eq!(cmd(&["listjobs"]), ScontrolCommand::ListJobs(None));
+        assert_eq!(cmd(&["ListJobs", "vm"]), ScontrolCommand::ListJobs(Some("vm".into())));
+        assert!(sc(&["listjobs", "a", "b"]).is_err() && sc(&["listjobs", "a b"]).is_err());
+        assert!(denied(&["liststeps"]).1.contains("show step"));
+        crate::release::with(crate::release::R24_11, || {
+            let p = sc(&["--yaml", "-d", "show", "job", "5"]).unwrap();
+            assert_eq!(
+                (p.narrowed_list(), p.narrowed_args()),
+                (Some("jobs"), argv(&["--details", "--json", "show", "job", "5"]))
+            );
+            assert_eq!(sc(&["show", "steps", "--json"]).unwrap().narrowed_list(), Some("steps"));
+            assert_eq!(sc(&["--json", "listjobs"]).unwrap().narrowed_list(), Some("jobs"));
+            assert_eq!(sc(&["listjobs"]).unwrap().narrowed_list(), None, "text: its lines are narrowed");
+            // Views of the cluster, not of jobs: Slurm's JSON or YAML as it prints them.
+            let p = sc(&["--yaml", "show", "node"]).unwrap();
+            assert_eq!((p.narrowed_list(), p.real_args()), (None, argv(&["--yaml", "show", "node"])));
+            assert_eq!(sc(&["--json", "ping"]).unwrap().real_args(), argv(&["--json", "ping"]));
+            assert!(sc(&["--json=v0.0.40", "show", "job"]).is_err(), "Slurm's own default data parser only");
+        });
+        // 22.05 has neither: refused as its scontrol refuses an unknown option.
+        assert!(matches!(sc(&["--json", "show", "job"]), Err(GrammarError::Getopt(_))));
     }
 
     #[test]

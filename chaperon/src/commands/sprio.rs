@@ -2,17 +2,21 @@
 //! reason), `parse_sprio`, which turns a call into an `SprioRequest` (the job ids and users it
 //! names; pure), and `handle`, which shows the priorities of the scope's jobs only.
 
+use crate::bounded::{MAX_CAPTURE, QUERY_TIMEOUT};
 use crate::call::{Call, Stdio};
 use crate::checks::{in_scope, jobs_in_scope, local_cluster_only, only_caller};
 use crate::grammar::ValueKind;
 use crate::jobid::{parse_job_list, JobRef, PLAIN};
 use crate::refusal::Refusal;
+use crate::release::{Release, R24_05};
 use crate::slurm_22_05;
+use crate::spawn::Io;
 use crate::table::COMPLETION;
 use crate::table::{
     allow, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, Options, Table, CLUSTER_SPELLING,
     LOCAL_CLUSTER,
 };
+use std::os::fd::OwnedFd;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
@@ -101,22 +105,46 @@ pub fn parse_sprio(args: &[String]) -> Result<SprioRequest, GrammarError> {
 }
 
 impl SprioRequest {
-    /// The real sprio's arguments: the caller's options the table passes as written, the jobs
-    /// (those asked for, else the scope's `ids`) and the local cluster (when asked for). None:
-    /// nothing to show (no job asked for, none in scope).
-    fn real_args(&self, ids: &[u32], cluster: Option<String>) -> Option<Vec<String>> {
+    /// The jobs the real sprio is given: those asked for, else the scope's `ids`. None: nothing
+    /// to show (no job asked for, none in scope).
+    fn job_list(&self, ids: &[u32]) -> Option<Vec<u32>> {
         // A bare `-j` names no job: sprio would show every user's, so it gets the scope's.
-        let jobs: Vec<String> = match self.jobs.as_ref().filter(|asked| !asked.is_empty()) {
-            Some(asked) => asked.iter().map(JobRef::to_string).collect(),
-            None if ids.is_empty() => return None,
-            None => ids.iter().map(u32::to_string).collect(),
-        };
+        match self.jobs.as_ref().filter(|asked| !asked.is_empty()) {
+            Some(asked) => Some(asked.iter().map(|r| r.job).collect()),
+            None if ids.is_empty() => None,
+            None => Some(ids.to_vec()),
+        }
+    }
+
+    /// The real sprio's arguments for `jobs`: the caller's options the table passes as
+    /// written, `--noheader` if `noheader`, the jobs and the local cluster (when asked for).
+    fn args_for(&self, jobs: &[u32], cluster: Option<&String>, noheader: bool) -> Vec<String> {
         let mut args = as_written(&SPRIO, &self.options);
-        args.push(format!("--jobs={}", jobs.join(",")));
-        args.extend(cluster);
-        Some(args)
+        if noheader && self.last("noheader").is_none() {
+            args.push("--noheader".into());
+        }
+        let list: Vec<String> = jobs.iter().map(u32::to_string).collect();
+        args.push(format!("--jobs={}", list.join(",")));
+        args.extend(cluster.cloned());
+        args
+    }
+
+    /// The real sprio's arguments: `args_for` the whole job list. None: nothing to show.
+    #[cfg(test)]
+    fn real_args(&self, ids: &[u32], cluster: Option<String>) -> Option<Vec<String>> {
+        self.job_list(ids).map(|jobs| self.args_for(&jobs, cluster.as_ref(), false))
     }
 }
+
+/// sprio 24.05 to 25.11 reads a job list of more than one job as one malformed job id
+/// ("sprio: error: Invalid job id", status 1): its opts.c hands the whole list to
+/// `unfmt_job_id_string` (Slurm's commit 4f21612476, fixed by 80beef6a22 in 26.05).
+fn reads_one_job_only(release: Release) -> bool {
+    (R24_05..Release::new(26, 5)).contains(&release)
+}
+
+/// What sprio prints, on stdout, when it has no priorities at all to show for a job list.
+const UNABLE: &str = "Unable to find jobs matching user/id(s) specified";
 
 /// sprio of the scope's jobs: those asked for must be in scope; without a job list, the
 /// scope's (nothing to show when it is empty).
@@ -127,10 +155,59 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     only_caller(&parsed.users, cfg)?;
     let ids = jobs_in_scope(req, cfg)?;
     in_scope(&ids, parsed.jobs.iter().flatten().map(|r| r.job))?;
-    match parsed.real_args(&ids, cluster) {
-        Some(args) => call.run_with(args, stdio),
-        None => Ok(0),
+    let Some(jobs) = parsed.job_list(&ids) else { return Ok(0) };
+    let weights = parsed.last("weights").is_some();
+    if jobs.len() < 2 || weights || !reads_one_job_only(crate::release::in_effect()) {
+        return call.run_with(parsed.args_for(&jobs, cluster.as_ref(), false), stdio);
     }
+    one_job_a_call(call, &parsed, &jobs, cluster.as_ref(), stdio)
+}
+
+/// sprio for a list of jobs on a release that reads one job only (`reads_one_job_only`): what
+/// a sprio that reads the list shows. sprio lists the priorities of pending jobs only, so the
+/// pending jobs of the list are learnt first (`sprio -h -o %i`, whose answer the caller does
+/// not see); a list with at most one pending is given to sprio as that one job (or, with none,
+/// the first: the same header, or the same "Unable to find jobs", as for the list); more are
+/// one call each, the first with the caller's header, and their rows in the list's order.
+fn one_job_a_call(
+    call: &Call<'_>,
+    parsed: &SprioRequest,
+    jobs: &[u32],
+    cluster: Option<&String>,
+    stdio: Stdio,
+) -> Result<i32, Refusal> {
+    let capture = |args: Vec<String>, stderr: &OwnedFd| -> Result<(String, i32), Refusal> {
+        let mut cmd = call.cfg.command("sprio");
+        cmd.args(args);
+        let stderr = stderr.try_clone().map_err(|e| Refusal::Failed(format!("sprio's stderr: {e}")))?;
+        cmd.stdin(Io::null()).stderr(stderr);
+        let (out, status) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
+        Ok((String::from_utf8_lossy(&out).into_owned(), status.code().unwrap_or(1)))
+    };
+    let mut probe = vec!["--noheader".to_string(), "--format=%i".into()];
+    probe.extend(cluster.cloned());
+    let (listed, status) = capture(probe, &stdio.stderr)?;
+    if status != 0 {
+        return Ok(status);
+    }
+    let listed: Vec<u32> = listed.split_whitespace().filter_map(|w| w.parse().ok()).collect();
+    let pending: Vec<u32> = jobs.iter().copied().filter(|j| listed.contains(j)).collect();
+    if pending.len() < 2 {
+        let one = [pending.first().copied().unwrap_or(jobs[0])];
+        return call.run_with(parsed.args_for(&one, cluster, false), stdio);
+    }
+    let mut text = String::new();
+    let mut worst = 0;
+    for (i, job) in pending.iter().enumerate() {
+        let (out, status) = capture(parsed.args_for(&[*job], cluster, i > 0), &stdio.stderr)?;
+        // A job that stopped pending since the probe: no rows (or sprio's "Unable" line).
+        text.extend(out.lines().filter(|l| i == 0 || l.trim() != UNABLE).map(|l| format!("{l}\n")));
+        worst = worst.max(status);
+    }
+    use std::os::fd::AsFd;
+    crate::bounded::write_all(stdio.stdout.as_fd(), text.as_bytes(), QUERY_TIMEOUT)
+        .map_err(|e| Refusal::Failed(format!("writing sprio's answer: {e}")))?;
+    Ok(worst)
 }
 
 #[cfg(test)]
@@ -222,5 +299,17 @@ mod tests {
         assert_eq!(args(&["-l"], &[3]), Some(argv(&["--long", "--jobs=3"])));
         assert_eq!(args(&["-j", "3"], &[3, 4]), Some(argv(&["--jobs=3"])));
         assert_eq!(args(&["-j"], &[]), None, "nothing in scope: nothing to show");
+    }
+
+    #[test]
+    fn a_job_list_is_one_call_a_job_where_sprio_reads_one_job_only() {
+        use crate::release::{R22_05, R24_11};
+        assert!(!reads_one_job_only(R22_05) && !reads_one_job_only(crate::release::R23_11));
+        assert!(reads_one_job_only(R24_05) && reads_one_job_only(R24_11) && reads_one_job_only(Release::new(25, 11)));
+        assert!(!reads_one_job_only(Release::new(26, 5)));
+        let p = sp(&["-l"]).unwrap();
+        assert_eq!(p.args_for(&[3], None, true), argv(&["--long", "--noheader", "--jobs=3"]));
+        let p = sp(&["-h", "-o", "%i %Y"]).unwrap();
+        assert_eq!(p.args_for(&[4], None, true), argv(&["--noheader", "--format=%i %Y", "--jobs=4"]), "one -h");
     }
 }
