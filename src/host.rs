@@ -41,12 +41,104 @@ pub trait HostFs {
 /// The host filesystem, with `kind`, `read_dir` and `canonicalize` answers cached for one plan
 /// (the same directories, /dev above all, are asked about several times; and what a check
 /// saw is what the anchors of the plan's paths are made of, not a later look).
+///
+/// Under a listed directory (the home and the project: `RealFs::listing`), the plan's many
+/// questions about names there (dotfiles, credential files, protected names, placeholders:
+/// some sixty, most absent) are answered from one reading of the directory: on a network
+/// filesystem each `lstat` is a round trip to the server (a lookup, not cached when the name
+/// is absent), the listing a few. A name the listing lacks is absent, and so is everything
+/// below it; a direct entry's kind is the listing's (`d_type`); deeper paths under a present
+/// name are asked of the host. A directory too big to list cheaply is not listed.
 #[derive(Default)]
 pub struct RealFs {
     kinds: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<Kind>>>,
     ids: std::cell::RefCell<std::collections::HashMap<PathBuf, (u64, u64)>>,
     dirs: std::cell::RefCell<std::collections::HashMap<PathBuf, std::rc::Rc<[OsString]>>>,
     canon: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<PathBuf>>>,
+    listed: std::cell::RefCell<Vec<(PathBuf, Option<Listing>)>>,
+}
+
+/// One directory's entries and their kinds (`None`: the listing did not say).
+type Listing = std::rc::Rc<std::collections::HashMap<OsString, Option<Kind>>>;
+
+/// Past this many entries a directory is not listed: reading it would cost more round trips
+/// than the names the plan asks about (a few hundred entries fit one `getdents` of NFS).
+const MAX_LISTED: usize = 2048;
+
+fn kind_of(ft: std::fs::FileType) -> Kind {
+    if ft.is_symlink() {
+        Kind::Symlink
+    } else if ft.is_dir() {
+        Kind::Dir
+    } else if ft.is_file() {
+        Kind::File
+    } else if ft.is_char_device() {
+        Kind::Char
+    } else {
+        Kind::Other
+    }
+}
+
+impl RealFs {
+    /// A view whose questions about names under `dirs` are answered from one listing of
+    /// each (read at the first question); more can be added with `list`.
+    pub fn listing(dirs: &[&Path]) -> RealFs {
+        let fs = RealFs::default();
+        for d in dirs {
+            fs.list(d);
+        }
+        fs
+    }
+
+    /// Answers questions about names under `dir` from one listing of it.
+    pub fn list(&self, dir: &Path) {
+        let mut l = self.listed.borrow_mut();
+        if dir.is_absolute() && !l.iter().any(|(d, _)| d == dir) {
+            l.push((dir.to_path_buf(), None));
+        }
+    }
+
+    /// The listing of the listed directory `p` is in, and `p`'s path below it.
+    fn listed_under<'p>(&self, p: &'p Path) -> Option<(Listing, std::path::Components<'p>)> {
+        let mut l = self.listed.borrow_mut();
+        let (dir, cached) = l
+            .iter_mut()
+            .filter(|(d, _)| p.starts_with(d) && p != d.as_path())
+            .max_by_key(|(d, _)| d.as_os_str().len())?;
+        if cached.is_none() {
+            *cached = Some(read_listing(dir).unwrap_or_default());
+        }
+        let listing = cached.clone().filter(|m| !m.is_empty())?;
+        let rest = p.strip_prefix(&*dir).ok()?.components();
+        Some((listing, rest))
+    }
+
+    /// `Some(answer)` when the listing decides `kind(p)`.
+    fn kind_from_listing(&self, p: &Path) -> Option<Option<Kind>> {
+        let (listing, mut rest) = self.listed_under(p)?;
+        let first = rest.next()?;
+        match listing.get(first.as_os_str()) {
+            None => Some(None),
+            Some(k) if rest.next().is_none() => k.map(Some),
+            Some(_) => None,
+        }
+    }
+}
+
+/// The entries of `dir` with their kinds, or `None` when it cannot be read or is too big to
+/// be worth it (the caller then asks name by name). An empty map stands for "not listed".
+fn read_listing(dir: &Path) -> Option<Listing> {
+    let mut m = std::collections::HashMap::new();
+    for e in std::fs::read_dir(dir).ok()? {
+        let e = e.ok()?;
+        if m.len() >= MAX_LISTED {
+            return None;
+        }
+        m.insert(e.file_name(), e.file_type().ok().map(kind_of));
+    }
+    // "." stands in for an empty directory, which is listed too.
+    m.insert(OsString::from("."), Some(Kind::Dir));
+    Some(std::rc::Rc::new(m))
 }
 
 impl HostFs for RealFs {
@@ -54,24 +146,16 @@ impl HostFs for RealFs {
         if let Some(k) = self.kinds.borrow().get(p) {
             return *k;
         }
-        let k = std::fs::symlink_metadata(p).ok().map(|m| {
-            let ft = m.file_type();
-            if !ft.is_symlink() {
-                use std::os::unix::fs::MetadataExt;
-                self.ids.borrow_mut().insert(p.to_path_buf(), (m.dev(), m.ino()));
-            }
-            if ft.is_symlink() {
-                Kind::Symlink
-            } else if ft.is_dir() {
-                Kind::Dir
-            } else if ft.is_file() {
-                Kind::File
-            } else if ft.is_char_device() {
-                Kind::Char
-            } else {
-                Kind::Other
-            }
-        });
+        let k = match self.kind_from_listing(p) {
+            Some(k) => k,
+            None => std::fs::symlink_metadata(p).ok().map(|m| {
+                if !m.file_type().is_symlink() {
+                    use std::os::unix::fs::MetadataExt;
+                    self.ids.borrow_mut().insert(p.to_path_buf(), (m.dev(), m.ino()));
+                }
+                kind_of(m.file_type())
+            }),
+        };
         self.kinds.borrow_mut().insert(p.to_path_buf(), k);
         k
     }
@@ -79,8 +163,13 @@ impl HostFs for RealFs {
         if let Some(v) = self.dirs.borrow().get(p) {
             return v.clone();
         }
-        let mut v: Vec<OsString> =
-            std::fs::read_dir(p).map(|rd| rd.flatten().map(|e| e.file_name()).collect()).unwrap_or_default();
+        // A directory the listing says is not there has no entries (no open to learn it).
+        let absent = matches!(self.kind_from_listing(p), Some(None));
+        let mut v: Vec<OsString> = if absent {
+            vec![]
+        } else {
+            std::fs::read_dir(p).map(|rd| rd.flatten().map(|e| e.file_name()).collect()).unwrap_or_default()
+        };
         v.sort();
         let v: std::rc::Rc<[OsString]> = v.into();
         self.dirs.borrow_mut().insert(p.to_path_buf(), v.clone());
@@ -101,7 +190,24 @@ impl HostFs for RealFs {
         if !self.kinds.borrow().contains_key(p) {
             self.kind(p);
         }
-        self.ids.borrow().get(p).copied()
+        if let Some(id) = self.ids.borrow().get(p).copied() {
+            return Some(id);
+        }
+        // A kind the listing answered (no `lstat` then) gets its identity from one now. What
+        // is there must still be what the listing said: another kind (a link swapped in since)
+        // gets an identity no inode has, so the jail refuses the path instead of using it
+        // unanchored.
+        let listed = (*self.kinds.borrow().get(p)?)?;
+        if listed == Kind::Symlink {
+            return None;
+        }
+        use std::os::unix::fs::MetadataExt;
+        let id = match std::fs::symlink_metadata(p) {
+            Ok(m) if kind_of(m.file_type()) == listed => (m.dev(), m.ino()),
+            _ => (u64::MAX, u64::MAX),
+        };
+        self.ids.borrow_mut().insert(p.to_path_buf(), id);
+        Some(id)
     }
     fn read_small(&self, p: &Path, max: u64) -> Option<Vec<u8>> {
         use std::io::Read;
@@ -694,6 +800,51 @@ pub fn existing_mailers(state_dir: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Names under a listed directory are answered from its one listing: a name made after
+    /// it is not seen (no `lstat` was made for it), nor anything below an absent name; a path
+    /// below a present name is still asked of the host, and unlisted directories as before.
+    #[test]
+    fn names_under_a_listed_directory_are_answered_from_one_listing() {
+        let d = tempfile::tempdir().unwrap();
+        let (root, other) = (d.path().join("home"), d.path().join("elsewhere"));
+        std::fs::create_dir_all(root.join(".config/git")).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        std::fs::write(root.join(".bashrc"), "").unwrap();
+        std::os::unix::fs::symlink("/nowhere", root.join("link")).unwrap();
+        let fs = RealFs::listing(&[&root]);
+        assert_eq!(fs.kind(&root.join(".bashrc")), Some(Kind::File));
+        assert_eq!(fs.kind(&root.join("link")), Some(Kind::Symlink));
+        std::fs::write(root.join(".zshrc"), "").unwrap();
+        std::fs::create_dir_all(root.join(".cargo")).unwrap();
+        std::fs::write(root.join(".config/git/credentials"), "").unwrap();
+        std::fs::write(other.join("f"), "").unwrap();
+        assert_eq!(fs.kind(&root.join(".zshrc")), None, "made after the listing");
+        assert_eq!(fs.kind(&root.join(".cargo/credentials")), None, "below a name the listing lacks");
+        assert!(fs.read_dir(&root.join(".cargo")).is_empty());
+        assert_eq!(fs.kind(&root.join(".config/git/credentials")), Some(Kind::File), "below a present name");
+        assert_eq!(fs.kind(&other.join("f")), Some(Kind::File), "not listed");
+        assert_eq!(fs.kind(&root), Some(Kind::Dir), "the listed directory itself");
+    }
+
+    /// A name the listing answered has an identity (one `lstat` when asked); one swapped for
+    /// another kind since the listing has one no inode has, so its anchor refuses it.
+    #[test]
+    fn a_listed_name_has_its_identity_and_a_swapped_one_none_that_matches() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("home");
+        std::fs::create_dir_all(root.join("data")).unwrap();
+        std::fs::create_dir_all(root.join("swapped")).unwrap();
+        let fs = RealFs::listing(&[&root]);
+        assert_eq!(fs.kind(&root.join("data")), Some(Kind::Dir));
+        assert_eq!(fs.kind(&root.join("swapped")), Some(Kind::Dir));
+        let m = std::fs::metadata(root.join("data")).unwrap();
+        assert_eq!(fs.identity(&root.join("data")), Some((m.dev(), m.ino())));
+        std::fs::remove_dir(root.join("swapped")).unwrap();
+        std::os::unix::fs::symlink("data", root.join("swapped")).unwrap();
+        assert_eq!(fs.identity(&root.join("swapped")), Some((u64::MAX, u64::MAX)));
+    }
 
     #[test]
     fn local_passwd_and_group_entries() {

@@ -378,7 +378,10 @@ impl Launch {
     /// Runs the launch, its records in `log`.
     pub fn run(self, log: &AuditLog) -> Result<i32, LaunchError> {
         let Launch { mut facts, policy, project, cwd, command, extra_files, env, origin } = self;
-        let project_dir = plan::check_project_basics(&facts, &host::RealFs::default(), &project)?;
+        // One view of the host for the checks and the plan: the project resolved once (a round
+        // trip a step on NFS).
+        let fs = host::RealFs::default();
+        let project_dir = plan::check_project_basics(&facts, &fs, &project)?;
         // A job runs in the directory its session ran in, or not at all: the project's path
         // may name another directory by now (renamed, or a symlink put in its place). The
         // directory it resolves to here is compared, not the path: a node may reach the same
@@ -501,7 +504,13 @@ impl Launch {
             }
             _ => None,
         };
-        let plan = plan::build(&policy, &facts, &host::RealFs::default(), &req)?;
+        // The plan's questions about names in the home and the project are answered from one
+        // listing of each, read now: after the session lock, whose taking may have removed an
+        // earlier session's placeholders there.
+        for dir in [&facts.home_canonical, &facts.home, &project_dir] {
+            fs.list(dir);
+        }
+        let plan = plan::build(&policy, &facts, &fs, &req)?;
         timing::mark("plan");
         // The project the jail binds is held to what the plan found (`plan::anchor`); for a
         // job, that must be the directory whose identity was checked above, not one put in

@@ -3,9 +3,10 @@
 # build tests/run.sh made), checks the .rpm's and the .deb's contents, installs the .deb with
 # dpkg, and from the installed files runs, as the test user, the README's first command, and a
 # sandboxed `sbatch` on the 22.05 test cluster with the package's plugstack.conf example as
-# the cluster's (the installed SPANK plugin admitting only /usr/bin/agent-sandbox). Puts
-# back what it changed: plugstack.conf and the cluster as tests/run.sh left them, the
-# package purged, /etc/agent-sandbox as it was. Also checks the Spack, EasyBuild and Lmod
+# the cluster's (the installed SPANK plugin admitting only /usr/bin/agent-sandbox); purges the
+# package and checks nothing of it is left. Puts back what it changed, however it ends:
+# plugstack.conf and the cluster as tests/run.sh left them, /etc/agent-sandbox as it was.
+# Takes /tmp/asb-cluster.lock and /tmp/asb-etc.lock itself (not to be run under them). Also checks the Spack, EasyBuild and Lmod
 # recipes (packaging/check-recipes.sh). As root, after tests/run.sh (.ci/run), which made the
 # release build, the test users and the cluster this uses.
 set -euo pipefail
@@ -99,13 +100,16 @@ restore() {
   if ! cmp -s "$plug_saved" /etc/slurm/plugstack.conf; then
     cp -a "$plug_saved" /etc/slurm/plugstack.conf
   fi
+  # The machine's plugstack.conf never left naming the installed launcher (the package is gone).
+  cmp -s "$plug_saved" /etc/slurm/plugstack.conf ||
+    { echo "tests/package.sh: /etc/slurm/plugstack.conf could not be put back from $plug_saved" >&2 && rc=1; }
   if [ "$cluster_restarted" = 1 ]; then
     step "the cluster back on tests/run.sh's plugstack.conf"
     tests/cluster/stop.sh >/dev/null 2>&1
     tests/cluster/start.sh --user "$user" --two-nodes --one-host --no-selftest 8>&- 9>&- >/dev/null ||
       { echo "tests/package.sh: the test cluster did not start again: tests/cluster/start.sh" >&2 && rc=1; }
   fi
-  rm -rf "$etc_saved"
+  [ "$rc" != 0 ] || rm -rf "$etc_saved"
   step "done (exit status $rc)"
   exit $rc
 }
@@ -174,3 +178,18 @@ for l in "${logs[@]}"; do
 done
 [ "$admitted" = 1 ] || fail "no slurmd log says the installed SPANK plugin let job $job's task enter the jail"
 step "sbatch from the installed files: job $job ran in the jail, admitted by the installed SPANK plugin"
+
+# Uninstalled as a site would: nothing of the package left (its directories neither), and no
+# site file in /etc/agent-sandbox after a purge. The trap then puts back what it moved aside.
+files=$(dpkg-query -L agent-sandbox)
+dpkg --purge agent-sandbox >/dev/null || fail "dpkg --purge agent-sandbox"
+left=()
+while read -r f; do
+  # A directory is the package's own if its name says so (/usr/bin is everyone's).
+  if [ -d "$f" ]; then case $f in *agent-sandbox*) ;; *) continue ;; esac fi
+  [ ! -e "$f" ] || left+=("$f")
+done <<<"$files"
+[ ! -e /etc/agent-sandbox ] || left+=(/etc/agent-sandbox)
+[ "${#left[@]}" = 0 ] || fail "dpkg --purge agent-sandbox left ${left[*]}"
+dpkg-query -W agent-sandbox >/dev/null 2>&1 && fail "dpkg still lists agent-sandbox after the purge"
+step "purged: none of its $(wc -l <<<"$files") paths left"

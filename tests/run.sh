@@ -42,6 +42,8 @@ if [ "$(id -u)" = 0 ]; then
   /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
   # libgit2, as `cargo new` makes repositories with it (tests/everyday/cases/libgit2-scaffold.sh).
   /usr/bin/python3 -c 'import pygit2' 2>/dev/null || need+=(python3-pygit2)
+  # fusermount3, for slowfs: tests/netfs.rs runs sessions on a home served over FUSE.
+  command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
   if [ "${#need[@]}" -gt 0 ]; then
     echo "tests/run.sh: installing ${need[*]}"
     apt-get update -qq
@@ -139,6 +141,9 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo build --release --bin agent-sandbox
 stub/release.sh
 chmod o+rx target/release 2>/dev/null || true
+# slowfs (tools/slowfs), the network-filesystem stand-in tests/netfs.rs mounts: a binary of
+# its own next to the debug launcher (`cargo test` builds only its unit tests).
+cargo build -p slowfs
 cargo test --workspace
 # The stub's own tests again, against the release stub (built for another target and libc).
 AGENT_SANDBOX_STUB_UNDER_TEST="$(pwd)/target/release/agent-sandbox-stub" cargo test -p agent-sandbox-stub --test stub

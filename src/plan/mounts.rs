@@ -270,6 +270,14 @@ pub(super) fn protect(
             if fs.kind(&first_missing).is_some() {
                 continue;
             }
+            // With the git guard on, a name it refuses to have made, renamed onto or written
+            // (an agent's settings, a hook manager's config: `runs_outside_name`) needs no
+            // placeholder, as `.git` needs none: nothing can be made there in the session. On
+            // a network filesystem each placeholder is five round trips (made, bound, removed).
+            let guards = |rel: &Path| crate::jail::guard::rules::runs_outside_name(rel).is_some();
+            if guard_keeps_git && first_missing.strip_prefix(project).is_ok_and(guards) {
+                continue;
+            }
             let dir = want_dir || first_missing != full;
             let ph = Placeholder { path: first_missing.clone(), dir, json: false };
             if !placeholders.contains(&ph) {

@@ -157,6 +157,30 @@ fn missing_protected_paths_get_placeholders() {
     ));
 }
 
+/// With the git guard on, the missing names it refuses to have made (agents' settings, hook
+/// managers' configs) get no placeholder: five round trips each on a network filesystem
+/// (docs/performance.md). The others (`.envrc`, editors' settings) still do, and with the
+/// guard off all of them.
+#[test]
+fn with_the_git_guard_on_the_names_it_refuses_get_no_placeholder() {
+    let names = |p: &Plan| -> Vec<String> {
+        p.placeholders.iter().filter_map(|ph| Some(ph.path.file_name()?.to_string_lossy().into_owned())).collect()
+    };
+    let guarded =
+        [".claude", ".mcp.json", ".codex", ".gemini", "opencode.json", ".pre-commit-config.yaml", "lefthook.yml"];
+    let on = names(&plan_for("", "/scratch/u/p").unwrap());
+    for n in guarded {
+        assert!(!on.contains(&n.to_string()), "{n} has a placeholder with the guard on: {on:?}");
+    }
+    for n in [".envrc", ".vscode", ".idea"] {
+        assert!(on.contains(&n.to_string()), "{n} has none: {on:?}");
+    }
+    let off = names(&plan_for("[filesystem]\nnested_git = true", "/scratch/u/p").unwrap());
+    for n in guarded.iter().chain(&[".envrc"]) {
+        assert!(off.contains(&n.to_string()), "{n} has none with the guard off: {off:?}");
+    }
+}
+
 #[test]
 fn with_the_git_guard_on_the_projects_git_config_and_hooks_are_the_guards_and_every_writable_tree_is_guarded() {
     // `git init` where there is no repository, `git submodule init` and `git remote add` where
