@@ -397,3 +397,72 @@ fn a_seed_written_into_a_bound_home_entry_never_leaves_the_jails_root() {
     let _ = std::fs::remove_file(&canary);
     assert_eq!(after, "ORIGINAL\n", "the seed was written to the host through /oldroot: {out}");
 }
+
+#[test]
+fn a_seed_in_a_bound_home_entry_swapped_for_a_link_inside_the_jail_writes_nothing_there() {
+    // Third outside look at the anchors, T1: resolved inside the jail's root, a seed swapped
+    // for a link to another tree the jail shows writable (the user's agent-sandbox config
+    // there; the project here) was written through it before the protections were mounted.
+    // A seed below a host tree is now a copy bound over its name: nothing is written there.
+    let Some(j) = Jail::new("swap-seed-inside") else { return };
+    let j = j.arg("--backend").arg("userns");
+    let name = format!("asbswapsi{}", std::process::id());
+    let dir = j.rig.home.join(".config").join(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let seed = dir.join("settings.json");
+    std::fs::write(&seed, "{\"seeded\": true}\n").unwrap();
+    // Beside it in the same bound entry: what stands for a protected file there that is only
+    // made read-only later in the build (`~/.config/agent-sandbox/config.toml` in the review).
+    let canary = dir.join("canary.txt");
+    std::fs::write(&canary, "ORIGINAL\n").unwrap();
+    j.give(&[&dir, &seed, &canary]);
+    let rel = dir.strip_prefix(&j.rig.home).unwrap();
+    let policy = policy_file(
+        "seed-inside",
+        &format!("[home]\nwrite = [\"{r}/\"]\nseed = [\"{r}/settings.json\"]\n", r = rel.display()),
+    );
+    let script = format!("cat {}", seed.display());
+    let args = ["-q", "--policy", policy.to_str().unwrap(), "run", "--", "sh", "-c", &script];
+    let out = launch_swapped(&j, "seed-inside", "seed-read-settings.json", &args, &|| {
+        std::fs::remove_file(&seed).unwrap();
+        std::os::unix::fs::symlink("canary.txt", &seed).unwrap();
+    });
+    let after = std::fs::read_to_string(&canary).unwrap_or_default();
+    let host_seed = std::fs::symlink_metadata(&seed).map(|m| m.file_type().is_symlink()).unwrap_or(false);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(after, "ORIGINAL\n", "the seed was written through the link: {out}");
+    assert!(host_seed, "the host's name was replaced: {out}");
+}
+
+#[test]
+fn a_seed_in_a_bound_home_entry_is_a_session_copy_that_leaves_the_host_file_alone() {
+    // Third outside look, T4: `--dry-run` calls it a writable session copy, and it is one now:
+    // what the jail writes there stays in the session; the host's file keeps its bytes.
+    let Some(j) = Jail::new("seed-session-copy") else { return };
+    let j = j.arg("--backend").arg("userns");
+    let name = format!("asbseedcopy{}", std::process::id());
+    let dir = j.rig.home.join(".config").join(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let seed = dir.join("settings.json");
+    std::fs::write(&seed, "HOST\n").unwrap();
+    j.give(&[&dir, &seed]);
+    let rel = dir.strip_prefix(&j.rig.home).unwrap();
+    let policy = policy_file(
+        "seed-copy",
+        &format!("[home]\nwrite = [\"{r}/\"]\nseed = [\"{r}/settings.json\"]\n", r = rel.display()),
+    );
+    let script = format!(
+        "cat {s} && echo JAIL > {s} && cat {s} && echo other > {d}/other",
+        s = seed.display(),
+        d = dir.display()
+    );
+    let out = j.run_with(&["--policy", policy.to_str().unwrap()], &script);
+    let host = std::fs::read_to_string(&seed).unwrap_or_default();
+    let other = std::fs::read_to_string(dir.join("other")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.stdout.contains("HOST") && out.stdout.contains("JAIL"), "{out}");
+    assert_eq!(host, "HOST\n", "the session's write reached the host's file: {out}");
+    assert_eq!(other, "other\n", "the entry itself is still the host's, writable: {out}");
+}

@@ -125,10 +125,17 @@ impl Sys for RealSys {
         flags: MsFlags,
         data: Option<&str>,
     ) -> io::Result<()> {
+        // A source or target below the new root as the jail will see it, then given to the
+        // kernel through its descriptor (a bind's source there too: a pin).
+        let src_fd = match src.and_then(in_new) {
+            Some(rel) if flags.contains(MsFlags::MS_BIND) => Some(open_in_new(rel, nix::fcntl::OFlag::O_PATH, 0)?),
+            _ => None,
+        };
+        let src_path = src_fd.as_ref().map(fd_path);
+        let src = src_path.as_deref().or(src);
         let Some(rel) = in_new(target) else {
             return nix::mount::mount(src, target, fstype, flags, data).map_err(errno);
         };
-        // The target as the jail will see it, then mounted on through its descriptor.
         let fd = open_in_new(rel, nix::fcntl::OFlag::O_PATH, 0)?;
         nix::mount::mount(src, &fd_path(&fd), fstype, flags, data).map_err(errno)
     }
@@ -184,7 +191,13 @@ impl Sys for RealSys {
         if let Some(rel) = in_new(p) {
             use nix::fcntl::OFlag;
             mkdir_in_new(rel.parent().unwrap_or(Path::new("")))?;
-            let f = open_in_new(rel, OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC, mode)?;
+            // Written in the jail's own tree only: a link anywhere on the way fails it.
+            let f = open_in_new_with(
+                rel,
+                OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_TRUNC,
+                mode,
+                in_root() | nix::fcntl::ResolveFlag::RESOLVE_NO_SYMLINKS,
+            )?;
             return io::Write::write_all(&mut std::fs::File::from(f), contents);
         }
         if let Some(parent) = p.parent() {
@@ -317,7 +330,7 @@ impl Sys for RealSys {
         // The lower layer by the descriptor just checked, through the host's /proc (the
         // staging root has none): the path cannot be swapped for a link in between.
         let data = format!("lowerdir={}:{OLD}/proc/self/fd/{}", overlay_escape(layer), dir.as_raw_fd());
-        nix::mount::mount(Some("overlay"), target, Some("overlay"), flags, Some(data.as_str())).map_err(errno)
+        self.mount(Some(Path::new("overlay")), target, Some("overlay"), flags, Some(data.as_str()))
     }
 
     fn overlay_layer(&mut self, lower: Host<'_>, stage: &Path) -> io::Result<()> {
@@ -429,6 +442,15 @@ fn in_new(p: &Path) -> Option<&Path> {
 /// `rel` below the new root, opened with `flags` (created with `mode` if O_CREAT), resolved
 /// as from inside the jail.
 fn open_in_new(rel: &Path, flags: nix::fcntl::OFlag, mode: u32) -> io::Result<std::os::fd::OwnedFd> {
+    open_in_new_with(rel, flags, mode, in_root())
+}
+
+fn open_in_new_with(
+    rel: &Path,
+    flags: nix::fcntl::OFlag,
+    mode: u32,
+    resolve: nix::fcntl::ResolveFlag,
+) -> io::Result<std::os::fd::OwnedFd> {
     use nix::fcntl::{open, openat2, OFlag, OpenHow};
     let root = open(NEW, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
         .map_err(errno)?;
@@ -436,7 +458,7 @@ fn open_in_new(rel: &Path, flags: nix::fcntl::OFlag, mode: u32) -> io::Result<st
     let how = OpenHow::new()
         .flags(flags | OFlag::O_CLOEXEC)
         .mode(nix::sys::stat::Mode::from_bits_truncate(mode))
-        .resolve(in_root());
+        .resolve(resolve);
     openat2(&root, rel, how).map_err(errno)
 }
 
@@ -484,8 +506,14 @@ fn beneath() -> nix::fcntl::ResolveFlag {
 /// jail cannot change what leads to it).
 pub(super) fn open_beneath(root: &Path, rel: &Path) -> io::Result<std::os::fd::OwnedFd> {
     use nix::fcntl::{open, OFlag};
-    let root_fd = open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
-        .map_err(errno)?;
+    // A tree below the new root is found as the jail will see it: renamed and replaced with a
+    // link by another jail while this one is built, it never leads to `/oldroot` (third look
+    // at the anchors, T2).
+    let root_fd = match in_new(root) {
+        Some(r) => open_in_new(r, OFlag::O_PATH | OFlag::O_DIRECTORY, 0)?,
+        None => open(root, OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
+            .map_err(errno)?,
+    };
     if rel.as_os_str().is_empty() {
         return Ok(root_fd);
     }
@@ -743,6 +771,30 @@ fn bind(sys: &mut dyn Sys, src: &Path, target: &Path, dir: bool) -> io::Result<(
 /// tree with no symlink followed, or, in the launcher's own trees (`own`: the state
 /// directory, which no jail writes) and for its own files under `/run/agent-sandbox`, by
 /// name; any other is refused (`unchecked`).
+/// A writable session copy at `target` with `data`. In the jail's own home it is written
+/// there, no link followed on the way (`write_file`); below a host tree bound in (outside
+/// review of the anchors, third look, T1), where the name is the host's file or a link
+/// another jail of the user put there, nothing is written: the copy is staged on the
+/// session's tmpfs and bound over the name, which changes the jail's view only.
+fn seed(
+    sys: &mut dyn Sys,
+    target: &Path,
+    data: &[u8],
+    over_host: bool,
+    staging: &Path,
+    staged: &mut usize,
+) -> io::Result<()> {
+    if !over_host {
+        return sys.write_file(target, data, 0o600);
+    }
+    *staged += 1;
+    let s = staging.join(staged.to_string());
+    sys.write_file(&s, data, 0o600)?;
+    sys.touch(target)?;
+    sys.mount(Some(&s), target, None, MsFlags::MS_BIND, None)?;
+    sys.set_attr(target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+}
+
 pub fn apply_all(
     sys: &mut dyn Sys,
     mounts: &[MountSpec],
@@ -758,8 +810,15 @@ pub fn apply_all(
     // Trees bound writable so far (the project, writable paths): a later mount of a path
     // inside one of them is resolved without following symlinks below it.
     let mut writable: Vec<PathBuf> = vec![];
+    // Targets where a host tree shows so far: a seed below one is the host's file (or a
+    // link another jail put there), never written into; its copy is bound over it instead.
+    let mut host_backed: Vec<PathBuf> = vec![];
     for m in mounts {
         let target = under(NEW, m.target());
+        if matches!(m, MountSpec::Bind { .. } | MountSpec::TreeBind { .. } | MountSpec::Overlay { .. }) {
+            host_backed.push(m.target().to_path_buf());
+        }
+        let seed_over_host = host_backed.iter().any(|h| m.target().starts_with(h) && m.target() != h);
         let fail = |step: &'static str| {
             let t = m.target().to_path_buf();
             move |err: io::Error| MountError { step, target: t, err }
@@ -934,10 +993,10 @@ pub fn apply_all(
                     let point = format!("seed-read-{}", name.to_string_lossy());
                     crate::test_pause::pause_for_test_under(&point, Path::new(OLD));
                 }
-                sys.write_file(&target, &data, 0o600).map_err(fail("seed"))?;
+                seed(sys, &target, &data, seed_over_host, staging, &mut staged).map_err(fail("seed"))?;
             }
             MountSpec::Stripped { contents, seed: true, .. } => {
-                sys.write_file(&target, contents.as_bytes(), 0o600).map_err(fail("seed"))?;
+                seed(sys, &target, contents.as_bytes(), seed_over_host, staging, &mut staged).map_err(fail("seed"))?;
             }
             MountSpec::Stripped { contents, seed: false, .. } => {
                 staged += 1;

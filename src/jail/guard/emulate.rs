@@ -683,7 +683,13 @@ pub fn finish_stream(mut job: Stream) -> Option<(Refusal, PathBuf)> {
     }
     let _gate = gate();
     let old = match repo::read_file(job.dir.as_fd(), &job.name, max) {
-        Ok(o) => o,
+        Ok(Some(o)) => Some(o),
+        // Gone since the stream began (an empty one was put there for a new config): the name
+        // was removed after the writes (`rm -rf` right after the writer's close, before this
+        // thread got here). What was written went with it, as it would have with the file
+        // itself; installing it now would bring the name back (and keep its directory from
+        // being removed).
+        Ok(None) => return None,
         Err(r) => return Some((r, path)),
     };
     // The file's bits now: what the writer set on the empty file (`chmod` after a copy) stay.
