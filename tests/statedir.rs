@@ -410,3 +410,36 @@ fn a_bind_mount_alias_of_a_tree_shows_no_hidden_path() {
         assert!(!out.stdout.contains("KEY-READ") && !out.stdout.contains("audit"), "{backend}: {out}");
     }
 }
+
+#[test]
+fn a_mount_of_a_part_of_the_state_directory_elsewhere_is_hidden_too() {
+    // Second outside review of the anchors, S3: a mount whose root lies inside a hidden path
+    // (the state directory's `sessions/` bound elsewhere) was not found as an alias.
+    for backend in ["userns", "landlock"] {
+        let name = format!("sd-pa-{backend}");
+        let Some(j) = Jail::new(&name) else { return };
+        let j = j.arg("--backend").arg(backend);
+        let mut h = linked_home(&j, &name, &|h| h.scratch.join("local").display().to_string());
+        let part = h.scratch.join("data/part");
+        std::fs::create_dir_all(&part).unwrap();
+        let state = h.scratch.join("local/state/agent-sandbox");
+        // The state directory is made by a first session.
+        let first = run_in(&j, &h, &[], "true");
+        assert_eq!(first.code, 0, "{first}");
+        let shares = state.join("audit-shares");
+        let names: Vec<String> = std::fs::read_dir(&shares)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(!names.is_empty(), "the first session has a share");
+        let setup = h.wrapper[6].clone();
+        h.wrapper[6] = format!("mount --bind {} {} && {setup}", shares.display(), part.display());
+        let script = format!("ls -A {}; echo LISTED", part.display());
+        let out = run_in(&j, &h, &["--ro", h.scratch.join("data").to_str().unwrap()], &script);
+        assert!(out.stdout.contains("LISTED"), "{backend}: {out}");
+        for n in &names {
+            assert!(!out.stdout.contains(n.as_str()), "{backend}: the state directory's {n} is shown: {out}");
+        }
+    }
+}

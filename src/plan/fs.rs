@@ -497,9 +497,15 @@ pub fn mount_aliases(mounts: &[crate::host::Mount], p: &Path) -> Vec<PathBuf> {
     let Ok(rel) = p.strip_prefix(&m.point) else { return vec![] };
     let in_fs = m.root.join(rel);
     let mut out: Vec<PathBuf> = vec![];
-    for o in mounts.iter().filter(|o| o.dev == m.dev && o.point != m.point && under(&in_fs, &o.root)) {
-        let Ok(rest) = in_fs.strip_prefix(&o.root) else { continue };
-        let alias = normalized(&o.point.join(rest));
+    for o in mounts.iter().filter(|o| o.dev == m.dev && o.point != m.point) {
+        let alias = match in_fs.strip_prefix(&o.root) {
+            // The mount shows the whole directory holding `p`: `p` is at its place there.
+            Ok(rest) if under(&in_fs, &o.root) => normalized(&o.point.join(rest)),
+            // The mount shows a part of `p` (a bind of the state directory's `sessions/`
+            // elsewhere; second outside review of the anchors, S3): all of it is hidden.
+            _ if under(&o.root, &in_fs) => normalized(&o.point),
+            _ => continue,
+        };
         if alias != p && !out.contains(&alias) {
             out.push(alias);
         }
@@ -618,6 +624,7 @@ mod tests {
             m("8:2", "/", "/lustre/scratch"),
             m("8:2", "/u", "/mnt/u"),
             m("8:2", "/v", "/mnt/v"),
+            m("8:2", "/u/local/state/agent-sandbox/sessions", "/mnt/sessions"),
             m("8:3", "/", "/other"),
         ];
         let aliases = mount_aliases(&mounts, Path::new("/scratch/u/local/state/agent-sandbox"));
@@ -625,7 +632,8 @@ mod tests {
             aliases,
             [
                 PathBuf::from("/lustre/scratch/u/local/state/agent-sandbox"),
-                PathBuf::from("/mnt/u/local/state/agent-sandbox")
+                PathBuf::from("/mnt/u/local/state/agent-sandbox"),
+                PathBuf::from("/mnt/sessions"),
             ]
         );
         assert!(mount_aliases(&mounts, Path::new("/home/u/.ssh")).is_empty());
