@@ -4,8 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-/// Gives the free pages of the heap back to the kernel.
+/// Gives the free pages of the heap back to the kernel (glibc's allocator; musl's, which the
+/// stub is linked with, returns freed memory itself and has no such call).
 pub fn trim_heap() {
+    #[cfg(target_env = "gnu")]
     // SAFETY: malloc_trim only walks and releases the allocator's own free memory.
     unsafe {
         libc::malloc_trim(0);
