@@ -279,8 +279,18 @@ fn tell(caller: &notify::Caller, path: &str, reason: &str, shared: &Shared) {
     // a pipe made by another user would refuse), written on a thread of its own: a full pipe
     // nobody reads must not stall the guard.
     let Ok(err) = caller.fd(2) else { return };
-    let Some(slot) = Waiting::take(&shared.waiting) else { return };
     let line = format!("agent-sandbox: {path}: {reason}\n");
+    // Most often the stderr takes the line at once: written here, no thread (under load a
+    // thread may not start in time, or at all, and the line was lost).
+    let mut ready = libc::pollfd { fd: err.as_raw_fd(), events: libc::POLLOUT, revents: 0 };
+    // SAFETY: polls one pollfd that lives for the call, without waiting.
+    if unsafe { libc::poll(&mut ready, 1, 0) } == 1 && ready.revents & libc::POLLOUT != 0 {
+        // SAFETY: writes from a live buffer to a descriptor we own; a pipe or terminal with
+        // room takes a line this short without blocking.
+        let _ = unsafe { libc::write(err.as_raw_fd(), line.as_ptr().cast(), line.len()) };
+        return;
+    }
+    let Some(slot) = Waiting::take(&shared.waiting) else { return };
     let _ = std::thread::Builder::new().name("guard-tell".into()).spawn(move || {
         let _slot = slot;
         // SAFETY: writes from a live buffer to a descriptor this thread owns.
