@@ -18,23 +18,6 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
     HOME.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Makes `rel` below the test user's home (directories and file as the user).
-fn home_file(j: &Jail, rel: &str, text: &str) -> PathBuf {
-    let p = j.rig.home.join(rel);
-    let mut made = vec![];
-    let mut dir = p.parent();
-    while let Some(d) = dir.filter(|d| !d.exists()) {
-        made.push(d.to_path_buf());
-        dir = d.parent();
-    }
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(&p, text).unwrap();
-    for d in made.iter().chain(std::iter::once(&p)) {
-        std::os::unix::fs::chown(d, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
-    }
-    p
-}
-
 /// Removes what a test made in the home when it ends.
 struct Cleanup(Vec<PathBuf>);
 

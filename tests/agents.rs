@@ -116,22 +116,6 @@ fn agent_jail_with(name: &str, more: &str) -> Option<Jail> {
     Some(j.env("PATH", &path))
 }
 
-/// Writes `contents` to a file of the test user's home (made as root, given to the user).
-fn home_file(j: &Jail, rel: &str, contents: &str) {
-    let p = j.rig.home.join(rel);
-    let mut made = vec![];
-    let mut dir = p.parent();
-    while let Some(d) = dir.filter(|d| !d.exists()) {
-        made.push(d.to_path_buf());
-        dir = d.parent();
-    }
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(&p, contents).unwrap();
-    let mut all: Vec<&Path> = made.iter().map(PathBuf::as_path).collect();
-    all.push(&p);
-    j.give(&all);
-}
-
 /// Files below `dir` changed since `since` whose name ends with `suffix`.
 fn newer_files(dir: &Path, since: SystemTime, suffix: &str) -> Vec<PathBuf> {
     let mut found = vec![];

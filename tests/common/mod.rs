@@ -610,3 +610,21 @@ pub fn unseal_unchecked(bytes: &[u8]) -> (&[u8], Option<&[u8]>) {
         false => (bytes, None),
     }
 }
+
+/// Writes `text` to `rel` below the test user's home: made as root, then the file and every
+/// directory made for it given to the user.
+pub fn home_file(j: &Jail, rel: &str, text: &str) -> PathBuf {
+    let p = j.rig.home.join(rel);
+    let mut made = vec![];
+    let mut dir = p.parent();
+    while let Some(d) = dir.filter(|d| !d.exists()) {
+        made.push(d.to_path_buf());
+        dir = d.parent();
+    }
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, text).unwrap();
+    let mut all: Vec<&Path> = made.iter().map(PathBuf::as_path).collect();
+    all.push(&p);
+    j.give(&all);
+    p
+}
