@@ -818,7 +818,7 @@ pub fn apply_all(
         if matches!(m, MountSpec::Bind { .. } | MountSpec::TreeBind { .. } | MountSpec::Overlay { .. }) {
             host_backed.push(m.target().to_path_buf());
         }
-        let seed_over_host = host_backed.iter().any(|h| m.target().starts_with(h) && m.target() != h);
+        let over_host = |t: &Path| host_backed.iter().any(|h| t.starts_with(h) && t != h);
         let fail = |step: &'static str| {
             let t = m.target().to_path_buf();
             move |err: io::Error| MountError { step, target: t, err }
@@ -993,10 +993,11 @@ pub fn apply_all(
                     let point = format!("seed-read-{}", name.to_string_lossy());
                     crate::test_pause::pause_for_test_under(&point, Path::new(OLD));
                 }
-                seed(sys, &target, &data, seed_over_host, staging, &mut staged).map_err(fail("seed"))?;
+                seed(sys, &target, &data, over_host(m.target()), staging, &mut staged).map_err(fail("seed"))?;
             }
             MountSpec::Stripped { contents, seed: true, .. } => {
-                seed(sys, &target, contents.as_bytes(), seed_over_host, staging, &mut staged).map_err(fail("seed"))?;
+                seed(sys, &target, contents.as_bytes(), over_host(m.target()), staging, &mut staged)
+                    .map_err(fail("seed"))?;
             }
             MountSpec::Stripped { contents, seed: false, .. } => {
                 staged += 1;
