@@ -608,6 +608,26 @@ fn a_repository_copied_into_the_project_works_and_keeps_only_what_may_be_kept() 
 }
 
 #[test]
+fn a_config_replaced_by_a_rename_while_open_for_writing_keeps_what_was_renamed_in() {
+    // libgit2 (`cargo new`, pygit2) makes a repository's config with an empty
+    // `open(O_TRUNC)`, then sets each entry through `config.lock` and a rename. With a plain
+    // file the writes of the first open went into a file the rename replaced; the guard's
+    // install of them, done when the writer closes, must not put them back over the entries
+    // renamed in since (the CI failure of stop 40: `user.name` and the remote's URL lost).
+    // Here the first descriptor stays open across the rename, so its install comes last.
+    let j = jail!("gitguard-replaced");
+    let out = j.run(
+        "git -c init.defaultBranch=main init -q r && exec 3>r/.git/config && \
+         git -C r config user.name Late && git -C r remote add origin https://example.org/r.git && \
+         exec 3>&- && sleep 1 && git -C r config user.name && git -C r remote get-url origin",
+    );
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("Late\nhttps://example.org/r.git"), "{out}");
+    let cfg = std::fs::read_to_string(j.project.join("r/.git/config")).expect("config");
+    assert!(cfg.contains("Late") && cfg.contains("https://example.org/r.git"), "{cfg}");
+}
+
+#[test]
 fn the_guard_opens_proc_entries_as_the_callers_own_only() {
     // Issue 33, finding 4: the guard rewrote `/proc/self` by prefix and followed `..` and magic
     // links, so `/proc/self/../1/fd/N` was PID 1's descriptor (the `--json-status` pipe: a

@@ -84,6 +84,8 @@ pub struct Stream {
     mode: u32,
     /// The empty file was the guard's, made for this stream: removed if nothing is installed.
     placeholder: bool,
+    /// The file at the name when the stream began (device, inode): what the writes go into.
+    file: Option<FileId>,
     /// The writer's stderr, for the line saying what was left out.
     stderr: Option<OwnedFd>,
 }
@@ -633,6 +635,7 @@ fn stream(c: &Caller, g: &Guarded, e: Entry, what: Streamed, fill: Fill, mode: u
     if placeholder {
         repo::install(e.dir.as_fd(), &e.name, b"", mode).map_err(errno)?;
     }
+    let file = file_at(e.dir.as_fd(), &e.name);
     let job = Stream {
         what,
         read: Some(read),
@@ -643,9 +646,55 @@ fn stream(c: &Caller, g: &Guarded, e: Entry, what: Streamed, fill: Fill, mode: u
         fill,
         mode,
         placeholder,
+        file,
         stderr: c.fd(2).ok(),
     };
     Ok(Done::Stream { write, cloexec, job: Box::new(job) })
+}
+
+/// The file a name holds (device, inode), its link not followed.
+fn file_at(dir: BorrowedFd, name: &[u8]) -> Option<FileId> {
+    nix::sys::stat::fstatat(dir, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).ok().map(|st| (st.st_dev, st.st_ino))
+}
+
+/// The files the guard's stream installs put in place of others (replaced, successor), the
+/// latest last: the file a stream began on is still the one written when only the guard's
+/// own installs replaced it since (`cp` of a repository, then `>>` to its config before the
+/// copy's install landed). Read and written with the gate held.
+static SUCCESSORS: std::sync::Mutex<Vec<(FileId, FileId)>> = std::sync::Mutex::new(Vec::new());
+
+/// A file (device, inode).
+type FileId = (u64, u64);
+
+/// Enough for the streams a session has pending at once; older links are forgotten (the
+/// stream they would have let through is then skipped, as a replaced one is).
+const MAX_SUCCESSORS: usize = 256;
+
+/// Whether the file a name holds `now` is the one a stream began on, or what the guard's
+/// own installs put in its place since.
+fn still_written(began: Option<FileId>, now: Option<FileId>) -> bool {
+    let (Some(mut at), Some(now)) = (began, now) else { return false };
+    let links = SUCCESSORS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for _ in 0..=links.len() {
+        if at == now {
+            return true;
+        }
+        match links.iter().rev().find(|(from, _)| *from == at) {
+            Some((_, to)) => at = *to,
+            None => return false,
+        }
+    }
+    false
+}
+
+/// Remembers that an install of the guard's put `new` in place of `old`.
+fn installed_over(old: Option<FileId>, new: Option<FileId>) {
+    let (Some(old), Some(new)) = (old, new) else { return };
+    let mut links = SUCCESSORS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if links.len() >= MAX_SUCCESSORS {
+        links.remove(0);
+    }
+    links.push((old, new));
 }
 
 /// A stream's decision as what it writes.
@@ -682,13 +731,18 @@ pub fn finish_stream(mut job: Stream) -> Option<(Refusal, PathBuf)> {
         return Some((Refusal::Unchecked(format!("a config larger than {max} bytes")), path));
     }
     let _gate = gate();
+    // The name no longer holds the file the writes went into: it was removed (`rm -rf` right
+    // after the writer's close) or replaced (libgit2 makes a config with an empty
+    // `open(O_TRUNC)`, then sets each entry through `config.lock` and a rename) before this
+    // thread got here. With the file itself the writes would have gone with the old file;
+    // installing them now would bring a removed name back, or put an empty config over the
+    // entries renamed into place since.
+    let now = file_at(job.dir.as_fd(), &job.name);
+    if !still_written(job.file, now) {
+        return None;
+    }
     let old = match repo::read_file(job.dir.as_fd(), &job.name, max) {
         Ok(Some(o)) => Some(o),
-        // Gone since the stream began (an empty one was put there for a new config): the name
-        // was removed after the writes (`rm -rf` right after the writer's close, before this
-        // thread got here). What was written went with it, as it would have with the file
-        // itself; installing it now would bring the name back (and keep its directory from
-        // being removed).
         Ok(None) => return None,
         Err(r) => return Some((r, path)),
     };
@@ -714,10 +768,16 @@ pub fn finish_stream(mut job: Stream) -> Option<(Refusal, PathBuf)> {
         if unchanged(bytes) {
             return None;
         }
-        repo::install(job.dir.as_fd(), &job.name, bytes, mode).err().map(|e| {
-            let why = format!("cannot write what was checked ({})", std::io::Error::from_raw_os_error(e));
-            (Refusal::Unchecked(why), path.clone())
-        })
+        match repo::install(job.dir.as_fd(), &job.name, bytes, mode) {
+            Ok(()) => {
+                installed_over(now, file_at(job.dir.as_fd(), &job.name));
+                None
+            }
+            Err(e) => {
+                let why = format!("cannot write what was checked ({})", std::io::Error::from_raw_os_error(e));
+                Some((Refusal::Unchecked(why), path.clone()))
+            }
+        }
     };
     let made = match job.what {
         Streamed::Commondir => {
@@ -1164,6 +1224,22 @@ mod tests {
         for (path, want) in cases {
             assert_eq!(split(path), *want, "{:?}", String::from_utf8_lossy(path));
         }
+    }
+
+    #[test]
+    fn a_stream_writes_its_file_or_what_the_guards_installs_put_there_only() {
+        let (a, b, c, other) = ((9_001, 1), (9_001, 2), (9_001, 3), (9_001, 4));
+        assert!(still_written(Some(a), Some(a)));
+        assert!(!still_written(Some(a), Some(b)), "replaced by the writer: not its file");
+        assert!(!still_written(Some(a), None), "removed");
+        assert!(!still_written(None, Some(a)));
+        installed_over(Some(a), Some(b));
+        installed_over(Some(b), Some(c));
+        assert!(still_written(Some(a), Some(c)), "two installs of the guard's since");
+        assert!(!still_written(Some(a), Some(other)));
+        // A loop in the links (inode numbers reused) ends.
+        installed_over(Some(c), Some(a));
+        assert!(!still_written(Some(a), Some(other)));
     }
 
     #[test]
