@@ -38,7 +38,7 @@ fn running(state_dir: &Path) -> Vec<(String, PathBuf)> {
             let id = name.strip_suffix(".allow")?.to_owned();
             Some((id, e.path()))
         })
-        .filter(|(_, p)| match std::os::unix::net::UnixStream::connect(p) {
+        .filter(|(_, p)| match connect(p) {
             Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
                 let _ = std::fs::remove_file(p);
                 let _ = std::fs::remove_file(token_path(p));
@@ -88,7 +88,7 @@ pub fn run(state_dir: &Path, session: Option<&str>, request: &Request) -> Result
         }
     };
     let token = read_token(&path)?;
-    let mut conn = std::os::unix::net::UnixStream::connect(&path).map_err(|e| {
+    let mut conn = connect(&path).map_err(|e| {
         format!(
             "session {} is not reachable ({e}): it ended, or runs without a network supervisor",
             session.unwrap_or("?")
@@ -102,6 +102,12 @@ pub fn run(state_dir: &Path, session: Option<&str>, request: &Request) -> Result
     let mut answer = String::new();
     BufReader::new(conn).read_line(&mut answer).map_err(|e| format!("no answer from the session: {e}"))?;
     serde_json::from_str(&answer).map_err(|e| format!("the session answered something unreadable: {e}"))
+}
+
+/// A session's control socket, reached through its directory where the path passes
+/// `sun_path` (a state directory under a deep home).
+fn connect(path: &Path) -> std::io::Result<std::os::unix::net::UnixStream> {
+    std::os::unix::net::UnixStream::connect(agent_sandbox_sys::socket_path::short(path)?.path)
 }
 
 #[cfg(test)]

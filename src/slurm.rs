@@ -28,7 +28,8 @@ pub fn bind(state_dir: &Path, session: &str) -> std::io::Result<Chaperon> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
     let socket = dir.join(format!("{session}.sock"));
     let _ = std::fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket)?;
+    // Through the directory's descriptor where the path passes `sun_path` (a deep home).
+    let listener = UnixListener::bind(agent_sandbox_sys::socket_path::short(&socket)?.path)?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))?;
     Ok(Chaperon { socket: Some(socket), door: Some(OwnedFd::from(listener)).into(), jail_end: None.into() })

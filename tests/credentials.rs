@@ -276,6 +276,62 @@ fn landlock_the_users_git_config_is_seen_without_its_credentials() {
     the_git_config_is_seen_without_credentials("cred-git-ll", &["--backend", "landlock"]);
 }
 
+/// Fourth outside look at the anchors, U3 and U4: `~/.gitconfig` named in `home.write` (or
+/// `home.read`) beside its built-in seed. The seed was written into the bound host file, so
+/// the launch rewrote the user's config without its credential helper and token URL, and the
+/// jail's `core.sshCommand` reached the host's file (with `home.read` the launch failed on a
+/// read-only file). The session now gets a writable copy without the credentials, bound over
+/// the file; the user's file keeps every byte.
+#[test]
+fn a_git_config_named_in_home_write_or_read_stays_the_users_and_the_session_gets_a_copy() {
+    let Some(j) = Jail::new("cred-git-named") else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let cfg = Planted::new(j.rig, ".gitconfig", TOKENED);
+    let script = "git config --global user.name; printf '[core]\\n\\tsshCommand = evil-named\\n' >> ~/.gitconfig; \
+                  git config --global core.sshCommand; cat ~/.gitconfig; echo PROBED";
+    for entry in ["write", "read"] {
+        let policy = std::env::temp_dir().join(format!("asb-cred-git-{entry}-{}.toml", std::process::id()));
+        std::fs::write(&policy, format!("[home]\n{entry} = [\".gitconfig\"]\n")).unwrap();
+        std::fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        let out = j.run_with(&["--policy", policy.to_str().unwrap()], script);
+        let _ = std::fs::remove_file(&policy);
+        assert!(out.stdout.contains("PROBED"), "{entry}: {out}");
+        assert!(out.stdout.starts_with("Canary User\nevil-named\n"), "{entry}: a writable session copy: {out}");
+        for canary in ["CANARYGITTOKEN", "CANARY-HEADER-TOKEN", "credential"] {
+            assert!(!out.stdout.contains(canary), "{entry}: {canary} inside: {out}");
+        }
+        let host = std::fs::read_to_string(&cfg.path).unwrap();
+        assert_eq!(host, TOKENED, "{entry}: the user's ~/.gitconfig was changed: {out}");
+    }
+}
+
+/// A `~/.gitconfig` that is a link into a dotfiles repository (GNU stow, chezmoi, yadm) is
+/// seeded as the file it leads to, without its credentials: before, the jail's home had no
+/// git config at all, so `git commit` inside failed on a missing `user.name`.
+#[test]
+fn a_git_config_linked_from_a_dotfiles_repository_is_seeded_without_its_credentials() {
+    let Some(j) = Jail::new("cred-git-dotfiles") else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let target = Planted::new(j.rig, "dotfiles-asb/git/gitconfig", TOKENED);
+    let link = j.rig.home.join(".gitconfig");
+    let before = std::fs::read(&link).ok();
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("dotfiles-asb/git/gitconfig", &link).unwrap();
+    let _ = std::os::unix::fs::lchown(&link, Some(j.rig.uid), Some(j.rig.gid));
+    let out = j.run("git config --global user.name; cat ~/.gitconfig; echo '[core]' >> ~/.gitconfig && echo APPENDED");
+    let host = std::fs::read_to_string(&target.path).unwrap();
+    let _ = std::fs::remove_file(&link);
+    if let Some(b) = before {
+        std::fs::write(&link, b).unwrap();
+        std::os::unix::fs::chown(&link, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    }
+    assert!(out.stdout.starts_with("Canary User\n") && out.stdout.contains("APPENDED"), "{out}");
+    for canary in ["CANARYGITTOKEN", "CANARY-HEADER-TOKEN", "credential"] {
+        assert!(!out.stdout.contains(canary), "{canary} inside: {out}");
+    }
+    assert_eq!(host, TOKENED, "the dotfiles repository's file was changed: {out}");
+}
+
 /// Red team 32, F8: everyday configs under the built-in `home.read` entries that also hold a
 /// token (cargo's registry token, npm's global npmrc, conda's channel token, spack's mirror
 /// keys) are seen without it in every home mode, their other settings kept; under Landlock

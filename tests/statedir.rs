@@ -170,6 +170,43 @@ fn a_job_runs_when_the_login_node_sets_xdg_state_home() {
     assert!(jobs.is_dir(), "the job's directory was under XDG_STATE_HOME: {out}");
 }
 
+/// A state directory under a deep home: the session's Slurm socket
+/// (`<state>/sessions/<id>.sock`) passes the 107 bytes a socket address holds. The session
+/// starts and Slurm answers (the socket is bound through its directory's descriptor); it
+/// stopped with "path must be shorter than SUN_LEN" and no fix before.
+#[test]
+fn a_state_directory_deeper_than_a_socket_address_holds_still_serves_slurm() {
+    let Some(j) = slurm_jail("statedir-deep") else { return };
+    let mut state = j.rig.home.join("t/statedir-deep-state");
+    let _ = std::fs::remove_dir_all(&state);
+    while state.as_os_str().len() < 110 {
+        state.push("a-directory-of-a-deep-site-layout");
+    }
+    std::fs::create_dir_all(&state).unwrap();
+    let top = j.rig.home.join("t/statedir-deep-state");
+    let mut dirs: Vec<&Path> = state.ancestors().take_while(|a| a.starts_with(&top)).collect();
+    dirs.reverse();
+    j.give(&dirs);
+    let j = j.env("XDG_STATE_HOME", state.to_str().unwrap());
+    let out = j.run("squeue -h -o %i >/dev/null; echo rc=$?");
+    let _ = std::fs::remove_dir_all(&top);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("rc=0"), "{out}");
+}
+
+/// `--ro /dev/fd/N` on a directory of the home (second outside look at the anchors, S5):
+/// refused, naming the path the descriptor is open on, where it was refused as a
+/// `filesystem.read` entry "inside your home" that `--ro` would accept.
+#[test]
+fn a_descriptor_open_on_a_home_directory_is_refused_naming_that_path() {
+    let Some(j) = Jail::new("statedir-fd") else { return };
+    let mut c = j.as_user("sh");
+    c.arg("-c").arg(format!("exec 7<. && exec {} -q --ro /dev/fd/7 run -- true", j.rig.bin.display()));
+    let out = j.output(&mut c);
+    assert_ne!(out.code, 0, "{out}");
+    assert!(out.stderr.contains("is a descriptor open on ~/t/statedir-fd inside your home"), "{out}");
+}
+
 fn wait_for(p: &Path, needle: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

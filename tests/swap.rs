@@ -422,7 +422,9 @@ fn a_seed_in_a_bound_home_entry_swapped_for_a_link_inside_the_jail_writes_nothin
         "seed-inside",
         &format!("[home]\nwrite = [\"{r}/\"]\nseed = [\"{r}/settings.json\"]\n", r = rel.display()),
     );
-    let script = format!("cat {}", seed.display());
+    // What the victim's jail shows at the link's target (fourth look, U2: the staged copy was
+    // bound over whatever the link named in its view, a file another policy trusts).
+    let script = format!("cat {}", canary.display());
     let args = ["-q", "--policy", policy.to_str().unwrap(), "run", "--", "sh", "-c", &script];
     let out = launch_swapped(&j, "seed-inside", "seed-read-settings.json", &args, &|| {
         std::fs::remove_file(&seed).unwrap();
@@ -433,6 +435,41 @@ fn a_seed_in_a_bound_home_entry_swapped_for_a_link_inside_the_jail_writes_nothin
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(after, "ORIGINAL\n", "the seed was written through the link: {out}");
     assert!(host_seed, "the host's name was replaced: {out}");
+    assert!(!out.stdout.contains("seeded"), "the seed was bound over the link's target: {out}");
+    assert_ne!(out.code, 0, "the launch went on over another file: {out}");
+    assert!(out.stderr.contains("another file than the launch checked"), "{out}");
+}
+
+#[test]
+fn a_seed_swapped_for_a_link_to_a_missing_file_creates_nothing() {
+    // Fourth outside look at the anchors, U1: the launcher made the seed's name with
+    // `O_CREAT` before binding over it, following a link swapped in, so an empty file
+    // appeared where it led (an empty `~/.config/agent-sandbox/profiles/claude.toml`, which
+    // replaced the built-in profile). Now nothing is created: the copy is bound onto the file
+    // the plan checked, or the launch stops.
+    let Some(j) = Jail::new("swap-seed-create") else { return };
+    let j = j.arg("--backend").arg("userns");
+    let name = format!("asbswapsc{}", std::process::id());
+    let dir = j.rig.home.join(".config").join(&name);
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let seed = dir.join("settings.json");
+    std::fs::write(&seed, "{\"seeded\": true}\n").unwrap();
+    j.give(&[&dir, &seed]);
+    let rel = dir.strip_prefix(&j.rig.home).unwrap();
+    let policy = policy_file(
+        "seed-create",
+        &format!("[home]\nwrite = [\"{r}/\"]\nseed = [\"{r}/settings.json\"]\n", r = rel.display()),
+    );
+    let args = ["-q", "--policy", policy.to_str().unwrap(), "run", "--", "true"];
+    let out = launch_swapped(&j, "seed-create", "seed-read-settings.json", &args, &|| {
+        std::fs::remove_file(&seed).unwrap();
+        std::os::unix::fs::symlink("profile.toml", &seed).unwrap();
+    });
+    let made = dir.join("profile.toml").exists();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!made, "the launcher created the link's target: {out}");
+    assert_ne!(out.code, 0, "{out}");
 }
 
 #[test]

@@ -58,6 +58,11 @@ pub trait Sys {
     /// as `jail::anchor` opens it: no symlink on the way, the inode the plan found) on
     /// `target`, made from that descriptor, with `attr` set.
     fn bind_anchored(&mut self, a: &Anchor, target: &Path, dir: bool, attr: u64) -> io::Result<()>;
+    /// Binds the staged file `src` (on the launcher's tmpfs) over the regular file at
+    /// `target` as the jail will see it, with `attr` set, only if that is the file the plan
+    /// checked there (`a`): nothing is created and nothing else is bound over, whatever link
+    /// another jail of the user swapped in since.
+    fn bind_over_checked(&mut self, src: &Path, target: &Path, a: &Anchor, attr: u64) -> io::Result<()>;
     /// Up to `max` bytes of the regular file `path` as seen from inside `root` (absolute
     /// symlinks resolve inside it, never to the host); None if there is none.
     fn read_in_root(&self, root: &Path, path: &Path, max: u64) -> io::Result<Option<Vec<u8>>>;
@@ -284,6 +289,26 @@ impl Sys for RealSys {
             None => open(target, OFlag::O_PATH | OFlag::O_CLOEXEC, mode).map_err(errno)?,
         };
         attach(&source, &target, attr)
+    }
+
+    fn bind_over_checked(&mut self, src: &Path, target: &Path, a: &Anchor, attr: u64) -> io::Result<()> {
+        use nix::fcntl::{open, OFlag};
+        let rel = in_new(target).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // Resolved as from inside the jail, links included: a dotfile that is a link into the
+        // user's dotfiles repository is the file it leads to, which the plan checked too. One
+        // descriptor from here on: the bind goes where this look found the checked file.
+        let found = open_in_new(rel, OFlag::O_PATH, 0)?;
+        if !is_checked_file(&found, a)? {
+            return Err(io::Error::other(format!(
+                "another file than the launch checked is there now (checked: the regular file at {}, inode {}): \
+                 another session's jail may be changing it; the launch stops",
+                a.real.display(),
+                a.ino
+            )));
+        }
+        let source = open(src, OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
+            .map_err(errno)?;
+        attach(&source, &found, attr)
     }
 
     fn read_in_root(&self, root: &Path, path: &Path, max: u64) -> io::Result<Option<Vec<u8>>> {
@@ -539,6 +564,22 @@ fn not_a_symlink(fd: std::os::fd::OwnedFd) -> io::Result<std::os::fd::OwnedFd> {
     Ok(fd)
 }
 
+/// Whether `fd` is the regular file the plan checked (`a`). Its inode, and its device unless
+/// it is shown through an overlay (the jail's `/etc`), which reports a device of its own for
+/// the lower layer's unchanged files.
+fn is_checked_file(fd: &std::os::fd::OwnedFd, a: &Anchor) -> io::Result<bool> {
+    const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
+    let st = nix::sys::stat::fstat(fd).map_err(errno)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_ino != a.ino {
+        return Ok(false);
+    }
+    if st.st_dev == a.dev {
+        return Ok(true);
+    }
+    let fs = nix::sys::statfs::fstatfs(fd).map_err(errno)?;
+    Ok(fs.filesystem_type().0 as i64 == OVERLAYFS_SUPER_MAGIC)
+}
+
 /// The mount target `root/rel`, created if missing, resolved as `open_beneath` does.
 fn target_beneath(root: &Path, rel: &Path, dir: bool) -> io::Result<std::os::fd::OwnedFd> {
     use nix::fcntl::{openat, OFlag};
@@ -772,27 +813,25 @@ fn bind(sys: &mut dyn Sys, src: &Path, target: &Path, dir: bool) -> io::Result<(
 /// directory, which no jail writes) and for its own files under `/run/agent-sandbox`, by
 /// name; any other is refused (`unchecked`).
 /// A writable session copy at `target` with `data`. In the jail's own home it is written
-/// there, no link followed on the way (`write_file`); below a host tree bound in (outside
-/// review of the anchors, third look, T1), where the name is the host's file or a link
-/// another jail of the user put there, nothing is written: the copy is staged on the
-/// session's tmpfs and bound over the name, which changes the jail's view only.
+/// there, no link followed on the way (`write_file`). Below a host tree bound in (the name
+/// the host's file, or a link another jail of the user put there: outside reviews of the
+/// anchors, T1, U1, U2), nothing is written or created: the copy is staged on the session's
+/// tmpfs and bound over the file the plan checked (`checked`), found as the jail will see
+/// it, and over nothing else.
 fn seed(
     sys: &mut dyn Sys,
     target: &Path,
     data: &[u8],
-    over_host: bool,
+    over_host: Option<Option<&Anchor>>,
     staging: &Path,
     staged: &mut usize,
 ) -> io::Result<()> {
-    if !over_host {
-        return sys.write_file(target, data, 0o600);
-    }
+    let Some(checked) = over_host else { return sys.write_file(target, data, 0o600) };
+    let Some(a) = checked else { return Err(unchecked(target)) };
     *staged += 1;
     let s = staging.join(staged.to_string());
     sys.write_file(&s, data, 0o600)?;
-    sys.touch(target)?;
-    sys.mount(Some(&s), target, None, MsFlags::MS_BIND, None)?;
-    sys.set_attr(target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+    sys.bind_over_checked(&s, target, a, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
 }
 
 pub fn apply_all(
@@ -818,7 +857,9 @@ pub fn apply_all(
         if matches!(m, MountSpec::Bind { .. } | MountSpec::TreeBind { .. } | MountSpec::Overlay { .. }) {
             host_backed.push(m.target().to_path_buf());
         }
-        let over_host = |t: &Path| host_backed.iter().any(|h| t.starts_with(h) && t != h);
+        // A seed at a host tree's own target (`home.write = [".gitconfig"]` and the default
+        // seed of it) is over the host's file too: written there, it would rewrite it (U3).
+        let over_host = |t: &Path| host_backed.iter().any(|h| t.starts_with(h)).then(|| anchored(t));
         let fail = |step: &'static str| {
             let t = m.target().to_path_buf();
             move |err: io::Error| MountError { step, target: t, err }
@@ -1002,12 +1043,14 @@ pub fn apply_all(
             MountSpec::Stripped { contents, seed: false, .. } => {
                 staged += 1;
                 let s = staging.join(staged.to_string());
+                // Over the host's file the plan read (in a tree another jail may write):
+                // bound onto that file only, as a seed is.
+                let Some(a) = anchored(m.target()) else {
+                    return Err(fail("bind the stripped copy over")(unchecked(m.target())));
+                };
                 sys.write_file(&s, contents.as_bytes(), 0o644).map_err(fail("stage the stripped copy of"))?;
-                sys.touch(&target).map_err(fail("find"))?;
-                sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None)
+                sys.bind_over_checked(&s, &target, a, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
                     .map_err(fail("bind the stripped copy over"))?;
-                sys.set_attr(&target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-                    .map_err(fail("set attributes on"))?;
             }
             MountSpec::Proc { .. } => {
                 sys.mkdir_all(&target).map_err(fail("mkdir for proc"))?;
@@ -1159,6 +1202,17 @@ mod tests {
             ));
             Ok(())
         }
+        fn bind_over_checked(&mut self, src: &Path, target: &Path, a: &Anchor, attr: u64) -> io::Result<()> {
+            self.ops.push(format!(
+                "bind-over-checked {} {} ({}:{}) ro={}",
+                src.display(),
+                target.display(),
+                a.dev,
+                a.ino,
+                attr & MOUNT_ATTR_RDONLY != 0
+            ));
+            Ok(())
+        }
         fn bind_beneath(
             &mut self,
             src: Host<'_>,
@@ -1190,7 +1244,7 @@ mod tests {
     fn checked(mounts: &[MountSpec]) -> Vec<Anchor> {
         mounts
             .iter()
-            .filter_map(crate::plan::anchor::host_sources)
+            .filter_map(|m| crate::plan::anchor::host_sources(m).or_else(|| crate::plan::anchor::covered_file(m)))
             .enumerate()
             .map(|(i, p)| Anchor { path: p.to_path_buf(), real: p.to_path_buf(), dev: 1, ino: i as u64 })
             .collect()
@@ -1347,6 +1401,40 @@ mod tests {
 
     /// The agent's settings as the jail sees them, copied to the staging tmpfs and bound over
     /// the file writable: what the agent writes there never reaches the host's file.
+    /// A seed over a host tree, one at a host tree's own target (U3: `home.write` of the
+    /// seeded `~/.gitconfig`) and a stripped copy are staged and bound over the file the plan
+    /// checked, never written or created there (U1); a seed in the jail's own home is written.
+    #[test]
+    fn copies_over_host_files_are_staged_and_bound_onto_the_checked_file_only() {
+        let mounts = vec![
+            MountSpec::Tmpfs { target: "/h".into(), mode: 0o700 },
+            MountSpec::Copy { source: "/h/.own".into(), target: "/h/.own".into() },
+            MountSpec::Bind { source: "/h/.config".into(), target: "/h/.config".into(), rw: true, dir: true },
+            MountSpec::Copy { source: "/h/.config/a.json".into(), target: "/h/.config/a.json".into() },
+            MountSpec::Bind { source: "/h/.gitconfig".into(), target: "/h/.gitconfig".into(), rw: true, dir: false },
+            MountSpec::Stripped { target: "/h/.gitconfig".into(), contents: "[user]\n".into(), seed: true },
+            MountSpec::Stripped { target: "/h/.config/git/config".into(), contents: "[user]\n".into(), seed: false },
+        ];
+        let mut r = Recorder::default();
+        apply(&mut r, &mounts).unwrap();
+        let ops: Vec<&str> = r.ops.iter().map(String::as_str).filter(|o| !o.starts_with("bind-")).collect();
+        assert!(!r.ops.iter().any(|o| o.starts_with("touch")), "nothing created: {:?}", r.ops);
+        assert!(ops.contains(&"write /newroot/h/.own"), "{:?}", r.ops);
+        for (n, (target, ro)) in
+            [("/h/.config/a.json", false), ("/h/.gitconfig", false), ("/h/.config/git/config", true)].iter().enumerate()
+        {
+            let stage = format!("/stage/{}", n + 1);
+            let a = checked(&mounts).into_iter().find(|a| a.path == Path::new(target)).unwrap();
+            let want = format!("bind-over-checked {stage} /newroot{target} ({}:{}) ro={ro}", a.dev, a.ino);
+            assert!(r.ops.contains(&want), "{want}: {:?}", r.ops);
+            assert!(r.ops.contains(&format!("write {stage}")), "{:?}", r.ops);
+            assert!(!r.ops.contains(&format!("write /newroot{target}")), "{target} written: {:?}", r.ops);
+        }
+        // Without the plan's look at the file, nothing is bound over it.
+        let e = apply_all(&mut Recorder::default(), &mounts[2..4], &checked(&mounts[2..3]), &[], Path::new("/stage"));
+        assert!(e.unwrap_err().to_string().contains("not checked by the launch"));
+    }
+
     #[test]
     fn a_session_copy_is_the_files_text_staged_and_bound_writable_inside_the_root() {
         let mounts = vec![MountSpec::SessionCopy { target: "/home/u/.codex/config.toml".into() }];

@@ -100,7 +100,7 @@ pub async fn serve(path: PathBuf, rules: RuleSet, audit: Option<AuditLog>, bound
         Err(e) => return warn(&e),
     };
     let _ = std::fs::remove_file(&path);
-    let listener = match UnixListener::bind(&path) {
+    let listener = match agent_sandbox_sys::socket_path::short(&path).and_then(|at| UnixListener::bind(&at.path)) {
         Ok(l) => l,
         Err(e) => return warn(&e),
     };

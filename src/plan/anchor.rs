@@ -65,16 +65,28 @@ pub fn host_sources(m: &MountSpec) -> Option<&Path> {
     }
 }
 
+/// The host file a session copy is bound over (a seed's, a config without its credentials):
+/// the jail binds the copy only onto the inode the plan found there.
+pub fn covered_file(m: &MountSpec) -> Option<&Path> {
+    match m {
+        MountSpec::Copy { target, .. } | MountSpec::Stripped { target, .. } => Some(target),
+        _ => None,
+    }
+}
+
 /// The anchors of every path the jail will use that the plan checked: under userns every
-/// host source of its mounts (`host_sources`), under Landlock the paths of its rules (not
-/// the session directory's, made after the plan). A path the plan saw nothing at gets its
-/// anchor when the launcher makes it (`jail::placeholders`), or none, and the jail then
-/// refuses it. A path that led into the state directory by a link the plan did not see as
+/// host source of its mounts (`host_sources`) and file its copies cover (`covered_file`),
+/// under Landlock the paths of its rules (not the session directory's, made after the plan).
+/// A path the plan saw nothing at gets its anchor when the launcher makes it
+/// (`jail::placeholders`), or none, and the jail then refuses it. A path that led into the state directory by a link the plan did not see as
 /// such (it changed between the plan's looks) stops the launch.
 pub fn stamp(plan: &Plan, fs: &dyn HostFs, state_dir: &Path) -> Result<Vec<Anchor>, PlanError> {
     let mut paths: Vec<&Path> = vec![];
     match &plan.landlock {
-        None => paths.extend(plan.mounts.iter().filter_map(host_sources)),
+        None => {
+            paths.extend(plan.mounts.iter().filter_map(host_sources));
+            paths.extend(plan.mounts.iter().filter_map(covered_file));
+        }
         Some(ll) => {
             for p in ll.read_only.iter().chain(&ll.read_write) {
                 if !p.starts_with(&ll.session.path) && *p != ll.session.exe {

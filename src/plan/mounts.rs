@@ -201,11 +201,14 @@ pub(super) fn home_trees(
             for s in &policy.home_seed {
                 if let Some(rel) = home_entry(&s.value) {
                     let p = home.join(rel);
-                    if b.hidden.covers(&p) || b.fs.kind(&p) != Some(Kind::File) {
+                    // A dotfile that is a link into the user's dotfiles repository (GNU stow,
+                    // chezmoi, yadm...) is seeded as the file it leads to, unless that is hidden.
+                    let real = fs::real_path(b.fs, &p);
+                    if b.hidden.covers(&p) || b.hidden.covers(&real) || b.fs.kind(&real) != Some(Kind::File) {
                         continue;
                     }
                     // A git config the credentials were taken out of is seeded as that text.
-                    match git.stripped.iter().find(|(g, _)| *g == p) {
+                    match git.stripped.iter().find(|(g, _)| *g == p || *g == real) {
                         Some((_, text)) => {
                             b.push(MountSpec::Stripped { target: p, contents: text.clone(), seed: true })
                         }

@@ -79,7 +79,8 @@ pub(super) fn check_extra_path(key: &str, raw: &str, home: &Path, fs: &dyn HostF
     // A descriptor's name (`/dev/fd/7`, `/proc/self/fd/7`: a link of the launcher's /proc,
     // which the jail's does not have): the path it is open on, or a clear refusal.
     let real = fs::real_parents(fs, &p);
-    let p = match real.starts_with("/proc") && fs.kind(&real) == Some(Kind::Symlink) {
+    let descriptor = real.starts_with("/proc") && fs.kind(&real) == Some(Kind::Symlink);
+    let p = match descriptor {
         false => p,
         true if resolved.as_ref().is_some_and(|c| !c.starts_with("/proc") && fs.kind(c).is_some()) => canon.clone(),
         true => {
@@ -97,6 +98,14 @@ pub(super) fn check_extra_path(key: &str, raw: &str, home: &Path, fs: &dyn HostF
                 key,
                 raw,
                 "would expose home directories (yours and other users'); list the subdirectory you need",
+            ));
+        }
+        if candidate.starts_with(home) && descriptor {
+            let rel = candidate.strip_prefix(home).unwrap_or(candidate);
+            return Err(entry_err(
+                key,
+                raw,
+                &format!("is a descriptor open on ~/{} inside your home; name that path instead", rel.display()),
             ));
         }
         if candidate.starts_with(home) {

@@ -8,4 +8,5 @@ pub mod fd;
 pub mod memory;
 pub mod pidfd;
 pub mod sched;
+pub mod socket_path;
 pub mod spawn;
