@@ -32,17 +32,6 @@ fn printed_job_id(out: &Out, key: &str) -> u32 {
     id.unwrap_or_else(|| panic!("no job id: {out}"))
 }
 
-fn wait_for_file(p: &Path, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = std::fs::read_to_string(p).unwrap_or_default();
-        if text.contains(needle) || Instant::now() > deadline {
-            return text;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// What every job prints about where it runs.
 const PROBE: &str = "echo host=$(hostname); echo pwd=$(pwd); echo submit=$SLURM_SUBMIT_DIR; test -e ~/.ssh/id_ed25519 && echo SSH-VISIBLE; \
                      test -e /etc/munge && echo MUNGE-VISIBLE; test -S /run/munge/munge.socket.2 && echo MUNGE-SOCKET; \
@@ -169,7 +158,7 @@ fn sbatch_wrap_file_and_stdin_jobs_run_inside_the_jail_on_the_node() {
             continue;
         }
         found += 1;
-        let text = wait_for_file(&entry.path(), "done");
+        let text = wait_for_text(&entry.path(), "done");
         assert!(text.contains("host=agent-sandbox"), "{name} did not run in the jail: {text}");
         assert!(text.contains(&format!("pwd={}", j.project.display())), "{name}: {text}");
         // Where sbatch was called, as Slurm tells a job: not the job directory the real
@@ -336,6 +325,25 @@ fn jobs_outside_the_jail_are_invisible_and_untouchable() {
 }
 
 #[test]
+fn squeue_json_lists_every_task_of_the_sessions_job_array() {
+    // A task that runs gets a job id of its own; the scope holds the array's. The JSON was
+    // narrowed by the record's own `job_id` alone, so running tasks vanished from
+    // `squeue --json` (and `--yaml`) while the table listed them (issue 34).
+    let Some(j) = slurm_jail("slurm-array-json") else { return };
+    let out = j.run(
+        "id=$(sbatch --parsable --array=0-1 -n1 --wrap 'sleep 60'); echo array=$id; \
+         for i in $(seq 1 150); do [ \"$(squeue -h -r -t R -o %i | wc -l)\" -ge 2 ] && break; sleep 0.2; done; \
+         echo table=$(squeue -h -o %A | sort | tr '\\n' ' '); \
+         squeue --json | python3 -c 'import json,sys; print(\"json=\" + \" \".join(sorted(str(j[\"job_id\"]) for j in json.load(sys.stdin)[\"jobs\"])))'; \
+         scancel $id",
+    );
+    let field = |k: &str| out.stdout.lines().find_map(|l| l.strip_prefix(k)).unwrap_or_default().trim().to_string();
+    let table = field("table=");
+    assert_eq!(table.split_whitespace().count(), 2, "two tasks running: {out}");
+    assert_eq!(field("json="), table, "the JSON lists what the table lists: {out}");
+}
+
+#[test]
 fn the_jails_environment_never_reaches_the_nodes_unsandboxed_side() {
     let Some(j) = slurm_jail("slurm-env") else { return };
     let canary = j.rig.home.join("PWNED-BY-BASH_ENV");
@@ -346,7 +354,7 @@ fn the_jails_environment_never_reaches_the_nodes_unsandboxed_side() {
          sbatch --wait --export=ALL -o env.out --wrap 'bash -c \"echo inner=$BASH_ENV\"; echo done'; echo rc=$?",
     );
     assert!(out.stdout.contains("rc=0"), "{out}");
-    let text = wait_for_file(&j.project.join("env.out"), "done");
+    let text = wait_for_text(&j.project.join("env.out"), "done");
     assert!(text.contains("inner=") && text.contains("evil.sh"), "--export=ALL applies inside the jail: {text}");
     assert!(!canary.exists(), "BASH_ENV ran outside the jail (host home written)");
 }
@@ -374,7 +382,7 @@ fn no_login_shell_runs_outside_the_jail_on_the_node() {
     let out = j.run("sbatch --wait -o login.out --wrap 'echo done'; echo rc=$?");
     let _ = std::fs::remove_file(&profile);
     assert!(out.stdout.contains("rc=0"), "{out}");
-    assert!(wait_for_file(&j.project.join("login.out"), "done").contains("done"), "{out}");
+    assert!(wait_for_text(&j.project.join("login.out"), "done").contains("done"), "{out}");
     let ran = std::fs::read_to_string(&marker).unwrap_or_default();
     assert!(ran.is_empty(), "a login shell of the user ran outside the jail: {ran}");
 }
@@ -386,7 +394,7 @@ fn a_script_swapped_after_submission_does_not_change_what_runs() {
     let out =
         j.run("sbatch --begin=now+3 -o swap.out job.sh; printf '#!/bin/sh\\necho SWAPPED\\n' > job.sh; echo swapped");
     assert!(out.stdout.contains("Submitted") && out.stdout.contains("swapped"), "{out}");
-    let text = wait_for_file(&j.project.join("swap.out"), "original");
+    let text = wait_for_text(&j.project.join("swap.out"), "original");
     assert!(text.contains("original") && !text.contains("SWAPPED"), "{text}");
 }
 
@@ -430,7 +438,7 @@ fn srun_allocation_and_steps_inside_a_batch_job_run_in_the_jail() {
     );
     assert!(out.stdout.contains("alloc=0 agent-sandbox") && out.stdout.contains("alloc=1 agent-sandbox"), "{out}");
     assert!(out.stdout.contains("rc=0"), "{out}");
-    let text = wait_for_file(&j.project.join("steps.out"), "step=1");
+    let text = wait_for_text(&j.project.join("steps.out"), "step=1");
     assert!(text.contains("step=0 agent-sandbox") && text.contains("step=1 agent-sandbox"), "{text}");
     assert!(!text.contains("MUNGE") && !text.contains("SSH"), "{text}");
 }
@@ -522,7 +530,7 @@ fn array_jobs_run_each_task_in_the_jail_with_its_own_output() {
         .collect();
     assert_eq!(outs.len(), 3, "slurm-%A_%a.out per task: {outs:?}");
     for n in outs {
-        let text = wait_for_file(&j.project.join(&n), "host=");
+        let text = wait_for_text(&j.project.join(&n), "host=");
         assert!(text.contains("host=agent-sandbox"), "{n}: {text}");
         let task = n.trim_end_matches(".out").rsplit('_').next().unwrap_or("?").to_string();
         assert!(text.contains(&format!("task={task}")), "{n}: {text}");
@@ -805,10 +813,10 @@ fn step_and_job_output_files_never_land_outside_the_project() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "original\n", "a step or job wrote outside the jail: {out}");
     for t in 0..2 {
-        let text = wait_for_file(&j.project.join(format!("step-{t}.out")), "host=");
+        let text = wait_for_text(&j.project.join(format!("step-{t}.out")), "host=");
         assert_eq!(text.trim(), format!("task={t} host=agent-sandbox"), "per-task output file, written in the jail");
     }
-    let shared = wait_for_file(&j.project.join("shared.out"), "shared=1");
+    let shared = wait_for_text(&j.project.join("shared.out"), "shared=1");
     assert!(shared.contains("shared=0") && shared.contains("shared=1"), "tasks append to a shared file: {shared}");
 }
 
@@ -824,7 +832,7 @@ fn the_job_environment_cannot_choose_the_nodes_host_paths() {
          find fake fakecfg -mindepth 3 | sort",
     );
     assert!(out.stdout.contains("rc=0"), "{out}");
-    let text = wait_for_file(&j.project.join("xdg.out"), "ran");
+    let text = wait_for_text(&j.project.join("xdg.out"), "ran");
     assert!(text.contains("ran state=") && text.contains("/fake"), "the job's own environment keeps them: {text}");
     assert!(!out.stdout.contains("fake/agent-sandbox/"), "the node wrote into the jail's directory: {out}");
 }
@@ -841,11 +849,11 @@ fn the_submitting_environment_reaches_steps_inside_the_job() {
          sbatch --wait --export=ALL,EXTRA=1 -o list.out --wrap 'srun sh -c \"echo step=$WF_MARK extra=$EXTRA\"'; echo rc=$?",
     );
     assert!(out.stdout.contains("rc=0"), "{out}");
-    let all = wait_for_file(&j.project.join("all.out"), "step=");
+    let all = wait_for_text(&j.project.join("all.out"), "step=");
     assert_eq!(all.trim(), "step=from-submitter export=unset", "{all}");
-    let none = wait_for_file(&j.project.join("none.out"), "job=");
+    let none = wait_for_text(&j.project.join("none.out"), "job=");
     assert_eq!(none.trim(), "job=unset export=NONE", "{none}");
-    let list = wait_for_file(&j.project.join("list.out"), "step=");
+    let list = wait_for_text(&j.project.join("list.out"), "step=");
     assert_eq!(list.trim(), "step=from-submitter extra=1", "{list}");
 }
 
@@ -923,7 +931,7 @@ fn a_script_file_is_read_as_the_jail_sees_it() {
         secret.display()
     ));
     assert!(out.stdout.contains("tmp=0"), "{out}");
-    assert_eq!(wait_for_file(&j.project.join("tmp.out"), "from-tmp").trim(), "from-tmp");
+    assert_eq!(wait_for_text(&j.project.join("tmp.out"), "from-tmp").trim(), "from-tmp");
     assert!(out.stdout.contains("secret=1") && out.stderr.contains("Unable to open file secret.sh"), "{out}");
     assert!(!j.project.join("secret.out").exists(), "nothing was submitted");
 }
@@ -1064,7 +1072,7 @@ fn landlock_sbatch_wrap_runs_in_the_landlock_jail_on_the_node_and_writes_into_th
         .filter(|e| e.file_name().to_string_lossy().starts_with("wrap-"))
         .collect();
     assert_eq!(outs.len(), 1, "the job's output in the project: {out}");
-    let text = wait_for_file(&outs[0].path(), "done");
+    let text = wait_for_text(&outs[0].path(), "done");
     assert!(text.contains("backend=landlock"), "the job re-entered the Landlock jail on the node: {text}");
     assert!(text.contains(&format!("pwd={}", j.project.display())), "{text}");
     assert!(!text.contains("job=\n"), "the job sees its id: {text}");
@@ -1295,7 +1303,7 @@ fn the_spank_belt_refuses_a_tagged_task_that_does_not_enter_the_jail() {
     );
     let id = printed_job_id(&out, "id=");
     assert!(out.stdout.contains("own-tag=1") && out.stdout.contains("own-step-tag=1"), "{out}");
-    let text = wait_for_file(&j.project.join("in.out"), "batch-in-jail");
+    let text = wait_for_text(&j.project.join("in.out"), "batch-in-jail");
     assert!(text.contains("step-in-jail=agent-sandbox") && text.contains("batch-in-jail=agent-sandbox"), "{text}");
     assert_eq!(final_state(id), "COMPLETED", "{out}");
     let logs = slurmd_logs();
@@ -1697,7 +1705,7 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
             }
         });
         std::fs::write(j.project.join("late-go"), "").expect("late-go");
-        let late = wait_for_file(&j.project.join("late.out"), "=");
+        let late = wait_for_text(&j.project.join("late.out"), "=");
         let _ = serve.join();
         assert!(!late.contains("evil") && late.contains("error="), "a job reached an impostor: {late}");
         // Each refusal is one audit record that says who and why.

@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The wrapper that runs a command on the 24.11 cluster's login side.
 fn in_2411() -> String {
@@ -51,17 +51,6 @@ fn cluster_2411_up() {
     );
 }
 
-fn wait_for(p: &std::path::Path, needle: &str) -> String {
-    let start = Instant::now();
-    loop {
-        let text = std::fs::read_to_string(p).unwrap_or_default();
-        if text.contains(needle) || start.elapsed() > Duration::from_secs(60) {
-            return text;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn on_24_11_with_auth_slurm_a_job_runs_in_the_jail_and_no_authentication_channel_exists_in_either_jail() {
     let Some(j) = Jail::new("slurm2411") else { return };
@@ -84,7 +73,7 @@ fn on_24_11_with_auth_slurm_a_job_runs_in_the_jail_and_no_authentication_channel
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "out"))
         .unwrap_or_else(|| panic!("no job output in the project: {out}"));
-    let text = wait_for(&file, "done");
+    let text = wait_for_text(&file, "done");
     assert!(text.contains("host=agent-sandbox"), "the job did not run in the jail: {text}");
     assert!(text.contains("probed") && text.contains("done"), "{text}");
     assert!(!text.contains("VISIBLE:") && !text.contains("VAR:"), "job's jail: {text}");

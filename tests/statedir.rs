@@ -8,7 +8,6 @@ mod common;
 use common::*;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
 /// A home for one test, `BASE/home`, with the project `t/NAME/` and a `local/` directory in
 /// it, and a scratch tree `BASE/scratch` with a `local/` and a `data/` of its own; `~/.local` is a link
@@ -163,7 +162,7 @@ fn a_job_runs_when_the_login_node_sets_xdg_state_home() {
     j.give(&[&state]);
     let j = j.env("XDG_STATE_HOME", state.to_str().unwrap());
     let out = j.run("sbatch --wait -o job.out --wrap 'echo ran-on-node pwd=$(pwd)'; echo rc=$?");
-    let text = wait_for(&j.project.join("job.out"), "ran-on-node");
+    let text = wait_for_text(&j.project.join("job.out"), "ran-on-node");
     assert!(out.stdout.contains("rc=0"), "{out}");
     assert!(text.contains(&format!("ran-on-node pwd={}", j.project.display())), "{text}: {out}");
     let jobs = state.join("agent-sandbox/jobs");
@@ -205,17 +204,6 @@ fn a_descriptor_open_on_a_home_directory_is_refused_naming_that_path() {
     let out = j.output(&mut c);
     assert_ne!(out.code, 0, "{out}");
     assert!(out.stderr.contains("is a descriptor open on ~/t/statedir-fd inside your home"), "{out}");
-}
-
-fn wait_for(p: &Path, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let text = std::fs::read_to_string(p).unwrap_or_default();
-        if text.contains(needle) || Instant::now() > deadline {
-            return text;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// Read-only trees show no hidden path however they are spelled or reached (outside review

@@ -153,7 +153,7 @@ impl Config {
         let r = status.success().then(|| crate::release::parse_version(&String::from_utf8_lossy(&out)))??;
         if let Some(k) = key {
             // Best effort: without it the next session asks again.
-            let _ = write_cache(&cache, format!("{k} {r}\n").as_bytes());
+            let _ = agent_sandbox_sys::file::write_atomic(&cache, format!("{k} {r}\n").as_bytes(), 0o600);
         }
         Some(r)
     }
@@ -307,24 +307,6 @@ fn read_cache(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     let mut text = Vec::new();
     f.take(4096).read_to_end(&mut text)?;
     Ok(text)
-}
-
-/// Written whole or not at all: a new file beside it, renamed over it.
-fn write_cache(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)?;
-    let done = f.write_all(bytes).and_then(|_| std::fs::rename(&tmp, path));
-    if done.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    done
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 //! program there sees the peer it knows.
 
 use crate::net::jobs::{random_nonce, Secret, NONCE};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -104,7 +104,7 @@ impl Claim {
     /// Says where the jail's listener is: written beside and renamed over the claim, so that a
     /// reader sees the whole line or the empty claim.
     pub fn publish(&self, at: SocketAddr) -> io::Result<()> {
-        write_atomic(&self.path, &format!("{at}\n"))
+        agent_sandbox_sys::file::write_atomic(&self.path, format!("{at}\n").as_bytes(), 0o600)
     }
 }
 
@@ -115,25 +115,7 @@ pub fn login_path(registry: &Path) -> PathBuf {
 
 /// Records the session's own host address, which its jobs route toward (`own_address`).
 pub fn publish_login(registry: &Path, at: IpAddr) -> io::Result<()> {
-    write_atomic(&registry.join(LOGIN), &format!("{at}\n"))
-}
-
-fn write_atomic(path: &Path, text: &str) -> io::Result<()> {
-    let mut name = path.as_os_str().to_owned();
-    name.push(format!(".new-{}-{:?}", std::process::id(), std::thread::current().id()));
-    let tmp = PathBuf::from(name);
-    let _ = std::fs::remove_file(&tmp);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .and_then(|_| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written
+    agent_sandbox_sys::file::write_atomic(&registry.join(LOGIN), format!("{at}\n").as_bytes(), 0o600)
 }
 
 fn read_entry(path: &Path) -> io::Result<String> {

@@ -5,6 +5,7 @@
 //! with its test.
 
 pub mod fd;
+pub mod file;
 pub mod memory;
 pub mod pidfd;
 pub mod sched;

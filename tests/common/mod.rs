@@ -628,3 +628,17 @@ pub fn home_file(j: &Jail, rel: &str, text: &str) -> PathBuf {
     j.give(&all);
     p
 }
+
+/// The text of `p` once it holds `needle`, or whatever it holds after 60 s (a job's output
+/// file, written on a node while the test waits).
+#[allow(dead_code)] // not every test binary waits for a file
+pub fn wait_for_text(p: &Path, needle: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = std::fs::read_to_string(p).unwrap_or_default();
+        if text.contains(needle) || Instant::now() > deadline {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -237,9 +237,9 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     let (out, status) = crate::bounded::capture(cmd, MAX_CAPTURE, QUERY_TIMEOUT).map_err(Refusal::Failed)?;
     let mut v: serde_json::Value =
         serde_json::from_slice(&out).map_err(|e| Refusal::Failed(format!("squeue --json: {e}")))?;
-    if let Some(jobs) = v.get_mut("jobs").and_then(|j| j.as_array_mut()) {
-        jobs.retain(|j| j.get("job_id").and_then(|i| i.as_u64()).is_some_and(|i| ids.contains(&(i as u32))));
-    }
+    // As scontrol's documents: an array task by its array's id (the one the scope holds), a
+    // het job's component by the het job's; a document without the list is refused.
+    crate::scoped_json::narrow(&mut v, "jobs", &ids).map_err(Refusal::Failed)?;
     let text = match parsed.output {
         Output::Yaml => format!("---\n{}", crate::yaml::to_yaml(&v)),
         _ => format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default()),

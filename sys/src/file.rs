@@ -1,0 +1,49 @@
+//! A file replaced whole or not at all, as the launcher's records and caches are written:
+//! a new file beside it (never through a link planted at its temporary name), renamed over it.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Writes `bytes` to `path` with `mode`: readers see the old file or the new one, never a
+/// part. The temporary name is the process's and a counter's, so that threads and processes
+/// writing the same path at once do not meet.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()> {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".new-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let tmp = PathBuf::from(name);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_replaced_whole_and_no_temporary_is_left() {
+        let dir = std::env::temp_dir().join(format!("sys-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("f");
+        write_atomic(&p, b"one", 0o600).unwrap();
+        write_atomic(&p, b"two", 0o600).unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        assert!(write_atomic(&dir.join("missing/f"), b"x", 0o600).is_err());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "only the file");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
