@@ -328,13 +328,14 @@ fn jobs_outside_the_jail_are_invisible_and_untouchable() {
 fn squeue_json_lists_every_task_of_the_sessions_job_array() {
     // A task that runs gets a job id of its own; the scope holds the array's. The JSON was
     // narrowed by the record's own `job_id` alone, so running tasks vanished from
-    // `squeue --json` (and `--yaml`) while the table listed them (issue 34).
+    // `squeue --json` (and `--yaml`) while the table listed them (issue 34). (The JSON also
+    // holds the project's ended jobs, which the table leaves out: the array's are compared.)
     let Some(j) = slurm_jail("slurm-array-json") else { return };
     let out = j.run(
         "id=$(sbatch --parsable --array=0-1 -n1 --wrap 'sleep 60'); echo array=$id; \
          for i in $(seq 1 150); do [ \"$(squeue -h -r -t R -o %i | wc -l)\" -ge 2 ] && break; sleep 0.2; done; \
          echo table=$(squeue -h -o %A | sort | tr '\\n' ' '); \
-         squeue --json | python3 -c 'import json,sys; print(\"json=\" + \" \".join(sorted(str(j[\"job_id\"]) for j in json.load(sys.stdin)[\"jobs\"])))'; \
+         squeue --json | python3 -c 'import json,sys; print(\"json=\" + \" \".join(sorted(str(j[\"job_id\"]) for j in json.load(sys.stdin)[\"jobs\"] if j[\"array_job_id\"] == int(sys.argv[1]))))' $id; \
          scancel $id",
     );
     let field = |k: &str| out.stdout.lines().find_map(|l| l.strip_prefix(k)).unwrap_or_default().trim().to_string();
