@@ -305,31 +305,50 @@ fn a_git_config_named_in_home_write_or_read_stays_the_users_and_the_session_gets
     }
 }
 
-/// A `~/.gitconfig` that is a link into a dotfiles repository (GNU stow, chezmoi, yadm) is
-/// seeded as the file it leads to, without its credentials: before, the jail's home had no
-/// git config at all, so `git commit` inside failed on a missing `user.name`.
+/// Fifth outside look at the anchors, V1 and V2. A `~/.gitconfig` that is a link to a file
+/// the jail shows (`~/.config/git/config`, under the default `home.read`): the file itself is
+/// seen without its credentials (V1: a build that seeded links as their target left it
+/// shown whole). And a seed that is a link is not followed: a jail that could change it (in
+/// a dotfiles repository worked on as a project) would hand the next session a copy of a
+/// file no jail is shown (V2); a warning says it is not copied in.
 #[test]
-fn a_git_config_linked_from_a_dotfiles_repository_is_seeded_without_its_credentials() {
-    let Some(j) = Jail::new("cred-git-dotfiles") else { return };
+fn a_linked_git_config_and_a_linked_seed_give_the_jail_nothing_it_is_not_shown() {
+    let Some(j) = Jail::new("cred-git-linked") else { return };
     let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
-    let target = Planted::new(j.rig, "dotfiles-asb/git/gitconfig", TOKENED);
+    let target = Planted::new(j.rig, ".config/git/config", TOKENED);
+    let private = Planted::new(j.rig, "asb-private-notes.txt", "CANARY-PRIVATE-NOTES\n");
     let link = j.rig.home.join(".gitconfig");
     let before = std::fs::read(&link).ok();
     let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink("dotfiles-asb/git/gitconfig", &link).unwrap();
-    let _ = std::os::unix::fs::lchown(&link, Some(j.rig.uid), Some(j.rig.gid));
-    let out = j.run("git config --global user.name; cat ~/.gitconfig; echo '[core]' >> ~/.gitconfig && echo APPENDED");
+    let seed = j.rig.home.join(".asb-myrc");
+    let _ = std::fs::remove_file(&seed);
+    for (l, to) in [(&link, ".config/git/config"), (&seed, "asb-private-notes.txt")] {
+        std::os::unix::fs::symlink(to, l).unwrap();
+        let _ = std::os::unix::fs::lchown(l, Some(j.rig.uid), Some(j.rig.gid));
+    }
+    let policy = std::env::temp_dir().join(format!("asb-cred-linked-{}.toml", std::process::id()));
+    std::fs::write(&policy, "[home]\nseed = [\".asb-myrc\"]\n").unwrap();
+    std::fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let out = j.run_with(
+        &["--policy", policy.to_str().unwrap()],
+        "git config --global user.name; cat ~/.config/git/config ~/.gitconfig ~/.asb-myrc; git config --global --list; \
+         echo PROBED",
+    );
     let host = std::fs::read_to_string(&target.path).unwrap();
-    let _ = std::fs::remove_file(&link);
+    for p in [&link, &seed, &policy] {
+        let _ = std::fs::remove_file(p);
+    }
     if let Some(b) = before {
         std::fs::write(&link, b).unwrap();
         std::os::unix::fs::chown(&link, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
     }
-    assert!(out.stdout.starts_with("Canary User\n") && out.stdout.contains("APPENDED"), "{out}");
-    for canary in ["CANARYGITTOKEN", "CANARY-HEADER-TOKEN", "credential"] {
+    drop(private);
+    assert!(out.stdout.starts_with("Canary User\n") && out.stdout.contains("PROBED"), "{out}");
+    for canary in ["CANARYGITTOKEN", "CANARY-HEADER-TOKEN", "credential", "CANARY-PRIVATE-NOTES"] {
         assert!(!out.stdout.contains(canary), "{canary} inside: {out}");
     }
-    assert_eq!(host, TOKENED, "the dotfiles repository's file was changed: {out}");
+    assert!(out.stderr.contains("`.asb-myrc` is a symbolic link: not copied in"), "{out}");
+    assert_eq!(host, TOKENED, "{out}");
 }
 
 /// Red team 32, F8: everyday configs under the built-in `home.read` entries that also hold a

@@ -28,11 +28,12 @@ pub struct Blueprint {
 }
 
 impl Blueprint {
-    pub fn of(plan: &Plan) -> Blueprint {
+    /// `anchors`: the plan's, with those of what the launcher made since (`jail::run`).
+    pub fn of(plan: &Plan, anchors: &[crate::plan::anchor::Anchor]) -> Blueprint {
         Blueprint {
             hostname: plan.hostname.clone(),
             mounts: plan.mounts.clone(),
-            anchors: plan.anchors.clone(),
+            anchors: anchors.to_vec(),
             own: plan.own.clone(),
             command: plan.command.clone(),
             env: plan.env.clone(),

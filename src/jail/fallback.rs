@@ -19,7 +19,12 @@ use std::time::{Duration, Instant};
 /// Runs the plan's command. The launcher forwards signals, reaps what gets orphaned below it,
 /// starts the chaperon when the channel first carries a call and, when the command exits,
 /// ends everything the session left running, then removes the session directory.
-pub fn run(plan: &Plan, banner: &dyn Fn(), lazy: Option<Lazy<'_>>) -> Result<Outcome, JailError> {
+pub fn run(
+    plan: &Plan,
+    anchors: &[crate::plan::anchor::Anchor],
+    banner: &dyn Fn(),
+    lazy: Option<Lazy<'_>>,
+) -> Result<Outcome, JailError> {
     use nix::unistd::{fork, ForkResult};
     let Some(ll) = &plan.landlock else {
         return Err(JailError::Build("the plan has no Landlock rules for the Landlock backend".into()));
@@ -88,7 +93,7 @@ pub fn run(plan: &Plan, banner: &dyn Fn(), lazy: Option<Lazy<'_>>) -> Result<Out
                 SweeperEnds { go: go_r, done: done_w }
             });
             restore(&old);
-            let e = exec_command(plan, ll, tty, ends, inherit.as_ref().map(AsRawFd::as_raw_fd));
+            let e = exec_command(plan, anchors, ll, tty, ends, inherit.as_ref().map(AsRawFd::as_raw_fd));
             let (tag, text) = match &e {
                 JailError::CommandNotFound(name) => (b'N', name.clone()),
                 other => (b'E', other.to_string()),
@@ -501,6 +506,7 @@ fn landlock_rules(ll: &LandlockPlan) -> landlock::LandlockRules {
 /// says, then execs the command. Returns only why it could not.
 fn exec_command(
     plan: &Plan,
+    anchors: &[crate::plan::anchor::Anchor],
     ll: &LandlockPlan,
     tty: bool,
     sweeper: Option<SweeperEnds>,
@@ -510,7 +516,7 @@ fn exec_command(
     // SAFETY: PR_SET_PDEATHSIG takes a signal number; it only marks this process.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
     let mut rules = landlock_rules(ll);
-    rules.anchors = plan.anchors.clone();
+    rules.anchors = anchors.to_vec();
     rules.own = Some(plan.own.clone());
     // Before the rules: what starting the helpers needs.
     let helpers = match (&sweeper, ll.slurm_fd) {

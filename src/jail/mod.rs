@@ -123,14 +123,16 @@ pub fn run(
             return Err(e.into());
         }
     };
-    let with_made;
-    let plan = match made.is_empty() {
-        true => plan,
+    // The plan's anchors with what was made; the plan itself is not copied for that, which
+    // would hold a second plan through the whole session (issue 35).
+    let with_made: Vec<crate::plan::anchor::Anchor>;
+    let anchors: &[crate::plan::anchor::Anchor] = match made.is_empty() {
+        true => &plan.anchors,
         false => {
-            let mut p = plan.clone();
-            p.anchors.retain(|a| !made.iter().any(|m| m.path == a.path));
-            p.anchors.extend(made);
-            with_made = p;
+            let mut a: Vec<_> =
+                plan.anchors.iter().filter(|a| !made.iter().any(|m| m.path == a.path)).cloned().collect();
+            a.extend(made);
+            with_made = a;
             &with_made
         }
     };
@@ -153,8 +155,8 @@ pub fn run(
     warnings.iter().for_each(|w| eprintln!("agent-sandbox: warning: {w}"));
     let started = links::start_stamp();
     let result = match plan.backend {
-        BackendKind::Userns => userns::run(plan, early, banner, net_start, lazy, audit),
-        BackendKind::Landlock => fallback::run(plan, banner, lazy),
+        BackendKind::Userns => userns::run(plan, anchors, early, banner, net_start, lazy, audit),
+        BackendKind::Landlock => fallback::run(plan, anchors, banner, lazy),
     };
     // Every process of the jail is gone: the links it left where something outside follows
     // them are removed (under Landlock the only check; under userns the guard's second).

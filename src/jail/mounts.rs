@@ -297,7 +297,16 @@ impl Sys for RealSys {
         // Resolved as from inside the jail, links included: a dotfile that is a link into the
         // user's dotfiles repository is the file it leads to, which the plan checked too. One
         // descriptor from here on: the bind goes where this look found the checked file.
-        let found = open_in_new(rel, OFlag::O_PATH, 0)?;
+        let found = open_in_new(rel, OFlag::O_PATH, 0).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "{e}: the file the launch checked at {} is not there as the jail sees it (another session's \
+                     jail may be changing it, or it leads where the jail shows nothing); the launch stops",
+                    a.real.display()
+                ),
+            )
+        })?;
         if !is_checked_file(&found, a)? {
             return Err(io::Error::other(format!(
                 "another file than the launch checked is there now (checked: the regular file at {}, inode {}): \
@@ -564,20 +573,13 @@ fn not_a_symlink(fd: std::os::fd::OwnedFd) -> io::Result<std::os::fd::OwnedFd> {
     Ok(fd)
 }
 
-/// Whether `fd` is the regular file the plan checked (`a`). Its inode, and its device unless
-/// it is shown through an overlay (the jail's `/etc`), which reports a device of its own for
-/// the lower layer's unchanged files.
+/// Whether `fd` is the regular file the plan checked (`a`): its device and inode. (A file an
+/// overlay shows, the jail's `/etc`, reports the overlay's device and is refused: no session
+/// copy covers one, and an inode number alone could match a file of another filesystem,
+/// fifth outside look, L2.)
 fn is_checked_file(fd: &std::os::fd::OwnedFd, a: &Anchor) -> io::Result<bool> {
-    const OVERLAYFS_SUPER_MAGIC: i64 = 0x794c_7630;
     let st = nix::sys::stat::fstat(fd).map_err(errno)?;
-    if st.st_mode & libc::S_IFMT != libc::S_IFREG || st.st_ino != a.ino {
-        return Ok(false);
-    }
-    if st.st_dev == a.dev {
-        return Ok(true);
-    }
-    let fs = nix::sys::statfs::fstatfs(fd).map_err(errno)?;
-    Ok(fs.filesystem_type().0 as i64 == OVERLAYFS_SUPER_MAGIC)
+    Ok(st.st_mode & libc::S_IFMT == libc::S_IFREG && (st.st_dev, st.st_ino) == (a.dev, a.ino))
 }
 
 /// The mount target `root/rel`, created if missing, resolved as `open_beneath` does.

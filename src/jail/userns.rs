@@ -96,6 +96,7 @@ pub fn shape(net: JailNet, tun: Option<std::net::Ipv4Addr>) -> init::Shape {
 /// before the plan was made (cloned now if not, or if it does not fit the plan).
 pub fn run(
     plan: &Plan,
+    anchors: &[crate::plan::anchor::Anchor],
     early: Option<Early>,
     banner: &dyn Fn(),
     net_start: super::NetStart<'_>,
@@ -113,8 +114,9 @@ pub fn run(
     // reaps PID 1.
     let mask = relay::block_signals();
     let (pid, sock) = (early.pid(), early.sock());
-    let blueprint =
-        Blueprint::of(plan).to_fd().map_err(|e| JailError::Build(format!("cannot hand the plan to the jail: {e}")))?;
+    let blueprint = Blueprint::of(plan, anchors)
+        .to_fd()
+        .map_err(|e| JailError::Build(format!("cannot hand the plan to the jail: {e}")))?;
     if msg::send(sock, &Msg::Plan(blueprint)).is_err() {
         // PID 1 ended before the plan came: it said why first, if it could.
         return Err(match msg::recv(sock) {

@@ -848,11 +848,7 @@ fn writable_trees(
     // The user's git configs the jail shows, without their credentials (the seeded
     // `~/.gitconfig` got its stripped copy already).
     for (path, text) in &git.stripped {
-        // A seeded `~/.gitconfig` that is a link (to a dotfiles repository) covers the file it
-        // leads to, which `path` names.
-        let seeded = b.mounts.iter().any(
-            |m| matches!(m, MountSpec::Stripped { target, .. } if target == path || fs::real_path(fs, target) == *path),
-        );
+        let seeded = b.mounts.iter().any(|m| matches!(m, MountSpec::Stripped { target, .. } if target == path));
         if !seeded && !base.hidden.covers(path) && hiding::shown(&b.mounts, path) {
             b.push(MountSpec::Stripped { target: path.clone(), contents: text.clone(), seed: false });
         }

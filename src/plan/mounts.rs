@@ -201,14 +201,27 @@ pub(super) fn home_trees(
             for s in &policy.home_seed {
                 if let Some(rel) = home_entry(&s.value) {
                     let p = home.join(rel);
-                    // A dotfile that is a link into the user's dotfiles repository (GNU stow,
-                    // chezmoi, yadm...) is seeded as the file it leads to, unless that is hidden.
-                    let real = fs::real_path(b.fs, &p);
-                    if b.hidden.covers(&p) || b.hidden.covers(&real) || b.fs.kind(&real) != Some(Kind::File) {
+                    if b.hidden.covers(&p) {
                         continue;
                     }
+                    match b.fs.kind(&p) {
+                        Some(Kind::File) => {}
+                        // Not followed (fifth outside look at the anchors, V2): a link that a
+                        // session could have changed (one hop in a tree a jail writes, as a
+                        // dotfiles repository worked on as a project) would hand the next
+                        // session a copy of any file the user can read, shown to no jail.
+                        Some(Kind::Symlink) => {
+                            warnings.push(format!(
+                                "home.seed: `{}` is a symbolic link: not copied in (a seed is copied from a \
+                                 regular file only); name the file it leads to in home.read to show it",
+                                s.value
+                            ));
+                            continue;
+                        }
+                        _ => continue,
+                    }
                     // A git config the credentials were taken out of is seeded as that text.
-                    match git.stripped.iter().find(|(g, _)| *g == p || *g == real) {
+                    match git.stripped.iter().find(|(g, _)| *g == p) {
                         Some((_, text)) => {
                             b.push(MountSpec::Stripped { target: p, contents: text.clone(), seed: true })
                         }
