@@ -105,7 +105,7 @@ fn run() -> std::convert::Infallible {
 fn real_main() -> Result<i32, Failure> {
     timing::mark("start");
     if may_start_a_session() {
-        agent_sandbox::jail::waiter::start();
+        agent_sandbox::jail::waiter::start(agent_sandbox::jail::placeholders::release_for_waiter);
     }
     let args = cli::Cli::from_args();
     init_tracing(args.opts.verbose);

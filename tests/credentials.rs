@@ -310,44 +310,52 @@ fn a_git_config_named_in_home_write_or_read_stays_the_users_and_the_session_gets
 /// seen without its credentials (V1: a build that seeded links as their target left it
 /// shown whole). And a seed that is a link is not followed: a jail that could change it (in
 /// a dotfiles repository worked on as a project) would hand the next session a copy of a
-/// file no jail is shown (V2); a warning says it is not copied in.
+/// file no jail is shown (V2); nor is a seed below a directory that is a link (sixth look,
+/// N1: `~/.app -> dotfiles/app`, re-pointed at a directory holding a private file of the same
+/// name); a warning says it is not copied in.
 #[test]
 fn a_linked_git_config_and_a_linked_seed_give_the_jail_nothing_it_is_not_shown() {
     let Some(j) = Jail::new("cred-git-linked") else { return };
     let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
     let target = Planted::new(j.rig, ".config/git/config", TOKENED);
     let private = Planted::new(j.rig, "asb-private-notes.txt", "CANARY-PRIVATE-NOTES\n");
+    let behind = Planted::new(j.rig, "asb-elsewhere/app/settings.json", "CANARY-BEHIND-A-LINKED-DIR\n");
+    let app = j.rig.home.join(".asb-app");
+    let _ = std::fs::remove_file(&app);
     let link = j.rig.home.join(".gitconfig");
     let before = std::fs::read(&link).ok();
     let _ = std::fs::remove_file(&link);
     let seed = j.rig.home.join(".asb-myrc");
     let _ = std::fs::remove_file(&seed);
-    for (l, to) in [(&link, ".config/git/config"), (&seed, "asb-private-notes.txt")] {
+    for (l, to) in [(&link, ".config/git/config"), (&seed, "asb-private-notes.txt"), (&app, "asb-elsewhere/app")] {
         std::os::unix::fs::symlink(to, l).unwrap();
         let _ = std::os::unix::fs::lchown(l, Some(j.rig.uid), Some(j.rig.gid));
     }
     let policy = std::env::temp_dir().join(format!("asb-cred-linked-{}.toml", std::process::id()));
-    std::fs::write(&policy, "[home]\nseed = [\".asb-myrc\"]\n").unwrap();
+    std::fs::write(&policy, "[home]\nseed = [\".asb-myrc\", \".asb-app/settings.json\"]\n").unwrap();
     std::fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let out = j.run_with(
         &["--policy", policy.to_str().unwrap()],
-        "git config --global user.name; cat ~/.config/git/config ~/.gitconfig ~/.asb-myrc; git config --global --list; \
+        "git config --global user.name; cat ~/.config/git/config ~/.gitconfig ~/.asb-myrc ~/.asb-app/settings.json; \
+         git config --global --list; \
          echo PROBED",
     );
     let host = std::fs::read_to_string(&target.path).unwrap();
-    for p in [&link, &seed, &policy] {
+    for p in [&link, &seed, &app, &policy] {
         let _ = std::fs::remove_file(p);
     }
     if let Some(b) = before {
         std::fs::write(&link, b).unwrap();
         std::os::unix::fs::chown(&link, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
     }
-    drop(private);
+    drop((private, behind));
     assert!(out.stdout.starts_with("Canary User\n") && out.stdout.contains("PROBED"), "{out}");
-    for canary in ["CANARYGITTOKEN", "CANARY-HEADER-TOKEN", "credential", "CANARY-PRIVATE-NOTES"] {
+    for canary in ["CANARYGITTOKEN", "CANARY-HEADER-TOKEN", "credential", "CANARY-PRIVATE-NOTES", "CANARY-BEHIND"] {
         assert!(!out.stdout.contains(canary), "{canary} inside: {out}");
     }
-    assert!(out.stderr.contains("`.asb-myrc` is a symbolic link: not copied in"), "{out}");
+    for seed in [".asb-myrc", ".asb-app/settings.json"] {
+        assert!(out.stderr.contains(&format!("`{seed}` is reached through a symbolic link: not copied in")), "{out}");
+    }
     assert_eq!(host, TOKENED, "{out}");
 }
 

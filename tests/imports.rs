@@ -8,9 +8,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-/// Circles not mended yet (issue 36), each as the modules on it.
-const KNOWN_CIRCLES: &[&[&str]] =
-    &[&["jail::command", "jail::init", "jail::relay"], &["jail::placeholders", "jail::waiter"]];
+/// Circles not mended yet (issue 36), each as the modules on it. None since stop 41: the
+/// signals and terminals PID 1, the launch and the command's start share are in
+/// `jail::signals`, and the waiter is given the lock's release at its start
+/// (`placeholders::release_for_waiter`) rather than naming the module that owns the locks.
+const KNOWN_CIRCLES: &[&[&str]] = &[];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {

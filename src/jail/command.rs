@@ -7,7 +7,7 @@
 
 use super::blueprint::Blueprint;
 use super::caps::Sealed;
-use super::init::TtyFds;
+use super::signals::TtyFds;
 use nix::unistd::Pid;
 use std::ffi::{c_char, CString};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};

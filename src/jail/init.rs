@@ -5,6 +5,7 @@
 use super::blueprint::Blueprint;
 use super::caps::{self, Sealed};
 use super::msg::{self, Msg};
+use super::signals::{TtyFds, FORWARDED};
 use super::{mounts, net};
 use crate::plan::JailNet;
 use nix::mount::{MntFlags, MsFlags};
@@ -14,16 +15,6 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
-
-/// Which of stdin/stdout/stderr the launcher found to be terminals (pty mode replaces those).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TtyFds(pub [bool; 3]);
-
-impl TtyFds {
-    pub fn any(&self) -> bool {
-        self.0.iter().any(|b| *b)
-    }
-}
 
 /// What PID 1 is told at its clone, before any plan exists: enough to make the parts of the
 /// jail that need none (the network namespace and its devices, the staging root) while the
@@ -90,7 +81,7 @@ pub fn child_main(shape: &Shape, sock: RawFd, launcher_end: RawFd) -> isize {
 /// with them blocked, and would otherwise read them from its signalfd and pass them on.
 fn leave_the_terminal() {
     let _ = nix::unistd::setsid();
-    let served = super::relay::served_signals();
+    let served = super::signals::served_signals();
     let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: sigtimedwait reads the set and the zero timeout, and writes no siginfo (null);
     // with a zero timeout it returns at once, -1 once none of the set is pending.
@@ -314,19 +305,6 @@ impl SignalPassing {
         self.pending.iter().map(|(_, t)| t.saturating_duration_since(now)).min()
     }
 }
-
-/// Signals PID 1 passes on to the command.
-pub const FORWARDED: &[Signal] = &[
-    Signal::SIGINT,
-    Signal::SIGTERM,
-    Signal::SIGHUP,
-    Signal::SIGQUIT,
-    Signal::SIGWINCH,
-    Signal::SIGCONT,
-    Signal::SIGTSTP,
-    Signal::SIGUSR1,
-    Signal::SIGUSR2,
-];
 
 fn supervise(
     plan: &Blueprint,

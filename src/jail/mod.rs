@@ -25,11 +25,12 @@ mod project_restore;
 pub mod relay;
 pub mod seccomp;
 mod session_homes;
+pub mod signals;
 pub mod userns;
 pub mod waiter;
 
 use crate::plan::{BackendKind, Plan};
-use init::TtyFds;
+use signals::TtyFds;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JailError {

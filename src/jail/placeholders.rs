@@ -482,6 +482,11 @@ impl ProjectLock {
     }
 }
 
+/// The waiter's release of a session lock it was handed (`waiter::start` takes it).
+pub fn release_for_waiter(file: File, project: PathBuf) {
+    ProjectLock::held(file, project).release_as_waiter();
+}
+
 #[cfg(test)]
 mod tests {
     use super::plain_inside;

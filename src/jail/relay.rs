@@ -2,7 +2,6 @@
 //! between the user's tty and the jail's own pty (raw mode, window size), and collects the
 //! command's status. A jail with its own pty cannot push keystrokes into the user's shell.
 
-use super::init::FORWARDED;
 use super::msg::{self, Msg};
 use super::JailError;
 use super::Outcome;
@@ -14,15 +13,7 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
-/// The signals the launcher and the jail's PID 1 handle through a signalfd.
-pub fn served_signals() -> SigSet {
-    let mut mask = SigSet::empty();
-    mask.add(Signal::SIGCHLD);
-    for s in FORWARDED {
-        mask.add(*s);
-    }
-    mask
-}
+use super::signals::served_signals;
 
 /// Blocks the signals the launcher handles through a signalfd, once the jail is about to run
 /// the plan: from here on they are relayed, not acted on (before, Ctrl-C ends the launch).

@@ -191,7 +191,8 @@ fn clone_jail(shape: &init::Shape) -> Result<Launched, JailError> {
     // before it has one; the launcher blocks them itself only once the plan exists (`run`):
     // until then a Ctrl-C ends the launch, PID 1 with it.
     let mut old = SigSet::empty();
-    let _ = nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&relay::served_signals()), Some(&mut old));
+    let _ =
+        nix::sys::signal::sigprocmask(SigmaskHow::SIG_BLOCK, Some(&super::signals::served_signals()), Some(&mut old));
     // SAFETY: the launcher is single-threaded here (no runtime threads exist before the jail
     // is cloned), so the child may allocate and use any state; without CLONE_VM it runs on a
     // copy of the address space with its own stack.

@@ -59,9 +59,14 @@ pub fn bytes(p: &std::path::Path) -> Vec<u8> {
     p.as_os_str().as_encoded_bytes().to_vec()
 }
 
+/// How the waiter lets go of a session lock it was handed (the lock's directory, its file):
+/// given at `start` by the module that owns the locks (`placeholders::release_for_waiter`), so
+/// that the waiter runs its orders without knowing what a lock records.
+pub type ReleaseLock = fn(std::fs::File, PathBuf);
+
 /// Forks the waiter, unless one runs. Only a single-threaded process may call it (the
 /// launcher before it parsed its command line): the child goes on in Rust code that allocates.
-pub fn start() {
+pub fn start(release: ReleaseLock) {
     // As the first process of a PID namespace, our exit would take the waiter with it: the
     // launcher then does the work itself (`ProjectLock::finish`).
     if LINK.load(Ordering::Relaxed) >= 0 || std::process::id() == 1 {
@@ -81,7 +86,7 @@ pub fn start() {
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
             drop(ours);
-            serve(theirs, launcher)
+            serve(theirs, launcher, release)
         }
         Ok(nix::unistd::ForkResult::Parent { child }) => {
             drop(theirs);
@@ -178,7 +183,7 @@ const SHELTERED: [nix::sys::signal::Signal; 9] = {
 };
 
 /// The waiter's life: its launcher's orders until the launcher is gone, then the work.
-fn serve(sock: OwnedFd, launcher: i32) -> ! {
+fn serve(sock: OwnedFd, launcher: i32, release: ReleaseLock) -> ! {
     close_all_but(&[sock.as_raw_fd()]);
     shelter();
     let Some(alive) = pidfd_of(launcher) else {
@@ -237,7 +242,7 @@ fn serve(sock: OwnedFd, launcher: i32) -> ! {
         // SAFETY: SIG_DFL installs no handler; scancel inherits the default dispositions.
         let _ = unsafe { nix::sys::signal::signal(s, nix::sys::signal::SigHandler::SigDfl) };
     }
-    carry_out(orders, lock_files);
+    carry_out(orders, lock_files, release);
     // SAFETY: ends the waiter without running the launcher's exit path.
     unsafe { libc::_exit(0) }
 }
@@ -298,10 +303,10 @@ fn receive(sock: &OwnedFd) -> Received {
     }
 }
 
-fn carry_out(orders: Orders, lock_files: Vec<OwnedFd>) {
+fn carry_out(orders: Orders, lock_files: Vec<OwnedFd>, release: ReleaseLock) {
     remove_and_cancel(&orders);
     for (file, project) in lock_files.into_iter().zip(&orders.locks) {
-        super::placeholders::ProjectLock::held(std::fs::File::from(file), path(project)).release_as_waiter();
+        release(std::fs::File::from(file), path(project));
     }
 }
 
@@ -346,7 +351,7 @@ mod tests {
         let order = |p: &std::path::Path| Orders { remove: vec![super::bytes(p)], ..Orders::default() };
         // A launcher (a child here, so that it can end), its waiter below it.
         let launcher = in_child(|| {
-            super::start();
+            super::start(crate::jail::placeholders::release_for_waiter);
             // Another process holding the launcher's end (a child forked before it closed
             // it) sends a message of no bytes (which reads like the end of the stream), then
             // orders a removal: both ignored.

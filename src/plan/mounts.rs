@@ -200,25 +200,30 @@ pub(super) fn home_trees(
             entries(&policy.home_write, true, "home.write", b);
             for s in &policy.home_seed {
                 if let Some(rel) = home_entry(&s.value) {
-                    let p = home.join(rel);
+                    let p = home.join(&rel);
                     if b.hidden.covers(&p) {
                         continue;
                     }
-                    match b.fs.kind(&p) {
-                        Some(Kind::File) => {}
-                        // Not followed (fifth outside look at the anchors, V2): a link that a
-                        // session could have changed (one hop in a tree a jail writes, as a
-                        // dotfiles repository worked on as a project) would hand the next
-                        // session a copy of any file the user can read, shown to no jail.
-                        Some(Kind::Symlink) => {
-                            warnings.push(format!(
-                                "home.seed: `{}` is a symbolic link: not copied in (a seed is copied from a \
-                                 regular file only); name the file it leads to in home.read to show it",
-                                s.value
-                            ));
-                            continue;
-                        }
-                        _ => continue,
+                    // Not followed, neither the seed itself nor a directory on its way below the
+                    // home (fifth and sixth outside looks at the anchors, V2, N1): a link that a
+                    // session could have changed (one hop in a tree a jail writes, as a
+                    // dotfiles repository worked on as a project) would hand the next session
+                    // a copy of any file of that name the user can read, shown to no jail.
+                    let linked = std::iter::successors(Some(rel.as_path()), |r| r.parent())
+                        .filter(|r| !r.as_os_str().is_empty())
+                        .any(|r| b.fs.kind(&home.join(r)) == Some(Kind::Symlink));
+                    if linked {
+                        warnings.push(format!(
+                            "home.seed: `{}` is reached through a symbolic link: not copied in (a seed is copied \
+                             only from a regular file with no link on its way below your home); keep a copy of \
+                             the file there in place of the link to have it seeded",
+                            s.value
+                        ));
+                        continue;
+                    }
+                    // Where it really is, the same (the home's own path may lead elsewhere).
+                    if b.fs.kind(&p) != Some(Kind::File) || b.hidden.covers(&fs::real_path(b.fs, &p)) {
+                        continue;
                     }
                     // A git config the credentials were taken out of is seeded as that text.
                     match git.stripped.iter().find(|(g, _)| *g == p) {
