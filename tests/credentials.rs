@@ -359,6 +359,44 @@ fn a_linked_git_config_and_a_linked_seed_give_the_jail_nothing_it_is_not_shown()
     assert_eq!(host, TOKENED, "{out}");
 }
 
+/// Seventh outside look at the anchors, T1: a config that holds a token and is a link
+/// (`~/.cargo/config.toml -> main.toml`, a stow link, `~/.condarc -> miniforge3/.condarc`)
+/// was never stripped: only a regular file at the name was looked at. Now the file it leads
+/// to gets the copy (userns), or is left out (Landlock), so no name of it shows the token.
+#[test]
+fn a_token_config_that_is_a_link_is_seen_without_its_token_by_every_name() {
+    let Some(j) = Jail::new("cred-token-linked") else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let main = Planted::new(
+        j.rig,
+        ".cargo/asb-main.toml",
+        "[registries.corp]\nindex = \"sparse+https://crates.corp.example/\"\ntoken = \"CANARY-LINKED-CARGO\"\n",
+    );
+    let link = j.rig.home.join(".cargo/config.toml");
+    let before = std::fs::read(&link).ok();
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink("asb-main.toml", &link).unwrap();
+    let _ = std::os::unix::fs::lchown(&link, Some(j.rig.uid), Some(j.rig.gid));
+    let script = "cat ~/.cargo/config.toml; cat ~/.cargo/asb-main.toml; echo PROBED";
+    let outs: Vec<(&str, Out)> = [("userns", &[][..]), ("landlock", &["--backend", "landlock"][..])]
+        .into_iter()
+        .map(|(name, opts)| (name, j.run_with(opts, script)))
+        .collect();
+    let _ = std::fs::remove_file(&link);
+    if let Some(b) = before {
+        std::fs::write(&link, b).unwrap();
+        std::os::unix::fs::chown(&link, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    }
+    drop(main);
+    for (name, out) in outs {
+        assert!(out.stdout.contains("PROBED"), "{name}: {out}");
+        assert!(!out.stdout.contains("CANARY-LINKED-CARGO"), "{name}: the token inside: {out}");
+        if name == "userns" {
+            assert_eq!(out.stdout.matches("sparse+https://crates.corp.example/").count(), 2, "{name}: {out}");
+        }
+    }
+}
+
 /// Red team 32, F8: everyday configs under the built-in `home.read` entries that also hold a
 /// token (cargo's registry token, npm's global npmrc, conda's channel token, spack's mirror
 /// keys) are seen without it in every home mode, their other settings kept; under Landlock

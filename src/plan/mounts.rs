@@ -215,8 +215,8 @@ pub(super) fn home_trees(
                     if linked {
                         warnings.push(format!(
                             "home.seed: `{}` is reached through a symbolic link: not copied in (a seed is copied \
-                             only from a regular file with no link on its way below your home); keep a copy of \
-                             the file there in place of the link to have it seeded",
+                             only from a regular file with no link on its way below your home, which no session \
+                             could re-point); name where it really is in home.read to show it read-only",
                             s.value
                         ));
                         continue;

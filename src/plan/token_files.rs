@@ -76,11 +76,15 @@ pub enum Outcome {
     },
 }
 
-/// The files of `FILES` this user has, with what the jail sees of each.
+/// The files of `FILES` this user has, each where it really is (a name that is a link, or
+/// reached through one, `~/.condarc -> miniforge3/.condarc`, is the file it leads to: the
+/// copy covers that file, so every name of it shows the copy; seventh outside look at the
+/// anchors, T1 and T2), with what the jail sees of each.
 pub fn decide(fs: &dyn HostFs, home: &Path, var: &dyn Fn(&str) -> Option<String>) -> Vec<(PathBuf, Outcome)> {
     let mut out: Vec<(PathBuf, Outcome)> = vec![];
     for f in FILES {
-        let Some(p) = expand(f, home, var) else { continue };
+        let Some(named) = expand(f, home, var) else { continue };
+        let p = crate::plan::fs::real_path(fs, &named);
         if out.iter().any(|(q, _)| *q == p) || fs.kind(&p) != Some(Kind::File) {
             continue;
         }
