@@ -397,6 +397,26 @@ fn a_token_config_that_is_a_link_is_seen_without_its_token_by_every_name() {
     }
 }
 
+/// Eighth outside look at the anchors, L8-1: under Landlock, which grants the project whole, a
+/// token config inside the project (`$PIP_CONFIG_FILE` there, or a link into a dotfiles
+/// repository worked on as the project) cannot be left out: the warning said "not shown
+/// inside" while the jail read it. It now says the jail can read it, and what to do.
+#[test]
+fn landlock_says_a_token_config_inside_the_project_is_readable() {
+    let Some(j) = Jail::new("cred-token-project-ll") else { return };
+    let conf = j.project.join("pip.conf");
+    std::fs::write(&conf, "[global]\nindex-url = https://u:CANARY-PIP-PW@pypi.corp.example/simple\n").unwrap();
+    j.give(&[&conf]);
+    let j = j.env("PIP_CONFIG_FILE", conf.to_str().unwrap());
+    let out = j.run_with(&["--backend", "landlock"], "echo RAN");
+    assert!(out.stdout.contains("RAN"), "{out}");
+    assert!(
+        out.stderr.contains("is inside the project, which the Landlock backend grants whole: the jail can read it"),
+        "{out}"
+    );
+    assert!(!out.stderr.contains("pip.conf: not shown inside"), "{out}");
+}
+
 /// Red team 32, F8: everyday configs under the built-in `home.read` entries that also hold a
 /// token (cargo's registry token, npm's global npmrc, conda's channel token, spack's mirror
 /// keys) are seen without it in every home mode, their other settings kept; under Landlock

@@ -1039,6 +1039,15 @@ fn token_copies(facts: &HostFacts, fs: &dyn HostFs, base: &mut Base) -> Vec<(Pat
             token_files::Outcome::Stripped { text, .. } if base.backend == BackendKind::Userns => {
                 copies.push((path, text));
             }
+            // In the project, which Landlock grants whole, nothing can be left out: said as it
+            // is (eighth outside look at the anchors, L8-1), not as hidden.
+            token_files::Outcome::Stripped { dropped, .. } if path.starts_with(&base.project) => {
+                base.warnings.push(format!(
+                    "{shown}: it holds {} and is inside the project, which the Landlock backend grants whole: the \
+                     jail can read it; move the token out of the project, or use the userns backend",
+                    dropped.join(", ")
+                ));
+            }
             token_files::Outcome::Stripped { dropped, .. } => {
                 base.warnings.push(format!(
                     "{shown}: not shown inside: it holds {} and the Landlock backend cannot show a copy without it",
