@@ -461,8 +461,9 @@ impl HostFacts {
             true => (read("/etc/subgid"), find_newgidmap()),
             false => (String::new(), None),
         };
-        let user_configs = UserConfigs::gather(&home_canonical, &dir, &env);
         let state_dir = real_location(&state_dir_as_named(&env, &dir));
+        let mut user_configs = UserConfigs::gather(&home_canonical, &dir, &env);
+        user_configs.stripped_before = configs::read_stripped_record(&state_dir);
         Ok(HostFacts {
             uid: uid.as_raw(),
             gid: gid.as_raw(),

@@ -382,12 +382,17 @@ fn a_token_config_that_is_a_link_is_seen_without_its_token_by_every_name() {
         .into_iter()
         .map(|(name, opts)| (name, j.run_with(opts, script)))
         .collect();
+    // Eighth look, U8-2: a session that may write where the link is removes it; the next
+    // sessions still strip the file it led to (the state directory remembers it).
     let _ = std::fs::remove_file(&link);
+    let after = j.run("cat ~/.cargo/asb-main.toml; echo PROBED");
     if let Some(b) = before {
         std::fs::write(&link, b).unwrap();
         std::os::unix::fs::chown(&link, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
     }
     drop(main);
+    assert!(after.stdout.contains("sparse+https://crates.corp.example/"), "{after}");
+    assert!(!after.stdout.contains("CANARY-LINKED-CARGO"), "the link removed, the token inside: {after}");
     for (name, out) in outs {
         assert!(out.stdout.contains("PROBED"), "{name}: {out}");
         assert!(!out.stdout.contains("CANARY-LINKED-CARGO"), "{name}: the token inside: {out}");

@@ -43,6 +43,29 @@ pub struct UserConfigs {
     /// `~/.ssh/config` and the files its `Include` lines name (relative to `~/.ssh`, a glob
     /// in the last component expanded), as text.
     pub ssh: Vec<(PathBuf, String)>,
+    /// Token configs earlier sessions found and stripped, where they really are
+    /// (`STRIPPED_RECORD` in the state directory): still stripped when the name that led to
+    /// one is gone (a link a session removed; eighth outside look at the anchors, U8-2).
+    pub stripped_before: Vec<PathBuf>,
+}
+
+/// The state directory's record of the token configs the plan stripped (one absolute path a
+/// line), which no jail can reach.
+pub const STRIPPED_RECORD: &str = "stripped-configs";
+
+/// The most of that record read.
+const MAX_RECORD: u64 = 64 << 10;
+
+/// The record's paths: absolute ones only, at most `MAX_RECORD` bytes read.
+pub fn read_stripped_record(state_dir: &Path) -> Vec<PathBuf> {
+    use std::io::Read;
+    let mut text = String::new();
+    let read = std::fs::File::open(state_dir.join(STRIPPED_RECORD))
+        .and_then(|f| f.take(MAX_RECORD).read_to_string(&mut text).map(drop));
+    if read.is_err() {
+        return vec![];
+    }
+    text.lines().map(PathBuf::from).filter(|p| p.is_absolute()).collect()
 }
 
 impl UserConfigs {
@@ -66,7 +89,7 @@ impl UserConfigs {
                 .collect(),
             None => defaults.map(|d| (d, GitRole::Global)).into(),
         };
-        UserConfigs { git: git_files(global, home), ssh: ssh_files(home) }
+        UserConfigs { git: git_files(global, home), ssh: ssh_files(home), stripped_before: vec![] }
     }
 }
 

@@ -655,6 +655,7 @@ mod tests {
                 "/gpfs/home/u/.ssh/config".into(),
                 "Host hpc\n  IdentityFile ~/keys/id_hpc\n  identityfile=\"%d/keys/id two\"\n  IdentityAgent ${SOCK}\n  ControlPath ~/.cache/cm/%r@%h:%p\n  ControlPath ~/.cm-%r@%h:%p\n  ControlPath /tmp/%h/x\n  IdentityFile none\n# IdentityFile ~/commented\n".into(),
             )],
+            stripped_before: vec![],
         };
         let e = env(&[("SOCK", "/home/u/.1password/agent.sock")]);
         let fs = FakeFs::default().file("/gpfs/home/u/.cm-u@h:22").file("/gpfs/home/u/.cm-other");

@@ -399,6 +399,11 @@ pub struct Plan {
     /// directory's, per session): a `.env` it added an agent's control variable to
     /// (`jail::dotenv`).
     pub rejected: PathBuf,
+    /// The token configs shown without their tokens (or left out), where they really are:
+    /// recorded in the state directory, so that the next sessions still strip one whose name
+    /// a session removed (`host::configs::STRIPPED_RECORD`).
+    #[serde(skip)]
+    pub stripped_configs: Vec<PathBuf>,
     pub limits: LimitsPlan,
     /// The user's supplementary groups in the userns jail (the Landlock backend's processes
     /// keep the host's view of them).
@@ -713,6 +718,8 @@ struct Base {
     net: NetPlan,
     hidden: Hidden,
     warnings: Vec<String>,
+    /// The token configs with something left out, where they really are (`token_copies`).
+    token_configs: Vec<PathBuf>,
 }
 
 impl Base {
@@ -794,7 +801,7 @@ impl Base {
                 fix: "choose a project directory outside ~/.ssh, ~/.aws and the other hidden paths".into(),
             });
         }
-        Ok(Base { home, backend, project, cwd, net, hidden, warnings })
+        Ok(Base { home, backend, project, cwd, net, hidden, warnings, token_configs: vec![] })
     }
 }
 
@@ -1031,7 +1038,10 @@ fn protected(
 fn token_copies(facts: &HostFacts, fs: &dyn HostFs, base: &mut Base) -> Vec<(PathBuf, String)> {
     let var = |n: &str| facts.env_var(n).map(str::to_string);
     let mut copies = vec![];
-    for (path, outcome) in token_files::decide(fs, &base.home, &var) {
+    for (path, outcome) in token_files::decide(fs, &base.home, &var, &facts.user_configs.stripped_before) {
+        if outcome != token_files::Outcome::Unchanged {
+            base.token_configs.push(path.clone());
+        }
         let shown = path.strip_prefix(&base.home).map(|r| format!("~/{}", r.display()));
         let shown = shown.unwrap_or_else(|_| path.display().to_string());
         match outcome {
@@ -1126,7 +1136,7 @@ fn finish(
     mut envp: env::EnvPlan,
     shaped: Shaped,
 ) -> Result<Plan, PlanError> {
-    let Base { backend, project, cwd, net, hidden, warnings, .. } = base;
+    let Base { backend, project, cwd, net, hidden, warnings, token_configs, .. } = base;
     let Shaped { mounts, placeholders, git_guard, mail_block, credentials, git_view, keep_out, state_dirs, link_trees } =
         shaped;
     let links = {
@@ -1240,6 +1250,7 @@ fn finish(
         git_guard,
         links,
         rejected: facts.state_dir().join("rejected").join(&req.session),
+        stripped_configs: token_configs,
         limits: LimitsPlan {
             mem: policy.limits.mem.as_ref().map(|l| l.value),
             cpus: policy.limits.cpus.as_ref().map(|l| l.value),

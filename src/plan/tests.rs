@@ -1125,7 +1125,7 @@ mod credential_stores {
 
     fn stores_facts() -> HostFacts {
         let ssh = ("/home/u/.ssh/config".into(), "Host hpc\n\tIdentityFile ~/keys/id_hpc\n".to_string());
-        HostFacts { user_configs: UserConfigs { git: vec![], ssh: vec![ssh] }, ..facts() }
+        HostFacts { user_configs: UserConfigs { git: vec![], ssh: vec![ssh], stripped_before: vec![] }, ..facts() }
     }
 
     fn plan_on(fs: &FakeFs, f: HostFacts, extra: &str) -> Plan {
@@ -1322,7 +1322,7 @@ mod credential_stores {
             bytes: Some(text.as_bytes().to_vec()),
             role: crate::host::configs::GitRole::Global,
         };
-        HostFacts { user_configs: UserConfigs { git: vec![git], ssh: vec![] }, ..facts() }
+        HostFacts { user_configs: UserConfigs { git: vec![git], ssh: vec![], stripped_before: vec![] }, ..facts() }
     }
 
     const TOKENED: &str = "[user]\n\tname = U\n[credential]\n\thelper = store --file ~/.my-git-creds\n\

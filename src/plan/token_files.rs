@@ -80,10 +80,17 @@ pub enum Outcome {
 /// reached through one, `~/.condarc -> miniforge3/.condarc`, is the file it leads to: the
 /// copy covers that file, so every name of it shows the copy; seventh outside look at the
 /// anchors, T1 and T2), with what the jail sees of each.
-pub fn decide(fs: &dyn HostFs, home: &Path, var: &dyn Fn(&str) -> Option<String>) -> Vec<(PathBuf, Outcome)> {
+/// `before`: the real paths earlier sessions stripped (`host::configs::STRIPPED_RECORD`),
+/// looked at again whether or not a name of `FILES` still leads to them.
+pub fn decide(
+    fs: &dyn HostFs,
+    home: &Path,
+    var: &dyn Fn(&str) -> Option<String>,
+    before: &[PathBuf],
+) -> Vec<(PathBuf, Outcome)> {
     let mut out: Vec<(PathBuf, Outcome)> = vec![];
-    for f in FILES {
-        let Some(named) = expand(f, home, var) else { continue };
+    let named = FILES.iter().filter_map(|f| expand(f, home, var));
+    for named in named.chain(before.iter().cloned()) {
         let p = crate::plan::fs::real_path(fs, &named);
         if out.iter().any(|(q, _)| *q == p) || fs.kind(&p) != Some(Kind::File) {
             continue;
@@ -282,7 +289,7 @@ mod tests {
             .content("/home/u/.npm-global/etc/npmrc", "//r/:_authToken=z\n")
             .content("/home/u/.config/pip/pip.conf", "[global]\ntimeout = 1\n");
         let var = |n: &str| (n == "CARGO_HOME").then(|| "/opt/c".to_string());
-        let found: Vec<PathBuf> = decide(&fs, Path::new("/home/u"), &var).into_iter().map(|(p, _)| p).collect();
+        let found: Vec<PathBuf> = decide(&fs, Path::new("/home/u"), &var, &[]).into_iter().map(|(p, _)| p).collect();
         assert_eq!(
             found,
             [
