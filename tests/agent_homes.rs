@@ -188,14 +188,61 @@ fn a_gemini_jail_sees_and_keeps_only_its_own_projects_entry() {
     assert_eq!(std::fs::read_to_string(own_dir.join(".project_root")).unwrap_or_default(), project);
 }
 
-/// A4: aider and Gemini CLI started outside load the project's `.env`: a variable that runs
-/// a command at aider's start (`AIDER_LOAD`) or sends gemini's key elsewhere, added by the
-/// jail, is put back at exit (the jail's version kept aside); an ordinary one stays.
+/// A4: the project's `.env` is loaded by aider and Gemini CLI started outside; a line that runs
+/// a command at aider's start (`AIDER_LOAD`) or sends gemini's key elsewhere must never be
+/// there for them, not even while the session runs (another terminal). Under userns the guard
+/// takes every write of a `.env`: a line adding such a variable is left out as it is written,
+/// with one line and an audit record; a rename that would add one is refused; a link or a
+/// second name is never a `.env`; ordinary work on it (appends, a rewrite through a rename,
+/// the user's own controls) stays.
 #[test]
-fn a_dotenv_given_an_agents_control_variable_is_put_back_at_exit() {
+fn a_dotenv_written_inside_never_holds_a_control_the_jail_added_even_while_the_session_runs() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-dotenv-live") else { return };
+    let mine = "DATABASE_URL=postgres://db\nOPENAI_API_BASE=https://mine\n";
+    let j = j.project_file(".env", mine);
+    let env = j.project.join(".env");
+    let seen = j.project.join("seen");
+    let _ = std::fs::remove_file(&seen);
+    let script = "printf 'AIDER_LOAD=notes.txt\\nPORT=1\\n' >> .env && echo APPENDED; \
+         for i in $(seq 600); do [ -e seen ] && break; sleep 0.05; done; \
+         printf 'GEMINI_SYSTEM_MD=/tmp/x\\n' > new.env; mv new.env .env 2>&1 || echo RENAME-REFUSED; \
+         printf 'AIDER_LOAD=x\\n' > evil; mkdir -p sub; ln evil sub/.env 2>&1 || echo HARDLINK-REFUSED; \
+         ln -s /etc/passwd sub/.env 2>&1 || echo SYMLINK-REFUSED; \
+         python3 -c \"open('new.env','w').write(open('.env').read()+'DEBUG=1\\n'); import os; os.replace('new.env','.env')\" \
+           && echo REWRITTEN";
+    let (out, during) = std::thread::scope(|s| {
+        let running = s.spawn(|| j.run(script));
+        // Read from outside while the jail waits for `seen`: the session is still running.
+        let during = wait_for_text(&env, "PORT=1");
+        std::fs::write(&seen, "").expect("mark");
+        (running.join().expect("jail thread"), during)
+    });
+    assert!(out.stdout.contains("APPENDED"), "the jail may write .env: {out}");
+    assert_eq!(during, format!("{mine}PORT=1\n"), "while the session runs: {out}");
+    assert!(
+        out.stderr
+            .contains("`AIDER_LOAD` (read by aider (its options, and the hosts and keys of its models)) left out"),
+        "{out}"
+    );
+    for refused in ["RENAME-REFUSED", "HARDLINK-REFUSED", "SYMLINK-REFUSED"] {
+        assert!(out.stdout.contains(refused), "{refused}: {out}");
+    }
+    assert!(out.stdout.contains("GEMINI_SYSTEM_MD") || out.stderr.contains("GEMINI_SYSTEM_MD"), "{out}");
+    assert!(!j.project.join("sub/.env").exists(), "no second name nor link is a .env: {out}");
+    assert!(out.stdout.contains("REWRITTEN"), "a rewrite through a rename keeps working: {out}");
+    assert_eq!(std::fs::read_to_string(&env).unwrap(), format!("{mine}PORT=1\nDEBUG=1\n"), "{out}");
+    assert!(!out.stderr.contains("put back as it was"), "nothing left for the exit check: {out}");
+    assert!(audit_checks(&j).contains("\"dotenv\""), "audited");
+}
+
+/// The Landlock backend has no guard: a `.env` into which the jail added such a variable is
+/// put back when the session ends (the jail's version kept aside); an ordinary one stays.
+#[test]
+fn under_landlock_a_dotenv_given_an_agents_control_variable_is_put_back_at_exit() {
     let _l = lock();
     let Some(j) = Jail::new("homes-dotenv") else { return };
-    let j = j.project_file(".env", "DATABASE_URL=postgres://db\n");
+    let j = j.project_file(".env", "DATABASE_URL=postgres://db\n").arg("--backend").arg("landlock");
     let out = j.run("printf 'AIDER_LOAD=notes.txt\\nGOOGLE_GEMINI_BASE_URL=http://evil\\n' >> .env && echo ADDED");
     assert!(out.stdout.contains("ADDED"), "the jail may write .env: {out}");
     assert_eq!(std::fs::read_to_string(j.project.join(".env")).unwrap(), "DATABASE_URL=postgres://db\n", "{out}");

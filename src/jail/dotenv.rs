@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 
 /// A `.env` larger than this is not kept (nor checked: said at the start).
-const MAX_BYTES: u64 = 1 << 20;
+pub const MAX_BYTES: u64 = 1 << 20;
 
 /// Who reads a variable as something that decides what runs or where the key goes: None for
 /// an ordinary one. Upper-cased names are compared (proxies are often lower-case).
@@ -29,50 +29,85 @@ pub fn controls(name: &str) -> Option<&'static str> {
     }
     let runs =
         ["PATH", "BASH_ENV", "ENV", "SHELL", "EDITOR", "VISUAL", "PERL5OPT", "PERL5LIB", "RUBYOPT", "PROMPT_COMMAND"];
+    // Set in most projects' `.env`, and they change no program run nor host.
+    let plain = ["NODE_ENV", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8"];
+    if plain.contains(&n.as_str()) {
+        return None;
+    }
     if runs.contains(&n.as_str()) || prefixed(&["LD_", "NODE_", "PYTHON", "GIT_", "NPM_CONFIG_"]) {
         return Some("every program the agent starts");
     }
     None
 }
 
-/// The assignments of a `.env`, as `(name, the rest of the line)`, read loosely so that no
-/// spelling the loaders accept is missed (`export`, a quoted name, `NAME: value`): a line
-/// that is not one counts as none.
-pub fn assignments(text: &str) -> Vec<(String, String)> {
-    let mut out = vec![];
-    for line in text.lines() {
-        let mut l = line.trim_start();
-        if let Some(rest) = l.strip_prefix("export") {
-            if rest.starts_with(char::is_whitespace) {
-                l = rest.trim_start();
-            }
-        }
-        let l = l.trim_start_matches(['\'', '"']);
-        let end = l.find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))).unwrap_or(l.len());
-        let (name, rest) = l.split_at(end);
-        if name.is_empty() {
+/// The controlling variables a line could assign, read as loosely as any loader could: every
+/// name (a run of letters, digits, `_`, `.`, `-`) that a quote, blanks and then `=` or `:`
+/// follow, wherever it stands in the line. Loaders split lines at more than `\n` (a lone `\r`,
+/// U+2028) and skip more than ASCII blanks (U+FEFF): a name anywhere counts, so no spelling a
+/// loader reads as an assignment is missed (a value holding `NAME=` counts too, which only
+/// costs that line).
+pub fn controls_in(line: &[u8]) -> Vec<(String, &'static str)> {
+    let text = String::from_utf8_lossy(line);
+    let b = text.as_bytes();
+    let in_name = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-');
+    let mut out: Vec<(String, &'static str)> = vec![];
+    let mut i = 0;
+    while i < b.len() {
+        if !in_name(b[i]) {
+            i += 1;
             continue;
         }
-        let rest = rest.trim_start_matches(['\'', '"']).trim_start();
-        if rest.starts_with('=') || rest.starts_with(':') {
-            out.push((name.to_string(), rest[1..].trim().to_string()));
+        let start = i;
+        while i < b.len() && in_name(b[i]) {
+            i += 1;
+        }
+        // Both ends are ASCII bytes, so both are character boundaries.
+        let name = &text[start..i];
+        let rest =
+            text[i..].trim_start_matches(|c: char| matches!(c, '\'' | '"' | '`' | '\u{feff}') || c.is_whitespace());
+        if !(rest.starts_with('=') || rest.starts_with(':')) {
+            continue;
+        }
+        if let Some(who) = controls(name) {
+            if !out.iter().any(|(n, _)| n == name) {
+                out.push((name.to_string(), who));
+            }
         }
     }
     out
 }
 
-/// The controlling variables `now` assigns that `before` did not (or did otherwise).
-pub fn added_controls(before: &str, now: &str) -> Vec<(String, &'static str)> {
-    let old = assignments(before);
-    let mut out: Vec<(String, &'static str)> = vec![];
-    for (name, value) in assignments(now) {
-        let Some(who) = controls(&name) else { continue };
-        if old.iter().any(|(n, v)| *n == name && *v == value) || out.iter().any(|(n, _)| *n == name) {
+/// The lines of `text`, without their `\n`.
+fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    text.split_inclusive(|c| *c == b'\n').map(|l| l.strip_suffix(b"\n").unwrap_or(l))
+}
+
+/// `new` as a `.env` written inside the jail becomes: each line that assigns a controlling
+/// variable (`controls_in`) and is not, byte for byte, a line of `old` (what the file held) is
+/// left out; the rest is kept as written. Returns it, and the names left out.
+pub fn keep_allowed(old: &[u8], new: &[u8]) -> (Vec<u8>, Vec<(String, &'static str)>) {
+    let before: std::collections::HashSet<&[u8]> = lines(old).collect();
+    let mut kept = Vec::with_capacity(new.len());
+    let mut dropped: Vec<(String, &'static str)> = vec![];
+    for piece in new.split_inclusive(|c| *c == b'\n') {
+        let line = piece.strip_suffix(b"\n").unwrap_or(piece);
+        let found = controls_in(line);
+        if found.is_empty() || before.contains(line) {
+            kept.extend_from_slice(piece);
             continue;
         }
-        out.push((name, who));
+        for f in found {
+            if !dropped.iter().any(|(n, _)| *n == f.0) {
+                dropped.push(f);
+            }
+        }
     }
-    out
+    (kept, dropped)
+}
+
+/// The controlling variables `now` assigns in lines `before` did not have.
+pub fn added_controls(before: &[u8], now: &[u8]) -> Vec<(String, &'static str)> {
+    keep_allowed(before, now).1
 }
 
 /// A file's bytes and mode.
@@ -159,8 +194,8 @@ pub fn restore(s: &Snapshot) -> Vec<PutBack> {
         if before.as_ref().is_some_and(|(b, _)| *b == now) {
             continue;
         }
-        let old = before.as_ref().map(|(b, _)| String::from_utf8_lossy(b)).unwrap_or_default();
-        let added = added_controls(&old, &String::from_utf8_lossy(&now));
+        let old = before.as_ref().map(|(b, _)| b.as_slice()).unwrap_or_default();
+        let added = added_controls(old, &now);
         if added.is_empty() {
             continue;
         }
@@ -227,29 +262,59 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_spelling_of_an_assignment_is_read() {
-        let t = "# c\nA=1\nexport B = 2\n  'C'=3\nD: 4\nexportE=5\nnot one\n\"F\"=x\n";
-        let names: Vec<String> = assignments(t).into_iter().map(|(n, _)| n).collect();
-        assert_eq!(names, ["A", "B", "C", "D", "exportE", "F"]);
+    fn every_spelling_a_loader_reads_as_an_assignment_is_found() {
+        let found = |t: &str| -> Vec<String> { controls_in(t.as_bytes()).into_iter().map(|(n, _)| n).collect() };
+        for t in [
+            "AIDER_LOAD=x",
+            "export AIDER_LOAD = x",
+            "  'AIDER_LOAD'=x",
+            "\"AIDER_LOAD\"=x",
+            "AIDER_LOAD: x",
+            // Line breaks and blanks other than `\n` and ASCII ones, as python-dotenv and
+            // node's dotenv read them.
+            "X=1\rAIDER_LOAD=x",
+            "X=1\u{2028}AIDER_LOAD=x",
+            "\u{feff}AIDER_LOAD=x",
+            "\u{a0}AIDER_LOAD\t=x",
+        ] {
+            assert_eq!(found(t), ["AIDER_LOAD"], "{t:?}");
+        }
+        for t in ["# AIDER_LOAD is not set", "AIDER_LOADS", "exportAIDER_LOAD=x", "NODE_ENV=production", "X=AIDER_LOAD"]
+        {
+            assert!(found(t).is_empty(), "{t:?}");
+        }
+        assert_eq!(found("A=1 HTTPS_PROXY=h:1 export PATH=x"), ["HTTPS_PROXY", "PATH"]);
     }
 
     #[test]
     fn only_controlling_variables_added_or_changed_count() {
-        let before = "DATABASE_URL=x\nAIDER_MODEL=gpt-4o\n";
-        assert!(added_controls(before, "DATABASE_URL=y\nAIDER_MODEL=gpt-4o\nDEBUG=1\n").is_empty());
+        let before = b"DATABASE_URL=x\nAIDER_MODEL=gpt-4o\n";
+        assert!(added_controls(before, b"DATABASE_URL=y\nAIDER_MODEL=gpt-4o\nDEBUG=1\n").is_empty());
         let got = added_controls(
             before,
-            "AIDER_MODEL=gpt-4o\nAIDER_LOAD=notes\nexport GOOGLE_GEMINI_BASE_URL=http://x\nhttps_proxy=h\nBASH_ENV=e\n",
+            b"AIDER_MODEL=gpt-4o\nAIDER_LOAD=notes\nexport GOOGLE_GEMINI_BASE_URL=http://x\nhttps_proxy=h\nBASH_ENV=e\n",
         );
         let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["AIDER_LOAD", "GOOGLE_GEMINI_BASE_URL", "https_proxy", "BASH_ENV"]);
-        assert_eq!(added_controls(before, "AIDER_MODEL=evil\n").len(), 1, "a changed value");
+        assert_eq!(added_controls(before, b"AIDER_MODEL=evil\n").len(), 1, "a changed value");
         for n in ["GEMINI_SYSTEM_MD", "OPENAI_API_BASE", "NODE_OPTIONS", "LD_PRELOAD", "PATH", "MY_SERVICE_BASE_URL"] {
             assert!(controls(n).is_some(), "{n}");
         }
-        for n in ["DATABASE_URL", "SECRET_KEY", "PORT", "DEBUG"] {
+        for n in ["DATABASE_URL", "SECRET_KEY", "PORT", "DEBUG", "NODE_ENV", "PYTHONUNBUFFERED"] {
             assert!(controls(n).is_none(), "{n}");
         }
+    }
+
+    #[test]
+    fn a_dotenv_written_inside_keeps_everything_but_the_controls_it_did_not_have() {
+        let old = b"DATABASE_URL=x\nOPENAI_API_BASE=https://mine\n";
+        let new = b"DATABASE_URL=y\nOPENAI_API_BASE=https://mine\nAIDER_LOAD=notes\nPORT=1\nX=1\rNODE_OPTIONS=-r x";
+        let (kept, dropped) = keep_allowed(old, new);
+        assert_eq!(kept, b"DATABASE_URL=y\nOPENAI_API_BASE=https://mine\nPORT=1\n");
+        let names: Vec<&str> = dropped.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["AIDER_LOAD", "NODE_OPTIONS"]);
+        let (kept, dropped) = keep_allowed(b"", b"\xff\xfeA=1\n");
+        assert_eq!((kept.as_slice(), dropped.len()), (&b"\xff\xfeA=1\n"[..], 0), "bytes kept as written");
     }
 
     #[test]

@@ -66,8 +66,29 @@ pub enum Fill {
 /// What a stream writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Streamed {
-    Config { made: bool },
+    Config {
+        made: bool,
+    },
     Commondir,
+    /// A `.env` (`jail::dotenv`).
+    Dotenv,
+}
+
+/// The refusal of a stream's file opened other than for writing only.
+fn in_place(what: Streamed) -> Refusal {
+    match what {
+        Streamed::Dotenv => Refusal::Dotenv,
+        _ => Refusal::ConfigInPlace,
+    }
+}
+
+/// The refusal of a call that would change a file the rules let change only through the
+/// guard (`d` is not `Go`) by another way (a second name, a truncation).
+fn not_so(d: Decision) -> Refusal {
+    match d {
+        Decision::DotenvStream | Decision::Dotenv => Refusal::Dotenv,
+        _ => Refusal::ConfigInPlace,
+    }
 }
 
 /// A config (or commondir) being written through a pipe.
@@ -572,7 +593,7 @@ fn create(
                 let d = e.decide(g, Op::Make(Kind::File))?;
                 if let Some(what) = streamed(d) {
                     if flags & libc::O_ACCMODE != libc::O_WRONLY {
-                        return Err(refused(Refusal::ConfigInPlace, e.path()));
+                        return Err(refused(in_place(what), e.path()));
                     }
                     let umask = c.umask().map_err(errno)?;
                     return stream(c, g, e, what, Fill::Replace, mode & !umask & 0o7777, cloexec);
@@ -702,6 +723,7 @@ fn streamed(d: Decision) -> Option<Streamed> {
     match d {
         Decision::ConfigStream { made } => Some(Streamed::Config { made }),
         Decision::CommondirStream => Some(Streamed::Commondir),
+        Decision::DotenvStream => Some(Streamed::Dotenv),
         _ => None,
     }
 }
@@ -712,7 +734,10 @@ fn streamed(d: Decision) -> Option<Streamed> {
 pub fn finish_stream(mut job: Stream) -> Option<(Refusal, PathBuf)> {
     use std::io::Read;
     let path = job.dir_path.join(OsStr::from_bytes(&job.name));
-    let max = super::gitconfig::MAX_CONFIG;
+    let max = match job.what {
+        Streamed::Dotenv => crate::jail::dotenv::MAX_BYTES as usize,
+        _ => super::gitconfig::MAX_CONFIG,
+    };
     let mut piped = Vec::new();
     let mut more = 0usize;
     let read = job.read.take()?;
@@ -780,6 +805,13 @@ pub fn finish_stream(mut job: Stream) -> Option<(Refusal, PathBuf)> {
         }
     };
     let made = match job.what {
+        Streamed::Dotenv => {
+            let (kept, dropped) = crate::jail::dotenv::keep_allowed(old.as_deref().unwrap_or_default(), &content);
+            if let Some(failed) = put(&kept) {
+                return Some(failed);
+            }
+            return (!dropped.is_empty()).then_some((Refusal::DotenvControls(dropped), path));
+        }
         Streamed::Commondir => {
             if repo::commondir_names_its_repository(&content, &job.dir_path) {
                 return put(&content);
@@ -838,7 +870,7 @@ fn reopen(c: &Caller, g: &Guarded, obj: OwnedFd, flags: libc::c_int, cloexec: bo
     if let Some(e) = located(obj.as_fd())? {
         if let Some(what) = streamed(e.decide(g, Op::Write)?) {
             if flags & libc::O_ACCMODE != libc::O_WRONLY {
-                return Err(refused(Refusal::ConfigInPlace, e.path()));
+                return Err(refused(in_place(what), e.path()));
             }
             let fill = if flags & libc::O_TRUNC != 0 {
                 Fill::Replace
@@ -946,8 +978,9 @@ fn link(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: libc
     e.refresh()?;
     // A second name for a file the rules keep read-only would be a way to write it.
     if let Some(old) = located(obj.as_fd())? {
-        if old.decide(g, Op::Write)? != Decision::Go {
-            return Err(refused(Refusal::ConfigInPlace, old.path()));
+        let d = old.decide(g, Op::Write)?;
+        if d != Decision::Go {
+            return Err(refused(not_so(d), old.path()));
         }
     }
     let kind = nix::sys::stat::fstat(obj.as_fd()).map(|st| kind_of(st.st_mode)).map_err(|e| errno(e as i32))?;
@@ -960,6 +993,7 @@ fn link(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: libc
     }
     match e.decide(g, Op::Make(kind))? {
         Decision::Go => {}
+        d @ (Decision::DotenvStream | Decision::Dotenv) => return Err(refused(not_so(d), e.path())),
         // A mark or a git directory made by a second name: not how git makes them.
         _ => return Err(refused(Refusal::Unchecked("a hard link as a git repository's mark".into()), e.path())),
     }
@@ -1067,9 +1101,11 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
         // rules would have to check first is refused.
         let other = kind_of(mode(&to)?);
         for (e, k) in [(&to, kind), (&from, other)] {
-            if e.decide(g, Op::RenameOnto(k))? != Decision::Go
-                || (k == Kind::Dir && !g.sticky_below(&e.path()).is_empty())
-            {
+            let d = e.decide(g, Op::RenameOnto(k))?;
+            if d == Decision::Dotenv {
+                return Err(refused(Refusal::Dotenv, e.path()));
+            }
+            if d != Decision::Go || (k == Kind::Dir && !g.sticky_below(&e.path()).is_empty()) {
                 let why = "an exchange of entries where git reads a repository".to_string();
                 return Err(refused(Refusal::Unchecked(why), e.path()));
             }
@@ -1102,6 +1138,16 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
             }
             let place = crate::jail::guard::gitconfig::Place { gitdir: &to.dir_path, root: &root };
             return match repo::rename_config(from.dir.as_fd(), &from.name, to.dir.as_fd(), &to.name, made, &place) {
+                Ok(Ok(())) => Ok(Done::Value(0)),
+                Ok(Err(e)) => Err(errno(e)),
+                Err(r) => Err(refused(r, dst)),
+            };
+        }
+        Decision::Dotenv => {
+            if flags & libc::RENAME_NOREPLACE != 0 && mode(&to).is_ok() {
+                return Err(errno(libc::EEXIST));
+            }
+            return match repo::rename_dotenv(from.dir.as_fd(), &from.name, to.dir.as_fd(), &to.name) {
                 Ok(Ok(())) => Ok(Done::Value(0)),
                 Ok(Err(e)) => Err(errno(e)),
                 Err(r) => Err(refused(r, dst)),
@@ -1183,8 +1229,10 @@ fn truncate(c: &Caller, g: &Guarded, path: u64, len: i64) -> Step<Done> {
 
 fn truncate_found(g: &Guarded, obj: OwnedFd, len: i64) -> Step<Done> {
     if let Some(e) = located(obj.as_fd())? {
-        if e.decide(g, Op::Write)? != Decision::Go {
-            return Err(refused(Refusal::ConfigInPlace, e.path()));
+        let d = e.decide(g, Op::Write)?;
+        // An emptied `.env` sets nothing; one cut short could change a value.
+        if d != Decision::Go && !(d == Decision::DotenvStream && len == 0) {
+            return Err(refused(not_so(d), e.path()));
         }
     }
     let own = cstr(format!("/proc/self/fd/{}", obj.as_raw_fd()).as_bytes())?;

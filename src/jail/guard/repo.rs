@@ -281,6 +281,35 @@ pub fn rename_config(
     Ok(Ok(()))
 }
 
+/// A rename of `from_name` onto the `.env` `to_name`: a copy of the guard's is installed and
+/// the source removed, so that nothing written later through a descriptor of the source
+/// reaches what the loaders read; refused if it sets a controlling variable that the `.env`
+/// there did not have (`jail::dotenv::keep_allowed`). What is there now but not a regular
+/// file (a link the user made) counts as an empty one.
+pub fn rename_dotenv(
+    from: BorrowedFd,
+    from_name: &[u8],
+    to: BorrowedFd,
+    to_name: &[u8],
+) -> Result<Result<(), i32>, Refusal> {
+    let max = crate::jail::dotenv::MAX_BYTES as usize;
+    let Some((new, mode)) = read_file(from, from_name, max)? else {
+        return Ok(Err(libc::ENOENT));
+    };
+    let old = read_file(to, to_name, max).ok().flatten().map(|(b, _)| b).unwrap_or_default();
+    let (_, added) = crate::jail::dotenv::keep_allowed(&old, &new);
+    if !added.is_empty() {
+        return Err(Refusal::DotenvControls(added));
+    }
+    if let Err(e) = install(to, to_name, &new, mode) {
+        return Ok(Err(e));
+    }
+    let src = c(from_name)?;
+    // SAFETY: `src` lives for the call.
+    unsafe { libc::unlinkat(from.as_raw_fd(), src.as_ptr(), 0) };
+    Ok(Ok(()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -93,6 +93,12 @@ pub enum Decision {
     /// A directory renamed to `worktrees` in a git directory: each entry is a git directory
     /// there; check them first.
     WorktreesArrive,
+    /// A `.env` written directly: through a pipe, as a config is, and installed without the
+    /// controlling variables the jail added (`jail::dotenv::keep_allowed`).
+    DotenvStream,
+    /// A rename onto a `.env`: a copy of the guard's is installed, refused if the jail added a
+    /// controlling variable.
+    Dotenv,
 }
 
 /// Why a change is refused: the line the jail's process gets on its stderr.
@@ -118,6 +124,11 @@ pub enum Refusal {
     /// A symlink leading out of the agent's state entry it is in, or into a hidden path
     /// (`jail::links`).
     Linked(crate::jail::links::Bad),
+    /// A `.env` made other than as a file written through the guard (a link, a second name, a
+    /// node; opened for reading and writing at once).
+    Dotenv,
+    /// A `.env` whose new lines set controlling variables: the names, and who reads them.
+    DotenvControls(Vec<(String, &'static str)>),
 }
 
 impl Refusal {
@@ -151,6 +162,18 @@ impl Refusal {
                 )
             }
             Refusal::Linked(bad) => bad.reason(),
+            Refusal::Dotenv => format!(
+                "aider and Gemini CLI started outside the jail load a `.env` here: it is written as a file only \
+                 (opened for writing, or renamed onto), never made a symlink, a second name of another file or a \
+                 node, nor opened for reading and writing at once; {DOTENV_KEPT}"
+            ),
+            Refusal::DotenvControls(names) => {
+                let names: Vec<String> = names.iter().map(|(n, who)| format!("`{n}` (read by {who})")).collect();
+                format!(
+                    "{} left out: aider and Gemini CLI started outside the jail load this `.env`; {DOTENV_KEPT}",
+                    names.join(", ")
+                )
+            }
             Refusal::RunsOutside(what) => format!(
                 "{what} outside the jail reads this and runs what it names, so the jail cannot make or change it \
                  (at any depth of the project); ask the user to make the change outside the sandbox"
@@ -169,9 +192,15 @@ impl Refusal {
             Refusal::TooMany => "git-limit",
             Refusal::RunsOutside(_) => "runs-outside",
             Refusal::Linked(bad) => bad.check(),
+            Refusal::Dotenv | Refusal::DotenvControls(_) => "dotenv",
         }
     }
 }
+
+/// What a `.env` keeps, for the lines that refuse one.
+const DOTENV_KEPT: &str = "a variable that decides what the agents run or where they send the user's key (`AIDER_*`, \
+     `GEMINI_*`, `*_BASE_URL`, `*_PROXY`, `PATH`, `LD_*`...) stays only as the file had it; ask the user to set it \
+     outside the sandbox (docs/security-model.md)";
 
 /// Git directories (and sticky paths) tracked at most; past it no new one is made.
 pub const MAX_TRACKED: usize = 65_536;
@@ -358,6 +387,15 @@ impl Guarded {
         if matches!(op, Op::Make(_) | Op::RenameOnto(_) | Op::Write) && self.roots.first().is_some_and(|p| p == root) {
             if let Some(what) = entry.strip_prefix(root).ok().and_then(runs_outside_name) {
                 return Err(Refusal::RunsOutside(what));
+            }
+        }
+        if name == ".env" {
+            match op {
+                Op::Make(Kind::File) | Op::Write => return Ok(Decision::DotenvStream),
+                Op::RenameOnto(Kind::File) => return Ok(Decision::Dotenv),
+                // A directory (a virtual environment is often named `.env`) is no loader's.
+                Op::Make(Kind::Dir) | Op::RenameOnto(Kind::Dir) | Op::Remove => {}
+                _ => return Err(Refusal::Dotenv),
             }
         }
         if matches!(op, Op::Make(Kind::Symlink) | Op::RenameOnto(Kind::Symlink))
@@ -620,6 +658,30 @@ mod tests {
         assert_eq!(t.decide(&g, "/p/sub/.git", "CONFIG.worktree", LINK), Err(Refusal::ConfigInPlace));
         assert_eq!(t.decide(&g, "/p/sub/.git", "config.lock", FILE), Ok(Decision::Go));
         assert_eq!(t.decide(&g, "/tmp/x", ".git", LINK), Ok(Decision::Go), "outside the guarded trees");
+    }
+
+    #[test]
+    fn a_dotenv_is_written_only_as_a_file_through_the_guard_and_a_directory_of_that_name_is_free() {
+        let t = Tree::new(&[]);
+        let g = guarded();
+        for dir in ["/p", "/p/web/api", "/data"] {
+            assert_eq!(t.decide(&g, dir, ".env", FILE), Ok(Decision::DotenvStream), "{dir}");
+            assert_eq!(t.decide(&g, dir, ".env", Op::Write), Ok(Decision::DotenvStream), "{dir}");
+            assert_eq!(t.decide(&g, dir, ".env", Op::RenameOnto(Kind::File)), Ok(Decision::Dotenv), "{dir}");
+            for op in [LINK, Op::RenameOnto(Kind::Symlink), Op::Make(Kind::Special), Op::RenameOnto(Kind::Special)] {
+                assert_eq!(t.decide(&g, dir, ".env", op), Err(Refusal::Dotenv), "{dir} {op:?}");
+            }
+            // `python -m venv .env`.
+            assert_eq!(t.decide(&g, dir, ".env", DIR), Ok(Decision::Go), "{dir}");
+            assert_eq!(t.decide(&g, dir, ".env", Op::RenameOnto(Kind::Dir)), Ok(Decision::Go), "{dir}");
+        }
+        for name in [".env.example", ".envrc.d", "env", ".ENV"] {
+            assert_eq!(t.decide(&g, "/p", name, FILE), Ok(Decision::Go), "{name}: no loader's");
+        }
+        assert_eq!(t.decide(&g, "/tmp", ".env", LINK), Ok(Decision::Go), "outside the guarded trees");
+        assert_eq!(Refusal::Dotenv.check(), "dotenv");
+        let r = Refusal::DotenvControls(vec![("AIDER_LOAD".into(), "aider")]).reason();
+        assert!(r.starts_with("`AIDER_LOAD` (read by aider) left out"), "{r}");
     }
 
     #[test]
