@@ -255,3 +255,81 @@ fn under_landlock_a_dotenv_given_an_agents_control_variable_is_put_back_at_exit(
         "everyday work on .env stays: {out}"
     );
 }
+
+/// The user's files at `names` in `dir`, set aside for a test and put back after it.
+struct Aside(Vec<(PathBuf, PathBuf)>);
+
+impl Aside {
+    fn new(dir: &Path, names: &[&str]) -> Aside {
+        let mut moved = vec![];
+        for n in names {
+            let (from, to) = (dir.join(n), dir.join(format!("{n}.asb-aside")));
+            if std::fs::rename(&from, &to).is_ok() {
+                moved.push((from, to));
+            }
+        }
+        Aside(moved)
+    }
+}
+
+impl Drop for Aside {
+    fn drop(&mut self) {
+        for (from, to) in &self.0 {
+            let _ = std::fs::rename(to, from);
+        }
+    }
+}
+
+/// A7: opencode keeps "always allow" answers in its database (state the jail writes), and
+/// opencode started outside obeys them: a `permission` row `bash` / `*` runs any command
+/// without asking, and so do a continued session's `allow` rules. Those the jail saved are
+/// gone when it ends (one line, audited); the user's own approvals and sessions stay.
+#[test]
+fn approvals_saved_inside_an_opencode_jail_are_gone_when_it_ends() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-opencode-db") else { return };
+    let dir = j.rig.home.join(".local/share/opencode");
+    let names = ["opencode.db", "opencode.db-wal", "opencode.db-shm"];
+    let _aside = Aside::new(&dir, &names);
+    for backend in ["userns", "landlock"] {
+        approvals_saved_inside_are_gone(&j, &dir, &names, backend);
+    }
+}
+
+fn approvals_saved_inside_are_gone(j: &Jail, dir: &Path, names: &[&str], backend: &str) {
+    let db = home_file(j, ".local/share/opencode/opencode.db", "");
+    let _gone = Cleanup(names.iter().map(|n| dir.join(n)).collect());
+    // Held open for the session, as opencode running in another terminal holds it: its
+    // write-ahead log is there then, which the Landlock backend needs to grant its state.
+    let c = rusqlite::Connection::open(&db).expect("db");
+    {
+        // opencode 1.18.33's tables (the columns that matter), with one approval of the user's.
+        c.execute_batch(
+            "PRAGMA journal_mode = wal;
+             CREATE TABLE `permission` (`id` text PRIMARY KEY, `project_id` text NOT NULL, `action` text NOT NULL,
+               `resource` text NOT NULL, `time_created` integer NOT NULL, `time_updated` integer NOT NULL);
+             CREATE TABLE `session` (`id` text PRIMARY KEY, `project_id` text NOT NULL, `permission` text);
+             INSERT INTO permission VALUES ('per_user', 'prj', 'edit', 'src/*', 1, 1);
+             INSERT INTO session VALUES ('ses_user', 'prj', '[]');",
+        )
+        .expect("schema");
+    }
+    let wal: Vec<PathBuf> = names.iter().map(|n| dir.join(n)).filter(|p| p.exists()).collect();
+    j.give(&wal.iter().map(PathBuf::as_path).collect::<Vec<_>>());
+    let out = j.run_with(
+        &["--profile", "opencode", "--backend", backend],
+        "python3 -c \"import sqlite3, os; c = sqlite3.connect(os.path.expanduser('~/.local/share/opencode/opencode.db')); \
+         c.execute(\\\"INSERT INTO permission VALUES ('per_jail', 'prj', 'bash', '*', 2, 2)\\\"); \
+         c.execute(\\\"UPDATE session SET permission = '[{\\\\\\\"permission\\\\\\\":\\\\\\\"bash\\\\\\\",\\\\\\\"pattern\\\\\\\":\\\\\\\"*\\\\\\\",\\\\\\\"action\\\\\\\":\\\\\\\"allow\\\\\\\"}]' WHERE id = 'ses_user'\\\"); \
+         c.commit(); print('SAVED')\"",
+    );
+    assert!(out.stdout.contains("SAVED"), "{backend}: opencode's database is writable in its jail: {out}");
+    assert!(out.stderr.contains("the approvals given inside it removed (bash *)"), "{backend}: {out}");
+    let ids: Vec<String> =
+        c.prepare("SELECT id FROM permission").and_then(|mut s| s.query_map([], |r| r.get(0))?.collect()).expect("ids");
+    assert_eq!(ids, ["per_user"], "{out}");
+    let rules: String =
+        c.query_row("SELECT permission FROM session WHERE id = 'ses_user'", [], |r| r.get(0)).expect("rules");
+    assert_eq!(rules, "[]", "{out}");
+    assert!(audit_checks(j).contains("opencode started outside would have obeyed"), "audited");
+}

@@ -19,6 +19,7 @@ pub mod links;
 pub mod mounts;
 mod msg;
 mod net;
+mod opencode_db;
 pub mod placeholders;
 mod procpid;
 mod project_restore;
@@ -154,6 +155,12 @@ pub fn run(
     // The project's `.env`, which aider and Gemini CLI load outside: checked after.
     let (dotenv, warnings) = dotenv::take(&dotenv::paths(&plan.project, &plan.cwd), &plan.rejected);
     warnings.iter().for_each(|w| eprintln!("agent-sandbox: warning: {w}"));
+    // opencode's saved approvals, which opencode started outside obeys: checked after.
+    let opencode = opencode_db::writable_in(plan).and_then(|db| {
+        let (s, warning) = opencode_db::take(&db);
+        warning.iter().for_each(|w| eprintln!("agent-sandbox: warning: {w}"));
+        s
+    });
     let started = links::start_stamp();
     let result = match plan.backend {
         BackendKind::Userns => userns::run(plan, anchors, early, banner, net_start, lazy, audit),
@@ -164,6 +171,9 @@ pub fn run(
     let (swept, stopped) = links::sweep(&plan.links, started);
     links::report(&swept, stopped, audit);
     dotenv::report(&dotenv::restore(&dotenv), audit);
+    if let Some(s) = &opencode {
+        opencode_db::report(s.path(), &opencode_db::restore(s), audit);
+    }
     if let Some(s) = &snapshot {
         let (done, failed) = project_restore::restore(s, &plan.project);
         project_restore::report(s, &plan.project, &done, &failed, audit);
