@@ -236,6 +236,29 @@ fn a_dotenv_written_inside_never_holds_a_control_the_jail_added_even_while_the_s
     assert!(audit_checks(&j).contains("\"dotenv\""), "audited");
 }
 
+/// The same guard, with what users do to a `.env` and what the loaders read: git's stash and
+/// checkout remove a tracked `.env` and write it anew, and the user's own controlling lines
+/// (`PYTHONPATH=src`, as VS Code's Python setup writes it) stay; spellings python-dotenv
+/// reads as an assignment (`NAME\x1c=`, a blank of Python's only) and variables that run code
+/// through git's config (`HOME`) are left out like the rest (outside review of A4, F1, F2, F5).
+#[test]
+fn a_dotenv_git_writes_anew_keeps_the_users_own_lines_and_no_loader_spelling_gets_through() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-dotenv-git") else { return };
+    let mine = "PYTHONPATH=src\nDEBUG=0\n";
+    let j = j.project_file(".env", mine);
+    let _c = Cleanup(vec![j.project.join(".git")]);
+    let out = j.run(
+        "git init -q . && git add .env && git -c user.name=t -c user.email=t@t commit -qm env && \
+         echo DEBUG=1 >> .env && sleep 0.3 && git stash -q && sleep 0.3 && git stash pop -q && sleep 0.3 && \
+         git checkout -- .env && sleep 0.3 && echo GIT-OK; \
+         printf 'AIDER_LOAD\\034=notes\\nHOME=/tmp/h\\n' >> .env; sleep 0.3; echo; cat .env",
+    );
+    assert!(out.stdout.contains("GIT-OK"), "git's stash and checkout of a .env work: {out}");
+    assert_eq!(std::fs::read_to_string(j.project.join(".env")).unwrap(), mine, "{out}");
+    assert!(out.stderr.contains("`AIDER_LOAD` (read by aider") && out.stderr.contains("`HOME`"), "{out}");
+}
+
 /// The Landlock backend has no guard: a `.env` into which the jail added such a variable is
 /// put back when the session ends (the jail's version kept aside); an ordinary one stays.
 #[test]

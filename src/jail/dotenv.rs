@@ -14,58 +14,93 @@ use std::path::{Path, PathBuf};
 pub const MAX_BYTES: u64 = 1 << 20;
 
 /// Who reads a variable as something that decides what runs or where the key goes: None for
-/// an ordinary one. Upper-cased names are compared (proxies are often lower-case).
-pub fn controls(name: &str) -> Option<&'static str> {
-    let n = name.to_ascii_uppercase();
+/// an ordinary one. Names are compared as they are (the environment's are case-sensitive),
+/// but for proxies, which programs also read in lower case.
+pub fn controls(n: &str) -> Option<&'static str> {
     let prefixed = |ps: &[&str]| ps.iter().any(|p| n.starts_with(p));
-    if prefixed(&["AIDER_", "LITELLM_", "OPENAI_", "ANTHROPIC_", "AZURE_", "OLLAMA_", "OPENROUTER_"]) {
+    let suffixed = |ss: &[&str]| ss.iter().any(|s| n.ends_with(s));
+    if prefixed(&["AIDER_", "LITELLM_", "OPENAI_", "ANTHROPIC_", "AZURE_", "OLLAMA_", "OPENROUTER_"])
+        || prefixed(&["AWS_", "WATSONX", "WX_", "GIGACHAT", "HF_", "HUGGINGFACE_", "MISTRAL_", "GROQ_", "COHERE_"])
+    {
         return Some("aider (its options, and the hosts and keys of its models)");
     }
     if prefixed(&["GEMINI_", "GOOGLE_", "CODE_ASSIST_", "SANDBOX", "SEATBELT_", "VERTEX"]) {
         return Some("Gemini CLI (its host, system prompt, sandbox and settings)");
     }
-    if n.ends_with("_BASE_URL") || n.ends_with("_API_BASE") || n.ends_with("_ENDPOINT") || n.ends_with("_PROXY") {
+    let upper = n.to_ascii_uppercase();
+    if suffixed(&["_BASE_URL", "_API_BASE", "_API_URL", "_API_HOST", "_ENDPOINT"]) || upper.ends_with("_PROXY") {
         return Some("the agents' HTTP clients (where the key is sent)");
     }
-    let runs =
-        ["PATH", "BASH_ENV", "ENV", "SHELL", "EDITOR", "VISUAL", "PERL5OPT", "PERL5LIB", "RUBYOPT", "PROMPT_COMMAND"];
     // Set in most projects' `.env`, and they change no program run nor host.
     let plain = ["NODE_ENV", "PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTECODE", "PYTHONIOENCODING", "PYTHONUTF8"];
-    if plain.contains(&n.as_str()) {
+    if plain.contains(&n) {
         return None;
     }
-    if runs.contains(&n.as_str()) || prefixed(&["LD_", "NODE_", "PYTHON", "GIT_", "NPM_CONFIG_"]) {
+    // What decides which program runs, where configs that run one are read from (`HOME`,
+    // `XDG_*`: git's config), options that load code, and certificate stores (a host in the
+    // middle reads the key).
+    let runs = [
+        "PATH",
+        "HOME",
+        "BASH_ENV",
+        "ENV",
+        "SHELL",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "IFS",
+        "EDITOR",
+        "VISUAL",
+        "BROWSER",
+        "PAGER",
+        "MANPAGER",
+        "LESSOPEN",
+        "LESSCLOSE",
+        "ZDOTDIR",
+        "PROMPT_COMMAND",
+        "PERL5OPT",
+        "PERL5LIB",
+        "PERL5DB",
+        "RUBYOPT",
+        "RUBYLIB",
+        "GCONV_PATH",
+        "LUA_INIT",
+        "JAVA_TOOL_OPTIONS",
+        "_JAVA_OPTIONS",
+        "JDK_JAVA_OPTIONS",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+    ];
+    let run_prefixes =
+        ["LD_", "NODE_", "PYTHON", "GIT_", "NPM_CONFIG_", "XDG_", "BASH_FUNC_", "SSH_", "R_PROFILE", "R_ENVIRON"];
+    if runs.contains(&n) || prefixed(&run_prefixes) || suffixed(&["_ASKPASS", "_PAGER", "_EDITOR"]) {
         return Some("every program the agent starts");
     }
     None
 }
 
 /// The controlling variables a line could assign, read as loosely as any loader could: every
-/// name (a run of letters, digits, `_`, `.`, `-`) that a quote, blanks and then `=` or `:`
-/// follow, wherever it stands in the line. Loaders split lines at more than `\n` (a lone `\r`,
-/// U+2028) and skip more than ASCII blanks (U+FEFF): a name anywhere counts, so no spelling a
-/// loader reads as an assignment is missed (a value holding `NAME=` counts too, which only
-/// costs that line).
+/// name (a run of characters that are no blank, control character, quote, `=`, `:` or `#`:
+/// python-dotenv's names are anything up to `=`) that quotes, blanks or control characters
+/// and then `=` or `:` follow, wherever it stands in the line. Loaders split lines at more
+/// than `\n` (a lone `\r`, U+2028) and skip more than ASCII blanks after a name (U+FEFF,
+/// Python's `\x1c`-`\x1f`): a name anywhere counts, so no spelling a loader reads as an
+/// assignment is missed (a value holding `NAME=` counts too, which only costs that line).
 pub fn controls_in(line: &[u8]) -> Vec<(String, &'static str)> {
     let text = String::from_utf8_lossy(line);
-    let b = text.as_bytes();
-    let in_name = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'-');
+    let skipped = |c: char| c.is_whitespace() || c.is_control() || matches!(c, '\'' | '"' | '`' | '\u{feff}');
+    let in_name = |c: char| !(skipped(c) || matches!(c, '=' | ':' | '#'));
     let mut out: Vec<(String, &'static str)> = vec![];
-    let mut i = 0;
-    while i < b.len() {
-        if !in_name(b[i]) {
-            i += 1;
-            continue;
-        }
-        let start = i;
-        while i < b.len() && in_name(b[i]) {
-            i += 1;
-        }
-        // Both ends are ASCII bytes, so both are character boundaries.
-        let name = &text[start..i];
-        let rest =
-            text[i..].trim_start_matches(|c: char| matches!(c, '\'' | '"' | '`' | '\u{feff}') || c.is_whitespace());
-        if !(rest.starts_with('=') || rest.starts_with(':')) {
+    let mut rest = text.as_ref();
+    while let Some(start) = rest.find(in_name) {
+        let tail = &rest[start..];
+        let end = tail.find(|c: char| !in_name(c)).unwrap_or(tail.len());
+        let (name, after) = tail.split_at(end);
+        rest = after;
+        let next = after.trim_start_matches(skipped);
+        if !(next.starts_with('=') || next.starts_with(':')) {
             continue;
         }
         if let Some(who) = controls(name) {
@@ -139,6 +174,20 @@ fn read(p: &Path) -> std::io::Result<Option<Found>> {
     Ok(Some((data, mode)))
 }
 
+/// A `.env`'s bytes for the guard's memory of it (`Guarded::dotenv_seen`): a regular file of
+/// at most `MAX_BYTES`, not through a link.
+pub fn read_for_guard(p: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(p)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::ErrorKind::InvalidInput.into());
+    }
+    let mut data = vec![];
+    f.take(MAX_BYTES).read_to_end(&mut data)?;
+    Ok(data)
+}
+
 trait NonBlock {
     fn custom_flags_nonblock(&mut self) -> &mut Self;
 }
@@ -190,12 +239,28 @@ pub struct PutBack {
 pub fn restore(s: &Snapshot) -> Vec<PutBack> {
     let mut out = vec![];
     for (p, before) in &s.kept {
-        let Ok(Some((now, _))) = read(p) else { continue };
-        if before.as_ref().is_some_and(|(b, _)| *b == now) {
-            continue;
-        }
-        let old = before.as_ref().map(|(b, _)| b.as_slice()).unwrap_or_default();
-        let added = added_controls(old, &now);
+        // One that cannot be read whole any more (grown past `MAX_BYTES`) is not checked: it is
+        // put back, what the loaders would read of it unknown; only its first `MAX_BYTES`
+        // are kept aside.
+        let (now, added) = match read(p) {
+            Ok(Some((now, _))) => {
+                if before.as_ref().is_some_and(|(b, _)| *b == now) {
+                    continue;
+                }
+                let old = before.as_ref().map(|(b, _)| b.as_slice()).unwrap_or_default();
+                let added = added_controls(old, &now);
+                (now, added)
+            }
+            Ok(None) => continue,
+            Err(e) => {
+                let mut head = vec![];
+                if let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags_nonblock().open(p) {
+                    use std::io::Read;
+                    let _ = f.take(MAX_BYTES).read_to_end(&mut head);
+                }
+                (head, vec![(format!("what it holds (it cannot be checked: {e})"), "aider and Gemini CLI")])
+            }
+        };
         if added.is_empty() {
             continue;
         }
@@ -276,11 +341,26 @@ mod tests {
             "X=1\u{2028}AIDER_LOAD=x",
             "\u{feff}AIDER_LOAD=x",
             "\u{a0}AIDER_LOAD\t=x",
+            // Python's `\s` (python-dotenv skips it between a name and `=`), not Rust's.
+            "AIDER_LOAD\x1c=x",
+            "AIDER_LOAD\x1d=x",
+            "AIDER_LOAD\x1e=x",
+            "AIDER_LOAD\x1f=x",
+            "AIDER_LOAD\u{85}=x",
         ] {
             assert_eq!(found(t), ["AIDER_LOAD"], "{t:?}");
         }
-        for t in ["# AIDER_LOAD is not set", "AIDER_LOADS", "exportAIDER_LOAD=x", "NODE_ENV=production", "X=AIDER_LOAD"]
-        {
+        assert_eq!(found("BASH_FUNC_git%%=() { x; }"), ["BASH_FUNC_git%%"], "python-dotenv takes any name up to `=`");
+        for t in [
+            "# AIDER_LOAD is not set",
+            "AIDER_LOADS",
+            "exportAIDER_LOAD=x",
+            "NODE_ENV=production",
+            "X=AIDER_LOAD",
+            "CALLBACK=https://x/cb?git_ref=main",
+            "DATABASE_URL=postgres://u:p@h/PATH:x",
+            "  \"path\": \"a/b\",",
+        ] {
             assert!(found(t).is_empty(), "{t:?}");
         }
         assert_eq!(found("A=1 HTTPS_PROXY=h:1 export PATH=x"), ["HTTPS_PROXY", "PATH"]);
@@ -300,7 +380,10 @@ mod tests {
         for n in ["GEMINI_SYSTEM_MD", "OPENAI_API_BASE", "NODE_OPTIONS", "LD_PRELOAD", "PATH", "MY_SERVICE_BASE_URL"] {
             assert!(controls(n).is_some(), "{n}");
         }
-        for n in ["DATABASE_URL", "SECRET_KEY", "PORT", "DEBUG", "NODE_ENV", "PYTHONUNBUFFERED"] {
+        for n in ["HOME", "XDG_CONFIG_HOME", "BROWSER", "SSH_ASKPASS", "AWS_CONFIG_FILE", "WATSONX_URL", "GCONV_PATH"] {
+            assert!(controls(n).is_some(), "{n}");
+        }
+        for n in ["DATABASE_URL", "SECRET_KEY", "PORT", "DEBUG", "NODE_ENV", "PYTHONUNBUFFERED", "path", "home"] {
             assert!(controls(n).is_none(), "{n}");
         }
     }
@@ -336,6 +419,20 @@ mod tests {
         assert_eq!(std::fs::read_to_string(&other).expect("read"), "PORT=1\n", "an ordinary one stays");
         let kept = done[0].kept_at.as_ref().expect("kept");
         assert!(std::fs::read_to_string(kept).expect("aside").contains("AIDER_LOAD"));
+    }
+
+    #[test]
+    fn a_dotenv_grown_past_what_is_read_is_put_back_unread() {
+        let d = tempfile::tempdir().expect("tempdir");
+        let env = d.path().join(".env");
+        std::fs::write(&env, "DATABASE_URL=x\n").expect("write");
+        let (s, _) = take(std::slice::from_ref(&env), &d.path().join("aside"));
+        let big = format!("AIDER_LOAD=notes\n{}", "#xxxxxxx\n".repeat(200_000));
+        std::fs::write(&env, big).expect("write");
+        let done = restore(&s);
+        assert_eq!(done.len(), 1);
+        assert!(done[0].added[0].0.contains("cannot be checked"), "{:?}", done[0].added);
+        assert_eq!(std::fs::read_to_string(&env).expect("read"), "DATABASE_URL=x\n");
     }
 
     #[test]

@@ -362,6 +362,13 @@ fn supervise(
                 let _ = msg::send(sock, &Msg::Refused { check: check.into(), path: path.into() });
             });
             let guarded = super::guard::rules::Guarded::new(g.roots.clone()).with_links(g.links.clone());
+            // The project's `.env` as the session found it: its own controlling lines stay
+            // when git writes it anew.
+            if let Some(env) = g.roots.first().map(|r| r.join(".env")) {
+                if let Ok(text) = super::dotenv::read_for_guard(&env) {
+                    guarded.dotenv_seen(&env, &text);
+                }
+            }
             super::guard::serve(listener, guarded, report);
         }
     }

@@ -596,6 +596,9 @@ fn create(
                         return Err(refused(in_place(what), e.path()));
                     }
                     let umask = c.umask().map_err(errno)?;
+                    // A new `.env` holds secrets most often, and the writer's `fchmod` reaches
+                    // only its pipe: the owner's bits alone.
+                    let mode = if what == Streamed::Dotenv { mode & 0o700 } else { mode };
                     return stream(c, g, e, what, Fill::Replace, mode & !umask & 0o7777, cloexec);
                 }
                 e.before(g, d)?;
@@ -731,7 +734,7 @@ fn streamed(d: Decision) -> Option<Streamed> {
 /// Reads what the caller writes into the pipe until it closes it (all its copies), then,
 /// under the gate, installs the config it makes, keeping only the entries the rules allow
 /// (a copy cannot be refused once written): returns what to tell the writer, if anything.
-pub fn finish_stream(mut job: Stream) -> Option<(Refusal, PathBuf)> {
+pub fn finish_stream(mut job: Stream, g: &Guarded) -> Option<(Refusal, PathBuf)> {
     use std::io::Read;
     let path = job.dir_path.join(OsStr::from_bytes(&job.name));
     let max = match job.what {
@@ -806,7 +809,12 @@ pub fn finish_stream(mut job: Stream) -> Option<(Refusal, PathBuf)> {
     };
     let made = match job.what {
         Streamed::Dotenv => {
-            let (kept, dropped) = crate::jail::dotenv::keep_allowed(old.as_deref().unwrap_or_default(), &content);
+            // What it held, and the lines it held when the guard saw it before (made anew by
+            // git's checkout, it is empty now).
+            let before = old.as_deref().unwrap_or_default();
+            g.dotenv_seen(&path, before);
+            let known = [before, b"\n", &g.dotenv_known(&path)].concat();
+            let (kept, dropped) = crate::jail::dotenv::keep_allowed(&known, &content);
             if let Some(failed) = put(&kept) {
                 return Some(failed);
             }
@@ -1147,7 +1155,8 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
             if flags & libc::RENAME_NOREPLACE != 0 && mode(&to).is_ok() {
                 return Err(errno(libc::EEXIST));
             }
-            return match repo::rename_dotenv(from.dir.as_fd(), &from.name, to.dir.as_fd(), &to.name) {
+            let known = g.dotenv_known(&dst);
+            return match repo::rename_dotenv(from.dir.as_fd(), &from.name, to.dir.as_fd(), &to.name, &known) {
                 Ok(Ok(())) => Ok(Done::Value(0)),
                 Ok(Err(e)) => Err(errno(e)),
                 Err(r) => Err(refused(r, dst)),

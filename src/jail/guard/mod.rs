@@ -179,7 +179,7 @@ fn worker(shared: &Arc<Shared>) {
                     let _slot = slot;
                     let _streaming = Streaming;
                     let err = emulate::stream_stderr(&job).and_then(|f| f.try_clone_to_owned().ok());
-                    if let Some((refusal, path)) = emulate::finish_stream(*job) {
+                    if let Some((refusal, path)) = emulate::finish_stream(*job, &s.guarded) {
                         let shown = path.display().to_string();
                         if within(&s.reports, REPORTS_PER_SECOND) {
                             (s.report)(refusal.check(), &shown);

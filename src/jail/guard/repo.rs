@@ -284,19 +284,23 @@ pub fn rename_config(
 /// A rename of `from_name` onto the `.env` `to_name`: a copy of the guard's is installed and
 /// the source removed, so that nothing written later through a descriptor of the source
 /// reaches what the loaders read; refused if it sets a controlling variable that the `.env`
-/// there did not have (`jail::dotenv::keep_allowed`). What is there now but not a regular
-/// file (a link the user made) counts as an empty one.
+/// there did not have, nor `known` (the lines the guard saw there before:
+/// `Guarded::dotenv_known`). What is there now but not a regular file (a link the user made)
+/// counts as an empty one.
 pub fn rename_dotenv(
     from: BorrowedFd,
     from_name: &[u8],
     to: BorrowedFd,
     to_name: &[u8],
+    known: &[u8],
 ) -> Result<Result<(), i32>, Refusal> {
     let max = crate::jail::dotenv::MAX_BYTES as usize;
     let Some((new, mode)) = read_file(from, from_name, max)? else {
         return Ok(Err(libc::ENOENT));
     };
-    let old = read_file(to, to_name, max).ok().flatten().map(|(b, _)| b).unwrap_or_default();
+    let mut old = read_file(to, to_name, max).ok().flatten().map(|(b, _)| b).unwrap_or_default();
+    old.push(b'\n');
+    old.extend_from_slice(known);
     let (_, added) = crate::jail::dotenv::keep_allowed(&old, &new);
     if !added.is_empty() {
         return Err(Refusal::DotenvControls(added));

@@ -249,11 +249,24 @@ pub struct Guarded {
     /// Where a symlink made in them is judged (`jail::links`).
     pub links: crate::plan::LinkPlan,
     memory: Mutex<Memory>,
+    /// The controlling lines each `.env` held when the guard saw it (before a write, as it
+    /// installed one): git's checkout and stash remove a `.env` and write it anew, and the
+    /// user's own lines must stay then.
+    dotenv_lines: Mutex<std::collections::HashMap<PathBuf, HashSet<Vec<u8>>>>,
 }
+
+/// `.env` paths, and controlling lines per path, remembered at most.
+const MAX_DOTENV_PATHS: usize = 256;
+const MAX_DOTENV_LINES: usize = 256;
 
 impl Guarded {
     pub fn new(roots: Vec<PathBuf>) -> Guarded {
-        Guarded { roots, links: crate::plan::LinkPlan::default(), memory: Mutex::default() }
+        Guarded {
+            roots,
+            links: crate::plan::LinkPlan::default(),
+            memory: Mutex::default(),
+            dotenv_lines: Mutex::default(),
+        }
     }
 
     /// The same, judging symlinks as `links` says.
@@ -278,6 +291,26 @@ impl Guarded {
             Some(s) if !from.starts_with(s) => Err(Refusal::Linked(crate::jail::links::Bad::OutOfState(s.into()))),
             _ => Ok(()),
         }
+    }
+
+    /// Remembers the controlling lines of `text`, what the `.env` at `path` held.
+    pub fn dotenv_seen(&self, path: &Path, text: &[u8]) {
+        let mut all = self.dotenv_lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if all.len() >= MAX_DOTENV_PATHS && !all.contains_key(path) {
+            return;
+        }
+        let known = all.entry(path.to_path_buf()).or_default();
+        for line in text.split(|c| *c == b'\n') {
+            if known.len() < MAX_DOTENV_LINES && !crate::jail::dotenv::controls_in(line).is_empty() {
+                known.insert(line.to_vec());
+            }
+        }
+    }
+
+    /// The controlling lines the `.env` at `path` held when the guard saw it, one a line.
+    pub fn dotenv_known(&self, path: &Path) -> Vec<u8> {
+        let all = self.dotenv_lines.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        all.get(path).map(|k| k.iter().flat_map(|l| l.iter().copied().chain([b'\n'])).collect()).unwrap_or_default()
     }
 
     fn memory(&self) -> std::sync::MutexGuard<'_, Memory> {
