@@ -259,6 +259,43 @@ fn a_dotenv_git_writes_anew_keeps_the_users_own_lines_and_no_loader_spelling_get
     assert!(out.stderr.contains("`AIDER_LOAD` (read by aider") && out.stderr.contains("`HOME`"), "{out}");
 }
 
+/// A `.env` is written as a file (outside review of A4, F6): vim with its defaults saves one
+/// (its `4913` probe passes `S_IFREG` in the mode, then a backup by rename and a new file),
+/// and `fsync`, `ftruncate` and `fchmod` on the descriptor work as on any file; what they
+/// write is checked the same, and the bits the writer set are the file's.
+#[test]
+fn a_dotenv_is_written_as_a_file_and_vim_fsync_ftruncate_and_fchmod_work_on_it() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-dotenv-file") else { return };
+    let j = j.project_file(".env", "DATABASE_URL=x\n");
+    let _ = std::fs::remove_dir_all(j.project.join("d"));
+    let out = j.run(
+        "vim -N -u DEFAULTS -es -c 'normal GoPORT=3' -c 'normal oAIDER_LOAD=x' -c wq .env && echo VIM-OK; sleep 0.3; \
+         cat > /tmp/w.py <<'PY'
+import os
+fd = os.open('.env', os.O_WRONLY | os.O_APPEND)
+os.write(fd, b'A=1\\n')
+os.fsync(fd)
+os.close(fd)
+os.mkdir('d')
+fd = os.open('d/.env', os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+os.write(fd, b'SECRET=k\\nHOME=/x\\n')
+os.fchmod(fd, 0o600)
+os.ftruncate(fd, 9)
+os.close(fd)
+print('PY-OK')
+PY
+         python3 /tmp/w.py; sleep 0.3",
+    );
+    assert!(out.stdout.contains("VIM-OK") && out.stdout.contains("PY-OK"), "{out}");
+    assert_eq!(std::fs::read_to_string(j.project.join(".env")).unwrap(), "DATABASE_URL=x\nPORT=3\nA=1\n", "{out}");
+    assert!(out.stderr.contains("`AIDER_LOAD` (read by aider"), "{out}");
+    let d = j.project.join("d/.env");
+    assert_eq!(std::fs::read_to_string(&d).unwrap(), "SECRET=k\n", "{out}");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&d).unwrap().permissions().mode() & 0o777, 0o600, "the writer's fchmod holds");
+}
+
 /// The Landlock backend has no guard: a `.env` into which the jail added such a variable is
 /// put back when the session ends (the jail's version kept aside); an ordinary one stays.
 #[test]

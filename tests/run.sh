@@ -38,6 +38,8 @@ if [ "$(id -u)" = 0 ]; then
   command -v jq >/dev/null 2>&1 || need+=(jq)
   command -v zip >/dev/null 2>&1 || need+=(zip)
   command -v unzip >/dev/null 2>&1 || need+=(unzip)
+  # vim, the editor users run on a login node (tests/agent_homes.rs saves a `.env` with it).
+  command -v vim.basic >/dev/null 2>&1 || need+=(vim)
   /usr/bin/python3 -c 'import pytest' 2>/dev/null || need+=(python3-pytest)
   /usr/bin/python3 -c 'import ensurepip, venv' 2>/dev/null || need+=(python3-venv)
   # libgit2, as `cargo new` makes repositories with it (tests/everyday/cases/libgit2-scaffold.sh).

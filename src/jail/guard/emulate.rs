@@ -91,12 +91,23 @@ fn not_so(d: Decision) -> Refusal {
     }
 }
 
+/// Where a stream's writes arrive.
+#[derive(Debug)]
+enum Source {
+    /// A pipe's read end: the writing ends when every copy of its write end is closed.
+    Pipe(OwnedFd),
+    /// An unnamed file of the guard's (`O_TMPFILE`, next to the name) that the writer writes as
+    /// a file (an editor `fstat`s, `fsync`s and `ftruncate`s it), read once inotify says the
+    /// writer's last descriptor of it closed (`IN_CLOSE_WRITE`): a `.env`.
+    File { file: OwnedFd, closed: nix::sys::inotify::Inotify },
+}
+
 /// A config (or commondir) being written through a pipe.
 #[derive(Debug)]
 pub struct Stream {
     what: Streamed,
-    /// The pipe's read end (taken by `finish_stream`).
-    read: Option<OwnedFd>,
+    /// Where the writes arrive (taken by `finish_stream`).
+    read: Option<Source>,
     dir: OwnedFd,
     dir_path: PathBuf,
     name: Vec<u8>,
@@ -538,6 +549,9 @@ fn open_once(c: &Caller, g: &Guarded, base: Base, path: Vec<u8>, flags: libc::c_
     let cloexec = flags & libc::O_CLOEXEC != 0;
     // Never the guard's own controlling terminal (it has none and must not get one).
     let flags = flags | libc::O_NOCTTY;
+    // open(2) keeps only the permission bits of a mode, openat2 refuses the rest (EINVAL):
+    // vim's probe passes `S_IFREG | 0600`.
+    let mode = mode & 0o7777;
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         // An unnamed file in a directory: a name comes only with a later linkat, trapped too.
         let dir = open_path(c, &base, &path, libc::O_DIRECTORY)?;
@@ -648,14 +662,22 @@ fn create(
 }
 
 /// A pipe for the caller's writes to a repository's config or commondir (see
-/// `Done::Stream`). A new file gets an empty one of the guard's at once (under the gate), so
-/// that the name is there for what the writer does next (`chmod`, `utime`, `stat`): git reads
-/// an empty config as one with no entries.
+/// `Done::Stream`), a file of the guard's for a `.env` (`file_source`). A new file gets an
+/// empty one of the guard's at once (under the gate), so that the name is there for what the
+/// writer does next (`chmod`, `utime`, `stat`): git reads an empty config as one with no
+/// entries.
 fn stream(c: &Caller, g: &Guarded, e: Entry, what: Streamed, fill: Fill, mode: u32, cloexec: bool) -> Step<Done> {
-    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| errno(e as i32))?;
     let root = g.root_of(&e.dir_path).unwrap_or(&e.dir_path).to_path_buf();
     let there = nix::sys::stat::fstatat(e.dir.as_fd(), e.name.as_slice(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
     let placeholder = there.is_err();
+    let as_file = if what == Streamed::Dotenv { file_source(e.dir.as_fd(), &e.name, fill, mode) } else { None };
+    let (read, write, fill) = match as_file {
+        Some((source, write)) => (source, write, Fill::Replace),
+        None => {
+            let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| errno(e as i32))?;
+            (Source::Pipe(read), write, fill)
+        }
+    };
     if placeholder {
         repo::install(e.dir.as_fd(), &e.name, b"", mode).map_err(errno)?;
     }
@@ -674,6 +696,82 @@ fn stream(c: &Caller, g: &Guarded, e: Entry, what: Streamed, fill: Fill, mode: u
         stderr: c.fd(2).ok(),
     };
     Ok(Done::Stream { write, cloexec, job: Box::new(job) })
+}
+
+/// A file of the guard's for the writer, holding what the name holds first unless the write
+/// replaces it (`fill`), with the writer's descriptor of it (write-only, appending if asked).
+/// None where the filesystem has no `O_TMPFILE` or inotify is out of watches: a pipe then.
+fn file_source(dir: BorrowedFd, name: &[u8], fill: Fill, mode: u32) -> Option<(Source, OwnedFd)> {
+    use nix::fcntl::OFlag;
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    use std::io::Write;
+    let own = |fd: &OwnedFd, flags: OFlag| -> Option<OwnedFd> {
+        let p = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        nix::fcntl::open(p.as_str(), flags | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty()).ok()
+    };
+    let first = match fill {
+        Fill::Replace => vec![],
+        _ => repo::read_file(dir, name, crate::jail::dotenv::MAX_BYTES as usize)
+            .ok()?
+            .map(|(b, _)| b)
+            .unwrap_or_default(),
+    };
+    let made = nix::fcntl::openat(
+        dir,
+        ".",
+        OFlag::O_TMPFILE | OFlag::O_RDWR | OFlag::O_CLOEXEC,
+        nix::sys::stat::Mode::from_bits_truncate(mode & 0o7777),
+    )
+    .ok()?;
+    // The umask of this thread is the caller's; the bits are the file's own.
+    nix::sys::stat::fchmod(&made, nix::sys::stat::Mode::from_bits_truncate(mode & 0o7777)).ok()?;
+    std::fs::File::from(made.try_clone().ok()?).write_all(&first).ok()?;
+    let file = own(&made, OFlag::O_RDONLY)?;
+    let append = if matches!(fill, Fill::Append) { OFlag::O_APPEND } else { OFlag::empty() };
+    let write = own(&made, OFlag::O_WRONLY | append)?;
+    // The guard's own writable descriptor goes before the watch: only the writer's close counts.
+    drop(made);
+    let closed = Inotify::init(InitFlags::IN_CLOEXEC).ok()?;
+    closed.add_watch(format!("/proc/self/fd/{}", file.as_raw_fd()).as_str(), AddWatchFlags::IN_CLOSE_WRITE).ok()?;
+    Some((Source::File { file, closed }, write))
+}
+
+/// What the writer wrote, up to `max` bytes, once it is done (all its descriptors closed),
+/// how many bytes more there were, and the bits the writer gave the file (a file's).
+fn written(source: Source, max: usize) -> (Vec<u8>, usize, Option<u32>) {
+    use std::io::Read;
+    let mut r = match source {
+        Source::Pipe(read) => std::fs::File::from(read),
+        Source::File { file, closed } => {
+            loop {
+                match closed.read_events() {
+                    Ok(ev) if ev.iter().any(|e| e.mask.contains(nix::sys::inotify::AddWatchFlags::IN_CLOSE_WRITE)) => {
+                        break
+                    }
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => continue,
+                    Err(_) => break,
+                }
+            }
+            std::fs::File::from(file)
+        }
+    };
+    let mut got = Vec::new();
+    let mut more = 0usize;
+    let mut buf = [0u8; 16384];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) if got.len() + n <= max => got.extend_from_slice(&buf[..n]),
+            Ok(n) => more += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break,
+        }
+    }
+    let bits = match r.metadata() {
+        Ok(m) if m.is_file() => Some(std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777),
+        _ => None,
+    };
+    (got, more, bits)
 }
 
 /// The file a name holds (device, inode), its link not followed.
@@ -735,26 +833,12 @@ fn streamed(d: Decision) -> Option<Streamed> {
 /// under the gate, installs the config it makes, keeping only the entries the rules allow
 /// (a copy cannot be refused once written): returns what to tell the writer, if anything.
 pub fn finish_stream(mut job: Stream, g: &Guarded) -> Option<(Refusal, PathBuf)> {
-    use std::io::Read;
     let path = job.dir_path.join(OsStr::from_bytes(&job.name));
     let max = match job.what {
         Streamed::Dotenv => crate::jail::dotenv::MAX_BYTES as usize,
         _ => super::gitconfig::MAX_CONFIG,
     };
-    let mut piped = Vec::new();
-    let mut more = 0usize;
-    let read = job.read.take()?;
-    let mut r = std::fs::File::from(read);
-    let mut buf = [0u8; 16384];
-    loop {
-        match r.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) if piped.len() + n <= max => piped.extend_from_slice(&buf[..n]),
-            Ok(n) => more += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(_) => break,
-        }
-    }
+    let (piped, more, bits) = written(job.read.take()?, max);
     if more > 0 {
         return Some((Refusal::Unchecked(format!("a config larger than {max} bytes")), path));
     }
@@ -774,8 +858,9 @@ pub fn finish_stream(mut job: Stream, g: &Guarded) -> Option<(Refusal, PathBuf)>
         Ok(None) => return None,
         Err(r) => return Some((r, path)),
     };
-    // The file's bits now: what the writer set on the empty file (`chmod` after a copy) stay.
-    let mode = old.as_ref().map_or(job.mode, |(_, m)| *m);
+    // The bits the writer gave its file, or the file's bits now: what the writer set on the
+    // empty file (`chmod` after a copy) stay.
+    let mode = bits.unwrap_or_else(|| old.as_ref().map_or(job.mode, |(_, m)| *m));
     let old = old.map(|(b, _)| b).filter(|b| !b.is_empty());
     let content = match (job.fill, &old) {
         (Fill::Replace, _) | (_, None) => piped,

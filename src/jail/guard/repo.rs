@@ -83,12 +83,23 @@ pub fn read_file(dir: BorrowedFd, name: &[u8], max: usize) -> Result<Option<(Vec
 
 /// Puts `bytes` at `name` in `dir` as a new file (written under a name of its own, then
 /// renamed over), with permission bits `mode`.
+/// The number of the next install's own name (`.agent-sandbox-PID-N`).
+static N: AtomicU64 = AtomicU64::new(0);
+
 pub fn install(dir: BorrowedFd, name: &[u8], bytes: &[u8], mode: u32) -> Result<(), i32> {
-    static N: AtomicU64 = AtomicU64::new(0);
     let name = CString::new(name).map_err(|_| libc::EINVAL)?;
-    let tmp = format!(".agent-sandbox-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
-    let tmp = CString::new(tmp).map_err(|_| libc::EINVAL)?;
-    let fd = open_at(dir, &tmp, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW)?;
+    // A name the jail made first (it can guess them) is passed over, not an error.
+    let mut made = Err(libc::EEXIST);
+    let mut tmp = CString::default();
+    for _ in 0..64 {
+        let n = format!(".agent-sandbox-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        tmp = CString::new(n).map_err(|_| libc::EINVAL)?;
+        made = open_at(dir, &tmp, libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW);
+        if !matches!(made, Err(libc::EEXIST)) {
+            break;
+        }
+    }
+    let fd = made?;
     let written = (|| {
         // The umask of the thread is the caller's; the bits are the file's own.
         nix::sys::stat::fchmod(&fd, nix::sys::stat::Mode::from_bits_truncate(mode & 0o7777)).map_err(|e| e as i32)?;
@@ -362,6 +373,17 @@ mod tests {
         check_git_dir(dir(&g).as_fd(), &g, t.path()).expect("the absolute form");
         std::fs::write(w.join("config.worktree"), "[core]\n\tpager = x\n").expect("write");
         assert!(matches!(check_git_dir(dir(&g).as_fd(), &g, t.path()), Err(Refusal::ConfigEntry(_))));
+    }
+
+    #[test]
+    fn an_install_passes_over_its_own_names_made_first_by_the_jail() {
+        let t = tempfile::tempdir().expect("tmp");
+        let next = N.load(Ordering::SeqCst);
+        for k in next..next + 10 {
+            std::fs::write(t.path().join(format!(".agent-sandbox-{}-{k}", std::process::id())), "x").expect("plant");
+        }
+        install(dir(t.path()).as_fd(), b"config", b"[core]\n", 0o644).expect("installed past them");
+        assert_eq!(std::fs::read_to_string(t.path().join("config")).expect("read"), "[core]\n");
     }
 
     #[test]
