@@ -50,32 +50,6 @@ impl LaunchError {
     }
 }
 
-/// Writes the state directory's record of stripped token configs (`host::configs::
-/// STRIPPED_RECORD`) when `now` differs from what it held: at most 256 paths, the ones still
-/// stripped. A record that cannot be written costs only that memory (said in the log).
-fn record_stripped(state_dir: &std::path::Path, before: &[PathBuf], now: &[PathBuf]) {
-    let mut sorted: Vec<&PathBuf> = now.iter().take(256).collect();
-    sorted.sort();
-    sorted.dedup();
-    let mut old: Vec<&PathBuf> = before.iter().collect();
-    old.sort();
-    old.dedup();
-    if sorted == old {
-        return;
-    }
-    let mut text = String::new();
-    for p in sorted {
-        if let Some(s) = p.to_str().filter(|s| !s.contains('\n')) {
-            text.push_str(s);
-            text.push('\n');
-        }
-    }
-    let path = state_dir.join(host::configs::STRIPPED_RECORD);
-    if let Err(e) = agent_sandbox_sys::file::write_atomic(&path, text.as_bytes(), 0o600) {
-        tracing::warn!("cannot record the stripped token configs in {}: {e}", path.display());
-    }
-}
-
 /// What to run in a session on the login node.
 pub enum What {
     Command(Vec<String>),
@@ -544,7 +518,11 @@ impl Launch {
         // The token configs the plan stripped, where they really are, for the next sessions
         // (a session may remove the name that led to one: U8-2), when that changed.
         if !dry_run {
-            record_stripped(&facts.state_dir(), &facts.user_configs.stripped_before, &plan.stripped_configs);
+            host::configs::write_stripped_record(
+                &facts.state_dir(),
+                &facts.user_configs.stripped_before,
+                &plan.stripped_configs,
+            );
         }
         // So are the user's git and ssh configs as read (the plan made its copies from them).
         facts.user_configs = Default::default();

@@ -68,6 +68,32 @@ pub fn read_stripped_record(state_dir: &Path) -> Vec<PathBuf> {
     text.lines().map(PathBuf::from).filter(|p| p.is_absolute()).collect()
 }
 
+/// Writes the state directory's record of stripped token configs (`STRIPPED_RECORD`) when
+/// `now` differs from what it held: at most 256 paths, the ones still stripped. A record that
+/// cannot be written costs only that memory (said in the log).
+pub fn write_stripped_record(state_dir: &Path, before: &[PathBuf], now: &[PathBuf]) {
+    let mut sorted: Vec<&PathBuf> = now.iter().take(256).collect();
+    sorted.sort();
+    sorted.dedup();
+    let mut old: Vec<&PathBuf> = before.iter().collect();
+    old.sort();
+    old.dedup();
+    if sorted == old {
+        return;
+    }
+    let mut text = String::new();
+    for p in sorted {
+        if let Some(s) = p.to_str().filter(|s| !s.contains('\n')) {
+            text.push_str(s);
+            text.push('\n');
+        }
+    }
+    let path = state_dir.join(STRIPPED_RECORD);
+    if let Err(e) = agent_sandbox_sys::file::write_atomic(&path, text.as_bytes(), 0o600) {
+        tracing::warn!("cannot record the stripped token configs in {}: {e}", path.display());
+    }
+}
+
 impl UserConfigs {
     /// `home` is the canonical home; `named` the same home as the password database spells it
     /// (variables say `/home/u` where `/home` leads elsewhere).
@@ -251,6 +277,20 @@ pub fn shell_words(s: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stripped_record_keeps_absolute_paths_of_one_line_each_and_is_written_only_when_it_changes() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let (a, b) = (PathBuf::from("/h/.gitconfig"), PathBuf::from("/h/dots/git/config"));
+        write_stripped_record(t.path(), &[], &[b.clone(), a.clone(), a.clone(), PathBuf::from("/h/x\ny")]);
+        assert_eq!(read_stripped_record(t.path()), [a.clone(), b.clone()]);
+        let record = t.path().join(STRIPPED_RECORD);
+        std::fs::write(&record, "/h/.gitconfig\nrelative\n").expect("write");
+        assert_eq!(read_stripped_record(t.path()), [a.clone()], "a relative path is nobody's");
+        // What the record held before, as the launch read it: nothing to write.
+        write_stripped_record(t.path(), &[b.clone(), a.clone()], &[a.clone(), b.clone()]);
+        assert_eq!(std::fs::read_to_string(&record).expect("read"), "/h/.gitconfig\nrelative\n");
+    }
 
     #[test]
     fn global_configs_their_includes_and_ssh_includes_are_read_once_each() {

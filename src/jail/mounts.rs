@@ -262,14 +262,7 @@ impl Sys for RealSys {
     ) -> io::Result<()> {
         let source = open_host(src)?;
         if let Some(id) = expect {
-            let st = nix::sys::stat::fstat(&source).map_err(errno)?;
-            if (st.st_dev, st.st_ino) != id {
-                return Err(io::Error::other(format!(
-                    "another file than the launch checked is there now (inode {}, checked as inode {}): another \
-                     session's jail may be changing it; the launch stops",
-                    st.st_ino, id.1
-                )));
-            }
+            expect_checked(&source, id, None)?;
         }
         let target = target_beneath(dst.0, dst.1, dir)?;
         attach(&source, &target, attr)
@@ -307,14 +300,7 @@ impl Sys for RealSys {
                 ),
             )
         })?;
-        if !is_checked_file(&found, a)? {
-            return Err(io::Error::other(format!(
-                "another file than the launch checked is there now (checked: the regular file at {}, inode {}): \
-                 another session's jail may be changing it; the launch stops",
-                a.real.display(),
-                a.ino
-            )));
-        }
+        expect_checked(&found, (a.dev, a.ino), Some(&a.real))?;
         let source = open(src, OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
             .map_err(errno)?;
         attach(&source, &found, attr)
@@ -573,13 +559,27 @@ fn not_a_symlink(fd: std::os::fd::OwnedFd) -> io::Result<std::os::fd::OwnedFd> {
     Ok(fd)
 }
 
-/// Whether `fd` is the regular file the plan checked (`a`): its device and inode. (A file an
-/// overlay shows, the jail's `/etc`, reports the overlay's device and is refused: no session
-/// copy covers one, and an inode number alone could match a file of another filesystem,
-/// fifth outside look, L2.)
-fn is_checked_file(fd: &std::os::fd::OwnedFd, a: &Anchor) -> io::Result<bool> {
+/// Fails unless `fd` is the file the plan checked: its device and inode `id`, and, for a
+/// file a session copy covers (`regular_at`: where the plan found it), a regular file. A file
+/// an overlay shows, the jail's `/etc`, reports the overlay's device and is refused: no
+/// session copy covers one, and an inode number alone could match a file of another
+/// filesystem (fifth outside look, L2). Another session's jail of the user may have swapped
+/// something in since the plan looked.
+fn expect_checked(fd: &std::os::fd::OwnedFd, id: (u64, u64), regular_at: Option<&Path>) -> io::Result<()> {
     let st = nix::sys::stat::fstat(fd).map_err(errno)?;
-    Ok(st.st_mode & libc::S_IFMT == libc::S_IFREG && (st.st_dev, st.st_ino) == (a.dev, a.ino))
+    let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    if (st.st_dev, st.st_ino) == id && (regular || regular_at.is_none()) {
+        return Ok(());
+    }
+    let checked = match regular_at {
+        Some(p) => format!("the regular file at {}, inode {}", p.display(), id.1),
+        None => format!("inode {}", id.1),
+    };
+    Err(io::Error::other(format!(
+        "another file than the launch checked is there now (inode {}, checked: {checked}): another session's jail \
+         may be changing it; the launch stops",
+        st.st_ino
+    )))
 }
 
 /// The mount target `root/rel`, created if missing, resolved as `open_beneath` does.
