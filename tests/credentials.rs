@@ -240,6 +240,35 @@ impl Drop for Planted {
     }
 }
 
+/// Makes `~/REL` a symbolic link to `to` for the test, putting back the file that was there
+/// when dropped (also when the test fails before its end).
+struct Linked {
+    path: PathBuf,
+    before: Option<Vec<u8>>,
+    owner: (u32, u32),
+}
+
+impl Linked {
+    fn new(rig: &Rig, rel: &str, to: &str) -> Linked {
+        let path = rig.home.join(rel);
+        let before = std::fs::read(&path).ok();
+        let _ = std::fs::remove_file(&path);
+        std::os::unix::fs::symlink(to, &path).unwrap();
+        let _ = std::os::unix::fs::lchown(&path, Some(rig.uid), Some(rig.gid));
+        Linked { path, before, owner: (rig.uid, rig.gid) }
+    }
+}
+
+impl Drop for Linked {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        if let Some(b) = &self.before {
+            let _ = std::fs::write(&self.path, b);
+            let _ = std::os::unix::fs::chown(&self.path, Some(self.owner.0), Some(self.owner.1));
+        }
+    }
+}
+
 const TOKENED: &str = "[user]\n\tname = Canary User\n[credential]\n\thelper = store --file ~/cred-test/git-store\n\
 [url \"https://x-access-token:ghs_CANARYGITTOKEN0123456789@github.com/\"]\n\tinsteadOf = https://github.com/\n\
 [http]\n\textraHeader = Authorization: Bearer CANARY-HEADER-TOKEN\n";
@@ -320,17 +349,11 @@ fn a_linked_git_config_and_a_linked_seed_give_the_jail_nothing_it_is_not_shown()
     let target = Planted::new(j.rig, ".config/git/config", TOKENED);
     let private = Planted::new(j.rig, "asb-private-notes.txt", "CANARY-PRIVATE-NOTES\n");
     let behind = Planted::new(j.rig, "asb-elsewhere/app/settings.json", "CANARY-BEHIND-A-LINKED-DIR\n");
-    let app = j.rig.home.join(".asb-app");
-    let _ = std::fs::remove_file(&app);
-    let link = j.rig.home.join(".gitconfig");
-    let before = std::fs::read(&link).ok();
-    let _ = std::fs::remove_file(&link);
-    let seed = j.rig.home.join(".asb-myrc");
-    let _ = std::fs::remove_file(&seed);
-    for (l, to) in [(&link, ".config/git/config"), (&seed, "asb-private-notes.txt"), (&app, "asb-elsewhere/app")] {
-        std::os::unix::fs::symlink(to, l).unwrap();
-        let _ = std::os::unix::fs::lchown(l, Some(j.rig.uid), Some(j.rig.gid));
-    }
+    let links = [
+        Linked::new(j.rig, ".gitconfig", ".config/git/config"),
+        Linked::new(j.rig, ".asb-myrc", "asb-private-notes.txt"),
+        Linked::new(j.rig, ".asb-app", "asb-elsewhere/app"),
+    ];
     let policy = std::env::temp_dir().join(format!("asb-cred-linked-{}.toml", std::process::id()));
     std::fs::write(&policy, "[home]\nseed = [\".asb-myrc\", \".asb-app/settings.json\"]\n").unwrap();
     std::fs::set_permissions(&policy, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
@@ -341,14 +364,8 @@ fn a_linked_git_config_and_a_linked_seed_give_the_jail_nothing_it_is_not_shown()
          echo PROBED",
     );
     let host = std::fs::read_to_string(&target.path).unwrap();
-    for p in [&link, &seed, &app, &policy] {
-        let _ = std::fs::remove_file(p);
-    }
-    if let Some(b) = before {
-        std::fs::write(&link, b).unwrap();
-        std::os::unix::fs::chown(&link, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
-    }
-    drop((private, behind));
+    let _ = std::fs::remove_file(&policy);
+    drop((links, private, behind));
     assert!(out.stdout.starts_with("Canary User\n") && out.stdout.contains("PROBED"), "{out}");
     for canary in ["CANARYGITTOKEN", "CANARY-HEADER-TOKEN", "credential", "CANARY-PRIVATE-NOTES", "CANARY-BEHIND"] {
         assert!(!out.stdout.contains(canary), "{canary} inside: {out}");
@@ -372,11 +389,7 @@ fn a_token_config_that_is_a_link_is_seen_without_its_token_by_every_name() {
         ".cargo/asb-main.toml",
         "[registries.corp]\nindex = \"sparse+https://crates.corp.example/\"\ntoken = \"CANARY-LINKED-CARGO\"\n",
     );
-    let link = j.rig.home.join(".cargo/config.toml");
-    let before = std::fs::read(&link).ok();
-    let _ = std::fs::remove_file(&link);
-    std::os::unix::fs::symlink("asb-main.toml", &link).unwrap();
-    let _ = std::os::unix::fs::lchown(&link, Some(j.rig.uid), Some(j.rig.gid));
+    let link = Linked::new(j.rig, ".cargo/config.toml", "asb-main.toml");
     let script = "cat ~/.cargo/config.toml; cat ~/.cargo/asb-main.toml; echo PROBED";
     let outs: Vec<(&str, Out)> = [("userns", &[][..]), ("landlock", &["--backend", "landlock"][..])]
         .into_iter()
@@ -384,13 +397,9 @@ fn a_token_config_that_is_a_link_is_seen_without_its_token_by_every_name() {
         .collect();
     // Eighth look, U8-2: a session that may write where the link is removes it; the next
     // sessions still strip the file it led to (the state directory remembers it).
-    let _ = std::fs::remove_file(&link);
+    let _ = std::fs::remove_file(&link.path);
     let after = j.run("cat ~/.cargo/asb-main.toml; echo PROBED");
-    if let Some(b) = before {
-        std::fs::write(&link, b).unwrap();
-        std::os::unix::fs::chown(&link, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
-    }
-    drop(main);
+    drop((link, main));
     assert!(after.stdout.contains("sparse+https://crates.corp.example/"), "{after}");
     assert!(!after.stdout.contains("CANARY-LINKED-CARGO"), "the link removed, the token inside: {after}");
     for (name, out) in outs {

@@ -18,6 +18,15 @@ struct LinkedHome {
     wrapper: Vec<String>,
 }
 
+impl LinkedHome {
+    /// The session's own mount namespace binds `from` at `to` (as root, before the launcher:
+    /// a site's alias of a tree, gone with the session).
+    fn bind_first(&mut self, from: &Path, to: &Path) {
+        let setup = self.wrapper[6].clone();
+        self.wrapper[6] = format!("mount --bind {} {} && {setup}", from.display(), to.display());
+    }
+}
+
 fn linked_home(j: &Jail, name: &str, link: &dyn Fn(&LinkedHome) -> String) -> LinkedHome {
     let base = PathBuf::from("/var/tmp/asb-statedir").join(name);
     let _ = std::fs::remove_dir_all(&base);
@@ -419,8 +428,8 @@ fn a_bind_mount_alias_of_a_tree_shows_no_hidden_path() {
         // The site's alias, made as root in the session's own mount namespace (gone with it).
         let alias = h.scratch.with_file_name("alias");
         std::fs::create_dir_all(&alias).unwrap();
-        let setup = h.wrapper[6].clone();
-        h.wrapper[6] = format!("mount --bind {} {} && {setup}", h.scratch.display(), alias.display());
+        let scratch = h.scratch.clone();
+        h.bind_first(&scratch, &alias);
         let state = alias.join("local/state/agent-sandbox");
         // The state directory is made by a first session.
         assert_eq!(run_in(&j, &h, &[], "true").code, 0);
@@ -458,8 +467,7 @@ fn a_mount_of_a_part_of_the_state_directory_elsewhere_is_hidden_too() {
             .map(|e| e.file_name().to_string_lossy().into_owned())
             .collect();
         assert!(!names.is_empty(), "the first session has a share");
-        let setup = h.wrapper[6].clone();
-        h.wrapper[6] = format!("mount --bind {} {} && {setup}", shares.display(), part.display());
+        h.bind_first(&shares, &part);
         let script = format!("ls -A {}; echo LISTED", part.display());
         let out = run_in(&j, &h, &["--ro", h.scratch.join("data").to_str().unwrap()], &script);
         assert!(out.stdout.contains("LISTED"), "{backend}: {out}");

@@ -245,6 +245,41 @@ fn policy_file(name: &str, text: &str) -> PathBuf {
     p
 }
 
+/// A directory of the user's `~/.config` that the session binds writable, with a seed in it
+/// (`settings.json`, holding `text`) and the policy that says so; removed when dropped.
+struct SeedEntry {
+    dir: PathBuf,
+    seed: PathBuf,
+    policy: PathBuf,
+}
+
+impl SeedEntry {
+    fn new(j: &Jail, name: &str, text: &str) -> SeedEntry {
+        let dir = j.rig.home.join(".config").join(format!("asb{}{}", name.replace('-', ""), std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let seed = dir.join("settings.json");
+        std::fs::write(&seed, text).unwrap();
+        j.give(&[&dir, &seed]);
+        let rel = dir.strip_prefix(&j.rig.home).unwrap();
+        let policy = policy_file(
+            name,
+            &format!("[home]\nwrite = [\"{r}/\"]\nseed = [\"{r}/settings.json\"]\n", r = rel.display()),
+        );
+        SeedEntry { dir, seed, policy }
+    }
+
+    fn policy(&self) -> &str {
+        self.policy.to_str().unwrap()
+    }
+}
+
+impl Drop for SeedEntry {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A read-only tree's entry swapped for a link to the state directory after the plan: the
 /// victim's command lists it and reads `records.key` through it.
 fn a_read_only_trees_entry_swapped(name: &str, policy: &str, hide: &str, ro: &str) {
@@ -373,27 +408,16 @@ fn a_seed_written_into_a_bound_home_entry_never_leaves_the_jails_root() {
     // user's (`~/.bashrc`). The write is resolved as from inside the jail now.
     let Some(j) = Jail::new("swap-seed-write") else { return };
     let j = j.arg("--backend").arg("userns");
-    let name = format!("asbswapsw{}", std::process::id());
-    let dir = j.rig.home.join(".config").join(&name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let seed = dir.join("settings.json");
-    std::fs::write(&seed, "{\"planted\": true}\n").unwrap();
-    let canary = j.rig.home.join(format!("{name}-canary"));
+    let e = SeedEntry::new(&j, "seed-write", "{\"planted\": true}\n");
+    let canary = j.rig.home.join(format!("asbswapsw{}-canary", std::process::id()));
     std::fs::write(&canary, "ORIGINAL\n").unwrap();
-    j.give(&[&dir, &seed, &canary]);
-    let rel = dir.strip_prefix(&j.rig.home).unwrap();
-    let policy = policy_file(
-        "seed-write",
-        &format!("[home]\nwrite = [\"{r}/\"]\nseed = [\"{r}/settings.json\"]\n", r = rel.display()),
-    );
-    let args = ["-q", "--policy", policy.to_str().unwrap(), "run", "--", "true"];
+    j.give(&[&canary]);
+    let args = ["-q", "--policy", e.policy(), "run", "--", "true"];
     let out = launch_swapped(&j, "seed-write", "seed-read-settings.json", &args, &|| {
-        std::fs::remove_file(&seed).unwrap();
-        std::os::unix::fs::symlink(format!("/oldroot{}", canary.display()), &seed).unwrap();
+        std::fs::remove_file(&e.seed).unwrap();
+        std::os::unix::fs::symlink(format!("/oldroot{}", canary.display()), &e.seed).unwrap();
     });
     let after = std::fs::read_to_string(&canary).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_file(&canary);
     assert_eq!(after, "ORIGINAL\n", "the seed was written to the host through /oldroot: {out}");
 }
@@ -406,33 +430,23 @@ fn a_seed_in_a_bound_home_entry_swapped_for_a_link_inside_the_jail_writes_nothin
     // A seed below a host tree is now a copy bound over its name: nothing is written there.
     let Some(j) = Jail::new("swap-seed-inside") else { return };
     let j = j.arg("--backend").arg("userns");
-    let name = format!("asbswapsi{}", std::process::id());
-    let dir = j.rig.home.join(".config").join(&name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let seed = dir.join("settings.json");
-    std::fs::write(&seed, "{\"seeded\": true}\n").unwrap();
+    let e = SeedEntry::new(&j, "seed-inside", "{\"seeded\": true}\n");
+    let seed = &e.seed;
     // Beside it in the same bound entry: what stands for a protected file there that is only
     // made read-only later in the build (`~/.config/agent-sandbox/config.toml` in the review).
-    let canary = dir.join("canary.txt");
+    let canary = e.dir.join("canary.txt");
     std::fs::write(&canary, "ORIGINAL\n").unwrap();
-    j.give(&[&dir, &seed, &canary]);
-    let rel = dir.strip_prefix(&j.rig.home).unwrap();
-    let policy = policy_file(
-        "seed-inside",
-        &format!("[home]\nwrite = [\"{r}/\"]\nseed = [\"{r}/settings.json\"]\n", r = rel.display()),
-    );
+    j.give(&[&canary]);
     // What the victim's jail shows at the link's target (fourth look, U2: the staged copy was
     // bound over whatever the link named in its view, a file another policy trusts).
     let script = format!("cat {}", canary.display());
-    let args = ["-q", "--policy", policy.to_str().unwrap(), "run", "--", "sh", "-c", &script];
+    let args = ["-q", "--policy", e.policy(), "run", "--", "sh", "-c", &script];
     let out = launch_swapped(&j, "seed-inside", "seed-read-settings.json", &args, &|| {
-        std::fs::remove_file(&seed).unwrap();
-        std::os::unix::fs::symlink("canary.txt", &seed).unwrap();
+        std::fs::remove_file(seed).unwrap();
+        std::os::unix::fs::symlink("canary.txt", seed).unwrap();
     });
     let after = std::fs::read_to_string(&canary).unwrap_or_default();
-    let host_seed = std::fs::symlink_metadata(&seed).map(|m| m.file_type().is_symlink()).unwrap_or(false);
-    let _ = std::fs::remove_dir_all(&dir);
+    let host_seed = std::fs::symlink_metadata(seed).map(|m| m.file_type().is_symlink()).unwrap_or(false);
     assert_eq!(after, "ORIGINAL\n", "the seed was written through the link: {out}");
     assert!(host_seed, "the host's name was replaced: {out}");
     assert!(!out.stdout.contains("seeded"), "the seed was bound over the link's target: {out}");
@@ -449,25 +463,13 @@ fn a_seed_swapped_for_a_link_to_a_missing_file_creates_nothing() {
     // the plan checked, or the launch stops.
     let Some(j) = Jail::new("swap-seed-create") else { return };
     let j = j.arg("--backend").arg("userns");
-    let name = format!("asbswapsc{}", std::process::id());
-    let dir = j.rig.home.join(".config").join(&name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let seed = dir.join("settings.json");
-    std::fs::write(&seed, "{\"seeded\": true}\n").unwrap();
-    j.give(&[&dir, &seed]);
-    let rel = dir.strip_prefix(&j.rig.home).unwrap();
-    let policy = policy_file(
-        "seed-create",
-        &format!("[home]\nwrite = [\"{r}/\"]\nseed = [\"{r}/settings.json\"]\n", r = rel.display()),
-    );
-    let args = ["-q", "--policy", policy.to_str().unwrap(), "run", "--", "true"];
+    let e = SeedEntry::new(&j, "seed-create", "{\"seeded\": true}\n");
+    let args = ["-q", "--policy", e.policy(), "run", "--", "true"];
     let out = launch_swapped(&j, "seed-create", "seed-read-settings.json", &args, &|| {
-        std::fs::remove_file(&seed).unwrap();
-        std::os::unix::fs::symlink("profile.toml", &seed).unwrap();
+        std::fs::remove_file(&e.seed).unwrap();
+        std::os::unix::fs::symlink("profile.toml", &e.seed).unwrap();
     });
-    let made = dir.join("profile.toml").exists();
-    let _ = std::fs::remove_dir_all(&dir);
+    let made = e.dir.join("profile.toml").exists();
     assert!(!made, "the launcher created the link's target: {out}");
     assert_ne!(out.code, 0, "{out}");
 }
@@ -478,27 +480,15 @@ fn a_seed_in_a_bound_home_entry_is_a_session_copy_that_leaves_the_host_file_alon
     // what the jail writes there stays in the session; the host's file keeps its bytes.
     let Some(j) = Jail::new("seed-session-copy") else { return };
     let j = j.arg("--backend").arg("userns");
-    let name = format!("asbseedcopy{}", std::process::id());
-    let dir = j.rig.home.join(".config").join(&name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let seed = dir.join("settings.json");
-    std::fs::write(&seed, "HOST\n").unwrap();
-    j.give(&[&dir, &seed]);
-    let rel = dir.strip_prefix(&j.rig.home).unwrap();
-    let policy = policy_file(
-        "seed-copy",
-        &format!("[home]\nwrite = [\"{r}/\"]\nseed = [\"{r}/settings.json\"]\n", r = rel.display()),
-    );
+    let e = SeedEntry::new(&j, "seed-copy", "HOST\n");
     let script = format!(
         "cat {s} && echo JAIL > {s} && cat {s} && echo other > {d}/other",
-        s = seed.display(),
-        d = dir.display()
+        s = e.seed.display(),
+        d = e.dir.display()
     );
-    let out = j.run_with(&["--policy", policy.to_str().unwrap()], &script);
-    let host = std::fs::read_to_string(&seed).unwrap_or_default();
-    let other = std::fs::read_to_string(dir.join("other")).unwrap_or_default();
-    let _ = std::fs::remove_dir_all(&dir);
+    let out = j.run_with(&["--policy", e.policy()], &script);
+    let host = std::fs::read_to_string(&e.seed).unwrap_or_default();
+    let other = std::fs::read_to_string(e.dir.join("other")).unwrap_or_default();
     assert!(out.stdout.contains("HOST") && out.stdout.contains("JAIL"), "{out}");
     assert_eq!(host, "HOST\n", "the session's write reached the host's file: {out}");
     assert_eq!(other, "other\n", "the entry itself is still the host's, writable: {out}");
