@@ -429,6 +429,13 @@ fn landlock_says_a_token_config_inside_the_project_is_readable() {
         "{out}"
     );
     assert!(!out.stderr.contains("pip.conf: not shown inside"), "{out}");
+    // Under userns the copy without the password is bound over it, which makes the project's
+    // file read-only inside: said (eighth look, U8-3), the password still not shown.
+    let out =
+        j.run_with(&["--backend", "userns"], "cat \"$PIP_CONFIG_FILE\"; echo x >> \"$PIP_CONFIG_FILE\"; echo RAN");
+    assert!(out.stdout.contains("RAN") && !out.stdout.contains("CANARY-PIP-PW"), "{out}");
+    assert!(out.stdout.contains("https://u@pypi.corp.example/simple"), "{out}");
+    assert!(out.stderr.contains("pip.conf: shown without a credential in a URL and read-only inside"), "{out}");
 }
 
 /// Red team 32, F8: everyday configs under the built-in `home.read` entries that also hold a

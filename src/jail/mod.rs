@@ -175,7 +175,7 @@ pub fn run(
         opencode_db::report(s.path(), &opencode_db::restore(s), audit);
     }
     if let Some(s) = &snapshot {
-        let (done, failed) = project_restore::restore(s, &plan.project);
+        let (done, failed) = project_restore::restore(s, &plan.project, &lock.recorded());
         project_restore::report(s, &plan.project, &done, &failed, audit);
     }
     // The jail is gone: nothing of it writes the copies any more.

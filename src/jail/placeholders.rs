@@ -443,6 +443,26 @@ impl ProjectLock {
 
     /// With the lock held exclusively: removes every recorded placeholder that is still
     /// empty (anything written into one stays for the user to see) and clears the record.
+    /// What the project's sessions recorded as their placeholders: each path with the bytes it
+    /// was made with (None: an empty directory). A Landlock session that ends while a userns
+    /// session of the project runs leaves these to the lock, as they are the other's.
+    pub fn recorded(&mut self) -> Vec<(PathBuf, Option<&'static [u8]>)> {
+        let mut text = String::new();
+        if self.file.rewind().and_then(|_| (&self.file).take(1 << 20).read_to_string(&mut text)).is_err() {
+            return vec![];
+        }
+        let made = |k: &str| match k {
+            "d" => Some(None),
+            "j" => Some(Some(JSON_PLACEHOLDER)),
+            "f" => Some(Some(&b""[..])),
+            _ => None,
+        };
+        text.lines()
+            .filter_map(|l| l.split_once('\t'))
+            .filter_map(|(k, p)| made(k).map(|m| (PathBuf::from(p), m)))
+            .collect()
+    }
+
     fn remove_recorded(&mut self) {
         let mut text = String::new();
         if self.file.rewind().and_then(|_| self.file.read_to_string(&mut text)).is_err() || text.is_empty() {

@@ -157,12 +157,18 @@ fn remove(p: &Path) -> std::io::Result<()> {
 /// session found is put back, the jail's version kept in `aside` under the path's name
 /// relative to `project` (or its full path). Returns the paths put back, and those that could
 /// not be (with why).
-pub fn restore(s: &Snapshot, project: &Path) -> (Vec<PathBuf>, Vec<String>) {
+pub fn restore(s: &Snapshot, project: &Path, others: &[(PathBuf, Option<&[u8]>)]) -> (Vec<PathBuf>, Vec<String>) {
     let (mut done, mut failed) = (vec![], vec![]);
     for (p, parent, before) in &s.kept {
         let mut budget = Budget { bytes: 0, entries: 0 };
         let now = read_node(p, &mut budget);
         if matches!(&now, Ok(n) if n == before) {
+            continue;
+        }
+        // A placeholder another session of the project made since (a userns session started
+        // during this one), still as it made it: its own, removed by the lock when the last
+        // session ends (seventh outside look, P1), not a change of this jail's.
+        if before.is_none() && others.iter().any(|(q, made)| q == p && untouched(&now, *made)) {
             continue;
         }
         // A parent the jail replaced by a link would carry the writes elsewhere.
@@ -247,6 +253,16 @@ fn config_kept(p: &Path, project: &Path, before: Option<&Node>, now: &Node) -> O
 
 /// The session's outcome for the user: one line naming what was put back and where the
 /// jail's versions are, and a record of each in the audit log.
+/// Whether `now` is still what a placeholder was made with (`made`: its bytes, or None for an
+/// empty directory).
+fn untouched(now: &std::io::Result<Option<Node>>, made: Option<&[u8]>) -> bool {
+    match (now, made) {
+        (Ok(Some(Node::File { data, .. })), Some(bytes)) => data == bytes,
+        (Ok(Some(Node::Dir { entries, .. })), None) => entries.is_empty(),
+        _ => false,
+    }
+}
+
 pub fn report(s: &Snapshot, project: &Path, done: &[PathBuf], failed: &[String], audit: &crate::audit::AuditLog) {
     for p in done {
         let mut r = audit.record("fs_denied");
@@ -268,5 +284,35 @@ pub fn report(s: &Snapshot, project: &Path, done: &[PathBuf], failed: &[String],
     }
     for f in failed {
         eprintln!("agent-sandbox: warning: {f}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seventh outside look, P1: a userns session started while this Landlock one ran made
+    /// placeholders the snapshot did not hold; they are the other session's (its lock removes
+    /// them), unless the jail wrote into one, which is then put back like any change.
+    #[test]
+    fn another_sessions_placeholders_are_left_to_it_unless_written() {
+        let d = tempfile::tempdir().expect("tmp");
+        let project = d.path().join("p");
+        std::fs::create_dir(&project).expect("mkdir");
+        let (envrc, vscode, husky) = (project.join(".envrc"), project.join(".vscode"), project.join(".husky"));
+        let r = ProjectRestore { paths: vec![envrc.clone(), vscode.clone(), husky.clone()], aside: d.path().join("a") };
+        let (s, _) = take(&r);
+        std::fs::write(&envrc, "").expect("placeholder");
+        std::fs::create_dir(&vscode).expect("placeholder");
+        std::fs::create_dir(&husky).expect("placeholder");
+        std::fs::write(husky.join("pre-commit"), "#!/bin/sh\nevil\n").expect("the jail's write");
+        let others: Vec<(PathBuf, Option<&[u8]>)> =
+            vec![(envrc.clone(), Some(b"")), (vscode.clone(), None), (husky.clone(), None)];
+        let (done, failed) = restore(&s, &project, &others);
+        assert!(failed.is_empty(), "{failed:?}");
+        assert_eq!(done, std::slice::from_ref(&husky), "only the one the jail wrote into");
+        assert!(envrc.exists() && vscode.is_dir() && !husky.exists());
+        let (done, _) = restore(&s, &project, &[]);
+        assert_eq!(done, [envrc, vscode], "without the record they are this jail's changes");
     }
 }

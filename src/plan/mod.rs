@@ -1046,7 +1046,16 @@ fn token_copies(facts: &HostFacts, fs: &dyn HostFs, base: &mut Base) -> Vec<(Pat
         let shown = shown.unwrap_or_else(|_| path.display().to_string());
         match outcome {
             token_files::Outcome::Unchanged => {}
-            token_files::Outcome::Stripped { text, .. } if base.backend == BackendKind::Userns => {
+            token_files::Outcome::Stripped { text, dropped } if base.backend == BackendKind::Userns => {
+                // In the project a copy bound over it makes the user's file read-only there (the
+                // eighth outside look, U8-3): said, so that an edit that fails has its reason.
+                if path.starts_with(&base.project) {
+                    base.warnings.push(format!(
+                        "{shown}: shown without {} and read-only inside (a copy without it is bound over the file, \
+                         which is in the project): edit it outside the sandbox",
+                        dropped.join(", ")
+                    ));
+                }
                 copies.push((path, text));
             }
             // In the project, which Landlock grants whole, nothing can be left out: said as it
