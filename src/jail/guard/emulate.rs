@@ -1203,6 +1203,14 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
                 return Err(refused(Refusal::Unchecked(why), e.path()));
             }
         }
+        // Each directory comes to be where the other was.
+        for (moved, onto, k) in [(&from, &to, kind), (&to, &from, other)] {
+            if k == Kind::Dir && moved.dir_path != onto.dir_path {
+                let obj =
+                    openat2(moved.dir.as_fd(), &moved.name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0, 0)?;
+                judge_links_below(g, obj.as_fd(), &onto.path()).map_err(|(r, p)| refused(r, p))?;
+            }
+        }
         return Ok(carry_out());
     }
     let d = to.decide(g, Op::RenameOnto(kind))?;
@@ -1219,6 +1227,11 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
         g.room(g.below(&src) + 2).map_err(|r| refused(r, dst.clone()))?;
         if g.is_git_dir(&obj, &src) {
             g.note(&src, None).map_err(|r| refused(r, src.clone()))?;
+        }
+        // Moved to another directory, a relative link below it leads elsewhere (outside
+        // review of the agents' homes, A2); within one directory its links lead where they did.
+        if from.dir_path != to.dir_path {
+            judge_links_below(g, obj.as_fd(), &dst).map_err(|(r, p)| refused(r, p))?;
         }
         Some(obj)
     } else {
@@ -1292,6 +1305,72 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
         }
     }
     Ok(done)
+}
+
+/// Entries looked at below a directory moved to another directory, at most: past them the move
+/// is refused (its links could not all be judged).
+const MAX_MOVED_ENTRIES: usize = 100_000;
+
+/// The symbolic links below the directory `obj`, moved to `dst`, judged from where they come
+/// to be (`Guarded::judge_link`): a relative one may lead into a hidden path from there
+/// (outside review of the agents' homes, A2). Directories are opened beneath `obj`, no link
+/// followed. Where no place below `dst` judges links, nothing is looked at.
+fn judge_links_below(g: &Guarded, obj: BorrowedFd, dst: &Path) -> Result<(), (Refusal, PathBuf)> {
+    if g.root_of(dst).is_none() && !g.links.covers(dst) {
+        return Ok(());
+    }
+    let unchecked = |why: String| (Refusal::Unchecked(why), dst.to_path_buf());
+    let mut pending: Vec<PathBuf> = vec![PathBuf::new()];
+    let mut seen = 0usize;
+    while let Some(rel) = pending.pop() {
+        let at = if rel.as_os_str().is_empty() { b".".to_vec() } else { rel.as_os_str().as_bytes().to_vec() };
+        let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH;
+        let Ok(fd) = openat2(obj, &at, libc::O_RDONLY | libc::O_DIRECTORY, 0, resolve) else {
+            return Err(unchecked(format!("{} could not be looked through", dst.join(&rel).display())));
+        };
+        let mut dir =
+            nix::dir::Dir::from_fd(fd).map_err(|e| unchecked(format!("{}: {e}", dst.join(&rel).display())))?;
+        let mut entries = vec![];
+        for e in dir.iter() {
+            let e = e.map_err(|e| unchecked(format!("{}: {e}", dst.join(&rel).display())))?;
+            let name = e.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            seen += 1;
+            if seen > MAX_MOVED_ENTRIES {
+                return Err(unchecked(format!(
+                    "a directory of more than {MAX_MOVED_ENTRIES} entries moved to another directory (its symbolic \
+                     links would have to be judged where they come to be); move it outside the sandbox"
+                )));
+            }
+            entries.push((OsStr::from_bytes(name).to_os_string(), e.file_type()));
+        }
+        for (name, kind) in entries {
+            let kind = match kind {
+                Some(k) => k,
+                None => match nix::sys::stat::fstatat(&dir, name.as_os_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                {
+                    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => nix::dir::Type::Symlink,
+                    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => nix::dir::Type::Directory,
+                    _ => continue,
+                },
+            };
+            match kind {
+                nix::dir::Type::Directory => pending.push(rel.join(&name)),
+                nix::dir::Type::Symlink => {
+                    let Ok(target) = nix::fcntl::readlinkat(&dir, name.as_os_str()) else { continue };
+                    let target = PathBuf::from(target);
+                    if target.is_relative() {
+                        let there = dst.join(&rel);
+                        g.judge_link(&there, &target).map_err(|r| (r, there.join(&name)))?;
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `truncate` by path (symlinks followed, as the kernel does): a write to what it names.
