@@ -49,7 +49,7 @@ fn a_link_out_of_an_agents_state_is_refused_and_none_is_left_there_at_exit() {
          if ln -s ../../../.bashrc .gitignore 2>err; then echo MADE-OUT; fi; cat err; rm -f err; \
          mkdir -p a/b/c/d && ln -s a/b inside && echo MADE-IN; \
          ln -s ../../../../.bashrc a/b/c/d/l && echo MADE-DEEP; \
-         mv a/b/c/d d2 && echo MOVED",
+         mv a/b/c/d d2 && echo MOVED || echo MOVE-REFUSED",
     );
     let own = out.stdout.lines().find_map(|l| l.strip_prefix("OWN=")).unwrap_or("").to_string();
     assert!(!own.is_empty(), "{out}");
@@ -57,14 +57,17 @@ fn a_link_out_of_an_agents_state_is_refused_and_none_is_left_there_at_exit() {
     let _c = Cleanup(vec![entry.clone(), j.rig.home.join(".gemini/tmp").join(&own)]);
     assert!(!out.stdout.contains("MADE-OUT"), "a link to ~/.bashrc was made in gemini's state: {out}");
     assert!(out.stdout.contains("may lead only to a place inside it"), "one clear line: {out}");
-    for step in ["MADE-IN", "MADE-DEEP", "MOVED"] {
+    for step in ["MADE-IN", "MADE-DEEP", "MOVE-REFUSED"] {
         assert!(out.stdout.contains(step), "{step}: {out}");
     }
     assert!(std::fs::symlink_metadata(entry.join(".gitignore")).is_err());
-    assert!(std::fs::symlink_metadata(entry.join("d2/l")).is_err(), "the moved link is removed at exit: {out}");
-    assert!(out.stderr.contains("removed the symlink"), "{out}");
+    // The directory moved so that its link would lead out (`../../../../.bashrc` from one
+    // level up) is refused as it moves, its link judged where it would come to be.
+    assert!(out.stderr.contains("d2/l: a symlink in the agent's state"), "{out}");
+    assert!(std::fs::symlink_metadata(entry.join("d2")).is_err(), "{out}");
+    assert!(std::fs::symlink_metadata(entry.join("a/b/c/d/l")).is_ok_and(|m| m.file_type().is_symlink()));
     assert!(std::fs::symlink_metadata(entry.join("inside")).is_ok_and(|m| m.file_type().is_symlink()));
-    assert!(audit_checks(&j).contains("state-link: removed at exit"));
+    assert!(audit_checks(&j).contains("state-link"));
 }
 
 /// A2: a project file linked to a hidden one (`.gitignore -> ~/.ssh/id_ed25519`) shows
@@ -81,16 +84,21 @@ fn a_link_to_a_hidden_file_is_refused_in_the_project_and_removed_at_exit() {
          mkdir -p src && echo x > src/a.rs && ln -s src/a.rs main.rs && echo MADE-REL; \
          ln -s /etc/hosts hosts && echo MADE-ABS; \
          mkdir -p a/b/c && ln -s ../../../../.ssh/id_ed25519 a/b/c/k && echo MADE-DEEP; \
-         mv a/b/c/k a/b/k 2>&1 || echo NOT-MOVED; ln -P a/b/c/k a/b/hk 2>&1 || echo NOT-LINKED",
+         mv a/b/c/k a/b/k 2>&1 || echo NOT-MOVED; ln -P a/b/c/k a/b/hk 2>&1 || echo NOT-LINKED; \
+         mkdir -p m/b/c && ln -s ../../../../.ssh/id_ed25519 m/b/c/k && mv m/b/c m/c 2>&1 || echo DIR-NOT-MOVED; \
+         mkdir -p n/b/c && ln -s ../sibling n/b/c/s && mv n/b/c n/c && echo DIR-MOVED",
     );
     assert!(!out.stdout.contains("MADE-KEY") && !out.stdout.contains("MADE-AWS"), "{out}");
     assert!(out.stdout.contains("a path the sandbox hides"), "one clear line: {out}");
-    for step in ["MADE-REL", "MADE-ABS", "MADE-DEEP", "NOT-MOVED", "NOT-LINKED"] {
+    // A directory moved up a level (the outside review's A2 under userns): its link would lead
+    // to ~/.ssh from there, so the move is refused; one whose links stay harmless moves.
+    for step in ["MADE-REL", "MADE-ABS", "MADE-DEEP", "NOT-MOVED", "NOT-LINKED", "DIR-NOT-MOVED", "DIR-MOVED"] {
         assert!(out.stdout.contains(step), "{step}: {out}");
     }
     assert!(std::fs::symlink_metadata(j.project.join("a/b/k")).is_err(), "{out}");
     assert!(std::fs::symlink_metadata(j.project.join("a/b/hk")).is_err(), "{out}");
-    for kept in ["main.rs", "hosts", "a/b/c/k"] {
+    assert!(std::fs::symlink_metadata(j.project.join("m/c")).is_err(), "{out}");
+    for kept in ["main.rs", "hosts", "a/b/c/k", "m/b/c/k", "n/c/s"] {
         assert!(std::fs::symlink_metadata(j.project.join(kept)).is_ok(), "{kept}: {out}");
     }
     assert!(audit_checks(&j).contains(r#""check":"hidden-link","path":"#));
