@@ -572,9 +572,19 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     // 3. Home; 4. extra writable paths, then the project; 5. what is hidden inside them.
     let trees = writable_trees(&mut b, policy, facts, fs, &base, &git_view, &mut warnings)?;
     // Everyday configs that hold a token (cargo's, pip's...): a copy without it where shown.
-    for (path, text) in token_copies {
+    for (path, text, named) in token_copies {
         if !base.hidden.covers(&path) && hiding::shown(&b.mounts, &path) {
             b.push(MountSpec::Stripped { target: path, contents: text, seed: false });
+        } else if named != path && hiding::shown(&b.mounts, &named) {
+            // A name the jail shows that leads where it shows nothing: programs inside run
+            // without that config, which is said (eighth outside look, U8-4).
+            warnings.push(format!(
+                "{}: it leads to {}, which the jail does not show (it holds a token): programs inside read no \
+                 config there; to give them one without the token, keep the file where the jail shows it (the \
+                 home's configs are shown as copies without their tokens)",
+                named.display(),
+                path.display()
+            ));
         }
     }
     masks(&mut b, policy, fs, &base, &trees)?;
@@ -1035,10 +1045,11 @@ fn protected(
 /// Everyday config files holding a token (`token_files`): under userns the copies to show
 /// over them; under Landlock, which cannot show a copy, each is hidden with a warning, as is
 /// one that cannot be read surely.
-fn token_copies(facts: &HostFacts, fs: &dyn HostFs, base: &mut Base) -> Vec<(PathBuf, String)> {
+fn token_copies(facts: &HostFacts, fs: &dyn HostFs, base: &mut Base) -> Vec<(PathBuf, String, PathBuf)> {
     let var = |n: &str| facts.env_var(n).map(str::to_string);
     let mut copies = vec![];
-    for (path, outcome) in token_files::decide(fs, &base.home, &var, &facts.user_configs.stripped_before) {
+    for found in token_files::decide(fs, &base.home, &var, &facts.user_configs.stripped_before) {
+        let token_files::Found { real: path, named, outcome } = found;
         if outcome != token_files::Outcome::Unchanged {
             base.token_configs.push(path.clone());
         }
@@ -1056,7 +1067,7 @@ fn token_copies(facts: &HostFacts, fs: &dyn HostFs, base: &mut Base) -> Vec<(Pat
                         dropped.join(", ")
                     ));
                 }
-                copies.push((path, text));
+                copies.push((path, text, named));
             }
             // In the project, which Landlock grants whole, nothing can be left out: said as it
             // is (eighth outside look at the anchors, L8-1), not as hidden.

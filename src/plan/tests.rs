@@ -1316,6 +1316,34 @@ mod credential_stores {
         assert!(shows(&claude, Path::new("/home/u/.codex/config.toml")));
     }
 
+    /// Eighth outside look, U8-4: a token config whose name the jail shows but that leads
+    /// where the jail shows nothing (a dotfile linked into a scratch tree) was silently
+    /// missing inside; it is named now. One the jail shows gets its copy, and says nothing.
+    #[test]
+    fn a_token_config_leading_where_the_jail_shows_nothing_is_named() {
+        let token = "[registries.c]\nindex = \"sparse+https://c/\"\ntoken = \"T\"\n";
+        let fs = host()
+            .dir("/scratch/u")
+            .file("/scratch/u/cargo.toml")
+            .content("/scratch/u/cargo.toml", token)
+            .dir("/home/u/.cargo")
+            .symlink("/home/u/.cargo/config.toml", "/scratch/u/cargo.toml");
+        let p = build(&policy(""), &facts(), &fs, &request("/home/u/proj")).unwrap();
+        let w = p.warnings.join("\n");
+        assert!(
+            w.contains("/home/u/.cargo/config.toml: it leads to /scratch/u/cargo.toml, which the jail does not show"),
+            "{w}"
+        );
+        assert!(!shows(&p, Path::new("/scratch/u/cargo.toml")));
+        let shown =
+            build(&policy("[filesystem]\nread = [\"/scratch/u\"]"), &facts(), &fs, &request("/home/u/proj")).unwrap();
+        assert!(!shown.warnings.join("\n").contains("which the jail does not show"), "{:?}", shown.warnings);
+        assert!(has(
+            &shown,
+            |m| matches!(m, MountSpec::Stripped { target, .. } if target == Path::new("/scratch/u/cargo.toml"))
+        ));
+    }
+
     fn gitconfig_facts(text: &str) -> HostFacts {
         let git = GitConfigFile {
             path: "/home/u/.gitconfig".into(),

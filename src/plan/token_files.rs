@@ -76,23 +76,26 @@ pub enum Outcome {
     },
 }
 
+/// A token config found: where it really is, the name that led there, and what the jail sees.
+#[derive(Debug)]
+pub struct Found {
+    pub real: PathBuf,
+    pub named: PathBuf,
+    pub outcome: Outcome,
+}
+
 /// The files of `FILES` this user has, each where it really is (a name that is a link, or
 /// reached through one, `~/.condarc -> miniforge3/.condarc`, is the file it leads to: the
 /// copy covers that file, so every name of it shows the copy; seventh outside look at the
 /// anchors, T1 and T2), with what the jail sees of each.
 /// `before`: the real paths earlier sessions stripped (`host::configs::STRIPPED_RECORD`),
 /// looked at again whether or not a name of `FILES` still leads to them.
-pub fn decide(
-    fs: &dyn HostFs,
-    home: &Path,
-    var: &dyn Fn(&str) -> Option<String>,
-    before: &[PathBuf],
-) -> Vec<(PathBuf, Outcome)> {
-    let mut out: Vec<(PathBuf, Outcome)> = vec![];
+pub fn decide(fs: &dyn HostFs, home: &Path, var: &dyn Fn(&str) -> Option<String>, before: &[PathBuf]) -> Vec<Found> {
+    let mut out: Vec<Found> = vec![];
     let named = FILES.iter().filter_map(|f| expand(f, home, var));
     for named in named.chain(before.iter().cloned()) {
         let p = crate::plan::fs::real_path(fs, &named);
-        if out.iter().any(|(q, _)| *q == p) || fs.kind(&p) != Some(Kind::File) {
+        if out.iter().any(|f| f.real == p) || fs.kind(&p) != Some(Kind::File) {
             continue;
         }
         let outcome = match fs.read_small(&p, MAX_FILE) {
@@ -103,7 +106,7 @@ pub fn decide(
             None => Outcome::Withheld { why: format!("it could not be read or is larger than {MAX_FILE} bytes") },
         };
         if outcome != Outcome::Unchanged {
-            out.push((p, outcome));
+            out.push(Found { real: p, named, outcome });
         }
     }
     out
@@ -289,7 +292,7 @@ mod tests {
             .content("/home/u/.npm-global/etc/npmrc", "//r/:_authToken=z\n")
             .content("/home/u/.config/pip/pip.conf", "[global]\ntimeout = 1\n");
         let var = |n: &str| (n == "CARGO_HOME").then(|| "/opt/c".to_string());
-        let found: Vec<PathBuf> = decide(&fs, Path::new("/home/u"), &var, &[]).into_iter().map(|(p, _)| p).collect();
+        let found: Vec<PathBuf> = decide(&fs, Path::new("/home/u"), &var, &[]).into_iter().map(|f| f.real).collect();
         assert_eq!(
             found,
             [
