@@ -862,14 +862,6 @@ fn writable_trees(
     let home = base.home.clone();
     let mut writable = vec![base.project.clone()];
     home_mounts(b, policy, facts, &home, git, &mut writable, warnings);
-    // The user's git configs the jail shows, without their credentials (the seeded
-    // `~/.gitconfig` got its stripped copy already).
-    for (path, text) in &git.stripped {
-        let seeded = b.mounts.iter().any(|m| matches!(m, MountSpec::Stripped { target, .. } if target == path));
-        if !seeded && !base.hidden.covers(path) && hiding::shown(&b.mounts, path) {
-            b.push(MountSpec::Stripped { target: path.clone(), contents: text.clone(), seed: false });
-        }
-    }
     for w in &policy.fs_write {
         let p = check_extra_path("filesystem.write", &w.value, &home, fs)?;
         if base.hidden.covers(&p) || base.hidden.covers(&fs::real_path(fs, &p)) {
@@ -886,6 +878,16 @@ fn writable_trees(
     // write one, so every such repository's config is checked (docs/security-model.md).
     let guarded = writable.clone();
     b.push(MountSpec::Bind { source: base.project.clone(), target: base.project.clone(), rw: true, dir: true });
+    // The user's git configs the jail shows, without their credentials (the seeded
+    // `~/.gitconfig` got its stripped copy already): after the writable trees, so that one
+    // kept in the project or a writable path (a dotfiles repository worked on as the project)
+    // gets its copy over the tree's bind, not under it (seventh outside look, P1).
+    for (path, text) in &git.stripped {
+        let seeded = b.mounts.iter().any(|m| matches!(m, MountSpec::Stripped { target, .. } if target == path));
+        if !seeded && !base.hidden.covers(path) && hiding::shown(&b.mounts, path) {
+            b.push(MountSpec::Stripped { target: path.clone(), contents: text.clone(), seed: false });
+        }
+    }
     Ok(Trees { writable, guarded })
 }
 

@@ -1356,6 +1356,34 @@ mod credential_stores {
     const TOKENED: &str = "[user]\n\tname = U\n[credential]\n\thelper = store --file ~/.my-git-creds\n\
 [url \"https://x-access-token:ghs_abcdefghijklmnopqrst@github.com/\"]\n\tinsteadOf = https://github.com/\n";
 
+    /// Seventh outside look, P1: a global git config kept in the project (a dotfiles
+    /// repository worked on as the project, `~/.config/git/config` a link into it) got its
+    /// copy without credentials under the project's bind, which covered it: the raw file
+    /// showed. The copy comes after the project now.
+    #[test]
+    fn a_global_git_config_kept_in_the_project_is_shown_without_its_credentials() {
+        let real = "/home/u/proj/dot/gitconfig";
+        let fs = host()
+            .dir("/home/u/proj/dot")
+            .file(real)
+            .content(real, TOKENED)
+            .dir("/home/u/.config/git")
+            .symlink("/home/u/.config/git/config", real);
+        let git = GitConfigFile {
+            path: real.into(),
+            bytes: Some(TOKENED.as_bytes().to_vec()),
+            role: crate::host::configs::GitRole::Global,
+        };
+        let f =
+            HostFacts { user_configs: UserConfigs { git: vec![git], ssh: vec![], stripped_before: vec![] }, ..facts() };
+        let p = build(&policy(""), &f, &fs, &request("/home/u/proj")).unwrap();
+        let at = |want: &dyn Fn(&MountSpec) -> bool| p.mounts.iter().rposition(|m| want(m));
+        let copy = at(&|m| matches!(m, MountSpec::Stripped { target, .. } if target == Path::new(real)));
+        let project = at(&|m| matches!(m, MountSpec::Bind { target, .. } if target == Path::new("/home/u/proj")));
+        let (copy, project) = (copy.expect("a copy without credentials"), project.expect("the project's bind"));
+        assert!(copy > project, "the copy is under the project's bind: {:#?}", p.mounts);
+    }
+
     #[test]
     fn the_seeded_gitconfig_loses_its_credentials_and_the_file_its_helper_names_is_hidden() {
         let fs = host().file("/home/u/.my-git-creds");
