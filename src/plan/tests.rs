@@ -1377,7 +1377,7 @@ mod credential_stores {
         let f =
             HostFacts { user_configs: UserConfigs { git: vec![git], ssh: vec![], stripped_before: vec![] }, ..facts() };
         let p = build(&policy(""), &f, &fs, &request("/home/u/proj")).unwrap();
-        let at = |want: &dyn Fn(&MountSpec) -> bool| p.mounts.iter().rposition(|m| want(m));
+        let at = |want: &dyn Fn(&MountSpec) -> bool| p.mounts.iter().rposition(want);
         let copy = at(&|m| matches!(m, MountSpec::Stripped { target, .. } if target == Path::new(real)));
         let project = at(&|m| matches!(m, MountSpec::Bind { target, .. } if target == Path::new("/home/u/proj")));
         let (copy, project) = (copy.expect("a copy without credentials"), project.expect("the project's bind"));
