@@ -144,6 +144,11 @@ pub enum Command {
     Doctor {
         #[arg(long)]
         json: bool,
+        /// Run escape attempts inside a session with this host's policy (credentials, hidden
+        /// files, Slurm's authentication, the host's loopback and processes) and report each;
+        /// session options given before `doctor` apply.
+        #[arg(long, conflicts_with = "json")]
+        attack: bool,
     },
     /// Show the audit log: sessions started, ended and refused (JSON lines with --json).
     Log {
@@ -410,7 +415,10 @@ mod tests {
             Ok(Some(Command::Allow { .. }))
         ));
         // Their own options and the session's, where a session starts, still parse.
-        assert!(matches!(parse(&["doctor", "--json"]).map(|c| c.command), Ok(Some(Command::Doctor { json: true }))));
+        assert!(matches!(
+            parse(&["doctor", "--json"]).map(|c| c.command),
+            Ok(Some(Command::Doctor { json: true, attack: false }))
+        ));
         assert!(matches!(
             parse(&["log", "--json", "--tail", "3"]).map(|c| c.command),
             Ok(Some(Command::Log { json: true, .. }))

@@ -1,6 +1,7 @@
 //! `agent-sandbox doctor`: reads the host's facts that decide what the jail can do here,
 //! and for every failure says how to fix it. Read-only, except a short-lived probe child.
 
+pub mod attack;
 mod slurm_auth;
 
 use crate::host;

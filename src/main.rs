@@ -110,7 +110,8 @@ fn real_main() -> Result<i32, Failure> {
     let args = cli::Cli::from_args();
     init_tracing(args.opts.verbose);
     match &args.command {
-        Some(cli::Command::Doctor { json }) => Ok(doctor::run(*json)),
+        Some(cli::Command::Doctor { attack: true, .. }) => Ok(doctor::attack::run(&before_subcommand("doctor"))),
+        Some(cli::Command::Doctor { json, .. }) => Ok(doctor::run(*json)),
         Some(cli::Command::Log { session, json, tail, follow }) => log_cmd(session.as_deref(), *json, *tail, *follow),
         Some(cli::Command::Policy { action }) => policy_cmd(&args.opts, action),
         Some(cli::Command::Allow { session, duration, what, value }) => {
@@ -129,6 +130,12 @@ fn real_main() -> Result<i32, Failure> {
         }
         None => session(&args.opts, args.opts.profile.as_deref(), What::Shell),
     }
+}
+
+/// The arguments given before the subcommand `name` (the session options an alias or a site
+/// wrapper puts first).
+fn before_subcommand(name: &str) -> Vec<std::ffi::OsString> {
+    std::env::args_os().skip(1).take_while(|a| a != name).collect()
 }
 
 /// False for the commands that never start a session; a wrong guess either way costs only a
