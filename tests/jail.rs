@@ -1882,6 +1882,72 @@ fn an_agent_whose_own_sandbox_cannot_start_is_told_why_in_one_line() {
     assert!(out.stdout.contains("codex-ran") && !out.stderr.contains("own sandbox"), "{out}");
 }
 
+/// What slurmstepd does for a job under Slurm 25.11's namespace/linux with user and pid
+/// namespaces on (`src/plugins/namespace/linux/namespace_linux.c`): a user namespace whose
+/// whole uid and gid range maps to itself (`0 0 4294967295`, written by the root parent), then
+/// a pid and mount namespace with its own /proc; the job's command runs there as the user.
+const NAMESPACE_LINUX: &str = r#"
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWUSER, CLONE_NEWNS, CLONE_NEWPID = 0x10000000, 0x00020000, 0x20000000
+r, w = os.pipe()
+r2, w2 = os.pipe()
+pid = os.fork()
+if pid == 0:
+    if libc.unshare(CLONE_NEWUSER) != 0:
+        sys.exit("unshare user: %d" % ctypes.get_errno())
+    os.write(w, b"x"); os.read(r2, 1)
+    if libc.unshare(CLONE_NEWPID | CLONE_NEWNS) != 0:
+        sys.exit("unshare pid/mnt: %d" % ctypes.get_errno())
+    inner = os.fork()
+    if inner == 0:
+        os.system("mount --make-rprivate / && mount -t proc proc /proc") == 0 or sys.exit("proc")
+        os.execvp(sys.argv[1], sys.argv[1:])
+    _, st = os.waitpid(inner, 0)
+    os._exit(os.waitstatus_to_exitcode(st))
+os.read(r, 1)
+for f in ("uid_map", "gid_map"):
+    with open("/proc/%d/%s" % (pid, f), "w") as m:
+        m.write("0 0 4294967295\n")
+os.write(w2, b"x")
+_, st = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(st))
+"#;
+
+/// Issue 34, item 5: a job's re-entry under namespace/linux (the plugin is not in Debian's
+/// Slurm: its namespaces are made here as slurmstepd makes them) runs the launcher nested in
+/// the job's user and pid namespaces: the jail is built there, as the user, with its own PID 1.
+#[test]
+fn the_jail_nests_in_a_job_namespace_as_slurms_namespace_linux_makes_it() {
+    let j = jail!("namespace-linux");
+    assert!(nix::unistd::getuid().is_root(), "the test harness runs as root (it drops to the test user)");
+    let home = j.rig.home.display().to_string();
+    let mut c = std::process::Command::new("python3");
+    c.args(["-c", NAMESPACE_LINUX, "setpriv"])
+        .arg(format!("--reuid={}", j.rig.uid))
+        .arg(format!("--regid={}", j.rig.gid))
+        .args(["--clear-groups", "env", "-i", &format!("HOME={home}"), "PATH=/usr/bin:/bin"])
+        .arg(&j.rig.bin)
+        .args(j.launcher_args(&[
+            "-q",
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "id -u; cat /proc/1/comm; head -1 /proc/self/uid_map; touch made-in-the-jail && echo WROTE",
+        ]))
+        .current_dir(&j.project);
+    let out = j.output(&mut c);
+    assert_eq!(out.code, 0, "{out}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines.first().copied(), Some(j.rig.uid.to_string().as_str()), "{out}");
+    assert_eq!(lines.get(1).copied(), Some("agent-sandbox"), "the jail's own PID 1: {out}");
+    // The jail's user namespace maps only the user (the job's maps the whole range).
+    let map: Vec<&str> = lines.get(2).map(|l| l.split_whitespace().collect()).unwrap_or_default();
+    assert_eq!(map.get(2).copied(), Some("1"), "{out}");
+    assert!(out.stdout.contains("WROTE") && j.project.join("made-in-the-jail").exists(), "{out}");
+}
+
 /// Issue 33, bug 8c: a launcher in a pid namespace whose /proc is its parent's (`unshare -p
 /// -f` without `--mount-proc`) knows PID 1 by a pid that /proc gives to another process, or
 /// to none: its id maps are written through the number /proc gives it, and the command runs.
