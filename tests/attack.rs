@@ -45,6 +45,13 @@ fn each_probe_fails_on_a_policy_weakened_to_let_it_through() {
     assert_eq!(out.code, 1, "{out}");
     assert!(out.stdout.contains("ESCAPED  credentials      read ") && out.stdout.contains(".pypirc"), "{out}");
     assert!(out.stdout.contains("ESCAPED  write-outside") && out.stdout.contains(" 2 escaped"), "{out}");
+    // The network open (the host's own): its loopback and its own addresses are reachable.
+    let out = j.output(&mut j.command(&["--net", "open", "doctor", "--attack"]));
+    assert_eq!(out.code, 1, "{out}");
+    assert!(out.stdout.contains("ESCAPED  host-loopback"), "{out}");
+    if out.stdout.contains("host-address") {
+        assert!(out.stdout.contains("ESCAPED  host-address     connected to the host's own "), "{out}");
+    }
     // Landlock with the network open: the host's loopback is reachable.
     let out = j.output(&mut j.command(&["--backend", "landlock", "--net", "open", "doctor", "--attack"]));
     assert_eq!(out.code, 1, "{out}");

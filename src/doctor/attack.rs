@@ -84,8 +84,23 @@ fn targets(home: &Path, state_dir: &Path) -> Vec<(&'static str, PathBuf)> {
     out
 }
 
-/// The script the jail runs: one `P NAME HELD|ESCAPED DETAIL` line per attempt.
-pub fn script(home: &Path, state_dir: &Path, host_pid: u32, loopback_port: u16) -> String {
+/// This host's first IPv4 address that is not loopback, if any.
+fn host_address() -> Option<std::net::Ipv4Addr> {
+    nix::ifaddrs::getifaddrs()
+        .ok()?
+        .filter_map(|i| i.address.and_then(|a| a.as_sockaddr_in().map(|s| s.ip())))
+        .find(|ip| !ip.is_loopback())
+}
+
+/// The script the jail runs: one `P NAME HELD|ESCAPED DETAIL` line per attempt. `port` is a
+/// listener of the host's on every address: on its loopback and on `address`.
+pub fn script(
+    home: &Path,
+    state_dir: &Path,
+    host_pid: u32,
+    loopback_port: u16,
+    address: Option<std::net::Ipv4Addr>,
+) -> String {
     let mut s = String::from("p() { printf 'P %s %s %s\\n' \"$1\" \"$2\" \"$3\"; }\n");
     for (probe, path) in targets(home, state_dir) {
         let q = quote(path.as_path());
@@ -107,6 +122,13 @@ pub fn script(home: &Path, state_dir: &Path, host_pid: u32, loopback_port: u16) 
          p host-process ESCAPED \"the launcher (pid {host_pid}) can be signalled\"; else p host-process HELD \"the \
          launcher (host pid {host_pid}) cannot be seen or signalled\"; fi\n"
     ));
+    if let Some(a) = address {
+        s.push_str(&format!(
+            "if (exec 3<>/dev/tcp/{a}/{loopback_port}) 2>/dev/null; then p host-address ESCAPED \"connected to the \
+             host's own {a}:{loopback_port}\"; else p host-address HELD \"the host's own {a}:{loopback_port} cannot be \
+             reached\"; fi\n"
+        ));
+    }
     let rc = [".bashrc", ".profile", ".bash_profile"].iter().map(|r| home.join(r)).find(|p| p.is_file());
     if let Some(rc) = rc {
         let q = quote(&rc);
@@ -137,9 +159,10 @@ pub fn run(session_args: &[std::ffi::OsString]) -> i32 {
     let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
     let env: Vec<(String, String)> = std::env::vars().collect();
     let state_dir = crate::host::real_location(&crate::host::state_dir_as_named(&env, &home));
-    // A listener on the host's loopback, which no jail may reach (isolated, filtered and
-    // proxied sessions have their own network; Landlock refuses TCP connects).
-    let listener = match std::net::TcpListener::bind("127.0.0.1:0") {
+    // A listener on the host's loopback and its own addresses, which no jail may reach
+    // (isolated, filtered and proxied sessions have their own network and its IP floors
+    // refuse the host's addresses; Landlock refuses TCP connects).
+    let listener = match std::net::TcpListener::bind("0.0.0.0:0") {
         Ok(l) => l,
         Err(e) => {
             eprintln!("agent-sandbox: doctor --attack: cannot listen on 127.0.0.1 for the network probe: {e}");
@@ -154,7 +177,7 @@ pub fn run(session_args: &[std::ffi::OsString]) -> i32 {
             return 2;
         }
     };
-    let script = script(&home, &state_dir, std::process::id(), port);
+    let script = script(&home, &state_dir, std::process::id(), port, host_address());
     let mut cmd = std::process::Command::new(&exe);
     cmd.args(session_args).args(["-q", "run", "--", "bash", "-c", &script]).env(CANARY_VAR, CANARY);
     let out = match cmd.stdin(std::process::Stdio::null()).output() {
@@ -205,8 +228,14 @@ mod tests {
         assert_eq!(got.len(), 2);
         assert!(got[0].held && got[0].detail.ends_with("inside") && !got[1].held);
         assert_eq!(quote(Path::new("/h/it's")), "'/h/it'\\''s'");
-        let s = script(Path::new("/nonexistent-home"), Path::new("/nonexistent-state"), 42, 4242);
-        for probe in ["state-directory", "environment", "slurm-auth", "host-loopback", "host-process"] {
+        let s = script(
+            Path::new("/nonexistent-home"),
+            Path::new("/nonexistent-state"),
+            42,
+            4242,
+            Some([10, 1, 2, 3].into()),
+        );
+        for probe in ["state-directory", "environment", "slurm-auth", "host-loopback", "host-process", "host-address"] {
             assert!(s.contains(&format!("p {probe} HELD")), "{probe}: {s}");
         }
     }
