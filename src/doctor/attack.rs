@@ -45,8 +45,16 @@ const SLURM_CHANNELS: &[&str] = &[
 #[derive(Debug, PartialEq)]
 pub struct Outcome {
     pub name: String,
-    pub held: bool,
+    pub verdict: Verdict,
     pub detail: String,
+}
+
+#[derive(Debug, PartialEq, Clone, Copy)]
+pub enum Verdict {
+    Held,
+    Escaped,
+    /// The attempt could not be made here (no Slurm answers).
+    Skipped,
 }
 
 fn quote(p: &Path) -> String {
@@ -129,6 +137,7 @@ pub fn script(
              reached\"; fi\n"
         ));
     }
+    s.push_str(&job_probe(state_dir));
     let rc = [".bashrc", ".profile", ".bash_profile"].iter().map(|r| home.join(r)).find(|p| p.is_file());
     if let Some(rc) = rc {
         let q = quote(&rc);
@@ -140,6 +149,29 @@ pub fn script(
     s
 }
 
+/// Where Slurm answers, a job submitted from inside (through the session's `sbatch`) must run
+/// in the jail on the node: its PID 1 the jail's, no authentication channel, the state
+/// directory and the launcher's secret not there. Waits for it at most two minutes; a job
+/// that did not run by then is reported skipped, not held.
+fn job_probe(state_dir: &Path) -> String {
+    let key = quote(&state_dir.join("records.key"));
+    format!(
+        "if squeue -h >/dev/null 2>&1; then\n\
+         out=\"$PWD/.agent-sandbox-probe-job.$$.out\"; rm -f \"$out\"\n\
+         if sbatch --parsable -J agent-sandbox-probe -o \"$out\" --wrap 'echo JOB-PID1=$(cat /proc/1/comm); \
+         for f in /run/munge/munge.socket.2 /etc/munge/munge.key /run/slurm/sack.socket /etc/slurm/slurm.key '{key}'; \
+         do [ -e \"$f\" ] && echo JOB-SEES=$f; done; [ -n \"${{{CANARY_VAR}:-}}\" ] && echo JOB-SEES=env; echo JOB-END' \
+         >/dev/null 2>&1; then\n\
+         i=0; while [ $i -lt 240 ] && ! grep -q JOB-END \"$out\" 2>/dev/null; do sleep 0.5; i=$((i+1)); done\n\
+         if ! grep -q JOB-END \"$out\" 2>/dev/null; then p job-reentry SKIPPED \"the job did not run within two minutes\"\n\
+         elif grep -q JOB-SEES \"$out\" || ! grep -q JOB-PID1=agent-sandbox \"$out\"; then p job-reentry ESCAPED \
+         \"the job ran outside the jail: $(tr '\\n' ' ' < \"$out\")\"\n\
+         else p job-reentry HELD \"a job submitted from inside ran in the jail on its node\"; fi\n\
+         else p job-reentry SKIPPED \"sbatch refused the job\"; fi; rm -f \"$out\"\n\
+         else p job-reentry SKIPPED \"no Slurm answers here\"; fi\n"
+    )
+}
+
 /// Reads the probes' lines.
 pub fn outcomes(stdout: &str) -> Vec<Outcome> {
     stdout
@@ -148,7 +180,12 @@ pub fn outcomes(stdout: &str) -> Vec<Outcome> {
         .filter_map(|l| {
             let mut it = l.splitn(3, ' ');
             let (name, verdict, detail) = (it.next()?, it.next()?, it.next().unwrap_or(""));
-            Some(Outcome { name: name.into(), held: verdict == "HELD", detail: detail.into() })
+            let verdict = match verdict {
+                "HELD" => Verdict::Held,
+                "SKIPPED" => Verdict::Skipped,
+                _ => Verdict::Escaped,
+            };
+            Some(Outcome { name: name.into(), verdict, detail: detail.into() })
         })
         .collect()
 }
@@ -195,9 +232,15 @@ pub fn run(session_args: &[std::ffi::OsString]) -> i32 {
         eprintln!("agent-sandbox: doctor --attack: the session did not run the probes ({}):\n{err}", out.status);
         return 2;
     }
-    let escaped = found.iter().filter(|o| !o.held).count();
+    let count = |v: Verdict| found.iter().filter(|o| o.verdict == v).count();
+    let (escaped, skipped) = (count(Verdict::Escaped), count(Verdict::Skipped));
     for o in &found {
-        println!("{:8} {:16} {}", if o.held { "held" } else { "ESCAPED" }, o.name, o.detail);
+        let v = match o.verdict {
+            Verdict::Held => "held",
+            Verdict::Escaped => "ESCAPED",
+            Verdict::Skipped => "skipped",
+        };
+        println!("{v:8} {:16} {}", o.name, o.detail);
     }
     let kernel = std::fs::File::open("/proc/sys/kernel/osrelease")
         .and_then(|mut f| {
@@ -207,10 +250,11 @@ pub fn run(session_args: &[std::ffi::OsString]) -> i32 {
         .unwrap_or_default();
     let opts = session_args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
     println!(
-        "agent-sandbox doctor --attack: {} probes, {} held, {} escaped (kernel {}, options: {})",
+        "agent-sandbox doctor --attack: {} probes, {} held, {} escaped, {} skipped (kernel {}, options: {})",
         found.len(),
-        found.len() - escaped,
+        count(Verdict::Held),
         escaped,
+        skipped,
         kernel.trim(),
         if opts.is_empty() { "none".to_string() } else { opts }
     );
@@ -226,7 +270,8 @@ mod tests {
         let got =
             outcomes("noise\nP credentials HELD /h/.ssh/id_rsa does not exist inside\nP host-loopback ESCAPED x\n");
         assert_eq!(got.len(), 2);
-        assert!(got[0].held && got[0].detail.ends_with("inside") && !got[1].held);
+        assert_eq!((got[0].verdict, got[1].verdict), (Verdict::Held, Verdict::Escaped));
+        assert!(got[0].detail.ends_with("inside"));
         assert_eq!(quote(Path::new("/h/it's")), "'/h/it'\\''s'");
         let s = script(
             Path::new("/nonexistent-home"),
