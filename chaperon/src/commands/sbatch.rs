@@ -343,7 +343,10 @@ pub fn parse_sbatch(
     }
 
     let mut options = Vec::new();
-    if let Some(script) = script {
+    // `--help`, `--usage` and `--version` answer before sbatch reads a script (`sbatch
+    // --version < /dev/null` prints the version): an empty one is no error then.
+    let answers_first = cli.options.iter().any(|(s, _)| matches!(s.long, "help" | "usage" | "version"));
+    if let Some(script) = script.filter(|_| !answers_first) {
         let directives = parse_with(&SBATCH, plugins, &parse_directives(script)?)?;
         // getopt stops at the first word that is not an option, and sbatch exits naming it.
         if let Some(word) = directives.positionals.first() {
@@ -677,6 +680,15 @@ mod tests {
         "export",
         "export-file",
     ];
+
+    #[test]
+    fn version_help_and_usage_answer_before_any_script_is_read() {
+        for flag in ["--version", "-V", "--help", "--usage"] {
+            let r = sbatch(&[flag], Some("")).unwrap_or_else(|e| panic!("{flag}: {e:?}"));
+            assert!(r.script_path.is_none(), "{flag}");
+        }
+        assert!(sbatch(&["-J", "x"], Some("")).is_err(), "an empty script still is one");
+    }
 
     #[test]
     fn script_fingerprint_is_sha256() {
