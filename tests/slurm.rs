@@ -644,6 +644,21 @@ fn workflow_tools_calls_work_unchanged() {
     assert!(out.stdout.contains(&format!("{id} wf-run-42")), "squeue --me within scope: {out}");
 }
 
+/// Workflow tools ask `sbatch --version` with nothing on stdin: sbatch answers before it
+/// reads a script, and so does the session's sbatch (it read the empty stdin as a script and
+/// refused it: "Batch script is empty!").
+#[test]
+fn sbatch_version_help_and_usage_answer_with_nothing_on_stdin() {
+    let Some(j) = slurm_jail("slurm-version") else { return };
+    let out = j.run("sbatch --version </dev/null && sbatch -V </dev/null && sbatch --usage </dev/null | head -1");
+    assert_eq!(out.code, 0, "{out}");
+    let direct = Command::new("sbatch").arg("--version").stdin(std::process::Stdio::null()).output().unwrap();
+    let version = String::from_utf8_lossy(&direct.stdout).into_owned();
+    assert!(version.starts_with("slurm"), "{version}");
+    assert_eq!(out.stdout.matches(version.as_str()).count(), 2, "{out}");
+    assert!(out.stdout.contains("Usage: sbatch"), "{out}");
+}
+
 #[test]
 fn session_scope_hides_other_sessions_of_the_same_project() {
     let Some(j) = slurm_jail("slurm-sessions") else { return };
