@@ -87,14 +87,40 @@ fn text(r: &rusqlite::Row, i: usize) -> rusqlite::Result<Option<String>> {
     })
 }
 
-fn has_table(c: &Connection, name: &str) -> rusqlite::Result<bool> {
-    c.query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1", [name], |r| r.get::<_, i64>(0))
-        .map(|n| n > 0)
+/// Whether the database has opencode's table `name`, with `columns`. SQLite finds a table by
+/// its name in any case, and reads a view of that name as one: a name that is not such a
+/// table (a view, `PERMISSION` beside nothing, a column missing) is the jail's work and an
+/// error, never "no table" (outside review, F1).
+fn has_table(c: &Connection, name: &str, columns: &[&str]) -> rusqlite::Result<bool> {
+    let kinds: Vec<String> = {
+        let mut st = c.prepare("SELECT type FROM sqlite_master WHERE name = ?1 COLLATE NOCASE")?;
+        let rows = st.query_map([name], |r| text(r, 0).map(Option::unwrap_or_default))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    if kinds.is_empty() {
+        return Ok(false);
+    }
+    let refused = |why: String| {
+        let code = rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CORRUPT);
+        rusqlite::Error::SqliteFailure(code, Some(format!("`{name}`: {why}")))
+    };
+    if kinds.iter().any(|k| k != "table") || kinds.len() > 1 {
+        return Err(refused(format!("not opencode's table ({})", kinds.join(", "))));
+    }
+    let found: Vec<String> = {
+        let mut st = c.prepare("SELECT name FROM pragma_table_info(?1)")?;
+        let rows = st.query_map([name], |r| text(r, 0).map(Option::unwrap_or_default))?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    match columns.iter().find(|c| !found.iter().any(|f| f.eq_ignore_ascii_case(c))) {
+        Some(missing) => Err(refused(format!("no column `{missing}`"))),
+        None => Ok(true),
+    }
 }
 
 /// Each approval with its rowid.
 fn approvals(c: &Connection) -> rusqlite::Result<Vec<(i64, Approval)>> {
-    if !has_table(c, "permission")? {
+    if !has_table(c, "permission", &["id", "project_id", "action", "resource"])? {
         return Ok(vec![]);
     }
     let mut st = c.prepare("SELECT rowid, id, project_id, action, resource FROM permission")?;
@@ -107,7 +133,7 @@ fn approvals(c: &Connection) -> rusqlite::Result<Vec<(i64, Approval)>> {
 
 /// Each session's rowid, id and rules.
 fn sessions(c: &Connection) -> rusqlite::Result<Vec<(i64, String, Option<String>)>> {
-    if !has_table(c, "session")? {
+    if !has_table(c, "session", &["id", "permission"])? {
         return Ok(vec![]);
     }
     let mut st = c.prepare("SELECT rowid, id, permission FROM session")?;
@@ -180,16 +206,53 @@ pub fn restore(s: &Snapshot) -> Result<Restored, String> {
     match std::fs::symlink_metadata(&s.db) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Restored::default()),
         Ok(m) if m.is_file() => {}
-        _ => return Err("not a regular file".into()),
+        _ => return Err(set_aside(&s.db, "not a regular file")),
     }
-    let mut c = open(&s.db, true).map_err(|e| e.to_string())?;
-    let done = put_back(&mut c, s).map_err(|e| e.to_string())?;
-    // Read back: nothing the session approved is left.
-    let left = approvals(&c).map_err(|e| e.to_string())?;
-    if left.iter().any(|(_, a)| !s.approvals.contains(a)) {
-        return Err("an approval given inside the jail is still there after its removal".into());
+    let checked = (|| -> rusqlite::Result<Result<Restored, String>> {
+        let mut c = open(&s.db, true)?;
+        let done = put_back(&mut c, s)?;
+        // Read back: nothing the session approved is left.
+        let left = approvals(&c)?;
+        if left.iter().any(|(_, a)| !s.approvals.contains(a)) {
+            return Ok(Err("an approval given inside the jail is still there after its removal".into()));
+        }
+        Ok(Ok(done))
+    })();
+    match checked {
+        Ok(Ok(done)) => Ok(done),
+        // opencode outside holds it (the jail's processes are gone): said, left as it is.
+        Err(rusqlite::Error::SqliteFailure(e, _))
+            if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) =>
+        {
+            Err("opencode outside holds it locked; look at its `permission` table before using it".into())
+        }
+        // A database the jail made that cannot be checked (a table rebuilt another way, its
+        // mode taken away, its bytes broken) is set aside whole: fail closed (outside review, F2).
+        Ok(Err(why)) => Err(set_aside(&s.db, &why)),
+        Err(e) => Err(set_aside(&s.db, &e.to_string())),
     }
-    Ok(done)
+}
+
+/// Moves the database and its log aside (`NAME.agent-sandbox-unchecked`), so that opencode
+/// outside starts with a new one and obeys nothing the jail saved; returns what to say.
+fn set_aside(db: &Path, why: &str) -> String {
+    let aside = db.with_extension("db.agent-sandbox-unchecked");
+    let moved = std::fs::rename(db, &aside);
+    for log in ["-wal", "-shm", "-journal"] {
+        let mut from = db.as_os_str().to_owned();
+        from.push(log);
+        let mut to = aside.as_os_str().to_owned();
+        to.push(log);
+        let _ = std::fs::rename(&from, &to);
+    }
+    match moved {
+        Ok(()) => format!(
+            "{why}: it was set aside as {} (opencode outside starts with a new database; look at its `permission` \
+             table and put it back if it holds nothing of the jail's)",
+            aside.display()
+        ),
+        Err(e) => format!("{why}, and it could not be set aside ({e})"),
+    }
 }
 
 fn put_back(c: &mut Connection, s: &Snapshot) -> rusqlite::Result<Restored> {
@@ -317,6 +380,42 @@ mod tests {
         assert!(restore(&s).expect("again").is_empty(), "nothing more to put back");
     }
 
+    /// Outside review, F1 and F2: tables the jail renamed (`PERMISSION`), turned into a view or
+    /// rebuilt `WITHOUT ROWID` hold approvals opencode still reads; none is taken for "no
+    /// table". A renamed one is found as SQLite finds it, and cleaned; one that cannot be
+    /// checked sets the database aside whole, so that opencode outside starts with a new one.
+    #[test]
+    fn a_database_the_jail_reshaped_is_cleaned_or_set_aside_never_trusted() {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = d.path().join("opencode.db");
+        let c = opencode_db(&p);
+        let (s, _) = take(&p);
+        c.execute_batch("ALTER TABLE permission RENAME TO ptmp; ALTER TABLE ptmp RENAME TO PERMISSION;").expect("case");
+        c.execute_batch("INSERT INTO permission VALUES ('per_x', 'prj', 'bash', '*', 2, 2);").expect("plant");
+        drop(c);
+        assert_eq!(restore(&s.expect("snapshot")).expect("cleaned").removed, ["bash *"]);
+        for reshape in [
+            "ALTER TABLE permission RENAME TO pdata; INSERT INTO pdata VALUES ('per_x', 'prj', 'bash', '*', 2, 2); \
+             CREATE VIEW permission AS SELECT * FROM pdata;",
+            "ALTER TABLE permission RENAME TO pold; CREATE TABLE permission (`id` text PRIMARY KEY, `project_id` \
+             text, `action` text, `resource` text, `time_created` integer, `time_updated` integer) WITHOUT ROWID;",
+        ] {
+            let d = tempfile::tempdir().expect("tmp");
+            let p = d.path().join("opencode.db");
+            let c = opencode_db(&p);
+            let (s, _) = take(&p);
+            let s = s.expect("snapshot");
+            c.execute_batch(reshape).expect("reshape");
+            if !reshape.contains("VIEW") {
+                c.execute_batch("INSERT INTO permission VALUES ('per_x', 'prj', 'bash', '*', 2, 2);").expect("plant");
+            }
+            drop(c);
+            let why = restore(&s).expect_err(reshape);
+            assert!(why.contains("set aside"), "{reshape}: {why}");
+            assert!(!p.exists() && d.path().join("opencode.db.agent-sandbox-unchecked").exists(), "{reshape}");
+        }
+    }
+
     /// The plan binds the write-ahead log's files (opencode's state): reading the database
     /// before the session must not remove them (the jail's bind would fail).
     #[test]
@@ -344,6 +443,8 @@ mod tests {
         std::fs::remove_file(&p).expect("rm");
         std::os::unix::fs::symlink(d.path().join("elsewhere.db"), &p).expect("ln");
         assert!(restore(&s).is_err(), "a link is the jail's: not followed");
+        assert!(std::fs::symlink_metadata(&p).is_err(), "and set aside");
+        std::os::unix::fs::symlink(d.path().join("elsewhere.db"), &p).expect("ln");
         let (s, w) = take(&p);
         assert!(s.is_none() && w.is_some_and(|w| w.contains("not checked")));
     }

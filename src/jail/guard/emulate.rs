@@ -99,7 +99,7 @@ enum Source {
     /// An unnamed file of the guard's (`O_TMPFILE`, next to the name) that the writer writes as
     /// a file (an editor `fstat`s, `fsync`s and `ftruncate`s it), read once inotify says the
     /// writer's last descriptor of it closed (`IN_CLOSE_WRITE`): a `.env`.
-    File { file: OwnedFd, closed: nix::sys::inotify::Inotify },
+    File { file: OwnedFd, closed: nix::sys::inotify::Inotify, skip: usize },
 }
 
 /// A config (or commondir) being written through a pipe.
@@ -120,6 +120,68 @@ pub struct Stream {
     file: Option<FileId>,
     /// The writer's stderr, for the line saying what was left out.
     stderr: Option<OwnedFd>,
+    /// Its place among the streams of its name (`Turn`).
+    turn: Option<Turn>,
+}
+
+/// Streams of one name are installed in the order they were opened (`> .env` then `>> .env`
+/// keeps both lines, whichever writer's thread comes first: outside review of A4, F5). A
+/// stream waits for the ones before it at most `TURN_WAIT` (a writer that keeps its
+/// descriptor open holds no one up for longer).
+#[derive(Debug)]
+pub struct Turn {
+    name: (FileId, Vec<u8>),
+    number: u64,
+}
+
+const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Per name: the next number given, and the first not installed yet.
+type Turns = std::collections::HashMap<(FileId, Vec<u8>), (u64, u64)>;
+static TURNS: std::sync::Mutex<Option<Turns>> = std::sync::Mutex::new(None);
+static TURN_DONE: std::sync::Condvar = std::sync::Condvar::new();
+
+impl Turn {
+    fn take(dir: BorrowedFd, name: &[u8]) -> Option<Turn> {
+        let st = nix::sys::stat::fstat(dir).ok()?;
+        let key = ((st.st_dev, st.st_ino), name.to_vec());
+        let mut all = TURNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let map = all.get_or_insert_with(Default::default);
+        let entry = map.entry(key.clone()).or_insert((0, 0));
+        let number = entry.0;
+        entry.0 += 1;
+        Some(Turn { name: key, number })
+    }
+
+    /// Waits until the streams opened before this one on its name are installed (or gave up).
+    fn wait(&self) {
+        let deadline = std::time::Instant::now() + TURN_WAIT;
+        let mut all = TURNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        loop {
+            let serving = all.as_ref().and_then(|m| m.get(&self.name)).map_or(self.number, |e| e.1);
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if serving >= self.number || left.is_zero() {
+                return;
+            }
+            all = TURN_DONE.wait_timeout(all, left).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+        }
+    }
+}
+
+impl Drop for Turn {
+    /// Done (installed, refused or given up): the next stream of the name may install.
+    fn drop(&mut self) {
+        let mut all = TURNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(map) = all.as_mut() {
+            if let Some(e) = map.get_mut(&self.name) {
+                e.1 = e.1.max(self.number + 1);
+                if e.1 >= e.0 {
+                    map.remove(&self.name);
+                }
+            }
+        }
+        TURN_DONE.notify_all();
+    }
 }
 
 /// Held from a check to the call it allows, for every call: the rules look at what other
@@ -672,7 +734,11 @@ fn stream(c: &Caller, g: &Guarded, e: Entry, what: Streamed, fill: Fill, mode: u
     let placeholder = there.is_err();
     let as_file = if what == Streamed::Dotenv { file_source(e.dir.as_fd(), &e.name, fill, mode) } else { None };
     let (read, write, fill) = match as_file {
-        Some((source, write)) => (source, write, Fill::Replace),
+        // Appended to the file as it is at the install (only the bytes written after what
+        // the file held when opened: `skip`); otherwise the file is the whole new text.
+        Some((source, write)) => {
+            (source, write, if matches!(fill, Fill::Append) { Fill::Append } else { Fill::Replace })
+        }
         None => {
             let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| errno(e as i32))?;
             (Source::Pipe(read), write, fill)
@@ -682,7 +748,9 @@ fn stream(c: &Caller, g: &Guarded, e: Entry, what: Streamed, fill: Fill, mode: u
         repo::install(e.dir.as_fd(), &e.name, b"", mode).map_err(errno)?;
     }
     let file = file_at(e.dir.as_fd(), &e.name);
+    let turn = Turn::take(e.dir.as_fd(), &e.name);
     let job = Stream {
+        turn,
         what,
         read: Some(read),
         dir: e.dir,
@@ -733,7 +801,8 @@ fn file_source(dir: BorrowedFd, name: &[u8], fill: Fill, mode: u32) -> Option<(S
     drop(made);
     let closed = Inotify::init(InitFlags::IN_CLOEXEC).ok()?;
     closed.add_watch(format!("/proc/self/fd/{}", file.as_raw_fd()).as_str(), AddWatchFlags::IN_CLOSE_WRITE).ok()?;
-    Some((Source::File { file, closed }, write))
+    let skip = if matches!(fill, Fill::Append) { first.len() } else { 0 };
+    Some((Source::File { file, closed, skip }, write))
 }
 
 /// What the writer wrote, up to `max` bytes, once it is done (all its descriptors closed),
@@ -742,7 +811,7 @@ fn written(source: Source, max: usize) -> (Vec<u8>, usize, Option<u32>) {
     use std::io::Read;
     let mut r = match source {
         Source::Pipe(read) => std::fs::File::from(read),
-        Source::File { file, closed } => {
+        Source::File { file, closed, skip } => {
             loop {
                 match closed.read_events() {
                     Ok(ev) if ev.iter().any(|e| e.mask.contains(nix::sys::inotify::AddWatchFlags::IN_CLOSE_WRITE)) => {
@@ -752,7 +821,10 @@ fn written(source: Source, max: usize) -> (Vec<u8>, usize, Option<u32>) {
                     Err(_) => break,
                 }
             }
-            std::fs::File::from(file)
+            // What the file held when opened is there again at the install (Append).
+            let mut f = std::fs::File::from(file);
+            let _ = std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(skip as u64));
+            f
         }
     };
     let mut got = Vec::new();
@@ -839,6 +911,11 @@ pub fn finish_stream(mut job: Stream, g: &Guarded) -> Option<(Refusal, PathBuf)>
         _ => super::gitconfig::MAX_CONFIG,
     };
     let (piped, more, bits) = written(job.read.take()?, max);
+    // After the streams of this name opened before it; its turn ends when this returns.
+    let turn = job.turn.take();
+    if let Some(t) = &turn {
+        t.wait();
+    }
     if more > 0 {
         return Some((Refusal::Unchecked(format!("a config larger than {max} bytes")), path));
     }
