@@ -89,7 +89,9 @@ fn a_link_to_a_hidden_file_is_refused_in_the_project_and_removed_at_exit() {
          mkdir -p n/b/c && ln -s ../sibling n/b/c/s && mv n/b/c n/c && echo DIR-MOVED; \
          mkdir -p q/b && ln -s q/b d && ln -s d/../../.ssh/id_ed25519 l && rm d && ln -s . d && echo RETARGETED; \
          mkdir -p x/y/M && ln -s . x/y/M/s && ln -s s/../../../.ssh/id_ed25519 x/y/M/l && mv x/y/M M && \
-         echo MOVED-THROUGH",
+         echo MOVED-THROUGH; \
+         mkdir -p h/q/b && ln -s q/b h/d && ln -s d/../../../.ssh/id_ed25519 h/l && rm h/d && ln -s . h/d && \
+         chmod 0311 h && echo HIDDEN-DIR",
     );
     assert!(!out.stdout.contains("MADE-KEY") && !out.stdout.contains("MADE-AWS"), "{out}");
     assert!(out.stdout.contains("a path the sandbox hides"), "one clear line: {out}");
@@ -104,11 +106,13 @@ fn a_link_to_a_hidden_file_is_refused_in_the_project_and_removed_at_exit() {
     // A link that comes to lead into a hidden path because of a link made after it, or one
     // below a moved directory read through a link inside it (outside review of A2 under
     // userns, F3 and F4), is made; the walk of the project at exit removes it.
-    for (step, left) in [("RETARGETED", "l"), ("MOVED-THROUGH", "M/l")] {
+    // ... also in a directory the jail made unreadable to its owner (second look, N1).
+    for (step, left) in [("RETARGETED", "l"), ("MOVED-THROUGH", "M/l"), ("HIDDEN-DIR", "h/l")] {
         assert!(out.stdout.contains(step), "{step}: {out}");
         assert!(std::fs::symlink_metadata(j.project.join(left)).is_err(), "{left} is left: {out}");
     }
     assert!(out.stderr.contains("removed the symlink"), "{out}");
+    assert!(out.stderr.contains("/h: the jail left it unreadable to you; made readable again"), "{out}");
     for kept in ["main.rs", "hosts", "a/b/c/k", "m/b/c/k", "n/c/s"] {
         assert!(std::fs::symlink_metadata(j.project.join(kept)).is_ok(), "{kept}: {out}");
     }

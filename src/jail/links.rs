@@ -178,13 +178,21 @@ pub fn sweep(plan: &LinkPlan, since: (i64, i64)) -> (Vec<Swept>, bool) {
         }
     }
     let mut done: Vec<&Path> = vec![];
+    let mut unlooked = false;
     for root in roots {
         if done.iter().any(|d| root.starts_with(d)) {
             continue;
         }
         let mut stack = vec![root.clone()];
         while let Some(dir) = stack.pop() {
-            let Ok(rd) = std::fs::read_dir(&dir) else { continue };
+            let rd = match listed(&dir) {
+                Ok(Some(rd)) => rd,
+                Ok(None) => continue,
+                Err(()) => {
+                    unlooked = true;
+                    continue;
+                }
+            };
             for e in rd.flatten() {
                 seen += 1;
                 if seen > MAX_SWEPT {
@@ -215,7 +223,34 @@ pub fn sweep(plan: &LinkPlan, since: (i64, i64)) -> (Vec<Swept>, bool) {
         }
         done.push(root);
     }
-    (out, false)
+    (out, unlooked)
+}
+
+/// A directory's entries for the sweep. One the jail made unreadable to its owner (`chmod
+/// 0311`: paths through it still resolve, its links still lead where they lead) is given its
+/// owner's read and search bits back first, and said (second outside look at A2 under
+/// userns, N1). None if it is gone; an error if it still cannot be listed (the caller says
+/// links were not checked).
+fn listed(dir: &Path) -> Result<Option<std::fs::ReadDir>, ()> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    match std::fs::read_dir(dir) {
+        Ok(rd) => return Ok(Some(rd)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.kind() != std::io::ErrorKind::PermissionDenied => return Err(()),
+        Err(_) => {}
+    }
+    let meta = std::fs::symlink_metadata(dir).map_err(drop)?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::getuid().as_raw() {
+        return Err(());
+    }
+    let mode = meta.permissions().mode() | 0o500;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(drop)?;
+    eprintln!(
+        "agent-sandbox: {}: the jail left it unreadable to you; made readable again (u+rx) to look for the links it \
+         left",
+        dir.display()
+    );
+    std::fs::read_dir(dir).map(Some).map_err(drop)
 }
 
 /// Removes `p` if it is (still) a link: never what it points to.
@@ -262,8 +297,8 @@ pub fn report(swept: &[Swept], stopped: bool, audit: &crate::audit::AuditLog) {
     }
     if stopped {
         eprintln!(
-            "agent-sandbox: warning: the exit check of symlinks stopped after {MAX_SWEPT} entries; links further on were \
-             not checked"
+            "agent-sandbox: warning: the exit check of symlinks did not look everywhere (it stops after {MAX_SWEPT} \
+             entries, and at a directory it cannot read): links there were not checked"
         );
     }
 }
