@@ -74,16 +74,9 @@ enum Streamed {
     Dotenv,
 }
 
-/// The refusal of a stream's file opened other than for writing only.
-fn in_place(what: Streamed) -> Refusal {
-    match what {
-        Streamed::Dotenv => Refusal::Dotenv,
-        _ => Refusal::ConfigInPlace,
-    }
-}
-
 /// The refusal of a call that would change a file the rules let change only through the
-/// guard (`d` is not `Go`) by another way (a second name, a truncation).
+/// guard (`d` is not `Go`) by another way (a second name, a truncation, an open for reading
+/// and writing).
 fn not_so(d: Decision) -> Refusal {
     match d {
         Decision::DotenvStream | Decision::Dotenv => Refusal::Dotenv,
@@ -669,7 +662,7 @@ fn create(
                 let d = e.decide(g, Op::Make(Kind::File))?;
                 if let Some(what) = streamed(d) {
                     if flags & libc::O_ACCMODE != libc::O_WRONLY {
-                        return Err(refused(in_place(what), e.path()));
+                        return Err(refused(not_so(d), e.path()));
                     }
                     let umask = c.umask().map_err(errno)?;
                     // A new `.env` holds secrets most often, and the writer's `fchmod` reaches
@@ -773,10 +766,6 @@ fn file_source(dir: BorrowedFd, name: &[u8], fill: Fill, mode: u32) -> Option<(S
     use nix::fcntl::OFlag;
     use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
     use std::io::Write;
-    let own = |fd: &OwnedFd, flags: OFlag| -> Option<OwnedFd> {
-        let p = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        nix::fcntl::open(p.as_str(), flags | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty()).ok()
-    };
     let first = match fill {
         Fill::Replace => vec![],
         _ => repo::read_file(dir, name, crate::jail::dotenv::MAX_BYTES as usize)
@@ -794,9 +783,9 @@ fn file_source(dir: BorrowedFd, name: &[u8], fill: Fill, mode: u32) -> Option<(S
     // The umask of this thread is the caller's; the bits are the file's own.
     nix::sys::stat::fchmod(&made, nix::sys::stat::Mode::from_bits_truncate(mode & 0o7777)).ok()?;
     std::fs::File::from(made.try_clone().ok()?).write_all(&first).ok()?;
-    let file = own(&made, OFlag::O_RDONLY)?;
-    let append = if matches!(fill, Fill::Append) { OFlag::O_APPEND } else { OFlag::empty() };
-    let write = own(&made, OFlag::O_WRONLY | append)?;
+    let file = reopen_now(&made, libc::O_RDONLY).ok()?;
+    let append = if matches!(fill, Fill::Append) { libc::O_APPEND } else { 0 };
+    let write = reopen_now(&made, libc::O_WRONLY | append).ok()?;
     // The guard's own writable descriptor goes before the watch: only the writer's close counts.
     drop(made);
     let closed = Inotify::init(InitFlags::IN_CLOEXEC).ok()?;
@@ -1038,9 +1027,10 @@ fn reopen(c: &Caller, g: &Guarded, obj: OwnedFd, flags: libc::c_int, cloexec: bo
         return Err(errno(REPLACED));
     }
     if let Some(e) = located(obj.as_fd())? {
-        if let Some(what) = streamed(e.decide(g, Op::Write)?) {
+        let d = e.decide(g, Op::Write)?;
+        if let Some(what) = streamed(d) {
             if flags & libc::O_ACCMODE != libc::O_WRONLY {
-                return Err(refused(in_place(what), e.path()));
+                return Err(refused(not_so(d), e.path()));
             }
             let fill = if flags & libc::O_TRUNC != 0 {
                 Fill::Replace

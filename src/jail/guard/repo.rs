@@ -283,10 +283,23 @@ pub fn rename_config(
         None => Base::Existing(b""),
     };
     let clean = gitconfig::sanitise(&new, base, place).map_err(|r| Refusal::ConfigEntry(r.describe()))?;
-    if let Err(e) = install(to, to_name, &clean, mode) {
+    install_renamed(from, from_name, to, to_name, &clean, mode)
+}
+
+/// A rename carried out as the guard's own copy: `bytes` (checked) installed at `to_name`, the
+/// source removed; the errno of an install that failed.
+fn install_renamed(
+    from: BorrowedFd,
+    from_name: &[u8],
+    to: BorrowedFd,
+    to_name: &[u8],
+    bytes: &[u8],
+    mode: u32,
+) -> Result<Result<(), i32>, Refusal> {
+    let src = c(from_name)?;
+    if let Err(e) = install(to, to_name, bytes, mode) {
         return Ok(Err(e));
     }
-    let src = c(from_name)?;
     // SAFETY: `src` lives for the call.
     unsafe { libc::unlinkat(from.as_raw_fd(), src.as_ptr(), 0) };
     Ok(Ok(()))
@@ -316,13 +329,7 @@ pub fn rename_dotenv(
     if !added.is_empty() {
         return Err(Refusal::DotenvControls(added));
     }
-    if let Err(e) = install(to, to_name, &new, mode) {
-        return Ok(Err(e));
-    }
-    let src = c(from_name)?;
-    // SAFETY: `src` lives for the call.
-    unsafe { libc::unlinkat(from.as_raw_fd(), src.as_ptr(), 0) };
-    Ok(Ok(()))
+    install_renamed(from, from_name, to, to_name, &new, mode)
 }
 
 #[cfg(test)]
