@@ -25,7 +25,9 @@ fn the_self_test_holds_on_this_hosts_policy_and_names_each_probe() {
     startup_file(&j);
     let out = j.output(&mut j.command(&["doctor", "--attack"]));
     assert_eq!(out.code, 0, "{out}");
-    for probe in ["state-directory", "environment", "slurm-auth", "host-loopback", "host-process", "write-outside"] {
+    for probe in
+        ["state-directory", "environment", "slurm-auth", "host-loopback", "host-process", "port-floor", "write-outside"]
+    {
         assert!(out.stdout.lines().any(|l| l.starts_with("held") && l.contains(probe)), "{probe}: {out}");
     }
     assert!(!out.stdout.contains("ESCAPED"), "{out}");
@@ -50,15 +52,43 @@ fn each_probe_fails_on_a_policy_weakened_to_let_it_through() {
     assert_eq!(out.code, 1, "{out}");
     assert!(out.stdout.contains("ESCAPED  credentials      read ") && out.stdout.contains(".pypirc"), "{out}");
     assert!(out.stdout.contains("ESCAPED  write-outside") && out.stdout.contains(" 2 escaped"), "{out}");
-    // The network open (the host's own): its loopback and its own addresses are reachable.
+    // The network open (the host's own, no floor under userns): its loopback, its own
+    // addresses and the floor's ports (2525 at least, which any user can listen on) are
+    // reachable.
     let out = j.output(&mut j.command(&["--net", "open", "doctor", "--attack"]));
     assert_eq!(out.code, 1, "{out}");
     assert!(out.stdout.contains("ESCAPED  host-loopback"), "{out}");
     if out.stdout.contains("host-address") {
         assert!(out.stdout.contains("ESCAPED  host-address     connected to the host's own "), "{out}");
     }
-    // Landlock with the network open: the host's loopback is reachable.
+    assert!(
+        out.stdout.contains("ESCAPED  port-floor       connected to ") && out.stdout.contains(":2525(mail)"),
+        "{out}"
+    );
+    // Landlock with the network open: the host's loopback is reachable, the floor is not (its
+    // TCP rules refuse the floor's ports whatever the mode).
     let out = j.output(&mut j.command(&["--backend", "landlock", "--net", "open", "doctor", "--attack"]));
     assert_eq!(out.code, 1, "{out}");
     assert!(out.stdout.contains("ESCAPED  host-loopback    connected to the host's 127.0.0.1:"), "{out}");
+    assert!(out.stdout.contains("held     port-floor       ") && out.stdout.contains("2525"), "{out}");
+}
+
+/// No policy can let a job run outside the jail (the chaperon rewrites every job), so the job
+/// probe's own check is shown on the weakest setting there is: no jail. Its `sbatch` is then
+/// Slurm's, the job runs as submitted, and the probe must say so.
+#[test]
+fn the_job_probe_catches_a_job_that_runs_outside_the_jail() {
+    let Some(j) = Jail::new("attack-job-outside") else { return };
+    let slurm = std::process::Command::new("sinfo").args(["-h", "-o", "%T"]).output();
+    if !slurm.is_ok_and(|o| o.status.success() && !o.stdout.is_empty()) {
+        eprintln!("SKIP: no Slurm cluster answers here (tests/cluster/start.sh)");
+        return;
+    }
+    use agent_sandbox::doctor::attack::{job_probe, outcomes, Verdict, PRELUDE};
+    let script = format!("{PRELUDE}{}", job_probe(&j.rig.home.join(".local/state/agent-sandbox")));
+    let out = j.output_within(j.as_user("bash").args(["-c", &script]), std::time::Duration::from_secs(150));
+    let found = outcomes(&out.stdout);
+    assert_eq!(found.len(), 1, "{out}");
+    assert_eq!((found[0].name.as_str(), found[0].verdict), ("job-reentry", Verdict::Escaped), "{out}");
+    assert!(found[0].detail.starts_with("the job ran outside the jail: JOB-PID1="), "{out}");
 }

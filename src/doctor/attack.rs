@@ -3,14 +3,17 @@
 //! reading the credentials and hidden files this user has, the launcher's own state
 //! directory, every Slurm authentication channel (munge's socket and key, sackd's sockets,
 //! `slurm.key` and JWT keys, `SLURM_JWT`), a secret variable of the launcher's environment,
-//! a listener of the host's loopback, a signal to a host process, and a write to the user's
-//! shell startup file. Each line says what was tried and whether it held; the summary is
+//! a listener of the host's loopback, the port floor (mail, DNS over TLS, remote shells,
+//! Slurm's daemons) on the host's own address, a signal to a host process, and a write to the
+//! user's shell startup file. Each line says what was tried and whether it held; the summary is
 //! what an admin pastes into a ticket. The probes are attempts, never a reading of the
 //! configuration: a policy weakened to let one through makes that probe fail (tested in
 //! tests/attack.rs).
 
 use std::io::Read;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// A secret the launcher's environment holds while the probes run; the scrub must remove it.
 const CANARY_VAR: &str = "AGENT_SANDBOX_PROBE_API_TOKEN";
@@ -100,6 +103,76 @@ fn host_address() -> Option<std::net::Ipv4Addr> {
         .find(|ip| !ip.is_loopback())
 }
 
+/// A port of the floor (`netrules::floor`) the probe tries on the host's own address.
+pub struct FloorPort {
+    pub port: u16,
+    pub class: &'static str,
+    /// Ours, on every address, so that a connect the floor lets through succeeds. None where a
+    /// service of the host listens there already (Slurm's daemons, a mail server). Either way
+    /// the evidence is the jail's connect: a connection arriving here could be another
+    /// self-test's, run at the same time.
+    pub listener: Option<TcpListener>,
+}
+
+/// The floor's ports this host lets the probe try on `address`: each one this user can listen
+/// on (ports below 1024 need root, or `net.ipv4.ip_unprivileged_port_start`), and each one
+/// where a service already answers on that address.
+pub fn floor_ports(address: IpAddr) -> Vec<FloorPort> {
+    let mut out = vec![];
+    for &(port, class, _) in crate::netrules::floor::PORT_FLOOR {
+        match TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)) {
+            Ok(l) if l.set_nonblocking(true).is_ok() => out.push(FloorPort { port, class, listener: Some(l) }),
+            Ok(_) => {}
+            Err(_) => {
+                // Refused (privileged) or taken: tried where something answers on the address.
+                let answers = TcpStream::connect_timeout(&SocketAddr::new(address, port), Duration::from_millis(300));
+                if answers.is_ok() {
+                    out.push(FloorPort { port, class, listener: None });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The port-floor probe: a connect from inside to each of `ports` on `address`; any that
+/// connects is an escape. `timeout` bounds a connect the network neither accepts nor refuses.
+fn port_floor_probe(address: IpAddr, ports: &[FloorPort]) -> String {
+    if ports.is_empty() {
+        return "p port-floor SKIPPED \"no port of the floor could be listened on, and no service answers on one, \
+                here\"\n"
+            .to_string();
+    }
+    let mut s = String::from("fl=; t=; command -v timeout >/dev/null 2>&1 && t='timeout 10'\n");
+    for f in ports {
+        s.push_str(&format!(
+            "if $t bash -c 'exec 3<>/dev/tcp/{address}/{0}' 2>/dev/null; then fl=\"$fl {address}:{0}({1})\"; fi\n",
+            f.port, f.class
+        ));
+    }
+    let listed = ports.iter().map(|f| f.port.to_string()).collect::<Vec<_>>().join(",");
+    let mut classes: Vec<&str> = ports.iter().map(|f| f.class).collect();
+    classes.dedup();
+    let untried: Vec<String> = crate::netrules::floor::floor_ports()
+        .filter(|p| !ports.iter().any(|f| f.port == *p))
+        .map(|p| p.to_string())
+        .collect();
+    let untried = if untried.is_empty() {
+        String::new()
+    } else {
+        format!("; not tried: {} (this user cannot listen there and nothing answers)", untried.join(","))
+    };
+    s.push_str(&format!(
+        "if [ -n \"$fl\" ]; then p port-floor ESCAPED \"connected to$fl\"; else p port-floor HELD \"{address}:{{{listed}}} \
+         ({}) cannot be reached{untried}\"; fi\n",
+        classes.join(", ")
+    ));
+    s
+}
+
+/// What every probe script starts with: `p NAME VERDICT DETAIL` prints one probe's line.
+pub const PRELUDE: &str = "p() { printf 'P %s %s %s\\n' \"$1\" \"$2\" \"$3\"; }\n";
+
 /// The script the jail runs: one `P NAME HELD|ESCAPED DETAIL` line per attempt. `port` is a
 /// listener of the host's on every address: on its loopback and on `address`.
 pub fn script(
@@ -108,8 +181,9 @@ pub fn script(
     host_pid: u32,
     loopback_port: u16,
     address: Option<std::net::Ipv4Addr>,
+    floor: &[FloorPort],
 ) -> String {
-    let mut s = String::from("p() { printf 'P %s %s %s\\n' \"$1\" \"$2\" \"$3\"; }\n");
+    let mut s = String::from(PRELUDE);
     for (probe, path) in targets(home, state_dir) {
         let q = quote(path.as_path());
         s.push_str(&format!(
@@ -137,6 +211,8 @@ pub fn script(
              reached\"; fi\n"
         ));
     }
+    let floor_address = IpAddr::V4(address.unwrap_or(Ipv4Addr::LOCALHOST));
+    s.push_str(&port_floor_probe(floor_address, floor));
     s.push_str(&job_probe(state_dir));
     let rc = [".bashrc", ".profile", ".bash_profile"].iter().map(|r| home.join(r)).find(|p| p.is_file());
     if let Some(rc) = rc {
@@ -153,7 +229,7 @@ pub fn script(
 /// in the jail on the node: its PID 1 the jail's, no authentication channel, the state
 /// directory and the launcher's secret not there. Waits for it at most two minutes; a job
 /// that did not run by then is reported skipped, not held.
-fn job_probe(state_dir: &Path) -> String {
+pub fn job_probe(state_dir: &Path) -> String {
     let key = quote(&state_dir.join("records.key"));
     format!(
         "if squeue -h >/dev/null 2>&1; then\n\
@@ -214,7 +290,10 @@ pub fn run(session_args: &[std::ffi::OsString]) -> i32 {
             return 2;
         }
     };
-    let script = script(&home, &state_dir, std::process::id(), port, host_address());
+    let address = host_address();
+    // Listening before the session starts: the floor's ports on every address.
+    let floor = floor_ports(IpAddr::V4(address.unwrap_or(Ipv4Addr::LOCALHOST)));
+    let script = script(&home, &state_dir, std::process::id(), port, address, &floor);
     let mut cmd = std::process::Command::new(&exe);
     cmd.args(session_args).args(["-q", "run", "--", "bash", "-c", &script]).env(CANARY_VAR, CANARY);
     let out = match cmd.stdin(std::process::Stdio::null()).output() {
@@ -224,8 +303,8 @@ pub fn run(session_args: &[std::ffi::OsString]) -> i32 {
             return 2;
         }
     };
-    drop(listener);
     let found = outcomes(&String::from_utf8_lossy(&out.stdout));
+    drop(listener);
     if found.is_empty() {
         let mut err = String::from_utf8_lossy(&out.stderr).into_owned();
         err.truncate(4000);
@@ -279,8 +358,21 @@ mod tests {
             42,
             4242,
             Some([10, 1, 2, 3].into()),
+            &[
+                FloorPort { port: 2525, class: "mail", listener: None },
+                FloorPort { port: 6817, class: "slurm", listener: None },
+            ],
         );
-        for probe in ["state-directory", "environment", "slurm-auth", "host-loopback", "host-process", "host-address"] {
+        assert!(s.contains("/dev/tcp/10.1.2.3/2525") && s.contains("10.1.2.3:{2525,6817} (mail, slurm)"), "{s}");
+        for probe in [
+            "state-directory",
+            "environment",
+            "slurm-auth",
+            "host-loopback",
+            "host-process",
+            "host-address",
+            "port-floor",
+        ] {
             assert!(s.contains(&format!("p {probe} HELD")), "{probe}: {s}");
         }
     }
