@@ -52,6 +52,16 @@ fn each_probe_fails_on_a_policy_weakened_to_let_it_through() {
     assert_eq!(out.code, 1, "{out}");
     assert!(out.stdout.contains("ESCAPED  credentials      read ") && out.stdout.contains(".pypirc"), "{out}");
     assert!(out.stdout.contains("ESCAPED  write-outside") && out.stdout.contains(" 2 escaped"), "{out}");
+    // The scrub off (`--env '*'`: every variable passed): the planted secrets reach the jail,
+    // Slurm's authentication variables with them.
+    let out = j.output(&mut j.command(&["--env", "*", "doctor", "--attack"]));
+    assert_eq!(out.code, 1, "{out}");
+    let env = out.stdout.lines().find(|l| l.contains(" environment ")).unwrap_or_default();
+    for var in
+        ["ASBPROBE_API_TOKEN", "ASBPROBE_AUTH", "ASBPROBE_NOTES", "ASBPROBE_MIRROR", "SLURM_JWT", "SLURM_SACK_SOCKET"]
+    {
+        assert!(env.starts_with("ESCAPED") && env.contains(var), "{var}: {out}");
+    }
     // The network open (the host's own, no floor under userns): its loopback, its own
     // addresses and the floor's ports (2525 at least, which any user can listen on) are
     // reachable.
@@ -84,11 +94,33 @@ fn the_job_probe_catches_a_job_that_runs_outside_the_jail() {
         eprintln!("SKIP: no Slurm cluster answers here (tests/cluster/start.sh)");
         return;
     }
-    use agent_sandbox::doctor::attack::{job_probe, outcomes, Verdict, PRELUDE};
-    let script = format!("{PRELUDE}{}", job_probe(&j.rig.home.join(".local/state/agent-sandbox")));
-    let out = j.output_within(j.as_user("bash").args(["-c", &script]), std::time::Duration::from_secs(150));
-    let found = outcomes(&out.stdout);
-    assert_eq!(found.len(), 1, "{out}");
+    use agent_sandbox::doctor::attack::{canaries, job_probe, Script, Verdict};
+    let mut s = Script::new("n0nce");
+    let out_file = j.project.join("probe-job.out");
+    job_probe(&mut s, &out_file, &j.rig.home.join(".local/state/agent-sandbox"), &canaries("n0nce"));
+    let out = j.output_within(j.as_user("bash").args(["-c", s.text()]), std::time::Duration::from_secs(150));
+    let found = s.outcomes(&out.stdout).unwrap_or_else(|e| panic!("{e}: {out}"));
     assert_eq!((found[0].name.as_str(), found[0].verdict), ("job-reentry", Verdict::Escaped), "{out}");
     assert!(found[0].detail.starts_with("the job ran outside the jail: JOB-PID1="), "{out}");
+}
+
+/// What the session could have planted does not decide the result: a `bash` ahead on `PATH`
+/// (a project's venv) and a `BASH_ENV` that rewrites every escape as held.
+#[test]
+fn a_planted_shell_or_startup_file_does_not_forge_the_result() {
+    let Some(j) = Jail::new("attack-forged") else { return };
+    let rc = startup_file(&j);
+    let j = j.project_file(".venv/bin/bash", "#!/bin/sh\nprintf 'P forged HELD x\\n'; exit 0\n");
+    let _ = std::process::Command::new("chmod").arg("755").arg(j.project.join(".venv/bin/bash")).status();
+    let j = j.project_file(
+        "benv",
+        "printf() { if [ \"$3\" = ESCAPED ]; then set -- \"$1\" \"$2\" HELD forged; fi; builtin printf \"$@\"; }\n",
+    );
+    let path = format!("{}:/usr/bin:/bin", j.project.join(".venv/bin").display());
+    let benv = j.project.join("benv");
+    let mut c = j.command(&["--rw", rc.to_str().unwrap(), "doctor", "--attack"]);
+    c.env("PATH", &path).env("BASH_ENV", &benv);
+    let out = j.output(&mut c);
+    assert_eq!(out.code, 1, "{out}");
+    assert!(out.stdout.contains("ESCAPED  write-outside") && !out.stdout.contains("forged"), "{out}");
 }

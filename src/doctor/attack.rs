@@ -1,25 +1,28 @@
-//! `agent-sandbox doctor --attack`: a site's self-test. It starts a real session with this
-//! host's policy, kernel and Slurm, as the calling user, and runs escape attempts inside it:
-//! reading the credentials and hidden files this user has, the launcher's own state
+//! `agent-sandbox doctor --attack`: a site's self-test. It starts real sessions with this
+//! host's policy, kernel and Slurm, as the calling user, and runs escape attempts inside:
+//! reading the credential stores this user has (the catalogue's), the launcher's own state
 //! directory, every Slurm authentication channel (munge's socket and key, sackd's sockets,
-//! `slurm.key` and JWT keys, `SLURM_JWT`), a secret variable of the launcher's environment,
-//! a listener of the host's loopback, the port floor (mail, DNS over TLS, remote shells,
-//! Slurm's daemons) on the host's own address, a signal to a host process, and a write to the
-//! user's shell startup file. Each line says what was tried and whether it held; the summary is
-//! what an admin pastes into a ticket. The probes are attempts, never a reading of the
-//! configuration: a policy weakened to let one through makes that probe fail (tested in
-//! tests/attack.rs).
+//! `slurm.key` and JWT keys: sockets are connected to, files read), secrets of the launcher's
+//! environment (one per kind of scrub rule, `SLURM_JWT` and `SLURM_SACK_SOCKET` too), a
+//! listener of the host's loopback and own address, the port floor (mail, DNS over TLS,
+//! remote shells, Slurm's daemons), a signal to the launcher, writes to the user's shell
+//! startup files and `PATH` directories, and a job that must re-enter the jail on its node.
+//!
+//! Each line says what was tried and whether it held; the summary is what an admin pastes into
+//! a ticket. The probes are attempts, never a reading of the configuration: a policy weakened
+//! to let one through makes that probe fail (tested in tests/attack.rs). What the session
+//! could have planted does not decide the result: the probes run under `/bin/bash` with no
+//! startup file, a `PATH` of the system's and the jail's stub directory, no exported function;
+//! each line carries the run's nonce and its probe's number, and every probe must answer once
+//! (a session cut short is a failed self-test, not a shorter list).
 
 use std::io::Read;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, TcpListener};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-/// A secret the launcher's environment holds while the probes run; the scrub must remove it.
-const CANARY_VAR: &str = "AGENT_SANDBOX_PROBE_API_TOKEN";
-const CANARY: &str = "asb-probe-canary-7f3e";
-
-/// Files of a user's home that hold credentials (a few of the catalogue's), tried if present.
+/// Files of a user's home that hold credentials, tried where present, besides the
+/// catalogue's plain `~/` entries.
 const HOME_SECRETS: &[&str] = &[
     ".ssh/id_ed25519",
     ".ssh/id_rsa",
@@ -33,16 +36,38 @@ const HOME_SECRETS: &[&str] = &[
     ".pypirc",
 ];
 
+/// At most this many credential files are tried (the first found).
+const MAX_CREDENTIALS: usize = 40;
+
 /// Slurm's authentication channels, wherever a site keeps them.
 const SLURM_CHANNELS: &[&str] = &[
     "/run/munge/munge.socket.2",
     "/var/run/munge/munge.socket.2",
     "/etc/munge/munge.key",
     "/run/slurm/sack.socket",
+    "/run/slurmctld/sack.socket",
+    "/run/slurmdbd/sack.socket",
     "/etc/slurm/slurm.key",
     "/etc/slurm/jwt_hs256.key",
     "/etc/slurm/jwt.key",
 ];
+
+/// Shell startup files and login-time programs of the user's: a write to any of them runs
+/// outside the jail later.
+const STARTUP_FILES: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".config/fish/config.fish",
+];
+
+/// Directories whose new files run outside later (on `PATH`, started at login).
+const STARTUP_DIRS: &[&str] = &[".local/bin", "bin", ".config/autostart", ".config/systemd/user"];
 
 /// One probe's outcome.
 #[derive(Debug, PartialEq)]
@@ -56,7 +81,7 @@ pub struct Outcome {
 pub enum Verdict {
     Held,
     Escaped,
-    /// The attempt could not be made here (no Slurm answers).
+    /// The attempt could not be made here (no Slurm answers, nothing to try).
     Skipped,
 }
 
@@ -64,19 +89,121 @@ fn quote(p: &Path) -> String {
     format!("'{}'", p.display().to_string().replace('\'', "'\\''"))
 }
 
-/// The paths tried for each file probe, found on this host (each only if it exists here).
-fn targets(home: &Path, state_dir: &Path) -> Vec<(&'static str, PathBuf)> {
-    let mut out = vec![];
-    for rel in HOME_SECRETS {
+/// A probe script: each probe numbered, each line it prints stamped with the run's nonce.
+pub struct Script {
+    nonce: String,
+    text: String,
+    names: Vec<&'static str>,
+}
+
+impl Script {
+    /// The header: the jail's stub directory (the launcher puts it first on `PATH`) and the
+    /// system's, nothing of the caller's `PATH` (a project's venv, `~/bin`).
+    pub fn new(nonce: &str) -> Script {
+        let text = format!(
+            "stubs=\"${{PATH%%:*}}\"; PATH=\"$stubs:/usr/bin:/bin\"; export PATH; unset BASH_ENV ENV\n\
+             p() {{ builtin printf 'P {nonce} %s %s %s\\n' \"$1\" \"$2\" \"$3\"; }}\n"
+        );
+        Script { nonce: nonce.to_string(), text, names: vec![] }
+    }
+
+    /// One probe: `body` reports with `@P@ HELD|ESCAPED|SKIPPED "detail"` (every branch once).
+    pub fn probe(&mut self, name: &'static str, body: &str) {
+        let tag = format!("p {}:{name}", self.names.len());
+        self.text.push_str(&body.replace("@P@", &tag));
+        self.text.push('\n');
+        self.names.push(name);
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The probes' lines in `stdout`, each probe's once: an error names the first probe that
+    /// did not answer (a session cut short) or answered twice.
+    pub fn outcomes(&self, stdout: &str) -> Result<Vec<Outcome>, String> {
+        let mut found: Vec<Option<Outcome>> = self.names.iter().map(|_| None).collect();
+        let prefix = format!("P {} ", self.nonce);
+        for line in stdout.lines().filter_map(|l| l.strip_prefix(&prefix)) {
+            let mut it = line.splitn(3, ' ');
+            let (tag, verdict, detail) = (it.next().unwrap_or(""), it.next().unwrap_or(""), it.next().unwrap_or(""));
+            let Some((n, name)) = tag.split_once(':') else { continue };
+            let Some(slot) = n.parse::<usize>().ok().filter(|n| self.names.get(*n) == Some(&name)) else {
+                continue;
+            };
+            let verdict = match verdict {
+                "HELD" => Verdict::Held,
+                "SKIPPED" => Verdict::Skipped,
+                "ESCAPED" => Verdict::Escaped,
+                _ => continue,
+            };
+            if found[slot].is_some() {
+                return Err(format!("probe {n} ({name}) answered twice"));
+            }
+            let detail = detail.chars().map(|c| if c.is_control() { '?' } else { c }).collect();
+            found[slot] = Some(Outcome { name: name.to_string(), verdict, detail });
+        }
+        let mut out = vec![];
+        for (n, o) in found.into_iter().enumerate() {
+            out.push(o.ok_or_else(|| format!("the session ended before probe {n} ({}) answered", self.names[n]))?);
+        }
+        Ok(out)
+    }
+}
+
+/// What the probes are tried against on this host.
+pub struct Targets {
+    pub home: PathBuf,
+    pub state_dir: PathBuf,
+    /// The launcher's pid and its process name (`comm`), as the host sees them.
+    pub host_pid: u32,
+    pub host_comm: String,
+    /// A listener of the host's on every address.
+    pub port: u16,
+    /// The host's first IPv4 address that is not loopback.
+    pub address: Option<Ipv4Addr>,
+    /// The variables planted in the launcher's environment, and their values.
+    pub canaries: Vec<(&'static str, String)>,
+    /// The project's output file of the job probe (the host removes it after).
+    pub job_out: PathBuf,
+}
+
+/// The variables the self-test plants in the launcher's environment, one per kind of scrub
+/// rule: a name pattern (`*_TOKEN`), a secret word (`AUTH`), a value of a provider's key form,
+/// a URL with a password, and Slurm's two authentication variables. None may reach the jail.
+pub fn canaries(nonce: &str) -> Vec<(&'static str, String)> {
+    let body: String = nonce.chars().cycle().take(36).collect();
+    vec![
+        ("ASBPROBE_API_TOKEN", format!("asbprobe-{nonce}-name")),
+        ("ASBPROBE_AUTH", format!("asbprobe-{nonce}-word")),
+        ("ASBPROBE_NOTES", format!("ghp_{body}")),
+        ("ASBPROBE_MIRROR", format!("https://asbprobe:{nonce}@mirror.invalid/simple")),
+        ("SLURM_JWT", format!("asbprobe-{nonce}-jwt")),
+        ("SLURM_SACK_SOCKET", format!("/run/asbprobe-{nonce}/sack.socket")),
+    ]
+}
+
+/// The credential files this user has: the catalogue's plain `~/` paths and a few more.
+fn credential_files(home: &Path) -> Vec<PathBuf> {
+    let from_catalogue = crate::plan::catalogue::CATALOGUE
+        .iter()
+        .flat_map(|s| s.paths.iter().copied())
+        .filter(|t| !t.contains(['*', '?', '[', '{', '$']))
+        .filter_map(|t| t.strip_prefix("~/"));
+    let mut out: Vec<PathBuf> = vec![];
+    for rel in HOME_SECRETS.iter().copied().chain(from_catalogue) {
         let p = home.join(rel);
-        if p.exists() {
-            out.push(("credentials", p));
+        if p.is_file() && !out.contains(&p) && out.len() < MAX_CREDENTIALS {
+            out.push(p);
         }
     }
-    out.push(("state-directory", state_dir.join("records.key")));
+    out
+}
+
+/// Slurm's authentication channels that exist on this host (sackd's socket of a named
+/// cluster, `/run/slurm-<cluster>/sack.socket`, and where `SLURM_SACK_SOCKET` moves it, too).
+fn slurm_channels() -> Vec<PathBuf> {
     let mut channels: Vec<PathBuf> = SLURM_CHANNELS.iter().map(PathBuf::from).collect();
-    // sackd's socket of a named cluster (`/run/slurm-<cluster>/sack.socket`), and where
-    // `SLURM_SACK_SOCKET` moves it.
     if let Ok(rd) = std::fs::read_dir("/run") {
         for e in rd.flatten() {
             if e.file_name().to_string_lossy().starts_with("slurm-") {
@@ -87,233 +214,357 @@ fn targets(home: &Path, state_dir: &Path) -> Vec<(&'static str, PathBuf)> {
     if let Some(p) = std::env::var_os("SLURM_SACK_SOCKET").map(PathBuf::from).filter(|p| p.is_absolute()) {
         channels.push(p);
     }
-    for p in channels {
-        if std::fs::symlink_metadata(&p).is_ok() {
-            out.push(("slurm-auth", p));
-        }
+    channels.retain(|p| std::fs::symlink_metadata(p).is_ok());
+    channels
+}
+
+/// A file probe: read the file (a socket: connect to it through the jail's stub binary).
+fn file_probe(s: &mut Script, name: &'static str, path: &Path) {
+    let q = quote(path);
+    s.probe(
+        name,
+        &format!(
+            "if [ -S {q} ]; then if (exec -a agent-sandbox-probe-unix \"$stubs/squeue\" {q}) 2>/dev/null; then \
+             @P@ ESCAPED \"connected to \"{q}; else @P@ HELD {q}\" is there but refuses a connection\"; fi; \
+             elif [ -e {q} ] || [ -L {q} ]; then if head -c1 {q} >/dev/null 2>&1; then @P@ ESCAPED \"read \"{q}; \
+             else @P@ HELD {q}\" is there but cannot be read\"; fi; else @P@ HELD {q}\" does not exist inside\"; fi"
+        ),
+    );
+}
+
+/// The whole probe script of the main session (the port floor has a session of its own).
+pub fn script(t: &Targets, nonce: &str) -> Script {
+    let mut s = Script::new(nonce);
+    let creds = credential_files(&t.home);
+    if creds.is_empty() {
+        s.probe("credentials", "@P@ SKIPPED \"none of the catalogue's credential files is in this home\"");
     }
-    out
+    for p in &creds {
+        file_probe(&mut s, "credentials", p);
+    }
+    file_probe(&mut s, "state-directory", &t.state_dir.join("records.key"));
+    for p in slurm_channels() {
+        file_probe(&mut s, "slurm-auth", &p);
+    }
+    let values = t.canaries.iter().map(|(_, v)| format!("-e '{v}'")).collect::<Vec<_>>().join(" ");
+    let names = t.canaries.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(" ");
+    s.probe(
+        "environment",
+        &format!(
+            "got=$(env | grep -F {values} | sed 's/=.*//' | tr '\\n' ' '); if [ -n \"$got\" ]; then @P@ ESCAPED \
+             \"reached the jail: $got\"; else @P@ HELD \"scrubbed: {names}\"; fi"
+        ),
+    );
+    s.probe(
+        "host-loopback",
+        &format!(
+            "if (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null; then @P@ ESCAPED \"connected to the host's \
+             127.0.0.1:{port}\"; else @P@ HELD \"the host's 127.0.0.1:{port} cannot be reached\"; fi",
+            port = t.port
+        ),
+    );
+    match t.address {
+        Some(a) => s.probe(
+            "host-address",
+            &format!(
+                "if (exec 3<>/dev/tcp/{a}/{port}) 2>/dev/null; then @P@ ESCAPED \"connected to the host's own \
+                 {a}:{port}\"; else @P@ HELD \"the host's own {a}:{port} cannot be reached\"; fi",
+                port = t.port
+            ),
+        ),
+        None => s.probe("host-address", "@P@ SKIPPED \"this host has no IPv4 address but loopback\""),
+    }
+    let (pid, comm) = (t.host_pid, &t.host_comm);
+    s.probe(
+        "host-process",
+        &format!(
+            "if kill -0 {pid} 2>/dev/null && [ \"$(cat /proc/{pid}/comm 2>/dev/null)\" = '{comm}' ]; then @P@ ESCAPED \
+             \"the launcher (pid {pid}) can be signalled\"; else @P@ HELD \"the launcher (host pid {pid}) cannot be seen \
+             or signalled\"; fi"
+        ),
+    );
+    write_probes(&mut s, &t.home);
+    // Last: it may wait two minutes, and every other probe has answered by then.
+    job_probe(&mut s, &t.job_out, &t.state_dir, &t.canaries);
+    s
+}
+
+/// The user's startup files (each, as the host's file: a session's own copy, `home.seed`, is
+/// not the file) and startup directories, for writing; nothing is written to a file, and a
+/// file made in a directory is removed at once.
+fn write_probes(s: &mut Script, home: &Path) {
+    let mut any = false;
+    for rel in STARTUP_FILES {
+        let p = home.join(rel);
+        let Ok(m) = std::fs::metadata(&p) else { continue };
+        any = true;
+        let (q, ino) = (quote(&p), m.ino());
+        s.probe(
+            "write-outside",
+            &format!(
+                "if (: >> {q}) 2>/dev/null; then if [ \"$(stat -L -c %i {q})\" = {ino} ]; then @P@ ESCAPED {q}\" can be \
+                 written\"; else @P@ HELD \"only the session's own copy of \"{q}\" can be written\"; fi; else @P@ HELD \
+                 {q}\" cannot be written\"; fi"
+            ),
+        );
+    }
+    for rel in STARTUP_DIRS {
+        let p = home.join(rel);
+        if !p.is_dir() {
+            continue;
+        }
+        any = true;
+        let q = quote(&p);
+        s.probe(
+            "write-outside",
+            &format!(
+                "if f=$(mktemp -p {q} .agent-sandbox-probe.XXXXXX 2>/dev/null); then rm -f \"$f\"; @P@ ESCAPED \"a file \
+                 can be made in \"{q}; else @P@ HELD \"no file can be made in \"{q}; fi"
+            ),
+        );
+    }
+    if !any {
+        s.probe("write-outside", "@P@ SKIPPED \"this home has none of the shell startup files or PATH directories\"");
+    }
+}
+
+/// Where Slurm answers, a job submitted from inside (through the session's `sbatch`) must run
+/// in the jail on the node: its PID 1 the jail's, no authentication channel, the state
+/// directory and the launcher's planted secrets not there. Waits for it at most two minutes,
+/// then cancels it and reports skipped; its output goes to `out` (named with the run's nonce:
+/// no file left by an earlier run decides it).
+pub fn job_probe(s: &mut Script, out: &Path, state_dir: &Path, canaries: &[(&'static str, String)]) {
+    // Quoted for the job's script, which is itself single-quoted here.
+    let key = quote(&state_dir.join("records.key")).replace('\'', "'\\''");
+    let o = quote(out);
+    let values = canaries.iter().map(|(_, v)| format!("-e {v}")).collect::<Vec<_>>().join(" ");
+    let channels = SLURM_CHANNELS.join(" ");
+    s.probe(
+        "job-reentry",
+        &format!(
+            "if ! squeue -h >/dev/null 2>&1; then @P@ SKIPPED \"no Slurm answers here\"; \
+             elif ! id=$(sbatch --parsable -J agent-sandbox-probe -o {o} --wrap 'echo JOB-PID1=$(cat /proc/1/comm); \
+             for f in {channels} {key}; do [ -e \"$f\" ] && echo JOB-SEES=$f; done; \
+             env | grep -q -F {values} && echo JOB-SEES=env; echo JOB-END' 2>&1); then \
+             @P@ SKIPPED \"sbatch refused the job: $(echo $id | head -c 300)\"; \
+             else id=\"${{id%%;*}}\"; i=0; while [ $i -lt 240 ] && ! grep -q JOB-END {o} 2>/dev/null; do \
+             [ $((i % 10)) = 9 ] && [ -z \"$(squeue -h -j \"$id\" 2>/dev/null)\" ] && sleep 1 && break; \
+             sleep 0.5; i=$((i+1)); done; \
+             if ! grep -q JOB-END {o} 2>/dev/null; then scancel \"$id\" 2>/dev/null; \
+             @P@ SKIPPED \"job $id did not run its script within two minutes (cancelled; sacct -j $id says why)\"; \
+             elif grep -q JOB-SEES {o} || ! grep -q JOB-PID1=agent-sandbox {o}; then \
+             @P@ ESCAPED \"the job ran outside the jail: $(tr '\\n' ' ' < {o})\"; \
+             else @P@ HELD \"a job submitted from inside ran in the jail on its node\"; fi; fi"
+        ),
+    );
 }
 
 /// This host's first IPv4 address that is not loopback, if any.
-fn host_address() -> Option<std::net::Ipv4Addr> {
+fn host_address() -> Option<Ipv4Addr> {
     nix::ifaddrs::getifaddrs()
         .ok()?
         .filter_map(|i| i.address.and_then(|a| a.as_sockaddr_in().map(|s| s.ip())))
         .find(|ip| !ip.is_loopback())
 }
 
-/// A port of the floor (`netrules::floor`) the probe tries on the host's own address.
+/// A port of the floor (`netrules::floor`) the probe tries.
 pub struct FloorPort {
     pub port: u16,
     pub class: &'static str,
-    /// Ours, on every address, so that a connect the floor lets through succeeds. None where a
-    /// service of the host listens there already (Slurm's daemons, a mail server). Either way
-    /// the evidence is the jail's connect: a connection arriving here could be another
+    /// Ours, on every address, so that a connect the floor lets through succeeds. None where
+    /// a service of the host listens there already (Slurm's daemons, a mail server). Either
+    /// way the evidence is the jail's connect: a connection arriving here could be another
     /// self-test's, run at the same time.
     pub listener: Option<TcpListener>,
 }
 
-/// The floor's ports this host lets the probe try on `address`: each one this user can listen
-/// on (ports below 1024 need root, or `net.ipv4.ip_unprivileged_port_start`), and each one
-/// where a service already answers on that address.
-pub fn floor_ports(address: IpAddr) -> Vec<FloorPort> {
+/// The TCP ports something listens on at this host (`/proc/net/tcp`, `tcp6`): read, not
+/// connected to, so that finding a mail server is no port scan.
+fn listening_ports() -> Vec<u16> {
+    let mut ports = vec![];
+    for f in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(f) else { continue };
+        for line in text.lines().skip(1) {
+            let mut w = line.split_whitespace();
+            let (local, state) = (w.nth(1), w.nth(1));
+            let port = local.and_then(|l| l.rsplit(':').next()).and_then(|p| u16::from_str_radix(p, 16).ok());
+            if let (Some(p), Some("0A")) = (port, state) {
+                ports.push(p);
+            }
+        }
+    }
+    ports
+}
+
+/// The floor's ports this host lets the probe try: each one this user can listen on (ports
+/// below 1024 need root, or `net.ipv4.ip_unprivileged_port_start`), and each one a service
+/// of the host already listens on.
+pub fn floor_ports() -> Vec<FloorPort> {
+    let listening = listening_ports();
     let mut out = vec![];
     for &(port, class, _) in crate::netrules::floor::PORT_FLOOR {
         match TcpListener::bind((Ipv4Addr::UNSPECIFIED, port)) {
-            Ok(l) if l.set_nonblocking(true).is_ok() => out.push(FloorPort { port, class, listener: Some(l) }),
-            Ok(_) => {}
-            Err(_) => {
-                // Refused (privileged) or taken: tried where something answers on the address.
-                let answers = TcpStream::connect_timeout(&SocketAddr::new(address, port), Duration::from_millis(300));
-                if answers.is_ok() {
-                    out.push(FloorPort { port, class, listener: None });
-                }
-            }
+            Ok(l) => out.push(FloorPort { port, class, listener: Some(l) }),
+            Err(_) if listening.contains(&port) => out.push(FloorPort { port, class, listener: None }),
+            Err(_) => {}
         }
     }
     out
 }
 
-/// The port-floor probe: a connect from inside to each of `ports` on `address`; any that
-/// connects is an escape. `timeout` bounds a connect the network neither accepts nor refuses.
-fn port_floor_probe(address: IpAddr, ports: &[FloorPort]) -> String {
+/// The port-floor probe: a connect from inside to each of `ports` on each of `addresses` (the
+/// host's own, the jail's gateway where `--host-port` forwards to the host's loopback, and
+/// loopback, the host's under Landlock); any that connects is an escape.
+pub fn port_floor_probe(s: &mut Script, addresses: &[IpAddr], ports: &[FloorPort]) {
     if ports.is_empty() {
-        return "p port-floor SKIPPED \"no port of the floor could be listened on, and no service answers on one, \
-                here\"\n"
-            .to_string();
+        s.probe(
+            "port-floor",
+            "@P@ SKIPPED \"no port of the floor could be listened on, and no service listens on one\"",
+        );
+        return;
     }
-    let mut s = String::from("fl=; t=; command -v timeout >/dev/null 2>&1 && t='timeout 10'\n");
-    for f in ports {
-        s.push_str(&format!(
-            "if $t bash -c 'exec 3<>/dev/tcp/{address}/{0}' 2>/dev/null; then fl=\"$fl {address}:{0}({1})\"; fi\n",
-            f.port, f.class
-        ));
+    let mut body = String::from("fl=; t=; command -v timeout >/dev/null 2>&1 && t='timeout 10'\n");
+    for a in addresses {
+        for f in ports {
+            body.push_str(&format!(
+                "if $t /bin/bash --norc --noprofile -c 'exec 3<>/dev/tcp/{a}/{0}' 2>/dev/null; then \
+                 fl=\"$fl {a}:{0}({1})\"; fi\n",
+                f.port, f.class
+            ));
+        }
     }
     let listed = ports.iter().map(|f| f.port.to_string()).collect::<Vec<_>>().join(",");
+    let at = addresses.iter().map(|a| a.to_string()).collect::<Vec<_>>().join(", ");
     let mut classes: Vec<&str> = ports.iter().map(|f| f.class).collect();
     classes.dedup();
     let untried: Vec<String> = crate::netrules::floor::floor_ports()
         .filter(|p| !ports.iter().any(|f| f.port == *p))
         .map(|p| p.to_string())
         .collect();
-    let untried = if untried.is_empty() {
-        String::new()
-    } else {
-        format!("; not tried: {} (this user cannot listen there and nothing answers)", untried.join(","))
+    let untried = match untried.is_empty() {
+        true => String::new(),
+        false => format!("; not tried: {} (this user cannot listen there and nothing does)", untried.join(",")),
     };
-    s.push_str(&format!(
-        "if [ -n \"$fl\" ]; then p port-floor ESCAPED \"connected to$fl\"; else p port-floor HELD \"{address}:{{{listed}}} \
-         ({}) cannot be reached{untried}\"; fi\n",
+    body.push_str(&format!(
+        "if [ -n \"$fl\" ]; then @P@ ESCAPED \"connected to$fl\"; else @P@ HELD \"ports {listed} ({}) at {at} cannot be \
+         reached{untried}\"; fi",
         classes.join(", ")
     ));
-    s
+    s.probe("port-floor", &body);
 }
 
-/// What every probe script starts with: `p NAME VERDICT DETAIL` prints one probe's line.
-pub const PRELUDE: &str = "p() { printf 'P %s %s %s\\n' \"$1\" \"$2\" \"$3\"; }\n";
-
-/// The script the jail runs: one `P NAME HELD|ESCAPED DETAIL` line per attempt. `port` is a
-/// listener of the host's on every address: on its loopback and on `address`.
-pub fn script(
-    home: &Path,
-    state_dir: &Path,
-    host_pid: u32,
-    loopback_port: u16,
-    address: Option<std::net::Ipv4Addr>,
-    floor: &[FloorPort],
-) -> String {
-    let mut s = String::from(PRELUDE);
-    for (probe, path) in targets(home, state_dir) {
-        let q = quote(path.as_path());
-        s.push_str(&format!(
-            "if [ -e {q} ] || [ -L {q} ]; then if head -c1 {q} >/dev/null 2>&1; then p {probe} ESCAPED \"read \"{q}; \
-             else p {probe} HELD {q}\" is there but cannot be read\"; fi; else p {probe} HELD {q}\" does not exist \
-             inside\"; fi\n"
-        ));
+/// A nonce for this run: what the probes print is stamped with it.
+fn nonce() -> String {
+    let mut b = [0u8; 8];
+    if getrandom(&mut b).is_err() {
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        b = ((t as u64) ^ u64::from(std::process::id())).to_le_bytes();
     }
-    s.push_str(&format!(
-        "if [ -n \"${{{CANARY_VAR}:-}}\" ] || env | grep -q {CANARY}; then p environment ESCAPED \"{CANARY_VAR} \
-         reached the jail\"; else p environment HELD \"{CANARY_VAR} was scrubbed\"; fi\n\
-         if [ -n \"${{SLURM_JWT:-}}${{SLURM_SACK_SOCKET:-}}\" ]; then p slurm-auth ESCAPED \"SLURM_JWT or \
-         SLURM_SACK_SOCKET reached the jail\"; else p slurm-auth HELD \"SLURM_JWT and SLURM_SACK_SOCKET are not set\"; fi\n\
-         if (exec 3<>/dev/tcp/127.0.0.1/{loopback_port}) 2>/dev/null; then p host-loopback ESCAPED \"connected to the \
-         host's 127.0.0.1:{loopback_port}\"; else p host-loopback HELD \"the host's 127.0.0.1:{loopback_port} cannot be \
-         reached\"; fi\n\
-         if kill -0 {host_pid} 2>/dev/null && [ \"$(cat /proc/{host_pid}/comm 2>/dev/null)\" = agent-sandbox ]; then \
-         p host-process ESCAPED \"the launcher (pid {host_pid}) can be signalled\"; else p host-process HELD \"the \
-         launcher (host pid {host_pid}) cannot be seen or signalled\"; fi\n"
-    ));
-    if let Some(a) = address {
-        s.push_str(&format!(
-            "if (exec 3<>/dev/tcp/{a}/{loopback_port}) 2>/dev/null; then p host-address ESCAPED \"connected to the \
-             host's own {a}:{loopback_port}\"; else p host-address HELD \"the host's own {a}:{loopback_port} cannot be \
-             reached\"; fi\n"
-        ));
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn getrandom(b: &mut [u8]) -> std::io::Result<()> {
+    std::fs::File::open("/dev/urandom")?.read_exact(b)
+}
+
+/// One session running `script`, with `session_args` (the options given before `doctor`) and
+/// the canaries planted; its probes' outcomes, or why there are none.
+fn run_session(
+    exe: &Path,
+    session_args: &[std::ffi::OsString],
+    script: &Script,
+    canaries: &[(&'static str, String)],
+) -> Result<Vec<Outcome>, String> {
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(session_args).args(["-q", "run", "--", "/bin/bash", "--norc", "--noprofile", "-c", script.text()]);
+    // What a shell would read before the script (a startup file named by a variable, exported
+    // functions) stays out of the probes' shell.
+    for (k, _) in std::env::vars_os() {
+        let name = k.to_string_lossy();
+        if name == "BASH_ENV" || name == "ENV" || name.starts_with("BASH_FUNC_") {
+            cmd.env_remove(&k);
+        }
     }
-    let floor_address = IpAddr::V4(address.unwrap_or(Ipv4Addr::LOCALHOST));
-    s.push_str(&port_floor_probe(floor_address, floor));
-    s.push_str(&job_probe(state_dir));
-    let rc = [".bashrc", ".profile", ".bash_profile"].iter().map(|r| home.join(r)).find(|p| p.is_file());
-    if let Some(rc) = rc {
-        let q = quote(&rc);
-        s.push_str(&format!(
-            "if (: >> {q}) 2>/dev/null; then p write-outside ESCAPED {q}\" can be written\"; else p write-outside HELD \
-             {q}\" cannot be written\"; fi\n"
-        ));
+    for (k, v) in canaries {
+        cmd.env(k, v);
     }
-    s
-}
-
-/// Where Slurm answers, a job submitted from inside (through the session's `sbatch`) must run
-/// in the jail on the node: its PID 1 the jail's, no authentication channel, the state
-/// directory and the launcher's secret not there. Waits for it at most two minutes; a job
-/// that did not run by then is reported skipped, not held.
-pub fn job_probe(state_dir: &Path) -> String {
-    let key = quote(&state_dir.join("records.key"));
-    format!(
-        "if squeue -h >/dev/null 2>&1; then\n\
-         out=\"$PWD/.agent-sandbox-probe-job.$$.out\"; rm -f \"$out\"\n\
-         if sbatch --parsable -J agent-sandbox-probe -o \"$out\" --wrap 'echo JOB-PID1=$(cat /proc/1/comm); \
-         for f in /run/munge/munge.socket.2 /etc/munge/munge.key /run/slurm/sack.socket /etc/slurm/slurm.key '{key}'; \
-         do [ -e \"$f\" ] && echo JOB-SEES=$f; done; [ -n \"${{{CANARY_VAR}:-}}\" ] && echo JOB-SEES=env; echo JOB-END' \
-         >/dev/null 2>&1; then\n\
-         i=0; while [ $i -lt 240 ] && ! grep -q JOB-END \"$out\" 2>/dev/null; do sleep 0.5; i=$((i+1)); done\n\
-         if ! grep -q JOB-END \"$out\" 2>/dev/null; then p job-reentry SKIPPED \"the job did not run within two minutes\"\n\
-         elif grep -q JOB-SEES \"$out\" || ! grep -q JOB-PID1=agent-sandbox \"$out\"; then p job-reentry ESCAPED \
-         \"the job ran outside the jail: $(tr '\\n' ' ' < \"$out\")\"\n\
-         else p job-reentry HELD \"a job submitted from inside ran in the jail on its node\"; fi\n\
-         else p job-reentry SKIPPED \"sbatch refused the job\"; fi; rm -f \"$out\"\n\
-         else p job-reentry SKIPPED \"no Slurm answers here\"; fi\n"
-    )
-}
-
-/// Reads the probes' lines.
-pub fn outcomes(stdout: &str) -> Vec<Outcome> {
-    stdout
-        .lines()
-        .filter_map(|l| l.strip_prefix("P "))
-        .filter_map(|l| {
-            let mut it = l.splitn(3, ' ');
-            let (name, verdict, detail) = (it.next()?, it.next()?, it.next().unwrap_or(""));
-            let verdict = match verdict {
-                "HELD" => Verdict::Held,
-                "SKIPPED" => Verdict::Skipped,
-                _ => Verdict::Escaped,
-            };
-            Some(Outcome { name: name.into(), verdict, detail: detail.into() })
-        })
-        .collect()
-}
-
-/// Runs the probes in a session started with `session_args` (the options given before
-/// `doctor`), prints a line per probe and the summary; 0 when every probe held.
-pub fn run(session_args: &[std::ffi::OsString]) -> i32 {
-    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/"));
-    let env: Vec<(String, String)> = std::env::vars().collect();
-    let state_dir = crate::host::real_location(&crate::host::state_dir_as_named(&env, &home));
-    // A listener on the host's loopback and its own addresses, which no jail may reach
-    // (isolated, filtered and proxied sessions have their own network and its IP floors
-    // refuse the host's addresses; Landlock refuses TCP connects).
-    let listener = match std::net::TcpListener::bind("0.0.0.0:0") {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("agent-sandbox: doctor --attack: cannot listen on 127.0.0.1 for the network probe: {e}");
-            return 2;
-        }
-    };
-    let port = listener.local_addr().map(|a| a.port()).unwrap_or(0);
-    let exe = match std::env::current_exe() {
-        Ok(e) => e,
-        Err(e) => {
-            eprintln!("agent-sandbox: doctor --attack: cannot find this program: {e}");
-            return 2;
-        }
-    };
-    let address = host_address();
-    // Listening before the session starts: the floor's ports on every address.
-    let floor = floor_ports(IpAddr::V4(address.unwrap_or(Ipv4Addr::LOCALHOST)));
-    let script = script(&home, &state_dir, std::process::id(), port, address, &floor);
-    let mut cmd = std::process::Command::new(&exe);
-    cmd.args(session_args).args(["-q", "run", "--", "bash", "-c", &script]).env(CANARY_VAR, CANARY);
-    let out = match cmd.stdin(std::process::Stdio::null()).output() {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("agent-sandbox: doctor --attack: cannot start a session: {e}");
-            return 2;
-        }
-    };
-    let found = outcomes(&String::from_utf8_lossy(&out.stdout));
-    drop(listener);
-    if found.is_empty() {
+    let out = cmd.stdin(std::process::Stdio::null()).output().map_err(|e| format!("cannot start a session: {e}"))?;
+    script.outcomes(&String::from_utf8_lossy(&out.stdout)).map_err(|why| {
         let mut err = String::from_utf8_lossy(&out.stderr).into_owned();
         err.truncate(4000);
-        eprintln!("agent-sandbox: doctor --attack: the session did not run the probes ({}):\n{err}", out.status);
-        return 2;
+        format!("{why} (the session: {}):\n{err}", out.status)
+    })
+}
+
+/// This user's home as the launcher sees it: the password database's, not `$HOME`.
+fn home() -> PathBuf {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map(|u| u.dir)
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("/"))
+}
+
+fn read_small(path: &str) -> String {
+    std::fs::read_to_string(path).unwrap_or_default().trim().to_string()
+}
+
+/// Runs the probes, prints a line per probe and the summary; 0 when every probe held, 1 when
+/// one escaped, 2 when the probes could not all be made.
+pub fn run(session_args: &[std::ffi::OsString]) -> i32 {
+    match attack(session_args) {
+        Ok(found) => report(&found, session_args),
+        Err(e) => {
+            eprintln!("agent-sandbox: doctor --attack: {e}");
+            2
+        }
     }
+}
+
+fn attack(session_args: &[std::ffi::OsString]) -> Result<Vec<Outcome>, String> {
+    let home = home();
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let state_dir = crate::host::real_location(&crate::host::state_dir_as_named(&env, &home));
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let nonce = nonce();
+    let canaries = canaries(&nonce);
+    let address = host_address();
+    // The port floor first, in a short session of its own: its listeners are up only for it
+    // (a Slurm daemon starting meanwhile could not bind its port).
+    let mut floor = Script::new(&nonce);
+    let ports = floor_ports();
+    let mut at: Vec<IpAddr> = address.into_iter().map(IpAddr::V4).collect();
+    at.extend([IpAddr::V4(crate::netrules::addr::GATEWAY_V4), IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    port_floor_probe(&mut floor, &at, &ports);
+    let mut found = run_session(&exe, session_args, &floor, &canaries)?;
+    drop(ports);
+    // A listener on the host's loopback and its own addresses, which no jail may reach.
+    let listener = TcpListener::bind("0.0.0.0:0").map_err(|e| format!("cannot listen for the network probes: {e}"))?;
+    let cwd = std::env::current_dir().map_err(|e| format!("cannot tell the current directory: {e}"))?;
+    let targets = Targets {
+        home,
+        state_dir,
+        host_pid: std::process::id(),
+        host_comm: read_small("/proc/self/comm"),
+        port: listener.local_addr().map(|a| a.port()).unwrap_or(0),
+        address,
+        canaries,
+        job_out: cwd.join(format!("agent-sandbox-probe-job.{nonce}.out")),
+    };
+    let main = script(&targets, &nonce);
+    let result = run_session(&exe, session_args, &main, &targets.canaries);
+    // The job's output, wherever the session left off (the jail cannot remove it: a name of
+    // the launcher's own is protected in the project).
+    let _ = std::fs::remove_file(&targets.job_out);
+    found.extend(result?);
+    Ok(found)
+}
+
+fn report(found: &[Outcome], session_args: &[std::ffi::OsString]) -> i32 {
     let count = |v: Verdict| found.iter().filter(|o| o.verdict == v).count();
     let (escaped, skipped) = (count(Verdict::Escaped), count(Verdict::Skipped));
-    for o in &found {
+    for o in found {
         let v = match o.verdict {
             Verdict::Held => "held",
             Verdict::Escaped => "ESCAPED",
@@ -321,12 +572,6 @@ pub fn run(session_args: &[std::ffi::OsString]) -> i32 {
         };
         println!("{v:8} {:16} {}", o.name, o.detail);
     }
-    let kernel = std::fs::File::open("/proc/sys/kernel/osrelease")
-        .and_then(|mut f| {
-            let mut s = String::new();
-            f.read_to_string(&mut s).map(|_| s)
-        })
-        .unwrap_or_default();
     let opts = session_args.iter().map(|a| a.to_string_lossy().into_owned()).collect::<Vec<_>>().join(" ");
     println!(
         "agent-sandbox doctor --attack: {} probes, {} held, {} escaped, {} skipped (kernel {}, options: {})",
@@ -334,7 +579,7 @@ pub fn run(session_args: &[std::ffi::OsString]) -> i32 {
         count(Verdict::Held),
         escaped,
         skipped,
-        kernel.trim(),
+        read_small("/proc/sys/kernel/osrelease"),
         if opts.is_empty() { "none".to_string() } else { opts }
     );
     i32::from(escaped > 0)
@@ -345,35 +590,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_probes_lines_are_read_and_a_path_with_a_quote_is_quoted() {
-        let got =
-            outcomes("noise\nP credentials HELD /h/.ssh/id_rsa does not exist inside\nP host-loopback ESCAPED x\n");
-        assert_eq!(got.len(), 2);
+    fn each_probe_must_answer_once_with_the_runs_nonce() {
+        let mut s = Script::new("n1");
+        s.probe("a", "@P@ HELD \"x\"");
+        s.probe("b", "@P@ ESCAPED \"y\"");
+        assert!(s.text().contains("p 0:a HELD") && s.text().contains("p 1:b ESCAPED"), "{}", s.text());
+        let got = s.outcomes("noise\nP n1 0:a HELD x\nP n1 1:b ESCAPED read\x1b[2J it\n").unwrap();
         assert_eq!((got[0].verdict, got[1].verdict), (Verdict::Held, Verdict::Escaped));
-        assert!(got[0].detail.ends_with("inside"));
+        assert_eq!(got[1].detail, "read?[2J it");
+        // Another nonce, an unknown probe, a wrong name: not the probes' lines.
+        let e = s.outcomes("P n2 0:a HELD x\nP n1 1:b HELD y\nP n1 7:z HELD\nP n1 0:b HELD").unwrap_err();
+        assert!(e.contains("probe 0 (a)"), "{e}");
+        let e = s.outcomes("P n1 0:a HELD x\nP n1 1:b HELD y\nP n1 1:b HELD y").unwrap_err();
+        assert!(e.contains("answered twice"), "{e}");
+    }
+
+    #[test]
+    fn the_script_names_each_probe_and_quotes_paths() {
         assert_eq!(quote(Path::new("/h/it's")), "'/h/it'\\''s'");
-        let s = script(
-            Path::new("/nonexistent-home"),
-            Path::new("/nonexistent-state"),
-            42,
-            4242,
-            Some([10, 1, 2, 3].into()),
-            &[
-                FloorPort { port: 2525, class: "mail", listener: None },
-                FloorPort { port: 6817, class: "slurm", listener: None },
-            ],
-        );
-        assert!(s.contains("/dev/tcp/10.1.2.3/2525") && s.contains("10.1.2.3:{2525,6817} (mail, slurm)"), "{s}");
-        for probe in [
-            "state-directory",
-            "environment",
-            "slurm-auth",
-            "host-loopback",
-            "host-process",
-            "host-address",
-            "port-floor",
-        ] {
-            assert!(s.contains(&format!("p {probe} HELD")), "{probe}: {s}");
+        let t = Targets {
+            home: PathBuf::from("/nonexistent-home"),
+            state_dir: PathBuf::from("/nonexistent-state"),
+            host_pid: 42,
+            host_comm: "agent-sandbox".into(),
+            port: 4242,
+            address: Some([10, 1, 2, 3].into()),
+            canaries: canaries("abcd"),
+            job_out: PathBuf::from("/p/out"),
+        };
+        let s = script(&t, "abcd");
+        for probe in ["credentials", "state-directory", "environment", "host-loopback", "host-process", "host-address"]
+        {
+            assert!(s.names.contains(&probe), "{probe}: {}", s.text());
         }
+        assert!(s.text().contains("-e 'ghp_abcdabcd"), "{}", s.text());
+        let mut f = Script::new("abcd");
+        let ports = [
+            FloorPort { port: 2525, class: "mail", listener: None },
+            FloorPort { port: 6817, class: "slurm", listener: None },
+        ];
+        port_floor_probe(&mut f, &[IpAddr::V4([10, 1, 2, 3].into())], &ports);
+        assert!(f.text().contains("/dev/tcp/10.1.2.3/2525") && f.text().contains("ports 2525,6817 (mail, slurm)"));
     }
 }

@@ -35,6 +35,26 @@ pub fn open_standard_descriptors() {
     }
 }
 
+/// `argv[0]` of the self-test's unix-socket probe (`agent-sandbox doctor --attack`):
+/// `agent-sandbox-probe-unix PATH` connects to the socket at PATH, exit 0 when it could. Shell
+/// tools cannot try a socket (opening one as a file always fails), and every jail has this
+/// binary; it does nothing the jail's own programs could not.
+pub const PROBE_UNIX: &str = "agent-sandbox-probe-unix";
+
+fn probe_unix(args: &[std::ffi::OsString]) -> i32 {
+    let [path] = args else {
+        eprintln!("{PROBE_UNIX}: give the socket's path");
+        return 2;
+    };
+    match std::os::unix::net::UnixStream::connect(path) {
+        Ok(_) => 0,
+        Err(e) => {
+            eprintln!("{PROBE_UNIX}: {}: {e}", std::path::Path::new(path).display());
+            1
+        }
+    }
+}
+
 /// If this process was started under a stub's name (`argv[0]`), runs that stub with the rest
 /// of `argv` and returns its exit code.
 ///
@@ -46,6 +66,7 @@ pub fn dispatch(argv: &[std::ffi::OsString]) -> Option<i32> {
     match name {
         session::KEEPER => return Some(session::keeper(args)),
         session::SWEEPER => return Some(session::sweeper(args)),
+        PROBE_UNIX => return Some(probe_unix(args)),
         _ => {}
     }
     if mail::MAILERS.contains(&name) {
