@@ -673,6 +673,56 @@ mod tests {
         assert_eq!(sbatch.status, 255);
     }
 
+    /// Every command's answer for each option name its real command has (every long option of
+    /// 22.05's and 24.11's sets, the belt's where Slurm adds plugin options, every short one):
+    /// the whole entry its table resolves the name to, one line each, as frozen in
+    /// chaperon/testdata/option_lookups.txt. A table reshaped (rows moved into a shared group of
+    /// `job_options`) answers the same; a change meant to change an answer rewrites the file
+    /// with `UPDATE_OPTION_LOOKUPS=1 cargo test -p chaperon --lib lookups_are_the_frozen`, and
+    /// its diff is the review.
+    #[test]
+    fn lookups_are_the_frozen_ones() {
+        use crate::table::OptSpec;
+        use std::collections::BTreeSet;
+        let row = |s: Option<&OptSpec>| match s {
+            None => "none".to_string(),
+            Some(s) => format!(
+                "{} {:?} {:?} {:?} {:?} rebuilt={:?} short_only={} since={}",
+                s.long, s.short, s.arity, s.class, s.value, s.rebuilt, s.short_only, s.since
+            ),
+        };
+        let mut now = String::new();
+        for c in COMMANDS {
+            let Handling::Handled { options: t, .. } = c.handling else { continue };
+            let mut longs: BTreeSet<&str> =
+                t.getopt.longs.iter().chain(t.getopt_24_11.longs).map(|l| l.name.as_str()).collect();
+            if t.getopt.plugins {
+                longs.insert(crate::getopt::BELT.name.as_str());
+            }
+            for l in longs {
+                now.push_str(&format!("{} --{l}: {}\n", c.name, row(t.spec(l))));
+            }
+            let shorts: BTreeSet<char> = t.getopt.shorts().chain(t.getopt_24_11.shorts()).map(|(c, _)| c).collect();
+            for s in shorts {
+                now.push_str(&format!("{} -{s}: {}\n", c.name, row(t.short_spec(s))));
+            }
+        }
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/option_lookups.txt");
+        if std::env::var_os("UPDATE_OPTION_LOOKUPS").is_some() {
+            std::fs::write(path, &now).unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+        let frozen = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let differ: Vec<_> =
+            frozen.lines().zip(now.lines()).filter(|(f, n)| f != n).map(|(f, n)| format!("was {f}\nnow {n}")).collect();
+        assert!(
+            differ.is_empty() && frozen.lines().count() == now.lines().count(),
+            "a table answers differently from {path} ({} lines frozen, {} now):\n{}",
+            frozen.lines().count(),
+            now.lines().count(),
+            differ.join("\n")
+        );
+    }
+
     #[test]
     fn docs_slurm_md_shows_the_table() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/slurm.md");
