@@ -46,6 +46,7 @@ pub mod governor;
 pub mod grammar;
 pub mod identity;
 pub mod job;
+pub mod job_options;
 pub mod jobid;
 pub mod nodes;
 pub mod pool;
