@@ -7,8 +7,11 @@
 
 use crate::audit::AuditLog;
 use crate::plan::{self, BackendKind, Plan, PlanError, RunRequest};
+use crate::session::{self, Held, Prelude};
 use crate::{cli, host, jail, policy, show, slurm, stub, timing};
 use std::path::{Path, PathBuf};
+
+pub use crate::session::Origin;
 
 /// Why a launch did not run its command: one sentence, and the fix where one is known.
 #[derive(Debug, thiserror::Error)]
@@ -45,7 +48,7 @@ impl LaunchError {
         matches!(self, LaunchError::Jail(jail::JailError::CommandNotFound(_)))
     }
 
-    fn setup(what: impl Into<String>) -> LaunchError {
+    pub(crate) fn setup(what: impl Into<String>) -> LaunchError {
         LaunchError::Setup { what: what.into(), fix: None }
     }
 }
@@ -58,16 +61,8 @@ pub enum What {
     Shell,
 }
 
-/// Where this launch happens, and what differs there.
 /// The exit status of a session ended by its time limit (as timeout(1) uses).
 pub const EXIT_TIMEOUT: i32 = 124;
-
-pub enum Origin {
-    /// A session the user started on the login node.
-    Session { dry_run: bool, json: bool, quiet: bool },
-    /// A job's task on a compute node: the submitting session's id and frozen policy.
-    Job { job: Option<u32>, session: String, frozen: policy::Frozen, project_id: chaperon::job::ProjectId },
-}
 
 /// Everything a launch needs, gathered; `run` does the rest.
 pub struct Launch {
@@ -375,182 +370,41 @@ impl Launch {
         })
     }
 
-    /// Runs the launch, its records in `log`.
+    /// Runs the launch, its records in `log`: the prelude, what the session holds, the plan,
+    /// the start's records, the jail, the end's records.
     pub fn run(self, log: &AuditLog) -> Result<i32, LaunchError> {
         let Launch { mut facts, policy, project, cwd, command, extra_files, env, origin } = self;
         // One view of the host for the checks and the plan: the project resolved once (a round
         // trip a step on NFS).
         let fs = host::RealFs::default();
-        let project_dir = plan::check_project_basics(&facts, &fs, &project)?;
-        // A job runs in the directory its session ran in, or not at all: the project's path
-        // may name another directory by now (renamed, or a symlink put in its place). The
-        // directory it resolves to here is compared, not the path: a node may reach the same
-        // directory by another path (a home mounted where the login node has a symlink).
-        if let Origin::Job { project_id, .. } = &origin {
-            project_id.check(&project_dir).map_err(LaunchError::setup)?;
-        }
-        crate::test_pause::pause_for_test("checked");
-        let (dry_run, session) = match &origin {
-            Origin::Session { dry_run, .. } => (*dry_run, log.session.clone()),
-            Origin::Job { session, .. } => (false, session.clone()),
-        };
-        if let (Origin::Session { .. }, false) = (&origin, dry_run) {
-            state_dir_ready(&facts.state_dir(), log)?;
-        }
+        let (project_dir, pre) = prelude(&facts, &fs, &project, &policy, &origin, log)?;
         // A job's task (a session id of its own in the log) spends its submitting session's
         // share of the log: an array of tasks cannot multiply it (issue 33, red team F5).
-        let charged = log.charged_to(&session);
+        let charged = log.charged_to(&pre.session);
         let log = &charged;
-        // The session's door to its chaperon exists before the plan binds it into the jail;
-        // the chaperon itself starts when the first Slurm command knocks.
-        let landlock = plan::choose_backend(&policy, &facts).ok() == Some(BackendKind::Landlock);
-        let door = match dry_run {
-            true => None,
-            false => Some(
-                chaperon_door(landlock, &facts.state_dir(), &log.session)
-                    .map_err(|e| LaunchError::setup(format!("cannot create the session's Slurm socket: {e}")))?,
-            ),
-        };
-        // The session's socket goes with the launch however it returns, a plan refused
-        // included; with a launcher killed before that (a Ctrl-C while it plans), with its
-        // waiter.
-        let door_file = door.as_ref().and_then(|d| d.socket.clone());
-        if let Some(f) = &door_file {
-            jail::waiter::remove_after_exit(&[f]);
-        }
-        let _door_file = RemovedAtEnd(door_file);
         // Mailers and Slurm commands alike (cached): Slurm's are covered in every session.
         facts.find_mailers();
-        // Held from before planning so that no other session of this project removes a
-        // placeholder this plan counts on.
-        let lock = match dry_run {
-            true => None,
-            false => {
-                stub::ensure_links(&facts.state_dir()).map_err(|e| {
-                    LaunchError::setup(format!("cannot prepare the stub links in {}: {e}", facts.state_dir().display()))
-                })?;
-                let mut lock = jail::placeholders::ProjectLock::acquire(&facts.state_dir(), &project_dir)
-                    .map_err(|e| LaunchError::setup(e.to_string()))?;
-                // An agent's instruction file, and the agents' directories and files any
-                // session may reach (`~/.cache/opencode`, all of them with the home writable),
-                // may need placeholders in the home.
-                lock = lock
-                    .with_home(&facts.state_dir(), &facts.home_canonical)
-                    .map_err(|e| LaunchError::setup(e.to_string()))?;
-                Some(lock)
-            }
-        };
-        // The session's secret, which its jobs prove to its job ports and every jail of the
-        // session to the others: a session makes one, a job has its session's.
-        let (job_services, mut job_secret) = match &origin {
-            Origin::Job { frozen, .. } => frozen.job_link(),
-            Origin::Session { .. } => (vec![], None),
-        };
-        // This jail's address on the session network, claimed before the plan configures
-        // tun0 with it.
-        let peer_claim = match dry_run {
-            true => None,
-            false => claim_peer_address(&policy, &facts, &origin, &session, &mut job_secret),
-        };
-        // The claim, and the registry once empty, go with a launcher killed before the plan
-        // exists too (its waiter); one that returns gives the claim back itself (`PendingClaim`).
-        if let Some(PendingClaim(Some((claim, registry)))) = &peer_claim {
-            jail::waiter::remove_after_exit(&[&claim.path, registry]);
-        }
-        // The session's job ports are bound before the plan, whose environment names them; a
-        // dry run shows where they would go.
-        let mut jobs = match (&origin, policy.net_job_ports.value.is_empty()) {
-            (Origin::Session { dry_run: false, .. }, false) => {
-                let secret = match job_secret.as_deref().and_then(crate::net::jobs::Secret::from_hex) {
-                    Some(s) => s,
-                    None => crate::net::jobs::Secret::new().map_err(LaunchError::setup)?,
-                };
-                job_secret = Some(secret.hex());
-                Some(bind_job_ports(&policy, &facts, &session, &project_dir, secret)?)
-            }
-            _ => None,
-        };
-        // As the jail names them: a loopback listener (a one-host cluster) at the jail's gateway.
-        let job_endpoints = match &jobs {
-            Some(j) => j.endpoints().into_iter().map(|(p, a)| (p, crate::net::jobs::seen_from_a_jail(a))).collect(),
-            None => {
-                policy.net_job_ports.value.iter().map(|p| (*p, (std::net::Ipv4Addr::UNSPECIFIED, 0).into())).collect()
-            }
-        };
-        let req = RunRequest {
-            job_endpoints,
-            job_services,
-            job_secret: job_secret.clone(),
-            peer: peer_claim
-                .as_ref()
-                .and_then(|p| p.0.as_ref())
-                .map(|(c, r)| plan::PeerPlan { address: c.address, registry: r.clone() }),
-            command,
-            project,
-            cwd,
-            session,
-            chaperon_socket: door.as_ref().and_then(|c| c.socket.clone()),
-            chaperon_channel: landlock,
-            extra_files,
-            env,
-        };
+        // The session's door to its chaperon exists before the plan binds it into the jail
+        // (the chaperon itself starts when the first Slurm command knocks), and so do the
+        // project lock, the session network's address and the job ports.
+        let held = Held::take(&pre, &policy, &facts, &origin, &project_dir).map_err(LaunchError::setup)?;
+        let req = held.request(&pre, &policy, session::Command { command, project, cwd, extra_files, env });
         timing::mark("policy");
         // The jail's PID 1 makes its namespaces, network and staging root while the plan is
         // made (`jail::userns::Early`). A clone that fails here is tried again once the plan
         // exists, which then reports what is wrong in its own words first.
-        let early = match (dry_run, plan::jail_shape(&policy, &facts, &req)) {
+        let early = match (pre.dry_run, plan::jail_shape(&policy, &facts, &req)) {
             (false, Some((net, tun, groups))) => {
                 jail::userns::Early::clone(jail::userns::shape(net, tun), facts.uid, facts.gid, groups).ok()
             }
             _ => None,
         };
-        // The plan's questions about names in the home and the project are answered from one
-        // listing of each, read now: after the session lock, whose taking may have removed an
-        // earlier session's placeholders there.
-        for dir in [&facts.home_canonical, &facts.home, &project_dir] {
-            fs.list(dir);
-        }
-        let plan = plan::build(&policy, &facts, &fs, &req)?;
-        // The plan's cache of every answer about the host (listings, kinds, canonical paths)
-        // is not asked again: freed now, not held through the session (issue 35: about 40
-        // KiB of every idle session's launcher).
-        drop(fs);
-        // The token configs the plan stripped, where they really are, for the next sessions
-        // (a session may remove the name that led to one: U8-2), when that changed.
-        if !dry_run {
-            host::configs::write_stripped_record(
-                &facts.state_dir(),
-                &facts.user_configs.stripped_before,
-                &plan.stripped_configs,
-            );
-        }
-        // So are the user's git and ssh configs as read (the plan made its copies from them).
-        facts.user_configs = Default::default();
-        timing::mark("plan");
-        // The project the jail binds is held to what the plan found (`plan::anchor`); for a
-        // job, that must be the directory whose identity was checked above, not one put in
-        // its place between that check and the plan's look (outside review F5).
-        if let Origin::Job { project_id, .. } = &origin {
-            job_project_held(project_id, &plan).map_err(LaunchError::setup)?;
-        }
-        crate::test_pause::pause_for_test("planned");
-        // A claim the plan has no use for (no tun0 after a fallback) is given back now.
-        let peer_claim = peer_claim.and_then(|c| if plan.net.peer.is_some() { c.keep() } else { None });
-        if let Some(j) = &mut jobs {
-            j.admission.set_project(&plan.project);
-        }
-        tracing::info!(
-            backend = plan.backend.as_str(),
-            net = plan.net.effective.as_str(),
-            mounts = plan.mounts.len(),
-            hidden = plan.hidden.len(),
-            env = plan.env.len(),
-            "plan ready (see --dry-run for the full plan)"
-        );
+        let plan = planned(&policy, &mut facts, fs, &req, &project_dir, &pre, &origin)?;
+        let session::Planned { held, peer_claim } = held.planned(&plan);
+        let Held { jobs, lock, door, door_file: _door_file, .. } = held;
         let (Some(door), Some(mut lock)) = (door, lock) else {
             // A dry run: the plan, and nothing else.
-            let json = matches!(origin, Origin::Session { json: true, .. });
-            match json {
+            match matches!(origin, Origin::Session { json: true, .. }) {
                 true => println!("{}", serde_json::to_string_pretty(&plan).unwrap_or_default()),
                 false => print!("{}", show::plan(&plan)),
             }
@@ -559,11 +413,134 @@ impl Launch {
         for w in &plan.warnings {
             eprintln!("agent-sandbox: warning: {w}");
         }
-        let (start_event, end_event, job) = match &origin {
+        let started = Started::record(&plan, &origin, &facts, log);
+        // `agent-sandbox allow` reaches a session with a supervisor through this socket.
+        let control =
+            plan.net.matcher.is_some().then(|| crate::net::control::socket_path(&facts.state_dir(), &log.session));
+        session::order_after_exit(&mut lock, &door, &peer_claim, &origin, facts.state_dir(), control.as_deref());
+        let (peers, announce) = session::session_network(peer_claim, &plan, &policy, &facts, &origin);
+        let quiet = !matches!(origin, Origin::Session { quiet: false, .. });
+        let banner = || {
+            if !quiet {
+                eprintln!("{}", show::banner(&plan));
+            }
+        };
+        // The chaperon freezes the policy into every job it submits: the job's own frozen
+        // policy on a node, the session's (frozen only when Slurm is first used) on the login node.
+        let frozen = match origin {
+            Origin::Job { frozen, .. } => Some(frozen),
+            Origin::Session { .. } => None,
+        };
+        let mut session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
+        session.governor = plan.slurm;
+        session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
+        let outcome =
+            run_jail(&plan, early, &banner, lock, &door, session, &policy, log, control, jobs, peers, announce)?;
+        Ok(started.finish(outcome, &plan, log))
+    }
+}
+
+/// The launch's first stage: the project's checks (a job's project must be the directory its
+/// session ran in), the state directory made ready for a session, and what every later stage
+/// reads: dry run or not, the session's id, the backend's kind of door.
+fn prelude(
+    facts: &host::HostFacts,
+    fs: &host::RealFs,
+    project: &Path,
+    policy: &policy::Policy,
+    origin: &Origin,
+    log: &AuditLog,
+) -> Result<(PathBuf, Prelude), LaunchError> {
+    let project_dir = plan::check_project_basics(facts, fs, project)?;
+    // A job runs in the directory its session ran in, or not at all: the project's path may
+    // name another directory by now (renamed, or a symlink put in its place). The directory
+    // it resolves to here is compared, not the path: a node may reach the same directory by
+    // another path (a home mounted where the login node has a symlink).
+    if let Origin::Job { project_id, .. } = origin {
+        project_id.check(&project_dir).map_err(LaunchError::setup)?;
+    }
+    crate::test_pause::pause_for_test("checked");
+    let (dry_run, session) = match origin {
+        Origin::Session { dry_run, .. } => (*dry_run, log.session.clone()),
+        Origin::Job { session, .. } => (false, session.clone()),
+    };
+    if let (Origin::Session { .. }, false) = (origin, dry_run) {
+        state_dir_ready(&facts.state_dir(), log)?;
+    }
+    let landlock = plan::choose_backend(policy, facts).ok() == Some(BackendKind::Landlock);
+    Ok((project_dir, Prelude { dry_run, session, landlock }))
+}
+
+/// The plan, from one listing each of the home and the project, and what the launch stops
+/// holding once it exists: the host view's cache, the user's configs as read.
+fn planned(
+    policy: &policy::Policy,
+    facts: &mut host::HostFacts,
+    fs: host::RealFs,
+    req: &RunRequest,
+    project_dir: &Path,
+    pre: &Prelude,
+    origin: &Origin,
+) -> Result<Plan, LaunchError> {
+    // The plan's questions about names in the home and the project are answered from one
+    // listing of each, read now: after the session lock, whose taking may have removed an
+    // earlier session's placeholders there.
+    for dir in [&facts.home_canonical, &facts.home, project_dir] {
+        fs.list(dir);
+    }
+    let plan = plan::build(policy, facts, &fs, req)?;
+    // The plan's cache of every answer about the host (listings, kinds, canonical paths) is
+    // not asked again: freed now, not held through the session (issue 35: about 40 KiB of
+    // every idle session's launcher).
+    drop(fs);
+    // The token configs the plan stripped, where they really are, for the next sessions (a
+    // session may remove the name that led to one: U8-2), when that changed.
+    if !pre.dry_run {
+        host::configs::write_stripped_record(
+            &facts.state_dir(),
+            &facts.user_configs.stripped_before,
+            &plan.stripped_configs,
+        );
+    }
+    // So are the user's git and ssh configs as read (the plan made its copies from them).
+    facts.user_configs = Default::default();
+    timing::mark("plan");
+    // The project the jail binds is held to what the plan found (`plan::anchor`); for a job,
+    // that must be the directory whose identity was checked above, not one put in its place
+    // between that check and the plan's look (outside review F5).
+    if let Origin::Job { project_id, .. } = origin {
+        job_project_held(project_id, &plan).map_err(LaunchError::setup)?;
+    }
+    crate::test_pause::pause_for_test("planned");
+    tracing::info!(
+        backend = plan.backend.as_str(),
+        net = plan.net.effective.as_str(),
+        mounts = plan.mounts.len(),
+        hidden = plan.hidden.len(),
+        env = plan.env.len(),
+        "plan ready (see --dry-run for the full plan)"
+    );
+    Ok(plan)
+}
+
+/// The records of a started session or job's task, kept for its end's.
+struct Started {
+    end_event: &'static str,
+    job: Option<u32>,
+    /// A job's project's events, marked at its start and end.
+    events: Option<PathBuf>,
+    /// The audit log's length at the start: the session's denials are counted after it.
+    log_start: Option<u64>,
+    began: std::time::Instant,
+}
+
+impl Started {
+    /// The start's audit record and status line.
+    fn record(plan: &Plan, origin: &Origin, facts: &host::HostFacts, log: &AuditLog) -> Started {
+        let (start_event, end_event, job) = match origin {
             Origin::Session { .. } => ("session_start", "session_end", None),
             Origin::Job { job, .. } => ("job_start", "job_end", *job),
         };
-        // The audit log's length now: the session's denials are counted after it at the end.
         let log_start = crate::status::enabled().then(|| std::fs::metadata(log.path()).map(|m| m.len()).unwrap_or(0));
         let mut start = log.record(start_event);
         start.project = Some(plan.project.display().to_string());
@@ -586,53 +563,12 @@ impl Launch {
             plan.backend.as_str(),
             "none",
         );
-        let began = std::time::Instant::now();
-        if let Some(socket) = door.socket.clone() {
-            lock.remove_after_exit(socket);
-        }
-        // An allocation whose salloc the chaperon could not end (it died with us while the
-        // request was pending) is cancelled once we are gone.
-        lock.cancel_left_after_exit(facts.state_dir());
-        if matches!(origin, Origin::Job { .. }) {
-            lock.finish_here();
-        }
-        // The jail's address on the session network is given back when it ends; the
-        // session's registry goes too once no job of the session holds an address in it.
-        if let Some((claim, registry)) = &peer_claim {
-            lock.remove_after_exit(claim.path.clone());
-            if matches!(origin, Origin::Session { .. }) {
-                lock.remove_after_exit(crate::net::peers::login_path(registry));
-            }
-            // Last, and only once empty: a job that outlived its session empties it too.
-            lock.remove_after_exit(registry.clone());
-        }
-        let (peers, announce) = session_network(peer_claim, &plan, &policy, &facts, &origin);
-        // `agent-sandbox allow` reaches a session with a supervisor through this socket.
-        let control =
-            plan.net.matcher.is_some().then(|| crate::net::control::socket_path(&facts.state_dir(), &log.session));
-        if let Some(c) = &control {
-            lock.remove_after_exit(c.clone());
-            lock.remove_after_exit(crate::net::control::token_path(c));
-        }
-        let quiet = !matches!(origin, Origin::Session { quiet: false, .. });
-        let banner = || {
-            if !quiet {
-                eprintln!("{}", show::banner(&plan));
-            }
-        };
-        // The chaperon freezes the policy into every job it submits: the job's own frozen
-        // policy on a node, the session's (frozen only when Slurm is first used) on the login node.
-        let frozen = match origin {
-            Origin::Job { frozen, .. } => Some(frozen),
-            Origin::Session { .. } => None,
-        };
-        let mut session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
-        session.governor = plan.slurm;
-        session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
-        let outcome =
-            run_jail(&plan, early, &banner, lock, &door, session, &policy, log, control, jobs, peers, announce);
-        let outcome = outcome?;
-        let mut end = log.record(end_event);
+        Started { end_event, job, events, log_start, began: std::time::Instant::now() }
+    }
+
+    /// The end's audit record and status line; the exit status the launcher returns.
+    fn finish(self, outcome: jail::Outcome, plan: &Plan, log: &AuditLog) -> i32 {
+        let mut end = log.record(self.end_event);
         match outcome {
             jail::Outcome::Exited(c) => end.exit = Some(c),
             jail::Outcome::Signaled(s) => end.signal = Some(s),
@@ -644,18 +580,22 @@ impl Launch {
             end.reason = Some(format!("time limit of {secs} s reached"));
             (end.exit, end.signal) = (Some(EXIT_TIMEOUT), None);
         }
-        end.job = job;
-        if let Some(e) = &events {
+        end.job = self.job;
+        if let Some(e) = &self.events {
             chaperon::governor::mark(e);
         }
-        end.duration_ms = Some(began.elapsed().as_millis() as u64);
+        end.duration_ms = Some(self.began.elapsed().as_millis() as u64);
         log.write(&end);
-        if let Some(from) = log_start {
+        if let Some(from) = self.log_start {
             let denials = crate::status::count_denials(log.path(), from, &log.session);
             crate::status::ended(&log.session, end.exit, end.signal, denials, end.duration_ms.unwrap_or(0));
         }
         crate::net::supervisor::defer_teardown();
-        Ok(if timed_out { EXIT_TIMEOUT } else { outcome.code() })
+        if timed_out {
+            EXIT_TIMEOUT
+        } else {
+            outcome.code()
+        }
     }
 }
 
@@ -716,141 +656,6 @@ fn run_jail(
     let mut net_start =
         |fds| crate::net::start(&plan.net, fds, Some(log.clone()), control.clone(), jobs.take(), peers.take());
     jail::run(plan, early, banner, lock, &mut net_start, lazy, log)
-}
-
-/// The session network's part of this launch (`net::peers`): what the supervisor serves, and
-/// for the session's own jail the announcement made at its first Slurm call. None where the
-/// jail has no address on it, or no secret.
-fn session_network(
-    claim: Option<(crate::net::peers::Claim, PathBuf)>,
-    plan: &Plan,
-    policy: &policy::Policy,
-    facts: &host::HostFacts,
-    origin: &Origin,
-) -> (Option<crate::net::peers::PeerNet>, Option<crate::net::peers::Announce>) {
-    use crate::net::peers::{Announce, PeerNet, Role};
-    let Some((claim, registry)) = claim else { return (None, None) };
-    let Some(secret) = plan.net.job_secret.as_deref().and_then(crate::net::jobs::Secret::from_hex) else {
-        return (None, None);
-    };
-    let asker = slurm::asker(&facts.home, &facts.user);
-    match origin {
-        Origin::Job { .. } => (Some(PeerNet { claim, registry, secret, role: Role::Job { asker } }), None),
-        Origin::Session { .. } => {
-            let (to, listener) = crate::net::peers::login_handover();
-            let announce = Announce {
-                claim: claim.clone(),
-                registry: registry.clone(),
-                job_address: policy.net_job_address.value.clone(),
-                asker,
-                to,
-            };
-            (Some(PeerNet { claim, registry, secret, role: Role::Login { listener } }), Some(announce))
-        }
-    }
-}
-
-/// Binds the session's job ports (`--job-port`, `net::jobs`) on the cluster-facing address.
-fn bind_job_ports(
-    policy: &policy::Policy,
-    facts: &host::HostFacts,
-    session: &str,
-    project: &Path,
-    secret: crate::net::jobs::Secret,
-) -> Result<crate::net::jobs::JobServices, LaunchError> {
-    use crate::net::jobs;
-    let asker = slurm::asker(&facts.home, &facts.user);
-    let admission = jobs::Admission::new(asker, &facts.state_dir(), session, project);
-    jobs::bind(&policy.net_job_ports.value, &policy.net_job_address.value, admission, secret)
-        .map_err(LaunchError::setup)
-}
-
-/// A file the launch made that goes when the launch returns, however it returns.
-struct RemovedAtEnd(Option<PathBuf>);
-
-impl Drop for RemovedAtEnd {
-    fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            let _ = std::fs::remove_file(p);
-        }
-    }
-}
-
-/// An address claimed on the session network, given back unless the launch keeps it (a
-/// launch that fails before its jail exists leaves no claim behind).
-struct PendingClaim(Option<(crate::net::peers::Claim, PathBuf)>);
-
-impl PendingClaim {
-    fn keep(mut self) -> Option<(crate::net::peers::Claim, PathBuf)> {
-        self.0.take()
-    }
-}
-
-impl Drop for PendingClaim {
-    fn drop(&mut self) {
-        if let Some((claim, registry)) = self.0.take() {
-            let _ = std::fs::remove_file(&claim.path);
-            // A session's registry holds nothing else yet (a job's has the others' claims).
-            let _ = std::fs::remove_dir(registry);
-        }
-    }
-}
-
-/// Claims this jail's address on its session's network (`net::peers`) where there is one:
-/// the `filtered` mode's tun0 with `net.session_network` on, for a session on a host with
-/// Slurm (it makes the session's secret here) or a job whose session had a secret. Failing to
-/// claim costs only the network between the session's jails: a warning, not a refusal.
-fn claim_peer_address(
-    policy: &policy::Policy,
-    facts: &host::HostFacts,
-    origin: &Origin,
-    session: &str,
-    secret: &mut Option<String>,
-) -> Option<PendingClaim> {
-    use crate::net::{jobs::Secret, peers};
-    if !policy.net_session_network.value || policy.net_mode.value != policy::NetMode::Filtered {
-        return None;
-    }
-    let wanted = match origin {
-        Origin::Session { .. } => slurm::slurm_bin().join("sbatch").is_file(),
-        Origin::Job { .. } => secret.is_some(),
-    };
-    let plain = !session.is_empty()
-        && !session.starts_with('.')
-        && session.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
-    if !wanted || !plain {
-        return None;
-    }
-    let registry = peers::registry(&facts.state_dir(), session);
-    let claim = match peers::claim(&registry) {
-        Ok(c) => PendingClaim(Some((c, registry))),
-        Err(e) => {
-            eprintln!(
-                "agent-sandbox: warning: no address on the session network ({e}); the session's other jails cannot reach this one"
-            );
-            return None;
-        }
-    };
-    if secret.is_none() {
-        match Secret::new() {
-            Ok(s) => *secret = Some(s.hex()),
-            Err(e) => {
-                eprintln!("agent-sandbox: warning: the session network is off: {e}");
-                return None;
-            }
-        }
-    }
-    Some(claim)
-}
-
-/// The session's door to its chaperon: a socket the plan binds into the userns jail, or a
-/// channel the Landlock backend's command inherits.
-fn chaperon_door(landlock: bool, state_dir: &Path, session: &str) -> std::io::Result<slurm::Chaperon> {
-    if landlock {
-        slurm::channel()
-    } else {
-        slurm::bind(state_dir, session)
-    }
 }
 
 #[cfg(test)]

@@ -808,6 +808,7 @@ fn outside(j: &Jail, program: &str, args: &[&str], env: &[(&str, &str)]) -> Out 
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn nothing_planted_in_claudes_configuration_runs_when_claude_starts_outside() {
     if !installed(AGENTS_B, "claude") {
         return;
@@ -918,6 +919,7 @@ fn nothing_planted_in_claudes_configuration_runs_when_claude_starts_outside() {
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn nothing_planted_in_codexs_configuration_runs_when_codex_starts_outside() {
     if !installed(AGENTS, "codex") {
         return;
@@ -1163,6 +1165,7 @@ fn nothing_planted_in_opencodes_configuration_runs_when_opencode_starts_outside(
 }
 
 #[test]
+#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn nothing_planted_in_pis_configuration_runs_when_pi_starts_outside() {
     if !installed(AGENTS, "pi") {
         return;
@@ -1371,6 +1374,7 @@ fn landlock_jail(name: &str) -> Option<Jail> {
 /// are the session's own; only `.claude.json`'s listed keys come back. Planted both where
 /// claude outside reads and where claude inside is pointed: nothing runs outside.
 #[test]
+#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn landlock_nothing_planted_in_claudes_configuration_runs_when_claude_starts_outside() {
     if !installed(AGENTS_B, "claude") {
         return;

@@ -72,6 +72,7 @@ g -C sub config core.fsmonitor "touch /tmp/asb-netfs-pwned" 2>/dev/null || echo 
 printf '#!/bin/sh\ntouch /tmp/asb-netfs-pwned\n' > sub/.git/hooks/pre-commit 2>/dev/null || echo hook-refused
 "#;
 
+#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn on_slowfs(j: Jail, name: &str, hidden: &[&str], guarded: bool, max_requests: u64) {
     let slowfs = slowfs(j.rig);
     let base = PathBuf::from("/var/tmp/asb-netfs-test").join(name);

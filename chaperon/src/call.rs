@@ -144,6 +144,7 @@ fn pidfd_open(pid: u32) -> std::io::Result<Option<OwnedFd>> {
     }
 }
 
+#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn watch_until_exit(target: Target, mut conn: Option<UnixStream>, mut deadline: Option<Instant>) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use nix::sys::signal::Signal;

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 /// Runs the plan's command. The launcher forwards signals, reaps what gets orphaned below it,
 /// starts the chaperon when the channel first carries a call and, when the command exits,
 /// ends everything the session left running, then removes the session directory.
+#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 pub fn run(
     plan: &Plan,
     anchors: &[crate::plan::anchor::Anchor],
@@ -504,6 +505,7 @@ fn landlock_rules(ll: &LandlockPlan) -> landlock::LandlockRules {
 /// In the forked child: seals and restricts itself, leaves the sweeper behind in the
 /// session's domain and goes on into a nested one, puts the Slurm channel where the plan
 /// says, then execs the command. Returns only why it could not.
+#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn exec_command(
     plan: &Plan,
     anchors: &[crate::plan::anchor::Anchor],

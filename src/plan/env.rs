@@ -413,6 +413,7 @@ mod tests {
         ("SLURM_PROCID", Kept, "a rank"),
         ("SLURM_JOB_ACCOUNT", Kept, "an account's name"),
         ("SLURM_JWT", Scrubbed, "JWT: Slurm's REST token"),
+        ("SLURM_SACK_SOCKET", Scrubbed, "sackd's socket, where it was moved: an authentication channel"),
         ("SLURM_CONF", Scrubbed, "`SLURM_CONF`: the host's config, hidden inside"),
         ("SBATCH_ACCOUNT", Kept, "an account's name"),
         ("SQUEUE_FORMAT", Kept, "a format"),

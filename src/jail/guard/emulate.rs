@@ -893,6 +893,7 @@ fn streamed(d: Decision) -> Option<Streamed> {
 /// Reads what the caller writes into the pipe until it closes it (all its copies), then,
 /// under the gate, installs the config it makes, keeping only the entries the rules allow
 /// (a copy cannot be refused once written): returns what to tell the writer, if anything.
+#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 pub fn finish_stream(mut job: Stream, g: &Guarded) -> Option<(Refusal, PathBuf)> {
     let path = job.dir_path.join(OsStr::from_bytes(&job.name));
     let max = match job.what {
@@ -1220,6 +1221,7 @@ fn bind(c: &Caller, g: &Guarded, sockfd: i32, addr: u64, len: u32) -> Step<Done>
 /// Sticky paths below a renamed directory's destination checked at most, per rename.
 const MAX_ARRIVING: usize = 256;
 
+#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u32) -> Step<Done> {
     let old_path = c.read_string(old.1).map_err(errno)?;
     let new_path = c.read_string(new.1).map_err(errno)?;
