@@ -285,8 +285,7 @@ fn cases(command: &'static str, table: &'static Table, plugins: &'static [LongOp
     // A flag that does nothing at once (help, usage and version print and exit).
     let quiet = |s: &&chaperon::table::OptSpec| !["help", "usage", "version", "helpformat"].contains(&s.long);
     let flag = table
-        .specs
-        .iter()
+        .specs()
         .filter(quiet)
         .filter(|s| s.short.is_some_and(|c| table.short(c).is_some()))
         .find(|s| s.class == Class::Allowed && s.arity == Arity::Flag && s.short.is_some());

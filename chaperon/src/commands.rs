@@ -518,7 +518,7 @@ fn releases_table() -> String {
     );
     for c in COMMANDS {
         let Handling::Handled { options, .. } = c.handling else { continue };
-        let mut added: Vec<_> = options.specs.iter().filter(|s| s.since != crate::release::R22_05).collect();
+        let mut added: Vec<_> = options.specs().filter(|s| s.since != crate::release::R22_05).collect();
         added.sort_by_key(|s| (s.since, s.long));
         for s in added {
             let short = s.short.map(|c| format!("`-{c}`, ")).unwrap_or_default();
@@ -671,6 +671,95 @@ mod tests {
             "sbatch: option '--mem' requires an argument\nTry \"sbatch --help\" for more information\n"
         );
         assert_eq!(sbatch.status, 255);
+    }
+
+    /// Every command's answer for each option name its real command has (every long option of
+    /// 22.05's and 24.11's sets, the belt's where Slurm adds plugin options, every short one):
+    /// the whole entry its table resolves the name to, one line each, as frozen in
+    /// chaperon/testdata/option_lookups.txt. A table reshaped (rows moved into a shared group of
+    /// `job_options`) answers the same; a change meant to change an answer rewrites the file
+    /// with `UPDATE_OPTION_LOOKUPS=1 cargo test -p chaperon --lib lookups_are_the_frozen`, and
+    /// its diff is the review.
+    #[test]
+    fn lookups_are_the_frozen_ones() {
+        use crate::table::OptSpec;
+        use std::collections::BTreeSet;
+        let row = |s: Option<&OptSpec>| match s {
+            None => "none".to_string(),
+            Some(s) => format!(
+                "{} {:?} {:?} {:?} {:?} rebuilt={:?} short_only={} since={}",
+                s.long, s.short, s.arity, s.class, s.value, s.rebuilt, s.short_only, s.since
+            ),
+        };
+        let mut now = String::new();
+        for c in COMMANDS {
+            let Handling::Handled { options: t, .. } = c.handling else { continue };
+            let mut longs: BTreeSet<&str> =
+                t.getopt.longs.iter().chain(t.getopt_24_11.longs).map(|l| l.name.as_str()).collect();
+            if t.getopt.plugins {
+                longs.insert(crate::getopt::BELT.name.as_str());
+            }
+            for l in longs {
+                now.push_str(&format!("{} --{l}: {}\n", c.name, row(t.spec(l))));
+            }
+            let shorts: BTreeSet<char> = t.getopt.shorts().chain(t.getopt_24_11.shorts()).map(|(c, _)| c).collect();
+            for s in shorts {
+                now.push_str(&format!("{} -{s}: {}\n", c.name, row(t.short_spec(s))));
+            }
+        }
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/option_lookups.txt");
+        if std::env::var_os("UPDATE_OPTION_LOOKUPS").is_some() {
+            std::fs::write(path, &now).unwrap_or_else(|e| panic!("{path}: {e}"));
+        }
+        let frozen = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let differ: Vec<_> =
+            frozen.lines().zip(now.lines()).filter(|(f, n)| f != n).map(|(f, n)| format!("was {f}\nnow {n}")).collect();
+        assert!(
+            differ.is_empty() && frozen.lines().count() == now.lines().count(),
+            "a table answers differently from {path} ({} lines frozen, {} now):\n{}",
+            frozen.lines().count(),
+            now.lines().count(),
+            differ.join("\n")
+        );
+    }
+
+    /// A shared entry is written once: no command lists an entry of its own for an option a
+    /// group it includes has (the copy would be the one `Table::spec` never finds, or the one
+    /// it finds first), no two of its groups have the same option, and every group is
+    /// included by more than one command, by address: a group copied into each table that
+    /// reads it (a slice read out of a static is) would be there once per command.
+    #[test]
+    fn no_command_copies_an_entry_of_a_group_it_includes() {
+        let mut users = std::collections::HashMap::new();
+        for c in COMMANDS {
+            let Handling::Handled { options: t, .. } = c.handling else { continue };
+            for (i, group) in t.shared.iter().enumerate() {
+                users.entry(group.as_ptr()).or_insert((group.first().map_or("?", |s| s.long), 0)).1 += 1;
+                let others = t.own.iter().chain(t.shared[i + 1..].iter().flat_map(|g| g.iter()));
+                for s in others {
+                    let twin = group.iter().find(|g| g.long == s.long || (s.short.is_some() && g.short == s.short));
+                    assert!(twin.is_none(), "{}: --{} is in a group it includes already: {twin:?}", c.name, s.long);
+                }
+            }
+        }
+        for (first, n) in users.into_values() {
+            assert!(n > 1, "the group with --{first} first is included by one command: make it that command's own");
+        }
+    }
+
+    /// What sbatch, srun and salloc have alike is kept once (`job_options`): no entry of one's
+    /// own is the same (name, short form, arity, class and reason, value, since) as an entry
+    /// of another's own. An entry alike in two goes to the group of the commands that have it.
+    #[test]
+    fn sbatch_srun_and_salloc_keep_no_twin_entries_of_their_own() {
+        let tables = [("sbatch", &sbatch::SBATCH), ("srun", &srun::SRUN), ("salloc", &salloc::SALLOC)];
+        for (i, (a, ta)) in tables.iter().enumerate() {
+            for (b, tb) in &tables[i + 1..] {
+                for s in ta.own {
+                    assert!(!tb.own.contains(s), "--{} is alike in {a}'s and {b}'s own entries: share it", s.long);
+                }
+            }
+        }
     }
 
     #[test]

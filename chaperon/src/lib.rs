@@ -15,6 +15,7 @@
 //! job         the job directory: its format, written here, opened by `exec --job` on the node
 //! session     the session served (Config), the audit record, real commands' clean environment
 //! refusal     why a call was refused, one line each
+//! job_options the option entries sbatch, srun and salloc have alike, each kept once (data)
 //! table       option tables: entries, the getopt-compatible parser, what reaches Slurm as written
 //! slurm_22_05 every Slurm 22.05 command's options as its getopt_long is handed them (data)
 //! slurm_24_11 the same of Slurm 24.11 (data)
@@ -46,6 +47,7 @@ pub mod governor;
 pub mod grammar;
 pub mod identity;
 pub mod job;
+pub mod job_options;
 pub mod jobid;
 pub mod nodes;
 pub mod pool;

@@ -103,12 +103,22 @@ pub struct Table {
     /// 24.11's, also read for 23.02-24.05 without the options later than the release
     /// (`OptSpec::since`).
     pub getopt_24_11: &'static Getopt,
-    /// One entry per long option of either set (and per plugin option the chaperon knows), and
-    /// one for each short option without a long form (`OptSpec::short_only`).
-    pub specs: &'static [OptSpec],
+    /// The groups of entries this command shares with others (sbatch's, srun's and salloc's
+    /// `job_options`), each entry written once for all of them.
+    pub shared: &'static [&'static [OptSpec]],
+    /// The command's own entries: those no other command has alike.
+    pub own: &'static [OptSpec],
 }
 
 impl Table {
+    /// Every entry of the command, shared and its own: one per long option of either set (and
+    /// per plugin option the chaperon knows), and one for each short option without a long
+    /// form (`OptSpec::short_only`).
+    pub fn specs(&self) -> impl Iterator<Item = &'static OptSpec> + Clone + 'static {
+        let (shared, own) = (self.shared, self.own);
+        shared.iter().flat_map(|group| group.iter()).chain(own)
+    }
+
     /// The getopt set of `release`'s command.
     pub fn set_of(&self, release: Release) -> &'static Getopt {
         match release.set() {
@@ -143,12 +153,12 @@ impl Table {
 
     /// The chaperon's entry for the long option named `long`.
     pub fn spec(&self, long: &str) -> Option<&'static OptSpec> {
-        self.specs.iter().find(|s| s.long == long && !s.short_only)
+        self.specs().find(|s| s.long == long && !s.short_only)
     }
 
     /// The chaperon's entry for short option `c`.
     pub fn short_spec(&self, c: char) -> Option<&'static OptSpec> {
-        self.specs.iter().find(|s| s.short == Some(c))
+        self.specs().find(|s| s.short == Some(c))
     }
 
     /// What the real command's getopt_long makes of `--name`: its long options, then those of
@@ -479,7 +489,7 @@ pub(crate) fn as_written(table: &'static Table, options: &[(&'static str, Option
     options
         .iter()
         .filter_map(|(long, value)| {
-            let spec = table.specs.iter().find(|s| s.long == *long)?;
+            let spec = table.specs().find(|s| s.long == *long)?;
             spec.passes_as_written().then(|| spec.spelled(value.as_deref()))
         })
         .collect()
@@ -564,7 +574,7 @@ pub(crate) mod testkit {
     }
 
     pub fn spec(table: &'static Table, long: &str) -> &'static OptSpec {
-        table.specs.iter().find(|s| s.long == long).unwrap_or_else(|| panic!("--{long} not in the table"))
+        table.specs().find(|s| s.long == long).unwrap_or_else(|| panic!("--{long} not in the table"))
     }
 
     /// A value each kind accepts, for round trips.
@@ -625,7 +635,7 @@ pub(crate) mod testkit {
                 assert_eq!(s.arity, newest.arity, "--{}: the entry's arity is not the real command's", l.name.as_str());
             }
         }
-        for s in table.specs.iter().filter(|s| !s.short_only) {
+        for s in table.specs().filter(|s| !s.short_only) {
             let in_22_05 = longs_of(table.getopt).iter().any(|l| l.name.as_str() == s.long);
             let in_24_11 = longs_of(table.getopt_24_11).iter().any(|l| l.name.as_str() == s.long);
             assert!(in_22_05 || in_24_11, "--{} is no option of the real command", s.long);
@@ -648,7 +658,7 @@ pub(crate) mod testkit {
                 }
             }
         }
-        for s in table.specs.iter() {
+        for s in table.specs() {
             if let Some(c) = s.short {
                 let sets_with = sets.iter().filter(|(g, _)| g.short(c).is_some()).count();
                 assert!(sets_with > 0, "-{c} is no option of the real command");
@@ -659,7 +669,7 @@ pub(crate) mod testkit {
     /// The entries 22.05 has (`since`): what the per-command lists below are written for; the
     /// later ones are checked against 24.11's binaries (`entries_are_the_getopt_sets`).
     fn of_22_05(table: &'static Table) -> impl Iterator<Item = &'static OptSpec> {
-        table.specs.iter().filter(|s| s.since == R22_05)
+        table.specs().filter(|s| s.since == R22_05)
     }
 
     pub fn shorts_are(table: &'static Table, expected: &[(char, &str)]) {
@@ -821,12 +831,12 @@ pub(crate) mod testkit {
 
     #[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
     fn sound_in_release(table: &'static Table, flag: char) {
-        let f = spec(table, table.specs.iter().find(|s| s.short == Some(flag)).map(|s| s.long).unwrap_or("?"));
+        let f = spec(table, table.specs().find(|s| s.short == Some(flag)).map(|s| s.long).unwrap_or("?"));
         assert!(f.class == Class::Allowed && f.arity == Arity::Flag, "-{flag} must be an allowed flag");
 
         let mut longs = HashSet::new();
         let mut shorts = HashSet::new();
-        for s in table.specs {
+        for s in table.specs() {
             assert!(longs.insert(s.long), "--{} twice", s.long);
             assert!(!s.long.is_empty() && !s.long.starts_with('-') && !s.long.contains('='), "--{}", s.long);
             if let Some(c) = s.short {
@@ -846,7 +856,7 @@ pub(crate) mod testkit {
             assert!(!s.short_only || s.short.is_some(), "--{} is spelled by no form", s.long);
         }
 
-        for s in table.specs {
+        for s in table.specs() {
             let long = format!("--{}", s.long);
             let v = sample(s.value);
             if s.short_only {
@@ -975,7 +985,7 @@ pub(crate) mod testkit {
             true => (s.since <= release).then_some(s.arity),
             false => table.longs_of(release).find(|l| l.name.as_str() == s.long).map(|l| l.arity),
         };
-        for s in table.specs.iter().filter(|s| !matches!(s.class, Class::Denied(_))) {
+        for s in table.specs().filter(|s| !matches!(s.class, Class::Denied(_))) {
             let Some(arity) = arity_in(s) else { continue };
             let v = values.iter().find(|(l, _)| *l == s.long).map(|(_, v)| *v).unwrap_or(sample(s.value));
             let value = (arity != Arity::Flag && !matches!(s.value, ValueKind::Refused(_))).then_some(v);
@@ -1075,9 +1085,10 @@ pub(crate) mod testkit {
 
     fn token(rng: &mut Rng, table: &'static Table, words: &[&str]) -> String {
         let junk = |rng: &mut Rng| (0..rng.below(5)).map(|_| *rng.pick(ATOMS)).collect::<String>();
+        let specs: Vec<&OptSpec> = table.specs().collect();
         // A real long name, or a prefix of one (unique, ambiguous or empty).
         let name = |rng: &mut Rng| {
-            let long = rng.pick(table.specs).long;
+            let long = rng.pick(&specs).long;
             match rng.below(2) {
                 0 => long.to_string(),
                 _ => long.chars().take(rng.below(long.len() + 1)).collect(),
@@ -1085,7 +1096,7 @@ pub(crate) mod testkit {
         };
         match rng.below(6) {
             0 => format!("--{}", name(rng)),
-            1 => format!("-{}", rng.pick(table.specs).short.unwrap_or('v')),
+            1 => format!("-{}", rng.pick(&specs).short.unwrap_or('v')),
             2 => format!("--{}={}", name(rng), junk(rng)),
             3 if !words.is_empty() => rng.pick(words).to_string(),
             4 => format!("{}{}", rng.pick(ATOMS), rng.pick(ATOMS)),
@@ -1157,8 +1168,8 @@ mod tests {
     /// Options end at the first positional (`+`, as sbatch), or mix with them (as squeue).
     static STOPS: Getopt = Getopt { optstring: "+vVHJ:t:k::S:D:", longs: LONGS, plugins: false, reports: REPORTS };
     static MIXES: Getopt = Getopt { optstring: "vVHJ:t:k::S:D:", longs: LONGS, plugins: false, reports: REPORTS };
-    static T: Table = Table { getopt: &STOPS, getopt_24_11: &STOPS, specs: SPECS };
-    static TM: Table = Table { getopt: &MIXES, getopt_24_11: &MIXES, specs: SPECS };
+    static T: Table = Table { getopt: &STOPS, getopt_24_11: &STOPS, shared: &[], own: SPECS };
+    static TM: Table = Table { getopt: &MIXES, getopt_24_11: &MIXES, shared: &[], own: SPECS };
 
     fn argv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
@@ -1392,7 +1403,7 @@ mod tests {
             long("dir", Value, Char('D')),
         ];
         static W_GETOPT: Getopt = Getopt { optstring: "vJ:o:D:t:", longs: W_LONGS, plugins: false, reports: REPORTS };
-        static W: Table = Table { getopt: &W_GETOPT, getopt_24_11: &W_GETOPT, specs: W_SPECS };
+        static W: Table = Table { getopt: &W_GETOPT, getopt_24_11: &W_GETOPT, shared: &[], own: W_SPECS };
         let p = parse(&W, &argv(&["-vJx", "-o", "f", "-D/tmp", "-thours", "--na=y", "--verb"])).unwrap();
         let options: Vec<_> = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
         let written = ["--verbose", "--name=x", "-thours", "--name=y", "--verbose"];

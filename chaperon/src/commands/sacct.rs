@@ -25,7 +25,8 @@ const WRAPPED: &str = "Slurm stored the chaperon's job wrapper, not your job; re
 pub static SACCT: Table = Table {
     getopt: &slurm_22_05::SACCT,
     getopt_24_11: &crate::slurm_24_11::SACCT,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("accounts", Some('A'), Val, Text),
         allow("allocations", Some('X'), Flag, Any),
         // An old spelling of -X that sacct 22.05 still takes (its optstring has it, undocumented).

@@ -27,7 +27,8 @@ const INTERACTIVE: &str = "an interactive-mode command; use the matching option 
 pub static SACCTMGR: Table = Table {
     getopt: &slurm_22_05::SACCTMGR,
     getopt_24_11: &crate::slurm_24_11::SACCTMGR,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("help", Some('h'), Flag, Any),
         allow("usage", None, Flag, Any),
         // Skips the confirmation of a change, and no change is allowed.

@@ -9,12 +9,12 @@
 use crate::call::{Call, Stdio};
 use crate::getopt::LongOpt;
 use crate::grammar::ValueKind::*;
+use crate::job_options::{BATCH_AND_ALLOC, EVERY_JOB, STEP_AND_ALLOC};
 use crate::refusal::Refusal;
 use crate::scope::Entry;
 use crate::slurm_22_05;
 use crate::spawn::Io;
-use crate::table::{allow, any_of, deny, parse_with, Arity, GrammarError, Options, Table, BELT_TAG};
-use crate::table::{COMPLETION, CONTAINER_ID, STEPMGR};
+use crate::table::{allow, any_of, deny, parse_with, Arity, GrammarError, Options, Table};
 use crate::wire::{self, Response};
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -91,50 +91,14 @@ pub fn cancel_left(state_dir: &std::path::Path, scancel: &std::path::Path, launc
 const RELINQUISH: Duration = Duration::from_secs(10);
 
 /// Every option salloc 22.05 knows: those an allocation may be asked with, the others refused
-/// with the reason. Anything else is an unrecognized option.
+/// with the reason; those it shares with sbatch and srun are `job_options`'. Anything else is an
+/// unrecognized option.
 pub static SALLOC: Table = Table {
     getopt: &slurm_22_05::SALLOC,
     getopt_24_11: &crate::slurm_24_11::SALLOC,
-    specs: &[
-        allow("account", Some('A'), Val, Text),
-        allow("partition", Some('p'), Val, Text),
-        allow("qos", Some('q'), Val, Text),
-        allow("time", Some('t'), Val, Time),
-        allow("time-min", None, Val, Time),
-        allow("nodes", Some('N'), Val, Text),
-        allow("ntasks", Some('n'), Val, PositiveInt),
-        allow("ntasks-per-node", None, Val, PositiveInt),
-        allow("cpus-per-task", Some('c'), Val, PositiveInt),
-        allow("mem", None, Val, Memory),
-        allow("mem-per-cpu", None, Val, Memory),
-        allow("mem-per-gpu", None, Val, Memory),
-        allow("gres", None, Val, Text),
-        allow("gpus", Some('G'), Val, Text),
-        allow("gpus-per-node", None, Val, Text),
-        allow("gpus-per-task", None, Val, Text),
-        allow("cpus-per-gpu", None, Val, PositiveInt),
-        allow("constraint", Some('C'), Val, Text),
-        allow("exclusive", None, Opt, Choice(&["exclusive", "oversubscribe", "user", "mcs"])),
-        allow("oversubscribe", Some('s'), Flag, Any),
-        allow("nodelist", Some('w'), Val, NodeList),
-        allow("exclude", Some('x'), Val, NodeList),
+    shared: &[&EVERY_JOB, &BATCH_AND_ALLOC, &STEP_AND_ALLOC],
+    own: &[
         allow("job-name", Some('J'), Val, JobName),
-        allow("comment", None, Val, Text),
-        allow("begin", Some('b'), Val, DateTime),
-        allow("deadline", None, Val, DateTime),
-        allow("nice", None, Opt, Nice),
-        allow("reservation", None, Val, Text),
-        allow("licenses", Some('L'), Val, Text),
-        allow("hint", None, Val, Text),
-        allow("threads-per-core", None, Val, PositiveInt),
-        allow("tmp", None, Val, Memory),
-        allow("wckey", None, Val, Text),
-        allow("immediate", Some('I'), Opt, Int),
-        allow("verbose", Some('v'), Flag, Any),
-        allow("quiet", Some('Q'), Flag, Any),
-        allow("help", Some('h'), Flag, Any),
-        allow("usage", None, Flag, Any),
-        allow("version", Some('V'), Flag, Any),
         deny("chdir", Some('D'), Val, "the command runs in the jail, from the directory salloc was called in"),
         deny("no-shell", None, Flag, "an allocation without a command would outlive the call; give salloc a command"),
         deny("dependency", Some('d'), Val, NOT_LISTED),
@@ -152,13 +116,9 @@ pub static SALLOC: Table = Table {
         deny("container", None, Val, NOT_LISTED),
         deny("x11", None, Opt, NOT_LISTED),
         deny("signal", None, Val, NOT_LISTED),
-        deny("nodefile", Some('F'), Val, "it names a file on the login node; use --nodelist"),
         deny("bb", None, Val, NOT_LISTED),
         deny("bbf", None, Val, NOT_LISTED),
-        // The belt's (slurm-plugins/), where the site has it.
-        deny("agent-sandbox", None, Val, BELT_TAG),
         // The rest of salloc 22.05: real options, not on the allow-list.
-        deny("tasks-per-node", None, Val, "use --ntasks-per-node, its allowed spelling"),
         deny("acctg-freq", None, Val, NOT_LISTED),
         deny("cluster-constraint", None, Val, NOT_LISTED),
         deny("context", None, Val, NOT_LISTED),
@@ -195,16 +155,7 @@ pub static SALLOC: Table = Table {
         deny("use-min-nodes", None, Flag, NOT_LISTED),
         deny("wait-all-nodes", None, Val, NOT_LISTED),
         // Added after 22.05 (`since`: the release that added each).
-        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
-        deny("container-id", None, Arity::Value, CONTAINER_ID).since(crate::release::R23_02),
-        allow("extra", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
-        allow("tres-per-task", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
         deny("tres-bind", None, Arity::Value, NOT_LISTED).since(crate::release::R23_11),
-        allow("segment", None, Arity::Value, crate::grammar::ValueKind::Uint16).since(crate::release::R24_05),
-        deny("stepmgr", None, Arity::Flag, STEPMGR).since(crate::release::R24_05),
-        allow("oom-kill-step", None, Arity::OptionalValue, crate::grammar::ValueKind::Uint16)
-            .since(crate::release::R24_11),
-        allow("resv-ports", None, Arity::OptionalValue, crate::grammar::ValueKind::Int).since(crate::release::R24_05),
     ],
 };
 

@@ -18,7 +18,8 @@ use ValueKind::*;
 pub static SATTACH: Table = Table {
     getopt: &slurm_22_05::SATTACH,
     getopt_24_11: &crate::slurm_24_11::SATTACH,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("input-filter", None, Val, Int),
         allow("output-filter", None, Val, Int),
         allow("error-filter", None, Val, Int),

@@ -10,15 +10,15 @@ use crate::export::{export_env, export_request};
 use crate::getopt::LongOpt;
 use crate::grammar::{clip, ValueKind};
 use crate::job::{self, JobDir, JobSpec, MAX_SCRIPT};
+use crate::job_options::{BATCH_AND_ALLOC, BATCH_AND_STEP, EVERY_JOB};
 use crate::refusal::Refusal;
 use crate::scope::Entry;
 use crate::slurm_22_05;
 use crate::spawn::Io;
 use crate::table::{
-    allow, as_written, deny, opt, parse_with, Arity, Class, GrammarError, Table, APPLIED_IN_JAIL, BELT_TAG, CLUSTERS,
-    EXPORT, MAIL, MAX_ARGS, MAX_ARG_BYTES, OPENED_IN_JAIL,
+    allow, as_written, deny, opt, parse_with, Arity, Class, GrammarError, Table, APPLIED_IN_JAIL, MAX_ARGS,
+    MAX_ARG_BYTES, OPENED_IN_JAIL,
 };
-use crate::table::{COMPLETION, CONTAINER_ID, STEPMGR};
 use std::io::Write;
 use std::path::Path;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
@@ -27,101 +27,40 @@ use ValueKind::*;
 const NOT_LISTED: &str = "not on agent-sandbox's sbatch allow-list; ask your admin if a job needs it";
 const BURST_BUFFER: &str = "burst-buffer staging runs outside the jail; stage data from within the batch script";
 
-/// Every option the chaperon's sbatch knows. Anything else is an unrecognized option.
+/// Every option the chaperon's sbatch knows: those it shares with srun and salloc
+/// (`job_options`), and its own. Anything else is an unrecognized option.
 pub static SBATCH: Table = Table {
     getopt: &slurm_22_05::SBATCH,
     getopt_24_11: &crate::slurm_24_11::SBATCH,
-    specs: &[
-        // Allowed (FEATURES C, the sbatch allow-list).
-        allow("account", Some('A'), Val, Text),
-        allow("partition", Some('p'), Val, Text),
-        allow("qos", Some('q'), Val, Text),
-        allow("time", Some('t'), Val, Time),
-        allow("time-min", None, Val, Time),
-        allow("nodes", Some('N'), Val, Text),
-        allow("ntasks", Some('n'), Val, PositiveInt),
-        allow("ntasks-per-node", None, Val, PositiveInt),
-        allow("ntasks-per-socket", None, Val, PositiveInt),
-        allow("ntasks-per-core", None, Val, PositiveInt),
-        allow("ntasks-per-gpu", None, Val, PositiveInt),
-        allow("cpus-per-task", Some('c'), Val, PositiveInt),
-        allow("mem", None, Val, Memory),
-        allow("mem-per-cpu", None, Val, Memory),
-        allow("mem-per-gpu", None, Val, Memory),
-        allow("gres", None, Val, Text),
-        allow("gpus", Some('G'), Val, Text),
-        allow("gpus-per-node", None, Val, Text),
-        allow("gpus-per-task", None, Val, Text),
-        allow("cpus-per-gpu", None, Val, PositiveInt),
-        allow("constraint", Some('C'), Val, Text),
-        allow("exclusive", None, Opt, Choice(&["exclusive", "oversubscribe", "user", "mcs"])),
-        allow("oversubscribe", Some('s'), Flag, Any),
-        allow("nodelist", Some('w'), Val, NodeList),
-        allow("exclude", Some('x'), Val, NodeList),
+    shared: &[&EVERY_JOB, &BATCH_AND_STEP, &BATCH_AND_ALLOC],
+    own: &[
+        // Allowed (FEATURES C, the sbatch allow-list), besides the shared groups'.
         allow("array", Some('a'), Val, Text),
-        allow("dependency", Some('d'), Val, Dependency),
         allow("job-name", Some('J'), Val, JobName).rebuilt("the chaperon names the job: yours, else its script's name"),
         allow("output", Some('o'), Val, Path).rebuilt(OPENED_IN_JAIL),
         allow("error", Some('e'), Val, Path).rebuilt(OPENED_IN_JAIL),
         allow("input", Some('i'), Val, Path).rebuilt(OPENED_IN_JAIL),
-        // arg_set_open_mode reads only the first letter.
-        allow("open-mode", None, Val, Initial(&["append", "truncate"])).rebuilt(APPLIED_IN_JAIL),
-        allow("comment", None, Val, Text),
-        allow("begin", Some('b'), Val, DateTime),
-        allow("deadline", None, Val, DateTime),
-        allow("hold", Some('H'), Flag, Any),
-        // Negative is valid syntax; Slurm itself refuses it from a user who is not an operator.
-        allow("nice", None, Opt, Nice),
-        allow("priority", None, Val, Text),
         allow("requeue", None, Flag, Any),
         allow("no-requeue", None, Flag, Any),
-        allow("reservation", None, Val, Text),
         allow("signal", None, Val, SbatchSignal),
-        allow("licenses", Some('L'), Val, Text),
-        allow("hint", None, Val, Text),
-        allow("distribution", Some('m'), Val, Text),
-        allow("mem-bind", None, Val, Text),
-        allow("cpu-freq", None, Val, Text),
-        allow("threads-per-core", None, Val, PositiveInt),
-        allow("switches", None, Val, Text),
-        allow("tmp", None, Val, Memory),
-        allow("wckey", None, Val, Text),
         allow("kill-on-invalid-dep", None, Val, Choice(&["yes", "no"])),
         allow("parsable", None, Flag, Any)
             .rebuilt("the chaperon always asks for the job id alone and shows it as you asked"),
-        allow("test-only", None, Flag, Any),
         allow("wait", Some('W'), Flag, Any),
-        allow("verbose", Some('v'), Flag, Any),
-        allow("quiet", Some('Q'), Flag, Any),
-        allow("help", Some('h'), Flag, Any),
-        allow("usage", None, Flag, Any),
-        allow("version", Some('V'), Flag, Any),
-        // Recorded in the job dir and applied by `exec --job` inside the jail, never to the wrapper.
-        allow("export", None, Val, ExportSpec).rebuilt(EXPORT),
         // A file or an fd number in Slurm; the chaperon reads it (resolved under the project) itself.
         allow("export-file", None, Val, Path).rebuilt(APPLIED_IN_JAIL),
         // Rebuilt: the chaperon sets what Slurm sees.
         opt("wrap", None, Val, Class::Rebuilt("the chaperon writes the submitted batch script itself"), Any),
-        opt("chdir", Some('D'), Val, Class::Rebuilt("the working directory comes from the checked request"), Path),
         // Denied (FEATURES C).
         deny("uid", None, Val, "jobs run as your own user only"),
         deny("gid", None, Val, "jobs run with your own groups only"),
         deny("get-user-env", None, Opt, "it loads a login environment outside the jail; use --export instead"),
-        deny("propagate", None, Opt, "resource limits come from the sandbox policy, not from the jail's shell"),
         deny("container", None, Val, "an OCI container would start outside the jail; run it from the batch script"),
         deny("bb", None, Val, BURST_BUFFER),
         deny("bbf", None, Val, BURST_BUFFER),
-        deny("mail-type", None, Val, MAIL),
-        deny("mail-user", None, Val, MAIL),
-        deny("clusters", Some('M'), Val, CLUSTERS),
-        deny("cluster", None, Val, CLUSTERS),
-        // The belt's (slurm-plugins/), where the site has it: the chaperon tags the job itself.
-        deny("agent-sandbox", None, Val, BELT_TAG),
         // The rest of sbatch 22.05: real options, not on the allow-list.
-        deny("tasks-per-node", None, Val, "use --ntasks-per-node, its allowed spelling"),
         deny("acctg-freq", None, Val, NOT_LISTED),
         deny("batch", None, Val, NOT_LISTED),
-        deny("cluster-constraint", None, Val, CLUSTERS),
         deny("context", None, Val, NOT_LISTED),
         deny("contiguous", None, Flag, NOT_LISTED),
         deny("core-spec", Some('S'), Val, NOT_LISTED),
@@ -137,7 +76,6 @@ pub static SBATCH: Table = Table {
         deny("mincpus", None, Val, NOT_LISTED),
         deny("network", None, Val, NOT_LISTED),
         deny("no-kill", Some('k'), Opt, NOT_LISTED),
-        deny("nodefile", Some('F'), Val, "it names a file on the login node; use --nodelist"),
         deny("ntasks-per-tres", None, Val, NOT_LISTED),
         deny("overcommit", Some('O'), Flag, NOT_LISTED),
         deny("power", None, Val, NOT_LISTED),
@@ -150,16 +88,7 @@ pub static SBATCH: Table = Table {
         deny("use-min-nodes", None, Flag, NOT_LISTED),
         deny("wait-all-nodes", None, Val, NOT_LISTED),
         // Added after 22.05 (`since`: the release that added each).
-        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
-        deny("container-id", None, Arity::Value, CONTAINER_ID).since(crate::release::R23_02),
-        allow("extra", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
-        allow("tres-per-task", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
-        deny("tres-bind", None, Arity::Value, NOT_LISTED).since(crate::release::R23_11),
-        allow("segment", None, Arity::Value, crate::grammar::ValueKind::Uint16).since(crate::release::R24_05),
-        deny("stepmgr", None, Arity::Flag, STEPMGR).since(crate::release::R24_05),
-        allow("oom-kill-step", None, Arity::OptionalValue, crate::grammar::ValueKind::Uint16)
-            .since(crate::release::R24_11),
-        allow("resv-ports", None, Arity::OptionalValue, crate::grammar::ValueKind::Int).since(crate::release::R24_05),
+        deny("tres-bind", None, Val, NOT_LISTED).since(crate::release::R23_11),
     ],
 };
 
@@ -605,7 +534,7 @@ mod tests {
     }
 
     fn spec(long: &str) -> &'static OptSpec {
-        SBATCH.specs.iter().find(|s| s.long == long).unwrap_or_else(|| panic!("--{long} not in SBATCH"))
+        SBATCH.specs().find(|s| s.long == long).unwrap_or_else(|| panic!("--{long} not in SBATCH"))
     }
 
     fn pairs(p: &Parsed) -> Vec<(&'static str, Option<&str>)> {
@@ -700,8 +629,7 @@ mod tests {
     fn the_allow_list_is_exactly_features_section_c() {
         // Of 22.05's options; what later releases added is listed in docs/slurm.md's table.
         let allowed: HashSet<&str> = SBATCH
-            .specs
-            .iter()
+            .specs()
             .filter(|s| s.class == Class::Allowed && s.since == crate::release::R22_05)
             .map(|s| s.long)
             .collect();
@@ -782,14 +710,14 @@ mod tests {
             ('w', "nodelist"),
             ('x', "exclude"),
         ];
-        let table: HashSet<(char, &str)> = SBATCH.specs.iter().filter_map(|s| s.short.map(|c| (c, s.long))).collect();
+        let table: HashSet<(char, &str)> = SBATCH.specs().filter_map(|s| s.short.map(|c| (c, s.long))).collect();
         assert_eq!(table, expected.into_iter().collect());
     }
 
     #[test]
     fn optional_values_are_those_of_slurm_22_05() {
         let optional: HashSet<&str> =
-            SBATCH.specs.iter().filter(|s| s.arity == Arity::OptionalValue).map(|s| s.long).collect();
+            SBATCH.specs().filter(|s| s.arity == Arity::OptionalValue).map(|s| s.long).collect();
         // The last two 24.05 and 24.11 added.
         let expected = ["exclusive", "nice", "get-user-env", "propagate", "no-kill", "resv-ports", "oom-kill-step"];
         assert_eq!(optional, expected.into_iter().collect());
@@ -1036,12 +964,13 @@ mod tests {
     ];
 
     fn token(rng: &mut Rng) -> String {
+        let specs: Vec<&OptSpec> = SBATCH.specs().collect();
         match rng.below(4) {
-            0 => format!("--{}", rng.pick(SBATCH.specs).long),
-            1 => format!("-{}", rng.pick(SBATCH.specs).short.unwrap_or('v')),
+            0 => format!("--{}", rng.pick(&specs).long),
+            1 => format!("-{}", rng.pick(&specs).short.unwrap_or('v')),
             2 => format!(
                 "--{}={}",
-                rng.pick(SBATCH.specs).long,
+                rng.pick(&specs).long,
                 (0..rng.below(4)).map(|_| *rng.pick(ATOMS)).collect::<String>()
             ),
             _ => (0..rng.below(6)).map(|_| *rng.pick(ATOMS)).collect(),

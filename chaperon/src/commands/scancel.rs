@@ -25,7 +25,8 @@ const NOT_LISTED: &str = "not on agent-sandbox's scancel allow-list; ask your ad
 pub static SCANCEL: Table = Table {
     getopt: &slurm_22_05::SCANCEL,
     getopt_24_11: &crate::slurm_24_11::SCANCEL,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("account", Some('A'), Val, Text),
         allow("batch", Some('b'), Flag, Any),
         allow("ctld", None, Flag, Any),

@@ -32,7 +32,8 @@ const SUBMITTED: &str = "it was checked at submission; submit the job again to c
 pub static SCONTROL: Table = Table {
     getopt: &slurm_22_05::SCONTROL,
     getopt_24_11: &crate::slurm_24_11::SCONTROL,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("all", Some('a'), Flag, Any),
         allow("details", Some('d'), Flag, Any),
         allow("federation", None, Flag, Any),

@@ -18,7 +18,8 @@ use ValueKind::*;
 pub static SDIAG: Table = Table {
     getopt: &slurm_22_05::SDIAG,
     getopt_24_11: &crate::slurm_24_11::SDIAG,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("all", Some('a'), Flag, Any),
         allow("help", Some('h'), Flag, Any),
         allow("sort-by-id", Some('i'), Flag, Any),

@@ -20,7 +20,8 @@ use ValueKind::*;
 pub static SINFO: Table = Table {
     getopt: &slurm_22_05::SINFO,
     getopt_24_11: &crate::slurm_24_11::SINFO,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("all", Some('a'), Flag, Any),
         allow("dead", Some('d'), Flag, Any),
         allow("exact", Some('e'), Flag, Any),

@@ -24,7 +24,8 @@ use ValueKind::*;
 pub static SPRIO: Table = Table {
     getopt: &slurm_22_05::SPRIO,
     getopt_24_11: &crate::slurm_24_11::SPRIO,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("noheader", Some('h'), Flag, Any),
         // Checked as job ids by `parse_sprio`; the value may also come from the next argument.
         allow("jobs", Some('j'), Opt, Text)

@@ -27,7 +27,8 @@ const YOU: &str = "checked to be you; squeue is given the scope's job list inste
 pub static SQUEUE: Table = Table {
     getopt: &slurm_22_05::SQUEUE,
     getopt_24_11: &crate::slurm_24_11::SQUEUE,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("accounts", Some('A'), Val, Text),
         // squeue 22.05 still reads -U as -A ("backwards compatibility"); it has no long form.
         allow("U", Some('U'), Val, Text).short_only(),

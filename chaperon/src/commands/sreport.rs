@@ -28,7 +28,8 @@ const INTERACTIVE: &str =
 pub static SREPORT: Table = Table {
     getopt: &slurm_22_05::SREPORT,
     getopt_24_11: &crate::slurm_24_11::SREPORT,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("help", Some('h'), Flag, Any),
         // sreport 22.05 takes it and then fails ("getopt error"): harmless, and as Slurm has it.
         allow("immediate", None, Flag, Any),

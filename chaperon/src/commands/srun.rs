@@ -10,13 +10,14 @@ use crate::export::export_env;
 use crate::getopt::LongOpt;
 use crate::grammar::ValueKind;
 use crate::job::{self, write_job_dir, JobSpec};
+use crate::job_options::{BATCH_AND_STEP, EVERY_JOB, STEP_AND_ALLOC};
 use crate::refusal::Refusal;
 use crate::slurm_22_05;
 use crate::table::{
-    allow, any_of, as_written, bad_value, deny, last, opt, parse_with, Arity, Class, GrammarError, Options, Table,
-    APPLIED_IN_JAIL, BELT_TAG, BURST_BUFFER, CLUSTERS, EXPORT, MAIL, RUNS_OUTSIDE,
+    allow, any_of, as_written, bad_value, deny, last, parse_with, Arity, GrammarError, Options, Table, BURST_BUFFER,
+    RUNS_OUTSIDE,
 };
-use crate::table::{COMPLETION, CONTAINER_ID, EXTERNAL_LAUNCHER, PTY_VALUE, STEPMGR};
+use crate::table::{EXTERNAL_LAUNCHER, PTY_VALUE};
 use std::path::Path;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
@@ -26,72 +27,21 @@ const BCAST: &str = "it copies files to nodes outside the jail; copy them from w
 const STEP_IO: &str = "a file is opened by each task inside the jail; all, none and task ids go to srun as given";
 const HETJOB: &str = "heterogeneous jobs are not supported in agent-sandbox; run the components as separate steps";
 
-/// Every option srun 22.05 knows. Anything else is an unrecognized option.
+/// Every option srun 22.05 knows: those it shares with sbatch and salloc (`job_options`), and
+/// its own. Anything else is an unrecognized option.
 pub static SRUN: Table = Table {
     getopt: &slurm_22_05::SRUN,
     getopt_24_11: &crate::slurm_24_11::SRUN,
-    specs: &[
-        // Allowed: sbatch's allow-list (FEATURES C), where srun has the option too.
-        allow("account", Some('A'), Val, Text),
-        allow("partition", Some('p'), Val, Text),
-        allow("qos", Some('q'), Val, Text),
-        allow("time", Some('t'), Val, Time),
-        allow("time-min", None, Val, Time),
-        allow("nodes", Some('N'), Val, Text),
-        allow("ntasks", Some('n'), Val, PositiveInt),
-        allow("ntasks-per-node", None, Val, PositiveInt),
-        allow("ntasks-per-socket", None, Val, PositiveInt),
-        allow("ntasks-per-core", None, Val, PositiveInt),
-        allow("ntasks-per-gpu", None, Val, PositiveInt),
-        allow("cpus-per-task", Some('c'), Val, PositiveInt),
-        allow("mem", None, Val, Memory),
-        allow("mem-per-cpu", None, Val, Memory),
-        allow("mem-per-gpu", None, Val, Memory),
-        allow("gres", None, Val, Text),
-        allow("gpus", Some('G'), Val, Text),
-        allow("gpus-per-node", None, Val, Text),
-        allow("gpus-per-task", None, Val, Text),
-        allow("cpus-per-gpu", None, Val, PositiveInt),
-        allow("constraint", Some('C'), Val, Text),
-        allow("exclusive", None, Opt, Choice(&["exclusive", "oversubscribe", "user", "mcs"])),
-        allow("oversubscribe", Some('s'), Flag, Any),
-        allow("nodelist", Some('w'), Val, NodeList),
-        allow("exclude", Some('x'), Val, NodeList),
-        allow("dependency", Some('d'), Val, Dependency),
+    shared: &[&EVERY_JOB, &BATCH_AND_STEP, &STEP_AND_ALLOC],
+    own: &[
+        // Allowed: sbatch's allow-list (FEATURES C), where srun has the option too, worded for a step.
         allow("job-name", Some('J'), Val, JobName)
             .rebuilt("the chaperon names the step: yours, else its command's name"),
         // srun also takes `none`, `all` or a task number here, which name no file.
         allow("output", Some('o'), Val, Path).rebuilt(STEP_IO),
         allow("error", Some('e'), Val, Path).rebuilt(STEP_IO),
         allow("input", Some('i'), Val, Path).rebuilt(STEP_IO),
-        // arg_set_open_mode reads only the first letter.
-        allow("open-mode", None, Val, Initial(&["append", "truncate"])).rebuilt(APPLIED_IN_JAIL),
-        allow("comment", None, Val, Text),
-        allow("begin", Some('b'), Val, DateTime),
-        allow("deadline", None, Val, DateTime),
-        allow("hold", Some('H'), Flag, Any),
-        // Negative is valid syntax; Slurm itself refuses it from a user who is not an operator.
-        allow("nice", None, Opt, Nice),
-        allow("priority", None, Val, Text),
-        allow("reservation", None, Val, Text),
         allow("signal", None, Val, Signal),
-        allow("licenses", Some('L'), Val, Text),
-        allow("hint", None, Val, Text),
-        allow("distribution", Some('m'), Val, Text),
-        allow("mem-bind", None, Val, Text),
-        allow("cpu-freq", None, Val, Text),
-        allow("threads-per-core", None, Val, PositiveInt),
-        allow("switches", None, Val, Text),
-        allow("tmp", None, Val, Memory),
-        allow("wckey", None, Val, Text),
-        allow("test-only", None, Flag, Any),
-        allow("verbose", Some('v'), Flag, Any),
-        allow("quiet", Some('Q'), Flag, Any),
-        allow("help", Some('h'), Flag, Any),
-        allow("usage", None, Flag, Any),
-        allow("version", Some('V'), Flag, Any),
-        // As for sbatch: recorded and applied by the step wrapper inside the jail, never outside.
-        allow("export", None, Val, ExportSpec).rebuilt(EXPORT),
         // Step options. The job a step joins (--jobid or the caller's SLURM_JOB_ID) must be in
         // scope, and a --pty step only in the session's own jobs: the chaperon checks both.
         allow("jobid", None, Val, Text),
@@ -105,7 +55,6 @@ pub static SRUN: Table = Table {
         allow("wait", Some('W'), Val, Int),
         allow("quit-on-interrupt", None, Flag, Any),
         allow("disable-status", Some('X'), Flag, Any),
-        allow("immediate", Some('I'), Opt, Int),
         allow("relative", Some('r'), Val, Int),
         allow("mpi", None, Val, Text),
         allow("cpu-bind", None, Val, Text),
@@ -113,12 +62,9 @@ pub static SRUN: Table = Table {
         allow("accel-bind", None, Val, Text),
         allow("resv-ports", None, Opt, Int),
         allow("preserve-env", Some('E'), Flag, Any),
-        // Rebuilt: the chaperon sets what Slurm sees.
-        opt("chdir", Some('D'), Val, Class::Rebuilt("the working directory comes from the checked request"), Path),
         // Denied (FEATURES C).
         deny("uid", None, Val, "steps run as your own user only"),
         deny("gid", None, Val, "steps run with your own groups only"),
-        deny("propagate", None, Opt, "resource limits come from the sandbox policy, not from the jail's shell"),
         deny("prolog", None, Val, RUNS_OUTSIDE),
         deny("epilog", None, Val, RUNS_OUTSIDE),
         deny("task-prolog", None, Val, RUNS_OUTSIDE),
@@ -136,19 +82,12 @@ pub static SRUN: Table = Table {
         deny("compress", None, Opt, BCAST),
         deny("bb", None, Val, BURST_BUFFER),
         deny("bbf", None, Val, BURST_BUFFER),
-        deny("mail-type", None, Val, MAIL),
-        deny("mail-user", None, Val, MAIL),
-        deny("clusters", Some('M'), Val, CLUSTERS),
-        deny("cluster", None, Val, CLUSTERS),
-        deny("cluster-constraint", None, Val, CLUSTERS),
         deny("x11", None, Opt, "X11 forwarding would reach a display outside the jail"),
         deny("no-allocate", Some('Z'), Flag, "running tasks without an allocation is for Slurm administrators only"),
         deny("slurmd-debug", None, Val, "slurmd's debug output comes from outside the jail; ask your admin"),
         deny("het-group", None, Val, HETJOB),
         deny("pack-group", None, Val, HETJOB),
         // The rest of srun 22.05: real options, not on the allow-list.
-        deny("tasks-per-node", None, Val, "use --ntasks-per-node, its allowed spelling"),
-        deny("nodefile", Some('F'), Val, "it names a file on the login node; use --nodelist"),
         deny("acctg-freq", None, Val, NOT_LISTED),
         deny("context", None, Val, NOT_LISTED),
         deny("contiguous", None, Flag, NOT_LISTED),
@@ -178,18 +117,8 @@ pub static SRUN: Table = Table {
         deny("thread-spec", None, Val, NOT_LISTED),
         deny("threads", Some('T'), Val, NOT_LISTED),
         deny("use-min-nodes", None, Flag, NOT_LISTED),
-        // The belt's (slurm-plugins/), where the site has it: the chaperon tags the step itself.
-        deny("agent-sandbox", None, Val, BELT_TAG),
         // Added after 22.05 (`since`: the release that added each).
-        deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
-        deny("container-id", None, Arity::Value, CONTAINER_ID).since(crate::release::R23_02),
-        allow("extra", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
-        allow("tres-per-task", None, Arity::Value, crate::grammar::ValueKind::Text).since(crate::release::R23_02),
         deny("tres-bind", None, Arity::Value, NOT_LISTED).since(crate::release::R23_11),
-        allow("segment", None, Arity::Value, crate::grammar::ValueKind::Uint16).since(crate::release::R24_05),
-        deny("stepmgr", None, Arity::Flag, STEPMGR).since(crate::release::R24_05),
-        allow("oom-kill-step", None, Arity::OptionalValue, crate::grammar::ValueKind::Uint16)
-            .since(crate::release::R24_11),
         deny("external-launcher", None, Arity::OptionalValue, EXTERNAL_LAUNCHER).since(crate::release::R23_11),
         allow("treewidth", None, Arity::Value, crate::grammar::ValueKind::Uint16).since(crate::release::R23_11),
     ],
@@ -405,6 +334,7 @@ mod tests {
     use super::*;
     use crate::getopt::GetoptError;
     use crate::table::testkit::*;
+    use crate::table::Class;
 
     fn srun(a: &[&str]) -> Result<SrunRequest, GrammarError> {
         parse_srun(&argv(a))
@@ -519,8 +449,8 @@ mod tests {
     #[test]
     fn every_sbatch_allowed_option_srun_has_is_allowed_here_too() {
         use crate::commands::sbatch::SBATCH;
-        for s in SBATCH.specs.iter().filter(|s| s.class == Class::Allowed) {
-            if let Some(r) = SRUN.specs.iter().find(|r| r.long == s.long) {
+        for s in SBATCH.specs().filter(|s| s.class == Class::Allowed) {
+            if let Some(r) = SRUN.specs().find(|r| r.long == s.long) {
                 assert_eq!(r.class, Class::Allowed, "--{} is allowed in sbatch", s.long);
             }
         }

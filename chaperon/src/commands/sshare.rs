@@ -22,7 +22,8 @@ const BROKEN: &str = "sshare 22.05 has no use for it and fails on it (\"getopt e
 pub static SSHARE: Table = Table {
     getopt: &slurm_22_05::SSHARE,
     getopt_24_11: &crate::slurm_24_11::SSHARE,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("accounts", Some('A'), Val, Text),
         allow("helpformat", Some('e'), Flag, Any),
         allow("long", Some('l'), Flag, Any),

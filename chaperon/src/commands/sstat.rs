@@ -17,7 +17,8 @@ use ValueKind::*;
 pub static SSTAT: Table = Table {
     getopt: &slurm_22_05::SSTAT,
     getopt_24_11: &crate::slurm_24_11::SSTAT,
-    specs: &[
+    shared: &[],
+    own: &[
         allow("allsteps", Some('a'), Flag, Any),
         allow("helpformat", Some('e'), Flag, Any),
         allow("help", Some('h'), Flag, Any),
