@@ -37,6 +37,11 @@ fn the_self_test_holds_on_this_hosts_policy_and_names_each_probe() {
     if slurm.is_ok_and(|o| o.status.success() && !o.stdout.is_empty()) {
         assert!(out.stdout.contains("held     job-reentry      a job submitted from inside ran in the jail"), "{out}");
     }
+    // The Landlock backend holds too: there the job has no PID namespace and Slurm's sockets
+    // are there but refuse a connection, which is no escape.
+    let out = j.output(&mut j.command(&["--backend", "landlock", "doctor", "--attack"]));
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains(" held, 0 escaped, "), "the summary: {out}");
 }
 
 #[test]

@@ -329,8 +329,9 @@ fn write_probes(s: &mut Script, home: &Path) {
 }
 
 /// Where Slurm answers, a job submitted from inside (through the session's `sbatch`) must run
-/// in the jail on the node: its PID 1 the jail's, no authentication channel, the state
-/// directory and the launcher's planted secrets not there. Waits for it at most two minutes,
+/// in the jail on the node: its PID 1 the jail's (under userns: Landlock has no PID
+/// namespace), no authentication channel it can read or connect to, the state directory's key
+/// unreadable, the launcher's planted secrets not there. Waits for it at most two minutes,
 /// then cancels it and reports skipped; its output goes to `out` (named with the run's nonce:
 /// no file left by an earlier run decides it).
 pub fn job_probe(s: &mut Script, out: &Path, state_dir: &Path, canaries: &[(&'static str, String)]) {
@@ -344,7 +345,9 @@ pub fn job_probe(s: &mut Script, out: &Path, state_dir: &Path, canaries: &[(&'st
         &format!(
             "if ! squeue -h >/dev/null 2>&1; then @P@ SKIPPED \"no Slurm answers here\"; \
              elif ! id=$(sbatch --parsable -J agent-sandbox-probe -o {o} --wrap 'echo JOB-PID1=$(cat /proc/1/comm); \
-             for f in {channels} {key}; do [ -e \"$f\" ] && echo JOB-SEES=$f; done; \
+             s=\"${{PATH%%:*}}\"; for f in {channels} {key}; do if [ -S \"$f\" ]; then \
+             (exec -a agent-sandbox-probe-unix \"$s/squeue\" \"$f\") 2>/dev/null && echo JOB-SEES=$f; \
+             elif head -c1 \"$f\" >/dev/null 2>&1; then echo JOB-SEES=$f; fi; done; \
              env | grep -q -F {values} && echo JOB-SEES=env; echo JOB-END' 2>&1); then \
              @P@ SKIPPED \"sbatch refused the job: $(echo $id | head -c 300)\"; \
              else id=\"${{id%%;*}}\"; i=0; while [ $i -lt 240 ] && ! grep -q JOB-END {o} 2>/dev/null; do \
@@ -352,7 +355,8 @@ pub fn job_probe(s: &mut Script, out: &Path, state_dir: &Path, canaries: &[(&'st
              sleep 0.5; i=$((i+1)); done; \
              if ! grep -q JOB-END {o} 2>/dev/null; then scancel \"$id\" 2>/dev/null; \
              @P@ SKIPPED \"job $id did not run its script within two minutes (cancelled; sacct -j $id says why)\"; \
-             elif grep -q JOB-SEES {o} || ! grep -q JOB-PID1=agent-sandbox {o}; then \
+             elif grep -q JOB-SEES {o} || {{ [ \"${{AGENT_SANDBOX_BACKEND:-}}\" != landlock ] && \
+             ! grep -q JOB-PID1=agent-sandbox {o}; }}; then \
              @P@ ESCAPED \"the job ran outside the jail: $(tr '\\n' ' ' < {o})\"; \
              else @P@ HELD \"a job submitted from inside ran in the jail on its node\"; fi; fi"
         ),
