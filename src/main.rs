@@ -135,7 +135,15 @@ fn real_main() -> Result<i32, Failure> {
 /// The arguments given before the subcommand `name` (the session options an alias or a site
 /// wrapper puts first).
 fn before_subcommand(name: &str) -> Vec<std::ffi::OsString> {
-    std::env::args_os().skip(1).take_while(|a| a != name).collect()
+    before_last(std::env::args_os().skip(1).collect(), name)
+}
+
+/// The arguments before the last `name`: the subcommand takes no value spelled like its own
+/// name, while an option before it may (`--project doctor doctor --attack`).
+fn before_last(mut args: Vec<std::ffi::OsString>, name: &str) -> Vec<std::ffi::OsString> {
+    let at = args.iter().rposition(|a| a == name).unwrap_or(args.len());
+    args.truncate(at);
+    args
 }
 
 /// False for the commands that never start a session; a wrong guess either way costs only a
@@ -230,5 +238,19 @@ fn policy_cmd(opts: &cli::RunOpts, action: &cli::PolicyAction) -> Result<i32, Fa
             println!("{}: ok", file.display());
             Ok(0)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn session_options_end_at_the_last_subcommand_name_not_at_a_value_spelled_like_it() {
+        let v = |a: &[&str]| a.iter().map(std::ffi::OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            super::before_last(v(&["--project", "doctor", "doctor", "--attack"]), "doctor"),
+            v(&["--project", "doctor"])
+        );
+        assert_eq!(super::before_last(v(&["--net", "open", "doctor", "--attack"]), "doctor"), v(&["--net", "open"]));
+        assert_eq!(super::before_last(v(&["doctor"]), "doctor"), v(&[]));
     }
 }
