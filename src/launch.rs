@@ -387,7 +387,8 @@ impl Launch {
         // The session's door to its chaperon exists before the plan binds it into the jail
         // (the chaperon itself starts when the first Slurm command knocks), and so do the
         // project lock, the session network's address and the job ports.
-        let held = Held::take(&pre, &policy, &facts, &origin, &project_dir).map_err(LaunchError::setup)?;
+        let held =
+            Held::take(&pre, &log.session, &policy, &facts, &origin, &project_dir).map_err(LaunchError::setup)?;
         let req = held.request(&pre, &policy, session::Command { command, project, cwd, extra_files, env });
         timing::mark("policy");
         // The jail's PID 1 makes its namespaces, network and staging root while the plan is

@@ -66,9 +66,12 @@ pub struct Held {
 
 impl Held {
     /// The door, the stub links and the project lock, the session network's address and the
-    /// job ports: each as the policy asks and `origin` allows; none in a dry run.
+    /// job ports: each as the policy asks and `origin` allows; none in a dry run. `own`: this
+    /// launch's own id in the audit log, which names its door (a job's tasks on one node share
+    /// their session's id, not a door).
     pub fn take(
         pre: &Prelude,
+        own: &str,
         policy: &policy::Policy,
         facts: &host::HostFacts,
         origin: &Origin,
@@ -77,7 +80,7 @@ impl Held {
         let door = match pre.dry_run {
             true => None,
             false => Some(
-                chaperon_door(pre.landlock, &facts.state_dir(), &pre.session)
+                chaperon_door(pre.landlock, &facts.state_dir(), own)
                     .map_err(|e| format!("cannot create the session's Slurm socket: {e}"))?,
             ),
         };
