@@ -23,7 +23,12 @@ fn startup_file(j: &Jail) -> PathBuf {
 fn the_self_test_holds_on_this_hosts_policy_and_names_each_probe() {
     let Some(j) = Jail::new("attack-default") else { return };
     startup_file(&j);
+    // A store of the catalogue inside the writable `~/.cache`: inside, an empty read-only
+    // stand-in covers it, which is no escape (the second look's N1).
+    let token = home_file(&j, ".cache/huggingface/token", "hf_CANARYATTACK\n");
     let out = j.output(&mut j.command(&["doctor", "--attack"]));
+    let _ = std::fs::remove_file(&token);
+    assert!(out.stdout.contains("held     credentials      ") && out.stdout.contains("huggingface/token"), "{out}");
     assert_eq!(out.code, 0, "{out}");
     for probe in
         ["state-directory", "environment", "slurm-auth", "host-loopback", "host-process", "port-floor", "write-outside"]

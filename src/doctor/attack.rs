@@ -36,6 +36,9 @@ const HOME_SECRETS: &[&str] = &[
     ".pypirc",
 ];
 
+/// Variables that decide what a shell or the loader runs before the probes' script.
+const STARTUP_VARS: &[&str] = &["BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "BASH_XTRACEFD", "PROMPT_COMMAND"];
+
 /// At most this many credential files are tried (the first found).
 const MAX_CREDENTIALS: usize = 40;
 
@@ -218,7 +221,9 @@ fn slurm_channels() -> Vec<PathBuf> {
     channels
 }
 
-/// A file probe: read the file (a socket: connect to it through the jail's stub binary).
+/// A file probe: read a byte of the file (a socket: connect to it through the jail's stub
+/// binary). The empty read-only stand-in a hidden store gets inside a writable tree is no
+/// escape.
 fn file_probe(s: &mut Script, name: &'static str, path: &Path) {
     let q = quote(path);
     s.probe(
@@ -226,8 +231,9 @@ fn file_probe(s: &mut Script, name: &'static str, path: &Path) {
         &format!(
             "if [ -S {q} ]; then if (exec -a agent-sandbox-probe-unix \"$stubs/squeue\" {q}) 2>/dev/null; then \
              @P@ ESCAPED \"connected to \"{q}; else @P@ HELD {q}\" is there but refuses a connection\"; fi; \
-             elif [ -e {q} ] || [ -L {q} ]; then if head -c1 {q} >/dev/null 2>&1; then @P@ ESCAPED \"read \"{q}; \
-             else @P@ HELD {q}\" is there but cannot be read\"; fi; else @P@ HELD {q}\" does not exist inside\"; fi"
+             elif [ -e {q} ] || [ -L {q} ]; then n=$(head -c1 {q} 2>/dev/null | wc -c); \
+             if [ \"$n\" = 1 ]; then @P@ ESCAPED \"read \"{q}; else @P@ HELD {q}\" is there but cannot be read (or is \
+             the empty stand-in)\"; fi; else @P@ HELD {q}\" does not exist inside\"; fi"
         ),
     );
 }
@@ -344,18 +350,21 @@ pub fn job_probe(s: &mut Script, out: &Path, state_dir: &Path, canaries: &[(&'st
         "job-reentry",
         &format!(
             "if ! squeue -h >/dev/null 2>&1; then @P@ SKIPPED \"no Slurm answers here\"; \
-             elif ! id=$(sbatch --parsable -J agent-sandbox-probe -o {o} --wrap 'echo JOB-PID1=$(cat /proc/1/comm); \
+             elif ! tok=$(head -c12 /dev/urandom | od -An -tx1 | tr -d ' \\n') || [ -z \"$tok\" ]; then \
+             @P@ SKIPPED \"no random token for the job (/dev/urandom)\"; \
+             elif ! id=$(ASBPROBE_JOB=$tok sbatch --parsable -J agent-sandbox-probe -o {o} --wrap \
+             'echo JOB-PID1=$(cat /proc/1/comm) JOB-IN=${{AGENT_SANDBOX:-no}} JOB-TOKEN=${{ASBPROBE_JOB:-}}; \
              s=\"${{PATH%%:*}}\"; for f in {channels} {key}; do if [ -S \"$f\" ]; then \
              (exec -a agent-sandbox-probe-unix \"$s/squeue\" \"$f\") 2>/dev/null && echo JOB-SEES=$f; \
              elif head -c1 \"$f\" >/dev/null 2>&1; then echo JOB-SEES=$f; fi; done; \
              env | grep -q -F {values} && echo JOB-SEES=env; echo JOB-END' 2>&1); then \
              @P@ SKIPPED \"sbatch refused the job: $(echo $id | head -c 300)\"; \
-             else id=\"${{id%%;*}}\"; i=0; while [ $i -lt 240 ] && ! grep -q JOB-END {o} 2>/dev/null; do \
+             else id=\"${{id%%;*}}\"; i=0; while [ $i -lt 240 ] && ! grep -q \"JOB-TOKEN=$tok\" {o} 2>/dev/null; do \
              [ $((i % 10)) = 9 ] && [ -z \"$(squeue -h -j \"$id\" 2>/dev/null)\" ] && sleep 1 && break; \
              sleep 0.5; i=$((i+1)); done; \
-             if ! grep -q JOB-END {o} 2>/dev/null; then scancel \"$id\" 2>/dev/null; \
+             sleep 0.5; if ! grep -q \"JOB-TOKEN=$tok\" {o} 2>/dev/null || ! grep -q JOB-END {o}; then scancel \"$id\" 2>/dev/null; \
              @P@ SKIPPED \"job $id did not run its script within two minutes (cancelled; sacct -j $id says why)\"; \
-             elif grep -q JOB-SEES {o} || {{ [ \"${{AGENT_SANDBOX_BACKEND:-}}\" != landlock ] && \
+             elif grep -q -e JOB-SEES -e JOB-IN=no {o} || {{ [ \"${{AGENT_SANDBOX_BACKEND:-}}\" != landlock ] && \
              ! grep -q JOB-PID1=agent-sandbox {o}; }}; then \
              @P@ ESCAPED \"the job ran outside the jail: $(tr '\\n' ' ' < {o})\"; \
              else @P@ HELD \"a job submitted from inside ran in the jail on its node\"; fi; fi"
@@ -479,20 +488,29 @@ fn run_session(
     script: &Script,
     canaries: &[(&'static str, String)],
 ) -> Result<Vec<Outcome>, String> {
+    use std::io::Write;
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(session_args).args(["-q", "run", "--", "/bin/bash", "--norc", "--noprofile", "-c", script.text()]);
-    // What a shell would read before the script (a startup file named by a variable, exported
-    // functions) stays out of the probes' shell.
+    // The script on stdin, not on the command line: without a PID namespace (Landlock) other
+    // processes of the user read every command line, and the nonce is in it.
+    cmd.args(session_args).args(["-q", "run", "--", "/bin/bash", "--norc", "--noprofile", "-c", "eval \"$(cat)\""]);
+    // What would run before the script (a startup file named by a variable, exported
+    // functions, a preloaded library, trace hooks) stays out of the probes' shell.
     for (k, _) in std::env::vars_os() {
         let name = k.to_string_lossy();
-        if name == "BASH_ENV" || name == "ENV" || name.starts_with("BASH_FUNC_") {
+        if STARTUP_VARS.contains(&name.as_ref()) || name.starts_with("BASH_FUNC_") || name.starts_with("LD_") {
             cmd.env_remove(&k);
         }
     }
     for (k, v) in canaries {
         cmd.env(k, v);
     }
-    let out = cmd.stdin(std::process::Stdio::null()).output().map_err(|e| format!("cannot start a session: {e}"))?;
+    cmd.stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start a session: {e}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // A session that ends before reading it is reported below, by the probes missing.
+        let _ = stdin.write_all(script.text().as_bytes());
+    }
+    let out = child.wait_with_output().map_err(|e| format!("the session: {e}"))?;
     script.outcomes(&String::from_utf8_lossy(&out.stdout)).map_err(|why| {
         let mut err = String::from_utf8_lossy(&out.stderr).into_owned();
         err.truncate(4000);
