@@ -395,12 +395,12 @@ fn credential_lines(r: &crate::plan::catalogue::CredentialsPlan, home: &Path, fs
 /// Where `--job-port` would listen without `net.job_address`: the local address of the route
 /// toward the Slurm controller (loopback on a one-host cluster).
 fn job_ports_check() -> Check {
-    use crate::net::jobs::ClusterAddress;
+    use crate::net::cluster::jobs::ClusterAddress;
     let Some(home) = std::env::var_os("HOME") else {
         return check("job ports", Status::Info, "no HOME: not checked", None);
     };
     let asker = crate::slurm::asker(std::path::Path::new(&home), &std::env::var("USER").unwrap_or_default());
-    match crate::net::jobs::cluster_address("", &asker) {
+    match crate::net::cluster::jobs::cluster_address("", &asker) {
         Ok(ClusterAddress::Routed(ip)) => check(
             "job ports",
             Status::Info,

@@ -614,9 +614,9 @@ fn run_jail(
     policy: &policy::Policy,
     log: &AuditLog,
     control: Option<PathBuf>,
-    jobs: Option<crate::net::jobs::JobServices>,
-    peers: Option<crate::net::peers::PeerNet>,
-    announce: Option<crate::net::peers::Announce>,
+    jobs: Option<crate::net::cluster::jobs::JobServices>,
+    peers: Option<crate::net::cluster::peers::PeerNet>,
+    announce: Option<crate::net::cluster::peers::Announce>,
 ) -> Result<jail::Outcome, jail::JailError> {
     // The session's jobs may reach its job ports and its jail: the listeners' addresses (on
     // the host, whatever the jail calls them) and the secret the jobs prove travel with the

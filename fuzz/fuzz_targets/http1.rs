@@ -2,7 +2,7 @@
 //! framer must never panic, never say to forward bytes it was not given, and never let a head
 //! pass undecided. The first byte chooses which heads the "matcher" refuses.
 #![no_main]
-use agent_sandbox::net::http1::{Framer, Step};
+use agent_sandbox::net::parse::http1::{Framer, Step};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -1,7 +1,7 @@
 //! The first bytes of every jailed TCP flow to a hostname-ruled port: TLS ClientHello or
 //! HTTP head, written by the (untrusted) jail. No panic, no name that is not in the bytes.
 #![no_main]
-use agent_sandbox::net::peek::{peek, Peeked};
+use agent_sandbox::net::parse::peek::{peek, Peeked};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -2,14 +2,11 @@
 //! (`proxied`), the jail's resolver, and the supervisor loop. What a flow may reach is
 //! decided with `netrules`; this module enforces it on the host side.
 
+pub mod cluster;
 pub mod control;
 pub mod dns;
-pub mod http1;
-pub mod jobs;
-pub mod local_peer;
 pub mod packet;
-pub mod peek;
-pub mod peers;
+pub mod parse;
 pub mod proxy;
 pub mod stack;
 pub mod supervisor;
@@ -106,8 +103,8 @@ pub fn start(
     mut fds: Vec<std::os::fd::OwnedFd>,
     audit: Option<crate::audit::AuditLog>,
     control: Option<std::path::PathBuf>,
-    jobs: Option<jobs::JobServices>,
-    peers: Option<peers::PeerNet>,
+    jobs: Option<cluster::jobs::JobServices>,
+    peers: Option<cluster::peers::PeerNet>,
 ) -> std::io::Result<()> {
     use crate::plan::JailNet;
     let bad = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_string());
@@ -138,7 +135,7 @@ pub fn start(
         grant_bound: net.grant_bound.clone(),
         jobs,
         job_services: net.job_services.clone(),
-        job_secret: net.job_secret.as_deref().and_then(jobs::Secret::from_hex),
+        job_secret: net.job_secret.as_deref().and_then(cluster::jobs::Secret::from_hex),
         peers,
     };
     match (net.jail, fds.len()) {

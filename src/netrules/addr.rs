@@ -7,7 +7,7 @@ use std::net::{Ipv4Addr, Ipv6Addr};
 
 pub const JAIL_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 77, 2);
 pub const GATEWAY_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 77, 1);
-/// The whole link-local /16: another jail of the session (`net::peers`) is on the link.
+/// The whole link-local /16: another jail of the session (`net::cluster::peers`) is on the link.
 pub const PREFIX_V4: u8 = 16;
 pub const JAIL_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xa5b, 0, 0, 0, 0, 0, 2);
 pub const GATEWAY_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0xa5b, 0, 0, 0, 0, 0, 1);

@@ -87,7 +87,7 @@ pub struct NetPlan {
     /// never printed.
     #[serde(skip)]
     pub job_secret: Option<String>,
-    /// This jail's place on its session's network (`net::peers`), when it is on one.
+    /// This jail's place on its session's network (`net::cluster::peers`), when it is on one.
     pub peer: Option<PeerPlan>,
     /// RFC 1918 / CGNAT / ULA floored.
     pub deny_private: bool,
@@ -455,7 +455,7 @@ pub struct RunRequest {
 }
 
 /// A jail's address on its session's network and where the session's jails are registered
-/// (`net::peers`).
+/// (`net::cluster::peers`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct PeerPlan {
     pub address: std::net::Ipv4Addr,

@@ -31,7 +31,7 @@ struct In {
     /// reach: the launcher bound them, so they are facts of the session, not policy.
     #[serde(default)]
     job_services: Vec<SocketAddr>,
-    /// The secret the jobs prove to those listeners (hex; `net::jobs::Secret`).
+    /// The secret the jobs prove to those listeners (hex; `net::cluster::jobs::Secret`).
     #[serde(default)]
     job_secret: Option<String>,
 }

@@ -98,7 +98,7 @@ pub struct Policy {
     #[serde(default = "no_job_address")]
     pub net_job_address: Sourced<String>,
     pub net_deny_private: Sourced<bool>,
-    /// The session network: the jails of one session reach each other (`net::peers`).
+    /// The session network: the jails of one session reach each other (`net::cluster::peers`).
     #[serde(default = "session_network_on")]
     pub net_session_network: Sourced<bool>,
     pub nested_userns: Sourced<bool>,

@@ -49,7 +49,7 @@ pub struct Command {
 /// What the launch holds. Fields drop in the reverse of the order they were taken in.
 pub struct Held {
     /// The session's job ports (`--job-port`), bound on the cluster-facing address.
-    pub jobs: Option<crate::net::jobs::JobServices>,
+    pub jobs: Option<crate::net::cluster::jobs::JobServices>,
     /// This jail's address on the session network, given back unless the plan uses it.
     peer_claim: Option<PendingClaim>,
     /// A job's: its session's listeners, which its network may reach.
@@ -116,9 +116,9 @@ impl Held {
         // The session's job ports are bound before the plan, whose environment names them.
         let jobs = match (origin, policy.net_job_ports.value.is_empty()) {
             (Origin::Session { dry_run: false, .. }, false) => {
-                let secret = match job_secret.as_deref().and_then(crate::net::jobs::Secret::from_hex) {
+                let secret = match job_secret.as_deref().and_then(crate::net::cluster::jobs::Secret::from_hex) {
                     Some(s) => s,
-                    None => crate::net::jobs::Secret::new()?,
+                    None => crate::net::cluster::jobs::Secret::new()?,
                 };
                 job_secret = Some(secret.hex());
                 Some(network::bind_job_ports(policy, facts, &pre.session, project_dir, secret)?)
@@ -133,7 +133,9 @@ impl Held {
         // As the jail names them: a loopback listener (a one-host cluster) at the jail's
         // gateway; a dry run shows where they would go.
         let job_endpoints = match &self.jobs {
-            Some(j) => j.endpoints().into_iter().map(|(p, a)| (p, crate::net::jobs::seen_from_a_jail(a))).collect(),
+            Some(j) => {
+                j.endpoints().into_iter().map(|(p, a)| (p, crate::net::cluster::jobs::seen_from_a_jail(a))).collect()
+            }
             None => {
                 policy.net_job_ports.value.iter().map(|p| (*p, (std::net::Ipv4Addr::UNSPECIFIED, 0).into())).collect()
             }
@@ -173,7 +175,7 @@ impl Held {
 pub struct Planned {
     pub held: Held,
     /// The session network's address the jail keeps, and its registry.
-    pub peer_claim: Option<(crate::net::peers::Claim, PathBuf)>,
+    pub peer_claim: Option<(crate::net::cluster::peers::Claim, PathBuf)>,
 }
 
 /// Orders for the waiter, run once the launcher has gone however it goes: the door's socket,
@@ -183,7 +185,7 @@ pub struct Planned {
 pub fn order_after_exit(
     lock: &mut jail::placeholders::ProjectLock,
     door: &slurm::Chaperon,
-    peer_claim: &Option<(crate::net::peers::Claim, PathBuf)>,
+    peer_claim: &Option<(crate::net::cluster::peers::Claim, PathBuf)>,
     origin: &Origin,
     state_dir: PathBuf,
     control: Option<&Path>,
@@ -202,7 +204,7 @@ pub fn order_after_exit(
     if let Some((claim, registry)) = peer_claim {
         lock.remove_after_exit(claim.path.clone());
         if !origin.is_job() {
-            lock.remove_after_exit(crate::net::peers::login_path(registry));
+            lock.remove_after_exit(crate::net::cluster::peers::login_path(registry));
         }
         // Last, and only once empty: a job that outlived its session empties it too.
         lock.remove_after_exit(registry.clone());

@@ -1,5 +1,5 @@
 //! The session network's and the job ports' part of a launch: the address a jail claims on
-//! its session's network (`net::peers`), the session's job ports (`net::jobs`), and what the
+//! its session's network (`net::cluster::peers`), the session's job ports (`net::cluster::jobs`), and what the
 //! supervisor serves of them.
 
 use super::Origin;
@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 
 /// An address claimed on the session network, given back unless the launch keeps it (a
 /// launch that fails before its jail exists leaves no claim behind).
-pub(super) struct PendingClaim(pub(super) Option<(crate::net::peers::Claim, PathBuf)>);
+pub(super) struct PendingClaim(pub(super) Option<(crate::net::cluster::peers::Claim, PathBuf)>);
 
 impl PendingClaim {
-    pub(super) fn keep(mut self) -> Option<(crate::net::peers::Claim, PathBuf)> {
+    pub(super) fn keep(mut self) -> Option<(crate::net::cluster::peers::Claim, PathBuf)> {
         self.0.take()
     }
 }
@@ -27,7 +27,7 @@ impl Drop for PendingClaim {
     }
 }
 
-/// Claims this jail's address on its session's network (`net::peers`) where there is one:
+/// Claims this jail's address on its session's network (`net::cluster::peers`) where there is one:
 /// the `filtered` mode's tun0 with `net.session_network` on, for a session on a host with
 /// Slurm (it makes the session's secret here) or a job whose session had a secret. Failing to
 /// claim costs only the network between the session's jails: a warning, not a refusal.
@@ -38,7 +38,7 @@ pub(super) fn claim_peer_address(
     session: &str,
     secret: &mut Option<String>,
 ) -> Option<PendingClaim> {
-    use crate::net::{jobs::Secret, peers};
+    use crate::net::cluster::{jobs::Secret, peers};
     if !policy.net_session_network.value || policy.net_mode.value != policy::NetMode::Filtered {
         return None;
     }
@@ -74,40 +74,40 @@ pub(super) fn claim_peer_address(
     Some(claim)
 }
 
-/// Binds the session's job ports (`--job-port`, `net::jobs`) on the cluster-facing address.
+/// Binds the session's job ports (`--job-port`, `net::cluster::jobs`) on the cluster-facing address.
 pub(super) fn bind_job_ports(
     policy: &policy::Policy,
     facts: &host::HostFacts,
     session: &str,
     project: &Path,
-    secret: crate::net::jobs::Secret,
-) -> Result<crate::net::jobs::JobServices, String> {
-    use crate::net::jobs;
+    secret: crate::net::cluster::jobs::Secret,
+) -> Result<crate::net::cluster::jobs::JobServices, String> {
+    use crate::net::cluster::jobs;
     let asker = slurm::asker(&facts.home, &facts.user);
     let admission = jobs::Admission::new(asker, &facts.state_dir(), session, project);
     jobs::bind(&policy.net_job_ports.value, &policy.net_job_address.value, admission, secret)
 }
 
-/// The session network's part of this launch (`net::peers`): what the supervisor serves, and
+/// The session network's part of this launch (`net::cluster::peers`): what the supervisor serves, and
 /// for the session's own jail the announcement made at its first Slurm call. None where the
 /// jail has no address on it, or no secret.
 pub fn session_network(
-    claim: Option<(crate::net::peers::Claim, PathBuf)>,
+    claim: Option<(crate::net::cluster::peers::Claim, PathBuf)>,
     plan: &Plan,
     policy: &policy::Policy,
     facts: &host::HostFacts,
     origin: &Origin,
-) -> (Option<crate::net::peers::PeerNet>, Option<crate::net::peers::Announce>) {
-    use crate::net::peers::{Announce, PeerNet, Role};
+) -> (Option<crate::net::cluster::peers::PeerNet>, Option<crate::net::cluster::peers::Announce>) {
+    use crate::net::cluster::peers::{Announce, PeerNet, Role};
     let Some((claim, registry)) = claim else { return (None, None) };
-    let Some(secret) = plan.net.job_secret.as_deref().and_then(crate::net::jobs::Secret::from_hex) else {
+    let Some(secret) = plan.net.job_secret.as_deref().and_then(crate::net::cluster::jobs::Secret::from_hex) else {
         return (None, None);
     };
     let asker = slurm::asker(&facts.home, &facts.user);
     match origin {
         Origin::Job { .. } => (Some(PeerNet { claim, registry, secret, role: Role::Job { asker } }), None),
         Origin::Session { .. } => {
-            let (to, listener) = crate::net::peers::login_handover();
+            let (to, listener) = crate::net::cluster::peers::login_handover();
             let announce = Announce {
                 claim: claim.clone(),
                 registry: registry.clone(),

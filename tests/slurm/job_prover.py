@@ -1,4 +1,4 @@
-"""What a job's supervisor does at a job port (`net::jobs::prove_job`), by a process of the
+"""What a job's supervisor does at a job port (`net::cluster::jobs::prove_job`), by a process of the
 user's that holds the session's secret (read from stdin, hex): answers the listener's
 challenge with the proof, then checks the listener's. Prints `admitted reply=` and what the
 jail's server answered to `ping`, or `refused` when the listener closed instead of proving

@@ -18,7 +18,7 @@
 pub(crate) mod http;
 mod socks;
 
-use super::peek::{self, Peeked};
+use super::parse::peek::{self, Peeked};
 use super::supervisor::{Auditor, NetConfig};
 use crate::netrules::matcher::{normalize_name, Decision, Destination, Layer, Proto, RuleSet};
 use std::io;
@@ -354,7 +354,7 @@ async fn relay_http<C: AsyncRead + AsyncWrite + Unpin>(
     requested: &str,
     addr: SocketAddr,
 ) {
-    use super::http1::{Framer, Step};
+    use super::parse::http1::{Framer, Step};
     const BUF: usize = 64 << 10;
     let (mut from_client, mut to_client) = tokio::io::split(client);
     let (mut from_up, mut to_up) = upstream.split();

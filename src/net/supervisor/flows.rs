@@ -5,7 +5,7 @@
 //! moves no bytes: `tcp.rs` opens flows, `relay.rs` moves their bytes.
 
 use super::decide::refusal;
-use crate::net::http1::Framer;
+use crate::net::parse::http1::Framer;
 use crate::net::stack::{self, Stack};
 use crate::netrules::matcher::Decision;
 use smoltcp::iface::SocketHandle;

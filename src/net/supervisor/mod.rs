@@ -66,14 +66,14 @@ pub struct NetConfig {
     /// The administrator's net.allow, which bounds a grant too (None: no such list).
     pub grant_bound: Option<Vec<String>>,
     /// The session's listeners for its own jobs (`--job-port`), served here.
-    pub jobs: Option<crate::net::jobs::JobServices>,
+    pub jobs: Option<crate::net::cluster::jobs::JobServices>,
     /// A job's: its session's listeners, which it may reach (`--job-port`).
     pub job_services: Vec<SocketAddr>,
-    /// The secret a job's flows to them prove (`net::jobs::prove_job`), and every jail of
-    /// the session proves to the others (`net::peers`).
-    pub job_secret: Option<crate::net::jobs::Secret>,
-    /// The session network (`net::peers`): this jail's claimed address and listener.
-    pub peers: Option<crate::net::peers::PeerNet>,
+    /// The secret a job's flows to them prove (`net::cluster::jobs::prove_job`), and every jail of
+    /// the session proves to the others (`net::cluster::peers`).
+    pub job_secret: Option<crate::net::cluster::jobs::Secret>,
+    /// The session network (`net::cluster::peers`): this jail's claimed address and listener.
+    pub peers: Option<crate::net::cluster::peers::PeerNet>,
 }
 
 /// Starts the supervisor thread. Its failure (or a panic in the stack) stops the jail's
@@ -103,7 +103,7 @@ enum Event {
         stream: TcpStream,
         port: u16,
     },
-    /// A call of another jail of the session (`net::peers`), admitted: connect into the
+    /// A call of another jail of the session (`net::cluster::peers`), admitted: connect into the
     /// jail's `port` from `from`.
     Peer {
         stream: TcpStream,
@@ -131,7 +131,7 @@ struct Supervisor {
     dns_tcp: SocketAddr,
     /// The gateway's port of the last connection into the jail (`--publish`; `tcp::gateway_end`).
     last_gateway_port: u16,
-    /// This jail's address on the session network, when it is on one (`net::peers`): flows
+    /// This jail's address on the session network, when it is on one (`net::cluster::peers`): flows
     /// to the others' go to the dialer.
     own_address: Option<std::net::Ipv4Addr>,
 }

@@ -3,7 +3,7 @@
 //! reaches the listener can open such a connection, so neither kind may crowd out the
 //! session's own:
 //! - a connection from this host (loopback, where a one-host cluster's listeners are, or any
-//!   of the host's addresses) is asked of the kernel (`net::local_peer`): another user's is
+//!   of the host's addresses) is asked of the kernel (`net::cluster::local_peer`): another user's is
 //!   closed at once, before any challenge (the session's jobs and jails run as the user: it is
 //!   never one of them), and the user's own count as one source whatever address they bound (a
 //!   local user could otherwise bind any `127.x.y.z` and count as many sources); a loopback
@@ -18,8 +18,8 @@
 //!   fills the log nor hides the refusals of anyone else's connections.
 
 use super::decide::{refusal, Shared};
-use crate::net::jobs::canonical;
-use crate::net::local_peer::{self, Peer};
+use crate::net::cluster::jobs::canonical;
+use crate::net::cluster::local_peer::{self, Peer};
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};

@@ -6,8 +6,8 @@
 
 use super::host::HostConn;
 use super::Supervisor;
-use crate::net::http1::{self, Framer};
-use crate::net::peek;
+use crate::net::parse::http1::{self, Framer};
+use crate::net::parse::peek;
 use crate::netrules::matcher::{Decision, Proto};
 use smoltcp::socket::tcp;
 use std::io;

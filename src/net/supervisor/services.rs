@@ -1,4 +1,4 @@
-//! The session's job ports (`--job-port`, `net::jobs`): each listener's connections are
+//! The session's job ports (`--job-port`, `net::cluster::jobs`): each listener's connections are
 //! admitted or refused off the loop (asking Slurm blocks), and an admitted one is brought into
 //! the jail like a published port (`Event::Published`). A refusal closes the connection and
 //! is audited (`pending::Refusals`: at most once a second per source).
@@ -7,7 +7,7 @@ use super::decide::Shared;
 use super::dns::accept_surviving;
 use super::pending::{self, Pending, Refusals};
 use super::Event;
-use crate::net::jobs::{check_job, prove_listener, JobServices};
+use crate::net::cluster::jobs::{check_job, prove_listener, JobServices};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
 

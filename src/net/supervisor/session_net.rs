@@ -1,4 +1,4 @@
-//! The session network's listener (`net::peers`). The session's own jail's is bound by the
+//! The session network's listener (`net::cluster::peers`). The session's own jail's is bound by the
 //! launcher, which announces it at the first Slurm call and hands it over; a job's jail's is
 //! bound here, on the address routed toward the session's, and announced at once. Each
 //! connection's proof is checked off the loop, in a bounded place (`pending`); an admitted one
@@ -9,7 +9,7 @@ use super::decide::Shared;
 use super::dns::accept_surviving;
 use super::pending::{self, Pending, Refusals};
 use super::Event;
-use crate::net::peers::{self, PeerNet, Role};
+use crate::net::cluster::peers::{self, PeerNet, Role};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use tokio::sync::mpsc::UnboundedSender;
@@ -67,7 +67,7 @@ fn bind_and_publish(claim: &peers::Claim, ip: IpAddr) -> Result<std::net::TcpLis
 async fn accept_calls(
     listener: std::net::TcpListener,
     own: Ipv4Addr,
-    secret: Arc<crate::net::jobs::Secret>,
+    secret: Arc<crate::net::cluster::jobs::Secret>,
     events: UnboundedSender<Event>,
     shared: Arc<Shared>,
 ) {

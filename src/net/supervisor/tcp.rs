@@ -10,8 +10,8 @@ use super::dns::accept_surviving;
 use super::flows::{Key, Phase};
 use super::host::HostConn;
 use super::{Event, Supervisor};
-use crate::net::http1::Framer;
-use crate::net::peek::{self, Peeked};
+use crate::net::parse::http1::Framer;
+use crate::net::parse::peek::{self, Peeked};
 use crate::netrules::addr;
 use crate::netrules::matcher::{Destination, Layer, Proto};
 use std::future::Future;
@@ -61,11 +61,11 @@ impl Dialer {
     /// The host's, where a flow to one of the session's job ports (a job's, `--job-port`)
     /// proves the session's secret and checks the listener's before it is relayed, and a flow
     /// to another jail of the session (`peer`: this jail's address and the session's
-    /// registry, `net::peers`) is dialled to that jail's listener with the same proof. Without
+    /// registry, `net::cluster::peers`) is dialled to that jail's listener with the same proof. Without
     /// the secret neither can be made (a job frozen before there was one).
     pub(super) fn proving(
         services: Vec<SocketAddr>,
-        secret: Option<crate::net::jobs::Secret>,
+        secret: Option<crate::net::cluster::jobs::Secret>,
         peer: Option<(Ipv4Addr, std::path::PathBuf)>,
     ) -> Dialer {
         if services.is_empty() && peer.is_none() {
@@ -77,17 +77,17 @@ impl Dialer {
             let secret = secret.clone();
             let no_secret = || io::Error::new(io::ErrorKind::PermissionDenied, "the jail has no session secret");
             if let (Some((own, registry)), IpAddr::V4(ip)) = (peer.as_ref(), target.ip()) {
-                if crate::net::peers::is_peer(target.ip()) {
+                if crate::net::cluster::peers::is_peer(target.ip()) {
                     let (own, registry) = (*own, registry.clone());
                     return Dial::Pending(Box::pin(async move {
                         let secret = secret.ok_or_else(no_secret)?;
-                        let at = crate::net::peers::locate(&registry, ip).await?;
+                        let at = crate::net::cluster::peers::locate(&registry, ip).await?;
                         let to = std::net::SocketAddrV4::new(ip, target.port());
-                        match crate::net::peers::dial(at, &secret, own, to).await {
+                        match crate::net::cluster::peers::dial(at, &secret, own, to).await {
                             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                                 // Nothing listens there: a jail killed with its cleanup.
                                 let _ = tokio::task::spawn_blocking(move || {
-                                    crate::net::peers::forget_stale(&registry, ip, at)
+                                    crate::net::cluster::peers::forget_stale(&registry, ip, at)
                                 })
                                 .await;
                                 Err(e)
@@ -103,7 +103,7 @@ impl Dialer {
             Dial::Pending(Box::pin(async move {
                 let mut stream = TcpStream::connect(target).await?;
                 let secret = secret.ok_or_else(no_secret)?;
-                crate::net::jobs::prove_job(&mut stream, &secret, target).await?;
+                crate::net::cluster::jobs::prove_job(&mut stream, &secret, target).await?;
                 Ok(stream)
             }))
         };
@@ -218,7 +218,7 @@ impl Supervisor {
             }
             let lo = if dst.is_ipv4() { IpAddr::V4(Ipv4Addr::LOCALHOST) } else { IpAddr::V6(Ipv6Addr::LOCALHOST) };
             SocketAddr::new(lo, port)
-        } else if self.own_address.is_some() && crate::net::peers::is_peer(dst.ip()) {
+        } else if self.own_address.is_some() && crate::net::cluster::peers::is_peer(dst.ip()) {
             // Another jail of the session: the dialer finds it in the registry, or fails.
             dst
         } else if self.hostname_ports.contains(&port) {
@@ -261,7 +261,10 @@ impl Supervisor {
     /// (`jobs::seen_from_a_jail`: its gateway, at the listener's port).
     fn loopback_job_service(&self, dst: SocketAddr) -> Option<SocketAddr> {
         let services = &self.shared.job_services;
-        services.iter().copied().find(|s| s.ip().is_loopback() && crate::net::jobs::seen_from_a_jail(*s) == dst)
+        services
+            .iter()
+            .copied()
+            .find(|s| s.ip().is_loopback() && crate::net::cluster::jobs::seen_from_a_jail(*s) == dst)
     }
 
     /// A flow to a credential endpoint: served in-process over a socket pair, never dialled.
@@ -327,7 +330,7 @@ impl Supervisor {
                 // A call to another jail of the session fails for a reason of ours (no such
                 // jail, a listener without the proof): the jail's program is told by a RST,
                 // the user by the audit log.
-                if self.own_address.is_some() && crate::net::peers::is_peer(dst.ip()) {
+                if self.own_address.is_some() && crate::net::cluster::peers::is_peer(dst.ip()) {
                     let d = refusal(&format!("session network: {dst}: {e}"));
                     self.shared.audit.deny("tcp", Some(dst), None, "session_net", &d);
                 }

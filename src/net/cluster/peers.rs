@@ -14,7 +14,7 @@
 //! listener bring the connection into its jail, from the caller's jail address, so that the
 //! program there sees the peer it knows.
 
-use crate::net::jobs::{random_nonce, Secret, NONCE};
+use crate::net::cluster::jobs::{random_nonce, Secret, NONCE};
 use std::io::{self, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -305,7 +305,7 @@ pub struct Announce {
 
 impl Announce {
     pub fn run(self) -> Result<SocketAddr, String> {
-        let ip = crate::net::jobs::cluster_address(&self.job_address, &self.asker)?.ip();
+        let ip = crate::net::cluster::jobs::cluster_address(&self.job_address, &self.asker)?.ip();
         let listener = std::net::TcpListener::bind((ip, 0)).map_err(|e| format!("cannot listen on {ip}: {e}"))?;
         let at = listener.local_addr().map_err(|e| e.to_string())?;
         self.to.send(listener).map_err(|_| "the jail's network supervisor is gone".to_string())?;
@@ -325,7 +325,7 @@ pub fn login_handover(
 pub fn job_address(registry: &Path, asker: &chaperon::nodes::Asker) -> Result<IpAddr, String> {
     match login_address(registry) {
         Some(login) => toward_login(login),
-        None => Ok(crate::net::jobs::cluster_address("", asker)?.ip()),
+        None => Ok(crate::net::cluster::jobs::cluster_address("", asker)?.ip()),
     }
 }
 
@@ -338,7 +338,7 @@ pub fn job_address_quick(registry: &Path) -> Option<IpAddr> {
 /// session's own is (a one-host cluster, whose jobs run on the session's host): elsewhere a
 /// loopback listener would be this node's own, which no other host reaches.
 fn toward_login(login: IpAddr) -> Result<IpAddr, String> {
-    let ip = crate::net::jobs::local_address_toward(login).map_err(|e| e.to_string())?;
+    let ip = crate::net::cluster::jobs::local_address_toward(login).map_err(|e| e.to_string())?;
     if ip.is_unspecified() || ip.is_multicast() || (ip.is_loopback() && !login.is_loopback()) {
         return Err(format!("{ip} cannot be reached from the other nodes"));
     }

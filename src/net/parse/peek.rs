@@ -172,8 +172,8 @@ fn peek_tls(buf: &[u8]) -> Peeked {
 mod tests {
     use super::*;
 
-    const SNI: &[u8] = include_bytes!("../../tests/fixtures/clienthello-sni.bin");
-    const NO_SNI: &[u8] = include_bytes!("../../tests/fixtures/clienthello-nosni.bin");
+    const SNI: &[u8] = include_bytes!("../../../tests/fixtures/clienthello-sni.bin");
+    const NO_SNI: &[u8] = include_bytes!("../../../tests/fixtures/clienthello-nosni.bin");
 
     #[test]
     fn real_client_hello_yields_its_server_name() {

@@ -78,7 +78,7 @@ impl Secret {
     }
 
     /// The HMAC-SHA256 of `parts`, one after the other, under the secret: every proof of the
-    /// job ports and of the session network (`net::peers`).
+    /// job ports and of the session network (`net::cluster::peers`).
     pub(crate) fn sign(&self, parts: &[&[u8]]) -> ring::hmac::Tag {
         let mut ctx = ring::hmac::Context::with_key(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0));
         for part in parts {
