@@ -16,7 +16,6 @@
 //! each line carries the run's nonce and its probe's number, and every probe must answer once
 //! (a session cut short is a failed self-test, not a shorter list).
 
-use std::io::Read;
 use std::net::{IpAddr, Ipv4Addr, TcpListener};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -337,9 +336,11 @@ fn write_probes(s: &mut Script, home: &Path) {
 /// Where Slurm answers, a job submitted from inside (through the session's `sbatch`) must run
 /// in the jail on the node: its PID 1 the jail's (under userns: Landlock has no PID
 /// namespace), no authentication channel it can read or connect to, the state directory's key
-/// unreadable, the launcher's planted secrets not there. Waits for it at most two minutes,
-/// then cancels it and reports skipped; its output goes to `out` (named with the run's nonce:
-/// no file left by an earlier run decides it).
+/// unreadable, the launcher's planted secrets not there, and the jail's variables set (a job
+/// outside has none). Waits for it at most two minutes, then cancels it and reports skipped.
+/// Its output goes to `out` (named with the run's nonce), and only output that carries the
+/// token the probe shell passed the job in its environment counts: no file an earlier run
+/// left, or another session wrote, decides it.
 pub fn job_probe(s: &mut Script, out: &Path, state_dir: &Path, canaries: &[(&'static str, String)]) {
     // Quoted for the job's script, which is itself single-quoted here.
     let key = quote(&state_dir.join("records.key")).replace('\'', "'\\''");
@@ -466,20 +467,6 @@ pub fn port_floor_probe(s: &mut Script, addresses: &[IpAddr], ports: &[FloorPort
     s.probe("port-floor", &body);
 }
 
-/// A nonce for this run: what the probes print is stamped with it.
-fn nonce() -> String {
-    let mut b = [0u8; 8];
-    if getrandom(&mut b).is_err() {
-        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
-        b = ((t as u64) ^ u64::from(std::process::id())).to_le_bytes();
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn getrandom(b: &mut [u8]) -> std::io::Result<()> {
-    std::fs::File::open("/dev/urandom")?.read_exact(b)
-}
-
 /// One session running `script`, with `session_args` (the options given before `doctor`) and
 /// the canaries planted; its probes' outcomes, or why there are none.
 fn run_session(
@@ -549,7 +536,12 @@ fn attack(session_args: &[std::ffi::OsString]) -> Result<Vec<Outcome>, String> {
     let env: Vec<(String, String)> = std::env::vars().collect();
     let state_dir = crate::host::real_location(&crate::host::state_dir_as_named(&env, &home));
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-    let nonce = nonce();
+    // What the probes print is stamped with it: the job ports' random source.
+    let nonce: String = crate::net::cluster::jobs::random_nonce()
+        .map_err(|e| format!("no nonce for the probes: {e}"))?
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect();
     let canaries = canaries(&nonce);
     let address = host_address();
     // The port floor first, in a short session of its own: its listeners are up only for it
@@ -576,8 +568,7 @@ fn attack(session_args: &[std::ffi::OsString]) -> Result<Vec<Outcome>, String> {
     };
     let main = script(&targets, &nonce);
     let result = run_session(&exe, session_args, &main, &targets.canaries);
-    // The job's output, wherever the session left off (the jail cannot remove it: a name of
-    // the launcher's own is protected in the project).
+    // The job's output, however the session ended (cut short, or the job cancelled).
     let _ = std::fs::remove_file(&targets.job_out);
     found.extend(result?);
     Ok(found)
