@@ -435,8 +435,9 @@ impl Launch {
         let mut session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
         session.governor = plan.slurm;
         session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
-        let outcome =
-            run_jail(&plan, early, &banner, lock, &door, session, &policy, log, control, jobs, peers, announce)?;
+        let net = session::SessionNet { control, jobs, peers, announce };
+        let slurm = SlurmSide { door: &door, session, policy: &policy };
+        let outcome = run_jail(&plan, early, &banner, lock, slurm, net, log)?;
         Ok(started.finish(outcome, &plan, log))
     }
 }
@@ -600,31 +601,34 @@ impl Started {
     }
 }
 
+/// The session's door to its chaperon, what the chaperon is started with, and the policy it
+/// freezes into the session's jobs.
+struct SlurmSide<'a> {
+    door: &'a slurm::Chaperon,
+    session: slurm::Session,
+    policy: &'a policy::Policy,
+}
+
 /// Runs the jail with its network supervisor; the chaperon starts when the first Slurm
 /// command connects (and again if it ends), freezing the policy then if the session had none
-/// frozen yet. `control`: the session's socket for `agent-sandbox allow`.
-#[allow(clippy::too_many_arguments)]
+/// frozen yet.
 fn run_jail(
     plan: &Plan,
     early: Option<jail::userns::Early>,
     banner: &dyn Fn(),
     lock: jail::placeholders::ProjectLock,
-    door: &slurm::Chaperon,
-    mut session: slurm::Session,
-    policy: &policy::Policy,
+    slurm: SlurmSide,
+    net: session::SessionNet,
     log: &AuditLog,
-    control: Option<PathBuf>,
-    jobs: Option<crate::net::cluster::jobs::JobServices>,
-    peers: Option<crate::net::cluster::peers::PeerNet>,
-    announce: Option<crate::net::cluster::peers::Announce>,
 ) -> Result<jail::Outcome, jail::JailError> {
+    let SlurmSide { door, mut session, policy } = slurm;
+    let session::SessionNet { control, jobs, peers, mut announce } = net;
     // The session's jobs may reach its job ports and its jail: the listeners' addresses (on
     // the host, whatever the jail calls them) and the secret the jobs prove travel with the
     // policy.
     let services: Vec<std::net::SocketAddr> =
         jobs.as_ref().map(|j| j.endpoints().into_iter().map(|(_, a)| a).collect()).unwrap_or_default();
     let secret = plan.net.job_secret.clone();
-    let mut announce = announce;
     let mut start = |fd: std::os::fd::BorrowedFd<'_>| {
         // The session's jail says where its jobs reach it, now that it may have some.
         crate::timing::mark("first slurm call");

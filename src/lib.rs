@@ -15,6 +15,7 @@ pub mod netrules;
 pub mod pages;
 pub mod plan;
 pub mod policy;
+pub mod random;
 pub mod session;
 pub mod show;
 pub mod slurm;

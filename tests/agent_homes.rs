@@ -401,12 +401,9 @@ fn approvals_saved_inside_are_gone(j: &Jail, dir: &Path, names: &[&str], backend
     let c = rusqlite::Connection::open(&db).expect("db");
     {
         // opencode 1.18.33's tables (the columns that matter), with one approval of the user's.
+        c.execute_batch(include_str!("fixtures/opencode-1.18.33-tables.sql")).expect("schema");
         c.execute_batch(
-            "PRAGMA journal_mode = wal;
-             CREATE TABLE `permission` (`id` text PRIMARY KEY, `project_id` text NOT NULL, `action` text NOT NULL,
-               `resource` text NOT NULL, `time_created` integer NOT NULL, `time_updated` integer NOT NULL);
-             CREATE TABLE `session` (`id` text PRIMARY KEY, `project_id` text NOT NULL, `permission` text);
-             INSERT INTO permission VALUES ('per_user', 'prj', 'edit', 'src/*', 1, 1);
+            "INSERT INTO permission VALUES ('per_user', 'prj', 'edit', 'src/*', 1, 1);
              INSERT INTO session VALUES ('ses_user', 'prj', '[]');",
         )
         .expect("schema");

@@ -537,11 +537,7 @@ fn attack(session_args: &[std::ffi::OsString]) -> Result<Vec<Outcome>, String> {
     let state_dir = crate::host::real_location(&crate::host::state_dir_as_named(&env, &home));
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
     // What the probes print is stamped with it: the job ports' random source.
-    let nonce: String = crate::net::cluster::jobs::random_nonce()
-        .map_err(|e| format!("no nonce for the probes: {e}"))?
-        .iter()
-        .map(|x| format!("{x:02x}"))
-        .collect();
+    let nonce = crate::random::hex::<16>().map_err(|e| format!("no nonce for the probes: {e}"))?;
     let canaries = canaries(&nonce);
     let address = host_address();
     // The port floor first, in a short session of its own: its listeners are up only for it

@@ -101,12 +101,7 @@ mod tests {
             limits: LimitsPlan { mem: Some(1 << 30), pids: Some(64), ..Default::default() },
             git_guard: Some(GitGuardPlan {
                 roots: vec![odd.clone(), "/scratch".into()],
-                links: crate::plan::LinkPlan {
-                    state: vec![odd.join("s")],
-                    hidden: vec![odd.join("h")],
-                    trees: vec![],
-                    guarded: true,
-                },
+                links: crate::plan::LinkPlan { state: vec![odd.join("s")], hidden: vec![odd.join("h")], trees: vec![] },
             }),
         };
         let fd = bp.to_fd().unwrap();

@@ -154,50 +154,59 @@ pub struct Snapshot {
     aside: PathBuf,
 }
 
-/// Reads a file as a loader would (through a link), at most `MAX_BYTES`, with its mode;
-/// None if missing.
+/// How a `.env` is reached: as a loader reaches it (through a link), or the name's own file.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Reach {
+    AsLoaders,
+    NoLink,
+}
+
+/// What `read_bounded` found: the first `MAX_BYTES` of a regular file, its mode, and whether
+/// that was the whole file.
+struct Bounded {
+    data: Vec<u8>,
+    mode: u32,
+    whole: bool,
+}
+
+/// The one reader of a `.env`: through one descriptor (opened without blocking, so a FIFO put
+/// there does not hang the launcher; its kind and mode from that descriptor, not the name
+/// again), at most `MAX_BYTES`. None if missing or not a regular file.
+fn read_bounded(p: &Path, reach: Reach) -> std::io::Result<Option<Bounded>> {
+    use std::io::Read;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let no_link = if reach == Reach::NoLink { libc::O_NOFOLLOW } else { 0 };
+    let f =
+        match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | no_link).open(p)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Ok(None);
+    }
+    let mut data = vec![];
+    f.take(MAX_BYTES + 1).read_to_end(&mut data)?;
+    let whole = data.len() as u64 <= MAX_BYTES;
+    data.truncate(MAX_BYTES as usize);
+    Ok(Some(Bounded { data, mode: meta.permissions().mode() & 0o777, whole }))
+}
+
+/// A file as a loader reads it (through a link), with its mode; None if missing; an error if
+/// it is larger than `MAX_BYTES` (what a loader reads of it past that is not known).
 fn read(p: &Path) -> std::io::Result<Option<Found>> {
-    use std::io::Read;
-    use std::os::unix::fs::PermissionsExt;
-    let mode = match std::fs::metadata(p) {
-        Ok(m) if !m.is_file() => return Ok(None),
-        Ok(m) if m.len() > MAX_BYTES => {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "larger than 1 MiB"))
-        }
-        Ok(m) => m.permissions().mode() & 0o777,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let f = std::fs::OpenOptions::new().read(true).custom_flags_nonblock().open(p)?;
-    let mut data = vec![];
-    f.take(MAX_BYTES).read_to_end(&mut data)?;
-    Ok(Some((data, mode)))
+    match read_bounded(p, Reach::AsLoaders)? {
+        Some(b) if !b.whole => Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "larger than 1 MiB")),
+        b => Ok(b.map(|b| (b.data, b.mode))),
+    }
 }
 
-/// A `.env`'s bytes for the guard's memory of it (`Guarded::dotenv_seen`): a regular file of
-/// at most `MAX_BYTES`, not through a link.
+/// A `.env`'s bytes for the guard's memory of it (`Guarded::dotenv_seen`): a regular file, not
+/// through a link, its first `MAX_BYTES`.
 pub fn read_for_guard(p: &Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(p)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::ErrorKind::InvalidInput.into());
-    }
-    let mut data = vec![];
-    f.take(MAX_BYTES).read_to_end(&mut data)?;
-    Ok(data)
-}
-
-trait NonBlock {
-    fn custom_flags_nonblock(&mut self) -> &mut Self;
-}
-
-impl NonBlock for std::fs::OpenOptions {
-    fn custom_flags_nonblock(&mut self) -> &mut Self {
-        use std::os::unix::fs::OpenOptionsExt;
-        // A FIFO put there must not hang the launcher.
-        self.custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-    }
+    read_bounded(p, Reach::NoLink)?.map(|b| b.data).ok_or_else(|| std::io::ErrorKind::InvalidInput.into())
 }
 
 /// The `.env` files the agents outside load for a session in `cwd` of `project`: the
@@ -253,11 +262,7 @@ pub fn restore(s: &Snapshot) -> Vec<PutBack> {
             }
             Ok(None) => continue,
             Err(e) => {
-                let mut head = vec![];
-                if let Ok(f) = std::fs::OpenOptions::new().read(true).custom_flags_nonblock().open(p) {
-                    use std::io::Read;
-                    let _ = f.take(MAX_BYTES).read_to_end(&mut head);
-                }
+                let head = read_bounded(p, Reach::AsLoaders).ok().flatten().map(|b| b.data).unwrap_or_default();
                 (head, vec![(format!("what it holds (it cannot be checked: {e})"), "aider and Gemini CLI")])
             }
         };

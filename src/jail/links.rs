@@ -313,7 +313,6 @@ mod tests {
             state: vec!["/h/.gemini/history".into(), "/h/.claude/projects/-p".into()],
             hidden: vec!["/h/.ssh".into(), "/h/.aws".into()],
             trees: vec!["/p".into(), "/h/.gemini".into()],
-            guarded: true,
         }
     }
 
@@ -373,12 +372,7 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let since = start_stamp();
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let plan = LinkPlan {
-            state: vec![state.clone()],
-            hidden: vec![secret.clone()],
-            trees: vec![proj.clone()],
-            guarded: false,
-        };
+        let plan = LinkPlan { state: vec![state.clone()], hidden: vec![secret.clone()], trees: vec![proj.clone()] };
         std::os::unix::fs::symlink("../../bashrc", state.join("p/.gitignore")).expect("link");
         std::os::unix::fs::symlink("x", state.join("p/inside")).expect("link");
         std::os::unix::fs::symlink(secret.join("key"), proj.join("key")).expect("link");
@@ -395,7 +389,7 @@ mod tests {
         // With the guard too the trees are walked: a link made later can change where an
         // earlier one leads, which the guard judged as it was made (outside review, F3).
         std::os::unix::fs::symlink(secret.join("key"), proj.join("key2")).expect("link");
-        let (swept, _) = sweep(&LinkPlan { guarded: true, ..plan }, since);
+        let (swept, _) = sweep(&plan, since);
         assert_eq!(swept.iter().map(|s| s.path.clone()).collect::<Vec<_>>(), [proj.join("key2")]);
     }
 }

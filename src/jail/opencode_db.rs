@@ -328,12 +328,9 @@ mod tests {
     /// opencode 1.18.33's two tables, as it makes them (the columns read here).
     fn opencode_db(p: &Path) -> Connection {
         let c = Connection::open(p).expect("db");
+        c.execute_batch(include_str!("../../tests/fixtures/opencode-1.18.33-tables.sql")).expect("schema");
         c.execute_batch(
-            "PRAGMA journal_mode = wal;
-             CREATE TABLE `permission` (`id` text PRIMARY KEY, `project_id` text NOT NULL, `action` text NOT NULL,
-               `resource` text NOT NULL, `time_created` integer NOT NULL, `time_updated` integer NOT NULL);
-             CREATE TABLE `session` (`id` text PRIMARY KEY, `project_id` text NOT NULL, `permission` text);
-             INSERT INTO permission VALUES ('per_1', 'prj', 'edit', 'src/*', 1, 1);
+            "INSERT INTO permission VALUES ('per_1', 'prj', 'edit', 'src/*', 1, 1);
              INSERT INTO session VALUES ('ses_1', 'prj', '[{\"permission\":\"question\",\"pattern\":\"*\",\"action\":\"deny\"}]');",
         )
         .expect("schema");

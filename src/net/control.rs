@@ -64,10 +64,7 @@ const MAX_CONNECTIONS: usize = 16;
 
 /// The session's token: 128 random bits, hex.
 fn new_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut b = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
-    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+    crate::random::hex::<16>()
 }
 
 /// Writes the token beside the socket: a new file (never through a link), 0600.

@@ -6,7 +6,7 @@
 
 mod network;
 
-pub use network::session_network;
+pub use network::{session_network, SessionNet};
 
 use crate::plan::{PeerPlan, Plan, RunRequest};
 use crate::{host, jail, policy, slurm, stub};

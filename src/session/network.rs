@@ -88,6 +88,16 @@ pub(super) fn bind_job_ports(
     jobs::bind(&policy.net_job_ports.value, &policy.net_job_address.value, admission, secret)
 }
 
+/// What the jail's network supervisor serves beyond the plan: the socket `agent-sandbox allow`
+/// reaches it through, the job ports, the session network, and (the session's own jail only)
+/// the announcement made at its first Slurm call.
+pub struct SessionNet {
+    pub control: Option<PathBuf>,
+    pub jobs: Option<crate::net::cluster::jobs::JobServices>,
+    pub peers: Option<crate::net::cluster::peers::PeerNet>,
+    pub announce: Option<crate::net::cluster::peers::Announce>,
+}
+
 /// The session network's part of this launch (`net::cluster::peers`): what the supervisor serves, and
 /// for the session's own jail the announcement made at its first Slurm call. None where the
 /// jail has no address on it, or no secret.

@@ -129,31 +129,46 @@ pub struct Turn {
 
 const TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Per name: the next number given, and the first not installed yet.
-type Turns = std::collections::HashMap<(FileId, Vec<u8>), (u64, u64)>;
+/// Numbers are never given twice, for any name: a stream that outlived its followers' wait
+/// (they went ahead) then ends after its name was forgotten, and must not count as done for
+/// streams opened since; with numbers per name restarting at 0 it did, and let a later stream
+/// install before an earlier one.
+static NEXT_TURN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Per name: the streams not installed yet, by number.
+type Turns = std::collections::HashMap<(FileId, Vec<u8>), std::collections::BTreeSet<u64>>;
 static TURNS: std::sync::Mutex<Option<Turns>> = std::sync::Mutex::new(None);
 static TURN_DONE: std::sync::Condvar = std::sync::Condvar::new();
 
 impl Turn {
     fn take(dir: BorrowedFd, name: &[u8]) -> Option<Turn> {
         let st = nix::sys::stat::fstat(dir).ok()?;
-        let key = ((st.st_dev, st.st_ino), name.to_vec());
+        Some(Turn::on(((st.st_dev, st.st_ino), name.to_vec())))
+    }
+
+    fn on(name: (FileId, Vec<u8>)) -> Turn {
         let mut all = TURNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let map = all.get_or_insert_with(Default::default);
-        let entry = map.entry(key.clone()).or_insert((0, 0));
-        let number = entry.0;
-        entry.0 += 1;
-        Some(Turn { name: key, number })
+        let number = NEXT_TURN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        all.get_or_insert_with(Default::default).entry(name.clone()).or_default().insert(number);
+        Turn { name, number }
+    }
+
+    /// Whether a stream opened before this one on its name is not installed yet.
+    fn waits(&self, all: &Option<Turns>) -> bool {
+        all.as_ref().and_then(|m| m.get(&self.name)).and_then(|open| open.first()).is_some_and(|&f| f < self.number)
     }
 
     /// Waits until the streams opened before this one on its name are installed (or gave up).
     fn wait(&self) {
-        let deadline = std::time::Instant::now() + TURN_WAIT;
+        self.wait_at_most(TURN_WAIT);
+    }
+
+    fn wait_at_most(&self, most: std::time::Duration) {
+        let deadline = std::time::Instant::now() + most;
         let mut all = TURNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         loop {
-            let serving = all.as_ref().and_then(|m| m.get(&self.name)).map_or(self.number, |e| e.1);
             let left = deadline.saturating_duration_since(std::time::Instant::now());
-            if serving >= self.number || left.is_zero() {
+            if !self.waits(&all) || left.is_zero() {
                 return;
             }
             all = TURN_DONE.wait_timeout(all, left).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
@@ -162,13 +177,13 @@ impl Turn {
 }
 
 impl Drop for Turn {
-    /// Done (installed, refused or given up): the next stream of the name may install.
+    /// Done (installed, refused or given up): the streams after it need not wait for it.
     fn drop(&mut self) {
         let mut all = TURNS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(map) = all.as_mut() {
-            if let Some(e) = map.get_mut(&self.name) {
-                e.1 = e.1.max(self.number + 1);
-                if e.1 >= e.0 {
+            if let Some(open) = map.get_mut(&self.name) {
+                open.remove(&self.number);
+                if open.is_empty() {
                     map.remove(&self.name);
                 }
             }
@@ -1497,6 +1512,27 @@ fn rmdir(c: &Caller, g: &Guarded, base: Base, path: u64) -> Step<Done> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stream that outlived its followers' wait ends after they installed: streams opened
+    /// on the name since then still install in their own order (numbers never restart).
+    #[test]
+    fn a_straggler_ending_late_does_not_let_a_later_stream_go_first() {
+        let name = ((u64::MAX, u64::MAX), b"turns-test.env".to_vec());
+        let straggler = Turn::on(name.clone());
+        let follower = Turn::on(name.clone());
+        follower.wait_at_most(std::time::Duration::from_millis(10));
+        assert!(follower.waits(&TURNS.lock().unwrap()), "the follower gave up on the straggler");
+        drop(follower);
+        // Opened after the follower went ahead, while the straggler still writes.
+        let first = Turn::on(name.clone());
+        let second = Turn::on(name.clone());
+        drop(straggler);
+        assert!(second.waits(&TURNS.lock().unwrap()), "the second went ahead of the first");
+        drop(first);
+        assert!(!second.waits(&TURNS.lock().unwrap()));
+        drop(second);
+        assert!(TURNS.lock().unwrap().as_ref().is_none_or(|m| !m.contains_key(&name)));
+    }
 
     #[test]
     fn paths_split_into_directory_and_name() {

@@ -53,12 +53,9 @@ pub struct Secret([u8; PROOF_LEN]);
 
 impl Secret {
     pub fn new() -> Result<Secret, String> {
-        use ring::rand::SecureRandom;
-        let mut b = [0u8; PROOF_LEN];
-        ring::rand::SystemRandom::new()
-            .fill(&mut b)
-            .map_err(|_| "no randomness for the job ports' secret".to_string())?;
-        Ok(Secret(b))
+        crate::random::bytes::<PROOF_LEN>()
+            .map(Secret)
+            .map_err(|e| format!("no randomness for the job ports' secret: {e}"))
     }
 
     pub fn from_hex(h: &str) -> Option<Secret> {
@@ -119,10 +116,7 @@ impl Transcript {
 }
 
 pub(crate) fn random_nonce() -> std::io::Result<[u8; NONCE]> {
-    let mut n = [0u8; NONCE];
-    ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut n)
-        .map_err(|_| std::io::Error::other("no randomness"))?;
-    Ok(n)
+    crate::random::bytes::<NONCE>()
 }
 
 /// The job's side, on the compute node, before the jail's flow is relayed: the listener's

@@ -82,10 +82,8 @@ pub struct Claim {
 /// Claims an unused address in `registry` (created, private to the user, if missing).
 pub fn claim(registry: &Path) -> io::Result<Claim> {
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(registry)?;
-    let rng = ring::rand::SystemRandom::new();
     for _ in 0..CLAIM_TRIES {
-        let mut b = [0u8; 2];
-        ring::rand::SecureRandom::fill(&rng, &mut b).map_err(|_| io::Error::other("no randomness"))?;
+        let b = crate::random::bytes::<2>()?;
         let address = Ipv4Addr::new(169, 254, b[0], b[1]);
         if !is_peer(address.into()) {
             continue;
