@@ -460,14 +460,37 @@ fn everyday_configs_are_seen_without_tokens(name: &str, backend: &[&str]) {
         ".spack/mirrors.yaml",
         "mirrors:\n  s3:\n    url: s3://b/c\n    access_pair:\n    - CANARY-SPACK-ID\n    - CANARY-SPACK-KEY\n",
     );
-    let script =
-        "cat ~/.cargo/config.toml ~/.npm-global/etc/npmrc ~/.conda/.condarc ~/.spack/mirrors.yaml; echo PROBED";
+    // In the trees the built-in `home.read` entries show whole (outside review of issue 32, R3):
+    // a conda root's own config and pip's site config, an environment's, a Node version's
+    // global npmrc under nvm, spack's per-platform scope.
+    let _conda_root =
+        Planted::new(j.rig, "miniconda3/.condarc", "channels:\n  - https://c.example/t/CANARY-ROOTRC/x\n");
+    let _conda_pip =
+        Planted::new(j.rig, "miniconda3/pip.conf", "[global]\nindex-url = https://u:CANARY-SITEPIP@p/simple\n");
+    let _env_pip =
+        Planted::new(j.rig, "miniconda3/envs/ml/pip.conf", "[global]\nindex-url = https://u:CANARY-ENVPIP@p/simple\n");
+    let _nvm = Planted::new(j.rig, ".nvm/versions/node/v20.11.0/etc/npmrc", "//n/:_authToken=CANARY-NVMRC\n");
+    let _spack_linux =
+        Planted::new(j.rig, ".spack/linux/mirrors.yaml", "mirrors:\n  m:\n    access_pair: [CANARY-SPLNX, B]\n");
+    let script = "cat ~/.cargo/config.toml ~/.npm-global/etc/npmrc ~/.conda/.condarc ~/.spack/mirrors.yaml \
+                  ~/miniconda3/.condarc ~/miniconda3/pip.conf ~/miniconda3/envs/ml/pip.conf \
+                  ~/.nvm/versions/node/v20.11.0/etc/npmrc ~/.spack/linux/mirrors.yaml; echo PROBED";
     for mode in ["tmpwrite", "read", "write"] {
         let mut opts: Vec<&str> = backend.to_vec();
         opts.extend(["--home-access", mode]);
         let out = j.run_with(&opts, script);
         assert!(out.stdout.contains("PROBED"), "{mode}: {out}");
-        for canary in ["CANARY-CARGO-TOKEN", "CANARY-NPM-TOKEN", "CANARY-CONDA", "CANARY-SPACK"] {
+        for canary in [
+            "CANARY-CARGO-TOKEN",
+            "CANARY-NPM-TOKEN",
+            "CANARY-CONDA",
+            "CANARY-SPACK",
+            "CANARY-ROOTRC",
+            "CANARY-SITEPIP",
+            "CANARY-ENVPIP",
+            "CANARY-NVMRC",
+            "CANARY-SPLNX",
+        ] {
             assert!(!out.stdout.contains(canary), "{mode}: {canary} inside: {out}");
         }
         if backend.is_empty() {
