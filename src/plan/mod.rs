@@ -1191,10 +1191,13 @@ fn finish(
         // stores: Landlock hides one inside a tree it grants by leaving it out of its rules.
         let mut hide: Vec<PathBuf> = hidden.stores().to_vec();
         hide.extend(hidden.paths.iter().cloned());
+        // What no read-only rule may grant: the hidden paths, not the agents' directories
+        // left out of the trees around them (each gets its own read-only rule).
+        let never = hide.clone();
         hide.extend(keep_out);
         hide.sort();
         hide.dedup();
-        let around = StoresAround { stores: &hide, project: &project, fs };
+        let around = StoresAround { stores: &hide, never: &never, project: &project, fs };
         landlock_plan(&mounts, &net, session, facts, req, policy.host_terminals.value, &around)
     });
     let stub_bin =
