@@ -141,12 +141,16 @@ pub fn plan(p: &Plan) -> String {
         }
     }
     if !p.home_dirs.is_empty() || !p.home_files.is_empty() {
-        let _ = writeln!(s, "  the agent's own entries, made in your home before the session (they stay):");
+        let _ = writeln!(
+            s,
+            "  made in your home before the session if missing (they stay): the agent's own entries, stores to cover:"
+        );
         for d in &p.home_dirs {
             let _ = writeln!(s, "    {}/", tilde(d, &p.home));
         }
         for f in &p.home_files {
-            let _ = writeln!(s, "    {} (holding {{}})", tilde(f, &p.home));
+            let json = f.extension().is_some_and(|e| e == "json");
+            let _ = writeln!(s, "    {} ({})", tilde(f, &p.home), if json { "holding {}" } else { "empty" });
         }
     }
     let _ = writeln!(

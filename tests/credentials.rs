@@ -305,6 +305,65 @@ fn landlock_the_users_git_config_is_seen_without_its_credentials() {
     the_git_config_is_seen_without_credentials("cred-git-ll", &["--backend", "landlock"]);
 }
 
+/// Outside review of issue 32, R1: a credential store that appears in the writable `~/.cache`
+/// while the session runs (a first `hf auth login` outside, git's credential-cache daemon
+/// started outside) was read inside, and a jail could listen at the cache daemon's socket
+/// before the daemon existed and take the password the user's git stores. The launcher now
+/// makes the missing store before the session and covers it: what is written there outside
+/// stays unseen, and the jail can make nothing there.
+#[test]
+fn a_store_made_outside_while_the_session_runs_is_not_seen_inside() {
+    let Some(j) = Jail::new("cred-late") else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = j.rig.home.join(".cache");
+    let (hf, git) = (cache.join("huggingface"), cache.join("git"));
+    // As on a first login: neither exists before the session.
+    let _ = std::fs::remove_dir_all(&hf);
+    let _ = std::fs::remove_dir_all(&git);
+    let (started, written) = (j.project.join("started"), j.project.join("written"));
+    let rig = j.rig;
+    let outside = {
+        let (hf, git, started, written) = (hf.clone(), git.clone(), started.clone(), written.clone());
+        std::thread::spawn(move || {
+            assert!(wait_for_path(&started, std::time::Duration::from_secs(30)), "the session did not start");
+            // `hf auth login` writes its token in place; git's daemon makes its directory.
+            std::fs::create_dir_all(&hf).unwrap();
+            std::fs::write(hf.join("token"), "hf_CANARYLATELOGIN").unwrap();
+            std::fs::create_dir_all(git.join("credential")).unwrap();
+            std::fs::write(git.join("credential/late-secret"), "CANARY-LATE-CACHE").unwrap();
+            for p in [&hf, &hf.join("token"), &git, &git.join("credential"), &git.join("credential/late-secret")] {
+                std::os::unix::fs::chown(p, Some(rig.uid), Some(rig.gid)).unwrap();
+            }
+            std::fs::write(&written, "").unwrap();
+        })
+    };
+    let script = "touch started; i=0; while [ ! -e written ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
+                  cat ~/.cache/huggingface/token ~/.cache/git/credential/late-secret; \
+                  python3 -c 'import socket,os; s=socket.socket(socket.AF_UNIX); s.bind(os.path.expanduser(\"~/.cache/git/credential/socket\")); print(\"LISTENING\")'; \
+                  echo PROBED";
+    let out = j.run_with(&[], script);
+    outside.join().expect("the outside side");
+    assert!(out.stdout.contains("PROBED"), "{out}");
+    for canary in ["CANARYLATELOGIN", "CANARY-LATE-CACHE", "LISTENING"] {
+        assert!(!out.stdout.contains(canary), "{canary} inside: {out}");
+    }
+    // The user's own login outside is whole.
+    assert_eq!(std::fs::read_to_string(hf.join("token")).unwrap(), "hf_CANARYLATELOGIN");
+    let _ = std::fs::remove_dir_all(&hf);
+    let _ = std::fs::remove_dir_all(&git);
+}
+
+fn wait_for_path(p: &Path, most: std::time::Duration) -> bool {
+    let end = std::time::Instant::now() + most;
+    while std::time::Instant::now() < end {
+        if p.exists() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
 /// Outside review of issue 32, R4: the file the user's git config includes holds a credential
 /// (an SMTP password, a token in an `insteadOf` URL). In a git project the protection of the
 /// files git's configs include bound that file read-only over its copy without the credential

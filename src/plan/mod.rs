@@ -587,6 +587,9 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         }
     }
     masks(&mut b, policy, fs, &base, &trees)?;
+    if base.backend == BackendKind::Userns {
+        cover_missing_stores(&mut b, fs, &base, &trees, &credentials_plan);
+    }
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
     let (mut placeholders, git_dir, restore) = protected(&mut b, policy, facts, fs, &base, &trees)?;
     let restore =
@@ -888,6 +891,55 @@ fn writable_trees(
         }
     }
     Ok(Trees { writable, guarded })
+}
+
+/// Stage 5 too (userns): a store the catalogue says the launcher makes (`catalogue::Made`) that
+/// is missing where a writable tree other than the project would show it is made before the
+/// session (`home_dirs`, `home_files`: empty, anchored) and covered like a present one. Bound
+/// whole, the tree would show one a tool makes outside while the session runs (a first `hf
+/// auth login`, git's credential-cache daemon and its socket), and let a jail make one first
+/// (outside review of issue 32, R1). Not under Landlock: the rules around a store would keep
+/// the jail from making anything new at the top of `~/.cache` in every session.
+fn cover_missing_stores(
+    b: &mut Builder<'_>,
+    fs: &dyn HostFs,
+    base: &Base,
+    trees: &Trees,
+    creds: &catalogue::CredentialsPlan,
+) {
+    for l in &creds.hidden {
+        let Some(made) = catalogue::CATALOGUE.iter().find(|s| s.name == l.store).and_then(|s| s.made) else {
+            continue;
+        };
+        if fs.kind(&l.path).is_some() {
+            continue;
+        }
+        // The innermost writable tree holding it, as the jail sees it; none: nothing shows it.
+        let real = fs::real_path(fs, &l.path);
+        let Some(w) = trees
+            .writable
+            .iter()
+            .filter(|w| **w != base.home && **w != base.project)
+            .filter(|w| fs::under(&real, &fs::real_path(fs, w)) && fs.kind(w) == Some(Kind::Dir))
+            .max_by_key(|w| w.as_os_str().len())
+        else {
+            continue;
+        };
+        let Ok(rel) = real.strip_prefix(fs::real_path(fs, w)) else { continue };
+        let target = w.join(rel);
+        if b.mounts.iter().any(|m| matches!(m, MountSpec::Mask { target: t, .. } if fs::under(&target, t))) {
+            continue;
+        }
+        let list = match made {
+            catalogue::Made::Dir => &mut b.home_dirs,
+            catalogue::Made::File => &mut b.home_files,
+        };
+        if !list.contains(&l.path) {
+            list.push(l.path.clone());
+        }
+        pin_ancestors(b, w, &target);
+        b.push(MountSpec::Mask { target, dir: made == catalogue::Made::Dir });
+    }
 }
 
 /// Stage 5: hidden paths inside writable trees cannot vanish; they are covered, empty and
