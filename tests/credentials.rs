@@ -305,6 +305,51 @@ fn landlock_the_users_git_config_is_seen_without_its_credentials() {
     the_git_config_is_seen_without_credentials("cred-git-ll", &["--backend", "landlock"]);
 }
 
+/// Outside review of issue 32, R4: the file the user's git config includes holds a credential
+/// (an SMTP password, a token in an `insteadOf` URL). In a git project the protection of the
+/// files git's configs include bound that file read-only over its copy without the credential
+/// (write home mode, userns), and gave it a Landlock rule though the plan left it out.
+fn an_included_git_config_is_seen_without_its_credentials(name: &str, backend: &[&str]) {
+    let Some(j) = Jail::new(name) else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let _cfg =
+        Planted::new(j.rig, ".gitconfig", "[user]\n\tname = Canary User\n[include]\n\tpath = ~/.asb-gitconfig.local\n");
+    let _inc = Planted::new(
+        j.rig,
+        ".asb-gitconfig.local",
+        "[sendemail]\n\tsmtpPass = CANARY-SMTP-PASS\n\tsmtpUser = me\n\
+         [url \"https://x-access-token:CANARY-INCLUDED-TOKEN@github.com/\"]\n\tinsteadOf = https://github.com/\n",
+    );
+    let j =
+        j.project_file(".git/HEAD", "ref: refs/heads/main\n").project_file(".git/config", "[core]\n\tbare = false\n");
+    for d in ["objects", "refs"] {
+        std::fs::create_dir_all(j.project.join(".git").join(d)).unwrap();
+        std::os::unix::fs::chown(j.project.join(".git").join(d), Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    }
+    let script =
+        "git config user.name; cat ~/.asb-gitconfig.local; git config --get-regexp 'sendemail|url'; echo PROBED";
+    for mode in ["tmpwrite", "read", "write"] {
+        let mut opts: Vec<&str> = backend.to_vec();
+        opts.extend(["--home-access", mode]);
+        let out = j.run_with(&opts, script);
+        assert!(out.stdout.contains("PROBED"), "{mode}: {out}");
+        assert!(out.stdout.starts_with("Canary User\n"), "{mode}: git reads the config: {out}");
+        for canary in ["CANARY-SMTP-PASS", "CANARY-INCLUDED-TOKEN"] {
+            assert!(!out.stdout.contains(canary), "{mode}: {canary} inside: {out}");
+        }
+    }
+}
+
+#[test]
+fn an_included_git_config_is_seen_without_its_credentials_in_every_home_mode() {
+    an_included_git_config_is_seen_without_its_credentials("cred-git-inc", &[]);
+}
+
+#[test]
+fn landlock_an_included_git_config_is_seen_without_its_credentials_in_every_home_mode() {
+    an_included_git_config_is_seen_without_its_credentials("cred-git-inc-ll", &["--backend", "landlock"]);
+}
+
 /// Fourth outside look at the anchors, U3 and U4: `~/.gitconfig` named in `home.write` (or
 /// `home.read`) beside its built-in seed. The seed was written into the bound host file, so
 /// the launch rewrote the user's config without its credential helper and token URL, and the
@@ -460,14 +505,37 @@ fn everyday_configs_are_seen_without_tokens(name: &str, backend: &[&str]) {
         ".spack/mirrors.yaml",
         "mirrors:\n  s3:\n    url: s3://b/c\n    access_pair:\n    - CANARY-SPACK-ID\n    - CANARY-SPACK-KEY\n",
     );
-    let script =
-        "cat ~/.cargo/config.toml ~/.npm-global/etc/npmrc ~/.conda/.condarc ~/.spack/mirrors.yaml; echo PROBED";
+    // In the trees the built-in `home.read` entries show whole (outside review of issue 32, R3):
+    // a conda root's own config and pip's site config, an environment's, a Node version's
+    // global npmrc under nvm, spack's per-platform scope.
+    let _conda_root =
+        Planted::new(j.rig, "miniconda3/.condarc", "channels:\n  - https://c.example/t/CANARY-ROOTRC/x\n");
+    let _conda_pip =
+        Planted::new(j.rig, "miniconda3/pip.conf", "[global]\nindex-url = https://u:CANARY-SITEPIP@p/simple\n");
+    let _env_pip =
+        Planted::new(j.rig, "miniconda3/envs/ml/pip.conf", "[global]\nindex-url = https://u:CANARY-ENVPIP@p/simple\n");
+    let _nvm = Planted::new(j.rig, ".nvm/versions/node/v20.11.0/etc/npmrc", "//n/:_authToken=CANARY-NVMRC\n");
+    let _spack_linux =
+        Planted::new(j.rig, ".spack/linux/mirrors.yaml", "mirrors:\n  m:\n    access_pair: [CANARY-SPLNX, B]\n");
+    let script = "cat ~/.cargo/config.toml ~/.npm-global/etc/npmrc ~/.conda/.condarc ~/.spack/mirrors.yaml \
+                  ~/miniconda3/.condarc ~/miniconda3/pip.conf ~/miniconda3/envs/ml/pip.conf \
+                  ~/.nvm/versions/node/v20.11.0/etc/npmrc ~/.spack/linux/mirrors.yaml; echo PROBED";
     for mode in ["tmpwrite", "read", "write"] {
         let mut opts: Vec<&str> = backend.to_vec();
         opts.extend(["--home-access", mode]);
         let out = j.run_with(&opts, script);
         assert!(out.stdout.contains("PROBED"), "{mode}: {out}");
-        for canary in ["CANARY-CARGO-TOKEN", "CANARY-NPM-TOKEN", "CANARY-CONDA", "CANARY-SPACK"] {
+        for canary in [
+            "CANARY-CARGO-TOKEN",
+            "CANARY-NPM-TOKEN",
+            "CANARY-CONDA",
+            "CANARY-SPACK",
+            "CANARY-ROOTRC",
+            "CANARY-SITEPIP",
+            "CANARY-ENVPIP",
+            "CANARY-NVMRC",
+            "CANARY-SPLNX",
+        ] {
             assert!(!out.stdout.contains(canary), "{mode}: {canary} inside: {out}");
         }
         if backend.is_empty() {

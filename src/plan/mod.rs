@@ -1229,7 +1229,10 @@ fn finish(
         // Every hidden path (their real places are among them: `Base::decide`) as well as the
         // stores: Landlock hides one inside a tree it grants by leaving it out of its rules.
         let hide = hidden_and_stores(&hidden, keep_out);
-        let around = StoresAround { stores: &hide, project: &project, fs };
+        // What no read-only rule may grant: the hidden paths, not the agents' directories
+        // left out of the trees around them (each gets its own read-only rule).
+        let never = hidden_and_stores(&hidden, vec![]);
+        let around = StoresAround { stores: &hide, never: &never, project: &project, fs };
         landlock_plan(&mounts, &net, session, facts, req, policy.host_terminals.value, &around)
     });
     jail_env(&mut envp.vars, policy, facts, req, landlock.as_ref());

@@ -269,6 +269,11 @@ fn seed(
 
 /// Binds each ancestor directory between `root` (exclusive) and `p` (exclusive) onto itself,
 /// so that renaming or removing an ancestor (to swap in a fresh, writable copy) fails with EBUSY.
+/// Whether `m` shows a copy in place of the file at `p` (a stripped config, a seed).
+fn is_copy_over(m: &MountSpec, p: &Path) -> bool {
+    matches!(m, MountSpec::Stripped { .. } | MountSpec::Copy { .. }) && m.target() == p
+}
+
 pub(super) fn pin_ancestors(b: &mut Builder<'_>, root: &Path, p: &Path) {
     let mut chain: Vec<PathBuf> =
         p.ancestors().skip(1).take_while(|a| *a != root && a.starts_with(root)).map(Path::to_path_buf).collect();
@@ -394,6 +399,13 @@ pub(super) fn protect_found(
             Some(k) => {
                 pin_ancestors(b, tree, p);
                 b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: false, dir: k == Kind::Dir });
+                // A copy shown over the file (a config without its credentials: one the global
+                // git config includes) goes on top again: bound before, it was covered by this
+                // bind of the file itself (outside review of issue 32, R4).
+                if let Some(i) = b.mounts.iter().position(|m| is_copy_over(m, p)) {
+                    let copy = b.mounts.remove(i);
+                    b.push(copy);
+                }
             }
             None if tree == project => {
                 let mut first_missing = project.to_path_buf();
