@@ -267,13 +267,13 @@ fn seed(
     }
 }
 
-/// Binds each ancestor directory between `root` (exclusive) and `p` (exclusive) onto itself,
-/// so that renaming or removing an ancestor (to swap in a fresh, writable copy) fails with EBUSY.
 /// Whether `m` shows a copy in place of the file at `p` (a stripped config, a seed).
 fn is_copy_over(m: &MountSpec, p: &Path) -> bool {
     matches!(m, MountSpec::Stripped { .. } | MountSpec::Copy { .. }) && m.target() == p
 }
 
+/// Binds each ancestor directory between `root` (exclusive) and `p` (exclusive) onto itself,
+/// so that renaming or removing an ancestor (to swap in a fresh, writable copy) fails with EBUSY.
 pub(super) fn pin_ancestors(b: &mut Builder<'_>, root: &Path, p: &Path) {
     let mut chain: Vec<PathBuf> =
         p.ancestors().skip(1).take_while(|a| *a != root && a.starts_with(root)).map(Path::to_path_buf).collect();
