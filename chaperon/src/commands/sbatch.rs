@@ -382,18 +382,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     // An unknown SLURM_SCOPE is refused for every command, sbatch included.
     scope_of(req)?;
     dependencies_in_scope(&parsed.options, "--dependency", req, cfg)?;
-    let export = export_env(asked.export, asked.export_file, req, &job_cwd, cfg)?;
-    let spec = JobSpec {
-        output: asked.output.clone(),
-        error: asked.error.map(str::to_owned),
-        input: asked.input.map(str::to_owned),
-        append: asked.append,
-        slurm_export_env: export_request(asked.export, req).filter(|e| !e.eq_ignore_ascii_case("ALL")),
-        job_name: asked.job_name.clone(),
-        script_args: parsed.script_args.clone(),
-        submit_dir: (cwd != job_cwd).then(|| cwd.clone()),
-        ..JobSpec::for_session(cfg, &job_cwd, export).map_err(Refusal::Failed)?
-    };
+    let spec = job_spec(req, cfg, &parsed, &asked, &cwd, &job_cwd)?;
     let job_dir = JobDir::name(cfg).map_err(Refusal::Failed)?;
     let dir = &job_dir.path;
     let mut child = spawn_sbatch(cfg, &parsed, &spec, &job_cwd, dir, stdio.stderr)?;
@@ -443,6 +432,31 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     // at most), so that its forgotten jobs' directories go.
     crate::forgotten::probe_if_due(cfg, 1);
     Ok(status.code().unwrap_or(1))
+}
+
+/// What the job directory records for the wrapper: the job's files, its environment (with
+/// `--export`'s), name, script arguments, and where it was submitted from when it runs
+/// elsewhere.
+fn job_spec(
+    req: &Request,
+    cfg: &Config,
+    parsed: &SbatchRequest,
+    asked: &Asked<'_>,
+    cwd: &Path,
+    job_cwd: &Path,
+) -> Result<JobSpec, Refusal> {
+    let export = export_env(asked.export, asked.export_file, req, job_cwd, cfg)?;
+    Ok(JobSpec {
+        output: asked.output.clone(),
+        error: asked.error.map(str::to_owned),
+        input: asked.input.map(str::to_owned),
+        append: asked.append,
+        slurm_export_env: export_request(asked.export, req).filter(|e| !e.eq_ignore_ascii_case("ALL")),
+        job_name: asked.job_name.clone(),
+        script_args: parsed.script_args.clone(),
+        submit_dir: (cwd != job_cwd).then(|| cwd.to_path_buf()),
+        ..JobSpec::for_session(cfg, job_cwd, export).map_err(Refusal::Failed)?
+    })
 }
 
 /// The batch script and the job's default name: `--wrap`'s command, the caller's stdin, the
