@@ -592,22 +592,20 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         b.push(MountSpec::ReadOnly { target: base.home.clone() });
     }
     b.push(MountSpec::ReadOnly { target: "/".into() });
-    let state_dirs = std::mem::take(&mut b.state_dirs);
-    let mounts = b.mounts;
     let link_trees = trees.guarded.clone();
     let git_guard = git_guard(policy, facts, base.backend, trees.guarded)?;
     nested::check_guard(policy, git_guard.is_some())?;
     warnings.extend(nested_warnings(policy, req, base.backend));
     base.warnings = warnings;
     let shaped = Shaped {
-        mounts,
+        mounts: b.mounts,
         placeholders,
         git_guard,
         mail_block,
         credentials: credentials_plan,
         git_view,
         keep_out: agents.keep_out,
-        state_dirs,
+        state_dirs: b.state_dirs,
         link_trees,
     };
     let mut plan = finish(policy, facts, fs, req, base, envp, shaped)?;
@@ -1210,15 +1208,11 @@ fn finish(
     mut envp: env::EnvPlan,
     shaped: Shaped,
 ) -> Result<Plan, PlanError> {
-    let Base { backend, project, cwd, net, hidden, warnings, token_configs, .. } = base;
+    let Base { backend, project, cwd, mut net, hidden, warnings, token_configs, .. } = base;
     let Shaped { mounts, placeholders, git_guard, mail_block, credentials, git_view, keep_out, state_dirs, link_trees } =
         shaped;
     let links = LinkPlan { state: state_dirs, hidden: hidden_and_stores(&hidden, vec![]), trees: link_trees };
-    let mut git_guard = git_guard;
-    if let Some(g) = git_guard.as_mut() {
-        g.links = links.clone();
-    }
-    let mut net = net;
+    let git_guard = git_guard.map(|g| GitGuardPlan { links: links.clone(), ..g });
     net.grant_bound = admin_grant_bound(policy);
     credentials::apply(&mut envp.vars, &net.credentials);
     let landlock = (backend == BackendKind::Landlock).then(|| {
