@@ -151,6 +151,46 @@ fn huskys_scripts_in_a_subdirectory_and_what_they_run_cannot_be_changed() {
     assert!(!j.project.join("pwned-husky").exists() && !j.project.join("pwned-check").exists(), "{out}");
 }
 
+/// Outside review of issue 32, R2: the project is a workspace (`~/work`) holding another
+/// repository. That repository's `core.hooksPath` scripts (husky's `.husky/_`) and the file
+/// its `.envrc` loads were writable inside; git ran the hook at the user's next commit there,
+/// direnv the loaded file at the next `cd`. Both are read-only inside now, and the user's
+/// commit runs their own hook.
+#[test]
+fn a_nested_repositorys_hooks_path_and_what_its_envrc_loads_cannot_be_changed() {
+    let j = jail!("rt32-nested")
+        .project_file(
+            "sub/.husky/_/pre-commit",
+            "#!/bin/sh\ntouch \"$(git rev-parse --show-toplevel)/user-hook-ran\"\n",
+        )
+        .project_file("sub/.envrc", "source_env_if_exists .envrc.local\nexport FOO=1\n")
+        .project_file("sub/.envrc.local", "export BAR=1\n");
+    chmod_x(&j.project.join("sub/.husky/_/pre-commit"));
+    let sub = j.project.join("sub");
+    let in_sub = |args: &[&str]| {
+        let mut c = j.as_user("git");
+        c.current_dir(&sub);
+        c.args(["-c", "user.name=U", "-c", "user.email=u@example.org", "-c", "init.defaultBranch=main"]).args(args);
+        j.output(&mut c)
+    };
+    for a in [&["init", "-q"][..], &["config", "core.hooksPath", ".husky/_"], &["add", "-A"]] {
+        assert_eq!(in_sub(a).code, 0, "git {a:?}");
+    }
+    let out = j.run(
+        "echo 'touch pwned-envrc-local' >> sub/.envrc.local || echo LOCAL-RO; \
+         printf '#!/bin/sh\\ntouch pwned-hook\\n' > sub/.husky/_/pre-commit || echo HOOK-RO",
+    );
+    for want in ["LOCAL-RO", "HOOK-RO"] {
+        assert!(out.stdout.contains(want), "missing {want}: {out}");
+    }
+    let out = in_sub(&["commit", "-qm", "one"]);
+    assert_eq!(out.code, 0, "the user's commit: {out}");
+    assert!(sub.join("user-hook-ran").exists(), "the user's own hook ran: {out}");
+    assert!(!sub.join("pwned-hook").exists() && !j.project.join("pwned-hook").exists(), "{out}");
+    let local = std::fs::read_to_string(sub.join(".envrc.local")).unwrap();
+    assert_eq!(local, "export BAR=1\n", "what the nested .envrc loads was changed");
+}
+
 /// F15: a file the repository's config includes (`include.path = ../.gitconfig`, and one that
 /// does not exist yet) is protected like the config; the guard refuses writing include keys.
 #[test]

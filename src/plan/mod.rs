@@ -1063,6 +1063,32 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
     Ok(())
 }
 
+/// What the repository at or above `dir` and the `.envrc` in `dir` make programs outside run
+/// or load that no fixed name covers: the hooks wherever `core.hooksPath` puts them (read now,
+/// from its config and the user's), the files its config includes (read as the config), the
+/// project files the hooks and the hook managers' configs name (`scripts/lint.sh`), and what
+/// the `.envrc` loads. A directory below the project counts only with a `.git` of its own.
+fn runs_outside_of(
+    fs: &dyn HostFs,
+    home: &Path,
+    xdg: Option<&Path>,
+    dir: &Path,
+    project: &Path,
+) -> (runs_outside::GitFound, Vec<(PathBuf, bool)>) {
+    let own_repo = dir == project || fs.kind(&dir.join(".git")).is_some();
+    let git = if own_repo { runs_outside::git_found(fs, home, xdg, dir) } else { Default::default() };
+    let mut found: Vec<(PathBuf, bool)> = git.hooks.iter().map(|p| (p.clone(), true)).collect();
+    found.extend(git.includes.iter().map(|p| (p.clone(), false)));
+    if let Some(top) = &git.top {
+        let mut hooks = git.hooks.clone();
+        hooks.extend(git.git_dir.as_ref().map(|g| g.join("hooks")));
+        hooks.extend(runs_outside::hook_manager_configs(fs, top));
+        found.extend(runs_outside::hook_named(fs, &hooks, top, project));
+    }
+    found.extend(runs_outside::envrc_loads(fs, dir));
+    (git, found)
+}
+
 /// What stage 6 made: the placeholders, the project's git directory, and under Landlock the
 /// protected paths to put back at exit.
 type Protected = (Vec<Placeholder>, Option<PathBuf>, Option<Vec<PathBuf>>);
@@ -1088,18 +1114,12 @@ fn protected(
     // wherever `core.hooksPath` puts them (read now, from its config and the user's), and
     // the files the `.envrc` loads.
     let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
-    let git = runs_outside::git_found(fs, &base.home, xdg.as_deref(), &base.project);
-    let mut found: Vec<(PathBuf, bool)> = git.hooks.iter().map(|p| (p.clone(), true)).collect();
-    // The files the repository's config includes are read as the config: protected like it.
-    found.extend(git.includes.iter().map(|p| (p.clone(), false)));
-    if let Some(top) = &git.top {
-        // The project files the hooks and the hook managers' configs name (`scripts/lint.sh`).
-        let mut hooks = git.hooks.clone();
-        hooks.extend(git.git_dir.as_ref().map(|g| g.join("hooks")));
-        hooks.extend(runs_outside::hook_manager_configs(fs, top));
-        found.extend(runs_outside::hook_named(fs, &hooks, top, &base.project));
+    let (git, mut found) = runs_outside_of(fs, &base.home, xdg.as_deref(), &base.project, &base.project);
+    // A workspace holding other repositories and direnv directories (`~/work/sub`): theirs
+    // too (outside review of issue 32, R2).
+    for d in runs_outside::nested_dirs(fs, &base.project) {
+        found.extend(runs_outside_of(fs, &base.home, xdg.as_deref(), &d, &base.project).1);
     }
-    found.extend(runs_outside::envrc_loads(fs, &base.project));
     protect_found(b, fs, &trees.writable, &base.project, guard_keeps_git, &found, &mut placeholders)?;
     if base.backend == BackendKind::Userns {
         // aider's tags cache in the project holds pickles aider loads outside: the session

@@ -99,6 +99,49 @@ pub fn git_found(fs: &dyn HostFs, home: &Path, xdg_config: Option<&Path>, projec
     GitFound { hooks: out, includes: inc, top: Some(top), git_dir: common_dir }
 }
 
+/// Directories looked at below a project for repositories and direnv directories of their
+/// own, at most: past them, deeper ones are not.
+const MAX_NESTED_DIRS: usize = 512;
+
+/// Trees that hold dependencies or build output, never a workspace's repositories: not
+/// walked.
+const NOT_WORKSPACES: &[&str] = &["node_modules", "target", "venv", "__pycache__", "build", "dist", "site-packages"];
+
+/// The directories one or two levels below the project (a workspace of clones, `~/work/sub`,
+/// `~/work/group/sub`) that hold a `.git` or an `.envrc` of their own: what git and direnv
+/// run there outside is read as the project's is (outside review of issue 32, R2). Hidden
+/// directories and dependency trees are not walked; at most `MAX_NESTED_DIRS` are looked at.
+pub fn nested_dirs(fs: &dyn HostFs, project: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    let mut looked = 0;
+    let mut level: Vec<PathBuf> = vec![project.to_path_buf()];
+    for _depth in 0..2 {
+        let mut next = vec![];
+        for d in &level {
+            for name in fs.read_dir(d).iter() {
+                let n = name.to_string_lossy();
+                if n.starts_with('.') || NOT_WORKSPACES.contains(&n.as_ref()) {
+                    continue;
+                }
+                let p = d.join(name);
+                if looked >= MAX_NESTED_DIRS {
+                    return out;
+                }
+                if fs.kind(&p) != Some(Kind::Dir) {
+                    continue;
+                }
+                looked += 1;
+                if fs.kind(&p.join(".git")).is_some() || fs.kind(&p.join(".envrc")) == Some(Kind::File) {
+                    out.push(p.clone());
+                }
+                next.push(p);
+            }
+        }
+        level = next;
+    }
+    out
+}
+
 /// `.git` as a file (`gitdir: PATH`, a worktree's or a submodule's): where it points.
 fn gitfile_target(fs: &dyn HostFs, dotgit: &Path) -> Option<PathBuf> {
     let text = read(fs, dotgit)?;

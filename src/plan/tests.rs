@@ -1053,6 +1053,36 @@ fn the_repositorys_hooks_path_and_what_the_envrc_loads_are_protected() {
     assert!(!has(&plan, |m| m.target() == Path::new("/home/u/proj/.env")));
 }
 
+/// Outside review of issue 32, R2: a workspace project (`~/work`) holding other repositories:
+/// each one's `core.hooksPath` (husky's `.husky/_` and the scripts above it) and what its
+/// `.envrc` loads are protected as the project's are, one and two levels down; a directory
+/// without a `.git` or `.envrc`, a hidden one and a dependency tree are not walked.
+#[test]
+fn a_workspaces_nested_repositories_hooks_and_envrc_loads_are_protected() {
+    let fs = host()
+        .dir("/home/u/work/sub/.git")
+        .content("/home/u/work/sub/.git/config", "[core]\n\thooksPath = .husky/_\n")
+        .file("/home/u/work/sub/.husky/_/pre-commit")
+        .file("/home/u/work/sub/.husky/pre-commit")
+        .content("/home/u/work/sub/.envrc", "source_env_if_exists .envrc.local\nexport FOO=1\n")
+        .file("/home/u/work/sub/.envrc.local")
+        .dir("/home/u/work/group/deep/.git")
+        .content("/home/u/work/group/deep/.git/config", "[core]\n\thooksPath = githooks\n")
+        .file("/home/u/work/group/deep/githooks/pre-push")
+        .content("/home/u/work/node_modules/pkg/.envrc", "dotenv evil.env\n")
+        .file("/home/u/work/node_modules/pkg/evil.env");
+    let plan = build(&policy(""), &facts(), &fs, &request("/home/u/work")).unwrap();
+    assert!(ro_bind(&plan, "/home/u/work/sub/.husky/_"), "{:#?}", plan.mounts);
+    assert!(ro_bind(&plan, "/home/u/work/sub/.husky"), "husky's scripts above its `_`");
+    assert!(ro_bind(&plan, "/home/u/work/sub/.envrc.local"), "what the nested .envrc loads");
+    assert!(ro_bind(&plan, "/home/u/work/group/deep/githooks"), "two levels down");
+    assert!(!has(&plan, |m| m.target().starts_with("/home/u/work/node_modules")), "a dependency tree");
+    assert_eq!(
+        super::runs_outside::nested_dirs(&fs, Path::new("/home/u/work")),
+        [PathBuf::from("/home/u/work/sub"), PathBuf::from("/home/u/work/group/deep")]
+    );
+}
+
 /// Red team 32: with the git guard on, what the guard does not keep inside a `.git` (a
 /// `core.hooksPath` of `.git/my-hooks`, an included `.git/extra.inc`) is bound read-only; an
 /// included file of the project too, husky's scripts above its `_`, and aider's tags cache is
