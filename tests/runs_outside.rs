@@ -266,8 +266,11 @@ fn other_agents_and_editors_settings_cannot_be_made_or_changed() {
         assert!(!j.project.join(p).exists(), "{p} stays on the host: {out}");
     }
     assert_eq!(std::fs::read_to_string(j.project.join(".zed/settings.json")).unwrap(), "{}\n");
-    let line = out.stderr.lines().find(|l| l.starts_with("agent-sandbox: ") && l.contains(".github/hooks"));
-    assert!(line.unwrap_or_default().contains("GitHub Copilot CLI"), "one line says who reads it: {out}");
+    let line = out.stderr.lines().find(|l| l.starts_with("agent-sandbox: ") && l.contains("/crush.json"));
+    assert!(
+        line.unwrap_or_default().contains("Crush outside the jail reads this"),
+        "one line says who reads it: {out}"
+    );
 }
 
 /// F6: the forms of loading the `.envrc` reader missed: `source "$PWD/..."`, a `source` after
