@@ -34,8 +34,8 @@ fn catalogue_source(tree: &toml::Value) -> Result<String, String> {
     let mut out = String::from("&[\n");
     for (i, s) in stores.iter().enumerate() {
         let t = s.as_table().ok_or(format!("store {i}: not a table"))?;
-        const KEYS: [&str; 9] =
-            ["name", "tool", "paths", "found", "doc", "list_vars", "value_prefixes", "login_of", "derived"];
+        const KEYS: [&str; 10] =
+            ["name", "tool", "paths", "found", "doc", "list_vars", "value_prefixes", "login_of", "derived", "made"];
         if let Some(k) = t.keys().find(|k| !KEYS.contains(&k.as_str())) {
             return Err(format!("store {i}: unknown key `{k}`"));
         }
@@ -59,10 +59,16 @@ fn catalogue_source(tree: &toml::Value) -> Result<String, String> {
             Some(Some("ssh-config")) => "Some(Derived::SshConfig)",
             Some(_) => return Err(format!("store {i}: `derived` is git-config or ssh-config")),
         };
+        let made = match t.get("made").map(|v| v.as_str()) {
+            None => "None",
+            Some(Some("dir")) => "Some(Made::Dir)",
+            Some(Some("file")) => "Some(Made::File)",
+            Some(_) => return Err(format!("store {i}: `made` is dir or file")),
+        };
         writeln!(
             out,
             "    Store {{ name: {:?}, tool: {:?}, paths: &{:?}, found: {:?}, doc: {:?}, list_vars: &{:?}, \
-             value_prefixes: &{:?}, login_of: {login}, derived: {derived} }},",
+             value_prefixes: &{:?}, login_of: {login}, derived: {derived}, made: {made} }},",
             text("name")?,
             text("tool")?,
             list("paths")?,

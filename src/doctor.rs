@@ -168,30 +168,63 @@ fn slurm_config(sbatch: &Path) -> Option<String> {
     status.success().then(|| String::from_utf8_lossy(&out).into_owned())
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
+/// Every check, in the order `doctor` shows them: the kernel's isolation features, the
+/// network's, Slurm's, then the policy and the credentials.
 fn checks() -> Vec<Check> {
-    let mut v = vec![];
     let uname = nix::sys::utsname::uname().ok();
     let release = uname.as_ref().map(|u| u.release().to_string_lossy().to_string()).unwrap_or_default();
-    v.push(check("kernel", Status::Info, format!("Linux {release}"), None));
+    let mut v = vec![
+        check("kernel", Status::Info, format!("Linux {release}"), None),
+        userns_check(),
+        limits_check(),
+        apparmor_check(read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref(), host::probe_userns),
+        landlock_check(),
+        git_guard_check(),
+        seccomp_check(),
+        tun_check(),
+        network_modes(),
+        ping_group_range_check(),
+        cgroups_check(),
+    ];
+    let sbatch = crate::jail::find_in_path("sbatch", &[("PATH".into(), std::env::var("PATH").unwrap_or_default())]);
+    v.push(slurm_check(sbatch.as_deref()));
+    if let Some(p) = &sbatch {
+        let spank = spank_check(p);
+        let belt = matches!(spank.status, Status::Ok);
+        v.push(spank);
+        v.push(prolog_flags_check(slurm_config(p).as_deref(), belt));
+        v.push(job_ports_check());
+    }
+    v.push(groups_check());
+    for (name, warn, detail, fix) in slurm_auth::lines(sbatch.as_deref()) {
+        v.push(check(name, if warn { Status::Warn } else { Status::Info }, detail, fix));
+    }
+    policy_checks(&mut v);
+    v.extend(credential_checks());
+    v
+}
 
+fn userns_check() -> Check {
     let ns = host::userns_support();
     let probe =
         if host::probe_userns() { Ok(()) } else { Err("unshare(CLONE_NEWUSER) failed in a probe child".to_string()) };
     match (&ns.available, &probe) {
-        (true, Ok(())) => v.push(check("user namespaces", Status::Ok, format!("unprivileged user namespaces work (max_user_namespaces = {})", read("/proc/sys/user/max_user_namespaces").unwrap_or_default()), None)),
-        _ => v.push(check(
+        (true, Ok(())) => check("user namespaces", Status::Ok, format!("unprivileged user namespaces work (max_user_namespaces = {})", read("/proc/sys/user/max_user_namespaces").unwrap_or_default()), None),
+        _ => check(
             "user namespaces",
             Status::Fail,
             ns.why_not.clone().or(probe.err()).unwrap_or_default(),
             Some("ask the admin to set user.max_user_namespaces > 0 (and kernel.unprivileged_userns_clone = 1 where it exists), or install the AppArmor profile in docs/admin/apparmor.md; until then the Landlock backend runs, with the limits `doctor` lists under landlock"),
-        )),
+        ),
     }
-    // Which limits run: this version sets rlimits; a delegated cgroup v2 subtree (systemd
-    // user slice) would enforce memory and CPUs for the session as a whole.
+}
+
+/// Which limits run: this version sets rlimits; a delegated cgroup v2 subtree (systemd
+/// user slice) would enforce memory and CPUs for the session as a whole.
+fn limits_check() -> Check {
     let cgroup2 = std::fs::read_to_string("/proc/self/cgroup").is_ok_and(|c| c.lines().any(|l| l.starts_with("0::")))
         && std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
-    v.push(check(
+    check(
         "limits",
         Status::Info,
         if cgroup2 {
@@ -200,17 +233,21 @@ fn checks() -> Vec<Check> {
             "rlimits (--mem per process, --pids in the jail's user namespace, --timeout): no cgroup v2 hierarchy here"
         },
         None,
-    ));
-    let restrict = read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
-    v.push(apparmor_check(restrict.as_deref(), host::probe_userns));
-    let abi = host::landlock_abi();
-    v.push(match abi {
+    )
+}
+
+/// What the Landlock backend can do with this kernel's ABI.
+fn landlock_check() -> Check {
+    match host::landlock_abi() {
         0 => check("landlock", Status::Warn, "Landlock is not available: no fallback backend if user namespaces are off", Some("boot with lsm=...,landlock (Linux 5.13+)")),
         a if a < 4 => check("landlock", Status::Warn, format!("Landlock ABI {a}: fallback backend works without the TCP port floor (needs ABI 4); {WALK}"), None),
         a if a < 6 => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs + TCP rules, no signal/abstract-socket scoping (ABI 6); {WALK}"), None),
         a => check("landlock", Status::Ok, format!("Landlock ABI {a}: fallback has fs rules, TCP port floor, signal and abstract-socket scoping; at exit a sweeper in the session's Landlock domain ends every process of it (kill(-1) under signal scoping); weaker than namespaces: a private TMPDIR but no private /proc (host processes visible), no /dev/shm, hidden paths give EACCES not ENOENT, protected paths are writable, no UDP filtering, host unix sockets refused (process.unix_sockets), {BY_NAME}"), None),
-    });
-    v.push(if host::kernel_at_least(5, 14) {
+    }
+}
+
+fn git_guard_check() -> Check {
+    if host::kernel_at_least(5, 14) {
         check(
             "git guard",
             Status::Ok,
@@ -225,8 +262,11 @@ fn checks() -> Vec<Check> {
             "this kernel (before 5.14) cannot run the git guard: launches stop unless `filesystem.nested_git = true`",
             Some("a newer kernel; or accept that the agent can write git config and hooks your git runs later"),
         )
-    });
-    v.push(if Path::new("/proc/sys/kernel/seccomp/actions_avail").exists() {
+    }
+}
+
+fn seccomp_check() -> Check {
+    if Path::new("/proc/sys/kernel/seccomp/actions_avail").exists() {
         check(
             "seccomp",
             Status::Ok,
@@ -243,8 +283,11 @@ fn checks() -> Vec<Check> {
             "the kernel has no seccomp filter support",
             Some("a kernel with CONFIG_SECCOMP_FILTER is required"),
         )
-    });
-    v.push(match std::fs::metadata("/dev/net/tun") {
+    }
+}
+
+fn tun_check() -> Check {
+    match std::fs::metadata("/dev/net/tun") {
         Ok(m) if m.permissions().mode() & 0o006 == 0o006 => check("/dev/net/tun", Status::Ok, format!("present, mode {:o}", m.permissions().mode() & 0o777), None),
         Ok(m) => check(
             "/dev/net/tun",
@@ -253,9 +296,11 @@ fn checks() -> Vec<Check> {
             Some("as root: chmod 0666 /dev/net/tun (distributions ship it 0666; a udev rule keeps it: KERNEL==\"tun\", MODE=\"0666\")"),
         ),
         Err(_) => check("/dev/net/tun", Status::Warn, "missing: the filtered network mode cannot run", Some("as root: modprobe tun")),
-    });
-    v.push(network_modes());
-    v.push(match read("/proc/sys/net/ipv4/ping_group_range") {
+    }
+}
+
+fn ping_group_range_check() -> Check {
+    match read("/proc/sys/net/ipv4/ping_group_range") {
         Some(r) => check(
             "ping_group_range",
             Status::Info,
@@ -265,18 +310,23 @@ fn checks() -> Vec<Check> {
             None,
         ),
         None => check("ping_group_range", Status::Info, "unknown", None),
-    });
+    }
+}
+
+fn cgroups_check() -> Check {
     let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
     let limits = "per-session limits (--mem, --pids, --timeout, [limits]) are rlimits in the jail's user \
                   namespace and a wall-clock timer; this version does not use a cgroup";
-    v.push(check(
+    check(
         "cgroups",
         Status::Info,
         format!("{}; {limits}", if v2 { "cgroup v2" } else { "cgroup v1, no delegation" }),
         None,
-    ));
-    let sbatch = crate::jail::find_in_path("sbatch", &[("PATH".into(), std::env::var("PATH").unwrap_or_default())]);
-    v.push(match &sbatch {
+    )
+}
+
+fn slurm_check(sbatch: Option<&Path>) -> Check {
+    match sbatch {
         Some(p) => check(
             "slurm",
             Status::Info,
@@ -292,21 +342,7 @@ fn checks() -> Vec<Check> {
             None,
         ),
         None => check("slurm", Status::Info, "no sbatch on PATH: Slurm mediation not needed here", None),
-    });
-    if let Some(p) = &sbatch {
-        let spank = spank_check(p);
-        let belt = matches!(spank.status, Status::Ok);
-        v.push(spank);
-        v.push(prolog_flags_check(slurm_config(p).as_deref(), belt));
-        v.push(job_ports_check());
     }
-    v.push(groups_check());
-    for (name, warn, detail, fix) in slurm_auth::lines(sbatch.as_deref()) {
-        v.push(check(name, if warn { Status::Warn } else { Status::Info }, detail, fix));
-    }
-    policy_checks(&mut v);
-    v.extend(credential_checks());
-    v
 }
 
 /// The credential catalogue against this user's home and variables: the stores you have

@@ -59,10 +59,33 @@ fn job_ports(plan: &Plan) -> Option<String> {
     Some(format!("job ports {} (nodes running the project's jobs only)", each.join(" ")))
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 pub fn plan(p: &Plan) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "agent-sandbox plan (dry run: nothing was executed)");
+    summary(&mut s, p);
+    key_routes(&mut s, p);
+    guards(&mut s, p);
+    match &p.landlock {
+        Some(ll) => landlock(&mut s, ll),
+        None => mounts(&mut s, p),
+    }
+    made_for_session(&mut s, p);
+    let _ = writeln!(
+        s,
+        "  hidden ({}): {}",
+        if p.landlock.is_some() { "in no rule: EACCES inside" } else { "do not exist inside" },
+        p.hidden.iter().map(|h| tilde(h, &p.home)).collect::<Vec<_>>().join(" ")
+    );
+    credentials(&mut s, p);
+    environment(&mut s, p);
+    for w in &p.warnings {
+        let _ = writeln!(s, "  warning: {w}");
+    }
+    s
+}
+
+/// One line each: what runs, where, as whom, with which network, limits and groups.
+fn summary(s: &mut String, p: &Plan) {
     let _ = writeln!(s, "  backend   {}", p.backend.as_str());
     let _ = writeln!(s, "  command   {}", shell_words_join(&p.command));
     let _ = writeln!(s, "  project   {} (read-write)", p.project.display());
@@ -86,6 +109,10 @@ pub fn plan(p: &Plan) -> String {
     if let Some(j) = job_ports(p) {
         let _ = writeln!(s, "  jobs      {j}");
     }
+}
+
+/// The API keys kept outside and where the supervisor adds them.
+fn key_routes(s: &mut String, p: &Plan) {
     for r in &p.net.credentials {
         let keys: Vec<&str> = r.keys.iter().map(|k| k.env.as_str()).collect();
         let _ = writeln!(
@@ -102,6 +129,10 @@ pub fn plan(p: &Plan) -> String {
             r.path
         );
     }
+}
+
+/// The seccomp filter's nested namespaces and the git guard.
+fn guards(s: &mut String, p: &Plan) {
     let _ = writeln!(
         s,
         "  seccomp   deny set + foreign ABIs; nested user namespaces {}",
@@ -130,10 +161,11 @@ pub fn plan(p: &Plan) -> String {
             let _ = writeln!(s, "  git guard off (filesystem.nested_git, or the Landlock backend)");
         }
     }
-    match &p.landlock {
-        Some(ll) => landlock(&mut s, ll),
-        None => mounts(&mut s, p),
-    }
+}
+
+/// What the launch makes for the session: the protected placeholders and the agent's own
+/// entries in your home.
+fn made_for_session(s: &mut String, p: &Plan) {
     if !p.placeholders.is_empty() {
         let _ = writeln!(s, "  protected placeholders (created empty for the session, removed after if still empty):");
         for ph in &p.placeholders {
@@ -141,21 +173,22 @@ pub fn plan(p: &Plan) -> String {
         }
     }
     if !p.home_dirs.is_empty() || !p.home_files.is_empty() {
-        let _ = writeln!(s, "  the agent's own entries, made in your home before the session (they stay):");
+        let _ = writeln!(
+            s,
+            "  made in your home before the session if missing (they stay): the agent's own entries, stores to cover:"
+        );
         for d in &p.home_dirs {
             let _ = writeln!(s, "    {}/", tilde(d, &p.home));
         }
         for f in &p.home_files {
-            let _ = writeln!(s, "    {} (holding {{}})", tilde(f, &p.home));
+            let json = f.extension().is_some_and(|e| e == "json");
+            let _ = writeln!(s, "    {} ({})", tilde(f, &p.home), if json { "holding {}" } else { "empty" });
         }
     }
-    let _ = writeln!(
-        s,
-        "  hidden ({}): {}",
-        if p.landlock.is_some() { "in no rule: EACCES inside" } else { "do not exist inside" },
-        p.hidden.iter().map(|h| tilde(h, &p.home)).collect::<Vec<_>>().join(" ")
-    );
-    credentials(&mut s, p);
+}
+
+/// The jail's variables by name, and those scrubbed with their rule.
+fn environment(s: &mut String, p: &Plan) {
     let names: Vec<&str> = p.env.iter().map(|(k, _)| k.as_str()).collect();
     let _ = writeln!(s, "  environment: {} variables: {}", names.len(), names.join(" "));
     if !p.env_removed.is_empty() {
@@ -164,10 +197,6 @@ pub fn plan(p: &Plan) -> String {
             let _ = writeln!(s, "    {:<30} {}", r.name, r.rule);
         }
     }
-    for w in &p.warnings {
-        let _ = writeln!(s, "  warning: {w}");
-    }
-    s
 }
 
 /// The credential catalogue's part: how many of its paths are hidden, those shown and why,

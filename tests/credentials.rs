@@ -305,6 +305,110 @@ fn landlock_the_users_git_config_is_seen_without_its_credentials() {
     the_git_config_is_seen_without_credentials("cred-git-ll", &["--backend", "landlock"]);
 }
 
+/// Outside review of issue 32, R1: a credential store that appears in the writable `~/.cache`
+/// while the session runs (a first `hf auth login` outside, git's credential-cache daemon
+/// started outside) was read inside, and a jail could listen at the cache daemon's socket
+/// before the daemon existed and take the password the user's git stores. The launcher now
+/// makes the missing store before the session and covers it: what is written there outside
+/// stays unseen, and the jail can make nothing there.
+#[test]
+fn a_store_made_outside_while_the_session_runs_is_not_seen_inside() {
+    let Some(j) = Jail::new("cred-late") else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let cache = j.rig.home.join(".cache");
+    let (hf, git) = (cache.join("huggingface"), cache.join("git"));
+    // As on a first login: neither exists before the session.
+    let _ = std::fs::remove_dir_all(&hf);
+    let _ = std::fs::remove_dir_all(&git);
+    let (started, written) = (j.project.join("started"), j.project.join("written"));
+    let rig = j.rig;
+    let outside = {
+        let (hf, git, started, written) = (hf.clone(), git.clone(), started.clone(), written.clone());
+        std::thread::spawn(move || {
+            assert!(wait_for_path(&started, std::time::Duration::from_secs(30)), "the session did not start");
+            // `hf auth login` writes its token in place; git's daemon makes its directory.
+            std::fs::create_dir_all(&hf).unwrap();
+            std::fs::write(hf.join("token"), "hf_CANARYLATELOGIN").unwrap();
+            std::fs::create_dir_all(git.join("credential")).unwrap();
+            std::fs::write(git.join("credential/late-secret"), "CANARY-LATE-CACHE").unwrap();
+            for p in [&hf, &hf.join("token"), &git, &git.join("credential"), &git.join("credential/late-secret")] {
+                std::os::unix::fs::chown(p, Some(rig.uid), Some(rig.gid)).unwrap();
+            }
+            std::fs::write(&written, "").unwrap();
+        })
+    };
+    let script = "touch started; i=0; while [ ! -e written ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
+                  cat ~/.cache/huggingface/token ~/.cache/git/credential/late-secret; \
+                  python3 -c 'import socket,os; s=socket.socket(socket.AF_UNIX); s.bind(os.path.expanduser(\"~/.cache/git/credential/socket\")); print(\"LISTENING\")'; \
+                  echo PROBED";
+    let out = j.run_with(&[], script);
+    outside.join().expect("the outside side");
+    assert!(out.stdout.contains("PROBED"), "{out}");
+    for canary in ["CANARYLATELOGIN", "CANARY-LATE-CACHE", "LISTENING"] {
+        assert!(!out.stdout.contains(canary), "{canary} inside: {out}");
+    }
+    // The user's own login outside is whole.
+    assert_eq!(std::fs::read_to_string(hf.join("token")).unwrap(), "hf_CANARYLATELOGIN");
+    let _ = std::fs::remove_dir_all(&hf);
+    let _ = std::fs::remove_dir_all(&git);
+}
+
+fn wait_for_path(p: &Path, most: std::time::Duration) -> bool {
+    let end = std::time::Instant::now() + most;
+    while std::time::Instant::now() < end {
+        if p.exists() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    false
+}
+
+/// Outside review of issue 32, R4: the file the user's git config includes holds a credential
+/// (an SMTP password, a token in an `insteadOf` URL). In a git project the protection of the
+/// files git's configs include bound that file read-only over its copy without the credential
+/// (write home mode, userns), and gave it a Landlock rule though the plan left it out.
+fn an_included_git_config_is_seen_without_its_credentials(name: &str, backend: &[&str]) {
+    let Some(j) = Jail::new(name) else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let _cfg =
+        Planted::new(j.rig, ".gitconfig", "[user]\n\tname = Canary User\n[include]\n\tpath = ~/.asb-gitconfig.local\n");
+    let _inc = Planted::new(
+        j.rig,
+        ".asb-gitconfig.local",
+        "[sendemail]\n\tsmtpPass = CANARY-SMTP-PASS\n\tsmtpUser = me\n\
+         [url \"https://x-access-token:CANARY-INCLUDED-TOKEN@github.com/\"]\n\tinsteadOf = https://github.com/\n",
+    );
+    let j =
+        j.project_file(".git/HEAD", "ref: refs/heads/main\n").project_file(".git/config", "[core]\n\tbare = false\n");
+    for d in ["objects", "refs"] {
+        std::fs::create_dir_all(j.project.join(".git").join(d)).unwrap();
+        std::os::unix::fs::chown(j.project.join(".git").join(d), Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    }
+    let script =
+        "git config user.name; cat ~/.asb-gitconfig.local; git config --get-regexp 'sendemail|url'; echo PROBED";
+    for mode in ["tmpwrite", "read", "write"] {
+        let mut opts: Vec<&str> = backend.to_vec();
+        opts.extend(["--home-access", mode]);
+        let out = j.run_with(&opts, script);
+        assert!(out.stdout.contains("PROBED"), "{mode}: {out}");
+        assert!(out.stdout.starts_with("Canary User\n"), "{mode}: git reads the config: {out}");
+        for canary in ["CANARY-SMTP-PASS", "CANARY-INCLUDED-TOKEN"] {
+            assert!(!out.stdout.contains(canary), "{mode}: {canary} inside: {out}");
+        }
+    }
+}
+
+#[test]
+fn an_included_git_config_is_seen_without_its_credentials_in_every_home_mode() {
+    an_included_git_config_is_seen_without_its_credentials("cred-git-inc", &[]);
+}
+
+#[test]
+fn landlock_an_included_git_config_is_seen_without_its_credentials_in_every_home_mode() {
+    an_included_git_config_is_seen_without_its_credentials("cred-git-inc-ll", &["--backend", "landlock"]);
+}
+
 /// Fourth outside look at the anchors, U3 and U4: `~/.gitconfig` named in `home.write` (or
 /// `home.read`) beside its built-in seed. The seed was written into the bound host file, so
 /// the launch rewrote the user's config without its credential helper and token URL, and the
@@ -460,14 +564,37 @@ fn everyday_configs_are_seen_without_tokens(name: &str, backend: &[&str]) {
         ".spack/mirrors.yaml",
         "mirrors:\n  s3:\n    url: s3://b/c\n    access_pair:\n    - CANARY-SPACK-ID\n    - CANARY-SPACK-KEY\n",
     );
-    let script =
-        "cat ~/.cargo/config.toml ~/.npm-global/etc/npmrc ~/.conda/.condarc ~/.spack/mirrors.yaml; echo PROBED";
+    // In the trees the built-in `home.read` entries show whole (outside review of issue 32, R3):
+    // a conda root's own config and pip's site config, an environment's, a Node version's
+    // global npmrc under nvm, spack's per-platform scope.
+    let _conda_root =
+        Planted::new(j.rig, "miniconda3/.condarc", "channels:\n  - https://c.example/t/CANARY-ROOTRC/x\n");
+    let _conda_pip =
+        Planted::new(j.rig, "miniconda3/pip.conf", "[global]\nindex-url = https://u:CANARY-SITEPIP@p/simple\n");
+    let _env_pip =
+        Planted::new(j.rig, "miniconda3/envs/ml/pip.conf", "[global]\nindex-url = https://u:CANARY-ENVPIP@p/simple\n");
+    let _nvm = Planted::new(j.rig, ".nvm/versions/node/v20.11.0/etc/npmrc", "//n/:_authToken=CANARY-NVMRC\n");
+    let _spack_linux =
+        Planted::new(j.rig, ".spack/linux/mirrors.yaml", "mirrors:\n  m:\n    access_pair: [CANARY-SPLNX, B]\n");
+    let script = "cat ~/.cargo/config.toml ~/.npm-global/etc/npmrc ~/.conda/.condarc ~/.spack/mirrors.yaml \
+                  ~/miniconda3/.condarc ~/miniconda3/pip.conf ~/miniconda3/envs/ml/pip.conf \
+                  ~/.nvm/versions/node/v20.11.0/etc/npmrc ~/.spack/linux/mirrors.yaml; echo PROBED";
     for mode in ["tmpwrite", "read", "write"] {
         let mut opts: Vec<&str> = backend.to_vec();
         opts.extend(["--home-access", mode]);
         let out = j.run_with(&opts, script);
         assert!(out.stdout.contains("PROBED"), "{mode}: {out}");
-        for canary in ["CANARY-CARGO-TOKEN", "CANARY-NPM-TOKEN", "CANARY-CONDA", "CANARY-SPACK"] {
+        for canary in [
+            "CANARY-CARGO-TOKEN",
+            "CANARY-NPM-TOKEN",
+            "CANARY-CONDA",
+            "CANARY-SPACK",
+            "CANARY-ROOTRC",
+            "CANARY-SITEPIP",
+            "CANARY-ENVPIP",
+            "CANARY-NVMRC",
+            "CANARY-SPLNX",
+        ] {
             assert!(!out.stdout.contains(canary), "{mode}: {canary} inside: {out}");
         }
         if backend.is_empty() {

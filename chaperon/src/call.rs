@@ -144,13 +144,8 @@ fn pidfd_open(pid: u32) -> std::io::Result<Option<OwnedFd>> {
     }
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn watch_until_exit(target: Target, mut conn: Option<UnixStream>, mut deadline: Option<Instant>) {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use nix::sys::signal::Signal;
-    // Without a pidfd (before Linux 5.3) the command's end is learnt from `done`, a few times
-    // a second.
-    let recheck = Duration::from_millis(200);
     // The stub's bytes so far, read as they come (the socket is non-blocking): a frame is
     // taken whole, small, and within FRAME_TIMEOUT of its first byte, or the stub counts as
     // gone. A stub trickling a frame must not keep the watch from the command's end or bound.
@@ -160,61 +155,18 @@ fn watch_until_exit(target: Target, mut conn: Option<UnixStream>, mut deadline: 
         if target.ended() {
             return;
         }
-        let now = Instant::now();
-        let mut wait = [deadline, frame_by].into_iter().flatten().min().map(|d| d.saturating_duration_since(now));
-        if target.pidfd.is_none() {
-            wait = Some(wait.map_or(recheck, |w| w.min(recheck)));
-        }
-        let timeout = wait.map_or(PollTimeout::NONE, |w| {
-            PollTimeout::try_from(w.as_millis().min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
-        });
-        let mut fds = vec![];
-        if let Some(p) = &target.pidfd {
-            fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
-        }
-        if let Some(c) = &conn {
-            fds.push(PollFd::new(c.as_fd(), PollFlags::POLLIN));
-        }
-        match poll(&mut fds, timeout) {
-            Ok(_) => {}
+        let timeout = poll_timeout(&target, deadline, frame_by);
+        let (exited, from_stub) = match wait_ready(&target, conn.as_ref(), timeout) {
+            Ok(ready) => ready,
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => return,
-        }
-        let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
-        let exited = target.pidfd.is_some() && ready(&fds[0]);
-        let from_stub = conn.is_some() && ready(&fds[fds.len() - 1]);
-        drop(fds);
+        };
         if exited {
             return;
         }
         if from_stub {
-            let mut gone = false;
-            if let Some(c) = conn.as_mut() {
-                let mut chunk = [0u8; MAX_CONTROL as usize];
-                // Without waiting, and without making the shared socket non-blocking: the call
-                // writes its answer on it afterwards.
-                match nix::sys::socket::recv(c.as_raw_fd(), &mut chunk, nix::sys::socket::MsgFlags::MSG_DONTWAIT) {
-                    Ok(0) => gone = true,
-                    Ok(n) => pending.extend_from_slice(&chunk[..n]),
-                    Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => {}
-                    Err(_) => gone = true,
-                }
-            }
-            loop {
-                match wire::take_frame::<Control>(&mut pending, MAX_CONTROL) {
-                    Ok(Some(Control::Signal { signal })) => {
-                        if let Some(sig) = Signal::try_from(signal).ok().filter(|s| passable(*s)) {
-                            target.signal(sig);
-                        }
-                    }
-                    Ok(None) => break,
-                    // A frame that is not one: the stream cannot be followed any more.
-                    Err(_) => {
-                        gone = true;
-                        break;
-                    }
-                }
-            }
+            let mut gone = conn.as_mut().is_some_and(|c| read_stub(c, &mut pending));
+            gone |= !pass_signals(&target, &mut pending);
             frame_by = match pending.is_empty() {
                 true => None,
                 false => frame_by.or(Some(Instant::now() + FRAME_TIMEOUT)),
@@ -241,6 +193,74 @@ fn watch_until_exit(target: Target, mut conn: Option<UnixStream>, mut deadline: 
         if conn.is_none() && deadline.is_none() && target.pidfd.is_none() {
             // Nothing left to watch for: the command was killed or the caller is gone.
             return;
+        }
+    }
+}
+
+/// Until the nearer of the deadline and the pending frame's bound; without a pidfd (before
+/// Linux 5.3) the command's end is learnt from `done`, a few times a second.
+fn poll_timeout(target: &Target, deadline: Option<Instant>, frame_by: Option<Instant>) -> nix::poll::PollTimeout {
+    use nix::poll::PollTimeout;
+    let recheck = Duration::from_millis(200);
+    let now = Instant::now();
+    let mut wait = [deadline, frame_by].into_iter().flatten().min().map(|d| d.saturating_duration_since(now));
+    if target.pidfd.is_none() {
+        wait = Some(wait.map_or(recheck, |w| w.min(recheck)));
+    }
+    wait.map_or(PollTimeout::NONE, |w| {
+        PollTimeout::try_from(w.as_millis().min(i32::MAX as u128) as i32).unwrap_or(PollTimeout::MAX)
+    })
+}
+
+/// Waits for the command's end or the stub's bytes: (the command exited, the stub sent).
+fn wait_ready(
+    target: &Target,
+    conn: Option<&UnixStream>,
+    timeout: nix::poll::PollTimeout,
+) -> nix::Result<(bool, bool)> {
+    use nix::poll::{poll, PollFd, PollFlags};
+    let mut fds = vec![];
+    if let Some(p) = &target.pidfd {
+        fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+    }
+    if let Some(c) = conn {
+        fds.push(PollFd::new(c.as_fd(), PollFlags::POLLIN));
+    }
+    poll(&mut fds, timeout)?;
+    let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+    let exited = target.pidfd.is_some() && ready(&fds[0]);
+    let from_stub = conn.is_some() && ready(&fds[fds.len() - 1]);
+    Ok((exited, from_stub))
+}
+
+/// What the stub sent, added to `pending`; true when it is gone (closed, or the read failed).
+fn read_stub(c: &mut UnixStream, pending: &mut Vec<u8>) -> bool {
+    let mut chunk = [0u8; MAX_CONTROL as usize];
+    // Without waiting, and without making the shared socket non-blocking: the call
+    // writes its answer on it afterwards.
+    match nix::sys::socket::recv(c.as_raw_fd(), &mut chunk, nix::sys::socket::MsgFlags::MSG_DONTWAIT) {
+        Ok(0) => true,
+        Ok(n) => {
+            pending.extend_from_slice(&chunk[..n]);
+            false
+        }
+        Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => false,
+        Err(_) => true,
+    }
+}
+
+/// Every whole frame of `pending` taken, its signal passed on when the stub may pass it;
+/// false on a frame that is not one (the stream cannot be followed any more).
+fn pass_signals(target: &Target, pending: &mut Vec<u8>) -> bool {
+    loop {
+        match wire::take_frame::<Control>(pending, MAX_CONTROL) {
+            Ok(Some(Control::Signal { signal })) => {
+                if let Some(sig) = nix::sys::signal::Signal::try_from(signal).ok().filter(|s| passable(*s)) {
+                    target.signal(sig);
+                }
+            }
+            Ok(None) => return true,
+            Err(_) => return false,
         }
     }
 }

@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 /// Runs the plan's command. The launcher forwards signals, reaps what gets orphaned below it,
 /// starts the chaperon when the channel first carries a call and, when the command exits,
 /// ends everything the session left running, then removes the session directory.
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 pub fn run(
     plan: &Plan,
     anchors: &[crate::plan::anchor::Anchor],
@@ -45,70 +44,28 @@ pub fn run(
     // own signals (Ctrl-C, Ctrl-Z, window size) reach it directly and the launcher stops
     // with it; without one it gets a session of its own and the launcher forwards.
     let tty = stdio_ttys().any();
-    let mut forwarded = vec![Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT];
-    forwarded.extend([Signal::SIGUSR1, Signal::SIGUSR2]);
-    if !tty {
-        forwarded.extend([Signal::SIGTSTP, Signal::SIGCONT]);
-    }
-    let mut mask = SigSet::empty();
-    mask.add(Signal::SIGCHLD);
-    forwarded.iter().for_each(|s| mask.add(*s));
+    let (forwarded, mask) = forwarded_signals(tty);
     let mut old = SigSet::empty();
     let _ = sigprocmask(SigmaskHow::SIG_BLOCK, Some(&mask), Some(&mut old));
-    let restore = |old: &SigSet| {
-        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(old), None);
-    };
     let fail = |why: String| {
-        restore(&old);
+        let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
         dir.remove();
         Err(JailError::Build(why))
     };
-    // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer; it only marks this process.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
-        return fail(format!("cannot become a child subreaper: {}", std::io::Error::last_os_error()));
-    }
-    let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
-    let (sfd, (err_r, err_w)) =
-        match (SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK), pipe()) {
-            (Ok(sfd), Ok(p)) => (sfd, p),
-            _ => return fail("cannot create the launcher's signalfd or pipe".into()),
-        };
-    // The sweeper's two pipes: `go` closes when the command has ended (or the launcher died),
-    // `done` when the sweeper has finished.
-    let sweeper = match ll.sweep {
-        Sweep::ScopedKill => match (pipe(), pipe()) {
-            (Ok(go), Ok(done)) => Some((go, done)),
-            _ => return fail("cannot create the sweeper's pipes".into()),
-        },
-        Sweep::ProcWalk => None,
+    let ready = match Ready::make(&mask, ll.sweep) {
+        Ok(r) => r,
+        Err(why) => return fail(why),
     };
     banner();
     // SAFETY: the child only prepares its own sandbox and execs or _exits; the launcher has
     // no other thread here (no network supervisor runs in this backend).
     let child = match unsafe { fork() } {
-        Ok(ForkResult::Child) => {
-            super::waiter::forget();
-            drop(err_r);
-            let ends = sweeper.map(|((go_r, go_w), (done_r, done_w))| {
-                drop((go_w, done_r));
-                SweeperEnds { go: go_r, done: done_w }
-            });
-            restore(&old);
-            let e = exec_command(plan, anchors, ll, tty, ends, inherit.as_ref().map(AsRawFd::as_raw_fd));
-            let (tag, text) = match &e {
-                JailError::CommandNotFound(name) => (b'N', name.clone()),
-                other => (b'E', other.to_string()),
-            };
-            let mut bytes = vec![tag];
-            bytes.extend_from_slice(text.as_bytes());
-            let _ = nix::unistd::write(&err_w, &bytes);
-            // SAFETY: _exit ends the child without running the launcher's exit handlers.
-            unsafe { libc::_exit(126) }
-        }
+        Ok(ForkResult::Child) => in_child(plan, anchors, tty, ready, &old, inherit.as_ref().map(AsRawFd::as_raw_fd)),
         Ok(ForkResult::Parent { child }) => child,
         Err(e) => return fail(format!("cannot fork the command: {e}")),
     };
-    drop(err_w);
+    let Ready { sfd, report: (report_r, report_w), sweeper } = ready;
+    drop(report_w);
     // Only the session's processes (the command, the keeper) hold the jail's end of the
     // channel now: the chaperon sees it close when the last of them has gone.
     drop(inherit);
@@ -116,14 +73,10 @@ pub fn run(
         drop((go_r, done_w));
         (go_w, done_r)
     });
-    // The pipe closes at the command's exec (close-on-exec) or carries why it could not start.
-    let mut report = Vec::new();
-    let _ = std::io::Read::read_to_end(&mut std::fs::File::from(err_r), &mut report);
-    let outcome = match report.split_first() {
-        Some((tag, text)) => {
+    let outcome = match start_report(report_r) {
+        Some(e) => {
             let _ = nix::sys::wait::waitpid(child, None);
-            let text = String::from_utf8_lossy(text).into_owned();
-            Err(if *tag == b'N' { JailError::CommandNotFound(text) } else { JailError::Sandbox(text) })
+            Err(e)
         }
         None => {
             super::limits::arm_timeout(plan.limits.timeout, child);
@@ -136,9 +89,99 @@ pub fn run(
     }
     // Below ABI 6 the only way; above it, what a sweeper that died could not finish.
     kill_descendants();
-    restore(&old);
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(&old), None);
     dir.remove();
     outcome
+}
+
+/// The signals the launcher passes on to the command, and the mask it blocks to read them
+/// (with SIGCHLD) from a signalfd.
+fn forwarded_signals(tty: bool) -> (Vec<Signal>, SigSet) {
+    let mut forwarded = vec![Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP, Signal::SIGQUIT];
+    forwarded.extend([Signal::SIGUSR1, Signal::SIGUSR2]);
+    if !tty {
+        forwarded.extend([Signal::SIGTSTP, Signal::SIGCONT]);
+    }
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGCHLD);
+    forwarded.iter().for_each(|s| mask.add(*s));
+    (forwarded, mask)
+}
+
+/// A pipe: (read end, write end).
+type Pipe = (OwnedFd, OwnedFd);
+
+/// What the launcher makes before it forks: the signalfd, the pipe the command reports a
+/// failed start on, and the sweeper's two pipes (`go` closes when the command has ended or
+/// the launcher died, `done` when the sweeper has finished).
+struct Ready {
+    sfd: SignalFd,
+    report: Pipe,
+    sweeper: Option<(Pipe, Pipe)>,
+}
+
+impl Ready {
+    fn make(mask: &SigSet, sweep: Sweep) -> Result<Ready, String> {
+        // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer; it only marks this process.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(format!("cannot become a child subreaper: {}", std::io::Error::last_os_error()));
+        }
+        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
+        let (sfd, report) = match (SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK), pipe()) {
+            (Ok(sfd), Ok(p)) => (sfd, p),
+            _ => return Err("cannot create the launcher's signalfd or pipe".into()),
+        };
+        let sweeper = match sweep {
+            Sweep::ScopedKill => match (pipe(), pipe()) {
+                (Ok(go), Ok(done)) => Some((go, done)),
+                _ => return Err("cannot create the sweeper's pipes".into()),
+            },
+            Sweep::ProcWalk => None,
+        };
+        Ok(Ready { sfd, report, sweeper })
+    }
+}
+
+/// The forked child: restricts itself and execs the command, or writes why it could not on
+/// the report pipe and exits 126.
+fn in_child(
+    plan: &Plan,
+    anchors: &[crate::plan::anchor::Anchor],
+    tty: bool,
+    ready: Ready,
+    old: &SigSet,
+    inherit: Option<RawFd>,
+) -> ! {
+    super::waiter::forget();
+    let Ready { sfd, report: (report_r, report_w), sweeper } = ready;
+    drop((sfd, report_r));
+    let ends = sweeper.map(|((go_r, go_w), (done_r, done_w))| {
+        drop((go_w, done_r));
+        SweeperEnds { go: go_r, done: done_w }
+    });
+    let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(old), None);
+    let e = match &plan.landlock {
+        Some(ll) => exec_command(plan, anchors, ll, tty, ends, inherit),
+        None => JailError::Build("the plan has no Landlock rules for the Landlock backend".into()),
+    };
+    let (tag, text) = match &e {
+        JailError::CommandNotFound(name) => (b'N', name.clone()),
+        other => (b'E', other.to_string()),
+    };
+    let mut bytes = vec![tag];
+    bytes.extend_from_slice(text.as_bytes());
+    let _ = nix::unistd::write(&report_w, &bytes);
+    // SAFETY: _exit ends the child without running the launcher's exit handlers.
+    unsafe { libc::_exit(126) }
+}
+
+/// The pipe closes at the command's exec (close-on-exec) or carries why it could not start.
+fn start_report(report: OwnedFd) -> Option<JailError> {
+    let mut bytes = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut std::fs::File::from(report), &mut bytes);
+    let (tag, text) = bytes.split_first()?;
+    let text = String::from_utf8_lossy(text).into_owned();
+    Some(if *tag == b'N' { JailError::CommandNotFound(text) } else { JailError::Sandbox(text) })
 }
 
 /// `si_code` of a signal the kernel raised itself, e.g. the terminal's Ctrl-C to the
@@ -505,7 +548,6 @@ fn landlock_rules(ll: &LandlockPlan) -> landlock::LandlockRules {
 /// In the forked child: seals and restricts itself, leaves the sweeper behind in the
 /// session's domain and goes on into a nested one, puts the Slurm channel where the plan
 /// says, then execs the command. Returns only why it could not.
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn exec_command(
     plan: &Plan,
     anchors: &[crate::plan::anchor::Anchor],
@@ -517,9 +559,6 @@ fn exec_command(
     // Dies with the launcher, as the userns jail does.
     // SAFETY: PR_SET_PDEATHSIG takes a signal number; it only marks this process.
     unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
-    let mut rules = landlock_rules(ll);
-    rules.anchors = anchors.to_vec();
-    rules.own = Some(plan.own.clone());
     // Before the rules: what starting the helpers needs.
     let helpers = match (&sweeper, ll.slurm_fd) {
         (None, None) => None,
@@ -532,63 +571,13 @@ fn exec_command(
     if !tty {
         let _ = nix::unistd::setsid();
     }
-    let opts = seccomp::SeccompOptions {
-        allow_nested_userns: plan.seccomp.nested_userns,
-        nested_mounts: plan.seccomp.nested_mounts,
-        tcp_udp_icmp_only: plan.seccomp.tcp_udp_icmp_only,
-        deny_unix_sockets: !plan.seccomp.unix_sockets,
-        own_process_only: plan.seccomp.own_process_only,
-    };
-    let _sealed = match caps::seal_unprivileged(&opts) {
+    let _sealed = match restrict(plan, anchors, ll, sweeper, helpers.as_ref()) {
         Ok(s) => s,
-        Err(e) => return e.into(),
+        Err(e) => return e,
     };
-    let status = match landlock::apply(&rules) {
-        Ok(s) => s,
-        Err(e) => return e.into(),
-    };
-    if rules.deny_all_tcp && !status.tcp {
-        return JailError::LandlockWeak(format!(
-            "network mode isolated needs Landlock TCP rules (ABI 4), this kernel has ABI {}",
-            status.abi
-        ));
-    }
-    if let Some(ends) = sweeper {
-        if !status.scopes {
-            return JailError::LandlockWeak(format!(
-                "the plan ends the session with signal scoping (ABI 6), this kernel has ABI {}",
-                status.abi
-            ));
-        }
-        let Some(helpers) = &helpers else { return JailError::Build("the sweeper has no way to start".into()) };
-        // It keeps the pipes' ends (its arguments); the launcher's close when this child
-        // execs the command.
-        if let Err(e) = helpers.spawn(SWEEPER, &[ends.go.as_raw_fd(), ends.done.as_raw_fd()]) {
-            return e;
-        }
-        drop(ends);
-        if let Err(e) = landlock::scope_nested() {
-            return e.into();
-        }
-    }
     agent_sandbox_sys::fd::cloexec_from(3);
-    if let (Some(want), Some(have)) = (ll.slurm_fd, channel) {
-        // dup2 leaves the new descriptor open across exec; the same number keeps its flag.
-        // SAFETY: dup2/fcntl on descriptors of this process; `have` is open (the launcher's pair).
-        let placed = unsafe {
-            if have == want {
-                libc::fcntl(want, libc::F_SETFD, 0)
-            } else {
-                libc::dup2(have, want)
-            }
-        };
-        if placed < 0 {
-            return JailError::Build(format!(
-                "cannot pass the Slurm channel on at descriptor {want}: {} (is `ulimit -n` below {}?)",
-                std::io::Error::last_os_error(),
-                want + 1
-            ));
-        }
+    if let Err(e) = place_channel(ll.slurm_fd, channel) {
+        return e;
     }
     let mut env = plan.env.clone();
     if let Some(fd) = ll.slurm_fd {
@@ -598,6 +587,79 @@ fn exec_command(
             Err(e) => return e,
         }
     }
+    exec_in_place(plan, &env)
+}
+
+/// Seals the process (capabilities, no new privileges, the seccomp filter) and applies the
+/// plan's Landlock rules; with a sweeper, starts it in this domain and goes on into a
+/// nested one it can signal.
+fn restrict(
+    plan: &Plan,
+    anchors: &[crate::plan::anchor::Anchor],
+    ll: &LandlockPlan,
+    sweeper: Option<SweeperEnds>,
+    helpers: Option<&Helpers>,
+) -> Result<caps::Sealed, JailError> {
+    let mut rules = landlock_rules(ll);
+    rules.anchors = anchors.to_vec();
+    rules.own = Some(plan.own.clone());
+    let opts = seccomp::SeccompOptions {
+        allow_nested_userns: plan.seccomp.nested_userns,
+        nested_mounts: plan.seccomp.nested_mounts,
+        tcp_udp_icmp_only: plan.seccomp.tcp_udp_icmp_only,
+        deny_unix_sockets: !plan.seccomp.unix_sockets,
+        own_process_only: plan.seccomp.own_process_only,
+    };
+    let sealed = caps::seal_unprivileged(&opts)?;
+    let status = landlock::apply(&rules)?;
+    if rules.deny_all_tcp && !status.tcp {
+        return Err(JailError::LandlockWeak(format!(
+            "network mode isolated needs Landlock TCP rules (ABI 4), this kernel has ABI {}",
+            status.abi
+        )));
+    }
+    if let Some(ends) = sweeper {
+        if !status.scopes {
+            return Err(JailError::LandlockWeak(format!(
+                "the plan ends the session with signal scoping (ABI 6), this kernel has ABI {}",
+                status.abi
+            )));
+        }
+        let Some(helpers) = helpers else { return Err(JailError::Build("the sweeper has no way to start".into())) };
+        // It keeps the pipes' ends (its arguments); the launcher's close when this child
+        // execs the command.
+        helpers.spawn(SWEEPER, &[ends.go.as_raw_fd(), ends.done.as_raw_fd()])?;
+        drop(ends);
+        landlock::scope_nested()?;
+    }
+    Ok(sealed)
+}
+
+/// The Slurm channel at the descriptor the plan gave the command (`want`), open across exec.
+fn place_channel(want: Option<RawFd>, have: Option<RawFd>) -> Result<(), JailError> {
+    let (Some(want), Some(have)) = (want, have) else { return Ok(()) };
+    // dup2 leaves the new descriptor open across exec; the same number keeps its flag.
+    // SAFETY: dup2/fcntl on descriptors of this process; `have` is open (the launcher's pair).
+    let placed = unsafe {
+        if have == want {
+            libc::fcntl(want, libc::F_SETFD, 0)
+        } else {
+            libc::dup2(have, want)
+        }
+    };
+    if placed < 0 {
+        return Err(JailError::Build(format!(
+            "cannot pass the Slurm channel on at descriptor {want}: {} (is `ulimit -n` below {}?)",
+            std::io::Error::last_os_error(),
+            want + 1
+        )));
+    }
+    Ok(())
+}
+
+/// The command, exec'd in this process in the plan's directory with `env`; returns only why
+/// it could not.
+fn exec_in_place(plan: &Plan, env: &[(String, String)]) -> JailError {
     if nix::unistd::chdir(&plan.cwd).is_err() {
         return JailError::Build(format!("cannot enter {}", plan.cwd.display()));
     }
@@ -610,7 +672,7 @@ fn exec_command(
         return JailError::Build(format!("cannot set the session's limits: {e}"));
     }
     let name = &plan.command[0];
-    let Some(path) = super::find_in_path(name, &env) else { return JailError::CommandNotFound(name.clone()) };
+    let Some(path) = super::find_in_path(name, env) else { return JailError::CommandNotFound(name.clone()) };
     let cstr = |s: &str| std::ffi::CString::new(s.as_bytes()).unwrap_or_default();
     let argv: Vec<_> = plan.command.iter().map(|a| cstr(a)).collect();
     let envp: Vec<_> = env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();

@@ -306,7 +306,8 @@ impl SignalPassing {
     }
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
+/// PID 1's life after the root is made: starts the command (and the git guard that serves its
+/// calls), passes on the launcher's signals, and ends when the command does, saying how.
 fn supervise(
     plan: &Blueprint,
     sock: RawFd,
@@ -325,23 +326,12 @@ fn supervise(
         let _ = msg::send(sock, &Msg::Error("cannot create a signalfd in the jail".into()));
         return 126;
     };
-    // The command hands the git guard's listener back on this pair (see `guard`).
-    let guard_pair = match (&plan.git_guard, guard_prog.is_empty()) {
-        (Some(_), false) => {
-            use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
-            match socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC) {
-                Ok(p) => Some(p),
-                Err(e) => {
-                    let _ = msg::send(sock, &Msg::Error(format!("cannot start the git guard: {e}")));
-                    return 126;
-                }
-            }
-        }
-        (Some(_), true) => {
-            let _ = msg::send(sock, &Msg::Error("the git guard's program is missing".into()));
+    let guard_pair = match guard_pair(plan, guard_prog) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = msg::send(sock, &Msg::Error(e));
             return 126;
         }
-        (None, _) => None,
     };
     crate::timing::mark("child-sealed");
     let guard = guard_pair.as_ref().map(|(_, c)| super::command::GuardStart { prog: guard_prog, sock: c.as_raw_fd() });
@@ -353,25 +343,8 @@ fn supervise(
         }
     };
     drop(slave);
-    if let (Some((ours, theirs)), Some(g)) = (guard_pair, &plan.git_guard) {
-        drop(theirs);
-        // EOF instead of a listener: the command ended before its exec (not found, or the
-        // filter failed, which it reported); it runs nothing unguarded.
-        if let Ok(listener) = super::guard::take_over(ours.as_raw_fd()) {
-            let report = Box::new(move |check: &str, path: &str| {
-                left_out(sock);
-                let _ = msg::send(sock, &Msg::Refused { check: check.into(), path: path.into() });
-            });
-            let guarded = super::guard::rules::Guarded::new(g.roots.clone()).with_links(g.links.clone());
-            // The project's `.env` as the session found it: its own controlling lines stay
-            // when git writes it anew.
-            if let Some(env) = g.roots.first().map(|r| r.join(".env")) {
-                if let Ok(text) = super::dotenv::read_for_guard(&env) {
-                    guarded.dotenv_seen(&env, &text);
-                }
-            }
-            super::guard::serve(listener, guarded, report);
-        }
+    if let (Some(pair), Some(g)) = (guard_pair, &plan.git_guard) {
+        serve_guard(pair, g, sock);
     }
     crate::timing::mark("child-forked");
     let mut trim = agent_sandbox_sys::memory::TrimLater::new();
@@ -383,32 +356,11 @@ fn supervise(
         for sig in passing.due(now) {
             forward(child, sig);
         }
-        // Signals from the launcher come on the control socket: a channel no process of the
-        // jail can write to, and one that never merges two signals into one.
-        let (sig_ready, sock_ready) = {
-            use std::os::fd::{AsFd, BorrowedFd};
-            // SAFETY: `sock` stays open for this whole function; the borrow ends with the poll.
-            let sock_fd = unsafe { BorrowedFd::borrow_raw(sock) };
-            let sock_flags = if launcher_open { nix::poll::PollFlags::POLLIN } else { nix::poll::PollFlags::empty() };
-            let mut fds = [
-                nix::poll::PollFd::new(sfd.as_fd(), nix::poll::PollFlags::POLLIN),
-                nix::poll::PollFd::new(sock_fd, sock_flags),
-            ];
-            let wait = match (passing.wait(now), trim.wait(now)) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            let timeout = match wait {
-                Some(w) => nix::poll::PollTimeout::from(u16::try_from(w.as_millis().max(1)).unwrap_or(u16::MAX)),
-                None => nix::poll::PollTimeout::NONE,
-            };
-            match nix::poll::poll(&mut fds, timeout) {
-                Ok(0) | Err(_) => continue,
-                Ok(_) => {
-                    (fds[0].revents().is_some_and(|r| !r.is_empty()), fds[1].revents().is_some_and(|r| !r.is_empty()))
-                }
-            }
+        let wait = match (passing.wait(now), trim.wait(now)) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         };
+        let Some((sig_ready, sock_ready)) = ready(&sfd, sock, launcher_open, wait) else { continue };
         if sock_ready {
             match msg::recv(sock) {
                 Ok(Some(Msg::Relay(n))) => {
@@ -428,25 +380,8 @@ fn supervise(
         };
         let signo = info.ssi_signo as i32;
         if signo == libc::SIGCHLD {
-            loop {
-                match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                    Ok(WaitStatus::Exited(pid, code)) if pid == child => {
-                        end_session();
-                        left_out(sock);
-                        let _ = msg::send(sock, &Msg::Exited(code));
-                        agent_sandbox_sys::sched::last_in_line();
-                        return code as isize;
-                    }
-                    Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => {
-                        end_session();
-                        left_out(sock);
-                        let _ = msg::send(sock, &Msg::Signaled(sig as i32));
-                        agent_sandbox_sys::sched::last_in_line();
-                        return 128 + sig as isize;
-                    }
-                    Ok(WaitStatus::StillAlive) | Err(_) => break,
-                    Ok(_) => continue,
-                }
+            if let Some(code) = reap(child, sock) {
+                return code;
             }
         } else if let Ok(sig) = Signal::try_from(signo) {
             // A sender outside the jail's PID namespace shows as pid 0: a signal sent to every
@@ -458,6 +393,85 @@ fn supervise(
             }
             passing.arrived(sig, false, std::time::Instant::now());
         }
+    }
+}
+
+/// The pair the command hands the git guard's listener back on (see `guard`), where the
+/// plan has a guard; an error line if it cannot have one.
+fn guard_pair(plan: &Blueprint, guard_prog: &[seccompiler::sock_filter]) -> Result<Option<(OwnedFd, OwnedFd)>, String> {
+    match (&plan.git_guard, guard_prog.is_empty()) {
+        (Some(_), false) => {
+            use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+            socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
+                .map(Some)
+                .map_err(|e| format!("cannot start the git guard: {e}"))
+        }
+        (Some(_), true) => Err("the git guard's program is missing".into()),
+        (None, _) => Ok(None),
+    }
+}
+
+/// Takes the guard's listener from the command and serves it on threads of PID 1.
+fn serve_guard((ours, theirs): (OwnedFd, OwnedFd), g: &crate::plan::GitGuardPlan, sock: RawFd) {
+    drop(theirs);
+    // EOF instead of a listener: the command ended before its exec (not found, or the
+    // filter failed, which it reported); it runs nothing unguarded.
+    let Ok(listener) = super::guard::take_over(ours.as_raw_fd()) else { return };
+    let report = Box::new(move |check: &str, path: &str| {
+        left_out(sock);
+        let _ = msg::send(sock, &Msg::Refused { check: check.into(), path: path.into() });
+    });
+    let guarded = super::guard::rules::Guarded::new(g.roots.clone()).with_links(g.links.clone());
+    // The project's `.env` as the session found it: its own controlling lines stay
+    // when git writes it anew.
+    if let Some(env) = g.roots.first().map(|r| r.join(".env")) {
+        if let Ok(text) = super::dotenv::read_for_guard(&env) {
+            guarded.dotenv_seen(&env, &text);
+        }
+    }
+    super::guard::serve(listener, guarded, report);
+}
+
+/// Waits at most `wait` (for ever if None) for a signal or a message from the launcher:
+/// which of the two is ready, or None if neither is. Signals from the launcher come on the
+/// control socket: a channel no process of the jail can write to, and one that never merges
+/// two signals into one.
+fn ready(sfd: &SignalFd, sock: RawFd, launcher_open: bool, wait: Option<std::time::Duration>) -> Option<(bool, bool)> {
+    use std::os::fd::{AsFd, BorrowedFd};
+    // SAFETY: `sock` stays open for the whole of `supervise`; the borrow ends with the poll.
+    let sock_fd = unsafe { BorrowedFd::borrow_raw(sock) };
+    let sock_flags = if launcher_open { nix::poll::PollFlags::POLLIN } else { nix::poll::PollFlags::empty() };
+    let mut fds = [
+        nix::poll::PollFd::new(sfd.as_fd(), nix::poll::PollFlags::POLLIN),
+        nix::poll::PollFd::new(sock_fd, sock_flags),
+    ];
+    let timeout = match wait {
+        Some(w) => nix::poll::PollTimeout::from(u16::try_from(w.as_millis().max(1)).unwrap_or(u16::MAX)),
+        None => nix::poll::PollTimeout::NONE,
+    };
+    match nix::poll::poll(&mut fds, timeout) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => {
+            Some((fds[0].revents().is_some_and(|r| !r.is_empty()), fds[1].revents().is_some_and(|r| !r.is_empty())))
+        }
+    }
+}
+
+/// Reaps the jail's children; when the command is among them, ends the session and tells
+/// the launcher how it ended: PID 1's exit code.
+fn reap(child: Pid, sock: RawFd) -> Option<isize> {
+    loop {
+        let (said, code) = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(pid, code)) if pid == child => (Msg::Exited(code), code as isize),
+            Ok(WaitStatus::Signaled(pid, sig, _)) if pid == child => (Msg::Signaled(sig as i32), 128 + sig as isize),
+            Ok(WaitStatus::StillAlive) | Err(_) => return None,
+            Ok(_) => continue,
+        };
+        end_session();
+        left_out(sock);
+        let _ = msg::send(sock, &said);
+        agent_sandbox_sys::sched::last_in_line();
+        return Some(code);
     }
 }
 

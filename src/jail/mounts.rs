@@ -836,7 +836,8 @@ fn seed(
     sys.bind_over_checked(&s, target, a, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
+/// Makes the jail's root: each mount of the plan in order, on the new root (`NEW`), from the
+/// host's tree (`OLD`) where a source is the host's.
 pub fn apply_all(
     sys: &mut dyn Sys,
     mounts: &[MountSpec],
@@ -844,274 +845,328 @@ pub fn apply_all(
     own: &[PathBuf],
     staging: &Path,
 ) -> Result<(), MountError> {
-    let anchored = |p: &Path| anchors.iter().find(|a| a.path == p);
-    let owned = |p: &Path| own.iter().any(|o| p.starts_with(o));
-
-    let nosuid_nodev = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
-    let mut staged = 0usize;
-    // Trees bound writable so far (the project, writable paths): a later mount of a path
-    // inside one of them is resolved without following symlinks below it.
-    let mut writable: Vec<PathBuf> = vec![];
-    // Targets where a host tree shows so far: a seed below one is the host's file (or a
-    // link another jail put there), never written into; its copy is bound over it instead.
-    let mut host_backed: Vec<PathBuf> = vec![];
+    let mut a = Applier { sys, anchors, own, staging, staged: 0, writable: vec![], host_backed: vec![] };
     for m in mounts {
+        a.apply(m)?;
+    }
+    Ok(())
+}
+
+/// The state of a root being made: what each mount needs to know of the ones before it.
+struct Applier<'a> {
+    sys: &'a mut dyn Sys,
+    anchors: &'a [Anchor],
+    /// The launcher's own trees: used by name (no jail reaches them).
+    own: &'a [PathBuf],
+    staging: &'a Path,
+    /// Files staged so far (each staged file's name is its number).
+    staged: usize,
+    /// Trees bound writable so far (the project, writable paths): a later mount of a path
+    /// inside one of them is resolved without following symlinks below it.
+    writable: Vec<PathBuf>,
+    /// Targets where a host tree shows so far: a seed below one is the host's file (or a
+    /// link another jail put there), never written into; its copy is bound over it instead.
+    host_backed: Vec<PathBuf>,
+}
+
+const NOSUID_NODEV: u64 = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+const MS_NOSUID_NODEV: MsFlags = MsFlags::MS_NOSUID.union(MsFlags::MS_NODEV);
+const READ_ONLY: u64 = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+
+fn attrs(rw: bool) -> u64 {
+    NOSUID_NODEV | if rw { 0 } else { MOUNT_ATTR_RDONLY }
+}
+
+/// An error of the mount at `target`, at `step`.
+fn fail(step: &'static str, target: &Path) -> impl FnOnce(io::Error) -> MountError {
+    let target = target.to_path_buf();
+    move |err| MountError { step, target, err }
+}
+
+impl<'a> Applier<'a> {
+    fn anchored(&self, p: &Path) -> Option<&'a Anchor> {
+        self.anchors.iter().find(|a| a.path == p)
+    }
+
+    /// A new file name on the session's staging tmpfs.
+    fn stage(&mut self, prefix: &str) -> PathBuf {
+        self.staged += 1;
+        self.staging.join(format!("{prefix}{}", self.staged))
+    }
+
+    fn apply(&mut self, m: &MountSpec) -> Result<(), MountError> {
         let target = under(NEW, m.target());
         if matches!(m, MountSpec::Bind { .. } | MountSpec::TreeBind { .. } | MountSpec::Overlay { .. }) {
-            host_backed.push(m.target().to_path_buf());
+            self.host_backed.push(m.target().to_path_buf());
         }
-        // A seed at a host tree's own target (`home.write = [".gitconfig"]` and the default
-        // seed of it) is over the host's file too: written there, it would rewrite it (U3).
-        let over_host = |t: &Path| host_backed.iter().any(|h| t.starts_with(h)).then(|| anchored(t));
-        let fail = |step: &'static str| {
-            let t = m.target().to_path_buf();
-            move |err: io::Error| MountError { step, target: t, err }
-        };
+        let t = m.target();
         match m {
-            MountSpec::Tmpfs { mode, .. } => {
-                sys.mkdir_all(&target).map_err(fail("mkdir for tmpfs"))?;
-                let data = format!("mode={mode:o}");
-                sys.mount(Some(Path::new("tmpfs")), &target, Some("tmpfs"), nosuid_nodev, Some(&data))
-                    .map_err(fail("mount tmpfs on"))?;
-            }
-            MountSpec::Bind { source, rw, dir, target: t } => {
-                let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
-                let anchor = anchored(source);
-                match (inside(&writable, source), inside(&writable, t)) {
-                    (Some((sr, srel)), Some((tr, trel))) => {
-                        let (src_root, dst_root) = (under(OLD, sr), under(NEW, tr));
-                        let expect = anchor.map(|a| (a.dev, a.ino));
-                        sys.bind_beneath(in_tree(anchors, &src_root, sr, srel), (&dst_root, trel), *dir, attr, expect)
-                            .map_err(fail("bind (no symlinks followed inside the writable tree)"))?;
-                    }
-                    _ => match anchor {
-                        Some(a) => sys.bind_anchored(a, &target, *dir, attr).map_err(fail("bind"))?,
-                        None if owned(source) || t.starts_with(crate::stub::STUB_DIR) => {
-                            bind(sys, &under(OLD, source), &target, *dir).map_err(fail("bind"))?;
-                            sys.set_attr(&target, attr).map_err(fail("set attributes on"))?;
-                        }
-                        None => return Err(fail("bind")(unchecked(source))),
-                    },
-                }
-                if *rw {
-                    writable.push(source.clone());
-                }
-            }
-            MountSpec::Overlay { source, whiteouts, files, .. } => {
-                let Some(a) = anchored(source) else { return Err(fail("mount overlay on")(unchecked(source))) };
-                staged += 1;
-                let layer = staging.join(format!("layer{staged}"));
-                sys.mkdir_all(&layer).map_err(fail("create overlay layer for"))?;
-                for w in whiteouts {
-                    let rel = w.strip_prefix(source).unwrap_or(w);
-                    sys.whiteout(&layer.join(rel)).map_err(fail("whiteout in overlay of"))?;
-                }
-                for f in files {
-                    let rel = f.path.strip_prefix(source).unwrap_or(&f.path);
-                    sys.write_file(&layer.join(rel), f.contents.as_bytes(), f.mode)
-                        .map_err(fail("file in overlay of"))?;
-                }
-                sys.overlay_anchored(&layer, a, &target, MsFlags::MS_RDONLY | nosuid_nodev).map_err(fail(
-                    "mount overlay on (set sandbox.hide_with = \"rebuild\" if this kernel refuses it)",
-                ))?;
-            }
-            MountSpec::TreeBind { source, dir, .. } => match anchored(source) {
-                // Its rebuilt tree's `SealTree` sets the attributes.
-                Some(a) => sys.bind_anchored(a, &target, *dir, 0).map_err(fail("bind"))?,
-                None => return Err(fail("bind")(unchecked(source))),
+            MountSpec::Bind { source, rw, dir, .. } => self.bind(source, t, &target, *rw, *dir),
+            MountSpec::Overlay { source, whiteouts, files, .. } => self.overlay(source, whiteouts, files, (t, &target)),
+            // Its rebuilt tree's `SealTree` sets the attributes.
+            MountSpec::TreeBind { source, dir, .. } => match self.anchored(source) {
+                Some(a) => self.sys.bind_anchored(a, &target, *dir, 0).map_err(fail("bind", t)),
+                None => Err(fail("bind", t)(unchecked(source))),
             },
-            MountSpec::SealTree { rw, .. } => {
-                let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | if *rw { 0 } else { MOUNT_ATTR_RDONLY };
-                sys.set_attr(&target, attr).map_err(fail("seal"))?;
-            }
-            MountSpec::Stub { target: t } => {
-                let attr = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-                let (dir, stub) = (Path::new(crate::stub::STUB_DIR), Path::new(crate::stub::STUB_EXE));
-                match inside(&writable, t) {
-                    Some((tr, trel)) => {
-                        let name = stub.strip_prefix(dir).unwrap_or(stub);
-                        sys.bind_beneath(
-                            Host::Beneath(&under(NEW, dir), name),
-                            (&under(NEW, tr), trel),
-                            false,
-                            attr,
-                            None,
-                        )
-                        .map_err(fail("bind the stub (no symlinks followed inside the writable tree) over"))?;
-                    }
-                    // The host's file is there to mount on, and the stub's mount is read-only,
-                    // nosuid and nodev already: a bind copies its source mount's attributes. One
-                    // call instead of four (a touch that fails on the read-only tree, a stat,
-                    // the bind, the attributes) for each of the 17 Slurm commands.
-                    None => sys
-                        .mount(Some(&under(NEW, stub)), &target, None, MsFlags::MS_BIND, None)
-                        .map_err(fail("bind the stub over"))?,
-                }
-            }
-            MountSpec::Device { source, .. } => {
-                let src = under(OLD, source);
-                sys.touch(&target).map_err(fail("create device node target"))?;
-                // No attributes to add: a device node cannot be executed (so nosuid means
-                // nothing here) and nodev would make it useless.
-                sys.mount(Some(&src), &target, None, MsFlags::MS_BIND, None).map_err(fail("bind device"))?;
-            }
-            MountSpec::Symlink { link, .. } => {
-                sys.symlink(link, &target).map_err(fail("symlink"))?;
-            }
-            MountSpec::File { contents, mode, .. } => {
-                staged += 1;
-                let s = staging.join(staged.to_string());
-                sys.write_file(&s, contents.as_bytes(), *mode).map_err(fail("stage file for"))?;
-                sys.touch(&target).map_err(fail("create file"))?;
-                sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None).map_err(fail("bind file"))?;
-                sys.set_attr(&target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-                    .map_err(fail("set attributes on"))?;
-            }
-            MountSpec::Instructions { notice, target: t } => {
-                staged += 1;
-                // Advice to the agent, not a boundary: a file the jail cannot show (a link to
-                // a hidden path, planted by an earlier session) costs the notice, not the session.
-                if let Err(e) = instructions(sys, t, notice, &staging.join(staged.to_string())) {
-                    eprintln!("agent-sandbox: warning: no sandbox notice in {}: {e}", t.display());
-                }
-            }
-            MountSpec::SessionCopy { target: t } => {
-                staged += 1;
-                let s = staging.join(staged.to_string());
-                session_copy(sys, t, &s).map_err(fail("make a session copy of"))?;
-            }
-            MountSpec::Layer { source, target: t } => {
-                staged += 1;
-                let stage = staging.join(format!("layer{staged}"));
-                let attr = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-                match layer(sys, &writable, anchors, source, &stage) {
-                    Ok(()) => match inside(&writable, t) {
-                        Some((tr, trel)) => sys
-                            .bind_beneath(
-                                Host::Beneath(&stage, Path::new("merged")),
-                                (&under(NEW, tr), trel),
-                                true,
-                                attr,
-                                None,
-                            )
-                            .map_err(fail(
-                                "bind the session layer (no symlinks followed inside the writable tree) on",
-                            ))?,
-                        None => {
-                            bind(sys, &stage.join("merged"), &target, true)
-                                .map_err(fail("bind the session layer on"))?;
-                            sys.set_attr(&target, attr).map_err(fail("set attributes on"))?;
-                        }
-                    },
-                    // No overlay here (a kernel before 5.11, a home filesystem overlayfs cannot
-                    // stack on): the directory is read-only instead, which keeps the same
-                    // promise (nothing written there reaches your files) at the cost of the
-                    // agent's writes outside its state.
-                    Err(e) => {
-                        eprintln!(
-                            "agent-sandbox: warning: {} is read-only for this session except the agent's state (no session layer: {e})",
-                            t.display()
-                        );
-                        let ro = attr | MOUNT_ATTR_RDONLY;
-                        match (inside(&writable, source), inside(&writable, t), anchored(source)) {
-                            (Some((sr, srel)), Some((tr, trel)), a) => sys
-                                .bind_beneath(
-                                    in_tree(anchors, &under(OLD, sr), sr, srel),
-                                    (&under(NEW, tr), trel),
-                                    true,
-                                    ro,
-                                    a.map(|a| (a.dev, a.ino)),
-                                )
-                                .map_err(fail("bind (no symlinks followed inside the writable tree)"))?,
-                            (_, _, Some(a)) => sys.bind_anchored(a, &target, true, ro).map_err(fail("bind"))?,
-                            (_, _, None) => return Err(fail("bind")(unchecked(source))),
-                        }
-                    }
-                }
-            }
+            MountSpec::SealTree { rw, .. } => self.sys.set_attr(&target, attrs(*rw)).map_err(fail("seal", t)),
+            MountSpec::Stub { .. } => self.stub(t, &target),
+            MountSpec::Layer { source, .. } => self.session_layer(source, t, &target),
             MountSpec::Copy { source, .. } => {
-                let Some(a) = anchored(source) else { return Err(fail("read seed for")(unchecked(source))) };
-                let data = sys.read_anchored(a, 1 << 20).map_err(fail("read seed for"))?;
+                let Some(a) = self.anchored(source) else { return Err(fail("read seed for", t)(unchecked(source))) };
+                let data = self.sys.read_anchored(a, 1 << 20).map_err(fail("read seed for", t))?;
                 #[cfg(debug_assertions)]
                 if let Some(name) = target.file_name() {
                     let point = format!("seed-read-{}", name.to_string_lossy());
                     crate::test_pause::pause_for_test_under(&point, Path::new(OLD));
                 }
-                seed(sys, &target, &data, over_host(m.target()), staging, &mut staged).map_err(fail("seed"))?;
+                self.seed(t, &target, &data)
             }
-            MountSpec::Stripped { contents, seed: true, .. } => {
-                seed(sys, &target, contents.as_bytes(), over_host(m.target()), staging, &mut staged)
-                    .map_err(fail("seed"))?;
-            }
-            MountSpec::Stripped { contents, seed: false, .. } => {
-                staged += 1;
-                let s = staging.join(staged.to_string());
-                // Over the host's file the plan read (in a tree another jail may write):
-                // bound onto that file only, as a seed is.
-                let Some(a) = anchored(m.target()) else {
-                    return Err(fail("bind the stripped copy over")(unchecked(m.target())));
-                };
-                sys.write_file(&s, contents.as_bytes(), 0o644).map_err(fail("stage the stripped copy of"))?;
-                sys.bind_over_checked(&s, &target, a, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-                    .map_err(fail("bind the stripped copy over"))?;
-            }
-            MountSpec::Proc { .. } => {
-                sys.mkdir_all(&target).map_err(fail("mkdir for proc"))?;
-                sys.mount(Some(Path::new("proc")), &target, Some("proc"), nosuid_nodev | MsFlags::MS_NOEXEC, None)
-                    .map_err(fail("mount proc on"))?;
-            }
+            MountSpec::Stripped { contents, seed: true, .. } => self.seed(t, &target, contents.as_bytes()),
+            MountSpec::Stripped { contents, seed: false, .. } => self.stripped_copy(t, &target, contents),
+            MountSpec::Pin { .. } => self.pin(t, &target),
+            MountSpec::Tmpfs { mode, .. } => self.filesystem(t, &target, "tmpfs", Some(&format!("mode={mode:o}"))),
+            MountSpec::Proc { .. } => self.filesystem(t, &target, "proc", None),
             MountSpec::Devpts { .. } => {
-                sys.mkdir_all(&target).map_err(fail("mkdir for devpts"))?;
-                sys.mount(
-                    Some(Path::new("devpts")),
-                    &target,
-                    Some("devpts"),
-                    MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
-                    Some("newinstance,ptmxmode=0666,mode=0620"),
-                )
-                .map_err(fail("mount devpts on"))?;
+                self.filesystem(t, &target, "devpts", Some("newinstance,ptmxmode=0666,mode=0620"))
             }
-            MountSpec::Mask { dir: true, .. } => {
-                sys.mount(
+            MountSpec::Mask { dir: true, .. } => self
+                .sys
+                .mount(
                     Some(Path::new("tmpfs")),
                     &target,
                     Some("tmpfs"),
-                    nosuid_nodev | MsFlags::MS_RDONLY,
+                    MS_NOSUID_NODEV | MsFlags::MS_RDONLY,
                     Some("mode=0555"),
                 )
-                .map_err(fail("mask"))?;
-            }
+                .map_err(fail("mask", t)),
             MountSpec::Mask { dir: false, .. } => {
-                let s = staging.join("empty");
-                sys.write_file(&s, b"", 0o444).map_err(fail("stage empty file for"))?;
-                sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None).map_err(fail("mask"))?;
-                sys.set_attr(&target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-                    .map_err(fail("set attributes on"))?;
+                let s = self.staging.join("empty");
+                self.sys.write_file(&s, b"", 0o444).map_err(fail("stage empty file for", t))?;
+                self.sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None).map_err(fail("mask", t))?;
+                self.sys.set_attr(&target, READ_ONLY).map_err(fail("set attributes on", t))
             }
-            MountSpec::Pin { target: t } => match inside(&writable, t) {
-                Some((root, rel)) => {
-                    let root = under(NEW, root);
-                    sys.bind_beneath(
-                        Host::Beneath(&root, rel),
-                        (&root, rel),
-                        true,
-                        MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-                        None,
-                    )
-                    .map_err(fail("pin (no symlinks followed inside the writable tree)"))?;
+            MountSpec::ReadOnly { .. } => self
+                .sys
+                .mount(None, &target, None, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MS_NOSUID_NODEV, None)
+                .map_err(fail("make read-only", t)),
+            MountSpec::Device { source, .. } => {
+                self.sys.touch(&target).map_err(fail("create device node target", t))?;
+                // No attributes to add: a device node cannot be executed (so nosuid means
+                // nothing here) and nodev would make it useless.
+                self.sys
+                    .mount(Some(&under(OLD, source)), &target, None, MsFlags::MS_BIND, None)
+                    .map_err(fail("bind device", t))
+            }
+            MountSpec::Symlink { link, .. } => self.sys.symlink(link, &target).map_err(fail("symlink", t)),
+            MountSpec::File { contents, mode, .. } => self.file(t, &target, contents.as_bytes(), *mode),
+            MountSpec::Instructions { notice, .. } => {
+                let s = self.stage("");
+                // Advice to the agent, not a boundary: a file the jail cannot show (a link to
+                // a hidden path, planted by an earlier session) costs the notice, not the session.
+                if let Err(e) = instructions(self.sys, t, notice, &s) {
+                    eprintln!("agent-sandbox: warning: no sandbox notice in {}: {e}", t.display());
                 }
-                None => {
-                    sys.mount(Some(&target), &target, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)
-                        .map_err(fail("pin"))?;
-                }
-            },
-            MountSpec::ReadOnly { .. } => {
-                sys.mount(None, &target, None, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | nosuid_nodev, None)
-                    .map_err(fail("make read-only"))?;
+                Ok(())
+            }
+            MountSpec::SessionCopy { .. } => {
+                let s = self.stage("");
+                session_copy(self.sys, t, &s).map_err(fail("make a session copy of", t))
             }
         }
     }
-    Ok(())
+
+    /// A host path bound in: by its anchor, or beneath a writable tree bound before it
+    /// without following a link there; only the launcher's own trees and the stubs by name.
+    fn bind(&mut self, source: &Path, t: &Path, target: &Path, rw: bool, dir: bool) -> Result<(), MountError> {
+        let attr = attrs(rw);
+        let anchor = self.anchored(source);
+        match (inside(&self.writable, source), inside(&self.writable, t)) {
+            (Some((sr, srel)), Some((tr, trel))) => {
+                let (src_root, dst_root) = (under(OLD, sr), under(NEW, tr));
+                let expect = anchor.map(|a| (a.dev, a.ino));
+                self.sys
+                    .bind_beneath(in_tree(self.anchors, &src_root, sr, srel), (&dst_root, trel), dir, attr, expect)
+                    .map_err(fail("bind (no symlinks followed inside the writable tree)", t))?;
+            }
+            _ => match anchor {
+                Some(a) => self.sys.bind_anchored(a, target, dir, attr).map_err(fail("bind", t))?,
+                None if self.own.iter().any(|o| source.starts_with(o)) || t.starts_with(crate::stub::STUB_DIR) => {
+                    bind(self.sys, &under(OLD, source), target, dir).map_err(fail("bind", t))?;
+                    self.sys.set_attr(target, attr).map_err(fail("set attributes on", t))?;
+                }
+                None => return Err(fail("bind", t)(unchecked(source))),
+            },
+        }
+        if rw {
+            self.writable.push(source.to_path_buf());
+        }
+        Ok(())
+    }
+
+    /// A read-only tree with entries hidden or added: an overlay of the anchored source
+    /// under a staged layer of whiteouts and files.
+    fn overlay(
+        &mut self,
+        source: &Path,
+        whiteouts: &[PathBuf],
+        files: &[crate::plan::fs::OverlayFile],
+        (t, target): (&Path, &Path),
+    ) -> Result<(), MountError> {
+        let Some(a) = self.anchored(source) else { return Err(fail("mount overlay on", t)(unchecked(source))) };
+        let layer = self.stage("layer");
+        self.sys.mkdir_all(&layer).map_err(fail("create overlay layer for", t))?;
+        for w in whiteouts {
+            let rel = w.strip_prefix(source).unwrap_or(w);
+            self.sys.whiteout(&layer.join(rel)).map_err(fail("whiteout in overlay of", t))?;
+        }
+        for f in files {
+            let rel = f.path.strip_prefix(source).unwrap_or(&f.path);
+            self.sys
+                .write_file(&layer.join(rel), f.contents.as_bytes(), f.mode)
+                .map_err(fail("file in overlay of", t))?;
+        }
+        self.sys
+            .overlay_anchored(&layer, a, target, MsFlags::MS_RDONLY | MS_NOSUID_NODEV)
+            .map_err(fail("mount overlay on (set sandbox.hide_with = \"rebuild\" if this kernel refuses it)", t))
+    }
+
+    /// The stub over a Slurm command's name.
+    fn stub(&mut self, t: &Path, target: &Path) -> Result<(), MountError> {
+        let (dir, stub) = (Path::new(crate::stub::STUB_DIR), Path::new(crate::stub::STUB_EXE));
+        match inside(&self.writable, t) {
+            Some((tr, trel)) => {
+                let name = stub.strip_prefix(dir).unwrap_or(stub);
+                self.sys
+                    .bind_beneath(
+                        Host::Beneath(&under(NEW, dir), name),
+                        (&under(NEW, tr), trel),
+                        false,
+                        READ_ONLY,
+                        None,
+                    )
+                    .map_err(fail("bind the stub (no symlinks followed inside the writable tree) over", t))
+            }
+            // The host's file is there to mount on, and the stub's mount is read-only,
+            // nosuid and nodev already: a bind copies its source mount's attributes. One
+            // call instead of four (a touch that fails on the read-only tree, a stat,
+            // the bind, the attributes) for each of the 17 Slurm commands.
+            None => self
+                .sys
+                .mount(Some(&under(NEW, stub)), target, None, MsFlags::MS_BIND, None)
+                .map_err(fail("bind the stub over", t)),
+        }
+    }
+
+    /// An agent's directory as a session layer; read-only where no overlay can be made.
+    fn session_layer(&mut self, source: &Path, t: &Path, target: &Path) -> Result<(), MountError> {
+        let stage = self.stage("layer");
+        match layer(self.sys, &self.writable, self.anchors, source, &stage) {
+            Ok(()) => match inside(&self.writable, t) {
+                Some((tr, trel)) => self
+                    .sys
+                    .bind_beneath(
+                        Host::Beneath(&stage, Path::new("merged")),
+                        (&under(NEW, tr), trel),
+                        true,
+                        NOSUID_NODEV,
+                        None,
+                    )
+                    .map_err(fail("bind the session layer (no symlinks followed inside the writable tree) on", t)),
+                None => {
+                    bind(self.sys, &stage.join("merged"), target, true)
+                        .map_err(fail("bind the session layer on", t))?;
+                    self.sys.set_attr(target, NOSUID_NODEV).map_err(fail("set attributes on", t))
+                }
+            },
+            // No overlay here (a kernel before 5.11, a home filesystem overlayfs cannot
+            // stack on): the directory is read-only instead, which keeps the same
+            // promise (nothing written there reaches your files) at the cost of the
+            // agent's writes outside its state.
+            Err(e) => {
+                eprintln!(
+                    "agent-sandbox: warning: {} is read-only for this session except the agent's state (no session layer: {e})",
+                    t.display()
+                );
+                match (inside(&self.writable, source), inside(&self.writable, t), self.anchored(source)) {
+                    (Some((sr, srel)), Some((tr, trel)), a) => self
+                        .sys
+                        .bind_beneath(
+                            in_tree(self.anchors, &under(OLD, sr), sr, srel),
+                            (&under(NEW, tr), trel),
+                            true,
+                            READ_ONLY,
+                            a.map(|a| (a.dev, a.ino)),
+                        )
+                        .map_err(fail("bind (no symlinks followed inside the writable tree)", t)),
+                    (_, _, Some(a)) => self.sys.bind_anchored(a, target, true, READ_ONLY).map_err(fail("bind", t)),
+                    (_, _, None) => Err(fail("bind", t)(unchecked(source))),
+                }
+            }
+        }
+    }
+
+    /// A seed (`home.seed`, a stripped config seeded writable) written at its name: where a
+    /// host tree shows there, staged and bound over the file the plan checked instead. A seed
+    /// at a host tree's own target (`home.write = [".gitconfig"]` and the default seed of it)
+    /// is over the host's file too: written there, it would rewrite it (U3).
+    fn seed(&mut self, t: &Path, target: &Path, data: &[u8]) -> Result<(), MountError> {
+        let anchors = self.anchors;
+        let over_host = self.host_backed.iter().any(|h| t.starts_with(h)).then(|| anchors.iter().find(|a| a.path == t));
+        seed(self.sys, target, data, over_host, self.staging, &mut self.staged).map_err(fail("seed", t))
+    }
+
+    /// A config without its credentials, read-only over the host's file the plan read (in a
+    /// tree another jail may write): bound onto that file only, as a seed is.
+    fn stripped_copy(&mut self, t: &Path, target: &Path, contents: &str) -> Result<(), MountError> {
+        let s = self.stage("");
+        let Some(a) = self.anchored(t) else {
+            return Err(fail("bind the stripped copy over", t)(unchecked(t)));
+        };
+        self.sys.write_file(&s, contents.as_bytes(), 0o644).map_err(fail("stage the stripped copy of", t))?;
+        self.sys.bind_over_checked(&s, target, a, READ_ONLY).map_err(fail("bind the stripped copy over", t))
+    }
+
+    /// A protected path pinned as a mount point (it cannot be renamed or removed away).
+    fn pin(&mut self, t: &Path, target: &Path) -> Result<(), MountError> {
+        match inside(&self.writable, t) {
+            Some((root, rel)) => {
+                let root = under(NEW, root);
+                self.sys
+                    .bind_beneath(Host::Beneath(&root, rel), (&root, rel), true, NOSUID_NODEV, None)
+                    .map_err(fail("pin (no symlinks followed inside the writable tree)", t))
+            }
+            None => self
+                .sys
+                .mount(Some(target), target, None, MsFlags::MS_BIND | MsFlags::MS_REC, None)
+                .map_err(fail("pin", t)),
+        }
+    }
+
+    /// A kernel filesystem of the jail's own (`tmpfs`, `proc`, `devpts`) on a new directory.
+    fn filesystem(
+        &mut self,
+        t: &Path,
+        target: &Path,
+        kind: &'static str,
+        data: Option<&str>,
+    ) -> Result<(), MountError> {
+        let (flags, mkdir, mount) = match kind {
+            "tmpfs" => (MS_NOSUID_NODEV, "mkdir for tmpfs", "mount tmpfs on"),
+            "proc" => (MS_NOSUID_NODEV | MsFlags::MS_NOEXEC, "mkdir for proc", "mount proc on"),
+            _ => (MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC, "mkdir for devpts", "mount devpts on"),
+        };
+        self.sys.mkdir_all(target).map_err(fail(mkdir, t))?;
+        self.sys.mount(Some(Path::new(kind)), target, Some(kind), flags, data).map_err(fail(mount, t))
+    }
+
+    /// A file the plan wrote (`/etc/passwd`'s lines, the resolver's), read-only.
+    fn file(&mut self, t: &Path, target: &Path, contents: &[u8], mode: u32) -> Result<(), MountError> {
+        let s = self.stage("");
+        self.sys.write_file(&s, contents, mode).map_err(fail("stage file for", t))?;
+        self.sys.touch(target).map_err(fail("create file", t))?;
+        self.sys.mount(Some(&s), target, None, MsFlags::MS_BIND, None).map_err(fail("bind file", t))?;
+        self.sys.set_attr(target, READ_ONLY).map_err(fail("set attributes on", t))
+    }
 }
 
 #[cfg(test)]

@@ -94,7 +94,8 @@ fn read_some(fd: RawFd, buf: &mut [u8]) -> Option<usize> {
     nix::unistd::read(b, buf).ok().filter(|n| *n > 0)
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
+/// Waits for the jail's end: relays the terminal, the launcher's signals, PID 1's reports and
+/// the chaperon's door until the command has exited, and says how.
 pub fn run(
     pid: Pid,
     sock: RawFd,
@@ -106,42 +107,103 @@ pub fn run(
     let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| JailError::Channel(format!("signalfd: {e}")))?;
     let out_fd = if is_tty(1) { 1 } else { 2 };
-    let mut raw = master.as_ref().and_then(|_| RawMode::enter(0));
+    let raw = master.as_ref().and_then(|_| RawMode::enter(0));
     if let Some(m) = &master {
         copy_winsize(out_fd, m.as_raw_fd());
         set_nonblocking(m.as_raw_fd());
     }
-    let mut stdin_open = master.is_some();
-    let mut master_open = master.is_some();
-    let mut sock_open = true;
     // Mapped pages: resident only as far as terminal output reached (a session without a
     // terminal never touches it), and never memory a later heap trim would have to keep.
-    let mut buf =
-        crate::pages::Pages::zeroed(64 * 1024).map_err(|e| JailError::Channel(format!("relay buffer: {e}")))?;
+    let buf = crate::pages::Pages::zeroed(64 * 1024).map_err(|e| JailError::Channel(format!("relay buffer: {e}")))?;
+    let mut r = Relay {
+        pid,
+        sock,
+        out_fd,
+        raw,
+        stdin_open: master.is_some(),
+        master_open: master.is_some(),
+        master,
+        sock_open: true,
+        buf,
+        audit,
+    };
     let mut trim = agent_sandbox_sys::memory::TrimLater::new();
     loop {
         trim.run_if_due(std::time::Instant::now());
+        let ready = r.wait(&sfd, lazy.as_ref(), trim.wait(std::time::Instant::now()))?;
+        if let (Some(revents), Some(l)) = (ready.lazy, lazy.as_mut()) {
+            l.ready(revents);
+        }
+        if ready.sock {
+            if let Some(done) = r.pid1_report() {
+                return Ok(done);
+            }
+        }
+        if ready.stdin {
+            r.keys_in();
+        }
+        if ready.master {
+            r.output_out();
+        }
+        if ready.signal {
+            if let Some(done) = r.signals(&sfd, lazy.as_mut()) {
+                return Ok(done);
+            }
+        }
+    }
+}
+
+/// The loop's state: what is still open, the terminal, the buffer.
+struct Relay<'a> {
+    pid: Pid,
+    sock: RawFd,
+    master: Option<OwnedFd>,
+    out_fd: RawFd,
+    raw: Option<RawMode>,
+    stdin_open: bool,
+    master_open: bool,
+    sock_open: bool,
+    buf: crate::pages::Pages,
+    audit: &'a crate::audit::AuditLog,
+}
+
+/// Which of the loop's sources have something.
+struct Ready {
+    signal: bool,
+    sock: bool,
+    stdin: bool,
+    master: bool,
+    lazy: Option<PollFlags>,
+}
+
+impl Relay<'_> {
+    /// One poll of every open source, at most `wait` (for ever if None).
+    fn wait(
+        &self,
+        sfd: &SignalFd,
+        lazy: Option<&super::door::Lazy<'_>>,
+        wait: Option<std::time::Duration>,
+    ) -> Result<Ready, JailError> {
         let mut fds = vec![PollFd::new(sfd.as_fd(), PollFlags::POLLIN)];
-        // SAFETY: the raw fds below stay open for the whole iteration.
-        let sock_fd = unsafe { BorrowedFd::borrow_raw(sock) };
-        fds.push(PollFd::new(sock_fd, if sock_open { PollFlags::POLLIN } else { PollFlags::empty() }));
+        // SAFETY: the raw fds below stay open for the whole call.
+        let sock_fd = unsafe { BorrowedFd::borrow_raw(self.sock) };
+        fds.push(PollFd::new(sock_fd, if self.sock_open { PollFlags::POLLIN } else { PollFlags::empty() }));
         // SAFETY: fd 0 stays open for the launcher's life.
         let stdin_b = unsafe { BorrowedFd::borrow_raw(0) };
-        let (mut i_stdin, mut i_master) = (None, None);
-        if let (true, Some(_)) = (stdin_open, &master) {
+        let (mut i_stdin, mut i_master, mut i_lazy) = (None, None, None);
+        if let (true, Some(_)) = (self.stdin_open, &self.master) {
             i_stdin = Some(fds.len());
             fds.push(PollFd::new(stdin_b, PollFlags::POLLIN));
         }
-        if let (true, Some(m)) = (master_open, &master) {
+        if let (true, Some(m)) = (self.master_open, &self.master) {
             i_master = Some(fds.len());
             fds.push(PollFd::new(m.as_fd(), PollFlags::POLLIN));
         }
-        let mut i_lazy = None;
-        if let Some(door) = lazy.as_ref().and_then(|l| l.watched()) {
+        if let Some(door) = lazy.and_then(|l| l.watched()) {
             i_lazy = Some(fds.len());
             fds.push(PollFd::new(door, PollFlags::POLLIN));
         }
-        let timeout = match trim.wait(std::time::Instant::now()) {
+        let timeout = match wait {
             Some(w) => PollTimeout::from(u16::try_from(w.as_millis().max(1)).unwrap_or(u16::MAX)),
             None => PollTimeout::NONE,
         };
@@ -149,97 +211,114 @@ pub fn run(
             Ok(_) | Err(nix::Error::EINTR) => {}
             Err(e) => return Err(JailError::Channel(format!("poll: {e}"))),
         }
-        let ready = |i: Option<usize>, fds: &[PollFd]| i.and_then(|i| fds[i].revents()).is_some_and(|r| !r.is_empty());
-        let sig_ready = fds[0].revents().is_some_and(|r| !r.is_empty());
-        let sock_ready = fds[1].revents().is_some_and(|r| !r.is_empty());
-        let stdin_ready = ready(i_stdin, &fds);
-        let master_ready = ready(i_master, &fds);
-        let lazy_ready = i_lazy.and_then(|i| fds[i].revents()).filter(|r| !r.is_empty());
-        drop(fds);
-        if let (Some(revents), Some(l)) = (lazy_ready, lazy.as_mut()) {
-            l.ready(revents);
-        }
-        if sock_ready {
-            match msg::recv(sock) {
-                // Init reports only once every process of the jail is gone: return now and
-                // leave the namespace teardown to the kernel.
-                Ok(Some(Msg::Exited(c))) => {
-                    crate::timing::mark("got-exited");
-                    drain(&master, out_fd, &mut buf);
-                    return Ok(Outcome::Exited(c));
-                }
-                Ok(Some(Msg::Signaled(s))) => {
-                    drain(&master, out_fd, &mut buf);
-                    return Ok(Outcome::Signaled(s));
-                }
-                Ok(Some(m)) => note(m, audit),
-                Ok(None) => sock_open = false,
-                Err(_) => {}
+        let events = |i: Option<usize>| i.and_then(|i| fds[i].revents()).filter(|r| !r.is_empty());
+        Ok(Ready {
+            signal: events(Some(0)).is_some(),
+            sock: events(Some(1)).is_some(),
+            stdin: events(i_stdin).is_some(),
+            master: events(i_master).is_some(),
+            lazy: events(i_lazy),
+        })
+    }
+
+    /// A report of PID 1's; how the command ended, once it has.
+    fn pid1_report(&mut self) -> Option<Outcome> {
+        match msg::recv(self.sock) {
+            // Init reports only once every process of the jail is gone: return now and
+            // leave the namespace teardown to the kernel.
+            Ok(Some(Msg::Exited(c))) => {
+                crate::timing::mark("got-exited");
+                drain(&self.master, self.out_fd, &mut self.buf);
+                Some(Outcome::Exited(c))
             }
-        }
-        if stdin_ready {
-            match read_some(0, &mut buf) {
-                Some(n) => {
-                    if let Some(m) = &master {
-                        write_all(m.as_raw_fd(), &buf[..n]);
-                    }
-                }
-                None => stdin_open = false,
+            Ok(Some(Msg::Signaled(s))) => {
+                drain(&self.master, self.out_fd, &mut self.buf);
+                Some(Outcome::Signaled(s))
             }
-        }
-        if master_ready {
-            if let Some(m) = &master {
-                match read_some(m.as_raw_fd(), &mut buf) {
-                    Some(n) => write_all(out_fd, &buf[..n]),
-                    None => master_open = false,
-                }
+            Ok(Some(m)) => {
+                note(m, self.audit);
+                None
             }
+            Ok(None) => {
+                self.sock_open = false;
+                None
+            }
+            Err(_) => None,
         }
-        if sig_ready {
-            while let Ok(Some(info)) = sfd.read_signal() {
-                let signo = info.ssi_signo as i32;
-                if signo == libc::SIGCHLD {
-                    if let Some(l) = lazy.as_mut() {
-                        if let Some(server) = l.running() {
-                            match waitpid(server, Some(WaitPidFlag::WNOHANG)) {
-                                Ok(WaitStatus::Exited(_, code)) => l.ended_with(server, Some(code)),
-                                Ok(WaitStatus::Signaled(..)) => l.ended(server),
-                                _ => {}
-                            }
-                        }
-                    }
-                    match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
-                        Ok(WaitStatus::Exited(_, c)) => {
-                            crate::timing::mark("exited");
-                            drain(&master, out_fd, &mut buf);
-                            settle(sock, audit);
-                            return Ok(Outcome::Exited(c));
-                        }
-                        Ok(WaitStatus::Signaled(_, s, _)) => {
-                            drain(&master, out_fd, &mut buf);
-                            settle(sock, audit);
-                            return Ok(Outcome::Signaled(s as i32));
-                        }
-                        _ => {}
-                    }
-                } else if signo == libc::SIGWINCH && master.is_some() {
-                    if let Some(m) = &master {
-                        copy_winsize(out_fd, m.as_raw_fd());
-                    }
-                } else if let Ok(sig) = Signal::try_from(signo) {
-                    relay(sock, pid, sig);
-                    if sig == Signal::SIGTSTP {
-                        // Stopped like the job it is, so the user's shell sees it stop (with
-                        // its terminal settings back); the shell's SIGCONT resumes us, and we
-                        // pass that on above and take the terminal again.
-                        let was_raw = raw.take().is_some();
-                        let _ = kill(nix::unistd::getpid(), Signal::SIGSTOP);
-                        if was_raw {
-                            raw = RawMode::enter(0);
-                        }
-                    }
+    }
+
+    /// The user's keystrokes, to the jail's pty.
+    fn keys_in(&mut self) {
+        match read_some(0, &mut self.buf) {
+            Some(n) => {
+                if let Some(m) = &self.master {
+                    write_all(m.as_raw_fd(), &self.buf[..n]);
                 }
             }
+            None => self.stdin_open = false,
+        }
+    }
+
+    /// What the jail wrote on its pty, to the user's terminal.
+    fn output_out(&mut self) {
+        if let Some(m) = &self.master {
+            match read_some(m.as_raw_fd(), &mut self.buf) {
+                Some(n) => write_all(self.out_fd, &self.buf[..n]),
+                None => self.master_open = false,
+            }
+        }
+    }
+
+    /// The launcher's signals: a child's end (the chaperon's, or the jail's: how the command
+    /// ended), a window resized, and the rest passed on to the jail.
+    fn signals(&mut self, sfd: &SignalFd, mut lazy: Option<&mut super::door::Lazy<'_>>) -> Option<Outcome> {
+        while let Ok(Some(info)) = sfd.read_signal() {
+            let signo = info.ssi_signo as i32;
+            if signo == libc::SIGCHLD {
+                if let Some(l) = lazy.as_deref_mut() {
+                    reap_chaperon(l);
+                }
+                let outcome = match waitpid(self.pid, Some(WaitPidFlag::WNOHANG)) {
+                    Ok(WaitStatus::Exited(_, c)) => {
+                        crate::timing::mark("exited");
+                        Outcome::Exited(c)
+                    }
+                    Ok(WaitStatus::Signaled(_, s, _)) => Outcome::Signaled(s as i32),
+                    _ => continue,
+                };
+                drain(&self.master, self.out_fd, &mut self.buf);
+                settle(self.sock, self.audit);
+                return Some(outcome);
+            } else if signo == libc::SIGWINCH && self.master.is_some() {
+                if let Some(m) = &self.master {
+                    copy_winsize(self.out_fd, m.as_raw_fd());
+                }
+            } else if let Ok(sig) = Signal::try_from(signo) {
+                relay(self.sock, self.pid, sig);
+                if sig == Signal::SIGTSTP {
+                    // Stopped like the job it is, so the user's shell sees it stop (with
+                    // its terminal settings back); the shell's SIGCONT resumes us, and we
+                    // pass that on above and take the terminal again.
+                    let was_raw = self.raw.take().is_some();
+                    let _ = kill(nix::unistd::getpid(), Signal::SIGSTOP);
+                    if was_raw {
+                        self.raw = RawMode::enter(0);
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+/// The chaperon's end, if it was the child that ended: the door starts it again at the next
+/// Slurm call.
+fn reap_chaperon(l: &mut super::door::Lazy<'_>) {
+    if let Some(server) = l.running() {
+        match waitpid(server, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => l.ended_with(server, Some(code)),
+            Ok(WaitStatus::Signaled(..)) => l.ended(server),
+            _ => {}
         }
     }
 }

@@ -224,12 +224,38 @@ impl Walk<'_> {
     /// The agent directory `d` for the session: its own layer (or read-only), the masks and
     /// pins made inside it earlier put back on top, then its state bound writable from the
     /// host, each missing literal entry made first.
-    #[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
     fn confine_dir(&mut self, b: &mut Builder<'_>, rules: &Rules, d: &Path, own: bool) -> Result<(), PlanError> {
         self.no_links(b, rules, d)?;
         if let Some(w) = self.tree_of(d) {
             pin_ancestors(b, w, d);
         }
+        self.cover(b, d);
+        mask_hidden_again(b, d);
+        for raw in &rules.state_raw {
+            let Some(rel) = home_entry(raw.trim_end_matches('/')) else { continue };
+            let p = self.home.join(rel);
+            if !under(&p, d) || p == d {
+                continue;
+            }
+            if self.per_project(b, d, &p) {
+                continue;
+            }
+            for q in super::fs::expand_glob(b.fs, &p) {
+                if !b.hidden.covers(&q) {
+                    self.bind_state(b, d, raw, q, own);
+                }
+            }
+        }
+        if !self.layers {
+            self.session_copies(b, rules, d);
+        }
+        self.done.push(d.to_path_buf());
+        Ok(())
+    }
+
+    /// `d` as its own layer, or bound read-only, with the masks and pins made inside it
+    /// earlier put back on top (the new mount would hide them).
+    fn cover(&self, b: &mut Builder<'_>, d: &Path) {
         let earlier: Vec<MountSpec> = b
             .mounts
             .iter()
@@ -245,96 +271,66 @@ impl Walk<'_> {
         for m in earlier {
             b.push(m);
         }
-        // What the policy hides there, masked again over the layer, which shows your
-        // directory as it is (a home bound whole was rebuilt without them, with no mask).
-        let hidden: Vec<(PathBuf, bool)> = b
-            .hidden
-            .all()
-            .filter(|h| under(h, d) && h.as_path() != d)
-            .filter_map(|h| b.fs.kind(h).map(|k| (h.clone(), k == Kind::Dir)))
-            .collect();
-        for (h, dir) in hidden {
-            let masked = b
-                .mounts
-                .iter()
-                .rev()
-                .take_while(|m| m.target() != d)
-                .any(|m| matches!(m, MountSpec::Mask { target, .. } if *target == h));
-            if !masked {
-                b.push(MountSpec::Mask { target: h, dir });
+    }
+
+    /// One state entry `q` (from the profile's entry `raw`) bound writable from the host;
+    /// a missing one made first when it is the session's own agent's and literal.
+    fn bind_state(&mut self, b: &mut Builder<'_>, d: &Path, raw: &str, q: PathBuf, own: bool) {
+        match b.fs.kind(&q) {
+            // A link is not followed (the bind would refuse it at start): the jail
+            // sees it as the layer shows it, and cannot change it.
+            Some(Kind::Symlink) => {}
+            Some(k) => {
+                if k == Kind::Dir {
+                    b.state_dirs.push(q.clone());
+                }
+                b.push(MountSpec::Bind { source: q.clone(), target: q, rw: true, dir: k == Kind::Dir })
+            }
+            None if !own || crate::glob::has_glob(&q.to_string_lossy()) => {}
+            None => {
+                let dir = raw.ends_with('/');
+                let name = q.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                if !dir && !name.ends_with(".json") && !name.ends_with(".jsonl") {
+                    // Made by the agent in the session's layer; it persists once the
+                    // agent has made it outside.
+                    return;
+                }
+                self.make_parents(b, d, &q);
+                let list = if dir { &mut b.home_dirs } else { &mut b.home_files };
+                if !list.contains(&q) {
+                    list.push(q.clone());
+                }
+                if dir {
+                    b.state_dirs.push(q.clone());
+                }
+                b.push(MountSpec::Bind { source: q.clone(), target: q, rw: true, dir });
             }
         }
-        for raw in &rules.state_raw {
+    }
+
+    /// Read-only (no layer): the settings the agent rewrites are a copy for the session.
+    fn session_copies(&mut self, b: &mut Builder<'_>, rules: &Rules, d: &Path) {
+        for raw in &rules.session_raw {
             let Some(rel) = home_entry(raw.trim_end_matches('/')) else { continue };
             let p = self.home.join(rel);
-            if !under(&p, d) || p == d {
+            if !under(&p, d) || p == d || b.hidden.covers(&p) {
                 continue;
             }
-            if self.per_project(b, d, &p) {
-                continue;
-            }
-            for q in super::fs::expand_glob(b.fs, &p) {
-                if b.hidden.covers(&q) {
-                    continue;
-                }
-                match b.fs.kind(&q) {
-                    // A link is not followed (the bind would refuse it at start): the jail
-                    // sees it as the layer shows it, and cannot change it.
-                    Some(Kind::Symlink) => {}
-                    Some(k) => {
-                        if k == Kind::Dir {
-                            b.state_dirs.push(q.clone());
-                        }
-                        b.push(MountSpec::Bind { source: q.clone(), target: q, rw: true, dir: k == Kind::Dir })
+            match b.fs.kind(&p) {
+                Some(Kind::File) => b.push(MountSpec::SessionCopy { target: p }),
+                Some(Kind::Dir) => b.push(MountSpec::Tmpfs { target: p, mode: 0o700 }),
+                // A directory the agent makes at its start (Claude Code's session-env/):
+                // made now, empty, as the tmpfs's mount point.
+                None if raw.ends_with('/') => {
+                    self.make_parents(b, d, &p);
+                    if !b.home_dirs.contains(&p) {
+                        b.home_dirs.push(p.clone());
                     }
-                    None if !own || crate::glob::has_glob(&q.to_string_lossy()) => {}
-                    None => {
-                        let dir = raw.ends_with('/');
-                        let name = q.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                        if !dir && !name.ends_with(".json") && !name.ends_with(".jsonl") {
-                            // Made by the agent in the session's layer; it persists once the
-                            // agent has made it outside.
-                            continue;
-                        }
-                        self.make_parents(b, d, &q);
-                        let list = if dir { &mut b.home_dirs } else { &mut b.home_files };
-                        if !list.contains(&q) {
-                            list.push(q.clone());
-                        }
-                        if dir {
-                            b.state_dirs.push(q.clone());
-                        }
-                        b.push(MountSpec::Bind { source: q.clone(), target: q, rw: true, dir });
-                    }
+                    b.push(MountSpec::Tmpfs { target: p, mode: 0o700 });
                 }
+                _ => {}
             }
         }
-        if !self.layers {
-            // Read-only: the settings the agent rewrites are a copy for the session.
-            for raw in &rules.session_raw {
-                let Some(rel) = home_entry(raw.trim_end_matches('/')) else { continue };
-                let p = self.home.join(rel);
-                if !under(&p, d) || p == d || b.hidden.covers(&p) {
-                    continue;
-                }
-                match b.fs.kind(&p) {
-                    Some(Kind::File) => b.push(MountSpec::SessionCopy { target: p }),
-                    Some(Kind::Dir) => b.push(MountSpec::Tmpfs { target: p, mode: 0o700 }),
-                    // A directory the agent makes at its start (Claude Code's session-env/):
-                    // made now, empty, as the tmpfs's mount point.
-                    None if raw.ends_with('/') => {
-                        self.make_parents(b, d, &p);
-                        if !b.home_dirs.contains(&p) {
-                            b.home_dirs.push(p.clone());
-                        }
-                        b.push(MountSpec::Tmpfs { target: p, mode: 0o700 });
-                    }
-                    _ => {}
-                }
-            }
-        }
-        self.done.push(d.to_path_buf());
-        Ok(())
     }
 
     /// A state directory the agent keeps one entry per project in (`PER_PROJECT`): the
@@ -436,6 +432,28 @@ impl Walk<'_> {
     /// The next copy's path in the state directory.
     fn next_copy(&self) -> PathBuf {
         self.copies.join(self.out.merges.len().to_string())
+    }
+}
+
+/// What the policy hides inside `d`, masked again over the layer, which shows your directory
+/// as it is (a home bound whole was rebuilt without them, with no mask).
+fn mask_hidden_again(b: &mut Builder<'_>, d: &Path) {
+    let hidden: Vec<(PathBuf, bool)> = b
+        .hidden
+        .all()
+        .filter(|h| under(h, d) && h.as_path() != d)
+        .filter_map(|h| b.fs.kind(h).map(|k| (h.clone(), k == Kind::Dir)))
+        .collect();
+    for (h, dir) in hidden {
+        let masked = b
+            .mounts
+            .iter()
+            .rev()
+            .take_while(|m| m.target() != d)
+            .any(|m| matches!(m, MountSpec::Mask { target, .. } if *target == h));
+        if !masked {
+            b.push(MountSpec::Mask { target: h, dir });
+        }
     }
 }
 

@@ -24,6 +24,19 @@ pub struct Store {
     /// The agent (a profile's `[agent] name`) that logs in with it.
     pub login_of: Option<&'static str>,
     pub derived: Option<Derived>,
+    /// What the launcher makes, empty, at each path in a writable tree where it is missing.
+    pub made: Option<Made>,
+}
+
+/// A store the launcher makes before the session where a writable tree would show it and it
+/// is not there yet, so that it is covered from the start: one a tool makes outside while a
+/// session runs (a first `hf auth login`, git's credential-cache daemon) stays unseen inside,
+/// and a jail cannot make it first (listen at the cache daemon's socket). Tools read an empty
+/// one as no login (outside review of issue 32, R1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Made {
+    Dir,
+    File,
 }
 
 /// Paths an entry takes from the user's own configs rather than from templates.
@@ -532,6 +545,7 @@ mod tests {
         value_prefixes: Vec<String>,
         login_of: Option<String>,
         derived: Option<String>,
+        made: Option<String>,
     }
 
     #[derive(serde::Deserialize)]
@@ -558,6 +572,8 @@ mod tests {
                 None => None,
             };
             assert_eq!(t.derived.as_deref(), derived, "{}", s.name);
+            let made = s.made.map(|m| if m == Made::Dir { "dir" } else { "file" });
+            assert_eq!(t.made.as_deref(), made, "{}", s.name);
         }
     }
 

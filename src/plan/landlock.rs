@@ -42,6 +42,12 @@ pub(super) fn landlock_plan(
             _ => {}
         }
     }
+    // No read-only rule grants a hidden path itself, or anything in one, whatever asked for it
+    // (a protection's read-only bind of a config the plan left out for its credentials:
+    // outside review of issue 32, R4). Writable rules may: the launcher's own directories for
+    // the session (the agents' session homes) are in the hidden state directory, and so are
+    // the paths below.
+    ro.retain(|p| !in_a_store(p, around));
     // The stubs are links to the stub binary: it must be readable where it is.
     ro.push(facts.stub_exe.clone());
     ro.push(session.bin.clone());
@@ -73,8 +79,16 @@ pub(super) fn landlock_plan(
 /// tree as the userns jail does (a rule only ever grants).
 pub(super) struct StoresAround<'a> {
     pub stores: &'a [PathBuf],
+    /// The hidden paths: no read-only rule grants one, or anything in one.
+    pub never: &'a [PathBuf],
     pub project: &'a Path,
     pub fs: &'a dyn HostFs,
+}
+
+/// Whether `p` (where it really is) is a hidden store or inside one.
+fn in_a_store(p: &Path, a: &StoresAround<'_>) -> bool {
+    let real = fs::real_path(a.fs, p);
+    a.never.iter().any(|s| fs::under(&real, s))
 }
 
 /// Each writable tree with a present store below it becomes one rule per entry around the

@@ -536,7 +536,6 @@ impl PlanError {
     }
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunRequest) -> Result<Plan, PlanError> {
     if req.command.is_empty() {
         return Err(PlanError::EmptyCommand);
@@ -553,40 +552,14 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     let mut b = Builder::new(fs, &base.hidden);
     synthesized_files(&mut b, policy, facts, &base);
     let mail_block = policy.mail_block.value != crate::policy::MailBlock::Off;
-    // 1. Kernel and scratch filesystems, first: a read-only path the user lists under /tmp
-    // or /run must land on top of the private tmpfs, not under it.
-    b.push(MountSpec::Proc { target: "/proc".into() });
-    dev_mounts(&mut b, policy, fs);
-    b.push(MountSpec::Tmpfs { target: "/tmp".into(), mode: 0o1777 });
-    b.push(MountSpec::Tmpfs { target: "/var/tmp".into(), mode: 0o1777 });
-    b.push(MountSpec::Tmpfs { target: "/run".into(), mode: 0o755 });
-    stub_dir(&mut b, facts, mail_block, req);
-    // 2. System and site trees, read-only.
-    for r in &policy.fs_read {
-        let p = check_extra_path("filesystem.read", &r.value, &base.home, fs)?;
-        b.bind_tree(&p, false);
-    }
-    b.place_remaining_overrides();
-    cover_stubbed(&mut b, fs, policy, facts, &base.home, mail_block);
+    system_mounts(&mut b, policy, facts, req, &base, mail_block)?;
     // 3. Home; 4. extra writable paths, then the project; 5. what is hidden inside them.
     let trees = writable_trees(&mut b, policy, facts, fs, &base, &git_view, &mut warnings)?;
-    // Everyday configs that hold a token (cargo's, pip's...): a copy without it where shown.
-    for (path, text, named) in token_copies {
-        if !base.hidden.covers(&path) && hiding::shown(&b.mounts, &path) {
-            b.push(MountSpec::Stripped { target: path, contents: text, seed: false });
-        } else if named != path && hiding::shown(&b.mounts, &named) {
-            // A name the jail shows that leads where it shows nothing: programs inside run
-            // without that config, which is said (eighth outside look, U8-4).
-            warnings.push(format!(
-                "{}: it leads to {}, which the jail does not show (it holds a token): programs inside read no \
-                 config there; to give them one without the token, keep the file where the jail shows it (the \
-                 home's configs are shown as copies without their tokens)",
-                named.display(),
-                path.display()
-            ));
-        }
-    }
+    place_token_copies(&mut b, &base.hidden, token_copies, &mut warnings);
     masks(&mut b, policy, fs, &base, &trees)?;
+    if base.backend == BackendKind::Userns {
+        cover_missing_stores(&mut b, fs, &base, &trees, &credentials_plan);
+    }
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
     let (mut placeholders, git_dir, restore) = protected(&mut b, policy, facts, fs, &base, &trees)?;
     let restore =
@@ -595,58 +568,19 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     // 7. The agent's own directories: its state writable, what it runs or obeys outside
     // read-only or a copy for the session.
     let placed = instructions::place(policy, fs, &base.home, base.backend)?;
-    let mut merges = vec![];
-    let mut session_homes = vec![];
-    let mut keep_out = vec![];
-    if base.backend == BackendKind::Userns {
-        let copies = facts.state_dir().join("copies").join(&req.session);
-        let layers = facts.overlay_in_userns;
-        let injected = !base.net.credentials.is_empty();
-        let mut places = vec![base.cwd.clone()];
-        if base.project != base.cwd {
-            places.push(base.project.clone());
-        }
-        let confined =
-            agent_home::confine(&mut b, policy, &base.home, &places, &trees.writable, &copies, layers, injected)?;
-        placeholders.extend(confined.placeholders);
-        merges = confined.merges;
-    } else {
-        // No mounts: the real directories read-only but for their state, the agent pointed at
-        // a session directory standing in for them (`agent_home::landlock`).
-        let copies = facts.state_dir().join("copies");
-        let injected = !base.net.credentials.is_empty();
-        let r = agent_home::landlock::confine(&mut b, policy, &base.home, &copies, &req.session, injected)?;
-        merges = r.merges;
-        session_homes = r.homes;
-        keep_out = r.keep_out;
-        warnings.extend(r.warnings);
-        for (k, v) in r.env {
-            envp.vars.retain(|(n, _)| *n != k);
-            envp.vars.push((k, v));
-        }
-    }
-    if base.backend == BackendKind::Landlock && policy.home_access.value == HomeAccess::Write {
-        warnings.push(
-            "the Landlock backend cannot protect the agents' configuration in a writable home (no mounts there): \
-             hooks and MCP servers written into ~/.claude.json, ~/.claude, ~/.codex, ~/.gemini, ~/.pi or \
-             ~/.cache/opencode run outside the jail later"
-                .into(),
-        );
+    let (confined, agents) = agent_dirs(&mut b, policy, facts, req, &base, &trees.writable)?;
+    placeholders.extend(confined);
+    warnings.extend(agents.warnings);
+    for (k, v) in agents.env {
+        envp.vars.retain(|(n, _)| *n != k);
+        envp.vars.push((k, v));
     }
     // 8. The agent's instruction file with the jail's notice, over every other mount.
     let mut home_dirs = std::mem::take(&mut b.home_dirs);
     let home_files = std::mem::take(&mut b.home_files);
     let home_texts = std::mem::take(&mut b.home_texts);
     if let Some(placed) = placed {
-        let slurm = req.chaperon_socket.is_some() || req.chaperon_channel;
-        let facts = instructions::NoticeFacts {
-            project: &base.project,
-            writable: &trees.writable,
-            net: &base.net,
-            slurm,
-            nested: nested::NestedSandbox::of(policy, base.backend),
-        };
-        instructions::push(&mut b, &placed, instructions::notice(&facts));
+        push_notice(&mut b, &placed, policy, req, &base, &trees.writable);
         home_dirs.extend(placed.home_dirs.iter().filter(|d| !home_dirs.contains(d)).cloned().collect::<Vec<_>>());
         placeholders.extend(placed.placeholder);
     } else if base.backend == BackendKind::Landlock
@@ -661,12 +595,142 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         b.push(MountSpec::ReadOnly { target: base.home.clone() });
     }
     b.push(MountSpec::ReadOnly { target: "/".into() });
-    let state_dirs = std::mem::take(&mut b.state_dirs);
-    let mounts = b.mounts;
     let link_trees = trees.guarded.clone();
     let git_guard = git_guard(policy, facts, base.backend, trees.guarded)?;
     nested::check_guard(policy, git_guard.is_some())?;
-    let nested = nested::NestedSandbox::of(policy, base.backend);
+    warnings.extend(nested_warnings(policy, req, base.backend));
+    base.warnings = warnings;
+    let shaped = Shaped {
+        mounts: b.mounts,
+        placeholders,
+        git_guard,
+        mail_block,
+        credentials: credentials_plan,
+        git_view,
+        keep_out: agents.keep_out,
+        state_dirs: b.state_dirs,
+        link_trees,
+    };
+    let mut plan = finish(policy, facts, fs, req, base, envp, shaped)?;
+    (plan.home_dirs, plan.home_files, plan.merges) = (home_dirs, home_files, agents.merges);
+    plan.home_texts = home_texts;
+    plan.session_homes = agents.homes;
+    plan.restore = restore;
+    own_paths(&mut plan, fs, facts)?;
+    Ok(plan)
+}
+
+/// The jail's notice (what it shows, writes, reaches) in the agent's instruction file.
+fn push_notice(
+    b: &mut Builder<'_>,
+    placed: &instructions::Placed,
+    policy: &Policy,
+    req: &RunRequest,
+    base: &Base,
+    writable: &[PathBuf],
+) {
+    let slurm = req.chaperon_socket.is_some() || req.chaperon_channel;
+    let facts = instructions::NoticeFacts {
+        project: &base.project,
+        writable,
+        net: &base.net,
+        slurm,
+        nested: nested::NestedSandbox::of(policy, base.backend),
+    };
+    instructions::push(b, placed, instructions::notice(&facts));
+}
+
+/// Stages 1 and 2: kernel and scratch filesystems first (a read-only path the user lists
+/// under /tmp or /run must land on top of the private tmpfs, not under it), then the system
+/// and site trees, read-only.
+fn system_mounts(
+    b: &mut Builder<'_>,
+    policy: &Policy,
+    facts: &HostFacts,
+    req: &RunRequest,
+    base: &Base,
+    mail_block: bool,
+) -> Result<(), PlanError> {
+    let fs = b.fs;
+    b.push(MountSpec::Proc { target: "/proc".into() });
+    dev_mounts(b, policy, fs);
+    b.push(MountSpec::Tmpfs { target: "/tmp".into(), mode: 0o1777 });
+    b.push(MountSpec::Tmpfs { target: "/var/tmp".into(), mode: 0o1777 });
+    b.push(MountSpec::Tmpfs { target: "/run".into(), mode: 0o755 });
+    stub_dir(b, facts, mail_block, req);
+    for r in &policy.fs_read {
+        let p = check_extra_path("filesystem.read", &r.value, &base.home, fs)?;
+        b.bind_tree(&p, false);
+    }
+    b.place_remaining_overrides();
+    cover_stubbed(b, fs, policy, facts, &base.home, mail_block);
+    Ok(())
+}
+
+/// Everyday configs that hold a token (cargo's, pip's...): a copy without it where shown.
+fn place_token_copies(
+    b: &mut Builder<'_>,
+    hidden: &Hidden,
+    copies: Vec<(PathBuf, String, PathBuf)>,
+    warnings: &mut Vec<String>,
+) {
+    for (path, text, named) in copies {
+        if !hidden.covers(&path) && hiding::shown(&b.mounts, &path) {
+            b.push(MountSpec::Stripped { target: path, contents: text, seed: false });
+        } else if named != path && hiding::shown(&b.mounts, &named) {
+            // A name the jail shows that leads where it shows nothing: programs inside run
+            // without that config, which is said (eighth outside look, U8-4).
+            warnings.push(format!(
+                "{}: it leads to {}, which the jail does not show (it holds a token): programs inside read no \
+                 config there; to give them one without the token, keep the file where the jail shows it (the \
+                 home's configs are shown as copies without their tokens)",
+                named.display(),
+                path.display()
+            ));
+        }
+    }
+}
+
+/// Stage 7 by backend: under userns the agents' directories confined in place (their
+/// placeholders returned), under Landlock (no mounts) the real directories read-only but for
+/// their state, the agent pointed at a session directory standing in for them
+/// (`agent_home::landlock`).
+fn agent_dirs(
+    b: &mut Builder<'_>,
+    policy: &Policy,
+    facts: &HostFacts,
+    req: &RunRequest,
+    base: &Base,
+    writable: &[PathBuf],
+) -> Result<(Vec<Placeholder>, agent_home::landlock::Redirected), PlanError> {
+    let injected = !base.net.credentials.is_empty();
+    if base.backend == BackendKind::Userns {
+        let copies = facts.state_dir().join("copies").join(&req.session);
+        let layers = facts.overlay_in_userns;
+        let mut places = vec![base.cwd.clone()];
+        if base.project != base.cwd {
+            places.push(base.project.clone());
+        }
+        let confined = agent_home::confine(b, policy, &base.home, &places, writable, &copies, layers, injected)?;
+        let merges = agent_home::landlock::Redirected { merges: confined.merges, ..Default::default() };
+        return Ok((confined.placeholders, merges));
+    }
+    let copies = facts.state_dir().join("copies");
+    let mut r = agent_home::landlock::confine(b, policy, &base.home, &copies, &req.session, injected)?;
+    if policy.home_access.value == HomeAccess::Write {
+        r.warnings.push(
+            "the Landlock backend cannot protect the agents' configuration in a writable home (no mounts there): \
+             hooks and MCP servers written into ~/.claude.json, ~/.claude, ~/.codex, ~/.gemini, ~/.pi or \
+             ~/.cache/opencode run outside the jail later"
+                .into(),
+        );
+    }
+    Ok((vec![], r))
+}
+
+fn nested_warnings(policy: &Policy, req: &RunRequest, backend: BackendKind) -> Vec<String> {
+    let nested = nested::NestedSandbox::of(policy, backend);
+    let mut warnings = vec![];
     if nested == nested::NestedSandbox::Landlock && policy.nested_userns.value {
         warnings.push(
             "process.nested_userns = true lets the command create user namespaces, but a sandbox that mounts \
@@ -675,30 +739,20 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         );
     }
     warnings.extend(nested::warning(&req.command, nested));
-    base.warnings = warnings;
-    let shaped = Shaped {
-        mounts,
-        placeholders,
-        git_guard,
-        mail_block,
-        credentials: credentials_plan,
-        git_view,
-        keep_out,
-        state_dirs,
-        link_trees,
-    };
-    let mut plan = finish(policy, facts, fs, req, base, envp, shaped)?;
-    (plan.home_dirs, plan.home_files, plan.merges) = (home_dirs, home_files, merges);
-    plan.home_texts = home_texts;
-    plan.session_homes = session_homes;
-    plan.restore = restore;
-    plan.anchors = anchor::stamp(&plan, fs, &facts.state_dir())?;
-    plan.home_real = anchor::home_entries(&plan, fs, &facts.state_dir())?;
+    warnings
+}
+
+/// What the launch checks and owns once the plan is whole: the anchors of the host paths
+/// the jail opens, the home's entries where they really are, the state directory (and the
+/// Landlock session directory and its executable).
+fn own_paths(plan: &mut Plan, fs: &dyn HostFs, facts: &HostFacts) -> Result<(), PlanError> {
+    plan.anchors = anchor::stamp(plan, fs, &facts.state_dir())?;
+    plan.home_real = anchor::home_entries(plan, fs, &facts.state_dir())?;
     plan.own = vec![facts.state_dir()];
     if let Some(ll) = &plan.landlock {
         plan.own.extend([ll.session.path.clone(), ll.session.exe.clone()]);
     }
-    Ok(plan)
+    Ok(())
 }
 
 /// What the jail's PID 1 is cloned with, known before the plan is made (`jail::userns::Early`,
@@ -888,6 +942,55 @@ fn writable_trees(
         }
     }
     Ok(Trees { writable, guarded })
+}
+
+/// Stage 5 too (userns): a store the catalogue says the launcher makes (`catalogue::Made`) that
+/// is missing where a writable tree other than the project would show it is made before the
+/// session (`home_dirs`, `home_files`: empty, anchored) and covered like a present one. Bound
+/// whole, the tree would show one a tool makes outside while the session runs (a first `hf
+/// auth login`, git's credential-cache daemon and its socket), and let a jail make one first
+/// (outside review of issue 32, R1). Not under Landlock: the rules around a store would keep
+/// the jail from making anything new at the top of `~/.cache` in every session.
+fn cover_missing_stores(
+    b: &mut Builder<'_>,
+    fs: &dyn HostFs,
+    base: &Base,
+    trees: &Trees,
+    creds: &catalogue::CredentialsPlan,
+) {
+    for l in &creds.hidden {
+        let Some(made) = catalogue::CATALOGUE.iter().find(|s| s.name == l.store).and_then(|s| s.made) else {
+            continue;
+        };
+        if fs.kind(&l.path).is_some() {
+            continue;
+        }
+        // The innermost writable tree holding it, as the jail sees it; none: nothing shows it.
+        let real = fs::real_path(fs, &l.path);
+        let Some(w) = trees
+            .writable
+            .iter()
+            .filter(|w| **w != base.home && **w != base.project)
+            .filter(|w| fs::under(&real, &fs::real_path(fs, w)) && fs.kind(w) == Some(Kind::Dir))
+            .max_by_key(|w| w.as_os_str().len())
+        else {
+            continue;
+        };
+        let Ok(rel) = real.strip_prefix(fs::real_path(fs, w)) else { continue };
+        let target = w.join(rel);
+        if b.mounts.iter().any(|m| matches!(m, MountSpec::Mask { target: t, .. } if fs::under(&target, t))) {
+            continue;
+        }
+        let list = match made {
+            catalogue::Made::Dir => &mut b.home_dirs,
+            catalogue::Made::File => &mut b.home_files,
+        };
+        if !list.contains(&l.path) {
+            list.push(l.path.clone());
+        }
+        pin_ancestors(b, w, &target);
+        b.push(MountSpec::Mask { target, dir: made == catalogue::Made::Dir });
+    }
 }
 
 /// Stage 5: hidden paths inside writable trees cannot vanish; they are covered, empty and
@@ -1148,7 +1251,6 @@ struct Shaped {
 
 /// The environment, the Landlock backend's own plan and what it changes (the session
 /// directory's TMPDIR and stubs), and the plan itself.
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn finish(
     policy: &Policy,
     facts: &HostFacts,
@@ -1158,82 +1260,29 @@ fn finish(
     mut envp: env::EnvPlan,
     shaped: Shaped,
 ) -> Result<Plan, PlanError> {
-    let Base { backend, project, cwd, net, hidden, warnings, token_configs, .. } = base;
+    let Base { backend, project, cwd, mut net, hidden, warnings, token_configs, .. } = base;
     let Shaped { mounts, placeholders, git_guard, mail_block, credentials, git_view, keep_out, state_dirs, link_trees } =
         shaped;
-    let links = {
-        let mut hide: Vec<PathBuf> = hidden.stores().to_vec();
-        hide.extend(hidden.paths.iter().cloned());
-        hide.sort();
-        hide.dedup();
-        LinkPlan { state: state_dirs, hidden: hide, trees: link_trees }
-    };
-    let mut git_guard = git_guard;
-    if let Some(g) = git_guard.as_mut() {
-        g.links = links.clone();
-    }
-    let mut net = net;
-    let admin_allow: Vec<String> =
-        policy.net_allow.iter().filter(|e| e.source.is_admin()).map(|e| normalized_rule(&e.value)).collect();
-    net.grant_bound = (!admin_allow.is_empty()).then_some(admin_allow);
+    let links = LinkPlan { state: state_dirs, hidden: hidden_and_stores(&hidden, vec![]), trees: link_trees };
+    let git_guard = git_guard.map(|g| GitGuardPlan { links: links.clone(), ..g });
+    net.grant_bound = admin_grant_bound(policy);
     credentials::apply(&mut envp.vars, &net.credentials);
     let landlock = (backend == BackendKind::Landlock).then(|| {
         let mut session = landlock_session(facts, req, mail_block);
-        // git reads the stripped copy of the user's global config instead of the files,
-        // which have no rule (Landlock cannot put a copy over a file).
         if let Some(text) = &git_view.landlock_global {
-            let path = session.path.join("run").join(hiding::LANDLOCK_GITCONFIG);
-            envp.vars.retain(|(k, _)| k != "GIT_CONFIG_GLOBAL");
-            envp.vars.push(("GIT_CONFIG_GLOBAL".into(), path.display().to_string()));
-            session.files.push((path, text.clone()));
+            landlock_gitconfig(&mut session, text, &mut envp.vars);
         }
         // Every hidden path (their real places are among them: `Base::decide`) as well as the
         // stores: Landlock hides one inside a tree it grants by leaving it out of its rules.
-        let mut hide: Vec<PathBuf> = hidden.stores().to_vec();
-        hide.extend(hidden.paths.iter().cloned());
-        hide.extend(keep_out);
-        hide.sort();
-        hide.dedup();
-        let around = StoresAround { stores: &hide, project: &project, fs };
+        let hide = hidden_and_stores(&hidden, keep_out);
+        // What no read-only rule may grant: the hidden paths, not the agents' directories
+        // left out of the trees around them (each gets its own read-only rule).
+        let never = hidden_and_stores(&hidden, vec![]);
+        let around = StoresAround { stores: &hide, never: &never, project: &project, fs };
         landlock_plan(&mounts, &net, session, facts, req, policy.host_terminals.value, &around)
     });
-    let stub_bin =
-        landlock.as_ref().map_or_else(|| PathBuf::from(crate::stub::STUB_BIN_DIR), |l| l.session.bin.clone());
-    // The stubs come first on PATH, so `sendmail` or `sbatch` finds the stub even where no
-    // real program exists to cover (and, under Landlock, where none can be covered).
-    if let Some((_, v)) = envp.vars.iter_mut().find(|(k, _)| k == "PATH") {
-        *v = format!("{}:{v}", stub_bin.display());
-    }
-    if landlock.is_none() && matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Restricted) {
-        env::session_caches(&mut envp.vars, req.env.as_deref().unwrap_or(&facts.env), Path::new("/tmp"));
-    }
-    let mut command = req.command.clone();
-    let program =
-        policy.agent.as_ref().and_then(|a| a.value.command.as_ref()).and_then(|c| c.first()).map(String::as_str);
-    credentials::apply_args(&mut command, program, &net.credentials);
-    if let Some(ll) = &landlock {
-        let set = |vars: &mut Vec<(String, String)>, k: &str, v: String| {
-            vars.retain(|(n, _)| n != k);
-            vars.push((k.to_string(), v));
-        };
-        for k in ["TMPDIR", "TMP", "TEMP"] {
-            set(&mut envp.vars, k, ll.session.tmp.display().to_string());
-        }
-        // No home is writable here (no tmpfs): the tools' caches go to the session's.
-        env::session_caches(&mut envp.vars, req.env.as_deref().unwrap_or(&facts.env), &ll.session.tmp);
-        if let Some(fd) = ll.slurm_fd {
-            set(&mut envp.vars, SLURM_FD_VAR, fd.to_string());
-        }
-        envp.vars.sort();
-        // A file the userns jail has under /run/agent-sandbox is in the session directory here.
-        for arg in &mut command {
-            if let Some((_, host)) =
-                req.extra_files.iter().zip(&ll.session.files).find(|((t, _), _)| t == Path::new(arg.as_str()))
-            {
-                *arg = host.0.display().to_string();
-            }
-        }
-    }
+    jail_env(&mut envp.vars, policy, facts, req, landlock.as_ref());
+    let command = jail_command(policy, req, &net, landlock.as_ref());
     Ok(Plan {
         backend,
         command,
@@ -1261,25 +1310,13 @@ fn finish(
         env: envp.vars,
         env_removed: envp.removed,
         net,
-        seccomp: SeccompPlan {
-            nested_userns: policy.nested_userns.value,
-            nested_mounts: policy.nested_userns.value && backend == BackendKind::Userns,
-            unix_sockets: policy.unix_sockets.value,
-            tcp_udp_icmp_only: backend == BackendKind::Landlock,
-            own_process_only: backend == BackendKind::Landlock,
-        },
+        seccomp: seccomp_plan(policy, backend),
         landlock,
         git_guard,
         links,
         rejected: facts.state_dir().join("rejected").join(&req.session),
         stripped_configs: token_configs,
-        limits: LimitsPlan {
-            mem: policy.limits.mem.as_ref().map(|l| l.value),
-            cpus: policy.limits.cpus.as_ref().map(|l| l.value),
-            pids: policy.limits.pids.as_ref().map(|l| l.value),
-            timeout: policy.limits.timeout.as_ref().map(|l| l.value),
-            by: "rlimits",
-        },
+        limits: limits_plan(policy),
         groups: match backend {
             BackendKind::Landlock => groups::GroupsPlan::default(),
             _ => groups::of_host(facts),
@@ -1290,6 +1327,108 @@ fn finish(
         },
         warnings,
     })
+}
+
+/// What `allow` may grant at most: the admin's `net.allow`, when it lists any.
+fn admin_grant_bound(policy: &Policy) -> Option<Vec<String>> {
+    let admin_allow: Vec<String> =
+        policy.net_allow.iter().filter(|e| e.source.is_admin()).map(|e| normalized_rule(&e.value)).collect();
+    (!admin_allow.is_empty()).then_some(admin_allow)
+}
+
+/// git reads the stripped copy of the user's global config instead of the files, which have
+/// no rule (Landlock cannot put a copy over a file).
+fn landlock_gitconfig(session: &mut SessionDir, text: &str, vars: &mut Vec<(String, String)>) {
+    let path = session.path.join("run").join(hiding::LANDLOCK_GITCONFIG);
+    vars.retain(|(k, _)| k != "GIT_CONFIG_GLOBAL");
+    vars.push(("GIT_CONFIG_GLOBAL".into(), path.display().to_string()));
+    session.files.push((path, text.to_string()));
+}
+
+/// The hidden paths and the stores, and `more`, sorted and once each.
+fn hidden_and_stores(hidden: &Hidden, more: Vec<PathBuf>) -> Vec<PathBuf> {
+    let mut hide: Vec<PathBuf> = hidden.stores().to_vec();
+    hide.extend(hidden.paths.iter().cloned());
+    hide.extend(more);
+    hide.sort();
+    hide.dedup();
+    hide
+}
+
+/// The stubs' directory first on PATH, the session's caches and, under Landlock, its
+/// temporary directory and the chaperon's descriptor.
+fn jail_env(
+    vars: &mut Vec<(String, String)>,
+    policy: &Policy,
+    facts: &HostFacts,
+    req: &RunRequest,
+    landlock: Option<&LandlockPlan>,
+) {
+    let stub_bin = landlock.map_or_else(|| PathBuf::from(crate::stub::STUB_BIN_DIR), |l| l.session.bin.clone());
+    // The stubs come first on PATH, so `sendmail` or `sbatch` finds the stub even where no
+    // real program exists to cover (and, under Landlock, where none can be covered).
+    if let Some((_, v)) = vars.iter_mut().find(|(k, _)| k == "PATH") {
+        *v = format!("{}:{v}", stub_bin.display());
+    }
+    let outside = req.env.as_deref().unwrap_or(&facts.env);
+    let Some(ll) = landlock else {
+        if matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Restricted) {
+            env::session_caches(vars, outside, Path::new("/tmp"));
+        }
+        return;
+    };
+    let set = |vars: &mut Vec<(String, String)>, k: &str, v: String| {
+        vars.retain(|(n, _)| n != k);
+        vars.push((k.to_string(), v));
+    };
+    for k in ["TMPDIR", "TMP", "TEMP"] {
+        set(vars, k, ll.session.tmp.display().to_string());
+    }
+    // No home is writable here (no tmpfs): the tools' caches go to the session's.
+    env::session_caches(vars, outside, &ll.session.tmp);
+    if let Some(fd) = ll.slurm_fd {
+        set(vars, SLURM_FD_VAR, fd.to_string());
+    }
+    vars.sort();
+}
+
+/// The command with the credential routes' arguments and, under Landlock, the files the
+/// userns jail has under /run/agent-sandbox named where they are in the session directory.
+fn jail_command(policy: &Policy, req: &RunRequest, net: &NetPlan, landlock: Option<&LandlockPlan>) -> Vec<String> {
+    let mut command = req.command.clone();
+    let program =
+        policy.agent.as_ref().and_then(|a| a.value.command.as_ref()).and_then(|c| c.first()).map(String::as_str);
+    credentials::apply_args(&mut command, program, &net.credentials);
+    if let Some(ll) = landlock {
+        for arg in &mut command {
+            if let Some((_, host)) =
+                req.extra_files.iter().zip(&ll.session.files).find(|((t, _), _)| t == Path::new(arg.as_str()))
+            {
+                *arg = host.0.display().to_string();
+            }
+        }
+    }
+    command
+}
+
+fn seccomp_plan(policy: &Policy, backend: BackendKind) -> SeccompPlan {
+    SeccompPlan {
+        nested_userns: policy.nested_userns.value,
+        nested_mounts: policy.nested_userns.value && backend == BackendKind::Userns,
+        unix_sockets: policy.unix_sockets.value,
+        tcp_udp_icmp_only: backend == BackendKind::Landlock,
+        own_process_only: backend == BackendKind::Landlock,
+    }
+}
+
+fn limits_plan(policy: &Policy) -> LimitsPlan {
+    LimitsPlan {
+        mem: policy.limits.mem.as_ref().map(|l| l.value),
+        cpus: policy.limits.cpus.as_ref().map(|l| l.value),
+        pids: policy.limits.pids.as_ref().map(|l| l.value),
+        timeout: policy.limits.timeout.as_ref().map(|l| l.value),
+        by: "rlimits",
+    }
 }
 
 /// A home entry of the policy (`~/.codex/`, `.config/x`) as a path below the home, or None

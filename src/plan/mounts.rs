@@ -126,7 +126,6 @@ fn linked_entry(b: &Builder<'_>, p: &Path, home: &Path) -> Option<String> {
     bad.then(|| format!("is {} through a symbolic link, a hidden path or your home itself", real.display()))
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 pub(super) fn home_trees(
     b: &mut Builder<'_>,
     policy: &Policy,
@@ -142,101 +141,135 @@ pub(super) fn home_trees(
             if rw {
                 writable.push(home.to_path_buf());
             } else {
-                // A read-only home still lets the agent write its own listed entries (~/.codex).
-                for e in &policy.home_write {
-                    let Some(rel) = home_entry(&e.value) else { continue };
-                    let p = home.join(rel);
-                    if b.hidden.covers(&p) {
-                        continue;
-                    }
-                    if let Some(why) = linked_entry(b, &p, home) {
-                        warnings.push(format!("home.write: `{}` {why}; not bound", e.value));
-                        continue;
-                    }
-                    let found = match b.fs.kind(&p) {
-                        None => b.agent_entry(e, &p).map(|k| (p.clone(), k)),
-                        Some(k) => entry_source(b, e, &p, k, home, warnings),
-                    };
-                    if let Some((source, kind)) = found {
-                        let dir = kind == Kind::Dir;
-                        b.push(MountSpec::Bind { source, target: p.clone(), rw: true, dir });
-                        writable.push(p);
-                    }
-                }
+                agent_entries_in_read_only_home(b, policy, home, writable, warnings);
             }
         }
         HomeAccess::Tmpwrite | HomeAccess::Restricted => {
             b.push(MountSpec::Tmpfs { target: home.to_path_buf(), mode: 0o700 });
-            let mut entries = |list: &crate::policy::merge::List, rw: bool, key: &str, b: &mut Builder<'_>| {
-                for e in list {
-                    let Some(rel) = home_entry(&e.value) else {
-                        warnings.push(format!("{key}: `{}` is not a plain path relative to ~; ignored", e.value));
-                        continue;
-                    };
-                    let p = home.join(rel);
-                    if b.hidden.covers(&p) {
-                        warnings.push(format!("{key}: `{}` is hidden by policy; not bound", e.value));
-                        continue;
-                    }
-                    if let Some(why) = linked_entry(b, &p, home) {
-                        warnings.push(format!("{key}: `{}` {why}; not bound", e.value));
-                        continue;
-                    }
-                    let found = match b.fs.kind(&p) {
-                        Some(k) => entry_source(b, e, &p, k, home, warnings),
-                        None if rw => b.agent_entry(e, &p).map(|k| (p.clone(), k)),
-                        None => None,
-                    };
-                    let Some((source, kind)) = found else { continue };
-                    if rw {
-                        let dir = kind == Kind::Dir;
-                        b.push(MountSpec::Bind { source, target: p.clone(), rw: true, dir });
-                        writable.push(p);
-                    } else {
-                        b.bind_tree(&p, false);
-                    }
-                }
-            };
-            entries(&policy.home_read, false, "home.read", b);
-            entries(&policy.home_write, true, "home.write", b);
+            listed_entries(b, &policy.home_read, false, "home.read", home, writable, warnings);
+            listed_entries(b, &policy.home_write, true, "home.write", home, writable, warnings);
             for s in &policy.home_seed {
-                if let Some(rel) = home_entry(&s.value) {
-                    let p = home.join(&rel);
-                    if b.hidden.covers(&p) {
-                        continue;
-                    }
-                    // Not followed, neither the seed itself nor a directory on its way below the
-                    // home (fifth and sixth outside looks at the anchors, V2, N1): a link that a
-                    // session could have changed (one hop in a tree a jail writes, as a
-                    // dotfiles repository worked on as a project) would hand the next session
-                    // a copy of any file of that name the user can read, shown to no jail.
-                    let linked = std::iter::successors(Some(rel.as_path()), |r| r.parent())
-                        .filter(|r| !r.as_os_str().is_empty())
-                        .any(|r| b.fs.kind(&home.join(r)) == Some(Kind::Symlink));
-                    if linked {
-                        warnings.push(format!(
-                            "home.seed: `{}` is reached through a symbolic link: not copied in (a seed is copied \
-                             only from a regular file with no link on its way below your home, which no session \
-                             could re-point); name where it really is in home.read to show it read-only",
-                            s.value
-                        ));
-                        continue;
-                    }
-                    // Where it really is, the same (the home's own path may lead elsewhere).
-                    if b.fs.kind(&p) != Some(Kind::File) || b.hidden.covers(&fs::real_path(b.fs, &p)) {
-                        continue;
-                    }
-                    // A git config the credentials were taken out of is seeded as that text.
-                    match git.stripped.iter().find(|(g, _)| *g == p) {
-                        Some((_, text)) => {
-                            b.push(MountSpec::Stripped { target: p, contents: text.clone(), seed: true })
-                        }
-                        None => b.push(MountSpec::Copy { source: p.clone(), target: p }),
-                    }
-                }
+                seed(b, s, home, git, warnings);
             }
         }
     }
+}
+
+/// A read-only home still lets the agent write its own listed entries (~/.codex).
+fn agent_entries_in_read_only_home(
+    b: &mut Builder<'_>,
+    policy: &Policy,
+    home: &Path,
+    writable: &mut Vec<PathBuf>,
+    warnings: &mut Vec<String>,
+) {
+    for e in &policy.home_write {
+        let Some(rel) = home_entry(&e.value) else { continue };
+        let p = home.join(rel);
+        if b.hidden.covers(&p) {
+            continue;
+        }
+        if let Some(why) = linked_entry(b, &p, home) {
+            warnings.push(format!("home.write: `{}` {why}; not bound", e.value));
+            continue;
+        }
+        let found = match b.fs.kind(&p) {
+            None => b.agent_entry(e, &p).map(|k| (p.clone(), k)),
+            Some(k) => entry_source(b, e, &p, k, home, warnings),
+        };
+        if let Some((source, kind)) = found {
+            let dir = kind == Kind::Dir;
+            b.push(MountSpec::Bind { source, target: p.clone(), rw: true, dir });
+            writable.push(p);
+        }
+    }
+}
+
+/// The entries of `home.read` or `home.write` (`rw`) bound over the session's empty home.
+fn listed_entries(
+    b: &mut Builder<'_>,
+    list: &crate::policy::merge::List,
+    rw: bool,
+    key: &str,
+    home: &Path,
+    writable: &mut Vec<PathBuf>,
+    warnings: &mut Vec<String>,
+) {
+    for e in list {
+        let Some(rel) = home_entry(&e.value) else {
+            warnings.push(format!("{key}: `{}` is not a plain path relative to ~; ignored", e.value));
+            continue;
+        };
+        let p = home.join(rel);
+        if b.hidden.covers(&p) {
+            warnings.push(format!("{key}: `{}` is hidden by policy; not bound", e.value));
+            continue;
+        }
+        if let Some(why) = linked_entry(b, &p, home) {
+            warnings.push(format!("{key}: `{}` {why}; not bound", e.value));
+            continue;
+        }
+        let found = match b.fs.kind(&p) {
+            Some(k) => entry_source(b, e, &p, k, home, warnings),
+            None if rw => b.agent_entry(e, &p).map(|k| (p.clone(), k)),
+            None => None,
+        };
+        let Some((source, kind)) = found else { continue };
+        if rw {
+            let dir = kind == Kind::Dir;
+            b.push(MountSpec::Bind { source, target: p.clone(), rw: true, dir });
+            writable.push(p);
+        } else {
+            b.bind_tree(&p, false);
+        }
+    }
+}
+
+/// One `home.seed` entry copied into the session's home, when it is a regular file reached
+/// through no link.
+fn seed(
+    b: &mut Builder<'_>,
+    s: &crate::policy::merge::Sourced<String>,
+    home: &Path,
+    git: &super::hiding::GitView,
+    warnings: &mut Vec<String>,
+) {
+    let Some(rel) = home_entry(&s.value) else { return };
+    let p = home.join(&rel);
+    if b.hidden.covers(&p) {
+        return;
+    }
+    // Not followed, neither the seed itself nor a directory on its way below the
+    // home (fifth and sixth outside looks at the anchors, V2, N1): a link that a
+    // session could have changed (one hop in a tree a jail writes, as a
+    // dotfiles repository worked on as a project) would hand the next session
+    // a copy of any file of that name the user can read, shown to no jail.
+    let linked = std::iter::successors(Some(rel.as_path()), |r| r.parent())
+        .filter(|r| !r.as_os_str().is_empty())
+        .any(|r| b.fs.kind(&home.join(r)) == Some(Kind::Symlink));
+    if linked {
+        warnings.push(format!(
+            "home.seed: `{}` is reached through a symbolic link: not copied in (a seed is copied \
+             only from a regular file with no link on its way below your home, which no session \
+             could re-point); name where it really is in home.read to show it read-only",
+            s.value
+        ));
+        return;
+    }
+    // Where it really is, the same (the home's own path may lead elsewhere).
+    if b.fs.kind(&p) != Some(Kind::File) || b.hidden.covers(&fs::real_path(b.fs, &p)) {
+        return;
+    }
+    // A git config the credentials were taken out of is seeded as that text.
+    match git.stripped.iter().find(|(g, _)| *g == p) {
+        Some((_, text)) => b.push(MountSpec::Stripped { target: p, contents: text.clone(), seed: true }),
+        None => b.push(MountSpec::Copy { source: p.clone(), target: p }),
+    }
+}
+
+/// Whether `m` shows a copy in place of the file at `p` (a stripped config, a seed).
+fn is_copy_over(m: &MountSpec, p: &Path) -> bool {
+    matches!(m, MountSpec::Stripped { .. } | MountSpec::Copy { .. }) && m.target() == p
 }
 
 /// Binds each ancestor directory between `root` (exclusive) and `p` (exclusive) onto itself,
@@ -366,6 +399,13 @@ pub(super) fn protect_found(
             Some(k) => {
                 pin_ancestors(b, tree, p);
                 b.push(MountSpec::Bind { source: p.clone(), target: p.clone(), rw: false, dir: k == Kind::Dir });
+                // A copy shown over the file (a config without its credentials: one the global
+                // git config includes) goes on top again: bound before, it was covered by this
+                // bind of the file itself (outside review of issue 32, R4).
+                if let Some(i) = b.mounts.iter().position(|m| is_copy_over(m, p)) {
+                    let copy = b.mounts.remove(i);
+                    b.push(copy);
+                }
             }
             None if tree == project => {
                 let mut first_missing = project.to_path_buf();

@@ -239,7 +239,6 @@ const PATH_VARS: &[&str] = &["PATH", "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPAT
 ///   protected when they name something in the project.
 ///
 /// Paths outside the project, and the project itself, are left out.
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 pub fn envrc_loads(fs: &dyn HostFs, project: &Path) -> Vec<(PathBuf, bool)> {
     let Some(text) = read(fs, &project.join(".envrc")) else { return vec![] };
     let text = String::from_utf8_lossy(&text).replace("\\\n", " ");
@@ -249,81 +248,10 @@ pub fn envrc_loads(fs: &dyn HostFs, project: &Path) -> Vec<(PathBuf, bool)> {
         let line = line.replace("${PWD}", ".").replace("$PWD", ".").replace("$(pwd)", ".").replace("`pwd`", ".");
         for cmd in line.split([';', '&', '|', '(', ')', '`']) {
             let words: Vec<String> = cmd.split_whitespace().map(|w| w.trim_matches(['"', '\'']).to_string()).collect();
-            let mut words: &[String] = &words;
-            while let Some((first, rest)) = words.split_first() {
-                if KEYWORDS.contains(&first.as_str()) || first.ends_with('$') {
-                    words = rest;
-                } else if let Some((var, value)) = first.split_once('=').filter(|(v, _)| is_name(v)) {
-                    if PATH_VARS.contains(&var) {
-                        for d in value.split(':') {
-                            found.word(d, true, true);
-                        }
-                    }
-                    words = rest;
-                } else {
-                    break;
-                }
-            }
+            let words = found.skip_prefix(&words);
             let Some((first, args)) = words.split_first() else { continue };
             let named: Vec<&str> = args.iter().map(String::as_str).filter(|a| !a.starts_with('-')).collect();
-            match first.as_str() {
-                "dotenv" | "dotenv_if_exists" if named.is_empty() => found.word(".env", false, true),
-                "dotenv" | "dotenv_if_exists" | "watch_file" => named.iter().for_each(|f| found.word(f, false, true)),
-                "source_env" | "source_env_if_exists" | "source" | "." => {
-                    if let Some(f) = named.first() {
-                        if f.ends_with("bin/activate") {
-                            found.word(f.trim_end_matches("activate"), true, true);
-                        }
-                        found.word(f, false, true);
-                        named[1..].iter().for_each(|a| found.word(a, false, false));
-                    }
-                }
-                "PATH_add" | "MANPATH_add" | "watch_dir" | "load_prefix" => {
-                    named.iter().for_each(|d| found.word(d, true, true))
-                }
-                "path_add" | "PATH_rm" => named.iter().skip(1).for_each(|d| found.word(d, true, true)),
-                "export" | "local" | "declare" | "readonly" => {
-                    for a in &named {
-                        if let Some((_, value)) = a.split_once('=').filter(|(v, _)| PATH_VARS.contains(v)) {
-                            value.split(':').for_each(|d| found.word(d, true, true));
-                        }
-                    }
-                }
-                "layout" => {
-                    if named.first().is_some_and(|l| *l == "node") {
-                        found.word("node_modules/.bin", true, true);
-                    }
-                    found.word(".direnv", true, true);
-                }
-                "use" => {
-                    found.word(".direnv", true, true);
-                    match named.first().copied() {
-                        Some("nix") => {
-                            for f in ["shell.nix", "default.nix"] {
-                                found.word(f, false, false);
-                            }
-                            named[1..].iter().for_each(|a| found.word(a, false, false));
-                        }
-                        // Not made when missing: nix writes flake.lock outside, and an empty
-                        // one would stop it.
-                        Some("flake") => {
-                            for f in ["flake.nix", "flake.lock"] {
-                                found.word(f, false, false);
-                            }
-                        }
-                        _ => named.iter().skip(1).for_each(|a| found.word(a, false, false)),
-                    }
-                }
-                _ => {
-                    // Another command: what it runs, and what it is given, where that is in
-                    // the project (`./scripts/setup`, `bash tools/env.sh`, `eval "$(cat x)"`).
-                    // Files only: a directory named there (`mkdir -p tmp`) is data.
-                    if first.contains('/') {
-                        found.word(first, false, true);
-                    }
-                    named.iter().for_each(|a| found.file(a));
-                }
-            }
+            found.command(first, &named);
         }
     }
     found.out
@@ -424,6 +352,93 @@ impl Found<'_> {
     fn push(&mut self, p: PathBuf, dir: bool) {
         if !self.out.iter().any(|(q, _)| *q == p) {
             self.out.push((p, dir));
+        }
+    }
+
+    /// The command's words after the keywords and assignments before it (`if`, `A=b cmd`);
+    /// an assignment to a `PATH`-like variable protects its directories.
+    fn skip_prefix<'w>(&mut self, mut words: &'w [String]) -> &'w [String] {
+        while let Some((first, rest)) = words.split_first() {
+            if KEYWORDS.contains(&first.as_str()) || first.ends_with('$') {
+                words = rest;
+            } else if let Some((var, value)) = first.split_once('=').filter(|(v, _)| is_name(v)) {
+                if PATH_VARS.contains(&var) {
+                    for d in value.split(':') {
+                        self.word(d, true, true);
+                    }
+                }
+                words = rest;
+            } else {
+                break;
+            }
+        }
+        words
+    }
+
+    /// What one command loads or puts on a path, by its name; `named` are its arguments that
+    /// are not options.
+    fn command(&mut self, first: &str, named: &[&str]) {
+        match first {
+            "dotenv" | "dotenv_if_exists" if named.is_empty() => self.word(".env", false, true),
+            "dotenv" | "dotenv_if_exists" | "watch_file" => named.iter().for_each(|f| self.word(f, false, true)),
+            "source_env" | "source_env_if_exists" | "source" | "." => {
+                if let Some(f) = named.first() {
+                    if f.ends_with("bin/activate") {
+                        self.word(f.trim_end_matches("activate"), true, true);
+                    }
+                    self.word(f, false, true);
+                    named[1..].iter().for_each(|a| self.word(a, false, false));
+                }
+            }
+            "PATH_add" | "MANPATH_add" | "watch_dir" | "load_prefix" => {
+                named.iter().for_each(|d| self.word(d, true, true))
+            }
+            "path_add" | "PATH_rm" => named.iter().skip(1).for_each(|d| self.word(d, true, true)),
+            "export" | "local" | "declare" | "readonly" => {
+                for a in named {
+                    if let Some((_, value)) = a.split_once('=').filter(|(v, _)| PATH_VARS.contains(v)) {
+                        value.split(':').for_each(|d| self.word(d, true, true));
+                    }
+                }
+            }
+            "layout" => {
+                if named.first().is_some_and(|l| *l == "node") {
+                    self.word("node_modules/.bin", true, true);
+                }
+                self.word(".direnv", true, true);
+            }
+            "use" => self.use_environment(named),
+            _ => {
+                // Another command: what it runs, and what it is given, where that is in
+                // the project (`./scripts/setup`, `bash tools/env.sh`, `eval "$(cat x)"`).
+                // Files only: a directory named there (`mkdir -p tmp`) is data.
+                if first.contains('/') {
+                    self.word(first, false, true);
+                }
+                named.iter().for_each(|a| self.file(a));
+            }
+        }
+    }
+
+    /// `use nix`, `use flake`, `use OTHER`: `.direnv/` where nix-direnv keeps what it loads,
+    /// and the files it reads.
+    fn use_environment(&mut self, named: &[&str]) {
+        self.word(".direnv", true, true);
+        match named.first().copied() {
+            Some("nix") => {
+                for f in ["shell.nix", "default.nix"] {
+                    self.word(f, false, false);
+                }
+                named[1..].iter().for_each(|a| self.word(a, false, false));
+            }
+            // Not made when missing: nix writes flake.lock outside, and an empty
+            // one would stop it.
+            Some("flake") => {
+                for f in ["flake.nix", "flake.lock"] {
+                    self.word(f, false, false);
+                }
+            }
+            _ => named.iter().skip(1).for_each(|a| self.word(a, false, false)),
         }
     }
 }

@@ -1235,8 +1235,54 @@ mod credential_stores {
             &p,
             |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/.cache"))
         ));
-        assert!(!has(&p, |m| matches!(m, MountSpec::Mask { .. })), "{:#?}", p.mounts);
+        // Masks only over the stores the launcher makes to cover them (the next test).
+        let made = [
+            "/home/u/.cache/git/credential",
+            "/home/u/.cache/huggingface/token",
+            "/home/u/.cache/huggingface/stored_tokens",
+        ];
+        assert!(
+            !has(&p, |m| matches!(m, MountSpec::Mask { target, .. } if !made.iter().any(|t| target == Path::new(t)))),
+            "{:#?}",
+            p.mounts
+        );
         assert!(p.credentials.hidden.len() > 100, "every path is hidden, present or not");
+    }
+
+    /// Outside review of issue 32, R1: a store that is missing where the writable `~/.cache`
+    /// would show it (git's credential-cache directory, the Hugging Face token) is made by the
+    /// launcher and covered like a present one, so one a tool makes outside during the session
+    /// is not seen inside; not in the project, not where no writable tree shows it, and not
+    /// under Landlock.
+    #[test]
+    fn a_missing_store_in_a_writable_tree_is_made_and_covered_from_the_start() {
+        let fs = host().dir("/home/u/.cache/pip");
+        let p = plan_on(&fs, facts(), "");
+        let masked = |t: &str, d: bool| {
+            has(&p, |m| matches!(m, MountSpec::Mask { target, dir } if target == Path::new(t) && *dir == d))
+        };
+        assert!(masked("/home/u/.cache/git/credential", true), "{:#?}", p.mounts);
+        assert!(masked("/home/u/.cache/huggingface/token", false));
+        assert!(masked("/home/u/.cache/huggingface/stored_tokens", false));
+        assert!(p.home_dirs.contains(&PathBuf::from("/home/u/.cache/git/credential")));
+        assert!(p.home_files.contains(&PathBuf::from("/home/u/.cache/huggingface/token")));
+        assert!(has(
+            &p,
+            |m| matches!(m, MountSpec::Pin { target } if target == Path::new("/home/u/.cache/huggingface"))
+        ));
+        // Not in the home's own top (no writable tree shows `~/.git-credential-cache`).
+        assert!(!p.home_dirs.contains(&PathBuf::from("/home/u/.git-credential-cache")));
+        // A present one is covered as before, and not made.
+        let fs = host().content("/home/u/.cache/huggingface/token", "hf_x");
+        let p = plan_on(&fs, facts(), "");
+        assert!(!p.home_files.contains(&PathBuf::from("/home/u/.cache/huggingface/token")));
+        assert!(has(
+            &p,
+            |m| matches!(m, MountSpec::Mask { target, .. } if target == Path::new("/home/u/.cache/huggingface/token"))
+        ));
+        // Landlock: nothing made.
+        let p = plan_on(&host().dir("/home/u/.cache/pip"), facts(), "[sandbox]\nbackend = \"landlock\"\n");
+        assert!(p.home_dirs.is_empty() && p.home_files.is_empty(), "{:?} {:?}", p.home_dirs, p.home_files);
     }
 
     #[test]

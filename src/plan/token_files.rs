@@ -39,7 +39,36 @@ const FILES: &[&str] = &[
     "$NPM_CONFIG_PREFIX/etc/npmrc",
     "$npm_config_prefix/etc/npmrc",
     "~/.npm-global/etc/npmrc",
+    // Node versions' own prefixes (nvm, volta, fnm): `npm config set --location=global` under
+    // one writes its `etc/npmrc` (outside review of issue 32, R3).
+    "$NVM_DIR/versions/node/*/etc/npmrc",
+    "~/.nvm/versions/node/*/etc/npmrc",
+    "~/.volta/tools/image/node/*/etc/npmrc",
+    "~/.local/share/fnm/node-versions/*/installation/etc/npmrc",
+    "~/.fnm/node-versions/*/installation/etc/npmrc",
+    // spack's per-platform user scopes (`~/.spack/linux/mirrors.yaml`).
+    "~/.spack/*/mirrors.yaml",
+    "~/.spack/*/config.yaml",
+    "$SPACK_USER_CONFIG_PATH/*/mirrors.yaml",
+    // conda's own scopes beside the user's: `condarc.d/`.
+    "~/.conda/condarc.d/*",
+    "~/.config/conda/condarc.d/*",
+    // pip's site config in each pyenv Python (`pip config --site`).
+    "~/.pyenv/versions/*/pip.conf",
 ];
+
+/// conda installs (their roots, and each environment in them): conda reads the root's
+/// `.condarc`, `condarc` and `condarc.d/` (`conda config --system`) and the active
+/// environment's, and pip reads `pip.conf` in the prefix it runs from (`pip config --site`).
+/// The built-in `home.read` entries show these trees whole (outside review of issue 32, R3).
+const CONDA_ROOTS: &[&str] =
+    &["$CONDA_ROOT", "$MAMBA_ROOT_PREFIX", "~/miniconda3", "~/miniforge3", "~/mambaforge", "~/anaconda3", "~/.mamba"];
+
+/// The files of a conda prefix (a root or an environment) that can hold a token.
+const CONDA_PREFIX_FILES: &[&str] = &[".condarc", "condarc", "condarc.d/*", "pip.conf"];
+
+/// Entries one `*` stands for, at most: past them, the rest of a directory is not looked at.
+const MAX_GLOB: usize = 256;
 
 /// Keys whose value is a secret, lower case, as the last part of a key (`registries.x.token`,
 /// `//registry.npmjs.org/:_authToken`).
@@ -92,8 +121,9 @@ pub struct Found {
 /// looked at again whether or not a name of `FILES` still leads to them.
 pub fn decide(fs: &dyn HostFs, home: &Path, var: &dyn Fn(&str) -> Option<String>, before: &[PathBuf]) -> Vec<Found> {
     let mut out: Vec<Found> = vec![];
-    let named = FILES.iter().filter_map(|f| expand(f, home, var));
-    for named in named.chain(before.iter().cloned()) {
+    let named = FILES.iter().filter_map(|f| expand(f, home, var)).flat_map(|p| glob(fs, &p));
+    let conda = conda_files(fs, home, var);
+    for named in named.chain(conda).chain(before.iter().cloned()) {
         let p = crate::plan::fs::real_path(fs, &named);
         if out.iter().any(|f| f.real == p) || fs.kind(&p) != Some(Kind::File) {
             continue;
@@ -110,6 +140,44 @@ pub fn decide(fs: &dyn HostFs, home: &Path, var: &dyn Fn(&str) -> Option<String>
         }
     }
     out
+}
+
+/// The token files of every conda prefix: each root of `CONDA_ROOTS` that is a directory, and
+/// each environment in its `envs/`.
+fn conda_files(fs: &dyn HostFs, home: &Path, var: &dyn Fn(&str) -> Option<String>) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for root in CONDA_ROOTS.iter().filter_map(|r| expand(r, home, var)) {
+        if fs.kind(&root) != Some(Kind::Dir) {
+            continue;
+        }
+        let envs = glob(fs, &root.join("envs/*"));
+        for prefix in std::iter::once(root).chain(envs) {
+            out.extend(CONDA_PREFIX_FILES.iter().flat_map(|f| glob(fs, &prefix.join(f))));
+        }
+    }
+    out
+}
+
+/// The paths a path with `*` components names: each `*` is every entry of the directory
+/// before it (at most `MAX_GLOB`, in the order the directory lists them); a path without one
+/// is itself.
+fn glob(fs: &dyn HostFs, p: &Path) -> Vec<PathBuf> {
+    let mut found = vec![PathBuf::new()];
+    for c in p.components() {
+        if c.as_os_str() != "*" {
+            found.iter_mut().for_each(|f| f.push(c));
+            continue;
+        }
+        found = found
+            .into_iter()
+            .filter(|d| fs.kind(d) == Some(Kind::Dir))
+            .flat_map(|d| {
+                let names = fs.read_dir(&d);
+                names.iter().take(MAX_GLOB).map(|n| d.join(n)).collect::<Vec<_>>()
+            })
+            .collect();
+    }
+    found
 }
 
 fn expand(form: &str, home: &Path, var: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
@@ -282,6 +350,40 @@ mod tests {
         assert_eq!(t, "[global]\nindex-url = https://host/simple\n");
         assert_eq!(strip("[build]\njobs = 4\n[net]\ngit-fetch-with-cli = true\n"), Outcome::Unchanged);
         assert!(matches!(strip("token = \"\"\"\nx\n\"\"\"\n"), Outcome::Withheld { .. }));
+    }
+
+    /// Outside review of issue 32, R3: the built-in `home.read` entries show conda roots,
+    /// nvm's Node versions and spack's platform scopes whole; their token files are found.
+    #[test]
+    fn token_files_in_conda_roots_and_environments_node_versions_and_spack_scopes_are_found() {
+        let tok = "//r/:_authToken=z\n";
+        let fs = FakeFs::default()
+            .content("/home/u/miniconda3/.condarc", "channels:\n  - https://c.example/t/tk-1/x\n")
+            .content("/home/u/miniconda3/pip.conf", "[global]\nindex-url = https://u:pw@p.example/simple\n")
+            .content("/home/u/miniconda3/condarc.d/corp.yml", "channels:\n  - https://c.example/t/tk-2/x\n")
+            .content("/home/u/miniconda3/envs/ml/pip.conf", "[global]\nindex-url = https://u:pw@q.example/simple\n")
+            .content("/home/u/miniconda3/envs/ml/bin/python", "")
+            .content("/home/u/.nvm/versions/node/v20.11.0/etc/npmrc", tok)
+            .content("/home/u/.spack/linux/mirrors.yaml", "mirrors:\n  m:\n    access_pair: [A, B]\n")
+            .content("/home/u/.spack/linux/packages.yaml", "packages: {}\n")
+            .content(
+                "/home/u/.pyenv/versions/3.12.1/pip.conf",
+                "[global]\nindex-url = https://u:pw@r.example/simple\n",
+            );
+        let found: Vec<PathBuf> =
+            decide(&fs, Path::new("/home/u"), &|_| None, &[]).into_iter().map(|f| f.real).collect();
+        for want in [
+            "/home/u/miniconda3/.condarc",
+            "/home/u/miniconda3/pip.conf",
+            "/home/u/miniconda3/condarc.d/corp.yml",
+            "/home/u/miniconda3/envs/ml/pip.conf",
+            "/home/u/.nvm/versions/node/v20.11.0/etc/npmrc",
+            "/home/u/.spack/linux/mirrors.yaml",
+            "/home/u/.pyenv/versions/3.12.1/pip.conf",
+        ] {
+            assert!(found.contains(&PathBuf::from(want)), "{want} not found in {found:?}");
+        }
+        assert_eq!(found.len(), 7, "{found:?}");
     }
 
     #[test]

@@ -215,7 +215,6 @@ fn set<T: Clone>(slot: &mut Sourced<T>, v: &Option<T>, src: &Source) {
     }
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyError> {
     use ListKind::*;
     if let Some(s) = &l.sandbox {
@@ -225,14 +224,7 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         extend(&mut p.project_parents, &s.project_parents, src, Allow(Bound::Path), "sandbox.project_parents")?;
     }
     if let Some(f) = &l.filesystem {
-        extend(&mut p.fs_read, &f.read, src, Allow(Bound::Path), "filesystem.read")?;
-        extend(&mut p.fs_write, &f.write, src, Allow(Bound::Path), "filesystem.write")?;
-        set(&mut p.nested_git, &f.nested_git, src);
-        extend(&mut p.hide, &f.hide, src, Floor, "filesystem.hide")?;
-        extend(&mut p.hide_files, &f.hide_files, src, Floor, "filesystem.hide_files")?;
-        extend(&mut p.protected, &f.protected, src, Defaults, "filesystem.protected")?;
-        extend(&mut p.devices, &f.devices, src, Allow(Bound::Glob), "filesystem.devices")?;
-        extend(&mut p.deny_devices, &f.deny_devices, src, Floor, "filesystem.deny_devices")?;
+        layer_filesystem(p, f, src)?;
     }
     if let Some(h) = &l.home {
         set(&mut p.home_access, &h.access, src);
@@ -241,49 +233,10 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         extend(&mut p.home_seed, &h.seed, src, Allow(Bound::Path), "home.seed")?;
     }
     if let Some(e) = &l.env {
-        extend(&mut p.env_keep, &e.keep, src, Allow(Bound::Glob), "env.keep")?;
-        extend(&mut p.env_scrub, &e.scrub, src, Floor, "env.scrub")?;
-        if let Some(set) = &e.set {
-            for (k, v) in set {
-                validate_env_name(k, src)?;
-                if p.env_set.get(k).is_some_and(|old| old.locked) {
-                    continue;
-                }
-                p.env_set.insert(k.clone(), Sourced::new(v.clone(), src));
-            }
-        }
+        layer_env(p, e, src)?;
     }
     if let Some(n) = &l.net {
-        set(&mut p.net_mode, &n.mode, src);
-        set(&mut p.net_fallback, &n.fallback, src);
-        if let Some(spec) = &n.preset {
-            let preset = super::presets::find(spec).map_err(|message| PolicyError::Invalid {
-                origin: src.to_string(),
-                key: "net.preset".into(),
-                message,
-            })?;
-            let hosts = Some(preset.hosts.iter().map(|h| h.to_string()).collect());
-            extend(&mut p.net_allow, &hosts, src, Allow(Bound::Exact), "net.allow")?;
-            extend(&mut p.net_block, &Some(vec!["*".into()]), src, Defaults, "net.block")?;
-            p.net_preset = Some(Sourced::new(format!("{}@{}", preset.name, preset.version), src));
-        }
-        extend(&mut p.net_allow, &n.allow, src, Allow(Bound::Exact), "net.allow")?;
-        extend(&mut p.net_block, &n.block, src, Defaults, "net.block")?;
-        if !p.net_dns.locked {
-            set(&mut p.net_dns, &n.dns, src);
-        }
-        set(&mut p.net_host_ports, &n.host_ports, src);
-        set(&mut p.net_publish, &n.publish, src);
-        set(&mut p.net_job_ports, &n.job_ports, src);
-        if !p.net_job_address.locked {
-            set(&mut p.net_job_address, &n.job_address, src);
-        }
-        if !p.net_deny_private.locked {
-            set(&mut p.net_deny_private, &n.deny_private, src);
-        }
-        if !p.net_session_network.locked {
-            set(&mut p.net_session_network, &n.session_network, src);
-        }
+        layer_net(p, n, src)?;
     }
     if let Some(pr) = &l.process {
         set(&mut p.nested_userns, &pr.nested_userns, src);
@@ -294,13 +247,7 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
         set(&mut p.mail_block, &m.block, src);
     }
     if let Some(lim) = &l.limits {
-        // A later layer's value replaces an earlier one (the admin's, applied last, bounds them).
-        let parsed = Limits::parse(lim, src)?;
-        let lim = &mut p.limits;
-        lim.mem = parsed.mem.or(lim.mem.take());
-        lim.pids = parsed.pids.or(lim.pids.take());
-        lim.timeout = parsed.timeout.or(lim.timeout.take());
-        lim.cpus = parsed.cpus.or(lim.cpus.take());
+        layer_limits(&mut p.limits, lim, src)?;
     }
     if let Some(sl) = &l.slurm {
         let parsed = SlurmQueries::parse(sl, src)?;
@@ -310,6 +257,75 @@ fn apply_layer(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyErro
     if let Some(a) = &l.agent {
         p.agent = Some(Sourced::new(a.clone(), src));
     }
+    Ok(())
+}
+
+fn layer_filesystem(p: &mut Policy, f: &FsSection, src: &Source) -> Result<(), PolicyError> {
+    use ListKind::*;
+    extend(&mut p.fs_read, &f.read, src, Allow(Bound::Path), "filesystem.read")?;
+    extend(&mut p.fs_write, &f.write, src, Allow(Bound::Path), "filesystem.write")?;
+    set(&mut p.nested_git, &f.nested_git, src);
+    extend(&mut p.hide, &f.hide, src, Floor, "filesystem.hide")?;
+    extend(&mut p.hide_files, &f.hide_files, src, Floor, "filesystem.hide_files")?;
+    extend(&mut p.protected, &f.protected, src, Defaults, "filesystem.protected")?;
+    extend(&mut p.devices, &f.devices, src, Allow(Bound::Glob), "filesystem.devices")?;
+    extend(&mut p.deny_devices, &f.deny_devices, src, Floor, "filesystem.deny_devices")
+}
+
+fn layer_env(p: &mut Policy, e: &EnvSection, src: &Source) -> Result<(), PolicyError> {
+    extend(&mut p.env_keep, &e.keep, src, ListKind::Allow(Bound::Glob), "env.keep")?;
+    extend(&mut p.env_scrub, &e.scrub, src, ListKind::Floor, "env.scrub")?;
+    for (k, v) in e.set.iter().flatten() {
+        validate_env_name(k, src)?;
+        if p.env_set.get(k).is_some_and(|old| old.locked) {
+            continue;
+        }
+        p.env_set.insert(k.clone(), Sourced::new(v.clone(), src));
+    }
+    Ok(())
+}
+
+/// A preset goes in before the layer's own lists, so the layer can `!`-remove a preset host.
+fn layer_net(p: &mut Policy, n: &NetSection, src: &Source) -> Result<(), PolicyError> {
+    use ListKind::*;
+    set(&mut p.net_mode, &n.mode, src);
+    set(&mut p.net_fallback, &n.fallback, src);
+    if let Some(spec) = &n.preset {
+        let preset = super::presets::find(spec).map_err(|message| PolicyError::Invalid {
+            origin: src.to_string(),
+            key: "net.preset".into(),
+            message,
+        })?;
+        let hosts = Some(preset.hosts.iter().map(|h| h.to_string()).collect());
+        extend(&mut p.net_allow, &hosts, src, Allow(Bound::Exact), "net.allow")?;
+        extend(&mut p.net_block, &Some(vec!["*".into()]), src, Defaults, "net.block")?;
+        p.net_preset = Some(Sourced::new(format!("{}@{}", preset.name, preset.version), src));
+    }
+    extend(&mut p.net_allow, &n.allow, src, Allow(Bound::Exact), "net.allow")?;
+    extend(&mut p.net_block, &n.block, src, Defaults, "net.block")?;
+    set(&mut p.net_host_ports, &n.host_ports, src);
+    set(&mut p.net_publish, &n.publish, src);
+    set(&mut p.net_job_ports, &n.job_ports, src);
+    set_unless_locked(&mut p.net_dns, &n.dns, src);
+    set_unless_locked(&mut p.net_job_address, &n.job_address, src);
+    set_unless_locked(&mut p.net_deny_private, &n.deny_private, src);
+    set_unless_locked(&mut p.net_session_network, &n.session_network, src);
+    Ok(())
+}
+
+fn set_unless_locked<T: Clone>(slot: &mut Sourced<T>, v: &Option<T>, src: &Source) {
+    if !slot.locked {
+        set(slot, v, src);
+    }
+}
+
+/// A later layer's value replaces an earlier one (the admin's, applied last, bounds them).
+fn layer_limits(lim: &mut Limits, section: &LimitsSection, src: &Source) -> Result<(), PolicyError> {
+    let parsed = Limits::parse(section, src)?;
+    lim.mem = parsed.mem.or(lim.mem.take());
+    lim.pids = parsed.pids.or(lim.pids.take());
+    lim.timeout = parsed.timeout.or(lim.timeout.take());
+    lim.cpus = parsed.cpus.or(lim.cpus.take());
     Ok(())
 }
 
@@ -426,9 +442,7 @@ fn extend(
 }
 
 /// The admin layer: floors add (locked), allow-lists bound, ordered scalars are minimums.
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyError> {
-    use ListKind::*;
     reject_negations(l, src)?;
     if l.projects.is_some() || l.agent.is_some() {
         return Err(PolicyError::Invalid {
@@ -437,33 +451,39 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
             message: "the admin lock file cannot hold [projects] or [agent] tables".into(),
         });
     }
+    admin_lists(p, l, src);
+    admin_set_values(p, l, src)?;
+    stricter(&mut p.home_access, l.home.as_ref().and_then(|h| h.access), src);
+    admin_net(p, l.net.as_ref(), src);
+    stricter(&mut p.mail_block, l.mail.as_ref().and_then(|m| m.block), src);
+    if let Some(lim) = &l.limits {
+        let max = Limits::parse(lim, src)?;
+        cap(&mut p.warnings, "mem", &mut p.limits.mem, max.mem);
+        cap(&mut p.warnings, "pids", &mut p.limits.pids, max.pids);
+        cap(&mut p.warnings, "timeout", &mut p.limits.timeout, max.timeout);
+        cap(&mut p.warnings, "cpus", &mut p.limits.cpus, max.cpus);
+    }
+    if let Some(sl) = &l.slurm {
+        let admin = SlurmQueries::parse(sl, src)?;
+        stricter(&mut p.slurm.query_interval, admin.query_interval.map(|s| s.value), src);
+        gentler(&mut p.slurm.queries_per_minute, admin.queries_per_minute.map(|s| s.value), src);
+    }
+    let process = l.process.as_ref();
+    permit(&mut p.nested_userns, process.and_then(|pr| pr.nested_userns), src);
+    permit(&mut p.unix_sockets, process.and_then(|pr| pr.unix_sockets), src);
+    permit(&mut p.host_terminals, process.and_then(|pr| pr.host_terminals), src);
+    permit(&mut p.nested_git, l.filesystem.as_ref().and_then(|f| f.nested_git), src);
+    Ok(())
+}
+
+/// Every list the admin names: an allow-list bounds the layers' entries, a floor or a
+/// defaults list gains the admin's entries, locked.
+fn admin_lists(p: &mut Policy, l: &Layer, src: &Source) {
+    use ListKind::*;
     let mut warnings = vec![];
     let mut bound = |list: &mut List, admin: &Option<Vec<String>>, kind: ListKind, key: &str| {
-        let Some(admin) = admin else { return };
-        match kind {
-            Allow(b) => {
-                list.retain(|e| {
-                    let inside = admin.iter().any(|a| within(b, &e.value, a));
-                    // Built-in defaults outside the admin's list go quietly: nobody asked for them.
-                    if !inside && e.source != Source::Builtin {
-                        warnings.push(format!(
-                            "{key}: `{}` (from {}) is outside what the admin allows; dropped",
-                            e.value, e.source
-                        ));
-                    }
-                    inside
-                });
-            }
-            Floor | Defaults => {
-                for a in admin {
-                    if let Some(e) = list.iter_mut().find(|e| &e.value == a) {
-                        e.locked = true;
-                        e.source = src.clone();
-                    } else {
-                        list.push(Sourced::new(a.clone(), src));
-                    }
-                }
-            }
+        if let Some(admin) = admin {
+            bound_list(list, admin, kind, key, src, &mut warnings);
         }
     };
     if let Some(s) = &l.sandbox {
@@ -492,7 +512,38 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
         bound(&mut p.net_block, &n.block, Defaults, "net.block");
     }
     p.warnings.extend(warnings);
+}
 
+fn bound_list(list: &mut List, admin: &[String], kind: ListKind, key: &str, src: &Source, warnings: &mut Vec<String>) {
+    match kind {
+        ListKind::Allow(b) => {
+            list.retain(|e| {
+                let inside = admin.iter().any(|a| within(b, &e.value, a));
+                // Built-in defaults outside the admin's list go quietly: nobody asked for them.
+                if !inside && e.source != Source::Builtin {
+                    warnings.push(format!(
+                        "{key}: `{}` (from {}) is outside what the admin allows; dropped",
+                        e.value, e.source
+                    ));
+                }
+                inside
+            });
+        }
+        ListKind::Floor | ListKind::Defaults => {
+            for a in admin {
+                if let Some(e) = list.iter_mut().find(|e| &e.value == a) {
+                    e.locked = true;
+                    e.source = src.clone();
+                } else {
+                    list.push(Sourced::new(a.clone(), src));
+                }
+            }
+        }
+    }
+}
+
+/// The values the admin sets outright: the sandbox's scalars and `env.set`.
+fn admin_set_values(p: &mut Policy, l: &Layer, src: &Source) -> Result<(), PolicyError> {
     if let Some(s) = &l.sandbox {
         if let Some(b) = s.backend {
             p.backend = Sourced::new(b, src);
@@ -504,17 +555,16 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
             p.hide_with = Sourced::new(h, src);
         }
     }
-    if let Some(e) = &l.env {
-        if let Some(set) = &e.set {
-            for (k, v) in set {
-                validate_env_name(k, src)?;
-                p.env_set.insert(k.clone(), Sourced::new(v.clone(), src));
-            }
-        }
+    for (k, v) in l.env.as_ref().and_then(|e| e.set.as_ref()).into_iter().flatten() {
+        validate_env_name(k, src)?;
+        p.env_set.insert(k.clone(), Sourced::new(v.clone(), src));
     }
-    let h = l.home.as_ref().and_then(|h| h.access);
-    stricter(&mut p.home_access, h, src);
-    let n = l.net.as_ref();
+    Ok(())
+}
+
+/// The network scalars: ordered ones the stricter of user and admin, the DNS servers and the
+/// job address the admin's (locked), the port lists bounded by the admin's.
+fn admin_net(p: &mut Policy, n: Option<&NetSection>, src: &Source) {
     stricter(&mut p.net_mode, n.and_then(|n| n.mode), src);
     stricter(&mut p.net_fallback, n.and_then(|n| n.fallback), src);
     stricter(&mut p.net_deny_private, n.and_then(|n| n.deny_private), src);
@@ -540,25 +590,6 @@ pub(super) fn apply_admin(p: &mut Policy, l: &Layer, src: &Source) -> Result<(),
         slot.value = kept;
         slot.locked = true;
     }
-    stricter(&mut p.mail_block, l.mail.as_ref().and_then(|m| m.block), src);
-    if let Some(lim) = &l.limits {
-        let max = Limits::parse(lim, src)?;
-        cap(&mut p.warnings, "mem", &mut p.limits.mem, max.mem);
-        cap(&mut p.warnings, "pids", &mut p.limits.pids, max.pids);
-        cap(&mut p.warnings, "timeout", &mut p.limits.timeout, max.timeout);
-        cap(&mut p.warnings, "cpus", &mut p.limits.cpus, max.cpus);
-    }
-    if let Some(sl) = &l.slurm {
-        let admin = SlurmQueries::parse(sl, src)?;
-        stricter(&mut p.slurm.query_interval, admin.query_interval.map(|s| s.value), src);
-        gentler(&mut p.slurm.queries_per_minute, admin.queries_per_minute.map(|s| s.value), src);
-    }
-    let process = l.process.as_ref();
-    permit(&mut p.nested_userns, process.and_then(|pr| pr.nested_userns), src);
-    permit(&mut p.unix_sockets, process.and_then(|pr| pr.unix_sockets), src);
-    permit(&mut p.host_terminals, process.and_then(|pr| pr.host_terminals), src);
-    permit(&mut p.nested_git, l.filesystem.as_ref().and_then(|f| f.nested_git), src);
-    Ok(())
 }
 
 /// An administrator's limit is a maximum: a higher value (said in a warning) or none becomes

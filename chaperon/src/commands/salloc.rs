@@ -16,8 +16,11 @@ use crate::slurm_22_05;
 use crate::spawn::Io;
 use crate::table::{allow, any_of, deny, parse_with, Arity, GrammarError, Options, Table};
 use crate::wire::{self, Response};
+use nix::unistd::Pid;
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 
@@ -269,7 +272,6 @@ fn end_salloc(child: &mut crate::spawn::RealChild, cfg: &crate::session::Config,
     }
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
     let parsed = parse_salloc(&req.argv, cfg.plugin_options())?;
@@ -278,66 +280,28 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     }
     // Known before the allocation is asked for: the allocation is recorded with it.
     cfg.cluster_to_record()?;
-    // Not `cfg.command`: salloc must not die with the chaperon (a killed salloc leaves its
-    // allocation running). If the chaperon goes, the holding command's stdin closes and
-    // salloc relinquishes, as it does when the caller goes.
-    let mut cmd = crate::session::real_command_outliving(&cfg.slurm_bin, &cfg.home, &cfg.user, "salloc");
-    cmd.args(written(&parsed.options));
-    // The holding command, on the login node: says the allocation's environment, then waits
-    // for the pipe the chaperon holds to close.
-    cmd.args(["/bin/sh", "-c", &format!("env -0; printf '{MARK}\\0'; exec cat >/dev/null")]);
-    cmd.stdin(Io::piped()).stdout(Io::piped()).stderr(Io::piped());
-    let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run Slurm: {e}")))?;
+    let mut child = spawn_salloc(cfg, &parsed.options)?;
     let hold = child.stdin.take();
     let mut out = child.stdout.take().ok_or_else(|| Refusal::Failed("salloc's output is missing".into()))?;
     let err = child.stderr.take().ok_or_else(|| Refusal::Failed("salloc's messages are missing".into()))?;
-    let job = std::sync::Arc::new(std::sync::Mutex::new(None::<u32>));
+    let job = Arc::new(Mutex::new(None::<u32>));
     let stderr_to = stdio.stderr;
     std::thread::scope(|scope| {
         let job_seen = job.clone();
         let passer = scope.spawn(move || pass_stderr(err, stderr_to, cfg, &job_seen));
-        // Until the allocation is granted (it may queue), the caller going away (Ctrl-C kills
-        // the stub) ends the request. salloc ignores SIGTERM and SIGINT while it waits, so it
-        // is killed, and its pending job cancelled below.
-        let gone = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let pending = std::sync::Arc::new(std::sync::Mutex::new(true));
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        if let Ok(mut conn) = call.conn.try_clone() {
-            let (gone, pending) = (gone.clone(), pending.clone());
-            std::thread::spawn(move || {
-                let mut sink = [0u8; 256];
-                while matches!(std::io::Read::read(&mut conn, &mut sink), Ok(n) if n > 0) {}
-                // Held while salloc is not yet reaped: the pid is still salloc's.
-                let still = pending.lock().unwrap_or_else(|p| p.into_inner());
-                gone.store(true, std::sync::atomic::Ordering::Release);
-                if *still {
-                    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-                }
-            });
-        }
-        let mut got = Vec::new();
-        let env = loop {
-            let mut buf = [0u8; 4096];
-            match out.read(&mut buf) {
-                Ok(0) | Err(_) => break None,
-                Ok(n) => got.extend_from_slice(&buf[..n]),
-            }
-            if got.len() > 1 << 20 {
-                break None;
-            }
-            if let Some(env) = allocation_env(&got) {
-                break Some(env);
-            }
-        };
+        let gone = Arc::new(AtomicBool::new(false));
+        let pending = Arc::new(Mutex::new(true));
+        watch_caller(call.conn, &gone, &pending, Pid::from_raw(child.id() as i32));
+        let env = read_allocation_env(&mut out);
         *pending.lock().unwrap_or_else(|p| p.into_inner()) = false;
-        let known = |j: &std::sync::Mutex<Option<u32>>| *j.lock().unwrap_or_else(|p| p.into_inner());
+        let known = |j: &Mutex<Option<u32>>| *j.lock().unwrap_or_else(|p| p.into_inner());
         let Some(env) = env else {
             drop(hold);
             let status = child.wait().map_err(|e| Refusal::Failed(format!("waiting for Slurm: {e}")))?;
             let _ = passer.join();
             // Killed while its request was pending: the job salloc named is cancelled.
             if let Some(id) = known(&job) {
-                if gone.load(std::sync::atomic::Ordering::Acquire) {
+                if gone.load(Ordering::Acquire) {
                     let _ = cfg.command("scancel").arg(id.to_string()).status();
                 }
                 unnote(cfg, id);
@@ -357,29 +321,85 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         call.audit.job = Some(id);
         let mut conn = call.conn;
         let answer = Response::Allocated { job: id, env, command: parsed.command.clone() };
-        if !gone.load(std::sync::atomic::Ordering::Acquire) && wire::write_frame(&mut conn, &answer).is_ok() {
+        if !gone.load(Ordering::Acquire) && wire::write_frame(&mut conn, &answer).is_ok() {
             // The stub runs the command; its connection ends when the command does.
-            while !gone.load(std::sync::atomic::Ordering::Acquire) {
+            while !gone.load(Ordering::Acquire) {
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
         // The holding command's stdin closes: salloc relinquishes the allocation.
         drop(hold);
-        let deadline = std::time::Instant::now() + RELINQUISH;
-        loop {
-            if let Ok(Some(_)) = child.try_wait() {
-                break;
-            }
-            if std::time::Instant::now() >= deadline {
-                end_salloc(&mut child, cfg, Some(id));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_relinquished(&mut child, cfg, id);
         let _ = passer.join();
         unnote(cfg, id);
         Ok(0)
     })
+}
+
+/// salloc with the caller's options and the holding command, its three streams piped.
+fn spawn_salloc(cfg: &crate::session::Config, options: &Options) -> Result<crate::spawn::RealChild, Refusal> {
+    // Not `cfg.command`: salloc must not die with the chaperon (a killed salloc leaves its
+    // allocation running). If the chaperon goes, the holding command's stdin closes and
+    // salloc relinquishes, as it does when the caller goes.
+    let mut cmd = crate::session::real_command_outliving(&cfg.slurm_bin, &cfg.home, &cfg.user, "salloc");
+    cmd.args(written(options));
+    // The holding command, on the login node: says the allocation's environment, then waits
+    // for the pipe the chaperon holds to close.
+    cmd.args(["/bin/sh", "-c", &format!("env -0; printf '{MARK}\\0'; exec cat >/dev/null")]);
+    cmd.stdin(Io::piped()).stdout(Io::piped()).stderr(Io::piped());
+    cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run Slurm: {e}")))
+}
+
+/// Until the allocation is granted (it may queue), the caller going away (Ctrl-C kills the
+/// stub) ends the request. salloc ignores SIGTERM and SIGINT while it waits, so it is killed,
+/// and its pending job cancelled by `handle`. `gone` is set when the caller's connection ends.
+fn watch_caller(conn: &std::os::unix::net::UnixStream, gone: &Arc<AtomicBool>, pending: &Arc<Mutex<bool>>, pid: Pid) {
+    let Ok(mut conn) = conn.try_clone() else { return };
+    let (gone, pending) = (gone.clone(), pending.clone());
+    std::thread::spawn(move || {
+        let mut sink = [0u8; 256];
+        while matches!(std::io::Read::read(&mut conn, &mut sink), Ok(n) if n > 0) {}
+        // Held while salloc is not yet reaped: the pid is still salloc's.
+        let still = pending.lock().unwrap_or_else(|p| p.into_inner());
+        gone.store(true, Ordering::Release);
+        if *still {
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+        }
+    });
+}
+
+/// The allocation's environment as the holding command says it, or None if salloc ends (or
+/// says more than a MiB) first.
+fn read_allocation_env(out: &mut std::fs::File) -> Option<BTreeMap<String, String>> {
+    let mut got = Vec::new();
+    loop {
+        let mut buf = [0u8; 4096];
+        match out.read(&mut buf) {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+        if got.len() > 1 << 20 {
+            return None;
+        }
+        if let Some(env) = allocation_env(&got) {
+            return Some(env);
+        }
+    }
+}
+
+/// salloc given RELINQUISH to end once its holding command has; then ended (`end_salloc`).
+fn wait_relinquished(child: &mut crate::spawn::RealChild, cfg: &crate::session::Config, id: u32) {
+    let deadline = std::time::Instant::now() + RELINQUISH;
+    loop {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            end_salloc(child, cfg, Some(id));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 #[cfg(test)]

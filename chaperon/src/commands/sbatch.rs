@@ -13,12 +13,14 @@ use crate::job::{self, JobDir, JobSpec, MAX_SCRIPT};
 use crate::job_options::{BATCH_AND_ALLOC, BATCH_AND_STEP, EVERY_JOB};
 use crate::refusal::Refusal;
 use crate::scope::Entry;
+use crate::session::Config;
 use crate::slurm_22_05;
 use crate::spawn::Io;
 use crate::table::{
     allow, as_written, deny, opt, parse_with, Arity, Class, GrammarError, Table, APPLIED_IN_JAIL, MAX_ARGS,
     MAX_ARG_BYTES, OPENED_IN_JAIL,
 };
+use crate::wire::Request;
 use std::io::Write;
 use std::path::Path;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
@@ -357,39 +359,12 @@ impl SbatchRequest {
 /// parsed with its directives, checked against the project and the scope, recorded in a job
 /// directory with what the job needs inside the jail, and submitted as the chaperon's wrapper,
 /// which re-enters the jail on the node. The job id is recorded in scope at submission.
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let (req, cfg) = (call.req, call.cfg);
     let first = parse_sbatch(&req.argv, None, cfg.plugin_options())?;
     let cwd = cwd_of(req, cfg)?;
     let cluster = cfg.cluster_to_record()?;
-    // sbatch opens its script argument with open(2): `/dev/stdin` (Snakemake's
-    // --slurm-pass-command-as-script) is the caller's stdin, named after the file.
-    let on_stdin = |p: &String| ["/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"].contains(&p.as_str());
-    let (script, default_name) = match (first.last("wrap").flatten(), &first.script_path) {
-        (Some(cmd), _) => {
-            (format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n"), "wrap".to_string())
-        }
-        (None, Some(p)) if on_stdin(p) => (read_stdin_script(&stdio)?, "stdin".into()),
-        // Read by the stub inside the jail: wherever the jail keeps it (dask-jobqueue writes
-        // its job scripts to $TMPDIR), it is the file the jail sees.
-        (None, Some(p)) if req.script.is_some() => {
-            let text = req.script.clone().unwrap_or_default();
-            if text.len() > MAX_SCRIPT {
-                return Err(Refusal::TooLarge { what: "the batch script", max: MAX_SCRIPT });
-            }
-            let name = Path::new(p).file_name().map(|n| n.to_string_lossy().into_owned());
-            (text, name.unwrap_or_else(|| "sbatch".into()))
-        }
-        (None, Some(p)) => {
-            let path = under_project(&cfg.project, &cwd, p)?;
-            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sbatch".into());
-            let file =
-                open_in_project(&cfg.project, &path).map_err(|source| Refusal::File { named: p.clone(), source })?;
-            (script_text(read_capped(file, "the batch script")?)?, name)
-        }
-        (None, None) => (read_stdin_script(&stdio)?, "sbatch".into()),
-    };
+    let (script, default_name) = batch_script(req, cfg, &stdio, &first, &cwd)?;
     call.audit.script_bytes = Some(script.len());
     call.audit.script_hash = Some(fingerprint(script.as_bytes()));
     let parsed = if first.last("wrap").is_some() {
@@ -407,51 +382,16 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     // An unknown SLURM_SCOPE is refused for every command, sbatch included.
     scope_of(req)?;
     dependencies_in_scope(&parsed.options, "--dependency", req, cfg)?;
-    let export = export_env(asked.export, asked.export_file, req, &job_cwd, cfg)?;
-    let spec = JobSpec {
-        output: asked.output.clone(),
-        error: asked.error.map(str::to_owned),
-        input: asked.input.map(str::to_owned),
-        append: asked.append,
-        slurm_export_env: export_request(asked.export, req).filter(|e| !e.eq_ignore_ascii_case("ALL")),
-        job_name: asked.job_name.clone(),
-        script_args: parsed.script_args.clone(),
-        submit_dir: (cwd != job_cwd).then(|| cwd.clone()),
-        ..JobSpec::for_session(cfg, &job_cwd, export).map_err(Refusal::Failed)?
-    };
+    let spec = job_spec(req, cfg, &parsed, &asked, &cwd, &job_cwd)?;
     let job_dir = JobDir::name(cfg).map_err(Refusal::Failed)?;
     let dir = &job_dir.path;
-
-    // The real sbatch sees only what the table allows, the rebuilt pieces and our wrapper.
-    let mut cmd = cfg.command("sbatch");
-    // Not in the job directory, which is written while sbatch starts (its own start is most
-    // of a millisecond): the job's SLURM_SUBMIT_DIR comes from the spec, not from here.
-    cmd.current_dir(dir.parent().unwrap_or(Path::new("/")));
-    cmd.args(parsed.real_args(&spec.job_name, &job_cwd, &dir.join(job::WRAPPER_OUT)));
-    cmd.args(cfg.belt(dir)?);
-    // The wrapper reaches sbatch on a pipe the chaperon writes, not by a path: nothing that
-    // could be swapped between our write and sbatch's read.
-    cmd.stdin(Io::piped()).stderr(stdio.stderr).stdout(Io::piped());
-    let mut child = cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run sbatch: {e}")))?;
+    let mut child = spawn_sbatch(cfg, &parsed, &spec, &job_cwd, dir, stdio.stderr)?;
     // `sbatch --wait` lasts as long as the job: it ends with the caller, like every call.
     let _watch = match call.watch(child.id(), call.bound) {
         Ok(w) => w,
         Err(e) => return Err(crate::call::unwatched(child, e)),
     };
-    // sbatch submits nothing before it has read its script, and gets it only once the job's
-    // directory is whole: a directory that cannot be written leaves it an empty script and
-    // the kill, never a job without its directory.
-    let script_in = child.stdin.take();
-    if let Err(e) = job_dir.write(&spec, &script) {
-        // Killed before its stdin closes, so that it prints nothing of an empty script.
-        let _ = child.kill();
-        let _ = child.wait();
-        drop(script_in);
-        return Err(Refusal::Failed(e));
-    }
-    if let Some(mut script_in) = script_in {
-        let _ = script_in.write_all(job_dir.wrapper.as_bytes());
-    }
+    feed_wrapper(&mut child, &job_dir, &spec, &script)?;
     let mut stdout = std::fs::File::from(stdio.stdout);
     // The job id comes first, at submission: record it in scope and show it then, also with
     // --wait (which exits only when the job ends, with the job's status).
@@ -466,16 +406,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
         Some(job) if parsed.last("test-only").is_none() => {
             submitted = true;
             call.audit.job = Some(job);
-            let recorded = cfg.registry().add(&Entry {
-                job,
-                session: cfg.session.clone(),
-                project: cfg.project.clone(),
-                cluster: Some(cluster),
-                dir: dir.file_name().map(|n| n.to_string_lossy().into_owned()),
-            });
-            if let Err(e) = recorded {
-                let _ = writeln!(std::io::stderr(), "job {job} submitted but not recorded in scope: {e}");
-            }
+            record_in_scope(cfg, job, cluster, dir);
             let shown = match asked.parsable {
                 true => format!("{first_line}\n"),
                 false => format!("Submitted batch job {job}\n"),
@@ -501,6 +432,128 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     // at most), so that its forgotten jobs' directories go.
     crate::forgotten::probe_if_due(cfg, 1);
     Ok(status.code().unwrap_or(1))
+}
+
+/// What the job directory records for the wrapper: the job's files, its environment (with
+/// `--export`'s), name, script arguments, and where it was submitted from when it runs
+/// elsewhere.
+fn job_spec(
+    req: &Request,
+    cfg: &Config,
+    parsed: &SbatchRequest,
+    asked: &Asked<'_>,
+    cwd: &Path,
+    job_cwd: &Path,
+) -> Result<JobSpec, Refusal> {
+    let export = export_env(asked.export, asked.export_file, req, job_cwd, cfg)?;
+    Ok(JobSpec {
+        output: asked.output.clone(),
+        error: asked.error.map(str::to_owned),
+        input: asked.input.map(str::to_owned),
+        append: asked.append,
+        slurm_export_env: export_request(asked.export, req).filter(|e| !e.eq_ignore_ascii_case("ALL")),
+        job_name: asked.job_name.clone(),
+        script_args: parsed.script_args.clone(),
+        submit_dir: (cwd != job_cwd).then(|| cwd.to_path_buf()),
+        ..JobSpec::for_session(cfg, job_cwd, export).map_err(Refusal::Failed)?
+    })
+}
+
+/// The batch script and the job's default name: `--wrap`'s command, the caller's stdin, the
+/// text the stub read inside the jail, or the file in the project.
+fn batch_script(
+    req: &Request,
+    cfg: &Config,
+    stdio: &Stdio,
+    first: &SbatchRequest,
+    cwd: &Path,
+) -> Result<(String, String), Refusal> {
+    // sbatch opens its script argument with open(2): `/dev/stdin` (Snakemake's
+    // --slurm-pass-command-as-script) is the caller's stdin, named after the file.
+    let on_stdin = |p: &String| ["/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"].contains(&p.as_str());
+    Ok(match (first.last("wrap").flatten(), &first.script_path) {
+        (Some(cmd), _) => {
+            (format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n"), "wrap".to_string())
+        }
+        (None, Some(p)) if on_stdin(p) => (read_stdin_script(stdio)?, "stdin".into()),
+        // Read by the stub inside the jail: wherever the jail keeps it (dask-jobqueue writes
+        // its job scripts to $TMPDIR), it is the file the jail sees.
+        (None, Some(p)) if req.script.is_some() => {
+            let text = req.script.clone().unwrap_or_default();
+            if text.len() > MAX_SCRIPT {
+                return Err(Refusal::TooLarge { what: "the batch script", max: MAX_SCRIPT });
+            }
+            let name = Path::new(p).file_name().map(|n| n.to_string_lossy().into_owned());
+            (text, name.unwrap_or_else(|| "sbatch".into()))
+        }
+        (None, Some(p)) => {
+            let path = under_project(&cfg.project, cwd, p)?;
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sbatch".into());
+            let file =
+                open_in_project(&cfg.project, &path).map_err(|source| Refusal::File { named: p.clone(), source })?;
+            (script_text(read_capped(file, "the batch script")?)?, name)
+        }
+        (None, None) => (read_stdin_script(stdio)?, "sbatch".into()),
+    })
+}
+
+/// The real sbatch: it sees only what the table allows, the rebuilt pieces and our wrapper.
+fn spawn_sbatch(
+    cfg: &Config,
+    parsed: &SbatchRequest,
+    spec: &JobSpec,
+    job_cwd: &Path,
+    dir: &Path,
+    stderr: std::os::fd::OwnedFd,
+) -> Result<crate::spawn::RealChild, Refusal> {
+    let mut cmd = cfg.command("sbatch");
+    // Not in the job directory, which is written while sbatch starts (its own start is most
+    // of a millisecond): the job's SLURM_SUBMIT_DIR comes from the spec, not from here.
+    cmd.current_dir(dir.parent().unwrap_or(Path::new("/")));
+    cmd.args(parsed.real_args(&spec.job_name, job_cwd, &dir.join(job::WRAPPER_OUT)));
+    cmd.args(cfg.belt(dir)?);
+    // The wrapper reaches sbatch on a pipe the chaperon writes, not by a path: nothing that
+    // could be swapped between our write and sbatch's read.
+    cmd.stdin(Io::piped()).stderr(stderr).stdout(Io::piped());
+    cmd.spawn().map_err(|e| Refusal::Failed(format!("cannot run sbatch: {e}")))
+}
+
+/// sbatch submits nothing before it has read its script, and gets it only once the job's
+/// directory is whole: a directory that cannot be written leaves it an empty script and
+/// the kill, never a job without its directory.
+fn feed_wrapper(
+    child: &mut crate::spawn::RealChild,
+    job_dir: &JobDir,
+    spec: &JobSpec,
+    script: &str,
+) -> Result<(), Refusal> {
+    let script_in = child.stdin.take();
+    if let Err(e) = job_dir.write(spec, script) {
+        // Killed before its stdin closes, so that it prints nothing of an empty script.
+        let _ = child.kill();
+        let _ = child.wait();
+        drop(script_in);
+        return Err(Refusal::Failed(e));
+    }
+    if let Some(mut script_in) = script_in {
+        let _ = script_in.write_all(job_dir.wrapper.as_bytes());
+    }
+    Ok(())
+}
+
+/// The submitted job in the session's scope, with its cluster and job directory; a failure
+/// is said, the job stands.
+fn record_in_scope(cfg: &Config, job: u32, cluster: String, dir: &Path) {
+    let recorded = cfg.registry().add(&Entry {
+        job,
+        session: cfg.session.clone(),
+        project: cfg.project.clone(),
+        cluster: Some(cluster),
+        dir: dir.file_name().map(|n| n.to_string_lossy().into_owned()),
+    });
+    if let Err(e) = recorded {
+        let _ = writeln!(std::io::stderr(), "job {job} submitted but not recorded in scope: {e}");
+    }
 }
 
 /// The batch script on the caller's stdin: bounded in size and in time (a terminal that never

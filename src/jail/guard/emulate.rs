@@ -908,7 +908,6 @@ fn streamed(d: Decision) -> Option<Streamed> {
 /// Reads what the caller writes into the pipe until it closes it (all its copies), then,
 /// under the gate, installs the config it makes, keeping only the entries the rules allow
 /// (a copy cannot be refused once written): returns what to tell the writer, if anything.
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 pub fn finish_stream(mut job: Stream, g: &Guarded) -> Option<(Refusal, PathBuf)> {
     let path = job.dir_path.join(OsStr::from_bytes(&job.name));
     let max = match job.what {
@@ -949,74 +948,98 @@ pub fn finish_stream(mut job: Stream, g: &Guarded) -> Option<(Refusal, PathBuf)>
         (Fill::Append, Some(o)) => [o.as_slice(), &piped].concat(),
         (Fill::Overwrite, Some(o)) => [&piped, o.get(piped.len()..).unwrap_or_default()].concat(),
     };
-    // Nothing installed: the name is as it was (absent, or its old bytes).
-    let undo = |job: &Stream| {
-        if job.placeholder {
-            if let Ok(n) = CString::new(job.name.clone()) {
+    let install = Install { job: &job, path, old: old.as_deref(), mode, now };
+    match job.what {
+        Streamed::Dotenv => install.dotenv(g, &content),
+        Streamed::Commondir => install.commondir(&content),
+        Streamed::Config { made } => install.config(made, &content),
+    }
+}
+
+/// What a finished stream installs at its name, under the gate and in its turn.
+struct Install<'a> {
+    job: &'a Stream,
+    path: PathBuf,
+    /// The name's bytes when the stream ended (None: empty or absent).
+    old: Option<&'a [u8]>,
+    mode: u32,
+    /// The file at the name when the stream ended.
+    now: Option<FileId>,
+}
+
+impl Install<'_> {
+    /// Nothing installed: the name is as it was (absent, or its old bytes).
+    fn undo(&self) {
+        if self.job.placeholder {
+            if let Ok(n) = CString::new(self.job.name.clone()) {
                 // SAFETY: `n` lives for the call.
-                unsafe { libc::unlinkat(job.dir.as_raw_fd(), n.as_ptr(), 0) };
+                unsafe { libc::unlinkat(self.job.dir.as_raw_fd(), n.as_ptr(), 0) };
             }
         }
-    };
-    let unchanged = |bytes: &[u8]| old.as_deref() == Some(bytes);
-    let put = |bytes: &[u8]| -> Option<(Refusal, PathBuf)> {
-        if unchanged(bytes) {
+    }
+
+    /// Writes `bytes` at the name (unless they are what it holds); why not, if it could not.
+    fn put(&self, bytes: &[u8]) -> Option<(Refusal, PathBuf)> {
+        if self.old == Some(bytes) {
             return None;
         }
-        match repo::install(job.dir.as_fd(), &job.name, bytes, mode) {
+        match repo::install(self.job.dir.as_fd(), &self.job.name, bytes, self.mode) {
             Ok(()) => {
-                installed_over(now, file_at(job.dir.as_fd(), &job.name));
+                installed_over(self.now, file_at(self.job.dir.as_fd(), &self.job.name));
                 None
             }
             Err(e) => {
                 let why = format!("cannot write what was checked ({})", std::io::Error::from_raw_os_error(e));
-                Some((Refusal::Unchecked(why), path.clone()))
+                Some((Refusal::Unchecked(why), self.path.clone()))
             }
         }
-    };
-    let made = match job.what {
-        Streamed::Dotenv => {
-            // What it held, and the lines it held when the guard saw it before (made anew by
-            // git's checkout, it is empty now).
-            let before = old.as_deref().unwrap_or_default();
-            g.dotenv_seen(&path, before);
-            let known = [before, b"\n", &g.dotenv_known(&path)].concat();
-            let (kept, dropped) = crate::jail::dotenv::keep_allowed(&known, &content);
-            if let Some(failed) = put(&kept) {
-                return Some(failed);
-            }
-            return (!dropped.is_empty()).then_some((Refusal::DotenvControls(dropped), path));
+    }
+
+    /// A `.env`: without the controlling lines it did not have.
+    fn dotenv(self, g: &Guarded, content: &[u8]) -> Option<(Refusal, PathBuf)> {
+        // What it held, and the lines it held when the guard saw it before (made anew by
+        // git's checkout, it is empty now).
+        let before = self.old.unwrap_or_default();
+        g.dotenv_seen(&self.path, before);
+        let known = [before, b"\n", &g.dotenv_known(&self.path)].concat();
+        let (kept, dropped) = crate::jail::dotenv::keep_allowed(&known, content);
+        if let Some(failed) = self.put(&kept) {
+            return Some(failed);
         }
-        Streamed::Commondir => {
-            if repo::commondir_names_its_repository(&content, &job.dir_path) {
-                return put(&content);
-            }
-            undo(&job);
-            return Some((Refusal::Commondir, path));
+        (!dropped.is_empty()).then_some((Refusal::DotenvControls(dropped), self.path))
+    }
+
+    /// A worktree's `commondir`: only one naming its own repository.
+    fn commondir(self, content: &[u8]) -> Option<(Refusal, PathBuf)> {
+        if repo::commondir_names_its_repository(content, &self.job.dir_path) {
+            return self.put(content);
         }
-        Streamed::Config { made } => made,
-    };
-    let base = match (&old, made) {
-        (Some(o), false) => super::gitconfig::Base::Existing(o),
-        _ => super::gitconfig::Base::New,
-    };
-    let place = super::gitconfig::Place { gitdir: &job.dir_path, root: &job.root };
-    match super::gitconfig::keep_allowed(&content, base, &place) {
-        Ok((bytes, dropped)) => {
-            if let Some(failed) = put(&bytes) {
-                return Some(failed);
+        self.undo();
+        Some((Refusal::Commondir, self.path))
+    }
+
+    /// A repository's config: without the entries that cannot be set in a repository here.
+    fn config(self, made: bool, content: &[u8]) -> Option<(Refusal, PathBuf)> {
+        let base = match (self.old, made) {
+            (Some(o), false) => super::gitconfig::Base::Existing(o),
+            _ => super::gitconfig::Base::New,
+        };
+        let place = super::gitconfig::Place { gitdir: &self.job.dir_path, root: &self.job.root };
+        match super::gitconfig::keep_allowed(content, base, &place) {
+            Ok((bytes, dropped)) => {
+                if let Some(failed) = self.put(&bytes) {
+                    return Some(failed);
+                }
+                (!dropped.is_empty()).then(|| {
+                    let names = dropped.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
+                    let why = format!("written without {names}, which cannot be set in a repository here");
+                    (Refusal::ConfigEntry(why), self.path)
+                })
             }
-            (!dropped.is_empty()).then(|| {
-                let names = dropped.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ");
-                (
-                    Refusal::ConfigEntry(format!("written without {names}, which cannot be set in a repository here")),
-                    path,
-                )
-            })
-        }
-        Err(r) => {
-            undo(&job);
-            Some((Refusal::ConfigEntry(format!("not written: {}", r.describe())), path))
+            Err(r) => {
+                self.undo();
+                Some((Refusal::ConfigEntry(format!("not written: {}", r.describe())), self.path))
+            }
         }
     }
 }
@@ -1236,7 +1259,8 @@ fn bind(c: &Caller, g: &Guarded, sockfd: i32, addr: u64, len: u32) -> Step<Done>
 /// Sticky paths below a renamed directory's destination checked at most, per rename.
 const MAX_ARRIVING: usize = 256;
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
+/// `renameat2`, judged as the rules say for what leaves its name and what arrives at the
+/// other: links, git directories, configs and `.env` files moved, and exchanges.
 fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u32) -> Step<Done> {
     let old_path = c.read_string(old.1).map_err(errno)?;
     let new_path = c.read_string(new.1).map_err(errno)?;
@@ -1256,12 +1280,7 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
     if from.is_dot() || to.is_dot() || unguarded && !g.links.covers(&to.dir_path) && !g.links.covers(&from.dir_path) {
         return Ok(carry_out());
     }
-    let mode = |e: &Entry| {
-        nix::sys::stat::fstatat(e.dir.as_fd(), e.name.as_slice(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-            .map(|st| st.st_mode)
-            .map_err(|e| errno(e as i32))
-    };
-    let kind = kind_of(mode(&from)?);
+    let kind = kind_of(mode_of(&from)?);
     // A relative link moved leads elsewhere from its new directory (each, in an exchange).
     let moved_link = |e: &Entry, onto: &Entry| -> Step<()> {
         let t = nix::fcntl::readlinkat(e.dir.as_fd(), e.name.as_slice()).map_err(|e| errno(e as i32))?;
@@ -1270,31 +1289,11 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
     if kind == Kind::Symlink {
         moved_link(&from, &to)?;
     }
-    if flags & libc::RENAME_EXCHANGE != 0 && mode(&to).is_ok_and(|m| kind_of(m) == Kind::Symlink) {
+    if flags & libc::RENAME_EXCHANGE != 0 && mode_of(&to).is_ok_and(|m| kind_of(m) == Kind::Symlink) {
         moved_link(&to, &from)?;
     }
     if flags & libc::RENAME_EXCHANGE != 0 {
-        // Both names are made anew; git never swaps entries of a repository, so anything the
-        // rules would have to check first is refused.
-        let other = kind_of(mode(&to)?);
-        for (e, k) in [(&to, kind), (&from, other)] {
-            let d = e.decide(g, Op::RenameOnto(k))?;
-            if d == Decision::Dotenv {
-                return Err(refused(Refusal::Dotenv, e.path()));
-            }
-            if d != Decision::Go || (k == Kind::Dir && !g.sticky_below(&e.path()).is_empty()) {
-                let why = "an exchange of entries where git reads a repository".to_string();
-                return Err(refused(Refusal::Unchecked(why), e.path()));
-            }
-        }
-        // Each directory comes to be where the other was.
-        for (moved, onto, k) in [(&from, &to, kind), (&to, &from, other)] {
-            if k == Kind::Dir && moved.dir_path != onto.dir_path {
-                let obj =
-                    openat2(moved.dir.as_fd(), &moved.name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0, 0)?;
-                judge_links_below(g, obj.as_fd(), &onto.path()).map_err(|(r, p)| refused(r, p))?;
-            }
-        }
+        exchange(g, &from, &to, kind)?;
         return Ok(carry_out());
     }
     let d = to.decide(g, Op::RenameOnto(kind))?;
@@ -1305,45 +1304,9 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
     if rules::MARKS.iter().any(|m| src_name.eq_ignore_ascii_case(m)) && g.is_git_dir(&from.dir, &from.dir_path) {
         g.note(&from.dir_path, None).map_err(|r| refused(r, src.clone()))?;
     }
-    let incoming = if kind == Kind::Dir {
-        let obj = openat2(from.dir.as_fd(), &from.name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0, 0)?;
-        // Where it goes, the git directories it holds are remembered again: that must fit.
-        g.room(g.below(&src) + 2).map_err(|r| refused(r, dst.clone()))?;
-        if g.is_git_dir(&obj, &src) {
-            g.note(&src, None).map_err(|r| refused(r, src.clone()))?;
-        }
-        // Moved to another directory, a relative link below it leads elsewhere (outside
-        // review of the agents' homes, A2); within one directory its links lead where they did.
-        if from.dir_path != to.dir_path {
-            judge_links_below(g, obj.as_fd(), &dst).map_err(|(r, p)| refused(r, p))?;
-        }
-        Some(obj)
-    } else {
-        None
-    };
+    let incoming = if kind == Kind::Dir { Some(moved_dir(g, &from, &to, &src, &dst)?) } else { None };
     match d {
-        Decision::Config { made } => {
-            if flags & libc::RENAME_NOREPLACE != 0 && mode(&to).is_ok() {
-                return Err(errno(libc::EEXIST));
-            }
-            let place = crate::jail::guard::gitconfig::Place { gitdir: &to.dir_path, root: &root };
-            return match repo::rename_config(from.dir.as_fd(), &from.name, to.dir.as_fd(), &to.name, made, &place) {
-                Ok(Ok(())) => Ok(Done::Value(0)),
-                Ok(Err(e)) => Err(errno(e)),
-                Err(r) => Err(refused(r, dst)),
-            };
-        }
-        Decision::Dotenv => {
-            if flags & libc::RENAME_NOREPLACE != 0 && mode(&to).is_ok() {
-                return Err(errno(libc::EEXIST));
-            }
-            let known = g.dotenv_known(&dst);
-            return match repo::rename_dotenv(from.dir.as_fd(), &from.name, to.dir.as_fd(), &to.name, &known) {
-                Ok(Ok(())) => Ok(Done::Value(0)),
-                Ok(Err(e)) => Err(errno(e)),
-                Err(r) => Err(refused(r, dst)),
-            };
-        }
+        Decision::Config { .. } | Decision::Dotenv => return rename_streamed(g, (&from, &to), flags, d, &root, dst),
         Decision::Arrives => {
             if let Some(obj) = &incoming {
                 g.room(1).map_err(|r| refused(r, dst.clone()))?;
@@ -1359,22 +1322,8 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
         }
         other => to.before(g, other)?,
     }
-    // What the directory brings to paths that held git directories is checked as it arrives.
     if let Some(obj) = &incoming {
-        let below = g.sticky_below(&dst);
-        if below.len() > MAX_ARRIVING {
-            let why = format!("a directory moved over more than {MAX_ARRIVING} git repositories' places");
-            return Err(refused(Refusal::Unchecked(why), dst));
-        }
-        for rel in below.iter().filter(|r| !r.as_os_str().is_empty()) {
-            let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH;
-            let Ok(sub) =
-                openat2(obj.as_fd(), rel.as_os_str().as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0, resolve)
-            else {
-                continue;
-            };
-            repo::check_git_dir(sub.as_fd(), &dst.join(rel), &root).map_err(|r| refused(r, dst.join(rel)))?;
-        }
+        check_arriving(g, obj, &dst, &root)?;
     }
     let done = carry_out();
     if matches!(done, Done::Value(0)) {
@@ -1389,6 +1338,102 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
         }
     }
     Ok(done)
+}
+
+/// The entry's mode, not following a link.
+fn mode_of(e: &Entry) -> Step<u32> {
+    nix::sys::stat::fstatat(e.dir.as_fd(), e.name.as_slice(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map(|st| st.st_mode)
+        .map_err(|e| errno(e as i32))
+}
+
+/// `RENAME_EXCHANGE`: both names are made anew; git never swaps entries of a repository, so
+/// anything the rules would have to check first is refused; each directory comes to be where
+/// the other was, its links judged from there.
+fn exchange(g: &Guarded, from: &Entry, to: &Entry, kind: Kind) -> Step<()> {
+    let other = kind_of(mode_of(to)?);
+    for (e, k) in [(to, kind), (from, other)] {
+        let d = e.decide(g, Op::RenameOnto(k))?;
+        if d == Decision::Dotenv {
+            return Err(refused(Refusal::Dotenv, e.path()));
+        }
+        if d != Decision::Go || (k == Kind::Dir && !g.sticky_below(&e.path()).is_empty()) {
+            let why = "an exchange of entries where git reads a repository".to_string();
+            return Err(refused(Refusal::Unchecked(why), e.path()));
+        }
+    }
+    for (moved, onto, k) in [(from, to, kind), (to, from, other)] {
+        if k == Kind::Dir && moved.dir_path != onto.dir_path {
+            let obj =
+                openat2(moved.dir.as_fd(), &moved.name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0, 0)?;
+            judge_links_below(g, obj.as_fd(), &onto.path()).map_err(|(r, p)| refused(r, p))?;
+        }
+    }
+    Ok(())
+}
+
+/// A directory about to move from `src` to `dst`, opened: where it goes, the git directories
+/// it holds are remembered again (that must fit), and moved to another directory, a relative
+/// link below it leads elsewhere (outside review of the agents' homes, A2); within one
+/// directory its links lead where they did.
+fn moved_dir(g: &Guarded, from: &Entry, to: &Entry, src: &Path, dst: &Path) -> Step<OwnedFd> {
+    let obj = openat2(from.dir.as_fd(), &from.name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0, 0)?;
+    g.room(g.below(src) + 2).map_err(|r| refused(r, dst.to_path_buf()))?;
+    if g.is_git_dir(&obj, src) {
+        g.note(src, None).map_err(|r| refused(r, src.to_path_buf()))?;
+    }
+    if from.dir_path != to.dir_path {
+        judge_links_below(g, obj.as_fd(), dst).map_err(|(r, p)| refused(r, p))?;
+    }
+    Ok(obj)
+}
+
+/// A config or a `.env` renamed into place: installed as the guard checked it, never as the
+/// jail wrote it.
+fn rename_streamed(
+    g: &Guarded,
+    (from, to): (&Entry, &Entry),
+    flags: u32,
+    d: Decision,
+    root: &Path,
+    dst: PathBuf,
+) -> Step<Done> {
+    if flags & libc::RENAME_NOREPLACE != 0 && mode_of(to).is_ok() {
+        return Err(errno(libc::EEXIST));
+    }
+    let done = match d {
+        Decision::Config { made } => {
+            let place = crate::jail::guard::gitconfig::Place { gitdir: &to.dir_path, root };
+            repo::rename_config(from.dir.as_fd(), &from.name, to.dir.as_fd(), &to.name, made, &place)
+        }
+        _ => {
+            let known = g.dotenv_known(&dst);
+            repo::rename_dotenv(from.dir.as_fd(), &from.name, to.dir.as_fd(), &to.name, &known)
+        }
+    };
+    match done {
+        Ok(Ok(())) => Ok(Done::Value(0)),
+        Ok(Err(e)) => Err(errno(e)),
+        Err(r) => Err(refused(r, dst)),
+    }
+}
+
+/// What a directory brings to paths that held git directories, checked as it arrives.
+fn check_arriving(g: &Guarded, obj: &OwnedFd, dst: &Path, root: &Path) -> Step<()> {
+    let below = g.sticky_below(dst);
+    if below.len() > MAX_ARRIVING {
+        let why = format!("a directory moved over more than {MAX_ARRIVING} git repositories' places");
+        return Err(refused(Refusal::Unchecked(why), dst.to_path_buf()));
+    }
+    for rel in below.iter().filter(|r| !r.as_os_str().is_empty()) {
+        let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH;
+        let Ok(sub) = openat2(obj.as_fd(), rel.as_os_str().as_bytes(), libc::O_PATH | libc::O_DIRECTORY, 0, resolve)
+        else {
+            continue;
+        };
+        repo::check_git_dir(sub.as_fd(), &dst.join(rel), root).map_err(|r| refused(r, dst.join(rel)))?;
+    }
+    Ok(())
 }
 
 /// Entries looked at below a directory moved to another directory, at most: past them the move

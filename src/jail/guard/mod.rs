@@ -124,7 +124,8 @@ fn spawn_worker(shared: &Arc<Shared>) {
     }
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
+/// A thread of the guard: takes the command's calls one at a time and answers each as the
+/// rules decide; starts another thread when it was the last one waiting.
 fn worker(shared: &Arc<Shared>) {
     let listener = shared.listener.as_fd();
     loop {
@@ -157,72 +158,79 @@ fn worker(shared: &Arc<Shared>) {
             emulate::Done::Fd { fd, cloexec } => send_fd(listener, n.id, fd, cloexec),
             emulate::Done::Refused { refusal, path } => {
                 let shown = path.display().to_string();
-                if within(&shared.reports, REPORTS_PER_SECOND) {
-                    (shared.report)(refusal.check(), &shown);
-                } else {
-                    LEFT_OUT.fetch_add(1, Ordering::SeqCst);
-                }
+                report(shared, &refusal, &shown);
                 if within(&shared.lines, LINES_PER_SECOND) {
                     tell(&caller, &shown, &refusal.reason(), shared);
                 }
                 notify::answer(listener, n.id, Err(libc::EPERM));
             }
-            emulate::Done::Stream { write, cloexec, job } => {
-                // The pipe's other end is read on a thread of its own, started first: a writer
-                // that fills the pipe must find a reader.
-                let Some(slot) = Waiting::take(&shared.waiting) else {
-                    notify::answer(listener, n.id, Err(libc::EAGAIN));
-                    continue;
-                };
-                let s = shared.clone();
-                STREAMS.fetch_add(1, Ordering::SeqCst);
-                let spawned = std::thread::Builder::new().name("guard-config".into()).spawn(move || {
-                    let _slot = slot;
-                    let _streaming = Streaming;
-                    let err = emulate::stream_stderr(&job).and_then(|f| f.try_clone_to_owned().ok());
-                    if let Some((refusal, path)) = emulate::finish_stream(*job, &s.guarded) {
-                        let shown = path.display().to_string();
-                        if within(&s.reports, REPORTS_PER_SECOND) {
-                            (s.report)(refusal.check(), &shown);
-                        } else {
-                            LEFT_OUT.fetch_add(1, Ordering::SeqCst);
-                        }
-                        if let (Some(err), true) = (err, within(&s.lines, LINES_PER_SECOND)) {
-                            let line = format!("agent-sandbox: {shown}: {}\n", refusal.reason());
-                            // SAFETY: writes from a live buffer to a descriptor this thread owns.
-                            let _ = unsafe { libc::write(err.as_raw_fd(), line.as_ptr().cast(), line.len()) };
-                        }
-                    }
-                });
-                match spawned {
-                    Ok(_) => send_fd(listener, n.id, write, cloexec),
-                    Err(_) => {
-                        STREAMS.fetch_sub(1, Ordering::SeqCst);
-                        notify::answer(listener, n.id, Err(libc::EAGAIN));
-                    }
-                }
-            }
-            emulate::Done::Fifo { obj, flags, cloexec } => {
-                // Blocks until the FIFO's other end opens: on a thread of its own.
-                let Some(slot) = Waiting::take(&shared.waiting) else {
-                    notify::answer(listener, n.id, Err(libc::EAGAIN));
-                    continue;
-                };
-                let s = shared.clone();
-                let id = n.id;
-                let spawned = std::thread::Builder::new().name("guard-fifo".into()).spawn(move || {
-                    let _slot = slot;
-                    let listener = s.listener.as_fd();
-                    match emulate::finish_fifo(obj, flags) {
-                        Ok(fd) => send_fd(listener, id, fd, cloexec),
-                        Err(e) => notify::answer(listener, id, Err(e)),
-                    }
-                });
-                if spawned.is_err() {
-                    notify::answer(listener, n.id, Err(libc::EAGAIN));
-                }
+            emulate::Done::Stream { write, cloexec, job } => stream(shared, n.id, (write, cloexec), job),
+            emulate::Done::Fifo { obj, flags, cloexec } => fifo(shared, n.id, obj, flags, cloexec),
+        }
+    }
+}
+
+/// A refusal for the audit log, within its rate (past it, counted).
+fn report(shared: &Shared, refusal: &rules::Refusal, shown: &str) {
+    if within(&shared.reports, REPORTS_PER_SECOND) {
+        (shared.report)(refusal.check(), shown);
+    } else {
+        LEFT_OUT.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// A write taken through a pipe (a config, a `.env`): the pipe's other end is read on a
+/// thread of its own, started first (a writer that fills the pipe must find a reader), and
+/// the writer gets the pipe.
+fn stream(shared: &Arc<Shared>, id: u64, (write, cloexec): (OwnedFd, bool), job: Box<emulate::Stream>) {
+    let listener = shared.listener.as_fd();
+    let Some(slot) = Waiting::take(&shared.waiting) else {
+        notify::answer(listener, id, Err(libc::EAGAIN));
+        return;
+    };
+    let s = shared.clone();
+    STREAMS.fetch_add(1, Ordering::SeqCst);
+    let spawned = std::thread::Builder::new().name("guard-config".into()).spawn(move || {
+        let _slot = slot;
+        let _streaming = Streaming;
+        let err = emulate::stream_stderr(&job).and_then(|f| f.try_clone_to_owned().ok());
+        if let Some((refusal, path)) = emulate::finish_stream(*job, &s.guarded) {
+            let shown = path.display().to_string();
+            report(&s, &refusal, &shown);
+            if let (Some(err), true) = (err, within(&s.lines, LINES_PER_SECOND)) {
+                let line = format!("agent-sandbox: {shown}: {}\n", refusal.reason());
+                // SAFETY: writes from a live buffer to a descriptor this thread owns.
+                let _ = unsafe { libc::write(err.as_raw_fd(), line.as_ptr().cast(), line.len()) };
             }
         }
+    });
+    match spawned {
+        Ok(_) => send_fd(listener, id, write, cloexec),
+        Err(_) => {
+            STREAMS.fetch_sub(1, Ordering::SeqCst);
+            notify::answer(listener, id, Err(libc::EAGAIN));
+        }
+    }
+}
+
+/// A FIFO's open, which blocks until its other end opens: on a thread of its own.
+fn fifo(shared: &Arc<Shared>, id: u64, obj: OwnedFd, flags: i32, cloexec: bool) {
+    let listener = shared.listener.as_fd();
+    let Some(slot) = Waiting::take(&shared.waiting) else {
+        notify::answer(listener, id, Err(libc::EAGAIN));
+        return;
+    };
+    let s = shared.clone();
+    let spawned = std::thread::Builder::new().name("guard-fifo".into()).spawn(move || {
+        let _slot = slot;
+        let listener = s.listener.as_fd();
+        match emulate::finish_fifo(obj, flags) {
+            Ok(fd) => send_fd(listener, id, fd, cloexec),
+            Err(e) => notify::answer(listener, id, Err(e)),
+        }
+    });
+    if spawned.is_err() {
+        notify::answer(listener, id, Err(libc::EAGAIN));
     }
 }
 

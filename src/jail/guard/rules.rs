@@ -411,7 +411,6 @@ impl Guarded {
 
     /// Decides `op` on the entry `name` in the directory `dir`, whose path as the jail sees it
     /// (symlinks resolved) is `path`.
-    #[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
     pub fn decide(&self, dir: &dyn Dir, path: &Path, raw: &OsStr, op: Op) -> Result<Decision, Refusal> {
         let Some(root) = self.root_of(path) else { return Ok(Decision::Go) };
         // The path exactly as its bytes are (a name need not be UTF-8); a name that is not
@@ -451,6 +450,19 @@ impl Guarded {
         if let Some(d) = self.hooks_decision(dir, path, root, raw, op) {
             return d;
         }
+        self.decide_git_entry(dir, path, name, &entry, op)
+    }
+
+    /// The rest of `decide`: what `op` on `name` makes of a git directory, or of one to be
+    /// (its config, `commondir`, `hooks`, the marks that make a directory one, `worktrees`).
+    fn decide_git_entry(
+        &self,
+        dir: &dyn Dir,
+        path: &Path,
+        name: &str,
+        entry: &Path,
+        op: Op,
+    ) -> Result<Decision, Refusal> {
         let git_dir = || self.is_git_dir(dir, path);
         if is_config(name) && git_dir() {
             return match op {
@@ -499,7 +511,7 @@ impl Guarded {
         if op == Op::RenameOnto(Kind::Dir) && is(name, "worktrees") && git_dir() {
             return Ok(Decision::WorktreesArrive);
         }
-        if matches!(op, Op::Make(Kind::Dir) | Op::RenameOnto(Kind::Dir)) && self.becomes_git_dir(dir, path, &entry) {
+        if matches!(op, Op::Make(Kind::Dir) | Op::RenameOnto(Kind::Dir)) && self.becomes_git_dir(dir, path, entry) {
             return Ok(if op == Op::Make(Kind::Dir) { Decision::MadeGitDir } else { Decision::Arrives });
         }
         Ok(Decision::Go)

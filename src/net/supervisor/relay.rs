@@ -4,6 +4,7 @@
 //! is framed, so each request head is decided before a byte of it goes out. Which flows exist
 //! and when they end is `flows.rs`; how they start is `tcp.rs`.
 
+use super::flows::TcpFlow;
 use super::host::HostConn;
 use super::Supervisor;
 use crate::net::parse::http1::{self, Framer};
@@ -20,123 +21,141 @@ const FRAMED_BUF: usize = 64 * 1024;
 impl Supervisor {
     /// Moves bytes both ways until neither side can make progress, then registers the flow's
     /// waker for what it waits on.
-    #[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
     pub(super) fn pump(&mut self, id: u64) {
         let Some(flow) = self.flows.get_mut(id) else { return };
-        let Some(host) = flow.host.as_ref() else { return };
+        // Out of the flow for the call, so the steps can take the flow whole beside it.
+        let Some(host) = flow.host.take() else { return };
         let sock = self.stack.socket(flow.handle);
-        let mut cx = Context::from_waker(&flow.waker);
-        let mut failed = false;
-        loop {
-            // jail → host: first the peeked bytes, then the socket's receive buffer; on plain
-            // HTTP, only what the framer decided.
-            let mut progress = match flow.http.as_mut() {
-                // Refused: what the jail still sends is dropped, never relayed.
-                Some(_) if flow.refused_tail.is_some() => {
-                    sock.can_recv() && matches!(sock.recv(|b| (b.len(), b.len())), Ok(n) if n > 0)
-                }
-                Some(framer) => match jail_to_host_framed(
-                    framer,
-                    &mut flow.pending,
-                    &mut flow.approved,
-                    sock,
-                    host,
-                    &mut cx,
-                    |name| self.shared.decide(flow.key.1, Proto::Tcp, name),
-                ) {
-                    Ok(p) => p,
-                    Err(Stop::Broken) => {
-                        failed = true;
-                        false
-                    }
-                    Err(Stop::Refused { name, check, decision }) => {
-                        // A later request: the answers to the ones before it may still be on
-                        // their way. The server is told the requests ended, and the refused
-                        // request's 403 follows its answers, in the place its own would have had.
-                        self.shared.audit.deny("tcp", Some(flow.key.1), name.as_deref(), check, &decision);
-                        flow.refused_tail = Some(crate::net::forbidden_response(flow.key.1, &decision.reason));
-                        flow.pending = Vec::new();
-                        flow.shut_wr = true;
-                        let _ = nix::sys::socket::shutdown(host.as_raw_fd(), nix::sys::socket::Shutdown::Write);
-                        true
-                    }
-                },
-                None => match jail_to_host(&mut flow.pending, sock, host, &mut cx) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        tracing::debug!(dst = %flow.key.1, "write to host failed: {e}");
-                        failed = true;
-                        false
-                    }
-                },
-            };
-            // host → jail, while the socket has room (else the jail's ACKs wake us).
-            if !failed && !flow.host_eof && sock.can_send() {
-                let framer = &mut flow.http;
-                match sock.send(|b| match host.try_read(b) {
-                    Ok(n) => {
-                        // The server's answer to an upgrade decides what the jail's next bytes are.
-                        let read = match framer.as_mut().filter(|f| f.awaits_response()) {
-                            Some(f) => f.response(&b[..n]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
-                            None => Ok(()),
-                        };
-                        (n, read.map(|()| n))
-                    }
-                    Err(e) => (0, Err(e)),
-                }) {
-                    Ok(Ok(0)) => {
-                        flow.host_eof = true;
-                        progress = true;
-                        if flow.refused_tail.is_none() {
-                            sock.close();
-                        }
-                    }
-                    Ok(Ok(_)) => progress = true,
-                    Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
-                        if let Poll::Ready(Ok(())) = host.poll_read_ready(&mut cx) {
-                            progress = true;
-                        }
-                    }
-                    Ok(Err(e)) => {
-                        tracing::debug!(dst = %flow.key.1, "read from host failed: {e}");
-                        failed = true
-                    }
-                    Err(_) => {}
-                }
-            }
-            // The server is done: the refused request's 403 goes last, then the jail's side closes.
-            if flow.host_eof && sock.can_send() {
-                if let Some(tail) = flow.refused_tail.as_mut().filter(|t| !t.is_empty()) {
-                    let n = sock.send_slice(tail).unwrap_or(0);
-                    tail.drain(..n);
-                    if tail.is_empty() {
-                        sock.close();
-                    }
-                    progress |= n > 0;
-                }
-            }
-            if failed || !progress {
-                break;
-            }
-        }
-        if failed {
-            // The host side reset or broke: so does the jail's.
-            sock.abort();
-            return;
-        }
-        // The jail closed its sending side and everything it sent is out: half-close the host.
-        // A request head cut short by the FIN was never decided, so it never goes.
-        if !flow.shut_wr && jail_sent_fin(sock) && sock.recv_queue() == 0 && flow.approved == 0 {
-            let cut_short = flow.http.as_mut().is_some_and(|f| f.step(&flow.pending) == http1::Step::NeedMore);
-            if cut_short {
-                flow.pending.clear();
-            }
-            if flow.pending.is_empty() {
-                flow.shut_wr = true;
-                let _ = nix::sys::socket::shutdown(host.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+        pump_flow(flow, &host, sock, &self.shared);
+        flow.host = Some(host);
+    }
+}
+
+/// The side of a flow that broke: the other side is reset.
+struct Broken;
+
+fn pump_flow(flow: &mut TcpFlow, host: &HostConn, sock: &mut tcp::Socket, shared: &super::decide::Shared) {
+    loop {
+        let step = jail_to_host_step(flow, host, sock, shared).and_then(|sent| {
+            let got = host_to_jail_step(flow, host, sock)?;
+            Ok(sent | got | refused_tail_step(flow, sock))
+        });
+        match step {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(Broken) => {
+                // The host side reset or broke: so does the jail's.
+                sock.abort();
+                return;
             }
         }
     }
+    // The jail closed its sending side and everything it sent is out: half-close the host.
+    // A request head cut short by the FIN was never decided, so it never goes.
+    if !flow.shut_wr && jail_sent_fin(sock) && sock.recv_queue() == 0 && flow.approved == 0 {
+        let cut_short = flow.http.as_mut().is_some_and(|f| f.step(&flow.pending) == http1::Step::NeedMore);
+        if cut_short {
+            flow.pending.clear();
+        }
+        if flow.pending.is_empty() {
+            flow.shut_wr = true;
+            let _ = nix::sys::socket::shutdown(host.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+        }
+    }
+}
+
+/// jail → host: first the peeked bytes, then the socket's receive buffer; on plain HTTP, only
+/// what the framer decided. Whether anything moved.
+fn jail_to_host_step(
+    flow: &mut TcpFlow,
+    host: &HostConn,
+    sock: &mut tcp::Socket,
+    shared: &super::decide::Shared,
+) -> Result<bool, Broken> {
+    let mut cx = Context::from_waker(&flow.waker);
+    match flow.http.as_mut() {
+        // Refused: what the jail still sends is dropped, never relayed.
+        Some(_) if flow.refused_tail.is_some() => {
+            Ok(sock.can_recv() && matches!(sock.recv(|b| (b.len(), b.len())), Ok(n) if n > 0))
+        }
+        Some(framer) => {
+            let dst = flow.key.1;
+            match jail_to_host_framed(framer, &mut flow.pending, &mut flow.approved, sock, host, &mut cx, |name| {
+                shared.decide(dst, Proto::Tcp, name)
+            }) {
+                Ok(p) => Ok(p),
+                Err(Stop::Broken) => Err(Broken),
+                Err(Stop::Refused { name, check, decision }) => {
+                    // A later request: the answers to the ones before it may still be on
+                    // their way. The server is told the requests ended, and the refused
+                    // request's 403 follows its answers, in the place its own would have had.
+                    shared.audit.deny("tcp", Some(dst), name.as_deref(), check, &decision);
+                    flow.refused_tail = Some(crate::net::forbidden_response(dst, &decision.reason));
+                    flow.pending = Vec::new();
+                    flow.shut_wr = true;
+                    let _ = nix::sys::socket::shutdown(host.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+                    Ok(true)
+                }
+            }
+        }
+        None => jail_to_host(&mut flow.pending, sock, host, &mut cx).map_err(|e| {
+            tracing::debug!(dst = %flow.key.1, "write to host failed: {e}");
+            Broken
+        }),
+    }
+}
+
+/// host → jail, while the socket has room (else the jail's ACKs wake us). Whether anything
+/// moved.
+fn host_to_jail_step(flow: &mut TcpFlow, host: &HostConn, sock: &mut tcp::Socket) -> Result<bool, Broken> {
+    if flow.host_eof || !sock.can_send() {
+        return Ok(false);
+    }
+    let mut cx = Context::from_waker(&flow.waker);
+    let framer = &mut flow.http;
+    match sock.send(|b| match host.try_read(b) {
+        Ok(n) => {
+            // The server's answer to an upgrade decides what the jail's next bytes are.
+            let read = match framer.as_mut().filter(|f| f.awaits_response()) {
+                Some(f) => f.response(&b[..n]).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e)),
+                None => Ok(()),
+            };
+            (n, read.map(|()| n))
+        }
+        Err(e) => (0, Err(e)),
+    }) {
+        Ok(Ok(0)) => {
+            flow.host_eof = true;
+            if flow.refused_tail.is_none() {
+                sock.close();
+            }
+            Ok(true)
+        }
+        Ok(Ok(_)) => Ok(true),
+        Ok(Err(e)) if e.kind() == io::ErrorKind::WouldBlock => {
+            Ok(matches!(host.poll_read_ready(&mut cx), Poll::Ready(Ok(()))))
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(dst = %flow.key.1, "read from host failed: {e}");
+            Err(Broken)
+        }
+        Err(_) => Ok(false),
+    }
+}
+
+/// The server is done: the refused request's 403 goes last, then the jail's side closes.
+/// Whether any of it went.
+fn refused_tail_step(flow: &mut TcpFlow, sock: &mut tcp::Socket) -> bool {
+    if !flow.host_eof || !sock.can_send() {
+        return false;
+    }
+    let Some(tail) = flow.refused_tail.as_mut().filter(|t| !t.is_empty()) else { return false };
+    let n = sock.send_slice(tail).unwrap_or(0);
+    tail.drain(..n);
+    if tail.is_empty() {
+        sock.close();
+    }
+    n > 0
 }
 
 /// Has the jail closed its sending side? (`!may_recv()` is also true before the handshake
