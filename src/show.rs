@@ -382,14 +382,19 @@ fn list(s: &mut String, key: &str, l: &List) {
 
 /// The built-in half of the scrub, which no list shows: by a name's words, by a value's form.
 fn env_meaning(s: &mut String) {
-    use crate::plan::env::{HARMLESS, KEY_FORMS, SECRET_ENDINGS, SECRET_WORDS};
+    use crate::plan::env::{
+        HARMLESS, KEY_FORMS, SECRET_ENDINGS, SECRET_LAST_WORDS, SECRET_PAIRS, SECRET_WORDS, VALUE_FORMS,
+    };
     let mut forms: Vec<&str> = KEY_FORMS.iter().map(|f| f.provider).collect();
     forms.dedup();
-    forms.extend(["JSON Web Token", "PEM private key"]);
+    forms.extend(VALUE_FORMS);
+    let pairs: Vec<String> = SECRET_PAIRS.iter().map(|(a, b)| format!("{a}_{b}")).collect();
     let harmless: Vec<&str> = HARMLESS.iter().map(|(n, _)| *n).collect();
     let _ = writeln!(s, "  env.scrub by meaning [built-in] (env.keep passes these; values are never shown):");
     let _ = writeln!(s, "    names with the word:       {}", SECRET_WORDS.join(" "));
     let _ = writeln!(s, "    or a word ending in:       {}", SECRET_ENDINGS.join(" "));
+    let _ = writeln!(s, "    or ending with the word:   {}", SECRET_LAST_WORDS.join(" "));
+    let _ = writeln!(s, "    or the words in a row:     {}", pairs.join(" "));
     let _ = writeln!(s, "    but these harmless names:  {}", harmless.join(" "));
     let _ = writeln!(s, "    values holding a key:      {}", forms.join(", "));
 }

@@ -640,6 +640,55 @@ fn what_the_ssh_config_names_outside_ssh_is_unreadable() {
     }
 }
 
+/// Red team 32 R5: the deploy key `core.sshCommand = ssh -i KEY` names is unreadable wherever
+/// the tree around it is shown; the rest of that tree is read.
+#[test]
+fn the_key_the_git_ssh_command_names_is_unreadable() {
+    let Some(j) = Jail::new("cred-sshcmd") else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let _cfg = Planted::new(
+        j.rig,
+        ".gitconfig",
+        "[user]\n\tname = Canary User\n[core]\n\tsshCommand = ssh -i ~/cred-deploy/deploy_ed25519 -o IdentitiesOnly=yes\n",
+    );
+    let _key = Planted::new(j.rig, "cred-deploy/deploy_ed25519", "CANARY-GIT-SSHCOMMAND-KEY");
+    let _plain = Planted::new(j.rig, "cred-deploy/README", "not a key");
+    for mode in [
+        &["--ro", "~/cred-deploy"][..],
+        &["--home-access", "read"],
+        &["--home-access", "write"],
+        &["--backend", "landlock", "--home-access", "read"],
+    ] {
+        let out = j.run_with(mode, "cat ~/cred-deploy/deploy_ed25519; cat ~/cred-deploy/README; echo PROBED");
+        assert!(out.stdout.contains("not a key") && out.stdout.contains("PROBED"), "{mode:?}: {out}");
+        assert!(!out.stdout.contains("CANARY-GIT-SSHCOMMAND-KEY"), "{mode:?}: {out}");
+    }
+}
+
+/// Red team 32 R5: `~/.claude.json` (Claude Code's API-key login `primaryApiKey`, its MCP
+/// servers' tokens) is no file in the `read` and `write` homes of sessions of other profiles
+/// or none; the claude profile's sessions keep their copy of it.
+#[test]
+fn claudes_state_file_is_shown_to_the_claude_profile_only() {
+    let Some(j) = Jail::new("cred-claude-json") else { return };
+    let _home = HOME.lock().unwrap_or_else(|e| e.into_inner());
+    let _state = Planted::new(j.rig, ".claude.json", "{\"primaryApiKey\": \"CANARY-CLAUDE-PRIMARYKEY\"}");
+    let read = |opts: &[&str]| {
+        let out = j.run_with(opts, "cat ~/.claude.json; echo PROBED");
+        assert!(out.stdout.contains("PROBED"), "{opts:?}: {out}");
+        out.stdout.contains("CANARY-CLAUDE-PRIMARYKEY")
+    };
+    for opts in [
+        &["--home-access", "read"][..],
+        &["--home-access", "write"],
+        &["--profile", "codex", "--home-access", "read"],
+        &["--backend", "landlock", "--home-access", "read"],
+    ] {
+        assert!(!read(opts), "{opts:?}: ~/.claude.json readable");
+    }
+    assert!(read(&["--profile", "claude", "--home-access", "read"]), "the claude profile keeps its copy");
+}
+
 /// An agent's own login (`codex login` in `~/.codex/auth.json`) is shown to its profile's
 /// sessions, which need it, unless the profile injects the API key from outside (the key and
 /// the login both stay out then); never to another profile's or a plain session, whatever the

@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 macro_rules! jail {
     ($name:expr) => {
@@ -579,4 +579,48 @@ fn landlock_protected_settings_the_jail_changes_are_put_back_at_exit() {
     );
     let audit = std::fs::read_to_string(j.rig.home.join(".local/state/agent-sandbox/audit.jsonl")).unwrap_or_default();
     assert!(audit.contains("put back at exit") && audit.contains(".mcp.json"), "{audit}");
+}
+
+/// Red team 32 R6 under Landlock: other agents', editors' and mise's settings the jail makes
+/// or changes at the project's top are put back at exit (made ones gone, changed ones as they
+/// were); the project's own work stays.
+#[test]
+fn landlock_other_agents_and_editors_settings_are_put_back_at_exit() {
+    let j = jail!("ll-restore-r6").project_file(".zed/settings.json", "{}\n").project_file("src/a.c", "x\n");
+    // Not `.github/hooks/`: a glob entry (a missing `.github` must stay the project's to
+    // make), and under Landlock a glob that matches nothing at the start records nothing to
+    // put back (named as a limit in docs/security-model.md).
+    let made = [
+        ".qwen/settings.json",
+        ".crush.json",
+        "crush.json",
+        ".roo/mcp.json",
+        ".kilocode/mcp.json",
+        ".kiro/hooks/x.kiro.hook",
+        ".amazonq/mcp.json",
+        ".junie/mcp/mcp.json",
+        ".clinerules/hooks/PreToolUse",
+        ".openhands/setup.sh",
+        ".helix/languages.toml",
+        "mise.toml",
+        ".mise.toml",
+        ".factory/settings.json",
+        ".amp/settings.json",
+    ];
+    let mut script = String::new();
+    for p in made {
+        if let Some(d) = Path::new(p).parent().filter(|d| !d.as_os_str().is_empty()) {
+            script.push_str(&format!("mkdir -p '{}'; ", d.display()));
+        }
+        script.push_str(&format!("echo pwned > '{p}'; "));
+    }
+    script.push_str("echo pwned > .zed/settings.json; echo changed > src/a.c; echo done");
+    let out = j.run(&script);
+    assert!(out.stdout.contains("done"), "{out}");
+    for p in made {
+        assert!(!j.project.join(p).exists(), "{p} stays on the host: {out}");
+    }
+    let read = |rel: &str| std::fs::read_to_string(j.project.join(rel)).ok();
+    assert_eq!(read(".zed/settings.json").as_deref(), Some("{}\n"), "{out}");
+    assert_eq!(read("src/a.c").as_deref(), Some("changed\n"), "{out}");
 }

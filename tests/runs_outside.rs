@@ -254,6 +254,65 @@ fn agent_settings_at_any_depth_cannot_be_made_or_changed() {
     assert!(line.unwrap_or_default().contains("Claude Code outside the jail reads this"), "one line says why: {out}");
 }
 
+/// Red team 32 R6: other agent CLIs' and editors' project settings that run commands, each
+/// the reviewer's plant: none can be made (agents' at any depth, editors' and mise's at the
+/// top), an existing one cannot be changed, and the same editor names deeper in the project
+/// (a cloned repository's own) stay writable.
+#[test]
+fn other_agents_and_editors_settings_cannot_be_made_or_changed() {
+    let j = jail!("rt32-r6").project_file(".zed/settings.json", "{}\n").project_file("web/src/a.ts", "x\n");
+    let planted = [
+        ".github/hooks/x.json",
+        ".qwen/settings.json",
+        ".crush.json",
+        "crush.json",
+        ".roo/mcp.json",
+        ".kilocode/mcp.json",
+        ".kiro/hooks/x.kiro.hook",
+        ".kiro/settings/mcp.json",
+        ".amazonq/mcp.json",
+        ".junie/mcp/mcp.json",
+        ".clinerules/hooks/PreToolUse",
+        ".openhands/setup.sh",
+        ".zed/tasks.json",
+        ".helix/languages.toml",
+        "mise.toml",
+        ".mise.toml",
+        ".factory/settings.json",
+        ".amp/settings.json",
+        "web/.qwen/settings.json",
+        "web/.github/hooks/y.json",
+    ];
+    let mut script = String::new();
+    for p in planted {
+        let dir = Path::new(p).parent().map(|d| d.display().to_string()).unwrap_or_default();
+        let mk = if dir.is_empty() { String::new() } else { format!("mkdir -p '{dir}' 2>/dev/null; ") };
+        script.push_str(&format!("{mk}echo '{{\"x\":1}}' > '{p}' 2>/dev/null && echo 'MADE {p}'; "));
+    }
+    script.push_str(
+        "echo '{\"lsp\":{}}' > .zed/settings.json 2>/dev/null && echo 'MADE .zed/settings.json'; \
+         mkdir -p .github/workflows && echo ci > .github/workflows/ci.yml && echo WORKFLOW-WRITABLE; \
+         mkdir -p vendor/lib/.zed && echo '{}' > vendor/lib/.zed/settings.json && echo '[tools]' > vendor/lib/mise.toml \
+           && echo DEEP-EDITOR-WRITABLE; \
+         echo ok > web/src/a.ts && echo ORDINARY-WRITABLE",
+    );
+    let out = j.run(&script);
+    let made: Vec<&str> = out.stdout.lines().filter(|l| l.starts_with("MADE ")).collect();
+    assert!(made.is_empty(), "written inside: {made:?}\n{out}");
+    for want in ["WORKFLOW-WRITABLE", "DEEP-EDITOR-WRITABLE", "ORDINARY-WRITABLE"] {
+        assert!(out.stdout.contains(want), "missing {want}: {out}");
+    }
+    for p in planted {
+        assert!(!j.project.join(p).exists(), "{p} stays on the host: {out}");
+    }
+    assert_eq!(std::fs::read_to_string(j.project.join(".zed/settings.json")).unwrap(), "{}\n");
+    let line = out.stderr.lines().find(|l| l.starts_with("agent-sandbox: ") && l.contains("/crush.json"));
+    assert!(
+        line.unwrap_or_default().contains("Crush outside the jail reads this"),
+        "one line says who reads it: {out}"
+    );
+}
+
 /// F6: the forms of loading the `.envrc` reader missed: `source "$PWD/..."`, a `source` after
 /// `then`, `PATH_add`, `layout`/`use` (`.direnv/`), a `bin/activate`, a command run by path.
 #[test]

@@ -236,6 +236,7 @@ fn git_named(ctx: &Context<'_>) -> Vec<(PathBuf, String)> {
             let named: Vec<String> = match (e.section.as_str(), e.key.as_str()) {
                 ("credential", "helper") => helper_files(v),
                 ("http", "cookiefile" | "sslkey") => vec![v.to_string()],
+                ("core", "sshcommand") => ssh_command_keys(v),
                 _ => vec![],
             };
             for n in named {
@@ -243,6 +244,51 @@ fn git_named(ctx: &Context<'_>) -> Vec<(PathBuf, String)> {
                     out.push((p, format!("{shown} {}.{}", e.section, e.key)));
                 }
             }
+        }
+    }
+    // git prefers the variable to `core.sshCommand`.
+    for n in ctx.var("GIT_SSH_COMMAND").map(ssh_command_keys).unwrap_or_default() {
+        if let Some(p) = git_path(&n, ctx) {
+            out.push((p, "$GIT_SSH_COMMAND".to_string()));
+        }
+    }
+    out
+}
+
+/// The keys an ssh command line names (`core.sshCommand = ssh -i ~/deploykeys/k`, git runs it
+/// through the shell): `-i KEY`, `-iKEY`, `-i` last in a group of flags (`-Ai KEY`), and
+/// `IdentityFile` given with `-o` (`-oIdentityFile=KEY`, `-o IdentityFile=KEY`, `-o
+/// "IdentityFile KEY"`, `-o IdentityFile KEY`). Read as ssh's getopt does: the argument of an
+/// option that takes one is no flag.
+pub fn ssh_command_keys(value: &str) -> Vec<String> {
+    /// ssh's options that take an argument (ssh(1)).
+    const WITH_ARG: &str = "BbcDEeFIiJLlmOopPQRSWw";
+    let words = shell_words(value);
+    let mut out = vec![];
+    let mut it = words.iter().skip(1).peekable();
+    while let Some(w) = it.next() {
+        let Some(flags) = w.strip_prefix('-').filter(|f| !f.is_empty() && !f.starts_with('-')) else { continue };
+        let Some((at, opt)) = flags.char_indices().find(|(_, c)| WITH_ARG.contains(*c)) else { continue };
+        let attached = &flags[at + opt.len_utf8()..];
+        let arg = match attached.is_empty() {
+            true => it.next().cloned(),
+            false => Some(attached.to_string()),
+        };
+        let Some(arg) = arg else { break };
+        match opt {
+            'i' => out.push(arg),
+            'o' => {
+                let Some((keyword, mut args)) = crate::host::configs::ssh_line(&arg) else { continue };
+                if !keyword.eq_ignore_ascii_case("identityfile") {
+                    continue;
+                }
+                // `-o IdentityFile KEY`: the key as the next word.
+                if args.is_empty() {
+                    args.extend(it.next().cloned());
+                }
+                out.extend(args.into_iter().next().filter(|k| !k.eq_ignore_ascii_case("none")));
+            }
+            _ => {}
         }
     }
     out
@@ -603,6 +649,14 @@ mod tests {
             ".claude/.credentials.json",
             ".gemini/oauth_creds.json",
             ".julia/servers",
+            // Red team 32 R5
+            ".zhistory",
+            ".local/share/atuin",
+            ".lesshst",
+            ".viminfo",
+            ".local/share/nvim/shada",
+            ".local/state/nvim/shada",
+            ".claude.json",
         ] {
             assert!(all.contains(&Path::new("/gpfs/home/u").join(p)), "~/{p}");
         }
@@ -696,6 +750,51 @@ mod tests {
             "{got:?}"
         );
         assert_eq!(got[0].1.as_deref(), Some("~/.gitconfig credential.helper"));
+    }
+
+    /// Red team 32 R5: the deploy key `core.sshCommand = ssh -i KEY` names, in each form ssh
+    /// takes it, and nothing an option's argument or another program holds.
+    #[test]
+    fn an_ssh_command_names_its_keys_as_ssh_reads_its_options() {
+        for (cmd, keys) in [
+            ("ssh -i ~/deploykeys/deploy_ed25519", &["~/deploykeys/deploy_ed25519"][..]),
+            ("ssh -i'/k/with space'", &["/k/with space"]),
+            ("/usr/bin/ssh -F /dev/null -Ai ~/a -o IdentitiesOnly=yes", &["~/a"]),
+            ("ssh -oIdentityFile=~/b", &["~/b"]),
+            ("ssh -o IdentityFile=~/c -o 'IdentityFile ~/d'", &["~/c", "~/d"]),
+            ("ssh -o IdentityFile ~/e", &["~/e"]),
+            ("ssh -o identityfile=none -i ~/f -p 2222", &["~/f"]),
+        ] {
+            assert_eq!(ssh_command_keys(cmd), keys, "{cmd}");
+        }
+        // `-l` takes `pi` (no `-i`); `-p` takes `-i`'s look-alike; a lone `-i` names nothing.
+        for cmd in ["ssh -lpi host", "ssh -p -i", "ssh -i", "ssh", "", "ssh --i x", "ssh -o Port=22"] {
+            assert!(ssh_command_keys(cmd).is_empty(), "{cmd}");
+        }
+        let configs = UserConfigs {
+            git: vec![GitConfigFile {
+                path: "/gpfs/home/u/.gitconfig".into(),
+                bytes: Some(
+                    b"[core]\n\tsshCommand = ssh -i ~/deploykeys/deploy_ed25519 -o IdentitiesOnly=yes\n".to_vec(),
+                ),
+                role: crate::host::configs::GitRole::Global,
+            }],
+            ssh: vec![],
+            stripped_before: vec![],
+        };
+        let e = env(&[("GIT_SSH_COMMAND", "ssh -i /keys/ci")]);
+        let named: Vec<(PathBuf, Option<String>)> = locate(CATALOGUE, &ctx(&e, &configs), &FakeFs::default())
+            .into_iter()
+            .filter(|l| l.store == "git-named-files")
+            .map(|l| (l.path, l.via))
+            .collect();
+        assert_eq!(
+            named,
+            vec![
+                ("/gpfs/home/u/deploykeys/deploy_ed25519".into(), Some("~/.gitconfig core.sshcommand".into())),
+                ("/keys/ci".into(), Some("$GIT_SSH_COMMAND".into())),
+            ]
+        );
     }
 
     #[test]

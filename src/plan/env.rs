@@ -7,8 +7,8 @@
 mod key_forms;
 mod meaning;
 
-pub use key_forms::KEY_FORMS;
-pub use meaning::{HARMLESS, SECRET_ENDINGS, SECRET_WORDS};
+pub use key_forms::{KEY_FORMS, VALUE_FORMS};
+pub use meaning::{HARMLESS, SECRET_ENDINGS, SECRET_LAST_WORDS, SECRET_PAIRS, SECRET_WORDS};
 
 use crate::glob::Pattern;
 use crate::policy::{Policy, Sourced};
@@ -520,6 +520,30 @@ mod tests {
         ("COOKIE_SECRET", Scrubbed, "COOKIE, SECRET"),
         ("DB_PASS", Scrubbed, "PASS"),
         ("API_KEY2", Scrubbed, "KEY, a digit apart"),
+        // Red team 32 R7: passwords and seeds the words missed
+        ("SSHPASS", Scrubbed, "SSHPASS: sshpass -e's password"),
+        ("LDAP_BIND_PW", Scrubbed, "PW as the last word: OpenLDAP's bind password"),
+        ("ADMIN_PW", Scrubbed, "PW as the last word"),
+        ("ROOT_PW", Scrubbed, "PW as the last word"),
+        ("PW", Scrubbed, "PW alone is the last word"),
+        ("PW_TEST_HTML_REPORT_OPEN", Kept, "Playwright's switch: PW first is no password"),
+        ("PWDEBUG", Kept, "Playwright's debug switch: one word, not PW"),
+        ("KEYSTOREPASS", Scrubbed, "ends in STOREPASS: a Java keystore's password"),
+        ("STOREPASS", Scrubbed, "STOREPASS"),
+        ("KEYPASS", Scrubbed, "KEYPASS: a keystore key's password"),
+        ("ANDROID_KEYPASS", Scrubbed, "KEYPASS"),
+        ("MASTERKEY", Scrubbed, "MASTERKEY"),
+        ("MNEMONIC", Scrubbed, "MNEMONIC: a wallet's recovery words"),
+        ("WALLET_MNEMONIC", Scrubbed, "MNEMONIC"),
+        ("SEED_PHRASE", Scrubbed, "SEED then PHRASE: a wallet's recovery phrase"),
+        ("TOTP_SEED", Scrubbed, "TOTP then SEED: every one-time code is made from it"),
+        ("MFA_SEED", Scrubbed, "MFA then SEED"),
+        ("RECOVERY_CODES", Scrubbed, "RECOVERY then CODES: a login's recovery codes"),
+        ("PEPPER", Scrubbed, "PEPPER: the hashes' secret besides the salt"),
+        ("SALT", Kept, "a salt is stored beside each hash in the clear: no secret"),
+        ("RANDOM_SEED", Kept, "SEED alone: a reproducible run's seed"),
+        ("PYTHONHASHSEED", Kept, "one word: Python's hash seed"),
+        ("EXIT_CODES", Kept, "CODES alone"),
         // Everyday variables the jail's tools need
         ("VIRTUAL_ENV", Kept, "a directory"),
         ("PYTHONPATH", Kept, "directories"),
@@ -532,6 +556,58 @@ mod tests {
         ("NO_PROXY", Kept, "host names"),
         ("COLORTERM", Kept, "`truecolor`"),
     ];
+
+    /// Values under names the words keep, each with what the built-in policy does with it
+    /// and why: the value decides.
+    const VALUES: &[(&str, &str, Verdict, &str)] = &[
+        ("NGC", "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", Scrubbed, "NVIDIA's key"),
+        ("PYPI_UPLOAD", "pypi-AgEIcHlwaS5vcmcCJGI4YmNhMDA5LTg0", Scrubbed, "a PyPI token by its macaroon's start"),
+        ("REPO", "https://CANARYGHTOKENUSER@github.com/o/r.git", Scrubbed, "a token as the URL's user"),
+        ("REPO_URL", "https://git@github.com/o/r.git", Kept, "`git` is a user name, no token"),
+        ("UPSTREAM", "https://alice@example.org/r.git", Kept, "a short user name"),
+        ("NOTIFY", "https://hooks.slack.com/services/T0/B0/XXXXXXXXXXXXXXXXXXXXXXXX", Scrubbed, "a Slack webhook"),
+        (
+            "SAS",
+            "https://a.blob.core.windows.net/c?sv=2022-11-02&sig=abcDEF123%2Bxyz%2F0987654321%3D",
+            Scrubbed,
+            "an Azure SAS",
+        ),
+        ("BLOB", "https://a.blob.core.windows.net/c/f.txt", Kept, "a storage URL without a signature"),
+        (
+            "GIT_CONFIG_VALUE_0",
+            "Authorization: Bearer CANARYHEADERTOKEN",
+            Scrubbed,
+            "an http.extraHeader with its token",
+        ),
+        ("GIT_CONFIG_VALUE_1", "Authorization: Basic dXNlcjpwYXNzd29yZA==", Scrubbed, "user:password in base64"),
+        ("GIT_CONFIG_VALUE_2", "true", Kept, "a config value"),
+    ];
+
+    #[test]
+    fn the_values_table_is_scrubbed_or_kept_by_what_each_value_holds() {
+        let env: Vec<(String, String)> = VALUES.iter().map(|(n, v, _, _)| (n.to_string(), v.to_string())).collect();
+        let p = plan(&env, &policy(&[], None));
+        let mut wrong = vec![];
+        for (name, value, want, why) in VALUES {
+            assert!(!why.is_empty(), "{name}: say why");
+            let got = match (rule(&p, name), p.vars.iter().any(|(k, v)| k == name && v == value)) {
+                (Some(ScrubRule::KeyForm { .. }), false) => Scrubbed,
+                (None, true) => Kept,
+                (r, kept) => panic!("{name}: rule {r:?}, kept {kept}"),
+            };
+            if got != *want {
+                wrong.push(format!("{name}: {got:?}, want {want:?} ({why})"));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        // `--dry-run` names the rule.
+        let shown: Vec<String> = p.removed.iter().map(|r| r.to_string()).collect();
+        assert!(shown.contains(&"REPO (its value holds a token as a URL's user)".to_string()), "{shown:?}");
+        assert!(
+            shown.contains(&"GIT_CONFIG_VALUE_0 (its value holds a credential in an Authorization header)".to_string()),
+            "{shown:?}"
+        );
+    }
 
     fn policy(layers: &[(&str, Source, FileKind)], admin: Option<&str>) -> Policy {
         let builtin = include_str!("../policy/builtin.toml");

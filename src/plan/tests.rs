@@ -1018,7 +1018,10 @@ fn with_the_home_writable_every_agents_configuration_is_still_protected() {
     }
     assert!(has(&plan, |m| matches!(m, MountSpec::Bind { target, rw: true, .. }
         if target == Path::new("/home/u/.claude/projects/-home-u-proj"))));
-    assert!(plan.merges.iter().any(|m| m.file == Path::new("/home/u/.claude.json")));
+    // Without the claude profile, Claude Code's state file (its API-key login, MCP servers'
+    // tokens) is hidden, not copied (red team 32 R5).
+    assert!(!plan.merges.iter().any(|m| m.file == Path::new("/home/u/.claude.json")));
+    assert!(plan.credentials.hidden.iter().any(|l| l.path == Path::new("/home/u/.claude.json")));
     for missing in ["/home/u/.codex", "/home/u/.pi"] {
         assert!(plan.placeholders.contains(&Placeholder { path: missing.into(), dir: true, json: false }), "{missing}");
     }

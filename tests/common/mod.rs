@@ -38,6 +38,14 @@ pub const SECRET_NAMES: &[&str] = &[
     "npm_config__auth",
     "ORG_GRADLE_PROJECT_signingKey",
     "OIDC_SOCK",
+    // Red team 32 R7
+    "SSHPASS",
+    "LDAP_BIND_PW",
+    "KEYSTOREPASS",
+    "MNEMONIC",
+    "SEED_PHRASE",
+    "TOTP_SEED",
+    "RECOVERY_CODES",
 ];
 
 /// Names that mean nothing secret: they reach the jail as they are, with these values.
@@ -55,6 +63,10 @@ pub const HARMLESS_VARS: &[(&str, &str)] = &[
     ("GPG_KEY", "7169605F62C751356D054A26A821E680E5FA6305"),
     ("SLURM_CPUS_PER_TASK", "4"),
     ("UPSTREAM_REPO", "ssh://git@github.com/org/repo.git"),
+    ("MIRROR_REPO", "https://alice@example.org/org/repo.git"),
+    ("PW_TEST_HTML_REPORT_OPEN", "never"),
+    ("RANDOM_SEED", "42"),
+    ("SALT", "na"),
 ];
 
 /// The canary the variable `name` of `SECRET_NAMES` holds.
@@ -77,6 +89,13 @@ pub fn key_form_vars() -> Vec<(&'static str, String)> {
         ("CLOUD_ID", "AKIAIOSFODNN7EXAMPLE".into()),
         ("HUB", key_form("hf_", "CnryHuggingFaceFive", 34)),
         ("DATABASE_URL", "postgres://app:CnryUrlPassword6@db.example.org:5432/prod".into()),
+        // Red team 32 R7
+        ("NGC", key_form("nvapi-", "CnryNvidia7", 64)),
+        ("PYPI_UPLOAD", "pypi-AgEIcHlwaS5vcmcCnryPyPI8".into()),
+        ("REPO", "https://CnryGhTokenUser9abcdef@github.com/o/r.git".into()),
+        ("NOTIFY", "https://hooks.slack.com/services/T0/B0/CnrySlackHook10".into()),
+        ("SAS", "https://a.blob.core.windows.net/c?sv=2022-11-02&sig=CnryAzureSas11abcdef%3D".into()),
+        ("GIT_CONFIG_VALUE_0", "Authorization: Bearer CnryHeader12xyz".into()),
     ]
 }
 

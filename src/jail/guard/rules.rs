@@ -579,6 +579,49 @@ const AGENT_CONFIG: &[(&str, &str)] = &[
     (".aider.model.metadata.json", "aider"),
     // Skills of the agents that read the shared `.agents/` (codex's `.agents/skills`).
     (".agents", "Codex (its skills)"),
+    // Red team 32 R6, each from the tool's documentation: Qwen Code (a Gemini CLI fork) reads
+    // `mcpServers` and hooks from `.qwen/settings.json`.
+    (".qwen", "Qwen Code"),
+    // Crush: MCP servers' and language servers' commands, hooks (`.crush.json` first).
+    ("crush.json", "Crush"),
+    (".crush.json", "Crush"),
+    // Roo Code and Kilo Code (Cline forks): `.roo/mcp.json`, `.kilocode/mcp.json` start MCP
+    // servers; their rules directories instruct the agent.
+    (".roo", "Roo Code"),
+    (".kilocode", "Kilo Code"),
+    // Cline: `.clinerules/hooks/` scripts run on its tool calls (a file or a directory).
+    (".clinerules", "Cline"),
+    // Kiro: `.kiro/hooks/*.kiro.hook` run commands on file events, `.kiro/settings/mcp.json`
+    // starts MCP servers, `.kiro/steering/` instructs it.
+    (".kiro", "Kiro"),
+    // Amazon Q Developer CLI: `.amazonq/mcp.json` and its agents' hooks.
+    (".amazonq", "Amazon Q Developer"),
+    // JetBrains Junie: `.junie/mcp/mcp.json` starts MCP servers, `.junie/guidelines.md`.
+    (".junie", "Junie"),
+    // OpenHands: `.openhands/setup.sh` runs at the start of every conversation.
+    (".openhands", "OpenHands"),
+    // Factory's Droid: `.factory/settings.json` hooks, `.factory/mcp.json`, droids, skills.
+    (".factory", "Factory Droid"),
+    // Amp: `.amp/settings.json` (`amp.mcpServers`, its permissions).
+    (".amp", "Amp"),
+];
+
+/// Editors' and tools' settings that run commands, at the project's top only (as
+/// `.vscode/`): repositories commit them, and a clone of one inside the project would be
+/// refused at any depth. Each with who reads it and what it runs.
+const TOP_SETTINGS: &[(&str, &str)] = &[
+    // Language servers and formatters by command (`lsp.*.binary`, `formatter.external`), tasks.
+    (".zed", "Zed (language servers, formatters, tasks)"),
+    // `.helix/languages.toml`'s `language-server.*.command` and formatters (before its
+    // workspace trust, every workspace's).
+    (".helix", "Helix (language servers, formatters)"),
+    // mise's `[tasks]`, `[hooks]` and `env._.source`: `mise run`, `mise install` and `mise exec`
+    // trust the config they run by themselves.
+    ("mise.toml", "mise (tasks, hooks, env scripts)"),
+    (".mise.toml", "mise (tasks, hooks, env scripts)"),
+    ("mise.local.toml", "mise (tasks, hooks, env scripts)"),
+    (".mise.local.toml", "mise (tasks, hooks, env scripts)"),
+    (".mise", "mise (tasks, hooks, env scripts)"),
 ];
 
 /// Entries of an `.opencode` directory opencode loads code or settings from. Not its
@@ -603,12 +646,19 @@ fn lefthook_config(name: &str) -> bool {
 pub fn runs_outside_name(rel: &Path) -> Option<&'static str> {
     let parts: Vec<&str> = rel.iter().map(|c| c.to_str().unwrap_or("")).collect();
     for (i, c) in parts.iter().enumerate() {
-        // Every name of the lists starts with `.` or `opencode`: most components are none.
-        if !c.starts_with('.') && !c.get(..8).is_some_and(|p| p.eq_ignore_ascii_case("opencode")) {
+        // Every name of the lists starts with `.`, `opencode` or `crush`: most components are
+        // none.
+        let prefixed = |p: &str| c.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p));
+        if !c.starts_with('.') && !prefixed("opencode") && !prefixed("crush") {
             continue;
         }
         if let Some((_, who)) = AGENT_CONFIG.iter().find(|(n, _)| c.eq_ignore_ascii_case(n)) {
             return Some(who);
+        }
+        // GitHub Copilot CLI loads command hooks from `.github/hooks/*.json` of the directory
+        // it starts in.
+        if c.eq_ignore_ascii_case(".github") && parts.get(i + 1).is_some_and(|n| n.eq_ignore_ascii_case("hooks")) {
+            return Some("GitHub Copilot CLI (its hooks)");
         }
         if c.eq_ignore_ascii_case(".opencode")
             && parts.get(i + 1).is_some_and(|n| OPENCODE_LOADS.iter().any(|l| n.starts_with(l)))
@@ -633,6 +683,13 @@ pub fn runs_outside_name(rel: &Path) -> Option<&'static str> {
     // A dev container's `initializeCommand` runs on the host when an editor opens the project.
     if top == ".devcontainer" || top == ".devcontainer.json" {
         return Some("VS Code and the devcontainer CLI (initializeCommand runs on the host)");
+    }
+    if let Some((_, who)) = TOP_SETTINGS.iter().find(|(n, _)| top == *n) {
+        return Some(who);
+    }
+    // mise's configs under `.config/` (`.config/mise.toml`, `.config/mise/config.toml`).
+    if top == ".config" && parts.get(1).is_some_and(|n| *n == "mise" || *n == "mise.toml") {
+        return Some("mise (tasks, hooks, env scripts)");
     }
     if parts.len() == 1 && top.starts_with(".aider.tags.cache.v") {
         return Some("aider (its tags cache is unpickled)");
@@ -910,6 +967,33 @@ mod tests {
             ("/p", ".devcontainer"),
             ("/p/.devcontainer", "devcontainer.json"),
             ("/p", ".devcontainer.json"),
+            // Red team 32 R6: other agents' settings at any depth, editors' at the top.
+            ("/p/.github/hooks", "x.json"),
+            ("/p/.github", "hooks"),
+            ("/p/web/.github", "hooks"),
+            ("/p", ".qwen"),
+            ("/p/web", ".qwen"),
+            ("/p", "crush.json"),
+            ("/p/web", ".crush.json"),
+            ("/p", ".roo"),
+            ("/p", ".kilocode"),
+            ("/p/.kiro/hooks", "x.kiro.hook"),
+            ("/p/.kiro/settings", "mcp.json"),
+            ("/p", ".amazonq"),
+            ("/p/.junie/mcp", "mcp.json"),
+            ("/p/.clinerules/hooks", "PreToolUse"),
+            ("/p/web", ".clinerules"),
+            ("/p/.openhands", "setup.sh"),
+            ("/p/.factory", "settings.json"),
+            ("/p/web", ".amp"),
+            ("/p/.zed", "settings.json"),
+            ("/p/.zed", "tasks.json"),
+            ("/p/.helix", "languages.toml"),
+            ("/p", "mise.toml"),
+            ("/p", ".mise.toml"),
+            ("/p", "mise.local.toml"),
+            ("/p/.config", "mise.toml"),
+            ("/p/.config/mise", "config.toml"),
         ] {
             for op in [FILE, DIR, Op::Write, Op::RenameOnto(Kind::File), LINK] {
                 assert!(matches!(t.decide(&g, dir, name, op), Err(Refusal::RunsOutside(_))), "{dir}/{name} {op:?}");
@@ -926,6 +1010,15 @@ mod tests {
             ("/p/vendor/lib", ".vscode"),
             ("/p/vendor/lib/.vscode", "tasks.json"),
             ("/p/vendor/lib", ".devcontainer"),
+            // Editors' and mise's settings at depth: a cloned repository keeps its own.
+            ("/p/vendor/lib", ".zed"),
+            ("/p/vendor/lib/.helix", "languages.toml"),
+            ("/p/vendor/lib", "mise.toml"),
+            // `.github` itself and its workflows are the project's.
+            ("/p", ".github"),
+            ("/p/.github/workflows", "ci.yml"),
+            ("/p/src", "hooks"),
+            ("/p", "crushing.txt"),
         ] {
             assert_eq!(t.decide(&g, dir, name, FILE), Ok(Decision::Go), "{dir}/{name}");
         }

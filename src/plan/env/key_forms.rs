@@ -87,6 +87,10 @@ pub const KEY_FORMS: &[KeyForm] = &[
     form("Google API key", "AIza", Url, 35, 35, false),
     form("npm token", "npm_", Alnum, 36, 36, false),
     form("PyPI token", "pypi-", Url, 50, 4096, false),
+    // A PyPI token is a macaroon whose base64 starts with its location, `pypi.org` (or
+    // `test.pypi.org`): that start says PyPI token however short the rest is cut.
+    form("PyPI token", "pypi-AgEIcHlwaS5vcmc", Url, 8, 4096, false),
+    form("PyPI token", "pypi-AgENdGVzdC5weXBpLm9yZw", Url, 8, 4096, false),
     form("Stripe key", "sk_live_", Alnum, 16, 255, false),
     form("Stripe key", "rk_live_", Alnum, 16, 255, false),
     form("Stripe key", "sk_test_", Alnum, 16, 255, false),
@@ -102,22 +106,50 @@ pub const KEY_FORMS: &[KeyForm] = &[
     form("Tailscale key", "tskey-", Url, 20, 255, true),
     form("HashiCorp Vault token", "hvs.", Url, 24, 255, true),
     form("age secret key", "AGE-SECRET-KEY-1", Upper, 50, 70, false),
+    // NGC and NIM (build.nvidia.com) API keys.
+    form("NVIDIA API key", "nvapi-", Url, 40, 255, true),
 ];
 
+/// What a value can hold besides a provider's key form, as `find` names each (for `policy
+/// show`).
+pub const VALUE_FORMS: &[&str] = &[JWT, PEM, URL_PASSWORD, URL_TOKEN_USER, WEBHOOK_URL, SAS_SIGNATURE, AUTHORIZATION];
+
+const JWT: &str = "JSON Web Token";
+const PEM: &str = "PEM private key";
+const URL_PASSWORD: &str = "password in a URL";
+const URL_TOKEN_USER: &str = "token as a URL's user";
+const WEBHOOK_URL: &str = "Slack or Discord webhook URL";
+const SAS_SIGNATURE: &str = "signed URL's signature (Azure SAS `sig=`)";
+const AUTHORIZATION: &str = "credential in an Authorization header";
+
+/// Webhook URLs: whoever holds one posts to the channel as the integration (the path after
+/// these is the secret).
+const WEBHOOKS: &[&str] = &["hooks.slack.com/services/", "discord.com/api/webhooks/", "discordapp.com/api/webhooks/"];
+
 /// What a value holds, if it holds a key: the provider's key, a JSON Web Token, a PEM
-/// private key or a URL that carries its password (`postgres://u:pw@db/x`, whatever the
-/// variable is called: `DATABASE_URL`, `PIP_INDEX_URL`, `MLFLOW_TRACKING_URI`).
+/// private key, a URL that carries its password (`postgres://u:pw@db/x`, whatever the
+/// variable is called: `DATABASE_URL`, `PIP_INDEX_URL`, `MLFLOW_TRACKING_URI`) or a token as
+/// its user (`https://TOKEN@github.com/o/r`), a webhook URL, an Azure SAS signature, an
+/// `Authorization:` header with its credential (`GIT_CONFIG_VALUE_0=Authorization: Bearer ...`).
 pub fn find(value: &str) -> Option<&'static str> {
     let b = value.as_bytes();
     if value.contains("PRIVATE KEY-----") {
-        return Some("PEM private key");
+        return Some(PEM);
+    }
+    if WEBHOOKS.iter().any(|w| value.find(w).is_some_and(|i| value.len() > i + w.len())) {
+        return Some(WEBHOOK_URL);
     }
     // Where a word starts: at the start, or after a byte that is no letter, digit or `_`.
     let starts = (0..b.len()).filter(|&i| i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_'));
     for i in starts {
         let rest = &b[i..];
         if rest.starts_with(b"eyJ") && is_jwt(rest) {
-            return Some("JSON Web Token");
+            return Some(JWT);
+        }
+        // `sig=` as a query parameter (`?sig=` or `&sig=`, or a bare SAS token's start).
+        let param = i == 0 || b[i - 1] == b'?' || b[i - 1] == b'&';
+        if param && rest.starts_with(b"sig=") && is_signature(&rest[4..]) {
+            return Some(SAS_SIGNATURE);
         }
         if let Some(f) =
             KEY_FORMS.iter().find(|f| rest.starts_with(f.prefix.as_bytes()) && body_fits(f, &rest[f.prefix.len()..]))
@@ -125,8 +157,34 @@ pub fn find(value: &str) -> Option<&'static str> {
             return Some(f.provider);
         }
     }
-    // After the forms: a provider's key in a URL is named as that provider's.
-    has_url_password(value).then_some("password in a URL")
+    // After the forms: a provider's key in a header or a URL is named as that provider's.
+    if has_authorization(value) {
+        return Some(AUTHORIZATION);
+    }
+    url_credential(value)
+}
+
+/// An Azure SAS signature: base64 of an HMAC-SHA256 (44 bytes, `%2B`, `%2F`, `%3D` when
+/// percent-encoded); 20 bytes at least, so that a short `sig=` of something else is none.
+fn is_signature(rest: &[u8]) -> bool {
+    let len = rest.iter().take_while(|c| c.is_ascii_alphanumeric() || b"%+/=_-".contains(c)).count();
+    len >= 20
+}
+
+/// `Authorization:` (any case) then a scheme and a credential of 8 bytes at least (`Bearer
+/// ...`, `Basic ...`, `token ...`): a header a tool sends, kept in a variable (`http.extraHeader`
+/// through `GIT_CONFIG_VALUE_N`, a saved `curl -H`).
+fn has_authorization(value: &str) -> bool {
+    const HEADER: &[u8] = b"authorization:";
+    let b = value.as_bytes();
+    (0..b.len().saturating_sub(HEADER.len() - 1)).any(|i| {
+        if !b[i..i + HEADER.len()].eq_ignore_ascii_case(HEADER) {
+            return false;
+        }
+        let mut words = value[i + HEADER.len()..].split_whitespace();
+        let scheme = words.next().is_some_and(|s| s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-'));
+        scheme && words.next().is_some_and(|cred| cred.trim_matches(['\'', '"']).len() >= 8)
+    })
 }
 
 /// The body of `f` at the start of `rest`: the run of its alphabet, of a length it allows,
@@ -144,9 +202,12 @@ fn body_fits(f: &KeyForm, rest: &[u8]) -> bool {
 
 /// A URL whose authority holds `user:password@` with a password, as RFC 3986 writes one:
 /// a scheme (a letter, then letters, digits, `+`, `-`, `.`), `://`, and the userinfo ending at
-/// the authority's last `@` before `/`, `?` or `#`. `ssh://git@host` (no password) and
-/// `http://proxy:3128` (a port, no `@`) hold none.
-fn has_url_password(value: &str) -> bool {
+/// the authority's last `@` before `/`, `?` or `#`; or a user and no password where the user is
+/// a token's length (16 bytes or more of letters, digits, `_`, `-`: how GitHub, GitLab and
+/// Azure DevOps take a token as the user, `https://TOKEN@github.com/o/r`). `ssh://git@host`, a
+/// short user name, one with a dot (`first.last`) and `http://proxy:3128` (a port, no `@`)
+/// hold none.
+fn url_credential(value: &str) -> Option<&'static str> {
     let mut rest = value;
     while let Some(at) = rest.find("://") {
         let scheme = rest[..at].bytes().rev().take_while(|c| c.is_ascii_alphanumeric() || b"+-.".contains(c)).count();
@@ -155,14 +216,19 @@ fn has_url_password(value: &str) -> bool {
         let authority = &after[..after.find(['/', '?', '#', ' ', '\n']).unwrap_or(after.len())];
         if scheme > 0 && starts_with_letter {
             if let Some(userinfo) = authority.rfind('@').map(|i| &authority[..i]) {
-                if userinfo.split_once(':').is_some_and(|(_, password)| !password.is_empty()) {
-                    return true;
+                let (user, password) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+                if !password.is_empty() {
+                    return Some(URL_PASSWORD);
+                }
+                let token = |c: u8| c.is_ascii_alphanumeric() || c == b'_' || c == b'-';
+                if user.len() >= 16 && user.bytes().all(token) {
+                    return Some(URL_TOKEN_USER);
                 }
             }
         }
         rest = after;
     }
-    false
+    None
 }
 
 /// Three base64url parts of at least 10 bytes, joined by dots, the first a JSON object's
@@ -227,6 +293,9 @@ mod tests {
                 "JSON Web Token",
             ),
             ("-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA\n-----END OPENSSH PRIVATE KEY-----", "PEM private key"),
+            ("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", "NVIDIA API key"),
+            ("pypi-AgEIcHlwaS5vcmcCJGI4YmNhMDA5LTg0", "PyPI token"),
+            ("pypi-AgENdGVzdC5weXBpLm9yZwIkYWJjZGVm", "PyPI token"),
         ] {
             assert_eq!(find(value), Some(provider), "{value}");
         }
@@ -281,6 +350,46 @@ mod tests {
             "://:x@",
             "mailto:someone@example.org",
             "1://u:p@h",
+        ] {
+            assert_eq!(find(value), None, "{value}");
+        }
+    }
+
+    /// Red team 32 R7: a token as a URL's user (no password), a webhook URL, an Azure SAS
+    /// signature and an `Authorization:` header's credential, under any name.
+    #[test]
+    fn tokens_as_users_webhooks_signatures_and_authorization_headers_are_secrets() {
+        for (value, what) in [
+            ("https://CANARYGHTOKENUSER@github.com/o/r.git", URL_TOKEN_USER),
+            ("https://0123456789abcdef0123456789abcdef01234567@github.com/o/r", URL_TOKEN_USER),
+            ("git clone https://ado-pat-abcdefghijklmnop@dev.azure.com/org/p/_git/r", URL_TOKEN_USER),
+            ("https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXXXXXX", WEBHOOK_URL),
+            ("https://discord.com/api/webhooks/123/abc", WEBHOOK_URL),
+            (
+                "https://acct.blob.core.windows.net/c/f?sv=2022-11-02&ss=b&sig=abcDEF123%2Bxyz%2F0987654321%3D",
+                SAS_SIGNATURE,
+            ),
+            ("sv=2022-11-02&sr=c&sig=abcDEF123%2Bxyz%2F0987654321%3D", SAS_SIGNATURE),
+            ("sig=abcDEF123%2Bxyz%2F0987654321%3D", SAS_SIGNATURE),
+            ("Authorization: Bearer CANARY-HEADER-TOKEN", AUTHORIZATION),
+            ("authorization: basic dXNlcjpwYXNzd29yZA==", AUTHORIZATION),
+            ("curl -H 'Authorization: token abcdefgh12' https://api", AUTHORIZATION),
+        ] {
+            assert_eq!(find(value), Some(what), "{value}");
+        }
+        for value in [
+            "https://git@github.com/o/r.git",
+            "https://x-access-token@github.com/o/r",
+            "https://first.lastname.longer@host/x",
+            "https://alice@host/x",
+            "https://hooks.slack.com/services/",
+            "https://slack.com/services/x",
+            "https://acct.blob.core.windows.net/c/f?sv=2022-11-02&ss=b",
+            "?design=abcdefghijklmnopqrstuvwxyz",
+            "&sig=short",
+            "Authorization: Bearer",
+            "Authorization: Bearer short",
+            "Authorization required",
         ] {
             assert_eq!(find(value), None, "{value}");
         }

@@ -32,6 +32,31 @@ pub const SECRET_WORDS: &[&str] = &[
     "DSN",
     // A URL that lets whoever holds it post (Slack, Discord, Teams).
     "WEBHOOK",
+    // sshpass's password (`sshpass -e` reads SSHPASS).
+    "SSHPASS",
+    // A wallet's recovery words (BIP-39): the wallet itself.
+    "MNEMONIC",
+    // The secret mixed into password hashes besides the stored salt (a salt is stored beside
+    // each hash in the clear and stays: it protects nothing by being hidden).
+    "PEPPER",
+];
+
+/// Words that name a secret only as a name's last word: `PW` in `LDAP_BIND_PW`, `ADMIN_PW`,
+/// `ROOT_PW` (OpenLDAP's, container images' passwords), while `PW_TEST_*` (Playwright's test
+/// runner) begins with it and holds none.
+pub const SECRET_LAST_WORDS: &[&str] = &["PW"];
+
+/// Two words in a row that name a secret where neither alone does (`SEED` alone is a random
+/// seed of a reproducible run, `CODES` alone anything): a wallet's recovery phrase, a TOTP or
+/// MFA secret (the seed every one-time code is made from), a login's recovery codes.
+pub const SECRET_PAIRS: &[(&str, &str)] = &[
+    ("SEED", "PHRASE"),
+    ("RECOVERY", "PHRASE"),
+    ("TOTP", "SEED"),
+    ("OTP", "SEED"),
+    ("MFA", "SEED"),
+    ("RECOVERY", "CODES"),
+    ("BACKUP", "CODES"),
 ];
 
 /// Endings that name a secret when written as one word too (`ACCESSTOKEN` in Azure
@@ -52,6 +77,12 @@ pub const SECRET_ENDINGS: &[&str] = &[
     "SECRETKEY",
     "PRIVATEKEY",
     "AUTHKEY",
+    // A Java keystore's and its key's passwords (`KEYSTOREPASS`, keytool's `-storepass`,
+    // `-keypass`).
+    "STOREPASS",
+    "KEYPASS",
+    // An application's master key (`MASTERKEY`, Rails' and Meilisearch's as one word).
+    "MASTERKEY",
 ];
 
 /// Names (case-sensitive, `*` globs) whose words name a secret but which hold none, with why.
@@ -78,11 +109,27 @@ pub const HARMLESS: &[(&str, &str)] = &[
 /// The word of `name` that names a secret, as written there (`Key` in `signingKey`), unless
 /// `name` is a harmless one.
 pub fn secret_word(name: &str) -> Option<&str> {
-    let word = words(name).find(|w| is_secret_word(w))?;
+    let all: Vec<&str> = words(name).collect();
+    let eq = |w: &str, s: &str| w.eq_ignore_ascii_case(s);
+    let word = all.iter().enumerate().find_map(|(i, w)| {
+        let last = i + 1 == all.len() && SECRET_LAST_WORDS.iter().any(|s| eq(w, s));
+        if is_secret_word(w) || last {
+            return Some(*w);
+        }
+        let next = all.get(i + 1)?;
+        SECRET_PAIRS.iter().any(|(a, b)| eq(w, a) && eq(next, b)).then(|| span(name, w, next))
+    })?;
     match HARMLESS.iter().any(|(h, _)| glob_match(h, name)) {
         true => None,
         false => Some(word),
     }
+}
+
+/// The part of `name` from word `a` to word `b` (both slices of it), the separator included.
+fn span<'n>(name: &'n str, a: &str, b: &str) -> &'n str {
+    let start = a.as_ptr() as usize - name.as_ptr() as usize;
+    let end = b.as_ptr() as usize - name.as_ptr() as usize + b.len();
+    &name[start..end]
 }
 
 fn is_secret_word(w: &str) -> bool {
