@@ -253,7 +253,6 @@ print('git-commit-nested', git('-C', 'vendor/clone', 'commit', '-qam', 'work-ins
 "#;
 
 #[test]
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn nothing_the_jail_writes_into_a_repository_runs_outside() {
     let marker = format!("/tmp/asb-guard-pwned-{}", std::process::id());
     let j = jail!("gitguard")
@@ -276,33 +275,7 @@ fn nothing_the_jail_writes_into_a_repository_runs_outside() {
     for case in ["git-config-fsmonitor", "git-config-hookspath", "git-config-alias", "git-config-include"] {
         assert!(!line(case).ends_with(" 0") && !line(case).is_empty(), "{case} must fail: {out}");
     }
-    let mut refused = vec![
-        "config-rplus",
-        "config-truncate",
-        "config-rename",
-        "config-link-out",
-        "config-symlink",
-        "hook-create",
-        "hook-rename",
-        "hook-link",
-        "hooks-symlink",
-        "hooks-rename-in",
-        "dotgit-symlink",
-        "dotgit-rename-in",
-        "bare-last-mark",
-        "swapped-in",
-        "parent-swapped",
-        "symlink-above",
-        "commondir-elsewhere",
-        "cache-last-mark",
-        "bind-mark",
-    ]
-    .into_iter()
-    .map(String::from)
-    .collect::<Vec<_>>();
-    for gitdir in ["vendor/clone/.git", ".git/modules/m", ".git"] {
-        refused.extend(["old-hook", "old-rename"].map(|c| format!("{c} {gitdir}")));
-    }
+    let refused = refused_cases();
     for case in &refused {
         assert!(line(case).ends_with("REFUSED"), "{case}: {out}");
     }
@@ -337,22 +310,61 @@ fn nothing_the_jail_writes_into_a_repository_runs_outside() {
     // every directory the jail worked in, runs nothing.
     let after = [config("vendor/clone/.git/config"), config(".git/modules/m/config"), config(".git/config")];
     assert_eq!(before, after, "a repository's config changed: {out}");
-    let _ = std::fs::remove_file(&marker);
-    for dir in
-        [".", "sub", "d", "bare", "b2", "pp", "pp/b3", "pq", "base", "wt", "g", "sock", "vendor/clone", "prepared"]
-    {
-        let d = j.project.join(dir);
-        if d.is_dir() {
-            let _ = git_outside(&j, &d, &["status"]);
-            let _ = git_outside(&j, &d, &["commit", "-q", "--allow-empty", "-m", "user"]);
-        }
-    }
-    assert!(!Path::new(&marker).exists(), "the user's git ran the jail's command: {out}");
+    users_git_runs_nothing(&j, &marker, &out);
     let audit = std::fs::read_to_string(j.rig.home.join(".local/state/agent-sandbox/audit.jsonl")).unwrap_or_default();
     assert!(
         audit.lines().any(|l| l.contains("\"fs_denied\"") && l.contains("git-config") && l.contains("gitguard/sub")),
         "no audit record"
     );
+}
+
+/// The cases of guard.py the guard refuses outright: in the session's repositories, and the
+/// hooks of each repository that was there before it.
+fn refused_cases() -> Vec<String> {
+    let mut refused: Vec<String> = [
+        "config-rplus",
+        "config-truncate",
+        "config-rename",
+        "config-link-out",
+        "config-symlink",
+        "hook-create",
+        "hook-rename",
+        "hook-link",
+        "hooks-symlink",
+        "hooks-rename-in",
+        "dotgit-symlink",
+        "dotgit-rename-in",
+        "bare-last-mark",
+        "swapped-in",
+        "parent-swapped",
+        "symlink-above",
+        "commondir-elsewhere",
+        "cache-last-mark",
+        "bind-mark",
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    for gitdir in ["vendor/clone/.git", ".git/modules/m", ".git"] {
+        refused.extend(["old-hook", "old-rename"].map(|c| format!("{c} {gitdir}")));
+    }
+    refused
+}
+
+/// Outside, afterwards: the user's git, in every directory the jail worked in, runs nothing
+/// of what the jail wrote (the command it planted would make `marker`).
+fn users_git_runs_nothing(j: &Jail, marker: &str, out: &Out) {
+    let _ = std::fs::remove_file(marker);
+    for dir in
+        [".", "sub", "d", "bare", "b2", "pp", "pp/b3", "pq", "base", "wt", "g", "sock", "vendor/clone", "prepared"]
+    {
+        let d = j.project.join(dir);
+        if d.is_dir() {
+            let _ = git_outside(j, &d, &["status"]);
+            let _ = git_outside(j, &d, &["commit", "-q", "--allow-empty", "-m", "user"]);
+        }
+    }
+    assert!(!Path::new(marker).exists(), "the user's git ran the jail's command: {out}");
 }
 
 #[test]

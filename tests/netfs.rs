@@ -72,14 +72,14 @@ g -C sub config core.fsmonitor "touch /tmp/asb-netfs-pwned" 2>/dev/null || echo 
 printf '#!/bin/sh\ntouch /tmp/asb-netfs-pwned\n' > sub/.git/hooks/pre-commit 2>/dev/null || echo hook-refused
 "#;
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
-fn on_slowfs(j: Jail, name: &str, hidden: &[&str], guarded: bool, max_requests: u64) {
-    let slowfs = slowfs(j.rig);
+/// The network home's backing tree for test `name`: a home with an ssh key, cloud
+/// credentials, a git config, many entries, and a project of many files, all the test user's.
+/// Its base directory, the home and the project.
+fn network_home(j: &Jail, name: &str) -> (PathBuf, PathBuf, PathBuf) {
     let base = PathBuf::from("/var/tmp/asb-netfs-test").join(name);
     let _ = std::fs::remove_dir_all(&base);
     let home = base.join("home");
-    let project_rel = "t/netfs";
-    let project = home.join(project_rel);
+    let project = home.join(PROJECT_REL);
     for d in [project.clone(), home.join(".ssh"), home.join(".aws")] {
         std::fs::create_dir_all(&d).unwrap();
     }
@@ -106,6 +106,25 @@ fn on_slowfs(j: Jail, name: &str, hidden: &[&str], guarded: bool, max_requests: 
         .unwrap();
     assert!(st.success());
     std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o750)).unwrap();
+    (base, home, project)
+}
+
+/// The project's path in the home.
+const PROJECT_REL: &str = "t/netfs";
+
+/// slowfs's count of metadata requests in its `--stats` file.
+fn metadata_requests(counts: &str) -> u64 {
+    counts
+        .lines()
+        .find_map(|l| l.strip_prefix("metadata "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no metadata count in {counts}"))
+}
+
+fn on_slowfs(j: Jail, name: &str, hidden: &[&str], guarded: bool, max_requests: u64) {
+    let slowfs = slowfs(j.rig);
+    let (base, home, project) = network_home(&j, name);
+    let project_rel = PROJECT_REL;
     let stats = base.join("stats");
     let shown = j.rig.home.display().to_string();
     // slowfs over the test's home, at the user's home path. A first `run -- true` makes the
@@ -159,11 +178,7 @@ exit "$rc""#,
     }
     let counts = std::fs::read_to_string(stats.with_extension("true"))
         .unwrap_or_else(|e| panic!("slowfs wrote no counts of `run -- true`: {e}\n{out}"));
-    let metadata: u64 = counts
-        .lines()
-        .find_map(|l| l.strip_prefix("metadata "))
-        .and_then(|n| n.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no metadata count in {counts}"));
+    let metadata = metadata_requests(&counts);
     eprintln!("slowfs counts of `run -- true`:\n{counts}");
     assert!(
         metadata <= max_requests,

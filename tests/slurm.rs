@@ -1636,7 +1636,6 @@ fn ten_sessions_in_sibling_projects_see_and_touch_only_their_own_jobs() {
 /// another user's from the login node is closed before the challenge; the listener closes with
 /// the session.
 #[test]
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn job_ports_admit_only_nodes_running_the_projects_jobs() {
     let Some(j) = slurm_jail("slurm-job-port") else { return };
     let j = j
@@ -1671,30 +1670,7 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
         let addr = std::fs::read_to_string(&addr_file).expect("addr").trim().to_string();
         assert!(addr.starts_with("203.0.113.1:"), "the job port listens on the cluster address: {addr}");
         let client = j.project.join("echo_client.py");
-        let from_n2 = Command::new("nsenter")
-            .args([&format!("--net={n2_net}"), "python3"])
-            .arg(&client)
-            .arg(&addr)
-            .output()
-            .expect("nsenter");
-        let from_login = j.as_user("python3").arg(&client).arg(&addr).output().expect("python3");
-        let from_root = Command::new("python3").arg(&client).arg(&addr).output().expect("python3");
-        let foreign = j
-            .as_user("sbatch")
-            .args(["--wait", "-w", "n2", "-o", "foreign.out", "--wrap"])
-            .arg(format!("python3 {} {addr}", client.display()))
-            .output()
-            .expect("sbatch");
-        assert!(foreign.status.success(), "{}", String::from_utf8_lossy(&foreign.stderr));
-        for (who, out) in
-            [("n2 without a job", from_n2.stdout), ("the login node", from_login.stdout), ("root", from_root.stdout)]
-        {
-            let out = String::from_utf8_lossy(&out).into_owned();
-            // At most the listener's challenge (random bytes), never the jail's server.
-            assert!(!out.contains("echo:"), "{who} got through: {out}");
-        }
-        let foreign = std::fs::read_to_string(j.project.join("foreign.out")).unwrap_or_default();
-        assert!(!foreign.contains("echo:"), "a job outside the project got through: {foreign}");
+        outsiders_get_nothing(&j, &client, &addr, n2_net);
         std::fs::write(j.project.join("go"), "").expect("go");
         let out = session.join().expect("session thread");
         for node in ["n2", host.as_str()] {
@@ -1725,26 +1701,57 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
         let late = wait_for_text(&j.project.join("late.out"), "=");
         let _ = serve.join();
         assert!(!late.contains("evil") && late.contains("error="), "a job reached an impostor: {late}");
-        // Each refusal is one audit record that says who and why.
-        let session_id = std::fs::read_to_string(j.project.join("session")).unwrap_or_default();
-        let log = j.as_user(&j.rig.bin).args(["log", "--json", "--session", session_id.trim()]).output().expect("log");
-        let refusals: Vec<String> = String::from_utf8_lossy(&log.stdout)
-            .lines()
-            .filter(|l| l.contains("\"check\":\"job_port\""))
-            .map(str::to_owned)
-            .collect();
-        for from in ["from 203.0.113.2:", "from 203.0.113.1:"] {
-            assert!(
-                refusals.iter().any(|r| r.contains(from) && r.contains("proof")),
-                "no refusal {from}: {refusals:#?}"
-            );
-        }
-        assert!(
-            refusals.iter().any(|r| r.contains("from 203.0.113.1:") && r.contains("another user's connection (uid 0)")),
-            "root's connection from the login node, closed before the challenge: {refusals:#?}"
-        );
-        assert!(refusals.len() >= 4, "n2, the login node, root and the foreign job: {refusals:#?}");
+        each_refusal_is_audited(&j);
     });
+}
+
+/// Connections to the job port from where no job of the project runs (n2's network, the login
+/// node as the user and as root, a job of the user's outside the project) never reach the
+/// jail's server.
+fn outsiders_get_nothing(j: &Jail, client: &Path, addr: &str, n2_net: &str) {
+    let from_n2 = Command::new("nsenter")
+        .args([&format!("--net={n2_net}"), "python3"])
+        .arg(client)
+        .arg(addr)
+        .output()
+        .expect("nsenter");
+    let from_login = j.as_user("python3").arg(client).arg(addr).output().expect("python3");
+    let from_root = Command::new("python3").arg(client).arg(addr).output().expect("python3");
+    let foreign = j
+        .as_user("sbatch")
+        .args(["--wait", "-w", "n2", "-o", "foreign.out", "--wrap"])
+        .arg(format!("python3 {} {addr}", client.display()))
+        .output()
+        .expect("sbatch");
+    assert!(foreign.status.success(), "{}", String::from_utf8_lossy(&foreign.stderr));
+    for (who, out) in
+        [("n2 without a job", from_n2.stdout), ("the login node", from_login.stdout), ("root", from_root.stdout)]
+    {
+        let out = String::from_utf8_lossy(&out).into_owned();
+        // At most the listener's challenge (random bytes), never the jail's server.
+        assert!(!out.contains("echo:"), "{who} got through: {out}");
+    }
+    let foreign = std::fs::read_to_string(j.project.join("foreign.out")).unwrap_or_default();
+    assert!(!foreign.contains("echo:"), "a job outside the project got through: {foreign}");
+}
+
+/// Each refusal at the job port is one audit record that says who and why.
+fn each_refusal_is_audited(j: &Jail) {
+    let session_id = std::fs::read_to_string(j.project.join("session")).unwrap_or_default();
+    let log = j.as_user(&j.rig.bin).args(["log", "--json", "--session", session_id.trim()]).output().expect("log");
+    let refusals: Vec<String> = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .filter(|l| l.contains("\"check\":\"job_port\""))
+        .map(str::to_owned)
+        .collect();
+    for from in ["from 203.0.113.2:", "from 203.0.113.1:"] {
+        assert!(refusals.iter().any(|r| r.contains(from) && r.contains("proof")), "no refusal {from}: {refusals:#?}");
+    }
+    assert!(
+        refusals.iter().any(|r| r.contains("from 203.0.113.1:") && r.contains("another user's connection (uid 0)")),
+        "root's connection from the login node, closed before the challenge: {refusals:#?}"
+    );
+    assert!(refusals.len() >= 4, "n2, the login node, root and the foreign job: {refusals:#?}");
 }
 
 /// The session network: the jails of one session, on the login node and in its jobs on both
@@ -1756,7 +1763,6 @@ fn job_ports_admit_only_nodes_running_the_projects_jobs() {
 /// of the same user, and a connection from the host without the session's proof, are refused
 /// and audited; a job's address is given back when it ends.
 #[test]
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
 fn the_session_network_joins_one_sessions_jails_and_nothing_else() {
     let Some(j) = slurm_jail("slurm-peers") else { return };
     for tool in ["/usr/bin/mpirun", "/usr/lib/python3/dist-packages/mpi4py"] {
@@ -1832,66 +1838,13 @@ fn the_session_network_joins_one_sessions_jails_and_nothing_else() {
         let own = own.split_whitespace().next().unwrap_or("").to_string();
         let entry = std::fs::read_to_string(registry.join(&own)).unwrap_or_default();
         assert!(entry.starts_with("203.0.113.1:"), "the session's entry for {own}: {entry:?}");
-        let raw = {
-            use std::io::{Read, Write};
-            let mut c = std::net::TcpStream::connect(listener).expect("the job's listener");
-            c.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-            let _ = c.write_all(&[0x55; 200]);
-            let mut got = vec![];
-            let _ = c.read_to_end(&mut got);
-            String::from_utf8_lossy(&got).into_owned()
-        };
+        let raw = unproved_connection(listener);
         std::fs::write(p("stop"), "").expect("stop");
         std::fs::write(p("test-done"), "").expect("test-done");
         let out = session.join().expect("session thread");
-        let ring = std::fs::read_to_string(p("ring.out")).unwrap_or_default();
-        assert!(ring.contains("mpirun_rc=0"), "mpirun in salloc -N2: {ring}\n{out}");
-        let batch = std::fs::read_to_string(p("ring-batch.out")).unwrap_or_default();
-        for (how, ring) in [("salloc", &ring), ("a batch job", &batch)] {
-            let ranks: Vec<&str> = ring.lines().filter(|l| l.starts_with("rank=")).collect();
-            assert_eq!(ranks.len(), 4, "mpirun in {how}: {ring}");
-            for r in 0..4 {
-                let from = (r + 3) % 4;
-                let want = format!("from={from} len=4194304 sum=6");
-                assert!(
-                    ranks.iter().any(|l| l.starts_with(&format!("rank={r}/4 ")) && l.contains(&want)),
-                    "mpirun in {how}: rank {r} got 4 MiB from rank {from} and the sum: {ring}"
-                );
-            }
-            for node in ["n2", host.as_str()] {
-                assert!(ranks.iter().any(|l| l.contains(&format!("node={node} "))), "{how}: no rank on {node}: {ring}");
-            }
-        }
-        let session_ip = std::fs::read_to_string(p("session-ip")).unwrap_or_default();
-        let session_ip = session_ip.split_whitespace().next().unwrap_or("").to_string();
-        assert!(session_ip.starts_with("169.254.") && job_ip.starts_with("169.254."), "{session_ip} {job_ip}");
-        assert_ne!(session_ip, job_ip);
-        let from_session = std::fs::read_to_string(p("from-session.out")).unwrap_or_default();
-        assert_eq!(
-            from_session.trim(),
-            format!("reply=echo:ping from={session_ip}"),
-            "the session called the job\n{out}"
-        );
-        let from_job = std::fs::read_to_string(p("from-job.out")).unwrap_or_default();
-        assert!(from_job.starts_with("reply=echo:ping from=169.254."), "a job called another: {from_job}");
-        assert!(!from_job.contains(&session_ip) && !from_job.contains(&format!("from={job_ip}")), "{from_job}");
-        assert!(other.stdout.trim().starts_with("error="), "another session reached the job: {other}");
-        assert!(!raw.contains("echo:"), "the host reached the job without the proof: {raw:?}");
-        // Refusals, audited: the other session's call, the host's connection.
-        let log = j.as_user(&j.rig.bin).args(["log", "--json"]).output().expect("log");
-        let refusals: Vec<String> = String::from_utf8_lossy(&log.stdout)
-            .lines()
-            .filter(|l| l.contains("\"check\":\"session_net\""))
-            .map(str::to_owned)
-            .collect();
-        assert!(
-            refusals.iter().any(|r| r.contains(&format!("{job_ip}:7000")) && r.contains("no jail of this session")),
-            "the other session's call: {refusals:#?}"
-        );
-        assert!(
-            refusals.iter().any(|r| r.contains("from 203.0.113.1:") && r.contains("proof")),
-            "the host's connection: {refusals:#?}"
-        );
+        mpi_rings_ran_on_both_nodes(&j, &host, &out);
+        calls_came_from_each_jails_own_address(&j, job_ip, &other, &raw, &out);
+        session_network_refusals_are_audited(&j, job_ip);
         // The job's address goes when it does.
         let job = std::fs::read_to_string(p("server-job")).unwrap_or_default();
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -1900,6 +1853,78 @@ fn the_session_network_joins_one_sessions_jails_and_nothing_else() {
             std::thread::sleep(Duration::from_millis(200));
         }
     });
+}
+
+/// What the job's listener answers a connection from the host that does not prove the
+/// session's secret (200 bytes of garbage).
+fn unproved_connection(listener: std::net::SocketAddr) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(listener).expect("the job's listener");
+    c.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+    let _ = c.write_all(&[0x55; 200]);
+    let mut got = vec![];
+    let _ = c.read_to_end(&mut got);
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+/// Each call on the session network came from its caller's own jail address: the session's
+/// to the job, one job's to another; another session of the user, and the host without the
+/// session's proof, got nothing.
+fn calls_came_from_each_jails_own_address(j: &Jail, job_ip: &str, other: &Out, raw: &str, out: &Out) {
+    let p = |f: &str| j.project.join(f);
+    let session_ip = std::fs::read_to_string(p("session-ip")).unwrap_or_default();
+    let session_ip = session_ip.split_whitespace().next().unwrap_or("").to_string();
+    assert!(session_ip.starts_with("169.254.") && job_ip.starts_with("169.254."), "{session_ip} {job_ip}");
+    assert_ne!(session_ip, job_ip);
+    let from_session = std::fs::read_to_string(p("from-session.out")).unwrap_or_default();
+    assert_eq!(from_session.trim(), format!("reply=echo:ping from={session_ip}"), "the session called the job\n{out}");
+    let from_job = std::fs::read_to_string(p("from-job.out")).unwrap_or_default();
+    assert!(from_job.starts_with("reply=echo:ping from=169.254."), "a job called another: {from_job}");
+    assert!(!from_job.contains(&session_ip) && !from_job.contains(&format!("from={job_ip}")), "{from_job}");
+    assert!(other.stdout.trim().starts_with("error="), "another session reached the job: {other}");
+    assert!(!raw.contains("echo:"), "the host reached the job without the proof: {raw:?}");
+}
+
+/// Open MPI's ring in `salloc -N2` and in a batch job: four ranks, two on each node, each got
+/// 4 MiB from the one before it and the sum of the reduction.
+fn mpi_rings_ran_on_both_nodes(j: &Jail, host: &str, out: &Out) {
+    let p = |f: &str| j.project.join(f);
+    let ring = std::fs::read_to_string(p("ring.out")).unwrap_or_default();
+    assert!(ring.contains("mpirun_rc=0"), "mpirun in salloc -N2: {ring}\n{out}");
+    let batch = std::fs::read_to_string(p("ring-batch.out")).unwrap_or_default();
+    for (how, ring) in [("salloc", &ring), ("a batch job", &batch)] {
+        let ranks: Vec<&str> = ring.lines().filter(|l| l.starts_with("rank=")).collect();
+        assert_eq!(ranks.len(), 4, "mpirun in {how}: {ring}");
+        for r in 0..4 {
+            let from = (r + 3) % 4;
+            let want = format!("from={from} len=4194304 sum=6");
+            assert!(
+                ranks.iter().any(|l| l.starts_with(&format!("rank={r}/4 ")) && l.contains(&want)),
+                "mpirun in {how}: rank {r} got 4 MiB from rank {from} and the sum: {ring}"
+            );
+        }
+        for node in ["n2", host] {
+            assert!(ranks.iter().any(|l| l.contains(&format!("node={node} "))), "{how}: no rank on {node}: {ring}");
+        }
+    }
+}
+
+/// The session network's refusals, audited: the other session's call, the host's connection.
+fn session_network_refusals_are_audited(j: &Jail, job_ip: &str) {
+    let log = j.as_user(&j.rig.bin).args(["log", "--json"]).output().expect("log");
+    let refusals: Vec<String> = String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .filter(|l| l.contains("\"check\":\"session_net\""))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        refusals.iter().any(|r| r.contains(&format!("{job_ip}:7000")) && r.contains("no jail of this session")),
+        "the other session's call: {refusals:#?}"
+    );
+    assert!(
+        refusals.iter().any(|r| r.contains("from 203.0.113.1:") && r.contains("proof")),
+        "the host's connection: {refusals:#?}"
+    );
 }
 
 /// Waits until each of `files` is in the project, while the session runs.

@@ -558,7 +558,7 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
     place_token_copies(&mut b, &base.hidden, token_copies, &mut warnings);
     masks(&mut b, policy, fs, &base, &trees)?;
     if base.backend == BackendKind::Userns {
-        cover_missing_stores(&mut b, fs, &base, &trees, &credentials_plan);
+        cover_missing_stores(&mut b, fs, &base, &trees, &credentials_plan, &mut warnings);
     }
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
     let (mut placeholders, git_dir, restore) = protected(&mut b, policy, facts, fs, &base, &trees)?;
@@ -945,7 +945,7 @@ fn writable_trees(
 }
 
 /// Stage 5 too (userns): a store the catalogue says the launcher makes (`catalogue::Made`) that
-/// is missing where a writable tree other than the project would show it is made before the
+/// is missing where a writable tree would show it (where that tree really is) is made before the
 /// session (`home_dirs`, `home_files`: empty, anchored) and covered like a present one. Bound
 /// whole, the tree would show one a tool makes outside while the session runs (a first `hf
 /// auth login`, git's credential-cache daemon and its socket), and let a jail make one first
@@ -957,7 +957,17 @@ fn cover_missing_stores(
     base: &Base,
     trees: &Trees,
     creds: &catalogue::CredentialsPlan,
+    warnings: &mut Vec<String>,
 ) {
+    // Each writable tree where it really is (a `~/.cache` that is a link to scratch, common
+    // on HPC systems, is bound from there: second look, G1).
+    let real_trees: Vec<(&PathBuf, PathBuf)> = trees
+        .writable
+        .iter()
+        .filter(|w| **w != base.home)
+        .map(|w| (w, fs::real_path(fs, w)))
+        .filter(|(_, r)| fs.kind(r) == Some(Kind::Dir))
+        .collect();
     for l in &creds.hidden {
         let Some(made) = catalogue::CATALOGUE.iter().find(|s| s.name == l.store).and_then(|s| s.made) else {
             continue;
@@ -965,18 +975,29 @@ fn cover_missing_stores(
         if fs.kind(&l.path).is_some() {
             continue;
         }
-        // The innermost writable tree holding it, as the jail sees it; none: nothing shows it.
+        // The innermost writable tree holding it where it really is, as the jail sees it.
         let real = fs::real_path(fs, &l.path);
-        let Some(w) = trees
-            .writable
-            .iter()
-            .filter(|w| **w != base.home && **w != base.project)
-            .filter(|w| fs::under(&real, &fs::real_path(fs, w)) && fs.kind(w) == Some(Kind::Dir))
-            .max_by_key(|w| w.as_os_str().len())
-        else {
+        let holding = |p: &Path| {
+            real_trees
+                .iter()
+                .filter(|(_, r)| fs::under(p, r) && p != r.as_path())
+                .max_by_key(|(_, r)| r.as_os_str().len())
+        };
+        let Some((w, r)) = holding(&real) else {
+            // Named in a writable tree but leading out of every one through a link on its
+            // way (`~/.cache/huggingface -> elsewhere`, which an earlier jail could have
+            // made): nothing here to cover, said (second look, G2).
+            if real != l.path && holding(&l.path).is_some() {
+                warnings.push(format!(
+                    "{}: not covered: a link on its way leads to {}, outside the trees the jail writes; a login made \
+                     there during the session is not hidden (remove the link if you did not make it)",
+                    l.path.display(),
+                    real.display()
+                ));
+            }
             continue;
         };
-        let Ok(rel) = real.strip_prefix(fs::real_path(fs, w)) else { continue };
+        let Ok(rel) = real.strip_prefix(r) else { continue };
         let target = w.join(rel);
         if b.mounts.iter().any(|m| matches!(m, MountSpec::Mask { target: t, .. } if fs::under(&target, t))) {
             continue;

@@ -1313,6 +1313,21 @@ mod credential_stores {
         // Landlock: nothing made.
         let p = plan_on(&host().dir("/home/u/.cache/pip"), facts(), "[sandbox]\nbackend = \"landlock\"\n");
         assert!(p.home_dirs.is_empty() && p.home_files.is_empty(), "{:?} {:?}", p.home_dirs, p.home_files);
+        // A `~/.cache` that is a link to scratch (second look, G1): covered where the jail
+        // sees the tree, made where it really is.
+        let fs = host().dir("/scratch/u/cache/pip").symlink("/home/u/.cache", "/scratch/u/cache");
+        let p = plan_on(&fs, facts(), "");
+        let masked = |t: &str| has(&p, |m| matches!(m, MountSpec::Mask { target, .. } if target == Path::new(t)));
+        assert!(
+            masked("/home/u/.cache/huggingface/token") || masked("/scratch/u/cache/huggingface/token"),
+            "{:#?}",
+            p.mounts
+        );
+        assert!(p.home_files.contains(&PathBuf::from("/home/u/.cache/huggingface/token")), "{:?}", p.home_files);
+        // A link on the way that leads out of every writable tree (second look, G2): said.
+        let fs = host().dir("/home/u/.cache/pip").symlink("/home/u/.cache/huggingface", "/opt/elsewhere");
+        let p = plan_on(&fs, facts(), "");
+        assert!(p.warnings.iter().any(|w| w.contains("huggingface/token: not covered")), "{:?}", p.warnings);
     }
 
     #[test]

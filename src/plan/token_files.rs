@@ -61,14 +61,37 @@ const FILES: &[&str] = &[
 /// `.condarc`, `condarc` and `condarc.d/` (`conda config --system`) and the active
 /// environment's, and pip reads `pip.conf` in the prefix it runs from (`pip config --site`).
 /// The built-in `home.read` entries show these trees whole (outside review of issue 32, R3).
-const CONDA_ROOTS: &[&str] =
-    &["$CONDA_ROOT", "$MAMBA_ROOT_PREFIX", "~/miniconda3", "~/miniforge3", "~/mambaforge", "~/anaconda3", "~/.mamba"];
+/// `~/.conda` holds the environments `conda create -n` makes where conda is a site's module
+/// (second look, G5); `$CONDA_PREFIX` is the active environment.
+const CONDA_ROOTS: &[&str] = &[
+    "$CONDA_ROOT",
+    "$MAMBA_ROOT_PREFIX",
+    "$CONDA_PREFIX",
+    "~/miniconda3",
+    "~/miniforge3",
+    "~/mambaforge",
+    "~/anaconda3",
+    "~/miniconda",
+    "~/miniforge",
+    "~/anaconda",
+    "~/conda",
+    "~/micromamba",
+    "~/.mamba",
+    "~/.local/share/mamba",
+    "~/.conda",
+];
+
+/// Where conda keeps the list of every environment it made, wherever it is (`/scratch/u/envs/x`).
+const CONDA_ENVIRONMENTS: &str = "~/.conda/environments.txt";
+
+/// Environments the list names, at most.
+const MAX_LISTED_ENVS: usize = 1024;
 
 /// The files of a conda prefix (a root or an environment) that can hold a token.
 const CONDA_PREFIX_FILES: &[&str] = &[".condarc", "condarc", "condarc.d/*", "pip.conf"];
 
 /// Entries one `*` stands for, at most: past them, the rest of a directory is not looked at.
-const MAX_GLOB: usize = 256;
+const MAX_GLOB: usize = 4096;
 
 /// Keys whose value is a secret, lower case, as the last part of a key (`registries.x.token`,
 /// `//registry.npmjs.org/:_authToken`).
@@ -145,15 +168,29 @@ pub fn decide(fs: &dyn HostFs, home: &Path, var: &dyn Fn(&str) -> Option<String>
 /// The token files of every conda prefix: each root of `CONDA_ROOTS` that is a directory, and
 /// each environment in its `envs/`.
 fn conda_files(fs: &dyn HostFs, home: &Path, var: &dyn Fn(&str) -> Option<String>) -> Vec<PathBuf> {
-    let mut out = vec![];
-    for root in CONDA_ROOTS.iter().filter_map(|r| expand(r, home, var)) {
+    let mut roots: Vec<PathBuf> = CONDA_ROOTS.iter().filter_map(|r| expand(r, home, var)).collect();
+    // The install conda runs from (`$CONDA_EXE`: ROOT/bin/conda or ROOT/condabin/conda), which
+    // may be anywhere (`/scratch/u/miniconda3`; second look, G6).
+    for exe in ["CONDA_EXE", "MAMBA_EXE"] {
+        let root = var(exe).map(PathBuf::from).and_then(|e| e.parent().and_then(Path::parent).map(Path::to_path_buf));
+        roots.extend(root.filter(|r| r.is_absolute()));
+    }
+    let mut prefixes: Vec<PathBuf> = vec![];
+    for root in roots {
         if fs.kind(&root) != Some(Kind::Dir) {
             continue;
         }
-        let envs = glob(fs, &root.join("envs/*"));
-        for prefix in std::iter::once(root).chain(envs) {
-            out.extend(CONDA_PREFIX_FILES.iter().flat_map(|f| glob(fs, &prefix.join(f))));
-        }
+        prefixes.extend(glob(fs, &root.join("envs/*")));
+        prefixes.push(root);
+    }
+    // Every environment conda made, wherever (`conda create -p /scratch/u/env`).
+    if let Some(list) = expand(CONDA_ENVIRONMENTS, home, var).and_then(|p| fs.read_small(&p, MAX_FILE)) {
+        let listed: Vec<PathBuf> = String::from_utf8_lossy(&list).lines().map(|l| PathBuf::from(l.trim())).collect();
+        prefixes.extend(listed.into_iter().filter(|p| p.is_absolute()).take(MAX_LISTED_ENVS));
+    }
+    let mut out = vec![];
+    for prefix in prefixes {
+        out.extend(CONDA_PREFIX_FILES.iter().flat_map(|f| glob(fs, &prefix.join(f))));
     }
     out
 }
@@ -366,12 +403,14 @@ mod tests {
             .content("/home/u/.nvm/versions/node/v20.11.0/etc/npmrc", tok)
             .content("/home/u/.spack/linux/mirrors.yaml", "mirrors:\n  m:\n    access_pair: [A, B]\n")
             .content("/home/u/.spack/linux/packages.yaml", "packages: {}\n")
-            .content(
-                "/home/u/.pyenv/versions/3.12.1/pip.conf",
-                "[global]\nindex-url = https://u:pw@r.example/simple\n",
-            );
-        let found: Vec<PathBuf> =
-            decide(&fs, Path::new("/home/u"), &|_| None, &[]).into_iter().map(|f| f.real).collect();
+            .content("/home/u/.pyenv/versions/3.12.1/pip.conf", "[global]\nindex-url = https://u:pw@r.example/simple\n")
+            .content("/home/u/.conda/envs/site/pip.conf", "[global]\nindex-url = https://u:pw@s.example/simple\n")
+            .content("/home/u/.conda/environments.txt", "/scratch/u/envs/big\n/home/u/miniconda3\n")
+            .content("/scratch/u/envs/big/.condarc", "channels:\n  - https://c.example/t/tk-3/x\n")
+            .content("/scratch/u/mc3/.condarc", "channels:\n  - https://c.example/t/tk-4/x\n")
+            .file("/scratch/u/mc3/bin/conda");
+        let var = |n: &str| (n == "CONDA_EXE").then(|| "/scratch/u/mc3/bin/conda".to_string());
+        let found: Vec<PathBuf> = decide(&fs, Path::new("/home/u"), &var, &[]).into_iter().map(|f| f.real).collect();
         for want in [
             "/home/u/miniconda3/.condarc",
             "/home/u/miniconda3/pip.conf",
@@ -380,10 +419,15 @@ mod tests {
             "/home/u/.nvm/versions/node/v20.11.0/etc/npmrc",
             "/home/u/.spack/linux/mirrors.yaml",
             "/home/u/.pyenv/versions/3.12.1/pip.conf",
+            // Second look, G5 and G6: `~/.conda/envs`, every environment conda lists, and the
+            // install conda runs from.
+            "/home/u/.conda/envs/site/pip.conf",
+            "/scratch/u/envs/big/.condarc",
+            "/scratch/u/mc3/.condarc",
         ] {
             assert!(found.contains(&PathBuf::from(want)), "{want} not found in {found:?}");
         }
-        assert_eq!(found.len(), 7, "{found:?}");
+        assert_eq!(found.len(), 10, "{found:?}");
     }
 
     #[test]

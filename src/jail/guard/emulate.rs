@@ -1170,10 +1170,13 @@ fn link(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: libc
         return Err(errno(libc::ENOENT));
     }
     let follow = if flags & libc::AT_SYMLINK_FOLLOW != 0 { 0 } else { libc::O_NOFOLLOW };
-    let obj = open_path(c, &old.0, &old_path, follow)?;
     let new_path = c.read_string(new.1).map_err(errno)?;
     let mut e = entry(c, &new.0, &new_path)?;
+    // Before the source is opened: a stream's install (a config or `.env` the jail wrote a
+    // moment ago, put in place by rename on a thread of its own) cannot replace it between
+    // the open and the look at where it is, which then found it deleted (ENOENT).
     let _gate = gate();
+    let obj = open_path(c, &old.0, &old_path, follow)?;
     e.refresh()?;
     // A second name for a file the rules keep read-only would be a way to write it.
     if let Some(old) = located(obj.as_fd())? {

@@ -75,45 +75,29 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
     })
 }
 
-#[allow(clippy::too_many_lines)] // over 80 lines: to be split (issue 36)
-fn main() {
-    let args = match parse(std::env::args().skip(1)) {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("slowfs: {e}");
-            std::process::exit(2);
-        }
-    };
-    // Signals are taken by sigwait on this thread: blocked here, before the FUSE threads
-    // start, so that every thread inherits the mask.
-    let mut set = SigSet::empty();
-    for s in [Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGTERM, Signal::SIGINT] {
-        set.add(s);
-    }
-    if let Err(e) = set.thread_block() {
-        eprintln!("slowfs: blocking signals: {e}");
-        std::process::exit(1);
-    }
-    // One descriptor per inode the kernel knows of: a tree walk of a big project needs many.
-    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 1 << 20, 1 << 20);
+/// Stops the tool with its message and status.
+fn fail(code: i32, why: String) -> ! {
+    eprintln!("slowfs: {why}");
+    std::process::exit(code);
+}
+
+/// The filesystem the arguments ask for: the backing tree, its delays, and its trace file.
+fn filesystem(args: &Args) -> fs::SlowFs {
     let fs = match fs::SlowFs::new(&args.backing, args.delay, args.ttl) {
         Ok(f) => f,
-        Err(e) => {
-            eprintln!("slowfs: {}: {e}", args.backing.display());
-            std::process::exit(1);
-        }
+        Err(e) => fail(1, format!("{}: {e}", args.backing.display())),
     };
-    let fs = match &args.trace {
+    match &args.trace {
         None => fs,
         Some(p) => match std::fs::File::create(p) {
             Ok(f) => fs.traced(f),
-            Err(e) => {
-                eprintln!("slowfs: {}: {e}", p.display());
-                std::process::exit(1);
-            }
+            Err(e) => fail(1, format!("{}: {e}", p.display())),
         },
-    };
-    let counts = fs.counters();
+    }
+}
+
+/// Mounts `fs` as root would, every user allowed, on `args.threads` threads.
+fn mount(fs: fs::SlowFs, args: &Args) -> fuser::BackgroundSession {
     let mut cfg = fuser::Config::default();
     cfg.mount_options = vec![
         fuser::MountOption::FSName("slowfs".into()),
@@ -124,16 +108,37 @@ fn main() {
     ];
     cfg.acl = fuser::SessionACL::All;
     cfg.n_threads = Some(args.threads);
-    let session = match fuser::spawn_mount(fs, &args.mountpoint, &cfg) {
+    match fuser::spawn_mount(fs, &args.mountpoint, &cfg) {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!(
-                "slowfs: mounting on {}: {e} (run as root, with fusermount3 from Debian's fuse3)",
+        Err(e) => fail(
+            1,
+            format!(
+                "mounting on {}: {e} (run as root, with fusermount3 from Debian's fuse3)",
                 args.mountpoint.display()
-            );
-            std::process::exit(1);
-        }
+            ),
+        ),
+    }
+}
+
+fn main() {
+    let args = match parse(std::env::args().skip(1)) {
+        Ok(a) => a,
+        Err(e) => fail(2, e),
     };
+    // Signals are taken by sigwait on this thread: blocked here, before the FUSE threads
+    // start, so that every thread inherits the mask.
+    let mut set = SigSet::empty();
+    for s in [Signal::SIGUSR1, Signal::SIGUSR2, Signal::SIGTERM, Signal::SIGINT] {
+        set.add(s);
+    }
+    if let Err(e) = set.thread_block() {
+        fail(1, format!("blocking signals: {e}"));
+    }
+    // One descriptor per inode the kernel knows of: a tree walk of a big project needs many.
+    let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 1 << 20, 1 << 20);
+    let fs = filesystem(&args);
+    let counts = fs.counters();
+    let session = mount(fs, &args);
     let dump = || {
         if let Some(p) = &args.stats {
             if let Err(e) = std::fs::write(p, counts.render()) {
