@@ -158,7 +158,7 @@ fn huskys_scripts_in_a_subdirectory_and_what_they_run_cannot_be_changed() {
 /// commit runs their own hook.
 #[test]
 fn a_nested_repositorys_hooks_path_and_what_its_envrc_loads_cannot_be_changed() {
-    let j = jail!("rt32-nested")
+    let j = jail!("rt32-workspace")
         .project_file(
             "sub/.husky/_/pre-commit",
             "#!/bin/sh\ntouch \"$(git rev-parse --show-toplevel)/user-hook-ran\"\n",

@@ -561,7 +561,8 @@ pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunReque
         cover_missing_stores(&mut b, fs, &base, &trees, &credentials_plan, &mut warnings);
     }
     // 6. Protected paths inside the project (and the launcher's own binary if it is there).
-    let (mut placeholders, git_dir, restore) = protected(&mut b, policy, facts, fs, &base, &trees)?;
+    let (mut placeholders, git_dir, restore, walk) = protected(&mut b, policy, facts, fs, &base, &trees)?;
+    warnings.extend(walk);
     let restore =
         restore.map(|paths| ProjectRestore { paths, aside: facts.state_dir().join("rejected").join(&req.session) });
     warnings.extend(git_dir.and_then(|g| repo_credentials_warning(fs, &g)));
@@ -1112,7 +1113,7 @@ fn runs_outside_of(
 
 /// What stage 6 made: the placeholders, the project's git directory, and under Landlock the
 /// protected paths to put back at exit.
-type Protected = (Vec<Placeholder>, Option<PathBuf>, Option<Vec<PathBuf>>);
+type Protected = (Vec<Placeholder>, Option<PathBuf>, Option<Vec<PathBuf>>, Option<String>);
 
 /// Stage 6: protected paths inside the project, the launcher's own binary if it is in a
 /// writable tree, and the user's own agent-sandbox config (the next session's policy).
@@ -1138,9 +1139,20 @@ fn protected(
     let (git, mut found) = runs_outside_of(fs, &base.home, xdg.as_deref(), &base.project, &base.project);
     // A workspace holding other repositories and direnv directories (`~/work/sub`): theirs
     // too (outside review of issue 32, R2).
-    for d in runs_outside::nested_dirs(fs, &base.project) {
+    let (nested, stopped) = runs_outside::nested_dirs(fs, &base.project);
+    for d in nested {
         found.extend(runs_outside_of(fs, &base.home, xdg.as_deref(), &d, &base.project).1);
     }
+    // A jail can make enough directories for the walk to stop before a repository (second
+    // look, G3): said, with where.
+    let walk = stopped.map(|at| {
+        format!(
+            "the look for repositories nested in the project stopped at {} (after {} directories): the hooks of one \
+             further on are not protected (too many directories one or two levels down)",
+            at.display(),
+            runs_outside::MAX_NESTED_DIRS
+        )
+    });
     protect_found(b, fs, &trees.writable, &base.project, guard_keeps_git, &found, &mut placeholders)?;
     if base.backend == BackendKind::Userns {
         // aider's tags cache in the project holds pickles aider loads outside: the session
@@ -1184,7 +1196,7 @@ fn protected(
             b.push(MountSpec::Bind { source: cfg.clone(), target: cfg, rw: false, dir: true });
         }
     }
-    Ok((placeholders, git.git_dir, restore))
+    Ok((placeholders, git.git_dir, restore, walk))
 }
 
 /// Everyday config files holding a token (`token_files`): under userns the copies to show

@@ -101,7 +101,7 @@ pub fn git_found(fs: &dyn HostFs, home: &Path, xdg_config: Option<&Path>, projec
 
 /// Directories looked at below a project for repositories and direnv directories of their
 /// own, at most: past them, deeper ones are not.
-const MAX_NESTED_DIRS: usize = 512;
+pub const MAX_NESTED_DIRS: usize = 512;
 
 /// Trees that hold dependencies or build output, never a workspace's repositories: not
 /// walked.
@@ -111,7 +111,8 @@ const NOT_WORKSPACES: &[&str] = &["node_modules", "target", "venv", "__pycache__
 /// `~/work/group/sub`) that hold a `.git` or an `.envrc` of their own: what git and direnv
 /// run there outside is read as the project's is (outside review of issue 32, R2). Hidden
 /// directories and dependency trees are not walked; at most `MAX_NESTED_DIRS` are looked at.
-pub fn nested_dirs(fs: &dyn HostFs, project: &Path) -> Vec<PathBuf> {
+/// Also where the walk stopped, if it did.
+pub fn nested_dirs(fs: &dyn HostFs, project: &Path) -> (Vec<PathBuf>, Option<PathBuf>) {
     let mut out = vec![];
     let mut looked = 0;
     let mut level: Vec<PathBuf> = vec![project.to_path_buf()];
@@ -125,7 +126,7 @@ pub fn nested_dirs(fs: &dyn HostFs, project: &Path) -> Vec<PathBuf> {
                 }
                 let p = d.join(name);
                 if looked >= MAX_NESTED_DIRS {
-                    return out;
+                    return (out, Some(p));
                 }
                 if fs.kind(&p) != Some(Kind::Dir) {
                     continue;
@@ -139,7 +140,7 @@ pub fn nested_dirs(fs: &dyn HostFs, project: &Path) -> Vec<PathBuf> {
         }
         level = next;
     }
-    out
+    (out, None)
 }
 
 /// `.git` as a file (`gitdir: PATH`, a worktree's or a submodule's): where it points.

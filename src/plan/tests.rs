@@ -1082,8 +1082,15 @@ fn a_workspaces_nested_repositories_hooks_and_envrc_loads_are_protected() {
     assert!(!has(&plan, |m| m.target().starts_with("/home/u/work/node_modules")), "a dependency tree");
     assert_eq!(
         super::runs_outside::nested_dirs(&fs, Path::new("/home/u/work")),
-        [PathBuf::from("/home/u/work/sub"), PathBuf::from("/home/u/work/group/deep")]
+        (vec![PathBuf::from("/home/u/work/sub"), PathBuf::from("/home/u/work/group/deep")], None)
     );
+    // A jail that filled the walk with directories of its own (second look, G3): said.
+    let mut fs = fs;
+    for i in 0..600 {
+        fs = fs.dir(&format!("/home/u/work/decoy{i:03}"));
+    }
+    let plan = build(&policy(""), &facts(), &fs, &request("/home/u/work")).unwrap();
+    assert!(plan.warnings.iter().any(|w| w.contains("stopped at")), "{:?}", plan.warnings);
 }
 
 /// Red team 32: with the git guard on, what the guard does not keep inside a `.git` (a
