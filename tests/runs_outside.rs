@@ -191,6 +191,33 @@ fn a_nested_repositorys_hooks_path_and_what_its_envrc_loads_cannot_be_changed() 
     assert_eq!(local, "export BAR=1\n", "what the nested .envrc loads was changed");
 }
 
+/// Third look at issue 32, H1: the guard judged a directory's new name only, not what its
+/// entries come to be: `mkdir y; echo .. > y/lefthook-local.yml; mv y .config` made
+/// `.config/lefthook-local.yml` (the user's next `git commit` ran it), and `x/hooks/x.json`
+/// moved to `.github` made GitHub Copilot CLI's hooks. Each such move is refused now; an
+/// ordinary directory still moves.
+#[test]
+fn a_directory_moved_so_that_its_entries_become_settings_that_run_outside_is_refused() {
+    let j = jail!("rt32-moved-names");
+    repo(&j);
+    let out = j.run(
+        "mkdir y && echo 'pre-commit: {commands: {x: {run: touch pwned}}}' > y/lefthook-local.yml && \
+         { mv y .config 2>/dev/null && echo MOVED-CONFIG || echo REFUSED-CONFIG; }; \
+         mkdir -p x/hooks && echo '{}' > x/hooks/x.json && \
+         { mv x .github 2>/dev/null && echo MOVED-GITHUB || echo REFUSED-GITHUB; }; \
+         mkdir -p web/z/hooks && echo '{}' > web/z/hooks/a.json && \
+         { mv web/z web/.github 2>/dev/null && echo MOVED-DEEP || echo REFUSED-DEEP; }; \
+         mkdir -p src/old && echo 'x' > src/old/a.c && { mv src/old src/new && echo MOVED-ORDINARY; }",
+    );
+    for want in ["REFUSED-CONFIG", "REFUSED-GITHUB", "REFUSED-DEEP", "MOVED-ORDINARY"] {
+        assert!(out.stdout.contains(want), "missing {want}: {out}");
+    }
+    for planted in [".config/lefthook-local.yml", ".github/hooks/x.json", "web/.github/hooks/a.json"] {
+        assert!(!j.project.join(planted).exists(), "{planted} was made: {out}");
+    }
+    assert!(j.project.join("src/new/a.c").exists(), "{out}");
+}
+
 /// F15: a file the repository's config includes (`include.path = ../.gitconfig`, and one that
 /// does not exist yet) is protected like the config; the guard refuses writing include keys.
 #[test]

@@ -1366,11 +1366,14 @@ fn exchange(g: &Guarded, from: &Entry, to: &Entry, kind: Kind) -> Step<()> {
         }
     }
     for (moved, onto, k) in [(from, to, kind), (to, from, other)] {
-        if k == Kind::Dir && moved.dir_path != onto.dir_path {
-            let obj =
-                openat2(moved.dir.as_fd(), &moved.name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0, 0)?;
+        if k != Kind::Dir {
+            continue;
+        }
+        let obj = openat2(moved.dir.as_fd(), &moved.name, libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0, 0)?;
+        if moved.dir_path != onto.dir_path {
             judge_links_below(g, obj.as_fd(), &onto.path()).map_err(|(r, p)| refused(r, p))?;
         }
+        names_below_run_nothing(g, obj.as_fd(), &onto.path())?;
     }
     Ok(())
 }
@@ -1388,7 +1391,57 @@ fn moved_dir(g: &Guarded, from: &Entry, to: &Entry, src: &Path, dst: &Path) -> S
     if from.dir_path != to.dir_path {
         judge_links_below(g, obj.as_fd(), dst).map_err(|(r, p)| refused(r, p))?;
     }
+    names_below_run_nothing(g, obj.as_fd(), dst)?;
     Ok(obj)
+}
+
+/// Entries looked at in the two levels below a directory moved in the project, at most: past
+/// them the move is refused (what they come to be could not all be judged).
+const MAX_RENAMED_NAMES: usize = 20_000;
+
+/// A directory moved in the project makes every path below it anew: none of them may come to
+/// be a name that runs outside (`mkdir y; echo .. > y/lefthook-local.yml; mv y .config` made
+/// `.config/lefthook-local.yml`, which the user's next `git commit` ran; third look at issue
+/// 32, H1). The names span at most three components (`.config/mise/config.toml`,
+/// `.github/hooks/x.json`), so two levels below the directory are judged.
+fn names_below_run_nothing(g: &Guarded, obj: BorrowedFd, dst: &Path) -> Step<()> {
+    let Some(root) = g.root_of(dst).filter(|r| g.is_project(r)) else { return Ok(()) };
+    let Ok(dst_rel) = dst.strip_prefix(root) else { return Ok(()) };
+    let refuse = |rel: &Path, what| Err(refused(Refusal::RunsOutside(what), dst.join(rel)));
+    let mut seen = 0usize;
+    let mut level: Vec<PathBuf> = vec![PathBuf::new()];
+    for depth in 0..2 {
+        let mut next = vec![];
+        for rel in &level {
+            let at = if rel.as_os_str().is_empty() { b".".to_vec() } else { rel.as_os_str().as_bytes().to_vec() };
+            let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH;
+            let Ok(fd) = openat2(obj, &at, libc::O_RDONLY | libc::O_DIRECTORY, 0, resolve) else { continue };
+            let Ok(mut dir) = nix::dir::Dir::from_fd(fd) else { continue };
+            for e in dir.iter().flatten() {
+                let name = e.file_name().to_bytes();
+                if name == b"." || name == b".." {
+                    continue;
+                }
+                seen += 1;
+                if seen > MAX_RENAMED_NAMES {
+                    let why = format!(
+                        "a directory of more than {MAX_RENAMED_NAMES} entries in its first two levels moved in the \
+                         project (what each comes to be could not be judged); move it outside the sandbox"
+                    );
+                    return Err(refused(Refusal::Unchecked(why), dst.to_path_buf()));
+                }
+                let sub = rel.join(OsStr::from_bytes(name));
+                if let Some(what) = rules::runs_outside_name(&dst_rel.join(&sub)) {
+                    return refuse(&sub, what);
+                }
+                if depth == 0 && e.file_type() != Some(nix::dir::Type::Symlink) {
+                    next.push(sub);
+                }
+            }
+        }
+        level = next;
+    }
+    Ok(())
 }
 
 /// A config or a `.env` renamed into place: installed as the guard checked it, never as the

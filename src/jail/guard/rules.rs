@@ -317,6 +317,12 @@ impl Guarded {
         self.memory.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether `root` is the project's (the first tree): where names that run outside are
+    /// refused.
+    pub fn is_project(&self, root: &Path) -> bool {
+        self.roots.first().is_some_and(|p| p == root)
+    }
+
     /// The tree top `path` is in, if any.
     pub fn root_of(&self, path: &Path) -> Option<&Path> {
         self.roots.iter().map(PathBuf::as_path).find(|r| path.starts_with(r))
