@@ -207,9 +207,28 @@ fn a_directory_moved_so_that_its_entries_become_settings_that_run_outside_is_ref
          { mv x .github 2>/dev/null && echo MOVED-GITHUB || echo REFUSED-GITHUB; }; \
          mkdir -p web/z/hooks && echo '{}' > web/z/hooks/a.json && \
          { mv web/z web/.github 2>/dev/null && echo MOVED-DEEP || echo REFUSED-DEEP; }; \
-         mkdir -p src/old && echo 'x' > src/old/a.c && { mv src/old src/new && echo MOVED-ORDINARY; }",
+         mkdir -p src/old && echo 'x' > src/old/a.c && { mv src/old src/new && echo MOVED-ORDINARY; }; \
+         mkdir u && echo 'pre-commit: {}' > u/lefthook-local.yml && chmod 000 u && \
+         { mv u .config 2>/dev/null && echo MOVED-UNREADABLE || echo REFUSED-UNREADABLE; }; chmod 755 u .config 2>/dev/null; \
+         mkdir -p w g/hooks && echo 'pre-commit: {}' > w/lefthook-local.yml && echo '{}' > g/hooks/x.json && \
+         { ln -s w .config 2>/dev/null && echo LINKED-CONFIG || echo REFUSED-LINK-CONFIG; }; \
+         { ln -s ../g web/.github 2>/dev/null && echo LINKED-GITHUB || echo REFUSED-LINK-GITHUB; }; \
+         { ln -s w .opencode 2>/dev/null && echo LINKED-OPENCODE || echo REFUSED-LINK-OPENCODE; }; \
+         { ln -s w notes-link && echo LINKED-ORDINARY; }",
     );
-    for want in ["REFUSED-CONFIG", "REFUSED-GITHUB", "REFUSED-DEEP", "MOVED-ORDINARY"] {
+    // Fourth look, I1 (a directory the guard cannot read is refused) and I2 (a link standing
+    // for the directory that holds such names).
+    for want in [
+        "REFUSED-CONFIG",
+        "REFUSED-GITHUB",
+        "REFUSED-DEEP",
+        "MOVED-ORDINARY",
+        "REFUSED-UNREADABLE",
+        "REFUSED-LINK-CONFIG",
+        "REFUSED-LINK-GITHUB",
+        "REFUSED-LINK-OPENCODE",
+        "LINKED-ORDINARY",
+    ] {
         assert!(out.stdout.contains(want), "missing {want}: {out}");
     }
     for planted in [".config/lefthook-local.yml", ".github/hooks/x.json", "web/.github/hooks/a.json"] {

@@ -1415,13 +1415,23 @@ fn names_below_run_nothing(g: &Guarded, obj: BorrowedFd, dst: &Path) -> Step<()>
         for rel in &level {
             let at = if rel.as_os_str().is_empty() { b".".to_vec() } else { rel.as_os_str().as_bytes().to_vec() };
             let resolve = libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_BENEATH;
-            let Ok(fd) = openat2(obj, &at, libc::O_RDONLY | libc::O_DIRECTORY, 0, resolve) else { continue };
-            let Ok(mut dir) = nix::dir::Dir::from_fd(fd) else { continue };
-            for e in dir.iter().flatten() {
+            // One it cannot read (`chmod 000` before the move) could hold anything: refused
+            // (fourth look at issue 32, I1).
+            let unread = || {
+                let why = format!("{} could not be looked through before the move", dst.join(rel).display());
+                refused(Refusal::Unchecked(why), dst.to_path_buf())
+            };
+            let fd = openat2(obj, &at, libc::O_RDONLY | libc::O_DIRECTORY, 0, resolve).map_err(|_| unread())?;
+            let mut dir = nix::dir::Dir::from_fd(fd).map_err(|_| unread())?;
+            let mut entries = vec![];
+            for e in dir.iter() {
+                let e = e.map_err(|_| unread())?;
                 let name = e.file_name().to_bytes();
-                if name == b"." || name == b".." {
-                    continue;
+                if name != b"." && name != b".." {
+                    entries.push((OsStr::from_bytes(name).to_os_string(), e.file_type()));
                 }
+            }
+            for (name, kind) in entries {
                 seen += 1;
                 if seen > MAX_RENAMED_NAMES {
                     let why = format!(
@@ -1430,11 +1440,17 @@ fn names_below_run_nothing(g: &Guarded, obj: BorrowedFd, dst: &Path) -> Step<()>
                     );
                     return Err(refused(Refusal::Unchecked(why), dst.to_path_buf()));
                 }
-                let sub = rel.join(OsStr::from_bytes(name));
+                let sub = rel.join(&name);
                 if let Some(what) = rules::runs_outside_name(&dst_rel.join(&sub)) {
                     return refuse(&sub, what);
                 }
-                if depth == 0 && e.file_type() != Some(nix::dir::Type::Symlink) {
+                let is_dir = match kind {
+                    Some(t) => t == nix::dir::Type::Directory,
+                    // No type from the filesystem: asked of the entry itself.
+                    None => nix::sys::stat::fstatat(&dir, name.as_os_str(), nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+                        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR),
+                };
+                if depth == 0 && is_dir {
                     next.push(sub);
                 }
             }

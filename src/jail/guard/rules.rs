@@ -427,6 +427,11 @@ impl Guarded {
             if let Some(what) = entry.strip_prefix(root).ok().and_then(runs_outside_name) {
                 return Err(Refusal::RunsOutside(what));
             }
+            if matches!(op, Op::Make(Kind::Symlink) | Op::RenameOnto(Kind::Symlink)) {
+                if let Some(what) = entry.strip_prefix(root).ok().and_then(holds_runs_outside_names) {
+                    return Err(Refusal::RunsOutside(what));
+                }
+            }
         }
         if name == ".env" {
             match op {
@@ -649,6 +654,24 @@ fn lefthook_config(name: &str) -> bool {
 /// with `.config/` and its scripts' directories; pre-commit's; overcommit's) and aider's tags
 /// cache, whose values aider unpickles. Says who reads it. The git guard refuses making,
 /// renaming onto or writing these; the plan binds the existing top-level ones read-only.
+/// A directory whose entries programs outside run (`.config/lefthook*` and `.config/mise*` at
+/// the top, `.github/hooks`, `.opencode/plugin` at any depth), which must not be a symbolic
+/// link the jail made: through `.config -> w`, a `w/lefthook-local.yml` is lefthook's config,
+/// and no name the guard sees is one of those (fourth look at issue 32, I2).
+pub fn holds_runs_outside_names(rel: &Path) -> Option<&'static str> {
+    let last = rel.file_name()?.to_str()?;
+    let top = rel.components().count() == 1;
+    if last.eq_ignore_ascii_case(".github")
+        || last.eq_ignore_ascii_case(".opencode")
+        || (top && last.eq_ignore_ascii_case(".config"))
+    {
+        return Some(
+            "the programs that read the settings inside it (a symbolic link there would hand them another directory)",
+        );
+    }
+    None
+}
+
 pub fn runs_outside_name(rel: &Path) -> Option<&'static str> {
     let parts: Vec<&str> = rel.iter().map(|c| c.to_str().unwrap_or("")).collect();
     for (i, c) in parts.iter().enumerate() {
