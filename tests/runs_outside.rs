@@ -209,7 +209,7 @@ fn a_directory_moved_so_that_its_entries_become_settings_that_run_outside_is_ref
          { mv web/z web/.github 2>/dev/null && echo MOVED-DEEP || echo REFUSED-DEEP; }; \
          mkdir -p src/old && echo 'x' > src/old/a.c && { mv src/old src/new && echo MOVED-ORDINARY; }; \
          mkdir u && echo 'pre-commit: {}' > u/lefthook-local.yml && chmod 000 u && \
-         { mv u .config 2>/dev/null && echo MOVED-UNREADABLE || echo REFUSED-UNREADABLE; }; chmod 755 u .config 2>/dev/null; \
+         { mv u .config && echo MOVED-UNREADABLE || echo REFUSED-UNREADABLE; }; chmod 755 u .config 2>/dev/null; \
          mkdir -p w g/hooks && echo 'pre-commit: {}' > w/lefthook-local.yml && echo '{}' > g/hooks/x.json && \
          { ln -s w .config 2>/dev/null && echo LINKED-CONFIG || echo REFUSED-LINK-CONFIG; }; \
          { ln -s ../g web/.github 2>/dev/null && echo LINKED-GITHUB || echo REFUSED-LINK-GITHUB; }; \
@@ -231,6 +231,11 @@ fn a_directory_moved_so_that_its_entries_become_settings_that_run_outside_is_ref
     ] {
         assert!(out.stdout.contains(want), "missing {want}: {out}");
     }
+    // The refusal says why, in its own words (fifth look, J2).
+    assert!(
+        out.stderr.contains("could not be read, so what the move makes") && !out.stderr.contains("a repository here"),
+        "{out}"
+    );
     for planted in [".config/lefthook-local.yml", ".github/hooks/x.json", "web/.github/hooks/a.json"] {
         assert!(!j.project.join(planted).exists(), "{planted} was made: {out}");
     }

@@ -1418,8 +1418,13 @@ fn names_below_run_nothing(g: &Guarded, obj: BorrowedFd, dst: &Path) -> Step<()>
             // One it cannot read (`chmod 000` before the move) could hold anything: refused
             // (fourth look at issue 32, I1).
             let unread = || {
-                let why = format!("{} could not be looked through before the move", dst.join(rel).display());
-                refused(Refusal::Unchecked(why), dst.to_path_buf())
+                let what = if rel.as_os_str().is_empty() { dst.to_path_buf() } else { dst.join(rel) };
+                let why = format!(
+                    "{} could not be read, so what the move makes of its entries could not be judged: make it \
+                     readable first, or move it outside the sandbox",
+                    what.display()
+                );
+                refused(Refusal::Moved(why), dst.to_path_buf())
             };
             let fd = openat2(obj, &at, libc::O_RDONLY | libc::O_DIRECTORY, 0, resolve).map_err(|_| unread())?;
             let mut dir = nix::dir::Dir::from_fd(fd).map_err(|_| unread())?;
@@ -1438,7 +1443,7 @@ fn names_below_run_nothing(g: &Guarded, obj: BorrowedFd, dst: &Path) -> Step<()>
                         "a directory of more than {MAX_RENAMED_NAMES} entries in its first two levels moved in the \
                          project (what each comes to be could not be judged); move it outside the sandbox"
                     );
-                    return Err(refused(Refusal::Unchecked(why), dst.to_path_buf()));
+                    return Err(refused(Refusal::Moved(why), dst.to_path_buf()));
                 }
                 let sub = rel.join(&name);
                 if let Some(what) = rules::runs_outside_name(&dst_rel.join(&sub)) {

@@ -121,6 +121,9 @@ pub enum Refusal {
     /// An agent's or a hook manager's configuration in the project (`runs_outside_name`):
     /// the detail names what reads it.
     RunsOutside(&'static str),
+    /// A directory moved in the project whose entries could not all be judged as the names
+    /// they come to be (`emulate::names_below_run_nothing`): why.
+    Moved(String),
     /// A symlink leading out of the agent's state entry it is in, or into a hidden path
     /// (`jail::links`).
     Linked(crate::jail::links::Bad),
@@ -176,8 +179,9 @@ impl Refusal {
             }
             Refusal::RunsOutside(what) => format!(
                 "{what} outside the jail reads this and runs what it names, so the jail cannot make or change it \
-                 (at any depth of the project); ask the user to make the change outside the sandbox"
+                 in the project; ask the user to make the change outside the sandbox"
             ),
+            Refusal::Moved(why) => why.clone(),
         }
     }
 
@@ -190,7 +194,7 @@ impl Refusal {
             Refusal::Commondir => "git-commondir",
             Refusal::Unchecked(_) => "git-unchecked",
             Refusal::TooMany => "git-limit",
-            Refusal::RunsOutside(_) => "runs-outside",
+            Refusal::RunsOutside(_) | Refusal::Moved(_) => "runs-outside",
             Refusal::Linked(bad) => bad.check(),
             Refusal::Dotenv | Refusal::DotenvControls(_) => "dotenv",
         }
