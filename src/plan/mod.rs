@@ -945,6 +945,18 @@ fn writable_trees(
     Ok(Trees { writable, guarded })
 }
 
+/// The innermost of `trees` (each tree with where it really is) that holds the real path `p`
+/// below its top.
+fn innermost<'t>(trees: &'t [(&'t PathBuf, PathBuf)], p: &Path) -> Option<&'t (&'t PathBuf, PathBuf)> {
+    trees.iter().filter(|(_, r)| fs::under(p, r) && p != r.as_path()).max_by_key(|(_, r)| r.as_os_str().len())
+}
+
+/// Where the real path `real` is inside one of `trees`, as the jail sees it (the tree bound at
+/// its name, `/scratch/u/x` of a `/lustre/u` bound as `/scratch/u`), and that tree.
+fn as_the_jail_sees<'t>(trees: &'t [(&'t PathBuf, PathBuf)], real: &Path) -> Option<(PathBuf, &'t PathBuf)> {
+    innermost(trees, real).and_then(|(w, r)| Some((w.join(real.strip_prefix(r).ok()?), *w)))
+}
+
 /// Stage 5 too (userns): a store the catalogue says the launcher makes (`catalogue::Made`) that
 /// is missing where a writable tree would show it (where that tree really is) is made before the
 /// session (`home_dirs`, `home_files`: empty, anchored) and covered like a present one. Bound
@@ -976,19 +988,12 @@ fn cover_missing_stores(
         if fs.kind(&l.path).is_some() {
             continue;
         }
-        // The innermost writable tree holding it where it really is, as the jail sees it.
         let real = fs::real_path(fs, &l.path);
-        let holding = |p: &Path| {
-            real_trees
-                .iter()
-                .filter(|(_, r)| fs::under(p, r) && p != r.as_path())
-                .max_by_key(|(_, r)| r.as_os_str().len())
-        };
-        let Some((w, r)) = holding(&real) else {
+        let Some((target, w)) = as_the_jail_sees(&real_trees, &real) else {
             // Named in a writable tree but leading out of every one through a link on its
             // way (`~/.cache/huggingface -> elsewhere`, which an earlier jail could have
             // made): nothing here to cover, said (second look, G2).
-            if real != l.path && holding(&l.path).is_some() {
+            if real != l.path && innermost(&real_trees, &l.path).is_some() {
                 warnings.push(format!(
                     "{}: not covered: a link on its way leads to {}, outside the trees the jail writes; a login made \
                      there during the session is not hidden (remove the link if you did not make it)",
@@ -998,8 +1003,6 @@ fn cover_missing_stores(
             }
             continue;
         };
-        let Ok(rel) = real.strip_prefix(r) else { continue };
-        let target = w.join(rel);
         if b.mounts.iter().any(|m| matches!(m, MountSpec::Mask { target: t, .. } if fs::under(&target, t))) {
             continue;
         }
@@ -1027,15 +1030,7 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
         |w: &PathBuf| w == &base.home && matches!(policy.home_access.value, HomeAccess::Read | HomeAccess::Write);
     let real_trees: Vec<(&PathBuf, PathBuf)> =
         trees.writable.iter().filter(|w| !rebuilt(w)).map(|w| (w, fs::real_path(fs, w))).collect();
-    // Where the real path `real` is inside a writable tree, as the jail sees it: the innermost
-    // tree holding it.
-    let inside = |real: &Path| -> Option<(PathBuf, &PathBuf)> {
-        real_trees
-            .iter()
-            .filter(|(_, r)| fs::under(real, r) && real != r.as_path())
-            .max_by_key(|(_, r)| r.as_os_str().len())
-            .and_then(|(w, r)| Some((w.join(real.strip_prefix(r).ok()?), *w)))
-    };
+    let inside = |real: &Path| as_the_jail_sees(&real_trees, real);
     if base.backend == BackendKind::Landlock {
         // Landlock leaves a hidden path out of the rules of a tree it grants (one rule per
         // entry around it: `landlock::split_around_stores`), but for the project, whose top
