@@ -2265,10 +2265,13 @@ fn salloc_runs_its_command_in_the_jail_and_srun_joins_the_allocation() {
     assert!(out.stderr.contains(&format!("Relinquishing job allocation {id}")), "{out}");
     assert_eq!(final_state(id), "COMPLETED", "the allocation ended with its command: {out}");
     // A request still pending when its stub is killed is withdrawn, and an allocation held
-    // when the session ends is relinquished: neither outlives the session.
+    // when the session ends is relinquished: neither outlives the session. The session waits
+    // for the allocation's command to start (up to 30 s: a node can take seconds to be
+    // configured), not a fixed 4 s, which a slow allocation outlasted in CI.
     let out = j.run(
         "salloc --begin=now+300 -N1 -t 5 true 2> pending.err & sleep 3; kill -9 $!; \
-         salloc -N1 -t 5 sh -c 'echo held=$SLURM_JOB_ID; sleep 100' & sleep 4; echo done",
+         salloc -N1 -t 5 sh -c 'echo held=$SLURM_JOB_ID > held.out; sleep 100' & \
+         n=0; while [ ! -s held.out ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n+1)); done; cat held.out; echo done",
     );
     let pending = std::fs::read_to_string(j.project.join("pending.err")).unwrap_or_default();
     let pending_id: u32 = pending
