@@ -105,7 +105,10 @@ fn run() -> std::convert::Infallible {
 fn real_main() -> Result<i32, Failure> {
     timing::mark("start");
     if may_start_a_session() {
-        agent_sandbox::jail::waiter::start(agent_sandbox::jail::placeholders::release_for_waiter);
+        use agent_sandbox::{jail, slurm};
+        // What the waiter may be ordered to do after the session: its own work knows no Slurm.
+        static TASKS: &[jail::waiter::Task] = &[(slurm::CANCEL_LEFT, slurm::cancel_left)];
+        jail::waiter::start(jail::waiter::Duties { release: jail::placeholders::release_for_waiter, tasks: TASKS });
     }
     let args = cli::Cli::from_args();
     init_tracing(args.opts.verbose);

@@ -213,6 +213,26 @@ pub fn asker(home: &Path, user: &str) -> chaperon::nodes::Asker {
     chaperon::nodes::Asker { bin: slurm_bin(), home: home.to_path_buf(), user: user.to_string() }
 }
 
+/// The cleanup waiter's task (`jail::waiter::Task`, by this name) that cancels the allocations a
+/// session's chaperon left pending: the salloc it ran died with the launcher while Slurm was
+/// still granting them. Its arguments: the state directory and the launcher's pid the notes are
+/// filed under (`cancel_left_args`).
+pub const CANCEL_LEFT: &str = "slurm-cancel-left";
+
+/// The arguments of `CANCEL_LEFT` for this launcher's session.
+pub fn cancel_left_args(state_dir: &Path) -> Vec<Vec<u8>> {
+    vec![state_dir.as_os_str().as_encoded_bytes().to_vec(), std::process::id().to_string().into_bytes()]
+}
+
+/// The work of `CANCEL_LEFT` (ignores arguments of another shape: nothing to cancel).
+pub fn cancel_left(args: &[Vec<u8>]) {
+    use std::os::unix::ffi::OsStrExt;
+    let [state, launcher] = args else { return };
+    let Some(launcher) = std::str::from_utf8(launcher).ok().and_then(|p| p.parse::<i32>().ok()) else { return };
+    let state = Path::new(std::ffi::OsStr::from_bytes(state));
+    chaperon::commands::salloc::cancel_left(state, &slurm_bin().join("scancel"), launcher);
+}
+
 /// Where the real Slurm commands are: the directory of the first `sbatch` on the launcher's
 /// PATH that only root can change (root-owned, not group- or world-writable, and so is the
 /// `sbatch` in it), else /usr/bin. A directory the user can write (a project's `.venv/bin`,

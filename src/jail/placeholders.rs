@@ -179,9 +179,9 @@ pub struct ProjectLock {
     /// Files of the session to remove once the launcher is gone, however it ended (the
     /// chaperon's socket: a killed launcher would leave it behind).
     remove_after: Vec<PathBuf>,
-    /// Allocations the session's chaperon could not end itself, cancelled once the launcher is
-    /// gone: the state directory and the launcher's pid their notes are filed under.
-    cancel_left: Option<(PathBuf, i32)>,
+    /// The waiter's tasks to run once the launcher is gone (`waiter::Task`), with their
+    /// arguments: what the session's chaperon could not end itself.
+    run_after: Vec<(String, Vec<Vec<u8>>)>,
     /// The home's own lock, for placeholders outside the project (an agent's instruction
     /// file): shared by every session of the user, whatever its project, so one ending never
     /// removes a file another session still shows its notice on.
@@ -352,7 +352,7 @@ impl ProjectLock {
 
     /// A lock whose file is open (and locked) already: the waiter's copy.
     pub(super) fn held(file: File, project: PathBuf) -> ProjectLock {
-        ProjectLock { file, project, handed: false, here: false, remove_after: vec![], cancel_left: None, home: None }
+        ProjectLock { file, project, handed: false, here: false, remove_after: vec![], run_after: vec![], home: None }
     }
 
     /// Also removes `path` after the launcher exits (set before `hand_to_waiter`).
@@ -360,10 +360,10 @@ impl ProjectLock {
         self.remove_after.push(path);
     }
 
-    /// Also cancels, after the launcher exits, the allocations its chaperon left noted under
-    /// `state_dir` (set before `hand_to_waiter`).
-    pub fn cancel_left_after_exit(&mut self, state_dir: PathBuf) {
-        self.cancel_left = Some((state_dir, std::process::id() as i32));
+    /// Also runs the waiter's task `name` with `args` after the launcher exits (set before
+    /// `hand_to_waiter`; the table of tasks is the one `waiter::start` was given).
+    pub fn run_after_exit(&mut self, name: &str, args: Vec<Vec<u8>>) {
+        self.run_after.push((name.to_string(), args));
     }
 
     /// Gives the cleanup waiter (`waiter`, forked when the launcher started) what to do once
@@ -385,7 +385,7 @@ impl ProjectLock {
     fn orders(&self) -> super::waiter::Orders {
         super::waiter::Orders {
             remove: self.remove_after.iter().map(|p| super::waiter::bytes(p)).collect(),
-            cancel_left: self.cancel_left.as_ref().map(|(s, pid)| (super::waiter::bytes(s), *pid)),
+            run: self.run_after.clone(),
             locks: vec![super::waiter::bytes(&self.project)],
         }
     }
@@ -402,7 +402,7 @@ impl ProjectLock {
 
     /// Does the waiter's work now: the session ends here (it failed to start, or `finish`).
     pub fn abandon(&mut self) {
-        super::waiter::remove_and_cancel(&self.orders());
+        super::waiter::remove_and_run_here(&self.orders());
         self.release_now();
     }
 

@@ -1,7 +1,9 @@
 //! The cleanup waiter: a process that outlives the launcher, however the launcher ends
 //! (SIGKILL included), and then releases what the session held: the project's and the
 //! home's placeholders (through their session locks), the session's files in the state
-//! directory, an allocation the chaperon left pending.
+//! directory, and the tasks it was ordered to run by name (the session's Slurm clean-up is one:
+//! an allocation the chaperon left pending). It knows no task: the launcher hands it the table
+//! at `start`.
 //!
 //! It is forked first thing, before the command line is parsed, while the heap is a few
 //! pages: it lives as long as the session, and a fork taken later would keep a copy of every
@@ -43,9 +45,8 @@ const MAX_LOCKS: usize = 4;
 pub struct Orders {
     /// Files, or directories once empty, to remove.
     pub remove: Vec<Vec<u8>>,
-    /// Allocations the launcher's chaperon left pending: the state directory and the
-    /// launcher's pid their notes are filed under.
-    pub cancel_left: Option<(Vec<u8>, i32)>,
+    /// Tasks to run, each a name of the table handed to `start` (`Task`) and its arguments.
+    pub run: Vec<(String, Vec<Vec<u8>>)>,
     /// The directory each session lock guards, in the order their descriptors come.
     pub locks: Vec<Vec<u8>>,
 }
@@ -64,9 +65,29 @@ pub fn bytes(p: &std::path::Path) -> Vec<u8> {
 /// that the waiter runs its orders without knowing what a lock records.
 pub type ReleaseLock = fn(std::fs::File, PathBuf);
 
+/// Work the waiter can be ordered to do once the launcher is gone (`Orders::run`): a name and
+/// what does it, given the order's arguments. The launcher's main hands the table to `start`,
+/// so the waiter runs the session's after-exit work (cancelling what Slurm was left holding)
+/// without naming any of it. A function of the same binary rather than an argv to exec: nothing
+/// to find on a PATH or to load once the user has their status, and it survives the installed
+/// binary being replaced during the session.
+pub type Task = (&'static str, fn(&[Vec<u8>]));
+
+/// What the waiter is handed at `start`: how it releases a lock, and the tasks it knows.
+#[derive(Clone, Copy)]
+pub struct Duties {
+    pub release: ReleaseLock,
+    pub tasks: &'static [Task],
+}
+
+/// The tasks given to `start`, for the launcher doing the work itself when no waiter took it
+/// (`remove_and_run`).
+static TASKS: std::sync::OnceLock<&'static [Task]> = std::sync::OnceLock::new();
+
 /// Forks the waiter, unless one runs. Only a single-threaded process may call it (the
 /// launcher before it parsed its command line): the child goes on in Rust code that allocates.
-pub fn start(release: ReleaseLock) {
+pub fn start(duties: Duties) {
+    let _ = TASKS.set(duties.tasks);
     // As the first process of a PID namespace, our exit would take the waiter with it: the
     // launcher then does the work itself (`ProjectLock::finish`).
     if LINK.load(Ordering::Relaxed) >= 0 || std::process::id() == 1 {
@@ -86,7 +107,7 @@ pub fn start(release: ReleaseLock) {
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
             drop(ours);
-            serve(theirs, launcher, release)
+            serve(theirs, launcher, duties)
         }
         Ok(nix::unistd::ForkResult::Parent { child }) => {
             drop(theirs);
@@ -176,14 +197,15 @@ fn shelter() {
     }
 }
 
-/// What `shelter` ignores, given back before the waiter runs `scancel`.
+/// What `shelter` ignores, given back before the waiter runs its tasks (a program they run
+/// inherits the default dispositions).
 const SHELTERED: [nix::sys::signal::Signal; 9] = {
     use nix::sys::signal::Signal::*;
     [SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2]
 };
 
 /// The waiter's life: its launcher's orders until the launcher is gone, then the work.
-fn serve(sock: OwnedFd, launcher: i32, release: ReleaseLock) -> ! {
+fn serve(sock: OwnedFd, launcher: i32, duties: Duties) -> ! {
     close_all_but(&[sock.as_raw_fd()]);
     shelter();
     let Some(alive) = pidfd_of(launcher) else {
@@ -227,7 +249,12 @@ fn serve(sock: OwnedFd, launcher: i32, release: ReleaseLock) -> ! {
                     continue;
                 }
                 orders.remove.extend(more.remove);
-                orders.cancel_left = more.cancel_left.or(orders.cancel_left.take());
+                // A task ordered twice (each hand-off carries the lock's whole list) runs once.
+                for task in more.run {
+                    if !orders.run.contains(&task) {
+                        orders.run.push(task);
+                    }
+                }
                 orders.locks.extend(more.locks);
                 lock_files.extend(fds);
             }
@@ -239,10 +266,10 @@ fn serve(sock: OwnedFd, launcher: i32, release: ReleaseLock) -> ! {
     // The user has the session's status by now: the cleanup yields the CPU to them.
     agent_sandbox_sys::sched::last_in_line();
     for s in SHELTERED {
-        // SAFETY: SIG_DFL installs no handler; scancel inherits the default dispositions.
+        // SAFETY: SIG_DFL installs no handler; a program a task runs inherits the defaults.
         let _ = unsafe { nix::sys::signal::signal(s, nix::sys::signal::SigHandler::SigDfl) };
     }
-    carry_out(orders, lock_files, release);
+    carry_out(orders, lock_files, duties);
     // SAFETY: ends the waiter without running the launcher's exit path.
     unsafe { libc::_exit(0) }
 }
@@ -303,24 +330,30 @@ fn receive(sock: &OwnedFd) -> Received {
     }
 }
 
-fn carry_out(orders: Orders, lock_files: Vec<OwnedFd>, release: ReleaseLock) {
-    remove_and_cancel(&orders);
+fn carry_out(orders: Orders, lock_files: Vec<OwnedFd>, duties: Duties) {
+    remove_and_run(&orders, duties.tasks);
     for (file, project) in lock_files.into_iter().zip(&orders.locks) {
-        release(std::fs::File::from(file), path(project));
+        (duties.release)(std::fs::File::from(file), path(project));
     }
 }
 
-/// The orders' removals and cancellations (the waiter's work but the locks; the launcher's
-/// own last act when no waiter took them).
-pub(super) fn remove_and_cancel(orders: &Orders) {
+/// The orders' removals and tasks (the waiter's work but the locks; the launcher's own last
+/// act when no waiter took them, with the tasks given to `start`).
+pub(super) fn remove_and_run_here(orders: &Orders) {
+    remove_and_run(orders, TASKS.get().copied().unwrap_or_default());
+}
+
+fn remove_and_run(orders: &Orders, tasks: &[Task]) {
     // A directory goes only once empty (the session network's registry, while jobs of the
     // session still run elsewhere, stays).
     for p in orders.remove.iter().map(|p| path(p)) {
         let _ = std::fs::remove_file(&p).or_else(|_| std::fs::remove_dir(&p));
     }
-    if let Some((state, launcher)) = &orders.cancel_left {
-        let scancel = crate::slurm::slurm_bin().join("scancel");
-        chaperon::commands::salloc::cancel_left(&path(state), &scancel, *launcher);
+    // A name the table lacks is skipped: orders come from the launcher of the same binary.
+    for (name, args) in &orders.run {
+        if let Some((_, work)) = tasks.iter().find(|(n, _)| n == name) {
+            work(args);
+        }
     }
 }
 
@@ -348,17 +381,30 @@ mod tests {
         let (ours, theirs) = (dir.join("ours"), dir.join("theirs"));
         std::fs::write(&ours, "").unwrap();
         std::fs::write(&theirs, "").unwrap();
-        let order = |p: &std::path::Path| Orders { remove: vec![super::bytes(p)], ..Orders::default() };
+        let (marked, forged) = (dir.join("marked"), dir.join("forged"));
+        // A removal and a task (`mark`: makes the file its argument names).
+        let order = |p: &std::path::Path, m: &std::path::Path| Orders {
+            remove: vec![super::bytes(p)],
+            run: vec![("mark".to_string(), vec![super::bytes(m)])],
+            ..Orders::default()
+        };
         // A launcher (a child here, so that it can end), its waiter below it.
         let launcher = in_child(|| {
-            super::start(crate::jail::placeholders::release_for_waiter);
+            fn mark(args: &[Vec<u8>]) {
+                if let [p] = args {
+                    let _ = std::fs::write(super::path(p), "");
+                }
+            }
+            let duties =
+                super::Duties { release: crate::jail::placeholders::release_for_waiter, tasks: &[("mark", mark)] };
+            super::start(duties);
             // Another process holding the launcher's end (a child forked before it closed
             // it) sends a message of no bytes (which reads like the end of the stream), then
             // orders a removal: both ignored.
             let impostor = in_child(|| {
                 let fd = super::LINK.load(std::sync::atomic::Ordering::Relaxed);
                 let empty = nix::sys::socket::send(fd, &[], nix::sys::socket::MsgFlags::empty());
-                let sent = super::hand(&order(&theirs), &[]);
+                let sent = super::hand(&order(&theirs, &forged), &[]);
                 if empty == Ok(0) && sent {
                     0
                 } else {
@@ -368,22 +414,23 @@ mod tests {
             if impostor != nix::sys::wait::WaitStatus::Exited(impostor.pid().unwrap(), 0) {
                 return 2;
             }
-            if !super::hand(&order(&ours), &[]) {
+            if !super::hand(&order(&ours, &marked), &[]) {
                 return 3;
             }
             std::thread::sleep(std::time::Duration::from_millis(300));
-            if !ours.exists() || !theirs.exists() {
+            if !ours.exists() || !theirs.exists() || marked.exists() {
                 return 4; // the waiter worked while its launcher lived
             }
             0
         });
         assert_eq!(launcher, nix::sys::wait::WaitStatus::Exited(launcher.pid().unwrap(), 0));
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while ours.exists() && std::time::Instant::now() < deadline {
+        while (ours.exists() || !marked.exists()) && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
         assert!(!ours.exists(), "the launcher's order was not carried out after it ended");
-        assert!(theirs.exists(), "another process's order was carried out");
+        assert!(marked.exists(), "the launcher's task was not run after it ended");
+        assert!(theirs.exists() && !forged.exists(), "another process's order was carried out");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
@@ -391,7 +438,7 @@ mod tests {
     fn orders_keep_paths_that_are_not_utf8() {
         let o = Orders {
             remove: vec![b"/tmp/a\xffb".to_vec()],
-            cancel_left: Some((b"/state".to_vec(), 42)),
+            run: vec![("task".to_string(), vec![b"/state\xfe".to_vec(), b"42".to_vec()])],
             locks: vec![b"/p".to_vec()],
         };
         let back: Orders = serde_json::from_slice(&serde_json::to_vec(&o).unwrap()).unwrap();

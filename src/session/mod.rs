@@ -195,7 +195,7 @@ pub fn order_after_exit(
     }
     // An allocation whose salloc the chaperon could not end (it died with us while the
     // request was pending) is cancelled once we are gone.
-    lock.cancel_left_after_exit(state_dir);
+    lock.run_after_exit(slurm::CANCEL_LEFT, slurm::cancel_left_args(&state_dir));
     if origin.is_job() {
         lock.finish_here();
     }
