@@ -256,7 +256,7 @@ fn cases(command: &'static str, table: &'static Table, plugins: &'static [LongOp
                 reached.push(l.name.as_str());
                 unique += 1;
                 let spec = table.spec(l.name.as_str()).unwrap_or_else(|| panic!("{command} --{}", l.name.as_str()));
-                let refused = match spec.class {
+                let refused = match table.class_of(spec) {
                     Class::Denied(reason) => {
                         let shown = match name == l.name.as_str() {
                             true => format!("--{name}"),

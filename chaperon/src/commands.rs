@@ -522,7 +522,7 @@ fn releases_table() -> String {
         added.sort_by_key(|s| (s.since, s.long));
         for s in added {
             let short = s.short.map(|c| format!("`-{c}`, ")).unwrap_or_default();
-            let what = match (s.class, s.rebuilt_why()) {
+            let what = match (options.class_of(s), s.rebuilt_why()) {
                 (Class::Denied(why), _) => format!("refused: {why}"),
                 (_, Some(why)) => format!("rebuilt: {why}"),
                 (_, None) => "allowed".to_string(),
@@ -653,7 +653,7 @@ mod tests {
         let e = read(R24_11, &squeue::SQUEUE, &["--json=v0.0.40"]);
         assert!(matches!(&e, Err(GrammarError::BadValue { opt, .. }) if opt == "--json"), "{e:?}");
         assert_eq!(named(R24_11, &squeue::SQUEUE, &["--json"]), Ok(vec!["json"]));
-        assert!(matches!(sbatch::SBATCH.spec("stepmgr").map(|s| s.class), Some(Class::Denied(_))));
+        assert!(matches!(sbatch::SBATCH.spec("stepmgr").map(|s| sbatch::SBATCH.class_of(s)), Some(Class::Denied(_))));
     }
 
     #[test]
@@ -684,11 +684,18 @@ mod tests {
     fn lookups_are_the_frozen_ones() {
         use crate::table::OptSpec;
         use std::collections::BTreeSet;
-        let row = |s: Option<&OptSpec>| match s {
+        let row = |t: &crate::table::Table, s: Option<&OptSpec>| match s {
             None => "none".to_string(),
             Some(s) => format!(
                 "{} {:?} {:?} {:?} {:?} rebuilt={:?} short_only={} since={}",
-                s.long, s.short, s.arity, s.class, s.value, s.rebuilt, s.short_only, s.since
+                s.long,
+                s.short,
+                s.arity,
+                t.class_of(s),
+                s.value,
+                s.rebuilt,
+                s.short_only,
+                s.since
             ),
         };
         let mut now = String::new();
@@ -700,11 +707,11 @@ mod tests {
                 longs.insert(crate::getopt::BELT.name.as_str());
             }
             for l in longs {
-                now.push_str(&format!("{} --{l}: {}\n", c.name, row(t.spec(l))));
+                now.push_str(&format!("{} --{l}: {}\n", c.name, row(t, t.spec(l))));
             }
             let shorts: BTreeSet<char> = t.getopt.shorts().chain(t.getopt_24_11.shorts()).map(|(c, _)| c).collect();
             for s in shorts {
-                now.push_str(&format!("{} -{s}: {}\n", c.name, row(t.short_spec(s))));
+                now.push_str(&format!("{} -{s}: {}\n", c.name, row(t, t.short_spec(s))));
             }
         }
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/testdata/option_lookups.txt");

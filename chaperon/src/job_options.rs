@@ -3,13 +3,15 @@
 //! once, here, in a group per set of commands that have it: a command's `Table`
 //! (`commands::sbatch`, `commands::srun`, `commands::salloc`) lists the groups it has and adds its
 //! own entries. An option the commands treat differently (allowed by one, refused by another, or
-//! refused in words of its own, such as each command's "not on the allow-list") is each
-//! command's own entry, never a shared one. Each group is an array, so that a table holds its
-//! address (`&EVERY_JOB`): a slice read out of a static would be copied into every table that
-//! reads it. Data only; `table` reads it.
+//! refused in words of its own) is each command's own entry, never a shared one; "not on the
+//! allow-list" is said in each command's words from a shared entry (`not_listed`). Each group is
+//! an array, so that a table holds its address (`&EVERY_JOB`): a slice read out of a static
+//! would be copied into every table that reads it. Data only; `table` reads it.
 use crate::grammar::ValueKind::*;
 use crate::release::{R23_02, R24_05, R24_11};
-use crate::table::{allow, deny, opt, Arity, Class, OptSpec, APPLIED_IN_JAIL, BELT_TAG, CLUSTERS, EXPORT, MAIL};
+use crate::table::{
+    allow, deny, not_listed, opt, Arity, Class, OptSpec, APPLIED_IN_JAIL, BELT_TAG, CLUSTERS, EXPORT, MAIL,
+};
 use crate::table::{COMPLETION, CONTAINER_ID, STEPMGR};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 
@@ -98,7 +100,38 @@ pub static BATCH_AND_STEP: [OptSpec; 20] = [
 
 /// What sbatch and salloc have alike: `--resv-ports` came to both in 24.05 (srun has had it
 /// from before 22.05, so its entry has no `since`).
-pub static BATCH_AND_ALLOC: [OptSpec; 1] = [allow("resv-ports", None, Opt, Int).since(R24_05)];
+pub static BATCH_AND_ALLOC: [OptSpec; 2] =
+    [allow("resv-ports", None, Opt, Int).since(R24_05), not_listed("wait-all-nodes", None, Val)];
 
 /// What srun and salloc have alike (sbatch has no `--immediate`).
 pub static STEP_AND_ALLOC: [OptSpec; 1] = [allow("immediate", Some('I'), Opt, Int)];
+
+/// The options none of sbatch, srun and salloc has on its allow-list: each command refuses them
+/// in its own words ("not on agent-sandbox's srun allow-list..."; `table::Class::NotListed`).
+pub static LISTED_BY_NONE: [OptSpec; 25] = [
+    not_listed("acctg-freq", None, Val),
+    not_listed("context", None, Val),
+    not_listed("contiguous", None, Flag),
+    not_listed("core-spec", Some('S'), Val),
+    not_listed("cores-per-socket", None, Val),
+    not_listed("delay-boot", None, Val),
+    not_listed("extra-node-info", Some('B'), Val),
+    not_listed("gpu-bind", None, Val),
+    not_listed("gpu-freq", None, Val),
+    not_listed("gpus-per-socket", None, Val),
+    not_listed("gres-flags", None, Val),
+    not_listed("mcs-label", None, Val),
+    not_listed("mincpus", None, Val),
+    not_listed("network", None, Val),
+    not_listed("no-kill", Some('k'), Opt),
+    not_listed("ntasks-per-tres", None, Val),
+    not_listed("overcommit", Some('O'), Flag),
+    not_listed("power", None, Val),
+    not_listed("prefer", None, Val),
+    not_listed("profile", None, Val),
+    not_listed("reboot", None, Flag),
+    not_listed("sockets-per-node", None, Val),
+    not_listed("spread-job", None, Flag),
+    not_listed("thread-spec", None, Val),
+    not_listed("use-min-nodes", None, Flag),
+];

@@ -23,6 +23,11 @@ pub enum Class {
     Allowed,
     /// Refused with this reason: one line an agent can act on.
     Denied(&'static str),
+    /// Refused because it is not on the command's allow-list, in the command's own words
+    /// (`Table::not_listed`): one entry serves every command that has the option (sbatch's,
+    /// srun's and salloc's shared groups) while each says "not on the sbatch allow-list" of its
+    /// own. Read through `Table::class_of`, never alone.
+    NotListed,
     /// Not on the allow-list as such, but taken: parsed and handed to the chaperon, which
     /// computes what Slurm sees itself (the user's value is an input to that, never passed
     /// through). The text says why.
@@ -56,7 +61,7 @@ impl OptSpec {
         match self.class {
             Class::Rebuilt(why) => Some(why),
             Class::Allowed => self.rebuilt,
-            Class::Denied(_) => None,
+            Class::Denied(_) | Class::NotListed => None,
         }
     }
 
@@ -108,6 +113,8 @@ pub struct Table {
     pub shared: &'static [&'static [OptSpec]],
     /// The command's own entries: those no other command has alike.
     pub own: &'static [OptSpec],
+    /// Why an option of the `NotListed` class is refused, in this command's words.
+    pub not_listed: &'static str,
 }
 
 impl Table {
@@ -117,6 +124,23 @@ impl Table {
     pub fn specs(&self) -> impl Iterator<Item = &'static OptSpec> + Clone + 'static {
         let (shared, own) = (self.shared, self.own);
         shared.iter().flat_map(|group| group.iter()).chain(own)
+    }
+
+    /// What the command does with `spec`, an entry of its: a `NotListed` one is refused in the
+    /// command's words. Every reader of a class that decides or shows a refusal goes through it.
+    pub fn class_of(&self, spec: &OptSpec) -> Class {
+        match spec.class {
+            Class::NotListed => Class::Denied(self.not_listed),
+            c @ (Class::Allowed | Class::Denied(_) | Class::Rebuilt(_)) => c,
+        }
+    }
+
+    /// Why the command refuses `spec`, if it does.
+    pub fn refusal(&self, spec: &OptSpec) -> Option<&'static str> {
+        match self.class_of(spec) {
+            Class::Denied(why) => Some(why),
+            _ => None,
+        }
     }
 
     /// The getopt set of `release`'s command.
@@ -220,10 +244,10 @@ fn escaped(s: &str) -> String {
     clip(s).escape_debug().to_string()
 }
 
-fn admit(spec: &'static OptSpec, shown: &str) -> Result<(), GrammarError> {
-    match spec.class {
-        Class::Denied(reason) => Err(GrammarError::Denied { opt: shown.to_string(), reason }),
-        Class::Allowed | Class::Rebuilt(_) => Ok(()),
+fn admit(table: &Table, spec: &'static OptSpec, shown: &str) -> Result<(), GrammarError> {
+    match table.refusal(spec) {
+        Some(reason) => Err(GrammarError::Denied { opt: shown.to_string(), reason }),
+        None => Ok(()),
     }
 }
 
@@ -316,7 +340,7 @@ fn long_option(
         false => format!("--{} (--{})", escaped(name), long.name.as_str()),
     };
     let spec = table.spec(long.name.as_str()).ok_or(GrammarError::Denied { opt: shown.clone(), reason: UNTABLED })?;
-    admit(spec, &shown)?;
+    admit(table, spec, &shown)?;
     let value = match long.arity {
         Arity::Flag if inline.is_some() => return Err(GetoptError::LongTakesNoValue(long.name.as_str()).into()),
         Arity::Flag => None,
@@ -349,7 +373,7 @@ fn short_cluster(
             _ => format!("-{c}"),
         };
         let spec = table.short_spec(c).ok_or(GrammarError::Denied { opt: shown.clone(), reason: UNTABLED })?;
-        admit(spec, &shown)?;
+        admit(table, spec, &shown)?;
         let rest = &cluster[at + c.len_utf8()..];
         match arity {
             Arity::Flag => options.push((spec, None)),
@@ -447,6 +471,10 @@ pub(crate) const fn allow(long: &'static str, short: Option<char>, arity: Arity,
 pub(crate) const fn deny(long: &'static str, short: Option<char>, arity: Arity, reason: &'static str) -> OptSpec {
     opt(long, short, arity, Class::Denied(reason), ValueKind::Any)
 }
+/// An option refused for not being on the allow-list, in the words of the table that reads it.
+pub(crate) const fn not_listed(long: &'static str, short: Option<char>, arity: Arity) -> OptSpec {
+    opt(long, short, arity, Class::NotListed, ValueKind::Any)
+}
 
 pub(crate) const CLUSTERS: &str = "jobs go to the local cluster only, unless the sandbox policy allows other clusters";
 /// `--cluster` is the same option as `--clusters` in Slurm; the chaperon checks the value of
@@ -543,6 +571,8 @@ pub(crate) fn lookup(
 ) -> Result<Option<&'static str>, GrammarError> {
     match table.iter().find(|(name, _)| name.eq_ignore_ascii_case(w)) {
         Some((name, Class::Denied(reason))) => Err(GrammarError::Denied { opt: format!("{shown}{name}"), reason }),
+        // Word tables give their reasons themselves (`no`); one without is refused all the same.
+        Some((name, Class::NotListed)) => Err(GrammarError::Denied { opt: format!("{shown}{name}"), reason: UNTABLED }),
         Some((name, _)) => Ok(Some(name)),
         None => Ok(None),
     }
@@ -668,7 +698,7 @@ pub(crate) mod testkit {
             for &(c, arity) in &shorts {
                 let s = table.short_spec(c).unwrap_or_else(|| panic!("{release} -{c} has no entry"));
                 // sreport's -s takes a value and its --sort none: one entry, denied, serves both.
-                let denied = matches!(s.class, Class::Denied(_));
+                let denied = matches!(table.class_of(s), Class::Denied(_));
                 assert!(
                     s.arity == arity || (!s.short_only && denied),
                     "-{c}: the entry's arity is not the real command's"
@@ -712,7 +742,7 @@ pub(crate) mod testkit {
     }
 
     pub fn denied_with(table: &'static Table, long: &str, reason_part: &str) {
-        match spec(table, long).class {
+        match table.class_of(spec(table, long)) {
             Class::Denied(r) => assert!(r.contains(reason_part), "--{long}: {r}"),
             c => panic!("--{long} is {c:?}, not denied"),
         }
@@ -822,7 +852,7 @@ pub(crate) mod testkit {
         let long = format!("--{name}");
         let s = table.spec(l.name.as_str()).unwrap_or_else(|| panic!("--{} has no entry", l.name.as_str()));
         let v = sample(s.value);
-        if let Class::Denied(reason) = s.class {
+        if let Class::Denied(reason) = table.class_of(s) {
             let opt = match name == l.name.as_str() {
                 true => long.clone(),
                 false => format!("{long} (--{})", l.name.as_str()),
@@ -894,7 +924,7 @@ pub(crate) mod testkit {
                 assert!(shorts.insert(c), "-{c} twice");
                 assert!(c.is_ascii_alphabetic(), "-{c}");
             }
-            if let Class::Denied(r) | Class::Rebuilt(r) = s.class {
+            if let Class::Denied(r) | Class::Rebuilt(r) = table.class_of(s) {
                 assert!(!r.trim().is_empty(), "--{} has no reason", s.long);
                 assert!(!r.chars().any(char::is_control), "--{} reason is not one line", s.long);
                 assert!(r.len() <= 100, "--{} reason is too long for one line", s.long);
@@ -924,7 +954,7 @@ pub(crate) mod testkit {
             return;
         }
         let with_eq = format!("{long}={v}");
-        if let Class::Denied(reason) = s.class {
+        if let Class::Denied(reason) = table.class_of(s) {
             for a in [vec![long.clone()], vec![with_eq.clone()], vec![long.clone(), v.to_string()]] {
                 let want = GrammarError::Denied { opt: long.clone(), reason };
                 assert_eq!(parse(table, &a), Err(want), "{a:?}");
@@ -976,7 +1006,7 @@ pub(crate) mod testkit {
         let Some(c) = s.short.filter(|_| s.since <= crate::release::in_effect()) else { return };
         // The real command's arity for the short form (sreport's -s takes a value, --sort none).
         let arity = table.short(c).unwrap_or_else(|| panic!("-{c} is no option of the real command"));
-        if let Class::Denied(reason) = s.class {
+        if let Class::Denied(reason) = table.class_of(s) {
             let shown = if s.short_only { format!("-{c}") } else { format!("-{c} (--{})", s.long) };
             let want = Err(GrammarError::Denied { opt: shown, reason });
             assert_eq!(pairs(table, &[format!("-{c}{v}")]), want);
@@ -1039,7 +1069,7 @@ pub(crate) mod testkit {
             true => (s.since <= release).then_some(s.arity),
             false => table.longs_of(release).find(|l| l.name.as_str() == s.long).map(|l| l.arity),
         };
-        for s in table.specs().filter(|s| !matches!(s.class, Class::Denied(_))) {
+        for s in table.specs().filter(|s| !matches!(table.class_of(s), Class::Denied(_))) {
             let Some(arity) = arity_in(s) else { continue };
             let v = values.iter().find(|(l, _)| *l == s.long).map(|(_, v)| *v).unwrap_or(sample(s.value));
             let value = (arity != Arity::Flag && !matches!(s.value, ValueKind::Refused(_))).then_some(v);
@@ -1222,8 +1252,9 @@ mod tests {
     /// Options end at the first positional (`+`, as sbatch), or mix with them (as squeue).
     static STOPS: Getopt = Getopt { optstring: "+vVHJ:t:k::S:D:", longs: LONGS, plugins: false, reports: REPORTS };
     static MIXES: Getopt = Getopt { optstring: "vVHJ:t:k::S:D:", longs: LONGS, plugins: false, reports: REPORTS };
-    static T: Table = Table { getopt: &STOPS, getopt_24_11: &STOPS, shared: &[], own: SPECS };
-    static TM: Table = Table { getopt: &MIXES, getopt_24_11: &MIXES, shared: &[], own: SPECS };
+    const WORDS: &str = "not on the test's allow-list";
+    static T: Table = Table { getopt: &STOPS, getopt_24_11: &STOPS, shared: &[], own: SPECS, not_listed: WORDS };
+    static TM: Table = Table { getopt: &MIXES, getopt_24_11: &MIXES, shared: &[], own: SPECS, not_listed: WORDS };
 
     fn argv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
@@ -1456,7 +1487,8 @@ mod tests {
             long("dir", Value, Char('D')),
         ];
         static W_GETOPT: Getopt = Getopt { optstring: "vJ:o:D:t:", longs: W_LONGS, plugins: false, reports: REPORTS };
-        static W: Table = Table { getopt: &W_GETOPT, getopt_24_11: &W_GETOPT, shared: &[], own: W_SPECS };
+        static W: Table =
+            Table { getopt: &W_GETOPT, getopt_24_11: &W_GETOPT, shared: &[], own: W_SPECS, not_listed: WORDS };
         let p = parse(&W, &argv(&["-vJx", "-o", "f", "-D/tmp", "-thours", "--na=y", "--verb"])).unwrap();
         let options: Vec<_> = p.options.into_iter().map(|(s, v)| (s.long, v)).collect();
         let written = ["--verbose", "--name=x", "-thours", "--name=y", "--verbose"];
@@ -1466,5 +1498,28 @@ mod tests {
         assert_eq!(e, Err(GetoptError::Unrecognized("time-format=x".into()).into()));
         assert_eq!(words(&argv(&["show", "job"])), ["show", "job"]);
         assert_eq!(words(&argv(&["-5"])), ["--", "-5"], "a word that looks like an option stays a word");
+    }
+    #[test]
+    fn a_not_listed_entry_is_refused_in_the_words_of_each_table_that_reads_it() {
+        static GROUP: [OptSpec; 2] =
+            [not_listed("mincpus", Some('m'), Value), opt("verbose", Some('v'), Flag, Class::Allowed, ValueKind::Any)];
+        static U_LONGS: &[LongOpt] = &[long("mincpus", Value, Char('m')), long("verbose", Flag, Char('v'))];
+        static U_GETOPT: Getopt = Getopt { optstring: "+m:v", longs: U_LONGS, plugins: false, reports: REPORTS };
+        static A: Table =
+            Table { getopt: &U_GETOPT, getopt_24_11: &U_GETOPT, shared: &[&GROUP], own: &[], not_listed: "a's" };
+        static B: Table =
+            Table { getopt: &U_GETOPT, getopt_24_11: &U_GETOPT, shared: &[&GROUP], own: &[], not_listed: "b's" };
+        for (table, words) in [(&A, "a's"), (&B, "b's")] {
+            for (typed, shown) in
+                [("--mincpus=2", "--mincpus"), ("--minc=2", "--minc (--mincpus)"), ("-m2", "-m (--mincpus)")]
+            {
+                let e = parse(table, &argv(&["-v", typed]));
+                assert_eq!(e, Err(GrammarError::Denied { opt: shown.into(), reason: words }), "{typed}");
+            }
+            let spec = table.spec("mincpus").unwrap();
+            assert_eq!((table.class_of(spec), table.refusal(spec)), (Class::Denied(words), Some(words)));
+            assert!(!spec.passes_as_written() && spec.rebuilt_why().is_none());
+            assert_eq!(as_written(table, &[("mincpus", Some("2".into()))]), Vec::<String>::new());
+        }
     }
 }

@@ -10,8 +10,8 @@ use crate::jobid::{parse_job_list, JobRef, STEPS};
 use crate::refusal::Refusal;
 use crate::slurm_22_05;
 use crate::table::{
-    allow, as_written, bad_value, deny, last, output, parse, user_list, Arity, GrammarError, Options, Output, Table,
-    CLUSTERS, CLUSTER_SPELLING, LOCAL_CLUSTER,
+    allow, as_written, bad_value, deny, last, not_listed, output, parse, user_list, Arity, GrammarError, Options,
+    Output, Table, CLUSTERS, CLUSTER_SPELLING, LOCAL_CLUSTER,
 };
 use crate::table::{COMPLETION, JSON_VALUE};
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
@@ -25,6 +25,7 @@ const WRAPPED: &str = "Slurm stored the chaperon's job wrapper, not your job; re
 pub static SACCT: Table = Table {
     getopt: &slurm_22_05::SACCT,
     getopt_24_11: &crate::slurm_24_11::SACCT,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("accounts", Some('A'), Val, Text),
@@ -89,7 +90,7 @@ pub static SACCT: Table = Table {
         // Read-only: the chaperon checks the names it gives (`grammar::cluster_names`).
         allow("clusters", Some('M'), Val, Clusters).rebuilt(LOCAL_CLUSTER),
         deny("cluster", None, Val, CLUSTER_SPELLING),
-        deny("use-local-uid", None, Flag, NOT_LISTED),
+        not_listed("use-local-uid", None, Flag),
         // Added after 22.05 (`since`: the release that added each).
         deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
         allow("array", None, Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R23_02),

@@ -27,6 +27,7 @@ const INTERACTIVE: &str = "an interactive-mode command; use the matching option 
 pub static SACCTMGR: Table = Table {
     getopt: &slurm_22_05::SACCTMGR,
     getopt_24_11: &crate::slurm_24_11::SACCTMGR,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("help", Some('h'), Flag, Any),

@@ -9,12 +9,12 @@
 use crate::call::{Call, Stdio};
 use crate::getopt::LongOpt;
 use crate::grammar::ValueKind::*;
-use crate::job_options::{BATCH_AND_ALLOC, EVERY_JOB, STEP_AND_ALLOC};
+use crate::job_options::{BATCH_AND_ALLOC, EVERY_JOB, LISTED_BY_NONE, STEP_AND_ALLOC};
 use crate::refusal::Refusal;
 use crate::scope::Entry;
 use crate::slurm_22_05;
 use crate::spawn::Io;
-use crate::table::{allow, any_of, deny, parse_with, Arity, GrammarError, Options, Table};
+use crate::table::{allow, any_of, deny, not_listed, parse_with, Arity, GrammarError, Options, Table};
 use crate::wire::{self, Response};
 use nix::unistd::Pid;
 use std::collections::BTreeMap;
@@ -99,64 +99,39 @@ const RELINQUISH: Duration = Duration::from_secs(10);
 pub static SALLOC: Table = Table {
     getopt: &slurm_22_05::SALLOC,
     getopt_24_11: &crate::slurm_24_11::SALLOC,
-    shared: &[&EVERY_JOB, &BATCH_AND_ALLOC, &STEP_AND_ALLOC],
+    not_listed: NOT_LISTED,
+    shared: &[&EVERY_JOB, &BATCH_AND_ALLOC, &STEP_AND_ALLOC, &LISTED_BY_NONE],
     own: &[
         allow("job-name", Some('J'), Val, JobName),
         deny("chdir", Some('D'), Val, "the command runs in the jail, from the directory salloc was called in"),
         deny("no-shell", None, Flag, "an allocation without a command would outlive the call; give salloc a command"),
-        deny("dependency", Some('d'), Val, NOT_LISTED),
+        not_listed("dependency", Some('d'), Val),
         deny("uid", None, Val, "allocations are made as your own user only"),
         deny("gid", None, Val, "allocations are made with your own groups only"),
         deny("get-user-env", None, Opt, "the environment comes from the jail"),
         deny("kill-command", Some('K'), Opt, "it signals a process on the login node outside the jail"),
         deny("mail-type", None, Val, "mail is blocked in agent-sandbox"),
         deny("mail-user", None, Val, "mail is blocked in agent-sandbox"),
-        deny("bell", None, Flag, NOT_LISTED),
-        deny("no-bell", None, Flag, NOT_LISTED),
-        deny("hold", Some('H'), Flag, NOT_LISTED),
-        deny("clusters", Some('M'), Val, NOT_LISTED),
-        deny("cluster", None, Val, NOT_LISTED),
-        deny("container", None, Val, NOT_LISTED),
-        deny("x11", None, Opt, NOT_LISTED),
-        deny("signal", None, Val, NOT_LISTED),
-        deny("bb", None, Val, NOT_LISTED),
-        deny("bbf", None, Val, NOT_LISTED),
+        not_listed("bell", None, Flag),
+        not_listed("no-bell", None, Flag),
+        not_listed("hold", Some('H'), Flag),
+        not_listed("clusters", Some('M'), Val),
+        not_listed("cluster", None, Val),
+        not_listed("container", None, Val),
+        not_listed("x11", None, Opt),
+        not_listed("signal", None, Val),
+        not_listed("bb", None, Val),
+        not_listed("bbf", None, Val),
         // The rest of salloc 22.05: real options, not on the allow-list.
-        deny("acctg-freq", None, Val, NOT_LISTED),
-        deny("cluster-constraint", None, Val, NOT_LISTED),
-        deny("context", None, Val, NOT_LISTED),
-        deny("contiguous", None, Flag, NOT_LISTED),
-        deny("core-spec", Some('S'), Val, NOT_LISTED),
-        deny("cores-per-socket", None, Val, NOT_LISTED),
-        deny("cpu-freq", None, Val, NOT_LISTED),
-        deny("delay-boot", None, Val, NOT_LISTED),
-        deny("distribution", Some('m'), Val, NOT_LISTED),
-        deny("extra-node-info", Some('B'), Val, NOT_LISTED),
-        deny("gpu-bind", None, Val, NOT_LISTED),
-        deny("gpu-freq", None, Val, NOT_LISTED),
-        deny("gpus-per-socket", None, Val, NOT_LISTED),
-        deny("gres-flags", None, Val, NOT_LISTED),
-        deny("mcs-label", None, Val, NOT_LISTED),
-        deny("mem-bind", None, Val, NOT_LISTED),
-        deny("mincpus", None, Val, NOT_LISTED),
-        deny("network", None, Val, NOT_LISTED),
-        deny("no-kill", Some('k'), Opt, NOT_LISTED),
-        deny("ntasks-per-core", None, Val, NOT_LISTED),
-        deny("ntasks-per-gpu", None, Val, NOT_LISTED),
-        deny("ntasks-per-socket", None, Val, NOT_LISTED),
-        deny("ntasks-per-tres", None, Val, NOT_LISTED),
-        deny("overcommit", Some('O'), Flag, NOT_LISTED),
-        deny("power", None, Val, NOT_LISTED),
-        deny("prefer", None, Val, NOT_LISTED),
-        deny("priority", None, Val, NOT_LISTED),
-        deny("profile", None, Val, NOT_LISTED),
-        deny("reboot", None, Flag, NOT_LISTED),
-        deny("sockets-per-node", None, Val, NOT_LISTED),
-        deny("spread-job", None, Flag, NOT_LISTED),
-        deny("switches", None, Val, NOT_LISTED),
-        deny("thread-spec", None, Val, NOT_LISTED),
-        deny("use-min-nodes", None, Flag, NOT_LISTED),
-        deny("wait-all-nodes", None, Val, NOT_LISTED),
+        not_listed("cluster-constraint", None, Val),
+        not_listed("cpu-freq", None, Val),
+        not_listed("distribution", Some('m'), Val),
+        not_listed("mem-bind", None, Val),
+        not_listed("ntasks-per-core", None, Val),
+        not_listed("ntasks-per-gpu", None, Val),
+        not_listed("ntasks-per-socket", None, Val),
+        not_listed("priority", None, Val),
+        not_listed("switches", None, Val),
         // Added after 22.05 (`since`: the release that added each).
         deny("tres-bind", None, Arity::Value, NOT_LISTED).since(crate::release::R23_11),
     ],

@@ -14,10 +14,13 @@ use crate::table::{allow, any_of, as_written, deny, parse, words, Arity, Grammar
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
+const NOT_LISTED: &str = "not on agent-sandbox's sattach allow-list; ask your admin if you need it";
+
 /// Every option sattach 22.05 knows. Anything else is unrecognized.
 pub static SATTACH: Table = Table {
     getopt: &slurm_22_05::SATTACH,
     getopt_24_11: &crate::slurm_24_11::SATTACH,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("input-filter", None, Val, Int),

@@ -10,14 +10,14 @@ use crate::export::{export_env, export_request};
 use crate::getopt::LongOpt;
 use crate::grammar::{clip, ValueKind};
 use crate::job::{self, JobDir, JobSpec, MAX_SCRIPT};
-use crate::job_options::{BATCH_AND_ALLOC, BATCH_AND_STEP, EVERY_JOB};
+use crate::job_options::{BATCH_AND_ALLOC, BATCH_AND_STEP, EVERY_JOB, LISTED_BY_NONE};
 use crate::refusal::Refusal;
 use crate::scope::Entry;
 use crate::session::Config;
 use crate::slurm_22_05;
 use crate::spawn::Io;
 use crate::table::{
-    allow, as_written, deny, opt, parse_with, Arity, Class, GrammarError, Table, APPLIED_IN_JAIL, MAX_ARGS,
+    allow, as_written, deny, not_listed, opt, parse_with, Arity, Class, GrammarError, Table, APPLIED_IN_JAIL, MAX_ARGS,
     MAX_ARG_BYTES, OPENED_IN_JAIL,
 };
 use crate::wire::Request;
@@ -34,7 +34,8 @@ const BURST_BUFFER: &str = "burst-buffer staging runs outside the jail; stage da
 pub static SBATCH: Table = Table {
     getopt: &slurm_22_05::SBATCH,
     getopt_24_11: &crate::slurm_24_11::SBATCH,
-    shared: &[&EVERY_JOB, &BATCH_AND_STEP, &BATCH_AND_ALLOC],
+    not_listed: NOT_LISTED,
+    shared: &[&EVERY_JOB, &BATCH_AND_STEP, &BATCH_AND_ALLOC, &LISTED_BY_NONE],
     own: &[
         // Allowed (FEATURES C, the sbatch allow-list), besides the shared groups'.
         allow("array", Some('a'), Val, Text),
@@ -61,36 +62,10 @@ pub static SBATCH: Table = Table {
         deny("bb", None, Val, BURST_BUFFER),
         deny("bbf", None, Val, BURST_BUFFER),
         // The rest of sbatch 22.05: real options, not on the allow-list.
-        deny("acctg-freq", None, Val, NOT_LISTED),
-        deny("batch", None, Val, NOT_LISTED),
-        deny("context", None, Val, NOT_LISTED),
-        deny("contiguous", None, Flag, NOT_LISTED),
-        deny("core-spec", Some('S'), Val, NOT_LISTED),
-        deny("cores-per-socket", None, Val, NOT_LISTED),
-        deny("delay-boot", None, Val, NOT_LISTED),
-        deny("extra-node-info", Some('B'), Val, NOT_LISTED),
-        deny("gpu-bind", None, Val, NOT_LISTED),
-        deny("gpu-freq", None, Val, NOT_LISTED),
-        deny("gpus-per-socket", None, Val, NOT_LISTED),
-        deny("gres-flags", None, Val, NOT_LISTED),
-        deny("ignore-pbs", None, Flag, NOT_LISTED),
-        deny("mcs-label", None, Val, NOT_LISTED),
-        deny("mincpus", None, Val, NOT_LISTED),
-        deny("network", None, Val, NOT_LISTED),
-        deny("no-kill", Some('k'), Opt, NOT_LISTED),
-        deny("ntasks-per-tres", None, Val, NOT_LISTED),
-        deny("overcommit", Some('O'), Flag, NOT_LISTED),
-        deny("power", None, Val, NOT_LISTED),
-        deny("prefer", None, Val, NOT_LISTED),
-        deny("profile", None, Val, NOT_LISTED),
-        deny("reboot", None, Flag, NOT_LISTED),
-        deny("sockets-per-node", None, Val, NOT_LISTED),
-        deny("spread-job", None, Flag, NOT_LISTED),
-        deny("thread-spec", None, Val, NOT_LISTED),
-        deny("use-min-nodes", None, Flag, NOT_LISTED),
-        deny("wait-all-nodes", None, Val, NOT_LISTED),
+        not_listed("batch", None, Val),
+        not_listed("ignore-pbs", None, Flag),
         // Added after 22.05 (`since`: the release that added each).
-        deny("tres-bind", None, Val, NOT_LISTED).since(crate::release::R23_11),
+        not_listed("tres-bind", None, Val).since(crate::release::R23_11),
     ],
 };
 
@@ -709,11 +684,13 @@ mod tests {
             "clusters",
             "cluster",
         ] {
-            assert!(matches!(spec(long).class, Class::Denied(_)), "--{long} must be denied");
+            assert!(matches!(SBATCH.class_of(spec(long)), Class::Denied(_)), "--{long} must be denied");
         }
         assert!(matches!(spec("wrap").class, Class::Rebuilt(_)));
         assert!(matches!(spec("chdir").class, Class::Rebuilt(_)));
-        assert!(matches!(spec("clusters").class, Class::Denied(r) if r.contains("unless the sandbox policy allows")));
+        assert!(
+            matches!(SBATCH.class_of(spec("clusters")), Class::Denied(r) if r.contains("unless the sandbox policy allows"))
+        );
     }
 
     #[test]

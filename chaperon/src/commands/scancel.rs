@@ -13,8 +13,8 @@ use crate::slurm_22_05;
 use crate::spawn::Io;
 use crate::table::COMPLETION;
 use crate::table::{
-    allow, any_of, as_written, bad_value, deny, last, parse, user_list, Arity, GrammarError, Options, Table,
-    BURST_BUFFER, CLUSTERS,
+    allow, any_of, as_written, bad_value, deny, last, not_listed, parse, user_list, Arity, GrammarError, Options,
+    Table, BURST_BUFFER, CLUSTERS,
 };
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
@@ -25,6 +25,7 @@ const NOT_LISTED: &str = "not on agent-sandbox's scancel allow-list; ask your ad
 pub static SCANCEL: Table = Table {
     getopt: &slurm_22_05::SCANCEL,
     getopt_24_11: &crate::slurm_24_11::SCANCEL,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("account", Some('A'), Val, Text),
@@ -53,7 +54,7 @@ pub static SCANCEL: Table = Table {
         deny("hurry", Some('H'), Flag, BURST_BUFFER),
         deny("clusters", Some('M'), Val, CLUSTERS),
         deny("cluster", None, Val, CLUSTERS),
-        deny("sibling", None, Val, NOT_LISTED),
+        not_listed("sibling", None, Val),
         // Added after 22.05 (`since`: the release that added each).
         deny("autocomplete", None, Arity::Value, COMPLETION).since(crate::release::R23_02),
         allow("cron", Some('c'), Arity::Flag, crate::grammar::ValueKind::Any).since(crate::release::R23_11),

@@ -32,6 +32,7 @@ const SUBMITTED: &str = "it was checked at submission; submit the job again to c
 pub static SCONTROL: Table = Table {
     getopt: &slurm_22_05::SCONTROL,
     getopt_24_11: &crate::slurm_24_11::SCONTROL,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("all", Some('a'), Flag, Any),
@@ -488,8 +489,11 @@ fn parse_update(words: &[String]) -> Result<ScontrolCommand, GrammarError> {
             .iter()
             .find(|s| s.long.eq_ignore_ascii_case(key))
             .ok_or_else(|| bad_value("scontrol update", key, "not a job key scontrol updates (spell it in full)"))?;
-        if let Class::Denied(reason) = spec.class {
-            return Err(GrammarError::Denied { opt: spec.long.to_string(), reason });
+        // The keys are no `Table`: a `NotListed` key is refused in scontrol's words here.
+        match spec.class {
+            Class::Denied(reason) => return Err(GrammarError::Denied { opt: spec.long.to_string(), reason }),
+            Class::NotListed => return Err(GrammarError::Denied { opt: spec.long.to_string(), reason: NOT_LISTED }),
+            Class::Allowed | Class::Rebuilt(_) => {}
         }
         let value = match (value, spec.arity) {
             (None, Arity::OptionalValue) => None,

@@ -14,10 +14,13 @@ use crate::table::{COMPLETION, TEXT_ONLY};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
+const NOT_LISTED: &str = "not on agent-sandbox's sdiag allow-list; ask your admin if you need it";
+
 /// Every option sdiag 22.05 knows. Anything else is an unrecognized option.
 pub static SDIAG: Table = Table {
     getopt: &slurm_22_05::SDIAG,
     getopt_24_11: &crate::slurm_24_11::SDIAG,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("all", Some('a'), Flag, Any),

@@ -16,10 +16,13 @@ use crate::table::{COMPLETION, JSON_VALUE};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
+const NOT_LISTED: &str = "not on agent-sandbox's sinfo allow-list; ask your admin if you need it";
+
 /// Every option sinfo 22.05 knows. Anything else is an unrecognized option.
 pub static SINFO: Table = Table {
     getopt: &slurm_22_05::SINFO,
     getopt_24_11: &crate::slurm_24_11::SINFO,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("all", Some('a'), Flag, Any),

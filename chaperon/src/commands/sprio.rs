@@ -20,10 +20,13 @@ use std::os::fd::OwnedFd;
 use Arity::{Flag, OptionalValue as Opt, Value as Val};
 use ValueKind::*;
 
+const NOT_LISTED: &str = "not on agent-sandbox's sprio allow-list; ask your admin if you need it";
+
 /// Every option sprio 22.05 knows. Anything else is an unrecognized option.
 pub static SPRIO: Table = Table {
     getopt: &slurm_22_05::SPRIO,
     getopt_24_11: &crate::slurm_24_11::SPRIO,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("noheader", Some('h'), Flag, Any),

@@ -23,10 +23,13 @@ use ValueKind::*;
 const SCOPE_JOBS: &str = "squeue is given the scope's job list (those you name, if you do) instead";
 const YOU: &str = "checked to be you; squeue is given the scope's job list instead";
 
+const NOT_LISTED: &str = "not on agent-sandbox's squeue allow-list; ask your admin if you need it";
+
 /// Every option squeue 22.05 knows. Anything else is an unrecognized option.
 pub static SQUEUE: Table = Table {
     getopt: &slurm_22_05::SQUEUE,
     getopt_24_11: &crate::slurm_24_11::SQUEUE,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("accounts", Some('A'), Val, Text),

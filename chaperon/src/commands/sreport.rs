@@ -23,11 +23,14 @@ const OWN_CLUSTER: &str = "a sandboxed session sees its own cluster only, which 
 const INTERACTIVE: &str =
     "an interactive-mode command; use the matching option (-n, -p, -P, -Q, -v, -t, --local) instead";
 
+const NOT_LISTED: &str = "not on agent-sandbox's sreport allow-list; ask your admin if you need it";
+
 /// Every option sreport 22.05 knows (its getopt table, and `-t`, which has no long form).
 /// Anything else is an unrecognized option.
 pub static SREPORT: Table = Table {
     getopt: &slurm_22_05::SREPORT,
     getopt_24_11: &crate::slurm_24_11::SREPORT,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("help", Some('h'), Flag, Any),

@@ -10,12 +10,12 @@ use crate::export::export_env;
 use crate::getopt::LongOpt;
 use crate::grammar::ValueKind;
 use crate::job::{self, write_job_dir, JobSpec};
-use crate::job_options::{BATCH_AND_STEP, EVERY_JOB, STEP_AND_ALLOC};
+use crate::job_options::{BATCH_AND_STEP, EVERY_JOB, LISTED_BY_NONE, STEP_AND_ALLOC};
 use crate::refusal::Refusal;
 use crate::slurm_22_05;
 use crate::table::{
-    allow, any_of, as_written, bad_value, deny, last, parse_with, Arity, GrammarError, Options, Table, BURST_BUFFER,
-    RUNS_OUTSIDE,
+    allow, any_of, as_written, bad_value, deny, last, not_listed, parse_with, Arity, GrammarError, Options, Table,
+    BURST_BUFFER, RUNS_OUTSIDE,
 };
 use crate::table::{EXTERNAL_LAUNCHER, PTY_VALUE};
 use std::path::Path;
@@ -32,7 +32,8 @@ const HETJOB: &str = "heterogeneous jobs are not supported in agent-sandbox; run
 pub static SRUN: Table = Table {
     getopt: &slurm_22_05::SRUN,
     getopt_24_11: &crate::slurm_24_11::SRUN,
-    shared: &[&EVERY_JOB, &BATCH_AND_STEP, &STEP_AND_ALLOC],
+    not_listed: NOT_LISTED,
+    shared: &[&EVERY_JOB, &BATCH_AND_STEP, &STEP_AND_ALLOC, &LISTED_BY_NONE],
     own: &[
         // Allowed: sbatch's allow-list (FEATURES C), where srun has the option too, worded for a step.
         allow("job-name", Some('J'), Val, JobName)
@@ -88,35 +89,10 @@ pub static SRUN: Table = Table {
         deny("het-group", None, Val, HETJOB),
         deny("pack-group", None, Val, HETJOB),
         // The rest of srun 22.05: real options, not on the allow-list.
-        deny("acctg-freq", None, Val, NOT_LISTED),
-        deny("context", None, Val, NOT_LISTED),
-        deny("contiguous", None, Flag, NOT_LISTED),
-        deny("core-spec", Some('S'), Val, NOT_LISTED),
-        deny("cores-per-socket", None, Val, NOT_LISTED),
-        deny("debugger-test", None, Flag, NOT_LISTED),
-        deny("delay-boot", None, Val, NOT_LISTED),
-        deny("extra-node-info", Some('B'), Val, NOT_LISTED),
-        deny("gpu-bind", None, Val, NOT_LISTED),
-        deny("gpu-freq", None, Val, NOT_LISTED),
-        deny("gpus-per-socket", None, Val, NOT_LISTED),
-        deny("gres-flags", None, Val, NOT_LISTED),
-        deny("interactive", None, Flag, NOT_LISTED),
-        deny("mcs-label", None, Val, NOT_LISTED),
-        deny("mincpus", None, Val, NOT_LISTED),
-        deny("msg-timeout", None, Val, NOT_LISTED),
-        deny("network", None, Val, NOT_LISTED),
-        deny("no-kill", Some('k'), Opt, NOT_LISTED),
-        deny("ntasks-per-tres", None, Val, NOT_LISTED),
-        deny("overcommit", Some('O'), Flag, NOT_LISTED),
-        deny("power", None, Val, NOT_LISTED),
-        deny("prefer", None, Val, NOT_LISTED),
-        deny("profile", None, Val, NOT_LISTED),
-        deny("reboot", None, Flag, NOT_LISTED),
-        deny("sockets-per-node", None, Val, NOT_LISTED),
-        deny("spread-job", None, Flag, NOT_LISTED),
-        deny("thread-spec", None, Val, NOT_LISTED),
-        deny("threads", Some('T'), Val, NOT_LISTED),
-        deny("use-min-nodes", None, Flag, NOT_LISTED),
+        not_listed("debugger-test", None, Flag),
+        not_listed("interactive", None, Flag),
+        not_listed("msg-timeout", None, Val),
+        not_listed("threads", Some('T'), Val),
         // Added after 22.05 (`since`: the release that added each).
         deny("tres-bind", None, Arity::Value, NOT_LISTED).since(crate::release::R23_11),
         deny("external-launcher", None, Arity::OptionalValue, EXTERNAL_LAUNCHER).since(crate::release::R23_11),
@@ -438,7 +414,7 @@ mod tests {
             "cluster",
             "multi-prog",
         ] {
-            assert!(matches!(spec(&SRUN, long).class, Class::Denied(_)), "--{long} must be denied");
+            assert!(matches!(SRUN.class_of(spec(&SRUN, long)), Class::Denied(_)), "--{long} must be denied");
         }
         assert!(matches!(spec(&SRUN, "chdir").class, Class::Rebuilt(_)));
         for long in ["pty", "jobid", "export", "overlap", "exact", "mpi", "label"] {

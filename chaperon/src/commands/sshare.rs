@@ -18,10 +18,13 @@ use ValueKind::*;
 /// sshare 22.05 exits with "getopt error" on these: nothing to pass on.
 const BROKEN: &str = "sshare 22.05 has no use for it and fails on it (\"getopt error\")";
 
+const NOT_LISTED: &str = "not on agent-sandbox's sshare allow-list; ask your admin if you need it";
+
 /// Every option sshare 22.05 knows. Anything else is an unrecognized option.
 pub static SSHARE: Table = Table {
     getopt: &slurm_22_05::SSHARE,
     getopt_24_11: &crate::slurm_24_11::SSHARE,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("accounts", Some('A'), Val, Text),

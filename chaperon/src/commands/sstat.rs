@@ -13,10 +13,13 @@ use crate::table::{deny, COMPLETION};
 use Arity::{Flag, Value as Val};
 use ValueKind::*;
 
+const NOT_LISTED: &str = "not on agent-sandbox's sstat allow-list; ask your admin if you need it";
+
 /// Every option sstat 22.05 knows: all of them only read. Anything else is unrecognized.
 pub static SSTAT: Table = Table {
     getopt: &slurm_22_05::SSTAT,
     getopt_24_11: &crate::slurm_24_11::SSTAT,
+    not_listed: NOT_LISTED,
     shared: &[],
     own: &[
         allow("allsteps", Some('a'), Flag, Any),
