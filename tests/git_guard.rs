@@ -259,6 +259,10 @@ fn nothing_the_jail_writes_into_a_repository_runs_outside() {
         .project_file("guard.py", ATTACKS_PY)
         .project_file("vendor/clone/file.txt", "v1\n")
         .env("MARK", &marker);
+    // `~/.cache` is a writable tree (and so guarded) where the host has it; a fresh home has
+    // none until a tool makes it, so the case in it must not hang on the tests run before.
+    let made = j.as_user("mkdir").arg("-p").arg(j.rig.home.join(".cache")).status();
+    assert!(made.is_ok_and(|s| s.success()), "mkdir ~/.cache as the test user");
     // The user's project: a repository with a submodule's git directory, and a nested clone.
     for args in [&["init", "-q"][..], &["init", "-q", "--bare", ".git/modules/m"]] {
         assert!(git_ok(&j, &j.project, args));

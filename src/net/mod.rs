@@ -2,7 +2,9 @@
 //! (`proxied`), the jail's resolver, and the supervisor loop. What a flow may reach is
 //! decided with `netrules`; this module enforces it on the host side.
 
+pub(crate) mod audit;
 pub mod cluster;
+pub mod config;
 pub mod control;
 pub mod dns;
 pub mod packet;
@@ -122,17 +124,23 @@ pub fn start(
             "agent-sandbox: warning: no DNS resolver found (resolv.conf, net.dns): names will not resolve in the jail"
         );
     }
-    let cfg = supervisor::NetConfig {
+    let common = config::Common {
         rules,
         upstreams: net.upstreams.clone(),
         hostname_ports: net.hostname_ports.clone(),
-        host_ports: net.host_ports.clone(),
-        publish: net.publish.clone(),
         audit,
         mode: net.effective.as_str(),
-        credentials: credential_endpoints(net),
         control,
         grant_bound: net.grant_bound.clone(),
+    };
+    if net.jail == JailNet::Proxies && fds.len() == 2 {
+        return proxy::spawn(fds, common);
+    }
+    let cfg = supervisor::NetConfig {
+        common,
+        host_ports: net.host_ports.clone(),
+        publish: net.publish.clone(),
+        credentials: credential_endpoints(net),
         jobs,
         job_services: net.job_services.clone(),
         job_secret: net.job_secret.as_deref().and_then(cluster::jobs::Secret::from_hex),
@@ -140,7 +148,6 @@ pub fn start(
     };
     match (net.jail, fds.len()) {
         (JailNet::Tun, 1) => supervisor::spawn(fds.remove(0), cfg),
-        (JailNet::Proxies, 2) => proxy::spawn(fds, cfg),
         _ => Err(bad("the jail's network and its plan disagree")),
     }
 }

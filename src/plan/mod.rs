@@ -18,6 +18,7 @@ mod mounts;
 pub mod nested;
 mod net;
 pub mod os_path;
+pub mod outside_names;
 mod project;
 pub mod runs_outside;
 pub mod token_files;

@@ -329,7 +329,7 @@ pub(super) fn protect(
             // (an agent's settings, a hook manager's config: `runs_outside_name`) needs no
             // placeholder, as `.git` needs none: nothing can be made there in the session. On
             // a network filesystem each placeholder is five round trips (made, bound, removed).
-            let guards = |rel: &Path| crate::jail::guard::rules::runs_outside_name(rel).is_some();
+            let guards = |rel: &Path| super::outside_names::runs_outside_name(rel).is_some();
             if guard_keeps_git && first_missing.strip_prefix(project).is_ok_and(guards) {
                 continue;
             }

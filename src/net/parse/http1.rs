@@ -483,6 +483,31 @@ impl Framer {
     }
 }
 
+/// Hop-by-hop headers (RFC 9110 7.6.1): meant for the proxy, not passed on either way. The
+/// upstream connection serves one request (`Connection: close`), while the client's may be
+/// kept alive: the two must not share `Connection`. `Upgrade` is dropped: a forwarded
+/// request is never switched to another protocol (tunnels are CONNECT's).
+pub fn strip_hop_by_hop(h: &mut hyper::header::HeaderMap) {
+    let named: Vec<hyper::header::HeaderName> = h
+        .get_all(hyper::header::CONNECTION)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|n| hyper::header::HeaderName::from_bytes(n.trim().as_bytes()).ok())
+        .collect();
+    for n in named {
+        h.remove(n);
+    }
+    let proxy: Vec<hyper::header::HeaderName> =
+        h.keys().filter(|k| k.as_str().starts_with("proxy-")).cloned().collect();
+    for n in proxy {
+        h.remove(n);
+    }
+    for n in ["connection", "keep-alive", "upgrade", "te"] {
+        h.remove(n);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,11 +5,12 @@
 //! form over a fresh upstream connection that serves that request only.
 
 use super::{tunnel, Ctx, OpenError, Slot, HANDSHAKE, MAX_HEAD};
+use crate::net::parse::http1::strip_hop_by_hop;
 use crate::netrules::matcher::{Decision, Destination, Proto};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::{Bytes, Incoming};
-use hyper::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
+use hyper::header::{HeaderValue, CONNECTION, CONTENT_TYPE, HOST};
 use hyper::{Method, Request, Response, StatusCode, Uri, Version};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
@@ -99,30 +100,6 @@ fn host_of_header(v: &HeaderValue) -> Option<&str> {
     match v.rsplit_once(':') {
         Some((h, p)) if p.bytes().all(|c| c.is_ascii_digit()) => Some(h),
         _ => Some(v),
-    }
-}
-
-/// Hop-by-hop headers (RFC 9110 7.6.1): meant for the proxy, not passed on either way. The
-/// upstream connection serves one request (`Connection: close`), while the client's may be
-/// kept alive: the two must not share `Connection`. `Upgrade` is dropped: a forwarded
-/// request is never switched to another protocol (tunnels are CONNECT's).
-pub(crate) fn strip_hop_by_hop(h: &mut HeaderMap) {
-    let named: Vec<HeaderName> = h
-        .get_all(CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|n| HeaderName::from_bytes(n.trim().as_bytes()).ok())
-        .collect();
-    for n in named {
-        h.remove(n);
-    }
-    let proxy: Vec<HeaderName> = h.keys().filter(|k| k.as_str().starts_with("proxy-")).cloned().collect();
-    for n in proxy {
-        h.remove(n);
-    }
-    for n in ["connection", "keep-alive", "upgrade", "te"] {
-        h.remove(n);
     }
 }
 

@@ -19,7 +19,8 @@ pub(crate) mod http;
 mod socks;
 
 use super::parse::peek::{self, Peeked};
-use super::supervisor::{Auditor, NetConfig};
+use crate::net::audit::Auditor;
+use crate::net::config::Common;
 use crate::netrules::matcher::{normalize_name, Decision, Destination, Layer, Proto, RuleSet};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -58,7 +59,7 @@ struct Ctx {
 type Slot = Arc<OwnedSemaphorePermit>;
 
 /// Starts the proxies on the listeners the jail's init made (`[http, socks]`).
-pub fn spawn(listeners: Vec<OwnedFd>, cfg: NetConfig) -> io::Result<()> {
+pub fn spawn(listeners: Vec<OwnedFd>, cfg: Common) -> io::Result<()> {
     let mut it = listeners.into_iter();
     let (Some(http), Some(socks)) = (it.next(), it.next()) else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "the jail handed out no proxy listeners"));

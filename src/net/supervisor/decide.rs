@@ -4,7 +4,7 @@
 //! allowed anyway, so a forged SNI opens nothing. Also `Shared`, the read-mostly state the
 //! loop and the resolver tasks hold. Knows nothing of packets, sockets or flows.
 
-use super::audit::Auditor;
+use crate::net::audit::Auditor;
 use crate::net::dns::NameCache;
 use crate::netrules::matcher::{Decision, Destination, Layer, Proto, RuleSet};
 use std::net::{IpAddr, SocketAddr};

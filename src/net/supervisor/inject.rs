@@ -6,7 +6,7 @@
 //! (floors, rules), and what the jail sends elsewhere never carries it.
 
 use super::decide::Shared;
-use crate::net::proxy::http::strip_hop_by_hop;
+use crate::net::parse::http1::strip_hop_by_hop;
 use crate::netrules::matcher::{Destination, Proto};
 use crate::plan::credentials::CredentialRoute;
 use http_body_util::combinators::BoxBody;

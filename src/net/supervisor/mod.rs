@@ -6,7 +6,6 @@
 //! It decides nothing itself. The jail never has a route to the host's network: every byte it
 //! gets out, this loop wrote to a host socket.
 
-mod audit;
 mod decide;
 mod dns;
 mod flows;
@@ -23,16 +22,15 @@ mod teardown;
 mod testing;
 mod udp;
 
-pub(crate) use audit::Auditor;
+use crate::net::audit::Auditor;
 pub use flows::MAX_TCP_FLOWS;
 pub use teardown::defer_teardown;
 
-use crate::audit::AuditLog;
 use crate::net::dns::NameCache;
 use crate::net::packet::{self, Summary};
 use crate::net::stack::Stack;
 use crate::net::udp as host_udp;
-use crate::netrules::matcher::{Decision, RuleSet};
+use crate::netrules::matcher::Decision;
 use decide::Shared;
 use flows::{FlowTable, Phase};
 use std::io;
@@ -48,23 +46,16 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedSender};
 /// Packets read from tun0 per wakeup before the loop looks at other work.
 const READ_BATCH: usize = 256;
 
+/// What the `filtered` supervisor serves a session with: what the proxies take too (`common`),
+/// and what only a jail behind the tun device has.
 pub struct NetConfig {
-    pub rules: RuleSet,
-    pub upstreams: Vec<SocketAddr>,
-    /// Flows to these ports are matched on their TLS SNI / HTTP Host before being dialled.
-    pub hostname_ports: Vec<u16>,
+    pub common: crate::net::config::Common,
     /// Host loopback ports the jail reaches through the gateway address (`--host-port`).
     pub host_ports: Vec<u16>,
     /// Jail ports served on host loopback (`--publish`).
     pub publish: Vec<u16>,
-    pub audit: Option<AuditLog>,
-    pub mode: &'static str,
     /// The credential endpoints on the gateway (`inject.rs`).
     pub credentials: Vec<Arc<inject::Endpoint>>,
-    /// The session's control socket (`net::control`), for `agent-sandbox allow`.
-    pub control: Option<std::path::PathBuf>,
-    /// The administrator's net.allow, which bounds a grant too (None: no such list).
-    pub grant_bound: Option<Vec<String>>,
     /// The session's listeners for its own jobs (`--job-port`), served here.
     pub jobs: Option<crate::net::cluster::jobs::JobServices>,
     /// A job's: its session's listeners, which it may reach (`--job-port`).
@@ -142,14 +133,20 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
     // one, which would leave the next ones in the heap, zeroed whole and resident.
     // SAFETY: mallopt only changes allocator tuning; called before the buffers exist.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) };
-    if let Some(path) = cfg.control.clone() {
-        tokio::spawn(crate::net::control::serve(path, cfg.rules.clone(), cfg.audit.clone(), cfg.grant_bound.clone()));
+    let common = cfg.common;
+    if let Some(path) = common.control.clone() {
+        tokio::spawn(crate::net::control::serve(
+            path,
+            common.rules.clone(),
+            common.audit.clone(),
+            common.grant_bound.clone(),
+        ));
     }
     let shared = Arc::new(Shared {
-        rules: cfg.rules,
+        rules: common.rules,
         names: Mutex::new(NameCache::default()),
-        upstreams: cfg.upstreams,
-        audit: Auditor::new(cfg.audit, cfg.mode),
+        upstreams: common.upstreams,
+        audit: Auditor::new(common.audit, common.mode),
         resolving: Arc::new(tokio::sync::Semaphore::new(decide::MAX_RESOLVING)),
         job_services: cfg.job_services.clone(),
     });
@@ -175,7 +172,7 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
         udp_events,
         own_address: peer.as_ref().map(|p| p.0),
         dialer: Dialer::proving(cfg.job_services, cfg.job_secret, peer),
-        hostname_ports: cfg.hostname_ports,
+        hostname_ports: common.hostname_ports,
         host_ports: cfg.host_ports,
         credentials: cfg.credentials,
         dns_tcp,

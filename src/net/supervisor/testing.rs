@@ -6,8 +6,9 @@
 
 use super::decide::Shared;
 use super::tcp::Dialer;
-use super::{Auditor, Event, Parts, Supervisor};
+use super::{Event, Parts, Supervisor};
 use crate::audit::{AuditLog, Record};
+use crate::net::audit::Auditor;
 use crate::net::dns::NameCache;
 use crate::net::packet;
 use crate::netrules::addr;
