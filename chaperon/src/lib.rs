@@ -32,9 +32,9 @@
 //! spawn       real commands started without a copy of the chaperon, dying with it
 //! ```
 //!
-//! Imports go down this list and never back up (`tests::modules_import_no_circle` checks it):
-//! `server` uses `commands`, a command uses `call`, `checks`, `table`..., and nothing uses
-//! `server` or `commands` but the launcher and the stubs.
+//! No two modules import each other, directly or around a circle, and nothing uses `server` or
+//! `commands` but the launcher and the stubs (`tests::modules_import_no_circle` checks both):
+//! `server` uses `commands`, a command uses `call`, `checks`, `table`..., never the reverse.
 
 pub mod bounded;
 pub mod call;
