@@ -6,7 +6,7 @@
 //! with its network supervisor and lazily started chaperon.
 
 use crate::audit::AuditLog;
-use crate::plan::{self, BackendKind, Plan, PlanError, RunRequest};
+use crate::plan::{self, Plan, PlanError, RunRequest};
 use crate::session::{self, Held, Prelude};
 use crate::{cli, host, jail, policy, show, slurm, stub, timing};
 use std::path::{Path, PathBuf};
@@ -394,7 +394,7 @@ impl Launch {
         // The jail's PID 1 makes its namespaces, network and staging root while the plan is
         // made (`jail::userns::Early`). A clone that fails here is tried again once the plan
         // exists, which then reports what is wrong in its own words first.
-        let early = match (pre.dry_run, plan::jail_shape(&policy, &facts, &req)) {
+        let early = match (pre.dry_run, plan::jail_shape(&pre.choices, &req)) {
             (false, Some((net, tun, groups))) => {
                 jail::userns::Early::clone(jail::userns::shape(net, tun), facts.uid, facts.gid, groups).ok()
             }
@@ -469,8 +469,8 @@ fn prelude(
     if let (Origin::Session { .. }, false) = (origin, dry_run) {
         state_dir_ready(&facts.state_dir(), log)?;
     }
-    let landlock = plan::choose_backend(policy, facts).ok() == Some(BackendKind::Landlock);
-    Ok((project_dir, Prelude { dry_run, session, landlock }))
+    let choices = plan::choose(policy, facts);
+    Ok((project_dir, Prelude { dry_run, session, landlock: choices.landlock(), choices }))
 }
 
 /// The plan, from one listing each of the home and the project, and what the launch stops
@@ -490,7 +490,7 @@ fn planned(
     for dir in [&facts.home_canonical, &facts.home, project_dir] {
         fs.list(dir);
     }
-    let plan = plan::build(policy, facts, &fs, req)?;
+    let plan = plan::build_with(&pre.choices, policy, facts, &fs, req)?;
     // The plan's cache of every answer about the host (listings, kinds, canonical paths) is
     // not asked again: freed now, not held through the session (issue 35: about 40 KiB of
     // every idle session's launcher).

@@ -537,11 +537,48 @@ impl PlanError {
     }
 }
 
+/// The choices the rest of a launch rests on, made once from the policy and the host
+/// (`choose`): the backend, the jail's network, the host's groups to map. The launch's prelude
+/// makes them; what the jail's PID 1 is cloned with (`jail_shape`) and the plan
+/// (`build_with`) read the same ones.
+pub struct Choices {
+    backend: Result<BackendKind, PlanError>,
+    /// None where the backend failed (the plan reports that first).
+    net: Option<Result<NetPlan, PlanError>>,
+    groups: groups::GroupsPlan,
+}
+
+impl Choices {
+    /// Whether the backend is Landlock's (false where none can run).
+    pub fn landlock(&self) -> bool {
+        matches!(self.backend, Ok(BackendKind::Landlock))
+    }
+}
+
+/// Makes the launch's choices (see `Choices`).
+pub fn choose(policy: &Policy, facts: &HostFacts) -> Choices {
+    let backend = choose_backend(policy, facts);
+    let net = backend.as_ref().ok().map(|b| choose_net(policy, *b, facts));
+    Choices { backend, net, groups: groups::of_host(facts) }
+}
+
+/// The plan, its choices made here (tests, `policy show`); a launch makes them in its prelude
+/// and calls `build_with`.
 pub fn build(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunRequest) -> Result<Plan, PlanError> {
+    build_with(&choose(policy, facts), policy, facts, fs, req)
+}
+
+pub fn build_with(
+    choices: &Choices,
+    policy: &Policy,
+    facts: &HostFacts,
+    fs: &dyn HostFs,
+    req: &RunRequest,
+) -> Result<Plan, PlanError> {
     if req.command.is_empty() {
         return Err(PlanError::EmptyCommand);
     }
-    let mut base = Base::decide(policy, facts, fs, req)?;
+    let mut base = Base::decide(choices, policy, facts, fs, req)?;
     // The environment before the mounts: whether the profile's key is kept outside the jail
     // decides whether its agent's own login file is shown.
     let mut envp = environment(policy, facts, req, &base);
@@ -763,14 +800,13 @@ fn own_paths(plan: &mut Plan, fs: &dyn HostFs, facts: &HostFacts) -> Result<(), 
 /// backend) or will fail; the plan then decides as it would have. The jail checks the plan
 /// against it (`Early::fits`) and clones anew on any difference.
 pub fn jail_shape(
-    policy: &Policy,
-    facts: &HostFacts,
+    choices: &Choices,
     req: &RunRequest,
 ) -> Option<(JailNet, Option<std::net::Ipv4Addr>, groups::GroupsPlan)> {
-    let backend = choose_backend(policy, facts).ok().filter(|b| *b == BackendKind::Userns)?;
-    let mut net = choose_net(policy, backend, facts).ok()?;
+    choices.backend.as_ref().ok().filter(|b| **b == BackendKind::Userns)?;
+    let mut net = choices.net.as_ref()?.as_ref().ok()?.clone();
     net.peer = req.peer.clone();
-    Some((net.jail, net.tun_address(), groups::of_host(facts)))
+    Some((net.jail, net.tun_address(), choices.groups.clone()))
 }
 
 /// What every later stage rests on: the backend, the project and cwd, the network, the
@@ -781,6 +817,8 @@ struct Base {
     project: PathBuf,
     cwd: PathBuf,
     net: NetPlan,
+    /// The host's groups to map (`Choices`).
+    groups: groups::GroupsPlan,
     hidden: Hidden,
     warnings: Vec<String>,
     /// The token configs with something left out, where they really are (`token_copies`).
@@ -788,13 +826,27 @@ struct Base {
 }
 
 impl Base {
-    fn decide(policy: &Policy, facts: &HostFacts, fs: &dyn HostFs, req: &RunRequest) -> Result<Base, PlanError> {
+    fn decide(
+        choices: &Choices,
+        policy: &Policy,
+        facts: &HostFacts,
+        fs: &dyn HostFs,
+        req: &RunRequest,
+    ) -> Result<Base, PlanError> {
         let home = facts.home_canonical.clone();
-        let backend = choose_backend(policy, facts)?;
+        // A failed choice is made again for its error to be this plan's (the failure path only).
+        let backend = match choices.backend {
+            Ok(b) => b,
+            Err(_) => choose_backend(policy, facts)?,
+        };
+        let groups = choices.groups.clone();
         let project = check_project(policy, facts, fs, &req.project)?;
         let cwd = fs.canonicalize(&req.cwd).filter(|c| c.starts_with(&project)).unwrap_or_else(|| project.clone());
         let mut warnings = policy.warnings.clone();
-        let mut net = choose_net(policy, backend, facts)?;
+        let mut net = match &choices.net {
+            Some(Ok(net)) => net.clone(),
+            _ => choose_net(policy, backend, facts)?,
+        };
         (net.rules, net.matcher) = net_rules(policy, &net)?;
         net::job_services(&mut net, req)?;
         if let Some(f) = &net.fallback {
@@ -866,7 +918,7 @@ impl Base {
                 fix: "choose a project directory outside ~/.ssh, ~/.aws and the other hidden paths".into(),
             });
         }
-        Ok(Base { home, backend, project, cwd, net, hidden, warnings, token_configs: vec![] })
+        Ok(Base { home, backend, project, cwd, net, groups, hidden, warnings, token_configs: vec![] })
     }
 }
 
@@ -883,7 +935,7 @@ fn synthesized_files<'a>(b: &mut Builder<'a>, policy: &Policy, facts: &'a HostFa
         format!("{}:x:{}:{}::{}:{}", facts.user, facts.uid, facts.gid, facts.home.display(), facts.shell.display());
     let synth = |target: &str, contents: String| MountSpec::File { target: target.into(), contents, mode: 0o644 };
     b.overrides.push(synth("/etc/passwd", fs::synth_passwd(&facts.etc_passwd, facts.uid, &user_line)));
-    let mapped = groups::of_host(facts).mapped;
+    let mapped = base.groups.mapped.clone();
     b.overrides
         .push(synth("/etc/group", fs::synth_group(&facts.etc_group, &facts.user, facts.gid, &facts.group, &mapped)));
     b.overrides.push(synth("/etc/nsswitch.conf", fs::NSSWITCH.into()));
@@ -1309,7 +1361,7 @@ fn finish(
     mut envp: env::EnvPlan,
     shaped: Shaped,
 ) -> Result<Plan, PlanError> {
-    let Base { backend, project, cwd, mut net, hidden, warnings, token_configs, .. } = base;
+    let Base { backend, project, cwd, mut net, groups, hidden, warnings, token_configs, .. } = base;
     let Shaped { mounts, placeholders, git_guard, mail_block, credentials, git_view, keep_out, state_dirs, link_trees } =
         shaped;
     let links = LinkPlan { state: state_dirs, hidden: hidden_and_stores(&hidden, vec![]), trees: link_trees };
@@ -1368,7 +1420,7 @@ fn finish(
         limits: limits_plan(policy),
         groups: match backend {
             BackendKind::Landlock => groups::GroupsPlan::default(),
-            _ => groups::of_host(facts),
+            _ => groups,
         },
         slurm: chaperon::governor::Settings {
             query_interval: policy.slurm.query_interval.value,

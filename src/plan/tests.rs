@@ -708,7 +708,7 @@ fn the_shape_pid_1_is_cloned_with_before_the_plan_is_the_plans() {
         let req = RunRequest { peer, ..request("/home/u/proj") };
         let pol = policy(extra);
         let plan = build(&pol, &facts, &host(), &req).unwrap();
-        let shape = jail_shape(&pol, &facts, &req);
+        let shape = jail_shape(&choose(&pol, &facts), &req);
         match plan.backend {
             BackendKind::Landlock => assert_eq!(shape, None, "{extra}"),
             BackendKind::Userns => {

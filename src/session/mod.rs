@@ -35,6 +35,9 @@ pub struct Prelude {
     pub session: String,
     /// The Landlock backend, whose command inherits the chaperon's channel (no socket).
     pub landlock: bool,
+    /// The backend, the jail's network and the groups, chosen once for the jail's early PID 1
+    /// and the plan alike.
+    pub choices: crate::plan::Choices,
 }
 
 /// The command's part of the plan's request, as the launch was given it.
