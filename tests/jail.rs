@@ -849,16 +849,19 @@ fn policy_show_works_from_home_where_no_project_can_be() {
 #[test]
 fn read_only_home_still_lets_the_agent_write_its_listed_entries() {
     let j = jail!("homeread");
-    let codex = j.rig.home.join(".codex");
-    std::fs::create_dir_all(&codex).unwrap();
-    j.give(&[&codex]);
-    let j = j.arg("--home-access").arg("read").arg("--rw").arg("~/.codex");
+    // A tool's directory (not an agent's: those are confined whatever the grant, a session
+    // layer but for their state entries, tests/agent_homes.rs).
+    let tool = j.rig.home.join(".asb-listed-tool");
+    std::fs::create_dir_all(&tool).unwrap();
+    j.give(&[&tool]);
+    let j = j.arg("--home-access").arg("read").arg("--rw").arg("~/.asb-listed-tool");
     let out = j.run(
-        "touch ~/.codex/session && echo CODEX-RW; touch ~/.bashrc 2>/dev/null || echo HOME-RO; cat ~/.ssh/id_ed25519",
+        "touch ~/.asb-listed-tool/session && echo LISTED-RW; touch ~/.bashrc 2>/dev/null || echo HOME-RO; \
+         cat ~/.ssh/id_ed25519",
     );
-    assert!(out.stdout.contains("CODEX-RW") && out.stdout.contains("HOME-RO"), "{out}");
+    assert!(out.stdout.contains("LISTED-RW") && out.stdout.contains("HOME-RO"), "{out}");
     assert!(!out.both().contains(SSH_CANARY), "{out}");
-    assert!(codex.join("session").exists());
+    assert!(tool.join("session").exists(), "a listed entry's writes persist");
 }
 
 #[test]
@@ -946,14 +949,19 @@ fn profile_option_applies_a_profiles_policy_to_any_command() {
     std::fs::create_dir_all(&claude).unwrap();
     j.give(&[&claude]);
     let j = j.arg("--profile").arg("claude").env("ANTHROPIC_API_KEY", "sk-ant-test");
-    // What the agent keeps there (its transcripts: the profile's `agent.state`) is writable
-    // and persists; what it runs outside is not the jail's (tests/agents.rs, the plant tests).
+    // What the agent keeps there (its transcripts: the profile's `agent.state`, this project's
+    // entry of `projects/`, named as Claude Code names it) is writable and persists; what it
+    // runs outside is not the jail's (tests/agents.rs, the plant tests), nor another
+    // project's entry (tests/agent_homes.rs).
     let out = j.run(
-        "mkdir -p ~/.claude/projects && touch ~/.claude/projects/from-jail && echo WROTE; echo key=$ANTHROPIC_API_KEY",
+        "e=$(pwd | sed 's/[^A-Za-z0-9]/-/g'); echo entry=$e; touch ~/.claude/projects/$e/from-jail && echo WROTE; \
+         echo key=$ANTHROPIC_API_KEY",
     );
     // filtered (the default): the key stays outside, the jail holds a stand-in.
     assert!(out.stdout.contains("WROTE") && out.stdout.contains("key=agent-sandbox-injects-the-key"), "{out}");
-    assert!(claude.join("projects/from-jail").exists(), "the profile's state entry must be writable and persist");
+    let entry = out.stdout.lines().find_map(|l| l.strip_prefix("entry=")).unwrap_or_default();
+    let written = claude.join("projects").join(entry).join("from-jail");
+    assert!(!entry.is_empty() && written.exists(), "the profile's state entry must be writable and persist: {out}");
     // Without a supervisor (open) the profile passes the key as env.keep says.
     let out = j.run_with(&["--net", "open"], "echo key=$ANTHROPIC_API_KEY");
     assert!(out.stdout.contains("key=sk-ant-test"), "{out}");
