@@ -643,7 +643,7 @@ fn run_jail(
             }
         }
         if session.frozen.is_none() {
-            match policy::Frozen::freeze_with(policy, &services, secret.as_deref()) {
+            match policy::Frozen::freeze_with(policy, &services, secret.as_ref()) {
                 Ok(f) => session.frozen = Some(f),
                 Err(e) => {
                     eprintln!("agent-sandbox: warning: {e}; Slurm is unavailable in this session");

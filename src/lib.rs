@@ -16,6 +16,7 @@ pub mod pages;
 pub mod plan;
 pub mod policy;
 pub mod random;
+pub mod secret;
 pub mod session;
 pub mod show;
 pub mod slurm;

@@ -209,6 +209,7 @@ const LAYERS: &[&[&str]] = &[
     &["jail", "net"],
     &["plan"],
     &["policy", "host", "netrules"],
+    &["secret"],
     &["audit", "gitconfig", "glob", "pages", "random", "status", "stub", "test_pause", "timing"],
 ];
 

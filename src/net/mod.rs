@@ -143,7 +143,7 @@ pub fn start(
         credentials: credential_endpoints(net),
         jobs,
         job_services: net.job_services.clone(),
-        job_secret: net.job_secret.as_deref().and_then(cluster::jobs::Secret::from_hex),
+        job_secret: net.job_secret.clone(),
         peers,
     };
     match (net.jail, fds.len()) {

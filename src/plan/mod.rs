@@ -87,7 +87,7 @@ pub struct NetPlan {
     /// The secret the job proves to them, and every jail of the session to the others;
     /// never printed.
     #[serde(skip)]
-    pub job_secret: Option<String>,
+    pub job_secret: Option<crate::secret::Secret>,
     /// This jail's place on its session's network (`net::cluster::peers`), when it is on one.
     pub peer: Option<PeerPlan>,
     /// RFC 1918 / CGNAT / ULA floored.
@@ -446,8 +446,8 @@ pub struct RunRequest {
     /// A job's on a compute node: the login node's listeners of its session, which its network
     /// may reach whatever the floors say of their address.
     pub job_services: Vec<std::net::SocketAddr>,
-    /// The secret a job proves to them (hex), from its session.
-    pub job_secret: Option<String>,
+    /// The secret a job proves to them, from its session.
+    pub job_secret: Option<crate::secret::Secret>,
     /// The address this jail claimed on its session's network, and the session's registry.
     pub peer: Option<PeerPlan>,
 }

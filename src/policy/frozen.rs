@@ -20,7 +20,7 @@ struct Out<'a> {
     #[serde(skip_serializing_if = "<[_]>::is_empty")]
     job_services: &'a [SocketAddr],
     #[serde(skip_serializing_if = "Option::is_none")]
-    job_secret: Option<&'a str>,
+    job_secret: Option<String>,
 }
 
 #[derive(serde::Deserialize)]
@@ -31,7 +31,7 @@ struct In {
     /// reach: the launcher bound them, so they are facts of the session, not policy.
     #[serde(default)]
     job_services: Vec<SocketAddr>,
-    /// The secret the jobs prove to those listeners (hex; `net::cluster::jobs::Secret`).
+    /// The secret the jobs prove to those listeners (hex of a `secret::Secret`).
     #[serde(default)]
     job_secret: Option<String>,
 }
@@ -71,8 +71,9 @@ impl Frozen {
     pub fn freeze_with(
         p: &Policy,
         job_services: &[SocketAddr],
-        job_secret: Option<&str>,
+        job_secret: Option<&crate::secret::Secret>,
     ) -> Result<Frozen, FrozenError> {
+        let job_secret = job_secret.map(crate::secret::Secret::hex);
         let out = Out { agent_sandbox_frozen_policy: VERSION, policy: p, job_services, job_secret };
         serde_json::to_string(&out).map(Frozen).map_err(|e| FrozenError::Freeze(e.to_string()))
     }
@@ -87,9 +88,11 @@ impl Frozen {
     }
 
     /// The session's job services frozen with the policy and the secret its jobs prove to
-    /// them (hex), read in one pass (none where unreadable: `thaw` says why).
-    pub fn job_link(&self) -> (Vec<SocketAddr>, Option<String>) {
-        serde_json::from_str::<In>(&self.0).map(|i| (i.job_services, i.job_secret)).unwrap_or_default()
+    /// them, read in one pass (none where unreadable: `thaw` says why; no secret where it is
+    /// not one).
+    pub fn job_link(&self) -> (Vec<SocketAddr>, Option<crate::secret::Secret>) {
+        let Ok(i) = serde_json::from_str::<In>(&self.0) else { return Default::default() };
+        (i.job_services, i.job_secret.as_deref().and_then(crate::secret::Secret::from_hex))
     }
 
     pub fn thaw(&self) -> Result<Policy, FrozenError> {
@@ -124,10 +127,16 @@ mod tests {
     #[test]
     fn job_services_travel_with_the_policy_and_are_none_by_default() {
         let p = crate::policy::merge(&[], None).expect("built-in policy");
-        assert_eq!(Frozen::freeze(&p).expect("freeze").job_link(), (vec![], None));
+        let (services, secret) = Frozen::freeze(&p).expect("freeze").job_link();
+        assert!(services.is_empty() && secret.is_none());
         let at: Vec<SocketAddr> = vec!["203.0.113.1:40123".parse().unwrap(), "[fd00::1]:40124".parse().unwrap()];
-        let f = Frozen::freeze_with(&p, &at, Some("ab12")).expect("freeze");
-        assert_eq!(f.job_link(), (at, Some("ab12".to_string())));
+        let made = crate::secret::Secret::new().expect("a secret");
+        let f = Frozen::freeze_with(&p, &at, Some(&made)).expect("freeze");
+        let (services, secret) = f.job_link();
+        assert_eq!((services, secret.map(|s| s.hex())), (at, Some(made.hex())));
         assert!(f.thaw().is_ok());
+        // A secret that is not one (damaged, or not ours) is none at all.
+        let text = f.text().replace(&made.hex(), "ab12");
+        assert!(Frozen::from_text(&text).job_link().1.is_none());
     }
 }

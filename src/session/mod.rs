@@ -57,8 +57,8 @@ pub struct Held {
     peer_claim: Option<PendingClaim>,
     /// A job's: its session's listeners, which its network may reach.
     job_services: Vec<std::net::SocketAddr>,
-    /// The secret the session's jobs and jails prove (hex).
-    job_secret: Option<String>,
+    /// The secret the session's jobs and jails prove.
+    job_secret: Option<crate::secret::Secret>,
     /// The project lock (None in a dry run).
     pub lock: Option<jail::placeholders::ProjectLock>,
     /// The door's socket file, removed when the launch returns.
@@ -119,11 +119,11 @@ impl Held {
         // The session's job ports are bound before the plan, whose environment names them.
         let jobs = match (origin, policy.net_job_ports.value.is_empty()) {
             (Origin::Session { dry_run: false, .. }, false) => {
-                let secret = match job_secret.as_deref().and_then(crate::net::cluster::jobs::Secret::from_hex) {
+                let secret = match job_secret.clone() {
                     Some(s) => s,
-                    None => crate::net::cluster::jobs::Secret::new()?,
+                    None => crate::secret::Secret::new()?,
                 };
-                job_secret = Some(secret.hex());
+                job_secret = Some(secret.clone());
                 Some(network::bind_job_ports(policy, facts, &pre.session, project_dir, secret)?)
             }
             _ => None,

@@ -36,9 +36,9 @@ pub(super) fn claim_peer_address(
     facts: &host::HostFacts,
     origin: &Origin,
     session: &str,
-    secret: &mut Option<String>,
+    secret: &mut Option<crate::secret::Secret>,
 ) -> Option<PendingClaim> {
-    use crate::net::cluster::{jobs::Secret, peers};
+    use crate::{net::cluster::peers, secret::Secret};
     if !policy.net_session_network.value || policy.net_mode.value != policy::NetMode::Filtered {
         return None;
     }
@@ -64,7 +64,7 @@ pub(super) fn claim_peer_address(
     };
     if secret.is_none() {
         match Secret::new() {
-            Ok(s) => *secret = Some(s.hex()),
+            Ok(s) => *secret = Some(s),
             Err(e) => {
                 eprintln!("agent-sandbox: warning: the session network is off: {e}");
                 return None;
@@ -80,7 +80,7 @@ pub(super) fn bind_job_ports(
     facts: &host::HostFacts,
     session: &str,
     project: &Path,
-    secret: crate::net::cluster::jobs::Secret,
+    secret: crate::secret::Secret,
 ) -> Result<crate::net::cluster::jobs::JobServices, String> {
     use crate::net::cluster::jobs;
     let asker = slurm::asker(&facts.home, &facts.user);
@@ -110,7 +110,7 @@ pub fn session_network(
 ) -> (Option<crate::net::cluster::peers::PeerNet>, Option<crate::net::cluster::peers::Announce>) {
     use crate::net::cluster::peers::{Announce, PeerNet, Role};
     let Some((claim, registry)) = claim else { return (None, None) };
-    let Some(secret) = plan.net.job_secret.as_deref().and_then(crate::net::cluster::jobs::Secret::from_hex) else {
+    let Some(secret) = plan.net.job_secret.clone() else {
         return (None, None);
     };
     let asker = slurm::asker(&facts.home, &facts.user);

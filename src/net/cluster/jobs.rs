@@ -13,6 +13,8 @@
 //! before any challenge (`supervisor::pending`), and the proof and the admission hold as
 //! elsewhere.
 
+use crate::secret::Secret;
+use crate::secret::LEN as PROOF_LEN;
 use chaperon::nodes::{Asker, Running};
 use chaperon::scope::{Registry, Scope};
 use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
@@ -38,57 +40,12 @@ pub struct JobServices {
     pub secret: Secret,
 }
 
-/// Bytes of the secret and of each proof.
-const PROOF_LEN: usize = 32;
 /// How long a job waits for the listener's proof (the listener asks Slurm first, which may
 /// take its 5 s).
 const PROOF_WAIT: Duration = Duration::from_secs(10);
 /// How long the listener waits for a job's proof: a job sends it one round trip after it
 /// connects.
 const JOB_PROOF_WAIT: Duration = Duration::from_secs(1);
-
-/// A session's job-port secret: 32 random bytes, shown as hex only in the job directory.
-#[derive(Clone)]
-pub struct Secret([u8; PROOF_LEN]);
-
-impl Secret {
-    pub fn new() -> Result<Secret, String> {
-        crate::random::bytes::<PROOF_LEN>()
-            .map(Secret)
-            .map_err(|e| format!("no randomness for the job ports' secret: {e}"))
-    }
-
-    pub fn from_hex(h: &str) -> Option<Secret> {
-        let h = h.trim();
-        if h.len() != 2 * PROOF_LEN || !h.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let mut b = [0u8; PROOF_LEN];
-        for (i, out) in b.iter_mut().enumerate() {
-            *out = u8::from_str_radix(&h[2 * i..2 * i + 2], 16).ok()?;
-        }
-        Some(Secret(b))
-    }
-
-    pub fn hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02x}")).collect()
-    }
-
-    /// The HMAC-SHA256 of `parts`, one after the other, under the secret: every proof of the
-    /// job ports and of the session network (`net::cluster::peers`).
-    pub(crate) fn sign(&self, parts: &[&[u8]]) -> ring::hmac::Tag {
-        let mut ctx = ring::hmac::Context::with_key(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0));
-        for part in parts {
-            ctx.update(part);
-        }
-        ctx.sign()
-    }
-
-    /// Whether `tag` is `sign(parts)` (compared in constant time).
-    pub(crate) fn verifies(&self, parts: &[&[u8]], tag: &[u8]) -> bool {
-        ring::hmac::verify(&ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &self.0), &parts.concat(), tag).is_ok()
-    }
-}
 
 /// Bytes of each side's nonce.
 pub(crate) const NONCE: usize = 16;

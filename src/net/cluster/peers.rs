@@ -14,7 +14,8 @@
 //! listener bring the connection into its jail, from the caller's jail address, so that the
 //! program there sees the peer it knows.
 
-use crate::net::cluster::jobs::{random_nonce, Secret, NONCE};
+use crate::net::cluster::jobs::{random_nonce, NONCE};
+use crate::secret::Secret;
 use std::io::{self, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};

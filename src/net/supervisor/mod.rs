@@ -62,7 +62,7 @@ pub struct NetConfig {
     pub job_services: Vec<SocketAddr>,
     /// The secret a job's flows to them prove (`net::cluster::jobs::prove_job`), and every jail of
     /// the session proves to the others (`net::cluster::peers`).
-    pub job_secret: Option<crate::net::cluster::jobs::Secret>,
+    pub job_secret: Option<crate::secret::Secret>,
     /// The session network (`net::cluster::peers`): this jail's claimed address and listener.
     pub peers: Option<crate::net::cluster::peers::PeerNet>,
 }

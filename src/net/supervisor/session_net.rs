@@ -67,7 +67,7 @@ fn bind_and_publish(claim: &peers::Claim, ip: IpAddr) -> Result<std::net::TcpLis
 async fn accept_calls(
     listener: std::net::TcpListener,
     own: Ipv4Addr,
-    secret: Arc<crate::net::cluster::jobs::Secret>,
+    secret: Arc<crate::secret::Secret>,
     events: UnboundedSender<Event>,
     shared: Arc<Shared>,
 ) {

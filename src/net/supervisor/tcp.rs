@@ -65,7 +65,7 @@ impl Dialer {
     /// the secret neither can be made (a job frozen before there was one).
     pub(super) fn proving(
         services: Vec<SocketAddr>,
-        secret: Option<crate::net::cluster::jobs::Secret>,
+        secret: Option<crate::secret::Secret>,
         peer: Option<(Ipv4Addr, std::path::PathBuf)>,
     ) -> Dialer {
         if services.is_empty() && peer.is_none() {
