@@ -47,31 +47,30 @@ impl Cli {
         let session_opts = session_opts(&cmd);
         let args: Vec<OsString> = args.into_iter().collect();
         let matches = cmd.clone().try_get_matches_from(&args)?;
-        if let Some((sub, sm)) = matches.subcommand() {
-            if NO_SESSION.contains(&sub) {
-                // A session option the command's matches hold came after its name when its
-                // index is past the name's (clap hands a value given before it down too).
-                let name_at = subcommand_index(&cmd, &args);
-                let on_line = |m: &clap::ArgMatches, id: &str| {
-                    m.try_contains_id(id).unwrap_or(false)
-                        && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
-                        && m.index_of(id).is_some_and(|i| i > name_at)
-                };
-                let own = Cli::command()
-                    .find_subcommand(sub)
-                    .map(|s| s.get_arguments().map(|a| a.get_id().clone()).collect::<Vec<_>>());
-                // An id the command has of its own (`doctor --json`) is the command's.
-                let given = session_opts
-                    .iter()
-                    .map(|a| (a, a.get_id().as_str()))
-                    .find(|(_, id)| !own.as_ref().is_some_and(|o| o.iter().any(|x| x == id)) && on_line(sm, id));
-                if let Some((a, _)) = given {
-                    let msg = format!(
-                        "--{} is an option of a session (`run`, a profile), not of `{sub}`",
-                        a.get_long().unwrap_or(a.get_id().as_str())
-                    );
-                    return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, msg));
-                }
+        if let Some((path, sm)) = NO_SESSION.iter().find_map(|path| matches_at(&matches, path).map(|m| (path, m))) {
+            // A session option the command's matches hold came after its name when its
+            // index is past the name's (clap hands a value given before it down too). For
+            // `policy check`, the name is `policy`'s: `policy --mem 4G check` is refused too.
+            let name_at = subcommand_index(&cmd, &args);
+            let on_line = |m: &clap::ArgMatches, id: &str| {
+                m.try_contains_id(id).unwrap_or(false)
+                    && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+                    && m.index_of(id).is_some_and(|i| i > name_at)
+            };
+            let own = subcommand_at(Cli::command(), path)
+                .map(|s| s.get_arguments().map(|a| a.get_id().clone()).collect::<Vec<_>>());
+            // An id the command has of its own (`doctor --json`) is the command's.
+            let given = session_opts
+                .iter()
+                .map(|a| (a, a.get_id().as_str()))
+                .find(|(_, id)| !own.as_ref().is_some_and(|o| o.iter().any(|x| x == id)) && on_line(sm, id));
+            if let Some((a, _)) = given {
+                let msg = format!(
+                    "--{} is an option of a session (`run`, a profile), not of `{}`",
+                    a.get_long().unwrap_or(a.get_id().as_str()),
+                    path.join(" ")
+                );
+                return Err(cmd.error(clap::error::ErrorKind::ArgumentConflict, msg));
             }
         }
         Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
@@ -88,19 +87,37 @@ impl Cli {
         let session_opts = session_opts(&cmd);
         // A subcommand's own argument of a global's id shadows the global there: each session
         // option becomes a hidden one of the command, refused by `parse_scoped` when given.
-        for sub in NO_SESSION {
+        for path in NO_SESSION {
             let opts = session_opts.clone();
-            cmd = cmd.mut_subcommand(sub, move |mut s| {
-                for a in opts {
-                    if s.get_arguments().all(|own| own.get_id() != a.get_id()) {
-                        s = s.arg(a.global(false).hide(true));
-                    }
-                }
-                s
-            });
+            cmd = hide_in(cmd, path, &opts);
         }
         cmd
     }
+}
+
+/// `cmd` with each of `opts` a hidden argument of its subcommand at `path` (`["policy",
+/// "check"]`) that has no argument of that id of its own.
+fn hide_in(cmd: clap::Command, path: &[&str], opts: &[clap::Arg]) -> clap::Command {
+    let Some((first, rest)) = path.split_first() else {
+        let mut cmd = cmd;
+        for a in opts {
+            if cmd.get_arguments().all(|own| own.get_id() != a.get_id()) {
+                cmd = cmd.arg(a.clone().global(false).hide(true));
+            }
+        }
+        return cmd;
+    };
+    cmd.mut_subcommand(*first, |s| hide_in(s, rest, opts))
+}
+
+/// The matches of the subcommand at `path`, where the command line named it.
+fn matches_at<'m>(matches: &'m clap::ArgMatches, path: &[&str]) -> Option<&'m clap::ArgMatches> {
+    path.iter().try_fold(matches, |m, name| m.subcommand().filter(|(sub, _)| sub == name).map(|(_, sm)| sm))
+}
+
+/// The subcommand at `path` of `cmd`.
+fn subcommand_at(cmd: clap::Command, path: &[&str]) -> Option<clap::Command> {
+    path.iter().try_fold(cmd, |c, name| c.find_subcommand(name).cloned())
 }
 
 /// The session's options: the global ones but those every command takes.
@@ -127,8 +144,10 @@ fn subcommand_index(cmd: &clap::Command, args: &[OsString]) -> usize {
     i
 }
 
-/// The commands that start no session, and so take none of its options.
-const NO_SESSION: [&str; 3] = ["allow", "doctor", "log"];
+/// The commands that start no session, and so take none of its options, each by its path of
+/// names (`policy show` reads the session's options to show the policy they make; `policy
+/// check` reads a file alone).
+const NO_SESSION: [&[&str]; 4] = [&["allow"], &["doctor"], &["log"], &["policy", "check"]];
 
 /// Global options every command takes.
 const KEPT_EVERYWHERE: [&str; 2] = ["quiet", "verbose"];
@@ -393,12 +412,12 @@ mod tests {
 
     #[test]
     fn commands_that_start_no_session_neither_list_nor_take_the_sessions_options() {
-        for sub in NO_SESSION {
-            let help = parse(&[sub, "--help"]).expect_err("help").to_string();
+        for path in NO_SESSION {
+            let help = parse(&[path, &["--help"][..]].concat()).expect_err("help").to_string();
             for session_only in ["--mem", "--net", "--publish", "--project", "--backend", "--env"] {
-                assert!(!help.contains(session_only), "{sub} --help lists {session_only}:\n{help}");
+                assert!(!help.contains(session_only), "{path:?} --help lists {session_only}:\n{help}");
             }
-            assert!(help.contains("--quiet"), "{sub}: {help}");
+            assert!(help.contains("--quiet"), "{path:?}: {help}");
         }
         for args in [
             &["allow", "--mem", "4G", "host", "x"][..],
@@ -427,5 +446,36 @@ mod tests {
         assert_eq!((c.opts.mem.as_deref(), c.opts.net), (Some("4G"), Some(NetMode::Open)));
         let c = parse(&["policy", "--net", "isolated", "show"]).expect("policy show");
         assert_eq!(c.opts.net, Some(NetMode::Isolated));
+    }
+
+    #[test]
+    fn policy_check_neither_lists_nor_takes_the_sessions_options_and_policy_show_does() {
+        let help = parse(&["policy", "check", "--help"]).expect_err("help").to_string();
+        for session_only in ["--mem", "--net", "--publish", "--project", "--profile", "--ro", "--dry-run"] {
+            assert!(!help.contains(session_only), "policy check --help lists {session_only}:\n{help}");
+        }
+        assert!(help.contains("--kind") && help.contains("--quiet"), "{help}");
+        for args in [
+            &["policy", "check", "p.toml", "--mem", "4G"][..],
+            &["policy", "check", "--net=open", "p.toml"],
+            &["policy", "--publish", "8888", "check", "p.toml"],
+        ] {
+            let e = parse(args).expect_err("refused").to_string();
+            assert!(e.contains("is an option of a session") && e.contains("`policy check`"), "{args:?}: {e}");
+        }
+        let check = |c: Result<Cli, clap::Error>| {
+            matches!(
+                c.map(|c| c.command),
+                Ok(Some(Command::Policy { action: PolicyAction::Check { admin: true, .. } }))
+            )
+        };
+        assert!(check(parse(&["policy", "check", "p.toml", "--admin", "-q"])));
+        // An alias's defaults before `policy` are ignored there.
+        assert!(check(parse(&["--mem", "4G", "policy", "check", "--admin", "p.toml"])));
+        // `policy show` shows the policy the session's options make: it lists and takes them.
+        let help = parse(&["policy", "show", "--help"]).expect_err("help").to_string();
+        assert!(help.contains("--mem") && help.contains("--net"), "{help}");
+        let c = parse(&["policy", "show", "--mem", "4G", "--profile", "codex"]).expect("policy show");
+        assert_eq!((c.opts.mem.as_deref(), c.opts.profile.as_deref()), (Some("4G"), Some("codex")));
     }
 }

@@ -433,7 +433,7 @@ impl Launch {
             Origin::Session { .. } => None,
         };
         let mut session = slurm::Session::new(&facts, &req.session, &plan.project, frozen);
-        session.governor = plan.slurm;
+        session.who.governor = plan.slurm;
         session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
         let net = session::SessionNet { control, jobs, peers, announce };
         let slurm = SlurmSide { door: &door, session, policy: &policy };
@@ -642,9 +642,9 @@ fn run_jail(
                 );
             }
         }
-        if session.frozen.is_none() {
+        if session.who.policy.is_none() {
             match policy::Frozen::freeze_with(policy, &services, secret.as_ref()) {
-                Ok(f) => session.frozen = Some(f),
+                Ok(f) => session.who.policy = Some(f.text().to_string()),
                 Err(e) => {
                     eprintln!("agent-sandbox: warning: {e}; Slurm is unavailable in this session");
                     return None;

@@ -46,35 +46,22 @@ pub fn channel() -> std::io::Result<Chaperon> {
 }
 
 /// What the chaperon process needs from the launcher, handed over in the environment of
-/// the re-executed binary (`AGENT_SANDBOX_CHAPERON`, JSON).
+/// the re-executed binary (`AGENT_SANDBOX_CHAPERON`, JSON): the session's hand-off, which the
+/// chaperon keeps as its `Config::who`, and how the chaperon is to watch its launcher.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub struct Session {
-    pub uid: u32,
-    pub user: String,
-    pub home: PathBuf,
-    pub session: String,
-    pub project: PathBuf,
-    pub state_dir: PathBuf,
-    pub exe: PathBuf,
-    /// The policy the chaperon freezes into every job; None until the session first uses
-    /// Slurm (the launcher freezes it then), a job's own on a compute node.
-    pub frozen: Option<crate::policy::Frozen>,
+    /// Whose session it is and where; its policy is None until the session first uses Slurm
+    /// (the launcher freezes it then), a job's own on a compute node.
+    pub who: chaperon::session::Handoff,
     /// The launcher's pid: the chaperon ends if its parent is not (or no longer) this one.
     pub launcher: i32,
     /// What stdin is: the Landlock backend's channel (true) or a listening socket.
     #[serde(default)]
     pub channel: bool,
-    /// How the chaperon spares the scheduler (the plan's, from `[slurm]`).
-    #[serde(default)]
-    pub governor: chaperon::governor::Settings,
     /// Variables of the launcher's environment the chaperon is not given: the API keys the
     /// supervisor keeps outside the jail (the chaperon needs none).
     #[serde(skip)]
     pub withheld: Vec<String>,
-    /// The project directory as the launcher found it (device, inode), recorded with every
-    /// job: a job runs in that directory only. None where it could not be opened.
-    #[serde(default)]
-    pub project_id: Option<chaperon::job::ProjectId>,
 }
 
 pub const CONFIG_VAR: &str = "AGENT_SANDBOX_CHAPERON";
@@ -87,7 +74,7 @@ impl Session {
         project: &Path,
         frozen: Option<crate::policy::Frozen>,
     ) -> Session {
-        Session {
+        let who = chaperon::session::Handoff {
             uid: facts.uid,
             user: facts.user.clone(),
             home: facts.home.clone(),
@@ -95,13 +82,11 @@ impl Session {
             project: project.to_path_buf(),
             state_dir: facts.state_dir(),
             exe: facts.exe.clone(),
-            frozen,
-            launcher: std::process::id() as i32,
-            channel: false,
+            policy: frozen.map(|f| f.text().to_string()),
             governor: chaperon::governor::Settings::default(),
-            withheld: vec![],
             project_id: chaperon::job::ProjectId::of(project).ok(),
-        }
+        };
+        Session { who, launcher: std::process::id() as i32, channel: false, withheld: vec![] }
     }
 }
 
@@ -125,7 +110,7 @@ impl Chaperon {
             let door = door.try_clone_to_owned()?;
             let mut cfg = serde_json::to_value(s).map_err(std::io::Error::other)?;
             cfg["channel"] = serde_json::Value::Bool(self.socket.is_none());
-            let mut cmd = std::process::Command::new(&s.exe);
+            let mut cmd = std::process::Command::new(&s.who.exe);
             for k in &s.withheld {
                 cmd.env_remove(k);
             }
@@ -173,24 +158,16 @@ pub fn chaperon_main() -> i32 {
     let door = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(0) };
     let (channel, launcher) = (s.channel, s.launcher);
     // Eager: the chaperon is killed with its launcher, and what it left out must be counted.
-    let log = AuditLog::for_session(&s.state_dir, &s.session).eager();
-    let events = chaperon::scope::Registry::new(&s.state_dir).events(&s.project);
-    let governor = chaperon::governor::Governor::new(s.governor, Some(events));
+    let log = AuditLog::for_session(&s.who.state_dir, &s.who.session).eager();
+    let events = chaperon::scope::Registry::new(&s.who.state_dir).events(&s.who.project);
+    let governor = chaperon::governor::Governor::new(s.who.governor, Some(events));
     let cfg = chaperon::session::Config {
-        uid: s.uid,
-        user: s.user,
-        home: s.home,
-        session: s.session,
-        project: s.project,
-        state_dir: s.state_dir,
-        exe: s.exe,
-        policy: s.frozen.map(|f| f.text().to_string()).unwrap_or_default(),
+        who: s.who,
         slurm_bin: slurm_bin(),
         audit: Box::new(move |a| write_audit(&log, a)),
         cluster: Default::default(),
         governor,
         spank: std::sync::OnceLock::new(),
-        project_id: s.project_id,
         key: std::sync::OnceLock::new(),
         release: Default::default(),
     };

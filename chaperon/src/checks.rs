@@ -25,7 +25,7 @@ pub fn under_project(project: &Path, cwd: &Path, p: &str) -> Result<PathBuf, Ref
 
 /// The caller's working directory, which must be inside the project.
 pub fn cwd_of(req: &Request, cfg: &Config) -> Result<PathBuf, Refusal> {
-    under_project(&cfg.project, Path::new("/"), &req.cwd).map_err(|_| Refusal::CwdOutside(req.cwd.clone()))
+    under_project(&cfg.who.project, Path::new("/"), &req.cwd).map_err(|_| Refusal::CwdOutside(req.cwd.clone()))
 }
 
 /// Opens a file the jail named, already resolved under the project, and checks that what was
@@ -60,7 +60,7 @@ pub fn scope_of(req: &Request) -> Result<Scope, Refusal> {
 /// its id, once Slurm's ids start over past `MaxJobId`, names another job.
 pub fn jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
     let scope = scope_of(req)?;
-    Ok(read_scope(cfg, |r| r.live_jobs(scope, &cfg.session, &cfg.project, cfg.cluster_name())))
+    Ok(read_scope(cfg, |r| r.live_jobs(scope, &cfg.who.session, &cfg.who.project, cfg.cluster_name())))
 }
 
 /// What `read` takes from the session's scope record; lines of it that were refused (not
@@ -86,7 +86,7 @@ pub fn read_scope<T>(cfg: &Config, read: impl FnOnce(&crate::scope::Registry) ->
 /// which reaches back past what the controller holds.
 pub fn recorded_jobs_in_scope(req: &Request, cfg: &Config) -> Result<Vec<u32>, Refusal> {
     let scope = scope_of(req)?;
-    Ok(read_scope(cfg, |r| r.jobs(scope, &cfg.session, &cfg.project, cfg.cluster_name())))
+    Ok(read_scope(cfg, |r| r.jobs(scope, &cfg.who.session, &cfg.who.project, cfg.cluster_name())))
 }
 
 /// Every job of `jobs` must be one of `ids` (the scope's).
@@ -99,8 +99,8 @@ pub fn in_scope(ids: &[u32], jobs: impl IntoIterator<Item = u32>) -> Result<(), 
 
 /// Every user a call names must be the caller (by name or uid).
 pub fn only_caller(users: &[String], cfg: &Config) -> Result<(), Refusal> {
-    let uid = cfg.uid.to_string();
-    match users.iter().find(|u| **u != cfg.user && **u != uid) {
+    let uid = cfg.who.uid.to_string();
+    match users.iter().find(|u| **u != cfg.who.user && **u != uid) {
         Some(u) => Err(Refusal::OtherUser(u.clone())),
         None => Ok(()),
     }

@@ -30,8 +30,8 @@ pub fn export_env(
     let spec = export_request(export, req).unwrap_or_else(|| "ALL".into());
     let mut out = BTreeMap::new();
     if let Some(file) = export_file {
-        let path = under_project(&cfg.project, cwd, file)?;
-        let file = open_in_project(&cfg.project, &path)
+        let path = under_project(&cfg.who.project, cwd, file)?;
+        let file = open_in_project(&cfg.who.project, &path)
             .map_err(|source| Refusal::File { named: "--export-file".into(), source })?;
         let text = read_capped(file, "the --export-file")?;
         for item in text.split(|b| *b == 0 || *b == b'\n') {

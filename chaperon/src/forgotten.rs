@@ -47,12 +47,12 @@ pub fn probe_if_due(cfg: &Config, listed: usize) -> bool {
     let every = if listed > PROBE_ABOVE { PROBE_EVERY } else { PROBE_SHORT_EVERY };
     // Only the local controller is asked, so only the jobs recorded on it can be marked.
     let Some(cluster) = cfg.cluster_name().map(str::to_string) else { return false };
-    if !due(&cfg.project, Instant::now(), every) {
+    if !due(&cfg.who.project, Instant::now(), every) {
         return false;
     }
     let registry = cfg.registry();
-    let project = cfg.project.clone();
-    let jobs_dir = cfg.state_dir.join("jobs");
+    let project = cfg.who.project.clone();
+    let jobs_dir = cfg.who.state_dir.join("jobs");
     let mut cmd = cfg.command("squeue");
     cmd.args(QUESTION).stdin(Io::null()).stderr(Io::null());
     pool::spawn(Box::new(move || {

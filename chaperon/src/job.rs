@@ -106,22 +106,22 @@ impl JobSpec {
     /// What every job directory of this session holds: the frozen policy, project and the
     /// job's working directory, and the environment `--export` resolved to.
     pub fn for_session(cfg: &Config, cwd: &Path, export: Option<BTreeMap<String, String>>) -> Result<JobSpec, String> {
-        let project_id = match &cfg.project_id {
+        let project_id = match &cfg.who.project_id {
             Some(id) => id.clone(),
             None => {
                 return Err(format!(
                     "the identity of the project {} could not be recorded when the session started; \
                  fix: start the session again",
-                    cfg.project.display()
+                    cfg.who.project.display()
                 ))
             }
         };
         Ok(JobSpec {
             version: VERSION,
-            session: cfg.session.clone(),
-            project: cfg.project.clone(),
+            session: cfg.who.session.clone(),
+            project: cfg.who.project.clone(),
             cwd: cwd.to_path_buf(),
-            policy: cfg.policy.clone(),
+            policy: cfg.who.policy.clone().unwrap_or_default(),
             export,
             output: String::new(),
             error: None,
@@ -176,16 +176,16 @@ pub struct JobDir {
 impl JobDir {
     pub fn name(cfg: &Config) -> Result<JobDir, String> {
         let key = cfg.key()?;
-        let jobs = cfg.state_dir.join("jobs");
+        let jobs = cfg.who.state_dir.join("jobs");
         std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&jobs).map_err(|e| e.to_string())?;
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let path = jobs.join(format!("{}-{}-{n}", cfg.session, std::process::id()));
+        let path = jobs.join(format!("{}-{}-{n}", cfg.who.session, std::process::id()));
         let q = |p: &Path| format!("'{}'", p.display().to_string().replace('\'', r"'\''"));
         let wrapper = format!(
             "#!/bin/sh\n# agent-sandbox job wrapper: the job runs inside the session's jail, rebuilt from the\n\
              # frozen policy in this directory.\nexec {} exec --job {}\n",
-            q(&cfg.exe),
+            q(&cfg.who.exe),
             q(&path)
         );
         Ok(JobDir { path, wrapper, key })

@@ -56,7 +56,7 @@ pub fn serve_channel(channel: OwnedFd, cfg: Arc<Config>, session_root: i32) -> C
     let flag = flooded.clone();
     let mut refused: std::collections::VecDeque<std::time::Instant> = Default::default();
     let conns = std::iter::from_fn(move || loop {
-        match receive(channel.as_raw_fd(), audit.uid, session_root) {
+        match receive(channel.as_raw_fd(), audit.who.uid, session_root) {
             Received::Conn(c) => return Some(c),
             Received::End => return None,
             Received::Refused(why) => {
@@ -216,7 +216,7 @@ fn serve_connections(conns: impl Iterator<Item = UnixStream>, cfg: Arc<Config>) 
 
 fn handle(mut conn: UnixStream, cfg: &Config) {
     match getsockopt(&conn, PeerCredentials) {
-        Ok(c) if c.uid() == cfg.uid => {}
+        Ok(c) if c.uid() == cfg.who.uid => {}
         _ => return,
     }
     let _ = conn.set_read_timeout(Some(REQUEST_TIMEOUT));

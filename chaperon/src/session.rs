@@ -23,7 +23,11 @@ pub struct Audit {
     pub script_hash: Option<String>,
 }
 
-pub struct Config {
+/// Whose session a chaperon serves and where: what the launcher knows of it, built once by the
+/// launcher and handed to the chaperon process it starts (the same build at both ends: the
+/// form is JSON in its environment, not a stable format), which keeps it as `Config::who`.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct Handoff {
     pub uid: u32,
     pub user: String,
     pub home: PathBuf,
@@ -33,21 +37,35 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// The agent-sandbox binary the job wrapper runs on the compute node.
     pub exe: PathBuf,
-    /// The session's merged policy as JSON, frozen into every job.
-    pub policy: String,
+    /// The session's merged policy as JSON, frozen into every job; None until the session
+    /// first uses Slurm (the launcher freezes it then), a job's own on a compute node.
+    pub policy: Option<String>,
+    /// How the chaperon spares the scheduler (the plan's, from `[slurm]`).
+    #[serde(default)]
+    pub governor: crate::governor::Settings,
+    /// The project directory as the launcher found it when the session started (device,
+    /// inode), recorded with each job: a job runs in that directory only. None where it could
+    /// not be opened then; no job is submitted.
+    #[serde(default)]
+    pub project_id: Option<crate::identity::ProjectId>,
+}
+
+/// The session one chaperon serves: the launcher's hand-off and what the chaperon learns and
+/// keeps while it runs.
+pub struct Config {
+    /// Whose session it is and where, as the launcher handed it over.
+    pub who: Handoff,
     /// Where the real Slurm commands are (`/usr/bin`).
     pub slurm_bin: PathBuf,
     pub audit: Box<dyn Fn(&Audit) + Send + Sync>,
     /// The local cluster's name, learned on first use (`cluster_name`).
     pub cluster: ClusterName,
-    /// The scheduler-load governor of the session's read-only calls.
+    /// The scheduler-load governor of the session's read-only calls (`who.governor`'s
+    /// settings).
     pub governor: Governor,
     /// Whether Slurm here knows `--agent-sandbox` (the SPANK plugin is installed), learned on
     /// first use (`belt`, `plugin_options`), once `sbatch --help` answered.
     pub spank: std::sync::OnceLock<bool>,
-    /// The project directory as the launcher found it when the session started, recorded
-    /// with each job (None: it could not be opened then; no job is submitted).
-    pub project_id: Option<crate::identity::ProjectId>,
     /// The user's record key (`seal`), read (or made) on first use.
     pub key: std::sync::OnceLock<std::sync::Arc<crate::seal::Key>>,
     /// The installed Slurm's release, learned once (`release`).
@@ -58,7 +76,7 @@ impl Config {
     /// The local cluster's name (lower case, as Slurm keeps it): slurm.conf's `ClusterName`,
     /// else what `scontrol show config` reports (configless sites have no local slurm.conf).
     pub fn cluster_name(&self) -> Option<&str> {
-        self.cluster.get(&self.slurm_bin, &self.home, &self.user)
+        self.cluster.get(&self.slurm_bin, &self.who.home, &self.who.user)
     }
 
     /// The local cluster's name, or the refusal of a call that must record it with a job:
@@ -140,7 +158,7 @@ impl Config {
     fn installed_release(&self) -> Option<Release> {
         let sbatch = self.real("sbatch");
         let key = std::fs::metadata(&sbatch).ok().map(|m| crate::release::cache_key(&m));
-        let cache = self.state_dir.join(RELEASE_CACHE);
+        let cache = self.who.state_dir.join(RELEASE_CACHE);
         if let Some(k) = &key {
             let text = read_cache(&cache).unwrap_or_default();
             if let Some(r) = crate::release::cached(&String::from_utf8_lossy(&text), k) {
@@ -163,15 +181,15 @@ impl Config {
         if let Some(k) = self.key.get() {
             return Ok(k.clone());
         }
-        let k = std::sync::Arc::new(crate::seal::Key::load_or_create(&self.state_dir)?);
+        let k = std::sync::Arc::new(crate::seal::Key::load_or_create(&self.who.state_dir)?);
         Ok(self.key.get_or_init(|| k).clone())
     }
 
     pub fn registry(&self) -> Registry {
         match self.key() {
-            Ok(k) => Registry::with_key(&self.state_dir, k),
+            Ok(k) => Registry::with_key(&self.who.state_dir, k),
             // Read again there, and its failure reported by what reads the record.
-            Err(_) => Registry::new(&self.state_dir),
+            Err(_) => Registry::new(&self.who.state_dir),
         }
     }
 
@@ -187,7 +205,7 @@ impl Config {
     /// project: a relative name a Slurm command opens on the host side must not land where the
     /// jail plants symlinks), and dying with the chaperon.
     pub fn command(&self, name: &str) -> RealCommand {
-        real_command(&self.slurm_bin, &self.home, &self.user, name)
+        real_command(&self.slurm_bin, &self.who.home, &self.who.user, name)
     }
 }
 

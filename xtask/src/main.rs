@@ -137,7 +137,12 @@ mod tests {
             doctor.contains("\\-\\-json") && !doctor.contains("\\-\\-net"),
             "doctor takes no session option: {doctor}"
         );
-        assert!(page(&dir, "agent-sandbox-policy-check.1").contains("\\-\\-kind"));
+        let (check, show) = (page(&dir, "agent-sandbox-policy-check.1"), page(&dir, "agent-sandbox-policy-show.1"));
+        assert!(
+            check.contains("\\-\\-kind") && !check.contains("\\-\\-mem"),
+            "policy check takes no session option: {check}"
+        );
+        assert!(show.contains("\\-\\-mem"), "policy show shows the policy the session's options make: {show}");
         let top = page(&dir, "agent-sandbox.1");
         assert!(top.contains(".SH FILES") && top.contains("/etc/agent\\-sandbox/admin.toml"), "{top}");
         // Hidden commands (the chaperon, the job's entry) and clap's `help` get no page.

@@ -276,7 +276,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     if let Some(SacctmgrCommand::Show { users, .. }) = &parsed.command {
         only_caller(users, call.cfg)?;
     }
-    call.run_with(parsed.real_args(&call.cfg.user), stdio)
+    call.run_with(parsed.real_args(&call.cfg.who.user), stdio)
 }
 
 #[cfg(test)]

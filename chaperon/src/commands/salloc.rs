@@ -33,7 +33,7 @@ const MARK: &str = "AGENT_SANDBOX_ALLOCATED=1";
 pub const RECORD_DIR: &str = "salloc";
 
 fn record_path(cfg: &crate::session::Config, job: u32) -> std::path::PathBuf {
-    cfg.state_dir.join(RECORD_DIR).join(format!("{}{job}", record_prefix(nix::unistd::getppid().as_raw())))
+    cfg.who.state_dir.join(RECORD_DIR).join(format!("{}{job}", record_prefix(nix::unistd::getppid().as_raw())))
 }
 
 /// The names of one launcher's records on this host begin with this.
@@ -56,8 +56,8 @@ fn adopt(cfg: &crate::session::Config, job: u32) {
     note(cfg, job);
     let _ = cfg.registry().add(&Entry {
         job,
-        session: cfg.session.clone(),
-        project: cfg.project.clone(),
+        session: cfg.who.session.clone(),
+        project: cfg.who.project.clone(),
         cluster: cfg.cluster_name().map(str::to_string),
         dir: None,
     });
@@ -316,7 +316,7 @@ fn spawn_salloc(cfg: &crate::session::Config, options: &Options) -> Result<crate
     // Not `cfg.command`: salloc must not die with the chaperon (a killed salloc leaves its
     // allocation running). If the chaperon goes, the holding command's stdin closes and
     // salloc relinquishes, as it does when the caller goes.
-    let mut cmd = crate::session::real_command_outliving(&cfg.slurm_bin, &cfg.home, &cfg.user, "salloc");
+    let mut cmd = crate::session::real_command_outliving(&cfg.slurm_bin, &cfg.who.home, &cfg.who.user, "salloc");
     cmd.args(written(options));
     // The holding command, on the login node: says the allocation's environment, then waits
     // for the pipe the chaperon holds to close.

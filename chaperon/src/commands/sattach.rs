@@ -72,8 +72,9 @@ pub fn parse_sattach(args: &[String]) -> Result<SattachRequest, GrammarError> {
 pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> {
     let parsed = parse_sattach(&call.req.argv)?;
     let cfg = call.cfg;
-    let own =
-        crate::checks::read_scope(cfg, |r| r.live_jobs(Scope::Session, &cfg.session, &cfg.project, cfg.cluster_name()));
+    let own = crate::checks::read_scope(cfg, |r| {
+        r.live_jobs(Scope::Session, &cfg.who.session, &cfg.who.project, cfg.cluster_name())
+    });
     in_scope(&own, parsed.step.iter().map(|r| r.job))?;
     let mut args = as_written(&SATTACH, &parsed.options);
     args.extend(words(&parsed.words));

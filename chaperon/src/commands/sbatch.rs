@@ -351,7 +351,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
 
     // Where the job runs: --chdir (rebuilt: checked against the project) or the caller's cwd.
     let job_cwd = match asked.chdir {
-        Some(d) => under_project(&cfg.project, &cwd, d)?,
+        Some(d) => under_project(&cfg.who.project, &cwd, d)?,
         None => cwd.clone(),
     };
     // An unknown SLURM_SCOPE is refused for every command, sbatch included.
@@ -400,7 +400,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     // No job to read it: a submission Slurm refused, or --test-only.
     if !submitted && (parsed.last("test-only").is_some() || !status.success()) {
         if let Some(name) = dir.file_name().and_then(|n| n.to_str()) {
-            crate::forgotten::remove_job_dir(&cfg.state_dir.join("jobs"), name);
+            crate::forgotten::remove_job_dir(&cfg.who.state_dir.join("jobs"), name);
         }
     }
     // A project that submits and never lists its jobs is asked about too (every ten minutes
@@ -462,10 +462,10 @@ fn batch_script(
             (text, name.unwrap_or_else(|| "sbatch".into()))
         }
         (None, Some(p)) => {
-            let path = under_project(&cfg.project, cwd, p)?;
+            let path = under_project(&cfg.who.project, cwd, p)?;
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sbatch".into());
-            let file =
-                open_in_project(&cfg.project, &path).map_err(|source| Refusal::File { named: p.clone(), source })?;
+            let file = open_in_project(&cfg.who.project, &path)
+                .map_err(|source| Refusal::File { named: p.clone(), source })?;
             (script_text(read_capped(file, "the batch script")?)?, name)
         }
         (None, None) => (read_stdin_script(stdio)?, "sbatch".into()),
@@ -521,8 +521,8 @@ fn feed_wrapper(
 fn record_in_scope(cfg: &Config, job: u32, cluster: String, dir: &Path) {
     let recorded = cfg.registry().add(&Entry {
         job,
-        session: cfg.session.clone(),
-        project: cfg.project.clone(),
+        session: cfg.who.session.clone(),
+        project: cfg.who.project.clone(),
         cluster: Some(cluster),
         dir: dir.file_name().map(|n| n.to_string_lossy().into_owned()),
     });

@@ -390,7 +390,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
             in_scope(&scope, report.jobs.iter().flatten().copied())?;
         }
     }
-    call.run_with(parsed.real_args(&cfg.user, &scope, cluster, local), stdio)
+    call.run_with(parsed.real_args(&cfg.who.user, &scope, cluster, local), stdio)
 }
 
 #[cfg(test)]

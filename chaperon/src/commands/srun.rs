@@ -271,7 +271,7 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     }
     let cwd = cwd_of(req, cfg)?;
     let job_cwd = match asked.chdir {
-        Some(d) => under_project(&cfg.project, &cwd, d)?,
+        Some(d) => under_project(&cfg.who.project, &cwd, d)?,
         None => cwd.clone(),
     };
     let mut argv = vec![program];
@@ -295,12 +295,12 @@ pub(crate) fn handle(call: &mut Call<'_>, stdio: Stdio) -> Result<i32, Refusal> 
     cmd.current_dir(&dir);
     cmd.args(parsed.real_args(&asked, Some(&dir), named_by_env));
     cmd.args(cfg.belt(&dir)?);
-    cmd.arg(&cfg.exe).arg("exec").arg("--job").arg(&dir);
+    cmd.arg(&cfg.who.exe).arg("exec").arg("--job").arg(&dir);
     let ran = call.run(cmd, stdio);
     // The step has ended with srun (its tasks are ended with it): nothing reads its directory
     // again.
     if let Some(name) = dir.file_name().and_then(|n| n.to_str()) {
-        crate::forgotten::remove_job_dir(&cfg.state_dir.join("jobs"), name);
+        crate::forgotten::remove_job_dir(&cfg.who.state_dir.join("jobs"), name);
     }
     ran
 }
