@@ -62,6 +62,43 @@ fn close_range(lo: u32, hi: u32, flags: u32) {
     }
 }
 
+/// Reads one byte from `fd`: `None` at the end of the file (a pipe whose every write end is
+/// closed). One `read(2)`, made with `syscall` rather than libc's wrapper, which is a
+/// cancellation point that writes to the calling thread's own data: usable in a child that
+/// shares the thread of its parent (`spawn::clone_vm_detached`). An interrupted read is an
+/// error of kind `Interrupted`; the caller decides whether to read again.
+pub fn read_byte(fd: RawFd) -> std::io::Result<Option<u8>> {
+    let mut b = 0u8;
+    // SAFETY: reads at most one byte into a local.
+    match unsafe { libc::syscall(libc::SYS_read, fd, (&mut b as *mut u8).cast::<libc::c_void>(), 1usize) } {
+        n if n < 0 => Err(std::io::Error::last_os_error()),
+        0 => Ok(None),
+        _ => Ok(Some(b)),
+    }
+}
+
+/// Opens `/dev/null` on each of descriptors 0-2 that is closed, as Rust's runtime start does
+/// (a program whose entry point is C's `main` skips it). Without it, the next socket or file
+/// the process opens takes the closed number and becomes its stdin, stdout or stderr.
+/// Aborts if one cannot be opened, as the runtime does.
+pub fn open_standard_descriptors() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd { fd, events: 0, revents: 0 });
+    // SAFETY: poll reads and writes the three pollfd entries of a local array.
+    let polled = unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) };
+    for p in fds {
+        let closed = match polled {
+            // SAFETY: fcntl(F_GETFD) only asks whether the descriptor is open.
+            n if n < 0 => (unsafe { libc::fcntl(p.fd, libc::F_GETFD) }) == -1,
+            _ => p.revents & libc::POLLNVAL != 0,
+        };
+        // SAFETY: opens /dev/null at the lowest free number: this one, the lower ones being
+        // open by now. Without it, as in Rust's runtime start, the process cannot go on.
+        if closed && unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) } == -1 {
+            std::process::abort();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,5 +155,53 @@ mod tests {
         assert_eq!(flag(lo) & libc::FD_CLOEXEC, 0);
         // Back as std made it.
         cloexec_from(lo as u32);
+    }
+
+    #[test]
+    fn read_byte_reads_one_byte_then_the_end() {
+        use std::io::Write;
+        let (r, w) = std::io::pipe().unwrap();
+        (&w).write_all(b"xy").unwrap();
+        drop(w);
+        assert_eq!(read_byte(r.as_raw_fd()).unwrap(), Some(b'x'));
+        assert_eq!(read_byte(r.as_raw_fd()).unwrap(), Some(b'y'));
+        assert_eq!(read_byte(r.as_raw_fd()).unwrap(), None);
+        assert!(read_byte(-1).is_err());
+    }
+
+    /// In a forked child with descriptors 1 and 2 closed (and 0 open), the two are opened on
+    /// /dev/null and 0 is left as it was.
+    #[test]
+    fn closed_standard_descriptors_are_opened_on_dev_null() {
+        let null = std::fs::metadata("/dev/null").unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let is_null = |fd: RawFd| {
+            // SAFETY: fstat writes one stat of ours; all zero is a valid value.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            unsafe { libc::fstat(fd, &mut st) == 0 && st.st_rdev == null.rdev() && st.st_ino == null.ino() }
+        };
+        let pipe = std::io::pipe().unwrap();
+        // SAFETY: the child makes system calls only and ends with _exit.
+        match unsafe { libc::fork() } {
+            0 => {
+                // SAFETY: this forked child's own stdio.
+                unsafe {
+                    libc::dup2(pipe.0.as_raw_fd(), 0);
+                    libc::close(1);
+                    libc::close(2);
+                }
+                open_standard_descriptors();
+                let ok = open(1) && open(2) && is_null(1) && is_null(2) && !is_null(0);
+                // SAFETY: ends the child at once.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+            }
+            pid => {
+                let mut status = 0;
+                // SAFETY: waits for our own child, writing the local status.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
+            }
+        }
     }
 }

@@ -1,0 +1,82 @@
+//! What a process says about itself: that it dies with its parent, that it leaves its
+//! parent's session, that it ends now. Allocation-free, so usable between a clone and an
+//! exec.
+
+use std::io;
+
+/// Asks the kernel to send this process `sig` when its parent thread ends
+/// (`PR_SET_PDEATHSIG`). A parent already gone sends nothing: the caller checks it still
+/// has the parent it expects (`getppid`) after this call where that matters.
+pub fn die_with_parent(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number; no pointers.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Leaves the caller's session for a new one (so that its process group's and terminal's
+/// signals miss this process) and ignores `sigs`. Fails (leaving the session as it was, the
+/// signals ignored all the same) if the process leads its group already.
+pub fn new_session_ignoring(sigs: &[libc::c_int]) -> io::Result<()> {
+    // SAFETY: setsid takes nothing; it only changes this process.
+    let made = unsafe { libc::setsid() };
+    let e = io::Error::last_os_error();
+    crate::signal::ignore(sigs);
+    if made < 0 {
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Ends this process at once, with `code`, running no exit handler and nothing of its
+/// parent's (the child of a clone that shares its memory ends with it).
+pub fn exit_now(code: libc::c_int) -> ! {
+    // SAFETY: _exit ends this process immediately; it touches no shared memory.
+    unsafe { libc::_exit(code) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signal::tests::{disposition, in_child};
+
+    #[test]
+    fn the_death_signal_is_set_and_read_back() {
+        in_child(|| {
+            let set = die_with_parent(libc::SIGUSR2).is_ok();
+            let mut sig: libc::c_int = 0;
+            // SAFETY: PR_GET_PDEATHSIG writes one int of ours.
+            unsafe { libc::prctl(libc::PR_GET_PDEATHSIG, &mut sig as *mut libc::c_int) };
+            set && sig == libc::SIGUSR2 && die_with_parent(-1).is_err()
+        });
+    }
+
+    #[test]
+    fn a_new_session_is_led_by_the_caller_and_its_signals_are_ignored() {
+        in_child(|| {
+            let made = new_session_ignoring(&[libc::SIGHUP, libc::SIGTERM]).is_ok();
+            // SAFETY: getsid and getpid read nothing of ours.
+            let leads = unsafe { libc::getsid(0) == libc::getpid() };
+            // A session leader cannot make another one; the signals are ignored all the same.
+            let again = new_session_ignoring(&[libc::SIGINT]).is_err();
+            made && leads
+                && again
+                && [libc::SIGHUP, libc::SIGTERM, libc::SIGINT].iter().all(|s| disposition(*s) == libc::SIG_IGN)
+        });
+    }
+
+    #[test]
+    fn exit_now_ends_with_its_code() {
+        // SAFETY: the child only _exits.
+        match unsafe { libc::fork() } {
+            0 => exit_now(13),
+            pid => {
+                let mut status = 0;
+                // SAFETY: waits for our own child, writing the local status.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 13, "status {status}");
+            }
+        }
+    }
+}
