@@ -99,6 +99,29 @@ pub fn open_standard_descriptors() {
     }
 }
 
+/// Makes `fds[i]` descriptor `i` (0, 1, 2; -1 leaves that one as it is), the descriptors
+/// given keeping their own numbers too. Those given that are among 0-2 are first copied out of
+/// the way (close-on-exec copies from 3 up), so that no placing overwrites a later source.
+/// Allocates nothing: usable between a clone and an exec.
+pub fn place_stdio(mut fds: [RawFd; 3]) -> std::io::Result<()> {
+    for fd in fds.iter_mut() {
+        if (0..3).contains(fd) {
+            // SAFETY: F_DUPFD_CLOEXEC copies a descriptor of this process's own table.
+            *fd = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if *fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+    }
+    for (target, fd) in fds.iter().enumerate() {
+        // SAFETY: dup2 within this process's own table.
+        if *fd >= 0 && unsafe { libc::dup2(*fd, target as libc::c_int) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,5 +226,41 @@ mod tests {
                 assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
             }
         }
+    }
+
+    /// In a forked child: stdin and stdout swapped (each given as the other's number), stderr
+    /// left alone; the inode of each says where it went.
+    #[test]
+    fn place_stdio_swaps_without_overwriting_a_source() {
+        let ino = |fd: RawFd| {
+            // SAFETY: fstat writes one stat of ours; all zero is a valid value.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: as above.
+            unsafe { libc::fstat(fd, &mut st) };
+            st.st_ino
+        };
+        let (r, _w) = std::io::pipe().unwrap();
+        // SAFETY: the child makes system calls only and ends with _exit.
+        match unsafe { libc::fork() } {
+            0 => {
+                // SAFETY: this forked child's own stdio: 0 the pipe's read end, 1 /dev/null.
+                unsafe {
+                    libc::dup2(r.as_raw_fd(), 0);
+                    libc::dup2(libc::open(c"/dev/null".as_ptr(), libc::O_RDWR), 1);
+                }
+                let (i0, i1, i2) = (ino(0), ino(1), ino(2));
+                let placed = place_stdio([1, 0, -1]).is_ok();
+                let ok = placed && i0 != i1 && ino(0) == i1 && ino(1) == i0 && ino(2) == i2;
+                // SAFETY: ends the child at once.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+            }
+            pid => {
+                let mut status = 0;
+                // SAFETY: waits for our own child, writing the local status.
+                unsafe { libc::waitpid(pid, &mut status, 0) };
+                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
+            }
+        }
+        assert!(place_stdio([-1, -1, -1]).is_ok(), "nothing to place");
     }
 }

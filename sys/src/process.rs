@@ -29,6 +29,15 @@ pub fn new_session_ignoring(sigs: &[libc::c_int]) -> io::Result<()> {
     Ok(())
 }
 
+/// Makes `dir` the working directory. Allocates nothing: usable between a clone and an exec.
+pub fn chdir(dir: &std::ffi::CStr) -> io::Result<()> {
+    // SAFETY: chdir reads a NUL-terminated path that lives for the call.
+    if unsafe { libc::chdir(dir.as_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Ends this process at once, with `code`, running no exit handler and nothing of its
 /// parent's (the child of a clone that shares its memory ends with it).
 pub fn exit_now(code: libc::c_int) -> ! {
@@ -78,5 +87,15 @@ mod tests {
                 assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 13, "status {status}");
             }
         }
+    }
+
+    #[test]
+    fn chdir_moves_the_working_directory_or_says_why_not() {
+        in_child(|| {
+            let moved =
+                chdir(c"/tmp").is_ok() && std::env::current_dir().is_ok_and(|d| d == std::path::Path::new("/tmp"));
+            let missing = chdir(c"/nonexistent").err().and_then(|e| e.raw_os_error()) == Some(libc::ENOENT);
+            moved && missing
+        });
     }
 }
