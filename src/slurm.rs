@@ -155,11 +155,8 @@ pub fn chaperon_main() -> i32 {
         eprintln!("agent-sandbox chaperon: started without its configuration (internal command)");
         return 2;
     };
-    // SAFETY: prctl with integer arguments only.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        libc::prctl(libc::PR_SET_NAME, c"asb-chaperon".as_ptr(), 0, 0, 0);
-    }
+    let _ = agent_sandbox_sys::process::die_with_parent(libc::SIGKILL);
+    let _ = agent_sandbox_sys::process::set_name(c"asb-chaperon");
     if nix::unistd::getppid().as_raw() != s.launcher {
         return 0;
     }

@@ -557,8 +557,7 @@ fn exec_command(
     channel: Option<RawFd>,
 ) -> JailError {
     // Dies with the launcher, as the userns jail does.
-    // SAFETY: PR_SET_PDEATHSIG takes a signal number; it only marks this process.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+    let _ = agent_sandbox_sys::process::die_with_parent(libc::SIGKILL);
     // Before the rules: what starting the helpers needs.
     let helpers = match (&sweeper, ll.slurm_fd) {
         (None, None) => None,

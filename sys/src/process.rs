@@ -15,6 +15,16 @@ pub fn die_with_parent(sig: libc::c_int) -> io::Result<()> {
     Ok(())
 }
 
+/// Names the calling thread `name` (what `ps` and `/proc/PID/comm` show for a process's
+/// first thread); the kernel keeps its first 15 bytes.
+pub fn set_name(name: &std::ffi::CStr) -> io::Result<()> {
+    // SAFETY: PR_SET_NAME reads a NUL-terminated name that lives for the call.
+    if unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr(), 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Leaves the caller's session for a new one (so that its process group's and terminal's
 /// signals miss this process) and ignores `sigs`. Fails (leaving the session as it was, the
 /// signals ignored all the same) if the process leads its group already.
@@ -97,5 +107,18 @@ mod tests {
             let missing = chdir(c"/nonexistent").err().and_then(|e| e.raw_os_error()) == Some(libc::ENOENT);
             moved && missing
         });
+    }
+
+    /// In a thread of its own (a name is the thread's): the name it is given is the one the
+    /// kernel shows.
+    #[test]
+    fn set_name_names_the_calling_thread() {
+        let shown = std::thread::spawn(|| {
+            set_name(c"asb-test-name").unwrap();
+            std::fs::read_to_string("/proc/thread-self/comm").unwrap()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(shown, "asb-test-name\n");
     }
 }
