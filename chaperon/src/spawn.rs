@@ -219,17 +219,15 @@ impl RealChild {
         if let Some(s) = self.status {
             return Ok(s);
         }
-        let mut status = 0;
         loop {
-            // SAFETY: waitpid on our own child, writing into a local.
-            if unsafe { libc::waitpid(self.pid, &mut status, 0) } == self.pid {
-                let s = ExitStatus::from_raw(status);
-                self.status = Some(s);
-                return Ok(s);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match agent_sandbox_sys::process::wait_status(self.pid, true) {
+                Ok(Some(status)) => {
+                    let s = ExitStatus::from_raw(status);
+                    self.status = Some(s);
+                    return Ok(s);
+                }
+                Err(e) if e.kind() != io::ErrorKind::Interrupted => return Err(e),
+                _ => {}
             }
         }
     }
@@ -238,16 +236,13 @@ impl RealChild {
         if let Some(s) = self.status {
             return Ok(Some(s));
         }
-        let mut status = 0;
-        // SAFETY: as in `wait`, without blocking.
-        match unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } {
-            0 => Ok(None),
-            p if p == self.pid => {
+        match agent_sandbox_sys::process::wait_status(self.pid, false)? {
+            None => Ok(None),
+            Some(status) => {
                 let s = ExitStatus::from_raw(status);
                 self.status = Some(s);
                 Ok(Some(s))
             }
-            _ => Err(io::Error::last_os_error()),
         }
     }
 

@@ -108,10 +108,7 @@ pub fn spawn(
 
 /// Writes the parts of one line to stderr, allocating nothing.
 fn say(parts: &[&[u8]]) {
-    for p in parts {
-        // SAFETY: writes from a live buffer to descriptor 2.
-        let _ = unsafe { libc::write(2, p.as_ptr().cast(), p.len()) };
-    }
+    agent_sandbox_sys::fd::write_parts(2, parts);
 }
 
 /// The command's process: restores signals, takes the terminal, applies the limits, hands the

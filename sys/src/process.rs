@@ -55,6 +55,28 @@ pub fn exit_now(code: libc::c_int) -> ! {
     unsafe { libc::_exit(code) }
 }
 
+/// Makes this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`):
+/// they become its children, not init's, when their parent ends.
+pub fn become_subreaper() -> io::Result<()> {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer; it only marks this process.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The raw wait status of child `pid` once it has ended: waits for it (`hang`), or answers
+/// `None` at once while it runs. An interrupted wait is an error of kind `Interrupted`.
+pub fn wait_status(pid: libc::pid_t, hang: bool) -> io::Result<Option<libc::c_int>> {
+    let mut status = 0;
+    // SAFETY: waitpid for one child of ours, writing into a local.
+    match unsafe { libc::waitpid(pid, &mut status, if hang { 0 } else { libc::WNOHANG }) } {
+        0 if !hang => Ok(None),
+        p if p == pid => Ok(Some(status)),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +142,32 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(shown, "asb-test-name\n");
+    }
+
+    #[test]
+    fn become_subreaper_marks_this_process() {
+        in_child(|| {
+            let became = become_subreaper().is_ok();
+            let mut sub: libc::c_int = 0;
+            // SAFETY: PR_GET_CHILD_SUBREAPER writes one int of ours.
+            unsafe { libc::prctl(libc::PR_GET_CHILD_SUBREAPER, &mut sub as *mut libc::c_int) };
+            became && sub == 1
+        });
+    }
+
+    #[test]
+    fn wait_status_answers_none_while_running_then_the_status() {
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read x; exit 4"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as libc::pid_t;
+        assert_eq!(wait_status(pid, false).unwrap(), None);
+        drop(child.stdin.take());
+        let status = wait_status(pid, true).unwrap().unwrap();
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 4, "status {status}");
+        assert_eq!(wait_status(pid, true).err().and_then(|e| e.raw_os_error()), Some(libc::ECHILD), "reaped once");
+        assert!(child.wait().is_err(), "std finds it reaped too");
     }
 }
