@@ -162,10 +162,7 @@ pub fn chaperon_main() -> i32 {
     }
     // Its own process group: Ctrl-C on the user's terminal is the jail's business.
     let _ = nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
-    for sig in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGQUIT] {
-        // SAFETY: restoring the default disposition installs no handler.
-        let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) };
-    }
+    agent_sandbox_sys::signal::set_default(&[libc::SIGINT, libc::SIGQUIT]);
     // SAFETY: fd 0 is the door the launcher passed as stdin; nothing else owns it.
     let door = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(0) };
     let (channel, launcher) = (s.channel, s.launcher);

@@ -208,8 +208,8 @@ fn serve(sock: OwnedFd, launcher: i32, duties: Duties) -> ! {
     close_all_but(&[sock.as_raw_fd()]);
     shelter();
     let Some(alive) = pidfd_of(launcher) else {
-        // SAFETY: the launcher is already gone and gave no orders: nothing to do.
-        unsafe { libc::_exit(0) }
+        // The launcher is already gone and gave no orders: nothing to do.
+        agent_sandbox_sys::process::exit_now(0)
     };
     let mut orders = Orders::default();
     let mut lock_files: Vec<OwnedFd> = vec![];
@@ -267,8 +267,8 @@ fn serve(sock: OwnedFd, launcher: i32, duties: Duties) -> ! {
     // A program a task runs inherits the defaults.
     agent_sandbox_sys::signal::set_default(&SHELTERED);
     carry_out(orders, lock_files, duties);
-    // SAFETY: ends the waiter without running the launcher's exit path.
-    unsafe { libc::_exit(0) }
+    // Without running the launcher's exit path.
+    agent_sandbox_sys::process::exit_now(0)
 }
 
 enum Received {
