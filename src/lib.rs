@@ -12,7 +12,6 @@ pub mod jail;
 pub mod launch;
 pub mod net;
 pub mod netrules;
-pub mod pages;
 pub mod plan;
 pub mod policy;
 pub mod random;

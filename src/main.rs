@@ -68,15 +68,13 @@ extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> lib
 /// no file the launcher opens becomes stdout or stderr by accident), and a broken pipe an
 /// error to report rather than a signal to die of; and SIGCHLD at its default.
 fn start() {
-    agent_sandbox_stub::open_standard_descriptors();
-    // SAFETY: SIG_IGN installs no handler.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    agent_sandbox_sys::fd::open_standard_descriptors();
+    agent_sandbox_sys::signal::ignore(&[libc::SIGPIPE]);
     // A caller that ignores SIGCHLD (some daemons and scripts do) leaves it ignored across
     // exec, and then the kernel discards it and reaps children itself: the launcher, which
     // learns of the jail's end from it, would wait for ever. Other ignored signals stay
     // ignored (`nohup agent-sandbox ...` means SIGHUP does not end the session).
-    // SAFETY: SIG_DFL installs no handler.
-    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+    agent_sandbox_sys::signal::set_default(&[libc::SIGCHLD]);
 }
 
 fn run() -> std::convert::Infallible {

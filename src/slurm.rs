@@ -140,20 +140,14 @@ pub fn chaperon_main() -> i32 {
         eprintln!("agent-sandbox chaperon: started without its configuration (internal command)");
         return 2;
     };
-    // SAFETY: prctl with integer arguments only.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        libc::prctl(libc::PR_SET_NAME, c"asb-chaperon".as_ptr(), 0, 0, 0);
-    }
+    let _ = agent_sandbox_sys::process::die_with_parent(libc::SIGKILL);
+    let _ = agent_sandbox_sys::process::set_name(c"asb-chaperon");
     if nix::unistd::getppid().as_raw() != s.launcher {
         return 0;
     }
     // Its own process group: Ctrl-C on the user's terminal is the jail's business.
     let _ = nix::unistd::setpgid(nix::unistd::Pid::from_raw(0), nix::unistd::Pid::from_raw(0));
-    for sig in [nix::sys::signal::Signal::SIGINT, nix::sys::signal::Signal::SIGQUIT] {
-        // SAFETY: restoring the default disposition installs no handler.
-        let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigDfl) };
-    }
+    agent_sandbox_sys::signal::set_default(&[libc::SIGINT, libc::SIGQUIT]);
     // SAFETY: fd 0 is the door the launcher passed as stdin; nothing else owns it.
     let door = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(0) };
     let (channel, launcher) = (s.channel, s.launcher);

@@ -210,7 +210,7 @@ const LAYERS: &[&[&str]] = &[
     &["plan"],
     &["policy", "host", "netrules"],
     &["secret"],
-    &["audit", "gitconfig", "glob", "pages", "random", "status", "stub", "test_pause", "timing"],
+    &["audit", "gitconfig", "glob", "random", "status", "stub", "test_pause", "timing"],
 ];
 
 /// The network's wings: the two modes' servers, then what they share, then the shared

@@ -117,10 +117,7 @@ impl Target {
     fn signal(&self, sig: nix::sys::signal::Signal) {
         match &self.pidfd {
             Some(fd) => {
-                // SAFETY: pidfd_send_signal with a pidfd we own, no siginfo, no flags.
-                let _ = unsafe {
-                    libc::syscall(libc::SYS_pidfd_send_signal, fd.as_raw_fd(), sig as libc::c_int, 0usize, 0u32)
-                };
+                let _ = agent_sandbox_sys::pidfd::send_signal(fd, sig as libc::c_int);
             }
             None if !self.done.load(Ordering::Acquire) => {
                 let _ = nix::sys::signal::kill(self.pid, sig);

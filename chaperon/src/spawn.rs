@@ -9,8 +9,9 @@
 //! (`CLONE_VM | CLONE_VFORK`: only the calling thread waits, as in `posix_spawn`), and between
 //! the clone and the exec it makes only system calls: no allocation, no lock.
 
+use agent_sandbox_sys::spawn::CStrings;
 use std::collections::BTreeMap;
-use std::ffi::{CString, OsStr, OsString};
+use std::ffi::{CStr, CString, OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -151,10 +152,8 @@ impl RealCommand {
             envp.push(CString::new(kv).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?);
         }
         let cwd = self.cwd.as_deref().map(|d| cstr(d.as_os_str())).transpose()?;
-        let argv_ptrs: Vec<*const libc::c_char> =
-            argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-        let envp_ptrs: Vec<*const libc::c_char> =
-            envp.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+        let argv = CStrings::new(argv);
+        let envp = CStrings::new(envp);
 
         // The child's ends (kept open until the child has exec'd) and the chaperon's.
         let mut child_ends: [Option<OwnedFd>; 3] = [None, None, None];
@@ -174,10 +173,10 @@ impl RealCommand {
         }
         let error = AtomicI32::new(0);
         let args = ChildArgs {
-            program: program.as_ptr(),
-            argv: argv_ptrs.as_ptr(),
-            envp: envp_ptrs.as_ptr(),
-            cwd: cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+            program: &program,
+            argv: &argv,
+            envp: &envp,
+            cwd: cwd.as_deref(),
             fds: [0, 1, 2].map(|i| child_ends[i].as_ref().map_or(-1, |f| f.as_raw_fd())),
             dies: self.dies_with_chaperon,
             parent: std::process::id() as libc::pid_t,
@@ -220,17 +219,15 @@ impl RealChild {
         if let Some(s) = self.status {
             return Ok(s);
         }
-        let mut status = 0;
         loop {
-            // SAFETY: waitpid on our own child, writing into a local.
-            if unsafe { libc::waitpid(self.pid, &mut status, 0) } == self.pid {
-                let s = ExitStatus::from_raw(status);
-                self.status = Some(s);
-                return Ok(s);
-            }
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
+            match agent_sandbox_sys::process::wait_status(self.pid, true) {
+                Ok(Some(status)) => {
+                    let s = ExitStatus::from_raw(status);
+                    self.status = Some(s);
+                    return Ok(s);
+                }
+                Err(e) if e.kind() != io::ErrorKind::Interrupted => return Err(e),
+                _ => {}
             }
         }
     }
@@ -239,16 +236,13 @@ impl RealChild {
         if let Some(s) = self.status {
             return Ok(Some(s));
         }
-        let mut status = 0;
-        // SAFETY: as in `wait`, without blocking.
-        match unsafe { libc::waitpid(self.pid, &mut status, libc::WNOHANG) } {
-            0 => Ok(None),
-            p if p == self.pid => {
+        match agent_sandbox_sys::process::wait_status(self.pid, false)? {
+            None => Ok(None),
+            Some(status) => {
                 let s = ExitStatus::from_raw(status);
                 self.status = Some(s);
                 Ok(Some(s))
             }
-            _ => Err(io::Error::last_os_error()),
         }
     }
 
@@ -267,77 +261,46 @@ const CHILD_STACK: usize = 32 << 10;
 
 /// What the child needs, all of it made before the clone and alive until the exec (the
 /// calling thread waits for it: `CLONE_VFORK`).
-struct ChildArgs {
-    program: *const libc::c_char,
-    argv: *const *const libc::c_char,
-    envp: *const *const libc::c_char,
-    cwd: *const libc::c_char,
+struct ChildArgs<'a> {
+    program: &'a CStr,
+    argv: &'a CStrings,
+    envp: &'a CStrings,
+    cwd: Option<&'a CStr>,
     /// The child's stdin, stdout, stderr; -1: the chaperon's own.
     fds: [RawFd; 3],
     dies: bool,
     parent: libc::pid_t,
     /// Set by the child if it could not exec (an errno).
-    error: *const AtomicI32,
+    error: &'a AtomicI32,
 }
 
 /// The child, between the clone and the exec. Only async-signal-safe calls.
 fn child(a: &ChildArgs) -> libc::c_int {
-    // SAFETY: each call below is a system call on this process alone, with pointers into
-    // `a` (alive) or locals.
-    unsafe {
-        let fail = |a: &ChildArgs| -> ! {
-            (*a.error).store(*libc::__errno_location(), Ordering::Release);
-            libc::_exit(127)
-        };
-        // Handlers are the chaperon's: back to default. SIGPIPE, which the Rust runtime
-        // ignores, too (as std does for its children); other ignored signals stay ignored.
-        for sig in 1..=libc::SIGRTMAX() {
-            if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-                continue;
-            }
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut sa) != 0 {
-                continue;
-            }
-            if sig == libc::SIGPIPE || (sa.sa_sigaction != libc::SIG_DFL && sa.sa_sigaction != libc::SIG_IGN) {
-                sa.sa_sigaction = libc::SIG_DFL;
-                sa.sa_flags = 0;
-                libc::sigaction(sig, &sa, std::ptr::null_mut());
-            }
+    use agent_sandbox_sys::{fd, process, signal, spawn};
+    let fail = |e: io::Error| -> ! {
+        a.error.store(e.raw_os_error().unwrap_or(libc::EINVAL), Ordering::Release);
+        process::exit_now(127)
+    };
+    // Handlers are the chaperon's: back to default. SIGPIPE, which the Rust runtime ignores,
+    // too (as std does for its children); other ignored signals stay ignored.
+    signal::reset_handlers(&[libc::SIGPIPE]);
+    if a.dies {
+        if let Err(e) = process::die_with_parent(libc::SIGKILL) {
+            fail(e);
         }
-        if a.dies {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                fail(a);
-            }
-            // The chaperon ended before the death signal was set: it would never come.
-            if libc::getppid() != a.parent {
-                libc::_exit(127);
-            }
+        // The chaperon ended before the death signal was set: it would never come.
+        if nix::unistd::getppid().as_raw() != a.parent {
+            process::exit_now(127);
         }
-        // Out of the way of 0-2 first, so that no dup2 below overwrites a later source.
-        let mut fds = a.fds;
-        for fd in fds.iter_mut() {
-            if (0..3).contains(fd) {
-                *fd = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 3);
-                if *fd < 0 {
-                    fail(a);
-                }
-            }
-        }
-        for (target, fd) in fds.iter().enumerate() {
-            if *fd >= 0 && libc::dup2(*fd, target as libc::c_int) < 0 {
-                fail(a);
-            }
-        }
-        if !a.cwd.is_null() && libc::chdir(a.cwd) != 0 {
-            fail(a);
-        }
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut none);
-        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-        libc::execve(a.program, a.argv, a.envp);
-        fail(a)
     }
+    if let Err(e) = fd::place_stdio(a.fds) {
+        fail(e);
+    }
+    if let Some(Err(e)) = a.cwd.map(process::chdir) {
+        fail(e);
+    }
+    signal::unblock_all();
+    fail(spawn::exec(a.program, a.argv, a.envp))
 }
 
 #[cfg(test)]

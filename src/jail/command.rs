@@ -8,8 +8,12 @@
 use super::blueprint::Blueprint;
 use super::caps::Sealed;
 use super::signals::TtyFds;
+use agent_sandbox_sys::memory::Pages;
+use agent_sandbox_sys::process::{self, exit_now};
+use agent_sandbox_sys::signal;
+use agent_sandbox_sys::spawn::{self, CStrings};
 use nix::unistd::Pid;
-use std::ffi::{c_char, CString};
+use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
@@ -32,13 +36,8 @@ struct Prepared {
     /// from its working directory): the first regular file it may execute is run.
     candidates: Vec<CString>,
     cwd: CString,
-    _argv: Vec<CString>,
-    _envp: Vec<CString>,
-    argv_ptrs: Vec<*const c_char>,
-    envp_ptrs: Vec<*const c_char>,
-    /// Signals PID 1 has a handler for: the child puts them back to default before it
-    /// unblocks anything, so no handler of PID 1 runs on the child's stack.
-    handled: Vec<libc::c_int>,
+    argv: CStrings,
+    envp: CStrings,
 }
 
 impl Prepared {
@@ -46,7 +45,6 @@ impl Prepared {
         let cstr = |s: &str| CString::new(s.as_bytes()).unwrap_or_default();
         let argv: Vec<CString> = plan.command.iter().map(|a| cstr(a)).collect();
         let envp: Vec<CString> = plan.env.iter().map(|(k, v)| cstr(&format!("{k}={v}"))).collect();
-        let nul = |v: &[CString]| v.iter().map(|c| c.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
         let name = plan.command.first().cloned().unwrap_or_default();
         let cpath = |p: PathBuf| CString::new(p.into_os_string().into_encoded_bytes()).unwrap_or_default();
         // Checked by the child, from its own working directory and with its own view of
@@ -55,11 +53,8 @@ impl Prepared {
         Prepared {
             candidates,
             cwd: CString::new(plan.cwd.as_os_str().as_encoded_bytes()).unwrap_or_default(),
-            argv_ptrs: nul(&argv),
-            envp_ptrs: nul(&envp),
-            _argv: argv,
-            _envp: envp,
-            handled: handled_signals(),
+            argv: CStrings::new(argv),
+            envp: CStrings::new(envp),
             name,
         }
     }
@@ -83,18 +78,6 @@ fn pick(p: &Prepared) -> Option<&CString> {
     })
 }
 
-fn handled_signals() -> Vec<libc::c_int> {
-    (1..=libc::SIGRTMAX())
-        .filter(|sig| {
-            // SAFETY: sigaction is plain data; all zero is a valid value, overwritten below.
-            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-            // SAFETY: sigaction with a null new action only reads the disposition into `old`.
-            let got = unsafe { libc::sigaction(*sig, std::ptr::null(), &mut old) } == 0;
-            got && old.sa_sigaction != libc::SIG_DFL && old.sa_sigaction != libc::SIG_IGN
-        })
-        .collect()
-}
-
 /// Starts the command; returns once it has exec'd (or failed and exited).
 pub fn spawn(
     plan: &Blueprint,
@@ -104,12 +87,9 @@ pub fn spawn(
     guard: Option<GuardStart>,
 ) -> nix::Result<Pid> {
     let prepared = Prepared::new(plan);
-    let mut stack = crate::pages::Pages::zeroed(STACK)
-        .map_err(|e| nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::ENOMEM)))?;
-    // SAFETY: the first page of our own fresh mapping becomes inaccessible; nothing uses it.
-    if unsafe { libc::mprotect(stack.addr() as *mut libc::c_void, PAGE, libc::PROT_NONE) } != 0 {
-        return Err(nix::Error::last());
-    }
+    let errno = |e: std::io::Error| nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::ENOMEM));
+    let mut stack = Pages::zeroed(STACK).map_err(errno)?;
+    stack.guard_low(PAGE).map_err(errno)?;
     let usable = &mut stack[PAGE..];
     let slave_fd = slave.map(|s| s.as_raw_fd());
     let limits = &plan.limits;
@@ -128,16 +108,7 @@ pub fn spawn(
 
 /// Writes the parts of one line to stderr, allocating nothing.
 fn say(parts: &[&[u8]]) {
-    for p in parts {
-        // SAFETY: writes from a live buffer to descriptor 2.
-        let _ = unsafe { libc::write(2, p.as_ptr().cast(), p.len()) };
-    }
-}
-
-/// Ends the child at once, running nothing of PID 1's.
-fn exit_now(code: i32) -> ! {
-    // SAFETY: _exit ends this process immediately; it touches no shared memory.
-    unsafe { libc::_exit(code) }
+    agent_sandbox_sys::fd::write_parts(2, parts);
 }
 
 /// The command's process: restores signals, takes the terminal, applies the limits, hands the
@@ -150,21 +121,13 @@ fn child(
     pty: Option<TtyFds>,
     guard: Option<&GuardStart>,
 ) -> ! {
-    // SAFETY: each call is a system call on this process alone, with pointers into data
-    // PID 1 made before the clone and keeps until the exec.
+    // Every handler of PID 1's back to default before anything is unblocked, so that none runs
+    // on the child's stack; SIGPIPE and the job-control signals too, handled or ignored.
+    signal::reset_handlers(&[libc::SIGPIPE, libc::SIGINT, libc::SIGQUIT, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU]);
+    signal::unblock_all();
+    // SAFETY: each call is a system call on this process alone (the terminal's descriptors
+    // are PID 1's, open until the exec).
     unsafe {
-        for sig in p.handled.iter().copied().chain([
-            libc::SIGPIPE,
-            libc::SIGINT,
-            libc::SIGQUIT,
-            libc::SIGTSTP,
-            libc::SIGTTIN,
-            libc::SIGTTOU,
-        ]) {
-            libc::signal(sig, libc::SIG_DFL);
-        }
-        let empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
         libc::setsid();
         if let (Some(slave), Some(tty)) = (slave, pty) {
             libc::ioctl(slave, libc::TIOCSCTTY, 0);
@@ -174,12 +137,12 @@ fn child(
                 }
             }
         }
-        // Every inherited descriptor above stderr closes at exec (the launcher's own files,
-        // the init socket, signalfd...): the jail never holds a host fd it was not given.
-        agent_sandbox_sys::fd::cloexec_from(3);
-        if libc::chdir(p.cwd.as_ptr()) != 0 {
-            libc::chdir(c"/".as_ptr());
-        }
+    }
+    // Every inherited descriptor above stderr closes at exec (the launcher's own files, the
+    // init socket, signalfd...): the jail never holds a host fd it was not given.
+    agent_sandbox_sys::fd::cloexec_from(3);
+    if process::chdir(&p.cwd).is_err() {
+        let _ = process::chdir(c"/");
     }
     let Some(path) = pick(p) else {
         say(&[b"agent-sandbox: ", p.name.as_bytes(), b": command not found inside the jail\n"]);
@@ -199,9 +162,7 @@ fn child(
             exit_now(126);
         }
     }
-    // SAFETY: both arrays are null-terminated pointers to live C strings.
-    unsafe { libc::execve(path.as_ptr(), p.argv_ptrs.as_ptr(), p.envp_ptrs.as_ptr()) };
-    let err = nix::Error::last();
+    let err = nix::Error::from_raw(spawn::exec(path, &p.argv, &p.envp).raw_os_error().unwrap_or(libc::EINVAL));
     let code = if err == nix::Error::ENOENT { 127 } else { 126 };
     say(&[b"agent-sandbox: cannot run ", p.name.as_bytes(), b": ", err.desc().as_bytes(), b"\n"]);
     exit_now(code)

@@ -122,9 +122,8 @@ struct Ready {
 
 impl Ready {
     fn make(mask: &SigSet, sweep: Sweep) -> Result<Ready, String> {
-        // SAFETY: PR_SET_CHILD_SUBREAPER takes an integer; it only marks this process.
-        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
-            return Err(format!("cannot become a child subreaper: {}", std::io::Error::last_os_error()));
+        if let Err(e) = agent_sandbox_sys::process::become_subreaper() {
+            return Err(format!("cannot become a child subreaper: {e}"));
         }
         let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC);
         let (sfd, report) = match (SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK), pipe()) {
@@ -171,8 +170,8 @@ fn in_child(
     let mut bytes = vec![tag];
     bytes.extend_from_slice(text.as_bytes());
     let _ = nix::unistd::write(&report_w, &bytes);
-    // SAFETY: _exit ends the child without running the launcher's exit handlers.
-    unsafe { libc::_exit(126) }
+    // Without running the launcher's exit handlers.
+    agent_sandbox_sys::process::exit_now(126)
 }
 
 /// The pipe closes at the command's exec (close-on-exec) or carries why it could not start.
@@ -311,8 +310,8 @@ impl Helpers {
                     Err(e) => [&[b'E'][..], e.to_string().as_bytes()].concat(),
                 };
                 let _ = nix::unistd::write(&pid_w, &report);
-                // SAFETY: the middle process ends at once; the helper goes to the subreaper.
-                unsafe { libc::_exit(0) }
+                // The middle process ends at once; the helper goes to the subreaper.
+                agent_sandbox_sys::process::exit_now(0)
             }
             ForkResult::Parent { child } => {
                 drop(pid_w);
@@ -557,8 +556,7 @@ fn exec_command(
     channel: Option<RawFd>,
 ) -> JailError {
     // Dies with the launcher, as the userns jail does.
-    // SAFETY: PR_SET_PDEATHSIG takes a signal number; it only marks this process.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) };
+    let _ = agent_sandbox_sys::process::die_with_parent(libc::SIGKILL);
     // Before the rules: what starting the helpers needs.
     let helpers = match (&sweeper, ll.slurm_fd) {
         (None, None) => None,
@@ -663,9 +661,8 @@ fn exec_in_place(plan: &Plan, env: &[(String, String)]) -> JailError {
     if nix::unistd::chdir(&plan.cwd).is_err() {
         return JailError::Build(format!("cannot enter {}", plan.cwd.display()));
     }
-    // SAFETY: resetting SIGPIPE (ignored by the Rust runtime) to its default installs no handler.
-    let _ =
-        unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
+    // SIGPIPE (ignored by the Rust runtime) back to its default.
+    agent_sandbox_sys::signal::set_default(&[libc::SIGPIPE]);
     // Last, after the keeper and the sweeper started: without a user namespace, RLIMIT_NPROC counts
     // every process of the user on the host.
     if let Err(e) = super::limits::apply(&plan.limits) {

@@ -32,8 +32,7 @@ pub struct Shape {
 /// `launcher_end`: this process's copy of the launcher's end of the channel.
 pub fn child_main(shape: &Shape, sock: RawFd, launcher_end: RawFd) -> isize {
     super::waiter::forget();
-    // SAFETY: PR_SET_PDEATHSIG takes a signal number; no pointers.
-    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    let _ = agent_sandbox_sys::process::die_with_parent(libc::SIGKILL);
     // A launcher gone before the line above sends no SIGKILL (and getppid says 0 here either
     // way: the parent is outside this PID namespace); with its copy of the launcher's end
     // closed, the launcher's exit reads as the end of the channel instead.

@@ -114,7 +114,8 @@ pub fn run(
     }
     // Mapped pages: resident only as far as terminal output reached (a session without a
     // terminal never touches it), and never memory a later heap trim would have to keep.
-    let buf = crate::pages::Pages::zeroed(64 * 1024).map_err(|e| JailError::Channel(format!("relay buffer: {e}")))?;
+    let buf = agent_sandbox_sys::memory::Pages::zeroed(64 * 1024)
+        .map_err(|e| JailError::Channel(format!("relay buffer: {e}")))?;
     let mut r = Relay {
         pid,
         sock,
@@ -163,7 +164,7 @@ struct Relay<'a> {
     stdin_open: bool,
     master_open: bool,
     sock_open: bool,
-    buf: crate::pages::Pages,
+    buf: agent_sandbox_sys::memory::Pages,
     audit: &'a crate::audit::AuditLog,
 }
 

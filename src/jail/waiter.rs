@@ -171,10 +171,7 @@ pub fn remove_after_exit(paths: &[&std::path::Path]) -> bool {
 /// Closes every descriptor of this process but `keep` (stdio becomes /dev/null).
 fn close_all_but(keep: &[i32]) {
     if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-        for fd in 0..3 {
-            // SAFETY: dup2 onto this process's own stdio descriptors.
-            unsafe { libc::dup2(null.as_raw_fd(), fd) };
-        }
+        let _ = agent_sandbox_sys::fd::place_stdio([null.as_raw_fd(); 3]);
     }
     agent_sandbox_sys::fd::close_all_but(keep);
 }
@@ -189,28 +186,30 @@ fn pidfd_of(launcher: i32) -> Option<OwnedFd> {
 /// Leaves the launcher's session (so its process group's and terminal's signals miss us),
 /// and ignores the signals a job control or a batch system sends to end a session.
 fn shelter() {
-    let _ = nix::unistd::setsid();
-    use nix::sys::signal::{signal, SigHandler};
-    for s in SHELTERED {
-        // SAFETY: SIG_IGN installs no handler.
-        let _ = unsafe { signal(s, SigHandler::SigIgn) };
-    }
+    let _ = agent_sandbox_sys::process::new_session_ignoring(&SHELTERED);
 }
 
 /// What `shelter` ignores, given back before the waiter runs its tasks (a program they run
 /// inherits the default dispositions).
-const SHELTERED: [nix::sys::signal::Signal; 9] = {
-    use nix::sys::signal::Signal::*;
-    [SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGTSTP, SIGTTIN, SIGTTOU, SIGUSR1, SIGUSR2]
-};
+const SHELTERED: [libc::c_int; 9] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGTSTP,
+    libc::SIGTTIN,
+    libc::SIGTTOU,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
 
 /// The waiter's life: its launcher's orders until the launcher is gone, then the work.
 fn serve(sock: OwnedFd, launcher: i32, duties: Duties) -> ! {
     close_all_but(&[sock.as_raw_fd()]);
     shelter();
     let Some(alive) = pidfd_of(launcher) else {
-        // SAFETY: the launcher is already gone and gave no orders: nothing to do.
-        unsafe { libc::_exit(0) }
+        // The launcher is already gone and gave no orders: nothing to do.
+        agent_sandbox_sys::process::exit_now(0)
     };
     let mut orders = Orders::default();
     let mut lock_files: Vec<OwnedFd> = vec![];
@@ -265,13 +264,11 @@ fn serve(sock: OwnedFd, launcher: i32, duties: Duties) -> ! {
     }
     // The user has the session's status by now: the cleanup yields the CPU to them.
     agent_sandbox_sys::sched::last_in_line();
-    for s in SHELTERED {
-        // SAFETY: SIG_DFL installs no handler; a program a task runs inherits the defaults.
-        let _ = unsafe { nix::sys::signal::signal(s, nix::sys::signal::SigHandler::SigDfl) };
-    }
+    // A program a task runs inherits the defaults.
+    agent_sandbox_sys::signal::set_default(&SHELTERED);
     carry_out(orders, lock_files, duties);
-    // SAFETY: ends the waiter without running the launcher's exit path.
-    unsafe { libc::_exit(0) }
+    // Without running the launcher's exit path.
+    agent_sandbox_sys::process::exit_now(0)
 }
 
 enum Received {

@@ -117,8 +117,8 @@ pub fn start(
     // One malloc arena for the launcher's threads: the supervisor's and the short-lived
     // threads that ask Slurm (`spawn_blocking`) would each keep an arena of their own for
     // the session's life, where the launcher's main thread only waits.
-    // SAFETY: mallopt only changes allocator tuning; called before the service threads exist.
-    unsafe { libc::mallopt(libc::M_ARENA_MAX, 1) };
+    // Called before the service threads exist.
+    agent_sandbox_sys::memory::one_arena();
     if net.upstreams.is_empty() && net.jail == JailNet::Tun {
         eprintln!(
             "agent-sandbox: warning: no DNS resolver found (resolv.conf, net.dns): names will not resolve in the jail"

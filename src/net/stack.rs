@@ -8,7 +8,7 @@
 //! answered with RST by smoltcp itself.
 
 use crate::netrules::addr;
-use crate::pages::Pages;
+use agent_sandbox_sys::memory::Pages;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::tcp;

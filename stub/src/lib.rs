@@ -11,30 +11,6 @@ pub mod mail;
 pub mod session;
 pub mod slurm;
 
-/// Opens `/dev/null` on each of descriptors 0-2 that is closed, as Rust's runtime start does
-/// (the launcher and the stub binary both skip it: their entry point is C's `main`). Without
-/// it, the next socket or file a process opens takes the closed number and becomes its stdin,
-/// stdout or stderr: the stub would hand the chaperon its own connection as the command's
-/// stdio (then a killed caller no longer ends its command, and its messages go into the
-/// connection). Aborts if one cannot be opened, as the runtime does.
-pub fn open_standard_descriptors() {
-    let mut fds = [0, 1, 2].map(|fd| libc::pollfd { fd, events: 0, revents: 0 });
-    // SAFETY: poll reads and writes the three pollfd entries of a local array.
-    let polled = unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) };
-    for p in fds {
-        let closed = match polled {
-            // SAFETY: fcntl(F_GETFD) only asks whether the descriptor is open.
-            n if n < 0 => (unsafe { libc::fcntl(p.fd, libc::F_GETFD) }) == -1,
-            _ => p.revents & libc::POLLNVAL != 0,
-        };
-        // SAFETY: opens /dev/null at the lowest free number: this one, the lower ones being
-        // open by now. Without it, as in Rust's runtime start, the process cannot go on.
-        if closed && unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) } == -1 {
-            std::process::abort();
-        }
-    }
-}
-
 /// `argv[0]` of the self-test's unix-socket probe (`agent-sandbox doctor --attack`):
 /// `agent-sandbox-probe-unix PATH` connects to the socket at PATH, exit 0 when it could. Shell
 /// tools cannot try a socket (opening one as a file always fails), and every jail has this

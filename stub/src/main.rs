@@ -16,11 +16,12 @@
 extern "C" fn main(argc: i32, argv: *const *const libc::c_char) -> i32 {
     use std::os::unix::ffi::OsStrExt;
     // As Rust's runtime would: 0-2 open (else the chaperon's connection could become one of
-    // them), and a broken pipe is an error to report, not a signal to die of
-    // (the stub says so when the chaperon is gone mid-call).
-    agent_sandbox_stub::open_standard_descriptors();
-    // SAFETY: SIG_IGN installs no handler.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // them: the stub would hand the chaperon its own connection as the command's stdio, then
+    // a killed caller no longer ends its command, and its messages go into the connection),
+    // and a broken pipe is an error to report, not a signal to die of (the stub says so when
+    // the chaperon is gone mid-call).
+    agent_sandbox_sys::fd::open_standard_descriptors();
+    agent_sandbox_sys::signal::ignore(&[libc::SIGPIPE]);
     let args: Vec<std::ffi::OsString> = (0..usize::try_from(argc).unwrap_or(0))
         .map(|i| {
             // SAFETY: C's `main` gets `argc` pointers to NUL-terminated strings in `argv`,

@@ -67,9 +67,7 @@ pub fn sweeper(args: &[OsString]) -> i32 {
         return 2;
     };
     // A session of its own: the terminal's Ctrl-C to the command's group does not reach it.
-    // SAFETY: setsid takes nothing; it only changes this process.
-    unsafe { libc::setsid() };
-    for sig in [
+    let _ = agent_sandbox_sys::process::new_session_ignoring(&[
         libc::SIGINT,
         libc::SIGTERM,
         libc::SIGHUP,
@@ -80,18 +78,13 @@ pub fn sweeper(args: &[OsString]) -> i32 {
         libc::SIGUSR1,
         libc::SIGUSR2,
         libc::SIGPIPE,
-    ] {
-        // SAFETY: SIG_IGN installs no handler.
-        unsafe { libc::signal(sig, libc::SIG_IGN) };
-    }
+    ]);
     // Nothing else stays open here: the caller's stdout held by the sweeper would keep the
     // caller waiting (0-2 are /dev/null).
     agent_sandbox_sys::fd::close_all_but(&[go, done]);
-    let mut byte = [0u8; 1];
-    loop {
-        // SAFETY: reading into a valid one-byte buffer from our own pipe.
-        let n = unsafe { libc::read(go, byte.as_mut_ptr().cast(), 1) };
-        if n >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+    // Until a byte, the end of the pipe or an error other than an interruption.
+    while let Err(e) = agent_sandbox_sys::fd::read_byte(go) {
+        if e.kind() != std::io::ErrorKind::Interrupted {
             break;
         }
     }

@@ -8,6 +8,8 @@ pub mod fd;
 pub mod file;
 pub mod memory;
 pub mod pidfd;
+pub mod process;
 pub mod sched;
+pub mod signal;
 pub mod socket_path;
 pub mod spawn;

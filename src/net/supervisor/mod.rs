@@ -131,8 +131,8 @@ async fn run(tun: OwnedFd, cfg: NetConfig) -> io::Result<()> {
     // Large allocations (the socket buffers are mapped pages of their own, `net::stack`) stay
     // out of the heap: a fixed threshold keeps glibc from raising it after the first free of
     // one, which would leave the next ones in the heap, zeroed whole and resident.
-    // SAFETY: mallopt only changes allocator tuning; called before the buffers exist.
-    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 * 1024) };
+    // Called before the buffers exist.
+    agent_sandbox_sys::memory::fixed_mmap_threshold(128 * 1024);
     let common = cfg.common;
     if let Some(path) = common.control.clone() {
         tokio::spawn(crate::net::control::serve(

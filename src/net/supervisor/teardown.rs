@@ -23,36 +23,19 @@ pub(super) fn remember_tun(fd: RawFd) {
 /// are copied, and the launcher's own exit no longer unmaps its address space either (the
 /// child holds it until it ends, after the user got the status). So it is made without a
 /// tun0 too (`isolated`, `proxied`): unmapping took 0.3-0.4 ms of the launcher's exit. It only
-/// makes system calls on its own stack and never returns into Rust code.
+/// makes system calls, on a stack of its own (`agent_sandbox_sys::spawn::clone_vm_detached`),
+/// and ends there.
 pub fn defer_teardown() {
     let Ok((r, w)) = nix::unistd::pipe() else { return };
     // Without a tun0 the child keeps the pipe's read end alone.
-    let tun = Some(TUN_FD.load(Ordering::Relaxed)).filter(|t| *t >= 0).unwrap_or(r.as_raw_fd());
-    // The child reads its two descriptor numbers from the start of its stack mapping.
-    const STACK: usize = 64 * 1024;
-    // SAFETY: an anonymous private mapping; the result is checked before use.
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            STACK,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return;
-    }
-    let fds = stack.cast::<[RawFd; 2]>();
-    // SAFETY: `stack` is a fresh writable mapping of STACK bytes, aligned for i32.
-    unsafe { fds.write([tun, r.as_raw_fd()]) };
-    // SAFETY: clone with CLONE_VM runs `hold` on the new stack (its top, 16-byte aligned) in
-    // a process that shares this memory; `hold` only makes system calls and _exits, so it
-    // touches no allocator, lock or Rust state the launcher's threads use.
-    let pid =
-        unsafe { libc::clone(hold, stack.cast::<u8>().add(STACK).cast(), libc::CLONE_VM | libc::SIGCHLD, fds.cast()) };
-    if pid > 0 {
+    let r_fd = r.as_raw_fd();
+    let tun = Some(TUN_FD.load(Ordering::Relaxed)).filter(|t| *t >= 0).unwrap_or(r_fd);
+    // SAFETY: `hold` only makes system calls (none that touches this thread's own data) and
+    // ends with the child, so it touches no allocator, lock or Rust state the launcher's
+    // threads use. The launcher installs no signal handler (only SIG_IGN and SIG_DFL), so
+    // none of its code can run in the child.
+    let held = unsafe { agent_sandbox_sys::spawn::clone_vm_detached(64 * 1024, move || hold(tun, r_fd)) };
+    if held.is_ok() {
         // The write end stays open in the launcher until it exits; the child sees EOF then.
         std::mem::forget(w);
     }
@@ -60,21 +43,15 @@ pub fn defer_teardown() {
 }
 
 /// The teardown holder: keeps the tun descriptor (if any: else its number is the pipe's) and
-/// the pipe's read end, closes the rest, waits for the launcher to exit (EOF), then ends.
-extern "C" fn hold(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` points at the two descriptor numbers `defer_teardown` wrote; the mapping
-    // is never unmapped.
-    let [tun, r] = unsafe { *arg.cast::<[RawFd; 2]>() };
+/// the pipe's read end `r`, closes the rest, waits for the launcher to exit (EOF), then ends.
+fn hold(tun: RawFd, r: RawFd) -> libc::c_int {
     // Its own table (a copy: no CLONE_FILES), stdio included.
     agent_sandbox_sys::fd::close_from_but(0, &[tun, r]);
     // Its exit (tun0's teardown, the address space) yields the CPU to the user's shell; only
     // now, once the caller's descriptors are closed (the end of `$(agent-sandbox ...)` waits
     // for them, and a task at nice 19 may wait long for a core).
     agent_sandbox_sys::sched::last_in_line();
-    let mut b = 0u8;
-    // SAFETY: reads one byte into a local; returns at EOF, when the launcher has exited.
-    unsafe { libc::syscall(libc::SYS_read, r, (&mut b as *mut u8).cast::<libc::c_void>(), 1usize) };
-    // SAFETY: ends this child at once, without any exit handler.
-    unsafe { libc::syscall(libc::SYS_exit, 0) };
+    // Returns at EOF, when the launcher has exited.
+    let _ = agent_sandbox_sys::fd::read_byte(r);
     0
 }
