@@ -160,31 +160,42 @@ fn a_missing_git_is_made_as_a_checked_repository_and_other_placeholders_are_remo
     assert!(gone_soon(&j.project.join(".envrc")), "empty placeholder must be removed after the session");
 }
 
+/// A jail whose policy protects a name the git guard does not refuse (`keep.txt`), so that
+/// the session makes a placeholder for it (with the guard on, the default list makes none),
+/// and where that placeholder is.
+fn with_a_placeholder(j: Jail) -> (Jail, std::path::PathBuf) {
+    // Outside the project, which the jail writes: the launcher trusts no policy there.
+    let name = j.project.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let policy = home_file(&j, &format!("t/{name}-keep.toml"), "[filesystem]\nprotected = [\"keep.txt\"]\n");
+    let placeholder = j.project.join("keep.txt");
+    (j.arg("--policy").arg(&policy.display().to_string()), placeholder)
+}
+
 #[test]
 fn a_session_ended_by_a_signal_to_its_process_group_is_cleaned_up_after() {
     // A hangup or `kill -- -PGID` reaches every process of the launcher's group: the cleanup
     // waiter has left it, so the placeholders still go. (The Landlock backend makes none.)
-    let j = jail!("pgkill");
+    let (j, placeholder) = with_a_placeholder(jail!("pgkill"));
     let mut c = j.command(&["-q", "run", "--", "sleep", "30"]);
     std::os::unix::process::CommandExt::process_group(&mut c, 0);
     let mut child = c.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !j.project.join(".envrc").exists() && std::time::Instant::now() < deadline {
+    while !placeholder.exists() && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert!(j.project.join(".envrc").exists(), "the session made no placeholder");
+    assert!(placeholder.exists(), "the session made no placeholder");
     std::thread::sleep(std::time::Duration::from_millis(300));
     let group = nix::unistd::Pid::from_raw(-(child.id() as i32));
     nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGTERM).unwrap();
     let _ = child.wait();
-    assert!(gone_soon(&j.project.join(".envrc")), "the placeholder stayed after a SIGTERM to the launcher's group");
+    assert!(gone_soon(&placeholder), "the placeholder stayed after a SIGTERM to the launcher's group");
 }
 
 #[test]
 fn a_launcher_that_is_the_first_process_of_a_pid_namespace_cleans_up_itself() {
     // A container's entry point: the launcher is PID 1, and its exit kills every process of
     // its PID namespace, the cleanup waiter too. The launcher then cleans up itself.
-    let j = jail!("pidns1");
+    let (j, placeholder) = with_a_placeholder(jail!("pidns1"));
     assert!(nix::unistd::getuid().is_root(), "the test harness runs as root (it drops to the test user)");
     let home = j.rig.home.display().to_string();
     let mut c = std::process::Command::new("unshare");
@@ -193,7 +204,7 @@ fn a_launcher_that_is_the_first_process_of_a_pid_namespace_cleans_up_itself() {
         .arg(format!("--regid={}", j.rig.gid))
         .args(["--clear-groups", "env", "-i", &format!("HOME={home}"), "PATH=/usr/bin:/bin"])
         .arg(&j.rig.bin)
-        .args(j.launcher_args(&["-q", "run", "--", "sh", "-c", "test -e .envrc && echo PLACEHOLDER"]))
+        .args(j.launcher_args(&["-q", "run", "--", "sh", "-c", "test -e keep.txt && echo PLACEHOLDER"]))
         .current_dir(&j.project);
     let out = c.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -202,7 +213,7 @@ fn a_launcher_that_is_the_first_process_of_a_pid_namespace_cleans_up_itself() {
         "the session made no placeholder: {stdout} {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(gone_soon(&j.project.join(".envrc")), "the placeholder stayed after a launcher that was PID 1");
+    assert!(gone_soon(&placeholder), "the placeholder stayed after a launcher that was PID 1");
 }
 
 #[test]

@@ -14,13 +14,17 @@ use std::path::{Path, PathBuf};
 /// Metadata requests a `run -- true` may make on the home and project trees once a first
 /// session has made the state directory, with the kernel's 1 s attribute and entry cache
 /// expired since (sessions minutes apart), the waiter's removals after it included. Measured
-/// 127 with userns (215 while the names the git guard refuses still got placeholders, 286
-/// before the plan's listings of the home and project) and 376-397 with Landlock (its session
+/// 118 with userns (161 while `.envrc`, `.vscode`, `.idea`, `.husky` and `.githooks` still
+/// got placeholders, 215 while every name the git guard refuses did, 286 before the plan's
+/// listings of the home and project) and 376-427 with Landlock (its session
 /// directory, 50 stub links, is made and removed in the home without `$XDG_RUNTIME_DIR`; 437
 /// before the listings). An `lstat` per entry of the home's `HOME_ENTRIES` adds about 80.
 /// docs/performance.md, "Network filesystems".
-const MAX_USERNS_REQUESTS: u64 = 170;
-const MAX_LANDLOCK_REQUESTS: u64 = 430;
+const MAX_USERNS_REQUESTS: u64 = 140;
+// 427 measured on main's head of this stop, before and after its changes alike (issue 32's
+// probes since the 376-397: the token files' places, the stores made and covered), 3 under
+// the old bound: a bound that tight fails on a count that moves by a lookup.
+const MAX_LANDLOCK_REQUESTS: u64 = 450;
 const HOME_ENTRIES: usize = 80;
 const PROJECT_FILES: usize = 300;
 
@@ -179,7 +183,7 @@ exit "$rc""#,
     let counts = std::fs::read_to_string(stats.with_extension("true"))
         .unwrap_or_else(|e| panic!("slowfs wrote no counts of `run -- true`: {e}\n{out}"));
     let metadata = metadata_requests(&counts);
-    eprintln!("slowfs counts of `run -- true`:\n{counts}");
+    eprintln!("slowfs counts of `run -- true` ({metadata} metadata requests):\n{counts}");
     assert!(
         metadata <= max_requests,
         "`run -- true` made {metadata} metadata requests on its home and project (at most {max_requests}): each \

@@ -122,6 +122,33 @@ fn every_config_name_of_the_hook_managers_is_refused_and_the_users_commit_runs_o
     }
 }
 
+/// The default protected list's editors' and tools' names, missing from the project: with the
+/// git guard on none gets a placeholder (no round trips for them on a network filesystem), and
+/// the guard refuses each, saying who reads it, so nothing is made on the host either.
+#[test]
+fn missing_editor_and_hook_names_are_the_guards_to_refuse_and_get_no_placeholder() {
+    let j = jail!("rt35-top-names");
+    let names = [
+        (".envrc", "direnv"),
+        (".vscode/tasks.json", "VS Code"),
+        (".idea/workspace.xml", "JetBrains IDEs"),
+        (".husky/pre-commit", "husky (git hooks)"),
+        (".githooks/pre-commit", "git (the hooks core.hooksPath names)"),
+    ];
+    // A session each; the guard says why on the caller's stderr.
+    for (n, who) in names {
+        let top = n.split('/').next().unwrap_or(n);
+        let out = j.run(&format!(
+            "test -e {top} && echo PRESENT; mkdir -p \"$(dirname {n})\"; \
+             echo 'touch pwned' > {n} 2>/dev/null || echo REFUSED"
+        ));
+        assert!(!out.stdout.contains("PRESENT"), "{top} has a placeholder: {out}");
+        assert!(out.stdout.contains("REFUSED"), "{n} was written: {out}");
+        assert!(out.stderr.contains(who) && out.stderr.contains("outside the jail reads this"), "{n}: {out}");
+        assert!(gone_soon(&j.project.join(top)), "{top} exists on the host: {out}");
+    }
+}
+
 /// F11: husky in a subdirectory (`core.hooksPath = web/.husky/_`): the scripts `_/h` runs,
 /// `web/.husky/<hook>`, and what they name, are read-only inside; the user's commit runs theirs.
 #[test]

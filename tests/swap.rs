@@ -11,8 +11,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-/// The names the launcher makes placeholders under in a project (`plan::project`).
-const PLACEHOLDERS: [&str; 6] = [".envrc", ".githooks", ".vscode", ".idea", ".claude", ".codex"];
+/// The names the launcher makes placeholders under in a project (`plan::project`): with the
+/// git guard off the default list's, with it on (no placeholder for those) the name the test's
+/// policy protects.
+const PLACEHOLDERS: [&str; 7] = [".envrc", ".githooks", ".vscode", ".idea", ".claude", ".codex", "keep.txt"];
 
 /// The test user's state directory, made by a session first.
 fn state_dir(j: &Jail) -> PathBuf {
@@ -126,7 +128,9 @@ fn a_project_swapped_for_a_link_to_the_state_directory_after_the_plan_is_not_bou
     std::fs::create_dir(&inner).unwrap();
     j.give(&[&inner]);
     let before: Vec<&str> = PLACEHOLDERS.iter().copied().filter(|p| state.join(p).exists()).collect();
-    let j = j.cwd(&inner);
+    // A name the guard does not refuse, so that the plan counts on a placeholder for it.
+    let policy = home_file(&j, "t/swap-project-keep.toml", "[filesystem]\nprotected = [\"keep.txt\"]\n");
+    let j = j.cwd(&inner).arg("--policy").arg(&policy.display().to_string());
     let script = format!("ls -A {0}; touch {0}/planted && echo PLANTED", inner.display());
     let args = ["-q", "run", "--", "sh", "-c", &script];
     let out = launch_swapped(&j, "project", "planned", &args, &|| swap_for_link(&inner, &state));

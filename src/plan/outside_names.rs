@@ -72,6 +72,17 @@ const TOP_SETTINGS: &[(&str, &str)] = &[
     ("mise.local.toml", "mise (tasks, hooks, env scripts)"),
     (".mise.local.toml", "mise (tasks, hooks, env scripts)"),
     (".mise", "mise (tasks, hooks, env scripts)"),
+    // The rest of the default protected list's top-level names (docs/policy.md): with the
+    // git guard on, its refusal stands in for their placeholders, as for the names above.
+    // `.vscode/tasks.json` tasks run on folder open, and its settings name programs.
+    (".vscode", "VS Code (tasks run on folder open, settings that name programs)"),
+    // Run configurations and startup tasks.
+    (".idea", "JetBrains IDEs (run configurations, startup tasks)"),
+    // Run in the user's shell on `cd`, once allowed.
+    (".envrc", "direnv (runs it in your shell once allowed)"),
+    // Hook scripts `core.hooksPath` points at (husky's `.husky/_` runs `.husky/<hook>`).
+    (".husky", "husky (git hooks)"),
+    (".githooks", "git (the hooks core.hooksPath names)"),
 ];
 
 /// Entries of an `.opencode` directory opencode loads code or settings from. Not its
