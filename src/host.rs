@@ -685,22 +685,10 @@ pub fn userns_support() -> UsernsSupport {
 
 /// Forks a child that tries to create a user namespace.
 pub fn probe_userns() -> bool {
-    // SAFETY: the child only makes raw syscalls and _exits.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Child) => {
-            // A mount namespace too: Ubuntu's stock `unprivileged_userns` AppArmor profile lets
-            // the user namespace be created but strips its capabilities, so only a namespace
-            // that needs them tells whether the jail can be built.
-            let ok = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNS)
-                .is_ok();
-            // SAFETY: _exit ends the probe child at once.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
-        }
-        Ok(nix::unistd::ForkResult::Parent { child }) => {
-            matches!(nix::sys::wait::waitpid(child, None), Ok(nix::sys::wait::WaitStatus::Exited(_, 0)))
-        }
-        Err(_) => false,
-    }
+    // A mount namespace too: Ubuntu's stock `unprivileged_userns` AppArmor profile lets the
+    // user namespace be created but strips its capabilities, so only a namespace that needs
+    // them tells whether the jail can be built.
+    agent_sandbox_sys::process::can_unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS)
 }
 
 /// The node's name and the inode of this PID namespace: `node-4026531836`.

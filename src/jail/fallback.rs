@@ -25,7 +25,6 @@ pub fn run(
     banner: &dyn Fn(),
     lazy: Option<Lazy<'_>>,
 ) -> Result<Outcome, JailError> {
-    use nix::unistd::{fork, ForkResult};
     let Some(ll) = &plan.landlock else {
         return Err(JailError::Build("the plan has no Landlock rules for the Landlock backend".into()));
     };
@@ -57,22 +56,25 @@ pub fn run(
         Err(why) => return fail(why),
     };
     banner();
-    // SAFETY: the child only prepares its own sandbox and execs or _exits; the launcher has
-    // no other thread here (no network supervisor runs in this backend).
-    let child = match unsafe { fork() } {
-        Ok(ForkResult::Child) => in_child(plan, anchors, tty, ready, &old, inherit.as_ref().map(AsRawFd::as_raw_fd)),
-        Ok(ForkResult::Parent { child }) => child,
+    let Ready { sfd, report: (report_r, report_w), sweeper } = ready;
+    let (sweeper, ends) = match sweeper {
+        Some(((go_r, go_w), (done_r, done_w))) => (Some((go_w, done_r)), Some(SweeperEnds { go: go_r, done: done_w })),
+        None => (None, None),
+    };
+    // The launcher has no other thread here (no network supervisor runs in this backend;
+    // checked). The child prepares its own sandbox and execs or _exits; the launcher's ends
+    // (the signalfd, the report's read end, the sweeper's go and done) are close-on-exec
+    // there. The launcher's copies of the child's ends go with the closure: only the
+    // session's processes (the command, the keeper) hold the jail's end of the channel
+    // now, and the chaperon sees it close when the last of them has gone.
+    let channel = inherit.as_ref().map(AsRawFd::as_raw_fd);
+    let child = match agent_sandbox_sys::process::fork_single_threaded(move || {
+        let _inherit = inherit;
+        in_child(plan, anchors, tty, report_w, ends, &old, channel)
+    }) {
+        Ok(child) => Pid::from_raw(child),
         Err(e) => return fail(format!("cannot fork the command: {e}")),
     };
-    let Ready { sfd, report: (report_r, report_w), sweeper } = ready;
-    drop(report_w);
-    // Only the session's processes (the command, the keeper) hold the jail's end of the
-    // channel now: the chaperon sees it close when the last of them has gone.
-    drop(inherit);
-    let sweeper = sweeper.map(|((go_r, go_w), (done_r, done_w))| {
-        drop((go_r, done_w));
-        (go_w, done_r)
-    });
     let outcome = match start_report(report_r) {
         Some(e) => {
             let _ = nix::sys::wait::waitpid(child, None);
@@ -147,17 +149,12 @@ fn in_child(
     plan: &Plan,
     anchors: &[crate::plan::anchor::Anchor],
     tty: bool,
-    ready: Ready,
+    report_w: OwnedFd,
+    ends: Option<SweeperEnds>,
     old: &SigSet,
     inherit: Option<RawFd>,
 ) -> ! {
     super::waiter::forget();
-    let Ready { sfd, report: (report_r, report_w), sweeper } = ready;
-    drop((sfd, report_r));
-    let ends = sweeper.map(|((go_r, go_w), (done_r, done_w))| {
-        drop((go_w, done_r));
-        SweeperEnds { go: go_r, done: done_w }
-    });
     let _ = sigprocmask(SigmaskHow::SIG_SETMASK, Some(old), None);
     let e = match &plan.landlock {
         Some(ll) => exec_command(plan, anchors, ll, tty, ends, inherit),
@@ -292,38 +289,33 @@ impl Helpers {
     /// `pidfd_getfd`). A middle process starts it and ends, so that it is no child of the
     /// command (a shell's `wait` would wait for it) but the launcher's, the subreaper.
     fn spawn(&self, name: &str, keep: &[RawFd]) -> Result<i32, JailError> {
-        use nix::unistd::{fork, ForkResult};
         let fail = |why: String| JailError::Build(format!("cannot start the session's {name}: {why}"));
         if keep.iter().any(|fd| *fd < 3) {
             return Err(fail(format!("descriptors {keep:?}: 0-2 are the helper's /dev/null")));
         }
         let (pid_r, pid_w) =
             nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| fail(format!("pipe: {e}")))?;
-        // SAFETY: this process is single-threaded (forked from the launcher); the middle process
-        // starts the helper and _exits.
-        match unsafe { fork() }.map_err(|e| fail(format!("fork: {e}")))? {
-            ForkResult::Child => {
-                drop(pid_r);
-                // `P` and the pid, or `E` and why not.
-                let report = match self.start(name, keep) {
-                    Ok(pid) => [&[b'P'][..], &pid.to_le_bytes()].concat(),
-                    Err(e) => [&[b'E'][..], e.to_string().as_bytes()].concat(),
-                };
-                let _ = nix::unistd::write(&pid_w, &report);
-                // The middle process ends at once; the helper goes to the subreaper.
-                agent_sandbox_sys::process::exit_now(0)
-            }
-            ForkResult::Parent { child } => {
-                drop(pid_w);
-                let mut report = Vec::new();
-                let _ = std::io::Read::read_to_end(&mut std::fs::File::from(pid_r), &mut report);
-                let _ = nix::sys::wait::waitpid(child, None);
-                match report.split_first() {
-                    Some((b'P', pid)) if pid.len() == 4 => Ok(i32::from_le_bytes([pid[0], pid[1], pid[2], pid[3]])),
-                    Some((b'E', why)) => Err(fail(format!("{}: {}", self.exe.display(), String::from_utf8_lossy(why)))),
-                    _ => Err(fail("the process that starts it ended without a word".into())),
-                }
-            }
+        // This process is single-threaded (forked from the launcher; checked). The middle
+        // process starts the helper and ends at once (the helper goes to the subreaper); its
+        // copy of `pid_r` is close-on-exec, so the helper never holds it. The parent's
+        // `pid_w` goes with the closure.
+        let child = agent_sandbox_sys::process::fork_single_threaded(move || {
+            // `P` and the pid, or `E` and why not.
+            let report = match self.start(name, keep) {
+                Ok(pid) => [&[b'P'][..], &pid.to_le_bytes()].concat(),
+                Err(e) => [&[b'E'][..], e.to_string().as_bytes()].concat(),
+            };
+            let _ = nix::unistd::write(&pid_w, &report);
+            0
+        })
+        .map_err(|e| fail(format!("fork: {e}")))?;
+        let mut report = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::fs::File::from(pid_r), &mut report);
+        let _ = agent_sandbox_sys::process::wait_status(child, true);
+        match report.split_first() {
+            Some((b'P', pid)) if pid.len() == 4 => Ok(i32::from_le_bytes([pid[0], pid[1], pid[2], pid[3]])),
+            Some((b'E', why)) => Err(fail(format!("{}: {}", self.exe.display(), String::from_utf8_lossy(why)))),
+            _ => Err(fail("the process that starts it ended without a word".into())),
         }
     }
 

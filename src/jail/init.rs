@@ -80,11 +80,7 @@ pub fn child_main(shape: &Shape, sock: RawFd, launcher_end: RawFd) -> isize {
 /// with them blocked, and would otherwise read them from its signalfd and pass them on.
 fn leave_the_terminal() {
     let _ = nix::unistd::setsid();
-    let served = super::signals::served_signals();
-    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: sigtimedwait reads the set and the zero timeout, and writes no siginfo (null);
-    // with a zero timeout it returns at once, -1 once none of the set is pending.
-    while unsafe { libc::sigtimedwait(served.as_ref(), std::ptr::null_mut(), &zero) } > 0 {}
+    agent_sandbox_sys::signal::drain_pending(super::signals::served_signals().as_ref());
 }
 
 /// What needs no plan: the environment block scrubbed, the network namespace started (in a
@@ -93,8 +89,7 @@ fn prepare(shape: &Shape) -> Result<Option<net::NetSetup>, String> {
     crate::timing::mark("child-go");
     scrub_own_environ();
     // Non-dumpable: the jailed command (same uid) cannot ptrace PID 1 or read its /proc files.
-    // SAFETY: PR_SET_DUMPABLE takes an integer.
-    unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
+    let _ = agent_sandbox_sys::process::not_dumpable();
     crate::timing::mark("child-env");
     // Before the root is replaced: the thread opens /dev/net/tun and /proc/sys in the host's.
     let net = match shape.net.new_namespace() {

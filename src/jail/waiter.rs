@@ -84,8 +84,9 @@ pub struct Duties {
 /// (`remove_and_run`).
 static TASKS: std::sync::OnceLock<&'static [Task]> = std::sync::OnceLock::new();
 
-/// Forks the waiter, unless one runs. Only a single-threaded process may call it (the
-/// launcher before it parsed its command line): the child goes on in Rust code that allocates.
+/// Forks the waiter, unless one runs. Only a single-threaded process forks it (the launcher
+/// before it parsed its command line; checked, none is started in another): the child goes
+/// on in Rust code that allocates.
 pub fn start(duties: Duties) {
     let _ = TASKS.set(duties.tasks);
     // As the first process of a PID namespace, our exit would take the waiter with it: the
@@ -102,19 +103,12 @@ pub fn start(duties: Duties) {
         return;
     }
     let launcher = std::process::id() as i32;
-    // SAFETY: the caller is single-threaded (see above); the child closes every descriptor
-    // but its end of the pair and ends with _exit.
-    match unsafe { nix::unistd::fork() } {
-        Ok(nix::unistd::ForkResult::Child) => {
-            drop(ours);
-            serve(theirs, launcher, duties)
-        }
-        Ok(nix::unistd::ForkResult::Parent { child }) => {
-            drop(theirs);
-            WAITER.store(child.as_raw(), Ordering::Relaxed);
-            LINK.store(std::os::fd::IntoRawFd::into_raw_fd(ours), Ordering::Relaxed);
-        }
-        Err(_) => {}
+    // Refused (no waiter, as when the fork fails) unless the process is single-threaded. The
+    // child closes every descriptor but its end of the pair (`ours` too) first thing, and
+    // ends with _exit; the parent's `theirs` goes with the closure.
+    if let Ok(child) = agent_sandbox_sys::process::fork_single_threaded(move || serve(theirs, launcher, duties)) {
+        WAITER.store(child, Ordering::Relaxed);
+        LINK.store(std::os::fd::IntoRawFd::into_raw_fd(ours), Ordering::Relaxed);
     }
 }
 

@@ -51,6 +51,21 @@ pub fn set_default(sigs: &[libc::c_int]) {
     }
 }
 
+/// Takes every signal of `set` pending for the calling thread or its process, delivering
+/// none and waiting for none (`sigtimedwait` with a zero timeout, until none is left); the
+/// signals should be blocked, or they would have been delivered already. Answers how many
+/// it took. Allocates nothing.
+pub fn drain_pending(set: &libc::sigset_t) -> usize {
+    let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut taken = 0;
+    // SAFETY: sigtimedwait reads the set and the zero timeout, and writes no siginfo (null);
+    // with a zero timeout it returns at once, -1 once none of the set is pending.
+    while unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &zero) } > 0 {
+        taken += 1;
+    }
+    taken
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -117,6 +132,36 @@ pub(crate) mod tests {
             let ignored = disposition(libc::SIGHUP) == libc::SIG_IGN;
             set_default(&[libc::SIGHUP]);
             unblocked && ignored && disposition(libc::SIGHUP) == libc::SIG_DFL
+        });
+    }
+
+    /// Two blocked signals pending: draining a set that holds one takes that one alone, once.
+    #[test]
+    fn drain_pending_takes_the_set_pending_signals_and_leaves_the_others() {
+        in_child(|| {
+            // SAFETY: sigset_t is plain data, filled by sigemptyset/sigaddset below.
+            let (mut both, mut one, mut pending): (libc::sigset_t, libc::sigset_t, libc::sigset_t) =
+                unsafe { (std::mem::zeroed(), std::mem::zeroed(), std::mem::zeroed()) };
+            // SAFETY: fills the local sets, blocks both signals in this forked child's only
+            // thread and raises them (held pending, not delivered).
+            unsafe {
+                libc::sigemptyset(&mut both);
+                libc::sigaddset(&mut both, libc::SIGUSR1);
+                libc::sigaddset(&mut both, libc::SIGUSR2);
+                libc::sigemptyset(&mut one);
+                libc::sigaddset(&mut one, libc::SIGUSR1);
+                libc::sigprocmask(libc::SIG_BLOCK, &both, std::ptr::null_mut());
+                libc::raise(libc::SIGUSR1);
+                libc::raise(libc::SIGUSR2);
+            }
+            let taken = drain_pending(&one);
+            let again = drain_pending(&one);
+            // SAFETY: sigpending and sigismember read into and from the local set.
+            let (usr1, usr2) = unsafe {
+                libc::sigpending(&mut pending);
+                (libc::sigismember(&pending, libc::SIGUSR1), libc::sigismember(&pending, libc::SIGUSR2))
+            };
+            taken == 1 && again == 0 && usr1 == 0 && usr2 == 1
         });
     }
 }
