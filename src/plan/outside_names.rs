@@ -90,8 +90,23 @@ const TOP_SETTINGS: &[(&str, &str)] = &[
 /// binds existing ones read-only; docs/security-model.md names the limit).
 const OPENCODE_LOADS: &[&str] = &["plugin", "tool", "command", "agent", "mode", "opencode.json"];
 
+/// A name as a case-folding filesystem compares it (ext4's and f2fs's casefold directories,
+/// which the jail may set on an empty directory it owns; SMB shares; vfat): lower case, after
+/// upper case for what is not ASCII, so that the Kelvin sign is `k` and the long s is `s`.
+/// Every comparison below is of folded names, so `.VSCODE` or `.hus\u{212A}y` is the name a
+/// folding lookup outside finds as `.vscode` or `.husky` (outside review of issue 35, F1).
+fn fold(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.is_ascii() {
+        if s.bytes().any(|b| b.is_ascii_uppercase()) {
+            return s.to_ascii_lowercase().into();
+        }
+        return s.into();
+    }
+    s.chars().flat_map(char::to_uppercase).flat_map(char::to_lowercase).collect::<String>().into()
+}
+
 /// lefthook's configs (lefthook.dev/configuration: `lefthook`, `.lefthook`, each with its
-/// `-local` twin that it merges over the main one, in every format it reads).
+/// `-local` twin that it merges over the main one, in every format it reads); `name` folded.
 fn lefthook_config(name: &str) -> bool {
     let Some((stem, ext)) = name.rsplit_once('.') else { return false };
     ["lefthook", ".lefthook", "lefthook-local", ".lefthook-local"].contains(&stem)
@@ -109,12 +124,9 @@ fn lefthook_config(name: &str) -> bool {
 /// link the jail made: through `.config -> w`, a `w/lefthook-local.yml` is lefthook's config,
 /// and no name the guard sees is one of those (fourth look at issue 32, I2).
 pub fn holds_runs_outside_names(rel: &Path) -> Option<&'static str> {
-    let last = rel.file_name()?.to_str()?;
+    let last = fold(rel.file_name()?.to_str()?);
     let top = rel.components().count() == 1;
-    if last.eq_ignore_ascii_case(".github")
-        || last.eq_ignore_ascii_case(".opencode")
-        || (top && last.eq_ignore_ascii_case(".config"))
-    {
+    if last == ".github" || last == ".opencode" || (top && last == ".config") {
         return Some(
             "the programs that read the settings inside it (a symbolic link there would hand them another directory)",
         );
@@ -122,34 +134,35 @@ pub fn holds_runs_outside_names(rel: &Path) -> Option<&'static str> {
     None
 }
 
+/// Every name is compared folded (`fold`): what a folding filesystem outside takes for one
+/// of these is one.
 pub fn runs_outside_name(rel: &Path) -> Option<&'static str> {
-    let parts: Vec<&str> = rel.iter().map(|c| c.to_str().unwrap_or("")).collect();
+    let parts: Vec<std::borrow::Cow<'_, str>> = rel.iter().map(|c| fold(c.to_str().unwrap_or(""))).collect();
     for (i, c) in parts.iter().enumerate() {
         // Every name of the lists starts with `.`, `opencode` or `crush`: most components are
         // none.
-        let prefixed = |p: &str| c.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p));
-        if !c.starts_with('.') && !prefixed("opencode") && !prefixed("crush") {
+        if !c.starts_with('.') && !c.starts_with("opencode") && !c.starts_with("crush") {
             continue;
         }
-        if let Some((_, who)) = AGENT_CONFIG.iter().find(|(n, _)| c.eq_ignore_ascii_case(n)) {
+        if let Some((_, who)) = AGENT_CONFIG.iter().find(|(n, _)| c == n) {
             return Some(who);
         }
+        let next = parts.get(i + 1).map(|n| n.as_ref());
         // GitHub Copilot CLI loads command hooks from `.github/hooks/*.json` of the directory
         // it starts in.
-        if c.eq_ignore_ascii_case(".github") && parts.get(i + 1).is_some_and(|n| n.eq_ignore_ascii_case("hooks")) {
+        if c == ".github" && next == Some("hooks") {
             return Some("GitHub Copilot CLI (its hooks)");
         }
-        if c.eq_ignore_ascii_case(".opencode")
-            && parts.get(i + 1).is_some_and(|n| OPENCODE_LOADS.iter().any(|l| n.starts_with(l)))
-        {
+        if c == ".opencode" && next.is_some_and(|n| OPENCODE_LOADS.iter().any(|l| n.starts_with(l))) {
             return Some("opencode");
         }
     }
-    let top = *parts.first()?;
+    let top = parts.first()?.as_ref();
+    let second = parts.get(1).map(|n| n.as_ref());
     let hook_manager = lefthook_config(top)
         || top == ".lefthook"
         || top == ".lefthook-local"
-        || (top == ".config" && parts.get(1).is_some_and(|n| lefthook_config(n)));
+        || (top == ".config" && second.is_some_and(lefthook_config));
     if hook_manager {
         return Some("lefthook (git hooks)");
     }
@@ -167,11 +180,49 @@ pub fn runs_outside_name(rel: &Path) -> Option<&'static str> {
         return Some(who);
     }
     // mise's configs under `.config/` (`.config/mise.toml`, `.config/mise/config.toml`).
-    if top == ".config" && parts.get(1).is_some_and(|n| *n == "mise" || *n == "mise.toml") {
+    if top == ".config" && second.is_some_and(|n| n == "mise" || n == "mise.toml") {
         return Some("mise (tasks, hooks, env scripts)");
     }
     if parts.len() == 1 && top.starts_with(".aider.tags.cache.v") {
         return Some("aider (its tags cache is unpickled)");
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tables are written folded (lower case ASCII), as every name is compared.
+    #[test]
+    fn the_tables_are_folded() {
+        let names = AGENT_CONFIG.iter().chain(TOP_SETTINGS).map(|(n, _)| *n).chain(OPENCODE_LOADS.iter().copied());
+        for n in names {
+            assert_eq!(fold(n), n, "{n}");
+        }
+    }
+
+    /// What a case-folding filesystem takes for a name is that name: ASCII case, and the
+    /// letters that fold to ASCII ones (the Kelvin sign, the long s).
+    #[test]
+    fn names_are_matched_as_a_folding_filesystem_matches_them() {
+        for (rel, who) in [
+            (".VSCODE/tasks.json", "VS Code"),
+            (".ENVRC", "direnv"),
+            (".hus\u{212A}y/pre-commit", "husky"),
+            (".githook\u{17F}/pre-commit", "git"),
+            (".Pre-Commit-Config.yaml", "pre-commit"),
+            ("LEFTHOOK.YML", "lefthook"),
+            ("sub/.CLAUDE/settings.json", "Claude Code"),
+            (".GitHub/Hooks/x.json", "GitHub Copilot CLI"),
+            ("OpenCode.json", "opencode"),
+        ] {
+            let said = runs_outside_name(Path::new(rel));
+            assert!(said.is_some_and(|w| w.starts_with(who)), "{rel}: {said:?}");
+        }
+        assert!(holds_runs_outside_names(Path::new(".CONFIG")).is_some());
+        for rel in ["src/main.rs", "sub/.vscode/settings.json", ".vscodex", "README.md", "k\u{212A}"] {
+            assert_eq!(runs_outside_name(Path::new(rel)), None, "{rel}");
+        }
+    }
 }
