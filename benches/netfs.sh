@@ -8,7 +8,7 @@
 # in mount namespaces of its own (the user's real home is untouched) and measures as the
 # unprivileged test user.
 #
-#   sudo benches/netfs.sh                   # DELAY_US=1000 RUNS=40 FILES=300 SKIP=job,slurm,guard
+#   sudo benches/netfs.sh                   # DELAY_US=1000 RUNS=40 FILES=300 SKIP=job,slurm,guard BLOCK_PAUSE=2
 set -euo pipefail
 cd "$(dirname "$0")/.."
 user="${BENCH_USER:-asbtest}"
