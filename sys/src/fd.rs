@@ -134,6 +134,7 @@ pub fn write_parts(fd: RawFd, parts: &[&[u8]]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::signal::tests::in_child;
     use std::os::fd::{AsRawFd, IntoRawFd};
 
     fn open(fd: RawFd) -> bool {
@@ -147,23 +148,12 @@ mod tests {
     fn close_all_but_keeps_only_what_it_names() {
         let files: Vec<RawFd> = (0..6).map(|_| std::fs::File::open("/dev/null").unwrap().into_raw_fd()).collect();
         let keep = [files[4], files[1]];
-        // SAFETY: the child makes system calls only and ends with _exit.
-        match unsafe { libc::fork() } {
-            0 => {
-                close_all_but(&keep);
-                let kept = keep.iter().all(|fd| open(*fd));
-                let closed = files.iter().filter(|fd| !keep.contains(fd)).all(|fd| !open(*fd));
-                let stdio = (0..3).all(open);
-                // SAFETY: ends the child at once.
-                unsafe { libc::_exit(if kept && closed && stdio { 0 } else { 1 }) }
-            }
-            pid => {
-                let mut status = 0;
-                // SAFETY: waits for our own child, writing the local status.
-                unsafe { libc::waitpid(pid, &mut status, 0) };
-                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
-            }
-        }
+        in_child(|| {
+            close_all_but(&keep);
+            let kept = keep.iter().all(|fd| open(*fd));
+            let closed = files.iter().filter(|fd| !keep.contains(fd)).all(|fd| !open(*fd));
+            kept && closed && (0..3).all(open)
+        });
         for fd in files {
             // SAFETY: our own descriptors, opened above.
             unsafe { libc::close(fd) };
@@ -214,27 +204,16 @@ mod tests {
             unsafe { libc::fstat(fd, &mut st) == 0 && st.st_rdev == null.rdev() && st.st_ino == null.ino() }
         };
         let pipe = std::io::pipe().unwrap();
-        // SAFETY: the child makes system calls only and ends with _exit.
-        match unsafe { libc::fork() } {
-            0 => {
-                // SAFETY: this forked child's own stdio.
-                unsafe {
-                    libc::dup2(pipe.0.as_raw_fd(), 0);
-                    libc::close(1);
-                    libc::close(2);
-                }
-                open_standard_descriptors();
-                let ok = open(1) && open(2) && is_null(1) && is_null(2) && !is_null(0);
-                // SAFETY: ends the child at once.
-                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+        in_child(|| {
+            // SAFETY: this forked child's own stdio.
+            unsafe {
+                libc::dup2(pipe.0.as_raw_fd(), 0);
+                libc::close(1);
+                libc::close(2);
             }
-            pid => {
-                let mut status = 0;
-                // SAFETY: waits for our own child, writing the local status.
-                unsafe { libc::waitpid(pid, &mut status, 0) };
-                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
-            }
-        }
+            open_standard_descriptors();
+            open(1) && open(2) && is_null(1) && is_null(2) && !is_null(0)
+        });
     }
 
     /// In a forked child: stdin and stdout swapped (each given as the other's number), stderr
@@ -249,27 +228,16 @@ mod tests {
             st.st_ino
         };
         let (r, _w) = std::io::pipe().unwrap();
-        // SAFETY: the child makes system calls only and ends with _exit.
-        match unsafe { libc::fork() } {
-            0 => {
-                // SAFETY: this forked child's own stdio: 0 the pipe's read end, 1 /dev/null.
-                unsafe {
-                    libc::dup2(r.as_raw_fd(), 0);
-                    libc::dup2(libc::open(c"/dev/null".as_ptr(), libc::O_RDWR), 1);
-                }
-                let (i0, i1, i2) = (ino(0), ino(1), ino(2));
-                let placed = place_stdio([1, 0, -1]).is_ok();
-                let ok = placed && i0 != i1 && ino(0) == i1 && ino(1) == i0 && ino(2) == i2;
-                // SAFETY: ends the child at once.
-                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+        in_child(|| {
+            // SAFETY: this forked child's own stdio: 0 the pipe's read end, 1 /dev/null.
+            unsafe {
+                libc::dup2(r.as_raw_fd(), 0);
+                libc::dup2(libc::open(c"/dev/null".as_ptr(), libc::O_RDWR), 1);
             }
-            pid => {
-                let mut status = 0;
-                // SAFETY: waits for our own child, writing the local status.
-                unsafe { libc::waitpid(pid, &mut status, 0) };
-                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
-            }
-        }
+            let (i0, i1, i2) = (ino(0), ino(1), ino(2));
+            let placed = place_stdio([1, 0, -1]).is_ok();
+            placed && i0 != i1 && ino(0) == i1 && ino(1) == i0 && ino(2) == i2
+        });
         assert!(place_stdio([-1, -1, -1]).is_ok(), "nothing to place");
     }
 

@@ -226,21 +226,12 @@ mod tests {
         p.guard_low(page).unwrap();
         p[page] = 1;
         let low = p.addr() as *mut u8;
-        // SAFETY: the child writes to the guarded page, which must kill it, or _exits.
-        match unsafe { libc::fork() } {
-            0 => {
-                // SAFETY: a write the guard must stop (the point of the test).
-                unsafe { low.write_volatile(1) };
-                // SAFETY: ends the child at once.
-                unsafe { libc::_exit(0) }
-            }
-            pid => {
-                let mut status = 0;
-                // SAFETY: waits for our own child, writing the local status.
-                unsafe { libc::waitpid(pid, &mut status, 0) };
-                assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV, "status {status}");
-            }
-        }
+        let status = crate::signal::tests::child_status(|| {
+            // SAFETY: a write the guard must stop (the point of the test): it kills the child.
+            unsafe { low.write_volatile(1) };
+            0
+        });
+        assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV, "status {status}");
     }
 
     /// The tunings are taken, and the threshold stays where it was put: a large block is

@@ -177,16 +177,8 @@ mod tests {
 
     #[test]
     fn exit_now_ends_with_its_code() {
-        // SAFETY: the child only _exits.
-        match unsafe { libc::fork() } {
-            0 => exit_now(13),
-            pid => {
-                let mut status = 0;
-                // SAFETY: waits for our own child, writing the local status.
-                unsafe { libc::waitpid(pid, &mut status, 0) };
-                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 13, "status {status}");
-            }
-        }
+        let status = crate::signal::tests::child_status(|| exit_now(13));
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 13, "status {status}");
     }
 
     #[test]

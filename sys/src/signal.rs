@@ -82,18 +82,25 @@ pub(crate) mod tests {
     /// Runs `f` in a forked child (dispositions and masks are the whole process's; the test
     /// harness's threads must not see them change) and asserts it returns true there.
     pub(crate) fn in_child(f: impl FnOnce() -> bool) {
-        // SAFETY: the child runs `f` and _exits.
+        let status = child_status(|| if f() { 0 } else { 1 });
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
+    }
+
+    /// Runs `f` in a forked child, which ends with what `f` returns (or however `f` ends it),
+    /// and gives the child's raw wait status: the sys tests' one fork.
+    pub(crate) fn child_status(f: impl FnOnce() -> libc::c_int) -> libc::c_int {
+        // SAFETY: the child runs `f` (the tests' system calls) and _exits.
         match unsafe { libc::fork() } {
             0 => {
-                let ok = f();
+                let code = f();
                 // SAFETY: ends the child at once.
-                unsafe { libc::_exit(if ok { 0 } else { 1 }) }
+                unsafe { libc::_exit(code) }
             }
             pid => {
                 let mut status = 0;
                 // SAFETY: waits for our own child, writing the local status.
                 unsafe { libc::waitpid(pid, &mut status, 0) };
-                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}");
+                status
             }
         }
     }

@@ -208,19 +208,10 @@ mod tests {
         let envp = CStrings::new(vec![c("X=y")]);
         let missing = exec(c"/nonexistent/sh", &argv, &envp);
         assert_eq!(missing.raw_os_error(), Some(libc::ENOENT));
-        // SAFETY: the child only execs or _exits.
-        match unsafe { libc::fork() } {
-            0 => {
-                let _ = exec(c"/bin/sh", &argv, &envp);
-                // SAFETY: ends the child at once.
-                unsafe { libc::_exit(1) }
-            }
-            pid => {
-                let mut status = 0;
-                // SAFETY: waits for our own child, writing the local status.
-                unsafe { libc::waitpid(pid, &mut status, 0) };
-                assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 9, "status {status}");
-            }
-        }
+        let status = crate::signal::tests::child_status(|| {
+            let _ = exec(c"/bin/sh", &argv, &envp);
+            1
+        });
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 9, "status {status}");
     }
 }
