@@ -470,7 +470,7 @@ fn prelude(
         state_dir_ready(&facts.state_dir(), log)?;
     }
     let choices = plan::choose(policy, facts);
-    Ok((project_dir, Prelude { dry_run, session, landlock: choices.landlock(), choices }))
+    Ok((project_dir, Prelude { dry_run, session, choices }))
 }
 
 /// The plan, from one listing each of the home and the project, and what the launch stops

@@ -33,10 +33,8 @@ pub struct Prelude {
     pub dry_run: bool,
     /// The session's id: the launcher's own, or for a job its submitting session's.
     pub session: String,
-    /// The Landlock backend, whose command inherits the chaperon's channel (no socket).
-    pub landlock: bool,
-    /// The backend, the jail's network and the groups, chosen once for the jail's early PID 1
-    /// and the plan alike.
+    /// The backend (Landlock's command inherits the chaperon's channel, no socket), the jail's
+    /// network and the groups, chosen once for the jail's early PID 1 and the plan alike.
     pub choices: crate::plan::Choices,
 }
 
@@ -83,7 +81,7 @@ impl Held {
         let door = match pre.dry_run {
             true => None,
             false => Some(
-                chaperon_door(pre.landlock, &facts.state_dir(), own)
+                chaperon_door(pre.choices.landlock(), &facts.state_dir(), own)
                     .map_err(|e| format!("cannot create the session's Slurm socket: {e}"))?,
             ),
         };
@@ -157,7 +155,7 @@ impl Held {
             cwd: c.cwd,
             session: pre.session.clone(),
             chaperon_socket: self.door.as_ref().and_then(|d| d.socket.clone()),
-            chaperon_channel: pre.landlock,
+            chaperon_channel: pre.choices.landlock(),
             extra_files: c.extra_files,
             env: c.env,
         }
