@@ -63,7 +63,11 @@ mod tests {
         let s = Secret::new().unwrap();
         let back = Secret::from_hex(&s.hex()).unwrap();
         assert!(back.verifies(&[b"x"], s.sign(&[b"x"]).as_ref()));
+        assert_eq!(back.hex(), s.hex());
         assert_eq!(format!("{s:?}"), "Secret(..)");
         assert!(Secret::from_hex("zz").is_none() && Secret::from_hex(&"0".repeat(63)).is_none());
+        for bad in ["", "00", &"zz".repeat(32), &"00".repeat(33)] {
+            assert!(Secret::from_hex(bad).is_none(), "{bad}");
+        }
     }
 }

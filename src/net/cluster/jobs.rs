@@ -367,15 +367,6 @@ pub(crate) fn canonical(ip: IpAddr) -> IpAddr {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_secret_reads_back_from_its_hex_only() {
-        let s = Secret::new().unwrap();
-        assert_eq!(Secret::from_hex(&s.hex()).unwrap().hex(), s.hex());
-        for bad in ["", "00", &"zz".repeat(32), &"00".repeat(33)] {
-            assert!(Secret::from_hex(bad).is_none(), "{bad}");
-        }
-    }
-
     async fn pair() -> (tokio::net::TcpStream, tokio::net::TcpStream, SocketAddr) {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let at = l.local_addr().unwrap();
