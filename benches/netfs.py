@@ -40,6 +40,9 @@ JOB_RUNS = int(os.environ.get("JOB_RUNS", "20"))
 SLURM_RUNS = int(os.environ.get("SLURM_RUNS", "10"))
 FILES = int(os.environ.get("FILES", "300"))
 SKIP = set(os.environ.get("SKIP", "").split(","))  # any of: job,slurm,guard
+# A directory: slowfs traces each request (`--trace`), and the counted startup runs' requests
+# are saved there per tree (`startup-home.trace`, `startup-project.trace`: `kind path` a line).
+TRACE = os.environ.get("TRACE")
 
 import pwd  # noqa: E402
 
@@ -75,6 +78,7 @@ class Side:
         self.base = os.path.join(WORK, name)
         self.ns = os.path.join(WORK, "ns-" + name)
         self.daemons = {}  # tree -> (Popen, stats file)
+        self.traces = {}  # tree -> slowfs's trace file (TRACE)
 
     def enter(self):
         return ["nsenter", "--mount=" + self.ns, "--"]
@@ -92,12 +96,19 @@ class Side:
     def times(self, argv, k=BLOCK):
         return [float(x) for x in self.run(["python3", "-I", "-c", TIMER, str(k), *argv]).split()]
 
-    def counted(self, fn):
-        """Runs fn() between a reset and a dump of this side's counters: {tree: {op: n}}."""
+    def counted(self, fn, trace_as=None):
+        """Runs fn() between a reset and a dump of this side's counters: {tree: {op: n}}.
+        With TRACE and trace_as, the requests fn() made are saved as TRACE/<trace_as>-<tree>.trace."""
         for p, _ in self.daemons.values():
             os.kill(p.pid, signal.SIGUSR2)
         time.sleep(0.05)
+        marks = {t: os.path.getsize(tr) for t, tr in self.traces.items()} if trace_as else {}
         fn()
+        time.sleep(0.05)
+        for tree, at in marks.items():
+            with open(self.traces[tree], "rb") as f, open(os.path.join(TRACE, "%s-%s.trace" % (trace_as, tree)), "wb") as out:
+                f.seek(at)
+                out.write(f.read())
         out = {}
         for tree, (p, stats) in self.daemons.items():
             if os.path.exists(stats):
@@ -166,9 +177,14 @@ def setup():
     os.chown(os.path.join(slow.base, "home", "bench-project"), PW.pw_uid, PW.pw_gid)
     for tree, backing, mnt in (("home", "home", HOME), ("project", "project", PROJECT)):
         stats = os.path.join(WORK, "stats-" + tree)
+        trace = []
+        if TRACE:
+            os.makedirs(TRACE, exist_ok=True)
+            slow.traces[tree] = os.path.join(WORK, "trace-" + tree)
+            trace = ["--trace", slow.traces[tree]]
         p = subprocess.Popen(slow.enter() + [SLOWFS, os.path.join(slow.base, backing), mnt,
                                              "--delay-us", str(DELAY_US), "--ttl-ms", str(TTL_MS),
-                                             "--stats", stats])
+                                             "--stats", stats, *trace])
         slow.daemons[tree] = (p, stats)
         for _ in range(500):
             with open("/proc/%d/mounts" % p.pid) as f:
@@ -254,6 +270,15 @@ def startup(sides):
     print("metadata requests per run on the netfs trees:")
     n = 5
     show_counts("agent-sandbox run -- true", slow.counted(lambda: slow.times(asb, n)), n)
+    if TRACE:
+        # One start after the pause, as each measured block's runs meet the cache.
+        time.sleep(PAUSE)
+        slow.counted(lambda: slow.times(asb, 1), "startup")
+        time.sleep(PAUSE)
+        marks = subprocess.run(slow.as_user(asb, env=["AGENT_SANDBOX_TIMING=1"]), capture_output=True, text=True)
+        with open(os.path.join(TRACE, "startup-timing.txt"), "w") as f:
+            f.write(marks.stderr)
+        print("  one start's requests: %s/startup-{home,project}.trace; its timing marks: startup-timing.txt" % TRACE)
     if before:
         show_counts("the same, ASB_BEFORE", slow.counted(lambda: slow.times(before, n)), n)
     show_counts("bwrap", slow.counted(lambda: slow.times(BWRAP, n)), n)

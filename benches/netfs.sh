@@ -9,6 +9,7 @@
 # unprivileged test user.
 #
 #   sudo benches/netfs.sh                   # DELAY_US=1000 RUNS=40 FILES=300 SKIP=job,slurm,guard BLOCK_PAUSE=2
+#                                           # TRACE=DIR: one start's requests, a line each, per tree
 set -euo pipefail
 cd "$(dirname "$0")/.."
 user="${BENCH_USER:-asbtest}"

@@ -36,6 +36,54 @@ pub trait HostFs {
     fn identity(&self, _p: &Path) -> Option<(u64, u64)> {
         None
     }
+    /// Asks for these directories' listings (`read_dir`, and their entries' kinds) side by
+    /// side, before the questions about them come one by one: a network filesystem answers
+    /// requests in parallel, so a walk's round trips overlap instead of adding up. A view
+    /// that gains nothing from it (a test's) ignores it.
+    fn prefetch_dirs(&self, _dirs: &[PathBuf]) {}
+    /// The same for `kind` questions (names most often absent: `.git`, `.envrc`).
+    fn prefetch_kinds(&self, _paths: &[PathBuf]) {}
+}
+
+/// Requests a walk keeps in flight at once (`HostFs::prefetch_dirs`): NFS's client sends
+/// this many side by side without trouble (its slot table holds 64 and more).
+const SIDE_BY_SIDE: usize = 8;
+
+/// `work(item)` for every item, on up to `SIDE_BY_SIDE` threads that end before it returns;
+/// the answers in the items' order.
+fn side_by_side<T: Sync, R: Send + Default + Clone>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let out = std::sync::Mutex::new(vec![R::default(); items.len()]);
+    std::thread::scope(|s| {
+        for _ in 0..SIDE_BY_SIDE.min(items.len()) {
+            // Small stacks: the work's buffers are on the heap.
+            let spawned = std::thread::Builder::new().stack_size(64 << 10).spawn_scoped(s, || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(item) = items.get(i) else { break };
+                let r = work(item);
+                out.lock().unwrap_or_else(std::sync::PoisonError::into_inner)[i] = r;
+            });
+            if spawned.is_err() {
+                break;
+            }
+        }
+    });
+    // Items no thread took (none could start): done here.
+    let mut out = out.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner);
+    for i in next.load(std::sync::atomic::Ordering::Relaxed)..items.len() {
+        out[i] = work(&items[i]);
+    }
+    out
+}
+
+/// One directory's entries and their kinds (`d_type`), as `RealFs::read_dir` keeps them.
+fn entries_of(p: &Path) -> Vec<(OsString, Option<Kind>)> {
+    std::fs::read_dir(p)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| (e.file_name(), e.file_type().ok().map(kind_of)))
+        .collect()
 }
 
 /// The host filesystem, with `kind`, `read_dir` and `canonicalize` answers cached for one plan
@@ -125,6 +173,29 @@ impl RealFs {
     }
 }
 
+impl RealFs {
+    /// A directory's listing, kept for `read_dir`; each entry's kind for `kind` (`d_type`;
+    /// std asks `lstat` where the filesystem leaves it unknown): a caller that lists a
+    /// directory and then asks the kind of each entry (the walk for nested repositories)
+    /// makes no round trip per entry.
+    fn remember_dir(&self, p: &Path, entries: Vec<(OsString, Option<Kind>)>) -> std::rc::Rc<[OsString]> {
+        let mut names = Vec::with_capacity(entries.len());
+        {
+            let mut kinds = self.kinds.borrow_mut();
+            for (name, kind) in entries {
+                if let Some(k) = kind {
+                    kinds.entry(p.join(&name)).or_insert(Some(k));
+                }
+                names.push(name);
+            }
+        }
+        names.sort();
+        let v: std::rc::Rc<[OsString]> = names.into();
+        self.dirs.borrow_mut().insert(p.to_path_buf(), v.clone());
+        v
+    }
+}
+
 /// The entries of `dir` with their kinds, or `None` when it cannot be read or is too big to
 /// be worth it (the caller then asks name by name). An empty map stands for "not listed".
 fn read_listing(dir: &Path) -> Option<Listing> {
@@ -165,15 +236,41 @@ impl HostFs for RealFs {
         }
         // A directory the listing says is not there has no entries (no open to learn it).
         let absent = matches!(self.kind_from_listing(p), Some(None));
-        let mut v: Vec<OsString> = if absent {
-            vec![]
-        } else {
-            std::fs::read_dir(p).map(|rd| rd.flatten().map(|e| e.file_name()).collect()).unwrap_or_default()
-        };
-        v.sort();
-        let v: std::rc::Rc<[OsString]> = v.into();
-        self.dirs.borrow_mut().insert(p.to_path_buf(), v.clone());
-        v
+        let entries = if absent { vec![] } else { entries_of(p) };
+        self.remember_dir(p, entries)
+    }
+    fn prefetch_dirs(&self, dirs: &[PathBuf]) {
+        let todo: Vec<&PathBuf> = dirs
+            .iter()
+            .filter(|d| !self.dirs.borrow().contains_key(*d) && !matches!(self.kind_from_listing(d), Some(None)))
+            .collect();
+        if todo.len() < 2 {
+            return;
+        }
+        for (d, entries) in todo.iter().zip(side_by_side(&todo, |d| entries_of(d))) {
+            self.remember_dir(d, entries);
+        }
+    }
+    fn prefetch_kinds(&self, paths: &[PathBuf]) {
+        let todo: Vec<&PathBuf> = paths
+            .iter()
+            .filter(|p| !self.kinds.borrow().contains_key(*p) && self.kind_from_listing(p).is_none())
+            .collect();
+        if todo.len() < 2 {
+            return;
+        }
+        let stats = side_by_side(&todo, |p| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::symlink_metadata(p).ok().map(|m| (kind_of(m.file_type()), m.dev(), m.ino()))
+        });
+        for (p, st) in todo.iter().zip(stats) {
+            if let Some((k, dev, ino)) = st {
+                if k != Kind::Symlink {
+                    self.ids.borrow_mut().insert(p.to_path_buf(), (dev, ino));
+                }
+            }
+            self.kinds.borrow_mut().insert(p.to_path_buf(), st.map(|s| s.0));
+        }
     }
     fn read_link(&self, p: &Path) -> Option<PathBuf> {
         std::fs::read_link(p).ok()
@@ -814,6 +911,56 @@ mod tests {
         assert_eq!(fs.kind(&root.join(".config/git/credentials")), Some(Kind::File), "below a present name");
         assert_eq!(fs.kind(&other.join("f")), Some(Kind::File), "not listed");
         assert_eq!(fs.kind(&root), Some(Kind::Dir), "the listed directory itself");
+    }
+
+    /// Directories read side by side (`prefetch_dirs`, `prefetch_kinds`) answer as a view
+    /// that asked one question at a time: the same listings, kinds and identities, a missing
+    /// directory empty and a missing name absent; what is asked after comes from the answers
+    /// taken then (a name made since is not seen).
+    #[test]
+    fn side_by_side_answers_are_the_ones_asked_one_by_one() {
+        use std::os::unix::fs::MetadataExt;
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("p");
+        let dirs: Vec<PathBuf> = (0..20).map(|i| root.join(format!("d{i}"))).collect();
+        for (i, dir) in dirs.iter().enumerate() {
+            std::fs::create_dir_all(dir.join("sub")).unwrap();
+            std::fs::write(dir.join(format!("f{i}")), "").unwrap();
+            if i % 3 == 0 {
+                std::fs::create_dir_all(dir.join(".git")).unwrap();
+            }
+            if i % 4 == 0 {
+                std::os::unix::fs::symlink("/nowhere", dir.join(".envrc")).unwrap();
+            }
+        }
+        let mut asked = dirs.clone();
+        asked.push(root.join("missing"));
+        let probes: Vec<PathBuf> = dirs
+            .iter()
+            .flat_map(|d| [d.join("sub/.git"), d.join(".git"), d.join(".envrc"), d.join("nothing")])
+            .collect();
+        let (fast, slow) = (RealFs::default(), RealFs::default());
+        fast.prefetch_dirs(&asked);
+        fast.prefetch_kinds(&probes);
+        std::fs::write(dirs[1].join("late"), "").unwrap();
+        std::fs::create_dir_all(dirs[2].join("sub/.git")).unwrap();
+        for dir in &asked {
+            let listed: Vec<OsString> = slow.read_dir(dir).iter().filter(|n| *n != "late").cloned().collect();
+            assert_eq!(fast.read_dir(dir).to_vec(), listed, "{}", dir.display());
+            for name in listed {
+                let p = dir.join(&name);
+                assert_eq!(fast.kind(&p), slow.kind(&p), "{}", p.display());
+            }
+        }
+        assert_eq!(fast.kind(&dirs[2].join("sub/.git")), None, "made after it was asked");
+        for p in probes.iter().filter(|p| !p.starts_with(dirs[2].join("sub"))) {
+            assert_eq!(fast.kind(p), slow.kind(p), "{}", p.display());
+            let id =
+                std::fs::symlink_metadata(p).ok().filter(|m| !m.file_type().is_symlink()).map(|m| (m.dev(), m.ino()));
+            assert_eq!(fast.identity(p), id, "{}", p.display());
+        }
+        assert_eq!(side_by_side(&[1, 2, 3], |x| x * 2), vec![2, 4, 6]);
+        assert!(side_by_side(&[] as &[u8], |x| *x).is_empty());
     }
 
     /// A name the listing answered has an identity (one `lstat` when asked); one swapped for

@@ -486,8 +486,10 @@ fn planned(
 ) -> Result<Plan, LaunchError> {
     // The plan's questions about names in the home and the project are answered from one
     // listing of each, read now: after the session lock, whose taking may have removed an
-    // earlier session's placeholders there.
-    for dir in [&facts.home_canonical, &facts.home, project_dir] {
+    // earlier session's placeholders there. `~/.config` too: a dozen tools' credential
+    // directories are asked about there (`gh`, `gcloud`, `rclone`...), most absent.
+    let config = facts.home_canonical.join(".config");
+    for dir in [&facts.home_canonical, &facts.home, project_dir, &config] {
         fs.list(dir);
     }
     let plan = plan::build_with(&pre.choices, policy, facts, &fs, req)?;

@@ -8,6 +8,7 @@
 
 mod common;
 use common::*;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -105,18 +106,34 @@ fn a_link_to_a_hidden_file_is_refused_in_the_project_and_removed_at_exit() {
     assert!(std::fs::symlink_metadata(j.project.join("m/c")).is_err(), "{out}");
     // A link that comes to lead into a hidden path because of a link made after it, or one
     // below a moved directory read through a link inside it (outside review of A2 under
-    // userns, F3 and F4), is made; the walk of the project at exit removes it.
-    // ... also in a directory the jail made unreadable to its owner (second look, N1).
+    // userns, F3 and F4), is made; the exit check of the links the guard made removes it
+    // ... also in a directory the jail made unreadable to its owner (second look, N1): looked
+    // at by its name, the directory not listed.
     for (step, left) in [("RETARGETED", "l"), ("MOVED-THROUGH", "M/l"), ("HIDDEN-DIR", "h/l")] {
         assert!(out.stdout.contains(step), "{step}: {out}");
         assert!(std::fs::symlink_metadata(j.project.join(left)).is_err(), "{left} is left: {out}");
     }
     assert!(out.stderr.contains("removed the symlink"), "{out}");
-    assert!(out.stderr.contains("/h: the jail left it unreadable to you; made readable again"), "{out}");
     for kept in ["main.rs", "hosts", "a/b/c/k", "m/b/c/k", "n/c/s"] {
         assert!(std::fs::symlink_metadata(j.project.join(kept)).is_ok(), "{kept}: {out}");
     }
     assert!(audit_checks(&j).contains(r#""check":"hidden-link","path":"#));
+}
+
+/// Under the git guard the exit check looks at the links the guard made, where they are now,
+/// and walks no tree (a walk of a project on NFS is a round trip per directory: issue 35).
+/// A session that made no link lists nothing: a directory it left unreadable to its owner,
+/// which a walk would list (and make readable again to do so), stays as the jail left it.
+#[test]
+fn under_the_guard_the_exit_check_walks_no_tree() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-no-walk") else { return };
+    let out = j.run("mkdir -p shut/inner && chmod 0311 shut && echo SHUT");
+    assert!(out.stdout.contains("SHUT"), "{out}");
+    let mode = std::fs::metadata(j.project.join("shut")).map(|m| m.permissions().mode() & 0o777);
+    let _ = std::fs::set_permissions(j.project.join("shut"), std::fs::Permissions::from_mode(0o755));
+    assert!(!out.stderr.contains("made readable again"), "the project was walked at exit: {out}");
+    assert_eq!(mode.ok(), Some(0o311), "the project was walked at exit: {out}");
 }
 
 /// The Landlock backend has no guard: such links are made, and removed when the session ends,
@@ -135,8 +152,14 @@ fn under_landlock_links_to_hidden_files_and_out_of_state_are_removed_at_exit() {
         &["--profile", "gemini"],
         "ln -s ~/.ssh/id_ed25519 .gitignore && echo MADE-KEY; ln -s src/a.rs main.rs && echo MADE-REL; \
          ln -s ../../../.bashrc ~/.gemini/history/asb-a1-landlock/.gitignore && echo MADE-OUT; \
-         mkdir -p a/b/c && ln -s ../../../../.ssh/id_ed25519 a/b/c/k && mv a/b/c a/c && echo MOVED",
+         mkdir -p a/b/c && ln -s ../../../../.ssh/id_ed25519 a/b/c/k && mv a/b/c a/c && echo MOVED; \
+         mkdir -p h && ln -s ~/.ssh/id_ed25519 h/k && chmod 0311 h && echo HIDDEN-DIR",
     );
+    // The walk at exit lists a directory the jail left unreadable to its owner once it made
+    // it readable again, and says so (second look, N1).
+    assert!(out.stdout.contains("HIDDEN-DIR"), "{out}");
+    assert!(std::fs::symlink_metadata(j.project.join("h/k")).is_err(), "{out}");
+    assert!(out.stderr.contains("/h: the jail left it unreadable to you; made readable again"), "{out}");
     assert!(out.stdout.contains("MADE-KEY") && out.stdout.contains("MADE-OUT"), "{out}");
     assert!(out.stdout.contains("MOVED"), "{out}");
     assert!(std::fs::symlink_metadata(j.project.join(".gitignore")).is_err(), "{out}");

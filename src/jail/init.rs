@@ -229,6 +229,18 @@ fn left_out(sock: RawFd) {
     }
 }
 
+/// The links the guard made, one message each, then that the list is whole: a launcher that
+/// never hears the end (the list too long, PID 1 gone, a message lost) walks the trees.
+fn links_made(sock: RawFd) {
+    let Some(paths) = super::guard::close() else { return };
+    for p in paths {
+        if msg::send(sock, &Msg::Linked(p)).is_err() {
+            return;
+        }
+    }
+    let _ = msg::send(sock, &Msg::LinksDone);
+}
+
 /// The command is done: kill and reap everything else in the jail before telling the
 /// launcher, so that when the launcher returns no process of the session is left running,
 /// while the kernel's namespace teardown (slow with many mounts) happens after it returned.
@@ -337,6 +349,7 @@ fn supervise(
         }
     };
     drop(slave);
+    let guarded = guard_pair.is_some() && plan.git_guard.is_some();
     if let (Some(pair), Some(g)) = (guard_pair, &plan.git_guard) {
         serve_guard(pair, g, sock);
     }
@@ -374,7 +387,7 @@ fn supervise(
         };
         let signo = info.ssi_signo as i32;
         if signo == libc::SIGCHLD {
-            if let Some(code) = reap(child, sock) {
+            if let Some(code) = reap(child, sock, guarded) {
                 return code;
             }
         } else if let Ok(sig) = Signal::try_from(signo) {
@@ -452,8 +465,9 @@ fn ready(sfd: &SignalFd, sock: RawFd, launcher_open: bool, wait: Option<std::tim
 }
 
 /// Reaps the jail's children; when the command is among them, ends the session and tells
-/// the launcher how it ended: PID 1's exit code.
-fn reap(child: Pid, sock: RawFd) -> Option<isize> {
+/// the launcher how it ended: PID 1's exit code. Under the git guard, the links it made
+/// first (`guard::close`), for the launcher's exit check.
+fn reap(child: Pid, sock: RawFd, guarded: bool) -> Option<isize> {
     loop {
         let (said, code) = match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(pid, code)) if pid == child => (Msg::Exited(code), code as isize),
@@ -463,6 +477,9 @@ fn reap(child: Pid, sock: RawFd) -> Option<isize> {
         };
         end_session();
         left_out(sock);
+        if guarded {
+            links_made(sock);
+        }
         let _ = msg::send(sock, &said);
         agent_sandbox_sys::sched::last_in_line();
         return Some(code);

@@ -161,10 +161,100 @@ pub struct Swept {
     pub removed: Result<(), String>,
 }
 
-/// After the session: every link in the plan's state entries (and trees, without the guard) made or moved since
+/// What the jail's PID 1 said of the links the git guard made (`Msg::Linked`, then
+/// `Msg::LinksDone`): the exit check's list, if it came whole.
+#[derive(Debug, Default)]
+pub struct Heard {
+    paths: Vec<PathBuf>,
+    done: bool,
+    too_many: bool,
+}
+
+impl Heard {
+    pub fn linked(&mut self, p: PathBuf) {
+        if self.done || self.paths.len() >= crate::jail::guard::MAX_RECORDED {
+            self.too_many = true;
+        } else {
+            self.paths.push(p);
+        }
+    }
+
+    pub fn done(&mut self) {
+        self.done = true;
+    }
+
+    /// The list, if PID 1 said it was whole (and it was no longer than the guard keeps).
+    pub fn whole(&self) -> Option<&[PathBuf]> {
+        (self.done && !self.too_many).then_some(self.paths.as_slice())
+    }
+}
+
+/// After the session: every link in the plan's state entries and trees made or moved since
 /// `since` (its ctime, seconds and nanoseconds) that leads where `judge` refuses is removed.
-/// Returns them, and whether the sweep stopped at `MAX_SWEPT` entries.
-pub fn sweep(plan: &LinkPlan, since: (i64, i64)) -> (Vec<Swept>, bool) {
+/// `made`: the links the git guard made, where it knows them all (`guard::made`): only those
+/// are looked at, no tree is walked. Without it (Landlock, the guard off, a list that did not
+/// come whole) the state entries and trees are walked. Returns the links, and whether the
+/// check stopped at `MAX_SWEPT` entries or at a place it could not look.
+pub fn sweep(plan: &LinkPlan, since: (i64, i64), made: Option<&[PathBuf]>) -> (Vec<Swept>, bool) {
+    match made {
+        Some(paths) => sweep_made(plan, since, paths),
+        None => sweep_trees(plan, since),
+    }
+}
+
+/// The links the guard made, each looked at in its directory opened without following a
+/// symlink on the way (one the jail made there later leads elsewhere: the record of the
+/// directory's move holds where the link went).
+fn sweep_made(plan: &LinkPlan, since: (i64, i64), paths: &[PathBuf]) -> (Vec<Swept>, bool) {
+    use nix::sys::stat::{fstatat, FileStat};
+    let mut out = vec![];
+    let mut unlooked = false;
+    let mut seen: std::collections::BTreeSet<&Path> = std::collections::BTreeSet::new();
+    let root = match std::fs::File::open("/") {
+        Ok(f) => f,
+        Err(_) => return sweep_trees(plan, since),
+    };
+    for p in paths {
+        if !seen.insert(p) {
+            continue;
+        }
+        let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else { continue };
+        let plain = p.is_absolute() && p.components().skip(1).all(|c| matches!(c, Component::Normal(_)));
+        if !plain || !plan.covers(dir) {
+            continue;
+        }
+        let Ok(rel) = dir.strip_prefix("/") else { continue };
+        let dfd = match crate::jail::anchor::open_exact(&root, rel) {
+            Ok(fd) => fd,
+            // Gone, or reached through a link now: not a link at this path.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::EXDEV)) => {
+                continue
+            }
+            Err(_) => {
+                unlooked = true;
+                continue;
+            }
+        };
+        let st: FileStat = match fstatat(&dfd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
+            Ok(st) => st,
+            Err(_) => continue,
+        };
+        if st.st_mode & libc::S_IFMT != libc::S_IFLNK || (st.st_ctime, st.st_ctime_nsec) < since {
+            continue;
+        }
+        let Ok(target) = nix::fcntl::readlinkat(&dfd, name) else { continue };
+        let target = PathBuf::from(target);
+        if let Some(why) = plan.judge(dir, &target, &host_read_link) {
+            let removed = nix::unistd::unlinkat(&dfd, name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+                .map_err(|e| std::io::Error::from(e).to_string());
+            out.push(Swept { path: p.clone(), target, why, removed });
+        }
+    }
+    (out, unlooked)
+}
+
+/// Every state entry and tree, walked.
+fn sweep_trees(plan: &LinkPlan, since: (i64, i64)) -> (Vec<Swept>, bool) {
     let mut out = vec![];
     let mut seen = 0usize;
     // The state entries first: the trees may hold them (a home granted whole). The trees are
@@ -377,7 +467,7 @@ mod tests {
         std::os::unix::fs::symlink("x", state.join("p/inside")).expect("link");
         std::os::unix::fs::symlink(secret.join("key"), proj.join("key")).expect("link");
         std::os::unix::fs::symlink("src/a.rs", proj.join("main.rs")).expect("link");
-        let (swept, stopped) = sweep(&plan, since);
+        let (swept, stopped) = sweep(&plan, since, None);
         assert!(!stopped);
         let mut gone: Vec<PathBuf> = swept.iter().map(|s| s.path.clone()).collect();
         gone.sort();
@@ -386,10 +476,55 @@ mod tests {
         for kept in [state.join("p/old"), state.join("p/inside"), proj.join("main.rs")] {
             assert!(std::fs::symlink_metadata(&kept).is_ok(), "{}", kept.display());
         }
-        // With the guard too the trees are walked: a link made later can change where an
-        // earlier one leads, which the guard judged as it was made (outside review, F3).
+        // The guard's list: only the links on it are looked at (`unlisted` stays: no walk),
+        // each in its directory reached without a link (`through/k` names `sub/k` through
+        // the link `through`: looked at as `sub/k`, which the list also holds); a path
+        // outside the trees, one with `..`, and one that is gone are passed over.
+        std::fs::create_dir_all(proj.join("sub")).expect("mkdir");
         std::os::unix::fs::symlink(secret.join("key"), proj.join("key2")).expect("link");
-        let (swept, _) = sweep(&plan, since);
-        assert_eq!(swept.iter().map(|s| s.path.clone()).collect::<Vec<_>>(), [proj.join("key2")]);
+        std::os::unix::fs::symlink(secret.join("key"), proj.join("unlisted")).expect("link");
+        std::os::unix::fs::symlink(secret.join("key"), proj.join("sub/k")).expect("link");
+        std::os::unix::fs::symlink("sub", proj.join("through")).expect("link");
+        std::os::unix::fs::symlink(secret.join("key"), root.join("outside")).expect("link");
+        let made = [
+            proj.join("key2"),
+            proj.join("main.rs"),
+            proj.join("through/k"),
+            proj.join("sub/k"),
+            proj.join("gone"),
+            root.join("outside"),
+            proj.join("sub/../key2"),
+            proj.join("key2"),
+        ];
+        let (swept, stopped) = sweep(&plan, since, Some(&made));
+        assert!(!stopped);
+        let mut gone: Vec<PathBuf> = swept.iter().map(|s| s.path.clone()).collect();
+        gone.sort();
+        assert_eq!(gone, vec![proj.join("key2"), proj.join("sub/k")]);
+        assert!(swept.iter().all(|s| s.removed.is_ok()));
+        for kept in [proj.join("unlisted"), proj.join("main.rs"), proj.join("through"), root.join("outside")] {
+            assert!(std::fs::symlink_metadata(&kept).is_ok(), "{}", kept.display());
+        }
+        // Without the list the trees are walked: a link made later can change where an
+        // earlier one leads, which the guard judged as it was made (outside review, F3).
+        let (swept, _) = sweep(&plan, since, None);
+        assert_eq!(swept.iter().map(|s| s.path.clone()).collect::<Vec<_>>(), [proj.join("unlisted")]);
+    }
+
+    #[test]
+    fn the_list_is_whole_only_once_pid_1_said_so_and_no_longer_than_the_guard_keeps() {
+        let mut h = Heard::default();
+        h.linked("/p/a".into());
+        assert_eq!(h.whole(), None, "no LinksDone yet");
+        h.done();
+        assert_eq!(h.whole(), Some(&[PathBuf::from("/p/a")][..]));
+        h.linked("/p/b".into());
+        assert_eq!(h.whole(), None, "a link after the end: the list cannot be trusted whole");
+        let mut h = Heard::default();
+        for i in 0..=crate::jail::guard::MAX_RECORDED {
+            h.linked(PathBuf::from(format!("/p/{i}")));
+        }
+        h.done();
+        assert_eq!(h.whole(), None);
     }
 }

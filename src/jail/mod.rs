@@ -162,13 +162,17 @@ pub fn run(
         s
     });
     let started = links::start_stamp();
-    let result = match plan.backend {
-        BackendKind::Userns => userns::run(plan, anchors, early, banner, net_start, lazy, audit),
-        BackendKind::Landlock => fallback::run(plan, anchors, banner, lazy),
+    let (result, heard) = match plan.backend {
+        BackendKind::Userns => match userns::run(plan, anchors, early, banner, net_start, lazy, audit) {
+            Ok((outcome, heard)) => (Ok(outcome), heard),
+            Err(e) => (Err(e), links::Heard::default()),
+        },
+        BackendKind::Landlock => (fallback::run(plan, anchors, banner, lazy), links::Heard::default()),
     };
     // Every process of the jail is gone: the links it left where something outside follows
-    // them are removed (under Landlock the only check; under userns the guard's second).
-    let (swept, stopped) = links::sweep(&plan.links, started);
+    // them are removed (under Landlock the only check; under userns the guard's second, at
+    // the links it made).
+    let (swept, stopped) = links::sweep(&plan.links, started, heard.whole());
     links::report(&swept, stopped, audit);
     dotenv::report(&dotenv::restore(&dotenv), audit);
     if let Some(s) = &opencode {

@@ -95,7 +95,8 @@ fn read_some(fd: RawFd, buf: &mut [u8]) -> Option<usize> {
 }
 
 /// Waits for the jail's end: relays the terminal, the launcher's signals, PID 1's reports and
-/// the chaperon's door until the command has exited, and says how.
+/// the chaperon's door until the command has exited, and says how, and what PID 1 said of
+/// the links the git guard made.
 pub fn run(
     pid: Pid,
     sock: RawFd,
@@ -103,7 +104,7 @@ pub fn run(
     mask: &SigSet,
     mut lazy: Option<super::door::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
-) -> Result<Outcome, JailError> {
+) -> Result<(Outcome, super::links::Heard), JailError> {
     let sfd = SignalFd::with_flags(mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| JailError::Channel(format!("signalfd: {e}")))?;
     let out_fd = if is_tty(1) { 1 } else { 2 };
@@ -127,6 +128,7 @@ pub fn run(
         sock_open: true,
         buf,
         audit,
+        heard: super::links::Heard::default(),
     };
     let mut trim = agent_sandbox_sys::memory::TrimLater::new();
     loop {
@@ -137,7 +139,7 @@ pub fn run(
         }
         if ready.sock {
             if let Some(done) = r.pid1_report() {
-                return Ok(done);
+                return Ok((done, std::mem::take(&mut r.heard)));
             }
         }
         if ready.stdin {
@@ -148,7 +150,7 @@ pub fn run(
         }
         if ready.signal {
             if let Some(done) = r.signals(&sfd, lazy.as_mut()) {
-                return Ok(done);
+                return Ok((done, std::mem::take(&mut r.heard)));
             }
         }
     }
@@ -166,6 +168,8 @@ struct Relay<'a> {
     sock_open: bool,
     buf: agent_sandbox_sys::memory::Pages,
     audit: &'a crate::audit::AuditLog,
+    /// What PID 1 said of the links the git guard made.
+    heard: super::links::Heard,
 }
 
 /// Which of the loop's sources have something.
@@ -237,7 +241,7 @@ impl Relay<'_> {
                 Some(Outcome::Signaled(s))
             }
             Ok(Some(m)) => {
-                note(m, self.audit);
+                note(m, self.audit, &mut self.heard);
                 None
             }
             Ok(None) => {
@@ -288,7 +292,7 @@ impl Relay<'_> {
                     _ => continue,
                 };
                 drain(&self.master, self.out_fd, &mut self.buf);
-                settle(self.sock, self.audit);
+                settle(self.sock, self.audit, &mut self.heard);
                 return Some(outcome);
             } else if signo == libc::SIGWINCH && self.master.is_some() {
                 if let Some(m) = &self.master {
@@ -335,8 +339,10 @@ fn relay(sock: RawFd, pid: nix::unistd::Pid, sig: Signal) {
 /// After the jail ends, whatever the command wrote last is still in the pty: pass it on.
 /// What PID 1 reports on the way (an error, a refusal of the git guard, the refusals past
 /// its rate), for the user and the audit log.
-fn note(m: Msg, audit: &crate::audit::AuditLog) {
+fn note(m: Msg, audit: &crate::audit::AuditLog, heard: &mut super::links::Heard) {
     match m {
+        Msg::Linked(p) => heard.linked(p),
+        Msg::LinksDone => heard.done(),
         Msg::Error(e) => eprintln!("agent-sandbox: {e}"),
         Msg::Refused { check, path } => {
             let mut r = audit.record("fs_denied");
@@ -352,9 +358,9 @@ fn note(m: Msg, audit: &crate::audit::AuditLog) {
 /// PID 1 is gone, maybe with reports still queued on the socket (the queue holds several,
 /// and its exit can be seen before they are read): each is taken now, so a flood of
 /// refusals ends written or counted, never lost with the session's end.
-fn settle(sock: RawFd, audit: &crate::audit::AuditLog) {
+fn settle(sock: RawFd, audit: &crate::audit::AuditLog, heard: &mut super::links::Heard) {
     while let Ok(Some(m)) = msg::try_recv(sock) {
-        note(m, audit);
+        note(m, audit, heard);
     }
 }
 

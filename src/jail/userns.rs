@@ -102,7 +102,7 @@ pub fn run(
     net_start: super::NetStart<'_>,
     lazy: Option<super::door::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
-) -> Result<Outcome, JailError> {
+) -> Result<(Outcome, super::links::Heard), JailError> {
     let early = match early {
         Some(e) if e.fits(plan) => e,
         other => {
@@ -153,8 +153,7 @@ pub fn run(
     msg::send(sock, &Msg::Start { seal: prog, guard }).map_err(|e| JailError::Channel(e.to_string()))?;
     let launched = early.take()?;
     super::limits::arm_timeout(plan.limits.timeout, launched.pid);
-    let outcome = relay::run(launched.pid, sock, master, &mask, lazy, audit)?;
-    Ok(outcome)
+    relay::run(launched.pid, sock, master, &mask, lazy, audit)
 }
 
 /// How PID 1 ended, read without reaping it: the caller's `Early` reaps it, and a pid not

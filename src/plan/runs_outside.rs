@@ -115,10 +115,11 @@ const NOT_WORKSPACES: &[&str] = &["node_modules", "target", "venv", "__pycache__
 pub fn nested_dirs(fs: &dyn HostFs, project: &Path) -> (Vec<PathBuf>, Option<PathBuf>) {
     let mut out = vec![];
     let mut looked = 0;
+    let mut stopped = None;
     let mut level: Vec<PathBuf> = vec![project.to_path_buf()];
-    for _depth in 0..2 {
-        let mut next = vec![];
-        for d in &level {
+    for depth in 0..2 {
+        let mut here = vec![];
+        'dirs: for d in &level {
             for name in fs.read_dir(d).iter() {
                 let n = name.to_string_lossy();
                 if n.starts_with('.') || NOT_WORKSPACES.contains(&n.as_ref()) {
@@ -126,19 +127,44 @@ pub fn nested_dirs(fs: &dyn HostFs, project: &Path) -> (Vec<PathBuf>, Option<Pat
                 }
                 let p = d.join(name);
                 if looked >= MAX_NESTED_DIRS {
-                    return (out, Some(p));
+                    stopped = Some(p);
+                    break 'dirs;
                 }
                 if fs.kind(&p) != Some(Kind::Dir) {
                     continue;
                 }
                 looked += 1;
-                if fs.kind(&p.join(".git")).is_some() || fs.kind(&p.join(".envrc")) == Some(Kind::File) {
-                    out.push(p.clone());
-                }
-                next.push(p);
+                here.push(p);
             }
         }
-        level = next;
+        // The level's requests side by side (a round trip each on a network filesystem): a
+        // directory the next level walks is listed, and its listing answers for its `.git`
+        // and `.envrc`; the last level's are asked for by name.
+        let last = depth == 1 || stopped.is_some();
+        if last {
+            let probes: Vec<PathBuf> = here.iter().flat_map(|p| [p.join(".git"), p.join(".envrc")]).collect();
+            fs.prefetch_kinds(&probes);
+        } else {
+            fs.prefetch_dirs(&here);
+        }
+        for p in &here {
+            let names: std::rc::Rc<[std::ffi::OsString]> = if last { Vec::new().into() } else { fs.read_dir(p) };
+            let listed = |n: &str| names.binary_search_by(|x| x.as_os_str().cmp(std::ffi::OsStr::new(n))).is_ok();
+            // An empty or unreadable directory (a jail can leave one `chmod 0311`) is asked
+            // name by name.
+            let (git, envrc) = if names.is_empty() {
+                (fs.kind(&p.join(".git")).is_some(), fs.kind(&p.join(".envrc")) == Some(Kind::File))
+            } else {
+                (listed(".git"), listed(".envrc") && fs.kind(&p.join(".envrc")) == Some(Kind::File))
+            };
+            if git || envrc {
+                out.push(p.clone());
+            }
+        }
+        if stopped.is_some() {
+            return (out, stopped);
+        }
+        level = here;
     }
     (out, None)
 }

@@ -13,6 +13,7 @@
 //! entry, and `/dev/tty` becomes the caller's terminal. A symlink elsewhere that points into
 //! `/proc/self` is not followed (ELOOP).
 
+use super::made;
 use super::notify::{open_at, Caller, Notification};
 use super::repo;
 use super::rules::{self, Decision, Dir, Guarded, Kind, Op, Refusal};
@@ -544,6 +545,40 @@ fn take_umask(c: &Caller) -> Step<()> {
     // SAFETY: umask only changes this thread's file-creation mask (CLONE_FS unshared).
     unsafe { libc::umask(mask) };
     Ok(())
+}
+
+/// A symlink about to be at `e` where the exit check looks (`made`).
+fn record_link(g: &Guarded, e: &Entry) {
+    if g.links.covers(&e.dir_path) {
+        made::link(e.path());
+    }
+}
+
+/// A rename about to be carried out, for `made`: a link moved is where it lands (each, in an
+/// exchange), the links recorded below a directory go with it (both ways in an exchange), and
+/// a directory arriving from a place the record does not cover brings links it never saw made.
+fn record_rename(g: &Guarded, (from, kind): (&Entry, Kind), (to, other): (&Entry, Option<Kind>), exchanged: bool) {
+    if kind == Kind::Symlink {
+        record_link(g, to);
+    }
+    if other == Some(Kind::Symlink) {
+        record_link(g, from);
+    }
+    if kind == Kind::Dir || other == Some(Kind::Dir) {
+        let covered = |e: &Entry| g.links.covers(&e.dir_path);
+        if (covered(to) && !covered(from)) || (exchanged && covered(from) && !covered(to)) {
+            made::unrecorded();
+        }
+        made::moved(&from.path(), &to.path(), exchanged);
+    }
+}
+
+/// Ends the guard's work for good and says which links it made (None: it cannot say, see
+/// `made`): the gate is taken and never given back, so a call still on its way when the
+/// session ended waits for ever instead of making a link the list lacks.
+pub fn close() -> Option<Vec<PathBuf>> {
+    std::mem::forget(gate());
+    made::take()
 }
 
 fn done_value(rc: libc::c_int) -> Done {
@@ -1155,6 +1190,7 @@ fn symlink(c: &Caller, g: &Guarded, target: u64, base: Base, path: u64) -> Step<
     let d = e.decide(g, Op::Make(Kind::Symlink))?;
     g.judge_link(&e.dir_path, Path::new(OsStr::from_bytes(target.as_bytes()))).map_err(|r| refused(r, e.path()))?;
     e.before(g, d)?;
+    record_link(g, &e);
     // SAFETY: both strings live for the call.
     let rc = unsafe { libc::symlinkat(target.as_ptr(), e.dir.as_raw_fd(), name.as_ptr()) };
     if rc == 0 {
@@ -1190,6 +1226,7 @@ fn link(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: libc
         // A second name for a link leads where the link's text says from its new directory.
         let t = nix::fcntl::readlinkat(obj.as_fd(), c"").map_err(|e| errno(e as i32))?;
         g.judge_link(&e.dir_path, Path::new(&t)).map_err(|r| refused(r, e.path()))?;
+        record_link(g, &e);
     } else if let Some(from) = path_of(obj.as_fd())? {
         g.judge_hard_link(&from, &e.dir_path).map_err(|r| refused(r, e.path()))?;
     }
@@ -1292,10 +1329,13 @@ fn rename(c: &Caller, g: &Guarded, old: (Base, u64), new: (Base, u64), flags: u3
     if kind == Kind::Symlink {
         moved_link(&from, &to)?;
     }
-    if flags & libc::RENAME_EXCHANGE != 0 && mode_of(&to).is_ok_and(|m| kind_of(m) == Kind::Symlink) {
+    let exchanged = flags & libc::RENAME_EXCHANGE != 0;
+    let other = if exchanged { mode_of(&to).ok().map(kind_of) } else { None };
+    if other == Some(Kind::Symlink) {
         moved_link(&to, &from)?;
     }
-    if flags & libc::RENAME_EXCHANGE != 0 {
+    record_rename(g, (&from, kind), (&to, other), exchanged);
+    if exchanged {
         exchange(g, &from, &to, kind)?;
         return Ok(carry_out());
     }

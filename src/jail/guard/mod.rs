@@ -10,6 +10,8 @@
 
 mod emulate;
 pub mod gitconfig;
+mod made;
+pub use made::MAX_RECORDED;
 
 /// The guard's reading of trapped paths, for the fuzz targets (fuzz/): not an API.
 #[doc(hidden)]
@@ -54,6 +56,12 @@ pub fn wait_for_streams(limit: std::time::Duration) {
     while STREAMS.load(Ordering::SeqCst) > 0 && t0.elapsed() < limit {
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
+}
+
+/// The guard's last act, once every process under it has ended: it carries out no call
+/// after this, and says where the links it made are (None: it cannot say; see `made`).
+pub fn close() -> Option<Vec<std::path::PathBuf>> {
+    emulate::close()
 }
 
 /// A refusal, for the launcher's audit log: `check` (see `Refusal::check`), the path.
