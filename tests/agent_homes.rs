@@ -92,7 +92,9 @@ fn a_link_to_a_hidden_file_is_refused_in_the_project_and_removed_at_exit() {
          mkdir -p x/y/M && ln -s . x/y/M/s && ln -s s/../../../.ssh/id_ed25519 x/y/M/l && mv x/y/M M && \
          echo MOVED-THROUGH; \
          mkdir -p h/q/b && ln -s q/b h/d && ln -s d/../../../.ssh/id_ed25519 h/l && rm h/d && ln -s . h/d && \
-         chmod 0311 h && echo HIDDEN-DIR",
+         chmod 0311 h && echo HIDDEN-DIR; \
+         mkdir -p s/t/q/b && ln -s q/b s/t/d && ln -s d/../../../../.ssh/id_ed25519 s/t/l && rm s/t/d && \
+         ln -s . s/t/d && chmod 0200 s && echo SHUT-DIR",
     );
     assert!(!out.stdout.contains("MADE-KEY") && !out.stdout.contains("MADE-AWS"), "{out}");
     assert!(out.stdout.contains("a path the sandbox hides"), "one clear line: {out}");
@@ -109,11 +111,14 @@ fn a_link_to_a_hidden_file_is_refused_in_the_project_and_removed_at_exit() {
     // userns, F3 and F4), is made; the exit check of the links the guard made removes it
     // ... also in a directory the jail made unreadable to its owner (second look, N1): looked
     // at by its name, the directory not listed.
-    for (step, left) in [("RETARGETED", "l"), ("MOVED-THROUGH", "M/l"), ("HIDDEN-DIR", "h/l")] {
+    // ... and below a directory left without its owner's search bit, given back to look
+    // there (outside look at the guard's list of links, R2).
+    for (step, left) in [("RETARGETED", "l"), ("MOVED-THROUGH", "M/l"), ("HIDDEN-DIR", "h/l"), ("SHUT-DIR", "s/t/l")] {
         assert!(out.stdout.contains(step), "{step}: {out}");
         assert!(std::fs::symlink_metadata(j.project.join(left)).is_err(), "{left} is left: {out}");
     }
     assert!(out.stderr.contains("removed the symlink"), "{out}");
+    assert!(out.stderr.contains("/s: the jail left it unreadable to you; made readable again"), "{out}");
     for kept in ["main.rs", "hosts", "a/b/c/k", "m/b/c/k", "n/c/s"] {
         assert!(std::fs::symlink_metadata(j.project.join(kept)).is_ok(), "{kept}: {out}");
     }
@@ -134,6 +139,35 @@ fn under_the_guard_the_exit_check_walks_no_tree() {
     let _ = std::fs::set_permissions(j.project.join("shut"), std::fs::Permissions::from_mode(0o755));
     assert!(!out.stderr.contains("made readable again"), "the project was walked at exit: {out}");
     assert_eq!(mode.ok(), Some(0o311), "the project was walked at exit: {out}");
+}
+
+/// A tree granted by a name that is a symlink on the host (`--rw ~/scratch` with `~/scratch ->
+/// elsewhere`; `~/.cache -> /scratch/...` on many clusters): the jail sees the directory at the
+/// name, the host reaches it through the link, so the guard's list of links (the jail's names)
+/// cannot be looked at by name there; the trees are walked and the link that came to lead to
+/// the key is removed all the same (outside look at the guard's list, R1).
+#[test]
+fn a_link_in_a_tree_named_through_a_symlink_is_checked_at_exit() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-named-tree") else { return };
+    let (real, named) = (j.rig.home.join("asb-named-real"), j.rig.home.join("asb-named-link"));
+    let _c = Cleanup(vec![real.clone(), named.clone()]);
+    let _ = std::fs::remove_dir_all(&real);
+    let _ = std::fs::remove_file(&named);
+    std::fs::create_dir_all(&real).unwrap();
+    std::os::unix::fs::chown(&real, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    std::os::unix::fs::symlink("asb-named-real", &named).unwrap();
+    std::os::unix::fs::lchown(&named, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let out = j.run_with(
+        &["--rw", &named.display().to_string()],
+        &format!(
+            "cd {} && mkdir -p q/b && ln -s q/b d && ln -s d/../.ssh/id_ed25519 l && rm d && ln -s . d && echo MADE",
+            named.display()
+        ),
+    );
+    assert!(out.stdout.contains("MADE"), "{out}");
+    assert!(std::fs::symlink_metadata(real.join("l")).is_err(), "the link to the key is left: {out}");
+    assert!(out.stderr.contains("removed the symlink"), "{out}");
 }
 
 /// The Landlock backend has no guard: such links are made, and removed when the session ends,

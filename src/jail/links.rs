@@ -126,6 +126,16 @@ impl LinkPlan {
         self.state.iter().filter(|s| p.starts_with(s)).max_by_key(|s| s.as_os_str().len()).map(PathBuf::as_path)
     }
 
+    /// The innermost state entry or tree `p` lies in.
+    fn root_of(&self, p: &Path) -> Option<&Path> {
+        self.state
+            .iter()
+            .chain(self.trees.iter())
+            .filter(|r| p.starts_with(r))
+            .max_by_key(|r| r.as_os_str().len())
+            .map(PathBuf::as_path)
+    }
+
     /// Whether a link in `dir` is judged at all (in a state entry or a tree the jail writes).
     pub fn covers(&self, dir: &Path) -> bool {
         self.state_of(dir).is_some() || self.trees.iter().any(|t| dir.starts_with(t))
@@ -206,43 +216,55 @@ pub fn sweep(plan: &LinkPlan, since: (i64, i64), made: Option<&[PathBuf]>) -> (V
 /// symlink on the way (one the jail made there later leads elsewhere: the record of the
 /// directory's move holds where the link went).
 fn sweep_made(plan: &LinkPlan, since: (i64, i64), paths: &[PathBuf]) -> (Vec<Swept>, bool) {
-    use nix::sys::stat::{fstatat, FileStat};
+    use nix::sys::stat::fstatat;
+    let Ok(root) = std::fs::File::open("/") else { return sweep_trees(plan, since) };
+    // The guard's paths are the jail's names. A tree or state entry bound from where a symlink
+    // leads (`--rw ~/scratch` with `~/scratch -> /gpfs/...`, `~/.cache -> /scratch/...`) has
+    // another name on the host, and one the jail left unreachable cannot be looked into by
+    // name: the trees are walked then (outside look at this change, R1).
+    for r in plan.state.iter().chain(plan.trees.iter()) {
+        let holds = paths.iter().any(|p| p.starts_with(r));
+        if holds && r.strip_prefix("/").map_or(true, |rel| crate::jail::anchor::open_exact(&root, rel).is_err()) {
+            return sweep_trees(plan, since);
+        }
+    }
     let mut out = vec![];
     let mut unlooked = false;
     let mut seen: std::collections::BTreeSet<&Path> = std::collections::BTreeSet::new();
-    let root = match std::fs::File::open("/") {
-        Ok(f) => f,
-        Err(_) => return sweep_trees(plan, since),
-    };
     for p in paths {
         if !seen.insert(p) {
             continue;
         }
         let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else { continue };
         let plain = p.is_absolute() && p.components().skip(1).all(|c| matches!(c, Component::Normal(_)));
-        if !plain || !plan.covers(dir) {
-            continue;
-        }
-        let Ok(rel) = dir.strip_prefix("/") else { continue };
-        let dfd = match crate::jail::anchor::open_exact(&root, rel) {
-            Ok(fd) => fd,
-            // Gone, or reached through a link now: not a link at this path.
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR | libc::ELOOP | libc::EXDEV)) => {
-                continue
-            }
-            Err(_) => {
-                unlooked = true;
-                continue;
+        let Some(top) = plan.root_of(dir).filter(|_| plain) else { continue };
+        let mut again = true;
+        let st = loop {
+            let looked = reach(&root, dir).and_then(|dfd| {
+                fstatat(&dfd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).map(|st| (dfd, st)).map_err(|e| e as i32)
+            });
+            match looked {
+                Ok(found) => break Some(found),
+                // Gone, or reached through a link now (below a tree reached by its name: a
+                // directory moved, whose record holds where the link went).
+                Err(libc::ENOENT | libc::ENOTDIR | libc::ELOOP) => break None,
+                // A directory on the way the jail left without its owner's search bit is given
+                // it back, as the walk does (second look, N1; outside look at this change, R2).
+                Err(libc::EACCES) if std::mem::take(&mut again) && searchable_again(top, dir) => continue,
+                Err(_) => {
+                    unlooked = true;
+                    break None;
+                }
             }
         };
-        let st: FileStat = match fstatat(&dfd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW) {
-            Ok(st) => st,
-            Err(_) => continue,
-        };
+        let Some((dfd, st)) = st else { continue };
         if st.st_mode & libc::S_IFMT != libc::S_IFLNK || (st.st_ctime, st.st_ctime_nsec) < since {
             continue;
         }
-        let Ok(target) = nix::fcntl::readlinkat(&dfd, name) else { continue };
+        let Ok(target) = nix::fcntl::readlinkat(&dfd, name) else {
+            unlooked = true;
+            continue;
+        };
         let target = PathBuf::from(target);
         if let Some(why) = plan.judge(dir, &target, &host_read_link) {
             let removed = nix::unistd::unlinkat(&dfd, name, nix::unistd::UnlinkatFlags::NoRemoveDir)
@@ -251,6 +273,47 @@ fn sweep_made(plan: &LinkPlan, since: (i64, i64), paths: &[PathBuf]) -> (Vec<Swe
         }
     }
     (out, unlooked)
+}
+
+/// `dir`, opened below `/` with no symlink followed: an errno otherwise.
+fn reach(root: &std::fs::File, dir: &Path) -> Result<std::os::fd::OwnedFd, i32> {
+    let rel = dir.strip_prefix("/").map_err(|_| libc::EXDEV)?;
+    crate::jail::anchor::open_exact(root, rel).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
+}
+
+/// Gives the owner's read and search bits back to each directory from `top` down to `dir`
+/// that lacks them (and is the user's, and not a link), saying so: whether any changed.
+fn searchable_again(top: &Path, dir: &Path) -> bool {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let mut changed = false;
+    let mut at = top.to_path_buf();
+    let below = dir.strip_prefix(top).map(|r| r.components().collect::<Vec<_>>()).unwrap_or_default();
+    for c in std::iter::once(None).chain(below.into_iter().map(Some)) {
+        if let Some(c) = c {
+            at.push(c);
+        }
+        let Ok(meta) = std::fs::symlink_metadata(&at) else { return changed };
+        if !meta.is_dir() || meta.uid() != nix::unistd::getuid().as_raw() {
+            return changed;
+        }
+        let mode = meta.permissions().mode();
+        if mode & 0o500 != 0o500 {
+            if std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode | 0o500)).is_err() {
+                return changed;
+            }
+            said_readable_again(&at);
+            changed = true;
+        }
+    }
+    changed
+}
+
+fn said_readable_again(dir: &Path) {
+    eprintln!(
+        "agent-sandbox: {}: the jail left it unreadable to you; made readable again (u+rx) to look for the links it \
+         left",
+        dir.display()
+    );
 }
 
 /// Every state entry and tree, walked.
@@ -335,11 +398,7 @@ fn listed(dir: &Path) -> Result<Option<std::fs::ReadDir>, ()> {
     }
     let mode = meta.permissions().mode() | 0o500;
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(drop)?;
-    eprintln!(
-        "agent-sandbox: {}: the jail left it unreadable to you; made readable again (u+rx) to look for the links it \
-         left",
-        dir.display()
-    );
+    said_readable_again(dir);
     std::fs::read_dir(dir).map(Some).map_err(drop)
 }
 
@@ -505,10 +564,31 @@ mod tests {
         for kept in [proj.join("unlisted"), proj.join("main.rs"), proj.join("through"), root.join("outside")] {
             assert!(std::fs::symlink_metadata(&kept).is_ok(), "{}", kept.display());
         }
+        // A directory on the way the jail left without its owner's search bit (root, which
+        // runs this, passes it anyway; tests/agent_homes.rs has the user's case, R2).
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(proj.join("shut/deeper")).expect("mkdir");
+        std::os::unix::fs::symlink(secret.join("key"), proj.join("shut/deeper/k")).expect("link");
+        std::fs::set_permissions(proj.join("shut"), std::fs::Permissions::from_mode(0o200)).expect("chmod");
+        let (swept, stopped) = sweep(&plan, since, Some(&[proj.join("shut/deeper/k")]));
+        assert!(!stopped);
+        assert_eq!(swept.iter().map(|s| s.path.clone()).collect::<Vec<_>>(), [proj.join("shut/deeper/k")]);
+        // A tree the plan names through a symlink (`--rw ~/scratch`, `~/scratch -> elsewhere`):
+        // the guard's names are not the host's there, so the trees are walked (R1): `unlisted`
+        // goes too.
+        let named = root.join("named");
+        std::os::unix::fs::symlink("proj", &named).expect("link");
+        std::os::unix::fs::symlink(secret.join("key"), proj.join("key3")).expect("link");
+        let through = LinkPlan { trees: vec![named.clone()], ..plan.clone() };
+        let (swept, _) = sweep(&through, since, Some(&[named.join("key3")]));
+        let mut gone: Vec<PathBuf> = swept.iter().map(|s| s.path.clone()).collect();
+        gone.sort();
+        assert_eq!(gone, vec![named.join("key3"), named.join("unlisted")]);
         // Without the list the trees are walked: a link made later can change where an
         // earlier one leads, which the guard judged as it was made (outside review, F3).
+        std::os::unix::fs::symlink(secret.join("key"), proj.join("unlisted2")).expect("link");
         let (swept, _) = sweep(&plan, since, None);
-        assert_eq!(swept.iter().map(|s| s.path.clone()).collect::<Vec<_>>(), [proj.join("unlisted")]);
+        assert_eq!(swept.iter().map(|s| s.path.clone()).collect::<Vec<_>>(), [proj.join("unlisted2")]);
     }
 
     #[test]
