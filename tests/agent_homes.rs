@@ -170,6 +170,34 @@ fn a_link_in_a_tree_named_through_a_symlink_is_checked_at_exit() {
     assert!(out.stderr.contains("removed the symlink"), "{out}");
 }
 
+/// The same tree at another depth on the host (`~/asb-deep-link -> /srv/asb-deep-real`): a
+/// link's `..` climbs from where the directory really is when a tool outside follows it, so
+/// `../../home/USER/.ssh/id_ed25519` there is the key, though in the jail it reads as a path
+/// below the home. Judged as the host follows it: refused as it is made (outside look at the
+/// guard's list, P1).
+#[test]
+fn a_link_judged_from_where_a_tree_named_through_a_symlink_really_is() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-deep-tree") else { return };
+    let (real, named) = (PathBuf::from("/srv/asb-deep-real"), j.rig.home.join("asb-deep-link"));
+    let _c = Cleanup(vec![real.clone(), named.clone()]);
+    let _ = std::fs::remove_dir_all(&real);
+    let _ = std::fs::remove_file(&named);
+    std::fs::create_dir_all(&real).unwrap();
+    std::os::unix::fs::chown(&real, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    std::os::unix::fs::symlink(&real, &named).unwrap();
+    std::os::unix::fs::lchown(&named, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let key = j.rig.home.join(".ssh/id_ed25519");
+    let target = format!("../../{}", key.strip_prefix("/").unwrap().display());
+    let out = j.run_with(
+        &["--rw", &named.display().to_string()],
+        &format!("cd {} && ln -s {target} l 2>&1; echo DONE", named.display()),
+    );
+    assert!(out.stdout.contains("DONE"), "{out}");
+    assert!(std::fs::symlink_metadata(real.join("l")).is_err(), "the link to the key is left: {out}");
+    assert!(out.stdout.contains("a path the sandbox hides"), "one clear line: {out}");
+}
+
 /// The Landlock backend has no guard: such links are made, and removed when the session ends,
 /// also one that came to lead there because its directory was moved.
 #[test]

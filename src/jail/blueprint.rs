@@ -101,7 +101,12 @@ mod tests {
             limits: LimitsPlan { mem: Some(1 << 30), pids: Some(64), ..Default::default() },
             git_guard: Some(GitGuardPlan {
                 roots: vec![odd.clone(), "/scratch".into()],
-                links: crate::plan::LinkPlan { state: vec![odd.join("s")], hidden: vec![odd.join("h")], trees: vec![] },
+                links: crate::plan::LinkPlan {
+                    state: vec![odd.join("s")],
+                    hidden: vec![odd.join("h")],
+                    trees: vec![],
+                    real: vec![crate::plan::RealRoot { name: odd.join("n"), real: odd.join("r") }],
+                },
             }),
         };
         let fd = bp.to_fd().unwrap();

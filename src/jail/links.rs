@@ -141,19 +141,46 @@ impl LinkPlan {
         self.state_of(dir).is_some() || self.trees.iter().any(|t| dir.starts_with(t))
     }
 
-    /// A link to `target` in `dir` (absolute, resolved): None if it may be there.
+    /// A link to `target` in `dir` (absolute, resolved, as the jail names it): None if it may
+    /// be there. Followed as the host follows it, where a tool outside reads it: from where
+    /// `dir` really is, a tree or state entry the jail sees at another name (`real`) being a
+    /// link to its real path there, so `..` climbs from the real directory (outside look at
+    /// the guard's list, P1). `read_link` is asked by the jail's names.
     pub fn judge(&self, dir: &Path, target: &Path, read_link: &dyn Fn(&Path) -> Option<PathBuf>) -> Option<Bad> {
         if !self.covers(dir) {
             return None;
         }
-        match resolve(dir, target, &|p| self.is_hidden(p), read_link) {
+        let hidden = |p: &Path| self.is_hidden(p) || self.is_hidden(&self.to_name(p));
+        let read = |p: &Path| match self.real.iter().find(|r| r.name == p) {
+            Some(r) => Some(r.real.clone()),
+            None => read_link(&self.to_name(p)),
+        };
+        match resolve(&self.to_real(dir), target, &hidden, &read) {
             Resolved::TooDeep => Some(Bad::TooDeep),
             Resolved::Hidden(_) => Some(Bad::Hidden),
             Resolved::At(p) => match self.state_of(dir) {
-                Some(s) if !p.starts_with(s) => Some(Bad::OutOfState(s.to_path_buf())),
+                Some(s) if !self.to_name(&p).starts_with(s) => Some(Bad::OutOfState(s.to_path_buf())),
                 _ => None,
             },
         }
+    }
+
+    /// `p` where the host has it: below a root the jail sees at another name, its real path.
+    fn to_real(&self, p: &Path) -> PathBuf {
+        self.real
+            .iter()
+            .filter_map(|r| p.strip_prefix(&r.name).ok().map(|rest| (r, rest)))
+            .max_by_key(|(r, _)| r.name.as_os_str().len())
+            .map_or_else(|| p.to_path_buf(), |(r, rest)| r.real.join(rest))
+    }
+
+    /// `p` by the jail's names: below a root's real path, its name.
+    fn to_name(&self, p: &Path) -> PathBuf {
+        self.real
+            .iter()
+            .filter_map(|r| p.strip_prefix(&r.real).ok().map(|rest| (r, rest)))
+            .max_by_key(|(r, _)| r.real.as_os_str().len())
+            .map_or_else(|| p.to_path_buf(), |(r, rest)| r.name.join(rest))
     }
 }
 
@@ -462,7 +489,37 @@ mod tests {
             state: vec!["/h/.gemini/history".into(), "/h/.claude/projects/-p".into()],
             hidden: vec!["/h/.ssh".into(), "/h/.aws".into()],
             trees: vec!["/p".into(), "/h/.gemini".into()],
+            real: vec![],
         }
+    }
+
+    /// A tree the jail sees at a name that is a symlink on the host, at another depth
+    /// (`/h/deep/scratch -> /srv/r`): a link's `..` climbs from `/srv/r` as a tool outside
+    /// follows it, so `../../h/.ssh/id` leads to the key there, whatever it reads as in the jail
+    /// (`/h/h/.ssh/id`); and a path through the name leads where the name does (outside look,
+    /// P1).
+    #[test]
+    fn a_link_in_a_tree_the_jail_names_otherwise_is_followed_as_the_host_follows_it() {
+        let mut p = plan();
+        p.trees.push("/h/deep/scratch".into());
+        p.state.push("/h/deep/scratch/entry".into());
+        let none = links(&[]);
+        assert_eq!(judge(&p, &none, "/h/deep/scratch", "../../h/.ssh/id"), None, "read from the name: as before");
+        p.real.push(crate::plan::RealRoot { name: "/h/deep/scratch".into(), real: "/srv/r".into() });
+        assert_eq!(judge(&p, &none, "/h/deep/scratch", "../../h/.ssh/id"), Some(Bad::Hidden));
+        assert_eq!(judge(&p, &none, "/h/deep/scratch/sub", "../../../h/.ssh/id"), Some(Bad::Hidden));
+        assert_eq!(judge(&p, &none, "/h/deep/scratch", "../h/.ssh/id"), None, "/srv/h/.ssh/id: not the key");
+        assert_eq!(judge(&p, &none, "/h/deep/scratch", "sub/x"), None);
+        assert_eq!(judge(&p, &none, "/p", "/h/deep/scratch/../../h/.ssh/id"), Some(Bad::Hidden));
+        // A state entry below it stays its own by the jail's names.
+        assert_eq!(judge(&p, &none, "/h/deep/scratch/entry", "x/y"), None);
+        assert_eq!(
+            judge(&p, &none, "/h/deep/scratch/entry", "../x"),
+            Some(Bad::OutOfState("/h/deep/scratch/entry".into()))
+        );
+        // A link the jail made under the name is read by the name.
+        let l = links(&[("/h/deep/scratch/up", "../..")]);
+        assert_eq!(judge(&p, &l, "/h/deep/scratch", "up/h/.ssh/id"), Some(Bad::Hidden));
     }
 
     fn links(pairs: &[(&str, &str)]) -> HashMap<PathBuf, PathBuf> {
@@ -521,7 +578,12 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let since = start_stamp();
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let plan = LinkPlan { state: vec![state.clone()], hidden: vec![secret.clone()], trees: vec![proj.clone()] };
+        let plan = LinkPlan {
+            state: vec![state.clone()],
+            hidden: vec![secret.clone()],
+            trees: vec![proj.clone()],
+            real: vec![],
+        };
         std::os::unix::fs::symlink("../../bashrc", state.join("p/.gitignore")).expect("link");
         std::os::unix::fs::symlink("x", state.join("p/inside")).expect("link");
         std::os::unix::fs::symlink(secret.join("key"), proj.join("key")).expect("link");

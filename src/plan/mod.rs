@@ -222,6 +222,30 @@ pub struct LinkPlan {
     /// can change where an earlier one leads (about 0.6 ms per 1000 entries at exit).
     #[serde(with = "os_path::vec")]
     pub trees: Vec<PathBuf>,
+    /// The state entries and trees whose names are not where they are on the host (bound from
+    /// where a symlink leads: `~/.cache -> /scratch/u/cache`): a link's `..` climbs from the
+    /// real directory there, as a tool outside follows it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub real: Vec<RealRoot>,
+}
+
+/// A root of `LinkPlan` the jail sees at `name`, on the host at `real`.
+#[derive(Debug, Clone, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct RealRoot {
+    #[serde(with = "os_path")]
+    pub name: PathBuf,
+    #[serde(with = "os_path")]
+    pub real: PathBuf,
+}
+
+/// The roots among `roots` whose canonical path is not their name.
+fn real_roots(fs: &dyn HostFs, roots: &[&PathBuf]) -> Vec<RealRoot> {
+    roots
+        .iter()
+        .filter_map(|name| {
+            fs.canonicalize(name).filter(|real| real != *name).map(|real| RealRoot { name: name.to_path_buf(), real })
+        })
+        .collect()
 }
 
 /// The Landlock backend: no mounts, so the mount list becomes path rules, and what the
@@ -1364,7 +1388,8 @@ fn finish(
     let Base { backend, project, cwd, mut net, groups, hidden, warnings, token_configs, .. } = base;
     let Shaped { mounts, placeholders, git_guard, mail_block, credentials, git_view, keep_out, state_dirs, link_trees } =
         shaped;
-    let links = LinkPlan { state: state_dirs, hidden: hidden_and_stores(&hidden, vec![]), trees: link_trees };
+    let real = real_roots(fs, &state_dirs.iter().chain(link_trees.iter()).collect::<Vec<_>>());
+    let links = LinkPlan { state: state_dirs, hidden: hidden_and_stores(&hidden, vec![]), trees: link_trees, real };
     let git_guard = git_guard.map(|g| GitGuardPlan { links: links.clone(), ..g });
     net.grant_bound = admin_grant_bound(policy);
     credentials::apply(&mut envp.vars, &net.credentials);
