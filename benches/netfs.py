@@ -41,7 +41,8 @@ SLURM_RUNS = int(os.environ.get("SLURM_RUNS", "10"))
 FILES = int(os.environ.get("FILES", "300"))
 SKIP = set(os.environ.get("SKIP", "").split(","))  # any of: job,slurm,guard
 # A directory: slowfs traces each request (`--trace`), and the counted startup runs' requests
-# are saved there per tree (`startup-home.trace`, `startup-project.trace`: `kind path` a line).
+# are saved there per tree (`startup-home.trace`, `startup-project.trace`: `µs kind path` a line),
+# and one start's timing marks (`startup-timing.txt`, the same clock).
 TRACE = os.environ.get("TRACE")
 
 import pwd  # noqa: E402
@@ -273,11 +274,12 @@ def startup(sides):
     if TRACE:
         # One start after the pause, as each measured block's runs meet the cache.
         time.sleep(PAUSE)
-        slow.counted(lambda: slow.times(asb, 1), "startup")
-        time.sleep(PAUSE)
-        marks = subprocess.run(slow.as_user(asb, env=["AGENT_SANDBOX_TIMING=1"]), capture_output=True, text=True)
-        with open(os.path.join(TRACE, "startup-timing.txt"), "w") as f:
-            f.write(marks.stderr)
+
+        def marked():
+            marks = subprocess.run(slow.as_user(asb, env=["AGENT_SANDBOX_TIMING=1"]), capture_output=True, text=True)
+            with open(os.path.join(TRACE, "startup-timing.txt"), "w") as f:
+                f.write(marks.stderr)
+        slow.counted(marked, "startup")
         print("  one start's requests: %s/startup-{home,project}.trace; its timing marks: startup-timing.txt" % TRACE)
     if before:
         show_counts("the same, ASB_BEFORE", slow.counted(lambda: slow.times(before, n)), n)

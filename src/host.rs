@@ -104,6 +104,9 @@ pub struct RealFs {
     dirs: std::cell::RefCell<std::collections::HashMap<PathBuf, std::rc::Rc<[OsString]>>>,
     canon: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<PathBuf>>>,
     listed: std::cell::RefCell<Vec<(PathBuf, Option<Listing>)>>,
+    /// `read_small`'s answers: a config several parts of the plan read (the repository's, the
+    /// user's `.gitconfig`) is read once, and they all see the same text.
+    read: std::cell::RefCell<std::collections::HashMap<(PathBuf, u64), Option<Vec<u8>>>>,
 }
 
 /// One directory's entries and their kinds (`None`: the listing did not say).
@@ -147,18 +150,34 @@ impl RealFs {
     }
 
     /// The listing of the listed directory `p` is in, and `p`'s path below it.
+    /// The innermost that could be listed: a listed directory that is missing or too big
+    /// leaves the questions to the one above it (`~/.config` absent: the home's listing says
+    /// so for everything below it).
     fn listed_under<'p>(&self, p: &'p Path) -> Option<(Listing, std::path::Components<'p>)> {
         let mut l = self.listed.borrow_mut();
-        let (dir, cached) = l
-            .iter_mut()
-            .filter(|(d, _)| p.starts_with(d) && p != d.as_path())
-            .max_by_key(|(d, _)| d.as_os_str().len())?;
+        let mut under: Vec<&mut (PathBuf, Option<Listing>)> =
+            l.iter_mut().filter(|(d, _)| p.starts_with(d) && p != d.as_path()).collect();
+        under.sort_by_key(|(d, _)| std::cmp::Reverse(d.as_os_str().len()));
+        for (dir, cached) in under {
+            if cached.is_none() {
+                *cached = Some(read_listing(dir).unwrap_or_default());
+            }
+            if let Some(listing) = cached.clone().filter(|m| !m.is_empty()) {
+                let rest = p.strip_prefix(&*dir).ok()?.components();
+                return Some((listing, rest));
+            }
+        }
+        None
+    }
+
+    /// The listing of `p` itself, when it is a listed directory that could be listed.
+    fn own_listing(&self, p: &Path) -> Option<Listing> {
+        let mut l = self.listed.borrow_mut();
+        let (dir, cached) = l.iter_mut().find(|(d, _)| d == p)?;
         if cached.is_none() {
             *cached = Some(read_listing(dir).unwrap_or_default());
         }
-        let listing = cached.clone().filter(|m| !m.is_empty())?;
-        let rest = p.strip_prefix(&*dir).ok()?.components();
-        Some((listing, rest))
+        cached.clone().filter(|m| !m.is_empty())
     }
 
     /// `Some(answer)` when the listing decides `kind(p)`.
@@ -234,6 +253,11 @@ impl HostFs for RealFs {
         if let Some(v) = self.dirs.borrow().get(p) {
             return v.clone();
         }
+        // A listed directory's own listing serves (not read a second time).
+        if let Some(l) = self.own_listing(p) {
+            let entries = l.iter().filter(|(n, _)| n.as_os_str() != ".").map(|(n, k)| (n.clone(), *k)).collect();
+            return self.remember_dir(p, entries);
+        }
         // A directory the listing says is not there has no entries (no open to learn it).
         let absent = matches!(self.kind_from_listing(p), Some(None));
         let entries = if absent { vec![] } else { entries_of(p) };
@@ -307,17 +331,28 @@ impl HostFs for RealFs {
         Some(id)
     }
     fn read_small(&self, p: &Path, max: u64) -> Option<Vec<u8>> {
-        use std::io::Read;
-        use std::os::unix::fs::OpenOptionsExt;
-        // O_NONBLOCK: a FIFO the jail of an earlier session planted must not hold the launch.
-        let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(p).ok()?;
-        if !f.metadata().ok()?.is_file() {
-            return None;
+        let key = (p.to_path_buf(), max);
+        if let Some(data) = self.read.borrow().get(&key) {
+            return data.clone();
         }
-        let mut data = vec![];
-        f.take(max).read_to_end(&mut data).ok()?;
-        Some(data)
+        let data = read_small_file(p, max);
+        self.read.borrow_mut().insert(key, data.clone());
+        data
     }
+}
+
+/// Up to `max` bytes of the regular file at `p` (see `HostFs::read_small`).
+fn read_small_file(p: &Path, max: u64) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: a FIFO the jail of an earlier session planted must not hold the launch.
+    let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC).open(p).ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut data = vec![];
+    f.take(max).read_to_end(&mut data).ok()?;
+    Some(data)
 }
 
 /// An in-memory filesystem for plan tests.

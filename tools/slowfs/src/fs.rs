@@ -159,13 +159,19 @@ impl SlowFs {
         }
     }
 
-    /// With `--trace`: one line per metadata request, `kind path` (the backing file's path as
+    /// With `--trace`: one line per metadata request, `µs kind path` (CLOCK_MONOTONIC when it
+    /// arrived, before its delay; the backing file's path as
     /// the kernel names its descriptor, and the name asked for under it), to see where a
     /// program's requests go.
     fn trace(&self, op: Op, ino: INodeNo, name: Option<&OsStr>) {
         let Some(out) = &self.trace else { return };
         let at = self.fd(ino).ok().and_then(|fd| std::fs::read_link(proc_path(&fd)).ok()).unwrap_or_default();
-        let mut line = format!("{} {}", op.name(), at.display());
+        // The monotonic clock the launcher's timing marks use (AGENT_SANDBOX_TIMING), in µs.
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: clock_gettime writes one timespec into `ts`, which outlives the call.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+        let us = ts.tv_sec * 1_000_000 + ts.tv_nsec / 1000;
+        let mut line = format!("{us} {} {}", op.name(), at.display());
         if let Some(n) = name {
             line.push('/');
             line.push_str(&n.to_string_lossy());

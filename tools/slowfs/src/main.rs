@@ -9,8 +9,9 @@
 //!   slowfs BACKING MOUNTPOINT [--delay-us N] [--ttl-ms N] [--stats FILE] [--threads N]
 //!          [--trace FILE]
 //!
-//! `--trace FILE`: one line per metadata request, `kind backing-path[/name]`, to see where a
-//! program's requests go (`sort | uniq -c` of them).
+//! `--trace FILE`: one line per metadata request, `µs kind backing-path[/name]` (CLOCK_MONOTONIC
+//! as it arrived: the clock of the launcher's `AGENT_SANDBOX_TIMING` marks), to see where a
+//! program's requests go and when.
 //!
 //! Run as root it mounts with `allow_other,default_permissions`: the kernel checks access
 //! against the backing files' owners and modes, so the files keep their users. Created files
