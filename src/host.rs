@@ -106,8 +106,11 @@ pub struct RealFs {
     listed: std::cell::RefCell<Vec<(PathBuf, Option<Listing>)>>,
     /// `read_small`'s answers: a config several parts of the plan read (the repository's, the
     /// user's `.gitconfig`) is read once, and they all see the same text.
-    read: std::cell::RefCell<std::collections::HashMap<(PathBuf, u64), Option<Vec<u8>>>>,
+    read: std::cell::RefCell<SmallReads>,
 }
+
+/// `read_small`'s answers by path and size asked.
+type SmallReads = std::collections::HashMap<(PathBuf, u64), Option<Vec<u8>>>;
 
 /// One directory's entries and their kinds (`None`: the listing did not say).
 type Listing = std::rc::Rc<std::collections::HashMap<OsString, Option<Kind>>>;
