@@ -442,9 +442,37 @@ fn own_proc_object(c: &Caller, obj: BorrowedFd) -> Step<()> {
     }
 }
 
-/// Whether `dir` is in a procfs (whose symlinks may be magic links).
+/// Whether `dir` is in a procfs (whose symlinks may be magic links). `fstatfs` is a round
+/// trip on NFS and FUSE (one per file the guard creates there, issue 35): the answer is kept
+/// per device, which names one filesystem for as long as it is mounted, and nothing in the
+/// jail mounts or unmounts (the mount calls are denied, a nested namespace refused under the
+/// guard). The device comes from the inode as cached (`AT_STATX_DONT_SYNC`: no request).
 fn on_procfs(dir: BorrowedFd) -> bool {
-    nix::sys::statfs::fstatfs(dir).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC)
+    static KNOWN: std::sync::Mutex<Vec<(u64, bool)>> = std::sync::Mutex::new(Vec::new());
+    const MOST: usize = 64;
+    let asked =
+        || nix::sys::statfs::fstatfs(dir).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::PROC_SUPER_MAGIC);
+    let Some(dev) = device_of(dir) else { return asked() };
+    let known = |k: &Vec<(u64, bool)>| k.iter().find(|(d, _)| *d == dev).map(|(_, p)| *p);
+    if let Some(p) = known(&KNOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner)) {
+        return p;
+    }
+    let p = asked();
+    let mut k = KNOWN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if k.len() < MOST && known(&k).is_none() {
+        k.push((dev, p));
+    }
+    p
+}
+
+/// The device `fd`'s inode is on, as the kernel has it cached.
+fn device_of(fd: BorrowedFd) -> Option<u64> {
+    // SAFETY: statx is plain data written by the kernel.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    let flags = libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC;
+    // SAFETY: the empty path and `st` live for the call; `fd` is open.
+    let rc = unsafe { libc::statx(fd.as_raw_fd(), c"".as_ptr(), flags, libc::STATX_TYPE, &mut st) };
+    (rc == 0).then(|| libc::makedev(st.stx_dev_major, st.stx_dev_minor))
 }
 
 /// The path of what `fd` refers to, as the guard sees it; None for what has no path (a
@@ -1674,6 +1702,19 @@ fn rmdir(c: &Caller, g: &Guarded, base: Base, path: u64) -> Step<Done> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The answer kept per device is the one `fstatfs` gives, asked again or not.
+    #[test]
+    fn procfs_is_told_apart_per_device_and_kept() {
+        let proc_dir = std::fs::File::open("/proc/self").expect("open /proc/self");
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let other = std::fs::File::open(tmp.path()).expect("open a directory");
+        for _ in 0..2 {
+            assert!(on_procfs(proc_dir.as_fd()));
+            assert!(!on_procfs(other.as_fd()));
+        }
+        assert!(device_of(proc_dir.as_fd()).is_some_and(|d| Some(d) != device_of(other.as_fd())));
+    }
 
     /// A stream that outlived its followers' wait ends after they installed: streams opened
     /// on the name since then still install in their own order (numbers never restart).
