@@ -108,11 +108,10 @@ fn a_link_to_a_hidden_file_is_refused_in_the_project_and_removed_at_exit() {
     assert!(std::fs::symlink_metadata(j.project.join("m/c")).is_err(), "{out}");
     // A link that comes to lead into a hidden path because of a link made after it, or one
     // below a moved directory read through a link inside it (outside review of A2 under
-    // userns, F3 and F4), is made; the exit check of the links the guard made removes it
-    // ... also in a directory the jail made unreadable to its owner (second look, N1): looked
-    // at by its name, the directory not listed.
+    // userns, F3 and F4), is made; the walk of the project at exit removes it
+    // ... also in a directory the jail made unreadable to its owner (second look, N1).
     // ... and below a directory left without its owner's search bit, given back to look
-    // there (outside look at the guard's list of links, R2).
+    // there.
     for (step, left) in [("RETARGETED", "l"), ("MOVED-THROUGH", "M/l"), ("HIDDEN-DIR", "h/l"), ("SHUT-DIR", "s/t/l")] {
         assert!(out.stdout.contains(step), "{step}: {out}");
         assert!(std::fs::symlink_metadata(j.project.join(left)).is_err(), "{left} is left: {out}");
@@ -125,10 +124,10 @@ fn a_link_to_a_hidden_file_is_refused_in_the_project_and_removed_at_exit() {
     assert!(audit_checks(&j).contains(r#""check":"hidden-link","path":"#));
 }
 
-/// Under the git guard the exit check looks at the links the guard made, where they are now,
-/// and walks no tree (a walk of a project on NFS is a round trip per directory: issue 35).
-/// A session that made no link lists nothing: a directory it left unreadable to its owner,
-/// which a walk would list (and make readable again to do so), stays as the jail left it.
+/// Under the git guard a session that made no symlink walks no tree at its end (a walk of a
+/// project on NFS is a round trip per directory: issue 35): a directory it left unreadable to
+/// its owner, which a walk would list (and make readable again to do so), stays as the jail
+/// left it.
 #[test]
 fn under_the_guard_the_exit_check_walks_no_tree() {
     let _l = lock();
@@ -139,6 +138,27 @@ fn under_the_guard_the_exit_check_walks_no_tree() {
     let _ = std::fs::set_permissions(j.project.join("shut"), std::fs::Permissions::from_mode(0o755));
     assert!(!out.stderr.contains("made readable again"), "the project was walked at exit: {out}");
     assert_eq!(mode.ok(), Some(0o311), "the project was walked at exit: {out}");
+}
+
+/// Two sessions in one project at once: a link one made, harmless then, comes to lead to the
+/// key through a link the other makes later (`l -> x/../.ssh/...` while `x` is a directory,
+/// then `x -> ..`). The session that made the later link walks the project at its end, the
+/// other's links included (outside look at the guard's list of links, F1: looking only at
+/// the links a session made itself left `l`).
+#[test]
+fn a_link_another_session_made_is_checked_by_the_one_that_changed_its_way() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-two-sessions") else { return };
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| j.run(r#"sleep 3; rmdir x && ln -s "$(dirname "$PWD")" x && echo A-DONE"#));
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let b = j.run("mkdir x && ln -s x/../.ssh/id_ed25519 l && echo B-DONE");
+        (a.join().expect("session A"), b)
+    });
+    assert!(b.stdout.contains("B-DONE"), "{b}");
+    assert!(a.stdout.contains("A-DONE"), "{a}");
+    assert!(std::fs::symlink_metadata(j.project.join("l")).is_err(), "the link to the key is left: {a}\n{b}");
+    assert!(a.stderr.contains("removed the symlink"), "{a}");
 }
 
 /// A tree granted by a name that is a symlink on the host (`--rw ~/scratch` with `~/scratch ->

@@ -229,16 +229,12 @@ fn left_out(sock: RawFd) {
     }
 }
 
-/// The links the guard made, one message each, then that the list is whole: a launcher that
-/// never hears the end (the list too long, PID 1 gone, a message lost) walks the trees.
+/// Tells the launcher the guard made no symlink where the exit check looks, if so: a
+/// launcher that never hears it (a link made, PID 1 gone, the message lost) walks the trees.
 fn links_made(sock: RawFd) {
-    let Some(paths) = super::guard::close() else { return };
-    for p in paths {
-        if msg::send(sock, &Msg::Linked(p)).is_err() {
-            return;
-        }
+    if super::guard::close() {
+        let _ = msg::send(sock, &Msg::NoLinks);
     }
-    let _ = msg::send(sock, &Msg::LinksDone);
 }
 
 /// The command is done: kill and reap everything else in the jail before telling the
@@ -465,7 +461,7 @@ fn ready(sfd: &SignalFd, sock: RawFd, launcher_open: bool, wait: Option<std::tim
 }
 
 /// Reaps the jail's children; when the command is among them, ends the session and tells
-/// the launcher how it ended: PID 1's exit code. Under the git guard, the links it made
+/// the launcher how it ended: PID 1's exit code. Under the git guard, whether it made a link
 /// first (`guard::close`), for the launcher's exit check.
 fn reap(child: Pid, sock: RawFd, guarded: bool) -> Option<isize> {
     loop {

@@ -126,16 +126,6 @@ impl LinkPlan {
         self.state.iter().filter(|s| p.starts_with(s)).max_by_key(|s| s.as_os_str().len()).map(PathBuf::as_path)
     }
 
-    /// The innermost state entry or tree `p` lies in.
-    fn root_of(&self, p: &Path) -> Option<&Path> {
-        self.state
-            .iter()
-            .chain(self.trees.iter())
-            .filter(|r| p.starts_with(r))
-            .max_by_key(|r| r.as_os_str().len())
-            .map(PathBuf::as_path)
-    }
-
     /// Whether a link in `dir` is judged at all (in a state entry or a tree the jail writes).
     pub fn covers(&self, dir: &Path) -> bool {
         self.state_of(dir).is_some() || self.trees.iter().any(|t| dir.starts_with(t))
@@ -198,149 +188,35 @@ pub struct Swept {
     pub removed: Result<(), String>,
 }
 
-/// What the jail's PID 1 said of the links the git guard made (`Msg::Linked`, then
-/// `Msg::LinksDone`): the exit check's list, if it came whole.
+/// What the jail's PID 1 said of the links the git guard made: that it made none
+/// (`Msg::NoLinks`), or nothing.
 #[derive(Debug, Default)]
 pub struct Heard {
-    paths: Vec<PathBuf>,
-    done: bool,
-    too_many: bool,
+    no_links: bool,
 }
 
 impl Heard {
-    pub fn linked(&mut self, p: PathBuf) {
-        if self.done || self.paths.len() >= crate::jail::guard::MAX_RECORDED {
-            self.too_many = true;
-        } else {
-            self.paths.push(p);
-        }
+    pub fn no_links(&mut self) {
+        self.no_links = true;
     }
 
-    pub fn done(&mut self) {
-        self.done = true;
-    }
-
-    /// The list, if PID 1 said it was whole (and it was no longer than the guard keeps).
-    pub fn whole(&self) -> Option<&[PathBuf]> {
-        (self.done && !self.too_many).then_some(self.paths.as_slice())
+    /// Whether the trees need no walk: the guard made no symlink where the check looks.
+    pub fn none_made(&self) -> bool {
+        self.no_links
     }
 }
 
 /// After the session: every link in the plan's state entries and trees made or moved since
-/// `since` (its ctime, seconds and nanoseconds) that leads where `judge` refuses is removed.
-/// `made`: the links the git guard made, where it knows them all (`guard::made`): only those
-/// are looked at, no tree is walked. Without it (Landlock, the guard off, a list that did not
-/// come whole) the state entries and trees are walked. Returns the links, and whether the
-/// check stopped at `MAX_SWEPT` entries or at a place it could not look.
-pub fn sweep(plan: &LinkPlan, since: (i64, i64), made: Option<&[PathBuf]>) -> (Vec<Swept>, bool) {
-    match made {
-        Some(paths) => sweep_made(plan, since, paths),
-        None => sweep_trees(plan, since),
+/// `since` (its ctime, seconds and nanoseconds) that leads where `judge` refuses is removed:
+/// the state entries and trees are walked. Not when `none_made` (the git guard made no
+/// symlink there: `guard::made` says why nothing can lead elsewhere then): a session that made
+/// no link walks no tree (issue 35). Returns the links, and whether the walk stopped at
+/// `MAX_SWEPT` entries or at a directory it could not read.
+pub fn sweep(plan: &LinkPlan, since: (i64, i64), none_made: bool) -> (Vec<Swept>, bool) {
+    if none_made {
+        return (vec![], false);
     }
-}
-
-/// The links the guard made, each looked at in its directory opened without following a
-/// symlink on the way (one the jail made there later leads elsewhere: the record of the
-/// directory's move holds where the link went).
-fn sweep_made(plan: &LinkPlan, since: (i64, i64), paths: &[PathBuf]) -> (Vec<Swept>, bool) {
-    use nix::sys::stat::fstatat;
-    let Ok(root) = std::fs::File::open("/") else { return sweep_trees(plan, since) };
-    // The guard's paths are the jail's names. A tree or state entry bound from where a symlink
-    // leads (`--rw ~/scratch` with `~/scratch -> /gpfs/...`, `~/.cache -> /scratch/...`) has
-    // another name on the host, and one the jail left unreachable cannot be looked into by
-    // name: the trees are walked then (outside look at this change, R1).
-    for r in plan.state.iter().chain(plan.trees.iter()) {
-        let holds = paths.iter().any(|p| p.starts_with(r));
-        if holds && r.strip_prefix("/").map_or(true, |rel| crate::jail::anchor::open_exact(&root, rel).is_err()) {
-            return sweep_trees(plan, since);
-        }
-    }
-    let mut out = vec![];
-    let mut unlooked = false;
-    let mut seen: std::collections::BTreeSet<&Path> = std::collections::BTreeSet::new();
-    for p in paths {
-        if !seen.insert(p) {
-            continue;
-        }
-        let (Some(dir), Some(name)) = (p.parent(), p.file_name()) else { continue };
-        let plain = p.is_absolute() && p.components().skip(1).all(|c| matches!(c, Component::Normal(_)));
-        let Some(top) = plan.root_of(dir).filter(|_| plain) else { continue };
-        let mut again = true;
-        let st = loop {
-            let looked = reach(&root, dir).and_then(|dfd| {
-                fstatat(&dfd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).map(|st| (dfd, st)).map_err(|e| e as i32)
-            });
-            match looked {
-                Ok(found) => break Some(found),
-                // Gone, or reached through a link now (below a tree reached by its name: a
-                // directory moved, whose record holds where the link went).
-                Err(libc::ENOENT | libc::ENOTDIR | libc::ELOOP) => break None,
-                // A directory on the way the jail left without its owner's search bit is given
-                // it back, as the walk does (second look, N1; outside look at this change, R2).
-                Err(libc::EACCES) if std::mem::take(&mut again) && searchable_again(top, dir) => continue,
-                Err(_) => {
-                    unlooked = true;
-                    break None;
-                }
-            }
-        };
-        let Some((dfd, st)) = st else { continue };
-        if st.st_mode & libc::S_IFMT != libc::S_IFLNK || (st.st_ctime, st.st_ctime_nsec) < since {
-            continue;
-        }
-        let Ok(target) = nix::fcntl::readlinkat(&dfd, name) else {
-            unlooked = true;
-            continue;
-        };
-        let target = PathBuf::from(target);
-        if let Some(why) = plan.judge(dir, &target, &host_read_link) {
-            let removed = nix::unistd::unlinkat(&dfd, name, nix::unistd::UnlinkatFlags::NoRemoveDir)
-                .map_err(|e| std::io::Error::from(e).to_string());
-            out.push(Swept { path: p.clone(), target, why, removed });
-        }
-    }
-    (out, unlooked)
-}
-
-/// `dir`, opened below `/` with no symlink followed: an errno otherwise.
-fn reach(root: &std::fs::File, dir: &Path) -> Result<std::os::fd::OwnedFd, i32> {
-    let rel = dir.strip_prefix("/").map_err(|_| libc::EXDEV)?;
-    crate::jail::anchor::open_exact(root, rel).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
-}
-
-/// Gives the owner's read and search bits back to each directory from `top` down to `dir`
-/// that lacks them (and is the user's, and not a link), saying so: whether any changed.
-fn searchable_again(top: &Path, dir: &Path) -> bool {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let mut changed = false;
-    let mut at = top.to_path_buf();
-    let below = dir.strip_prefix(top).map(|r| r.components().collect::<Vec<_>>()).unwrap_or_default();
-    for c in std::iter::once(None).chain(below.into_iter().map(Some)) {
-        if let Some(c) = c {
-            at.push(c);
-        }
-        let Ok(meta) = std::fs::symlink_metadata(&at) else { return changed };
-        if !meta.is_dir() || meta.uid() != nix::unistd::getuid().as_raw() {
-            return changed;
-        }
-        let mode = meta.permissions().mode();
-        if mode & 0o500 != 0o500 {
-            if std::fs::set_permissions(&at, std::fs::Permissions::from_mode(mode | 0o500)).is_err() {
-                return changed;
-            }
-            said_readable_again(&at);
-            changed = true;
-        }
-    }
-    changed
-}
-
-fn said_readable_again(dir: &Path) {
-    eprintln!(
-        "agent-sandbox: {}: the jail left it unreadable to you; made readable again (u+rx) to look for the links it \
-         left",
-        dir.display()
-    );
+    sweep_trees(plan, since)
 }
 
 /// Every state entry and tree, walked.
@@ -412,21 +288,37 @@ fn sweep_trees(plan: &LinkPlan, since: (i64, i64)) -> (Vec<Swept>, bool) {
 /// userns, N1). None if it is gone; an error if it still cannot be listed (the caller says
 /// links were not checked).
 fn listed(dir: &Path) -> Result<Option<std::fs::ReadDir>, ()> {
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     match std::fs::read_dir(dir) {
         Ok(rd) => return Ok(Some(rd)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) if e.kind() != std::io::ErrorKind::PermissionDenied => return Err(()),
         Err(_) => {}
     }
-    let meta = std::fs::symlink_metadata(dir).map_err(drop)?;
-    if !meta.is_dir() || meta.uid() != nix::unistd::getuid().as_raw() {
+    readable_again(dir)?;
+    eprintln!(
+        "agent-sandbox: {}: the jail left it unreadable to you; made readable again (u+rx) to look for the links it \
+         left",
+        dir.display()
+    );
+    std::fs::read_dir(dir).map(Some).map_err(drop)
+}
+
+/// Gives the user's directory at `dir` its owner's read and search bits. What is at the path
+/// now, not followed if it is a link, is what is looked at and changed: a directory swapped
+/// for a link to a file between a look and a change by path would have the file take the
+/// directory's mode (outside look at the list of links, F3: the key made 0777).
+fn readable_again(dir: &Path) -> Result<(), ()> {
+    use nix::fcntl::OFlag;
+    let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let fd = nix::fcntl::open(dir, flags, nix::sys::stat::Mode::empty()).map_err(drop)?;
+    let st = nix::sys::stat::fstat(&fd).map_err(drop)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR || st.st_uid != nix::unistd::getuid().as_raw() {
         return Err(());
     }
-    let mode = meta.permissions().mode() | 0o500;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).map_err(drop)?;
-    said_readable_again(dir);
-    std::fs::read_dir(dir).map(Some).map_err(drop)
+    let mode = nix::sys::stat::Mode::from_bits_truncate((st.st_mode & 0o7777) | 0o500);
+    let own = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+    nix::sys::stat::fchmodat(nix::fcntl::AT_FDCWD, own.as_str(), mode, nix::sys::stat::FchmodatFlags::FollowSymlink)
+        .map_err(drop)
 }
 
 /// Removes `p` if it is (still) a link: never what it points to.
@@ -588,7 +480,7 @@ mod tests {
         std::os::unix::fs::symlink("x", state.join("p/inside")).expect("link");
         std::os::unix::fs::symlink(secret.join("key"), proj.join("key")).expect("link");
         std::os::unix::fs::symlink("src/a.rs", proj.join("main.rs")).expect("link");
-        let (swept, stopped) = sweep(&plan, since, None);
+        let (swept, stopped) = sweep(&plan, since, false);
         assert!(!stopped);
         let mut gone: Vec<PathBuf> = swept.iter().map(|s| s.path.clone()).collect();
         gone.sort();
@@ -597,76 +489,34 @@ mod tests {
         for kept in [state.join("p/old"), state.join("p/inside"), proj.join("main.rs")] {
             assert!(std::fs::symlink_metadata(&kept).is_ok(), "{}", kept.display());
         }
-        // The guard's list: only the links on it are looked at (`unlisted` stays: no walk),
-        // each in its directory reached without a link (`through/k` names `sub/k` through
-        // the link `through`: looked at as `sub/k`, which the list also holds); a path
-        // outside the trees, one with `..`, and one that is gone are passed over.
-        std::fs::create_dir_all(proj.join("sub")).expect("mkdir");
-        std::os::unix::fs::symlink(secret.join("key"), proj.join("key2")).expect("link");
+        // Where the guard made no link, nothing is walked (`unlisted` stays); after one, the
+        // trees are (outside review, F3: a link made later changes where an earlier one leads).
         std::os::unix::fs::symlink(secret.join("key"), proj.join("unlisted")).expect("link");
-        std::os::unix::fs::symlink(secret.join("key"), proj.join("sub/k")).expect("link");
-        std::os::unix::fs::symlink("sub", proj.join("through")).expect("link");
-        std::os::unix::fs::symlink(secret.join("key"), root.join("outside")).expect("link");
-        let made = [
-            proj.join("key2"),
-            proj.join("main.rs"),
-            proj.join("through/k"),
-            proj.join("sub/k"),
-            proj.join("gone"),
-            root.join("outside"),
-            proj.join("sub/../key2"),
-            proj.join("key2"),
-        ];
-        let (swept, stopped) = sweep(&plan, since, Some(&made));
-        assert!(!stopped);
-        let mut gone: Vec<PathBuf> = swept.iter().map(|s| s.path.clone()).collect();
-        gone.sort();
-        assert_eq!(gone, vec![proj.join("key2"), proj.join("sub/k")]);
-        assert!(swept.iter().all(|s| s.removed.is_ok()));
-        for kept in [proj.join("unlisted"), proj.join("main.rs"), proj.join("through"), root.join("outside")] {
-            assert!(std::fs::symlink_metadata(&kept).is_ok(), "{}", kept.display());
-        }
-        // A directory on the way the jail left without its owner's search bit (root, which
-        // runs this, passes it anyway; tests/agent_homes.rs has the user's case, R2).
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::create_dir_all(proj.join("shut/deeper")).expect("mkdir");
-        std::os::unix::fs::symlink(secret.join("key"), proj.join("shut/deeper/k")).expect("link");
-        std::fs::set_permissions(proj.join("shut"), std::fs::Permissions::from_mode(0o200)).expect("chmod");
-        let (swept, stopped) = sweep(&plan, since, Some(&[proj.join("shut/deeper/k")]));
-        assert!(!stopped);
-        assert_eq!(swept.iter().map(|s| s.path.clone()).collect::<Vec<_>>(), [proj.join("shut/deeper/k")]);
-        // A tree the plan names through a symlink (`--rw ~/scratch`, `~/scratch -> elsewhere`):
-        // the guard's names are not the host's there, so the trees are walked (R1): `unlisted`
-        // goes too.
-        let named = root.join("named");
-        std::os::unix::fs::symlink("proj", &named).expect("link");
-        std::os::unix::fs::symlink(secret.join("key"), proj.join("key3")).expect("link");
-        let through = LinkPlan { trees: vec![named.clone()], ..plan.clone() };
-        let (swept, _) = sweep(&through, since, Some(&[named.join("key3")]));
-        let mut gone: Vec<PathBuf> = swept.iter().map(|s| s.path.clone()).collect();
-        gone.sort();
-        assert_eq!(gone, vec![named.join("key3"), named.join("unlisted")]);
-        // Without the list the trees are walked: a link made later can change where an
-        // earlier one leads, which the guard judged as it was made (outside review, F3).
-        std::os::unix::fs::symlink(secret.join("key"), proj.join("unlisted2")).expect("link");
-        let (swept, _) = sweep(&plan, since, None);
-        assert_eq!(swept.iter().map(|s| s.path.clone()).collect::<Vec<_>>(), [proj.join("unlisted2")]);
+        let (swept, stopped) = sweep(&plan, since, true);
+        assert!(swept.is_empty() && !stopped);
+        assert!(std::fs::symlink_metadata(proj.join("unlisted")).is_ok());
+        let (swept, _) = sweep(&plan, since, false);
+        assert_eq!(swept.iter().map(|s| s.path.clone()).collect::<Vec<_>>(), [proj.join("unlisted")]);
     }
 
+    /// The owner's bits are given back to the directory at the path, never to what a link
+    /// there leads to (outside look, F3: a directory swapped for a link to the key between
+    /// the look and the change made the key 0777).
     #[test]
-    fn the_list_is_whole_only_once_pid_1_said_so_and_no_longer_than_the_guard_keeps() {
-        let mut h = Heard::default();
-        h.linked("/p/a".into());
-        assert_eq!(h.whole(), None, "no LinksDone yet");
-        h.done();
-        assert_eq!(h.whole(), Some(&[PathBuf::from("/p/a")][..]));
-        h.linked("/p/b".into());
-        assert_eq!(h.whole(), None, "a link after the end: the list cannot be trusted whole");
-        let mut h = Heard::default();
-        for i in 0..=crate::jail::guard::MAX_RECORDED {
-            h.linked(PathBuf::from(format!("/p/{i}")));
-        }
-        h.done();
-        assert_eq!(h.whole(), None);
+    fn only_a_directory_itself_is_made_readable_again() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().expect("tempdir");
+        let (shut, key, link) = (d.path().join("shut"), d.path().join("key"), d.path().join("link"));
+        std::fs::create_dir(&shut).expect("mkdir");
+        std::fs::set_permissions(&shut, std::fs::Permissions::from_mode(0o200)).expect("chmod");
+        std::fs::write(&key, "k").expect("write");
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+        std::os::unix::fs::symlink(&key, &link).expect("link");
+        let mode = |p: &Path| std::fs::symlink_metadata(p).map(|m| m.permissions().mode() & 0o7777).unwrap_or(0);
+        assert!(readable_again(&link).is_err());
+        assert_eq!(mode(&key), 0o600);
+        assert!(readable_again(&key).is_err(), "not a directory");
+        assert!(readable_again(&shut).is_ok());
+        assert_eq!(mode(&shut), 0o700);
     }
 }

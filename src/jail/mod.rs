@@ -170,9 +170,9 @@ pub fn run(
         BackendKind::Landlock => (fallback::run(plan, anchors, banner, lazy), links::Heard::default()),
     };
     // Every process of the jail is gone: the links it left where something outside follows
-    // them are removed (under Landlock the only check; under userns the guard's second, at
-    // the links it made).
-    let (swept, stopped) = links::sweep(&plan.links, started, heard.whole());
+    // them are removed (under Landlock the only check; under userns the guard's second, after
+    // a session that made one).
+    let (swept, stopped) = links::sweep(&plan.links, started, heard.none_made());
     links::report(&swept, stopped, audit);
     dotenv::report(&dotenv::restore(&dotenv), audit);
     if let Some(s) = &opencode {

@@ -41,11 +41,9 @@ pub enum Msg {
     },
     /// Init -> launcher: refusals the git guard did not report (past its rate), to be counted.
     LeftOut(u64),
-    /// Init -> launcher, once the command has ended: a symlink the git guard made (or moved)
-    /// where the exit check looks (`jail::links::sweep`).
-    Linked(std::path::PathBuf),
-    /// Init -> launcher: every such link was sent (`Linked`); without it the check walks.
-    LinksDone,
+    /// Init -> launcher, once the command has ended: the git guard made no symlink where the
+    /// exit check looks (`jail::links::sweep`), which walks no tree then.
+    NoLinks,
 }
 
 fn put_program(buf: &mut Vec<u8>, prog: &[seccompiler::sock_filter]) {
@@ -108,12 +106,7 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
             buf.push(b'L');
             buf.extend_from_slice(&n.to_le_bytes());
         }
-        Msg::Linked(p) => {
-            use std::os::unix::ffi::OsStrExt;
-            buf.push(b'N');
-            buf.extend_from_slice(p.as_os_str().as_bytes());
-        }
-        Msg::LinksDone => buf.push(b'D'),
+        Msg::NoLinks => buf.push(b'N'),
         Msg::Refused { check, path } => {
             buf.push(b'F');
             buf.extend_from_slice(check.as_bytes());
@@ -184,11 +177,7 @@ fn recv_with(sock: RawFd, flags: MsgFlags) -> nix::Result<Option<Msg>> {
         b'K' => Msg::Signaled(int()),
         b'Y' => Msg::Relay(int()),
         b'L' => Msg::LeftOut(body.get(..8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes).unwrap_or(0)),
-        b'N' => {
-            use std::os::unix::ffi::OsStrExt;
-            Msg::Linked(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(body)))
-        }
-        b'D' => Msg::LinksDone,
+        b'N' => Msg::NoLinks,
         b'F' => {
             let (check, path) = body.split_at(body.iter().position(|b| *b == 0).unwrap_or(body.len()));
             Msg::Refused {

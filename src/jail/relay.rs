@@ -341,8 +341,7 @@ fn relay(sock: RawFd, pid: nix::unistd::Pid, sig: Signal) {
 /// its rate), for the user and the audit log.
 fn note(m: Msg, audit: &crate::audit::AuditLog, heard: &mut super::links::Heard) {
     match m {
-        Msg::Linked(p) => heard.linked(p),
-        Msg::LinksDone => heard.done(),
+        Msg::NoLinks => heard.no_links(),
         Msg::Error(e) => eprintln!("agent-sandbox: {e}"),
         Msg::Refused { check, path } => {
             let mut r = audit.record("fs_denied");

@@ -575,16 +575,16 @@ fn take_umask(c: &Caller) -> Step<()> {
     Ok(())
 }
 
-/// A symlink about to be at `e` where the exit check looks (`made`).
+/// A symlink about to be at `e`: counted where the exit check looks (`made`).
 fn record_link(g: &Guarded, e: &Entry) {
     if g.links.covers(&e.dir_path) {
-        made::link(e.path());
+        made::link();
     }
 }
 
-/// A rename about to be carried out, for `made`: a link moved is where it lands (each, in an
-/// exchange), the links recorded below a directory go with it (both ways in an exchange), and
-/// a directory arriving from a place the record does not cover brings links it never saw made.
+/// A rename about to be carried out, for `made`: a link moved onto a name where the exit
+/// check looks (each, in an exchange), or a directory arriving there from a place it does not
+/// look (the links it holds were never seen made).
 fn record_rename(g: &Guarded, (from, kind): (&Entry, Kind), (to, other): (&Entry, Option<Kind>), exchanged: bool) {
     if kind == Kind::Symlink {
         record_link(g, to);
@@ -595,18 +595,17 @@ fn record_rename(g: &Guarded, (from, kind): (&Entry, Kind), (to, other): (&Entry
     if kind == Kind::Dir || other == Some(Kind::Dir) {
         let covered = |e: &Entry| g.links.covers(&e.dir_path);
         if (covered(to) && !covered(from)) || (exchanged && covered(from) && !covered(to)) {
-            made::unrecorded();
+            made::link();
         }
-        made::moved(&from.path(), &to.path(), exchanged);
     }
 }
 
-/// Ends the guard's work for good and says which links it made (None: it cannot say, see
-/// `made`): the gate is taken and never given back, so a call still on its way when the
-/// session ended waits for ever instead of making a link the list lacks.
-pub fn close() -> Option<Vec<PathBuf>> {
+/// Ends the guard's work for good and says whether it made no link where the exit check
+/// looks (`made`): the gate is taken and never given back, so a call still on its way when
+/// the session ended waits for ever instead of making a link uncounted.
+pub fn close() -> bool {
     std::mem::forget(gate());
-    made::take()
+    made::none()
 }
 
 fn done_value(rc: libc::c_int) -> Done {

@@ -11,7 +11,6 @@
 mod emulate;
 pub mod gitconfig;
 mod made;
-pub use made::MAX_RECORDED;
 
 /// The guard's reading of trapped paths, for the fuzz targets (fuzz/): not an API.
 #[doc(hidden)]
@@ -59,8 +58,8 @@ pub fn wait_for_streams(limit: std::time::Duration) {
 }
 
 /// The guard's last act, once every process under it has ended: it carries out no call
-/// after this, and says where the links it made are (None: it cannot say; see `made`).
-pub fn close() -> Option<Vec<std::path::PathBuf>> {
+/// after this, and says whether it made no symlink where the exit check looks (`made`).
+pub fn close() -> bool {
     emulate::close()
 }
 
