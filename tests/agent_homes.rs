@@ -161,6 +161,26 @@ fn a_link_another_session_made_is_checked_by_the_one_that_changed_its_way() {
     assert!(a.stderr.contains("removed the symlink"), "{a}");
 }
 
+/// The same without a link made by the session that changes the way: a directory renamed
+/// onto the name another session's link passes through (`l -> b/k/.ssh/...` made while `b` was
+/// missing, `a/k -> ../../..`, then `mv a b`). A session that made no link still walks its
+/// trees at its end when another ran meanwhile (outside look at the walk's skip, F1).
+#[test]
+fn a_session_that_made_no_link_walks_when_another_ran_meanwhile() {
+    let _l = lock();
+    let Some(j) = Jail::new("homes-rename-only") else { return };
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| j.run("sleep 3; mv a b && echo A-DONE"));
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let b = j.run("mkdir a && ln -s ../../.. a/k && ln -s b/k/.ssh/id_ed25519 l && echo B-DONE");
+        (a.join().expect("session A"), b)
+    });
+    assert!(b.stdout.contains("B-DONE"), "{b}");
+    assert!(a.stdout.contains("A-DONE"), "{a}");
+    assert!(std::fs::symlink_metadata(j.project.join("l")).is_err(), "the link to the key is left: {a}\n{b}");
+    assert!(a.stderr.contains("removed the symlink"), "{a}");
+}
+
 /// A tree granted by a name that is a symlink on the host (`--rw ~/scratch` with `~/scratch ->
 /// elsewhere`; `~/.cache -> /scratch/...` on many clusters): the jail sees the directory at the
 /// name, the host reaches it through the link, so the guard's list of links (the jail's names)

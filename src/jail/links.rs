@@ -208,10 +208,11 @@ impl Heard {
 
 /// After the session: every link in the plan's state entries and trees made or moved since
 /// `since` (its ctime, seconds and nanoseconds) that leads where `judge` refuses is removed:
-/// the state entries and trees are walked. Not when `none_made` (the git guard made no
-/// symlink there: `guard::made` says why nothing can lead elsewhere then): a session that made
-/// no link walks no tree (issue 35). Returns the links, and whether the walk stopped at
-/// `MAX_SWEPT` entries or at a directory it could not read.
+/// the state entries and trees are walked. Not when `none_made`: the git guard made no
+/// symlink there and no other session of the user ran meanwhile (`guard::made`,
+/// `jail::running` say why no link can lead elsewhere then): such a session walks no tree
+/// (issue 35). Returns the links, and whether the walk stopped at `MAX_SWEPT` entries or at
+/// a directory it could not read.
 pub fn sweep(plan: &LinkPlan, since: (i64, i64), none_made: bool) -> (Vec<Swept>, bool) {
     if none_made {
         return (vec![], false);

@@ -3,14 +3,16 @@
 //! there, as the guard carried each out, or a directory arriving there from a place not
 //! covered (which may hold links the guard never saw made).
 //!
-//! A session that made none changed no link's way: the links there are the ones it found
-//! (but those it removed), and a directory's move to another directory is judged with every
-//! link below it as it moves (`emulate::moved_dir`). So the launcher's exit check
-//! (`jail::links::sweep`) walks the trees only after a session that made one: on a network
-//! filesystem a walk of a project is a round trip per directory. It does not look only at the
-//! links made: one made by another session at the same time can come to lead elsewhere
-//! through a link this one made (outside look at the list of links, F1), which only a walk
-//! finds.
+//! The launcher's exit check (`jail::links::sweep`) walks the trees for links made or moved
+//! during the session (their ctime) that lead where they may not. After a session that made
+//! none, with no other session of the user running meanwhile (`jail::running`), the walk
+//! would find none but those the user made outside the jail: so it is left out then (on a
+//! network filesystem a walk of a project is a round trip per directory). Another session
+//! running is why "this one made none" is not enough: what this one does without making a
+//! link (a directory renamed onto a name a link passes through, a symlink removed) can change
+//! the way of a link the other made meanwhile, harmless as it was made (outside looks at the
+//! skip, F1 and F2); and looking only at the links made would not be either: one made by
+//! another session can come to lead elsewhere through a link this one made.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
