@@ -208,13 +208,13 @@ impl Heard {
 
 /// After the session: every link in the plan's state entries and trees made or moved since
 /// `since` (its ctime, seconds and nanoseconds) that leads where `judge` refuses is removed:
-/// the state entries and trees are walked. Not when `none_made`: the git guard made no
-/// symlink there and no other session of the user ran meanwhile (`guard::made`,
-/// `jail::running` say why no link can lead elsewhere then): such a session walks no tree
-/// (issue 35). Returns the links, and whether the walk stopped at `MAX_SWEPT` entries or at
-/// a directory it could not read.
-pub fn sweep(plan: &LinkPlan, since: (i64, i64), none_made: bool) -> (Vec<Swept>, bool) {
-    if none_made {
+/// the state entries and trees are walked. Not when `nothing_new`: the git guard made no
+/// symlink there and no other session of the user ran meanwhile, so the walk would find no
+/// link made or moved during the session but the user's own (`guard::made`,
+/// `jail::running`): such a session walks no tree (issue 35). Returns the links, and whether
+/// the walk stopped at `MAX_SWEPT` entries or at a directory it could not read.
+pub fn sweep(plan: &LinkPlan, since: (i64, i64), nothing_new: bool) -> (Vec<Swept>, bool) {
+    if nothing_new {
         return (vec![], false);
     }
     sweep_trees(plan, since)

@@ -173,8 +173,8 @@ pub fn run(
         BackendKind::Landlock => (fallback::run(plan, anchors, banner, lazy), links::Heard::default()),
     };
     // Every process of the jail is gone: the links it left where something outside follows
-    // them are removed (under Landlock the only check; under userns the guard's second, after
-    // a session that made one).
+    // them are removed (under Landlock the only check; under userns the guard's second, left
+    // out after a session that made none while no other session ran: `links::sweep`).
     let alone = running.as_ref().is_some_and(running::Running::ran_alone);
     let (swept, stopped) = links::sweep(&plan.links, started, heard.none_made() && alone);
     drop(running);
