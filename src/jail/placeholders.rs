@@ -188,7 +188,8 @@ pub struct ProjectLock {
     home: Option<Box<ProjectLock>>,
 }
 
-fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
+/// `flock(2)`, tried again when a signal interrupts it.
+pub(super) fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
     loop {
         // SAFETY: flock on a descriptor we own; no pointers.
         if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {

@@ -10,8 +10,8 @@
 //! started, and can again at its end, with no byte added since its own, ran alone. A session
 //! that started alone empties it first, so it stays small.
 
+use super::placeholders::flock;
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -20,18 +20,6 @@ pub struct Running {
     file: File,
     /// The file's size once this session's byte was added, if it started alone.
     alone_at: Option<u64>,
-}
-
-fn flock(f: &File, op: libc::c_int) -> bool {
-    loop {
-        // SAFETY: flock on a descriptor we own; no pointers.
-        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
-            return true;
-        }
-        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return false;
-        }
-    }
 }
 
 impl Running {
@@ -49,7 +37,7 @@ impl Running {
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(dir.join("running"))
             .ok()?;
-        let alone = flock(&file, libc::LOCK_EX | libc::LOCK_NB);
+        let alone = flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok();
         if alone {
             let _ = file.set_len(0);
         }
@@ -57,7 +45,7 @@ impl Running {
         let size = file.metadata().ok()?.len();
         // Shared from here to the end (the change is not atomic: a session that takes it
         // exclusively in between empties the file, and this one sees its size moved).
-        if !flock(&file, libc::LOCK_SH) {
+        if flock(&file, libc::LOCK_SH).is_err() {
             return None;
         }
         Some(Running { file, alone_at: alone.then_some(size) })
@@ -68,7 +56,7 @@ impl Running {
     pub fn ran_alone(&self) -> bool {
         let Some(size) = self.alone_at else { return false };
         let same = self.file.metadata().is_ok_and(|m| m.len() == size);
-        same && flock(&self.file, libc::LOCK_EX | libc::LOCK_NB)
+        same && flock(&self.file, libc::LOCK_EX | libc::LOCK_NB).is_ok()
     }
 }
 
