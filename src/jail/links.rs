@@ -157,20 +157,22 @@ impl LinkPlan {
 
     /// `p` where the host has it: below a root the jail sees at another name, its real path.
     fn to_real(&self, p: &Path) -> PathBuf {
-        self.real
-            .iter()
-            .filter_map(|r| p.strip_prefix(&r.name).ok().map(|rest| (r, rest)))
-            .max_by_key(|(r, _)| r.name.as_os_str().len())
-            .map_or_else(|| p.to_path_buf(), |(r, rest)| r.real.join(rest))
+        self.remap(p, |r| (&r.name, &r.real))
     }
 
     /// `p` by the jail's names: below a root's real path, its name.
     fn to_name(&self, p: &Path) -> PathBuf {
+        self.remap(p, |r| (&r.real, &r.name))
+    }
+
+    /// `p` below the innermost root's `from` side, moved to its `to` side (`p` if none).
+    fn remap(&self, p: &Path, sides: impl Fn(&crate::plan::RealRoot) -> (&PathBuf, &PathBuf)) -> PathBuf {
         self.real
             .iter()
-            .filter_map(|r| p.strip_prefix(&r.real).ok().map(|rest| (r, rest)))
-            .max_by_key(|(r, _)| r.real.as_os_str().len())
-            .map_or_else(|| p.to_path_buf(), |(r, rest)| r.name.join(rest))
+            .map(&sides)
+            .filter_map(|(from, to)| p.strip_prefix(from).ok().map(|rest| (from, to, rest)))
+            .max_by_key(|(from, _, _)| from.as_os_str().len())
+            .map_or_else(|| p.to_path_buf(), |(_, to, rest)| to.join(rest))
     }
 }
 
