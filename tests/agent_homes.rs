@@ -149,10 +149,21 @@ fn under_the_guard_the_exit_check_walks_no_tree() {
 fn a_link_another_session_made_is_checked_by_the_one_that_changed_its_way() {
     let _l = lock();
     let Some(j) = Jail::new("homes-two-sessions") else { return };
+    two_sessions_leave_no_link_to_the_key(
+        &j,
+        r#"sleep 3; rmdir x && ln -s "$(dirname "$PWD")" x"#,
+        "mkdir x && ln -s x/../.ssh/id_ed25519 l",
+    );
+}
+
+/// Session A runs `a` (from its start, after a pause), session B runs `b` a second after A
+/// started, in the same project; `b` makes `l`, whose way `a` changes. Both end well, and A's
+/// end removes `l`, which has come to lead to the key.
+fn two_sessions_leave_no_link_to_the_key(j: &Jail, a: &str, b: &str) {
     let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| j.run(r#"sleep 3; rmdir x && ln -s "$(dirname "$PWD")" x && echo A-DONE"#));
+        let a = s.spawn(|| j.run(&format!("{a} && echo A-DONE")));
         std::thread::sleep(std::time::Duration::from_secs(1));
-        let b = j.run("mkdir x && ln -s x/../.ssh/id_ed25519 l && echo B-DONE");
+        let b = j.run(&format!("{b} && echo B-DONE"));
         (a.join().expect("session A"), b)
     });
     assert!(b.stdout.contains("B-DONE"), "{b}");
@@ -169,35 +180,24 @@ fn a_link_another_session_made_is_checked_by_the_one_that_changed_its_way() {
 fn a_session_that_made_no_link_walks_when_another_ran_meanwhile() {
     let _l = lock();
     let Some(j) = Jail::new("homes-rename-only") else { return };
-    let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| j.run("sleep 3; mv a b && echo A-DONE"));
-        std::thread::sleep(std::time::Duration::from_secs(1));
-        let b = j.run("mkdir a && ln -s ../../.. a/k && ln -s b/k/.ssh/id_ed25519 l && echo B-DONE");
-        (a.join().expect("session A"), b)
-    });
-    assert!(b.stdout.contains("B-DONE"), "{b}");
-    assert!(a.stdout.contains("A-DONE"), "{a}");
-    assert!(std::fs::symlink_metadata(j.project.join("l")).is_err(), "the link to the key is left: {a}\n{b}");
-    assert!(a.stderr.contains("removed the symlink"), "{a}");
+    two_sessions_leave_no_link_to_the_key(
+        &j,
+        "sleep 3; mv a b",
+        "mkdir a && ln -s ../../.. a/k && ln -s b/k/.ssh/id_ed25519 l",
+    );
 }
 
 /// A tree granted by a name that is a symlink on the host (`--rw ~/scratch` with `~/scratch ->
 /// elsewhere`; `~/.cache -> /scratch/...` on many clusters): the jail sees the directory at the
-/// name, the host reaches it through the link, so the guard's list of links (the jail's names)
-/// cannot be looked at by name there; the trees are walked and the link that came to lead to
-/// the key is removed all the same (outside look at the guard's list, R1).
+/// name, the host reaches it through the link; the link that came to lead to the key there is
+/// removed at the end all the same (outside look at a list of the links made by name, R1,
+/// which missed it).
 #[test]
 fn a_link_in_a_tree_named_through_a_symlink_is_checked_at_exit() {
     let _l = lock();
     let Some(j) = Jail::new("homes-named-tree") else { return };
     let (real, named) = (j.rig.home.join("asb-named-real"), j.rig.home.join("asb-named-link"));
-    let _c = Cleanup(vec![real.clone(), named.clone()]);
-    let _ = std::fs::remove_dir_all(&real);
-    let _ = std::fs::remove_file(&named);
-    std::fs::create_dir_all(&real).unwrap();
-    std::os::unix::fs::chown(&real, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
-    std::os::unix::fs::symlink("asb-named-real", &named).unwrap();
-    std::os::unix::fs::lchown(&named, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let _c = named_tree(&j, &real, Path::new("asb-named-real"), &named);
     let out = j.run_with(
         &["--rw", &named.display().to_string()],
         &format!(
@@ -220,13 +220,7 @@ fn a_link_judged_from_where_a_tree_named_through_a_symlink_really_is() {
     let _l = lock();
     let Some(j) = Jail::new("homes-deep-tree") else { return };
     let (real, named) = (PathBuf::from("/srv/asb-deep-real"), j.rig.home.join("asb-deep-link"));
-    let _c = Cleanup(vec![real.clone(), named.clone()]);
-    let _ = std::fs::remove_dir_all(&real);
-    let _ = std::fs::remove_file(&named);
-    std::fs::create_dir_all(&real).unwrap();
-    std::os::unix::fs::chown(&real, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
-    std::os::unix::fs::symlink(&real, &named).unwrap();
-    std::os::unix::fs::lchown(&named, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let _c = named_tree(&j, &real, &real, &named);
     let key = j.rig.home.join(".ssh/id_ed25519");
     let target = format!("../../{}", key.strip_prefix("/").unwrap().display());
     let out = j.run_with(
@@ -236,6 +230,19 @@ fn a_link_judged_from_where_a_tree_named_through_a_symlink_really_is() {
     assert!(out.stdout.contains("DONE"), "{out}");
     assert!(std::fs::symlink_metadata(real.join("l")).is_err(), "the link to the key is left: {out}");
     assert!(out.stdout.contains("a path the sandbox hides"), "one clear line: {out}");
+}
+
+/// A directory `real` of the test user's, named `named` in the home through a symlink to
+/// `target`; both removed when the guard returned is dropped.
+fn named_tree(j: &Jail, real: &Path, target: &Path, named: &Path) -> Cleanup {
+    let c = Cleanup(vec![real.to_path_buf(), named.to_path_buf()]);
+    let _ = std::fs::remove_dir_all(real);
+    let _ = std::fs::remove_file(named);
+    std::fs::create_dir_all(real).unwrap();
+    std::os::unix::fs::chown(real, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    std::os::unix::fs::symlink(target, named).unwrap();
+    std::os::unix::fs::lchown(named, Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    c
 }
 
 /// The Landlock backend has no guard: such links are made, and removed when the session ends,
