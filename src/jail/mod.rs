@@ -28,6 +28,8 @@ mod running;
 pub mod seccomp;
 mod session_homes;
 pub mod signals;
+#[cfg(test)]
+pub(crate) mod test_fork;
 pub mod userns;
 pub mod waiter;
 

@@ -64,8 +64,18 @@ impl Running {
 mod tests {
     use super::*;
 
+    /// In a process of its own: a child another test forks meanwhile holds the file's lock
+    /// too, as another session would.
     #[test]
     fn a_session_ran_alone_only_if_no_other_ran_at_any_time_during_it() {
+        let status = crate::jail::test_fork::in_child(|| {
+            sessions_one_after_another_and_together();
+            0
+        });
+        assert!(matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)), "{status:?} (its panic above)");
+    }
+
+    fn sessions_one_after_another_and_together() {
         let d = tempfile::tempdir().expect("tempdir");
         let state = d.path();
         let a = Running::join(state).expect("join");

@@ -351,19 +351,7 @@ fn remove_and_run(orders: &Orders, tasks: &[Task]) {
 #[cfg(test)]
 mod tests {
     use super::Orders;
-
-    /// Forks, runs `f` in the child and returns its exit status.
-    fn in_child(f: impl FnOnce() -> i32) -> nix::sys::wait::WaitStatus {
-        // SAFETY: the child runs `f` (system calls, small allocations) and _exits.
-        match unsafe { nix::unistd::fork() }.unwrap() {
-            nix::unistd::ForkResult::Child => {
-                let code = f();
-                // SAFETY: ends the child at once.
-                unsafe { libc::_exit(code) }
-            }
-            nix::unistd::ForkResult::Parent { child } => nix::sys::wait::waitpid(child, None).unwrap(),
-        }
-    }
+    use crate::jail::test_fork::in_child;
 
     #[test]
     fn the_waiter_works_after_its_launcher_and_takes_orders_from_it_alone() {
