@@ -24,7 +24,7 @@ pub enum Kind {
 pub trait HostFs {
     fn kind(&self, p: &Path) -> Option<Kind>;
     /// Sorted entry names, shared: the same directories (/dev above all) are asked for often.
-    fn read_dir(&self, p: &Path) -> std::rc::Rc<[OsString]>;
+    fn read_dir(&self, p: &Path) -> std::sync::Arc<[OsString]>;
     fn read_link(&self, p: &Path) -> Option<PathBuf>;
     fn canonicalize(&self, p: &Path) -> Option<PathBuf>;
     /// Up to `max` bytes of a regular file (links followed; a FIFO or device is not opened
@@ -101,7 +101,7 @@ fn entries_of(p: &Path) -> Vec<(OsString, Option<Kind>)> {
 pub struct RealFs {
     kinds: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<Kind>>>,
     ids: std::cell::RefCell<std::collections::HashMap<PathBuf, (u64, u64)>>,
-    dirs: std::cell::RefCell<std::collections::HashMap<PathBuf, std::rc::Rc<[OsString]>>>,
+    dirs: std::cell::RefCell<std::collections::HashMap<PathBuf, std::sync::Arc<[OsString]>>>,
     canon: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<PathBuf>>>,
     listed: std::cell::RefCell<Vec<(PathBuf, Option<Listing>)>>,
     /// `read_small`'s answers: a config several parts of the plan read (the repository's, the
@@ -113,7 +113,7 @@ pub struct RealFs {
 type SmallReads = std::collections::HashMap<(PathBuf, u64), Option<Vec<u8>>>;
 
 /// One directory's entries and their kinds (`None`: the listing did not say).
-type Listing = std::rc::Rc<std::collections::HashMap<OsString, Option<Kind>>>;
+type Listing = std::sync::Arc<std::collections::HashMap<OsString, Option<Kind>>>;
 
 /// Past this many entries a directory is not listed: reading it would cost more round trips
 /// than the names the plan asks about (a few hundred entries fit one `getdents` of NFS).
@@ -200,7 +200,7 @@ impl RealFs {
     /// std asks `lstat` where the filesystem leaves it unknown): a caller that lists a
     /// directory and then asks the kind of each entry (the walk for nested repositories)
     /// makes no round trip per entry.
-    fn remember_dir(&self, p: &Path, entries: Vec<(OsString, Option<Kind>)>) -> std::rc::Rc<[OsString]> {
+    fn remember_dir(&self, p: &Path, entries: Vec<(OsString, Option<Kind>)>) -> std::sync::Arc<[OsString]> {
         let mut names = Vec::with_capacity(entries.len());
         {
             let mut kinds = self.kinds.borrow_mut();
@@ -212,7 +212,7 @@ impl RealFs {
             }
         }
         names.sort();
-        let v: std::rc::Rc<[OsString]> = names.into();
+        let v: std::sync::Arc<[OsString]> = names.into();
         self.dirs.borrow_mut().insert(p.to_path_buf(), v.clone());
         v
     }
@@ -231,7 +231,7 @@ fn read_listing(dir: &Path) -> Option<Listing> {
     }
     // "." stands in for an empty directory, which is listed too.
     m.insert(OsString::from("."), Some(Kind::Dir));
-    Some(std::rc::Rc::new(m))
+    Some(std::sync::Arc::new(m))
 }
 
 impl HostFs for RealFs {
@@ -252,7 +252,7 @@ impl HostFs for RealFs {
         self.kinds.borrow_mut().insert(p.to_path_buf(), k);
         k
     }
-    fn read_dir(&self, p: &Path) -> std::rc::Rc<[OsString]> {
+    fn read_dir(&self, p: &Path) -> std::sync::Arc<[OsString]> {
         if let Some(v) = self.dirs.borrow().get(p) {
             return v.clone();
         }
@@ -423,7 +423,7 @@ impl HostFs for FakeFs {
             None => self.entries.get(&self.through_links(p)?).map(|e| e.0),
         }
     }
-    fn read_dir(&self, p: &Path) -> std::rc::Rc<[OsString]> {
+    fn read_dir(&self, p: &Path) -> std::sync::Arc<[OsString]> {
         self.entries
             .keys()
             .filter(|k| k.parent() == Some(p) && k.as_path() != p)

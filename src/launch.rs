@@ -76,6 +76,8 @@ pub struct Launch {
     /// The jail's environment before the scrub (a job's `--export` set); None: the launcher's.
     pub env: Option<Vec<(String, String)>>,
     pub origin: Origin,
+    /// The plan's view of the project and the home, read while the policy loads.
+    pub ahead: plan::ahead::ReadAhead,
 }
 
 /// The host facts, the policy file locations, the project asked for and the cwd.
@@ -129,7 +131,8 @@ impl Context {
 pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32, LaunchError> {
     let ctx = Context::gather(opts)?;
     let log = AuditLog::new(&ctx.facts.state_dir());
-    recorded(&log, !opts.dry_run, || Launch::for_session(opts, profile, what, ctx)?.run(&log))
+    let ahead = plan::ahead::ReadAhead::start(&ctx.facts, &ctx.project);
+    recorded(&log, !opts.dry_run, || Launch::for_session(opts, profile, what, ctx, ahead)?.run(&log))
 }
 
 /// A job's task on a compute node (`exec --job DIR`), recorded in this node's audit log.
@@ -296,6 +299,7 @@ impl Launch {
         profile: Option<&str>,
         what: What,
         ctx: Context,
+        ahead: plan::ahead::ReadAhead,
     ) -> Result<Launch, LaunchError> {
         // The project checks that need no policy come first: a bad project is reported as such.
         let project = plan::check_project_basics(&ctx.facts, &host::RealFs::default(), &ctx.project)?;
@@ -320,6 +324,7 @@ impl Launch {
             extra_files: vec![],
             env: None,
             origin: Origin::Session { dry_run: opts.dry_run, json: opts.json, quiet: opts.quiet },
+            ahead,
         })
     }
 
@@ -367,13 +372,14 @@ impl Launch {
             extra_files,
             env: Some(env),
             origin: Origin::Job { job: job_id, session: spec.session.clone(), frozen, project_id: spec.project_id },
+            ahead: plan::ahead::ReadAhead::none(),
         })
     }
 
     /// Runs the launch, its records in `log`: the prelude, what the session holds, the plan,
     /// the start's records, the jail, the end's records.
     pub fn run(self, log: &AuditLog) -> Result<i32, LaunchError> {
-        let Launch { mut facts, policy, project, cwd, command, extra_files, env, origin } = self;
+        let Launch { mut facts, policy, project, cwd, command, extra_files, env, origin, ahead } = self;
         // One view of the host for the checks and the plan: the project resolved once (a round
         // trip a step on NFS).
         let fs = host::RealFs::default();
@@ -389,6 +395,7 @@ impl Launch {
         // project lock, the session network's address and the job ports.
         let held =
             Held::take(&pre, &log.session, &policy, &facts, &origin, &project_dir).map_err(LaunchError::setup)?;
+
         let req = held.request(&pre, &policy, session::Command { command, project, cwd, extra_files, env });
         timing::mark("policy");
         // The jail's PID 1 makes its namespaces, network and staging root while the plan is
@@ -399,6 +406,12 @@ impl Launch {
                 jail::userns::Early::clone(jail::userns::shape(net, tun), facts.uid, facts.gid, groups).ok()
             }
             _ => None,
+        };
+        // The view read ahead serves the plan if it read this project, and the locks taken
+        // removed nothing it may have seen.
+        let fs = match ahead.view_of(&project_dir) {
+            Some(view) if !held.cleaned_up() => view,
+            _ => fs,
         };
         let plan = planned(&policy, &mut facts, fs, &req, &project_dir, &pre, &origin)?;
         let session::Planned { held, peer_claim } = held.planned(&plan);

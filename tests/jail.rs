@@ -172,6 +172,31 @@ fn with_a_placeholder(j: Jail) -> (Jail, std::path::PathBuf) {
 }
 
 #[test]
+fn a_session_after_one_killed_outright_plans_the_project_as_its_cleanup_left_it() {
+    // A session killed with its waiter leaves its placeholder and the record naming it. The
+    // next session removes it when it takes the project lock: its plan, whose view of the
+    // project was read meanwhile (`plan::ahead`), must not take the placeholder for the
+    // user's file.
+    let (j, placeholder) = with_a_placeholder(jail!("killedout"));
+    let project = j.project.canonicalize().unwrap();
+    let fnv = project
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3));
+    let sessions = j.rig.home.join(".local/state/agent-sandbox/sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    let record = sessions.join(format!("{fnv:016x}.lock"));
+    std::fs::write(&record, format!("f\t{}\n", project.join("keep.txt").display())).unwrap();
+    std::fs::write(&placeholder, b"").unwrap();
+    j.give(&[&sessions, &record, &placeholder]);
+    let out = j.run("test -e keep.txt && echo SHOWN; echo x > keep.txt || echo KEPT");
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("SHOWN") && out.stdout.contains("KEPT"), "{out}");
+    assert!(gone_soon(&placeholder), "the placeholder stayed");
+}
+
+#[test]
 fn a_session_ended_by_a_signal_to_its_process_group_is_cleaned_up_after() {
     // A hangup or `kill -- -PGID` reaches every process of the launcher's group: the cleanup
     // waiter has left it, so the placeholders still go. (The Landlock backend makes none.)

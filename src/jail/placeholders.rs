@@ -182,6 +182,8 @@ pub struct ProjectLock {
     /// The waiter's tasks to run once the launcher is gone (`waiter::Task`), with their
     /// arguments: what the session's chaperon could not end itself.
     run_after: Vec<(String, Vec<Vec<u8>>)>,
+    /// Taking the lock found an earlier session's record and removed what it names.
+    cleaned: bool,
     /// The home's own lock, for placeholders outside the project (an agent's instruction
     /// file): shared by every session of the user, whatever its project, so one ending never
     /// removes a file another session still shows its notice on.
@@ -247,6 +249,11 @@ impl ProjectLock {
         }
         flock(&lock.file, libc::LOCK_SH).map_err(err)?;
         Ok(lock)
+    }
+
+    /// Whether taking this lock (or the home's) removed an earlier session's placeholders.
+    pub fn cleaned_up(&self) -> bool {
+        self.cleaned || self.home.as_ref().is_some_and(|h| h.cleaned_up())
     }
 
     /// Also holds the home's lock (taken, like this one, before the plan is made), for the
@@ -353,7 +360,16 @@ impl ProjectLock {
 
     /// A lock whose file is open (and locked) already: the waiter's copy.
     pub(super) fn held(file: File, project: PathBuf) -> ProjectLock {
-        ProjectLock { file, project, handed: false, here: false, remove_after: vec![], run_after: vec![], home: None }
+        ProjectLock {
+            file,
+            project,
+            handed: false,
+            here: false,
+            remove_after: vec![],
+            run_after: vec![],
+            home: None,
+            cleaned: false,
+        }
     }
 
     /// Also removes `path` after the launcher exits (set before `hand_to_waiter`).
@@ -469,6 +485,7 @@ impl ProjectLock {
         if self.file.rewind().and_then(|_| self.file.read_to_string(&mut text)).is_err() || text.is_empty() {
             return;
         }
+        self.cleaned = true;
         // Deepest first, whatever order the sessions recorded them in: one session may have made
         // `.git` and another `.git/hooks` in it, their lines in either order, and a directory
         // goes only once it is empty.

@@ -3,6 +3,7 @@
 //! the system; `--dry-run` and `policy show` print this value, and the jail only executes it.
 
 pub mod agent_home;
+pub mod ahead;
 pub mod anchor;
 mod backend;
 pub mod catalogue;
@@ -1157,6 +1158,26 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
     Ok(())
 }
 
+/// What programs outside run or load from the project and the repositories and direnv
+/// directories nested in it (`runs_outside_of` each); the project's own repository; where the
+/// walk for nested ones stopped, if it did. What `plan::ahead` reads ahead asks the same.
+pub(crate) fn runs_outside_all(
+    facts: &HostFacts,
+    fs: &dyn HostFs,
+    home: &Path,
+    project: &Path,
+) -> (runs_outside::GitFound, Vec<(PathBuf, bool)>, Option<PathBuf>) {
+    let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+    let (git, mut found) = runs_outside_of(fs, home, xdg.as_deref(), project, project);
+    // A workspace holding other repositories and direnv directories (`~/work/sub`): theirs
+    // too (outside review of issue 32, R2).
+    let (nested, stopped) = runs_outside::nested_dirs(fs, project);
+    for d in nested {
+        found.extend(runs_outside_of(fs, home, xdg.as_deref(), &d, project).1);
+    }
+    (git, found, stopped)
+}
+
 /// What the repository at or above `dir` and the `.envrc` in `dir` make programs outside run
 /// or load that no fixed name covers: the hooks wherever `core.hooksPath` puts them (read now,
 /// from its config and the user's), the files its config includes (read as the config), the
@@ -1207,14 +1228,7 @@ fn protected(
     // What programs outside run or load that no fixed name covers: the repository's hooks
     // wherever `core.hooksPath` puts them (read now, from its config and the user's), and
     // the files the `.envrc` loads.
-    let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
-    let (git, mut found) = runs_outside_of(fs, &base.home, xdg.as_deref(), &base.project, &base.project);
-    // A workspace holding other repositories and direnv directories (`~/work/sub`): theirs
-    // too (outside review of issue 32, R2).
-    let (nested, stopped) = runs_outside::nested_dirs(fs, &base.project);
-    for d in nested {
-        found.extend(runs_outside_of(fs, &base.home, xdg.as_deref(), &d, &base.project).1);
-    }
+    let (git, found, stopped) = runs_outside_all(facts, fs, &base.home, &base.project);
     // A jail can make enough directories for the walk to stop before a repository (second
     // look, G3): said, with where.
     let walk = stopped.map(|at| {

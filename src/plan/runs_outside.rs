@@ -148,7 +148,7 @@ pub fn nested_dirs(fs: &dyn HostFs, project: &Path) -> (Vec<PathBuf>, Option<Pat
             fs.prefetch_dirs(&here);
         }
         for p in &here {
-            let names: std::rc::Rc<[std::ffi::OsString]> = if last { Vec::new().into() } else { fs.read_dir(p) };
+            let names: std::sync::Arc<[std::ffi::OsString]> = if last { Vec::new().into() } else { fs.read_dir(p) };
             let listed = |n: &str| names.binary_search_by(|x| x.as_os_str().cmp(std::ffi::OsStr::new(n))).is_ok();
             // An empty or unreadable directory (a jail can leave one `chmod 0311`) is asked
             // name by name.

@@ -1,0 +1,91 @@
+//! The plan's view of the host, read ahead: while the launcher loads the policy and readies
+//! the state directory (round trips to the home's server, one after another), a thread of its
+//! own reads what every plan asks of the project and the home: their listings, the project's
+//! repository and direnv files, the walk for nested ones. On a network filesystem these are
+//! some fifty round trips; side by side with the policy's, they no longer add up (issue 35).
+//!
+//! The view is the plan's only if it is still true: it is dropped when the project it read is
+//! not the one the launch checked, or when taking the session locks removed an earlier
+//! session's placeholders (names the listings may still show). The plan then reads afresh, as
+//! it did before.
+
+use crate::host::{HostFacts, HostFs, RealFs};
+use std::path::{Path, PathBuf};
+
+/// A read-ahead under way (`start`), or none.
+pub struct ReadAhead(Option<std::thread::JoinHandle<Option<(PathBuf, RealFs)>>>);
+
+impl ReadAhead {
+    /// No view read ahead (a job's task, a dry run): the plan reads its own.
+    pub fn none() -> ReadAhead {
+        ReadAhead(None)
+    }
+
+    /// Starts reading, for a launch in the project `asked` (as the user named it). A thread
+    /// that cannot start reads nothing.
+    pub fn start(facts: &HostFacts, asked: &Path) -> ReadAhead {
+        let facts = facts.clone();
+        let asked = asked.to_path_buf();
+        let spawned = std::thread::Builder::new()
+            .name("plan-ahead".into())
+            .stack_size(256 << 10)
+            .spawn(move || read(&facts, &asked));
+        ReadAhead(spawned.ok())
+    }
+
+    /// The view read ahead, if it read the project the launch checked (`project`, where it
+    /// really is); waits for it to be done.
+    pub fn view_of(self, project: &Path) -> Option<RealFs> {
+        let (read, fs) = self.0?.join().ok()??;
+        (read == project).then_some(fs)
+    }
+}
+
+/// What the plan will ask first, asked now: the project checked as the launch checks it (a
+/// project the launch refuses is not read), the listings the plan answers names from, and
+/// what programs outside run from the project's repositories.
+fn read(facts: &HostFacts, asked: &Path) -> Option<(PathBuf, RealFs)> {
+    let fs = RealFs::default();
+    let project = super::check_project_basics(facts, &fs, asked).ok()?;
+    let config = facts.home_canonical.join(".config");
+    for dir in [&facts.home_canonical, &facts.home, &project, &config] {
+        fs.list(dir);
+        fs.read_dir(dir);
+    }
+    super::runs_outside_all(facts, &fs, &facts.home, &project);
+    Some((project, fs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts_for(home: &Path) -> HostFacts {
+        let mut f = HostFacts::gather().expect("facts");
+        f.home = home.to_path_buf();
+        f.home_canonical = home.to_path_buf();
+        f
+    }
+
+    #[test]
+    fn the_view_is_the_plans_only_for_the_project_it_read() {
+        let t = tempfile::tempdir().expect("tempdir");
+        let home = t.path().canonicalize().expect("canonical");
+        let project = home.join("work");
+        std::fs::create_dir_all(project.join("sub/.git")).expect("mkdir");
+        std::fs::write(project.join("a.txt"), b"x").expect("write");
+        let facts = facts_for(&home);
+        let fs = ReadAhead::start(&facts, &project).view_of(&project).expect("the view of the project read");
+        // What was read is answered from the view: a file made since is not in it.
+        std::fs::write(project.join("b.txt"), b"y").expect("write");
+        let names: Vec<String> = fs.read_dir(&project).iter().map(|n| n.to_string_lossy().into_owned()).collect();
+        assert_eq!(names, ["a.txt", "sub"]);
+        // Another project than the one read: no view.
+        let other = home.join("other");
+        std::fs::create_dir(&other).expect("mkdir");
+        assert!(ReadAhead::start(&facts, &project).view_of(&other).is_none());
+        // A project the launch refuses (the home itself) is not read.
+        assert!(ReadAhead::start(&facts, &home).view_of(&home).is_none());
+        assert!(ReadAhead::none().view_of(&project).is_none());
+    }
+}
