@@ -44,6 +44,13 @@ SKIP = set(os.environ.get("SKIP", "").split(","))  # any of: job,slurm,guard
 # are saved there per tree (`startup-home.trace`, `startup-project.trace`: `µs kind path` a line),
 # and one start's timing marks (`startup-timing.txt`, the same clock).
 TRACE = os.environ.get("TRACE")
+# The user's private runtime directory (`XDG_RUNTIME_DIR`, what pam_systemd makes at login on
+# most login nodes: memory, this node's), where a session keeps its sockets; RUNTIME=0 runs
+# without one (a login without pam_systemd: the sockets are in the state directory then).
+RUNTIME = os.environ.get("RUNTIME", "1") != "0"
+# Requests slowfs answers at once: 8, the thread count of a Linux NFS server as nfs-utils ships
+# it (nfs.conf `threads=8`); a client keeps far more in flight (64 session slots in NFSv4.1).
+THREADS = int(os.environ.get("THREADS", "8"))
 
 import pwd  # noqa: E402
 
@@ -86,6 +93,8 @@ class Side:
 
     def as_user(self, argv, cwd=PROJECT, env=()):
         e = ["HOME=" + HOME, "USER=" + USER, "LOGNAME=" + USER, "PATH=/usr/bin:/bin", "LANG=C.UTF-8", *env]
+        if RUNTIME:
+            e.append("XDG_RUNTIME_DIR=" + runtime_dir())
         return self.enter() + [
             "setpriv", "--reuid=%d" % PW.pw_uid, "--regid=%d" % PW.pw_gid, "--init-groups", "--",
             "env", "-i", *e, "sh", "-c", 'cd "$0" && exec "$@"', cwd, *argv,
@@ -154,11 +163,18 @@ def make_tree(root):
     os.chown(proj, PW.pw_uid, PW.pw_gid)
 
 
+def runtime_dir():
+    """The bench user's runtime directory (on the local disk, as /run/user/UID is in memory)."""
+    return os.path.join(WORK, "runtime-%d" % PW.pw_uid)
+
+
 def setup():
     # A private bind of WORK holds the two namespace files (a namespace file may not sit on
     # a shared mount).
     os.makedirs(WORK)
     os.chmod(WORK, 0o755)
+    os.makedirs(runtime_dir(), mode=0o700)
+    os.chown(runtime_dir(), PW.pw_uid, PW.pw_gid)
     sh("mount", "--bind", WORK, WORK)
     sh("mount", "--make-private", WORK)
     sides = {}
@@ -185,7 +201,7 @@ def setup():
             trace = ["--trace", slow.traces[tree]]
         p = subprocess.Popen(slow.enter() + [SLOWFS, os.path.join(slow.base, backing), mnt,
                                              "--delay-us", str(DELAY_US), "--ttl-ms", str(TTL_MS),
-                                             "--stats", stats, *trace])
+                                             "--threads", str(THREADS), "--stats", stats, *trace])
         slow.daemons[tree] = (p, stats)
         for _ in range(500):
             with open("/proc/%d/mounts" % p.pid) as f:
@@ -405,6 +421,8 @@ def main():
               "%d cores, load %s" % (subprocess.run([ASB, "--version"], capture_output=True, text=True).stdout.split()[-1],
                                      DELAY_US, TTL_MS, os.uname().release, os.cpu_count(),
                                      open("/proc/loadavg").read().split()[0]))
+        print("slowfs answers %d requests at once; XDG_RUNTIME_DIR: %s"
+              % (THREADS, runtime_dir() + " (private, local disk)" if RUNTIME else "unset (RUNTIME=0)"))
         startup(sides)
         policy = os.path.join(WORK, "policy.toml")
         with open(policy, "w") as f:

@@ -10,6 +10,8 @@
 #
 #   sudo benches/netfs.sh                   # DELAY_US=1000 RUNS=40 FILES=300 SKIP=job,slurm,guard BLOCK_PAUSE=2
 #                                           # TRACE=DIR: one start's requests, a line each, per tree
+#                                           # RUNTIME=0: no XDG_RUNTIME_DIR (the sessions' sockets on the home)
+#                                           # THREADS=8: requests slowfs answers at once (nfsd's default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 user="${BENCH_USER:-asbtest}"

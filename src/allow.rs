@@ -1,7 +1,7 @@
 //! `agent-sandbox allow`: from another terminal, the user widens a running session for a time
 //! (`host github.com`), or learns what a new path needs (`path ~/data:ro`). It talks to the
-//! session's control socket in the state directory (`net::control`), which no jail sees: so
-//! nothing inside a jail can call it.
+//! session's control socket in the sockets' directory (`HostFacts::sockets_dir`: the runtime
+//! or the state directory), which no jail sees: so nothing inside a jail can call it.
 
 use crate::net::control::{socket_path, token_path, Envelope, Reply, Request, MAX_GRANT};
 use std::io::{BufRead, BufReader, Write};
@@ -29,9 +29,11 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 
 /// The control sockets of the user's running sessions, by session id. A socket nobody
 /// listens on is a session that was killed with its launcher: it and its token are removed.
-fn running(state_dir: &Path) -> Vec<(String, PathBuf)> {
-    let Ok(rd) = std::fs::read_dir(state_dir.join("sessions")) else { return vec![] };
-    let mut found: Vec<(String, PathBuf)> = rd
+fn running(dirs: &[PathBuf]) -> Vec<(String, PathBuf)> {
+    let mut found: Vec<(String, PathBuf)> = dirs
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().into_string().ok()?;
@@ -67,16 +69,21 @@ fn read_token(socket: &Path) -> Result<String, String> {
 
 /// Sends the request to the session (the only one running, if `session` is None) and returns
 /// its answer.
-pub fn run(state_dir: &Path, session: Option<&str>, request: &Request) -> Result<Reply, String> {
+/// `dirs`: where sessions' sockets may be (`HostFacts::sockets_dirs`), the first first.
+pub fn run(dirs: &[PathBuf], session: Option<&str>, request: &Request) -> Result<Reply, String> {
     let path = match session {
         Some(id) => {
             if id.is_empty() || !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
                 return Err(format!("`{id}` is not a session id (see `agent-sandbox log`)"));
             }
-            socket_path(state_dir, id)
+            let at = |d: &PathBuf| socket_path(d, id);
+            match dirs.iter().map(at).find(|p| std::fs::symlink_metadata(p).is_ok()) {
+                Some(p) => p,
+                None => return Err(format!("no session {id} with a network supervisor runs on this host")),
+            }
         }
         None => {
-            let all = running(state_dir);
+            let all = running(dirs);
             match all.as_slice() {
                 [(_, p)] => p.clone(),
                 [] => return Err("no running session with a network supervisor (filtered or proxied) was found".into()),

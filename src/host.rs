@@ -76,6 +76,28 @@ fn side_by_side<T: Sync, R: Send + Default + Clone>(items: &[T], work: impl Fn(&
     out
 }
 
+/// `a` on a thread of its own while `b` runs here, and both answers: two chains of round
+/// trips to a network filesystem that overlap instead of adding up. `a` runs here after `b`
+/// where no thread can start; a panic in `a` goes on here.
+pub fn together<A: Send, B>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+    // Kept here, not moved into the thread: a thread that cannot start leaves it to run here.
+    let cell = std::sync::Mutex::new(Some(a));
+    let take = || cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    std::thread::scope(|s| {
+        let spawned = std::thread::Builder::new().stack_size(256 << 10).spawn_scoped(s, || take().map(|a| a()));
+        let b = b();
+        let ran = match spawned {
+            Ok(t) => t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            Err(_) => None,
+        };
+        match (ran, take()) {
+            (Some(a), _) => (a, b),
+            (None, Some(a)) => (a(), b),
+            (None, None) => unreachable!("the thread took `a`, and so returned its answer"),
+        }
+    })
+}
+
 /// One directory's entries and their kinds (`d_type`), as `RealFs::read_dir` keeps them.
 fn entries_of(p: &Path) -> Vec<(OsString, Option<Kind>)> {
     std::fs::read_dir(p)
@@ -97,7 +119,7 @@ fn entries_of(p: &Path) -> Vec<(OsString, Option<Kind>)> {
 /// is absent), the listing a few. A name the listing lacks is absent, and so is everything
 /// below it; a direct entry's kind is the listing's (`d_type`); deeper paths under a present
 /// name are asked of the host. A directory too big to list cheaply is not listed.
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct RealFs {
     kinds: std::cell::RefCell<std::collections::HashMap<PathBuf, Option<Kind>>>,
     ids: std::cell::RefCell<std::collections::HashMap<PathBuf, (u64, u64)>>,
@@ -149,6 +171,54 @@ impl RealFs {
         let mut l = self.listed.borrow_mut();
         if dir.is_absolute() && !l.iter().any(|(d, _)| d == dir) {
             l.push((dir.to_path_buf(), None));
+        }
+    }
+
+    /// Takes what `other` (a copy of this view that asked other questions) learned.
+    pub fn absorb(&self, other: RealFs) {
+        fn into<K: Eq + std::hash::Hash, V>(
+            mine: &std::cell::RefCell<std::collections::HashMap<K, V>>,
+            theirs: std::collections::HashMap<K, V>,
+        ) {
+            let mut m = mine.borrow_mut();
+            for (k, v) in theirs {
+                m.entry(k).or_insert(v);
+            }
+        }
+        into(&self.kinds, other.kinds.into_inner());
+        into(&self.ids, other.ids.into_inner());
+        into(&self.dirs, other.dirs.into_inner());
+        into(&self.canon, other.canon.into_inner());
+        into(&self.read, other.read.into_inner());
+        let mut listed = self.listed.borrow_mut();
+        for (d, l) in other.listed.into_inner() {
+            match listed.iter_mut().find(|(x, _)| *x == d) {
+                Some(slot) if slot.1.is_none() => slot.1 = l,
+                Some(_) => {}
+                None => listed.push((d, l)),
+            }
+        }
+    }
+
+    /// `list` for each of `dirs`, their listings read now, side by side (a round trip or
+    /// three each on a network filesystem, which answers them in parallel).
+    pub fn list_side_by_side(&self, dirs: &[PathBuf]) {
+        for d in dirs {
+            self.list(d);
+        }
+        let todo: Vec<PathBuf> = self
+            .listed
+            .borrow()
+            .iter()
+            .filter(|(d, l)| l.is_none() && dirs.contains(d))
+            .map(|(d, _)| d.clone())
+            .collect();
+        let read = side_by_side(&todo, |d| Some(read_listing(d).unwrap_or_default()));
+        let mut l = self.listed.borrow_mut();
+        for (d, listing) in todo.iter().zip(read) {
+            if let Some(slot) = l.iter_mut().find(|(x, _)| x == d) {
+                slot.1 = listing;
+            }
         }
     }
 
@@ -596,9 +666,16 @@ impl HostFacts {
             true => (read("/etc/subgid"), find_newgidmap()),
             false => (String::new(), None),
         };
-        let state_dir = real_location(&state_dir_as_named(&env, &dir));
-        let mut user_configs = UserConfigs::gather(&home_canonical, &dir, &env);
-        user_configs.stripped_before = configs::read_stripped_record(&state_dir);
+        // The state directory and the user's configs side by side (round trips each on a
+        // home on NFS).
+        let state = || {
+            let state_dir = real_location(&state_dir_as_named(&env, &dir));
+            let stripped = configs::read_stripped_record(&state_dir);
+            (state_dir, stripped)
+        };
+        let ((state_dir, stripped), mut user_configs) =
+            together(state, || UserConfigs::gather(&home_canonical, &dir, &env));
+        user_configs.stripped_before = stripped;
         Ok(HostFacts {
             uid: uid.as_raw(),
             gid: gid.as_raw(),
@@ -639,11 +716,6 @@ impl HostFacts {
         self.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 
-    /// Finds the mail programs on this host (see `existing_mailers`).
-    pub fn find_mailers(&mut self) {
-        self.mailers = existing_mailers(&self.state_dir());
-    }
-
     /// The user's agent-sandbox state directory (session locks, the audit log, job
     /// directories): hidden inside every jail, wherever `XDG_STATE_HOME` puts it. Its real
     /// path, every symlink on the way resolved on this host when the facts were gathered
@@ -651,6 +723,29 @@ impl HostFacts {
     /// it really is, and every bind from it names no link.
     pub fn state_dir(&self) -> PathBuf {
         self.state_dir.clone()
+    }
+
+    /// Where the session's sockets are (the door to its chaperon, the control socket
+    /// `agent-sandbox allow` reaches, and its token): `$XDG_RUNTIME_DIR/agent-sandbox/sessions`
+    /// where the user has a private runtime directory (memory, on this node: on a home on
+    /// NFS, each socket made, changed and removed is a round trip to the server, issue 35),
+    /// else `sessions/` in the state directory. Hidden inside every jail either way.
+    pub fn sockets_dir(&self) -> PathBuf {
+        match &self.runtime_dir {
+            Some(r) => r.join("agent-sandbox/sessions"),
+            None => self.state_dir.join("sessions"),
+        }
+    }
+
+    /// Every place a session of this user may have its sockets: this environment's, and the
+    /// state directory's (a session started without `XDG_RUNTIME_DIR`, from `su` or cron).
+    pub fn sockets_dirs(&self) -> Vec<PathBuf> {
+        let mut all = vec![self.sockets_dir()];
+        let state = self.state_dir.join("sessions");
+        if !all.contains(&state) {
+            all.push(state);
+        }
+        all
     }
 
     /// A job's node side takes its state directory from the job's own directory (see

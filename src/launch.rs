@@ -388,13 +388,18 @@ impl Launch {
         // share of the log: an array of tasks cannot multiply it (issue 33, red team F5).
         let charged = log.charged_to(&pre.session);
         let log = &charged;
-        // Mailers and Slurm commands alike (cached): Slurm's are covered in every session.
-        facts.find_mailers();
         // The session's door to its chaperon exists before the plan binds it into the jail
         // (the chaperon itself starts when the first Slurm command knocks), and so do the
-        // project lock, the session network's address and the job ports.
-        let held =
-            Held::take(&pre, &log.session, &policy, &facts, &origin, &project_dir).map_err(LaunchError::setup)?;
+        // project lock, the session network's address and the job ports. Meanwhile the mail
+        // programs are found (cached in the state directory; Slurm's commands are covered in
+        // every session).
+        let state = facts.state_dir();
+        let (mailers, held) = host::together(
+            || host::existing_mailers(&state),
+            || Held::take(&pre, &log.session, &policy, &facts, &origin, &project_dir),
+        );
+        facts.mailers = mailers;
+        let held = held.map_err(LaunchError::setup)?;
 
         let req = held.request(&pre, &policy, session::Command { command, project, cwd, extra_files, env });
         timing::mark("policy");
@@ -430,7 +435,7 @@ impl Launch {
         let started = Started::record(&plan, &origin, &facts, log);
         // `agent-sandbox allow` reaches a session with a supervisor through this socket.
         let control =
-            plan.net.matcher.is_some().then(|| crate::net::control::socket_path(&facts.state_dir(), &log.session));
+            plan.net.matcher.is_some().then(|| crate::net::control::socket_path(&facts.sockets_dir(), &log.session));
         session::order_after_exit(&mut lock, &door, &peer_claim, &origin, facts.state_dir(), control.as_deref());
         let (peers, announce) = session::session_network(peer_claim, &plan, &policy, &facts, &origin);
         let quiet = !matches!(origin, Origin::Session { quiet: false, .. });

@@ -203,7 +203,7 @@ fn allow_cmd(session: Option<&str>, duration: &str, what: &str, value: &str) -> 
         _ => Request::Path { path: value.to_owned() },
     };
     let facts = host::HostFacts::gather()?;
-    let reply = agent_sandbox::allow::run(&facts.state_dir(), session, &request).map_err(Failure::new)?;
+    let reply = agent_sandbox::allow::run(&facts.sockets_dirs(), session, &request).map_err(Failure::new)?;
     match reply.ok {
         true => println!("agent-sandbox: {}", reply.message),
         false => eprintln!("agent-sandbox: {}", reply.message),

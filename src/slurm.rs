@@ -20,12 +20,11 @@ pub struct Chaperon {
     jail_end: std::cell::Cell<Option<OwnedFd>>,
 }
 
-/// Binds `<state>/sessions/<session>.sock` (0600 in a 0700 directory). A stale socket of a
-/// dead session with the same id is replaced.
-pub fn bind(state_dir: &Path, session: &str) -> std::io::Result<Chaperon> {
+/// Binds `<dir>/<session>.sock` (0600 in a 0700 directory: `HostFacts::sockets_dir`). A
+/// stale socket of a dead session with the same id is replaced.
+pub fn bind(dir: &Path, session: &str) -> std::io::Result<Chaperon> {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = state_dir.join("sessions");
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     let socket = dir.join(format!("{session}.sock"));
     let _ = std::fs::remove_file(&socket);
     // Through the directory's descriptor where the path passes `sun_path` (a deep home).

@@ -197,6 +197,59 @@ fn a_session_after_one_killed_outright_plans_the_project_as_its_cleanup_left_it(
 }
 
 #[test]
+fn with_a_private_runtime_directory_the_sessions_sockets_live_there_hidden_and_reachable() {
+    // A login node's `/run/user/UID` (memory, this node's): the door to the chaperon and the
+    // control socket are made there, not in the state directory on the home's file server.
+    let j = jail!("runtimedir");
+    let kinds = ["sock", "allow", "allow.token"];
+    let rt = std::path::PathBuf::from(format!("/tmp/asb-runtime-{}", j.rig.uid));
+    let _ = std::fs::remove_dir_all(&rt);
+    std::fs::create_dir(&rt).unwrap();
+    std::fs::set_permissions(&rt, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    j.give(&[&rt]);
+    let j = j.env("XDG_RUNTIME_DIR", &rt.display().to_string());
+    let sockets = rt.join("agent-sandbox/sessions");
+    let script = format!(
+        "echo $AGENT_SANDBOX_SESSION > sid; ls {} 2>&1; while [ ! -e go ]; do sleep 0.05; done",
+        sockets.display()
+    );
+    let mut c = j.command(&["-q", "--net", "filtered", "run", "--", "sh", "-c", &script]);
+    c.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+    let child = c.spawn().unwrap();
+    let sid_file = j.project.join("sid");
+    let mut sid = String::new();
+    for _ in 0..400 {
+        sid = std::fs::read_to_string(&sid_file).unwrap_or_default().trim().to_owned();
+        if !sid.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(!sid.is_empty(), "the session wrote its id");
+    let made: Vec<std::path::PathBuf> = kinds.iter().map(|s| sockets.join(format!("{sid}.{s}"))).collect();
+    let state = j.rig.home.join(".local/state/agent-sandbox/sessions");
+    let there: Vec<bool> = made.iter().map(|p| p.exists()).collect();
+    let in_state = ["sock", "allow"].iter().any(|s| state.join(format!("{sid}.{s}")).exists());
+    // `agent-sandbox allow` finds the session there: the answer is the session's own (a floor
+    // is not granted).
+    let mut c = j.as_user(&j.rig.bin);
+    c.args(["allow", "--session", &sid, "host", "localhost"]);
+    let allow = j.output(&mut c);
+    std::fs::write(j.project.join("go"), "").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout} {}", String::from_utf8_lossy(&out.stderr));
+    assert!(there.iter().all(|t| *t), "{kinds:?} of the session in {}: {there:?}", sockets.display());
+    assert!(!in_state, "a socket of the session in the state directory");
+    assert!(allow.code == 1 && allow.stderr.contains("cannot be allowed"), "{allow}");
+    assert!(stdout.contains("No such file"), "the jail sees the sockets' directory: {stdout}");
+    for p in &made {
+        assert!(gone_soon(p), "{} left after the session", p.display());
+    }
+    let _ = std::fs::remove_dir_all(&rt);
+}
+
+#[test]
 fn a_session_ended_by_a_signal_to_its_process_group_is_cleaned_up_after() {
     // A hangup or `kill -- -PGID` reaches every process of the launcher's group: the cleanup
     // waiter has left it, so the placeholders still go. (The Landlock backend makes none.)

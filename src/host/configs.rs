@@ -115,7 +115,9 @@ impl UserConfigs {
                 .collect(),
             None => defaults.map(|d| (d, GitRole::Global)).into(),
         };
-        UserConfigs { git: git_files(global, home), ssh: ssh_files(home), stripped_before: vec![] }
+        // Side by side: on a home on NFS each file is a few round trips to the server.
+        let (ssh, git) = super::together(|| ssh_files(home), || git_files(global, home));
+        UserConfigs { git, ssh, stripped_before: vec![] }
     }
 }
 

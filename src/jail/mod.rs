@@ -24,7 +24,7 @@ pub mod placeholders;
 mod procpid;
 mod project_restore;
 pub mod relay;
-mod running;
+pub mod running;
 pub mod seccomp;
 mod session_homes;
 pub mod signals;
@@ -164,8 +164,6 @@ pub fn run(
         warning.iter().for_each(|w| eprintln!("agent-sandbox: warning: {w}"));
         s
     });
-    // Among the user's sessions running, for the exit check (`running`).
-    let running = plan.own.first().and_then(|state| running::Running::join(state));
     let started = links::start_stamp();
     let (result, heard) = match plan.backend {
         BackendKind::Userns => match userns::run(plan, anchors, early, banner, net_start, lazy, audit) {
@@ -177,9 +175,9 @@ pub fn run(
     // Every process of the jail is gone: the links it left where something outside follows
     // them are removed (under Landlock the only check; under userns the guard's second, left
     // out after a session that made none while no other session ran: `links::sweep`).
-    let alone = running.as_ref().is_some_and(running::Running::ran_alone);
+    // Among the user's sessions running since the lock was taken (`running`).
+    let alone = lock.ran_alone();
     let (swept, stopped) = links::sweep(&plan.links, started, heard.none_made() && alone);
-    drop(running);
     links::report(&swept, stopped, audit);
     dotenv::report(&dotenv::restore(&dotenv), audit);
     if let Some(s) = &opencode {

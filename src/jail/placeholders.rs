@@ -184,6 +184,8 @@ pub struct ProjectLock {
     run_after: Vec<(String, Vec<Vec<u8>>)>,
     /// Taking the lock found an earlier session's record and removed what it names.
     cleaned: bool,
+    /// The session's hold among the user's running sessions (`with_running`).
+    running: Option<super::running::Running>,
     /// The home's own lock, for placeholders outside the project (an agent's instruction
     /// file): shared by every session of the user, whatever its project, so one ending never
     /// removes a file another session still shows its notice on.
@@ -249,6 +251,20 @@ impl ProjectLock {
         }
         flock(&lock.file, libc::LOCK_SH).map_err(err)?;
         Ok(lock)
+    }
+
+    /// Also holds the session's place among the user's running sessions (`running::Running`),
+    /// joined before the plan is made: the exit check asks whether the session ran alone, and
+    /// an earlier join only widens the time another session is looked for in.
+    pub fn with_running(mut self, running: Option<super::running::Running>) -> ProjectLock {
+        self.running = running;
+        self
+    }
+
+    /// Whether no other session of the user ran at any time since `with_running` (false when
+    /// it could not be told).
+    pub fn ran_alone(&self) -> bool {
+        self.running.as_ref().is_some_and(super::running::Running::ran_alone)
     }
 
     /// Whether taking this lock (or the home's) removed an earlier session's placeholders.
@@ -369,6 +385,7 @@ impl ProjectLock {
             run_after: vec![],
             home: None,
             cleaned: false,
+            running: None,
         }
     }
 

@@ -46,9 +46,10 @@ pub struct Reply {
     pub message: String,
 }
 
-/// The control socket of `session` in the state directory.
-pub fn socket_path(state_dir: &Path, session: &str) -> PathBuf {
-    state_dir.join("sessions").join(format!("{session}.allow"))
+/// The control socket of `session` in the sockets' directory (`HostFacts::sockets_dir`; the
+/// door to the chaperon made it, in every session with a supervisor: those are userns's).
+pub fn socket_path(sockets_dir: &Path, session: &str) -> PathBuf {
+    sockets_dir.join(format!("{session}.allow"))
 }
 
 /// The file holding the socket's token, beside it.

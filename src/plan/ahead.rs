@@ -9,8 +9,11 @@
 //! session's placeholders (names the listings may still show). The plan then reads afresh, as
 //! it did before.
 
-use crate::host::{HostFacts, HostFs, RealFs};
+use crate::host::{HostFacts, RealFs};
 use std::path::{Path, PathBuf};
+
+/// Directories of the home listed too: see `read`.
+pub const LISTED_DEEPER: [&str; 3] = [".local", ".local/share", ".local/state"];
 
 /// A read-ahead under way (`start`), or none.
 pub struct ReadAhead(Option<std::thread::JoinHandle<Option<(PathBuf, RealFs)>>>);
@@ -47,18 +50,33 @@ impl ReadAhead {
 fn read(facts: &HostFacts, asked: &Path) -> Option<(PathBuf, RealFs)> {
     let fs = RealFs::default();
     let project = super::check_project_basics(facts, &fs, asked).ok()?;
-    let config = facts.home_canonical.join(".config");
-    for dir in [&facts.home_canonical, &facts.home, &project, &config] {
-        fs.list(dir);
-        fs.read_dir(dir);
-    }
-    super::runs_outside_all(facts, &fs, &facts.home, &project);
+    // The launch's listings (`launch::planned`), and where the plan asks a dozen names two
+    // levels into the home (tools' data and state directories: `~/.local/share/uv`,
+    // `~/.local/state/nvim`), most absent.
+    let mut dirs = vec![facts.home_canonical.clone(), facts.home.clone(), project.clone()];
+    dirs.extend([".config"].iter().chain(&LISTED_DEEPER).map(|d| facts.home_canonical.join(d)));
+    fs.list_side_by_side(&dirs);
+    // The project's repository and the walk for nested ones, side by side (each a chain of
+    // round trips), the walk on a copy of the view, whose answers are taken back.
+    let xdg = super::xdg_config(facts);
+    let (home, xdg, inside) = (&facts.home, xdg.as_deref(), project.as_path());
+    let side = fs.clone();
+    let walk = move || {
+        let (nested, _) = super::runs_outside::nested_dirs(&side, inside);
+        for d in nested {
+            super::runs_outside_of(&side, home, xdg, &d, inside);
+        }
+        side
+    };
+    let (walked, _) = crate::host::together(walk, || super::runs_outside_of(&fs, home, xdg, inside, inside));
+    fs.absorb(walked);
     Some((project, fs))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::host::HostFs;
 
     fn facts_for(home: &Path) -> HostFacts {
         let mut f = HostFacts::gather().expect("facts");
@@ -76,10 +94,15 @@ mod tests {
         std::fs::write(project.join("a.txt"), b"x").expect("write");
         let facts = facts_for(&home);
         let fs = ReadAhead::start(&facts, &project).view_of(&project).expect("the view of the project read");
-        // What was read is answered from the view: a file made since is not in it.
+        // What was read is answered from the view: a file made since is not in it, in the
+        // project or in the directory the walk for nested repositories listed (on a thread of
+        // its own, its answers taken back).
         std::fs::write(project.join("b.txt"), b"y").expect("write");
-        let names: Vec<String> = fs.read_dir(&project).iter().map(|n| n.to_string_lossy().into_owned()).collect();
-        assert_eq!(names, ["a.txt", "sub"]);
+        std::fs::write(project.join("sub/c.txt"), b"z").expect("write");
+        let names =
+            |d: &Path| -> Vec<String> { fs.read_dir(d).iter().map(|n| n.to_string_lossy().into_owned()).collect() };
+        assert_eq!(names(&project), ["a.txt", "sub"]);
+        assert_eq!(names(&project.join("sub")), [".git"]);
         // Another project than the one read: no view.
         let other = home.join("other");
         std::fs::create_dir(&other).expect("mkdir");

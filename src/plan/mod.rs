@@ -885,6 +885,13 @@ impl Base {
         for p in [facts.state_dir(), named] {
             hidden.must_hide.push((p, "the agent-sandbox state directory".into()));
         }
+        // So are the sessions' sockets where the runtime directory holds them: a jail that
+        // reached another session's control socket could only knock (it has no token), but
+        // it has nothing to do there.
+        if facts.runtime_dir.is_some() {
+            hidden.must_hide.push((facts.sockets_dir(), "the agent-sandbox sessions' sockets".into()));
+            hidden.paths.push(facts.sockets_dir());
+        }
         for h in &policy.hide {
             let p = fs::normalized(&expand_tilde(&h.value, &home));
             if !p.is_absolute() {
@@ -1167,7 +1174,7 @@ pub(crate) fn runs_outside_all(
     home: &Path,
     project: &Path,
 ) -> (runs_outside::GitFound, Vec<(PathBuf, bool)>, Option<PathBuf>) {
-    let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute());
+    let xdg = xdg_config(facts);
     let (git, mut found) = runs_outside_of(fs, home, xdg.as_deref(), project, project);
     // A workspace holding other repositories and direnv directories (`~/work/sub`): theirs
     // too (outside review of issue 32, R2).
@@ -1176,6 +1183,11 @@ pub(crate) fn runs_outside_all(
         found.extend(runs_outside_of(fs, home, xdg.as_deref(), &d, project).1);
     }
     (git, found, stopped)
+}
+
+/// `XDG_CONFIG_HOME` when it is absolute (git reads its config there then).
+fn xdg_config(facts: &HostFacts) -> Option<PathBuf> {
+    facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute())
 }
 
 /// What the repository at or above `dir` and the `.envrc` in `dir` make programs outside run

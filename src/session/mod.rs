@@ -81,7 +81,7 @@ impl Held {
         let door = match pre.dry_run {
             true => None,
             false => Some(
-                chaperon_door(pre.choices.landlock(), &facts.state_dir(), own)
+                chaperon_door(pre.choices.landlock(), &facts.sockets_dir(), own)
                     .map_err(|e| format!("cannot create the session's Slurm socket: {e}"))?,
             ),
         };
@@ -93,21 +93,25 @@ impl Held {
             jail::waiter::remove_after_exit(&[f]);
         }
         let door_file = RemovedAtEnd(door_file);
-        let lock = match pre.dry_run {
-            true => None,
-            false => Some(project_lock(facts, project_dir)?),
-        };
         // The session's secret, which its jobs prove to its job ports and every jail of the
         // session to the others: a session makes one, a job has its session's.
         let (job_services, mut job_secret) = match origin {
             Origin::Job { frozen, .. } => frozen.job_link(),
             Origin::Session { .. } => (vec![], None),
         };
-        // This jail's address on the session network, claimed before the plan configures
-        // tun0 with it.
-        let peer_claim = match pre.dry_run {
-            true => None,
-            false => network::claim_peer_address(policy, facts, origin, &pre.session, &mut job_secret),
+        // The session's locks, and this jail's address on the session network (claimed before
+        // the plan configures tun0 with it), side by side: a chain of round trips each to the
+        // state directory's server on a home on NFS.
+        let (lock, peer_claim) = match pre.dry_run {
+            true => (None, None),
+            false => {
+                let (lock, claim) = host::together(
+                    || project_lock(facts, project_dir),
+                    || network::claim_peer_address(policy, facts, origin, &pre.session, &mut job_secret),
+                );
+                // A lock not taken gives the claim back (`PendingClaim`'s drop).
+                (Some(lock?), claim)
+            }
         };
         // The claim, and the registry once empty, go with a launcher killed before the plan
         // exists too (its waiter); one that returns gives the claim back itself.
@@ -226,20 +230,30 @@ pub fn order_after_exit(
 /// of this project removes a placeholder this plan counts on. An agent's instruction file, and
 /// the agents' directories and files any session may reach (`~/.cache/opencode`, all of them
 /// with the home writable), may need placeholders in the home.
+/// The stub links made, the project's and the home's locks taken, and the session among the
+/// user's running ones (`jail::running`): side by side, each a few round trips to the state
+/// directory's server on a home on NFS.
 fn project_lock(facts: &host::HostFacts, project_dir: &Path) -> Result<jail::placeholders::ProjectLock, String> {
-    stub::ensure_links(&facts.state_dir())
-        .map_err(|e| format!("cannot prepare the stub links in {}: {e}", facts.state_dir().display()))?;
-    let lock = jail::placeholders::ProjectLock::acquire(&facts.state_dir(), project_dir).map_err(|e| e.to_string())?;
-    lock.with_home(&facts.state_dir(), &facts.home_canonical).map_err(|e| e.to_string())
+    let state = facts.state_dir();
+    let links =
+        || stub::ensure_links(&state).map_err(|e| format!("cannot prepare the stub links in {}: {e}", state.display()));
+    let locks = || {
+        let lock = jail::placeholders::ProjectLock::acquire(&state, project_dir).map_err(|e| e.to_string())?;
+        lock.with_home(&state, &facts.home_canonical).map_err(|e| e.to_string())
+    };
+    let ((links, running), lock) =
+        host::together(|| host::together(links, || jail::running::Running::join(&state)), locks);
+    links?;
+    Ok(lock?.with_running(running))
 }
 
 /// The session's door to its chaperon: a socket the plan binds into the userns jail, or a
 /// channel the Landlock backend's command inherits.
-fn chaperon_door(landlock: bool, state_dir: &Path, session: &str) -> std::io::Result<slurm::Chaperon> {
+fn chaperon_door(landlock: bool, sockets_dir: &Path, session: &str) -> std::io::Result<slurm::Chaperon> {
     if landlock {
         slurm::channel()
     } else {
-        slurm::bind(state_dir, session)
+        slurm::bind(sockets_dir, session)
     }
 }
 

@@ -20,6 +20,9 @@ pub enum Op {
     Open,
     Opendir,
     Readdir,
+    /// A readdir at the listing's end, which only learns that it ended: NFS's READDIR reply
+    /// says so itself (its `eof`), with no round trip of its own. Counted, not delayed.
+    ReaddirEnd,
     Create,
     Statfs,
     Access,
@@ -28,9 +31,28 @@ pub enum Op {
     Write,
 }
 
-const NAMES: [&str; 20] = [
-    "lookup", "getattr", "setattr", "readlink", "mknod", "mkdir", "unlink", "rmdir", "symlink", "rename", "link",
-    "open", "opendir", "readdir", "create", "statfs", "access", "xattr", "read", "write",
+const NAMES: [&str; 21] = [
+    "lookup",
+    "getattr",
+    "setattr",
+    "readlink",
+    "mknod",
+    "mkdir",
+    "unlink",
+    "rmdir",
+    "symlink",
+    "rename",
+    "link",
+    "open",
+    "opendir",
+    "readdir",
+    "readdir-end",
+    "create",
+    "statfs",
+    "access",
+    "xattr",
+    "read",
+    "write",
 ];
 
 impl Op {
@@ -40,12 +62,12 @@ impl Op {
 
     /// Data requests are not round trips of metadata: they go through undelayed.
     pub fn is_metadata(self) -> bool {
-        !matches!(self, Op::Read | Op::Write | Op::Xattr)
+        !matches!(self, Op::Read | Op::Write | Op::Xattr | Op::ReaddirEnd)
     }
 }
 
 #[derive(Clone, Default)]
-pub struct Counters(Arc<[AtomicU64; 20]>);
+pub struct Counters(Arc<[AtomicU64; 21]>);
 
 impl Counters {
     pub fn add(&self, op: Op) {

@@ -596,12 +596,18 @@ impl Filesystem for SlowFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        self.trip(Op::Readdir);
-        self.trace(Op::Readdir, ino, None);
         let Some(entries) = self.tables().dirs.get(&fh.0).cloned() else {
+            self.trip(Op::Readdir);
             reply.error(Errno::EBADF);
             return;
         };
+        // The first call is a round trip even for an empty directory (NFS's one READDIR).
+        let op = match offset > 0 && usize::try_from(offset).is_ok_and(|o| o >= entries.len()) {
+            true => Op::ReaddirEnd,
+            false => Op::Readdir,
+        };
+        self.trip(op);
+        self.trace(op, ino, None);
         for (i, (ino, k, name)) in entries.iter().enumerate().skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
             if reply.add(INodeNo(*ino), (i + 1) as u64, *k, name) {
                 break;
