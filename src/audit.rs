@@ -274,13 +274,46 @@ struct Inner {
     /// chaperon is when its launcher exits, loses nothing).
     eager: bool,
     budget: std::sync::Mutex<Budget>,
+    /// What this process keeps open between its records (shared by the logs made from one).
+    kept: std::sync::Arc<std::sync::Mutex<Kept>>,
+}
+
+/// The descriptors a process keeps between its records (`AuditLog::open_ahead`): on a home on
+/// NFS each open is a lookup and an open at the server. The lock file, only ever locked; the
+/// live log, checked under the lock to still be the live one before each append (a rotation
+/// by another writer moves it). The session's share is opened at each record: a writer on
+/// another node may have changed it, and only an open sees that on NFS (close-to-open).
+#[derive(Default)]
+struct Kept {
+    /// The process that opened them: a child (the jail's PID 1, cloned from the launcher)
+    /// shares their open files, on which one `flock` does not keep the two apart; it opens
+    /// its own.
+    pid: u32,
+    lock: Option<std::fs::File>,
+    shares_made: bool,
+    log: Option<std::fs::File>,
+    /// The session's share as `open_ahead` made it, for the next record only: the session's
+    /// command has not started then, so no writer on another node has changed it since (on
+    /// this node, every writer sees the same file). Any later record opens it again.
+    made_share: Option<(PathBuf, std::fs::File)>,
+    /// `open_ahead` asks `locked` to keep the share it opens.
+    keep_share: bool,
+}
+
+/// Holds the log's lock (`flock`) on a kept descriptor until dropped.
+struct Locked<'a>(&'a std::fs::File);
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let _ = agent_sandbox_sys::file::flock(self.0, libc::LOCK_UN);
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         let pending = std::mem::take(&mut self.budget.get_mut().unwrap_or_else(|e| e.into_inner()).pending);
         if !pending.is_empty() {
-            locked(&self.path, &self.share, |share, _| merge(share, pending, unix_now()));
+            locked(&self.path, &self.share, &self.kept, |share, _| merge(share, pending, unix_now()));
         }
     }
 }
@@ -320,40 +353,57 @@ fn share_file(live: &Path, session: &str) -> PathBuf {
 /// Runs `f` on the session's share with the log locked against every other writer (every
 /// process of every session of this state directory), then saves the share. Best effort:
 /// without the lock file (an unwritable state dir), `f` runs unlocked on a fresh share.
-fn locked<T>(live: &Path, session: &str, f: impl FnOnce(&mut Share, Option<&std::fs::File>) -> T) -> T {
+fn locked<T>(
+    live: &Path,
+    session: &str,
+    kept: &std::sync::Mutex<Kept>,
+    f: impl FnOnce(&mut Share, Option<&mut Kept>) -> T,
+) -> T {
     use std::io::Read;
+    // Held through: the threads of this process share the lock's descriptor, and a `flock`
+    // on one descriptor does not keep them from each other.
+    let mut kept = kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if kept.pid != std::process::id() {
+        *kept = Kept { pid: std::process::id(), ..Kept::default() };
+    }
     let dir = live.parent().unwrap_or(Path::new("."));
-    let _ = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir.join(SHARES));
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join(LOCK));
-    let lock = match lock {
-        Ok(l) => loop {
-            // SAFETY: flock on a descriptor we own; released when it is closed.
-            match unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&l), libc::LOCK_EX) } {
-                0 => break Some(l),
-                _ if std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) => continue,
-                _ => break None,
-            }
-        },
-        Err(e) => {
-            eprintln!("agent-sandbox: cannot lock the audit log {}: {e}", dir.join(LOCK).display());
-            None
+    if !kept.shares_made {
+        kept.shares_made = std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir.join(SHARES)).is_ok();
+    }
+    if kept.lock.is_none() {
+        let opened = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(dir.join(LOCK));
+        match opened {
+            Ok(l) => kept.lock = Some(l),
+            Err(e) => eprintln!("agent-sandbox: cannot lock the audit log {}: {e}", dir.join(LOCK).display()),
         }
-    };
+    }
+    let lock_file = kept.lock.take();
+    // Released by `Locked`'s drop.
+    let held =
+        lock_file.as_ref().and_then(|l| agent_sandbox_sys::file::flock(l, libc::LOCK_EX).ok().map(|()| Locked(l)));
     let path = share_file(live, session);
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&path)
-        .ok();
+    // The share `open_ahead` made serves the next record as it is (see `Kept::made_share`).
+    let made = kept.made_share.take().filter(|(p, _)| *p == path).map(|(_, f)| f);
+    let mut file = made.or_else(|| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .ok()
+    });
+    if let Some(f) = file.as_mut() {
+        use std::io::Seek;
+        let _ = f.rewind();
+    }
     let mut text = String::new();
     let read = file.as_mut().map(|f| f.read_to_string(&mut text));
     let mut share = match (read, text.trim()) {
@@ -366,10 +416,15 @@ fn locked<T>(live: &Path, session: &str, f: impl FnOnce(&mut Share, Option<&std:
         }),
         _ => Share::default(),
     };
-    let out = f(&mut share, lock.as_ref());
+    let out = f(&mut share, held.as_ref().map(|_| &mut *kept));
     if let (Some(f), Ok(body)) = (file.as_mut(), serde_json::to_vec(&share)) {
         use std::io::Seek;
         let _ = f.set_len(0).and_then(|_| f.seek(std::io::SeekFrom::Start(0))).and_then(|_| f.write_all(&body));
+    }
+    drop(held);
+    kept.lock = lock_file;
+    if std::mem::take(&mut kept.keep_share) {
+        kept.made_share = file.map(|f| (path, f));
     }
     out
 }
@@ -390,19 +445,45 @@ impl AuditLog {
     }
 
     fn with(path: PathBuf, session: String, share: String, eager: bool) -> AuditLog {
-        AuditLog { session, inner: std::sync::Arc::new(Inner { path, share, eager, budget: Default::default() }) }
+        AuditLog::sharing(path, session, share, eager, Default::default())
+    }
+
+    fn sharing(
+        path: PathBuf,
+        session: String,
+        share: String,
+        eager: bool,
+        kept: std::sync::Arc<std::sync::Mutex<Kept>>,
+    ) -> AuditLog {
+        AuditLog { session, inner: std::sync::Arc::new(Inner { path, share, eager, budget: Default::default(), kept }) }
+    }
+
+    /// Opens what the records keep open (`Kept`), and makes the session's share, as the first
+    /// record would (`locked` reads it empty): done beside other work, the first record finds
+    /// them open (a session's start on a home on NFS: some six round trips to the server, off
+    /// its way).
+    pub fn open_ahead(&self) {
+        let live = &self.inner.path;
+        locked(live, &self.inner.share, &self.inner.kept, |_, k| {
+            if let Some(k) = k {
+                let _ = k.live(live);
+                k.keep_share = true;
+            }
+        });
     }
 
     /// The same log, its records spending `session`'s share: a job's task (its own session
     /// id in the log) spends the share of the session that submitted it.
     pub fn charged_to(&self, session: &str) -> AuditLog {
-        AuditLog::with(self.inner.path.clone(), self.session.clone(), session.into(), self.inner.eager)
+        let i = &self.inner;
+        AuditLog::sharing(i.path.clone(), self.session.clone(), session.into(), i.eager, i.kept.clone())
     }
 
     /// The same log, each count of records left out saved at once: for a process that ends
     /// without warning (the chaperon, killed with its launcher).
     pub fn eager(&self) -> AuditLog {
-        AuditLog::with(self.inner.path.clone(), self.session.clone(), self.inner.share.clone(), true)
+        let i = &self.inner;
+        AuditLog::sharing(i.path.clone(), self.session.clone(), i.share.clone(), true, i.kept.clone())
     }
 
     pub fn path(&self) -> &Path {
@@ -439,14 +520,16 @@ impl AuditLog {
                     b.synced = std::time::Instant::now();
                     let pending = std::mem::take(&mut b.pending);
                     drop(b);
-                    locked(&self.inner.path, &self.inner.share, |share, _| merge(share, pending, now));
+                    locked(&self.inner.path, &self.inner.share, &self.inner.kept, |share, _| {
+                        merge(share, pending, now)
+                    });
                     return;
                 }
             }
             b.synced = std::time::Instant::now();
             std::mem::take(&mut b.pending)
         };
-        locked(&self.inner.path, &self.inner.share, |share, lock| {
+        locked(&self.inner.path, &self.inner.share, &self.inner.kept, |share, mut kept| {
             merge(share, pending, now);
             let keep = if lifecycle || share.full < SESSION_SHARE {
                 Some(false)
@@ -465,12 +548,12 @@ impl AuditLog {
                 s.counts = counts;
                 s.reason =
                     Some("records of this session left out: past their rate or the session's share of the log".into());
-                if self.append(&s, lock).is_none() {
+                if self.append(&s, kept.as_deref_mut()).is_none() {
                     merge(share, s.counts, now);
                 }
             }
             if let Some(minimal) = keep {
-                match (self.append(&r, lock), minimal) {
+                match (self.append(&r, kept), minimal) {
                     (Some(n), false) => share.full += n,
                     (Some(n), true) => share.minimal += n,
                     (None, _) => merge(share, [("lost/write-failed".to_string(), 1)].into(), now),
@@ -493,7 +576,7 @@ impl AuditLog {
     pub fn flush(&self) {
         let pending = std::mem::take(&mut self.budget().pending);
         if !pending.is_empty() {
-            locked(&self.inner.path, &self.inner.share, |share, _| merge(share, pending, unix_now()));
+            locked(&self.inner.path, &self.inner.share, &self.inner.kept, |share, _| merge(share, pending, unix_now()));
         }
     }
 
@@ -504,35 +587,38 @@ impl AuditLog {
     /// Writes one record as one line with one write, then rotates if the live file is past
     /// `MAX_BYTES`; the bytes written, None if it could not be written (nothing of it stays:
     /// a short write, a full disk, is cut back). Called with the log's lock held.
-    fn append(&self, r: &Record, lock: Option<&std::fs::File>) -> Option<u64> {
-        use std::os::unix::fs::MetadataExt;
+    /// Appends the line of `r`; `kept`: the process's descriptors, when the log's lock is held
+    /// (a rotation is made only then).
+    fn append(&self, r: &Record, kept: Option<&mut Kept>) -> Option<u64> {
         let path = &self.inner.path;
         let mut line = serde_json::to_vec(r).ok()?;
         line.push(b'\n');
-        let opened = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path);
-        let written = opened.and_then(|f| {
+        let locked = kept.is_some();
+        let unlocked;
+        // Under the lock, the kept descriptor is the live file (checked), as an open is.
+        let file = match kept {
+            Some(k) => k.live(path),
+            None => {
+                unlocked = open_live(path);
+                unlocked.as_ref().map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+            }
+        };
+        let written = file.and_then(|f| {
             let before = f.metadata()?.len();
             // One write of the whole line with O_APPEND: a writer without the lock (an
             // older version) does not interleave with it.
-            let n = (&f).write(&line);
+            let n = (&*f).write(&line);
             if !matches!(n, Ok(n) if n == line.len()) {
                 // Torn: cut back, so the next record does not glue onto half of this one.
-                if lock.is_some() {
+                if locked {
                     let _ = f.set_len(before);
                 }
                 return Err(n.err().unwrap_or_else(|| std::io::Error::other("short write (disk full?)")));
             }
             // Bounded: past MAX_BYTES the log moves to `audit.jsonl.1`, the older ones one
-            // place on (the oldest is dropped). Under the lock, and only if the live file is
-            // still this one: of writers racing past the size, one rotates, once.
-            let meta = f.metadata()?;
-            let current = std::fs::symlink_metadata(path).map(|m| m.ino() == meta.ino()).unwrap_or(false);
-            if meta.len() > MAX_BYTES && current && lock.is_some() {
+            // place on (the oldest is dropped). Under the lock, where the descriptor is the live
+            // file: of writers racing past the size, one rotates, once.
+            if locked && f.metadata()?.len() > MAX_BYTES {
                 for n in (1..ROTATED).rev() {
                     let _ = std::fs::rename(rotated(path, n), rotated(path, n + 1));
                 }
@@ -548,6 +634,32 @@ impl AuditLog {
                 None
             }
         }
+    }
+}
+
+/// The live log opened for appending (made if missing), never through a link.
+fn open_live(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+impl Kept {
+    /// The kept descriptor of the live log, opened again when it is not the file at `path`
+    /// any more (another writer rotated it, or none was kept yet).
+    fn live(&mut self, path: &Path) -> std::io::Result<&std::fs::File> {
+        use std::os::unix::fs::MetadataExt;
+        let same = |f: &std::fs::File| match (f.metadata(), std::fs::symlink_metadata(path)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        };
+        if !self.log.as_ref().is_some_and(same) {
+            self.log = Some(open_live(path)?);
+        }
+        self.log.as_ref().ok_or_else(|| std::io::Error::other("no log"))
     }
 }
 
@@ -873,6 +985,97 @@ mod tests {
         let got: Vec<String> = read(dir.path(), None).unwrap().into_iter().filter_map(|r| r.program).collect();
         assert_eq!(got, ["older", "old", "live"]);
     }
+    #[test]
+    fn a_kept_log_follows_a_rotation_another_writer_made() {
+        // The process keeps its log open between records (`Kept`): after another process
+        // rotated the log, its next record goes to the new live file, not to the moved one.
+        let dir = tempfile::tempdir().unwrap();
+        let a = AuditLog::new(dir.path());
+        a.open_ahead();
+        let mut r = a.record("session_start");
+        r.program = Some("first".into());
+        a.write(&r);
+        let other = AuditLog::for_session(dir.path(), "other");
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(a.path())
+            .unwrap()
+            .write_all(&vec![b'\n'; MAX_BYTES as usize])
+            .unwrap();
+        other.write(&other.record("session_end"));
+        assert!(!a.path().exists(), "the other writer rotated the log");
+        let mut r = a.record("session_end");
+        r.program = Some("after".into());
+        a.charged_to("elsewhere").write(&r);
+        let live: Vec<String> = std::fs::read_to_string(a.path())
+            .unwrap()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Record>(l).ok())
+            .filter_map(|r| r.program)
+            .collect();
+        assert_eq!(live, ["after"]);
+        // Threads of one process share its descriptors: their records are whole lines, each once.
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let a = a.clone();
+                std::thread::spawn(move || (0..6).for_each(|_| a.write(&a.record("allow"))))
+            })
+            .collect();
+        threads.into_iter().for_each(|t| t.join().unwrap());
+        let text = std::fs::read_to_string(a.path()).unwrap();
+        assert!(text.lines().all(|l| serde_json::from_str::<Record>(l).is_ok()), "{text}");
+        assert_eq!(text.lines().filter(|l| l.contains("\"allow\"")).count(), 48, "under the rate of one kind");
+    }
+
+    #[test]
+    fn the_share_made_ahead_serves_one_record_and_then_is_read_again() {
+        // Another node's writer (a job of the session) replaces the share once the command
+        // runs: every record after the first opens it again and sees what it holds.
+        let dir = tempfile::tempdir().unwrap();
+        let a = AuditLog::new(dir.path());
+        a.open_ahead();
+        a.write(&a.record("session_start"));
+        let spent = Share { full: SESSION_SHARE, minimal: MINIMAL_SHARE, ..Default::default() };
+        let share = share_file(a.path(), &a.session);
+        agent_sandbox_sys::file::write_atomic(&share, &serde_json::to_vec(&spent).unwrap(), 0o600).unwrap();
+        let mut r = a.record("slurm");
+        r.decision = Some("after-the-job".into());
+        a.write(&r);
+        let all = read(dir.path(), None).unwrap();
+        assert!(all.iter().any(|r| r.event == "session_start"), "the start is written");
+        assert!(!all.iter().any(|r| r.decision.as_deref() == Some("after-the-job")), "the spent share was not read");
+    }
+
+    #[test]
+    fn a_child_process_does_not_write_under_its_parents_lock() {
+        // The jail's PID 1 is cloned from the launcher with the log's kept descriptors: one
+        // `flock` on a shared open file does not keep two processes apart, so the child opens
+        // its own, and waits while the launcher holds the log's lock.
+        let dir = tempfile::tempdir().unwrap();
+        let a = AuditLog::new(dir.path());
+        a.open_ahead();
+        let held = a.inner.kept.lock().unwrap().lock.as_ref().map(|f| f.try_clone().unwrap()).unwrap();
+        agent_sandbox_sys::file::flock(&held, libc::LOCK_EX).unwrap();
+        // SAFETY: the child writes one record (system calls, small allocations) and _exits.
+        let child = match unsafe { nix::unistd::fork() }.expect("fork") {
+            nix::unistd::ForkResult::Child => {
+                let mut r = a.record("session_end");
+                r.program = Some("child".into());
+                a.write(&r);
+                // SAFETY: ends the child at once.
+                unsafe { libc::_exit(0) }
+            }
+            nix::unistd::ForkResult::Parent { child } => child,
+        };
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let early = std::fs::read_to_string(a.path()).unwrap_or_default().contains("child");
+        agent_sandbox_sys::file::flock(&held, libc::LOCK_UN).unwrap();
+        let status = nix::sys::wait::waitpid(child, None).expect("waitpid");
+        assert!(!early, "the child wrote under its parent's lock");
+        assert!(matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)), "{status:?}");
+        assert!(std::fs::read_to_string(a.path()).unwrap().contains("child"), "written once the lock was free");
+    }
+
     fn log_files(dir: &Path) -> Vec<PathBuf> {
         let live = dir.join(FILE);
         (1..=ROTATED).map(|n| rotated(&live, n)).chain([live.clone()]).filter(|p| p.exists()).collect()
@@ -978,11 +1181,11 @@ mod tests {
         {
             // The share spent first: the channel's closing is written all the same.
             let spender = AuditLog::for_session(dir.path(), "s");
-            locked(spender.path(), "s", |share, _| share.full = SESSION_SHARE + MINIMAL_SHARE);
+            locked(spender.path(), "s", &Default::default(), |share, _| share.full = SESSION_SHARE + MINIMAL_SHARE);
             let mut r = spender.record("slurm");
             (r.program, r.decision) = (Some("channel".into()), Some("closed".into()));
             spender.write(&r);
-            locked(spender.path(), "s", |share, _| share.full = 0);
+            locked(spender.path(), "s", &Default::default(), |share, _| share.full = 0);
             let chaperon = AuditLog::for_session(dir.path(), "s").eager();
             for _ in 0..500 {
                 let mut r = chaperon.record("slurm");

@@ -43,6 +43,14 @@ pub trait HostFs {
     fn prefetch_dirs(&self, _dirs: &[PathBuf]) {}
     /// The same for `kind` questions (names most often absent: `.git`, `.envrc`).
     fn prefetch_kinds(&self, _paths: &[PathBuf]) {}
+    /// The same for `identity` questions (the plan's bind sources, anchored).
+    fn prefetch_identities(&self, _paths: &[PathBuf]) {}
+    /// Reads these files (`read_small` of `max`) and lists these directories, side by side:
+    /// a repository's configs and its hooks directory, each a chain of round trips on NFS.
+    fn prefetch_files_and_dirs(&self, _files: &[PathBuf], _max: u64, _dirs: &[PathBuf]) {}
+    /// Answers the questions about names in `dir` from one listing of it, as `RealFs::list`
+    /// (a repository's `.git`: `commondir`, `config.worktree`, `hooks`, most absent).
+    fn answer_from_listing(&self, _dir: &Path) {}
 }
 
 /// Requests a walk keeps in flight at once (`HostFs::prefetch_dirs`): NFS's client sends
@@ -395,22 +403,93 @@ impl HostFs for RealFs {
         if listed == Kind::Symlink {
             return None;
         }
-        use std::os::unix::fs::MetadataExt;
-        let id = match std::fs::symlink_metadata(p) {
-            Ok(m) if kind_of(m.file_type()) == listed => (m.dev(), m.ino()),
-            _ => (u64::MAX, u64::MAX),
-        };
+        let id = identity_as_listed(p, listed);
         self.ids.borrow_mut().insert(p.to_path_buf(), id);
         Some(id)
+    }
+    fn answer_from_listing(&self, dir: &Path) {
+        self.list(dir);
+    }
+    fn prefetch_files_and_dirs(&self, files: &[PathBuf], max: u64, dirs: &[PathBuf]) {
+        #[derive(Clone, Default)]
+        enum Got {
+            #[default]
+            Nothing,
+            Read(Option<Vec<u8>>),
+            Listed(Vec<(OsString, Option<Kind>)>),
+        }
+        let reads = files.iter().filter(|p| {
+            !self.read.borrow().contains_key(&(p.to_path_buf(), max))
+                && !matches!(self.kind_from_listing(p), Some(None))
+        });
+        let lists = dirs.iter().filter(|d| {
+            !self.dirs.borrow().contains_key(*d)
+                && self.own_listing(d).is_none()
+                && !matches!(self.kind_from_listing(d), Some(None))
+        });
+        let todo: Vec<(&PathBuf, bool)> = reads.map(|p| (p, true)).chain(lists.map(|d| (d, false))).collect();
+        if todo.len() < 2 {
+            return;
+        }
+        let got = side_by_side(&todo, |(p, read)| match read {
+            true => Got::Read(read_small_file(p, max)),
+            false => Got::Listed(entries_of(p)),
+        });
+        for ((p, _), g) in todo.iter().zip(got) {
+            match g {
+                Got::Read(data) => {
+                    self.read.borrow_mut().insert((p.to_path_buf(), max), data);
+                }
+                Got::Listed(entries) => {
+                    self.remember_dir(p, entries);
+                }
+                Got::Nothing => {}
+            }
+        }
+    }
+    fn prefetch_identities(&self, paths: &[PathBuf]) {
+        for p in paths {
+            if !self.kinds.borrow().contains_key(p) {
+                self.kind(p);
+            }
+        }
+        let todo: Vec<(PathBuf, Kind)> = paths
+            .iter()
+            .filter(|p| !self.ids.borrow().contains_key(*p))
+            .filter_map(|p| match self.kinds.borrow().get(p) {
+                Some(Some(k)) if *k != Kind::Symlink => Some((p.clone(), *k)),
+                _ => None,
+            })
+            .collect();
+        if todo.len() < 2 {
+            return;
+        }
+        let ids = side_by_side(&todo, |(p, k)| identity_as_listed(p, *k));
+        let mut known = self.ids.borrow_mut();
+        for ((p, _), id) in todo.into_iter().zip(ids) {
+            known.entry(p).or_insert(id);
+        }
     }
     fn read_small(&self, p: &Path, max: u64) -> Option<Vec<u8>> {
         let key = (p.to_path_buf(), max);
         if let Some(data) = self.read.borrow().get(&key) {
             return data.clone();
         }
-        let data = read_small_file(p, max);
+        // A file the listing says is not there is not opened (a lookup at the server each).
+        let absent = matches!(self.kind_from_listing(p), Some(None));
+        let data = if absent { None } else { read_small_file(p, max) };
         self.read.borrow_mut().insert(key, data.clone());
         data
+    }
+}
+
+/// The device and inode at `p` if what is there is still of the kind a listing said; else
+/// one no inode has, so that the jail refuses the path instead of using it unanchored.
+fn identity_as_listed(p: &Path, listed: Kind) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::symlink_metadata(p) {
+        Ok(m) if kind_of(m.file_type()) == listed => (m.dev(), m.ino()),
+        _ => (u64::MAX, u64::MAX),
     }
 }
 
@@ -1050,6 +1129,26 @@ mod tests {
     /// that asked one question at a time: the same listings, kinds and identities, a missing
     /// directory empty and a missing name absent; what is asked after comes from the answers
     /// taken then (a name made since is not seen).
+    #[test]
+    fn listings_read_side_by_side_answer_and_a_file_they_lack_is_not_read() {
+        let d = tempfile::tempdir().unwrap();
+        let home = d.path().join("h");
+        std::fs::create_dir_all(home.join(".local/share/uv")).unwrap();
+        std::fs::write(home.join(".bashrc"), "x").unwrap();
+        let fs = RealFs::default();
+        let dirs: Vec<PathBuf> = ["", ".local", ".local/share", "missing"].iter().map(|r| home.join(r)).collect();
+        fs.list_side_by_side(&dirs);
+        // Made after the listings were read: the view answers as listed.
+        std::fs::create_dir_all(home.join(".conda")).unwrap();
+        std::fs::write(home.join(".conda/environments.txt"), "/x\n").unwrap();
+        std::fs::create_dir_all(home.join(".local/share/nvim")).unwrap();
+        assert_eq!(fs.read_small(&home.join(".conda/environments.txt"), 64), None);
+        assert_eq!(fs.kind(&home.join(".local/share/uv")), Some(Kind::Dir));
+        assert_eq!(fs.kind(&home.join(".local/share/nvim")), None);
+        assert_eq!(fs.read_small(&home.join(".bashrc"), 64), Some(b"x".to_vec()));
+        assert_eq!(fs.kind(&home.join("missing/x")), None);
+    }
+
     #[test]
     fn side_by_side_answers_are_the_ones_asked_one_by_one() {
         use std::os::unix::fs::MetadataExt;

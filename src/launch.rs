@@ -78,6 +78,9 @@ pub struct Launch {
     pub origin: Origin,
     /// The plan's view of the project and the home, read while the policy loads.
     pub ahead: plan::ahead::ReadAhead,
+    /// Other work started ahead on threads of their own (the audit log's files opened), all
+    /// ended before PID 1 is cloned.
+    pub beside: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// The host facts, the policy file locations, the project asked for and the cwd.
@@ -132,7 +135,17 @@ pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result
     let ctx = Context::gather(opts)?;
     let log = AuditLog::new(&ctx.facts.state_dir());
     let ahead = plan::ahead::ReadAhead::start(&ctx.facts, &ctx.project);
-    recorded(&log, !opts.dry_run, || Launch::for_session(opts, profile, what, ctx, ahead)?.run(&log))
+    // The log's files opened for the records to come (a dry run changes nothing, the log's
+    // files included).
+    let opening = log.clone();
+    let beside = (!opts.dry_run)
+        .then(|| std::thread::Builder::new().stack_size(256 << 10).spawn(move || opening.open_ahead()).ok())
+        .flatten();
+    recorded(&log, !opts.dry_run, || {
+        let mut launch = Launch::for_session(opts, profile, what, ctx, ahead)?;
+        launch.beside.extend(beside);
+        launch.run(&log)
+    })
 }
 
 /// A job's task on a compute node (`exec --job DIR`), recorded in this node's audit log.
@@ -325,6 +338,7 @@ impl Launch {
             env: None,
             origin: Origin::Session { dry_run: opts.dry_run, json: opts.json, quiet: opts.quiet },
             ahead,
+            beside: vec![],
         })
     }
 
@@ -373,13 +387,14 @@ impl Launch {
             env: Some(env),
             origin: Origin::Job { job: job_id, session: spec.session.clone(), frozen, project_id: spec.project_id },
             ahead: plan::ahead::ReadAhead::none(),
+            beside: vec![],
         })
     }
 
     /// Runs the launch, its records in `log`: the prelude, what the session holds, the plan,
     /// the start's records, the jail, the end's records.
     pub fn run(self, log: &AuditLog) -> Result<i32, LaunchError> {
-        let Launch { mut facts, policy, project, cwd, command, extra_files, env, origin, ahead } = self;
+        let Launch { mut facts, policy, project, cwd, command, extra_files, env, origin, ahead, beside } = self;
         // One view of the host for the checks and the plan: the project resolved once (a round
         // trip a step on NFS).
         let fs = host::RealFs::default();
@@ -393,16 +408,30 @@ impl Launch {
         // project lock, the session network's address and the job ports. Meanwhile the mail
         // programs are found (cached in the state directory; Slurm's commands are covered in
         // every session).
+        // And, for a session, the state directory is made ready (the record key ring), before
+        // any jail of the session runs.
         let state = facts.state_dir();
-        let (mailers, held) = host::together(
-            || host::existing_mailers(&state),
-            || Held::take(&pre, &log.session, &policy, &facts, &origin, &project_dir),
-        );
+        let ready = || match (&origin, pre.dry_run) {
+            (Origin::Session { .. }, false) => state_dir_ready(&state, log),
+            _ => Ok(()),
+        };
+        let aside = || host::together(ready, || host::existing_mailers(&state));
+        let ((ready, mailers), held) =
+            host::together(aside, || Held::take(&pre, &log.session, &policy, &facts, &origin, &project_dir));
         facts.mailers = mailers;
+        ready?;
         let held = held.map_err(LaunchError::setup)?;
 
         let req = held.request(&pre, &policy, session::Command { command, project, cwd, extra_files, env });
         timing::mark("policy");
+        // No other thread of the launcher may run when PID 1 is cloned: the clone copies the
+        // locks such a thread holds (malloc's among them) with no one to release them. The
+        // view read ahead is waited for first; it serves the plan if it read this project,
+        // and the locks taken removed nothing it may have seen.
+        let view = ahead.view_of(&project_dir).filter(|_| !held.cleaned_up());
+        for t in beside {
+            let _ = t.join();
+        }
         // The jail's PID 1 makes its namespaces, network and staging root while the plan is
         // made (`jail::userns::Early`). A clone that fails here is tried again once the plan
         // exists, which then reports what is wrong in its own words first.
@@ -414,10 +443,7 @@ impl Launch {
         };
         // The view read ahead serves the plan if it read this project, and the locks taken
         // removed nothing it may have seen.
-        let fs = match ahead.view_of(&project_dir) {
-            Some(view) if !held.cleaned_up() => view,
-            _ => fs,
-        };
+        let fs = view.unwrap_or(fs);
         let plan = planned(&policy, &mut facts, fs, &req, &project_dir, &pre, &origin)?;
         let session::Planned { held, peer_claim } = held.planned(&plan);
         let Held { jobs, lock, door, door_file: _door_file, .. } = held;
@@ -484,9 +510,6 @@ fn prelude(
         Origin::Session { dry_run, .. } => (*dry_run, log.session.clone()),
         Origin::Job { session, .. } => (false, session.clone()),
     };
-    if let (Origin::Session { .. }, false) = (origin, dry_run) {
-        state_dir_ready(&facts.state_dir(), log)?;
-    }
     let choices = plan::choose(policy, facts);
     Ok((project_dir, Prelude { dry_run, session, choices }))
 }

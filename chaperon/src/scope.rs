@@ -326,16 +326,13 @@ const MAX_RECORD: u64 = 256 << 20;
 impl<'a> Locked<'a> {
     /// An exclusive `flock`, waited for up to 5 s; None where there is none to be had.
     fn new(f: &'a std::fs::File) -> Option<Locked<'a>> {
-        use std::os::fd::AsRawFd;
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
         loop {
-            // SAFETY: flock on a descriptor this function borrows; no memory is passed.
-            if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-                return Some(Locked(f));
-            }
-            let e = std::io::Error::last_os_error();
-            let busy = e.raw_os_error() == Some(libc::EWOULDBLOCK) || e.kind() == std::io::ErrorKind::Interrupted;
-            if !busy || std::time::Instant::now() >= deadline {
+            let e = match agent_sandbox_sys::file::flock(f, libc::LOCK_EX | libc::LOCK_NB) {
+                Ok(()) => return Some(Locked(f)),
+                Err(e) => e,
+            };
+            if e.raw_os_error() != Some(libc::EWOULDBLOCK) || std::time::Instant::now() >= deadline {
                 return None;
             }
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -345,9 +342,8 @@ impl<'a> Locked<'a> {
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        use std::os::fd::AsRawFd;
-        // SAFETY: as in `new`; the lock also ends with the descriptor.
-        unsafe { libc::flock(self.0.as_raw_fd(), libc::LOCK_UN) };
+        // The lock also ends with the descriptor.
+        let _ = agent_sandbox_sys::file::flock(self.0, libc::LOCK_UN);
     }
 }
 

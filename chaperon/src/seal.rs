@@ -288,13 +288,8 @@ pub fn ensure(state_dir: &Path, now: u64, in_use: &dyn Fn(&Key) -> bool) -> Resu
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&lock_path)
         .map_err(|e| fail(&lock_path, e))?;
-    // SAFETY: flock on a descriptor we own; released when it is closed.
-    while unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(fail(&lock_path, e));
-        }
-    }
+    // Released when it is closed.
+    agent_sandbox_sys::file::flock(&lock, libc::LOCK_EX).map_err(|e| fail(&lock_path, e))?;
     // Read again under the lock: another launcher may have done it meanwhile.
     let (mut keys, existed, ahead) = match read_ring(state_dir) {
         Ok(r) if !due(&r, now) => return Ok(None),

@@ -175,7 +175,6 @@ fn write_through(f: &mut std::fs::File, data: &[u8]) -> Result<(), String> {
 
 /// An exclusive lock on `p` (made 0600 if missing), held until the file is dropped.
 fn lock(p: &Path) -> Result<std::fs::File, String> {
-    use std::os::fd::AsRawFd;
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -184,10 +183,7 @@ fn lock(p: &Path) -> Result<std::fs::File, String> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(p)
         .map_err(|e| format!("{}: {e}", p.display()))?;
-    // SAFETY: flock on a descriptor we own; it only blocks until the lock is ours.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
-        return Err(format!("{}: {}", p.display(), std::io::Error::last_os_error()));
-    }
+    agent_sandbox_sys::file::flock(&f, libc::LOCK_EX).map_err(|e| format!("{}: {e}", p.display()))?;
     Ok(f)
 }
 

@@ -8,6 +8,7 @@
 
 use crate::plan::anchor::Anchor;
 use crate::plan::Placeholder;
+use agent_sandbox_sys::file::flock;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
@@ -190,20 +191,6 @@ pub struct ProjectLock {
     /// file): shared by every session of the user, whatever its project, so one ending never
     /// removes a file another session still shows its notice on.
     home: Option<Box<ProjectLock>>,
-}
-
-/// `flock(2)`, tried again when a signal interrupts it.
-pub(super) fn flock(f: &File, op: libc::c_int) -> std::io::Result<()> {
-    loop {
-        // SAFETY: flock on a descriptor we own; no pointers.
-        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
 }
 
 /// FNV-1a: a stable, dependency-free name for the project's lock file.

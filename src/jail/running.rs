@@ -10,7 +10,7 @@
 //! started, and can again at its end, with no byte added since its own, ran alone. A session
 //! that started alone empties it first, so it stays small.
 
-use super::placeholders::flock;
+use agent_sandbox_sys::file::flock;
 use std::fs::File;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;

@@ -172,6 +172,15 @@ fn child_death_reason(pid: Pid) -> String {
 }
 
 fn clone_jail(shape: &init::Shape) -> Result<Launched, JailError> {
+    // What the clone's safety rests on, checked: a thread running beside this one would leave
+    // the child a copy of the locks it holds (malloc's among them), which no one releases.
+    match agent_sandbox_sys::process::thread_count() {
+        Ok(1) => {}
+        Ok(n) => {
+            return Err(JailError::Build(format!("internal error: {n} threads run where the jail's init is cloned")))
+        }
+        Err(e) => return Err(JailError::Build(format!("cannot count the launcher's threads: {e}"))),
+    }
     let (parent, child) = socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)
         .map_err(|e| JailError::Channel(e.to_string()))?;
     // The network namespace is made by a thread of the jail's init (`net::start`), so that

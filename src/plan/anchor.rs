@@ -95,6 +95,9 @@ pub fn stamp(plan: &Plan, fs: &dyn HostFs, state_dir: &Path) -> Result<Vec<Ancho
             }
         }
     }
+    // Their identities asked side by side (each an `lstat`, a round trip on NFS, where the
+    // listing answered the kind).
+    fs.prefetch_identities(&paths.iter().map(|p| p.to_path_buf()).collect::<Vec<_>>());
     let mut anchors: Vec<Anchor> = Vec::with_capacity(paths.len());
     for p in paths {
         if anchors.iter().any(|a| a.path == p) {

@@ -50,6 +50,9 @@ pub fn git_found(fs: &dyn HostFs, home: &Path, xdg_config: Option<&Path>, projec
             _ => None,
         };
         if let Some(g) = git_dir {
+            // Its names asked about (`commondir`, `config`, `config.worktree`, `hooks`) from one
+            // listing: a round trip each on NFS otherwise.
+            fs.answer_from_listing(&g);
             let common = read(fs, &g.join("commondir"))
                 .map(|c| String::from_utf8_lossy(&c).trim_end_matches(['\n', '\r']).to_string())
                 .filter(|c| !c.is_empty())
@@ -66,6 +69,9 @@ pub fn git_found(fs: &dyn HostFs, home: &Path, xdg_config: Option<&Path>, projec
     configs.push(home.join(".gitconfig"));
     configs.push(xdg_config.map(Path::to_path_buf).unwrap_or_else(|| home.join(".config")).join("git/config"));
     configs.push(PathBuf::from("/etc/gitconfig"));
+    // Read side by side with the hooks directory's listing (what `hook_named` asks next).
+    let hooks_dir: Vec<PathBuf> = common_dir.iter().map(|c| c.join("hooks")).collect();
+    fs.prefetch_files_and_dirs(&configs, MAX_FILE, &hooks_dir);
     let mut values = vec![];
     let mut includes = vec![];
     for c in configs {

@@ -1,5 +1,6 @@
-//! A file replaced whole or not at all, as the launcher's records and caches are written:
-//! a new file beside it (never through a link planted at its temporary name), renamed over it.
+//! Files as the launcher's records, caches and locks use them: replaced whole or not at all
+//! (a new file beside it, never through a link planted at its temporary name, renamed over
+//! it), and locked with `flock`.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -28,9 +29,39 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
     written
 }
 
+/// `flock(2)` on `f` (`LOCK_SH`, `LOCK_EX`, `LOCK_UN`, with `LOCK_NB`), tried again when a
+/// signal interrupts it.
+pub fn flock(f: &std::fs::File, op: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: flock on a descriptor the caller holds open; no pointers.
+        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lock_held_on_one_open_file_keeps_another_out_until_released() {
+        let dir = std::env::temp_dir().join(format!("sys-flock-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("lock");
+        let (a, b) = (std::fs::File::create(&p).unwrap(), std::fs::File::open(&p).unwrap());
+        flock(&a, libc::LOCK_EX).unwrap();
+        assert!(flock(&b, libc::LOCK_EX | libc::LOCK_NB).is_err());
+        assert!(flock(&b, libc::LOCK_SH | libc::LOCK_NB).is_err());
+        flock(&a, libc::LOCK_UN).unwrap();
+        flock(&b, libc::LOCK_SH | libc::LOCK_NB).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_file_is_replaced_whole_and_no_temporary_is_left() {
