@@ -606,6 +606,38 @@ pub struct UsernsSupport {
     pub why_not: Option<String>,
 }
 
+/// The calling user and their home, as the password database gives them: the first of the
+/// facts (`HostFacts::gather_for`), all that a look ahead at the home needs (`plan::ahead`).
+pub struct Who {
+    pub uid: u32,
+    pub gid: u32,
+    pub name: String,
+    /// `$HOME` as the password database gives it, and where it really is.
+    pub home: PathBuf,
+    pub home_canonical: PathBuf,
+    pub shell: PathBuf,
+    etc_passwd: String,
+}
+
+impl Who {
+    pub fn gather() -> Result<Who, HostError> {
+        let uid = nix::unistd::getuid();
+        let gid = nix::unistd::getgid();
+        let etc_passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+        // The local files answer for local users without a round of NSS (its own reads of
+        // nsswitch.conf, passwd and group); directory users (LDAP, SSSD) go through NSS.
+        let (name, home, shell) = match passwd_entry(&etc_passwd, uid.as_raw()) {
+            Some(e) => e,
+            None => {
+                let pw = nix::unistd::User::from_uid(uid).ok().flatten().ok_or(HostError::NoUser(uid.as_raw()))?;
+                (pw.name, pw.dir, pw.shell)
+            }
+        };
+        let home_canonical = std::fs::canonicalize(&home).unwrap_or_else(|_| home.clone());
+        Ok(Who { uid: uid.as_raw(), gid: gid.as_raw(), name, home, home_canonical, shell, etc_passwd })
+    }
+}
+
 /// Facts about the host and the calling user that the plan depends on.
 #[derive(Debug, Clone)]
 pub struct HostFacts {
@@ -715,24 +747,18 @@ pub enum HostError {
 
 impl HostFacts {
     pub fn gather() -> Result<HostFacts, HostError> {
-        let uid = nix::unistd::getuid();
-        let gid = nix::unistd::getgid();
+        HostFacts::gather_for(Who::gather()?)
+    }
+
+    /// The facts of the user `who` names.
+    pub fn gather_for(who: Who) -> Result<HostFacts, HostError> {
+        let Who { uid, gid, name, home: dir, home_canonical, shell, etc_passwd } = who;
+        let (uid, gid) = (nix::unistd::Uid::from_raw(uid), nix::unistd::Gid::from_raw(gid));
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
-        let etc_passwd = read("/etc/passwd");
         let etc_group = read("/etc/group");
-        // The local files answer for local users without a round of NSS (its own reads of
-        // nsswitch.conf, passwd and group); directory users (LDAP, SSSD) go through NSS.
-        let (name, dir, shell) = match passwd_entry(&etc_passwd, uid.as_raw()) {
-            Some(e) => e,
-            None => {
-                let pw = nix::unistd::User::from_uid(uid).ok().flatten().ok_or(HostError::NoUser(uid.as_raw()))?;
-                (pw.name, pw.dir, pw.shell)
-            }
-        };
         let group = group_name(&etc_group, gid.as_raw())
             .or_else(|| nix::unistd::Group::from_gid(gid).ok().flatten().map(|g| g.name))
             .unwrap_or_else(|| gid.to_string());
-        let home_canonical = std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone());
         let exe = std::fs::read_link("/proc/self/exe").or_else(|_| std::env::current_exe()).map_err(HostError::Exe)?;
         let stub_exe =
             Some(exe.with_file_name("agent-sandbox-stub")).filter(|s| s.is_file()).unwrap_or_else(|| exe.clone());

@@ -93,18 +93,32 @@ pub struct Context {
 
 impl Context {
     pub fn gather(opts: &cli::RunOpts) -> Result<Context, LaunchError> {
+        Ok(Context::gathering(opts, false)?.0)
+    }
+
+    /// The context, and with `ahead` the plan's view of the project and the home read ahead,
+    /// from as soon as the user's home is known (`plan::ahead`).
+    fn gathering(opts: &cli::RunOpts, ahead: bool) -> Result<(Context, plan::ahead::ReadAhead), LaunchError> {
         timing::mark("ctx");
-        let facts = host::HostFacts::gather()?;
-        timing::mark("facts");
         let cwd = std::env::current_dir().map_err(|e| LaunchError::Setup {
             what: format!("cannot determine the current directory: {e}"),
             fix: Some("fix: cd into your project directory, or pass --project DIR".into()),
         })?;
         let project = opts.project.clone().unwrap_or_else(|| cwd.clone());
         let project = if project.is_absolute() { project } else { cwd.join(project) };
+        let who = host::Who::gather()?;
+        let read_ahead = match ahead {
+            true => {
+                let xdg = std::env::var("XDG_CONFIG_HOME").ok();
+                plan::ahead::ReadAhead::start(&who, xdg.as_deref(), &project)
+            }
+            false => plan::ahead::ReadAhead::none(),
+        };
+        let facts = host::HostFacts::gather_for(who)?;
+        timing::mark("facts");
         let xdg = facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from);
         let paths = policy::PolicyPaths::new(&facts.home, xdg.as_deref());
-        Ok(Context { facts, paths, project, cwd })
+        Ok((Context { facts, paths, project, cwd }, read_ahead))
     }
 
     /// The merged policy. `project`: the checked project, for `[projects]` tables and the
@@ -132,9 +146,8 @@ impl Context {
 /// A session on the login node, from the command line: prepared, run, and recorded in the
 /// audit log however it ends (a refusal too, but for a dry run, which changes nothing).
 pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32, LaunchError> {
-    let ctx = Context::gather(opts)?;
+    let (ctx, ahead) = Context::gathering(opts, true)?;
     let log = AuditLog::new(&ctx.facts.state_dir());
-    let ahead = plan::ahead::ReadAhead::start(&ctx.facts, &ctx.project);
     // The log's files opened for the records to come (a dry run changes nothing, the log's
     // files included).
     let opening = log.clone();
@@ -377,6 +390,13 @@ impl Launch {
             _ => vec![(PathBuf::from(&script_inside), job.script)],
         };
         let job_id = var("SLURM_JOB_ID").and_then(|j| j.parse().ok());
+        // The plan's view of the project read while the task's session is readied.
+        let ahead = plan::ahead::ReadAhead::start_in(
+            &facts.home,
+            &facts.home_canonical,
+            facts.env_var("XDG_CONFIG_HOME"),
+            &spec.project,
+        );
         Ok(Launch {
             facts,
             policy,
@@ -386,7 +406,7 @@ impl Launch {
             extra_files,
             env: Some(env),
             origin: Origin::Job { job: job_id, session: spec.session.clone(), frozen, project_id: spec.project_id },
-            ahead: plan::ahead::ReadAhead::none(),
+            ahead,
             beside: vec![],
         })
     }

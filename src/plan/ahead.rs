@@ -9,7 +9,7 @@
 //! session's placeholders (names the listings may still show). The plan then reads afresh, as
 //! it did before.
 
-use crate::host::{HostFacts, RealFs};
+use crate::host::{RealFs, Who};
 use std::path::{Path, PathBuf};
 
 /// Directories of the home listed too: see `read`.
@@ -24,15 +24,27 @@ impl ReadAhead {
         ReadAhead(None)
     }
 
-    /// Starts reading, for a launch in the project `asked` (as the user named it). A thread
-    /// that cannot start reads nothing.
-    pub fn start(facts: &HostFacts, asked: &Path) -> ReadAhead {
-        let facts = facts.clone();
+    /// Starts reading, for a launch of `who` in the project `asked` (as the user named it),
+    /// as soon as the user's home is known: the rest of the host's facts are gathered
+    /// meanwhile. `xdg_config`: `XDG_CONFIG_HOME` as the environment gives it. A thread that
+    /// cannot start reads nothing.
+    pub fn start(who: &Who, xdg_config: Option<&str>, asked: &Path) -> ReadAhead {
+        ReadAhead::start_in(&who.home, &who.home_canonical, xdg_config, asked)
+    }
+
+    /// `start` for the home named `home` and really at `home_canonical` (a job's task, whose
+    /// facts are gathered before its project is known).
+    pub fn start_in(home: &Path, home_canonical: &Path, xdg_config: Option<&str>, asked: &Path) -> ReadAhead {
+        let home = Home {
+            named: home.to_path_buf(),
+            canonical: home_canonical.to_path_buf(),
+            xdg_config: super::xdg_config_of(xdg_config),
+        };
         let asked = asked.to_path_buf();
         let spawned = std::thread::Builder::new()
             .name("plan-ahead".into())
             .stack_size(256 << 10)
-            .spawn(move || read(&facts, &asked));
+            .spawn(move || read(&home, &asked));
         ReadAhead(spawned.ok())
     }
 
@@ -44,31 +56,38 @@ impl ReadAhead {
     }
 }
 
+/// The home as the plan names it (`HostFacts::home`, `home_canonical`) and git's config
+/// directory in it.
+struct Home {
+    named: PathBuf,
+    canonical: PathBuf,
+    xdg_config: Option<PathBuf>,
+}
+
 /// What the plan will ask first, asked now: the project checked as the launch checks it (a
 /// project the launch refuses is not read), the listings the plan answers names from, and
 /// what programs outside run from the project's repositories.
-fn read(facts: &HostFacts, asked: &Path) -> Option<(PathBuf, RealFs)> {
+fn read(home: &Home, asked: &Path) -> Option<(PathBuf, RealFs)> {
     let fs = RealFs::default();
-    let project = super::check_project_basics(facts, &fs, asked).ok()?;
+    let project = super::project_basics(&home.canonical, &fs, asked).ok()?;
     // The launch's listings (`launch::planned`), and where the plan asks a dozen names two
     // levels into the home (tools' data and state directories: `~/.local/share/uv`,
     // `~/.local/state/nvim`), most absent.
-    let mut dirs = vec![facts.home_canonical.clone(), facts.home.clone(), project.clone()];
-    dirs.extend([".config"].iter().chain(&LISTED_DEEPER).map(|d| facts.home_canonical.join(d)));
+    let mut dirs = vec![home.canonical.clone(), home.named.clone(), project.clone()];
+    dirs.extend([".config"].iter().chain(&LISTED_DEEPER).map(|d| home.canonical.join(d)));
     fs.list_side_by_side(&dirs);
     // The project's repository and the walk for nested ones, side by side (each a chain of
     // round trips), the walk on a copy of the view, whose answers are taken back.
-    let xdg = super::xdg_config(facts);
-    let (home, xdg, inside) = (&facts.home, xdg.as_deref(), project.as_path());
+    let (named, xdg, inside) = (&home.named, home.xdg_config.as_deref(), project.as_path());
     let side = fs.clone();
     let walk = move || {
         let (nested, _) = super::runs_outside::nested_dirs(&side, inside);
         for d in nested {
-            super::runs_outside_of(&side, home, xdg, &d, inside);
+            super::runs_outside_of(&side, named, xdg, &d, inside);
         }
         side
     };
-    let (walked, _) = crate::host::together(walk, || super::runs_outside_of(&fs, home, xdg, inside, inside));
+    let (walked, _) = crate::host::together(walk, || super::runs_outside_of(&fs, named, xdg, inside, inside));
     fs.absorb(walked);
     Some((project, fs))
 }
@@ -78,11 +97,11 @@ mod tests {
     use super::*;
     use crate::host::HostFs;
 
-    fn facts_for(home: &Path) -> HostFacts {
-        let mut f = HostFacts::gather().expect("facts");
-        f.home = home.to_path_buf();
-        f.home_canonical = home.to_path_buf();
-        f
+    fn who_for(home: &Path) -> Who {
+        let mut w = Who::gather().expect("who");
+        w.home = home.to_path_buf();
+        w.home_canonical = home.to_path_buf();
+        w
     }
 
     #[test]
@@ -92,8 +111,8 @@ mod tests {
         let project = home.join("work");
         std::fs::create_dir_all(project.join("sub/.git")).expect("mkdir");
         std::fs::write(project.join("a.txt"), b"x").expect("write");
-        let facts = facts_for(&home);
-        let fs = ReadAhead::start(&facts, &project).view_of(&project).expect("the view of the project read");
+        let who = who_for(&home);
+        let fs = ReadAhead::start(&who, None, &project).view_of(&project).expect("the view of the project read");
         // What was read is answered from the view: a file made since is not in it, in the
         // project or in the directory the walk for nested repositories listed (on a thread of
         // its own, its answers taken back).
@@ -106,9 +125,9 @@ mod tests {
         // Another project than the one read: no view.
         let other = home.join("other");
         std::fs::create_dir(&other).expect("mkdir");
-        assert!(ReadAhead::start(&facts, &project).view_of(&other).is_none());
+        assert!(ReadAhead::start(&who, None, &project).view_of(&other).is_none());
         // A project the launch refuses (the home itself) is not read.
-        assert!(ReadAhead::start(&facts, &home).view_of(&home).is_none());
+        assert!(ReadAhead::start(&who, None, &home).view_of(&home).is_none());
         assert!(ReadAhead::none().view_of(&project).is_none());
     }
 }

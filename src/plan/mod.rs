@@ -37,8 +37,8 @@ use landlock::{landlock_plan, landlock_session, StoresAround};
 use mounts::*;
 pub use net::net_available;
 use net::{choose_net, net_rules};
-pub use project::check_project_basics;
 use project::{check_extra_path, check_project};
+pub use project::{check_project_basics, project_basics};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 
@@ -1187,7 +1187,12 @@ pub(crate) fn runs_outside_all(
 
 /// `XDG_CONFIG_HOME` when it is absolute (git reads its config there then).
 fn xdg_config(facts: &HostFacts) -> Option<PathBuf> {
-    facts.env_var("XDG_CONFIG_HOME").map(PathBuf::from).filter(|p| p.is_absolute())
+    xdg_config_of(facts.env_var("XDG_CONFIG_HOME"))
+}
+
+/// `xdg_config` of the variable's value.
+fn xdg_config_of(value: Option<&str>) -> Option<PathBuf> {
+    value.map(PathBuf::from).filter(|p| p.is_absolute())
 }
 
 /// What the repository at or above `dir` and the `.envrc` in `dir` make programs outside run

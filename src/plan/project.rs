@@ -6,6 +6,11 @@ use super::*;
 /// The project checks that need no policy: run before any policy file is read, so a bad
 /// project (`/`, `~`) is reported as such and not as a side effect elsewhere.
 pub fn check_project_basics(facts: &HostFacts, fs: &dyn HostFs, asked: &Path) -> Result<PathBuf, PlanError> {
+    project_basics(&facts.home_canonical, fs, asked)
+}
+
+/// `check_project_basics` for the user whose home is `home_canonical` (where it really is).
+pub fn project_basics(home_canonical: &Path, fs: &dyn HostFs, asked: &Path) -> Result<PathBuf, PlanError> {
     let err = |why: &str, fix: &str| PlanError::Project { path: asked.to_path_buf(), why: why.into(), fix: fix.into() };
     let project =
         fs.canonicalize(asked).ok_or_else(|| err("it does not exist", "create it first, or pass --project DIR"))?;
@@ -18,7 +23,7 @@ pub fn check_project_basics(facts: &HostFacts, fs: &dyn HostFs, asked: &Path) ->
             "cd into your project (a directory under your home or scratch space)",
         ));
     }
-    if facts.home_canonical.starts_with(&project) {
+    if home_canonical.starts_with(&project) {
         return Err(err(
             "it is your home directory or one of its parents; the whole home would become writable",
             "cd into a project directory under your home, e.g. ~/myproject",
