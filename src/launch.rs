@@ -231,7 +231,12 @@ fn job_state_dir(dir: &Path) -> Result<PathBuf, String> {
 /// made by the launcher, outside every jail, before any jail of the session runs, so that no
 /// jail can plant a key of its own; rotated when due. What it did goes to the audit log.
 fn state_dir_ready(state: &Path, log: &AuditLog) -> Result<(), LaunchError> {
-    if let Some((link, to)) = host::dangling_link(state) {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    let jobs = state.join("jobs");
+    let ready = chaperon::seal::ensure(state, now, &|k| chaperon::job::sealed_with(&jobs, k));
+    // Why it could not be made, looked for only then (a `stat` of each directory on the way: a
+    // round trip each on NFS).
+    if let Some((link, to)) = ready.as_ref().err().and_then(|_| host::dangling_link(state)) {
         let to_abs = link.parent().map_or_else(|| to.clone(), |d| d.join(&to));
         return Err(LaunchError::setup(format!(
             "the state directory {} cannot be made: {} is a symbolic link to {}, which does not exist (a scratch \
@@ -242,9 +247,7 @@ fn state_dir_ready(state: &Path, log: &AuditLog) -> Result<(), LaunchError> {
             to_abs.display()
         )));
     }
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-    let jobs = state.join("jobs");
-    match chaperon::seal::ensure(state, now, &|k| chaperon::job::sealed_with(&jobs, k)) {
+    match ready {
         Ok(Some(did)) => {
             let mut r = log.record("record_key");
             r.reason = Some(did);

@@ -23,8 +23,7 @@ pub struct Chaperon {
 /// Binds `<dir>/<session>.sock` (0600 in a 0700 directory: `HostFacts::sockets_dir`). A
 /// stale socket of a dead session with the same id is replaced.
 pub fn bind(dir: &Path, session: &str) -> std::io::Result<Chaperon> {
-    use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    agent_sandbox_sys::file::make_dir(dir, 0o700)?;
     let socket = dir.join(format!("{session}.sock"));
     let _ = std::fs::remove_file(&socket);
     // Through the directory's descriptor where the path passes `sun_path` (a deep home).

@@ -12,7 +12,7 @@ use agent_sandbox_sys::file::flock;
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, thiserror::Error)]
@@ -221,7 +221,7 @@ impl ProjectLock {
         let dir = state_dir.join("sessions");
         let path = dir.join(format!("{:016x}.lock", fnv(project.as_os_str().as_encoded_bytes())));
         let err = |err| PlaceholderError::Lock { path: path.clone(), err };
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).map_err(err)?;
+        agent_sandbox_sys::file::make_dir(&dir, 0o700).map_err(err)?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .append(true)
@@ -261,11 +261,24 @@ impl ProjectLock {
 
     /// Also holds the home's lock (taken, like this one, before the plan is made), for the
     /// placeholders a plan puts in the home outside the project.
-    pub fn with_home(mut self, state_dir: &Path, home: &Path) -> Result<ProjectLock, PlaceholderError> {
-        if home != self.project {
-            self.home = Some(Box::new(ProjectLock::acquire(state_dir, home)?));
+    pub fn with_home(self, state_dir: &Path, home: &Path) -> Result<ProjectLock, PlaceholderError> {
+        let home = ProjectLock::home_lock(state_dir, home, &self.project)?;
+        Ok(self.with_home_lock(home))
+    }
+
+    /// The home's lock for a session in `project` (none where the project is the home), to
+    /// take beside the project's (`with_home_lock`).
+    pub fn home_lock(state_dir: &Path, home: &Path, project: &Path) -> Result<Option<ProjectLock>, PlaceholderError> {
+        match home != project {
+            true => ProjectLock::acquire(state_dir, home).map(Some),
+            false => Ok(None),
         }
-        Ok(self)
+    }
+
+    /// Also holds `home` (`home_lock`).
+    pub fn with_home_lock(mut self, home: Option<ProjectLock>) -> ProjectLock {
+        self.home = home.map(Box::new);
+        self
     }
 
     /// Creates the missing placeholders and records the ones this session made (those outside

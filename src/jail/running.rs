@@ -12,7 +12,7 @@
 
 use agent_sandbox_sys::file::flock;
 use std::fs::File;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 /// A session's hold on the running file.
@@ -28,7 +28,7 @@ impl Running {
     /// that cannot tell does).
     pub fn join(state_dir: &Path) -> Option<Running> {
         let dir = state_dir.join("sessions");
-        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir).ok()?;
+        agent_sandbox_sys::file::make_dir(&dir, 0o700).ok()?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .append(true)
@@ -39,10 +39,12 @@ impl Running {
             .ok()?;
         let alone = flock(&file, libc::LOCK_EX | libc::LOCK_NB).is_ok();
         if alone {
-            let _ = file.set_len(0);
+            file.set_len(0).ok()?;
         }
         std::io::Write::write_all(&mut &file, b".").ok()?;
-        let size = file.metadata().ok()?.len();
+        // Alone, the file holds this byte only (no `stat` to learn it: a round trip on NFS);
+        // the size is not looked at otherwise.
+        let size = 1;
         // Shared from here to the end (the change is not atomic: a session that takes it
         // exclusively in between empties the file, and this one sees its size moved).
         if flock(&file, libc::LOCK_SH).is_err() {

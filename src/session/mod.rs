@@ -238,8 +238,12 @@ fn project_lock(facts: &host::HostFacts, project_dir: &Path) -> Result<jail::pla
     let links =
         || stub::ensure_links(&state).map_err(|e| format!("cannot prepare the stub links in {}: {e}", state.display()));
     let locks = || {
-        let lock = jail::placeholders::ProjectLock::acquire(&state, project_dir).map_err(|e| e.to_string())?;
-        lock.with_home(&state, &facts.home_canonical).map_err(|e| e.to_string())
+        let (lock, home) = host::together(
+            || jail::placeholders::ProjectLock::acquire(&state, project_dir),
+            || jail::placeholders::ProjectLock::home_lock(&state, &facts.home_canonical, project_dir),
+        );
+        let lock = lock.map_err(|e| e.to_string())?;
+        Ok::<_, String>(lock.with_home_lock(home.map_err(|e| e.to_string())?))
     };
     let ((links, running), lock) =
         host::together(|| host::together(links, || jail::running::Running::join(&state)), locks);

@@ -29,6 +29,22 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> std::io::Result<()>
     written
 }
 
+/// `mkdir -p PATH` with `mode`, asking as little as it can (each ask a round trip on NFS): the
+/// directory is made at once where its parent is there (a directory already there is kept:
+/// one of another kind makes what is done in it next fail, naming it), each missing parent
+/// first otherwise. `create_dir_all` asks whether it is there first, every time.
+pub fn make_dir(path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(mode).create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::DirBuilder::new().recursive(true).mode(mode).create(path)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// `flock(2)` on `f` (`LOCK_SH`, `LOCK_EX`, `LOCK_UN`, with `LOCK_NB`), tried again when a
 /// signal interrupts it.
 pub fn flock(f: &std::fs::File, op: libc::c_int) -> std::io::Result<()> {
@@ -48,6 +64,20 @@ pub fn flock(f: &std::fs::File, op: libc::c_int) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_directory_is_made_with_its_parents_or_found() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("sys-mkdir-{}", std::process::id()));
+        let deep = dir.join("a/b/c");
+        make_dir(&deep, 0o700).unwrap();
+        assert!(deep.is_dir());
+        assert_eq!(std::fs::metadata(&deep).unwrap().permissions().mode() & 0o777, 0o700);
+        make_dir(&deep, 0o700).unwrap();
+        std::fs::write(dir.join("f"), "").unwrap();
+        assert!(std::fs::write(dir.join("f/x"), "").is_err(), "a file in the way fails what comes next");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn a_lock_held_on_one_open_file_keeps_another_out_until_released() {

@@ -18,7 +18,7 @@ use crate::net::cluster::jobs::{random_nonce, NONCE};
 use crate::secret::Secret;
 use std::io::{self, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -82,7 +82,7 @@ pub struct Claim {
 
 /// Claims an unused address in `registry` (created, private to the user, if missing).
 pub fn claim(registry: &Path) -> io::Result<Claim> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(registry)?;
+    agent_sandbox_sys::file::make_dir(registry, 0o700)?;
     for _ in 0..CLAIM_TRIES {
         let b = crate::random::bytes::<2>()?;
         let address = Ipv4Addr::new(169, 254, b[0], b[1]);
