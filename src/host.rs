@@ -182,6 +182,26 @@ impl RealFs {
         }
     }
 
+    /// The directory `p` is there now: the launch made it (and what is on its way) since this
+    /// view was read (`plan::ahead`: the state directory, made on a user's first session while
+    /// the view was read). A listing above it that lacks the next name on the way has it now;
+    /// what the view knew of `p` and each directory on its way is asked again.
+    pub fn made_since(&self, p: &Path) {
+        for (dir, listing) in self.listed.borrow_mut().iter_mut() {
+            let Some(m) = listing.as_mut().filter(|m| !m.is_empty()) else { continue };
+            let Some(first) = p.strip_prefix(&*dir).ok().and_then(|rest| rest.components().next()) else { continue };
+            if !m.contains_key(first.as_os_str()) {
+                std::sync::Arc::make_mut(m).insert(first.as_os_str().to_owned(), Some(Kind::Dir));
+            }
+        }
+        for a in p.ancestors() {
+            self.kinds.borrow_mut().remove(a);
+            self.ids.borrow_mut().remove(a);
+            self.canon.borrow_mut().remove(a);
+            self.dirs.borrow_mut().remove(a);
+        }
+    }
+
     /// Takes what `other` (a copy of this view that asked other questions) learned.
     pub fn absorb(&self, other: RealFs) {
         fn into<K: Eq + std::hash::Hash, V>(
@@ -836,19 +856,26 @@ impl HostFacts {
     /// NFS, each socket made, changed and removed is a round trip to the server, issue 35),
     /// else `sessions/` in the state directory. Hidden inside every jail either way.
     pub fn sockets_dir(&self) -> PathBuf {
+        // Not one in the home (a site's `XDG_RUNTIME_DIR=~/.run`), which a jail granted the
+        // home's write could replace on the way with a link (outside look at stop 47).
+        let in_home = |r: &Path| r.starts_with(&self.home) || r.starts_with(&self.home_canonical);
         match &self.runtime_dir {
-            Some(r) => r.join("agent-sandbox/sessions"),
-            None => self.state_dir.join("sessions"),
+            Some(r) if !in_home(r) => r.join("agent-sandbox/sessions"),
+            _ => self.state_dir.join("sessions"),
         }
     }
 
-    /// Every place a session of this user may have its sockets: this environment's, and the
-    /// state directory's (a session started without `XDG_RUNTIME_DIR`, from `su` or cron).
+    /// Every place a session of this user may have its sockets: this environment's, the
+    /// login's runtime directory, and the state directory's (a session started without
+    /// `XDG_RUNTIME_DIR`, from `su` or cron).
     pub fn sockets_dirs(&self) -> Vec<PathBuf> {
         let mut all = vec![self.sockets_dir()];
-        let state = self.state_dir.join("sessions");
-        if !all.contains(&state) {
-            all.push(state);
+        // Where a login's runtime directory is when this shell has no `XDG_RUNTIME_DIR` (su).
+        let login = PathBuf::from(format!("/run/user/{}/agent-sandbox/sessions", self.uid));
+        for d in [login, self.state_dir.join("sessions")] {
+            if !all.contains(&d) {
+                all.push(d);
+            }
         }
         all
     }

@@ -102,6 +102,44 @@ fn the_state_directory_through_a_linked_local_cannot_be_reached_in_the_project_o
     check(&out, &to_scratch.scratch.join("local/state/agent-sandbox"), "a --rw tree");
 }
 
+/// Outside look at stop 47, F1: a user's first session makes the state directory while the
+/// plan's view of the home is read ahead (`plan::ahead`), which then lacks it; with a tree
+/// above it granted writable, the plan took the state directory for absent and left it
+/// unmasked (the record key, the jobs, the allow token). A plain `~/.local`, no state yet;
+/// the launch held until the view is read (`reading-ahead`), as a slow home makes it.
+#[test]
+fn a_first_session_hides_the_state_directory_it_makes_in_a_tree_the_jail_writes() {
+    let Some(j) = Jail::new("statedir-first") else { return };
+    let h = linked_home(&j, "statedir-first", &|h| h.home.join("local-unused").display().to_string());
+    std::fs::remove_file(h.home.join(".local")).unwrap();
+    std::fs::create_dir(h.home.join(".local")).unwrap();
+    std::os::unix::fs::lchown(h.home.join(".local"), Some(j.rig.uid), Some(j.rig.gid)).unwrap();
+    let pause = PathBuf::from("/var/tmp/asb-statedir-pause");
+    let _ = std::fs::remove_dir_all(&pause);
+    std::fs::create_dir_all(&pause).unwrap();
+    std::fs::set_permissions(&pause, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let local = j.rig.home.join(".local").display().to_string();
+    let script = attack(&local);
+    let args = ["-q", "--rw", &local, "run", "--", "sh", "-c", &script];
+    let wrapper: Vec<&str> = h.wrapper.iter().map(String::as_str).collect();
+    let mut c = j.command_wrapped(&wrapper, &args);
+    c.env("AGENT_SANDBOX_TEST_PAUSE", format!("reading-ahead:{}", pause.display()));
+    let out = std::thread::scope(|s| {
+        let run = s.spawn(|| j.output(&mut c));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !pause.join("reading-ahead.reached").exists() && !run.is_finished() {
+            assert!(std::time::Instant::now() < deadline, "the launcher never reached the pause");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // The view's listings are read by now (a few system calls on the local disk).
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::fs::write(pause.join("reading-ahead.go"), "").unwrap();
+        run.join().unwrap()
+    });
+    assert!(pause.join("reading-ahead.reached").exists(), "a build without the test pause: {out}");
+    check(&out, &h.home.join(".local/state/agent-sandbox"), "a first session's --rw ~/.local");
+}
+
 fn check(out: &Out, real: &Path, what: &str) {
     assert!(out.stdout.contains("done"), "{what}: {out}");
     assert!(out.stdout.contains("entries=0"), "{what}: the state directory is seen from inside: {out}");

@@ -174,7 +174,16 @@ fn child_death_reason(pid: Pid) -> String {
 fn clone_jail(shape: &init::Shape) -> Result<Launched, JailError> {
     // What the clone's safety rests on, checked: a thread running beside this one would leave
     // the child a copy of the locks it holds (malloc's among them), which no one releases.
-    match agent_sandbox_sys::process::thread_count() {
+    // A thread just joined leaves the count a moment after its join returned: asked again.
+    let mut count = agent_sandbox_sys::process::thread_count();
+    for _ in 0..20 {
+        if !matches!(count, Ok(n) if n > 1) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_micros(100));
+        count = agent_sandbox_sys::process::thread_count();
+    }
+    match count {
         Ok(1) => {}
         Ok(n) => {
             return Err(JailError::Build(format!("internal error: {n} threads run where the jail's init is cloned")))

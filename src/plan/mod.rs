@@ -888,7 +888,7 @@ impl Base {
         // So are the sessions' sockets where the runtime directory holds them: a jail that
         // reached another session's control socket could only knock (it has no token), but
         // it has nothing to do there.
-        if facts.runtime_dir.is_some() {
+        if !facts.sockets_dir().starts_with(facts.state_dir()) {
             hidden.must_hide.push((facts.sockets_dir(), "the agent-sandbox sessions' sockets".into()));
             hidden.paths.push(facts.sockets_dir());
         }
