@@ -459,7 +459,8 @@ impl Launch {
         // locks such a thread holds (malloc's among them) with no one to release them. The
         // view read ahead is waited for first; it serves the plan if it read this project,
         // and the locks taken removed nothing it may have seen.
-        let view = ahead.view_of(&project_dir).filter(|_| !held.cleaned_up());
+        let view =
+            ahead.view_of(&project_dir, host::HostFs::identity(&fs, &project_dir)).filter(|_| !held.cleaned_up());
         // What the launch made since it was read (the state directory on a user's first
         // session, the sockets' directory) is there: a path the plan must hide is never taken
         // for absent (outside look at stop 47, F1: `--rw ~/.local` showed the state directory).

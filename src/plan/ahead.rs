@@ -48,11 +48,14 @@ impl ReadAhead {
         ReadAhead(spawned.ok())
     }
 
-    /// The view read ahead, if it read the project the launch checked (`project`, where it
-    /// really is); waits for it to be done.
-    pub fn view_of(self, project: &Path) -> Option<RealFs> {
+    /// The view read ahead, if it read the project the launch checked: `project`, where it
+    /// really is, the directory `id` (its device and inode as the launch's check found it: a
+    /// decoy shown at the path while the view was read is not taken for it, outside look at
+    /// stop 47, F3). Waits for it to be done.
+    pub fn view_of(self, project: &Path, id: Option<(u64, u64)>) -> Option<RealFs> {
+        use crate::host::HostFs;
         let (read, fs) = self.0?.join().ok()??;
-        (read == project).then_some(fs)
+        (read == project && id.is_some() && fs.identity(project) == id).then_some(fs)
     }
 }
 
@@ -112,7 +115,13 @@ mod tests {
         std::fs::create_dir_all(project.join("sub/.git")).expect("mkdir");
         std::fs::write(project.join("a.txt"), b"x").expect("write");
         let who = who_for(&home);
-        let fs = ReadAhead::start(&who, None, &project).view_of(&project).expect("the view of the project read");
+        let id = |p: &Path| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::symlink_metadata(p).ok().map(|m| (m.dev(), m.ino()))
+        };
+        let fs = ReadAhead::start(&who, None, &project)
+            .view_of(&project, id(&project))
+            .expect("the view of the project read");
         // What was read is answered from the view: a file made since is not in it, in the
         // project or in the directory the walk for nested repositories listed (on a thread of
         // its own, its answers taken back).
@@ -125,9 +134,11 @@ mod tests {
         // Another project than the one read: no view.
         let other = home.join("other");
         std::fs::create_dir(&other).expect("mkdir");
-        assert!(ReadAhead::start(&who, None, &project).view_of(&other).is_none());
+        assert!(ReadAhead::start(&who, None, &project).view_of(&other, id(&other)).is_none());
+        // The project read, but another directory than the one the launch checked there.
+        assert!(ReadAhead::start(&who, None, &project).view_of(&project, id(&other)).is_none());
         // A project the launch refuses (the home itself) is not read.
-        assert!(ReadAhead::start(&who, None, &home).view_of(&home).is_none());
-        assert!(ReadAhead::none().view_of(&project).is_none());
+        assert!(ReadAhead::start(&who, None, &home).view_of(&home, id(&home)).is_none());
+        assert!(ReadAhead::none().view_of(&project, id(&project)).is_none());
     }
 }
