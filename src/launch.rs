@@ -110,7 +110,12 @@ impl Context {
         let read_ahead = match ahead {
             true => {
                 let xdg = std::env::var("XDG_CONFIG_HOME").ok();
-                plan::ahead::ReadAhead::start(&who, xdg.as_deref(), &project)
+                // The state directory as the environment names it (the facts resolve it later).
+                let env: Vec<(String, String)> =
+                    std::env::var("XDG_STATE_HOME").map(|v| ("XDG_STATE_HOME".to_string(), v)).into_iter().collect();
+                let state = host::state_dir_as_named(&env, &who.home);
+                let watch = session_records(state, who.home_canonical.clone());
+                plan::ahead::ReadAhead::start(&who, xdg.as_deref(), &project, watch)
             }
             false => plan::ahead::ReadAhead::none(),
         };
@@ -141,6 +146,14 @@ impl Context {
             cli: cli_layer,
         })?)
     }
+}
+
+/// What a view read ahead watches (`plan::ahead::Watch`): the session locks of the project and
+/// of the home, whose records name the placeholders sessions made.
+fn session_records(state: PathBuf, home: PathBuf) -> plan::ahead::Watch {
+    Box::new(move |project: &Path| {
+        vec![jail::placeholders::lock_path(&state, project), jail::placeholders::lock_path(&state, &home)]
+    })
 }
 
 /// A session on the login node, from the command line: prepared, run, and recorded in the
@@ -407,6 +420,7 @@ impl Launch {
             &facts.home_canonical,
             facts.env_var("XDG_CONFIG_HOME"),
             &spec.project,
+            session_records(facts.state_dir(), facts.home_canonical.clone()),
         );
         Ok(Launch {
             facts,

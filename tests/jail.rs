@@ -172,6 +172,51 @@ fn with_a_placeholder(j: Jail) -> (Jail, std::path::PathBuf) {
 }
 
 #[test]
+fn a_session_started_as_another_ends_plans_the_project_as_that_end_left_it() {
+    // Outside look at stop 47, F2 (and a CI run): session B's view of the project is read
+    // ahead while session A still runs, its placeholder there; A ends and removes it before B
+    // takes the lock. B's view is out of date then (the record of A's placeholders changed):
+    // it must not be used, or B's jail binds a file that is gone and refuses to start.
+    let (j, placeholder) = with_a_placeholder(jail!("twoinarow"));
+    let stop = j.project.join("stop-a");
+    let _ = std::fs::remove_file(&stop);
+    let mut a = j.command(&["-q", "run", "--", "sh", "-c", "while [ ! -e stop-a ]; do sleep 0.05; done"]);
+    let mut a = a.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !placeholder.exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(placeholder.exists(), "session A made no placeholder");
+    let pause = std::path::PathBuf::from("/var/tmp/asb-jail-pause-twoinarow");
+    let _ = std::fs::remove_dir_all(&pause);
+    std::fs::create_dir_all(&pause).unwrap();
+    std::fs::set_permissions(&pause, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let mut b =
+        j.command(&["-q", "run", "--", "sh", "-c", "test -e keep.txt && echo SHOWN; echo x > keep.txt || echo KEPT"]);
+    b.env("AGENT_SANDBOX_TEST_PAUSE", format!("reading-ahead:{}", pause.display()));
+    let out = std::thread::scope(|s| {
+        let run = s.spawn(|| j.output(&mut b));
+        while !pause.join("reading-ahead.reached").exists() && !run.is_finished() {
+            assert!(std::time::Instant::now() < deadline, "session B never reached the pause");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // B's view lists the placeholder by now; A ends and takes it away.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::fs::write(&stop, "").unwrap();
+        let _ = a.wait();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while placeholder.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::fs::write(pause.join("reading-ahead.go"), "").unwrap();
+        run.join().unwrap()
+    });
+    assert!(pause.join("reading-ahead.reached").exists(), "a build without the test pause: {out}");
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("SHOWN") && out.stdout.contains("KEPT"), "{out}");
+}
+
+#[test]
 fn a_session_after_one_killed_outright_plans_the_project_as_its_cleanup_left_it() {
     // A session killed with its waiter leaves its placeholder and the record naming it. The
     // next session removes it when it takes the project lock: its plan, whose view of the

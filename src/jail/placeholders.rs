@@ -193,6 +193,11 @@ pub struct ProjectLock {
     home: Option<Box<ProjectLock>>,
 }
 
+/// The lock file (and placeholder record) of the sessions in `dir` (a project, or the home).
+pub fn lock_path(state_dir: &Path, dir: &Path) -> PathBuf {
+    state_dir.join("sessions").join(format!("{:016x}.lock", fnv(dir.as_os_str().as_encoded_bytes())))
+}
+
 /// FNV-1a: a stable, dependency-free name for the project's lock file.
 fn fnv(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf29ce484222325u64, |h, b| (h ^ *b as u64).wrapping_mul(0x100000001b3))
@@ -219,7 +224,7 @@ fn plain_inside(path: &Path, project: &Path) -> bool {
 impl ProjectLock {
     pub fn acquire(state_dir: &Path, project: &Path) -> Result<ProjectLock, PlaceholderError> {
         let dir = state_dir.join("sessions");
-        let path = dir.join(format!("{:016x}.lock", fnv(project.as_os_str().as_encoded_bytes())));
+        let path = lock_path(state_dir, project);
         let err = |err| PlaceholderError::Lock { path: path.clone(), err };
         agent_sandbox_sys::file::make_dir(&dir, 0o700).map_err(err)?;
         let file = std::fs::OpenOptions::new()

@@ -16,7 +16,34 @@ use std::path::{Path, PathBuf};
 pub const LISTED_DEEPER: [&str; 3] = [".local", ".local/share", ".local/state"];
 
 /// A read-ahead under way (`start`), or none.
-pub struct ReadAhead(Option<std::thread::JoinHandle<Option<(PathBuf, RealFs)>>>);
+pub struct ReadAhead(Option<std::thread::JoinHandle<Option<Read>>>);
+
+/// What a read-ahead read: the project (where it really is), the view, and the files watched
+/// while it read, as they were before (`Watch`).
+struct Read {
+    project: PathBuf,
+    fs: RealFs,
+    watched: Vec<(PathBuf, Stamp)>,
+}
+
+/// The files whose change since the view was read makes it out of date, for a project (its
+/// session lock and the home's, whose records name the placeholders sessions made: another
+/// session's end removes them while the view is read, outside look at stop 47, F2).
+pub type Watch = Box<dyn Fn(&Path) -> Vec<PathBuf> + Send>;
+
+/// A file's size, change time and inode; None when it is not there.
+type Stamp = Option<(u64, i64, i64, u64)>;
+
+fn stamp(p: &Path) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| (m.len(), m.mtime(), m.mtime_nsec(), m.ino()))
+}
+
+/// Unchanged: as it was, or made since and empty (a project's first session makes its lock
+/// file, with nothing recorded in it).
+fn unchanged(before: &Stamp, now: &Stamp) -> bool {
+    before == now || (before.is_none() && now.is_some_and(|s| s.0 == 0))
+}
 
 impl ReadAhead {
     /// No view read ahead (a job's task, a dry run): the plan reads its own.
@@ -28,13 +55,19 @@ impl ReadAhead {
     /// as soon as the user's home is known: the rest of the host's facts are gathered
     /// meanwhile. `xdg_config`: `XDG_CONFIG_HOME` as the environment gives it. A thread that
     /// cannot start reads nothing.
-    pub fn start(who: &Who, xdg_config: Option<&str>, asked: &Path) -> ReadAhead {
-        ReadAhead::start_in(&who.home, &who.home_canonical, xdg_config, asked)
+    pub fn start(who: &Who, xdg_config: Option<&str>, asked: &Path, watch: Watch) -> ReadAhead {
+        ReadAhead::start_in(&who.home, &who.home_canonical, xdg_config, asked, watch)
     }
 
     /// `start` for the home named `home` and really at `home_canonical` (a job's task, whose
     /// facts are gathered before its project is known).
-    pub fn start_in(home: &Path, home_canonical: &Path, xdg_config: Option<&str>, asked: &Path) -> ReadAhead {
+    pub fn start_in(
+        home: &Path,
+        home_canonical: &Path,
+        xdg_config: Option<&str>,
+        asked: &Path,
+        watch: Watch,
+    ) -> ReadAhead {
         let home = Home {
             named: home.to_path_buf(),
             canonical: home_canonical.to_path_buf(),
@@ -44,7 +77,7 @@ impl ReadAhead {
         let spawned = std::thread::Builder::new()
             .name("plan-ahead".into())
             .stack_size(256 << 10)
-            .spawn(move || read(&home, &asked));
+            .spawn(move || read(&home, &asked, &watch));
         ReadAhead(spawned.ok())
     }
 
@@ -54,8 +87,11 @@ impl ReadAhead {
     /// stop 47, F3). Waits for it to be done.
     pub fn view_of(self, project: &Path, id: Option<(u64, u64)>) -> Option<RealFs> {
         use crate::host::HostFs;
-        let (read, fs) = self.0?.join().ok()??;
-        (read == project && id.is_some() && fs.identity(project) == id).then_some(fs)
+        let Read { project: read, fs, watched } = self.0?.join().ok()??;
+        let same_project = read == project && id.is_some() && fs.identity(project) == id;
+        // The sessions' records unchanged since: no placeholder came or went meanwhile.
+        let still = watched.iter().all(|(p, before)| unchanged(before, &stamp(p)));
+        (same_project && still).then_some(fs)
     }
 }
 
@@ -70,9 +106,11 @@ struct Home {
 /// What the plan will ask first, asked now: the project checked as the launch checks it (a
 /// project the launch refuses is not read), the listings the plan answers names from, and
 /// what programs outside run from the project's repositories.
-fn read(home: &Home, asked: &Path) -> Option<(PathBuf, RealFs)> {
+fn read(home: &Home, asked: &Path, watch: &Watch) -> Option<Read> {
     let fs = RealFs::default();
     let project = super::project_basics(&home.canonical, &fs, asked).ok()?;
+    // Before anything is listed: a change from here on is seen by `view_of`.
+    let watched: Vec<(PathBuf, Stamp)> = watch(&project).into_iter().map(|p| (p.clone(), stamp(&p))).collect();
     // The launch's listings (`launch::planned`), and where the plan asks a dozen names two
     // levels into the home (tools' data and state directories: `~/.local/share/uv`,
     // `~/.local/state/nvim`), most absent.
@@ -92,7 +130,7 @@ fn read(home: &Home, asked: &Path) -> Option<(PathBuf, RealFs)> {
     };
     let (walked, _) = crate::host::together(walk, || super::runs_outside_of(&fs, named, xdg, inside, inside));
     fs.absorb(walked);
-    Some((project, fs))
+    Some(Read { project, fs, watched })
 }
 
 #[cfg(test)]
@@ -119,7 +157,7 @@ mod tests {
             use std::os::unix::fs::MetadataExt;
             std::fs::symlink_metadata(p).ok().map(|m| (m.dev(), m.ino()))
         };
-        let fs = ReadAhead::start(&who, None, &project)
+        let fs = ReadAhead::start(&who, None, &project, Box::new(|_| vec![]))
             .view_of(&project, id(&project))
             .expect("the view of the project read");
         // What was read is answered from the view: a file made since is not in it, in the
@@ -134,11 +172,26 @@ mod tests {
         // Another project than the one read: no view.
         let other = home.join("other");
         std::fs::create_dir(&other).expect("mkdir");
-        assert!(ReadAhead::start(&who, None, &project).view_of(&other, id(&other)).is_none());
+        assert!(ReadAhead::start(&who, None, &project, Box::new(|_| vec![])).view_of(&other, id(&other)).is_none());
         // The project read, but another directory than the one the launch checked there.
-        assert!(ReadAhead::start(&who, None, &project).view_of(&project, id(&other)).is_none());
+        assert!(ReadAhead::start(&who, None, &project, Box::new(|_| vec![])).view_of(&project, id(&other)).is_none());
         // A project the launch refuses (the home itself) is not read.
-        assert!(ReadAhead::start(&who, None, &home).view_of(&home, id(&home)).is_none());
+        assert!(ReadAhead::start(&who, None, &home, Box::new(|_| vec![])).view_of(&home, id(&home)).is_none());
         assert!(ReadAhead::none().view_of(&project, id(&project)).is_none());
+        // A watched file that changed while the view was read (a session's record of its
+        // placeholders, emptied by its end): no view. One made since, empty: the view holds.
+        let record = home.join("record");
+        std::fs::write(&record, b"f\t/p/.envrc\n").expect("write");
+        let watched = record.clone();
+        let ahead = ReadAhead::start(&who, None, &project, Box::new(move |_| vec![watched.clone()]));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::write(&record, b"").expect("write");
+        assert!(ahead.view_of(&project, id(&project)).is_none());
+        let fresh = home.join("fresh");
+        let watched = fresh.clone();
+        let ahead = ReadAhead::start(&who, None, &project, Box::new(move |_| vec![watched.clone()]));
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        std::fs::write(&fresh, b"").expect("write");
+        assert!(ahead.view_of(&project, id(&project)).is_some());
     }
 }
