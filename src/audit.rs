@@ -974,17 +974,23 @@ mod tests {
         let got: Vec<String> = read(dir.path(), None).unwrap().into_iter().filter_map(|r| r.program).collect();
         assert_eq!(got, ["oldest", "older", "old", "live"]);
         // Past the size, the live file becomes .1 and each older one moves on; the oldest goes.
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(a.path())
-            .unwrap()
-            .write_all(&vec![b'\n'; MAX_BYTES as usize])
-            .unwrap();
+        past_the_size(a.path());
         a.write(&a.record("session_end"));
         assert!(!a.path().exists());
         let got: Vec<String> = read(dir.path(), None).unwrap().into_iter().filter_map(|r| r.program).collect();
         assert_eq!(got, ["older", "old", "live"]);
     }
+
+    /// Grows the live log past `MAX_BYTES`: the next locked record rotates it.
+    fn past_the_size(live: &Path) {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(live)
+            .unwrap()
+            .write_all(&vec![b'\n'; MAX_BYTES as usize])
+            .unwrap();
+    }
+
     #[test]
     fn a_kept_log_follows_a_rotation_another_writer_made() {
         // The process keeps its log open between records (`Kept`): after another process
@@ -996,12 +1002,7 @@ mod tests {
         r.program = Some("first".into());
         a.write(&r);
         let other = AuditLog::for_session(dir.path(), "other");
-        std::fs::OpenOptions::new()
-            .append(true)
-            .open(a.path())
-            .unwrap()
-            .write_all(&vec![b'\n'; MAX_BYTES as usize])
-            .unwrap();
+        past_the_size(a.path());
         other.write(&other.record("session_end"));
         assert!(!a.path().exists(), "the other writer rotated the log");
         let mut r = a.record("session_end");

@@ -472,9 +472,9 @@ impl Launch {
         // No other thread of the launcher may run when PID 1 is cloned: the clone copies the
         // locks such a thread holds (malloc's among them) with no one to release them. The
         // view read ahead is waited for first; it serves the plan if it read this project,
-        // and the locks taken removed nothing it may have seen.
-        let view =
-            ahead.view_of(&project_dir, host::HostFs::identity(&fs, &project_dir)).filter(|_| !held.cleaned_up());
+        // and no session's record of placeholders changed since it was read (taking the locks
+        // empties an earlier session's once it removed what it names: `plan::ahead::Watch`).
+        let view = ahead.view_of(&project_dir, host::HostFs::identity(&fs, &project_dir));
         // What the launch made since it was read (the state directory on a user's first
         // session, the sockets' directory) is there: a path the plan must hide is never taken
         // for absent (outside look at stop 47, F1: `--rw ~/.local` showed the state directory).

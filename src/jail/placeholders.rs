@@ -183,8 +183,6 @@ pub struct ProjectLock {
     /// The waiter's tasks to run once the launcher is gone (`waiter::Task`), with their
     /// arguments: what the session's chaperon could not end itself.
     run_after: Vec<(String, Vec<Vec<u8>>)>,
-    /// Taking the lock found an earlier session's record and removed what it names.
-    cleaned: bool,
     /// The session's hold among the user's running sessions (`with_running`).
     running: Option<super::running::Running>,
     /// The home's own lock, for placeholders outside the project (an agent's instruction
@@ -257,11 +255,6 @@ impl ProjectLock {
     /// it could not be told).
     pub fn ran_alone(&self) -> bool {
         self.running.as_ref().is_some_and(super::running::Running::ran_alone)
-    }
-
-    /// Whether taking this lock (or the home's) removed an earlier session's placeholders.
-    pub fn cleaned_up(&self) -> bool {
-        self.cleaned || self.home.as_ref().is_some_and(|h| h.cleaned_up())
     }
 
     /// Also holds the home's lock (taken, like this one, before the plan is made), for the
@@ -389,7 +382,6 @@ impl ProjectLock {
             remove_after: vec![],
             run_after: vec![],
             home: None,
-            cleaned: false,
             running: None,
         }
     }
@@ -507,7 +499,6 @@ impl ProjectLock {
         if self.file.rewind().and_then(|_| self.file.read_to_string(&mut text)).is_err() || text.is_empty() {
             return;
         }
-        self.cleaned = true;
         // Deepest first, whatever order the sessions recorded them in: one session may have made
         // `.git` and another `.git/hooks` in it, their lines in either order, and a directory
         // goes only once it is empty.

@@ -5,9 +5,9 @@
 //! some fifty round trips; side by side with the policy's, they no longer add up (issue 35).
 //!
 //! The view is the plan's only if it is still true: it is dropped when the project it read is
-//! not the one the launch checked, or when taking the session locks removed an earlier
-//! session's placeholders (names the listings may still show). The plan then reads afresh, as
-//! it did before.
+//! not the one the launch checked, or when a session's record of its placeholders changed
+//! while it was read (one that ended, or the locks' taking, removed names the listings may
+//! still show). The plan then reads afresh, as it did before.
 
 use crate::host::{RealFs, Who};
 use std::path::{Path, PathBuf};

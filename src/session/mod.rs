@@ -133,12 +133,6 @@ impl Held {
         Ok(Held { jobs, peer_claim, job_services, job_secret, lock, door_file, door })
     }
 
-    /// Whether taking the session locks removed an earlier session's placeholders (from the
-    /// project or the home): a view of them read before then is out of date.
-    pub fn cleaned_up(&self) -> bool {
-        self.lock.as_ref().is_some_and(|l| l.cleaned_up())
-    }
-
     /// The plan's request: the command, and what the launch holds as the jail will see it.
     pub fn request(&self, pre: &Prelude, policy: &policy::Policy, c: Command) -> RunRequest {
         // As the jail names them: a loopback listener (a one-host cluster) at the jail's
