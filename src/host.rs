@@ -62,10 +62,12 @@ const SIDE_BY_SIDE: usize = 8;
 fn side_by_side<T: Sync, R: Send + Default + Clone>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let out = std::sync::Mutex::new(vec![R::default(); items.len()]);
-    std::thread::scope(|s| {
+    // On stacks of their own, unmapped when they end: glibc would keep each for a thread to
+    // come, with the pages it touched, through the session (tests/many). Small: the work's
+    // buffers are on the heap.
+    agent_sandbox_sys::thread::scope(|s| {
         for _ in 0..SIDE_BY_SIDE.min(items.len()) {
-            // Small stacks: the work's buffers are on the heap.
-            let spawned = std::thread::Builder::new().stack_size(64 << 10).spawn_scoped(s, || loop {
+            let spawned = s.spawn(64 << 10, || loop {
                 let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let Some(item) = items.get(i) else { break };
                 let r = work(item);
@@ -91,8 +93,8 @@ pub fn together<A: Send, B>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B)
     // Kept here, not moved into the thread: a thread that cannot start leaves it to run here.
     let cell = std::sync::Mutex::new(Some(a));
     let take = || cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-    std::thread::scope(|s| {
-        let spawned = std::thread::Builder::new().stack_size(256 << 10).spawn_scoped(s, || take().map(|a| a()));
+    agent_sandbox_sys::thread::scope(|s| {
+        let spawned = s.spawn(256 << 10, || take().map(|a| a()));
         let b = b();
         let ran = match spawned {
             Ok(t) => t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),

@@ -80,7 +80,7 @@ pub struct Launch {
     pub ahead: plan::ahead::ReadAhead,
     /// Other work started ahead on threads of their own (the audit log's files opened), all
     /// ended before PID 1 is cloned.
-    pub beside: Vec<std::thread::JoinHandle<()>>,
+    pub beside: Vec<agent_sandbox_sys::thread::Thread<()>>,
 }
 
 /// The host facts, the policy file locations, the project asked for and the cwd.
@@ -172,7 +172,7 @@ pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result
     // files included).
     let opening = log.clone();
     let beside = (!opts.dry_run)
-        .then(|| std::thread::Builder::new().stack_size(256 << 10).spawn(move || opening.open_ahead()).ok())
+        .then(|| agent_sandbox_sys::thread::spawn(256 << 10, move || opening.open_ahead()).ok())
         .flatten();
     recorded(&log, !opts.dry_run, || {
         let mut launch = Launch::for_session(opts, profile, what, ctx, ahead)?;

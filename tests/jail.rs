@@ -439,6 +439,22 @@ fn dangerous_syscalls_fail_with_eperm() {
 }
 
 #[test]
+fn a_thread_a_preloaded_library_starts_stops_the_launch_with_its_name() {
+    // PID 1 is cloned from the launcher, which must then run one thread (a lock held by
+    // another would stay held in the clone): a profiler's or a site tracker's thread, started
+    // from LD_PRELOAD, stops the launch, in one line that names the library, and the command
+    // never runs.
+    let j = jail!("preload-thread");
+    let lib = j.thread_preload().display().to_string();
+    let j = j.env("LD_PRELOAD", &lib);
+    let out = j.run("touch ./ran");
+    assert_ne!(out.code, 0, "{out}");
+    assert!(out.stderr.contains(&format!("LD_PRELOAD={lib}")), "the library is not named: {out}");
+    assert!(out.stderr.contains("run agent-sandbox without it"), "{out}");
+    assert!(!j.project.join("ran").exists(), "the command ran");
+}
+
+#[test]
 fn i386_syscalls_through_int80_are_refused_and_never_executed() {
     let j = jail!("int80");
     let out = j.run(&format!("{i} getpid; {i} mkdir ./made-by-int80; {i} x32 mkdir ./made-by-x32", i = j.int80()));

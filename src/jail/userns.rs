@@ -186,7 +186,16 @@ fn clone_jail(shape: &init::Shape) -> Result<Launched, JailError> {
     match count {
         Ok(1) => {}
         Ok(n) => {
-            return Err(JailError::Build(format!("internal error: {n} threads run where the jail's init is cloned")))
+            // Ours all end before this point; a library preloaded into the launcher (a
+            // profiler's, a site's tracker) may start one of its own, which never ends.
+            let cause = match std::env::var_os("LD_PRELOAD") {
+                Some(p) if !p.is_empty() => format!(
+                    "a library preloaded into agent-sandbox started one (LD_PRELOAD={}): run agent-sandbox without it",
+                    p.to_string_lossy()
+                ),
+                _ => "internal error".into(),
+            };
+            return Err(JailError::Build(format!("{n} threads run where the jail's init is cloned: {cause}")));
         }
         Err(e) => return Err(JailError::Build(format!("cannot count the launcher's threads: {e}"))),
     }

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub const LISTED_DEEPER: [&str; 3] = [".local", ".local/share", ".local/state"];
 
 /// A read-ahead under way (`start`), or none.
-pub struct ReadAhead(Option<std::thread::JoinHandle<Option<Read>>>);
+pub struct ReadAhead(Option<agent_sandbox_sys::thread::Thread<Option<Read>>>);
 
 /// What a read-ahead read: the project (where it really is), the view, and the files watched
 /// while it read, as they were before (`Watch`).
@@ -74,10 +74,8 @@ impl ReadAhead {
             xdg_config: super::xdg_config_of(xdg_config),
         };
         let asked = asked.to_path_buf();
-        let spawned = std::thread::Builder::new()
-            .name("plan-ahead".into())
-            .stack_size(256 << 10)
-            .spawn(move || read(&home, &asked, &watch));
+        // On a stack of its own, unmapped once joined (glibc would keep it through the session).
+        let spawned = agent_sandbox_sys::thread::spawn(256 << 10, move || read(&home, &asked, &watch));
         ReadAhead(spawned.ok())
     }
 

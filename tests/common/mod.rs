@@ -243,8 +243,12 @@ fn plant(path: &Path, contents: &str, uid: u32, gid: u32, mode: u32) -> Result<(
 }
 
 fn build_helper(src: &str, out: &Path) -> Result<(), String> {
+    build_with(src, out, &["-O1"])
+}
+
+fn build_with(src: &str, out: &Path, flags: &[&str]) -> Result<(), String> {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/helpers").join(src);
-    let st = Command::new("cc").args(["-O1", "-o"]).arg(out).arg(&src).status().map_err(|e| format!("cc: {e}"))?;
+    let st = Command::new("cc").args(flags).arg("-o").arg(out).arg(&src).status().map_err(|e| format!("cc: {e}"))?;
     st.success().then_some(()).ok_or_else(|| format!("cc {} failed", src.display()))
 }
 
@@ -280,6 +284,7 @@ fn setup() -> Result<Rig, String> {
     build_helper("probe.c", &helpers.join("probe"))?;
     build_helper("int80.c", &helpers.join("int80"))?;
     build_helper("refork.c", &helpers.join("refork"))?;
+    build_with("thread_preload.c", &helpers.join("thread_preload.so"), &["-O1", "-shared", "-fPIC", "-pthread"])?;
     Ok(Rig { uid, gid, home, bin: PathBuf::from(env!("CARGO_BIN_EXE_agent-sandbox")), helpers })
 }
 
@@ -528,6 +533,11 @@ impl Jail {
     /// `refork [CHAINS]`: chains of processes that each fork and exit at once (runs until killed).
     pub fn refork(&self) -> String {
         self.rig.helpers.join("refork").display().to_string()
+    }
+
+    /// A library that starts a thread of its own when loaded (`LD_PRELOAD`).
+    pub fn thread_preload(&self) -> PathBuf {
+        self.rig.helpers.join("thread_preload.so")
     }
 
     pub fn int80(&self) -> String {
