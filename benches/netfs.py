@@ -51,6 +51,10 @@ RUNTIME = os.environ.get("RUNTIME", "1") != "0"
 # Requests slowfs answers at once: 8, the thread count of a Linux NFS server as nfs-utils ships
 # it (nfs.conf `threads=8`); a client keeps far more in flight (64 session slots in NFSv4.1).
 THREADS = int(os.environ.get("THREADS", "8"))
+# Listings with each entry's attributes in their one round trip (NFS's READDIRPLUS, which
+# Linux's client uses by default: `rdirplus`): the names listed are known without a lookup
+# each. PLUS=0 lists plainly (each name then looked up on its own, as before stop 48).
+PLUS = os.environ.get("PLUS", "1") != "0"
 
 import pwd  # noqa: E402
 
@@ -201,7 +205,8 @@ def setup():
             trace = ["--trace", slow.traces[tree]]
         p = subprocess.Popen(slow.enter() + [SLOWFS, os.path.join(slow.base, backing), mnt,
                                              "--delay-us", str(DELAY_US), "--ttl-ms", str(TTL_MS),
-                                             "--threads", str(THREADS), "--stats", stats, *trace])
+                                             "--threads", str(THREADS), "--stats", stats, *trace,
+                                             *(["--readdirplus"] if PLUS else [])])
         slow.daemons[tree] = (p, stats)
         for _ in range(500):
             with open("/proc/%d/mounts" % p.pid) as f:
@@ -421,8 +426,9 @@ def main():
               "%d cores, load %s" % (subprocess.run([ASB, "--version"], capture_output=True, text=True).stdout.split()[-1],
                                      DELAY_US, TTL_MS, os.uname().release, os.cpu_count(),
                                      open("/proc/loadavg").read().split()[0]))
-        print("slowfs answers %d requests at once; XDG_RUNTIME_DIR: %s"
-              % (THREADS, runtime_dir() + " (private, local disk)" if RUNTIME else "unset (RUNTIME=0)"))
+        print("slowfs answers %d requests at once, lists %s; XDG_RUNTIME_DIR: %s"
+              % (THREADS, "with attributes (READDIRPLUS)" if PLUS else "plainly (PLUS=0)",
+                 runtime_dir() + " (private, local disk)" if RUNTIME else "unset (RUNTIME=0)"))
         startup(sides)
         policy = os.path.join(WORK, "policy.toml")
         with open(policy, "w") as f:

@@ -12,6 +12,7 @@
 #                                           # TRACE=DIR: one start's requests, a line each, per tree
 #                                           # RUNTIME=0: no XDG_RUNTIME_DIR (the sessions' sockets on the home)
 #                                           # THREADS=8: requests slowfs answers at once (nfsd's default)
+#                                           # PLUS=0: plain listings (default: READDIRPLUS, as NFS)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 user="${BENCH_USER:-asbtest}"

@@ -39,6 +39,8 @@ const SYNC_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// The lock every writer takes, and the directory of the sessions' shares, in the state dir.
 const LOCK: &str = "audit.lock";
 const SHARES: &str = "audit-shares";
+/// A share is a few hundred bytes; one past this is unreadable, and counts as spent.
+const MAX_SHARE_BYTES: u64 = 1 << 20;
 /// A session's share is forgotten (at a rotation) once not written for this long.
 const SHARE_KEPT: std::time::Duration = std::time::Duration::from_secs(7 * 86_400);
 /// Arguments of a record kept, and bytes of each; bytes of any other text field.
@@ -281,8 +283,9 @@ struct Inner {
 /// The descriptors a process keeps between its records (`AuditLog::open_ahead`): on a home on
 /// NFS each open is a lookup and an open at the server. The lock file, only ever locked; the
 /// live log, checked under the lock to still be the live one before each append (a rotation
-/// by another writer moves it). The session's share is opened at each record: a writer on
-/// another node may have changed it, and only an open sees that on NFS (close-to-open).
+/// by another writer moves it). The session's share as `open_ahead` made it, until a writer on
+/// another node may change it (`AuditLog::shared_with_other_nodes`); then it is opened at each
+/// record, as only an open sees another node's change on NFS (close-to-open).
 #[derive(Default)]
 struct Kept {
     /// The process that opened them: a child (the jail's PID 1, cloned from the launcher)
@@ -292,11 +295,12 @@ struct Kept {
     lock: Option<std::fs::File>,
     shares_made: bool,
     log: Option<std::fs::File>,
-    /// The session's share as `open_ahead` made it, for the next record only: the session's
-    /// command has not started then, so no writer on another node has changed it since (on
-    /// this node, every writer sees the same file). Any later record opens it again.
+    /// The session's share as `open_ahead` made it, serving its records while no writer on
+    /// another node can change it: the session's jobs are the only ones, and it has none
+    /// before its first Slurm call (on this node, every writer sees the same file).
     made_share: Option<(PathBuf, std::fs::File)>,
-    /// `open_ahead` asks `locked` to keep the share it opens.
+    /// `open_ahead` asks `locked` to keep the share it opens, until the session's jobs may
+    /// write it (`AuditLog::shared_with_other_nodes`).
     keep_share: bool,
 }
 
@@ -405,7 +409,14 @@ fn locked<T>(
         let _ = f.rewind();
     }
     let mut text = String::new();
-    let read = file.as_mut().map(|f| f.read_to_string(&mut text));
+    // Read to its size as this host knows it (under the lock, every writer of this node has
+    // written by then; an open sees another node's): a read past it, or `read_to_string`'s
+    // own question of the size, asks the server again, a round trip on NFS. A share is a
+    // few hundred bytes.
+    let read = file.as_mut().map(|f| {
+        let size = agent_sandbox_sys::file::known_of(f).map_or(MAX_SHARE_BYTES, |k| k.size.min(MAX_SHARE_BYTES));
+        f.take(size).read_to_string(&mut text)
+    });
     let mut share = match (read, text.trim()) {
         (Some(Ok(_)), "") => Share::default(),
         // Unreadable: the share counts as spent (its records are counted, not written).
@@ -418,12 +429,18 @@ fn locked<T>(
     };
     let out = f(&mut share, held.as_ref().map(|_| &mut *kept));
     if let (Some(f), Ok(body)) = (file.as_mut(), serde_json::to_vec(&share)) {
-        use std::io::Seek;
-        let _ = f.set_len(0).and_then(|_| f.seek(std::io::SeekFrom::Start(0))).and_then(|_| f.write_all(&body));
+        // Written over the old one, cut only where it is shorter (counts only grow: seldom).
+        // A truncation first would be a round trip to NFS at every record, and would leave an
+        // empty share (a fresh budget) to a crash in between.
+        use std::os::unix::fs::FileExt;
+        let _ = f.write_all_at(&body, 0).and_then(|()| match text.len() > body.len() {
+            true => f.set_len(body.len() as u64),
+            false => Ok(()),
+        });
     }
     drop(held);
     kept.lock = lock_file;
-    if std::mem::take(&mut kept.keep_share) {
+    if kept.keep_share {
         kept.made_share = file.map(|f| (path, f));
     }
     out
@@ -470,6 +487,15 @@ impl AuditLog {
                 k.keep_share = true;
             }
         });
+    }
+
+    /// The session's jobs may run from now on (its first Slurm call), on other nodes, and
+    /// write its share there: each record opens it again from here, which is what sees
+    /// another node's change on NFS.
+    pub fn shared_with_other_nodes(&self) {
+        let mut kept = self.inner.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        kept.keep_share = false;
+        kept.made_share = None;
     }
 
     /// The same log, its records spending `session`'s share: a job's task (its own session
@@ -604,21 +630,23 @@ impl AuditLog {
             }
         };
         let written = file.and_then(|f| {
-            let before = f.metadata()?.len();
             // One write of the whole line with O_APPEND: a writer without the lock (an
             // older version) does not interleave with it.
             let n = (&*f).write(&line);
             if !matches!(n, Ok(n) if n == line.len()) {
-                // Torn: cut back, so the next record does not glue onto half of this one.
-                if locked {
-                    let _ = f.set_len(before);
+                // Torn: cut back, so the next record does not glue onto half of this one
+                // (under the lock, the file ends with what this write left).
+                if let (true, Ok(part)) = (locked, &n) {
+                    let _ = f.metadata().and_then(|m| f.set_len(m.len().saturating_sub(*part as u64)));
                 }
                 return Err(n.err().unwrap_or_else(|| std::io::Error::other("short write (disk full?)")));
             }
             // Bounded: past MAX_BYTES the log moves to `audit.jsonl.1`, the older ones one
             // place on (the oldest is dropped). Under the lock, where the descriptor is the live
-            // file: of writers racing past the size, one rotates, once.
-            if locked && f.metadata()?.len() > MAX_BYTES {
+            // file: of writers racing past the size, one rotates, once. The size as this host
+            // knows it, which holds its own writes (asking the server would be a round trip a
+            // record on NFS; another node's records count at the next record after an open).
+            if locked && agent_sandbox_sys::file::known_of(f)?.size > MAX_BYTES {
                 for n in (1..ROTATED).rev() {
                     let _ = std::fs::rename(rotated(path, n), rotated(path, n + 1));
                 }
@@ -651,9 +679,12 @@ impl Kept {
     /// The kept descriptor of the live log, opened again when it is not the file at `path`
     /// any more (another writer rotated it, or none was kept yet).
     fn live(&mut self, path: &Path) -> std::io::Result<&std::fs::File> {
-        use std::os::unix::fs::MetadataExt;
-        let same = |f: &std::fs::File| match (f.metadata(), std::fs::symlink_metadata(path)) {
-            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        // Identities as this host knows them: an inode's number never changes, and the name's
+        // is what the path leads to now (a round trip to revalidate it where the cache says
+        // so, but not the attributes' refresh a plain `stat` asks after every append on NFS).
+        use agent_sandbox_sys::file::{known_at, known_of};
+        let same = |f: &std::fs::File| match (known_of(f), known_at(path)) {
+            (Ok(a), Ok(b)) => (a.dev, a.ino) == (b.dev, b.ino),
             _ => false,
         };
         if !self.log.as_ref().is_some_and(same) {
@@ -1029,22 +1060,57 @@ mod tests {
     }
 
     #[test]
-    fn the_share_made_ahead_serves_one_record_and_then_is_read_again() {
-        // Another node's writer (a job of the session) replaces the share once the command
-        // runs: every record after the first opens it again and sees what it holds.
+    fn the_share_made_ahead_serves_until_the_sessions_jobs_may_write_it_and_then_is_read_again() {
+        // Before its first Slurm call a session has no job, and no writer on another node:
+        // its records spend the share it made ahead, kept open. From that call on, a job of
+        // the session may replace the share on another node (an NFS client sees that only at
+        // an open): every record opens it again and sees what it holds.
         let dir = tempfile::tempdir().unwrap();
         let a = AuditLog::new(dir.path());
         a.open_ahead();
         a.write(&a.record("session_start"));
         let spent = Share { full: SESSION_SHARE, minimal: MINIMAL_SHARE, ..Default::default() };
         let share = share_file(a.path(), &a.session);
-        agent_sandbox_sys::file::write_atomic(&share, &serde_json::to_vec(&spent).unwrap(), 0o600).unwrap();
-        let mut r = a.record("slurm");
-        r.decision = Some("after-the-job".into());
-        a.write(&r);
+        let replace =
+            || agent_sandbox_sys::file::write_atomic(&share, &serde_json::to_vec(&spent).unwrap(), 0o600).unwrap();
+        replace();
+        let decided = |d: &str| {
+            let mut r = a.record("slurm");
+            r.decision = Some(d.into());
+            a.write(&r);
+        };
+        decided("before-any-job");
+        a.shared_with_other_nodes();
+        replace();
+        decided("after-the-job");
         let all = read(dir.path(), None).unwrap();
         assert!(all.iter().any(|r| r.event == "session_start"), "the start is written");
+        assert!(all.iter().any(|r| r.decision.as_deref() == Some("before-any-job")), "the kept share was used");
         assert!(!all.iter().any(|r| r.decision.as_deref() == Some("after-the-job")), "the spent share was not read");
+    }
+
+    #[test]
+    fn a_share_is_written_over_in_place_and_cut_where_the_new_one_is_shorter() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = AuditLog::new(dir.path());
+        a.open_ahead();
+        let share = share_file(a.path(), &a.session);
+        // A longer share than the one the next record leaves (padding the JSON allows).
+        let long = format!("{}{}", serde_json::to_string(&Share::default()).unwrap(), " ".repeat(4000));
+        std::fs::write(&share, &long).unwrap();
+        a.shared_with_other_nodes();
+        a.write(&a.record("session_start"));
+        let text = std::fs::read_to_string(&share).unwrap();
+        let s: Share = serde_json::from_str(&text).unwrap();
+        assert!(text.len() < 1000, "cut back: {} bytes", text.len());
+        assert!(s.full > 0, "the record is counted: {text}");
+        // Past the bound a share is not read whole: it counts as spent.
+        std::fs::write(&share, format!("{{\"full\":0{}}}", " ".repeat(MAX_SHARE_BYTES as usize))).unwrap();
+        let mut r = a.record("slurm");
+        r.decision = Some("past-a-huge-share".into());
+        a.write(&r);
+        let all = read(dir.path(), None).unwrap();
+        assert!(!all.iter().any(|r| r.decision.as_deref() == Some("past-a-huge-share")));
     }
 
     #[test]

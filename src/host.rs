@@ -59,7 +59,7 @@ const SIDE_BY_SIDE: usize = 8;
 
 /// `work(item)` for every item, on up to `SIDE_BY_SIDE` threads that end before it returns;
 /// the answers in the items' order.
-fn side_by_side<T: Sync, R: Send + Default + Clone>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+pub(crate) fn side_by_side<T: Sync, R: Send + Default + Clone>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
     let next = std::sync::atomic::AtomicUsize::new(0);
     let out = std::sync::Mutex::new(vec![R::default(); items.len()]);
     // On stacks of their own, unmapped when they end: glibc would keep each for a thread to

@@ -172,7 +172,7 @@ pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result
     // files included).
     let opening = log.clone();
     let beside = (!opts.dry_run)
-        .then(|| agent_sandbox_sys::thread::spawn(256 << 10, move || opening.open_ahead()).ok())
+        .then(|| agent_sandbox_sys::thread::spawn("audit-ahead", 256 << 10, move || opening.open_ahead()).ok())
         .flatten();
     recorded(&log, !opts.dry_run, || {
         let mut launch = Launch::for_session(opts, profile, what, ctx, ahead)?;
@@ -729,6 +729,8 @@ fn run_jail(
     let mut start = |fd: std::os::fd::BorrowedFd<'_>| {
         // The session's jail says where its jobs reach it, now that it may have some.
         crate::timing::mark("first slurm call");
+        // Its jobs write its share of the audit log from other nodes from now on.
+        log.shared_with_other_nodes();
         if let Some(a) = announce.take() {
             let r = a.run();
             crate::timing::mark("announced");

@@ -75,7 +75,7 @@ impl ReadAhead {
         };
         let asked = asked.to_path_buf();
         // On a stack of its own, unmapped once joined (glibc would keep it through the session).
-        let spawned = agent_sandbox_sys::thread::spawn(256 << 10, move || read(&home, &asked, &watch));
+        let spawned = agent_sandbox_sys::thread::spawn("plan-ahead", 256 << 10, move || read(&home, &asked, &watch));
         ReadAhead(spawned.ok())
     }
 
@@ -107,27 +107,39 @@ struct Home {
 fn read(home: &Home, asked: &Path, watch: &Watch) -> Option<Read> {
     let fs = RealFs::default();
     let project = super::project_basics(&home.canonical, &fs, asked).ok()?;
-    // Before anything is listed: a change from here on is seen by `view_of`.
-    let watched: Vec<(PathBuf, Stamp)> = watch(&project).into_iter().map(|p| (p.clone(), stamp(&p))).collect();
-    // The launch's listings (`launch::planned`), and where the plan asks a dozen names two
-    // levels into the home (tools' data and state directories: `~/.local/share/uv`,
-    // `~/.local/state/nvim`), most absent.
-    let mut dirs = vec![home.canonical.clone(), home.named.clone(), project.clone()];
+    // Before anything is listed: a change from here on is seen by `view_of`. Side by side:
+    // each is a walk of the state directory's path, a round trip a name on NFS.
+    let paths = watch(&project);
+    let watched: Vec<(PathBuf, Stamp)> =
+        paths.iter().cloned().zip(crate::host::side_by_side(&paths, |p| stamp(p))).collect();
+    // The launch's listings of the home (`launch::planned`), and where the plan asks a dozen
+    // names two levels into it (tools' data and state directories: `~/.local/share/uv`,
+    // `~/.local/state/nvim`), most absent: on a copy of the view, beside the project's chain.
+    let mut dirs = vec![home.canonical.clone(), home.named.clone()];
     dirs.extend([".config"].iter().chain(&LISTED_DEEPER).map(|d| home.canonical.join(d)));
-    fs.list_side_by_side(&dirs);
-    // The project's repository and the walk for nested ones, side by side (each a chain of
-    // round trips), the walk on a copy of the view, whose answers are taken back.
-    let (named, xdg, inside) = (&home.named, home.xdg_config.as_deref(), project.as_path());
-    let side = fs.clone();
-    let walk = move || {
-        let (nested, _) = super::runs_outside::nested_dirs(&side, inside);
-        for d in nested {
-            super::runs_outside_of(&side, named, xdg, &d, inside);
-        }
-        side
+    let homes = fs.clone();
+    let list_home = move || {
+        homes.list_side_by_side(&dirs);
+        homes
     };
-    let (walked, _) = crate::host::together(walk, || super::runs_outside_of(&fs, named, xdg, inside, inside));
-    fs.absorb(walked);
+    // The project's chain: its listing, then its repository and the walk for nested ones side
+    // by side (each a chain of round trips), the walk on a copy whose answers are taken back.
+    let (named, xdg, inside) = (&home.named, home.xdg_config.as_deref(), project.as_path());
+    let project_chain = || {
+        fs.list(inside);
+        let side = fs.clone();
+        let walk = move || {
+            let (nested, _) = super::runs_outside::nested_dirs(&side, inside);
+            for d in nested {
+                super::runs_outside_of(&side, named, xdg, &d, inside);
+            }
+            side
+        };
+        let (walked, _) = crate::host::together(walk, || super::runs_outside_of(&fs, named, xdg, inside, inside));
+        fs.absorb(walked);
+    };
+    let (listed, ()) = crate::host::together(list_home, project_chain);
+    fs.absorb(listed);
     Some(Read { project, fs, watched })
 }
 

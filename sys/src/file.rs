@@ -61,9 +61,69 @@ pub fn flock(f: &std::fs::File, op: libc::c_int) -> std::io::Result<()> {
     }
 }
 
+/// A file's device, inode and size as this host already knows them (`statx` with
+/// `AT_STATX_DONT_SYNC`): no round trip to a network filesystem's server, where a plain `stat`
+/// after a write of this host's asks it again. The size includes this host's own writes; a
+/// change another host made may not be seen yet (that needs an open, on NFS).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Known {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+}
+
+/// `Known` of the file at `path` (a link itself, not followed).
+pub fn known_at(path: &Path) -> std::io::Result<Known> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    known(libc::AT_FDCWD, &c, libc::AT_SYMLINK_NOFOLLOW)
+}
+
+/// `Known` of the open file `f`.
+pub fn known_of(f: &std::fs::File) -> std::io::Result<Known> {
+    use std::os::fd::AsRawFd;
+    known(f.as_raw_fd(), c"", libc::AT_EMPTY_PATH)
+}
+
+fn known(dir: libc::c_int, path: &std::ffi::CStr, flags: libc::c_int) -> std::io::Result<Known> {
+    // SAFETY: statx writes one `statx` struct into `st`, which outlives the call; `path` is a
+    // NUL-terminated string that outlives it.
+    let (rc, st) = unsafe {
+        let mut st: libc::statx = std::mem::zeroed();
+        let mask = libc::STATX_INO | libc::STATX_SIZE;
+        let rc = libc::statx(dir, path.as_ptr(), flags | libc::AT_STATX_DONT_SYNC, mask, &mut st);
+        (rc, st)
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
+    Ok(Known { dev, ino: st.stx_ino, size: st.stx_size })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_is_known_of_a_file_is_what_stat_says_of_it() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::env::temp_dir().join(format!("sys-known-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("f");
+        std::fs::write(&p, b"12345").unwrap();
+        let m = std::fs::symlink_metadata(&p).unwrap();
+        let k = known_at(&p).unwrap();
+        assert_eq!((k.dev, k.ino, k.size), (m.dev(), m.ino(), 5));
+        let f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+        std::io::Write::write_all(&mut &f, b"678").unwrap();
+        assert_eq!(known_of(&f).unwrap(), Known { size: 8, ..k }, "this host's write is known");
+        std::os::unix::fs::symlink(&p, dir.join("l")).unwrap();
+        assert_ne!(known_at(&dir.join("l")).unwrap().ino, k.ino, "a link is not followed");
+        assert!(known_at(&dir.join("none")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn a_directory_is_made_with_its_parents_or_found() {

@@ -19,7 +19,7 @@ pub struct Pages {
 unsafe impl Send for Pages {}
 
 /// The size of a page, as the kernel says (4 KiB if it does not).
-fn page_size() -> usize {
+pub fn page_size() -> usize {
     // SAFETY: sysconf reads no memory of ours.
     match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
         n if n > 0 => n as usize,
@@ -30,6 +30,16 @@ fn page_size() -> usize {
 impl Pages {
     /// `len` zero bytes (at least one). Fails only if the kernel has no address space left.
     pub fn zeroed(len: usize) -> std::io::Result<Pages> {
+        Pages::mapped(len, 0)
+    }
+
+    /// `zeroed`, marked as a thread's stack (`MAP_STACK`: the kernel backs it with no huge
+    /// pages, as glibc's own stacks).
+    pub fn stack(len: usize) -> std::io::Result<Pages> {
+        Pages::mapped(len, libc::MAP_STACK)
+    }
+
+    fn mapped(len: usize, flags: libc::c_int) -> std::io::Result<Pages> {
         let len = len.max(1);
         // SAFETY: a new private anonymous mapping, at an address the kernel picks: it aliases
         // nothing. The result is checked before use.
@@ -38,7 +48,7 @@ impl Pages {
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
                 -1,
                 0,
             )

@@ -8,28 +8,45 @@
 //! puts the thread's descriptor and thread-local data in it, and once the thread is joined the
 //! mapping is ours to unmap.
 
-use crate::memory::Pages;
+use crate::memory::{page_size, Pages};
 use std::cell::RefCell;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-
-/// The page at a stack's low end, left inaccessible: a thread that overflows faults there.
-const GUARD: usize = 4096;
 
 /// What a thread runs: the caller's work, with its lifetime erased (see `Scope::spawn`).
 type Job = Box<dyn FnOnce() + Send>;
 
-/// A started thread and the stack it runs on; joining it unmaps the stack.
+/// The answer a thread leaves: what its work returned, or the panic that ended it.
+type Answer<T> = Arc<Mutex<Option<std::thread::Result<T>>>>;
+
+/// A started thread and the stack it runs on. Joined when dropped: its stack is unmapped only
+/// once nothing runs on it.
 struct Raw {
     id: libc::pthread_t,
     stack: Option<Pages>,
+    /// Its work panicked (the panic is in its answer).
+    panicked: Arc<AtomicBool>,
+    /// Its answer was taken by a `join`: a panic in it was seen there.
+    claimed: bool,
+}
+
+/// A stack of `asked` bytes as glibc takes it: at least its minimum (which grows with the
+/// program's thread-local data, and is 128 KiB on aarch64) on top of what was asked, in whole
+/// pages. Pages never touched cost nothing.
+fn stack_size(asked: usize) -> usize {
+    // SAFETY: sysconf reads no memory of ours.
+    let least = usize::try_from(unsafe { libc::sysconf(libc::_SC_THREAD_STACK_MIN) }).unwrap_or(0).max(16 << 10);
+    let page = page_size();
+    asked.saturating_add(least).div_ceil(page).saturating_mul(page)
 }
 
 impl Raw {
-    /// Starts `job` on a new thread with `size` bytes of stack (a guard page below them).
-    fn start(size: usize, job: Job) -> std::io::Result<Raw> {
-        let stack = Pages::zeroed(GUARD + size)?;
-        stack.guard_low(GUARD)?;
+    /// Starts `job` on a new thread with about `asked` bytes of stack (a guard page below).
+    fn start(asked: usize, job: Job, panicked: Arc<AtomicBool>) -> std::io::Result<Raw> {
+        let (guard, size) = (page_size(), stack_size(asked));
+        let stack = Pages::stack(guard + size)?;
+        stack.guard_low(guard)?;
         let job: *mut Job = Box::into_raw(Box::new(job));
         // SAFETY: `attr` is initialised before use and destroyed after; the stack range is
         // our own mapping above its guard page, alive until the thread is joined (`join`
@@ -42,7 +59,7 @@ impl Raw {
                 drop(Box::from_raw(job));
                 return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
             }
-            let base = (stack.addr() + GUARD) as *mut libc::c_void;
+            let base = (stack.addr() + guard) as *mut libc::c_void;
             let mut id: libc::pthread_t = 0;
             let mut rc = libc::pthread_attr_setstack(&mut attr, base, size);
             if rc == 0 {
@@ -55,32 +72,68 @@ impl Raw {
             }
             id
         };
-        Ok(Raw { id, stack: Some(stack) })
+        Ok(Raw { id, stack: Some(stack), panicked, claimed: false })
     }
 
     /// Waits for the thread to end, then unmaps its stack.
     fn join(&mut self) {
         let Some(stack) = self.stack.take() else { return };
-        // SAFETY: `id` is a thread we started and have not joined (the stack is still here);
-        // after pthread_join returns the thread has exited and the kernel has cleared its
-        // thread id, so nothing runs on the stack any more.
+        // SAFETY: `id` is a thread we started and have not joined or detached (the stack is
+        // still here); after pthread_join returns the thread has exited and the kernel has
+        // cleared its thread id, so nothing runs on the stack any more.
         let rc = unsafe { libc::pthread_join(self.id, std::ptr::null_mut()) };
-        if rc == 0 {
-            drop(stack);
-        } else {
-            // Not known to have ended: its stack must stay mapped.
-            std::mem::forget(stack);
+        if rc != 0 {
+            // Not known to have ended: the thread may still use its stack and what its work
+            // borrows, which the caller is about to give up. Nothing safe is left to do.
+            eprintln!("agent-sandbox: cannot wait for a thread (pthread_join: {rc})");
+            std::process::abort();
         }
+        drop(stack);
+    }
+
+    /// Lets the thread run on unwaited: its stack stays mapped for the process's life.
+    fn detach(&mut self) {
+        let Some(stack) = self.stack.take() else { return };
+        std::mem::forget(stack);
+        // SAFETY: a thread we started and have not joined or detached; its stack is never
+        // unmapped now.
+        unsafe { libc::pthread_detach(self.id) };
     }
 }
 
-/// The thread's start: runs its job, which catches its own panics (`Scope::spawn`).
+impl Drop for Raw {
+    fn drop(&mut self) {
+        self.join();
+    }
+}
+
+/// The thread's start: runs its job, which catches its own panics (`with_answer`).
 extern "C" fn run(job: *mut libc::c_void) -> *mut libc::c_void {
     // SAFETY: `job` is the pointer `Raw::start` made with Box::into_raw and gave this thread
     // alone.
     let job = unsafe { Box::from_raw(job.cast::<Job>()) };
     job();
     std::ptr::null_mut()
+}
+
+/// `work` made into a job that leaves its answer, or its panic, in `answer`.
+fn with_answer<'a, T: Send + 'a>(
+    work: impl FnOnce() -> T + Send + 'a,
+    answer: &Answer<T>,
+    panicked: &Arc<AtomicBool>,
+) -> Box<dyn FnOnce() + Send + 'a> {
+    let (slot, panicked) = (Arc::clone(answer), Arc::clone(panicked));
+    Box::new(move || {
+        let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+        panicked.store(got.is_err(), Ordering::Release);
+        *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(got);
+    })
+}
+
+/// Takes a thread's answer once it has ended.
+fn taken<T>(answer: &Answer<T>) -> std::thread::Result<T> {
+    let got = answer.lock().unwrap_or_else(PoisonError::into_inner).take();
+    got.unwrap_or_else(|| Err(Box::new("the thread gave no answer")))
 }
 
 /// Threads that borrow from the caller, all joined before `scope` returns (`std::thread::scope`,
@@ -95,7 +148,7 @@ pub struct Scope<'env> {
 /// A thread of a `Scope`, whose answer `join` gives.
 pub struct Handle<'s, T> {
     index: usize,
-    answer: Arc<Mutex<Option<std::thread::Result<T>>>>,
+    answer: Answer<T>,
     scope: &'s RefCell<Vec<Raw>>,
 }
 
@@ -104,31 +157,28 @@ impl<T> Handle<'_, T> {
     pub fn join(self) -> std::thread::Result<T> {
         if let Some(raw) = self.scope.borrow_mut().get_mut(self.index) {
             raw.join();
+            raw.claimed = true;
         }
-        let answer = self.answer.lock().unwrap_or_else(PoisonError::into_inner).take();
-        answer.unwrap_or_else(|| Err(Box::new("the thread gave no answer")))
+        taken(&self.answer)
     }
 }
 
 impl<'env> Scope<'env> {
-    /// Runs `work` on a new thread with `stack` bytes of stack. An error (no memory, no
-    /// thread) leaves `work` unrun.
+    /// Runs `work` on a new thread with `stack` bytes of stack (and glibc's minimum). An
+    /// error (no memory, no thread) leaves `work` unrun.
     pub fn spawn<T: Send + 'env>(
         &self,
         stack: usize,
         work: impl FnOnce() -> T + Send + 'env,
     ) -> std::io::Result<Handle<'_, T>> {
-        let answer = Arc::new(Mutex::new(None));
-        let slot = Arc::clone(&answer);
-        let job: Box<dyn FnOnce() + Send + 'env> = Box::new(move || {
-            let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
-            *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(got);
-        });
+        let answer: Answer<T> = Arc::new(Mutex::new(None));
+        let panicked = Arc::new(AtomicBool::new(false));
+        let job = with_answer(work, &answer, &panicked);
         // SAFETY: only the lifetime changes. The job may borrow for 'env, and the thread
         // running it is joined before `scope` returns, which is before 'env ends ('env is a
         // lifetime of scope's caller, and the scope cannot be shortened: it is invariant).
         let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + 'env>, Job>(job) };
-        let raw = Raw::start(stack, job)?;
+        let raw = Raw::start(stack, job, panicked)?;
         let mut started = self.started.borrow_mut();
         started.push(raw);
         Ok(Handle { index: started.len() - 1, answer, scope: &self.started })
@@ -136,34 +186,45 @@ impl<'env> Scope<'env> {
 }
 
 /// Runs `f` with a scope whose threads are all joined before this returns, even when `f`
-/// panics (the panic goes on once they are).
+/// panics (the panic goes on once they are). As with `std::thread::scope`, a thread that
+/// panicked and was not joined by hand makes this panic: its work did not all get done.
 pub fn scope<'env, R>(f: impl FnOnce(&Scope<'env>) -> R) -> R {
     let scope = Scope { started: RefCell::new(Vec::new()), _env: PhantomData };
     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&scope)));
+    let mut unseen = false;
     for raw in scope.started.borrow_mut().iter_mut() {
         raw.join();
+        unseen |= !raw.claimed && raw.panicked.load(Ordering::Acquire);
     }
-    out.unwrap_or_else(|p| std::panic::resume_unwind(p))
+    let out = out.unwrap_or_else(|p| std::panic::resume_unwind(p));
+    assert!(!unseen, "a thread of the scope panicked");
+    out
 }
 
-/// A thread that owns what it runs on (`spawn`); dropped unjoined, it is joined then.
+/// A thread that owns what it runs on (`spawn`). Dropped unjoined, it is let run on (an error
+/// path of the launch does not wait for a read ahead on a stuck network filesystem), and its
+/// stack stays mapped.
 pub struct Thread<T> {
     raw: Raw,
-    answer: Arc<Mutex<Option<std::thread::Result<T>>>>,
+    answer: Answer<T>,
 }
 
-/// Runs `work` on a thread of its own with `stack` bytes of stack, to be joined later (a read
-/// ahead whose answer is wanted further on).
-pub fn spawn<T: Send + 'static>(stack: usize, work: impl FnOnce() -> T + Send + 'static) -> std::io::Result<Thread<T>> {
-    let answer = Arc::new(Mutex::new(None));
-    let slot = Arc::clone(&answer);
-    let raw = Raw::start(
-        stack,
-        Box::new(move || {
-            let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
-            *slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(got);
-        }),
-    )?;
+/// Runs `work` on a thread named `name` with `stack` bytes of stack (and glibc's minimum), to
+/// be joined later (a read ahead whose answer is wanted further on).
+pub fn spawn<T: Send + 'static>(
+    name: &str,
+    stack: usize,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::io::Result<Thread<T>> {
+    let answer: Answer<T> = Arc::new(Mutex::new(None));
+    let panicked = Arc::new(AtomicBool::new(false));
+    let raw = Raw::start(stack, with_answer(work, &answer, &panicked), panicked)?;
+    // Named as std names its threads (in panics' messages, `comm` of the task); a name
+    // longer than the kernel keeps is left off.
+    if let Ok(n) = std::ffi::CString::new(name) {
+        // SAFETY: `raw.id` is a live thread of ours; `n` outlives the call.
+        unsafe { libc::pthread_setname_np(raw.id, n.as_ptr()) };
+    }
     Ok(Thread { raw, answer })
 }
 
@@ -171,14 +232,14 @@ impl<T> Thread<T> {
     /// Waits for the thread, and gives what it returned or the panic that ended it.
     pub fn join(mut self) -> std::thread::Result<T> {
         self.raw.join();
-        let answer = self.answer.lock().unwrap_or_else(PoisonError::into_inner).take();
-        answer.unwrap_or_else(|| Err(Box::new("the thread gave no answer")))
+        taken(&self.answer)
     }
 }
 
 impl<T> Drop for Thread<T> {
     fn drop(&mut self) {
-        self.raw.join();
+        // Joined already by `join` (then nothing is left to do), or let run on.
+        self.raw.detach();
     }
 }
 
@@ -228,6 +289,19 @@ mod tests {
     }
 
     #[test]
+    fn a_panic_no_join_saw_makes_the_scope_panic() {
+        // As std's scope: work left undone is not taken for done (a listing answered by
+        // its default would read as "absent").
+        let r = std::panic::catch_unwind(|| {
+            scope(|s| {
+                s.spawn(64 << 10, || panic!("on purpose")).unwrap();
+                5
+            })
+        });
+        assert!(r.is_err());
+    }
+
+    #[test]
     fn a_panic_in_the_scope_waits_for_its_threads_first() {
         let done = std::sync::atomic::AtomicBool::new(false);
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -245,18 +319,32 @@ mod tests {
     }
 
     #[test]
-    fn an_owned_thread_answers_and_unmaps_its_stack_when_dropped_unjoined() {
-        let t = spawn(64 << 10, || 7 * 6).unwrap();
-        assert_eq!(t.join().unwrap(), 42);
-        let t = spawn(64 << 10, || std::thread::sleep(std::time::Duration::from_millis(10))).unwrap();
+    fn an_owned_thread_answers_is_named_and_unmaps_its_stack_when_joined() {
+        let t = spawn("asb-test-name", 64 << 10, || {
+            std::fs::read_to_string("/proc/thread-self/comm").unwrap().trim().to_string()
+        })
+        .unwrap();
+        let addr = t.raw.stack.as_ref().map(Pages::addr).unwrap();
+        assert_eq!(t.join().unwrap(), "asb-test-name");
+        assert!(!mapped(addr));
+        // Dropped unjoined: it runs on, on a stack left mapped.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let t = spawn("asb-test", 64 << 10, move || {
+            std::thread::sleep(std::time::Duration::from_millis(30));
+            tx.send(7).unwrap();
+        })
+        .unwrap();
         let addr = t.raw.stack.as_ref().map(Pages::addr).unwrap();
         drop(t);
-        assert!(!mapped(addr));
+        assert_eq!(rx.recv().unwrap(), 7);
+        assert!(mapped(addr));
     }
 
     #[test]
-    fn a_stack_too_small_for_a_thread_is_an_error_not_a_thread() {
-        // Smaller than glibc's minimum for the thread's descriptor and thread-local data.
-        assert!(spawn(4096, || ()).is_err());
+    fn a_stack_asked_smaller_than_glibc_takes_gets_its_minimum_on_top() {
+        assert_eq!(scope(|s| s.spawn(0, || 3).unwrap().join().unwrap()), 3);
+        assert!(stack_size(0) >= 16 << 10);
+        assert_eq!(stack_size(64 << 10) % page_size(), 0);
+        assert!(stack_size(64 << 10) >= 64 << 10);
     }
 }

@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
-    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, LockOwner,
-    OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 use nix::fcntl::{AtFlags, OFlag};
 use nix::sys::stat::{FileStat, Mode, SFlag};
@@ -53,6 +54,8 @@ struct Change {
 pub struct SlowFs {
     delay: Duration,
     ttl: Duration,
+    /// Listings answered with each entry's attributes (`--readdirplus`).
+    plus: bool,
     counts: Counters,
     trace: Option<Mutex<File>>,
     next: AtomicU64,
@@ -138,9 +141,24 @@ impl SlowFs {
         let mut t = Tables::default();
         t.nodes.insert(1, Node { fd: Arc::new(fd), key, lookups: 1 });
         t.by_key.insert(key, 1);
-        Ok(SlowFs { delay, ttl, counts: Counters::default(), trace: None, next: AtomicU64::new(2), t: Mutex::new(t) })
+        Ok(SlowFs {
+            delay,
+            ttl,
+            plus: false,
+            counts: Counters::default(),
+            trace: None,
+            next: AtomicU64::new(2),
+            t: Mutex::new(t),
+        })
     }
 
+    /// Listings answered as NFS's READDIRPLUS answers them (`--readdirplus`): each entry with
+    /// its attributes, in the listing's one round trip, so that the kernel knows the names
+    /// listed without a lookup each (Linux's NFS client lists so by default, `rdirplus`).
+    pub fn with_readdirplus(mut self, on: bool) -> SlowFs {
+        self.plus = on;
+        self
+    }
     /// Writes a line per metadata request to `out` (`--trace`).
     pub fn traced(mut self, out: File) -> SlowFs {
         self.trace = Some(Mutex::new(out));
@@ -341,6 +359,15 @@ impl Filesystem for SlowFs {
             }
             Err(e) => reply.error(e),
         }
+    }
+
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if self.plus {
+            // Every first listing of a directory as READDIRPLUS (the kernel's `auto` mode
+            // lists later chunks of a large one plainly, as NFS's client does).
+            let _ = config.add_capabilities(InitFlags::FUSE_DO_READDIRPLUS | InitFlags::FUSE_READDIRPLUS_AUTO);
+        }
+        Ok(())
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -610,6 +637,37 @@ impl Filesystem for SlowFs {
         self.trace(op, ino, None);
         for (i, (ino, k, name)) in entries.iter().enumerate().skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
             if reply.add(INodeNo(*ino), (i + 1) as u64, *k, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
+        let Some(entries) = self.tables().dirs.get(&fh.0).cloned() else {
+            self.trip(Op::Readdir);
+            reply.error(Errno::EBADF);
+            return;
+        };
+        let op = match offset > 0 && usize::try_from(offset).is_ok_and(|o| o >= entries.len()) {
+            true => Op::ReaddirEnd,
+            false => Op::Readdir,
+        };
+        self.trip(op);
+        self.trace(op, ino, None);
+        for (i, (_, _, name)) in entries.iter().enumerate().skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
+            let next = (i + 1) as u64;
+            // The kernel links no dentry for `.` and `..` and sends no forget for them: no
+            // lookup is counted (as libfuse's passthrough_ll answers them).
+            if name == "." || name == ".." {
+                continue;
+            }
+            // Each entry listed is a lookup the kernel will forget; one gone since the
+            // opening is left out.
+            let Ok(a) = self.entry(ino, name) else { continue };
+            if reply.add(a.ino, next, name, &self.ttl, &a, Generation(0)) {
+                // Not sent: the lookup is taken back.
+                self.forget(req, a.ino, 1);
                 break;
             }
         }

@@ -7,7 +7,11 @@
 //! goes through undelayed: what is measured is the metadata traffic.
 //!
 //!   slowfs BACKING MOUNTPOINT [--delay-us N] [--ttl-ms N] [--stats FILE] [--threads N]
-//!          [--trace FILE]
+//!          [--trace FILE] [--readdirplus]
+//!
+//! `--readdirplus`: a listing's entries come with their attributes, in its one round trip, as
+//! NFS's READDIRPLUS (Linux's client lists so by default): the kernel then knows the names
+//! listed, for the cache's time, without a lookup of each.
 //!
 //! `--trace FILE`: one line per metadata request, `µs kind backing-path[/name]` (CLOCK_MONOTONIC
 //! as it arrived: the clock of the launcher's `AGENT_SANDBOX_TIMING` marks), to see where a
@@ -39,15 +43,19 @@ struct Args {
     stats: Option<PathBuf>,
     trace: Option<PathBuf>,
     threads: usize,
+    readdirplus: bool,
 }
 
 fn usage() -> String {
-    "usage: slowfs BACKING MOUNTPOINT [--delay-us N] [--ttl-ms N] [--stats FILE] [--threads N] [--trace FILE]".into()
+    "usage: slowfs BACKING MOUNTPOINT [--delay-us N] [--ttl-ms N] [--stats FILE] [--threads N] [--trace FILE] \
+     [--readdirplus]"
+        .into()
 }
 
 fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
     let mut pos = vec![];
     let (mut delay, mut ttl, mut stats, mut trace, mut threads) = (1000u64, 0u64, None, None, 4usize);
+    let mut readdirplus = false;
     while let Some(a) = argv.next() {
         let mut value = |name: &str| argv.next().ok_or_else(|| format!("{name} needs a value\n{}", usage()));
         let number = |name: &str, v: String| v.parse::<u64>().map_err(|_| format!("{name}: `{v}` is not a number"));
@@ -59,6 +67,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
             "--threads" => {
                 threads = usize::try_from(number("--threads", value("--threads")?)?).map_err(|e| e.to_string())?.max(1)
             }
+            "--readdirplus" => readdirplus = true,
             "-h" | "--help" => return Err(usage()),
             s if s.starts_with('-') => return Err(format!("unknown option {s}\n{}", usage())),
             _ => pos.push(PathBuf::from(a)),
@@ -73,6 +82,7 @@ fn parse(mut argv: impl Iterator<Item = String>) -> Result<Args, String> {
         stats,
         trace,
         threads,
+        readdirplus,
     })
 }
 
@@ -85,7 +95,7 @@ fn fail(code: i32, why: String) -> ! {
 /// The filesystem the arguments ask for: the backing tree, its delays, and its trace file.
 fn filesystem(args: &Args) -> fs::SlowFs {
     let fs = match fs::SlowFs::new(&args.backing, args.delay, args.ttl) {
-        Ok(f) => f,
+        Ok(f) => f.with_readdirplus(args.readdirplus),
         Err(e) => fail(1, format!("{}: {e}", args.backing.display())),
     };
     match &args.trace {
