@@ -294,7 +294,10 @@ struct Kept {
     pid: u32,
     lock: Option<std::fs::File>,
     shares_made: bool,
-    log: Option<std::fs::File>,
+    /// The live log, and whether other hosts share its filesystem (`shared_over_network`).
+    log: Option<(std::fs::File, bool)>,
+    /// Other hosts share the share's filesystem (asked once: a round trip on NFS).
+    shares_networked: Option<bool>,
     /// The session's share as `open_ahead` made it, serving its records while no writer on
     /// another node can change it: the session's jobs are the only ones, and it has none
     /// before its first Slurm call (on this node, every writer sees the same file).
@@ -417,15 +420,21 @@ fn locked<T>(
         let size = agent_sandbox_sys::file::known_of(f).map_or(MAX_SHARE_BYTES, |k| k.size.min(MAX_SHARE_BYTES));
         f.take(size).read_to_string(&mut text)
     });
+    let spent = Share { full: SESSION_SHARE, minimal: MINIMAL_SHARE, ..Default::default() };
     let mut share = match (read, text.trim()) {
         (Some(Ok(_)), "") => Share::default(),
         // Unreadable: the share counts as spent (its records are counted, not written).
-        (Some(Ok(_)), t) => serde_json::from_str(t).unwrap_or(Share {
-            full: SESSION_SHARE,
-            minimal: MINIMAL_SHARE,
-            ..Default::default()
-        }),
-        _ => Share::default(),
+        (Some(Ok(_)), t) => serde_json::from_str(t).unwrap_or(spent),
+        // A share that cannot be read (a kept one removed on NFS: ESTALE) is spent too, and
+        // not kept: the next record opens it again by its name.
+        (Some(Err(_)), _) => {
+            file = None;
+            kept.made_share = None;
+            spent
+        }
+        // None could be opened (an unwritable state directory, where the log is not
+        // written either): a fresh one.
+        (None, _) => Share::default(),
     };
     let out = f(&mut share, held.as_ref().map(|_| &mut *kept));
     if let (Some(f), Ok(body)) = (file.as_mut(), serde_json::to_vec(&share)) {
@@ -437,6 +446,12 @@ fn locked<T>(
             true => f.set_len(body.len() as u64),
             false => Ok(()),
         });
+        // A share another node may read next (the session's jobs may run: it is not kept)
+        // reaches the server before the lock is let go, on a filesystem other hosts share.
+        let shared = *kept.shares_networked.get_or_insert_with(|| agent_sandbox_sys::file::shared_over_network(f));
+        if !kept.keep_share && shared {
+            let _ = f.sync_data();
+        }
     }
     drop(held);
     kept.lock = lock_file;
@@ -626,10 +641,18 @@ impl AuditLog {
             Some(k) => k.live(path),
             None => {
                 unlocked = open_live(path);
-                unlocked.as_ref().map_err(|e| std::io::Error::new(e.kind(), e.to_string()))
+                let f = unlocked.as_ref().map_err(|e| std::io::Error::new(e.kind(), e.to_string()));
+                f.map(|f| (f, agent_sandbox_sys::file::shared_over_network(f)))
             }
         };
-        let written = file.and_then(|f| {
+        let written = file.and_then(|(f, shared)| {
+            // On a filesystem other hosts share, the size an append writes at is the one this
+            // host knows: asked of the server first, so that a line another node appended
+            // under the lock is not written over (NFS revalidates it only when its cache
+            // says so).
+            if shared && locked {
+                agent_sandbox_sys::file::refresh(f)?;
+            }
             // One write of the whole line with O_APPEND: a writer without the lock (an
             // older version) does not interleave with it.
             let n = (&*f).write(&line);
@@ -640,6 +663,14 @@ impl AuditLog {
                     let _ = f.metadata().and_then(|m| f.set_len(m.len().saturating_sub(*part as u64)));
                 }
                 return Err(n.err().unwrap_or_else(|| std::io::Error::other("short write (disk full?)")));
+            }
+            // On a filesystem other hosts share, the line reaches the server before the lock
+            // is let go: a writer on another node then appends after it, not over it (a write
+            // stays in this host's cache until then; the `stat` this append once made flushed
+            // it as a side effect). An error the server reports (quota, disk full) is this
+            // record's.
+            if shared {
+                f.sync_data()?;
             }
             // Bounded: past MAX_BYTES the log moves to `audit.jsonl.1`, the older ones one
             // place on (the oldest is dropped). Under the lock, where the descriptor is the live
@@ -678,19 +709,22 @@ fn open_live(path: &Path) -> std::io::Result<std::fs::File> {
 impl Kept {
     /// The kept descriptor of the live log, opened again when it is not the file at `path`
     /// any more (another writer rotated it, or none was kept yet).
-    fn live(&mut self, path: &Path) -> std::io::Result<&std::fs::File> {
+    /// Also whether other hosts share its filesystem.
+    fn live(&mut self, path: &Path) -> std::io::Result<(&std::fs::File, bool)> {
         // Identities as this host knows them: an inode's number never changes, and the name's
         // is what the path leads to now (a round trip to revalidate it where the cache says
         // so, but not the attributes' refresh a plain `stat` asks after every append on NFS).
         use agent_sandbox_sys::file::{known_at, known_of};
-        let same = |f: &std::fs::File| match (known_of(f), known_at(path)) {
+        let same = |(f, _): &(std::fs::File, bool)| match (known_of(f), known_at(path)) {
             (Ok(a), Ok(b)) => (a.dev, a.ino) == (b.dev, b.ino),
             _ => false,
         };
         if !self.log.as_ref().is_some_and(same) {
-            self.log = Some(open_live(path)?);
+            let f = open_live(path)?;
+            let shared = agent_sandbox_sys::file::shared_over_network(&f);
+            self.log = Some((f, shared));
         }
-        self.log.as_ref().ok_or_else(|| std::io::Error::other("no log"))
+        self.log.as_ref().map(|(f, n)| (f, *n)).ok_or_else(|| std::io::Error::other("no log"))
     }
 }
 
@@ -1087,6 +1121,34 @@ mod tests {
         assert!(all.iter().any(|r| r.event == "session_start"), "the start is written");
         assert!(all.iter().any(|r| r.decision.as_deref() == Some("before-any-job")), "the kept share was used");
         assert!(!all.iter().any(|r| r.decision.as_deref() == Some("after-the-job")), "the spent share was not read");
+    }
+
+    #[test]
+    fn a_kept_share_that_cannot_be_read_counts_as_spent_and_is_opened_again() {
+        // A kept share whose file went away under it (ESTALE on NFS) reads as an error: the
+        // record is not written on a fresh budget, and the next record opens the share by
+        // its name.
+        let dir = tempfile::tempdir().unwrap();
+        let a = AuditLog::new(dir.path());
+        a.open_ahead();
+        let share = share_file(a.path(), &a.session);
+        {
+            let mut kept = a.inner.kept.lock().unwrap();
+            // Write-only: a read of it fails, as a read of a stale NFS handle does.
+            let unreadable = std::fs::OpenOptions::new().write(true).open(&share).unwrap();
+            kept.made_share = Some((share.clone(), unreadable));
+        }
+        let decided = |d: &str| {
+            let mut r = a.record("slurm");
+            r.decision = Some(d.into());
+            a.write(&r);
+        };
+        decided("on-an-unreadable-share");
+        decided("after-it-was-opened-again");
+        let all = read(dir.path(), None).unwrap();
+        let has = |d: &str| all.iter().any(|r| r.decision.as_deref() == Some(d));
+        assert!(!has("on-an-unreadable-share"), "written on a fresh budget");
+        assert!(has("after-it-was-opened-again"), "the share was not opened again by its name");
     }
 
     #[test]

@@ -60,6 +60,10 @@ const SIDE_BY_SIDE: usize = 8;
 /// `work(item)` for every item, on up to `SIDE_BY_SIDE` threads that end before it returns;
 /// the answers in the items' order.
 pub(crate) fn side_by_side<T: Sync, R: Send + Default + Clone>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    // One item: nothing to overlap, no thread.
+    if let [one] = items {
+        return vec![work(one)];
+    }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let out = std::sync::Mutex::new(vec![R::default(); items.len()]);
     // On stacks of their own, unmapped when they end: glibc would keep each for a thread to
@@ -793,6 +797,7 @@ impl HostFacts {
             true => (read("/etc/subgid"), find_newgidmap()),
             false => (String::new(), None),
         };
+        crate::timing::mark("facts-local");
         // The state directory and the user's configs side by side (round trips each on a
         // home on NFS).
         let state = || {

@@ -107,6 +107,7 @@ impl Context {
         let project = opts.project.clone().unwrap_or_else(|| cwd.clone());
         let project = if project.is_absolute() { project } else { cwd.join(project) };
         let who = host::Who::gather()?;
+        timing::mark("who");
         let read_ahead = match ahead {
             true => {
                 let xdg = std::env::var("XDG_CONFIG_HOME").ok();
@@ -512,7 +513,12 @@ impl Launch {
         for w in &plan.warnings {
             eprintln!("agent-sandbox: warning: {w}");
         }
-        let started = Started::record(&plan, &origin, &facts, log);
+        // The start's record, written while PID 1 builds the root (`jail::Moments`).
+        let events = Started::events(&origin);
+        let started = std::cell::OnceCell::new();
+        let record_start = || {
+            started.get_or_init(|| Started::record(&plan, events, &facts, log));
+        };
         // `agent-sandbox allow` reaches a session with a supervisor through this socket.
         let control =
             plan.net.matcher.is_some().then(|| crate::net::control::socket_path(&facts.sockets_dir(), &log.session));
@@ -535,7 +541,9 @@ impl Launch {
         session.withheld = plan.net.credentials.iter().flat_map(|r| r.keys.iter().map(|k| k.env.clone())).collect();
         let net = session::SessionNet { control, jobs, peers, announce };
         let slurm = SlurmSide { door: &door, session, policy: &policy };
-        let outcome = run_jail(&plan, early, &banner, lock, slurm, net, log)?;
+        let moments = jail::Moments { building: &record_start, ready: &banner };
+        let outcome = run_jail(&plan, early, &moments, lock, slurm, net, log)?;
+        let started = started.into_inner().unwrap_or_else(|| Started::record(&plan, events, &facts, log));
         Ok(started.finish(outcome, &plan, log))
     }
 }
@@ -634,12 +642,22 @@ struct Started {
 }
 
 impl Started {
-    /// The start's audit record and status line.
-    fn record(plan: &Plan, origin: &Origin, facts: &host::HostFacts, log: &AuditLog) -> Started {
-        let (start_event, end_event, job) = match origin {
+    /// The start's and the end's events, and the job's id (a job's task).
+    fn events(origin: &Origin) -> (&'static str, &'static str, Option<u32>) {
+        match origin {
             Origin::Session { .. } => ("session_start", "session_end", None),
             Origin::Job { job, .. } => ("job_start", "job_end", *job),
-        };
+        }
+    }
+
+    /// The start's audit record and status line.
+    fn record(
+        plan: &Plan,
+        events: (&'static str, &'static str, Option<u32>),
+        facts: &host::HostFacts,
+        log: &AuditLog,
+    ) -> Started {
+        let (start_event, end_event, job) = events;
         let log_start = crate::status::enabled().then(|| std::fs::metadata(log.path()).map(|m| m.len()).unwrap_or(0));
         let mut start = log.record(start_event);
         start.project = Some(plan.project.display().to_string());
@@ -712,7 +730,7 @@ struct SlurmSide<'a> {
 fn run_jail(
     plan: &Plan,
     early: Option<jail::userns::Early>,
-    banner: &dyn Fn(),
+    moments: &jail::Moments<'_>,
     lock: jail::placeholders::ProjectLock,
     slurm: SlurmSide,
     net: session::SessionNet,
@@ -759,7 +777,7 @@ fn run_jail(
     let (mut jobs, mut peers) = (jobs, peers);
     let mut net_start =
         |fds| crate::net::start(&plan.net, fds, Some(log.clone()), control.clone(), jobs.take(), peers.take());
-    jail::run(plan, early, banner, lock, &mut net_start, lazy, log)
+    jail::run(plan, early, moments, lock, &mut net_start, lazy, log)
 }
 
 #[cfg(test)]

@@ -191,6 +191,10 @@ exit "$rc""#,
         .unwrap_or_else(|e| panic!("slowfs wrote no counts of `run -- true`: {e}\n{out}"));
     let metadata = metadata_requests(&counts);
     eprintln!("slowfs counts of `run -- true` ({metadata} metadata requests):\n{counts}");
+    // Each audit record reaches the server before the log's lock is let go (a writer on
+    // another node appends after it, not over it): the session's start and end, at least.
+    let fsyncs: u64 = counts.lines().find_map(|l| l.strip_prefix("fsync ")?.trim().parse().ok()).unwrap_or(0);
+    assert!(fsyncs >= 2, "the audit records were not flushed to the server ({fsyncs} fsync)\n{counts}");
     assert!(
         metadata <= max_requests,
         "`run -- true` made {metadata} metadata requests on its home and project (at most {max_requests}): each \

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 pub fn run(
     plan: &Plan,
     anchors: &[crate::plan::anchor::Anchor],
-    banner: &dyn Fn(),
+    moments: &super::Moments<'_>,
     lazy: Option<Lazy<'_>>,
 ) -> Result<Outcome, JailError> {
     let Some(ll) = &plan.landlock else {
@@ -55,7 +55,8 @@ pub fn run(
         Ok(r) => r,
         Err(why) => return fail(why),
     };
-    banner();
+    (moments.building)();
+    (moments.ready)();
     let Ready { sfd, report: (report_r, report_w), sweeper } = ready;
     let (sweeper, ends) = match sweeper {
         Some(((go_r, go_w), (done_r, done_w))) => (Some((go_w, done_r)), Some(SweeperEnds { go: go_r, done: done_w })),

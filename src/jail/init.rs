@@ -71,7 +71,7 @@ pub fn child_main(shape: &Shape, sock: RawFd, launcher_end: RawFd) -> isize {
         Ok(s) => s,
         Err(e) => return failed(format!("cannot seal the jail: {e}")),
     };
-    supervise(&blueprint, sock, slave, shape.pty, sealed, &guard)
+    supervise(blueprint, sock, slave, shape.pty, sealed, &guard)
 }
 
 /// Out of the launcher's session and process group, first thing: the terminal's signals
@@ -311,7 +311,7 @@ impl SignalPassing {
 /// PID 1's life after the root is made: starts the command (and the git guard that serves its
 /// calls), passes on the launcher's signals, and ends when the command does, saying how.
 fn supervise(
-    plan: &Blueprint,
+    plan: Blueprint,
     sock: RawFd,
     slave: Option<OwnedFd>,
     pty: Option<TtyFds>,
@@ -328,7 +328,7 @@ fn supervise(
         let _ = msg::send(sock, &Msg::Error("cannot create a signalfd in the jail".into()));
         return 126;
     };
-    let guard_pair = match guard_pair(plan, guard_prog) {
+    let guard_pair = match guard_pair(&plan, guard_prog) {
         Ok(p) => p,
         Err(e) => {
             let _ = msg::send(sock, &Msg::Error(e));
@@ -337,7 +337,7 @@ fn supervise(
     };
     crate::timing::mark("child-sealed");
     let guard = guard_pair.as_ref().map(|(_, c)| super::command::GuardStart { prog: guard_prog, sock: c.as_raw_fd() });
-    let child = match super::command::spawn(plan, &sealed, slave.as_ref(), pty, guard) {
+    let child = match super::command::spawn(&plan, &sealed, slave.as_ref(), pty, guard) {
         Ok(child) => child,
         Err(e) => {
             let _ = msg::send(sock, &Msg::Error(format!("cannot start the command: {e}")));
@@ -349,6 +349,9 @@ fn supervise(
     if let (Some(pair), Some(g)) = (guard_pair, &plan.git_guard) {
         serve_guard(pair, g, sock);
     }
+    // The rest of the session needs nothing of the plan: its mounts, environment and anchors
+    // are given back (trimmed with the heap below), not held by every idle session's init.
+    drop(plan);
     crate::timing::mark("child-forked");
     let mut trim = agent_sandbox_sys::memory::TrimLater::new();
     let mut passing = SignalPassing::default();

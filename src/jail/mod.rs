@@ -97,6 +97,14 @@ impl Outcome {
 /// proxies' listeners): given by the launcher, so the jail knows nothing of the supervisor.
 pub type NetStart<'a> = &'a mut dyn FnMut(Vec<std::os::fd::OwnedFd>) -> std::io::Result<()>;
 
+/// What the launcher does at two moments of the jail's start: once PID 1 has its plan and
+/// builds the root (the start's audit record, written meanwhile: on a network home its round
+/// trips overlap the build), and once the jail is ready (the banner).
+pub struct Moments<'a> {
+    pub building: &'a dyn Fn(),
+    pub ready: &'a dyn Fn(),
+}
+
 pub fn stdio_ttys() -> TtyFds {
     // SAFETY: isatty only inspects the descriptor number.
     TtyFds([0, 1, 2].map(|fd| unsafe { libc::isatty(fd) == 1 }))
@@ -108,7 +116,7 @@ pub fn stdio_ttys() -> TtyFds {
 pub fn run(
     plan: &Plan,
     early: Option<userns::Early>,
-    banner: &dyn Fn(),
+    moments: &Moments<'_>,
     mut lock: placeholders::ProjectLock,
     net_start: NetStart<'_>,
     lazy: Option<door::Lazy<'_>>,
@@ -141,6 +149,7 @@ pub fn run(
             &with_made
         }
     };
+    crate::timing::mark("made");
     crate::test_pause::pause_for_test("made");
     // Before anything of the jail runs: a launcher killed from here on is cleaned up after.
     lock.hand_to_waiter();
@@ -164,13 +173,14 @@ pub fn run(
         warning.iter().for_each(|w| eprintln!("agent-sandbox: warning: {w}"));
         s
     });
+    crate::timing::mark("taken");
     let started = links::start_stamp();
     let (result, heard) = match plan.backend {
-        BackendKind::Userns => match userns::run(plan, anchors, early, banner, net_start, lazy, audit) {
+        BackendKind::Userns => match userns::run(plan, anchors, early, moments, net_start, lazy, audit) {
             Ok((outcome, heard)) => (Ok(outcome), heard),
             Err(e) => (Err(e), links::Heard::default()),
         },
-        BackendKind::Landlock => (fallback::run(plan, anchors, banner, lazy), links::Heard::default()),
+        BackendKind::Landlock => (fallback::run(plan, anchors, moments, lazy), links::Heard::default()),
     };
     // Every process of the jail is gone: the links it left where something outside follows
     // them are removed (under Landlock the only check; under userns the guard's second, left

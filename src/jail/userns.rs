@@ -98,7 +98,7 @@ pub fn run(
     plan: &Plan,
     anchors: &[crate::plan::anchor::Anchor],
     early: Option<Early>,
-    banner: &dyn Fn(),
+    moments: &super::Moments<'_>,
     net_start: super::NetStart<'_>,
     lazy: Option<super::door::Lazy<'_>>,
     audit: &crate::audit::AuditLog,
@@ -124,6 +124,7 @@ pub fn run(
             _ => JailError::Build(child_death_reason(pid)),
         });
     }
+    (moments.building)();
     // Compiled here while the jail builds its filesystem in parallel, then handed over.
     let prog = super::seccomp::build_program(&super::seccomp::SeccompOptions {
         allow_nested_userns: plan.seccomp.nested_userns,
@@ -149,7 +150,7 @@ pub fn run(
         Ok(_) | Err(_) => return Err(JailError::Build(child_death_reason(pid))),
     };
     crate::timing::mark("ready");
-    banner();
+    (moments.ready)();
     msg::send(sock, &Msg::Start { seal: prog, guard }).map_err(|e| JailError::Channel(e.to_string()))?;
     let launched = early.take()?;
     super::limits::arm_timeout(plan.limits.timeout, launched.pid);

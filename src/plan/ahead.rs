@@ -106,12 +106,14 @@ struct Home {
 /// what programs outside run from the project's repositories.
 fn read(home: &Home, asked: &Path, watch: &Watch) -> Option<Read> {
     let fs = RealFs::default();
+    crate::timing::mark("ahead-started");
     let project = super::project_basics(&home.canonical, &fs, asked).ok()?;
     // Before anything is listed: a change from here on is seen by `view_of`. Side by side:
     // each is a walk of the state directory's path, a round trip a name on NFS.
     let paths = watch(&project);
     let watched: Vec<(PathBuf, Stamp)> =
         paths.iter().cloned().zip(crate::host::side_by_side(&paths, |p| stamp(p))).collect();
+    crate::timing::mark("ahead-stamped");
     // The launch's listings of the home (`launch::planned`), and where the plan asks a dozen
     // names two levels into it (tools' data and state directories: `~/.local/share/uv`,
     // `~/.local/state/nvim`), most absent: on a copy of the view, beside the project's chain.
@@ -126,7 +128,8 @@ fn read(home: &Home, asked: &Path, watch: &Watch) -> Option<Read> {
     // by side (each a chain of round trips), the walk on a copy whose answers are taken back.
     let (named, xdg, inside) = (&home.named, home.xdg_config.as_deref(), project.as_path());
     let project_chain = || {
-        fs.list(inside);
+        // Read now, not only named: the copy below must hold it, or each would list it again.
+        fs.list_side_by_side(std::slice::from_ref(&project));
         let side = fs.clone();
         let walk = move || {
             let (nested, _) = super::runs_outside::nested_dirs(&side, inside);
@@ -140,6 +143,7 @@ fn read(home: &Home, asked: &Path, watch: &Watch) -> Option<Read> {
     };
     let (listed, ()) = crate::host::together(list_home, project_chain);
     fs.absorb(listed);
+    crate::timing::mark("ahead-read");
     Some(Read { project, fs, watched })
 }
 

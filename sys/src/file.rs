@@ -77,13 +77,21 @@ pub fn known_at(path: &Path) -> std::io::Result<Known> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    known(libc::AT_FDCWD, &c, libc::AT_SYMLINK_NOFOLLOW)
+    known(libc::AT_FDCWD, &c, libc::AT_SYMLINK_NOFOLLOW | libc::AT_STATX_DONT_SYNC)
 }
 
 /// `Known` of the open file `f`.
 pub fn known_of(f: &std::fs::File) -> std::io::Result<Known> {
     use std::os::fd::AsRawFd;
-    known(f.as_raw_fd(), c"", libc::AT_EMPTY_PATH)
+    known(f.as_raw_fd(), c"", libc::AT_EMPTY_PATH | libc::AT_STATX_DONT_SYNC)
+}
+
+/// `Known` of the open file `f` as its server has it now (`AT_STATX_FORCE_SYNC`: a round trip
+/// on a network filesystem, where it also updates what this host knows: the size an append
+/// then writes at includes another host's appends).
+pub fn refresh(f: &std::fs::File) -> std::io::Result<Known> {
+    use std::os::fd::AsRawFd;
+    known(f.as_raw_fd(), c"", libc::AT_EMPTY_PATH | libc::AT_STATX_FORCE_SYNC)
 }
 
 fn known(dir: libc::c_int, path: &std::ffi::CStr, flags: libc::c_int) -> std::io::Result<Known> {
@@ -92,7 +100,7 @@ fn known(dir: libc::c_int, path: &std::ffi::CStr, flags: libc::c_int) -> std::io
     let (rc, st) = unsafe {
         let mut st: libc::statx = std::mem::zeroed();
         let mask = libc::STATX_INO | libc::STATX_SIZE;
-        let rc = libc::statx(dir, path.as_ptr(), flags | libc::AT_STATX_DONT_SYNC, mask, &mut st);
+        let rc = libc::statx(dir, path.as_ptr(), flags, mask, &mut st);
         (rc, st)
     };
     if rc != 0 {
@@ -100,6 +108,49 @@ fn known(dir: libc::c_int, path: &std::ffi::CStr, flags: libc::c_int) -> std::io
     }
     let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
     Ok(Known { dev, ino: st.stx_ino, size: st.stx_size })
+}
+
+/// Whether `f` is on a filesystem other hosts share: NFS, SMB, Lustre, GPFS, CephFS, BeeGFS,
+/// AFS, 9p, GFS2, OCFS2, PanFS, or FUSE other than a local block device's (sshfs and the like;
+/// the benches' stand-in for NFS). Another host sees this host's writes there only once they
+/// reach the server, which a write alone does not make happen. Told from this host's mount
+/// table by the file's device (`statfs` would ask the server, a round trip on NFS).
+pub fn shared_over_network(f: &std::fs::File) -> bool {
+    let Ok(k) = known_of(f) else { return false };
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    fs_type_of(&mountinfo, k.dev).is_some_and(is_shared_fs)
+}
+
+/// The filesystem type of the mount of device `dev` in a `/proc/self/mountinfo` text.
+fn fs_type_of(mountinfo: &str, dev: u64) -> Option<&str> {
+    let want = format!("{}:{}", libc::major(dev), libc::minor(dev));
+    mountinfo.lines().find_map(|l| {
+        let mut fields = l.split(' ');
+        (fields.nth(2)? == want).then_some(())?;
+        l.split_once(" - ")?.1.split(' ').next()
+    })
+}
+
+fn is_shared_fs(kind: &str) -> bool {
+    const SHARED: [&str; 16] = [
+        "nfs",
+        "nfs4",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "lustre",
+        "gpfs",
+        "ceph",
+        "beegfs",
+        "afs",
+        "9p",
+        "gfs2",
+        "ocfs2",
+        "panfs",
+        "glusterfs",
+        "wekafs",
+    ];
+    SHARED.contains(&kind) || (kind.starts_with("fuse") && kind != "fuseblk")
 }
 
 #[cfg(test)]
@@ -119,10 +170,29 @@ mod tests {
         let f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
         std::io::Write::write_all(&mut &f, b"678").unwrap();
         assert_eq!(known_of(&f).unwrap(), Known { size: 8, ..k }, "this host's write is known");
+        assert_eq!(refresh(&f).unwrap(), Known { size: 8, ..k });
         std::os::unix::fs::symlink(&p, dir.join("l")).unwrap();
         assert_ne!(known_at(&dir.join("l")).unwrap().ino, k.ino, "a link is not followed");
         assert!(known_at(&dir.join("none")).is_err());
+        // This machine's temporary directory is on a local disk or in memory.
+        assert!(!shared_over_network(&f));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_files_filesystem_is_told_from_the_mount_table_by_its_device() {
+        let table = "22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda1 rw\n\
+                     40 22 0:52 / /home rw,relatime shared:20 - nfs4 srv:/home rw,vers=4.2\n\
+                     41 22 0:53 / /scratch rw - lustre 10.0.0.1@o2ib:/scratch rw\n\
+                     42 22 0:54 / /mnt/s rw,nosuid - fuse.sshfs u@h:/ rw\n\
+                     43 22 8:17 / /mnt/w rw - fuseblk /dev/sdb1 rw\n";
+        let dev = |a: u32, b: u32| libc::makedev(a, b);
+        assert_eq!(fs_type_of(table, dev(0, 52)), Some("nfs4"));
+        assert_eq!(fs_type_of(table, dev(254, 0)), Some("ext4"));
+        assert_eq!(fs_type_of(table, dev(9, 9)), None);
+        let shared = |a, b| fs_type_of(table, dev(a, b)).is_some_and(is_shared_fs);
+        assert!(shared(0, 52) && shared(0, 53) && shared(0, 54));
+        assert!(!shared(254, 0) && !shared(8, 17), "ext4, and FUSE over a local disk");
     }
 
     #[test]

@@ -26,12 +26,14 @@ pub enum Op {
     Create,
     Statfs,
     Access,
+    /// A flush to the server's disk (NFS's COMMIT, or a stable WRITE): a round trip.
+    Fsync,
     Xattr,
     Read,
     Write,
 }
 
-const NAMES: [&str; 21] = [
+const NAMES: [&str; 22] = [
     "lookup",
     "getattr",
     "setattr",
@@ -50,6 +52,7 @@ const NAMES: [&str; 21] = [
     "create",
     "statfs",
     "access",
+    "fsync",
     "xattr",
     "read",
     "write",
@@ -67,7 +70,7 @@ impl Op {
 }
 
 #[derive(Clone, Default)]
-pub struct Counters(Arc<[AtomicU64; 21]>);
+pub struct Counters(Arc<[AtomicU64; 22]>);
 
 impl Counters {
     pub fn add(&self, op: Op) {

@@ -331,8 +331,8 @@ impl SlowFs {
 
 impl Filesystem for SlowFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.trip(Op::Lookup);
         self.trace(Op::Lookup, parent, Some(name));
+        self.trip(Op::Lookup);
         match self.entry(parent, name) {
             Ok(a) => reply.entry(&self.ttl, &a, Generation(0)),
             // With a cache, absence is cached too (node 0: a negative entry), as NFS's
@@ -388,8 +388,8 @@ impl Filesystem for SlowFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.trip(Op::Getattr);
         self.trace(Op::Getattr, ino, None);
+        self.trip(Op::Getattr);
         match self.fd(ino).and_then(|fd| stat_fd(&fd)) {
             Ok(st) => reply.attr(&self.ttl, &attr(ino.0, &st)),
             Err(e) => reply.error(e),
@@ -414,8 +414,8 @@ impl Filesystem for SlowFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.trip(Op::Setattr);
         self.trace(Op::Setattr, ino, None);
+        self.trip(Op::Setattr);
         match self.do_setattr(ino, Change { mode, uid, gid, size, times: (atime, mtime), fh }) {
             Ok(a) => reply.attr(&self.ttl, &a),
             Err(e) => reply.error(e),
@@ -424,8 +424,8 @@ impl Filesystem for SlowFs {
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         use std::os::unix::ffi::OsStrExt;
-        self.trip(Op::Readlink);
         self.trace(Op::Readlink, ino, None);
+        self.trip(Op::Readlink);
         match self.fd(ino).and_then(|fd| nix::fcntl::readlinkat(&*fd, "").map_err(errno)) {
             Ok(t) => reply.data(t.as_bytes()),
             Err(e) => reply.error(e),
@@ -433,8 +433,8 @@ impl Filesystem for SlowFs {
     }
 
     fn mknod(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, rdev: u32, reply: ReplyEntry) {
-        self.trip(Op::Mknod);
         self.trace(Op::Mknod, parent, Some(name));
+        self.trip(Op::Mknod);
         let r = self.fd(parent).and_then(|p| {
             nix::sys::stat::mknodat(
                 &*p,
@@ -452,8 +452,8 @@ impl Filesystem for SlowFs {
     }
 
     fn mkdir(&self, req: &Request, parent: INodeNo, name: &OsStr, mode: u32, umask: u32, reply: ReplyEntry) {
-        self.trip(Op::Mkdir);
         self.trace(Op::Mkdir, parent, Some(name));
+        self.trip(Op::Mkdir);
         let r = self.fd(parent).and_then(|p| {
             nix::sys::stat::mkdirat(&*p, name, Mode::from_bits_truncate(mode & !umask & 0o7777)).map_err(errno)
         });
@@ -464,8 +464,8 @@ impl Filesystem for SlowFs {
     }
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.trip(Op::Unlink);
         self.trace(Op::Unlink, parent, Some(name));
+        self.trip(Op::Unlink);
         match self
             .fd(parent)
             .and_then(|p| nix::unistd::unlinkat(&*p, name, nix::unistd::UnlinkatFlags::NoRemoveDir).map_err(errno))
@@ -476,8 +476,8 @@ impl Filesystem for SlowFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.trip(Op::Rmdir);
         self.trace(Op::Rmdir, parent, Some(name));
+        self.trip(Op::Rmdir);
         match self
             .fd(parent)
             .and_then(|p| nix::unistd::unlinkat(&*p, name, nix::unistd::UnlinkatFlags::RemoveDir).map_err(errno))
@@ -488,8 +488,8 @@ impl Filesystem for SlowFs {
     }
 
     fn symlink(&self, req: &Request, parent: INodeNo, link_name: &OsStr, target: &Path, reply: ReplyEntry) {
-        self.trip(Op::Symlink);
         self.trace(Op::Symlink, parent, Some(link_name));
+        self.trip(Op::Symlink);
         match self.fd(parent).and_then(|p| nix::unistd::symlinkat(target, &*p, link_name).map_err(errno)) {
             Ok(()) => self.made(parent, link_name, req, reply),
             Err(e) => reply.error(e),
@@ -506,8 +506,8 @@ impl Filesystem for SlowFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.trip(Op::Rename);
         self.trace(Op::Rename, parent, Some(name));
+        self.trip(Op::Rename);
         let r = self.fd(parent).and_then(|p| {
             let np = self.fd(newparent)?;
             nix::fcntl::renameat2(&*p, name, &*np, newname, nix::fcntl::RenameFlags::from_bits_truncate(flags.bits()))
@@ -520,8 +520,8 @@ impl Filesystem for SlowFs {
     }
 
     fn link(&self, _req: &Request, ino: INodeNo, newparent: INodeNo, newname: &OsStr, reply: ReplyEntry) {
-        self.trip(Op::Link);
         self.trace(Op::Link, newparent, Some(newname));
+        self.trip(Op::Link);
         let r = self.fd(ino).and_then(|fd| {
             let np = self.fd(newparent)?;
             nix::unistd::linkat(&*fd, "", &*np, newname, AtFlags::AT_EMPTY_PATH).map_err(errno)
@@ -533,8 +533,8 @@ impl Filesystem for SlowFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.trip(Op::Open);
         self.trace(Op::Open, ino, None);
+        self.trip(Op::Open);
         match self.fd(ino).and_then(|fd| self.open_file(&fd, flags.0)) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(e),
@@ -602,7 +602,9 @@ impl Filesystem for SlowFs {
         reply.ok();
     }
 
-    fn fsync(&self, _req: &Request, _ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+    fn fsync(&self, _req: &Request, ino: INodeNo, fh: FileHandle, _datasync: bool, reply: ReplyEmpty) {
+        self.trace(Op::Fsync, ino, None);
+        self.trip(Op::Fsync);
         match self.file(fh).and_then(|f| f.sync_all().map_err(io_errno)) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(e),
@@ -610,8 +612,8 @@ impl Filesystem for SlowFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        self.trip(Op::Opendir);
         self.trace(Op::Opendir, ino, None);
+        self.trip(Op::Opendir);
         match self.fd(ino).and_then(|fd| self.list(&fd)) {
             Ok(entries) => {
                 let fh = self.next.fetch_add(1, Ordering::Relaxed);
@@ -633,8 +635,8 @@ impl Filesystem for SlowFs {
             true => Op::ReaddirEnd,
             false => Op::Readdir,
         };
-        self.trip(op);
         self.trace(op, ino, None);
+        self.trip(op);
         for (i, (ino, k, name)) in entries.iter().enumerate().skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
             if reply.add(INodeNo(*ino), (i + 1) as u64, *k, name) {
                 break;
@@ -653,8 +655,8 @@ impl Filesystem for SlowFs {
             true => Op::ReaddirEnd,
             false => Op::Readdir,
         };
-        self.trip(op);
         self.trace(op, ino, None);
+        self.trip(op);
         for (i, (_, _, name)) in entries.iter().enumerate().skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
             let next = (i + 1) as u64;
             // The kernel links no dentry for `.` and `..` and sends no forget for them: no
@@ -723,8 +725,8 @@ impl Filesystem for SlowFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.trip(Op::Create);
         self.trace(Op::Create, parent, Some(name));
+        self.trip(Op::Create);
         let r = (|| {
             let p = self.fd(parent)?;
             let oflags = OFlag::from_bits_truncate(flags) & !OFlag::O_NOFOLLOW | OFlag::O_CREAT | OFlag::O_CLOEXEC;

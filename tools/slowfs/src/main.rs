@@ -2,7 +2,7 @@
 //!
 //! A FUSE passthrough of a backing directory that sleeps a fixed delay before answering each
 //! metadata request (lookup, getattr, setattr, open, opendir, readdir, create, mkdir, mknod,
-//! unlink, rmdir, rename, link, symlink, readlink, statfs, access), as NFS, Lustre or GPFS
+//! unlink, rmdir, rename, link, symlink, readlink, statfs, access, fsync), as NFS, Lustre or GPFS
 //! pay a network round trip for each, and counts every request by kind. Data (read, write)
 //! goes through undelayed: what is measured is the metadata traffic.
 //!
