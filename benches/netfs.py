@@ -39,7 +39,7 @@ BLOCK = 5  # samples per timer process; blocks of the candidates alternate
 JOB_RUNS = int(os.environ.get("JOB_RUNS", "20"))
 SLURM_RUNS = int(os.environ.get("SLURM_RUNS", "10"))
 FILES = int(os.environ.get("FILES", "300"))
-SKIP = set(os.environ.get("SKIP", "").split(","))  # any of: job,slurm,guard
+SKIP = set(os.environ.get("SKIP", "").split(","))  # any of: startup,job,slurm,guard
 # A directory: slowfs traces each request (`--trace`), and the counted startup runs' requests
 # are saved there per tree (`startup-home.trace`, `startup-project.trace`: `µs kind path` a line),
 # and one start's timing marks (`startup-timing.txt`, the same clock).
@@ -429,7 +429,8 @@ def main():
         print("slowfs answers %d requests at once, lists %s; XDG_RUNTIME_DIR: %s"
               % (THREADS, "with attributes (READDIRPLUS)" if PLUS else "plainly (PLUS=0)",
                  runtime_dir() + " (private, local disk)" if RUNTIME else "unset (RUNTIME=0)"))
-        startup(sides)
+        if "startup" not in SKIP:
+            startup(sides)
         policy = os.path.join(WORK, "policy.toml")
         with open(policy, "w") as f:
             f.write("[slurm]\nqueries_per_minute = 1000000\n")

@@ -8,7 +8,7 @@
 # in mount namespaces of its own (the user's real home is untouched) and measures as the
 # unprivileged test user.
 #
-#   sudo benches/netfs.sh                   # DELAY_US=1000 RUNS=40 FILES=300 SKIP=job,slurm,guard BLOCK_PAUSE=2
+#   sudo benches/netfs.sh                   # DELAY_US=1000 RUNS=40 FILES=300 SKIP=startup,job,slurm,guard BLOCK_PAUSE=2
 #                                           # TRACE=DIR: one start's requests, a line each, per tree
 #                                           # RUNTIME=0: no XDG_RUNTIME_DIR (the sessions' sockets on the home)
 #                                           # THREADS=8: requests slowfs answers at once (nfsd's default)
