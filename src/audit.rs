@@ -366,7 +366,6 @@ fn locked<T>(
     kept: &std::sync::Mutex<Kept>,
     f: impl FnOnce(&mut Share, Option<&mut Kept>) -> T,
 ) -> T {
-    use std::io::Read;
     // Held through: the threads of this process share the lock's descriptor, and a `flock`
     // on one descriptor does not keep them from each other.
     let mut kept = kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -396,53 +395,14 @@ fn locked<T>(
     let path = share_file(live, session);
     // The share `open_ahead` made serves the next record as it is (see `Kept::made_share`).
     let made = kept.made_share.take().filter(|(p, _)| *p == path).map(|(_, f)| f);
-    let mut file = made.or_else(|| {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .ok()
-    });
-    if let Some(f) = file.as_mut() {
-        use std::io::Seek;
-        let _ = f.rewind();
-    }
-    let mut text = String::new();
-    // Read to its size as this host knows it (under the lock, every writer of this node has
-    // written by then; an open sees another node's): a read past it, or `read_to_string`'s
-    // own question of the size, asks the server again, a round trip on NFS. A share is a
-    // few hundred bytes.
-    let read = file.as_mut().map(|f| {
-        let size = agent_sandbox_sys::file::known_of(f).map_or(MAX_SHARE_BYTES, |k| k.size.min(MAX_SHARE_BYTES));
-        f.take(size).read_to_string(&mut text)
-    });
-    let spent = Share { full: SESSION_SHARE, minimal: MINIMAL_SHARE, ..Default::default() };
-    let mut share = match (read, text.trim()) {
-        (Some(Ok(_)), "") => Share::default(),
-        // Unreadable: the share counts as spent (its records are counted, not written).
-        (Some(Ok(_)), t) => serde_json::from_str(t).unwrap_or(spent),
-        // A share that cannot be read (a kept one removed on NFS: ESTALE) is spent too, and
-        // not kept: the next record opens it again by its name.
-        (Some(Err(_)), _) => {
-            file = None;
-            kept.made_share = None;
-            spent
-        }
-        // None could be opened (an unwritable state directory, where the log is not
-        // written either): a fresh one.
-        (None, _) => Share::default(),
-    };
+    let (mut file, mut share, read_len) = open_share(&path, made);
     let out = f(&mut share, held.as_ref().map(|_| &mut *kept));
     if let (Some(f), Ok(body)) = (file.as_mut(), serde_json::to_vec(&share)) {
         // Written over the old one, cut only where it is shorter (counts only grow: seldom).
         // A truncation first would be a round trip to NFS at every record, and would leave an
         // empty share (a fresh budget) to a crash in between.
         use std::os::unix::fs::FileExt;
-        let _ = f.write_all_at(&body, 0).and_then(|()| match text.len() > body.len() {
+        let _ = f.write_all_at(&body, 0).and_then(|()| match read_len > body.len() {
             true => f.set_len(body.len() as u64),
             false => Ok(()),
         });
@@ -459,6 +419,56 @@ fn locked<T>(
         kept.made_share = file.map(|f| (path, f));
     }
     out
+}
+
+/// The share at `path` (`made`: the one kept open, if any), what it says, and how many bytes
+/// were read of it. A share that cannot be read counts as spent (its records are counted,
+/// not written); one that cannot be opened (an unwritable state directory, where the log is
+/// not written either) as fresh.
+fn open_share(path: &Path, made: Option<std::fs::File>) -> (Option<std::fs::File>, Share, usize) {
+    use std::io::Read;
+    let open = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .ok()
+    };
+    // Read to its size as this host knows it (under the lock, every writer of this node has
+    // written by then; an open sees another node's): a read past it, or `read_to_string`'s
+    // own question of the size, asks the server again, a round trip on NFS. A share is a
+    // few hundred bytes.
+    let read = |f: &mut std::fs::File, text: &mut String| {
+        use std::io::Seek;
+        f.rewind()?;
+        let size = agent_sandbox_sys::file::known_of(f).map_or(MAX_SHARE_BYTES, |k| k.size.min(MAX_SHARE_BYTES));
+        f.take(size).read_to_string(text)
+    };
+    let kept_one = made.is_some();
+    let mut file = made.or_else(open);
+    let mut text = String::new();
+    let mut got = file.as_mut().map(|f| read(f, &mut text));
+    // A kept share that cannot be read (removed under it: ESTALE on NFS) is opened again by
+    // its name, once.
+    if kept_one && matches!(got, Some(Err(_))) {
+        text.clear();
+        file = open();
+        got = file.as_mut().map(|f| read(f, &mut text));
+    }
+    let spent = Share { full: SESSION_SHARE, minimal: MINIMAL_SHARE, ..Default::default() };
+    let share = match (got, text.trim()) {
+        (Some(Ok(_)), "") => Share::default(),
+        (Some(Ok(_)), t) => serde_json::from_str(t).unwrap_or(spent),
+        // Not even by its name: spent (this record and what this process left out go
+        // uncounted), and not written or kept.
+        (Some(Err(_)), _) => return (None, spent, 0),
+        (None, _) => Share::default(),
+    };
+    (file, share, text.len())
 }
 
 impl AuditLog {
@@ -630,14 +640,14 @@ impl AuditLog {
     /// a short write, a full disk, is cut back). Called with the log's lock held.
     /// Appends the line of `r`; `kept`: the process's descriptors, when the log's lock is held
     /// (a rotation is made only then).
-    fn append(&self, r: &Record, kept: Option<&mut Kept>) -> Option<u64> {
+    fn append(&self, r: &Record, mut kept: Option<&mut Kept>) -> Option<u64> {
         let path = &self.inner.path;
         let mut line = serde_json::to_vec(r).ok()?;
         line.push(b'\n');
         let locked = kept.is_some();
         let unlocked;
         // Under the lock, the kept descriptor is the live file (checked), as an open is.
-        let file = match kept {
+        let file = match kept.as_deref_mut() {
             Some(k) => k.live(path),
             None => {
                 unlocked = open_live(path);
@@ -650,27 +660,40 @@ impl AuditLog {
             // host knows: asked of the server first, so that a line another node appended
             // under the lock is not written over (NFS revalidates it only when its cache
             // says so).
-            if shared && locked {
-                agent_sandbox_sys::file::refresh(f)?;
-            }
+            let start = match shared && locked {
+                true => Some(agent_sandbox_sys::file::refresh(f)?.size),
+                false => None,
+            };
             // One write of the whole line with O_APPEND: a writer without the lock (an
             // older version) does not interleave with it.
             let n = (&*f).write(&line);
+            // Cut back to where this line began, so the next record does not glue onto part of
+            // it (under the lock, the file ends with what this write left).
+            let cut_back = |written: u64| {
+                let to = match start {
+                    Some(s) => Ok(s),
+                    None => f.metadata().map(|m| m.len().saturating_sub(written)),
+                };
+                let _ = to.and_then(|to| f.set_len(to)).and_then(|()| if shared { f.sync_data() } else { Ok(()) });
+            };
             if !matches!(n, Ok(n) if n == line.len()) {
-                // Torn: cut back, so the next record does not glue onto half of this one
-                // (under the lock, the file ends with what this write left).
                 if let (true, Ok(part)) = (locked, &n) {
-                    let _ = f.metadata().and_then(|m| f.set_len(m.len().saturating_sub(*part as u64)));
+                    cut_back(*part as u64);
                 }
                 return Err(n.err().unwrap_or_else(|| std::io::Error::other("short write (disk full?)")));
             }
             // On a filesystem other hosts share, the line reaches the server before the lock
             // is let go: a writer on another node then appends after it, not over it (a write
             // stays in this host's cache until then; the `stat` this append once made flushed
-            // it as a side effect). An error the server reports (quota, disk full) is this
-            // record's.
+            // it as a side effect). An error the server reports there (quota, disk full) is
+            // this record's, and nothing of it stays.
             if shared {
-                f.sync_data()?;
+                if let Err(e) = f.sync_data() {
+                    if locked {
+                        cut_back(line.len() as u64);
+                    }
+                    return Err(e);
+                }
             }
             // Bounded: past MAX_BYTES the log moves to `audit.jsonl.1`, the older ones one
             // place on (the oldest is dropped). Under the lock, where the descriptor is the live
@@ -690,6 +713,11 @@ impl AuditLog {
             Ok(()) => Some(line.len() as u64),
             Err(e) => {
                 eprintln!("agent-sandbox: cannot write the audit log {}: {e}", path.display());
+                // Not kept: a descriptor that failed (a log another node rotated and removed:
+                // ESTALE on NFS) is opened again by name at the next record.
+                if let Some(k) = kept {
+                    k.log = None;
+                }
                 None
             }
         }
@@ -1124,10 +1152,10 @@ mod tests {
     }
 
     #[test]
-    fn a_kept_share_that_cannot_be_read_counts_as_spent_and_is_opened_again() {
+    fn a_kept_share_that_cannot_be_read_is_opened_again_by_its_name() {
         // A kept share whose file went away under it (ESTALE on NFS) reads as an error: the
-        // record is not written on a fresh budget, and the next record opens the share by
-        // its name.
+        // share is opened again by its name, and the record counted there, not on a fresh
+        // budget and not left uncounted.
         let dir = tempfile::tempdir().unwrap();
         let a = AuditLog::new(dir.path());
         a.open_ahead();
@@ -1143,12 +1171,14 @@ mod tests {
             r.decision = Some(d.into());
             a.write(&r);
         };
+        // Spent, as the file by that name says: a fresh budget would write the record.
+        let spent = Share { full: SESSION_SHARE, minimal: MINIMAL_SHARE, ..Default::default() };
+        std::fs::write(&share, serde_json::to_vec(&spent).unwrap()).unwrap();
         decided("on-an-unreadable-share");
-        decided("after-it-was-opened-again");
         let all = read(dir.path(), None).unwrap();
-        let has = |d: &str| all.iter().any(|r| r.decision.as_deref() == Some(d));
-        assert!(!has("on-an-unreadable-share"), "written on a fresh budget");
-        assert!(has("after-it-was-opened-again"), "the share was not opened again by its name");
+        assert!(!all.iter().any(|r| r.decision.as_deref() == Some("on-an-unreadable-share")), "a fresh budget");
+        let after: Share = serde_json::from_str(&std::fs::read_to_string(&share).unwrap()).unwrap();
+        assert!(!after.suppressed.is_empty(), "the record left out is counted in the share by its name");
     }
 
     #[test]

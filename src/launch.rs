@@ -542,7 +542,9 @@ impl Launch {
         let net = session::SessionNet { control, jobs, peers, announce };
         let slurm = SlurmSide { door: &door, session, policy: &policy };
         let moments = jail::Moments { building: &record_start, ready: &banner };
-        let outcome = run_jail(&plan, early, &moments, lock, slurm, net, log)?;
+        // A jail that could not be built leaves the start's record and the refusal's, as
+        // when the start was recorded before it (the refusal: `recorded`).
+        let outcome = run_jail(&plan, early, &moments, lock, slurm, net, log).inspect_err(|_| record_start())?;
         let started = started.into_inner().unwrap_or_else(|| Started::record(&plan, events, &facts, log));
         Ok(started.finish(outcome, &plan, log))
     }

@@ -60,7 +60,7 @@ impl Raw {
                 return Err(std::io::Error::from_raw_os_error(libc::ENOMEM));
             }
             let base = (stack.addr() + guard) as *mut libc::c_void;
-            let mut id: libc::pthread_t = 0;
+            let mut id: libc::pthread_t = std::mem::zeroed();
             let mut rc = libc::pthread_attr_setstack(&mut attr, base, size);
             if rc == 0 {
                 rc = libc::pthread_create(&mut id, &attr, run, job.cast());
