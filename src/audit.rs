@@ -246,6 +246,13 @@ struct Share {
     since: u64,
 }
 
+impl Share {
+    /// A share with nothing left: its records are counted, not written.
+    fn spent() -> Share {
+        Share { full: SESSION_SHARE, minimal: MINIMAL_SHARE, ..Default::default() }
+    }
+}
+
 /// What one process of a session counts between two looks at its share: the rate of each
 /// kind this second, and records left out by the rate (moved into the share at least every
 /// `SYNC_EVERY`, at its next record, and when the process's log is dropped or flushed).
@@ -459,13 +466,12 @@ fn open_share(path: &Path, made: Option<std::fs::File>) -> (Option<std::fs::File
         file = open();
         got = file.as_mut().map(|f| read(f, &mut text));
     }
-    let spent = Share { full: SESSION_SHARE, minimal: MINIMAL_SHARE, ..Default::default() };
     let share = match (got, text.trim()) {
         (Some(Ok(_)), "") => Share::default(),
-        (Some(Ok(_)), t) => serde_json::from_str(t).unwrap_or(spent),
+        (Some(Ok(_)), t) => serde_json::from_str(t).unwrap_or_else(|_| Share::spent()),
         // Not even by its name: spent (this record and what this process left out go
         // uncounted), and not written or kept.
-        (Some(Err(_)), _) => return (None, spent, 0),
+        (Some(Err(_)), _) => return (None, Share::spent(), 0),
         (None, _) => Share::default(),
     };
     (file, share, text.len())
@@ -970,6 +976,18 @@ pub fn print_log(
 mod tests {
     use super::*;
 
+    /// Writes a Slurm record of `a` with this decision (a mark to find it by).
+    fn decided(a: &AuditLog, d: &str) {
+        let mut r = a.record("slurm");
+        r.decision = Some(d.into());
+        a.write(&r);
+    }
+
+    /// Whether a record with this decision is in the log of `dir`.
+    fn has_decision(dir: &Path, d: &str) -> bool {
+        read(dir, None).unwrap().iter().any(|r| r.decision.as_deref() == Some(d))
+    }
+
     #[test]
     fn rfc3339_dates() {
         assert_eq!(format_rfc3339(0, 0), "1970-01-01T00:00:00.000Z");
@@ -1131,24 +1149,18 @@ mod tests {
         let a = AuditLog::new(dir.path());
         a.open_ahead();
         a.write(&a.record("session_start"));
-        let spent = Share { full: SESSION_SHARE, minimal: MINIMAL_SHARE, ..Default::default() };
         let share = share_file(a.path(), &a.session);
-        let replace =
-            || agent_sandbox_sys::file::write_atomic(&share, &serde_json::to_vec(&spent).unwrap(), 0o600).unwrap();
+        let spent = serde_json::to_vec(&Share::spent()).unwrap();
+        let replace = || agent_sandbox_sys::file::write_atomic(&share, &spent, 0o600).unwrap();
         replace();
-        let decided = |d: &str| {
-            let mut r = a.record("slurm");
-            r.decision = Some(d.into());
-            a.write(&r);
-        };
-        decided("before-any-job");
+        decided(&a, "before-any-job");
         a.shared_with_other_nodes();
         replace();
-        decided("after-the-job");
+        decided(&a, "after-the-job");
         let all = read(dir.path(), None).unwrap();
         assert!(all.iter().any(|r| r.event == "session_start"), "the start is written");
-        assert!(all.iter().any(|r| r.decision.as_deref() == Some("before-any-job")), "the kept share was used");
-        assert!(!all.iter().any(|r| r.decision.as_deref() == Some("after-the-job")), "the spent share was not read");
+        assert!(has_decision(dir.path(), "before-any-job"), "the kept share was used");
+        assert!(!has_decision(dir.path(), "after-the-job"), "the spent share was not read");
     }
 
     #[test]
@@ -1166,17 +1178,10 @@ mod tests {
             let unreadable = std::fs::OpenOptions::new().write(true).open(&share).unwrap();
             kept.made_share = Some((share.clone(), unreadable));
         }
-        let decided = |d: &str| {
-            let mut r = a.record("slurm");
-            r.decision = Some(d.into());
-            a.write(&r);
-        };
         // Spent, as the file by that name says: a fresh budget would write the record.
-        let spent = Share { full: SESSION_SHARE, minimal: MINIMAL_SHARE, ..Default::default() };
-        std::fs::write(&share, serde_json::to_vec(&spent).unwrap()).unwrap();
-        decided("on-an-unreadable-share");
-        let all = read(dir.path(), None).unwrap();
-        assert!(!all.iter().any(|r| r.decision.as_deref() == Some("on-an-unreadable-share")), "a fresh budget");
+        std::fs::write(&share, serde_json::to_vec(&Share::spent()).unwrap()).unwrap();
+        decided(&a, "on-an-unreadable-share");
+        assert!(!has_decision(dir.path(), "on-an-unreadable-share"), "a fresh budget");
         let after: Share = serde_json::from_str(&std::fs::read_to_string(&share).unwrap()).unwrap();
         assert!(!after.suppressed.is_empty(), "the record left out is counted in the share by its name");
     }
@@ -1198,11 +1203,8 @@ mod tests {
         assert!(s.full > 0, "the record is counted: {text}");
         // Past the bound a share is not read whole: it counts as spent.
         std::fs::write(&share, format!("{{\"full\":0{}}}", " ".repeat(MAX_SHARE_BYTES as usize))).unwrap();
-        let mut r = a.record("slurm");
-        r.decision = Some("past-a-huge-share".into());
-        a.write(&r);
-        let all = read(dir.path(), None).unwrap();
-        assert!(!all.iter().any(|r| r.decision.as_deref() == Some("past-a-huge-share")));
+        decided(&a, "past-a-huge-share");
+        assert!(!has_decision(dir.path(), "past-a-huge-share"));
     }
 
     #[test]

@@ -1185,10 +1185,6 @@ mod tests {
         assert_eq!(fs.kind(&root), Some(Kind::Dir), "the listed directory itself");
     }
 
-    /// Directories read side by side (`prefetch_dirs`, `prefetch_kinds`) answer as a view
-    /// that asked one question at a time: the same listings, kinds and identities, a missing
-    /// directory empty and a missing name absent; what is asked after comes from the answers
-    /// taken then (a name made since is not seen).
     #[test]
     fn listings_read_side_by_side_answer_and_a_file_they_lack_is_not_read() {
         let d = tempfile::tempdir().unwrap();
@@ -1209,6 +1205,10 @@ mod tests {
         assert_eq!(fs.kind(&home.join("missing/x")), None);
     }
 
+    /// Directories read side by side (`prefetch_dirs`, `prefetch_kinds`) answer as a view
+    /// that asked one question at a time: the same listings, kinds and identities, a missing
+    /// directory empty and a missing name absent; what is asked after comes from the answers
+    /// taken then (a name made since is not seen).
     #[test]
     fn side_by_side_answers_are_the_ones_asked_one_by_one() {
         use std::os::unix::fs::MetadataExt;

@@ -194,11 +194,17 @@ fn is_local_fs(kind: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A directory of this test process's own under the temporary directory.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sys-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     #[test]
     fn what_is_known_of_a_file_is_what_stat_says_of_it() {
         use std::os::unix::fs::MetadataExt;
-        let dir = std::env::temp_dir().join(format!("sys-known-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("known");
         let p = dir.join("f");
         std::fs::write(&p, b"12345").unwrap();
         let m = std::fs::symlink_metadata(&p).unwrap();
@@ -253,8 +259,7 @@ mod tests {
 
     #[test]
     fn a_lock_held_on_one_open_file_keeps_another_out_until_released() {
-        let dir = std::env::temp_dir().join(format!("sys-flock-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("flock");
         let p = dir.join("lock");
         let (a, b) = (std::fs::File::create(&p).unwrap(), std::fs::File::open(&p).unwrap());
         flock(&a, libc::LOCK_EX).unwrap();
@@ -267,8 +272,7 @@ mod tests {
 
     #[test]
     fn a_file_is_replaced_whole_and_no_temporary_is_left() {
-        let dir = std::env::temp_dir().join(format!("sys-file-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = scratch("file");
         let p = dir.join("f");
         write_atomic(&p, b"one", 0o600).unwrap();
         write_atomic(&p, b"two", 0o600).unwrap();

@@ -249,6 +249,23 @@ impl SlowFs {
         }
     }
 
+    /// The listing opened as `fh`, for a readdir (plain or plus) from `offset`: its round trip
+    /// counted and waited. The first call is one even for an empty directory (NFS's one
+    /// READDIR); a call at the listing's end is counted apart, not delayed.
+    fn listing(&self, ino: INodeNo, fh: FileHandle, offset: u64) -> Option<Arc<Entries>> {
+        let Some(entries) = self.tables().dirs.get(&fh.0).cloned() else {
+            self.trip(Op::Readdir);
+            return None;
+        };
+        let op = match offset > 0 && usize::try_from(offset).is_ok_and(|o| o >= entries.len()) {
+            true => Op::ReaddirEnd,
+            false => Op::Readdir,
+        };
+        self.trace(op, ino, None);
+        self.trip(op);
+        Some(entries)
+    }
+
     fn file(&self, fh: FileHandle) -> R<Arc<File>> {
         self.tables().files.get(&fh.0).cloned().ok_or(Errno::EBADF)
     }
@@ -625,18 +642,10 @@ impl Filesystem for SlowFs {
     }
 
     fn readdir(&self, _req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectory) {
-        let Some(entries) = self.tables().dirs.get(&fh.0).cloned() else {
-            self.trip(Op::Readdir);
+        let Some(entries) = self.listing(ino, fh, offset) else {
             reply.error(Errno::EBADF);
             return;
         };
-        // The first call is a round trip even for an empty directory (NFS's one READDIR).
-        let op = match offset > 0 && usize::try_from(offset).is_ok_and(|o| o >= entries.len()) {
-            true => Op::ReaddirEnd,
-            false => Op::Readdir,
-        };
-        self.trace(op, ino, None);
-        self.trip(op);
         for (i, (ino, k, name)) in entries.iter().enumerate().skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
             if reply.add(INodeNo(*ino), (i + 1) as u64, *k, name) {
                 break;
@@ -646,17 +655,10 @@ impl Filesystem for SlowFs {
     }
 
     fn readdirplus(&self, req: &Request, ino: INodeNo, fh: FileHandle, offset: u64, mut reply: ReplyDirectoryPlus) {
-        let Some(entries) = self.tables().dirs.get(&fh.0).cloned() else {
-            self.trip(Op::Readdir);
+        let Some(entries) = self.listing(ino, fh, offset) else {
             reply.error(Errno::EBADF);
             return;
         };
-        let op = match offset > 0 && usize::try_from(offset).is_ok_and(|o| o >= entries.len()) {
-            true => Op::ReaddirEnd,
-            false => Op::Readdir,
-        };
-        self.trace(op, ino, None);
-        self.trip(op);
         for (i, (_, _, name)) in entries.iter().enumerate().skip(usize::try_from(offset).unwrap_or(usize::MAX)) {
             let next = (i + 1) as u64;
             // The kernel links no dentry for `.` and `..` and sends no forget for them: no
