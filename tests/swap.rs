@@ -497,3 +497,57 @@ fn a_seed_in_a_bound_home_entry_is_a_session_copy_that_leaves_the_host_file_alon
     assert_eq!(host, "HOST\n", "the session's write reached the host's file: {out}");
     assert_eq!(other, "other\n", "the entry itself is still the host's, writable: {out}");
 }
+
+/// Paths the plan saw and the jail covers, removed outside before the jail is built (a
+/// `hf auth logout`, a cleaned-up file, another test's canary): the session runs, as if the
+/// plan had not seen them. A store the launcher makes when missing (`~/.cache/huggingface/
+/// token`) is made again, empty, and covered, so that a login outside during the session stays
+/// unseen; a plain hidden file is left gone. Before, the jail refused to start ("mask ...:
+/// No such file or directory"), which CI met as a race between two tests.
+#[test]
+fn hidden_paths_removed_after_the_plan_leave_the_session_running_and_a_store_covered() {
+    let Some(j) = Jail::new("swap-vanished") else { return };
+    let j = j.arg("--backend").arg("userns");
+    let hf = j.rig.home.join(".cache/huggingface");
+    let token = hf.join("token");
+    std::fs::create_dir_all(&hf).unwrap();
+    std::fs::write(&token, "hf_CANARYGONE\n").unwrap();
+    let secret = j.project.join("notes.secret");
+    std::fs::write(&secret, "CANARY-NOTES\n").unwrap();
+    j.give(&[&hf, &token, &secret]);
+    let (started, written) = (j.project.join("started"), j.project.join("written"));
+    // The user logs in again outside while the session runs, writing the token in place.
+    let outside = {
+        let (token, started, written, rig) = (token.clone(), started.clone(), written.clone(), j.rig);
+        std::thread::spawn(move || {
+            let end = Instant::now() + Duration::from_secs(60);
+            while !started.exists() && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            std::fs::write(&token, "hf_CANARYLATER\n").unwrap();
+            std::os::unix::fs::chown(&token, Some(rig.uid), Some(rig.gid)).unwrap();
+            std::fs::write(&written, "").unwrap();
+        })
+    };
+    let script = "cat ~/.cache/huggingface/token; ls -l ~/.cache/huggingface/token; cat notes.secret; touch started; \
+                  i=0; while [ ! -e written ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i+1)); done; \
+                  cat ~/.cache/huggingface/token; echo > ~/.cache/huggingface/token || echo READ-ONLY; echo PROBED";
+    let hide = secret.to_str().unwrap();
+    let args = ["-q", "--hide", hide, "run", "--", "sh", "-c", script];
+    let out = launch_swapped(&j, "vanished", "made", &args, &|| {
+        std::fs::remove_file(&token).unwrap();
+        std::fs::remove_file(&secret).unwrap();
+    });
+    outside.join().expect("the outside side");
+    let after = std::fs::read_to_string(&token).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&hf);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("PROBED") && out.stdout.contains("READ-ONLY"), "{out}");
+    assert!(out.stdout.contains("No such file") || out.stderr.contains("No such file"), "notes.secret gone: {out}");
+    assert!(out.stdout.contains("-r--r--r--"), "the token is covered by an empty read-only file: {out}");
+    for canary in ["CANARYGONE", "CANARY-NOTES", "CANARYLATER"] {
+        assert!(!out.stdout.contains(canary), "{canary} inside: {out}");
+    }
+    // The login outside is whole.
+    assert_eq!(after, "hf_CANARYLATER\n");
+}

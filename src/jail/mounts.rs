@@ -35,6 +35,10 @@ pub trait Sys {
     fn touch(&mut self, p: &Path) -> io::Result<()>;
     fn write_file(&mut self, p: &Path, contents: &[u8], mode: u32) -> io::Result<()>;
     fn symlink(&mut self, link: &Path, at: &Path) -> io::Result<()>;
+    /// Makes the missing store `p` (below the new root, as the jail sees it) as the launcher
+    /// makes one (`placeholders::make_home_entries`): an empty directory (0700) or file (0600,
+    /// `{}` for JSON) in its existing parent; one made there meanwhile is kept as it is.
+    fn make_store(&mut self, p: &Path, dir: bool) -> io::Result<()>;
     /// Creates an overlayfs whiteout (a 0:0 character device) at `p`.
     fn whiteout(&mut self, p: &Path) -> io::Result<()>;
     /// Up to `max` bytes of the host's regular file the plan checked (`a`, opened as
@@ -220,6 +224,33 @@ impl Sys for RealSys {
             self.mkdir_all(parent)?;
         }
         std::os::unix::fs::symlink(link, at)
+    }
+    fn make_store(&mut self, p: &Path, dir: bool) -> io::Result<()> {
+        use nix::fcntl::OFlag;
+        let rel = in_new(p).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let (Some(parent), Some(name)) = (rel.parent(), rel.file_name()) else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
+        // No parent made: the ones between the tree and the store are pinned, so a missing
+        // one means the store's directory itself went, which fails the jail as before.
+        let at = open_in_new(parent, OFlag::O_PATH | OFlag::O_DIRECTORY, 0)?;
+        let made = match dir {
+            true => nix::sys::stat::mkdirat(&at, name, nix::sys::stat::Mode::from_bits_truncate(0o700)).map_err(errno),
+            false => open_in_new_with(
+                rel,
+                OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW,
+                0o600,
+                in_root() | nix::fcntl::ResolveFlag::RESOLVE_NO_SYMLINKS,
+            )
+            .and_then(|f| {
+                let text: &[u8] = if rel.extension().is_some_and(|e| e == "json") { b"{}\n" } else { b"" };
+                io::Write::write_all(&mut std::fs::File::from(f), text)
+            }),
+        };
+        match made {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+            r => r,
+        }
     }
     fn whiteout(&mut self, p: &Path) -> io::Result<()> {
         if let Some(rel) = in_new(p) {
@@ -929,22 +960,18 @@ impl<'a> Applier<'a> {
             MountSpec::Devpts { .. } => {
                 self.filesystem(t, &target, "devpts", Some("newinstance,ptmxmode=0666,mode=0620"))
             }
-            MountSpec::Mask { dir: true, .. } => self
-                .sys
-                .mount(
-                    Some(Path::new("tmpfs")),
-                    &target,
-                    Some("tmpfs"),
-                    MS_NOSUID_NODEV | MsFlags::MS_RDONLY,
-                    Some("mode=0555"),
-                )
-                .map_err(fail("mask", t)),
-            MountSpec::Mask { dir: false, .. } => {
-                let s = self.staging.join("empty");
-                self.sys.write_file(&s, b"", 0o444).map_err(fail("stage empty file for", t))?;
-                self.sys.mount(Some(&s), &target, None, MsFlags::MS_BIND, None).map_err(fail("mask", t))?;
-                self.sys.set_attr(&target, READ_ONLY).map_err(fail("set attributes on", t))
-            }
+            MountSpec::Mask { dir, made, .. } => match self.mask(t, &target, *dir) {
+                // Removed outside since the plan looked: nothing there to hide, as if the plan
+                // had not seen it; but a store the launcher makes is made again and covered.
+                Err(e) if e.step == "mask" && e.err.kind() == io::ErrorKind::NotFound => match made {
+                    false => Ok(()),
+                    true => {
+                        self.sys.make_store(&target, *dir).map_err(fail("make the store again for", t))?;
+                        self.mask(t, &target, *dir)
+                    }
+                },
+                r => r,
+            },
             MountSpec::ReadOnly { .. } => self
                 .sys
                 .mount(None, &target, None, MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MS_NOSUID_NODEV, None)
@@ -1126,6 +1153,19 @@ impl<'a> Applier<'a> {
         self.sys.bind_over_checked(&s, target, a, READ_ONLY).map_err(fail("bind the stripped copy over", t))
     }
 
+    /// An empty read-only directory or file over `target`.
+    fn mask(&mut self, t: &Path, target: &Path, dir: bool) -> Result<(), MountError> {
+        if dir {
+            let flags = MS_NOSUID_NODEV | MsFlags::MS_RDONLY;
+            let tmpfs = Some(Path::new("tmpfs"));
+            return self.sys.mount(tmpfs, target, Some("tmpfs"), flags, Some("mode=0555")).map_err(fail("mask", t));
+        }
+        let s = self.staging.join("empty");
+        self.sys.write_file(&s, b"", 0o444).map_err(fail("stage empty file for", t))?;
+        self.sys.mount(Some(&s), target, None, MsFlags::MS_BIND, None).map_err(fail("mask", t))?;
+        self.sys.set_attr(target, READ_ONLY).map_err(fail("set attributes on", t))
+    }
+
     /// A protected path pinned as a mount point (it cannot be renamed or removed away).
     fn pin(&mut self, t: &Path, target: &Path) -> Result<(), MountError> {
         match inside(&self.writable, t) {
@@ -1210,6 +1250,10 @@ mod tests {
         }
         fn write_file(&mut self, p: &Path, _c: &[u8], _m: u32) -> io::Result<()> {
             self.ops.push(format!("write {}", p.display()));
+            Ok(())
+        }
+        fn make_store(&mut self, p: &Path, dir: bool) -> io::Result<()> {
+            self.ops.push(format!("make store {} dir={dir}", p.display()));
             Ok(())
         }
         fn symlink(&mut self, link: &Path, at: &Path) -> io::Result<()> {

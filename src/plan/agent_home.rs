@@ -452,7 +452,7 @@ fn mask_hidden_again(b: &mut Builder<'_>, d: &Path) {
             .take_while(|m| m.target() != d)
             .any(|m| matches!(m, MountSpec::Mask { target, .. } if *target == h));
         if !masked {
-            b.push(MountSpec::Mask { target: h, dir });
+            b.push(MountSpec::Mask { target: h, dir, made: false });
         }
     }
 }

@@ -122,10 +122,16 @@ pub enum MountSpec {
         target: PathBuf,
     },
     /// Covers an existing path inside a writable tree with an empty read-only dir or file.
+    /// One gone by the time the jail is built (removed outside meanwhile) is left uncovered,
+    /// as if the plan had not seen it, but a store the launcher makes when missing (`made`,
+    /// `catalogue::Made`): that one is made again, empty, and covered, or a login outside
+    /// during the session would show inside.
     Mask {
         #[serde(with = "super::os_path")]
         target: PathBuf,
         dir: bool,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        made: bool,
     },
     /// Binds a directory onto itself so it cannot be renamed or removed during the session.
     Pin {

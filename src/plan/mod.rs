@@ -1070,10 +1070,19 @@ fn cover_missing_stores(
         let Some(made) = catalogue::CATALOGUE.iter().find(|s| s.name == l.store).and_then(|s| s.made) else {
             continue;
         };
+        let real = fs::real_path(fs, &l.path);
         if fs.kind(&l.path).is_some() {
+            // Present, and covered by `masks`: should it be gone by the time the jail is
+            // built, it is made again there (`MountSpec::Mask::made`).
+            if let Some((target, _)) = as_the_jail_sees(&real_trees, &real) {
+                for spec in &mut b.mounts {
+                    if let MountSpec::Mask { target: t, made, .. } = spec {
+                        *made |= *t == target;
+                    }
+                }
+            }
             continue;
         }
-        let real = fs::real_path(fs, &l.path);
         let Some((target, w)) = as_the_jail_sees(&real_trees, &real) else {
             // Named in a writable tree but leading out of every one through a link on its
             // way (`~/.cache/huggingface -> elsewhere`, which an earlier jail could have
@@ -1099,7 +1108,7 @@ fn cover_missing_stores(
             list.push(l.path.clone());
         }
         pin_ancestors(b, w, &target);
-        b.push(MountSpec::Mask { target, dir: made == catalogue::Made::Dir });
+        b.push(MountSpec::Mask { target, dir: made == catalogue::Made::Dir, made: true });
     }
 }
 
@@ -1148,7 +1157,7 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
         // (`mv ~/.local/state x` under `--rw ~/.local`) would carry the mask away and
         // leave the name free for a copy the jail makes (the state directory above all).
         pin_ancestors(b, w, &target);
-        b.push(MountSpec::Mask { target: target.clone(), dir: k == Kind::Dir });
+        b.push(MountSpec::Mask { target: target.clone(), dir: k == Kind::Dir, made: false });
         done.push(target);
     }
     for f in &policy.hide_files {
@@ -1158,7 +1167,7 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
                 if let Some(w) = trees.writable.iter().find(|w| p.starts_with(w) && &p != *w) {
                     pin_ancestors(b, w, &p);
                 }
-                b.push(MountSpec::Mask { target: p, dir: k == Kind::Dir });
+                b.push(MountSpec::Mask { target: p, dir: k == Kind::Dir, made: false });
             }
         }
     }

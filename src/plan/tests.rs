@@ -229,7 +229,7 @@ fn hidden_path_inside_the_project_is_masked_after_the_project_bind() {
         pos(&p, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/proj")));
     let mask = pos(
         &p,
-        |m| matches!(m, MountSpec::Mask { target, dir: false } if target == Path::new("/home/u/proj/secrets.env")),
+        |m| matches!(m, MountSpec::Mask { target, dir: false, made: false } if target == Path::new("/home/u/proj/secrets.env")),
     );
     assert!(project < mask);
 }
@@ -1254,7 +1254,7 @@ mod credential_stores {
         let p = plan_on(&stores_host(), stores_facts(), "");
         let mask = pos(
             &p,
-            |m| matches!(m, MountSpec::Mask { target, dir: false } if target == Path::new("/home/u/.cache/huggingface/token")),
+            |m| matches!(m, MountSpec::Mask { target, dir: false, made: true } if target == Path::new("/home/u/.cache/huggingface/token")),
         );
         let bind =
             pos(&p, |m| matches!(m, MountSpec::Bind { target, rw: true, .. } if target == Path::new("/home/u/.cache")));
@@ -1303,7 +1303,7 @@ mod credential_stores {
         let fs = host().dir("/home/u/.cache/pip");
         let p = plan_on(&fs, facts(), "");
         let masked = |t: &str, d: bool| {
-            has(&p, |m| matches!(m, MountSpec::Mask { target, dir } if target == Path::new(t) && *dir == d))
+            has(&p, |m| matches!(m, MountSpec::Mask { target, dir, made: true } if target == Path::new(t) && *dir == d))
         };
         assert!(masked("/home/u/.cache/git/credential", true), "{:#?}", p.mounts);
         assert!(masked("/home/u/.cache/huggingface/token", false));
@@ -1563,7 +1563,7 @@ mod real_locations {
     }
 
     fn masked(p: &Plan, target: &str) -> bool {
-        has(p, |m| matches!(m, MountSpec::Mask { target: t, dir: true } if t == Path::new(target)))
+        has(p, |m| matches!(m, MountSpec::Mask { target: t, dir: true, .. } if t == Path::new(target)))
     }
 
     #[test]
