@@ -43,6 +43,13 @@ impl LaunchError {
         }
     }
 
+    /// Something of the host the plan checked changed before the jail was built (a file of
+    /// the home replaced, as `git config --global` or an editor's save does): nothing of the
+    /// jail ran, and a new plan may be made.
+    pub fn changed_since_the_plan(&self) -> bool {
+        matches!(self, LaunchError::Jail(e) if e.changed_since_the_plan())
+    }
+
     /// The command itself was not found in the jail (exit 127, as a shell would).
     pub fn not_found(&self) -> bool {
         matches!(self, LaunchError::Jail(jail::JailError::CommandNotFound(_)))
@@ -54,6 +61,7 @@ impl LaunchError {
 }
 
 /// What to run in a session on the login node.
+#[derive(Clone)]
 pub enum What {
     Command(Vec<String>),
     /// A profile's agent, with the user's extra arguments.
@@ -164,6 +172,32 @@ pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result
     // ahead end at once, but an arena of theirs would stay with the launcher through the
     // session (tests/many: 1.18 -> 1.44 MiB per idle session).
     agent_sandbox_sys::memory::one_arena();
+    once_more_if_changed(|| session_once(opts, profile, what.clone()))
+}
+
+/// `launch` again, once, when something of the host the plan checked changed before the jail
+/// was built (`LaunchError::changed_since_the_plan`): `git config --global` or an editor
+/// replacing a file of the home, another session merging its agent's files back, a canary
+/// removed. Nothing of the jail ran, and the first launch's records say why it stopped; the
+/// new one plans from the host as it is then, with the same checks (a link another session's
+/// jail put in is judged as if it had been there first). A second change stops the launch.
+fn once_more_if_changed(launch: impl Fn() -> Result<i32, LaunchError>) -> Result<i32, LaunchError> {
+    let mask = nix::sys::signal::SigSet::thread_get_mask().ok();
+    match launch() {
+        Err(e) if e.changed_since_the_plan() => {
+            eprintln!("agent-sandbox: the host changed while the session was set up; setting it up again ({e})");
+            // The signals the first launch held back for its jail: one that came meanwhile
+            // (Ctrl-C) acts now, as it would have before the jail.
+            if let Some(mask) = mask {
+                let _ = mask.thread_set_mask();
+            }
+            launch()
+        }
+        result => result,
+    }
+}
+
+fn session_once(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32, LaunchError> {
     let (ctx, ahead) = Context::gathering(opts, true)?;
     // A test holds the launch here, the view being read, before anything of the state
     // directory is made (tests/statedir.rs: a first session's view lacks it).
@@ -190,6 +224,10 @@ pub fn job(dir: &Path) -> Result<i32, LaunchError> {
     // node's launcher resolved, which holds the job's directory: this node's environment
     // (Slurm's, without the user's `XDG_STATE_HOME`) may name another.
     agent_sandbox_sys::memory::one_arena();
+    once_more_if_changed(|| job_once(dir))
+}
+
+fn job_once(dir: &Path) -> Result<i32, LaunchError> {
     let mut facts = host::HostFacts::gather()?;
     let dir = match job_state_dir(dir) {
         // Used where it really is (a site's alias resolved: a bind source through an
@@ -841,5 +879,37 @@ mod tests {
         std::fs::set_permissions(root.join("gpfs/home"), std::fs::Permissions::from_mode(0o777)).unwrap();
         assert_eq!(own_link_on_way(&root.join("site/home/v/state"), other, 0).unwrap(), Some(root.join("site/home/v")));
         assert!(own_link_on_way(&root.join("site/home/none/state"), other, 0).is_err(), "not there");
+    }
+
+    /// A launch stopped by a change since its plan is made once more, and only once: a second
+    /// change stops it, with its own error; any other error is not tried again.
+    #[test]
+    fn a_launch_is_planned_again_once_after_a_change_and_only_then() {
+        use super::{jail::JailError, once_more_if_changed, LaunchError};
+        use std::cell::Cell;
+        let changed = |n: usize| LaunchError::Jail(JailError::Changed(format!("change {n}")));
+        let tries = Cell::new(0);
+        let r = once_more_if_changed(|| {
+            tries.set(tries.get() + 1);
+            match tries.get() {
+                1 => Err(changed(1)),
+                _ => Ok(7),
+            }
+        });
+        assert_eq!((r.ok(), tries.get()), (Some(7), 2));
+        tries.set(0);
+        let r = once_more_if_changed(|| {
+            tries.set(tries.get() + 1);
+            Err(changed(tries.get()))
+        });
+        assert_eq!(tries.get(), 2);
+        assert!(r.unwrap_err().to_string().contains("change 2"));
+        tries.set(0);
+        let r = once_more_if_changed(|| {
+            tries.set(tries.get() + 1);
+            Err(LaunchError::Jail(JailError::Build("no".into())))
+        });
+        assert_eq!(tries.get(), 1);
+        assert!(!r.unwrap_err().changed_since_the_plan());
     }
 }

@@ -551,3 +551,35 @@ fn hidden_paths_removed_after_the_plan_leave_the_session_running_and_a_store_cov
     // The login outside is whole.
     assert_eq!(after, "hf_CANARYLATER\n");
 }
+
+/// A file of the home the plan checked, replaced after it as `git config --global` or an
+/// editor's save replaces one (a new file renamed over it): the launch is planned again from
+/// the home as it is then, says so, and the session runs. Before, it stopped ("... is no longer
+/// what the launch checked"), as CI met when one test's session ended while another's started.
+fn a_home_file_replaced_after_the_plan(backend: &str) {
+    let name = format!("replaced-{backend}");
+    let Some(j) = Jail::new(&format!("swap-{name}")) else { return };
+    let j = j.arg("--backend").arg(backend);
+    let conf = j.rig.home.join(".gitconfig");
+    let args = ["-q", "run", "--", "sh", "-c", "git config --global user.name; echo RAN"];
+    let out = launch_swapped(&j, &name, "made", &args, &|| {
+        let tmp = conf.with_extension(format!("asb-{backend}"));
+        std::fs::copy(&conf, &tmp).unwrap();
+        j.give(&[&tmp]);
+        std::fs::rename(&tmp, &conf).unwrap();
+    });
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("Test\nRAN"), "{out}");
+    assert!(out.stderr.contains("the host changed while the session was set up; setting it up again"), "{out}");
+    assert!(out.stderr.contains("no longer what the launch checked"), "the note names what changed: {out}");
+}
+
+#[test]
+fn a_home_file_replaced_after_the_plan_is_planned_again_and_the_session_runs() {
+    a_home_file_replaced_after_the_plan("userns");
+}
+
+#[test]
+fn landlock_a_home_file_replaced_after_the_plan_is_planned_again_and_the_session_runs() {
+    a_home_file_replaced_after_the_plan("landlock");
+}

@@ -82,11 +82,27 @@ pub fn open_anchored_file(root: impl AsFd, a: &Anchor) -> io::Result<std::fs::Fi
     Ok(fd.into())
 }
 
+/// A path the plan checked is no longer what it checked: the launch may be planned again
+/// (`launch::session`), as nothing of the jail ran yet.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Changed(String);
+
 fn changed(a: &Anchor, why: String) -> io::Error {
-    io::Error::other(format!(
-        "{} is no longer what the launch checked ({why}): another session's jail may be changing it; the launch stops",
+    changed_error(format!(
+        "{} is no longer what the launch checked ({why}): another session's jail may be changing it",
         a.path.display()
     ))
+}
+
+/// An error saying a path the plan checked is no longer what it checked (`Changed`).
+pub fn changed_error(said: String) -> io::Error {
+    io::Error::other(Changed(said))
+}
+
+/// Whether `e` says a path the plan checked changed since (`Changed`).
+pub fn is_changed(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|inner| inner.is::<Changed>())
 }
 
 /// `open` of the anchor's real path below `root`, its errors said as what changed.

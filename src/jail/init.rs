@@ -42,18 +42,24 @@ pub fn child_main(shape: &Shape, sock: RawFd, launcher_end: RawFd) -> isize {
         Ok(Some(Msg::Go)) => {}
         _ => return 126,
     }
-    let failed = |e: String| {
-        let _ = msg::send(sock, &Msg::Error(e));
+    let failed = |e: Failed| {
+        let _ = msg::send(
+            sock,
+            &match e {
+                Failed::Said(e) => Msg::Error(e),
+                Failed::Changed(e) => Msg::Changed(e),
+            },
+        );
         126
     };
     let net = match prepare(shape) {
         Ok(n) => n,
-        Err(e) => return failed(e),
+        Err(e) => return failed(e.into()),
     };
     let blueprint = match msg::recv(sock) {
         Ok(Some(Msg::Plan(fd))) => match Blueprint::from_fd(fd) {
             Ok(b) => b,
-            Err(e) => return failed(e),
+            Err(e) => return failed(e.into()),
         },
         _ => return 126,
     };
@@ -69,9 +75,23 @@ pub fn child_main(shape: &Shape, sock: RawFd, launcher_end: RawFd) -> isize {
     crate::timing::mark("child-start");
     let sealed = match caps::seal(&prog) {
         Ok(s) => s,
-        Err(e) => return failed(format!("cannot seal the jail: {e}")),
+        Err(e) => return failed(format!("cannot seal the jail: {e}").into()),
     };
     supervise(blueprint, sock, slave, shape.pty, sealed, &guard)
+}
+
+/// Why PID 1 could not build the jail, as the launcher is told: `Changed` when a path of the
+/// host the plan checked is no longer what it checked (`MountError::changed`), which the
+/// launcher may plan again.
+enum Failed {
+    Said(String),
+    Changed(String),
+}
+
+impl From<String> for Failed {
+    fn from(e: String) -> Failed {
+        Failed::Said(e)
+    }
 }
 
 /// Out of the launcher's session and process group, first thing: the terminal's signals
@@ -100,7 +120,7 @@ fn prepare(shape: &Shape) -> Result<Option<net::NetSetup>, String> {
     Ok(net)
 }
 
-fn build(bp: &Blueprint, shape: &Shape, sock: RawFd, net: Option<net::NetSetup>) -> Result<Option<OwnedFd>, String> {
+fn build(bp: &Blueprint, shape: &Shape, sock: RawFd, net: Option<net::NetSetup>) -> Result<Option<OwnedFd>, Failed> {
     nix::unistd::sethostname(&bp.hostname).map_err(|e| format!("cannot set the hostname: {e}"))?;
     build_root(bp)?;
     crate::timing::mark("child-root");
@@ -167,14 +187,20 @@ fn stage() -> Result<(), String> {
 
 /// The plan's mounts on the staging root's /newroot, which then becomes the root; the host
 /// tree is detached.
-fn build_root(bp: &Blueprint) -> Result<(), String> {
-    let m = |r: nix::Result<()>, what: &str| r.map_err(|e| format!("{what}: {e}"));
+fn build_root(bp: &Blueprint) -> Result<(), Failed> {
+    let m = |r: nix::Result<()>, what: &str| r.map_err(|e| Failed::Said(format!("{what}: {e}")));
     m(
         nix::mount::mount(None::<&str>, mounts::OLD, None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>),
         "make the host tree private",
     )?;
-    mounts::apply_all(&mut mounts::RealSys, &bp.mounts, &bp.anchors, &bp.own, Path::new("/files"))
-        .map_err(|e| format!("cannot build the jail's filesystem: {e}"))?;
+    mounts::apply_all(&mut mounts::RealSys, &bp.mounts, &bp.anchors, &bp.own, Path::new("/files")).map_err(|e| {
+        let said = format!("cannot build the jail's filesystem: {e}");
+        if e.changed() {
+            Failed::Changed(said)
+        } else {
+            Failed::Said(said)
+        }
+    })?;
     m(nix::unistd::chdir(mounts::NEW), "chdir /newroot")?;
     m(nix::unistd::pivot_root(".", "."), "pivot into the jail root")?;
     m(nix::mount::umount2(".", MntFlags::MNT_DETACH), "detach the host tree")?;

@@ -201,9 +201,10 @@ fn unchecked(path: &Path) -> Result<Option<(File, bool)>, LandlockError> {
         Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => Ok(None),
         _ => Err(LandlockError::Path {
             path: path.to_path_buf(),
-            source: io::Error::other(
+            source: crate::jail::anchor::changed_error(
                 "it was not checked by the launch (nothing was there when it looked): it is not granted by name, \
-                 which could follow a link put there since; the launch stops",
+                 which could follow a link put there since"
+                    .into(),
             ),
         }),
     }

@@ -44,6 +44,10 @@ pub enum JailError {
     IdMap { file: String, err: std::io::Error },
     #[error("cannot build the jail: {0}")]
     Build(String),
+    /// As `Build`, for a path of the host the plan checked that is no longer what it checked
+    /// (`anchor::Changed`): nothing of the jail ran, and a new plan may find it as it is now.
+    #[error("cannot build the jail: {0}")]
+    Changed(String),
     #[error("lost contact with the jail: {0}")]
     Channel(String),
     #[error(transparent)]
@@ -64,13 +68,24 @@ pub enum JailError {
 }
 
 impl JailError {
+    /// Something of the host the plan checked changed before the jail was built: a new plan
+    /// may be made (`launch::session`).
+    pub fn changed_since_the_plan(&self) -> bool {
+        match self {
+            JailError::Changed(_) => true,
+            JailError::Placeholder(e) => e.changed(),
+            JailError::Landlock(landlock::LandlockError::Path { source, .. }) => anchor::is_changed(source),
+            _ => false,
+        }
+    }
+
     pub fn fix(&self) -> Option<String> {
         match self {
             JailError::Clone { errno: nix::Error::EPERM | nix::Error::ENOSPC | nix::Error::EINVAL, .. } => Some(
                 "fix: unprivileged user namespaces are off or exhausted here; `agent-sandbox doctor` says which knob, or run with --backend landlock".into(),
             ),
             JailError::IdMap { .. } => Some("fix: the kernel refused the id map; `agent-sandbox doctor` checks user namespace support".into()),
-            JailError::Build(_) => Some("fix: `agent-sandbox run --dry-run -- CMD` shows the mounts; `agent-sandbox doctor` checks the host".into()),
+            JailError::Build(_) | JailError::Changed(_) => Some("fix: `agent-sandbox run --dry-run -- CMD` shows the mounts; `agent-sandbox doctor` checks the host".into()),
             JailError::Placeholder(e) => e.fix(),
             _ => None,
         }

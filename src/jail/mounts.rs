@@ -322,14 +322,11 @@ impl Sys for RealSys {
         // user's dotfiles repository is the file it leads to, which the plan checked too. One
         // descriptor from here on: the bind goes where this look found the checked file.
         let found = open_in_new(rel, OFlag::O_PATH, 0).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!(
-                    "{e}: the file the launch checked at {} is not there as the jail sees it (another session's \
-                     jail may be changing it, or it leads where the jail shows nothing); the launch stops",
-                    a.real.display()
-                ),
-            )
+            super::anchor::changed_error(format!(
+                "{e}: the file the launch checked at {} is not there as the jail sees it (another session's jail may \
+                 be changing it, or it leads where the jail shows nothing)",
+                a.real.display()
+            ))
         })?;
         expect_checked(&found, (a.dev, a.ino), Some(&a.real))?;
         let source = open(src, OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, nix::sys::stat::Mode::empty())
@@ -606,9 +603,9 @@ fn expect_checked(fd: &std::os::fd::OwnedFd, id: (u64, u64), regular_at: Option<
         Some(p) => format!("the regular file at {}, inode {}", p.display(), id.1),
         None => format!("inode {}", id.1),
     };
-    Err(io::Error::other(format!(
+    Err(super::anchor::changed_error(format!(
         "another file than the launch checked is there now (inode {}, checked: {checked}): another session's jail \
-         may be changing it; the launch stops",
+         may be changing it",
         st.st_ino
     )))
 }
@@ -765,6 +762,15 @@ pub struct MountError {
     pub err: io::Error,
 }
 
+impl MountError {
+    /// Something of the host the plan checked is no longer what it checked: an anchored
+    /// path changed, or a directory it pinned is gone.
+    pub fn changed(&self) -> bool {
+        super::anchor::is_changed(&self.err)
+            || (self.step.starts_with("pin") && self.err.kind() == io::ErrorKind::NotFound)
+    }
+}
+
 /// The writable tree `p` lies strictly inside (the innermost), and the rest of `p` below it.
 fn inside<'a>(writable: &'a [PathBuf], p: &'a Path) -> Option<(&'a Path, &'a Path)> {
     writable
@@ -814,9 +820,9 @@ fn layer(sys: &mut dyn Sys, writable: &[PathBuf], anchors: &[Anchor], source: &P
 /// A host path the jail was to read that the plan did not check (it was not there when the
 /// plan looked and the launcher did not make it): refused, never opened by name.
 fn unchecked(p: &Path) -> io::Error {
-    io::Error::other(format!(
+    super::anchor::changed_error(format!(
         "{} was not checked by the launch (nothing was there when it looked, or not by a plain path): it is not \
-         used by name, which could follow a link put there since; the launch stops",
+         used by name, which could follow a link put there since",
         p.display()
     ))
 }

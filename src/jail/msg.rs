@@ -29,6 +29,9 @@ pub enum Msg {
     },
     /// Init -> launcher: the jail could not be built.
     Error(String),
+    /// Init -> launcher: the jail could not be built as planned: a path of the host the plan
+    /// checked is no longer what it checked (`JailError::Changed`).
+    Changed(String),
     /// Init -> launcher: the command ended: exit code, or signal number.
     Exited(i32),
     Signaled(i32),
@@ -86,8 +89,8 @@ pub fn send(sock: RawFd, m: &Msg) -> nix::Result<()> {
             buf.push(u8::from(pty.is_some()));
             fds = pty.iter().chain(net.iter()).map(|f| f.as_raw_fd()).collect();
         }
-        Msg::Error(s) => {
-            buf.push(b'E');
+        Msg::Error(s) | Msg::Changed(s) => {
+            buf.push(if matches!(m, Msg::Changed(_)) { b'C' } else { b'E' });
             buf.extend_from_slice(&s.as_bytes()[..s.len().min(4000)]);
         }
         Msg::Exited(c) => {
@@ -173,6 +176,7 @@ fn recv_with(sock: RawFd, flags: MsgFlags) -> nix::Result<Option<Msg>> {
             Msg::Ready { pty, net: fds.collect() }
         }
         b'E' => Msg::Error(String::from_utf8_lossy(body).into_owned()),
+        b'C' => Msg::Changed(String::from_utf8_lossy(body).into_owned()),
         b'X' => Msg::Exited(int()),
         b'K' => Msg::Signaled(int()),
         b'Y' => Msg::Relay(int()),

@@ -30,6 +30,15 @@ pub enum PlaceholderError {
 }
 
 impl PlaceholderError {
+    /// A path the plan checked is no longer what it checked (`anchor::Changed`).
+    pub fn changed(&self) -> bool {
+        match self {
+            PlaceholderError::Lock { err, .. }
+            | PlaceholderError::Create { err, .. }
+            | PlaceholderError::HomeEntry { err, .. } => super::anchor::is_changed(err),
+        }
+    }
+
     pub fn fix(&self) -> Option<String> {
         match self {
             PlaceholderError::HomeEntry { real, .. } => Some(format!(

@@ -121,6 +121,7 @@ pub fn run(
         // PID 1 ended before the plan came: it said why first, if it could.
         return Err(match msg::recv(sock) {
             Ok(Some(Msg::Error(e))) => JailError::Build(e),
+            Ok(Some(Msg::Changed(e))) => JailError::Changed(e),
             _ => JailError::Build(child_death_reason(pid)),
         });
     }
@@ -147,6 +148,7 @@ pub fn run(
             pty
         }
         Ok(Some(Msg::Error(e))) => return Err(JailError::Build(e)),
+        Ok(Some(Msg::Changed(e))) => return Err(JailError::Changed(e)),
         Ok(_) | Err(_) => return Err(JailError::Build(child_death_reason(pid))),
     };
     crate::timing::mark("ready");
