@@ -163,6 +163,8 @@ fn in_child(
     };
     let (tag, text) = match &e {
         JailError::CommandNotFound(name) => (b'N', name.clone()),
+        // A path the plan checked changed since: the launcher may plan again (nothing ran).
+        other if other.changed_since_the_plan() => (b'C', other.to_string()),
         other => (b'E', other.to_string()),
     };
     let mut bytes = vec![tag];
@@ -178,7 +180,11 @@ fn start_report(report: OwnedFd) -> Option<JailError> {
     let _ = std::io::Read::read_to_end(&mut std::fs::File::from(report), &mut bytes);
     let (tag, text) = bytes.split_first()?;
     let text = String::from_utf8_lossy(text).into_owned();
-    Some(if *tag == b'N' { JailError::CommandNotFound(text) } else { JailError::Sandbox(text) })
+    Some(match tag {
+        b'N' => JailError::CommandNotFound(text),
+        b'C' => JailError::Changed(text),
+        _ => JailError::Sandbox(text),
+    })
 }
 
 /// `si_code` of a signal the kernel raised itself, e.g. the terminal's Ctrl-C to the

@@ -218,13 +218,19 @@ pub fn spawn<T: Send + 'static>(
 ) -> std::io::Result<Thread<T>> {
     let answer: Answer<T> = Arc::new(Mutex::new(None));
     let panicked = Arc::new(AtomicBool::new(false));
-    let raw = Raw::start(stack, with_answer(work, &answer, &panicked), panicked)?;
-    // Named as std names its threads (in panics' messages, `comm` of the task); a name
-    // longer than the kernel keeps is left off.
-    if let Ok(n) = std::ffi::CString::new(name) {
-        // SAFETY: `raw.id` is a live thread of ours; `n` outlives the call.
-        unsafe { libc::pthread_setname_np(raw.id, n.as_ptr()) };
-    }
+    // Named as std names its threads (in panics' messages, `comm` of the task), by the
+    // thread itself before its work: named from here, it could run (and be seen) unnamed
+    // first. A name longer than the kernel keeps (15 bytes) is left off.
+    let name = std::ffi::CString::new(name).ok().filter(|n| n.as_bytes().len() < 16);
+    let named = move || {
+        if let Some(n) = &name {
+            // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes, which
+            // `n` is, and changes only this thread's name.
+            unsafe { libc::prctl(libc::PR_SET_NAME, n.as_ptr()) };
+        }
+        work()
+    };
+    let raw = Raw::start(stack, with_answer(named, &answer, &panicked), panicked)?;
     Ok(Thread { raw, answer })
 }
 
