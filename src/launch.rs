@@ -172,7 +172,13 @@ pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result
     // ahead end at once, but an arena of theirs would stay with the launcher through the
     // session (tests/many: 1.18 -> 1.44 MiB per idle session).
     agent_sandbox_sys::memory::one_arena();
-    once_more_if_changed(|| session_once(opts, profile, what.clone()))
+    // The project is found from the working directory: a project renamed since the first
+    // plan (by a jail that writes its parent) would be planned again under another name,
+    // which another `[projects."PATH"]` table, or none, governs (outside look at stop 49,
+    // B1). Planned again only where the directory is still named as it was.
+    let cwd = std::env::current_dir().ok();
+    let same_place = || cwd.is_some() && std::env::current_dir().ok() == cwd;
+    once_more_if_changed(|| session_once(opts, profile, what.clone()), same_place)
 }
 
 /// `launch` again, once, when something of the host the plan checked changed before the jail
@@ -181,10 +187,13 @@ pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result
 /// removed. Nothing of the jail ran, and the first launch's records say why it stopped; the
 /// new one plans from the host as it is then, with the same checks (a link another session's
 /// jail put in is judged as if it had been there first). A second change stops the launch.
-fn once_more_if_changed(launch: impl Fn() -> Result<i32, LaunchError>) -> Result<i32, LaunchError> {
+fn once_more_if_changed(
+    launch: impl Fn() -> Result<i32, LaunchError>,
+    same_place: impl Fn() -> bool,
+) -> Result<i32, LaunchError> {
     let mask = nix::sys::signal::SigSet::thread_get_mask().ok();
     match launch() {
-        Err(e) if e.changed_since_the_plan() => {
+        Err(e) if e.changed_since_the_plan() && same_place() => {
             eprintln!("agent-sandbox: the host changed while the session was set up; setting it up again ({e})");
             // The signals the first launch held back for its jail: one that came meanwhile
             // (Ctrl-C) acts now, as it would have before the jail.
@@ -224,7 +233,8 @@ pub fn job(dir: &Path) -> Result<i32, LaunchError> {
     // node's launcher resolved, which holds the job's directory: this node's environment
     // (Slurm's, without the user's `XDG_STATE_HOME`) may name another.
     agent_sandbox_sys::memory::one_arena();
-    once_more_if_changed(|| job_once(dir))
+    // A job's project is the one its spec names and identifies (`ProjectId`), whatever happens.
+    once_more_if_changed(|| job_once(dir), || true)
 }
 
 fn job_once(dir: &Path) -> Result<i32, LaunchError> {
@@ -889,27 +899,47 @@ mod tests {
         use std::cell::Cell;
         let changed = |n: usize| LaunchError::Jail(JailError::Changed(format!("change {n}")));
         let tries = Cell::new(0);
-        let r = once_more_if_changed(|| {
-            tries.set(tries.get() + 1);
-            match tries.get() {
-                1 => Err(changed(1)),
-                _ => Ok(7),
-            }
-        });
+        let r = once_more_if_changed(
+            || {
+                tries.set(tries.get() + 1);
+                match tries.get() {
+                    1 => Err(changed(1)),
+                    _ => Ok(7),
+                }
+            },
+            || true,
+        );
         assert_eq!((r.ok(), tries.get()), (Some(7), 2));
         tries.set(0);
-        let r = once_more_if_changed(|| {
-            tries.set(tries.get() + 1);
-            Err(changed(tries.get()))
-        });
+        let r = once_more_if_changed(
+            || {
+                tries.set(tries.get() + 1);
+                Err(changed(tries.get()))
+            },
+            || true,
+        );
         assert_eq!(tries.get(), 2);
         assert!(r.unwrap_err().to_string().contains("change 2"));
         tries.set(0);
-        let r = once_more_if_changed(|| {
-            tries.set(tries.get() + 1);
-            Err(LaunchError::Jail(JailError::Build("no".into())))
-        });
+        let r = once_more_if_changed(
+            || {
+                tries.set(tries.get() + 1);
+                Err(LaunchError::Jail(JailError::Build("no".into())))
+            },
+            || true,
+        );
         assert_eq!(tries.get(), 1);
         assert!(!r.unwrap_err().changed_since_the_plan());
+        // The project renamed meanwhile (the working directory is named otherwise): not again.
+        tries.set(0);
+        let r = once_more_if_changed(
+            || {
+                tries.set(tries.get() + 1);
+                Err(changed(tries.get()))
+            },
+            || false,
+        );
+        assert_eq!(tries.get(), 1);
+        assert!(r.unwrap_err().to_string().contains("change 1"));
     }
 }

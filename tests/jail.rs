@@ -753,6 +753,20 @@ fn hidden_file_inside_the_project_shows_empty() {
     assert!(out.stdout.contains("MASK-RO"), "{out}");
 }
 
+/// Outside look at stop 49, B2: a hidden path at or below a protected path (`.envrc`,
+/// `.vscode/`), which is bound read-only after the masks, was shown by that bind.
+#[test]
+fn a_hidden_file_in_or_at_a_protected_path_shows_empty() {
+    let j = jail!("hideinprotected")
+        .project_file(".envrc", "export API_KEY=CANARY-ENVRC")
+        .project_file(".vscode/secret.json", "CANARY-VSCODE");
+    let (envrc, vscode) = (j.project.join(".envrc"), j.project.join(".vscode/secret.json"));
+    let j = j.arg("--hide").arg(envrc.to_str().unwrap()).arg("--hide").arg(vscode.to_str().unwrap());
+    let out = j.run("cat .envrc .vscode/secret.json; echo; ls .vscode; echo x > .envrc || echo RO");
+    assert!(!out.stdout.contains("CANARY"), "{out}");
+    assert!(out.stdout.contains("secret.json") && out.stdout.contains("RO"), "{out}");
+}
+
 #[test]
 fn sibling_sessions_cannot_see_each_other() {
     let a = jail!("sib-a");

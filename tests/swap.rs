@@ -588,3 +588,22 @@ fn a_home_file_replaced_after_the_plan_is_planned_again_and_the_session_runs() {
 fn landlock_a_home_file_replaced_after_the_plan_is_planned_again_and_the_session_runs() {
     a_home_file_replaced_after_the_plan("landlock");
 }
+
+/// Outside look at stop 49, B1: a project renamed between the plan and the build (by a jail
+/// that writes its parent) stops the launch, and it is not planned again: found from the
+/// working directory, the project would be planned under its new name, which another
+/// `[projects."PATH"]` table, or none, governs (its hidden files shown, its network mode lost).
+#[test]
+fn a_project_renamed_after_the_plan_is_not_planned_again_under_its_new_name() {
+    let Some(j) = Jail::new("swap-renamed") else { return };
+    let inner = j.project.join("inner");
+    std::fs::create_dir(&inner).unwrap();
+    j.give(&[&inner]);
+    let j = j.cwd(&inner);
+    let moved = j.project.join("inner2");
+    let args = ["-q", "run", "--", "sh", "-c", "pwd; echo RAN"];
+    let out = launch_swapped(&j, "renamed", "planned", &args, &|| std::fs::rename(&inner, &moved).unwrap());
+    assert!(!out.stdout.contains("RAN"), "the session ran in the renamed project: {out}");
+    assert!(!out.stderr.contains("setting it up again"), "{out}");
+    assert!(out.stderr.contains("is gone"), "{out}");
+}

@@ -115,7 +115,10 @@ fn open_as_checked<R: AsFd>(
     open(root, rel).map_err(|e| match e.raw_os_error() {
         Some(libc::ELOOP) => changed(a, format!("a symbolic link is on the way to {} now", a.real.display())),
         Some(libc::ENOENT) => changed(a, format!("{} is gone", a.real.display())),
-        _ => changed(a, format!("{}: {e}", a.real.display())),
+        Some(libc::ENOTDIR) => changed(a, format!("a directory on the way to {} is not one now", a.real.display())),
+        // Not a change of the host's tree (no access, an I/O error): said as it is, and the
+        // launch is not planned again for it.
+        _ => io::Error::new(e.kind(), format!("{}: {e}", a.real.display())),
     })
 }
 

@@ -233,7 +233,8 @@ impl Sys for RealSys {
         };
         // No parent made: the ones between the tree and the store are pinned, so a missing
         // one means the store's directory itself went, which fails the jail as before.
-        let at = open_in_new(parent, OFlag::O_PATH | OFlag::O_DIRECTORY, 0)?;
+        let resolve = in_root() | nix::fcntl::ResolveFlag::RESOLVE_NO_SYMLINKS;
+        let at = open_in_new_with(parent, OFlag::O_PATH | OFlag::O_DIRECTORY, 0, resolve)?;
         let made = match dir {
             true => nix::sys::stat::mkdirat(&at, name, nix::sys::stat::Mode::from_bits_truncate(0o700)).map_err(errno),
             false => open_in_new_with(

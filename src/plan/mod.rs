@@ -1308,7 +1308,33 @@ fn protected(
             b.push(MountSpec::Bind { source: cfg.clone(), target: cfg, rw: false, dir: true });
         }
     }
+    mask_hidden_over_read_only_binds(b, fs, first);
     Ok((placeholders, git.git_dir, restore, walk))
+}
+
+/// Hidden paths at or below a path bound read-only after the masks (a protected `.envrc` or
+/// `.vscode/`, the launcher's binary, its config directory): covered again above that bind,
+/// which would otherwise show them (`--hide ~/proj/.envrc` was shown read-only; outside look
+/// at stop 49, B2).
+fn mask_hidden_over_read_only_binds(b: &mut Builder<'_>, fs: &dyn HostFs, first: usize) {
+    let binds: Vec<PathBuf> = b.mounts[first..]
+        .iter()
+        .filter_map(|m| match m {
+            MountSpec::Bind { target, rw: false, .. } => Some(target.clone()),
+            _ => None,
+        })
+        .collect();
+    for t in binds {
+        let hidden: Vec<(PathBuf, bool)> = b
+            .hidden
+            .all()
+            .filter(|h| fs::under(h, &t))
+            .filter_map(|h| fs.kind(h).map(|k| (h.clone(), k == Kind::Dir)))
+            .collect();
+        for (h, dir) in hidden {
+            b.push(MountSpec::Mask { target: h, dir, made: false });
+        }
+    }
 }
 
 /// Everyday config files holding a token (`token_files`): under userns the copies to show
