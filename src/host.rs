@@ -57,12 +57,36 @@ pub trait HostFs {
 /// this many side by side without trouble (its slot table holds 64 and more).
 const SIDE_BY_SIDE: usize = 8;
 
-/// `work(item)` for every item, on up to `SIDE_BY_SIDE` threads that end before it returns;
-/// the answers in the items' order.
+/// Whether `side_by_side` and `together` use threads (`overlap_where`).
+static OVERLAP: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
+
+/// Decides whether the launch overlaps its file work on threads: not where every tree of
+/// `trees` (the home, the project) is on a local block device, whose answers come from memory
+/// in microseconds: there each thread costs more than it saves (its start, and a wake-up
+/// across cores on every hand-over: 1 ms of a 12 ms local start, paired launches, stop 49).
+/// A filesystem without a device of its own (major 0: NFS, Lustre, GPFS, CephFS, FUSE, but
+/// also btrfs, tmpfs, overlay) keeps the threads, as does one that cannot be looked at. The
+/// look asks no server (`AT_STATX_DONT_SYNC`).
+pub fn overlap_where(trees: &[&Path]) {
+    let on_block_device = |p: &Path| agent_sandbox_sys::file::known_at(p).is_ok_and(|k| libc::major(k.dev) != 0);
+    let local = trees.iter().all(|t| on_block_device(t));
+    OVERLAP.store(!local, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn overlapping() -> bool {
+    OVERLAP.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// `work(item)` for every item, on up to `SIDE_BY_SIDE` threads that end before it returns
+/// (one after another here where the trees are local: `overlap_where`); the answers in the
+/// items' order.
 pub(crate) fn side_by_side<T: Sync, R: Send + Default + Clone>(items: &[T], work: impl Fn(&T) -> R + Sync) -> Vec<R> {
     // One item: nothing to overlap, no thread.
     if let [one] = items {
         return vec![work(one)];
+    }
+    if !overlapping() {
+        return items.iter().map(work).collect();
     }
     let next = std::sync::atomic::AtomicUsize::new(0);
     let out = std::sync::Mutex::new(vec![R::default(); items.len()]);
@@ -92,8 +116,13 @@ pub(crate) fn side_by_side<T: Sync, R: Send + Default + Clone>(items: &[T], work
 
 /// `a` on a thread of its own while `b` runs here, and both answers: two chains of round
 /// trips to a network filesystem that overlap instead of adding up. `a` runs here after `b`
-/// where no thread can start; a panic in `a` goes on here.
+/// where no thread can start, or the trees are local (`overlap_where`); a panic in `a` goes
+/// on here.
 pub fn together<A: Send, B>(a: impl FnOnce() -> A + Send, b: impl FnOnce() -> B) -> (A, B) {
+    if !overlapping() {
+        let b = b();
+        return (a(), b);
+    }
     // Kept here, not moved into the thread: a thread that cannot start leaves it to run here.
     let cell = std::sync::Mutex::new(Some(a));
     let take = || cell.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
@@ -1253,6 +1282,32 @@ mod tests {
         }
         assert_eq!(side_by_side(&[1, 2, 3], |x| x * 2), vec![2, 4, 6]);
         assert!(side_by_side(&[] as &[u8], |x| *x).is_empty());
+    }
+
+    /// Where the trees are on local block devices the work is done here, one item after
+    /// another, with the same answers; elsewhere (a tmpfs, as a network filesystem, has no
+    /// device of its own) on threads. The root filesystem of the machine that runs the tests
+    /// is a block device's; a tmpfs is looked for in `/dev/shm`.
+    #[test]
+    fn the_work_overlaps_on_threads_only_where_a_tree_has_no_block_device() {
+        let here = || nix::unistd::gettid().as_raw();
+        let me = here();
+        let on_threads = || {
+            let ids = side_by_side(&[1, 2, 3, 4], |_| here());
+            let (a, _) = together(here, || ());
+            ids.iter().any(|id| *id != me) && a != me
+        };
+        let root = Path::new("/");
+        let block = agent_sandbox_sys::file::known_at(root).is_ok_and(|k| libc::major(k.dev) != 0);
+        overlap_where(&[root]);
+        assert_eq!(on_threads(), !block, "/ on a block device: {block}");
+        assert_eq!(side_by_side(&[1, 2, 3], |x| x * 2), vec![2, 4, 6]);
+        assert_eq!(together(|| 1, || 2), (1, 2));
+        overlap_where(&[root, Path::new("/dev/shm")]);
+        assert!(on_threads(), "a tmpfs has no block device");
+        assert_eq!(side_by_side(&[1, 2, 3], |x| x * 2), vec![2, 4, 6]);
+        overlap_where(&[Path::new("/nonexistent-asb")]);
+        assert!(on_threads(), "a tree that cannot be looked at keeps the threads");
     }
 
     /// A name the listing answered has an identity (one `lstat` when asked); one swapped for

@@ -115,6 +115,7 @@ impl Context {
         let project = opts.project.clone().unwrap_or_else(|| cwd.clone());
         let project = if project.is_absolute() { project } else { cwd.join(project) };
         let who = host::Who::gather()?;
+        host::overlap_where(&[&who.home_canonical, &project]);
         timing::mark("who");
         let read_ahead = match ahead {
             true => {
@@ -239,6 +240,8 @@ pub fn job(dir: &Path) -> Result<i32, LaunchError> {
 
 fn job_once(dir: &Path) -> Result<i32, LaunchError> {
     let mut facts = host::HostFacts::gather()?;
+    // Slurm starts the task in its submission directory, the project's as a rule.
+    host::overlap_where(&[&facts.home_canonical, Path::new(".")]);
     let dir = match job_state_dir(dir) {
         // Used where it really is (a site's alias resolved: a bind source through an
         // absolute link would be resolved again inside the jail's staging root).
