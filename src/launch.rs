@@ -179,7 +179,14 @@ pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result
     // B1). Planned again only where the directory is still named as it was.
     let cwd = std::env::current_dir().ok();
     let same_place = || cwd.is_some() && std::env::current_dir().ok() == cwd;
-    once_more_if_changed(|| session_once(opts, profile, what.clone()), same_place)
+    let first = std::cell::OnceCell::new();
+    once_more_if_changed(|| session_once(opts, profile, what.clone(), &first), same_place)
+}
+
+/// Whether two policies say the same (a launch planned again must run under its first
+/// launch's policy).
+fn same_policy(a: &policy::Policy, b: &policy::Policy) -> bool {
+    matches!((serde_json::to_string(a), serde_json::to_string(b)), (Ok(a), Ok(b)) if a == b)
 }
 
 /// `launch` again, once, when something of the host the plan checked changed before the jail
@@ -207,7 +214,16 @@ fn once_more_if_changed(
     }
 }
 
-fn session_once(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32, LaunchError> {
+/// One launch of a session; `first`: the policy of the session's first launch, which a launch
+/// planned again must still have (second outside look at stop 49, 1b: a `[projects]` key
+/// spelled through a link a jail re-points, with a file replaced to force the second plan,
+/// gave it no table: a hidden file shown, the network filtered instead of isolated).
+fn session_once(
+    opts: &cli::RunOpts,
+    profile: Option<&str>,
+    what: What,
+    first: &std::cell::OnceCell<policy::Policy>,
+) -> Result<i32, LaunchError> {
     let (ctx, ahead) = Context::gathering(opts, true)?;
     // A test holds the launch here, the view being read, before anything of the state
     // directory is made (tests/statedir.rs: a first session's view lacks it).
@@ -221,6 +237,19 @@ fn session_once(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Resul
         .flatten();
     recorded(&log, !opts.dry_run, || {
         let mut launch = Launch::for_session(opts, profile, what, ctx, ahead)?;
+        match first.get() {
+            None => {
+                let _ = first.set(launch.policy.clone());
+            }
+            Some(p) if !same_policy(p, &launch.policy) => {
+                return Err(LaunchError::setup(
+                    "the host changed while the session was set up, and the policy read again is not the one the \
+                     first plan had (a config file, or a path a `[projects]` table names, changed meanwhile): the \
+                     launch stops; start it again",
+                ));
+            }
+            Some(_) => {}
+        }
         launch.beside.extend(beside);
         launch.run(&log)
     })

@@ -767,6 +767,41 @@ fn a_hidden_file_in_or_at_a_protected_path_shows_empty() {
     assert!(out.stdout.contains("secret.json") && out.stdout.contains("RO"), "{out}");
 }
 
+/// Second outside look at stop 49: a cover made by `filesystem.hide_files` (2a) and one of a
+/// hidden file in a directory bound read-only later (2b: `~/.config/opencode` under `--rw
+/// ~/.config`) were shown by the later bind; a hidden directory holding a protected path (3:
+/// `.github/` with `copilot-instructions.md`) stopped every launch. Each is covered now, and
+/// the session starts.
+#[test]
+fn covers_made_by_any_rule_hold_over_later_binds_and_a_hidden_directory_over_a_protected_path() {
+    let j = jail!("hidelater")
+        .project_file(".envrc", "export K=CANARY-HIDE-FILES")
+        .project_file(".github/copilot-instructions.md", "CANARY-GITHUB");
+    let policy = j.project.with_extension("policy.toml");
+    std::fs::write(&policy, format!("[filesystem]\nhide_files = [\"{}\"]\n", j.project.join(".envrc").display()))
+        .unwrap();
+    let opencode = j.rig.home.join(".config/opencode");
+    std::fs::create_dir_all(&opencode).unwrap();
+    let secret = opencode.join(format!("asb-hidden-{}.json", std::process::id()));
+    std::fs::write(&secret, "CANARY-OPENCODE").unwrap();
+    j.give(&[&opencode, &secret]);
+    let config = j.rig.home.join(".config");
+    let github = j.project.join(".github");
+    let (policy_s, config_s, secret_s, github_s) = (
+        policy.display().to_string(),
+        config.display().to_string(),
+        secret.display().to_string(),
+        github.display().to_string(),
+    );
+    let args = ["--policy", &policy_s, "--rw", &config_s, "--hide", &secret_s, "--hide", &github_s];
+    let out = j.run_with(&args, &format!("cat .envrc {secret_s}; ls -A .github; echo RAN"));
+    let _ = std::fs::remove_file(&secret);
+    let _ = std::fs::remove_file(&policy);
+    assert_eq!(out.code, 0, "{out}");
+    assert!(out.stdout.contains("RAN") && !out.stdout.contains("CANARY"), "{out}");
+    assert!(!out.stdout.contains("copilot-instructions"), "{out}");
+}
+
 #[test]
 fn sibling_sessions_cannot_see_each_other() {
     let a = jail!("sib-a");

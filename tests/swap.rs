@@ -36,6 +36,11 @@ fn relative_to(from: &Path, to: &Path) -> PathBuf {
 
 /// Runs the launcher with `args` stopped at `point`, calls `swap` there, lets it go on.
 fn launch_swapped(j: &Jail, name: &str, point: &str, args: &[&str], swap: &dyn Fn()) -> Out {
+    launch_swapped_env(j, name, point, args, &[], swap)
+}
+
+/// `launch_swapped` with `env` set for the launcher.
+fn launch_swapped_env(j: &Jail, name: &str, point: &str, args: &[&str], env: &[(&str, &str)], swap: &dyn Fn()) -> Out {
     let pause = PathBuf::from("/var/tmp/asb-swap-pause").join(name);
     let _ = std::fs::remove_dir_all(&pause);
     std::fs::create_dir_all(&pause).unwrap();
@@ -44,6 +49,7 @@ fn launch_swapped(j: &Jail, name: &str, point: &str, args: &[&str], swap: &dyn F
     }
     let mut c = j.command(args);
     c.env("AGENT_SANDBOX_TEST_PAUSE", format!("{point}:{}", pause.display()));
+    c.envs(env.iter().copied());
     std::thread::scope(|s| {
         let run = s.spawn(|| j.output(&mut c));
         let deadline = Instant::now() + Duration::from_secs(60);
@@ -606,4 +612,52 @@ fn a_project_renamed_after_the_plan_is_not_planned_again_under_its_new_name() {
     assert!(!out.stdout.contains("RAN"), "the session ran in the renamed project: {out}");
     assert!(!out.stderr.contains("setting it up again"), "{out}");
     assert!(out.stderr.contains("is gone"), "{out}");
+}
+
+/// Second outside look at stop 49, 1b: a launch planned again runs under its first launch's
+/// policy or not at all. A `[projects]` key spelled through a link a jail can re-point, and a
+/// protected file replaced to force the second plan: that plan found no table for the project
+/// (its hidden file shown, `isolated` lost). Now the launch stops, saying why.
+#[test]
+fn a_launch_planned_again_under_another_policy_stops() {
+    let Some(j) = Jail::new("swap-policy") else { return };
+    let j = j.arg("--backend").arg("userns");
+    let base = scratch(&j, "policy");
+    let (data, decoy, lnk, cfg) = (base.join("data"), base.join("decoy"), base.join("lnk"), base.join("cfg"));
+    std::fs::create_dir_all(cfg.join("agent-sandbox")).unwrap();
+    std::fs::create_dir_all(&decoy).unwrap();
+    std::fs::write(data.join("secret"), "CANARY-POLICY\n").unwrap();
+    std::fs::write(data.join(".envrc"), "# the project's\n").unwrap();
+    std::os::unix::fs::symlink(&data, &lnk).unwrap();
+    let config = format!(
+        "[projects.\"{}\"]\nfilesystem.hide = [\"{}\"]\nnet.mode = \"isolated\"\n",
+        lnk.display(),
+        data.join("secret").display()
+    );
+    std::fs::write(cfg.join("agent-sandbox/config.toml"), config).unwrap();
+    for p in [&cfg, &cfg.join("agent-sandbox"), &cfg.join("agent-sandbox/config.toml"), &decoy, &data.join("secret")] {
+        j.give(&[p]);
+    }
+    j.give(&[&data.join(".envrc")]);
+    let std::process::Output { status, .. } =
+        std::process::Command::new("chown").args(["-h", &format!("{}", j.rig.uid)]).arg(&lnk).output().unwrap();
+    assert!(status.success());
+    let j = j.cwd(&data);
+    let env = [("XDG_CONFIG_HOME", cfg.to_str().unwrap())];
+    let args = ["-q", "run", "--", "sh", "-c", "cat secret; echo NET=$AGENT_SANDBOX_NET"];
+    // The table applies as the launch starts.
+    let out = launch_swapped_env(&j, "policy-plain", "planned", &args, &env, &|| {});
+    assert!(out.stdout.contains("NET=isolated") && !out.stdout.contains("CANARY"), "{out}");
+    let out = launch_swapped_env(&j, "policy", "planned", &args, &env, &|| {
+        let envrc = data.join(".envrc");
+        let tmp = data.join(".envrc.new");
+        std::fs::copy(&envrc, &tmp).unwrap();
+        j.give(&[&tmp]);
+        std::fs::rename(&tmp, &envrc).unwrap();
+        std::fs::remove_file(&lnk).unwrap();
+        std::os::unix::fs::symlink(&decoy, &lnk).unwrap();
+    });
+    assert!(!out.stdout.contains("CANARY") && !out.stdout.contains("NET=filtered"), "{out}");
+    assert!(out.stderr.contains("the policy read again is not the one the first plan had"), "{out}");
+    assert_ne!(out.code, 0, "{out}");
 }

@@ -655,6 +655,9 @@ pub fn build_with(
                 .into(),
         );
     }
+    if base.backend == BackendKind::Userns {
+        cover_again_what_later_mounts_show(&mut b);
+    }
     if policy.home_access.value == HomeAccess::Restricted {
         b.push(MountSpec::ReadOnly { target: base.home.clone() });
     }
@@ -1308,32 +1311,52 @@ fn protected(
             b.push(MountSpec::Bind { source: cfg.clone(), target: cfg, rw: false, dir: true });
         }
     }
-    mask_hidden_over_read_only_binds(b, fs, first);
-    Ok((placeholders, git.git_dir, restore, walk))
-}
-
-/// Hidden paths at or below a path bound read-only after the masks (a protected `.envrc` or
-/// `.vscode/`, the launcher's binary, its config directory): covered again above that bind,
-/// which would otherwise show them (`--hide ~/proj/.envrc` was shown read-only; outside look
-/// at stop 49, B2).
-fn mask_hidden_over_read_only_binds(b: &mut Builder<'_>, fs: &dyn HostFs, first: usize) {
-    let binds: Vec<PathBuf> = b.mounts[first..]
+    // A protected path inside a directory a cover hides has nothing there to protect: its
+    // bind would find no target in the empty cover, and the jail could not be built (second
+    // outside look at stop 49, 3: `--hide proj/.github` stopped every launch).
+    let hidden_dirs: Vec<PathBuf> = b.mounts[..first]
         .iter()
         .filter_map(|m| match m {
-            MountSpec::Bind { target, rw: false, .. } => Some(target.clone()),
+            MountSpec::Mask { target, dir: true, .. } => Some(target.clone()),
             _ => None,
         })
         .collect();
-    for t in binds {
-        let hidden: Vec<(PathBuf, bool)> = b
-            .hidden
-            .all()
-            .filter(|h| fs::under(h, &t))
-            .filter_map(|h| fs.kind(h).map(|k| (h.clone(), k == Kind::Dir)))
-            .collect();
-        for (h, dir) in hidden {
-            b.push(MountSpec::Mask { target: h, dir, made: false });
+    if !hidden_dirs.is_empty() {
+        let inside = |p: &Path| hidden_dirs.iter().any(|d| p != d && fs::under(p, d));
+        let kept: Vec<MountSpec> = b.mounts.drain(first..).filter(|m| !inside(m.target())).collect();
+        b.mounts.extend(kept);
+        placeholders.retain(|ph| !inside(&ph.path));
+    }
+    Ok((placeholders, git.git_dir, restore, walk))
+}
+
+/// Every cover (`Mask`) at or below the target of a later mount that shows host files (a
+/// bind, a rebuilt tree's entry, a session layer, an overlay: a protected `.envrc`, an
+/// agent's read-only directory, a `home.read` entry) is made again after it, which would
+/// otherwise show what it covers (`--hide ~/proj/.envrc`, `hide_files`, a hidden file in
+/// `~/.config/opencode` under the opencode profile were read; outside looks at stop 49, B2
+/// and 2a/2b). Whatever made the cover.
+fn cover_again_what_later_mounts_show(b: &mut Builder<'_>) {
+    let shows_host = |m: &MountSpec| {
+        matches!(
+            m,
+            MountSpec::Bind { .. } | MountSpec::TreeBind { .. } | MountSpec::Layer { .. } | MountSpec::Overlay { .. }
+        )
+    };
+    let mut again: Vec<(PathBuf, bool, bool)> = vec![];
+    for (i, m) in b.mounts.iter().enumerate() {
+        let MountSpec::Mask { target: h, dir, made } = m else { continue };
+        let Some(j) = b.mounts[i + 1..].iter().rposition(|l| shows_host(l) && fs::under(h, l.target())) else {
+            continue;
+        };
+        let covered_after =
+            b.mounts[i + 1 + j + 1..].iter().any(|l| matches!(l, MountSpec::Mask { target, .. } if target == h));
+        if !covered_after && !again.iter().any(|(t, ..)| t == h) {
+            again.push((h.clone(), *dir, *made));
         }
+    }
+    for (target, dir, made) in again {
+        b.push(MountSpec::Mask { target, dir, made });
     }
 }
 
