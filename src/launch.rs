@@ -179,8 +179,18 @@ pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result
     // B1). Planned again only where the directory is still named as it was.
     let cwd = std::env::current_dir().ok();
     let same_place = || cwd.is_some() && std::env::current_dir().ok() == cwd;
-    let first = std::cell::OnceCell::new();
-    once_more_if_changed(|| session_once(opts, profile, what.clone(), &first), same_place)
+    once_more_if_changed(|| session_once(opts, profile, what.clone()), same_place)
+}
+
+/// The policy of the session's first launch, which a launch planned again must still have
+/// (second outside look at stop 49, 1b: a `[projects]` key spelled through a link a jail
+/// re-points, with a file replaced to force the second plan, gave it no table: a hidden file
+/// shown, the network filtered instead of isolated). Let go once the jail is built, after
+/// which no launch is planned again: not held through the session (issue 35's memory).
+static FIRST_POLICY: std::sync::Mutex<Option<policy::Policy>> = std::sync::Mutex::new(None);
+
+fn first_policy() -> std::sync::MutexGuard<'static, Option<policy::Policy>> {
+    FIRST_POLICY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Whether two policies say the same (a launch planned again must run under its first
@@ -214,16 +224,8 @@ fn once_more_if_changed(
     }
 }
 
-/// One launch of a session; `first`: the policy of the session's first launch, which a launch
-/// planned again must still have (second outside look at stop 49, 1b: a `[projects]` key
-/// spelled through a link a jail re-points, with a file replaced to force the second plan,
-/// gave it no table: a hidden file shown, the network filtered instead of isolated).
-fn session_once(
-    opts: &cli::RunOpts,
-    profile: Option<&str>,
-    what: What,
-    first: &std::cell::OnceCell<policy::Policy>,
-) -> Result<i32, LaunchError> {
+/// One launch of a session (`FIRST_POLICY` holds the first's policy until its jail is built).
+fn session_once(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32, LaunchError> {
     let (ctx, ahead) = Context::gathering(opts, true)?;
     // A test holds the launch here, the view being read, before anything of the state
     // directory is made (tests/statedir.rs: a first session's view lacks it).
@@ -237,10 +239,9 @@ fn session_once(
         .flatten();
     recorded(&log, !opts.dry_run, || {
         let mut launch = Launch::for_session(opts, profile, what, ctx, ahead)?;
-        match first.get() {
-            None => {
-                let _ = first.set(launch.policy.clone());
-            }
+        let mut first = first_policy();
+        match first.as_ref() {
+            None => *first = Some(launch.policy.clone()),
             Some(p) if !same_policy(p, &launch.policy) => {
                 return Err(LaunchError::setup(
                     "the host changed while the session was set up, and the policy read again is not the one the \
@@ -250,6 +251,7 @@ fn session_once(
             }
             Some(_) => {}
         }
+        drop(first);
         launch.beside.extend(beside);
         launch.run(&log)
     })
@@ -606,6 +608,8 @@ impl Launch {
         let (peers, announce) = session::session_network(peer_claim, &plan, &policy, &facts, &origin);
         let quiet = !matches!(origin, Origin::Session { quiet: false, .. });
         let banner = || {
+            // Built: no launch of this session is planned again.
+            first_policy().take();
             if !quiet {
                 eprintln!("{}", show::banner(&plan));
             }

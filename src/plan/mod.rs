@@ -1045,6 +1045,29 @@ fn as_the_jail_sees<'t>(trees: &'t [(&'t PathBuf, PathBuf)], real: &Path) -> Opt
     innermost(trees, real).and_then(|(w, r)| Some((w.join(real.strip_prefix(r).ok()?), *w)))
 }
 
+/// Every place the jail shows the real path `real` at: one per writable tree whose real root
+/// holds it (`~/.cache -> /scratch/u/cache` with `--rw /scratch/u` shows a store under both
+/// names, two mounts a cover on one does not reach; third outside look at stop 49), each with
+/// its tree.
+fn every_way_the_jail_sees<'t>(trees: &'t [(&'t PathBuf, PathBuf)], real: &Path) -> Vec<(PathBuf, &'t PathBuf)> {
+    let mut ways: Vec<(PathBuf, &PathBuf)> = vec![];
+    for (w, r) in trees.iter().filter(|(_, r)| fs::under(real, r) && real != r.as_path()) {
+        let Ok(rel) = real.strip_prefix(r) else { continue };
+        let target = w.join(rel);
+        if !ways.iter().any(|(t, _)| *t == target) {
+            ways.push((target, *w));
+        }
+    }
+    ways
+}
+
+/// Whether `p` lies strictly inside one of the directories `covered` (an empty cover there
+/// already hides it, and a cover of its own would find no target: `--hide ~/.cache/huggingface`
+/// stopped every launch; third outside look at stop 49).
+fn inside_a_covered_dir(covered: &[PathBuf], p: &Path) -> bool {
+    covered.iter().any(|d| p != d.as_path() && fs::under(p, d))
+}
+
 /// Stage 5 too (userns): a store the catalogue says the launcher makes (`catalogue::Made`) that
 /// is missing where a writable tree would show it (where that tree really is) is made before the
 /// session (`home_dirs`, `home_files`: empty, anchored) and covered like a present one. Bound
@@ -1077,7 +1100,7 @@ fn cover_missing_stores(
         if fs.kind(&l.path).is_some() {
             // Present, and covered by `masks`: should it be gone by the time the jail is
             // built, it is made again there (`MountSpec::Mask::made`).
-            if let Some((target, _)) = as_the_jail_sees(&real_trees, &real) {
+            for (target, _) in every_way_the_jail_sees(&real_trees, &real) {
                 for spec in &mut b.mounts {
                     if let MountSpec::Mask { target: t, made, .. } = spec {
                         *made |= *t == target;
@@ -1086,7 +1109,8 @@ fn cover_missing_stores(
             }
             continue;
         }
-        let Some((target, w)) = as_the_jail_sees(&real_trees, &real) else {
+        let ways = every_way_the_jail_sees(&real_trees, &real);
+        if ways.is_empty() {
             // Named in a writable tree but leading out of every one through a link on its
             // way (`~/.cache/huggingface -> elsewhere`, which an earlier jail could have
             // made): nothing here to cover, said (second look, G2).
@@ -1099,19 +1123,21 @@ fn cover_missing_stores(
                 ));
             }
             continue;
-        };
-        if b.mounts.iter().any(|m| matches!(m, MountSpec::Mask { target: t, .. } if fs::under(&target, t))) {
-            continue;
         }
-        let list = match made {
-            catalogue::Made::Dir => &mut b.home_dirs,
-            catalogue::Made::File => &mut b.home_files,
-        };
-        if !list.contains(&l.path) {
-            list.push(l.path.clone());
+        for (target, w) in ways {
+            if b.mounts.iter().any(|m| matches!(m, MountSpec::Mask { target: t, .. } if fs::under(&target, t))) {
+                continue;
+            }
+            let list = match made {
+                catalogue::Made::Dir => &mut b.home_dirs,
+                catalogue::Made::File => &mut b.home_files,
+            };
+            if !list.contains(&l.path) {
+                list.push(l.path.clone());
+            }
+            pin_ancestors(b, w, &target);
+            b.push(MountSpec::Mask { target, dir: made == catalogue::Made::Dir, made: true });
         }
-        pin_ancestors(b, w, &target);
-        b.push(MountSpec::Mask { target, dir: made == catalogue::Made::Dir, made: true });
     }
 }
 
@@ -1128,6 +1154,7 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
     let real_trees: Vec<(&PathBuf, PathBuf)> =
         trees.writable.iter().filter(|w| !rebuilt(w)).map(|w| (w, fs::real_path(fs, w))).collect();
     let inside = |real: &Path| as_the_jail_sees(&real_trees, real);
+    let mut covered_dirs: Vec<PathBuf> = vec![];
     if base.backend == BackendKind::Landlock {
         // Landlock leaves a hidden path out of the rules of a tree it grants (one rule per
         // entry around it: `landlock::split_around_stores`), but for the project, whose top
@@ -1152,16 +1179,20 @@ fn masks(b: &mut Builder<'_>, policy: &Policy, fs: &dyn HostFs, base: &Base, tre
         let real = fs::real_path(fs, h);
         // What is there, not a link on the way (`~/.ssh -> /lustre/u/ssh` masks a directory).
         let Some(k) = fs.kind(&real) else { continue };
-        let Some((target, w)) = inside(&real) else { continue };
-        if done.contains(&target) {
-            continue;
+        for (target, w) in every_way_the_jail_sees(&real_trees, &real) {
+            if done.contains(&target) || inside_a_covered_dir(&covered_dirs, &target) {
+                continue;
+            }
+            // The directories between the tree and the mask are pinned: renaming one
+            // (`mv ~/.local/state x` under `--rw ~/.local`) would carry the mask away and
+            // leave the name free for a copy the jail makes (the state directory above all).
+            pin_ancestors(b, w, &target);
+            b.push(MountSpec::Mask { target: target.clone(), dir: k == Kind::Dir, made: false });
+            if k == Kind::Dir {
+                covered_dirs.push(target.clone());
+            }
+            done.push(target);
         }
-        // The directories between the tree and the mask are pinned: renaming one
-        // (`mv ~/.local/state x` under `--rw ~/.local`) would carry the mask away and
-        // leave the name free for a copy the jail makes (the state directory above all).
-        pin_ancestors(b, w, &target);
-        b.push(MountSpec::Mask { target: target.clone(), dir: k == Kind::Dir, made: false });
-        done.push(target);
     }
     for f in &policy.hide_files {
         let p = fs::normalized(&expand_tilde(&f.value, &base.home));
@@ -1351,7 +1382,8 @@ fn cover_again_what_later_mounts_show(b: &mut Builder<'_>) {
         };
         let covered_after =
             b.mounts[i + 1 + j + 1..].iter().any(|l| matches!(l, MountSpec::Mask { target, .. } if target == h));
-        if !covered_after && !again.iter().any(|(t, ..)| t == h) {
+        let inside_again = again.iter().any(|(t, d, _)| *d && h != t && fs::under(h, t));
+        if !covered_after && !inside_again && !again.iter().any(|(t, ..)| t == h) {
             again.push((h.clone(), *dir, *made));
         }
     }

@@ -1338,6 +1338,37 @@ mod credential_stores {
             p.mounts
         );
         assert!(p.home_files.contains(&PathBuf::from("/home/u/.cache/huggingface/token")), "{:?}", p.home_files);
+        // The same store under both names the jail shows it at (third look at stop 49: with
+        // `--rw /scratch/u` beside `~/.cache -> /scratch/u/cache`, one name was left bare), and
+        // the present one too.
+        for fs in [
+            fs,
+            host().content("/scratch/u/cache/huggingface/token", "hf_x").symlink("/home/u/.cache", "/scratch/u/cache"),
+        ] {
+            let p = plan_on(&fs, facts(), "[filesystem]\nwrite = [\"/scratch/u\"]\n");
+            let masked = |t: &str| has(&p, |m| matches!(m, MountSpec::Mask { target, .. } if target == Path::new(t)));
+            for t in ["/home/u/.cache/huggingface/token", "/scratch/u/cache/huggingface/token"] {
+                assert!(masked(t), "{t}: {:#?}", p.mounts);
+            }
+        }
+        // A hidden directory holding a store: the store gets no cover of its own inside the
+        // directory's (it would find no target there, and a made one no place to be made).
+        let fs = host().content("/home/u/.cache/huggingface/stored_tokens", "x").dir("/home/u/.cache/pip");
+        let p = plan_on(&fs, facts(), "[filesystem]\nhide = [\"~/.cache/huggingface\"]\n");
+        let masks: Vec<&Path> = p
+            .mounts
+            .iter()
+            .filter_map(|m| match m {
+                MountSpec::Mask { target, .. } => Some(target.as_path()),
+                _ => None,
+            })
+            .collect();
+        assert!(masks.contains(&Path::new("/home/u/.cache/huggingface")), "{masks:?}");
+        let hf = masks.iter().position(|t| *t == Path::new("/home/u/.cache/huggingface")).unwrap_or(usize::MAX);
+        assert!(
+            !masks.iter().skip(hf.saturating_add(1)).any(|t| t.starts_with("/home/u/.cache/huggingface")),
+            "a cover inside the hidden directory after it: {masks:?}"
+        );
         // A link on the way that leads out of every writable tree (second look, G2): said.
         let fs = host().dir("/home/u/.cache/pip").symlink("/home/u/.cache/huggingface", "/opt/elsewhere");
         let p = plan_on(&fs, facts(), "");
