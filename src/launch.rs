@@ -932,50 +932,30 @@ mod tests {
     #[test]
     fn a_launch_is_planned_again_once_after_a_change_and_only_then() {
         use super::{jail::JailError, once_more_if_changed, LaunchError};
-        use std::cell::Cell;
-        let changed = |n: usize| LaunchError::Jail(JailError::Changed(format!("change {n}")));
-        let tries = Cell::new(0);
-        let r = once_more_if_changed(
-            || {
-                tries.set(tries.get() + 1);
-                match tries.get() {
-                    1 => Err(changed(1)),
-                    _ => Ok(7),
-                }
-            },
-            || true,
-        );
-        assert_eq!((r.ok(), tries.get()), (Some(7), 2));
-        tries.set(0);
-        let r = once_more_if_changed(
-            || {
-                tries.set(tries.get() + 1);
-                Err(changed(tries.get()))
-            },
-            || true,
-        );
-        assert_eq!(tries.get(), 2);
+        let changed = |n: usize| Err(LaunchError::Jail(JailError::Changed(format!("change {n}"))));
+        // The answer and the number of launches, the n-th launch answering `answer(n)`.
+        let run = |answer: &dyn Fn(usize) -> Result<i32, LaunchError>, same_place: bool| {
+            let tries = std::cell::Cell::new(0);
+            let r = once_more_if_changed(
+                || {
+                    tries.set(tries.get() + 1);
+                    answer(tries.get())
+                },
+                || same_place,
+            );
+            (r, tries.get())
+        };
+        let (r, tries) = run(&|n| if n == 1 { changed(1) } else { Ok(7) }, true);
+        assert_eq!((r.ok(), tries), (Some(7), 2));
+        let (r, tries) = run(&changed, true);
+        assert_eq!(tries, 2);
         assert!(r.unwrap_err().to_string().contains("change 2"));
-        tries.set(0);
-        let r = once_more_if_changed(
-            || {
-                tries.set(tries.get() + 1);
-                Err(LaunchError::Jail(JailError::Build("no".into())))
-            },
-            || true,
-        );
-        assert_eq!(tries.get(), 1);
+        let (r, tries) = run(&|_| Err(LaunchError::Jail(JailError::Build("no".into()))), true);
+        assert_eq!(tries, 1);
         assert!(!r.unwrap_err().changed_since_the_plan());
         // The project renamed meanwhile (the working directory is named otherwise): not again.
-        tries.set(0);
-        let r = once_more_if_changed(
-            || {
-                tries.set(tries.get() + 1);
-                Err(changed(tries.get()))
-            },
-            || false,
-        );
-        assert_eq!(tries.get(), 1);
+        let (r, tries) = run(&changed, false);
+        assert_eq!(tries, 1);
         assert!(r.unwrap_err().to_string().contains("change 1"));
     }
 }

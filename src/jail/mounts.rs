@@ -241,7 +241,7 @@ impl Sys for RealSys {
                 rel,
                 OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW,
                 0o600,
-                in_root() | nix::fcntl::ResolveFlag::RESOLVE_NO_SYMLINKS,
+                resolve,
             )
             .and_then(|f| {
                 let text: &[u8] = if rel.extension().is_some_and(|e| e == "json") { b"{}\n" } else { b"" };

@@ -1353,10 +1353,10 @@ fn protected(
         })
         .collect();
     if !hidden_dirs.is_empty() {
-        let inside = |p: &Path| hidden_dirs.iter().any(|d| p != d && fs::under(p, d));
-        let kept: Vec<MountSpec> = b.mounts.drain(first..).filter(|m| !inside(m.target())).collect();
+        let kept: Vec<MountSpec> =
+            b.mounts.drain(first..).filter(|m| !inside_a_covered_dir(&hidden_dirs, m.target())).collect();
         b.mounts.extend(kept);
-        placeholders.retain(|ph| !inside(&ph.path));
+        placeholders.retain(|ph| !inside_a_covered_dir(&hidden_dirs, &ph.path));
     }
     Ok((placeholders, git.git_dir, restore, walk))
 }
