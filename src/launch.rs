@@ -185,18 +185,30 @@ pub fn session(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result
 /// The policy of the session's first launch, which a launch planned again must still have
 /// (second outside look at stop 49, 1b: a `[projects]` key spelled through a link a jail
 /// re-points, with a file replaced to force the second plan, gave it no table: a hidden file
-/// shown, the network filtered instead of isolated). Let go once the jail is built, after
-/// which no launch is planned again: not held through the session (issue 35's memory).
-static FIRST_POLICY: std::sync::Mutex<Option<policy::Policy>> = std::sync::Mutex::new(None);
+/// shown, the network filtered instead of isolated), as its digest (`policy_digest`).
+static FIRST_POLICY: std::sync::Mutex<Option<Option<u64>>> = std::sync::Mutex::new(None);
 
-fn first_policy() -> std::sync::MutexGuard<'static, Option<policy::Policy>> {
+fn first_policy() -> std::sync::MutexGuard<'static, Option<Option<u64>>> {
     FIRST_POLICY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Whether two policies say the same (a launch planned again must run under its first
-/// launch's policy).
-fn same_policy(a: &policy::Policy, b: &policy::Policy) -> bool {
-    matches!((serde_json::to_string(a), serde_json::to_string(b)), (Ok(a), Ok(b)) if a == b)
+/// What a policy says, as one number: a hash of its JSON, written into the hasher as it is
+/// made (no copy of the policy or of its text is kept: the freed pages of one stayed with
+/// every idle session, tests/many). A launch planned again must have its first's.
+fn policy_digest(p: &policy::Policy) -> Option<u64> {
+    struct Hashing(std::collections::hash_map::DefaultHasher);
+    impl std::io::Write for Hashing {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            std::hash::Hasher::write(&mut self.0, buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut h = Hashing(std::collections::hash_map::DefaultHasher::new());
+    serde_json::to_writer(&mut h, p).ok()?;
+    Some(std::hash::Hasher::finish(&h.0))
 }
 
 /// `launch` again, once, when something of the host the plan checked changed before the jail
@@ -224,7 +236,7 @@ fn once_more_if_changed(
     }
 }
 
-/// One launch of a session (`FIRST_POLICY` holds the first's policy until its jail is built).
+/// One launch of a session (`FIRST_POLICY` holds the digest of the first's policy).
 fn session_once(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Result<i32, LaunchError> {
     let (ctx, ahead) = Context::gathering(opts, true)?;
     // A test holds the launch here, the view being read, before anything of the state
@@ -240,9 +252,10 @@ fn session_once(opts: &cli::RunOpts, profile: Option<&str>, what: What) -> Resul
     recorded(&log, !opts.dry_run, || {
         let mut launch = Launch::for_session(opts, profile, what, ctx, ahead)?;
         let mut first = first_policy();
-        match first.as_ref() {
-            None => *first = Some(launch.policy.clone()),
-            Some(p) if !same_policy(p, &launch.policy) => {
+        let digest = policy_digest(&launch.policy);
+        match *first {
+            None => *first = Some(digest),
+            Some(d) if d.is_none() || d != digest => {
                 return Err(LaunchError::setup(
                     "the host changed while the session was set up, and the policy read again is not the one the \
                      first plan had (a config file, or a path a `[projects]` table names, changed meanwhile): the \
@@ -608,8 +621,6 @@ impl Launch {
         let (peers, announce) = session::session_network(peer_claim, &plan, &policy, &facts, &origin);
         let quiet = !matches!(origin, Origin::Session { quiet: false, .. });
         let banner = || {
-            // Built: no launch of this session is planned again.
-            first_policy().take();
             if !quiet {
                 eprintln!("{}", show::banner(&plan));
             }
